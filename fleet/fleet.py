@@ -1,0 +1,48 @@
+"""A whole fleet: every object of a fleet file, indexed by name, with node templates expanded.
+
+This is the one in-memory picture of inventory that `berth apply` writes to PostgreSQL and that offline commands
+(`berth explain -f`, `berth plan -f`) schedule against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fleet.inference_class import InferenceClass
+from fleet.inference_cluster import InferenceCluster, NodePool, PoolShape
+from fleet.node import Node
+from fleet.region import Region
+from fleet.template import expand_template
+from fleet.tenant import Tenant
+
+
+@dataclass(frozen=True)
+class PoolHosts:
+    """A slice or bare-metal pool with its concrete hosts (listed ones first, then generated ones)."""
+
+    cluster: InferenceCluster
+    pool: NodePool
+    nodes: tuple[Node, ...]
+
+
+@dataclass
+class Fleet:
+    regions: dict[str, Region] = field(default_factory=dict)
+    tenants: dict[str, Tenant] = field(default_factory=dict)
+    classes: dict[str, InferenceClass] = field(default_factory=dict)
+    clusters: dict[str, InferenceCluster] = field(default_factory=dict)
+
+    def pools(self) -> list[PoolHosts]:
+        """Every pool of every cluster, in cluster-name then published order, with hosts expanded."""
+        result: list[PoolHosts] = []
+        for ordinal, (cluster, pool) in enumerate(
+            (c, p) for c in sorted(self.clusters.values(), key=lambda c: c.metadata.name) for p in c.spec.node_pools
+        ):
+            nodes = list(pool.nodes)
+            if pool.node_template is not None:
+                nodes.extend(expand_template(pool.node_template, pool_ordinal=ordinal))
+            result.append(PoolHosts(cluster=cluster, pool=pool, nodes=tuple(nodes)))
+        return result
+
+    def host_pools(self) -> list[PoolHosts]:
+        return [p for p in self.pools() if p.pool.shape is not PoolShape.KUBERNETES]

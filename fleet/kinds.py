@@ -1,0 +1,17 @@
+"""The object kinds a fleet file may hold, and the model each one is validated with."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from fleet.inference_class import InferenceClass
+from fleet.inference_cluster import InferenceCluster
+from fleet.region import Region
+from fleet.tenant import Tenant
+
+KINDS: dict[str, type[BaseModel]] = {
+    "Region": Region,
+    "Tenant": Tenant,
+    "InferenceClass": InferenceClass,
+    "InferenceCluster": InferenceCluster,
+}

@@ -1,0 +1,130 @@
+"""Checks that need more than one document: references between objects and uniqueness across the fleet.
+
+Per-document checks (types, formats, required fields) live on the models; these are the ones a single model cannot
+see: a pool naming a class that does not exist, two hosts with one name, two slots sharing a fabric VF.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import BaseModel
+
+from fleet.errors import FleetProblem
+from fleet.fleet import Fleet
+from fleet.inference_class import InferenceClass
+from fleet.inference_cluster import InferenceCluster
+from fleet.node import Node
+from fleet.region import Region
+from fleet.template import expand_template
+from fleet.tenant import Tenant
+
+_COLLECTIONS: dict[type[BaseModel], str] = {
+    Region: "regions",
+    Tenant: "tenants",
+    InferenceClass: "classes",
+    InferenceCluster: "clusters",
+}
+
+
+def _check_node(node: Node, where: FleetProblem, path: str) -> list[FleetProblem]:
+    problems = []
+    seen: dict[str, dict[object, int]] = {"index": {}, "gpuPci": {}, "fabricVfPci": {}, "mac": {}, "nvmeDevice": {}}
+    for position, slot in enumerate(node.slots):
+        for field, value in (
+            ("index", slot.index),
+            ("gpuPci", slot.gpu_pci),
+            ("fabricVfPci", slot.fabric_vf_pci),
+            ("mac", slot.mac),
+            ("nvmeDevice", slot.nvme_device),
+        ):
+            if value is None:
+                continue
+            first = seen[field].setdefault(value, position)
+            if first != position:
+                problems.append(
+                    where.model_copy(
+                        update={
+                            "path": f"{path}.slots[{position}].{field}",
+                            "message": f"{value!r} is already used by slots[{first}] of node {node.name}",
+                        }
+                    )
+                )
+        if slot.numa_node >= node.numa_nodes:
+            problems.append(
+                where.model_copy(
+                    update={
+                        "path": f"{path}.slots[{position}].numaNode",
+                        "message": f"NUMA node {slot.numa_node} does not exist on node {node.name} "
+                        f"(it has numaNodes: {node.numa_nodes})",
+                    }
+                )
+            )
+    return problems
+
+
+def _check_cluster(
+    cluster: InferenceCluster, where: FleetProblem, fleet: Fleet, node_owner: dict[str, str]
+) -> list[FleetProblem]:
+    problems = []
+    if cluster.spec.region is not None and cluster.spec.region not in fleet.regions:
+        problems.append(
+            where.model_copy(update={"path": "spec.region", "message": f"region {cluster.spec.region!r} is not defined"})
+        )
+    pool_names: set[str] = set()
+    for p, pool in enumerate(cluster.spec.node_pools):
+        pool_path = f"spec.nodePools[{p}]"
+        if pool.name in pool_names:
+            problems.append(where.model_copy(update={"path": f"{pool_path}.name", "message": f"pool {pool.name!r} appears twice"}))
+        pool_names.add(pool.name)
+        if pool.class_name not in fleet.classes:
+            problems.append(
+                where.model_copy(
+                    update={
+                        "path": f"{pool_path}.className",
+                        "message": f"InferenceClass {pool.class_name!r} is not defined in the fleet",
+                    }
+                )
+            )
+        hosts = [(f"{pool_path}.nodes[{n}]", node) for n, node in enumerate(pool.nodes)]
+        if pool.node_template is not None:
+            hosts += [(f"{pool_path}.nodeTemplate", node) for node in expand_template(pool.node_template)]
+        for path, node in hosts:
+            owner = f"{cluster.metadata.name}/{pool.name}"
+            if node.name in node_owner:
+                problems.append(
+                    where.model_copy(
+                        update={"path": path, "message": f"node {node.name!r} is already defined in pool {node_owner[node.name]}"}
+                    )
+                )
+                continue
+            node_owner[node.name] = owner
+            problems.extend(_check_node(node, where, path))
+    return problems
+
+
+def check_fleet(objects: Iterable[tuple[FleetProblem, BaseModel]]) -> tuple[Fleet, list[FleetProblem]]:
+    """Index validated objects into a Fleet and report cross-object problems."""
+    fleet = Fleet()
+    problems: list[FleetProblem] = []
+    placed: list[tuple[FleetProblem, BaseModel]] = []
+    for where, obj in objects:
+        collection: dict[str, BaseModel] = getattr(fleet, _COLLECTIONS[type(obj)])
+        name = obj.metadata.name  # type: ignore[attr-defined]
+        if name in collection:
+            problems.append(where.model_copy(update={"path": "metadata.name", "message": f"{where.kind} {name!r} is defined twice"}))
+            continue
+        collection[name] = obj
+        placed.append((where, obj))
+
+    node_owner: dict[str, str] = {}
+    for where, obj in placed:
+        if isinstance(obj, InferenceCluster):
+            problems.extend(_check_cluster(obj, where, fleet, node_owner))
+        elif isinstance(obj, Tenant):
+            for i, region in enumerate(obj.spec.allowed_regions or []):
+                if region not in fleet.regions:
+                    problems.append(
+                        where.model_copy(update={"path": f"spec.allowedRegions[{i}]", "message": f"region {region!r} is not defined"})
+                    )
+    return fleet, problems

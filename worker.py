@@ -1,0 +1,1 @@
+"""Worker entry point."""
