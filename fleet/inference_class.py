@@ -61,13 +61,19 @@ class Device(Spec):
 
     def as_cel_device(self) -> dict[str, object]:
         """The mapping `scheduler.cel` evaluates selectors against (plain JSON-like data)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True, include={"name", "driver", "attributes", "capacity"})
+        return self.model_dump(
+            mode="json",
+            by_alias=True,
+            exclude_none=True,
+            include={"name", "driver", "attributes", "capacity"},
+        )
 
 
 class InferenceClassSpec(Spec):
     devices: list[Device] = Field(default_factory=list)
     capabilities: list[str] = Field(
-        default_factory=list, description="Serving capabilities of pools of this class, e.g. vllm, sglang (seed 002)."
+        default_factory=list,
+        description="Serving capabilities of pools of this class, e.g. vllm, sglang (seed 002).",
     )
 
     @field_validator("devices")

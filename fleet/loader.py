@@ -67,17 +67,23 @@ def _parse_documents(text: str, source: str | None) -> tuple[list[tuple[int, Any
 
 def _validate_document(number: int, document: Any, source: str | None) -> tuple[BaseModel | None, list[FleetProblem]]:
     if not isinstance(document, dict):
-        return None, [FleetProblem(source=source, document=number, message="is not a mapping with apiVersion, kind and metadata")]
+        return None, [
+            FleetProblem(source=source, document=number, message="is not a mapping with apiVersion, kind and metadata")
+        ]
     kind = document.get("kind")
     metadata = document.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
-    base = FleetProblem(source=source, document=number, kind=kind if isinstance(kind, str) else None, name=name, message="")
+    base = FleetProblem(
+        source=source, document=number, kind=kind if isinstance(kind, str) else None, name=name, message=""
+    )
     if not kind:
         return None, [base.model_copy(update={"path": "kind", "message": "is required but missing"})]
     model = KINDS.get(kind)
     if model is None:
         known = ", ".join(sorted(KINDS))
-        return None, [base.model_copy(update={"path": "kind", "message": f"unknown kind {kind!r} (known kinds: {known})"})]
+        return None, [
+            base.model_copy(update={"path": "kind", "message": f"unknown kind {kind!r} (known kinds: {known})"})
+        ]
     api_version = document.get("apiVersion")
     if api_version not in API_VERSIONS:
         accepted = " or ".join(API_VERSIONS)
@@ -101,7 +107,11 @@ def parse_fleet(sources: Iterable[tuple[str | None, str]]) -> Fleet:
             problems.extend(found)
             if obj is not None:
                 where = FleetProblem(
-                    source=source, document=number, kind=document["kind"], name=document["metadata"]["name"], message=""
+                    source=source,
+                    document=number,
+                    kind=document["kind"],
+                    name=document["metadata"]["name"],
+                    message="",
                 )
                 objects.append((where, obj))
     fleet, fleet_problems = check_fleet(objects)

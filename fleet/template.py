@@ -25,7 +25,10 @@ def _bus(table: tuple[str, ...], slot: int) -> str:
 
 def generated_node_names(template: NodeTemplate) -> list[str]:
     width = max(2, len(str(template.first_index + template.count - 1)))
-    return [f"{template.name_prefix}{i:0{width}d}" for i in range(template.first_index, template.first_index + template.count)]
+    return [
+        f"{template.name_prefix}{i:0{width}d}"
+        for i in range(template.first_index, template.first_index + template.count)
+    ]
 
 
 def expand_template(template: NodeTemplate, pool_ordinal: int = 0) -> list[Node]:

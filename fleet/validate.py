@@ -29,7 +29,13 @@ _COLLECTIONS: dict[type[BaseModel], str] = {
 
 def _check_node(node: Node, where: FleetProblem, path: str) -> list[FleetProblem]:
     problems = []
-    seen: dict[str, dict[object, int]] = {"index": {}, "gpuPci": {}, "fabricVfPci": {}, "mac": {}, "nvmeDevice": {}}
+    seen: dict[str, dict[object, int]] = {
+        "index": {},
+        "gpuPci": {},
+        "fabricVfPci": {},
+        "mac": {},
+        "nvmeDevice": {},
+    }
     for position, slot in enumerate(node.slots):
         for field, value in (
             ("index", slot.index),
@@ -69,13 +75,17 @@ def _check_cluster(
     problems = []
     if cluster.spec.region is not None and cluster.spec.region not in fleet.regions:
         problems.append(
-            where.model_copy(update={"path": "spec.region", "message": f"region {cluster.spec.region!r} is not defined"})
+            where.model_copy(
+                update={"path": "spec.region", "message": f"region {cluster.spec.region!r} is not defined"}
+            )
         )
     pool_names: set[str] = set()
     for p, pool in enumerate(cluster.spec.node_pools):
         pool_path = f"spec.nodePools[{p}]"
         if pool.name in pool_names:
-            problems.append(where.model_copy(update={"path": f"{pool_path}.name", "message": f"pool {pool.name!r} appears twice"}))
+            problems.append(
+                where.model_copy(update={"path": f"{pool_path}.name", "message": f"pool {pool.name!r} appears twice"})
+            )
         pool_names.add(pool.name)
         if pool.class_name not in fleet.classes:
             problems.append(
@@ -94,7 +104,10 @@ def _check_cluster(
             if node.name in node_owner:
                 problems.append(
                     where.model_copy(
-                        update={"path": path, "message": f"node {node.name!r} is already defined in pool {node_owner[node.name]}"}
+                        update={
+                            "path": path,
+                            "message": f"node {node.name!r} is already defined in pool {node_owner[node.name]}",
+                        }
                     )
                 )
                 continue
@@ -112,7 +125,9 @@ def check_fleet(objects: Iterable[tuple[FleetProblem, BaseModel]]) -> tuple[Flee
         collection: dict[str, BaseModel] = getattr(fleet, _COLLECTIONS[type(obj)])
         name = obj.metadata.name  # type: ignore[attr-defined]
         if name in collection:
-            problems.append(where.model_copy(update={"path": "metadata.name", "message": f"{where.kind} {name!r} is defined twice"}))
+            problems.append(
+                where.model_copy(update={"path": "metadata.name", "message": f"{where.kind} {name!r} is defined twice"})
+            )
             continue
         collection[name] = obj
         placed.append((where, obj))
@@ -125,6 +140,11 @@ def check_fleet(objects: Iterable[tuple[FleetProblem, BaseModel]]) -> tuple[Flee
             for i, region in enumerate(obj.spec.allowed_regions or []):
                 if region not in fleet.regions:
                     problems.append(
-                        where.model_copy(update={"path": f"spec.allowedRegions[{i}]", "message": f"region {region!r} is not defined"})
+                        where.model_copy(
+                            update={
+                                "path": f"spec.allowedRegions[{i}]",
+                                "message": f"region {region!r} is not defined",
+                            }
+                        )
                     )
     return fleet, problems

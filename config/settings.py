@@ -1,0 +1,48 @@
+"""Berth's settings, read from `BERTH_*` environment variables.
+
+Defaults point at the embedded development stack that `berth up` starts, whose addresses are recorded in
+`<state dir>/context.json`; in production every value comes from the environment (see docker-compose.yml).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_state_dir() -> Path:
+    return Path.cwd() / ".berth"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="BERTH_", extra="ignore")
+
+    state_dir: Path = Field(default_factory=default_state_dir, description="Where the dev stack keeps its data.")
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL, e.g. postgresql+asyncpg://berth@127.0.0.1:5432/berth. "
+        "Unset: the embedded PostgreSQL recorded in the state dir's context.json.",
+    )
+    temporal_address: str | None = Field(default=None, description="host:port of the Temporal frontend.")
+    temporal_namespace: str = "default"
+    temporal_tls: bool = False
+    temporal_tls_cert: Path | None = None
+    temporal_tls_key: Path | None = None
+    temporal_tls_ca: Path | None = None
+    control_task_queue: str = "berth.control"
+    node_task_queue_prefix: str = "berth.node."
+    fleet_file: Path | None = Field(
+        default=None, description="Fleet file `berth up` applies; default examples/fleet.yaml."
+    )
+
+    @property
+    def context_file(self) -> Path:
+        return self.state_dir / "context.json"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

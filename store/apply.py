@@ -1,0 +1,298 @@
+"""Write a validated Fleet to PostgreSQL in one transaction, changing only what differs.
+
+Applying the same file twice changes nothing. Objects missing from the file are kept unless `prune` is set; pruning
+never deletes anything that still holds an active claim, and refuses the whole apply instead, so a typo in a fleet
+file cannot yank GPUs out from under running VMs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from fleet.fleet import Fleet
+from store.models import (
+    AllocationRow,
+    Base,
+    ClaimRow,
+    ClusterRow,
+    InferenceClassRow,
+    NodeRow,
+    PoolRow,
+    RegionRow,
+    SlotRow,
+    TenantRow,
+)
+
+Action = Literal["created", "updated", "deleted", "kept"]
+
+
+class ApplyChange(BaseModel):
+    kind: str
+    name: str
+    action: Action
+
+
+class ApplyResult(BaseModel):
+    changes: list[ApplyChange]
+    unchanged: int
+
+    def count(self, action: Action) -> int:
+        return sum(1 for c in self.changes if c.action == action)
+
+    def summary(self) -> str:
+        parts = [f"{self.count(a)} {a}" for a in ("created", "updated", "deleted") if self.count(a)]
+        text = ", ".join(parts) if parts else "no changes"
+        text += f", {self.unchanged} unchanged"
+        kept = self.count("kept")
+        if kept:
+            text += f"; {kept} not in the file were kept (apply with --prune to delete them)"
+        return text
+
+
+class ApplyRefused(Exception):
+    """The apply would delete capacity that active allocations hold; nothing was written."""
+
+
+# What each table is keyed by, and how an object is named in messages.
+_Key = Hashable
+
+
+async def _sync(
+    session: AsyncSession,
+    model: type[Base],
+    kind: str,
+    key_of: Callable[[Any], _Key],
+    desired: dict[_Key, dict[str, Any]],
+    name_of: Callable[[_Key], str],
+    changes: list[ApplyChange],
+    keep_on_update: Callable[[Any, dict[str, Any]], dict[str, Any]] | None = None,
+) -> tuple[int, list[Any]]:
+    """Insert missing rows and update differing ones; return (unchanged count, rows not in the file)."""
+    existing = {key_of(row): row for row in (await session.scalars(select(model))).all()}
+    unchanged = 0
+    for key, values in desired.items():
+        row = existing.pop(key, None)
+        if row is None:
+            session.add(model(**values))
+            changes.append(ApplyChange(kind=kind, name=name_of(key), action="created"))
+            continue
+        if keep_on_update is not None:
+            values = keep_on_update(row, values)
+        differing = {field: value for field, value in values.items() if getattr(row, field) != value}
+        if differing:
+            for field, value in differing.items():
+                setattr(row, field, value)
+            changes.append(ApplyChange(kind=kind, name=name_of(key), action="updated"))
+        else:
+            unchanged += 1
+    await session.flush()
+    return unchanged, list(existing.values())
+
+
+def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
+    regions = {
+        name: {
+            "name": name,
+            "status": r.spec.status.value,
+            "jurisdiction": r.spec.jurisdiction,
+            "prices": dict(r.spec.prices),
+            "labels": dict(r.metadata.labels),
+        }
+        for name, r in fleet.regions.items()
+    }
+    classes = {
+        name: {
+            "name": name,
+            "api_version": c.api_version,
+            "spec": c.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+        }
+        for name, c in fleet.classes.items()
+    }
+    tenants = {
+        name: {
+            "name": name,
+            "gpu_quota": t.spec.gpu_quota,
+            "allowed_regions": list(t.spec.allowed_regions) if t.spec.allowed_regions is not None else None,
+            "required_jurisdiction": t.spec.required_jurisdiction,
+        }
+        for name, t in fleet.tenants.items()
+    }
+    clusters = {
+        name: {
+            "name": name,
+            "api_version": c.api_version,
+            "region": c.spec.region,
+            "labels": dict(c.metadata.labels),
+            "taints": [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in c.spec.taints],
+            "status": c.status.model_dump(mode="json", by_alias=True, exclude_none=True) if c.status else None,
+        }
+        for name, c in fleet.clusters.items()
+    }
+    pools: dict[_Key, dict[str, Any]] = {}
+    nodes: dict[_Key, dict[str, Any]] = {}
+    slots: dict[_Key, dict[str, Any]] = {}
+    for hosts in fleet.pools():
+        cluster, pool = hosts.cluster.metadata.name, hosts.pool
+        position = hosts.cluster.spec.node_pools.index(pool)
+        pools[(cluster, pool.name)] = {
+            "cluster": cluster,
+            "name": pool.name,
+            "position": position,
+            "class_name": pool.class_name,
+            "shape": pool.shape.value,
+            "gpu_product": pool.gpu_product,
+            "node_count": max(0, pool.node_count if pool.node_count is not None else len(hosts.nodes)),
+            "node_template": pool.node_template.model_dump(mode="json", by_alias=True) if pool.node_template else None,
+        }
+        for node in hosts.nodes:
+            nodes[node.name] = {
+                "name": node.name,
+                "pool": (cluster, pool.name),
+                "declared_status": node.status.value,
+                "labels": dict(node.labels),
+                "cpus": node.cpus,
+                "memory_mib": node.memory_mib,
+                "numa_nodes": node.numa_nodes,
+                "simulation": node.simulation.model_dump(mode="json", by_alias=True),
+            }
+            for slot in node.slots:
+                slots[(node.name, slot.index)] = {
+                    "node_id": node.name,
+                    "slot_index": slot.index,
+                    "gpu_pci_address": slot.gpu_pci,
+                    "fabric_parent_pci_address": slot.fabric_parent_pci,
+                    "fabric_vf_pci_address": slot.fabric_vf_pci,
+                    "fabric_claim_mode": slot.fabric_claim_mode.value,
+                    "nvme_device": slot.nvme_device,
+                    "numa_node": slot.numa_node,
+                    "vcpus": slot.vcpus,
+                    "memory_mib": slot.memory_mib,
+                    "mac_address": slot.mac,
+                    "private_ip": str(slot.private_ip) if slot.private_ip else None,
+                    "approved": slot.approved,
+                }
+    return {"regions": regions, "classes": classes, "tenants": tenants, "clusters": clusters, "pools": pools,
+            "nodes": nodes, "slots": slots}  # fmt: skip
+
+
+def _keep_operator_status(row: NodeRow, values: dict[str, Any]) -> dict[str, Any]:
+    """A cordon set through the API survives re-applying the file, until the file itself changes the status."""
+    if row.declared_status == values["declared_status"]:
+        return values
+    return {**values, "status": values["declared_status"]}
+
+
+async def _refuse_if_claimed(session: AsyncSession, slot_ids: list[int], what: str) -> None:
+    if not slot_ids:
+        return
+    rows = (
+        await session.execute(
+            select(ClaimRow.node_id, func.count(), func.array_agg(func.distinct(ClaimRow.allocation_id)))
+            .where(ClaimRow.slot_id.in_(slot_ids), ClaimRow.released_at.is_(None))
+            .group_by(ClaimRow.node_id)
+            .order_by(ClaimRow.node_id)
+        )
+    ).all()
+    if rows:
+        held = "; ".join(
+            f"node {node} has {count} active claim(s) by allocation(s) {', '.join(sorted(ids))}"
+            for node, count, ids in rows
+        )
+        raise ApplyRefused(f"refusing to prune {what}: {held}. Release those allocations first; nothing was changed.")
+
+
+async def apply_fleet(session: AsyncSession, fleet: Fleet, prune: bool = False) -> ApplyResult:
+    """Make the database match `fleet`. The caller owns the transaction (commit on success, rollback on error)."""
+    desired = _desired(fleet)
+    changes: list[ApplyChange] = []
+    unchanged = 0
+    leftovers: dict[str, list[Any]] = {}
+
+    async def sync(kind: str, model: type[Base], key_of: Callable[[Any], _Key], rows: dict[_Key, dict[str, Any]],
+                   name_of: Callable[[_Key], str] = str, keep: Any = None) -> None:  # fmt: skip
+        nonlocal unchanged
+        same, extra = await _sync(session, model, kind, key_of, rows, name_of, changes, keep)
+        unchanged += same
+        leftovers[kind] = extra
+
+    await sync("Region", RegionRow, lambda r: r.name, desired["regions"])
+    await sync("InferenceClass", InferenceClassRow, lambda r: r.name, desired["classes"])
+    await sync("Tenant", TenantRow, lambda r: r.name, desired["tenants"])
+    await sync("InferenceCluster", ClusterRow, lambda r: r.name, desired["clusters"])
+    await sync("NodePool", PoolRow, lambda r: (r.cluster, r.name), desired["pools"], lambda k: f"{k[0]}/{k[1]}")
+
+    pool_ids = {(p.cluster, p.name): p.id for p in (await session.scalars(select(PoolRow))).all()}
+    node_rows = {}
+    for name, values in desired["nodes"].items():
+        values = {k: v for k, v in values.items() if k != "pool"} | {"pool_id": pool_ids[values["pool"]]}
+        node_rows[name] = values | {"status": values["declared_status"]}
+    await sync("Node", NodeRow, lambda r: r.name, node_rows, keep=_keep_operator_status)
+
+    # Two slots of one host may swap fabric VFs in one apply; clear the VFs that change first so the unique index
+    # never sees a transient duplicate.
+    existing_slots = {(s.node_id, s.slot_index): s for s in (await session.scalars(select(SlotRow))).all()}
+    for key, values in desired["slots"].items():
+        row = existing_slots.get(key)
+        if row is not None and row.fabric_vf_pci_address != values["fabric_vf_pci_address"]:
+            row.fabric_vf_pci_address = None
+    await session.flush()
+    await sync("Slot", SlotRow, lambda r: (r.node_id, r.slot_index), desired["slots"], lambda k: f"{k[0]}/{k[1]}")
+
+    await _prune(session, leftovers, changes, prune)
+    return ApplyResult(changes=changes, unchanged=unchanged)
+
+
+async def _prune(
+    session: AsyncSession, leftovers: dict[str, list[Any]], changes: list[ApplyChange], prune: bool
+) -> None:
+    names: dict[str, Callable[[Any], str]] = {
+        "Slot": lambda r: f"{r.node_id}/{r.slot_index}",
+        "Node": lambda r: r.name,
+        "NodePool": lambda r: f"{r.cluster}/{r.name}",
+    }
+    order = ["Slot", "Node", "NodePool", "InferenceCluster", "InferenceClass", "Tenant", "Region"]
+    if not prune:
+        # Slots and nodes of objects that stay are part of those objects: report only top-level leftovers.
+        for kind in order:
+            for row in leftovers[kind]:
+                changes.append(ApplyChange(kind=kind, name=names.get(kind, lambda r: r.name)(row), action="kept"))
+        return
+
+    # Everything that would disappear, slots of deleted nodes, pools and clusters included, must be unclaimed.
+    doomed_nodes = {r.name for r in leftovers["Node"]}
+    doomed_pools = {r.id for r in leftovers["NodePool"]}
+    doomed_clusters = {r.name for r in leftovers["InferenceCluster"]}
+    if doomed_clusters:
+        doomed_pools |= set(
+            (await session.scalars(select(PoolRow.id).where(PoolRow.cluster.in_(doomed_clusters)))).all()
+        )
+    if doomed_pools:
+        doomed_nodes |= set(
+            (await session.scalars(select(NodeRow.name).where(NodeRow.pool_id.in_(doomed_pools)))).all()
+        )
+    slot_ids = [r.id for r in leftovers["Slot"]]
+    if doomed_nodes:
+        slot_ids += list((await session.scalars(select(SlotRow.id).where(SlotRow.node_id.in_(doomed_nodes)))).all())
+    await _refuse_if_claimed(session, slot_ids, "capacity missing from the file")
+
+    for tenant in leftovers["Tenant"]:
+        held = await session.scalar(
+            select(func.count()).select_from(AllocationRow).where(AllocationRow.tenant == tenant.name)
+        )
+        if held:
+            raise ApplyRefused(
+                f"refusing to prune tenant {tenant.name!r}: it has {held} allocation(s) on record; nothing was changed."
+            )
+
+    for kind in order:
+        for row in leftovers[kind]:
+            changes.append(ApplyChange(kind=kind, name=names.get(kind, lambda r: r.name)(row), action="deleted"))
+            await session.delete(row)
+        await session.flush()
+    if doomed_nodes:
+        await session.execute(delete(NodeRow).where(NodeRow.name.in_(doomed_nodes)))

@@ -1,0 +1,320 @@
+"""The PostgreSQL schema: inventory, claims and the audit trail.
+
+PostgreSQL is the durable source of truth for what exists and who holds it; Temporal is the source of truth for
+what is in flight. The invariants that must never break (one active claim per slot, unique slot identities on a
+host) are enforced here by the database, so no bug elsewhere can double-allocate a GPU.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+REGION_STATUSES = ("available", "degraded", "unavailable")
+POOL_SHAPES = ("gpu_slice", "baremetal", "kubernetes")
+NODE_STATUSES = ("READY", "CORDONED", "DRAINING", "DOWN")
+FABRIC_MODES = ("per_slot_vf", "shared_parent", "none")
+SLOT_STATES = ("available", "reserved", "quarantined")
+ALLOCATION_STATES = (
+    "pending",
+    "placing",
+    "planning",
+    "claiming",
+    "provisioning",
+    "waiting_ready",
+    "active",
+    "releasing",
+    "released",
+    "failed",
+    "cancelled",
+)
+
+
+def _one_of(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+def _now() -> Any:
+    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class RegionRow(Base):
+    __tablename__ = "regions"
+    __table_args__ = (CheckConstraint(_one_of("status", REGION_STATUSES), name="status"),)
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    jurisdiction: Mapped[str | None] = mapped_column(String(64))
+    prices: Mapped[dict[str, float]] = mapped_column(JSONB, nullable=False, default=dict)
+    labels: Mapped[dict[str, str]] = mapped_column(JSONB, nullable=False, default=dict)
+
+
+class InferenceClassRow(Base):
+    __tablename__ = "inference_classes"
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    api_version: Mapped[str] = mapped_column(String(64), nullable=False)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+
+
+class ClusterRow(Base):
+    __tablename__ = "clusters"
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    api_version: Mapped[str] = mapped_column(String(64), nullable=False)
+    region: Mapped[str | None] = mapped_column(ForeignKey("regions.name", ondelete="RESTRICT"))
+    labels: Mapped[dict[str, str]] = mapped_column(JSONB, nullable=False, default=dict)
+    taints: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, nullable=False, default=list)
+    status: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+
+
+class PoolRow(Base):
+    __tablename__ = "pools"
+    __table_args__ = (
+        UniqueConstraint("cluster", "name"),
+        CheckConstraint(_one_of("shape", POOL_SHAPES), name="shape"),
+        CheckConstraint("node_count >= 0", name="node_count"),
+        CheckConstraint("shape = 'kubernetes' OR gpu_product IS NOT NULL", name="gpu_product"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(ForeignKey("clusters.name", ondelete="CASCADE"), nullable=False)
+    name: Mapped[str] = mapped_column(String(253), nullable=False)
+    position: Mapped[int] = mapped_column(Integer, nullable=False)  # published order within the cluster
+    class_name: Mapped[str] = mapped_column(ForeignKey("inference_classes.name", ondelete="RESTRICT"), nullable=False)
+    shape: Mapped[str] = mapped_column(String(16), nullable=False)
+    gpu_product: Mapped[str | None] = mapped_column(String(64))
+    node_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    node_template: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+    __table_args__ = (
+        CheckConstraint(_one_of("status", NODE_STATUSES), name="status"),
+        CheckConstraint("cpus > 0 AND memory_mib > 0 AND numa_nodes > 0", name="resources"),
+    )
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="RESTRICT"), nullable=False, index=True)
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    # What the fleet file says; `status` may differ while an operator has the node cordoned.
+    declared_status: Mapped[str] = mapped_column(String(16), nullable=False)
+    labels: Mapped[dict[str, str]] = mapped_column(JSONB, nullable=False, default=dict)
+    cpus: Mapped[int] = mapped_column(Integer, nullable=False)
+    memory_mib: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    numa_nodes: Mapped[int] = mapped_column(Integer, nullable=False)
+    simulation: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
+
+
+class SlotRow(Base):
+    """One seed-004 bundle: GPU + fabric VF + NVMe + CPU + memory + MAC/IP on one host."""
+
+    __tablename__ = "node_resource_slots"
+    __table_args__ = (
+        UniqueConstraint("node_id", "slot_index"),
+        UniqueConstraint("node_id", "gpu_pci_address"),
+        Index(
+            "uq_node_resource_slots_node_id_fabric_vf",
+            "node_id",
+            "fabric_vf_pci_address",
+            unique=True,
+            postgresql_where=text("fabric_vf_pci_address IS NOT NULL AND fabric_vf_pci_address <> ''"),
+        ),
+        CheckConstraint(_one_of("state", SLOT_STATES), name="state"),
+        CheckConstraint(_one_of("fabric_claim_mode", FABRIC_MODES), name="fabric_claim_mode"),
+        CheckConstraint("slot_index >= 0 AND numa_node >= 0 AND vcpus > 0 AND memory_mib > 0", name="resources"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node_id: Mapped[str] = mapped_column(ForeignKey("nodes.name", ondelete="CASCADE"), nullable=False)
+    slot_index: Mapped[int] = mapped_column(Integer, nullable=False)
+    gpu_pci_address: Mapped[str] = mapped_column(String(16), nullable=False)
+    fabric_parent_pci_address: Mapped[str | None] = mapped_column(String(16))
+    fabric_vf_pci_address: Mapped[str | None] = mapped_column(String(16))
+    fabric_claim_mode: Mapped[str] = mapped_column(String(16), nullable=False)
+    nvme_device: Mapped[str | None] = mapped_column(Text)
+    numa_node: Mapped[int] = mapped_column(Integer, nullable=False)
+    vcpus: Mapped[int] = mapped_column(Integer, nullable=False)
+    memory_mib: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    mac_address: Mapped[str | None] = mapped_column(String(17))
+    private_ip: Mapped[str | None] = mapped_column(String(45))
+    approved: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    state: Mapped[str] = mapped_column(String(16), nullable=False, server_default="available")
+    quarantine_reason: Mapped[str | None] = mapped_column(Text)
+
+
+class TenantRow(Base):
+    __tablename__ = "tenants"
+    __table_args__ = (CheckConstraint("gpu_quota >= 0", name="gpu_quota"),)
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    gpu_quota: Mapped[int] = mapped_column(Integer, nullable=False)
+    allowed_regions: Mapped[list[str] | None] = mapped_column(JSONB)
+    required_jurisdiction: Mapped[str | None] = mapped_column(String(64))
+
+
+class ApiTokenRow(Base):
+    """Bearer tokens, stored as SHA-256 digests: a leaked database does not leak credentials."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (CheckConstraint("(role = 'admin') = (tenant IS NULL)", name="role_tenant"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), nullable=False, unique=True)
+    role: Mapped[str] = mapped_column(String(16), nullable=False)
+    tenant: Mapped[str | None] = mapped_column(ForeignKey("tenants.name", ondelete="CASCADE"))
+    label: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class AllocationRow(Base):
+    __tablename__ = "allocations"
+    __table_args__ = (
+        CheckConstraint(_one_of("state", ALLOCATION_STATES), name="state"),
+        CheckConstraint(_one_of("shape", ("gpu_slice", "baremetal")), name="shape"),
+        CheckConstraint("gpu_count > 0", name="gpu_count"),
+        UniqueConstraint("tenant", "idempotency_key"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name", ondelete="RESTRICT"), nullable=False, index=True)
+    state: Mapped[str] = mapped_column(String(16), nullable=False, index=True)
+    shape: Mapped[str] = mapped_column(String(16), nullable=False)
+    gpu_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    gpu_product: Mapped[str | None] = mapped_column(String(64))
+    request: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    region: Mapped[str | None] = mapped_column(String(253))
+    pool_id: Mapped[int | None] = mapped_column(ForeignKey("pools.id", ondelete="SET NULL"))
+    node_id: Mapped[str | None] = mapped_column(String(253))
+    workflow_id: Mapped[str] = mapped_column(String(255), nullable=False)
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
+class ClaimRow(Base):
+    """A slot held by an allocation. `released_at IS NULL` means active; the partial unique index below is the last
+    line of defence against double allocation."""
+
+    __tablename__ = "allocation_resource_claims"
+    __table_args__ = (
+        Index(
+            "uq_allocation_resource_claims_active_slot",
+            "slot_id",
+            unique=True,
+            postgresql_where=text("released_at IS NULL"),
+        ),
+        UniqueConstraint("allocation_id", "attempt", "slot_id"),
+        CheckConstraint("attempt >= 1", name="attempt"),
+        # History survives a slot being pruned from the fleet; an active claim always names its slot.
+        CheckConstraint("released_at IS NOT NULL OR slot_id IS NOT NULL", name="active_has_slot"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    allocation_id: Mapped[str] = mapped_column(
+        ForeignKey("allocations.id", ondelete="RESTRICT"), nullable=False, index=True
+    )
+    attempt: Mapped[int] = mapped_column(Integer, nullable=False)
+    slot_id: Mapped[int | None] = mapped_column(ForeignKey("node_resource_slots.id", ondelete="SET NULL"))
+    node_id: Mapped[str] = mapped_column(String(253), nullable=False)
+    bundle: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    claimed_at: Mapped[datetime] = _now()
+    released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class AllocationEventRow(Base):
+    """The audit trail: one row per step, kept after Temporal's retention has dropped the history."""
+
+    __tablename__ = "allocation_events"
+    __table_args__ = (UniqueConstraint("allocation_id", "event_key"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    allocation_id: Mapped[str] = mapped_column(
+        ForeignKey("allocations.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    # Makes recording idempotent: the same (allocation, step, attempt, node) written twice is one row.
+    event_key: Mapped[str] = mapped_column(String(255), nullable=False)
+    at: Mapped[datetime] = _now()
+    state: Mapped[str] = mapped_column(String(16), nullable=False)
+    step: Mapped[str] = mapped_column(String(64), nullable=False)
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    node_id: Mapped[str | None] = mapped_column(String(253))
+    reason: Mapped[str | None] = mapped_column(Text)
+    detail: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
+
+
+class ModelDeploymentRow(Base):
+    __tablename__ = "model_deployments"
+    __table_args__ = (CheckConstraint("replicas >= 0", name="replicas"),)
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    replicas: Mapped[int] = mapped_column(Integer, nullable=False)
+    status: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
+class ModelReplicaRow(Base):
+    __tablename__ = "model_replicas"
+    __table_args__ = (
+        UniqueConstraint("deployment", "cluster", "replica_index"),
+        CheckConstraint("replica_index >= 0", name="replica_index"),
+    )
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    deployment: Mapped[str] = mapped_column(ForeignKey("model_deployments.name", ondelete="CASCADE"), nullable=False)
+    cluster: Mapped[str] = mapped_column(ForeignKey("clusters.name", ondelete="RESTRICT"), nullable=False)
+    replica_index: Mapped[int] = mapped_column(Integer, nullable=False)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    state: Mapped[str] = mapped_column(String(32), nullable=False, server_default="pending")
+    created_at: Mapped[datetime] = _now()
+
+
+class ReplicaPoolUsageRow(Base):
+    """The node-cost ledger: what each replica's engines charge each pool (nodes = pods x copies)."""
+
+    __tablename__ = "replica_pool_usage"
+    __table_args__ = (
+        UniqueConstraint("replica", "engine"),
+        CheckConstraint("nodes >= 0", name="nodes"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    replica: Mapped[str] = mapped_column(ForeignKey("model_replicas.name", ondelete="CASCADE"), nullable=False)
+    engine: Mapped[str] = mapped_column(String(253), nullable=False)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="RESTRICT"), nullable=False, index=True)
+    nodes: Mapped[int] = mapped_column(Integer, nullable=False)

@@ -1,0 +1,109 @@
+"""Session-scoped real services for the tests: an embedded PostgreSQL and a Temporal dev server.
+
+Each test that touches the database gets its own database, cloned from a migrated template (a file copy inside
+PostgreSQL, a few tens of milliseconds), so tests never see each other's rows. Temporal tests use unique task
+queues and workflow ids on the one shared server.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from devstack.postgres import EmbeddedPostgres
+from devstack.temporal import dev_server_dynamic_config, temporal_binary
+from store.db import create_engine, session_factory
+from store.migrate import upgrade
+from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
+
+TEMPLATE = "berth_template"
+_database_numbers = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
+    server = EmbeddedPostgres(tmp_path_factory.mktemp("postgres") / "data", durable=False).start()
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+def _url(server: EmbeddedPostgres, database: str) -> str:
+    return server.url.rsplit("/", 1)[0] + f"/{database}"
+
+
+async def _admin(server: EmbeddedPostgres, statement: str) -> None:
+    connection = await asyncpg.connect(host="127.0.0.1", port=server.port, user="postgres", database="postgres")
+    try:
+        await connection.execute(statement)
+    finally:
+        await connection.close()
+
+
+@pytest.fixture(scope="session")
+async def migrated_template(postgres: EmbeddedPostgres) -> str:
+    await _admin(postgres, f'CREATE DATABASE "{TEMPLATE}"')
+    engine = create_engine(_url(postgres, TEMPLATE))
+    try:
+        await upgrade(engine)
+    finally:
+        await engine.dispose()
+    return TEMPLATE
+
+
+@pytest.fixture
+async def empty_database_url(postgres: EmbeddedPostgres) -> str:
+    """A brand-new database with no schema at all."""
+    name = f"empty_{next(_database_numbers)}"
+    await _admin(postgres, f'CREATE DATABASE "{name}"')
+    return _url(postgres, name)
+
+
+@pytest.fixture
+async def database_url(postgres: EmbeddedPostgres, migrated_template: str) -> str:
+    """A fresh, migrated database for this test alone."""
+    name = f"test_{next(_database_numbers)}"
+    await _admin(postgres, f'CREATE DATABASE "{name}" TEMPLATE "{migrated_template}"')
+    return _url(postgres, name)
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(database_url, pool_size=5)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+def sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return session_factory(engine)
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        data_converter=pydantic_data_converter,
+        search_attributes=SEARCH_ATTRIBUTES,
+        dev_server_extra_args=dev_server_dynamic_config(),
+        ip="127.0.0.1",
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture
+def examples_dir() -> Path:
+    return Path(__file__).resolve().parent.parent / "examples"
