@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devstack.ports import free_port
+from devstack.process import spawn, stop
 
 SYSTEM_USER = "embedded_postgres"
 DATABASE = "berth"
@@ -98,20 +99,37 @@ class EmbeddedPostgres:
                  "--encoding=UTF8", "--no-sync"],
                 check=True, capture_output=True, user=user,
             )  # fmt: skip
-        stale = self.data_dir / "postmaster.pid"
-        if stale.exists():
-            stale.unlink()  # left by a server that was killed; we only start one per data dir
+        running = self._running_port()
+        if running is not None:
+            self.port = running  # a server we did not start already owns this data dir: use it, never stop it
+            self._wait_ready(timeout)
+            return self
+        (self.data_dir / "postmaster.pid").unlink(missing_ok=True)  # left by a server that is gone
         self.port = self.port or free_port()
-        log = open(self.data_dir / "server.log", "ab")  # noqa: SIM115 - owned by the child for its lifetime
-        self.process = subprocess.Popen(
+        self.process = spawn(
             [str(_install_dir() / "bin" / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
-             "-h", "127.0.0.1", "-k", str(self.data_dir), "-c", f"fsync={'on' if self.durable else 'off'}", "-c", "max_connections=200",
-             "-c", "shared_buffers=128MB"],
-            stdout=log, stderr=subprocess.STDOUT, user=user, start_new_session=True,
+             "-h", "127.0.0.1", "-k", str(self.data_dir), "-c", f"fsync={'on' if self.durable else 'off'}",
+             "-c", "max_connections=300", "-c", "shared_buffers=128MB"],
+            self.data_dir / "server.log", user=user, on_parent_death=signal.SIGINT,
         )  # fmt: skip
         self._wait_ready(timeout)
         self._ensure_database(user)
         return self
+
+    def _running_port(self) -> int | None:
+        """The port of a live server already running on this data dir, from its postmaster.pid."""
+        try:
+            lines = (self.data_dir / "postmaster.pid").read_text().splitlines()
+            pid, port = int(lines[0]), int(lines[3])
+        except (FileNotFoundError, IndexError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # alive, owned by the server's system user
+        return port
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -125,8 +143,7 @@ class EmbeddedPostgres:
             "postgres",
         ]
         while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
+            if self.process is not None and self.process.poll() is not None:
                 log = (self.data_dir / "server.log").read_text(errors="replace")[-2000:]
                 raise PostgresStartError(f"PostgreSQL exited during start-up:\n{log}")
             if subprocess.run(isready, capture_output=True).returncode == 0:
@@ -154,16 +171,9 @@ class EmbeddedPostgres:
         if exists.stdout.strip() != "1":
             subprocess.run([*psql, "-c", f'CREATE DATABASE "{DATABASE}"'], check=True, capture_output=True)
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """Fast shutdown (SIGINT): roll back open transactions, then exit cleanly."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+    def stop(self) -> None:
+        """Fast shutdown (SIGINT): roll back open transactions, then exit cleanly. Only a server we started."""
+        stop(self.process, signal.SIGINT)
 
     def destroy(self) -> None:
         self.stop()

@@ -7,7 +7,6 @@ Persisted to a SQLite file under the state dir with the WAL pragmas that make it
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devstack.ports import free_port, port_open
+from devstack.process import spawn, stop
 from workflows.search_attributes import dev_server_flags
 
 
@@ -67,8 +67,7 @@ class DevTemporal:
             "--log-level", "warn",
             *dev_server_flags(), *dev_server_dynamic_config(),
         ]  # fmt: skip
-        log = open(self.data_dir / "server.log", "ab")  # noqa: SIM115 - owned by the child for its lifetime
-        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = spawn(command, self.data_dir / "server.log")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -80,12 +79,5 @@ class DevTemporal:
         self.stop()
         raise TemporalStartError(f"the Temporal dev server did not answer within {timeout:.0f}s")
 
-    def stop(self, timeout: float = 15.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+    def stop(self) -> None:
+        stop(self.process)

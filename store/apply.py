@@ -183,8 +183,8 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
 def _keep_operator_status(row: NodeRow, values: dict[str, Any]) -> dict[str, Any]:
     """A cordon set through the API survives re-applying the file, until the file itself changes the status."""
     if row.declared_status == values["declared_status"]:
-        return values
-    return {**values, "status": values["declared_status"]}
+        return {k: v for k, v in values.items() if k != "status"}
+    return values
 
 
 async def _refuse_if_claimed(session: AsyncSession, slot_ids: list[int], what: str) -> None:

@@ -1,0 +1,62 @@
+"""`berth apply -f FILE`: validate a fleet file completely, then write it in one transaction."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from cli.output import OutputFormat, console, fail, print_json
+from config.context import NotConfigured, database_url
+from config.settings import Settings
+from fleet.errors import FleetError
+from fleet.loader import load_fleet
+from store.apply import ApplyRefused, ApplyResult, apply_fleet
+from store.db import create_engine, session_factory
+
+
+async def _apply(url: str, files: list[Path], prune: bool) -> ApplyResult:
+    fleet = load_fleet(files)
+    engine = create_engine(url, pool_size=1)
+    try:
+        async with session_factory(engine).begin() as session:
+            return await apply_fleet(session, fleet, prune=prune)
+    finally:
+        await engine.dispose()
+
+
+def apply(
+    files: Annotated[list[Path], typer.Option("--file", "-f", help="Fleet file (YAML or JSON); repeat for several.")],
+    prune: Annotated[bool, typer.Option(help="Delete objects that are in the database but not in the files.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only validate the files; write nothing.")] = False,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.TEXT,
+) -> None:
+    """Apply a fleet file: regions, tenants, inference classes and clusters with their pools and hosts."""
+    try:
+        if dry_run:
+            fleet = load_fleet(files)
+            counts = {"regions": len(fleet.regions), "tenants": len(fleet.tenants), "classes": len(fleet.classes),
+                      "clusters": len(fleet.clusters), "nodes": sum(len(p.nodes) for p in fleet.pools())}  # fmt: skip
+            print_json({"valid": True, "counts": counts}) if output is OutputFormat.JSON else console.print(
+                f"valid: {', '.join(f'{v} {k}' for k, v in counts.items())}"
+            )
+            return
+        result = asyncio.run(_apply(database_url(Settings()), files, prune))
+    except FleetError as exc:
+        fail(str(exc))
+    except ApplyRefused as exc:
+        fail(str(exc))
+    except NotConfigured as exc:
+        fail(str(exc))
+    except (OSError, OperationalError, DBAPIError) as exc:
+        fail(f"cannot reach the database: {exc}")
+    if output is OutputFormat.JSON:
+        print_json(result.model_dump())
+        return
+    for change in result.changes:
+        style = {"created": "green", "updated": "yellow", "deleted": "red", "kept": "dim"}[change.action]
+        console.print(f"  [{style}]{change.action:>7}[/] {change.kind}/{change.name}", highlight=False)
+    console.print(f"applied: {result.summary()}", highlight=False)

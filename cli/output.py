@@ -1,0 +1,28 @@
+"""How every command talks to a person: Rich for text, plain JSON for scripts, one line for an error."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+console = Console()
+errors = Console(stderr=True)
+
+
+class OutputFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+def print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print one clear error (no traceback) and leave with a non-zero exit code."""
+    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)

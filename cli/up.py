@@ -1,0 +1,69 @@
+"""`berth up`: run the development stack in the foreground until Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from cli.output import console, fail
+from config.context import StackContext
+from config.settings import Settings
+from devstack.postgres import PostgresStartError
+from devstack.stack import AlreadyRunning, DevStack, default_fleet_file
+from devstack.temporal import TemporalStartError
+from fleet.errors import FleetError
+
+
+def _show(context: StackContext, settings: Settings) -> None:
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    table.add_row("Temporal", context.temporal_address + f" (namespace {context.temporal_namespace})")
+    table.add_row("Temporal UI", context.temporal_ui_url or "-")
+    table.add_row("Database", context.database_url)
+    if context.api_url:
+        table.add_row("API", context.api_url)
+    if context.admin_token:
+        table.add_row("Admin token", context.admin_token)
+    for tenant, token in sorted(context.tenant_tokens.items()):
+        table.add_row(f"Token for {tenant}", token)
+    table.add_row("Context file", str(settings.context_file))
+    console.print(table)
+
+
+def up(
+    fleet: Annotated[Path | None, typer.Option("--fleet", "-f", help="Fleet file to apply.")] = None,
+    state_dir: Annotated[Path | None, typer.Option(help="Where data and logs live (default ./.berth).")] = None,
+) -> None:
+    """Start PostgreSQL and the Temporal dev server with its UI, apply the fleet, and run until Ctrl-C."""
+    settings = Settings(**({"state_dir": state_dir} if state_dir else {}))
+    fleet_file = fleet or settings.fleet_file or default_fleet_file()
+    if not fleet_file.exists():
+        fail(f"fleet file {fleet_file} does not exist (give one with --fleet)")
+    stack = DevStack(settings, fleet_file, say=lambda line: console.print(f"[dim]{line}[/]", highlight=False))
+    try:
+        context = stack.start()
+    except AlreadyRunning as exc:
+        if exc.context is None:
+            fail(f"another `berth up` holds {settings.state_dir}/up.lock but has not written its context yet")
+        console.print(f"Berth is already running (pid {exc.context.pid}); reusing it.")
+        _show(exc.context, settings)
+        return
+    except (FleetError, PostgresStartError, TemporalStartError, OSError) as exc:
+        fail(str(exc))
+
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
+    console.print("[bold green]Berth is up.[/]")
+    _show(context, settings)
+    console.print("Press Ctrl-C to stop.")
+    try:
+        stopping.wait()
+    finally:
+        console.print("stopping ...")
+        stack.stop()
+        console.print("stopped.")

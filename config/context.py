@@ -1,0 +1,71 @@
+"""`context.json`: what `berth up` started and where, so every later command finds it without flags.
+
+Explicit settings (BERTH_* variables, CLI options) always win over the context file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, Field, ValidationError
+
+from config.settings import Settings
+
+
+class StackContext(BaseModel):
+    api_url: str | None = None
+    temporal_address: str
+    temporal_namespace: str = "default"
+    temporal_ui_url: str | None = None
+    database_url: str
+    admin_token: str | None = None
+    tenant_tokens: dict[str, str] = Field(default_factory=dict)
+    pid: int | None = None  # the `berth up` process that owns the stack
+
+
+class NotConfigured(RuntimeError):
+    """Nothing says where a service is: neither a BERTH_* variable nor a running `berth up`."""
+
+
+def read_context(settings: Settings) -> StackContext | None:
+    try:
+        return StackContext.model_validate_json(settings.context_file.read_text())
+    except (FileNotFoundError, ValidationError, json.JSONDecodeError):
+        return None
+
+
+def write_context(settings: Settings, context: StackContext) -> Path:
+    """Written atomically and readable only by its owner: it holds tokens."""
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    partial = settings.context_file.with_suffix(".json.partial")
+    partial.write_text(context.model_dump_json(indent=2))
+    partial.chmod(0o600)
+    os.replace(partial, settings.context_file)
+    return settings.context_file
+
+
+def database_url(settings: Settings) -> str:
+    if settings.database_url:
+        return settings.database_url
+    context = read_context(settings)
+    if context is None:
+        raise NotConfigured(
+            f"no database configured: set BERTH_DATABASE_URL, or start the dev stack with `berth up` "
+            f"(looked for {settings.context_file})"
+        )
+    return context.database_url
+
+
+def temporal_target(settings: Settings) -> tuple[str, str]:
+    """(address, namespace) of the Temporal frontend."""
+    if settings.temporal_address:
+        return settings.temporal_address, settings.temporal_namespace
+    context = read_context(settings)
+    if context is None:
+        raise NotConfigured(
+            f"no Temporal server configured: set BERTH_TEMPORAL_ADDRESS, or start the dev stack with `berth up` "
+            f"(looked for {settings.context_file})"
+        )
+    return context.temporal_address, context.temporal_namespace

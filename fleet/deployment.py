@@ -1,0 +1,215 @@
+"""ModelDeployment: a model served as N replicas across the fleet, in Modelplane's shape plus three Berth fields.
+
+Modelplane's part is what its fleet scheduler reads: `spec.replicas`, and under `spec.template.spec` the
+`clusterSelector`, `tolerations` and `engines` (each a Standalone member, or a Leader with Workers, whose
+`nodeSelector.devices` are DRA device requests with CEL selectors). Fields Modelplane uses for serving rather than
+placement (pod templates, `serving`, `modelCacheRef`, an engine's `phase`) are accepted and carried, never read, so
+a manifest written for Modelplane loads unchanged.
+
+Berth's additions, each from a seed: `spec.minReplicas` (seed 002, partial scheduling), `requirements` (seed 002,
+capabilities a pool's class must offer), a member's `resources.gpuMemory` with an optional `backend` instead of
+device requests (seed 001, resource fit), and `placementStrategy` (seed 001, binpack or spread among fitting pools).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator, model_validator
+
+from fleet.inference_class import QUANTITY_PATTERN
+from fleet.inference_cluster import TaintEffect
+from fleet.meta import Name, ObjectMeta, Spec
+
+
+class Role(StrEnum):
+    STANDALONE = "Standalone"
+    LEADER = "Leader"
+    WORKER = "Worker"
+
+
+class PlacementStrategy(StrEnum):
+    BINPACK = "binpack"  # the fitting pool left with the fewest free nodes
+    SPREAD = "spread"  # the fitting pool left with the most free nodes
+
+
+class CelSelector(Spec):
+    cel: str = Field(min_length=1, description="A DRA CEL expression evaluated against one device.")
+
+
+class DeviceRequest(Spec):
+    """What one pod of the member needs from its node: `count` devices each satisfying every selector."""
+
+    name: str = Field(min_length=1)
+    count: PositiveInt = 1
+    selectors: list[CelSelector] = Field(min_length=1)
+
+
+class NodeSelector(Spec):
+    devices: list[DeviceRequest] = Field(min_length=1)
+
+    @field_validator("devices")
+    @classmethod
+    def _unique_request_names(cls, devices: list[DeviceRequest]) -> list[DeviceRequest]:
+        names = [d.name for d in devices]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"device request names must be unique (repeated: {', '.join(duplicates)})")
+        return devices
+
+
+class WorkerSpec(Spec):
+    nodes: PositiveInt = Field(default=1, description="Nodes a Worker member spans, one worker pod per node.")
+
+
+class ModelResources(Spec):
+    """Seed 001: the model's GPU memory need; the scheduler derives the device request per pool."""
+
+    gpu_memory: str = Field(description="GPU memory one copy of the model needs, as a quantity (e.g. 60Gi).")
+    backend: str | None = Field(
+        default=None, description="Serving backend (vllm, sglang, mindie, voxbox, custom): decides the fallbacks."
+    )
+
+    @field_validator("gpu_memory", mode="before")
+    @classmethod
+    def _quantity(cls, value: object) -> object:
+        if isinstance(value, str) and not QUANTITY_PATTERN.match(value):
+            raise ValueError(f"{value!r} is not a Kubernetes quantity (for example 60Gi)")
+        return value
+
+    @field_validator("backend")
+    @classmethod
+    def _lowercase(cls, value: str | None) -> str | None:
+        return value.lower() if value is not None else None
+
+
+class Member(Spec):
+    role: Role = Role.STANDALONE
+    worker: WorkerSpec | None = None
+    node_selector: NodeSelector | None = None
+    resources: ModelResources | None = None
+    template: dict[str, Any] | None = Field(default=None, description="Pod template; carried, not read.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Member:
+        if self.worker is not None and self.role is not Role.WORKER:
+            raise ValueError("worker may only be set on a Worker member")
+        if self.node_selector is not None and self.resources is not None:
+            raise ValueError("give either nodeSelector (device requests) or resources (a memory need), not both")
+        if self.resources is not None and self.role is not Role.STANDALONE:
+            raise ValueError("resources (a memory need) is for Standalone members; a gang states device requests")
+        return self
+
+    @property
+    def pods(self) -> int:
+        """Pods of one copy: a Standalone or a Leader is one pod, a Worker one pod per node it spans."""
+        return member_pods(self.role, self.worker.nodes if self.worker else None)
+
+    @property
+    def places_itself(self) -> bool:
+        """Whether the member says what it needs; one that does not rides along on its engine's pool."""
+        return self.node_selector is not None or self.resources is not None
+
+
+def member_pods(role: Role, worker_nodes: int | None) -> int:
+    """The pod count the node-cost rule (nodes = pods x copies) reads, for deployment and replica members alike."""
+    if role is Role.WORKER:
+        return worker_nodes if worker_nodes is not None else 1
+    return 1
+
+
+class Engine(Spec):
+    name: Name
+    copies: PositiveInt = 1
+    phase: str | None = Field(default=None, description="Prefill or Decode under PrefillDecode serving; carried.")
+    members: list[Member] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _serving_unit(self) -> Engine:
+        roles = [m.role for m in self.members]
+        standalone = roles == [Role.STANDALONE]
+        gang = roles.count(Role.LEADER) == 1 and Role.WORKER in roles and Role.STANDALONE not in roles
+        if not (standalone or gang):
+            raise ValueError("an engine is either a single Standalone member or one Leader and one or more Workers")
+        if not any(m.places_itself for m in self.members):
+            raise ValueError("at least one member of an engine must carry a nodeSelector (or resources)")
+        return self
+
+
+class Toleration(Spec):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: TaintEffect | None = Field(default=None, description="Unset matches every effect.")
+
+    @model_validator(mode="after")
+    def _operator_fields(self) -> Toleration:
+        if self.operator == "Equal" and not self.key:
+            raise ValueError("an Equal toleration must set a key")
+        if self.operator == "Exists" and self.value is not None:
+            raise ValueError("an Exists toleration must not set a value")
+        return self
+
+
+class ClusterSelector(Spec):
+    match_labels: dict[str, str] = Field(default_factory=dict)
+
+
+class TemplateMetadata(BaseModel):
+    """Labels and annotations copied onto the replicas; other metadata is ignored as Kubernetes would."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class TemplateSpec(Spec):
+    cluster_selector: ClusterSelector | None = None
+    tolerations: list[Toleration] = Field(default_factory=list)
+    engines: list[Engine] = Field(min_length=1)
+    requirements: list[str] = Field(
+        default_factory=list, description="Capabilities every pool used must offer, e.g. vllm (seed 002)."
+    )
+    placement_strategy: PlacementStrategy | None = Field(
+        default=None, description="Among fitting pools of a cluster: binpack or spread; unset takes the first."
+    )
+    model_cache_ref: dict[str, Any] | None = None
+    serving: dict[str, Any] | None = None
+
+    @field_validator("engines")
+    @classmethod
+    def _unique_engine_names(cls, engines: list[Engine]) -> list[Engine]:
+        names = [e.name for e in engines]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"engine names must be unique (repeated: {', '.join(duplicates)})")
+        return engines
+
+
+class Template(Spec):
+    metadata: TemplateMetadata | None = None
+    spec: TemplateSpec
+
+
+class ModelDeploymentSpec(Spec):
+    replicas: NonNegativeInt
+    min_replicas: NonNegativeInt | None = Field(
+        default=None, description="Fewest replicas that still count as scheduled (seed 002 partial scheduling)."
+    )
+    template: Template
+
+    @model_validator(mode="after")
+    def _min_not_above_replicas(self) -> ModelDeploymentSpec:
+        if self.min_replicas is not None and self.min_replicas > self.replicas:
+            raise ValueError(f"minReplicas ({self.min_replicas}) cannot exceed replicas ({self.replicas})")
+        return self
+
+
+class ModelDeployment(Spec):
+    api_version: str
+    kind: Literal["ModelDeployment"]
+    metadata: ObjectMeta
+    spec: ModelDeploymentSpec
+    status: dict[str, Any] | None = Field(default=None, description="Observed status; ignored on input.")

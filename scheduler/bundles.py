@@ -1,0 +1,143 @@
+"""The node scheduler's planning step: the concrete bundles one allocation gets on one host.
+
+A pure function over the host's own view (the node agent re-reads its topology and leases, then calls this), so
+the plan it returns, and the lease it then writes, reflect the host as it is now rather than the control plane's
+snapshot. It judges the node with the same filter chain as the cluster scheduler, then picks slots:
+
+- slices: compatible free bundles only (approved, own unique fabric VF, not claimed, leased or quarantined by
+  anyone else); all on the NUMA node with the fewest such bundles that still fits, when policy allows; across the
+  fewest NUMA nodes otherwise (policy `preferred`), or lowest slot indices (policy `none`);
+- bare metal: every slot of the host.
+
+Slots the allocation already claims or leases count as free, and if it already holds exactly the bundles it asks
+for, those are its plan: planning the same allocation twice gives the same answer.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from scheduler.compatibility import hardware_defect, profile_of, state_defect, vf_usage
+from scheduler.explanation import Level, LevelExplanation, Refusal, Tally
+from scheduler.node_filters import node_filters, verdict
+from scheduler.reasons import Reason, clause
+from scheduler.request import CapacityShape, NumaPolicy, PlanRequest
+from scheduler.views import NodeView, SlotId, SlotState, SlotView
+
+
+class Bundle(BaseModel):
+    """One slot as the runtime executor attaches it (seed 004's plan shape, plus the slot id to claim)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    slot_id: SlotId
+    slot_index: int
+    gpu_pci: str
+    fabric_parent_pci: str | None
+    fabric_vf_pci: str | None
+    nvme_device: str | None
+    numa_node: int
+    vcpu_count: int
+    memory_mib: int
+    mac_address: str | None
+    private_ip: str | None
+
+    @classmethod
+    def of(cls, slot: SlotView) -> Bundle:
+        return cls(
+            slot_id=slot.id,
+            slot_index=slot.index,
+            gpu_pci=slot.gpu_pci,
+            fabric_parent_pci=slot.fabric_parent_pci,
+            fabric_vf_pci=slot.fabric_vf_pci,
+            nvme_device=slot.nvme_device,
+            numa_node=slot.numa_node,
+            vcpu_count=slot.vcpus,
+            memory_mib=slot.memory_mib,
+            mac_address=slot.mac,
+            private_ip=slot.private_ip,
+        )
+
+
+class BundlePlan(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    capacity_shape: CapacityShape
+    gpu_count: int
+    bundles: list[Bundle]
+
+    @property
+    def slot_ids(self) -> list[SlotId]:
+        return [bundle.slot_id for bundle in self.bundles]
+
+
+class PlanResult(BaseModel):
+    """A plan, or a refusal whose code is the node-level reason (`numa_unsatisfiable`, `slots_leased`, ...)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    plan: BundlePlan | None
+    refusal: Refusal | None
+    explanation: LevelExplanation
+
+
+def plan_bundles(node: NodeView, request: PlanRequest, *, detail: bool = False) -> PlanResult:
+    gpus = request.gpu_count
+    holder = request.allocation_id
+    profile = profile_of(node, holder)
+    reason = verdict(profile, node_filters(request.shape, gpus, request.numa_policy))
+    chosen: list[SlotView] = []
+    if reason is None:
+        chosen = sorted(node.slots, key=lambda s: s.index)
+        if request.shape is CapacityShape.GPU_SLICE:
+            chosen = _pick_slices(node, gpus, holder, request.numa_policy)
+
+    tally = Tally(Level.BUNDLE, "slots", f"chosen on {node.name}", gpus, detail)
+    picked = {slot.id for slot in chosen}
+    vf_counts = vf_usage(node)
+    for slot in sorted(node.slots, key=lambda s: s.index):
+        if slot.id in picked:
+            defect = None
+        else:
+            defect = state_defect(slot, holder)
+            if defect is None and request.shape is CapacityShape.GPU_SLICE:
+                defect = hardware_defect(slot, vf_counts)
+            defect = defect or Reason.SLOT_NOT_CHOSEN
+        tally.record(defect, [str(slot.id)], lambda slot=slot: f"index {slot.index}, NUMA {slot.numa_node}, {slot.state}")
+    explanation = tally.explanation()
+
+    if reason is not None:
+        message = f"node {node.name} {clause(reason, gpus)} ({profile.summary()})"
+        return PlanResult(plan=None, refusal=Refusal(code=reason, message=message), explanation=explanation)
+    plan = BundlePlan(
+        node=node.name,
+        capacity_shape=request.shape,
+        gpu_count=len(chosen),
+        bundles=[Bundle.of(slot) for slot in chosen],
+    )
+    return PlanResult(plan=plan, refusal=None, explanation=explanation)
+
+
+def _pick_slices(node: NodeView, gpus: int, holder: str | None, numa_policy: NumaPolicy) -> list[SlotView]:
+    """Called only once the node passed the filter chain, so enough usable bundles exist (on one NUMA node, when
+    that is required)."""
+    vf_counts = vf_usage(node)
+    usable = sorted(
+        (s for s in node.slots if hardware_defect(s, vf_counts) is None and state_defect(s, holder) is None),
+        key=lambda s: s.index,
+    )
+    held = [s for s in usable if holder is not None and s.holder == holder and s.state is not SlotState.FREE]
+    if len(held) == gpus and (numa_policy is not NumaPolicy.REQUIRED or len({s.numa_node for s in held}) == 1):
+        return held
+    if numa_policy is NumaPolicy.NONE:
+        return usable[:gpus]
+    by_numa: dict[int, list[SlotView]] = {}
+    for slot in usable:
+        by_numa.setdefault(slot.numa_node, []).append(slot)
+    fitting = [numa for numa, slots in by_numa.items() if len(slots) >= gpus]
+    if fitting:
+        best = min(fitting, key=lambda numa: (len(by_numa[numa]), numa))
+        return by_numa[best][:gpus]
+    spread = [slot for numa in sorted(by_numa, key=lambda n: (-len(by_numa[n]), n)) for slot in by_numa[numa]]
+    return sorted(spread[:gpus], key=lambda s: s.index)

@@ -1,0 +1,99 @@
+"""Capacity surfaces: per pool, raw free GPUs next to what the node scheduler would actually accept.
+
+Seed 004 asks capacity surfaces to tell raw available slots from node-scheduler-compatible capacity: a host whose
+slots share a parent fabric device shows 8 raw free GPUs and room for 0 slices. Each slice count answers "how many
+allocations of this size alone would fit right now", computed independently per size.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from fleet.inference_cluster import PoolShape
+from fleet.node import NodeStatus
+from scheduler.compatibility import NodeProfile
+from scheduler.node_filters import node_filters, verdict
+from scheduler.request import CapacityShape, NumaPolicy, same_product
+from scheduler.snapshot import Snapshot
+from scheduler.views import PoolView
+
+SLICE_SIZES: tuple[int, ...] = (1, 2, 4, 8)
+
+
+def allocations_on(node: NodeProfile, shape: CapacityShape, gpus: int, numa_policy: NumaPolicy) -> int:
+    """How many allocations of `gpus` GPUs the node could take one after another, as the node scheduler plans."""
+    if verdict(node, node_filters(shape, gpus, numa_policy)) is not None:
+        return 0
+    if shape is CapacityShape.BAREMETAL:
+        return 1
+    if numa_policy is NumaPolicy.REQUIRED:
+        return sum(free // gpus for free in node.numa_free)
+    return node.compatible_free // gpus
+
+
+def pool_allocations(snapshot: Snapshot, pool: PoolView, shape: CapacityShape, gpus: int, numa_policy: NumaPolicy) -> int:
+    """Allocations of one size the pool could take now: zero when its cluster is not Ready or its shape differs."""
+    if not pool.cluster_ready or pool.shape != shape:
+        return 0
+    return sum(
+        allocations_on(group.profile, shape, gpus, numa_policy) * len(group.nodes) for group in snapshot.groups(pool)
+    )
+
+
+class PoolCapacity(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    pool: str  # cluster/pool
+    cluster: str
+    region: str
+    shape: PoolShape
+    gpu_product: str | None
+    nodes: int
+    ready_nodes: int
+    gpus: int
+    raw_free_gpus: int  # slots no one holds on READY nodes, compatible or not
+    slices: dict[int, int]  # GPUs per slice -> slice allocations of that size that would fit now
+    baremetal_nodes: int  # whole hosts a bare-metal request could take now
+
+
+def capacity(
+    snapshot: Snapshot,
+    *,
+    region: str | None = None,
+    gpu_product: str | None = None,
+    numa_policy: NumaPolicy = NumaPolicy.PREFERRED,
+) -> list[PoolCapacity]:
+    result: list[PoolCapacity] = []
+    for pool in snapshot.pools:
+        if region is not None and pool.region != region:
+            continue
+        if gpu_product is not None and not same_product(pool.gpu_product, gpu_product):
+            continue
+        groups = snapshot.groups(pool)
+        ready = [group for group in groups if group.profile.status is NodeStatus.READY]
+        baremetal = 0
+        if pool.cluster_ready and pool.shape == CapacityShape.BAREMETAL:
+            baremetal = sum(
+                allocations_on(group.profile, CapacityShape.BAREMETAL, group.profile.gpus, numa_policy)
+                * len(group.nodes)
+                for group in groups
+            )
+        result.append(
+            PoolCapacity(
+                pool=pool.key,
+                cluster=pool.cluster,
+                region=pool.region,
+                shape=pool.shape,
+                gpu_product=pool.gpu_product,
+                nodes=sum(len(group.nodes) for group in groups),
+                ready_nodes=sum(len(group.nodes) for group in ready),
+                gpus=sum(group.profile.gpus * len(group.nodes) for group in groups),
+                raw_free_gpus=sum(group.profile.raw_free * len(group.nodes) for group in ready),
+                slices={
+                    size: pool_allocations(snapshot, pool, CapacityShape.GPU_SLICE, size, numa_policy)
+                    for size in SLICE_SIZES
+                },
+                baremetal_nodes=baremetal,
+            )
+        )
+    return result

@@ -1,0 +1,101 @@
+"""Parsing CEL text into cel-python's syntax tree, and reading that tree.
+
+cel-python's grammar wraps every expression in one node per precedence level (expr, conditionalor, ...,
+member, primary), so `a.b` sits a dozen nodes below the root. The checker and the evaluator both need to see
+through those wrappers (to find the field selection inside `has(...)`, or the plain name a macro binds), so
+the helpers live here once.
+"""
+
+from __future__ import annotations
+
+import lark
+from celpy.celparser import CELParseError, CELParser
+from lark.exceptions import UnexpectedCharacters, UnexpectedToken
+
+from scheduler.cel.errors import SelectorCompileError
+
+# Nodes that only carry their single child up one precedence level (parentheses change nothing in CEL).
+_PASS_THROUGH = frozenset(
+    {
+        "expr",
+        "conditionalor",
+        "conditionaland",
+        "relation",
+        "addition",
+        "multiplication",
+        "unary",
+        "member",
+        "primary",
+        "paren_expr",
+    }
+)
+
+Node = lark.Tree | lark.Token
+
+
+def parse(expression: str) -> lark.Tree:
+    """The syntax tree of `expression`, or a SelectorCompileError at the offending position."""
+    try:
+        return CELParser().parse(expression)
+    except CELParseError as error:
+        raise SelectorCompileError(
+            expression, error.line or 1, error.column or 1, f"Syntax error: {_describe(error)}"
+        ) from None
+
+
+def _describe(error: CELParseError) -> str:
+    cause = error.__context__
+    if isinstance(cause, UnexpectedToken):
+        if cause.token.type == "$END":
+            return "unexpected end of expression"
+        return f"unexpected {cause.token.value!r}"
+    if isinstance(cause, UnexpectedCharacters):
+        return f"unexpected character {cause.char!r}"
+    return "invalid expression"
+
+
+def unwrap(node: lark.Tree) -> lark.Tree:
+    """The first node below `node` that does more than pass its single child through."""
+    while node.data in _PASS_THROUGH and len(node.children) == 1 and isinstance(node.children[0], lark.Tree):
+        node = node.children[0]
+    return node
+
+
+def plain_name(node: lark.Tree) -> str | None:
+    """The identifier if `node` is nothing but a name (as a macro's variable must be), else None."""
+    inner = unwrap(node)
+    if inner.data == "ident":
+        return str(inner.children[0])
+    return None
+
+
+def is_cel_bind(node: lark.Tree) -> bool:
+    """Whether a member_dot_arg node is `cel.bind(...)` rather than a method named `bind` on a value."""
+    target, method = node.children[0], node.children[1]
+    return str(method) == "bind" and isinstance(target, lark.Tree) and plain_name(target) == "cel"
+
+
+def arguments(node: lark.Tree) -> list[lark.Tree]:
+    """The argument expressions of a call node (ident_arg or member_dot_arg), possibly none."""
+    last = node.children[-1]
+    if isinstance(last, lark.Tree) and last.data == "exprlist":
+        return [child for child in last.children if isinstance(child, lark.Tree)]
+    return []
+
+
+def position(node: Node) -> tuple[int, int]:
+    """1-based (line, column) of a node or token."""
+    if isinstance(node, lark.Token):
+        return node.line or 1, node.column or 1
+    meta = node.meta
+    return getattr(meta, "line", 1), getattr(meta, "column", 1)
+
+
+def depth(node: lark.Tree) -> int:
+    """How deeply the tree nests; evaluation recurses about three Python frames per level."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        current, level = stack.pop()
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in current.children if isinstance(child, lark.Tree))
+    return deepest

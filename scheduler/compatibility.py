@@ -1,0 +1,118 @@
+"""What makes a slot a usable slice bundle (seed 004), and a node's summary of its usable bundles.
+
+The rules are stricter than raw GPU counting on purpose. A slot is a compatible bundle only if it is approved, has
+`fabric_claim_mode=per_slot_vf` and a non-empty fabric VF address that no other slot of the node uses; a shared
+parent fabric device is not a concurrency approval. A compatible bundle is free when no other allocation claims or
+leases it and it is not quarantined.
+
+Both the cluster scheduler (over a snapshot) and the node scheduler (over its own host view) judge nodes through
+`NodeProfile`, so the two can only disagree when the host state itself differs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from fleet.node import FabricClaimMode, NodeStatus
+from scheduler.reasons import Reason
+from scheduler.views import NodeView, SlotState, SlotView
+
+_STATE_DEFECTS = {
+    SlotState.CLAIMED: Reason.SLOT_CLAIMED,
+    SlotState.LEASED: Reason.SLOT_LEASED,
+    SlotState.QUARANTINED: Reason.SLOT_QUARANTINED,
+}
+
+
+def vf_usage(node: NodeView) -> Counter[str]:
+    """How many slots of the node name each fabric VF address."""
+    return Counter(slot.fabric_vf_pci for slot in node.slots if slot.fabric_vf_pci)
+
+
+def hardware_defect(slot: SlotView, vf_counts: Counter[str]) -> Reason | None:
+    """Why the slot can never be a slice bundle as approved today (None: it can)."""
+    if not slot.approved:
+        return Reason.SLOT_UNAPPROVED
+    if slot.fabric_claim_mode is not FabricClaimMode.PER_SLOT_VF or not slot.fabric_vf_pci:
+        return Reason.SLOT_MISSING_VF
+    if vf_counts[slot.fabric_vf_pci] > 1:
+        return Reason.SLOT_SHARED_VF
+    return None
+
+
+def state_defect(slot: SlotView, holder: str | None = None) -> Reason | None:
+    """Why the slot is not free for `holder` (None: it is). Slots `holder` already claims or leases count as free,
+    so a node agent re-planning the same allocation gets the same answer; quarantine binds everyone."""
+    if slot.state is SlotState.FREE:
+        return None
+    if holder is not None and slot.holder == holder and slot.state is not SlotState.QUARANTINED:
+        return None
+    return _STATE_DEFECTS[slot.state]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeProfile:
+    """Everything a node's verdict and score depend on, for any request. Hashable: nodes that share a profile are
+    judged once per request as a group."""
+
+    status: NodeStatus
+    gpus: int  # slots on the node, whatever their state or approval
+    approved: int
+    compatible: int  # compatible bundles, whatever their state
+    compatible_free: int
+    compatible_leased: int
+    compatible_quarantined: int
+    raw_free: int  # slots no one holds, compatible or not: raw free GPUs
+    numa_free: tuple[int, ...]  # compatible free bundles per NUMA node, largest first
+    numa_compatible: int  # most compatible bundles (whatever their state) on one NUMA node
+
+    @property
+    def wholly_free(self) -> bool:
+        return self.raw_free == self.gpus
+
+    @property
+    def best_numa_free(self) -> int:
+        return self.numa_free[0] if self.numa_free else 0
+
+    def summary(self) -> str:
+        per_numa = "/".join(str(free) for free in self.numa_free) or "0"
+        return (
+            f"{self.status}, {self.compatible_free} compatible free bundles (per NUMA node {per_numa}), "
+            f"{self.raw_free}/{self.gpus} GPUs free, {self.compatible}/{self.gpus} slots approved with a per-slot VF"
+        )
+
+
+def profile_of(node: NodeView, holder: str | None = None) -> NodeProfile:
+    vf_counts = vf_usage(node)
+    approved = compatible = free = leased = quarantined = raw_free = 0
+    free_per_numa: Counter[int] = Counter()
+    compatible_per_numa: Counter[int] = Counter()
+    for slot in node.slots:
+        hardware = hardware_defect(slot, vf_counts)
+        state = state_defect(slot, holder)
+        approved += slot.approved
+        raw_free += state is None
+        if hardware is not None:
+            continue
+        compatible += 1
+        compatible_per_numa[slot.numa_node] += 1
+        if state is None:
+            free += 1
+            free_per_numa[slot.numa_node] += 1
+        elif state is Reason.SLOT_LEASED:
+            leased += 1
+        elif state is Reason.SLOT_QUARANTINED:
+            quarantined += 1
+    return NodeProfile(
+        status=node.status,
+        gpus=len(node.slots),
+        approved=approved,
+        compatible=compatible,
+        compatible_free=free,
+        compatible_leased=leased,
+        compatible_quarantined=quarantined,
+        raw_free=raw_free,
+        numa_free=tuple(sorted(free_per_numa.values(), reverse=True)),
+        numa_compatible=max(compatible_per_numa.values(), default=0),
+    )

@@ -1,0 +1,122 @@
+"""The explanation model: how many candidates each level of the scheduler saw, kept, and dropped for which reason.
+
+One model answers placement, the dry-run `explain` endpoint and refusal messages alike, so "why is my allocation
+pending?" always gets the same, countable answer. Every level obeys `considered == passed + sum(dropped)`; the
+models refuse to be built otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from scheduler.reasons import Reason, phrase
+
+
+_REASON_ORDER = {reason: position for position, reason in enumerate(Reason)}
+
+
+class Level(StrEnum):
+    TENANT = "tenant"
+    REGION = "region"
+    POOL = "pool"
+    NODE = "node"
+    BUNDLE = "bundle"
+
+
+class ItemVerdict(BaseModel):
+    """One candidate at one level: its name, why it was dropped (None: it passed), and what the scheduler saw."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    reason: Reason | None
+    detail: str
+
+
+class LevelExplanation(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    level: Level
+    considered: int
+    passed: int
+    dropped: dict[Reason, int]
+    summary: str
+    items: list[ItemVerdict] | None = None  # per-item detail, only when asked for
+
+    @model_validator(mode="after")
+    def _counts_add_up(self) -> LevelExplanation:
+        if self.considered != self.passed + sum(self.dropped.values()):
+            raise ValueError(f"{self.level}: {self.considered} considered != {self.passed} passed + {self.dropped}")
+        if self.items is not None and len(self.items) != self.considered:
+            raise ValueError(f"{self.level}: {len(self.items)} items for {self.considered} considered")
+        return self
+
+
+class Explanation(BaseModel):
+    """Levels in the order the request went through them; `summary` is the one line a user reads first."""
+
+    model_config = ConfigDict(frozen=True)
+
+    summary: str
+    levels: list[LevelExplanation]
+
+    def level(self, level: Level) -> LevelExplanation | None:
+        return next((entry for entry in self.levels if entry.level is level), None)
+
+
+class Refusal(BaseModel):
+    """Why a request cannot be placed now: a stable code and the one line a user reads."""
+
+    model_config = ConfigDict(frozen=True)
+
+    code: Reason
+    message: str
+
+
+class Tally:
+    """Counts verdicts for one level as the scheduler judges candidates, then renders the level's explanation.
+
+    Candidates may be recorded one at a time or as a group sharing one verdict (nodes with identical profiles);
+    the per-item detail is only built when asked for, because building it is the one O(candidates) step.
+    """
+
+    def __init__(self, level: Level, noun: str, goal: str, gpu_count: int, detail: bool) -> None:
+        self.level = level
+        self.noun = noun
+        self.goal = goal
+        self.gpu_count = gpu_count
+        self.detail = detail
+        self.considered = 0
+        self.passed = 0
+        self.dropped: dict[Reason, int] = {}
+        self.items: list[ItemVerdict] = []
+
+    def record(self, reason: Reason | None, names: Sequence[str], describe: Callable[[], str] | None = None) -> None:
+        count = len(names)
+        if count == 0:
+            return
+        self.considered += count
+        if reason is None:
+            self.passed += count
+        else:
+            self.dropped[reason] = self.dropped.get(reason, 0) + count
+        if self.detail:
+            text = describe() if describe is not None else ""
+            self.items.extend(ItemVerdict(name=name, reason=reason, detail=text) for name in names)
+
+    def explanation(self) -> LevelExplanation:
+        ordered = dict(sorted(self.dropped.items(), key=lambda entry: (-entry[1], _REASON_ORDER[entry[0]])))
+        summary = f"{self.passed}/{self.considered} {self.noun} {self.goal}"
+        if ordered:
+            summary += ": " + ", ".join(phrase(reason, count, self.gpu_count) for reason, count in ordered.items())
+        return LevelExplanation(
+            level=self.level,
+            considered=self.considered,
+            passed=self.passed,
+            dropped=ordered,
+            summary=summary,
+            items=self.items if self.detail else None,
+        )

@@ -1,0 +1,101 @@
+"""A ModelDeployment reduced to what placement reads: per engine, its copies and what each member needs.
+
+Compiling once per scheduling pass keeps the per-cluster loop free of pydantic traversal and lets every cache in
+the pass key on small integers (engine and member positions) instead of model objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleet.deployment import DeviceRequest, ModelDeployment, PlacementStrategy, Role, Toleration
+from scheduler.cel.quantity import Quantity, parse_quantity
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    """Seed 001: GPU memory one copy of the model needs, and the backend that decides the fallbacks."""
+
+    text: str
+    amount: Quantity
+    backend: str | None
+
+
+@dataclass(frozen=True)
+class MemberDemand:
+    position: int
+    role: Role
+    pods: int  # pods of one copy (nodes = pods x copies when the member claims devices)
+    requests: tuple[DeviceRequest, ...]  # nodeSelector.devices; empty when the member states none
+    memory: MemoryNeed | None
+    capabilities: frozenset[str]  # what its pool's class must offer (deployment requirements, plus its backend)
+
+    @property
+    def label(self) -> str:
+        return f"member {self.position} ({self.role})"
+
+
+@dataclass(frozen=True)
+class EngineDemand:
+    position: int
+    name: str
+    copies: int
+    members: tuple[MemberDemand, ...]
+
+
+@dataclass(frozen=True)
+class Demand:
+    deployment: str
+    api_version: str
+    replicas: int
+    min_replicas: int | None
+    match_labels: dict[str, str]
+    tolerations: tuple[Toleration, ...]
+    strategy: PlacementStrategy | None
+    engines: tuple[EngineDemand, ...]
+
+    def selector_expressions(self) -> list[str]:
+        """Every CEL expression, in the order a reader meets them in the manifest (so errors name the first)."""
+        return [s.cel for e in self.engines for m in e.members for r in m.requests for s in r.selectors]
+
+
+def compile_demand(deployment: ModelDeployment) -> Demand:
+    template = deployment.spec.template.spec
+    requirements = frozenset(template.requirements)
+    engines = []
+    for e, engine in enumerate(template.engines):
+        members = []
+        for m, member in enumerate(engine.members):
+            memory = None
+            capabilities = requirements
+            if member.resources is not None:
+                memory = MemoryNeed(
+                    text=member.resources.gpu_memory,
+                    amount=parse_quantity(member.resources.gpu_memory),
+                    backend=member.resources.backend,
+                )
+                if memory.backend is not None:
+                    capabilities = requirements | {memory.backend}
+            members.append(
+                MemberDemand(
+                    position=m,
+                    role=member.role,
+                    pods=member.pods,
+                    requests=tuple(member.node_selector.devices) if member.node_selector else (),
+                    memory=memory,
+                    capabilities=capabilities,
+                )
+            )
+        engines.append(EngineDemand(position=e, name=engine.name, copies=engine.copies, members=tuple(members)))
+    selector = template.cluster_selector
+    return Demand(
+        deployment=deployment.metadata.name,
+        api_version=deployment.api_version,
+        replicas=deployment.spec.replicas,
+        min_replicas=deployment.spec.min_replicas,
+        match_labels=dict(selector.match_labels) if selector else {},
+        tolerations=tuple(template.tolerations),
+        strategy=template.placement_strategy,
+        engines=tuple(engines),
+    )
+

@@ -1,0 +1,81 @@
+"""Rule 6: put every engine of one new replica on a pool of one cluster, never splitting an engine across pools.
+
+Engines are placed in order. Each takes the first pool, in published order, that hosts all its members (see
+`matching.py`) and still has free nodes for its whole cost; a pool taken by an earlier engine of the same replica
+shows the nodes that engine used. Two refinements come from seed 001 and apply only when asked for: pools where a
+member's memory need fits at an earlier resource-fit step are preferred, and `placementStrategy` picks among the
+fitting pools the one left with the fewest (binpack) or the most (spread) free nodes. Greedy, like Modelplane: it
+may miss an assignment a search would find when engines compete for one pool, and never overcommits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fleet.deployment import PlacementStrategy
+from scheduler.fleet.demand import Demand, EngineDemand
+from scheduler.fleet.ledger import Ledger
+from scheduler.fleet.matching import EngineFit, Matcher
+from scheduler.fleet.pools import Pool
+from scheduler.fleet.results import ClusterReason
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    engine: EngineDemand
+    pool: Pool
+    fit: EngineFit
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: ClusterReason
+    message: str
+
+
+def place_engines(pools: Sequence[Pool], demand: Demand, matcher: Matcher, ledger: Ledger) -> list[EngineChoice] | Refusal:
+    free = {pool.name: ledger.free(pool) for pool in pools}
+    choices: list[EngineChoice] = []
+    for engine in demand.engines:
+        best: tuple[tuple[int, int, int], Pool, EngineFit] | None = None
+        for position, pool in enumerate(pools):
+            fit = matcher.engine(engine, pool.class_name)
+            if isinstance(fit, str) or free[pool.name] < fit.nodes:
+                continue
+            key = (fit.rank, _strategy_key(demand.strategy, free[pool.name] - fit.nodes), position)
+            if best is None or key < best[0]:
+                best = (key, pool, fit)
+            if demand.strategy is None and fit.rank == 0:
+                break
+        if best is None:
+            return _refusal(engine, pools, free, matcher)
+        _, pool, fit = best
+        free[pool.name] -= fit.nodes
+        choices.append(EngineChoice(engine=engine, pool=pool, fit=fit))
+    return choices
+
+
+def _strategy_key(strategy: PlacementStrategy | None, remaining: int) -> int:
+    if strategy is PlacementStrategy.BINPACK:
+        return remaining
+    if strategy is PlacementStrategy.SPREAD:
+        return -remaining
+    return 0
+
+
+def _refusal(engine: EngineDemand, pools: Sequence[Pool], free: dict[str, int], matcher: Matcher) -> Refusal:
+    """Why no pool hosts the engine, pool by pool. Built only on refusal, so placement itself stays cheap."""
+    if not pools:
+        return Refusal(ClusterReason.NO_MATCHING_POOL, "the cluster publishes no pools")
+    reasons = []
+    short = False
+    for pool in pools:
+        fit = matcher.engine(engine, pool.class_name)
+        if isinstance(fit, str):
+            reasons.append(f"pool {pool.name}: {fit}")
+        else:
+            short = True
+            reasons.append(f"pool {pool.name}: needs {fit.nodes} free node{'s' if fit.nodes != 1 else ''}, has {free[pool.name]}")
+    reason = ClusterReason.INSUFFICIENT_NODES if short else ClusterReason.NO_MATCHING_POOL
+    return Refusal(reason, f"engine {engine.name}: " + "; ".join(reasons))

@@ -1,0 +1,91 @@
+"""Whether a pool can host a member, and an engine, ignoring capacity: the per-class half of rules 6 and 7.
+
+Everything here depends on the pool's InferenceClass and never on the cluster, so each answer is computed once
+per (engine or member, class) and shared by every pool of that class across the fleet. Capacity, the per-pool
+half, is the caller's: see `engines.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fleet.inference_class import InferenceClass
+from scheduler.fleet.capabilities import missing_capabilities
+from scheduler.fleet.demand import EngineDemand, MemberDemand
+from scheduler.fleet.devices import Claim, match_requests
+from scheduler.fleet.resource_fit import FitStep, MemoryFit, fit_memory
+from scheduler.fleet.selectors import DeviceSelectors
+
+
+@dataclass(frozen=True)
+class MemberFit:
+    claims: tuple[Claim, ...]  # empty: the member claims nothing and rides on its gang's nodes at no cost
+    pods: int  # pods of one copy
+    fit: MemoryFit | None = None  # how seed 001's resource fit derived the claim, for members that gave memory
+
+
+@dataclass(frozen=True)
+class EngineFit:
+    members: tuple[MemberFit, ...]
+    nodes: int  # node cost on one pool: pods x copies of every member that claims devices
+    rank: int  # seed 001 step reached (0 when no member states a memory need); lower is preferred
+
+
+class Matcher:
+    def __init__(self, classes: Mapping[str, InferenceClass], selectors: DeviceSelectors) -> None:
+        self._classes = classes
+        self._selectors = selectors
+        self._members: dict[tuple[int, int, str | None], MemberFit | str] = {}
+        self._engines: dict[tuple[int, str | None], EngineFit | str] = {}
+
+    def member(self, engine: EngineDemand, member: MemberDemand, class_name: str | None) -> MemberFit | str:
+        """The member's fit on a pool of this class, or why it does not fit."""
+        key = (engine.position, member.position, class_name)
+        found = self._members.get(key)
+        if found is None:
+            found = self._members[key] = self._fit_member(member, class_name)
+        return found
+
+    def engine(self, engine: EngineDemand, class_name: str | None) -> EngineFit | str:
+        """Every member's fit on one pool of this class, or why the engine cannot use such a pool."""
+        key = (engine.position, class_name)
+        found = self._engines.get(key)
+        if found is None:
+            found = self._engines[key] = self._fit_engine(engine, class_name)
+        return found
+
+    def _fit_member(self, member: MemberDemand, class_name: str | None) -> MemberFit | str:
+        if class_name is None:
+            return "the pool is not declared in spec.nodePools, so its InferenceClass is unknown"
+        inference_class = self._classes.get(class_name)
+        if inference_class is None:
+            return f"InferenceClass {class_name} is not defined"
+        lacking = missing_capabilities(member.capabilities, inference_class)
+        if lacking is not None:
+            return lacking
+        if member.memory is not None:
+            fit = fit_memory(member.memory, inference_class)
+            if isinstance(fit, str):
+                return fit
+            name = "cpu" if fit.step is FitStep.CPU else "gpu"
+            return MemberFit(claims=(Claim(name=name, count=fit.count, device=fit.device),), pods=fit.nodes, fit=fit)
+        claims = match_requests(member.requests, inference_class, self._selectors)
+        if isinstance(claims, str):
+            return claims
+        return MemberFit(claims=claims, pods=member.pods)
+
+    def _fit_engine(self, engine: EngineDemand, class_name: str | None) -> EngineFit | str:
+        fits = []
+        for member in engine.members:
+            fit = self.member(engine, member, class_name)
+            if isinstance(fit, str):
+                return f"{member.label}: {fit}"
+            fits.append(fit)
+        if not any(fit.claims for fit in fits):
+            return "no member claims a DRA device there (only Synthetic devices matched)"
+        return EngineFit(
+            members=tuple(fits),
+            nodes=sum(fit.pods * engine.copies for fit in fits if fit.claims),
+            rank=max((fit.fit.step.rank for fit in fits if fit.fit is not None), default=0),
+        )

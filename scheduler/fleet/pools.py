@@ -1,0 +1,59 @@
+"""What a cluster publishes to the fleet scheduler: its readiness, its gateway, and its pools in published order.
+
+Modelplane's scheduler reads a cluster's observed status: Ready when a condition of type Ready has status "True",
+a gateway address, and `status.gpuPools` with each pool's node count. Berth reads the same status when it is present
+(offline plans give it explicitly). A cluster whose status lists no pools has its pools derived from
+`spec.nodePools`: the Kubernetes pools, each with its `nodeCount`. Either way a pool's devices come from the
+InferenceClass its spec entry names; slice and bare-metal pools serve allocations, not ModelDeployments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleet.inference_cluster import InferenceCluster, PoolShape
+
+
+@dataclass(frozen=True)
+class Pool:
+    cluster: str
+    name: str
+    class_name: str | None  # None: the status publishes a pool that spec.nodePools does not declare
+    nodes: int  # published node count, floored at 0 (missing or negative counts as none)
+
+
+def published_pools(cluster: InferenceCluster) -> tuple[Pool, ...]:
+    name = cluster.metadata.name
+    declared = {pool.name: pool for pool in cluster.spec.node_pools}
+    observed = cluster.status.gpu_pools if cluster.status is not None else []
+    if observed:
+        return tuple(
+            Pool(
+                cluster=name,
+                name=pool.name,
+                class_name=declared[pool.name].class_name if pool.name in declared else None,
+                nodes=max(pool.nodes or 0, 0),
+            )
+            for pool in observed
+        )
+    return tuple(
+        Pool(cluster=name, name=pool.name, class_name=pool.class_name, nodes=max(pool.node_count or 0, 0))
+        for pool in cluster.spec.node_pools
+        if pool.shape is PoolShape.KUBERNETES
+    )
+
+
+def gateway_address(cluster: InferenceCluster) -> str | None:
+    gateway = cluster.status.gateway if cluster.status is not None else None
+    return (gateway.address or None) if gateway is not None else None
+
+
+def is_ready(cluster: InferenceCluster) -> bool:
+    """Without a status block the cluster is not known to be Ready: the caller supplies observed status."""
+    return cluster.status is not None and cluster.status.ready
+
+
+def matches_labels(cluster: InferenceCluster, match_labels: dict[str, str]) -> bool:
+    """clusterSelector.matchLabels: plain string equality on every key; an empty selector matches every cluster."""
+    labels = cluster.metadata.labels
+    return all(labels.get(key) == value for key, value in match_labels.items())

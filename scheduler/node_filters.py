@@ -1,0 +1,157 @@
+"""Node feasibility plugins, in the Kubernetes scheduler framework's style: each checks one thing about a node's
+profile and names the reason when the node cannot take the request.
+
+Plugins run in order and the first failure is the node's reason, so the order is the order in which a user should
+fix things: a node that is DOWN is reported as not READY even if its slots are also leased. A plugin is *static*
+when it depends only on hardware and approval, never on slot state or node status; a node failing a static plugin
+can never take this request, which is what separates `no_compatible_bundles` from `insufficient_capacity`.
+
+The same plugin chain serves the cluster scheduler, the node scheduler and the capacity surfaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Protocol
+
+from fleet.node import NodeStatus
+from scheduler.compatibility import NodeProfile
+from scheduler.reasons import Reason
+from scheduler.request import CapacityShape, NumaPolicy
+
+
+class NodeFilter(Protocol):
+    static: bool
+
+    def check(self, node: NodeProfile) -> Reason | None: ...
+
+
+@dataclass(frozen=True)
+class NodeReady:
+    static = False
+
+    def check(self, node: NodeProfile) -> Reason | None:
+        return None if node.status is NodeStatus.READY else Reason.NODE_NOT_READY
+
+
+@dataclass(frozen=True)
+class NodeSize:
+    """Slices need at least g GPUs on the node; bare metal takes the whole host, so its size must be exactly g (the
+    plan, the claims and the quota charge are then all g GPUs)."""
+
+    gpus: int
+    exact: bool
+    static = True
+
+    def check(self, node: NodeProfile) -> Reason | None:
+        if self.exact:
+            return None if node.gpus == self.gpus else Reason.NODE_SIZE_MISMATCH
+        return None if node.gpus >= self.gpus else Reason.NODE_TOO_SMALL
+
+
+@dataclass(frozen=True)
+class SlotApproval:
+    gpus: int
+    static = True
+
+    def check(self, node: NodeProfile) -> Reason | None:
+        return None if node.approved >= self.gpus else Reason.SLOTS_UNAPPROVED
+
+
+@dataclass(frozen=True)
+class PerSlotFabric:
+    """Approved slots only become bundles with their own fabric VF (seed 004)."""
+
+    gpus: int
+    static = True
+
+    def check(self, node: NodeProfile) -> Reason | None:
+        return None if node.compatible >= self.gpus else Reason.MISSING_PER_SLOT_VF
+
+
+@dataclass(frozen=True)
+class NumaTopology:
+    """With NUMA required, some NUMA node must hold g compatible bundles at all."""
+
+    gpus: int
+    static = True
+
+    def check(self, node: NodeProfile) -> Reason | None:
+        return None if node.numa_compatible >= self.gpus else Reason.NUMA_UNSATISFIABLE
+
+
+@dataclass(frozen=True)
+class FreeBundles:
+    """Bundles held by active allocations: the node is simply busy."""
+
+    gpus: int
+    static = False
+
+    def check(self, node: NodeProfile) -> Reason | None:
+        unclaimed = node.compatible_free + node.compatible_leased + node.compatible_quarantined
+        return None if unclaimed >= self.gpus else Reason.INSUFFICIENT_BUNDLES
+
+
+@dataclass(frozen=True)
+class NoQuarantine:
+    gpus: int
+    static = False
+
+    def check(self, node: NodeProfile) -> Reason | None:
+        return None if node.compatible_free + node.compatible_leased >= self.gpus else Reason.SLOTS_QUARANTINED
+
+
+@dataclass(frozen=True)
+class NoLeases:
+    gpus: int
+    static = False
+
+    def check(self, node: NodeProfile) -> Reason | None:
+        return None if node.compatible_free >= self.gpus else Reason.SLOTS_LEASED
+
+
+@dataclass(frozen=True)
+class NumaFree:
+    gpus: int
+    static = False
+
+    def check(self, node: NodeProfile) -> Reason | None:
+        return None if node.best_numa_free >= self.gpus else Reason.NUMA_UNSATISFIABLE
+
+
+@dataclass(frozen=True)
+class WhollyFree:
+    static = False
+
+    def check(self, node: NodeProfile) -> Reason | None:
+        return None if node.wholly_free else Reason.NODE_IN_USE
+
+
+@cache
+def node_filters(shape: CapacityShape, gpus: int, numa_policy: NumaPolicy) -> tuple[NodeFilter, ...]:
+    """The plugin chain for one kind of request."""
+    if shape is CapacityShape.BAREMETAL:
+        return (NodeReady(), NodeSize(gpus, exact=True), WhollyFree())
+    chain: list[NodeFilter] = [NodeReady(), NodeSize(gpus, exact=False), SlotApproval(gpus), PerSlotFabric(gpus)]
+    if numa_policy is NumaPolicy.REQUIRED:
+        chain.append(NumaTopology(gpus))
+    chain += [FreeBundles(gpus), NoQuarantine(gpus), NoLeases(gpus)]
+    if numa_policy is NumaPolicy.REQUIRED:
+        chain.append(NumaFree(gpus))
+    return tuple(chain)
+
+
+def verdict(node: NodeProfile, filters: Sequence[NodeFilter]) -> Reason | None:
+    """The first plugin's reason for refusing the node, or None when the node can take the request."""
+    for plugin in filters:
+        reason = plugin.check(node)
+        if reason is not None:
+            return reason
+    return None
+
+
+def could_ever_fit(node: NodeProfile, filters: Sequence[NodeFilter]) -> bool:
+    """Whether the node's hardware could take the request once its slots are free and it is READY again."""
+    return all(plugin.check(node) is None for plugin in filters if plugin.static)

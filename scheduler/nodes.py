@@ -1,0 +1,114 @@
+"""Node feasibility and ranking (cluster scheduler, second half): the chosen node and its alternates.
+
+Nodes are judged by the node filter chain over their profiles, group by group (nodes of a pool that share a
+profile share a verdict and a score), so the cost of a request grows with the number of distinct profiles, not
+nodes. Ranking, smaller first:
+
+- slices, binpack (default): partly used nodes before wholly free ones, so whole nodes stay free for bare metal;
+  then nodes where the request fits on one NUMA node; then the fewest compatible free bundles (best fit).
+- slices, spread: nodes where the request fits on one NUMA node, then the most compatible free bundles.
+- bare metal: every fitting host ranks the same (its size is exactly the request).
+
+Equally ranked nodes are taken in name order, rotated by the request's seed: deterministic for one seed, spread
+across seeds.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterator
+from itertools import accumulate, groupby
+
+from pydantic import BaseModel, ConfigDict
+
+from scheduler.compatibility import NodeProfile
+from scheduler.explanation import Level, LevelExplanation, Tally
+from scheduler.node_filters import could_ever_fit, node_filters, verdict
+from scheduler.reasons import Reason
+from scheduler.request import CapacityShape, NumaPolicy, PlacementRequest, Ranking
+from scheduler.snapshot import Snapshot
+from scheduler.views import PoolView
+
+
+class Candidate(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    pool: str  # cluster/pool
+    cluster: str
+    region: str
+    free_bundles: int  # compatible free bundles on the node now
+
+
+# (score, pool position, pool, node names, profile): one run of nodes of one pool that rank the same.
+_Feasible = tuple[tuple[int, ...], int, PoolView, tuple[str, ...], NodeProfile]
+
+
+def score(node: NodeProfile, request: PlacementRequest) -> tuple[int, ...]:
+    if request.shape is CapacityShape.BAREMETAL:
+        return ()
+    split = int(request.numa_policy is not NumaPolicy.NONE and node.best_numa_free < request.gpu_count)
+    if request.ranking is Ranking.SPREAD:
+        return (split, -node.compatible_free)
+    return (int(node.wholly_free), split, node.compatible_free)
+
+
+def describe(node: NodeProfile, pool: PoolView) -> str:
+    return f"{pool.key}: {node.summary()}"
+
+
+def rank_nodes(
+    snapshot: Snapshot, pools: list[PoolView], request: PlacementRequest, *, detail: bool = False
+) -> tuple[list[Candidate], LevelExplanation, bool]:
+    """Up to 1 + `request.alternates` candidates in rank order, the node level's explanation, and whether any
+    node of these pools could ever take the request (its hardware fits, whatever its current state)."""
+    filters = node_filters(request.shape, request.gpu_count, request.numa_policy)
+    tally = Tally(Level.NODE, "nodes", f"can take {request.describe()}", request.gpu_count, detail)
+    excluded: dict[tuple[str, NodeProfile], set[str]] = {}
+    for name in request.exclude_nodes:
+        for pool in snapshot.pools_of(name):
+            excluded.setdefault((pool.key, snapshot.profile(name)), set()).add(name)
+
+    verdicts: dict[NodeProfile, Reason | None] = {}
+    feasible: list[_Feasible] = []
+    ever = False
+    for ordinal, pool in enumerate(pools):
+        for group in snapshot.groups(pool):
+            profile, names = group.profile, group.nodes
+            skip = excluded.get((pool.key, profile))
+            if skip:
+                tally.record(Reason.NODE_EXCLUDED, sorted(skip), lambda p=profile, pool=pool: describe(p, pool))
+                names = tuple(name for name in names if name not in skip)
+            if profile not in verdicts:
+                verdicts[profile] = verdict(profile, filters)
+            reason = verdicts[profile]
+            tally.record(reason, names, lambda p=profile, pool=pool: describe(p, pool))
+            ever = ever or reason is None or could_ever_fit(profile, filters)
+            if reason is None and names:
+                feasible.append((score(profile, request), ordinal, pool, names, profile))
+
+    chosen: dict[str, Candidate] = {}
+    for pool, name, profile in _in_rank_order(feasible, request.seed):
+        if len(chosen) == 1 + request.alternates:
+            break
+        if name not in chosen:
+            chosen[name] = Candidate(
+                node=name, pool=pool.key, cluster=pool.cluster, region=pool.region, free_bundles=profile.compatible_free
+            )
+    return list(chosen.values()), tally.explanation(), ever
+
+
+def _in_rank_order(feasible: list[_Feasible], seed: int | None) -> Iterator[tuple[PoolView, str, NodeProfile]]:
+    """Feasible nodes best first. Within a run of equal scores (possibly across pools) nodes go in pool then name
+    order, starting at a position the seed picks and wrapping around: O(1) per node taken, whatever the run's size."""
+    feasible.sort(key=lambda entry: (entry[0], entry[1]))
+    for _, tied in groupby(feasible, key=lambda entry: entry[0]):
+        members = list(tied)
+        ends = list(accumulate(len(entry[3]) for entry in members))
+        total = ends[-1]
+        offset = seed % total if seed is not None else 0
+        for step in range(total):
+            position = (offset + step) % total
+            member = bisect_right(ends, position)
+            _, _, pool, names, profile = members[member]
+            yield pool, names[position - (ends[member - 1] if member else 0)], profile

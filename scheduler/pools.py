@@ -1,0 +1,130 @@
+"""Pool feasibility (cluster scheduler, first half): which pools of the chosen region can serve the request.
+
+Plugins in the Kubernetes framework style, each returning the reason it drops a pool: capacity shape, GPU product,
+cluster matchLabels, cluster readiness, and DRA CEL selectors over the GPU devices the pool's InferenceClass
+publishes. A pool passes the selectors when one of its claimable devices satisfies all of them (DRA semantics: the
+selectors of one request apply to the same device).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from scheduler import cel
+from scheduler.explanation import LevelExplanation, Level, Tally
+from scheduler.reasons import Reason
+from scheduler.request import PlacementRequest
+from scheduler.snapshot import Snapshot
+from scheduler.views import PoolView
+
+
+class PoolFilter(Protocol):
+    def check(self, pool: PoolView) -> Reason | None: ...
+
+
+@dataclass(frozen=True)
+class ShapeFilter:
+    request: PlacementRequest
+
+    def check(self, pool: PoolView) -> Reason | None:
+        return None if pool.shape == self.request.shape else Reason.SHAPE_MISMATCH
+
+
+@dataclass(frozen=True)
+class ProductFilter:
+    request: PlacementRequest
+
+    def check(self, pool: PoolView) -> Reason | None:
+        return None if self.request.wants_product(pool.gpu_product) else Reason.PRODUCT_MISMATCH
+
+
+@dataclass(frozen=True)
+class ClusterLabelsFilter:
+    """matchLabels: every selector label present with the same value; no selector matches every cluster."""
+
+    request: PlacementRequest
+
+    def check(self, pool: PoolView) -> Reason | None:
+        labels = pool.cluster_labels
+        matches = all(labels.get(key) == value for key, value in self.request.cluster_selector.items())
+        return None if matches else Reason.CLUSTER_LABELS_MISMATCH
+
+
+@dataclass(frozen=True)
+class ClusterReadyFilter:
+    def check(self, pool: PoolView) -> Reason | None:
+        return None if pool.cluster_ready else Reason.CLUSTER_NOT_READY
+
+
+@dataclass
+class DeviceSelectorFilter:
+    """Evaluates each (selector, distinct device) pair exactly once per request: pools sharing an InferenceClass
+    share the verdict, keyed by the snapshot's canonical device text."""
+
+    snapshot: Snapshot
+    expressions: Sequence[str]
+    errors: dict[str, str] = field(default_factory=dict)  # pool key -> why its selectors could not be evaluated
+    _outcomes: dict[tuple[int, str], bool | str] = field(default_factory=dict)  # str: the evaluation error
+
+    def __post_init__(self) -> None:
+        self._selectors = [cel.compile_selector(expression) for expression in self.expressions]
+
+    def check(self, pool: PoolView) -> Reason | None:
+        if not self._selectors:
+            return None
+        error: str | None = None
+        for device, key in zip(pool.devices, self.snapshot.device_keys(pool), strict=True):
+            outcomes = [self._outcome(index, device, key) for index in range(len(self._selectors))]
+            if all(outcome is True for outcome in outcomes):
+                return None
+            error = error or next((outcome for outcome in outcomes if isinstance(outcome, str)), None)
+        if error is None:
+            return Reason.SELECTOR_MISMATCH
+        self.errors[pool.key] = error
+        return Reason.SELECTOR_ERROR
+
+    def _outcome(self, index: int, device: Mapping[str, object], key: str) -> bool | str:
+        memo = (index, key)
+        if memo not in self._outcomes:
+            try:
+                self._outcomes[memo] = bool(self._selectors[index].matches(device))
+            except cel.SelectorRuntimeError as exc:
+                self._outcomes[memo] = f"{self.expressions[index]!r}: {exc}"
+        return self._outcomes[memo]
+
+
+def filter_pools(
+    snapshot: Snapshot, request: PlacementRequest, region: str, *, detail: bool = False
+) -> tuple[list[PoolView], LevelExplanation]:
+    """The pools of `region` that can serve the request, in snapshot order, and the pool level's explanation.
+
+    Raises `scheduler.cel.SelectorCompileError` for a selector that does not compile: that is a bad request, not
+    a placement outcome.
+    """
+    selectors = DeviceSelectorFilter(snapshot, request.selectors)
+    plugins: list[PoolFilter] = [
+        ShapeFilter(request),
+        ProductFilter(request),
+        ClusterLabelsFilter(request),
+        ClusterReadyFilter(),
+        selectors,
+    ]
+    tally = Tally(Level.POOL, "pools", "match", request.gpu_count, detail)
+    passed: list[PoolView] = []
+    for pool in snapshot.pools_in(region):
+        reason = next((r for r in (plugin.check(pool) for plugin in plugins) if r is not None), None)
+        if reason is None:
+            passed.append(pool)
+        tally.record(reason, [pool.key], lambda pool=pool, reason=reason: _describe(pool, reason, selectors.errors))
+    return passed, tally.explanation()
+
+
+def _describe(pool: PoolView, reason: Reason | None, errors: dict[str, str]) -> str:
+    text = f"{pool.shape} {pool.gpu_product or 'unknown product'}, cluster {pool.cluster}"
+    if not pool.cluster_ready:
+        text += " (not Ready)"
+    if reason is Reason.SELECTOR_ERROR:
+        text += f": {errors.get(pool.key, '')}"
+    return text

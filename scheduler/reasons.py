@@ -1,0 +1,114 @@
+"""Reason codes: why a candidate was dropped at some level, or why a whole request was refused.
+
+Codes are stable strings (they appear in API responses, allocation failure reasons and Temporal search details), so
+a client can branch on them. Each dropping reason also carries a short phrase, in singular and plural, that turns a
+count into a readable clause: "10 are not READY", "1 lacks per-slot fabric VFs". `{g}` stands for the number of GPUs
+requested.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    # tenant
+    UNKNOWN_TENANT = "unknown_tenant"
+    QUOTA_EXCEEDED = "quota_exceeded"
+    # region
+    UNKNOWN_REGION = "unknown_region"
+    REGION_NOT_ALLOWED = "region_not_allowed"
+    JURISDICTION_MISMATCH = "jurisdiction_mismatch"
+    REGION_UNAVAILABLE = "region_unavailable"
+    PRODUCT_NOT_OFFERED = "product_not_offered"
+    NO_REGION = "no_region"
+    # pool
+    SHAPE_MISMATCH = "shape_mismatch"
+    PRODUCT_MISMATCH = "product_mismatch"
+    CLUSTER_LABELS_MISMATCH = "cluster_labels_mismatch"
+    CLUSTER_NOT_READY = "cluster_not_ready"
+    SELECTOR_MISMATCH = "selector_mismatch"
+    SELECTOR_ERROR = "selector_error"
+    NO_MATCHING_POOL = "no_matching_pool"
+    # node
+    NODE_NOT_READY = "node_not_ready"
+    NODE_EXCLUDED = "node_excluded"
+    NODE_TOO_SMALL = "node_too_small"
+    NODE_SIZE_MISMATCH = "node_size_mismatch"
+    SLOTS_UNAPPROVED = "slots_unapproved"
+    MISSING_PER_SLOT_VF = "missing_per_slot_vf"
+    NUMA_UNSATISFIABLE = "numa_unsatisfiable"
+    INSUFFICIENT_BUNDLES = "insufficient_bundles"
+    SLOTS_QUARANTINED = "slots_quarantined"
+    SLOTS_LEASED = "slots_leased"
+    NODE_IN_USE = "node_in_use"
+    INSUFFICIENT_CAPACITY = "insufficient_capacity"
+    NO_COMPATIBLE_BUNDLES = "no_compatible_bundles"
+    # slot (bundle level, inside the node scheduler)
+    SLOT_UNAPPROVED = "slot_unapproved"
+    SLOT_MISSING_VF = "slot_missing_vf"
+    SLOT_SHARED_VF = "slot_shared_vf"
+    SLOT_CLAIMED = "slot_claimed"
+    SLOT_LEASED = "slot_leased"
+    SLOT_QUARANTINED = "slot_quarantined"
+    SLOT_NOT_CHOSEN = "slot_not_chosen"
+
+
+# (singular, plural) clause for a count of dropped candidates. Refusal-only codes (no_region, no_matching_pool,
+# insufficient_capacity, no_compatible_bundles) summarise a whole level and need no clause.
+_PHRASES: dict[Reason, tuple[str, str]] = {
+    Reason.UNKNOWN_TENANT: ("is not a known tenant", "are not known tenants"),
+    Reason.QUOTA_EXCEEDED: ("would exceed its GPU quota", "would exceed their GPU quota"),
+    Reason.UNKNOWN_REGION: ("is not a known region", "are not known regions"),
+    Reason.REGION_NOT_ALLOWED: ("is not allowed for the tenant", "are not allowed for the tenant"),
+    Reason.JURISDICTION_MISMATCH: ("is outside the required jurisdiction", "are outside the required jurisdiction"),
+    Reason.REGION_UNAVAILABLE: ("is unavailable", "are unavailable"),
+    Reason.PRODUCT_NOT_OFFERED: ("does not offer the product and shape", "do not offer the product and shape"),
+    Reason.SHAPE_MISMATCH: ("has another capacity shape", "have another capacity shape"),
+    Reason.PRODUCT_MISMATCH: ("has another GPU product", "have another GPU product"),
+    Reason.CLUSTER_LABELS_MISMATCH: (
+        "is in a cluster that does not match the cluster selector",
+        "are in clusters that do not match the cluster selector",
+    ),
+    Reason.CLUSTER_NOT_READY: ("is in a cluster that is not Ready", "are in clusters that are not Ready"),
+    Reason.SELECTOR_MISMATCH: ("has no GPU device matching the selectors", "have no GPU device matching the selectors"),
+    Reason.SELECTOR_ERROR: ("failed to evaluate the selectors", "failed to evaluate the selectors"),
+    Reason.NODE_NOT_READY: ("is not READY", "are not READY"),
+    Reason.NODE_EXCLUDED: ("was excluded by the request", "were excluded by the request"),
+    Reason.NODE_TOO_SMALL: ("has fewer than {g} GPUs", "have fewer than {g} GPUs"),
+    Reason.NODE_SIZE_MISMATCH: ("does not have exactly {g} GPUs", "do not have exactly {g} GPUs"),
+    Reason.SLOTS_UNAPPROVED: ("has fewer than {g} approved slots", "have fewer than {g} approved slots"),
+    Reason.MISSING_PER_SLOT_VF: ("lacks per-slot fabric VFs", "lack per-slot fabric VFs"),
+    Reason.NUMA_UNSATISFIABLE: (
+        "cannot fit {g} bundles on one NUMA node",
+        "cannot fit {g} bundles on one NUMA node",
+    ),
+    Reason.INSUFFICIENT_BUNDLES: (
+        "has fewer than {g} compatible free bundles",
+        "have fewer than {g} compatible free bundles",
+    ),
+    Reason.SLOTS_QUARANTINED: ("would fit but for quarantined slots", "would fit but for quarantined slots"),
+    Reason.SLOTS_LEASED: (
+        "would fit but for slots leased to in-flight allocations",
+        "would fit but for slots leased to in-flight allocations",
+    ),
+    Reason.NODE_IN_USE: ("is not wholly free", "are not wholly free"),
+    Reason.SLOT_UNAPPROVED: ("is not approved for slices", "are not approved for slices"),
+    Reason.SLOT_MISSING_VF: ("has no per-slot fabric VF", "have no per-slot fabric VF"),
+    Reason.SLOT_SHARED_VF: ("shares its fabric VF with another slot", "share their fabric VF with another slot"),
+    Reason.SLOT_CLAIMED: ("is claimed by another allocation", "are claimed by other allocations"),
+    Reason.SLOT_LEASED: ("is leased to another allocation", "are leased to other allocations"),
+    Reason.SLOT_QUARANTINED: ("is quarantined", "are quarantined"),
+    Reason.SLOT_NOT_CHOSEN: ("is usable but was not chosen", "are usable but were not chosen"),
+}
+
+
+def clause(reason: Reason, gpu_count: int, plural: bool = False) -> str:
+    """`INSUFFICIENT_BUNDLES, 2` -> "has fewer than 2 compatible free bundles"."""
+    singular, many = _PHRASES.get(reason, (f"was dropped ({reason})", f"were dropped ({reason})"))
+    return (many if plural else singular).format(g=gpu_count)
+
+
+def phrase(reason: Reason, count: int, gpu_count: int) -> str:
+    """`3, INSUFFICIENT_BUNDLES, 2` -> "3 have fewer than 2 compatible free bundles"."""
+    return f"{count} {clause(reason, gpu_count, plural=count != 1)}"

@@ -1,0 +1,171 @@
+"""The region scheduler: tenant admission (quota), then one region for the request.
+
+It decides from tenant policy, region status, jurisdiction, which products each region offers at what price, and
+an aggregate of how many allocations of this size each region's matching pools could take; never from PCI
+addresses, NUMA or host state (seed 004). A region the user names is validated, never second-guessed; otherwise
+the best allowed region wins: one with room first, available before degraded, then the lower price, then the
+most room, then the name.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from fleet.region import RegionStatus
+from scheduler.capacity import pool_allocations
+from scheduler.explanation import Level, LevelExplanation, Refusal, Tally
+from scheduler.reasons import Reason, clause
+from scheduler.request import PlacementRequest
+from scheduler.snapshot import Snapshot
+from scheduler.views import RegionView, TenantView
+
+
+class RegionDecision(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    region: str | None
+    refusal: Refusal | None
+    levels: list[LevelExplanation]
+
+
+class RegionFilter(Protocol):
+    def check(self, region: RegionView) -> Reason | None: ...
+
+
+@dataclass(frozen=True)
+class AllowedForTenant:
+    tenant: TenantView | None
+
+    def check(self, region: RegionView) -> Reason | None:
+        if self.tenant is None or self.tenant.allowed_regions is None:
+            return None
+        return None if region.name in self.tenant.allowed_regions else Reason.REGION_NOT_ALLOWED
+
+
+@dataclass(frozen=True)
+class Residency:
+    """The request's and the tenant's required jurisdictions must both hold."""
+
+    required: frozenset[str]
+
+    def check(self, region: RegionView) -> Reason | None:
+        if not self.required:
+            return None
+        return None if self.required == {region.jurisdiction} else Reason.JURISDICTION_MISMATCH
+
+
+@dataclass(frozen=True)
+class RegionAvailable:
+    def check(self, region: RegionView) -> Reason | None:
+        return Reason.REGION_UNAVAILABLE if region.status is RegionStatus.UNAVAILABLE else None
+
+
+@dataclass(frozen=True)
+class ProductOffered:
+    offer: dict[str, RegionOffer]
+
+    def check(self, region: RegionView) -> Reason | None:
+        return None if self.offer[region.name].products else Reason.PRODUCT_NOT_OFFERED
+
+
+@dataclass(frozen=True)
+class RegionOffer:
+    """What one region offers this request: matching products, the cheapest price among them, and room."""
+
+    products: tuple[str, ...]
+    price: float | None
+    room: int  # allocations of the requested size its matching pools could take now
+
+    @classmethod
+    def of(cls, snapshot: Snapshot, region: RegionView, request: PlacementRequest) -> RegionOffer:
+        pools = [
+            pool
+            for pool in snapshot.pools_in(region.name)
+            if pool.shape == request.shape and request.wants_product(pool.gpu_product) and pool.gpu_product
+        ]
+        products = tuple(sorted({pool.gpu_product for pool in pools if pool.gpu_product}))
+        prices = [price for price in (region.price(product) for product in products) if price is not None]
+        room = sum(
+            pool_allocations(snapshot, pool, request.shape, request.gpu_count, request.numa_policy) for pool in pools
+        )
+        return cls(products=products, price=min(prices, default=None), room=room)
+
+    def describe(self, region: RegionView) -> str:
+        offered = ", ".join(self.products) or "no matching product"
+        price = f"{self.price:.2f}/GPU-h" if self.price is not None else "unpriced"
+        return f"{region.status}, jurisdiction {region.jurisdiction or 'none'}, {offered} at {price}, room for {self.room}"
+
+
+def _admit_tenant(
+    snapshot: Snapshot, request: PlacementRequest, detail: bool
+) -> tuple[TenantView | None, Refusal | None, LevelExplanation]:
+    tally = Tally(Level.TENANT, "tenants", "are admitted", request.gpu_count, detail)
+    name = request.tenant or ""
+    tenant = snapshot.tenants.get(name)
+    if tenant is None:
+        tally.record(Reason.UNKNOWN_TENANT, [name], lambda: "not in the inventory")
+        return None, Refusal(code=Reason.UNKNOWN_TENANT, message=f"tenant {name!r} is not known"), tally.explanation()
+    used = tenant.active_gpus + tenant.in_flight_gpus
+    over = used + request.gpu_count > tenant.gpu_quota
+    sums = (
+        f"{tenant.active_gpus} active + {tenant.in_flight_gpus} in flight + {request.gpu_count} requested "
+        f"{'>' if over else '<='} quota {tenant.gpu_quota}"
+    )
+    tally.record(Reason.QUOTA_EXCEEDED if over else None, [name], lambda: sums)
+    refusal = Refusal(code=Reason.QUOTA_EXCEEDED, message=f"tenant {name} would exceed its GPU quota: {sums}")
+    return tenant, refusal if over else None, tally.explanation()
+
+
+def select_region(snapshot: Snapshot, request: PlacementRequest, *, detail: bool = False) -> RegionDecision:
+    levels: list[LevelExplanation] = []
+    tenant: TenantView | None = None
+    if request.tenant is not None:
+        tenant, refusal, level = _admit_tenant(snapshot, request, detail)
+        levels.append(level)
+        if refusal is not None:
+            return RegionDecision(region=None, refusal=refusal, levels=levels)
+
+    offers = {name: RegionOffer.of(snapshot, region, request) for name, region in snapshot.regions.items()}
+    required = {j for j in (request.required_jurisdiction, tenant and tenant.required_jurisdiction) if j}
+    plugins: list[RegionFilter] = [
+        AllowedForTenant(tenant),
+        Residency(frozenset(required)),
+        RegionAvailable(),
+        ProductOffered(offers),
+    ]
+    tally = Tally(Level.REGION, "regions", f"can serve {request.describe()}", request.gpu_count, detail)
+    if request.region is not None and request.region not in snapshot.regions:
+        tally.record(Reason.UNKNOWN_REGION, [request.region], lambda: "not in the inventory")
+        levels.append(tally.explanation())
+        message = f"region {request.region} is not a known region"
+        return RegionDecision(region=None, refusal=Refusal(code=Reason.UNKNOWN_REGION, message=message), levels=levels)
+
+    considered = [snapshot.regions[request.region]] if request.region else list(snapshot.regions.values())
+    eligible: list[RegionView] = []
+    dropped: Reason | None = None
+    for region in considered:
+        reason = next((r for r in (plugin.check(region) for plugin in plugins) if r is not None), None)
+        if reason is None:
+            eligible.append(region)
+        dropped = dropped or reason
+        tally.record(reason, [region.name], lambda region=region: offers[region.name].describe(region))
+    level = tally.explanation()
+    levels.append(level)
+
+    if not eligible:
+        if request.region is not None and dropped is not None:
+            refusal = Refusal(code=dropped, message=f"region {request.region} {clause(dropped, request.gpu_count)}")
+        else:
+            refusal = Refusal(code=Reason.NO_REGION, message=level.summary)
+        return RegionDecision(region=None, refusal=refusal, levels=levels)
+
+    def rank(region: RegionView) -> tuple[bool, bool, float, int, str]:
+        offer = offers[region.name]
+        price = offer.price if offer.price is not None else math.inf
+        return (offer.room == 0, region.status is RegionStatus.DEGRADED, price, -offer.room, region.name)
+
+    return RegionDecision(region=min(eligible, key=rank).name, refusal=None, levels=levels)

@@ -1,0 +1,77 @@
+"""What the scheduler is asked: a placement request (region, cluster and node levels) and a plan request (node level).
+
+The placement request is the allocation API body plus the knobs the workflow sets itself (nodes to exclude on a
+retry, the tie-break seed). The plan request is the narrower intent a node agent receives: the node scheduler must
+not know quota, tenant policy or other regions, so it is not given them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+
+
+class CapacityShape(StrEnum):
+    GPU_SLICE = "gpu_slice"  # a VM built from per-slot bundles on one node
+    BAREMETAL = "baremetal"  # a whole host
+
+
+class NumaPolicy(StrEnum):
+    REQUIRED = "required"  # all bundles on one NUMA node, or refuse
+    PREFERRED = "preferred"  # one NUMA node when possible, else the fewest NUMA nodes
+    NONE = "none"  # lowest slot indices, wherever they are
+
+
+class Ranking(StrEnum):
+    BINPACK = "binpack"  # best fit: fill partly used nodes first so whole nodes stay free for bare metal
+    SPREAD = "spread"  # most free bundles first
+
+
+def same_product(offered: str | None, wanted: str) -> bool:
+    """Products compare without regard to case: users type `h200` for `H200`."""
+    return offered is not None and offered.casefold() == wanted.casefold()
+
+
+class PlacementRequest(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    gpu_count: PositiveInt
+    gpu_product: str | None = Field(default=None, description="e.g. H200; unset takes any product.")
+    shape: CapacityShape = CapacityShape.GPU_SLICE
+    region: str | None = Field(default=None, description="The user's region; unset lets the scheduler choose.")
+    tenant: str | None = Field(default=None, description="Whose policy and quota apply; unset skips both (operator).")
+    required_jurisdiction: str | None = None
+    cluster_selector: dict[str, str] = Field(default_factory=dict, description="Cluster matchLabels.")
+    selectors: list[str] = Field(
+        default_factory=list, description="DRA CEL selectors the pool's GPU device must all satisfy."
+    )
+    numa_policy: NumaPolicy = NumaPolicy.PREFERRED
+    ranking: Ranking = Ranking.BINPACK
+    alternates: NonNegativeInt = Field(default=5, description="Candidate nodes returned besides the chosen one.")
+    exclude_nodes: frozenset[str] = Field(default_factory=frozenset, description="Nodes already tried in this run.")
+    seed: int | None = Field(default=None, description="Rotates the order of equally ranked nodes.")
+
+    def wants_product(self, product: str | None) -> bool:
+        return self.gpu_product is None or same_product(product, self.gpu_product)
+
+    def describe(self) -> str:
+        """"2 H200 GPU slices", "8 GPUs as a whole bare-metal host": what a candidate can or cannot take."""
+        product = f"{self.gpu_product} " if self.gpu_product else ""
+        plural = "s" if self.gpu_count != 1 else ""
+        if self.shape is CapacityShape.BAREMETAL:
+            return f"{self.gpu_count} {product}GPU{plural} as a whole bare-metal host"
+        return f"{self.gpu_count} {product}GPU slice{plural}"
+
+
+class PlanRequest(BaseModel):
+    """What a node agent is asked to plan on its own host."""
+
+    model_config = ConfigDict(frozen=True)
+
+    allocation_id: str | None = Field(
+        default=None, description="Slots this allocation already holds count as free: re-planning is idempotent."
+    )
+    gpu_count: PositiveInt
+    shape: CapacityShape = CapacityShape.GPU_SLICE
+    numa_policy: NumaPolicy = NumaPolicy.PREFERRED

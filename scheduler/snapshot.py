@@ -1,0 +1,97 @@
+"""An inventory snapshot: the read-only world the cluster scheduler and the capacity surfaces decide over.
+
+Building one (the data types are in `scheduler.views`):
+
+    Snapshot(
+        regions=[RegionView(...)],
+        pools=[PoolView(..., nodes=("h01", "h02"))],     # a pool names its nodes
+        nodes=[NodeView(name="h01", status=..., slots=(SlotView(...), ...))],
+        tenants=[TenantView(...)],                        # policy plus current usage
+    )
+
+The constructor does the per-snapshot work once: each node's profile (its compatible free bundle counts, overall
+and per NUMA node) and, per pool, its nodes grouped by identical profile. Placement then judges and ranks groups,
+not nodes, so one request costs about as much on 10,000 uniform nodes as on 100.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from scheduler.compatibility import NodeProfile, profile_of
+from scheduler.views import NodeView, PoolView, RegionView, TenantView
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroup:
+    """Nodes of one pool that share a profile, and therefore a verdict and a score for any request."""
+
+    profile: NodeProfile
+    nodes: tuple[str, ...]  # sorted by name
+
+
+class Snapshot:
+    """Read-only after construction; see the module docstring for how to build one."""
+
+    __slots__ = (
+        "regions",
+        "tenants",
+        "nodes",
+        "pools",
+        "_profiles",
+        "_groups",
+        "_device_keys",
+        "_by_region",
+        "_pools_of",
+    )
+
+    def __init__(
+        self,
+        *,
+        regions: Iterable[RegionView],
+        pools: Iterable[PoolView],
+        nodes: Iterable[NodeView],
+        tenants: Iterable[TenantView] = (),
+    ) -> None:
+        self.regions: dict[str, RegionView] = {r.name: r for r in sorted(regions, key=lambda r: r.name)}
+        self.tenants: dict[str, TenantView] = {t.name: t for t in tenants}
+        self.nodes: dict[str, NodeView] = {n.name: n for n in nodes}
+        self.pools: tuple[PoolView, ...] = tuple(sorted(pools, key=lambda p: p.key))
+        self._profiles: dict[str, NodeProfile] = {name: profile_of(node) for name, node in self.nodes.items()}
+        self._groups: dict[str, tuple[NodeGroup, ...]] = {}
+        self._device_keys: dict[str, tuple[str, ...]] = {}
+        self._by_region: dict[str, list[PoolView]] = {}
+        self._pools_of: dict[str, list[PoolView]] = {}
+        for pool in self.pools:
+            missing = [name for name in pool.nodes if name not in self.nodes]
+            if missing:
+                raise ValueError(f"pool {pool.key} names nodes that are not in the snapshot: {', '.join(missing)}")
+            self._groups[pool.key] = self._group(pool.nodes)
+            self._device_keys[pool.key] = tuple(json.dumps(d, sort_keys=True) for d in pool.devices)
+            self._by_region.setdefault(pool.region, []).append(pool)
+            for name in pool.nodes:
+                self._pools_of.setdefault(name, []).append(pool)
+
+    def _group(self, names: Iterable[str]) -> tuple[NodeGroup, ...]:
+        by_profile: dict[NodeProfile, list[str]] = {}
+        for name in sorted(names):
+            by_profile.setdefault(self._profiles[name], []).append(name)
+        return tuple(NodeGroup(profile, tuple(members)) for profile, members in by_profile.items())
+
+    def pools_in(self, region: str) -> list[PoolView]:
+        return self._by_region.get(region, [])
+
+    def pools_of(self, node: str) -> list[PoolView]:
+        return self._pools_of.get(node, [])
+
+    def groups(self, pool: PoolView) -> tuple[NodeGroup, ...]:
+        return self._groups[pool.key]
+
+    def profile(self, node: str) -> NodeProfile:
+        return self._profiles[node]
+
+    def device_keys(self, pool: PoolView) -> tuple[str, ...]:
+        """A canonical text per device of the pool, so pools sharing an InferenceClass share CEL verdicts."""
+        return self._device_keys[pool.key]

@@ -1,0 +1,94 @@
+"""The data a snapshot is made of: regions, pools, nodes with their slots, tenants with their usage.
+
+Slotted frozen dataclasses rather than pydantic models: a snapshot may hold 10,000 nodes and 80,000 slots and is
+built on every scheduling pass, and validation belongs where data enters Berth (the fleet loader, the node agent's
+discovery, the database), not here. The same `NodeView` is the node agent's view of its own host when it plans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from fleet.inference_cluster import PoolShape
+from fleet.node import FabricClaimMode, NodeStatus
+from fleet.region import RegionStatus
+
+SlotId = str | int
+
+
+class SlotState(StrEnum):
+    FREE = "free"
+    CLAIMED = "claimed"  # recorded in allocation_resource_claims: an active allocation holds it
+    LEASED = "leased"  # a node agent's short host-local lease: an allocation is being placed on it
+    QUARANTINED = "quarantined"  # not wiped yet after a failure: never handed out until an agent confirms the wipe
+
+
+@dataclass(frozen=True, slots=True)
+class SlotView:
+    """One slot (seed 004 bundle) and its state. The device identities feed the node scheduler's plan."""
+
+    id: SlotId  # stable, given by the caller (fleet-built snapshots use "<node>/<index>")
+    index: int
+    approved: bool
+    fabric_claim_mode: FabricClaimMode
+    fabric_vf_pci: str | None
+    numa_node: int
+    state: SlotState = SlotState.FREE
+    holder: str | None = None  # the allocation that claims or leases it
+    gpu_pci: str = ""
+    fabric_parent_pci: str | None = None
+    nvme_device: str | None = None
+    vcpus: int = 0
+    memory_mib: int = 0
+    mac: str | None = None
+    private_ip: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    name: str
+    status: NodeStatus
+    slots: tuple[SlotView, ...]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    numa_nodes: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RegionView:
+    name: str
+    status: RegionStatus
+    jurisdiction: str | None = None
+    prices: Mapping[str, float] = field(default_factory=dict)  # per GPU-hour, by product
+
+    def price(self, product: str) -> float | None:
+        wanted = product.casefold()
+        return next((price for name, price in self.prices.items() if name.casefold() == wanted), None)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    cluster: str
+    name: str
+    region: str
+    shape: PoolShape
+    gpu_product: str | None
+    nodes: tuple[str, ...]
+    devices: tuple[Mapping[str, object], ...] = ()  # the InferenceClass's claimable GPU devices, as CEL sees them
+    cluster_labels: Mapping[str, str] = field(default_factory=dict)
+    cluster_ready: bool = True
+
+    @property
+    def key(self) -> str:
+        return f"{self.cluster}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class TenantView:
+    name: str
+    gpu_quota: int
+    allowed_regions: frozenset[str] | None = None  # None: every region
+    required_jurisdiction: str | None = None
+    active_gpus: int = 0
+    in_flight_gpus: int = 0

@@ -1,0 +1,62 @@
+"""`berth up` as a person runs it in a terminal: services answer, the fleet is applied, a second `berth up` reuses the
+running stack, and Ctrl-C leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import asyncpg
+import psutil
+
+BERTH = [sys.executable, "-m", "cli.main"]
+
+
+def _wait_for(path: Path, process: subprocess.Popen[str], timeout: float = 90) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read() if process.stdout else ""
+        if path.exists():
+            return json.loads(path.read_text())
+        time.sleep(0.2)
+    raise AssertionError(f"{path} never appeared")
+
+
+async def test_berth_up_runs_the_stack_and_ctrl_c_stops_it(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    env = {**os.environ, "BERTH_STATE_DIR": str(state)}
+    up = subprocess.Popen([*BERTH, "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        context = _wait_for(state / "context.json", up)
+        children = psutil.Process(up.pid).children(recursive=True)
+        assert children, "berth up started no services"
+
+        with urllib.request.urlopen(context["temporal_ui_url"], timeout=10) as response:
+            assert response.status == 200
+
+        host, port = context["database_url"].split("@", 1)[1].split("/", 1)[0].split(":")
+        connection = await asyncpg.connect(host=host, port=int(port), user="postgres", database="berth")
+        try:
+            assert await connection.fetchval("SELECT count(*) FROM nodes") == 8
+            assert await connection.fetchval("SELECT count(*) FROM tenants") == 2
+        finally:
+            await connection.close()
+
+        again = subprocess.run([*BERTH, "up"], env=env, capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0
+        assert f"Berth is already running (pid {up.pid}); reusing it." in again.stdout
+        assert context["temporal_address"] in again.stdout
+    finally:
+        up.send_signal(signal.SIGINT)
+        output, _ = up.communicate(timeout=60)
+    assert up.returncode == 0, output
+    assert "stopped." in output
+    time.sleep(0.5)
+    assert [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
+    assert not (state / "context.json").exists()

@@ -1,0 +1,114 @@
+"""`berth apply` semantics against the real database: idempotent, all-or-nothing, and careful with claimed capacity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from fleet.loader import load_fleet, parse_fleet
+from store.apply import ApplyRefused, apply_fleet
+from store.models import AllocationRow, ClaimRow, ClusterRow, NodeRow, PoolRow, RegionRow, SlotRow, TenantRow
+
+
+async def _counts(sessions) -> dict[str, int]:
+    async with sessions() as session:
+        return {
+            model.__tablename__: await session.scalar(select(func.count()).select_from(model))
+            for model in (RegionRow, TenantRow, ClusterRow, PoolRow, NodeRow, SlotRow)
+        }
+
+
+async def test_applying_the_example_fleet_twice_is_a_no_op(sessions, examples_dir: Path) -> None:
+    fleet = load_fleet([examples_dir / "fleet.yaml"])
+    async with sessions.begin() as session:
+        first = await apply_fleet(session, fleet)
+    assert first.count("created") > 0 and first.count("updated") == 0
+    before = await _counts(sessions)
+    assert before == {"regions": 2, "tenants": 2, "clusters": 3, "pools": 4, "nodes": 8, "node_resource_slots": 56}
+
+    async with sessions.begin() as session:
+        second = await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    assert second.changes == []
+    assert second.summary().startswith("no changes")
+    assert await _counts(sessions) == before
+
+
+def _edit(examples_dir: Path, old: str, new: str) -> str:
+    text = (examples_dir / "fleet.yaml").read_text()
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+async def test_an_edited_field_updates_only_that_object(sessions, examples_dir: Path) -> None:
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    edited = parse_fleet([("fleet.yaml", _edit(examples_dir, "gpuQuota: 32", "gpuQuota: 48"))])
+    async with sessions.begin() as session:
+        result = await apply_fleet(session, edited)
+    assert [(c.kind, c.name, c.action) for c in result.changes] == [("Tenant", "acme", "updated")]
+    async with sessions() as session:
+        assert (await session.get(TenantRow, "acme")).gpu_quota == 48
+
+
+async def test_a_cordon_survives_reapplying_the_same_file(sessions, examples_dir: Path) -> None:
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+        (await session.get(NodeRow, "j22u05")).status = "CORDONED"
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    async with sessions() as session:
+        assert (await session.get(NodeRow, "j22u05")).status == "CORDONED"
+
+
+def _without_metal_cluster(examples_dir: Path) -> str:
+    text = (examples_dir / "fleet.yaml").read_text()
+    start = text.index("---\napiVersion: berth.dev/v1alpha1\nkind: InferenceCluster\nmetadata:\n  name: use1-metal")
+    end = text.index("---", start + 3)
+    return text[:start] + text[end:]
+
+
+async def test_objects_missing_from_the_file_are_kept_unless_pruned(sessions, examples_dir: Path) -> None:
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    smaller = parse_fleet([("fleet.yaml", _without_metal_cluster(examples_dir))])
+
+    async with sessions.begin() as session:
+        kept = await apply_fleet(session, smaller)
+    assert ("InferenceCluster", "use1-metal", "kept") in {(c.kind, c.name, c.action) for c in kept.changes}
+    assert "apply with --prune" in kept.summary()
+    assert (await _counts(sessions))["nodes"] == 8
+
+    async with sessions.begin() as session:
+        pruned = await apply_fleet(session, smaller, prune=True)
+    assert ("InferenceCluster", "use1-metal", "deleted") in {(c.kind, c.name, c.action) for c in pruned.changes}
+    counts = await _counts(sessions)
+    assert counts["clusters"] == 2 and counts["nodes"] == 6 and counts["node_resource_slots"] == 40
+
+
+async def test_pruning_capacity_with_an_active_claim_is_refused_and_changes_nothing(sessions, examples_dir: Path) -> None:
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+        session.add(AllocationRow(id="bm-1", tenant="acme", state="active", shape="baremetal", gpu_count=8,
+                                  request={}, workflow_id="allocation/bm-1"))  # fmt: skip
+        slot = (await session.scalars(select(SlotRow).where(SlotRow.node_id == "use1-h100-01"))).first()
+        session.add(ClaimRow(allocation_id="bm-1", attempt=1, slot_id=slot.id, node_id="use1-h100-01", bundle={}))
+    before = await _counts(sessions)
+
+    smaller = parse_fleet([("fleet.yaml", _without_metal_cluster(examples_dir))])
+    with pytest.raises(ApplyRefused, match=r"node use1-h100-01 has 1 active claim\(s\) by allocation\(s\) bm-1"):
+        async with sessions.begin() as session:
+            await apply_fleet(session, smaller, prune=True)
+    assert await _counts(sessions) == before
+
+
+async def test_two_slots_can_swap_fabric_vfs_in_one_apply(sessions, examples_dir: Path) -> None:
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    text = (examples_dir / "fleet.yaml").read_text()
+    swapped = text.replace('fabricVfPci: "0000:1a:00.2"', "SWAP").replace(
+        'fabricVfPci: "0000:3a:00.2"', 'fabricVfPci: "0000:1a:00.2"').replace("SWAP", 'fabricVfPci: "0000:3a:00.2"')  # fmt: skip
+    async with sessions.begin() as session:
+        result = await apply_fleet(session, parse_fleet([("fleet.yaml", swapped)]))
+    assert {c.name for c in result.changes} == {"j22u05/0", "j22u05/1"}
