@@ -1,1 +1,139 @@
-"""Worker entry point."""
+"""Berth's Temporal workers.
+
+    python worker.py control                 workflows and control activities on `berth.control`
+    python worker.py node --node-id NODE     one GPU host's agent on `berth.node.NODE` (activities only)
+
+(also `berth worker control` and `berth worker node --node-id NODE`). Both stop gracefully on SIGTERM or Ctrl-C:
+running activities get time to finish before the process leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.control.claims import ClaimActivities
+from activities.control.placement import PlacementActivities
+from activities.control.records import RecordActivities
+from activities.node.agent import NodeAgent
+from activities.node.leases import LeaseStore
+from activities.node.simulated import SimulatedTopology, SimulatedVmDriver
+from fleet.loader import load_fleet
+from workflows.allocation import AllocationWorkflow
+from workflows.recovery import SlotRecoveryWorkflow
+from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
+from workflows.task_queues import CONTROL_QUEUE, NODE_QUEUE_PREFIX
+
+
+class MissingSearchAttributes(RuntimeError):
+    pass
+
+
+async def check_search_attributes(client: Client) -> None:
+    """Refuse to start against a server without Berth's search attributes: the UI would silently lose them."""
+    response = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
+    missing = [key.name for key in SEARCH_ATTRIBUTES if key.name not in response.custom_attributes]
+    if missing:
+        raise MissingSearchAttributes(
+            f"the Temporal namespace {client.namespace!r} lacks the search attributes {', '.join(missing)}; register "
+            "them, e.g. `temporal operator search-attribute create --name BerthState --type Keyword` (BerthGpuCount "
+            "is Int, the others Keyword)"
+        )
+
+
+def control_activities(sessions: async_sessionmaker[AsyncSession]) -> list[object]:
+    return [
+        *PlacementActivities(sessions).activities(),
+        *ClaimActivities(sessions).activities(),
+        *RecordActivities(sessions).activities(),
+    ]
+
+
+def control_worker(
+    client: Client, sessions: async_sessionmaker[AsyncSession], task_queue: str = CONTROL_QUEUE
+) -> Worker:
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[AllocationWorkflow, SlotRecoveryWorkflow],
+        activities=control_activities(sessions),
+        graceful_shutdown_timeout=timedelta(seconds=10),
+    )
+
+
+def simulated_agent(fleet_file: Path, node_id: str, state_dir: Path, lease_seconds: float = 120.0) -> NodeAgent:
+    """A node agent whose host is simulated from the node's entry in the fleet file."""
+    fleet = load_fleet([fleet_file])
+    node = next((n for pool in fleet.host_pools() for n in pool.nodes if n.name == node_id), None)
+    if node is None:
+        raise ValueError(f"node {node_id!r} is not in {fleet_file}")
+    home = state_dir / "nodes" / node_id
+    return NodeAgent(
+        node_id,
+        SimulatedTopology(node),
+        SimulatedVmDriver(home, node.simulation),
+        LeaseStore(home / "leases"),
+        lease_seconds=lease_seconds,
+    )
+
+
+def node_worker(
+    client: Client, agent: NodeAgent, executor: ThreadPoolExecutor, task_queue: str | None = None
+) -> Worker:
+    return Worker(
+        client,
+        task_queue=task_queue or f"{NODE_QUEUE_PREFIX}{agent.node}",
+        activities=agent.activities(),
+        activity_executor=executor,
+        max_concurrent_activities=16,
+        graceful_shutdown_timeout=timedelta(seconds=10),
+    )
+
+
+async def reap_leases(agent: NodeAgent, every_seconds: float = 10.0) -> None:
+    """Delete expired leases: a plan whose allocation never confirmed it must not hold slots for ever."""
+    while True:
+        await asyncio.to_thread(agent.leases.reap)
+        await asyncio.sleep(every_seconds)
+
+
+async def run_until_signalled(workers: Sequence[Worker], background: Sequence[asyncio.Task[None]] = ()) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with contextlib.AsyncExitStack() as stack:
+        for worker in workers:
+            await stack.enter_async_context(worker)
+        await stop.wait()
+    for task in background:
+        task.cancel()
+
+
+async def run_control(client: Client, sessions: async_sessionmaker[AsyncSession]) -> None:
+    await check_search_attributes(client)
+    await run_until_signalled([control_worker(client, sessions)])
+
+
+async def run_node(client: Client, agent: NodeAgent) -> None:
+    with ThreadPoolExecutor(max_workers=16, thread_name_prefix=f"agent-{agent.node}") as executor:
+        reaper = asyncio.create_task(reap_leases(agent))
+        await run_until_signalled([node_worker(client, agent, executor)], [reaper])
+
+
+if __name__ == "__main__":
+    from cli.worker import app
+
+    app()

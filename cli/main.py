@@ -10,6 +10,7 @@ import typer
 
 from cli import apply as apply_command
 from cli import up as up_command
+from cli import worker as worker_command
 
 app = typer.Typer(
     name="berth",
@@ -20,6 +21,7 @@ app = typer.Typer(
 )
 app.command("apply")(apply_command.apply)
 app.command("up")(up_command.up)
+app.add_typer(worker_command.app, name="worker")
 
 
 def main() -> None:

@@ -100,10 +100,8 @@ def plan_bundles(node: NodeView, request: PlanRequest, *, detail: bool = False) 
         if slot.id in picked:
             defect = None
         else:
-            defect = state_defect(slot, holder)
-            if defect is None and request.shape is CapacityShape.GPU_SLICE:
-                defect = hardware_defect(slot, vf_counts)
-            defect = defect or Reason.SLOT_NOT_CHOSEN
+            hardware = hardware_defect(slot, vf_counts) if request.shape is CapacityShape.GPU_SLICE else None
+            defect = hardware or state_defect(slot, holder) or Reason.SLOT_NOT_CHOSEN
         tally.record(defect, [str(slot.id)], lambda slot=slot: f"index {slot.index}, NUMA {slot.numa_node}, {slot.state}")
     explanation = tally.explanation()
 

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from scheduler.reasons import Reason, phrase
 
-
 _REASON_ORDER = {reason: position for position, reason in enumerate(Reason)}
 
 

@@ -8,12 +8,12 @@ selectors of one request apply to the same device).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from scheduler import cel
-from scheduler.explanation import LevelExplanation, Level, Tally
+from scheduler.explanation import Level, LevelExplanation, Tally
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
@@ -60,13 +60,13 @@ class ClusterReadyFilter:
 
 @dataclass
 class DeviceSelectorFilter:
-    """Evaluates each (selector, distinct device) pair exactly once per request: pools sharing an InferenceClass
-    share the verdict, keyed by the snapshot's canonical device text."""
+    """Every selector is evaluated against every device (no short cut), so the CEL work per request is exactly the
+    distinct (selector, device) pairs the first time, and cached lookups afterwards (`scheduler.cel` remembers
+    each outcome by device content, shared by all pools of a class)."""
 
     snapshot: Snapshot
     expressions: Sequence[str]
     errors: dict[str, str] = field(default_factory=dict)  # pool key -> why its selectors could not be evaluated
-    _outcomes: dict[tuple[int, str], bool | str] = field(default_factory=dict)  # str: the evaluation error
 
     def __post_init__(self) -> None:
         self._selectors = [cel.compile_selector(expression) for expression in self.expressions]
@@ -75,8 +75,8 @@ class DeviceSelectorFilter:
         if not self._selectors:
             return None
         error: str | None = None
-        for device, key in zip(pool.devices, self.snapshot.device_keys(pool), strict=True):
-            outcomes = [self._outcome(index, device, key) for index in range(len(self._selectors))]
+        for device in self.snapshot.devices(pool):
+            outcomes = [self._outcome(selector, device) for selector in self._selectors]
             if all(outcome is True for outcome in outcomes):
                 return None
             error = error or next((outcome for outcome in outcomes if isinstance(outcome, str)), None)
@@ -85,14 +85,13 @@ class DeviceSelectorFilter:
         self.errors[pool.key] = error
         return Reason.SELECTOR_ERROR
 
-    def _outcome(self, index: int, device: Mapping[str, object], key: str) -> bool | str:
-        memo = (index, key)
-        if memo not in self._outcomes:
-            try:
-                self._outcomes[memo] = bool(self._selectors[index].matches(device))
-            except cel.SelectorRuntimeError as exc:
-                self._outcomes[memo] = f"{self.expressions[index]!r}: {exc}"
-        return self._outcomes[memo]
+    @staticmethod
+    def _outcome(selector: cel.Selector, device: object) -> bool | str:
+        """True or False, or the runtime error's message."""
+        try:
+            return selector.matches(device)
+        except cel.SelectorRuntimeError as exc:
+            return str(exc)
 
 
 def filter_pools(

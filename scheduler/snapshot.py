@@ -10,16 +10,16 @@ Building one (the data types are in `scheduler.views`):
     )
 
 The constructor does the per-snapshot work once: each node's profile (its compatible free bundle counts, overall
-and per NUMA node) and, per pool, its nodes grouped by identical profile. Placement then judges and ranks groups,
+and per NUMA node), per pool its nodes grouped by identical profile, and each pool's devices in CEL form. Placement then judges and ranks groups,
 not nodes, so one request costs about as much on 10,000 uniform nodes as on 100.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from scheduler.cel import Device, DeviceError, prepare_device
 from scheduler.compatibility import NodeProfile, profile_of
 from scheduler.views import NodeView, PoolView, RegionView, TenantView
 
@@ -42,7 +42,7 @@ class Snapshot:
         "pools",
         "_profiles",
         "_groups",
-        "_device_keys",
+        "_devices",
         "_by_region",
         "_pools_of",
     )
@@ -61,7 +61,7 @@ class Snapshot:
         self.pools: tuple[PoolView, ...] = tuple(sorted(pools, key=lambda p: p.key))
         self._profiles: dict[str, NodeProfile] = {name: profile_of(node) for name, node in self.nodes.items()}
         self._groups: dict[str, tuple[NodeGroup, ...]] = {}
-        self._device_keys: dict[str, tuple[str, ...]] = {}
+        self._devices: dict[str, tuple[Device | Mapping[str, object], ...]] = {}
         self._by_region: dict[str, list[PoolView]] = {}
         self._pools_of: dict[str, list[PoolView]] = {}
         for pool in self.pools:
@@ -69,7 +69,7 @@ class Snapshot:
             if missing:
                 raise ValueError(f"pool {pool.key} names nodes that are not in the snapshot: {', '.join(missing)}")
             self._groups[pool.key] = self._group(pool.nodes)
-            self._device_keys[pool.key] = tuple(json.dumps(d, sort_keys=True) for d in pool.devices)
+            self._devices[pool.key] = tuple(_prepared(device) for device in pool.devices)
             self._by_region.setdefault(pool.region, []).append(pool)
             for name in pool.nodes:
                 self._pools_of.setdefault(name, []).append(pool)
@@ -92,6 +92,14 @@ class Snapshot:
     def profile(self, node: str) -> NodeProfile:
         return self._profiles[node]
 
-    def device_keys(self, pool: PoolView) -> tuple[str, ...]:
-        """A canonical text per device of the pool, so pools sharing an InferenceClass share CEL verdicts."""
-        return self._device_keys[pool.key]
+    def devices(self, pool: PoolView) -> tuple[Device | Mapping[str, object], ...]:
+        """The pool's GPU devices, converted for CEL once per snapshot rather than once per request."""
+        return self._devices[pool.key]
+
+
+def _prepared(device: Mapping[str, object]) -> Device | Mapping[str, object]:
+    """A malformed device stays as published: selectors then fail on it, per pool, with the device's fault."""
+    try:
+        return prepare_device(device)
+    except DeviceError:
+        return device

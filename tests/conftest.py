@@ -14,6 +14,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -91,17 +92,33 @@ def sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
 
 @pytest.fixture(scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
+    """One dev server for the session, with per-workflow time skipping available (TEMPORAL.md: v2). Workflows
+    started through `temporal_env.client` skip timers; those started through `temporal_client` run in real time."""
+    env = await WorkflowEnvironment.start_time_skipping_v2(
         dev_server_existing_path=temporal_binary(),
         data_converter=pydantic_data_converter,
         search_attributes=SEARCH_ATTRIBUTES,
-        dev_server_extra_args=dev_server_dynamic_config(),
+        dev_server_extra_args=[
+            *dev_server_dynamic_config(),
+            "--dynamic-config-value",
+            "frontend.WorkflowTimeSkippingEnabled=true",
+        ],
         ip="127.0.0.1",
     )
     try:
         yield env
     finally:
         await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
+    """A plain client to the session's server: workflows it starts run in real time."""
+    return await Client.connect(
+        temporal_env.client.service_client.config.target_host,
+        namespace=temporal_env.client.namespace,
+        data_converter=pydantic_data_converter,
+    )
 
 
 @pytest.fixture

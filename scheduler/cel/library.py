@@ -14,6 +14,7 @@ TypeError when no overload fits the run-time types (cel-python reports that as "
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -100,7 +101,7 @@ def cel_equal(left: Any, right: Any) -> bool:
     numbers compare by value across int, uint and double."""
     left_type, right_type = type_name(left), type_name(right)
     if left_type != right_type:
-        return left_type in _NUMERIC_NAMES and right_type in _NUMERIC_NAMES and left == right
+        return left_type in _NUMERIC_NAMES and right_type in _NUMERIC_NAMES and _number(left) == _number(right)
     if isinstance(left, celtypes.ListType):
         return len(left) == len(right) and all(cel_equal(a, b) for a, b in zip(left, right, strict=True))
     if isinstance(left, celtypes.MapType):
@@ -136,6 +137,31 @@ def _number(value: Any) -> int | float:
     return float(value) if isinstance(value, celtypes.DoubleType) else int(value)
 
 
+def _erring(function: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """An operator that passes an error operand through, as cel-python's own operators do."""
+
+    @functools.wraps(function)
+    def guarded(left: Any, right: Any) -> Any:
+        if isinstance(left, CELEvalError):
+            return left
+        if isinstance(right, CELEvalError):
+            return right
+        return function(left, right)
+
+    return guarded
+
+
+@_erring
+def _equal(left: Any, right: Any) -> celtypes.BoolType:
+    return celtypes.BoolType(cel_equal(left, right))
+
+
+@_erring
+def _not_equal(left: Any, right: Any) -> celtypes.BoolType:
+    return celtypes.BoolType(not cel_equal(left, right))
+
+
+@_erring
 def _in(item: Any, container: Any) -> celtypes.BoolType:
     if isinstance(container, celtypes.ListType):
         return celtypes.BoolType(any(cel_equal(item, element) for element in container))
@@ -256,18 +282,21 @@ def _as_integer(receiver: Any) -> Any:
 
 @dataclass(frozen=True)
 class Function:
+    """A callable name: what the checker may accept, and what the evaluator runs."""
+
     overloads: tuple[Overload, ...]
     # None: cel-python's builtin of the same name already behaves as Kubernetes does.
     implementation: Callable[..., Any] | None = None
 
 
-def _same_type_pairs(result: CelType, types: tuple[CelType, ...]) -> tuple[Overload, ...]:
-    return tuple(_global(result, each, each) for each in types)
+def _closed(*types: CelType) -> tuple[Overload, ...]:
+    """Binary overloads taking two values of a type and giving one back (`int + int -> int`)."""
+    return tuple(_global(each, each, each) for each in types)
 
 
-_ORDERED = (BOOL, STRING, BYTES, TIMESTAMP, DURATION)
-_NUMERIC_PAIRS = tuple(_global(BOOL, left, right) for left in NUMERIC for right in NUMERIC)
-_RELATION = Function(_same_type_pairs(BOOL, _ORDERED) + _NUMERIC_PAIRS)
+_RELATIONS = tuple(_global(BOOL, each, each) for each in (BOOL, STRING, BYTES, TIMESTAMP, DURATION)) + tuple(
+    _global(BOOL, left, right) for left in NUMERIC for right in NUMERIC
+)
 _TIMESTAMP_PARTS = (_member(INT, TIMESTAMP), _member(INT, TIMESTAMP, STRING))
 _CLOCK_PARTS = _TIMESTAMP_PARTS + (_member(INT, DURATION),)
 
@@ -278,12 +307,7 @@ FUNCTIONS: dict[str, Function] = {
     "!_": Function((_global(BOOL, BOOL),)),
     "-_": Function((_global(INT, INT), _global(DOUBLE, DOUBLE), _global(DURATION, DURATION))),
     "_+_": Function(
-        _same_type_pairs(INT, (INT,))
-        + _same_type_pairs(UINT, (UINT,))
-        + _same_type_pairs(DOUBLE, (DOUBLE,))
-        + _same_type_pairs(STRING, (STRING,))
-        + _same_type_pairs(BYTES, (BYTES,))
-        + _same_type_pairs(ANY_LIST, (ANY_LIST,))
+        _closed(*NUMERIC, STRING, BYTES, ANY_LIST)
         + (
             _global(TIMESTAMP, TIMESTAMP, DURATION),
             _global(TIMESTAMP, DURATION, TIMESTAMP),
@@ -291,22 +315,22 @@ FUNCTIONS: dict[str, Function] = {
         )
     ),
     "_-_": Function(
-        tuple(_global(each, each, each) for each in NUMERIC)
+        _closed(*NUMERIC)
         + (
             _global(DURATION, TIMESTAMP, TIMESTAMP),
             _global(TIMESTAMP, TIMESTAMP, DURATION),
             _global(DURATION, DURATION, DURATION),
         )
     ),
-    "_*_": Function(tuple(_global(each, each, each) for each in NUMERIC)),
-    "_/_": Function(tuple(_global(each, each, each) for each in NUMERIC)),
-    "_%_": Function(tuple(_global(each, each, each) for each in (INT, UINT))),
-    "_<_": Function(_RELATION.overloads, _relation("_<_")),
-    "_<=_": Function(_RELATION.overloads, _relation("_<=_")),
-    "_>_": Function(_RELATION.overloads, _relation("_>_")),
-    "_>=_": Function(_RELATION.overloads, _relation("_>=_")),
-    "_==_": Function((), lambda left, right: celtypes.BoolType(cel_equal(left, right))),
-    "_!=_": Function((), lambda left, right: celtypes.BoolType(not cel_equal(left, right))),
+    "_*_": Function(_closed(*NUMERIC)),
+    "_/_": Function(_closed(*NUMERIC)),
+    "_%_": Function(_closed(INT, UINT)),
+    "_<_": Function(_RELATIONS, _relation("_<_")),
+    "_<=_": Function(_RELATIONS, _relation("_<=_")),
+    "_>_": Function(_RELATIONS, _relation("_>_")),
+    "_>=_": Function(_RELATIONS, _relation("_>=_")),
+    "_==_": Function((), _equal),
+    "_!=_": Function((), _not_equal),
     "_in_": Function((), _in),
     # cel-go's standard library, as far as cel-python provides it.
     "size": Function(

@@ -8,9 +8,12 @@ the helpers live here once.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+import celpy
 import lark
-from celpy.celparser import CELParseError, CELParser
-from lark.exceptions import UnexpectedCharacters, UnexpectedToken
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from scheduler.cel.errors import SelectorCompileError
 
@@ -33,24 +36,43 @@ _PASS_THROUGH = frozenset(
 Node = lark.Tree | lark.Token
 
 
+def _keyword_literal(token: lark.Token) -> lark.Token:
+    """`true` and `false` lex as identifiers first; retype them, keeping their position (cel-python's
+    own parser drops it, which would leave `true && x` without line and column)."""
+    if token.value in ("true", "false"):
+        return lark.Token.new_borrow_pos("BOOL_LIT", token.value, token)
+    return token
+
+
+# cel-python's grammar and parser settings, with positions kept on every token.
+_PARSER = lark.Lark(
+    (Path(celpy.__file__).parent / "cel.lark").read_text(),
+    parser="lalr",
+    start="expr",
+    g_regex_flags=re.M,
+    lexer_callbacks={"IDENT": _keyword_literal},
+    propagate_positions=True,
+    maybe_placeholders=False,
+    priority="invert",
+)
+
+
 def parse(expression: str) -> lark.Tree:
     """The syntax tree of `expression`, or a SelectorCompileError at the offending position."""
     try:
-        return CELParser().parse(expression)
-    except CELParseError as error:
-        raise SelectorCompileError(
-            expression, error.line or 1, error.column or 1, f"Syntax error: {_describe(error)}"
-        ) from None
+        return _PARSER.parse(expression)
+    except UnexpectedInput as error:
+        line, column = max(error.line, 1), max(error.column, 1)
+        raise SelectorCompileError(expression, line, column, f"Syntax error: {_describe(error)}") from None
 
 
-def _describe(error: CELParseError) -> str:
-    cause = error.__context__
-    if isinstance(cause, UnexpectedToken):
-        if cause.token.type == "$END":
+def _describe(error: UnexpectedInput) -> str:
+    if isinstance(error, UnexpectedToken):
+        if error.token.type == "$END":
             return "unexpected end of expression"
-        return f"unexpected {cause.token.value!r}"
-    if isinstance(cause, UnexpectedCharacters):
-        return f"unexpected character {cause.char!r}"
+        return f"unexpected {error.token.value!r}"
+    if isinstance(error, UnexpectedCharacters):
+        return f"unexpected character {error.char!r}"
     return "invalid expression"
 
 
@@ -87,8 +109,7 @@ def position(node: Node) -> tuple[int, int]:
     """1-based (line, column) of a node or token."""
     if isinstance(node, lark.Token):
         return node.line or 1, node.column or 1
-    meta = node.meta
-    return getattr(meta, "line", 1), getattr(meta, "column", 1)
+    return getattr(node.meta, "line", 1), getattr(node.meta, "column", 1)
 
 
 def depth(node: lark.Tree) -> int:
@@ -99,3 +120,12 @@ def depth(node: lark.Tree) -> int:
         deepest = max(deepest, level)
         stack.extend((child, level + 1) for child in current.children if isinstance(child, lark.Tree))
     return deepest
+
+
+def position_after(node: lark.Tree, expression: str) -> tuple[int, int]:
+    """1-based (line, column) of the first character after `node`: where a binary operator stands."""
+    offset = getattr(node.meta, "end_pos", 0)
+    while offset < len(expression) and expression[offset].isspace():
+        offset += 1
+    line = expression.count("\n", 0, offset) + 1
+    return line, offset - (expression.rfind("\n", 0, offset) + 1) + 1

@@ -1,0 +1,176 @@
+"""The typed messages that cross the Temporal boundary between the allocation workflow and its activities.
+
+One pydantic model per activity argument and result (TEMPORAL.md), shared by the control worker and the node
+agents, so both sides of every call agree on its shape.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from scheduler.bundles import Bundle
+from scheduler.explanation import Explanation
+from scheduler.nodes import Candidate
+from scheduler.request import CapacityShape, NumaPolicy, PlacementRequest
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+# Control side --------------------------------------------------------------------------------------------------
+
+
+class RegionChoice(Model):
+    region: str | None
+    refusal_code: str | None = None
+    refusal_message: str | None = None
+    explanation: Explanation | None = None
+
+
+class CandidateList(Model):
+    candidates: list[Candidate] = Field(default_factory=list)
+    refusal_code: str | None = None
+    refusal_message: str | None = None
+    explanation: Explanation | None = None
+
+
+class FindCandidatesInput(Model):
+    allocation_id: str
+    request: PlacementRequest
+    region: str
+
+
+class ClaimInput(Model):
+    allocation_id: str
+    attempt: int
+    node: str
+    tenant: str
+    gpu_count: int
+    bundles: list[Bundle]
+
+
+class ReleaseClaimsInput(Model):
+    allocation_id: str
+    attempt: int | None = None  # None: every active claim of the allocation
+
+
+class QuarantineInput(Model):
+    allocation_id: str
+    attempt: int
+    node: str
+    slot_indexes: list[int]
+    reason: str
+
+
+class SlotsInput(Model):
+    node: str
+    slot_indexes: list[int]
+
+
+class AllocationRecord(Model):
+    """Creates the allocation's row the first time it is seen; later calls change nothing."""
+
+    allocation_id: str
+    tenant: str
+    request: PlacementRequest
+    workflow_id: str
+    request_body: dict[str, object] = Field(default_factory=dict)
+
+
+class StateChange(Model):
+    """One step of the story: mirrored into the allocations row and appended to allocation_events."""
+
+    allocation_id: str
+    run_id: str
+    state: str
+    step: str
+    attempt: int | None = None
+    node: str | None = None
+    region: str | None = None
+    pool: str | None = None
+    reason: str | None = None
+    detail: dict[str, object] = Field(default_factory=dict)
+
+
+# Node side -----------------------------------------------------------------------------------------------------
+
+
+class PlanInput(Model):
+    allocation_id: str
+    attempt: int
+    gpu_count: int
+    shape: CapacityShape
+    numa_policy: NumaPolicy = NumaPolicy.PREFERRED
+
+
+class PlanOutcome(Model):
+    """A leased plan, or the node scheduler's topology-specific refusal."""
+
+    node: str
+    bundles: list[Bundle] = Field(default_factory=list)
+    lease_expires_at: datetime | None = None
+    refusal_code: str | None = None
+    refusal_message: str | None = None
+
+    @property
+    def slot_indexes(self) -> list[int]:
+        return [b.slot_index for b in self.bundles]
+
+
+class LeaseRef(Model):
+    allocation_id: str
+    node: str
+
+
+class VmSpec(Model):
+    allocation_id: str
+    node: str
+    bundles: list[Bundle]
+    image: str | None = None
+    ssh_public_keys: list[str] = Field(default_factory=list)
+
+
+class VmInfo(Model):
+    allocation_id: str
+    node: str
+    vm_id: str
+    private_ips: list[str] = Field(default_factory=list)
+
+
+class ReadinessInput(Model):
+    allocation_id: str
+    node: str
+    gpu_count: int
+    poll_seconds: float = 0.25
+    window_seconds: float = 5.0
+
+
+class Readiness(Model):
+    """The three readiness gates of seed 004; `ready` when all pass."""
+
+    ssh: bool
+    cloud_init: bool
+    nvidia_smi: bool
+    detail: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.ssh and self.cloud_init and self.nvidia_smi
+
+    def pending(self) -> list[str]:
+        gates = {"SSH port": self.ssh, "cloud-init": self.cloud_init, "nvidia-smi": self.nvidia_smi}
+        return [name for name, passed in gates.items() if not passed]
+
+
+class TeardownInput(Model):
+    allocation_id: str
+    node: str
+    slot_indexes: list[int] = Field(default_factory=list)
+
+
+class TeardownResult(Model):
+    vm_destroyed: bool
+    wiped_slots: list[int]

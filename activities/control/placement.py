@@ -1,0 +1,51 @@
+"""Control-side placement activities: thin adapters that read a fresh snapshot and ask the pure scheduler."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+
+from activities.contracts import CandidateList, FindCandidatesInput, RegionChoice
+from scheduler import cluster, region
+from scheduler.explanation import Explanation
+from store.snapshot import load_snapshot
+
+
+class PlacementActivities:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.sessions = sessions
+
+    @activity.defn(name="select_region")
+    async def select_region(self, request: FindCandidatesInput) -> RegionChoice:
+        """Region level of seed 004: tenant policy, quota headroom, region status, product and price."""
+        async with self.sessions() as session:
+            snapshot = await load_snapshot(session, exclude_allocation=request.allocation_id)
+        decision = region.select_region(snapshot, request.request)
+        explanation = Explanation(
+            summary=decision.refusal.message if decision.refusal else f"region {decision.region}",
+            levels=list(decision.levels),
+        )
+        if decision.refusal is not None:
+            return RegionChoice(
+                region=None,
+                refusal_code=str(decision.refusal.code),
+                refusal_message=decision.refusal.message,
+                explanation=explanation,
+            )
+        return RegionChoice(region=decision.region, explanation=explanation)
+
+    @activity.defn(name="find_candidates")
+    async def find_candidates(self, request: FindCandidatesInput) -> CandidateList:
+        """Cluster level: pool eligibility and ranked candidate nodes (the chosen one plus alternates)."""
+        async with self.sessions() as session:
+            snapshot = await load_snapshot(session, exclude_allocation=request.allocation_id)
+        decision = cluster.find_candidates(snapshot, request.request, request.region)
+        levels = list(decision.levels)
+        summary = levels[-1].summary if levels else ""
+        if decision.refusal is not None:
+            return CandidateList(
+                refusal_code=str(decision.refusal.code),
+                refusal_message=decision.refusal.message,
+                explanation=Explanation(summary=decision.refusal.message, levels=levels),
+            )
+        return CandidateList(candidates=decision.candidates, explanation=Explanation(summary=summary, levels=levels))

@@ -1,0 +1,160 @@
+"""The node agent's activities: plan under a lease, create the VM, wait for readiness, tear down and wipe.
+
+The agent is the host-local authority of seed 004. It never trusts the control plane's picture of its host: every
+plan starts from what the topology driver discovers now, overlaid with the host's own live leases and VMs, and is
+decided by the same pure planner (`scheduler.bundles.plan_bundles`) the control plane previews with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from datetime import UTC, datetime, timedelta
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.contracts import (
+    LeaseRef,
+    PlanInput,
+    PlanOutcome,
+    Readiness,
+    ReadinessInput,
+    TeardownInput,
+    TeardownResult,
+    VmInfo,
+    VmSpec,
+)
+from activities.node.drivers import TopologyDriver, VmCreateError, VmDriver
+from activities.node.leases import Lease, LeaseStore
+from scheduler.bundles import plan_bundles
+from scheduler.request import PlanRequest
+from scheduler.views import NodeView, SlotState
+
+LEASE_LOST = "LeaseLost"
+VM_CREATE_FAILED = "VmCreateFailed"
+
+
+class NodeAgent:
+    def __init__(
+        self, node: str, topology: TopologyDriver, vms: VmDriver, leases: LeaseStore, lease_seconds: float = 120.0
+    ) -> None:
+        self.node = node
+        self.topology = topology
+        self.vms = vms
+        self.leases = leases
+        self.lease_seconds = lease_seconds
+
+    def host_view(self, now: datetime) -> NodeView:
+        """Discovered topology, with slots held by live leases or by VMs marked as such."""
+        holders: dict[int, tuple[SlotState, str]] = {}
+        for lease in self.leases.read_all():
+            if lease.live(now):
+                for bundle in lease.devices:
+                    holders[bundle.slot_index] = (SlotState.LEASED, lease.allocation_id)
+        for vm in self.vms.list():
+            for index in vm.slot_indexes:
+                holders[index] = (SlotState.CLAIMED, vm.allocation_id)
+        view = self.topology.discover()
+        slots = tuple(
+            dataclasses.replace(slot, state=holders[slot.index][0], holder=holders[slot.index][1])
+            if slot.index in holders
+            else slot
+            for slot in view.slots
+        )
+        return dataclasses.replace(view, slots=slots)
+
+    @activity.defn(name="plan_bundles")
+    def plan(self, request: PlanInput) -> PlanOutcome:
+        """Pick bundles and lease them, or refuse with the node scheduler's reason. Idempotent per allocation."""
+        now = datetime.now(UTC)
+        with self.leases.locked():
+            held = self.leases.get(request.allocation_id)
+            if held is not None and held.live(now):
+                return PlanOutcome(node=self.node, bundles=held.devices, lease_expires_at=held.expires_at)
+            result = plan_bundles(
+                self.host_view(now),
+                PlanRequest(
+                    allocation_id=request.allocation_id,
+                    gpu_count=request.gpu_count,
+                    shape=request.shape,
+                    numa_policy=request.numa_policy,
+                ),
+            )
+            if result.plan is None:
+                assert result.refusal is not None
+                return PlanOutcome(
+                    node=self.node, refusal_code=str(result.refusal.code), refusal_message=result.refusal.message
+                )
+            info = activity.info()
+            lease = Lease(
+                allocation_id=request.allocation_id,
+                task_id=f"{info.workflow_run_id}/{info.activity_id}",
+                node=self.node,
+                slot_ids=[str(b.slot_id) for b in result.plan.bundles],
+                devices=result.plan.bundles,
+                expires_at=now + timedelta(seconds=self.lease_seconds),
+            )
+            self.leases.write(lease)
+        return PlanOutcome(node=self.node, bundles=lease.devices, lease_expires_at=lease.expires_at)
+
+    @activity.defn(name="release_lease")
+    def release_lease(self, ref: LeaseRef) -> bool:
+        return self.leases.release(ref.allocation_id)
+
+    @activity.defn(name="create_vm")
+    def create_vm(self, spec: VmSpec) -> VmInfo:
+        """Create the VM from an accepted plan. The plan's lease must still be held: the executor never invents a
+        placement, and a lease that expired may already have been handed to someone else."""
+        existing = self.vms.get(spec.allocation_id)
+        if existing is None:
+            lease = self.leases.get(spec.allocation_id)
+            wanted = sorted(b.slot_index for b in spec.bundles)
+            if lease is None or not lease.live(datetime.now(UTC)):
+                raise ApplicationError(
+                    f"the lease for {spec.allocation_id} on {self.node} is no longer held (expired or released)",
+                    type=LEASE_LOST,
+                    non_retryable=True,
+                )
+            if sorted(b.slot_index for b in lease.devices) != wanted:
+                raise ApplicationError(
+                    f"the plan's slots {wanted} do not match the lease on {self.node}",
+                    type=LEASE_LOST,
+                    non_retryable=True,
+                )
+            activity.heartbeat("creating")
+            try:
+                existing = self.vms.create(spec)
+            except VmCreateError as exc:
+                raise ApplicationError(str(exc), type=VM_CREATE_FAILED, non_retryable=True) from exc
+        # The VM now holds the slots on this host; the lease has done its job.
+        self.leases.release(spec.allocation_id)
+        return VmInfo(
+            allocation_id=spec.allocation_id, node=self.node, vm_id=existing.vm_id, private_ips=existing.private_ips
+        )
+
+    @activity.defn(name="wait_ready")
+    def wait_ready(self, request: ReadinessInput) -> Readiness:
+        """Probe the gates until they pass or the window closes, heartbeating each probe; the workflow bounds the
+        total wait with its own readiness timeout and calls again."""
+        deadline = time.monotonic() + request.window_seconds
+        while True:
+            report = self.vms.readiness(request.allocation_id, request.gpu_count)
+            activity.heartbeat(report.model_dump())
+            if report.ready or time.monotonic() >= deadline:
+                return report
+            time.sleep(request.poll_seconds)
+
+    @activity.defn(name="destroy_vm")
+    def destroy_vm(self, request: TeardownInput) -> TeardownResult:
+        """Destroy the VM and wipe its slots, then drop any lease left. Idempotent: a second call finds nothing."""
+        vm = self.vms.get(request.allocation_id)
+        slots = sorted(set(request.slot_indexes) | set(vm.slot_indexes if vm else []))
+        destroyed = self.vms.destroy(request.allocation_id)
+        if slots:
+            self.vms.wipe(slots)
+        self.leases.release(request.allocation_id)
+        return TeardownResult(vm_destroyed=destroyed, wiped_slots=slots)
+
+    def activities(self) -> list[object]:
+        return [self.plan, self.release_lease, self.create_vm, self.wait_ready, self.destroy_vm]

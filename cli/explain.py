@@ -1,0 +1,149 @@
+"""`berth explain -f FLEET`: would this allocation be placed, where, and if not, why not; offline, from files.
+
+Runs the same scheduling pass as the API's dry-run explain, over a snapshot built from the fleet file. The file may
+also hold `kind: SlotState` documents (see scheduler/slot_state.py) to ask what-if questions about claimed, leased
+or quarantined slots. Output is a Rich report, or with `--output json` the `PlacementResult` JSON documented in
+scheduler/README.md. Any error is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from fleet.errors import FleetError
+from fleet.fleet import Fleet
+from fleet.loader import parse_fleet
+from scheduler.cel import SelectorCompileError
+from scheduler.from_fleet import snapshot_from_fleet
+from scheduler.placement import PlacementResult, schedule
+from scheduler.reasons import phrase
+from scheduler.request import CapacityShape, PlacementRequest
+from scheduler.slot_state import SlotStateDocument
+
+
+class Output(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+class _BadInput(Exception):
+    """Something the user can fix; reported as one line."""
+
+
+# --- TEMPORARY (until fleet.loader accepts `kind: SlotState`): split SlotState documents out of the file and
+# hand the rest to the fleet loader. Replaced SlotState documents become empty ones, so the loader's document
+# numbers in error messages still match the file.
+def _load(path: Path) -> tuple[Fleet, list[SlotStateDocument]]:
+    try:
+        documents: list[Any] = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+    except OSError as exc:
+        raise _BadInput(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise _BadInput(f"{path}: is not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
+    states: list[SlotStateDocument] = []
+    rest: list[Any] = []
+    for number, document in enumerate(documents, start=1):
+        if isinstance(document, dict) and document.get("kind") == "SlotState":
+            try:
+                states.append(SlotStateDocument.model_validate(document))
+            except ValidationError as exc:
+                first = exc.errors(include_url=False)[0]
+                field = ".".join(str(part) for part in first["loc"])
+                raise _BadInput(f"{path} document {number} SlotState: {field}: {first['msg']}") from None
+            rest.append(None)
+        else:
+            rest.append(document)
+    try:
+        return parse_fleet([(str(path), yaml.safe_dump_all(rest))]), states
+    except FleetError as exc:
+        raise _BadInput("; ".join(str(problem) for problem in exc.problems)) from None
+
+
+# --- end TEMPORARY
+
+
+def explain(
+    file: Annotated[Path, typer.Option("--file", "-f", help="Fleet file (YAML), optionally with SlotState documents.")],
+    gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs requested.")],
+    product: Annotated[str | None, typer.Option("--product", help="GPU product, e.g. H200.")] = None,
+    shape: Annotated[CapacityShape, typer.Option("--shape", help="gpu_slice or baremetal.")] = CapacityShape.GPU_SLICE,
+    region: Annotated[str | None, typer.Option("--region", help="Region; unset lets the scheduler choose.")] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Apply this tenant's policy and quota.")] = None,
+    selector: Annotated[
+        list[str] | None, typer.Option("--selector", help="DRA CEL selector over the GPU device (repeatable).")
+    ] = None,
+    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.TEXT,
+) -> None:
+    """Explain where an allocation would be placed, or why it would not be, without any running service."""
+    try:
+        fleet, states = _load(file)
+        snapshot = snapshot_from_fleet(fleet, states)
+        request = PlacementRequest(
+            gpu_count=gpus, gpu_product=product, shape=shape, region=region, tenant=tenant, selectors=selector or []
+        )
+        result = schedule(snapshot, request, detail=True)
+    except (_BadInput, ValueError) as exc:  # ValueError: a SlotState naming slots the fleet does not have
+        _fail(str(exc))
+    except SelectorCompileError as exc:
+        _fail(f"--selector: {exc}")
+    if output is Output.JSON:
+        typer.echo(result.model_dump_json(indent=2))
+    else:
+        _render(result, gpus)
+
+
+def _fail(message: str) -> None:
+    one_line = "; ".join(line.strip() for line in message.splitlines() if line.strip())
+    typer.echo(f"error: {one_line}", err=True)
+    raise typer.Exit(code=2)
+
+
+def _render(result: PlacementResult, gpus: int) -> None:
+    console = Console()
+    if result.placed:
+        console.print(f"[bold green]Placed[/]: {result.explanation.summary}", highlight=False)
+    else:
+        assert result.refusal is not None
+        console.print(f"[bold red]Refused[/] ({result.refusal.code}): {result.refusal.message}", highlight=False)
+
+    levels = Table(title="Levels", title_justify="left")
+    for column in ("level", "in", "out", "why the rest were dropped"):
+        levels.add_column(column)
+    for level in result.explanation.levels:
+        why = ", ".join(phrase(reason, count, gpus) for reason, count in level.dropped.items())
+        levels.add_row(str(level.level), str(level.considered), str(level.passed), why)
+    console.print(levels)
+
+    if result.candidates:
+        candidates = Table(title="Candidates", title_justify="left")
+        for column in ("rank", "node", "pool", "free bundles"):
+            candidates.add_column(column)
+        for rank, candidate in enumerate(result.candidates, start=1):
+            candidates.add_row(str(rank), candidate.node, candidate.pool, str(candidate.free_bundles))
+        console.print(candidates)
+
+    if result.plan is not None:
+        plan = Table(title=f"Plan on {result.plan.node}", title_justify="left")
+        for column in ("slot", "GPU", "fabric VF", "NUMA", "NVMe", "MAC", "IP"):
+            plan.add_column(column)
+        for bundle in result.plan.bundles:
+            plan.add_row(
+                str(bundle.slot_id),
+                bundle.gpu_pci,
+                bundle.fabric_vf_pci or "-",
+                str(bundle.numa_node),
+                bundle.nvme_device or "-",
+                bundle.mac_address or "-",
+                bundle.private_ip or "-",
+            )
+        console.print(plan)

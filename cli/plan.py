@@ -1,0 +1,164 @@
+"""`berth plan -f FLEET -f DEPLOYMENT [-f REPLICAS]`: where the fleet scheduler would put a ModelDeployment's
+replicas, worked out from files alone, with no services running (as `nomad job plan` does for a job).
+
+Text output is a YAML stream: the new replicas as ModelReplica documents, so `berth plan ... > replicas.yaml`
+gives a file the next plan takes with `-f replicas.yaml`, headed by the placement and status as `#` comments.
+`--output json` prints the stable document described in scheduler/fleet/README.md. Several deployments in the
+files are planned in name order, each seeing the replicas planned before it. Exit status: 0 when every deployment
+is at least partially scheduled, 1 when one is ScheduleFailed, 2 when the files are invalid.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from cli.output import OutputFormat, fail, print_json
+from fleet.deployment import ModelDeployment
+from fleet.errors import FleetError, FleetProblem
+from fleet.fleet import Fleet
+from fleet.loader import field_path, parse_fleet
+from fleet.meta import API_VERSIONS
+from fleet.replica import ModelReplica
+from scheduler.fleet import FleetPlan, Phase, manifest_dict, replica_manifest, schedule_deployment
+
+
+def plan(
+    files: Annotated[
+        list[Path], typer.Option("--file", "-f", help="Fleet, deployment or replica file (YAML or JSON); repeatable.")
+    ],
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="text (a YAML stream) or json.")] = (
+        OutputFormat.TEXT
+    ),
+) -> None:
+    """Plan a ModelDeployment offline: the replicas kept, the new ones with cluster, index, pool and node cost,
+    the ones removed, and the status with a reason for every cluster that took no more."""
+    try:
+        fleet, deployments, replicas = _load(files)
+    except FleetError as exc:
+        fail(str(exc), code=2)
+    if not deployments:
+        fail("the files hold no ModelDeployment to plan", code=2)
+
+    results: list[tuple[FleetPlan, list[dict[str, Any]]]] = []
+    for deployment in sorted(deployments, key=lambda d: d.metadata.name):
+        result = schedule_deployment(deployment, fleet.clusters.values(), fleet.classes, replicas)
+        manifests = [replica_manifest(deployment, placement) for placement in result.new]
+        replicas = [*replicas, *manifests]
+        results.append((result, [manifest_dict(m) for m in manifests]))
+
+    if output is OutputFormat.JSON:
+        print_json({"plans": [{**r.model_dump(mode="json", by_alias=True), "newReplicas": m} for r, m in results]})
+    else:
+        typer.echo(render_text(results), nl=False)
+    if any(r.status.phase is Phase.SCHEDULE_FAILED for r, _ in results):
+        raise typer.Exit(1)
+
+
+def render_text(results: list[tuple[FleetPlan, list[dict[str, Any]]]]) -> str:
+    lines: list[str] = []
+    documents: list[dict[str, Any]] = []
+    for result, manifests in results:
+        lines.extend(_summary(result))
+        documents.extend(manifests)
+    header = "\n".join(f"# {line}".rstrip() for line in lines) + "\n"
+    if not documents:
+        return header
+    return header + yaml.safe_dump_all(documents, sort_keys=False, explicit_start=True)
+
+
+def _summary(result: FleetPlan) -> list[str]:
+    status = result.status
+    lines = [
+        f"ModelDeployment {result.deployment}: {status.phase}: {status.message}",
+        f"desired {status.desired}, available {status.available} (retained {status.retained}, new {status.new})"
+        + (f", minReplicas {status.min_replicas}" if status.min_replicas is not None else ""),
+    ]
+    if status.reason is not None:
+        lines.append(f"reason: {status.reason}")
+    rows = [("REPLICA", "CLUSTER", "INDEX", "ORIGIN", "ENGINE", "POOL", "NODES")]
+    for replica in result.replicas:
+        for position, engine in enumerate(replica.engines):
+            head = (replica.name, replica.cluster, str(replica.index), replica.origin) if position == 0 else ("",) * 4
+            rows.append((*head, engine.name, engine.pool or "-", str(engine.nodes)))
+    if len(rows) > 1:
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines.extend("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows)
+    for dropped in result.dropped:
+        lines.append(f"remove {dropped.name} ({dropped.reason}): {dropped.message}")
+    if status.clusters:
+        lines.append("clusters that took no further replica:")
+        lines.extend(f"  {c.cluster}: {c.reason}: {c.message}" for c in status.clusters)
+    lines.append("")
+    return lines
+
+
+# --- INTERIM LOADER -------------------------------------------------------------------------------------------------
+# Until fleet.loader registers ModelDeployment and ModelReplica (and Fleet gains `deployments` and `replicas`), this
+# splits those two kinds off, validates them here, and hands every other document to fleet.loader (whose problems
+# then number documents among the other kinds only). Replace `_load` by `load_fleet(files)` then.
+
+_OWN_KINDS: dict[str, type[BaseModel]] = {"ModelDeployment": ModelDeployment, "ModelReplica": ModelReplica}
+
+
+def _load(files: list[Path]) -> tuple[Fleet, list[ModelDeployment], list[ModelReplica]]:
+    fleet_sources: list[tuple[str | None, str]] = []
+    own: list[Any] = []
+    problems: list[FleetProblem] = []
+    for file in files:
+        try:
+            documents = list(yaml.safe_load_all(file.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise FleetError([FleetProblem(source=str(file), message=f"cannot be read: {exc}")]) from None
+        rest: list[Any] = []
+        for number, document in enumerate(documents, start=1):
+            items = document["items"] if isinstance(document, dict) and document.get("kind") == "List" else [document]
+            for item in items:
+                kind = item.get("kind") if isinstance(item, dict) else None
+                if kind in _OWN_KINDS:
+                    own.append(_validate(item, _OWN_KINDS[kind], str(file), number, problems))
+                elif item is not None:
+                    rest.append(item)
+        fleet_sources.append((str(file), yaml.safe_dump_all(rest)))
+    try:
+        fleet = parse_fleet(fleet_sources)
+    except FleetError as exc:
+        problems = exc.problems + problems
+    if problems:
+        raise FleetError(problems)
+    return (
+        fleet,
+        [o for o in own if isinstance(o, ModelDeployment)],
+        [o for o in own if isinstance(o, ModelReplica)],
+    )
+
+
+def _validate(
+    document: dict[str, Any], model: type[BaseModel], source: str, number: int, problems: list[FleetProblem]
+) -> BaseModel | None:
+    name = (document.get("metadata") or {}).get("name")
+    if document.get("apiVersion") not in API_VERSIONS:
+        where = FleetProblem(source=source, document=number, kind=document.get("kind"), name=name, message="")
+        problems.append(
+            where.model_copy(update={"path": "apiVersion", "message": f"must be {' or '.join(API_VERSIONS)}"})
+        )
+        return None
+    try:
+        return model.model_validate(document)
+    except ValidationError as exc:
+        problems.extend(
+            FleetProblem(
+                source=source,
+                document=number,
+                kind=document.get("kind"),
+                name=name,
+                path=field_path(e["loc"]) or None,
+                message=e["msg"].removeprefix("Value error, "),
+            )
+            for e in exc.errors(include_url=False)
+        )
+        return None

@@ -1,0 +1,172 @@
+"""Evaluating a checked selector with cel-python, patched where it differs from cel-go as Kubernetes runs it.
+
+cel-python 0.5 interprets the syntax tree directly. This subclass of its evaluator adds or changes:
+
+* `cel.bind(name, value, expr)` (cel-go's bindings extension, which Kubernetes enables for DRA): `expr` is
+  evaluated with `name` bound to `value`; an error in `value` matters only if `expr` uses it.
+* The comprehension macros (`all`, `exists`, `exists_one`, `map`, `filter`) with cel-go's semantics: `all`
+  is false if any element is false even when others err, `exists` true if any is true; ranging over a
+  non-list non-map is an error, not a Python exception.
+* Lookups fail as cel-go reports them: "no such key: name", and list indexes must be in range (cel-python
+  would accept -1).
+* `has(e.f)` is an error when `e` itself is (cel-python would say false).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import lark
+from celpy import celtypes
+from celpy.evaluation import Activation, CELEvalError, Evaluator
+
+from scheduler.cel.library import RUNTIME_FUNCTIONS, type_name
+from scheduler.cel.syntax import arguments, is_cel_bind, plain_name, unwrap
+
+# cel-python recurses through its syntax tree, about three Python frames per level; checker.MAX_DEPTH
+# keeps expressions well inside this. cel-python's own Environment raises the limit the same way.
+_RECURSION_LIMIT = 2500
+sys.setrecursionlimit(max(sys.getrecursionlimit(), _RECURSION_LIMIT))
+
+_GLOBALS = Activation(annotations={}, functions=RUNTIME_FUNCTIONS)
+
+Result = Any  # a CEL value or a CELEvalError carried as a value
+
+
+def evaluate(tree: lark.Tree, variables: dict[str, Any]) -> Any:
+    """Evaluate a checked tree; raises CELEvalError if the result is an error."""
+    return DeviceSelectorEvaluator(tree, activation=_GLOBALS).evaluate(variables)
+
+
+class DeviceSelectorEvaluator(Evaluator):
+    def sub_evaluator(self, ast: lark.Tree) -> DeviceSelectorEvaluator:
+        return DeviceSelectorEvaluator(ast, activation=self.activation)
+
+    def _scoped(self, body: lark.Tree, name: str) -> Callable[[Any], Result]:
+        """`body` as a function of one variable; errors come back as values."""
+        nested = self.sub_evaluator(body)
+
+        def run(value: Any) -> Result:
+            try:
+                return nested.evaluate({name: value})
+            except CELEvalError as error:
+                return error
+
+        return run
+
+    def member_dot(self, tree: lark.Tree) -> Result:
+        target_tree, field = tree.children
+        return self._lookup(self.visit(target_tree), celtypes.StringType(field), tree)
+
+    def member_index(self, tree: lark.Tree) -> Result:
+        target, index = self.visit_children(tree)
+        if isinstance(index, CELEvalError):
+            return index
+        return self._lookup(target, index, tree)
+
+    def _lookup(self, target: Any, key: Any, tree: lark.Tree) -> Result:
+        if isinstance(target, CELEvalError):
+            return target
+        if isinstance(target, celtypes.MapType):
+            try:
+                return target[key]
+            except KeyError:
+                return CELEvalError(f"no such key: {key}", tree=tree)
+            except TypeError:
+                return CELEvalError(f"unsupported key type: {type_name(key)}", tree=tree)
+        if isinstance(target, celtypes.ListType) and isinstance(key, celtypes.IntType | celtypes.UintType):
+            if 0 <= key < len(target):
+                return target[key]
+            return CELEvalError(f"index out of bounds: {key}", tree=tree)
+        return CELEvalError(f"no such overload: {type_name(target)}[{type_name(key)}]", tree=tree)
+
+    def macro_has_eval(self, exprlist: lark.Tree) -> Result:
+        selection = unwrap(exprlist.children[0])
+        target = self.visit(selection.children[0])
+        if isinstance(target, CELEvalError):
+            return target
+        if not isinstance(target, celtypes.MapType):
+            return CELEvalError(f"has() needs a map, not {type_name(target)}", tree=selection)
+        return celtypes.BoolType(celtypes.StringType(selection.children[1]) in target)
+
+    def member_dot_arg(self, tree: lark.Tree) -> Result:
+        name = str(tree.children[1])
+        args = arguments(tree)
+        if is_cel_bind(tree):
+            value = self.visit(args[1])
+            return self._scoped(args[2], plain_name(args[0]) or "")(value)
+        if name not in _MACROS:
+            return super().member_dot_arg(tree)
+        target = self.visit(tree.children[0])
+        if isinstance(target, CELEvalError):
+            return target
+        if not isinstance(target, celtypes.ListType | celtypes.MapType):
+            return CELEvalError(f"expected iterable type, got {type_name(target)}", tree=tree)
+        body = self._scoped(args[1], plain_name(args[0]) or "")
+        return _MACROS[name](iter(target), body, tree)
+
+
+def _quantifier(
+    decisive: bool,
+) -> Callable[[Iterator[Any], Callable[[Any], Result], lark.Tree], Result]:
+    """`all` (decisive False) or `exists` (decisive True): one decisive element settles the answer even
+    if others are errors; otherwise the first error is the answer."""
+
+    def quantify(elements: Iterator[Any], body: Callable[[Any], Result], tree: lark.Tree) -> Result:
+        error = None
+        for element in elements:
+            outcome = body(element)
+            if isinstance(outcome, celtypes.BoolType):
+                if bool(outcome) is decisive:
+                    return celtypes.BoolType(decisive)
+            elif error is None:
+                error = outcome if isinstance(outcome, CELEvalError) else _not_bool(outcome, tree)
+        return error if error is not None else celtypes.BoolType(not decisive)
+
+    return quantify
+
+
+def _not_bool(value: Any, tree: lark.Tree) -> CELEvalError:
+    return CELEvalError(f"predicate returned {type_name(value)}, not bool", tree=tree)
+
+
+def _exists_one(elements: Iterator[Any], body: Callable[[Any], Result], tree: lark.Tree) -> Result:
+    count = 0
+    for element in elements:
+        outcome = body(element)
+        if not isinstance(outcome, celtypes.BoolType):
+            return outcome if isinstance(outcome, CELEvalError) else _not_bool(outcome, tree)
+        count += bool(outcome)
+    return celtypes.BoolType(count == 1)
+
+
+def _map(elements: Iterator[Any], body: Callable[[Any], Result], tree: lark.Tree) -> Result:
+    results = []
+    for element in elements:
+        outcome = body(element)
+        if isinstance(outcome, CELEvalError):
+            return outcome
+        results.append(outcome)
+    return celtypes.ListType(results)
+
+
+def _filter(elements: Iterator[Any], body: Callable[[Any], Result], tree: lark.Tree) -> Result:
+    kept = []
+    for element in elements:
+        outcome = body(element)
+        if not isinstance(outcome, celtypes.BoolType):
+            return outcome if isinstance(outcome, CELEvalError) else _not_bool(outcome, tree)
+        if outcome:
+            kept.append(element)
+    return celtypes.ListType(kept)
+
+
+_MACROS: dict[str, Callable[[Iterator[Any], Callable[[Any], Result], lark.Tree], Result]] = {
+    "all": _quantifier(decisive=False),
+    "exists": _quantifier(decisive=True),
+    "exists_one": _exists_one,
+    "map": _map,
+    "filter": _filter,
+}

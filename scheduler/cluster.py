@@ -1,0 +1,42 @@
+"""The cluster scheduler: inside one region, the pools that can serve a request and the ranked candidate nodes.
+
+It picks nodes by how many compatible bundles they could give, never the exact GPU, VF, NVMe or MAC tuple: that is
+the node scheduler's decision, made on the host under a lease (seed 004). The workflow tries the candidates in
+order, so alternates make a node that changed under us cost one attempt, not a whole new scheduling pass.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from scheduler.explanation import LevelExplanation, Refusal
+from scheduler.nodes import Candidate, rank_nodes
+from scheduler.pools import filter_pools
+from scheduler.reasons import Reason
+from scheduler.request import PlacementRequest
+from scheduler.snapshot import Snapshot
+
+
+class CandidateDecision(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    candidates: list[Candidate]  # the chosen node first, then the alternates
+    refusal: Refusal | None
+    levels: list[LevelExplanation]
+
+
+def find_candidates(
+    snapshot: Snapshot, request: PlacementRequest, region: str, *, detail: bool = False
+) -> CandidateDecision:
+    """Refusals: `no_matching_pool` when no pool of the region serves the request; `no_compatible_bundles` when no
+    node of the matching pools could ever take it as built; `insufficient_capacity` when some could, but not now."""
+    pools, pool_level = filter_pools(snapshot, request, region, detail=detail)
+    if not pools:
+        refusal = Refusal(code=Reason.NO_MATCHING_POOL, message=f"{region}: {pool_level.summary}")
+        return CandidateDecision(candidates=[], refusal=refusal, levels=[pool_level])
+    candidates, node_level, could_fit = rank_nodes(snapshot, pools, request, detail=detail)
+    refusal = None
+    if not candidates:
+        code = Reason.INSUFFICIENT_CAPACITY if could_fit else Reason.NO_COMPATIBLE_BUNDLES
+        refusal = Refusal(code=code, message=f"{region}: {node_level.summary}")
+    return CandidateDecision(candidates=candidates, refusal=refusal, levels=[pool_level, node_level])

@@ -1,0 +1,123 @@
+"""Build a snapshot from a fleet file (and optional SlotState documents): the offline path, used by `berth explain
+-f`, the benchmark and tests. The online path builds the same views from PostgreSQL rows.
+
+Only slice and bare-metal pools enter the snapshot: Kubernetes pools serve ModelDeployments and have no slots.
+Slot ids are `<node>/<index>`. A cluster without an observed status counts as ready.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from fleet.fleet import Fleet
+from fleet.inference_class import ClaimKind
+from fleet.node import Node
+from scheduler.slot_state import SlotStateDocument
+from scheduler.snapshot import Snapshot
+from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView
+
+
+def slot_id(node: str, index: int) -> str:
+    return f"{node}/{index}"
+
+
+def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) -> Snapshot:
+    """Raises ValueError naming the first slot a SlotState document gets wrong (unknown, or listed twice)."""
+    holds = _holds(states)
+    active: Counter[str] = Counter()
+    in_flight: Counter[str] = Counter()
+    pools: list[PoolView] = []
+    nodes: list[NodeView] = []
+    for hosts in fleet.host_pools():
+        cluster, pool = hosts.cluster, hosts.pool
+        inference_class = fleet.classes.get(pool.class_name)
+        devices = inference_class.spec.devices if inference_class is not None else []
+        pools.append(
+            PoolView(
+                cluster=cluster.metadata.name,
+                name=pool.name,
+                region=cluster.spec.region or "",
+                shape=pool.shape,
+                gpu_product=pool.gpu_product,
+                nodes=tuple(node.name for node in hosts.nodes),
+                devices=tuple(device.as_cel_device() for device in devices if device.claim is ClaimKind.DRA),
+                cluster_labels=dict(cluster.metadata.labels),
+                cluster_ready=cluster.status is None or cluster.status.ready,
+            )
+        )
+        nodes.extend(_node_view(node, holds) for node in hosts.nodes)
+
+    known = {slot.id for node in nodes for slot in node.slots}
+    for slot, (state, _, tenant) in holds.items():
+        if slot not in known:
+            raise ValueError(f"SlotState: slot {slot!r} is not in the fleet (slot ids are <node>/<index>)")
+        if tenant is not None:
+            (active if state is SlotState.CLAIMED else in_flight)[tenant] += 1
+
+    tenants = [
+        TenantView(
+            name=name,
+            gpu_quota=tenant.spec.gpu_quota,
+            allowed_regions=frozenset(tenant.spec.allowed_regions) if tenant.spec.allowed_regions is not None else None,
+            required_jurisdiction=tenant.spec.required_jurisdiction,
+            active_gpus=active[name],
+            in_flight_gpus=in_flight[name],
+        )
+        for name, tenant in fleet.tenants.items()
+    ]
+    regions = [
+        RegionView(
+            name=name,
+            status=region.spec.status,
+            jurisdiction=region.spec.jurisdiction,
+            prices=dict(region.spec.prices),
+        )
+        for name, region in fleet.regions.items()
+    ]
+    return Snapshot(regions=regions, pools=pools, nodes=nodes, tenants=tenants)
+
+
+def _holds(documents: Iterable[SlotStateDocument]) -> dict[str, tuple[SlotState, str | None, str | None]]:
+    """slot id -> (state, allocation id, tenant)."""
+    holds: dict[str, tuple[SlotState, str | None, str | None]] = {}
+    entries = [
+        (slot, (hold.state, hold.id, hold.tenant))
+        for document in documents
+        for hold in document.spec.allocations
+        for slot in hold.slots
+    ] + [(slot, (SlotState.QUARANTINED, None, None)) for document in documents for slot in document.spec.quarantined]
+    for slot, hold in entries:
+        if slot in holds:
+            raise ValueError(f"SlotState: slot {slot!r} is listed twice")
+        holds[slot] = hold
+    return holds
+
+
+def _node_view(node: Node, holds: dict[str, tuple[SlotState, str | None, str | None]]) -> NodeView:
+    slots = []
+    for slot in node.slots:
+        ident = slot_id(node.name, slot.index)
+        state, holder, _ = holds.get(ident, (SlotState.FREE, None, None))
+        slots.append(
+            SlotView(
+                id=ident,
+                index=slot.index,
+                approved=slot.approved,
+                fabric_claim_mode=slot.fabric_claim_mode,
+                fabric_vf_pci=slot.fabric_vf_pci,
+                numa_node=slot.numa_node,
+                state=state,
+                holder=holder,
+                gpu_pci=slot.gpu_pci,
+                fabric_parent_pci=slot.fabric_parent_pci,
+                nvme_device=slot.nvme_device,
+                vcpus=slot.vcpus,
+                memory_mib=slot.memory_mib,
+                mac=slot.mac,
+                private_ip=str(slot.private_ip) if slot.private_ip is not None else None,
+            )
+        )
+    return NodeView(
+        name=node.name, status=node.status, slots=tuple(slots), labels=dict(node.labels), numa_nodes=node.numa_nodes
+    )

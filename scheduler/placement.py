@@ -1,0 +1,77 @@
+"""One scheduling pass over a snapshot, top to bottom: tenant and region, pools and nodes, and a preview of the
+node scheduler's plan on the chosen node.
+
+The allocation workflow calls the levels separately (`select_region`, then `find_candidates` on a fresh snapshot,
+then the node agent's own `plan_bundles`); `schedule` strings them together for the dry-run `explain` endpoint,
+the offline `berth explain` and tests, so all of them tell the same story with the same counts.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from scheduler.bundles import BundlePlan, plan_bundles
+from scheduler.cluster import find_candidates
+from scheduler.explanation import Explanation, LevelExplanation, Refusal
+from scheduler.nodes import Candidate
+from scheduler.region import select_region
+from scheduler.request import PlacementRequest, PlanRequest
+from scheduler.snapshot import Snapshot
+
+
+class PlacementResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    placed: bool
+    region: str | None
+    candidates: list[Candidate]  # chosen node first, then alternates
+    plan: BundlePlan | None  # what the chosen node's scheduler would plan, given the snapshot's view of it
+    refusal: Refusal | None
+    explanation: Explanation
+
+    @property
+    def chosen(self) -> Candidate | None:
+        return self.candidates[0] if self.candidates else None
+
+
+def _refused(region: str | None, refusal: Refusal, levels: list[LevelExplanation]) -> PlacementResult:
+    return PlacementResult(
+        placed=False,
+        region=region,
+        candidates=[],
+        plan=None,
+        refusal=refusal,
+        explanation=Explanation(summary=refusal.message, levels=levels),
+    )
+
+
+def schedule(snapshot: Snapshot, request: PlacementRequest, *, detail: bool = False) -> PlacementResult:
+    """Place `request` on `snapshot`, or say level by level why not. `detail` adds per-item verdicts."""
+    regional = select_region(snapshot, request, detail=detail)
+    levels = list(regional.levels)
+    if regional.refusal is not None:
+        return _refused(None, regional.refusal, levels)
+    assert regional.region is not None  # a decision without a refusal names its region
+
+    found = find_candidates(snapshot, request, regional.region, detail=detail)
+    levels += found.levels
+    if found.refusal is not None:
+        return _refused(regional.region, found.refusal, levels)
+
+    chosen = found.candidates[0]
+    intent = PlanRequest(gpu_count=request.gpu_count, shape=request.shape, numa_policy=request.numa_policy)
+    preview = plan_bundles(snapshot.nodes[chosen.node], intent, detail=detail)
+    levels.append(preview.explanation)
+    alternates = len(found.candidates) - 1
+    summary = (
+        f"{request.describe()} fit on node {chosen.node} in pool {chosen.pool} ({regional.region}), "
+        f"with {alternates} alternate{'s' if alternates != 1 else ''}"
+    )
+    return PlacementResult(
+        placed=True,
+        region=regional.region,
+        candidates=found.candidates,
+        plan=preview.plan,
+        refusal=None,
+        explanation=Explanation(summary=summary, levels=levels),
+    )

@@ -1,0 +1,521 @@
+"""The allocation workflow: seed 004's placement flow, made durable (DESIGN.md section 2).
+
+    1. select_region       tenant policy, quota, region status, product and price
+    2. find_candidates     a pool and ranked candidate nodes from a fresh snapshot
+    3. for each candidate  plan_bundles (node lease) -> record_claims -> create_vm -> wait_ready;
+                           a failure compensates what the attempt did, in reverse, and moves to the next node
+    4. active              hold the capacity until `release` or cancellation, then tear down
+    5. no candidate left   fail with a non-retryable SkuUnavailable naming every attempt's node and reason
+
+Every state change is mirrored to PostgreSQL (the allocation's row and its events) and to the Temporal UI (search
+attributes and the current-details story). Compensations run even when the workflow is being cancelled, and a node
+that cannot be reached for teardown gets its slots quarantined rather than blocking the allocation forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    TimeoutError,
+    TimeoutType,
+    is_cancelled_exception,
+)
+from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from activities.contracts import (
+        AllocationRecord,
+        CandidateList,
+        ClaimInput,
+        FindCandidatesInput,
+        LeaseRef,
+        PlanInput,
+        PlanOutcome,
+        QuarantineInput,
+        Readiness,
+        ReadinessInput,
+        RegionChoice,
+        ReleaseClaimsInput,
+        StateChange,
+        TeardownInput,
+        TeardownResult,
+        VmInfo,
+        VmSpec,
+    )
+    from scheduler.nodes import Candidate
+    from workflows import search_attributes as sa
+    from workflows.allocation_messages import (
+        FINAL_STATES,
+        PLACING_STATES,
+        AllocationInput,
+        AllocationStatus,
+        Attempt,
+        ReleaseRequest,
+        RetryAccepted,
+        RetryRequest,
+    )
+    from workflows.recovery import SlotRecoveryInput, SlotRecoveryWorkflow
+
+SKU_UNAVAILABLE = "SkuUnavailable"
+PLACEMENT_REFUSED = "PlacementRefused"
+QUOTA_EXCEEDED = "QuotaExceeded"
+
+CONTROL_CALL = {
+    "start_to_close_timeout": timedelta(seconds=30),
+    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10)),
+}
+
+
+class AttemptFailed(Exception):
+    """One candidate did not work out; the reason code is topology-specific where the node gave one."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _node_failure(error: ActivityError, node: str) -> AttemptFailed:
+    """Turn an activity failure on a node into an attempt's reason."""
+    cause = error.cause
+    if isinstance(cause, TimeoutError) and cause.type == TimeoutType.SCHEDULE_TO_START:
+        return AttemptFailed("agent_unreachable", f"the node agent of {node} did not pick the task up")
+    if isinstance(cause, TimeoutError):
+        return AttemptFailed("agent_timeout", f"the node agent of {node} stopped answering ({cause.type.name})")
+    if isinstance(cause, ApplicationError):
+        code = {"VmCreateFailed": "vm_create_failed", "LeaseLost": "lease_lost"}.get(cause.type or "", "node_error")
+        return AttemptFailed(code, cause.message)
+    return AttemptFailed("node_error", str(cause or error))
+
+
+async def shielded(work: Awaitable[None]) -> None:
+    """Run `work` to completion even if the workflow is cancelled meanwhile; re-raise the cancel afterwards.
+
+    Compensations and teardown must never be cut short: a half-run undo is how GPUs leak."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    task.result()
+    if cancelled:
+        raise asyncio.CancelledError()
+
+
+class Saga:
+    """Undo steps registered as the attempt goes; run newest first, shielded from cancellation."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, Callable[[], Awaitable[None]]]] = []
+
+    def add(self, name: str, undo: Callable[[], Awaitable[None]]) -> None:
+        self.steps.append((name, undo))
+
+    async def compensate(self) -> None:
+        async def undo_all() -> None:
+            while self.steps:
+                _name, undo = self.steps.pop()
+                await undo()
+
+        await shielded(undo_all())
+
+
+@workflow.defn(name="Allocation")
+class AllocationWorkflow:
+    @workflow.init
+    def __init__(self, input: AllocationInput) -> None:
+        self.input = input
+        self.status = AllocationStatus(
+            allocation_id=input.allocation_id, tenant=input.tenant, state="pending", step="accepted"
+        )
+        self.excluded: set[str] = set(input.request.exclude_nodes)
+        self.retry_requested = False
+        self.release_requested = False
+
+    # -- the flow ---------------------------------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, input: AllocationInput) -> AllocationStatus:
+        await workflow.execute_activity(
+            "open_allocation",
+            AllocationRecord(
+                allocation_id=input.allocation_id,
+                tenant=input.tenant,
+                request=input.request,
+                workflow_id=workflow.info().workflow_id,
+                request_body=input.request_body,
+            ),
+            task_queue=self.input.queues.control,
+            **CONTROL_CALL,
+        )
+        try:
+            region = await self.select_region()  # 1
+            await self.place(region)  # 2, 3 (and 5 when nothing works)
+            await self.hold_until_released()  # 4
+            await shielded(self.teardown("released", "release"))
+        except BaseException as error:
+            if is_cancelled_exception(error):
+                await shielded(self.teardown("cancelled", "cancel"))
+            elif isinstance(error, ApplicationError):
+                await self.set_state("failed", "failed", reason=error.message)
+            raise
+        return self.status
+
+    async def select_region(self) -> str:
+        await self.set_state("placing", "select_region")
+        choice: RegionChoice = await workflow.execute_activity(
+            "select_region",
+            self.placement_input(""),
+            result_type=RegionChoice,
+            task_queue=self.input.queues.control,
+            **CONTROL_CALL,
+        )
+        if choice.region is None:
+            kind = QUOTA_EXCEEDED if choice.refusal_code == "quota_exceeded" else PLACEMENT_REFUSED
+            raise ApplicationError(
+                f"{choice.refusal_code}: {choice.refusal_message}",
+                choice.explanation.model_dump(mode="json") if choice.explanation else None,
+                type=kind,
+                non_retryable=True,
+            )
+        self.status.region = choice.region
+        return choice.region
+
+    async def find_candidates(self, region: str) -> list[Candidate]:
+        found: CandidateList = await workflow.execute_activity(
+            "find_candidates",
+            self.placement_input(region),
+            result_type=CandidateList,
+            task_queue=self.input.queues.control,
+            **CONTROL_CALL,
+        )
+        if found.refusal_code is not None and not self.status.attempts:
+            raise ApplicationError(
+                f"{found.refusal_code}: {found.refusal_message}",
+                found.explanation.model_dump(mode="json") if found.explanation else None,
+                type=PLACEMENT_REFUSED,
+                non_retryable=True,
+            )
+        return found.candidates
+
+    async def place(self, region: str) -> None:
+        """Try the ranked candidates in order; when the list runs out, re-plan once on a fresh snapshot."""
+        tried: set[str] = set()
+        for _plan_round in range(2):
+            await self.set_state("placing", "find_candidates", region=region)
+            for candidate in await self.find_candidates(region):
+                if candidate.node in tried or candidate.node in self.excluded:
+                    continue
+                tried.add(candidate.node)
+                if await self.try_candidate(candidate):
+                    return
+        attempts = "; ".join(f"{a.node}: {a.reason}" for a in self.status.attempts) or "no candidate node was left"
+        raise ApplicationError(
+            f"sku_unavailable: {self.input.request.describe()} could not be placed in {region} ({attempts})",
+            [a.model_dump(mode="json") for a in self.status.attempts],
+            type=SKU_UNAVAILABLE,
+            non_retryable=True,
+        )
+
+    async def try_candidate(self, candidate: Candidate) -> bool:
+        """Run one attempt, racing it against an operator's `retry`; compensate whatever it leaves undone."""
+        attempt = Attempt(number=len(self.status.attempts) + 1, node=candidate.node, pool=candidate.pool)
+        self.status.attempts.append(attempt)
+        self.status.node, self.status.pool = candidate.node, candidate.pool
+        saga = Saga()
+        self.retry_requested = False
+        running = asyncio.ensure_future(self.attempt(attempt, saga))
+        retry = asyncio.ensure_future(workflow.wait_condition(lambda: self.retry_requested))
+        try:
+            await workflow.wait([running, retry], return_when=asyncio.FIRST_COMPLETED)
+            if running.done():
+                running.result()  # raises the attempt's failure, if any
+                attempt.outcome = "succeeded"
+                return True
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+            raise AttemptFailed("operator_retry", "abandoned by an operator's retry")
+        except AttemptFailed as failure:
+            attempt.outcome = "abandoned" if failure.code == "operator_retry" else "failed"
+            attempt.reason = f"{failure.code}: {failure.message}"
+            await self.set_state(
+                "placing", "attempt_failed", node=candidate.node, attempt=attempt, reason=attempt.reason
+            )
+            await saga.compensate()
+            self.status.node = self.status.pool = None
+            self.status.bundles = []
+            return False
+        except BaseException:
+            # Cancellation (or a failure of the whole request): stop the attempt, then undo it.
+            attempt.outcome = "cancelled"
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+            await saga.compensate()
+            raise
+        finally:
+            retry.cancel()
+
+    async def attempt(self, attempt: Attempt, saga: Saga) -> None:
+        node, timing = attempt.node, self.input.timing
+        await self.set_state("planning", "plan_bundles", node=node, attempt=attempt)
+        try:
+            plan: PlanOutcome = await self.on_node(
+                node, "plan_bundles", PlanInput(allocation_id=self.input.allocation_id, attempt=attempt.number,
+                gpu_count=self.input.request.gpu_count, shape=self.input.request.shape,
+                numa_policy=self.input.request.numa_policy), PlanOutcome,
+            )  # fmt: skip
+        except ActivityError as error:
+            raise _node_failure(error, node) from error
+        if plan.refusal_code is not None:
+            raise AttemptFailed(plan.refusal_code, plan.refusal_message or "the node refused the plan")
+        saga.add("release_lease", lambda: self.release_lease(node))
+
+        await self.set_state("claiming", "record_claims", node=node, attempt=attempt)
+        try:
+            await workflow.execute_activity(
+                "record_claims",
+                ClaimInput(allocation_id=self.input.allocation_id, attempt=attempt.number, node=node,
+                           tenant=self.input.tenant, gpu_count=self.input.request.gpu_count, bundles=plan.bundles),
+                task_queue=self.input.queues.control, **CONTROL_CALL,
+            )  # fmt: skip
+        except ActivityError as error:
+            cause = error.cause
+            if isinstance(cause, ApplicationError) and cause.type == "QuotaExceeded":
+                raise ApplicationError(cause.message, type=QUOTA_EXCEEDED, non_retryable=True) from error
+            if isinstance(cause, ApplicationError) and cause.type == "ClaimConflict":
+                raise AttemptFailed("claim_conflict", cause.message) from error
+            raise
+        saga.add("release_claims", lambda: self.release_claims(attempt.number))
+        self.status.bundles = plan.bundles
+
+        await self.set_state("provisioning", "create_vm", node=node, attempt=attempt)
+        # Registered before the create: a create cut short by a failure or a cancel may still have made a VM.
+        saga.add("destroy_vm", lambda: self.destroy_vm(node, attempt.number, plan.slot_indexes))
+        spec = VmSpec(allocation_id=self.input.allocation_id, node=node, bundles=plan.bundles,
+                      image=self.input.image, ssh_public_keys=self.input.ssh_public_keys)  # fmt: skip
+        try:
+            await self.on_node(node, "create_vm", spec, VmInfo, start_to_close=timedelta(minutes=5),
+                               cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)  # fmt: skip
+        except ActivityError as error:
+            raise _node_failure(error, node) from error
+
+        await self.set_state("waiting_ready", "wait_ready", node=node, attempt=attempt)
+        deadline = workflow.now() + timedelta(seconds=timing.readiness_timeout_seconds)
+        while True:
+            try:
+                report: Readiness = await self.on_node(
+                    node, "wait_ready",
+                    ReadinessInput(allocation_id=self.input.allocation_id, node=node,
+                                   gpu_count=self.input.request.gpu_count,
+                                   window_seconds=timing.readiness_window_seconds),
+                    Readiness, start_to_close=timedelta(seconds=timing.readiness_window_seconds + 30),
+                    heartbeat=timedelta(seconds=10),
+                )  # fmt: skip
+            except ActivityError as error:
+                raise _node_failure(error, node) from error
+            if report.ready:
+                break
+            remaining = (deadline - workflow.now()).total_seconds()
+            if remaining <= 0:
+                raise AttemptFailed(
+                    "readiness_timeout",
+                    f"not ready after {timing.readiness_timeout_seconds:g}s: waiting for {', '.join(report.pending())}",
+                )
+            await workflow.sleep(min(timing.readiness_poll_seconds, remaining))
+        await self.set_state("active", "ready", node=node, attempt=attempt)
+
+    async def hold_until_released(self) -> None:
+        await workflow.wait_condition(lambda: self.release_requested)
+
+    async def teardown(self, final_state: str, step: str) -> None:
+        """Give everything back: destroy the VM and wipe its slots, release the claims. Runs to completion even
+        when the workflow is being cancelled."""
+        if self.status.state == "active":
+            await self.set_state("releasing", step)
+            attempt = self.status.attempts[-1]
+            await self.destroy_vm(attempt.node, attempt.number, [b.slot_index for b in self.status.bundles])
+            await self.release_claims(None)
+        self.status.bundles = []
+        await self.set_state(final_state, final_state)
+
+    # -- node calls and compensations -------------------------------------------------------------------------------
+
+    async def on_node(
+        self,
+        node: str,
+        activity: str,
+        argument: object,
+        result_type: type,
+        *,
+        start_to_close: timedelta = timedelta(seconds=30),
+        heartbeat: timedelta | None = None,
+        attempts: int = 3,
+        cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+    ):  # noqa: ANN202 - the result type is the caller's
+        """Call an activity on a node agent's own task queue. An agent that does not pick the task up within the
+        pickup timeout is unreachable (schedule-to-start timeouts are not retried)."""
+        return await workflow.execute_activity(
+            activity,
+            argument,
+            result_type=result_type,
+            task_queue=self.input.queues.node(node),
+            schedule_to_start_timeout=timedelta(seconds=self.input.timing.agent_pickup_seconds),
+            start_to_close_timeout=start_to_close,
+            heartbeat_timeout=heartbeat,
+            retry_policy=RetryPolicy(maximum_attempts=attempts, maximum_interval=timedelta(seconds=5)),
+            cancellation_type=cancellation_type,
+            summary=f"{activity} on {node}",
+        )
+
+    async def release_lease(self, node: str) -> None:
+        try:
+            await self.on_node(node, "release_lease", LeaseRef(allocation_id=self.input.allocation_id, node=node), bool)
+        except ActivityError:
+            pass  # an unreachable agent cannot free its lease; the lease expires and the agent reaps it
+
+    async def release_claims(self, attempt: int | None) -> None:
+        await workflow.execute_activity(
+            "release_claims",
+            ReleaseClaimsInput(allocation_id=self.input.allocation_id, attempt=attempt),
+            task_queue=self.input.queues.control,
+            **CONTROL_CALL,
+        )
+
+    async def destroy_vm(self, node: str, attempt: int, slot_indexes: list[int]) -> None:
+        """Destroy and wipe on the node; if the node cannot be reached, quarantine its slots and leave a recovery
+        workflow waiting for the agent to come back and confirm the wipe."""
+        teardown = TeardownInput(allocation_id=self.input.allocation_id, node=node, slot_indexes=slot_indexes)
+        try:
+            await self.on_node(node, "destroy_vm", teardown, TeardownResult, attempts=self.input.timing.teardown_attempts,
+                               start_to_close=timedelta(minutes=2))  # fmt: skip
+            return
+        except ActivityError as error:
+            reason = str(_node_failure(error, node))
+        await workflow.execute_activity(
+            "quarantine_slots",
+            QuarantineInput(allocation_id=self.input.allocation_id, attempt=attempt, node=node,
+                            slot_indexes=slot_indexes, reason=f"wipe not confirmed: {reason}"),
+            task_queue=self.input.queues.control, **CONTROL_CALL,
+        )  # fmt: skip
+        await workflow.start_child_workflow(
+            SlotRecoveryWorkflow.run,
+            SlotRecoveryInput(teardown=teardown, queues=self.input.queues),
+            id=f"recovery/{node}/{self.input.allocation_id}/{attempt}",
+            task_queue=self.input.queues.control,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            static_summary=f"wipe {len(slot_indexes)} slot(s) of {node} when its agent returns",
+        )
+
+    # -- state, UI and audit ----------------------------------------------------------------------------------------
+
+    def placement_input(self, region: str) -> FindCandidatesInput:
+        request = self.input.request.model_copy(update={"exclude_nodes": frozenset(self.excluded)})
+        return FindCandidatesInput(allocation_id=self.input.allocation_id, request=request, region=region)
+
+    async def set_state(
+        self,
+        state: str,
+        step: str,
+        *,
+        node: str | None = None,
+        attempt: Attempt | None = None,
+        region: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        self.status.state, self.status.step = state, step
+        if state == "failed":
+            self.status.failure_reason = reason
+        workflow.upsert_search_attributes(
+            [
+                sa.STATE.value_set(state),
+                sa.REGION.value_set(region or self.status.region or ""),
+                sa.NODE.value_set(node or self.status.node or ""),
+            ]
+        )
+        workflow.set_current_details(self.story())
+        await workflow.execute_activity(
+            "record_state",
+            StateChange(
+                allocation_id=self.input.allocation_id,
+                run_id=workflow.info().run_id,
+                state=state,
+                step=step,
+                attempt=attempt.number if attempt else None,
+                node=node,
+                region=region or self.status.region,
+                pool=attempt.pool if attempt else None,
+                reason=reason,
+            ),
+            task_queue=self.input.queues.control,
+            **CONTROL_CALL,
+        )
+
+    def story(self) -> str:
+        """The markdown the Temporal UI shows as this allocation's current details."""
+        s = self.status
+        lines = [
+            f"**{s.state}** ({s.step}) - {self.input.request.describe()} for tenant {s.tenant}",
+            "",
+            f"region: {s.region or '-'} | pool: {s.pool or '-'} | node: {s.node or '-'}",
+        ]
+        if s.attempts:
+            lines += ["", "| attempt | node | outcome | reason |", "| --- | --- | --- | --- |"]
+            lines += [f"| {a.number} | {a.node} | {a.outcome} | {a.reason or ''} |" for a in s.attempts]
+        if s.failure_reason:
+            lines += ["", f"failure: {s.failure_reason}"]
+        return "\n".join(lines)
+
+    # -- operator messages ------------------------------------------------------------------------------------------
+
+    @workflow.query
+    def status_query(self) -> AllocationStatus:
+        return self.status
+
+    @workflow.update
+    async def retry(self, request: RetryRequest) -> RetryAccepted:
+        """Abandon the running attempt (compensating it) and go on with the next candidate."""
+        self.excluded |= set(request.exclude_nodes)
+        abandoned = self.status.node
+        self.retry_requested = True
+        return RetryAccepted(abandoned_node=abandoned, excluded_nodes=sorted(self.excluded))
+
+    @retry.validator
+    def validate_retry(self, request: RetryRequest) -> None:
+        if self.status.state not in PLACING_STATES:
+            raise ValueError(f"allocation is {self.status.state}; only an allocation being placed can be retried")
+
+    @workflow.update
+    async def release(self, request: ReleaseRequest) -> AllocationStatus:
+        self.release_requested = True
+        return self.status
+
+    @release.validator
+    def validate_release(self, request: ReleaseRequest) -> None:
+        if self.status.state != "active":
+            hint = " (cancel it instead)" if self.status.state in PLACING_STATES else ""
+            raise ValueError(f"allocation is {self.status.state}; only an active allocation can be released{hint}")
+
+
+def initial_search_attributes(input: AllocationInput) -> TypedSearchAttributes:
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(sa.KIND, "allocation"),
+            SearchAttributePair(sa.STATE, "pending"),
+            SearchAttributePair(sa.TENANT, input.tenant),
+            SearchAttributePair(sa.GPU_COUNT, input.request.gpu_count),
+            SearchAttributePair(sa.REGION, input.request.region or ""),
+            SearchAttributePair(sa.NODE, ""),
+        ]
+    )
+
+
+__all__ = ["FINAL_STATES", "AllocationWorkflow", "initial_search_attributes"]

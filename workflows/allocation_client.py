@@ -1,0 +1,128 @@
+"""Thin async functions that start and act on allocation workflows: what the API and the CLI call.
+
+Every call that needs a worker to answer (updates, queries) is bounded by a timeout, because Temporal would
+otherwise wait for a worker for ever (sdk-python#514): the caller gets `WorkerUnavailable` instead of a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from workflows.allocation import AllocationWorkflow, initial_search_attributes
+from workflows.allocation_messages import (
+    AllocationInput,
+    AllocationStatus,
+    ReleaseRequest,
+    RetryAccepted,
+    RetryRequest,
+)
+
+DEFAULT_TIMEOUT = 10.0
+
+
+class WorkerUnavailable(RuntimeError):
+    """No worker answered in time: the control plane is down or overloaded."""
+
+
+class Rejected(RuntimeError):
+    """The workflow refused the action (for example, releasing an allocation that is not active)."""
+
+
+def workflow_id(allocation_id: str) -> str:
+    return f"allocation/{allocation_id}"
+
+
+def summary(input: AllocationInput) -> str:
+    request = input.request
+    product = f"{request.gpu_product} " if request.gpu_product else ""
+    shape = "slice" if request.shape.value == "gpu_slice" else "bare metal"
+    return f"{request.gpu_count}x {product}{shape}, tenant {input.tenant}"
+
+
+async def start_allocation(
+    client: Client, input: AllocationInput
+) -> WorkflowHandle[AllocationWorkflow, AllocationStatus]:
+    """Start the allocation's workflow. A failed allocation may be started again under the same id (a new run);
+    a running or completed one may not."""
+    return await client.start_workflow(
+        AllocationWorkflow.run,
+        input,
+        id=workflow_id(input.allocation_id),
+        task_queue=input.queues.control,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        search_attributes=initial_search_attributes(input),
+        static_summary=summary(input),
+        static_details=f"allocation `{input.allocation_id}`: {input.request.describe()}",
+    )
+
+
+def handle(client: Client, allocation_id: str) -> WorkflowHandle[AllocationWorkflow, AllocationStatus]:
+    return client.get_workflow_handle_for(AllocationWorkflow.run, workflow_id(allocation_id))
+
+
+async def _bounded(call, wait_seconds: float):  # noqa: ANN001, ANN202 - any awaitable
+    try:
+        return await asyncio.wait_for(call, wait_seconds)
+    except TimeoutError:
+        raise WorkerUnavailable(
+            "no Berth control worker answered in time; is `berth worker control` running?"
+        ) from None
+
+
+async def status(client: Client, allocation_id: str, wait_seconds: float = DEFAULT_TIMEOUT) -> AllocationStatus:
+    return await _bounded(handle(client, allocation_id).query(AllocationWorkflow.status_query), wait_seconds)
+
+
+async def retry(
+    client: Client, allocation_id: str, exclude_nodes: list[str], wait_seconds: float = DEFAULT_TIMEOUT
+) -> RetryAccepted:
+    try:
+        return await _bounded(
+            handle(client, allocation_id).execute_update(
+                AllocationWorkflow.retry, RetryRequest(exclude_nodes=exclude_nodes)
+            ),
+            wait_seconds,
+        )
+    except WorkflowUpdateFailedError as exc:
+        raise Rejected(_cause(exc)) from exc
+
+
+async def release(client: Client, allocation_id: str, wait_seconds: float = DEFAULT_TIMEOUT) -> AllocationStatus:
+    try:
+        return await _bounded(
+            handle(client, allocation_id).execute_update(AllocationWorkflow.release, ReleaseRequest()), wait_seconds
+        )
+    except WorkflowUpdateFailedError as exc:
+        raise Rejected(_cause(exc)) from exc
+
+
+async def cancel(client: Client, allocation_id: str) -> None:
+    """Request cancellation: the workflow compensates everything it did and ends `cancelled`."""
+    target = handle(client, allocation_id)
+    description = await target.describe()
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        raise Rejected(f"allocation {allocation_id} is no longer running ({description.status.name.lower()})")
+    await target.cancel()
+
+
+async def restart_failed(
+    client: Client, input: AllocationInput
+) -> WorkflowHandle[AllocationWorkflow, AllocationStatus]:
+    """Retry a failed allocation: a new run of the same workflow id, with the same request."""
+    try:
+        return await start_allocation(client, input)
+    except RPCError as exc:
+        raise Rejected(f"allocation {input.allocation_id} cannot be restarted: {exc.message}") from exc
+
+
+def _cause(error: WorkflowUpdateFailedError) -> str:
+    cause = error.cause
+    while cause is not None and not isinstance(cause, ApplicationError) and cause.__cause__ is not None:
+        cause = cause.__cause__
+    return getattr(cause, "message", None) or str(cause or error)

@@ -1,0 +1,82 @@
+"""What goes into an allocation workflow and what it answers: its input, its status, and the operators' messages."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
+
+from scheduler.bundles import Bundle
+from scheduler.request import PlacementRequest
+from workflows.task_queues import Queues
+
+STATES = (
+    "pending", "placing", "planning", "claiming", "provisioning", "waiting_ready", "active", "releasing", "released",
+    "failed", "cancelled",
+)  # fmt: skip
+PLACING_STATES = ("pending", "placing", "planning", "claiming", "provisioning", "waiting_ready")
+FINAL_STATES = ("released", "failed", "cancelled")
+
+
+class Timing(BaseModel):
+    """How long the workflow waits for each thing. Defaults suit real hosts; tests shorten them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    agent_pickup_seconds: PositiveFloat = Field(
+        default=5.0, description="A node agent that has not picked a task up by then is treated as unreachable."
+    )
+    readiness_timeout_seconds: PositiveFloat = 600.0
+    readiness_poll_seconds: PositiveFloat = 5.0
+    readiness_window_seconds: PositiveFloat = Field(
+        default=5.0, description="How long one wait_ready activity probes before reporting back."
+    )
+    teardown_attempts: int = Field(
+        default=3, ge=1, description="Tries to reach a node for teardown before its slots are quarantined."
+    )
+
+
+class AllocationInput(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    allocation_id: str
+    tenant: str
+    request: PlacementRequest
+    image: str | None = None
+    ssh_public_keys: list[str] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    request_body: dict[str, object] = Field(default_factory=dict, description="The API body, kept for the audit.")
+    timing: Timing = Field(default_factory=Timing)
+    queues: Queues = Field(default_factory=Queues)
+
+
+class Attempt(BaseModel):
+    number: int
+    node: str
+    pool: str
+    outcome: str = "running"  # running, succeeded, failed, abandoned, cancelled
+    reason: str | None = None
+
+
+class AllocationStatus(BaseModel):
+    allocation_id: str
+    tenant: str
+    state: str
+    step: str
+    region: str | None = None
+    pool: str | None = None
+    node: str | None = None
+    bundles: list[Bundle] = Field(default_factory=list)
+    attempts: list[Attempt] = Field(default_factory=list)
+    failure_reason: str | None = None
+
+
+class RetryRequest(BaseModel):
+    exclude_nodes: list[str] = Field(default_factory=list)
+
+
+class RetryAccepted(BaseModel):
+    abandoned_node: str | None
+    excluded_nodes: list[str]
+
+
+class ReleaseRequest(BaseModel):
+    reason: str | None = None

@@ -1,0 +1,52 @@
+"""Slot recovery: finish a teardown that could not reach its node, whenever the node agent comes back.
+
+The allocation workflow does not wait for a dead host: it quarantines the host's slots and starts this workflow,
+which queues the destroy-and-wipe on the node's task queue with a long pickup timeout. When the agent returns and
+confirms the wipe, the slots go back into circulation; until then they are never handed out.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from activities.contracts import SlotsInput, TeardownInput, TeardownResult
+    from workflows.task_queues import Queues
+
+
+class SlotRecoveryInput(BaseModel):
+    teardown: TeardownInput
+    queues: Queues = Queues()
+    wait_for_agent_hours: float = 24 * 14
+
+
+@workflow.defn(name="SlotRecovery")
+class SlotRecoveryWorkflow:
+    @workflow.run
+    async def run(self, input: SlotRecoveryInput) -> TeardownResult:
+        teardown = input.teardown
+        workflow.set_current_details(
+            f"waiting for the node agent of **{teardown.node}** to destroy the VM of {teardown.allocation_id} and "
+            f"wipe slots {teardown.slot_indexes}; those slots stay quarantined until then"
+        )
+        result: TeardownResult = await workflow.execute_activity(
+            "destroy_vm",
+            teardown,
+            result_type=TeardownResult,
+            task_queue=input.queues.node(teardown.node),
+            schedule_to_close_timeout=timedelta(hours=input.wait_for_agent_hours),
+            start_to_close_timeout=timedelta(minutes=2),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=1)),
+            summary=f"destroy_vm on {teardown.node}",
+        )
+        await workflow.execute_activity(
+            "unquarantine_slots",
+            SlotsInput(node=teardown.node, slot_indexes=teardown.slot_indexes),
+            task_queue=input.queues.control,
+            start_to_close_timeout=timedelta(seconds=30),
+        )
+        return result
