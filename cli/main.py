@@ -9,6 +9,8 @@ import sys
 import typer
 
 from cli import apply as apply_command
+from cli import explain as explain_command
+from cli import plan as plan_command
 from cli import up as up_command
 from cli import worker as worker_command
 
@@ -21,6 +23,8 @@ app = typer.Typer(
 )
 app.command("apply")(apply_command.apply)
 app.command("up")(up_command.up)
+app.command("explain")(explain_command.explain)
+app.command("plan")(plan_command.plan)
 app.add_typer(worker_command.app, name="worker")
 
 

@@ -15,15 +15,10 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from pydantic import BaseModel, ValidationError
 
 from cli.output import OutputFormat, fail, print_json
-from fleet.deployment import ModelDeployment
-from fleet.errors import FleetError, FleetProblem
-from fleet.fleet import Fleet
-from fleet.loader import field_path, parse_fleet
-from fleet.meta import API_VERSIONS
-from fleet.replica import ModelReplica
+from fleet.errors import FleetError
+from fleet.loader import load_fleet
 from scheduler.fleet import FleetPlan, Phase, manifest_dict, replica_manifest, schedule_deployment
 
 
@@ -38,9 +33,11 @@ def plan(
     """Plan a ModelDeployment offline: the replicas kept, the new ones with cluster, index, pool and node cost,
     the ones removed, and the status with a reason for every cluster that took no more."""
     try:
-        fleet, deployments, replicas = _load(files)
+        fleet = load_fleet(files)
     except FleetError as exc:
         fail(str(exc), code=2)
+    deployments = list(fleet.deployments.values())
+    replicas = list(fleet.replicas.values())
     if not deployments:
         fail("the files hold no ModelDeployment to plan", code=2)
 
@@ -54,12 +51,12 @@ def plan(
     if output is OutputFormat.JSON:
         print_json({"plans": [{**r.model_dump(mode="json", by_alias=True), "newReplicas": m} for r, m in results]})
     else:
-        typer.echo(render_text(results), nl=False)
+        typer.echo(_render_text(results), nl=False)
     if any(r.status.phase is Phase.SCHEDULE_FAILED for r, _ in results):
         raise typer.Exit(1)
 
 
-def render_text(results: list[tuple[FleetPlan, list[dict[str, Any]]]]) -> str:
+def _render_text(results: list[tuple[FleetPlan, list[dict[str, Any]]]]) -> str:
     lines: list[str] = []
     documents: list[dict[str, Any]] = []
     for result, manifests in results:
@@ -95,70 +92,3 @@ def _summary(result: FleetPlan) -> list[str]:
         lines.extend(f"  {c.cluster}: {c.reason}: {c.message}" for c in status.clusters)
     lines.append("")
     return lines
-
-
-# --- INTERIM LOADER -------------------------------------------------------------------------------------------------
-# Until fleet.loader registers ModelDeployment and ModelReplica (and Fleet gains `deployments` and `replicas`), this
-# splits those two kinds off, validates them here, and hands every other document to fleet.loader (whose problems
-# then number documents among the other kinds only). Replace `_load` by `load_fleet(files)` then.
-
-_OWN_KINDS: dict[str, type[BaseModel]] = {"ModelDeployment": ModelDeployment, "ModelReplica": ModelReplica}
-
-
-def _load(files: list[Path]) -> tuple[Fleet, list[ModelDeployment], list[ModelReplica]]:
-    fleet_sources: list[tuple[str | None, str]] = []
-    own: list[Any] = []
-    problems: list[FleetProblem] = []
-    for file in files:
-        try:
-            documents = list(yaml.safe_load_all(file.read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise FleetError([FleetProblem(source=str(file), message=f"cannot be read: {exc}")]) from None
-        rest: list[Any] = []
-        for number, document in enumerate(documents, start=1):
-            items = document["items"] if isinstance(document, dict) and document.get("kind") == "List" else [document]
-            for item in items:
-                kind = item.get("kind") if isinstance(item, dict) else None
-                if kind in _OWN_KINDS:
-                    own.append(_validate(item, _OWN_KINDS[kind], str(file), number, problems))
-                elif item is not None:
-                    rest.append(item)
-        fleet_sources.append((str(file), yaml.safe_dump_all(rest)))
-    try:
-        fleet = parse_fleet(fleet_sources)
-    except FleetError as exc:
-        problems = exc.problems + problems
-    if problems:
-        raise FleetError(problems)
-    return (
-        fleet,
-        [o for o in own if isinstance(o, ModelDeployment)],
-        [o for o in own if isinstance(o, ModelReplica)],
-    )
-
-
-def _validate(
-    document: dict[str, Any], model: type[BaseModel], source: str, number: int, problems: list[FleetProblem]
-) -> BaseModel | None:
-    name = (document.get("metadata") or {}).get("name")
-    if document.get("apiVersion") not in API_VERSIONS:
-        where = FleetProblem(source=source, document=number, kind=document.get("kind"), name=name, message="")
-        problems.append(
-            where.model_copy(update={"path": "apiVersion", "message": f"must be {' or '.join(API_VERSIONS)}"})
-        )
-        return None
-    try:
-        return model.model_validate(document)
-    except ValidationError as exc:
-        problems.extend(
-            FleetProblem(
-                source=source,
-                document=number,
-                kind=document.get("kind"),
-                name=name,
-                path=field_path(e["loc"]) or None,
-                message=e["msg"].removeprefix("Value error, "),
-            )
-            for e in exc.errors(include_url=False)
-        )
-        return None

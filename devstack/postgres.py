@@ -94,11 +94,13 @@ class EmbeddedPostgres:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         _give_to(self.data_dir, user)
         if not (self.data_dir / "PG_VERSION").exists():
-            subprocess.run(
+            initdb = subprocess.run(
                 [str(_install_dir() / "bin" / "initdb"), "-D", str(self.data_dir), "-U", "postgres", "--auth=trust",
                  "--encoding=UTF8", "--no-sync"],
-                check=True, capture_output=True, user=user,
+                capture_output=True, text=True, user=user,
             )  # fmt: skip
+            if initdb.returncode != 0:
+                raise PostgresStartError(f"initdb failed for {self.data_dir}: {initdb.stderr.strip() or initdb.stdout}")
         running = self._running_port()
         if running is not None:
             self.port = running  # a server we did not start already owns this data dir: use it, never stop it

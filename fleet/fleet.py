@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster, NodePool, PoolShape
 from fleet.node import Node
 from fleet.region import Region
+from fleet.replica import ModelReplica
 from fleet.template import expand_template
 from fleet.tenant import Tenant
 
@@ -31,6 +33,9 @@ class Fleet:
     tenants: dict[str, Tenant] = field(default_factory=dict)
     classes: dict[str, InferenceClass] = field(default_factory=dict)
     clusters: dict[str, InferenceCluster] = field(default_factory=dict)
+    deployments: dict[str, ModelDeployment] = field(default_factory=dict)
+    # Observed replicas of every deployment; one whose cluster is gone is kept (the fleet scheduler drops it).
+    replicas: dict[str, ModelReplica] = field(default_factory=dict)
 
     def pools(self) -> list[PoolHosts]:
         """Every pool of every cluster, in cluster-name then published order, with hosts expanded."""

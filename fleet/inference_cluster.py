@@ -8,7 +8,7 @@ observed `status` (conditions, gateway address, gpuPools) its fleet scheduler re
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -73,7 +73,7 @@ class GpuPoolStatus(BaseModel):
 
     name: str
     nodes: int | None = None
-    devices: int | None = None
+    devices: Any = None  # Modelplane publishes a list of devices here; Berth reads devices from the pool's class
 
 
 class ClusterStatus(BaseModel):

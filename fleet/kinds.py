@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
 from fleet.region import Region
+from fleet.replica import ModelReplica
 from fleet.tenant import Tenant
 
 KINDS: dict[str, type[BaseModel]] = {
@@ -14,4 +16,6 @@ KINDS: dict[str, type[BaseModel]] = {
     "Tenant": Tenant,
     "InferenceClass": InferenceClass,
     "InferenceCluster": InferenceCluster,
+    "ModelDeployment": ModelDeployment,
+    "ModelReplica": ModelReplica,
 }

@@ -55,7 +55,9 @@ class ReplicaMember(Observed):
 
     @property
     def pods(self) -> int:
-        return self.nodes if self.nodes is not None else member_pods(self.role, self.worker.nodes if self.worker else None)
+        return (
+            self.nodes if self.nodes is not None else member_pods(self.role, self.worker.nodes if self.worker else None)
+        )
 
 
 class ReplicaEngine(Observed):

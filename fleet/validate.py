@@ -10,12 +10,14 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
+from fleet.deployment import ModelDeployment
 from fleet.errors import FleetProblem
 from fleet.fleet import Fleet
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
 from fleet.node import Node
 from fleet.region import Region
+from fleet.replica import ModelReplica
 from fleet.template import expand_template
 from fleet.tenant import Tenant
 
@@ -24,6 +26,8 @@ _COLLECTIONS: dict[type[BaseModel], str] = {
     Tenant: "tenants",
     InferenceClass: "classes",
     InferenceCluster: "clusters",
+    ModelDeployment: "deployments",
+    ModelReplica: "replicas",
 }
 
 

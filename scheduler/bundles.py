@@ -15,6 +15,8 @@ for, those are its plan: planning the same allocation twice gives the same answe
 
 from __future__ import annotations
 
+from collections import Counter
+
 from pydantic import BaseModel, ConfigDict
 
 from scheduler.compatibility import hardware_defect, profile_of, state_defect, vf_usage
@@ -87,22 +89,22 @@ def plan_bundles(node: NodeView, request: PlanRequest, *, detail: bool = False) 
     holder = request.allocation_id
     profile = profile_of(node, holder)
     reason = verdict(profile, node_filters(request.shape, gpus, request.numa_policy))
+    vf_counts = vf_usage(node)
     chosen: list[SlotView] = []
-    if reason is None:
+    if reason is None and request.shape is CapacityShape.GPU_SLICE:
+        chosen = _pick_slices(node, vf_counts, gpus, holder, request.numa_policy)
+    elif reason is None:
         chosen = sorted(node.slots, key=lambda s: s.index)
-        if request.shape is CapacityShape.GPU_SLICE:
-            chosen = _pick_slices(node, gpus, holder, request.numa_policy)
 
     tally = Tally(Level.BUNDLE, "slots", f"chosen on {node.name}", gpus, detail)
     picked = {slot.id for slot in chosen}
-    vf_counts = vf_usage(node)
     for slot in sorted(node.slots, key=lambda s: s.index):
         if slot.id in picked:
             defect = None
         else:
             hardware = hardware_defect(slot, vf_counts) if request.shape is CapacityShape.GPU_SLICE else None
             defect = hardware or state_defect(slot, holder) or Reason.SLOT_NOT_CHOSEN
-        tally.record(defect, [str(slot.id)], lambda slot=slot: f"index {slot.index}, NUMA {slot.numa_node}, {slot.state}")
+        tally.record(defect, [str(slot.id)], _describe, slot)
     explanation = tally.explanation()
 
     if reason is not None:
@@ -117,10 +119,16 @@ def plan_bundles(node: NodeView, request: PlanRequest, *, detail: bool = False) 
     return PlanResult(plan=plan, refusal=None, explanation=explanation)
 
 
-def _pick_slices(node: NodeView, gpus: int, holder: str | None, numa_policy: NumaPolicy) -> list[SlotView]:
+def _describe(slot: SlotView) -> str:
+    holder = f" by {slot.holder}" if slot.holder else ""
+    return f"index {slot.index}, NUMA {slot.numa_node}, GPU {slot.gpu_pci or '?'}, {slot.state}{holder}"
+
+
+def _pick_slices(
+    node: NodeView, vf_counts: Counter[str], gpus: int, holder: str | None, numa_policy: NumaPolicy
+) -> list[SlotView]:
     """Called only once the node passed the filter chain, so enough usable bundles exist (on one NUMA node, when
     that is required)."""
-    vf_counts = vf_usage(node)
     usable = sorted(
         (s for s in node.slots if hardware_defect(s, vf_counts) is None and state_defect(s, holder) is None),
         key=lambda s: s.index,

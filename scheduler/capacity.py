@@ -14,7 +14,7 @@ from fleet.node import NodeStatus
 from scheduler.compatibility import NodeProfile
 from scheduler.node_filters import node_filters, verdict
 from scheduler.request import CapacityShape, NumaPolicy, same_product
-from scheduler.snapshot import Snapshot
+from scheduler.snapshot import NodeGroup, Snapshot
 from scheduler.views import PoolView
 
 SLICE_SIZES: tuple[int, ...] = (1, 2, 4, 8)
@@ -31,13 +31,25 @@ def allocations_on(node: NodeProfile, shape: CapacityShape, gpus: int, numa_poli
     return node.compatible_free // gpus
 
 
-def pool_allocations(snapshot: Snapshot, pool: PoolView, shape: CapacityShape, gpus: int, numa_policy: NumaPolicy) -> int:
-    """Allocations of one size the pool could take now: zero when its cluster is not Ready or its shape differs."""
-    if not pool.cluster_ready or pool.shape != shape:
-        return 0
-    return sum(
-        allocations_on(group.profile, shape, gpus, numa_policy) * len(group.nodes) for group in snapshot.groups(pool)
-    )
+class AllocationCount:
+    """Allocations of one size that pools could take now, computed once per distinct node profile."""
+
+    def __init__(self, shape: CapacityShape, gpus: int, numa_policy: NumaPolicy) -> None:
+        self.shape = shape
+        self.gpus = gpus
+        self.numa_policy = numa_policy
+        self._per_node: dict[int, int] = {}
+
+    def of_group(self, group: NodeGroup) -> int:
+        if group.key not in self._per_node:
+            self._per_node[group.key] = allocations_on(group.profile, self.shape, self.gpus, self.numa_policy)
+        return self._per_node[group.key] * len(group.nodes)
+
+    def of_pool(self, snapshot: Snapshot, pool: PoolView) -> int:
+        """Zero when the pool's cluster is not Ready or its shape differs."""
+        if not pool.cluster_ready or pool.shape != self.shape:
+            return 0
+        return sum(self.of_group(group) for group in snapshot.groups(pool))
 
 
 class PoolCapacity(BaseModel):
@@ -63,6 +75,7 @@ def capacity(
     gpu_product: str | None = None,
     numa_policy: NumaPolicy = NumaPolicy.PREFERRED,
 ) -> list[PoolCapacity]:
+    counts = {size: AllocationCount(CapacityShape.GPU_SLICE, size, numa_policy) for size in SLICE_SIZES}
     result: list[PoolCapacity] = []
     for pool in snapshot.pools:
         if region is not None and pool.region != region:
@@ -89,10 +102,7 @@ def capacity(
                 ready_nodes=sum(len(group.nodes) for group in ready),
                 gpus=sum(group.profile.gpus * len(group.nodes) for group in groups),
                 raw_free_gpus=sum(group.profile.raw_free * len(group.nodes) for group in ready),
-                slices={
-                    size: pool_allocations(snapshot, pool, CapacityShape.GPU_SLICE, size, numa_policy)
-                    for size in SLICE_SIZES
-                },
+                slices={size: counts[size].of_pool(snapshot, pool) for size in SLICE_SIZES},
                 baremetal_nodes=baremetal,
             )
         )

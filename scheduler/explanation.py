@@ -93,7 +93,11 @@ class Tally:
         self.dropped: dict[Reason, int] = {}
         self.items: list[ItemVerdict] = []
 
-    def record(self, reason: Reason | None, names: Sequence[str], describe: Callable[[], str] | None = None) -> None:
+    def record(
+        self, reason: Reason | None, names: Sequence[str], describe: Callable[..., str] | None = None, *context: object
+    ) -> None:
+        """Count `names` under `reason` (None: passed). `describe(*context)` is the per-item detail, called only
+        when detail was asked for (passing context rather than a closure keeps the hot loop allocation-free)."""
         count = len(names)
         if count == 0:
             return
@@ -103,7 +107,7 @@ class Tally:
         else:
             self.dropped[reason] = self.dropped.get(reason, 0) + count
         if self.detail:
-            text = describe() if describe is not None else ""
+            text = describe(*context) if describe is not None else ""
             self.items.extend(ItemVerdict(name=name, reason=reason, detail=text) for name in names)
 
     def explanation(self) -> LevelExplanation:

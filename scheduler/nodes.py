@@ -9,8 +9,8 @@ nodes. Ranking, smaller first:
 - slices, spread: nodes where the request fits on one NUMA node, then the most compatible free bundles.
 - bare metal: every fitting host ranks the same (its size is exactly the request).
 
-Equally ranked nodes are taken in name order, rotated by the request's seed: deterministic for one seed, spread
-across seeds.
+Equally ranked nodes are taken in a fixed order (pool, then the snapshot's group order, then name), rotated by the
+request's seed: deterministic for one seed, spread across seeds.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from scheduler.compatibility import NodeProfile
 from scheduler.explanation import Level, LevelExplanation, Tally
-from scheduler.node_filters import could_ever_fit, node_filters, verdict
+from scheduler.node_filters import Judge
 from scheduler.reasons import Reason
 from scheduler.request import CapacityShape, NumaPolicy, PlacementRequest, Ranking
 from scheduler.snapshot import Snapshot
@@ -62,30 +62,30 @@ def rank_nodes(
 ) -> tuple[list[Candidate], LevelExplanation, bool]:
     """Up to 1 + `request.alternates` candidates in rank order, the node level's explanation, and whether any
     node of these pools could ever take the request (its hardware fits, whatever its current state)."""
-    filters = node_filters(request.shape, request.gpu_count, request.numa_policy)
+    judge = Judge(request.shape, request.gpu_count, request.numa_policy)
     tally = Tally(Level.NODE, "nodes", f"can take {request.describe()}", request.gpu_count, detail)
-    excluded: dict[tuple[str, NodeProfile], set[str]] = {}
+    excluded: dict[tuple[str, int], set[str]] = {}
     for name in request.exclude_nodes:
         for pool in snapshot.pools_of(name):
-            excluded.setdefault((pool.key, snapshot.profile(name)), set()).add(name)
+            excluded.setdefault((pool.key, snapshot.profile_key(name)), set()).add(name)
 
-    verdicts: dict[NodeProfile, Reason | None] = {}
+    scores: dict[int, tuple[int, ...]] = {}
     feasible: list[_Feasible] = []
     ever = False
     for ordinal, pool in enumerate(pools):
         for group in snapshot.groups(pool):
             profile, names = group.profile, group.nodes
-            skip = excluded.get((pool.key, profile))
+            skip = excluded.get((pool.key, group.key))
             if skip:
-                tally.record(Reason.NODE_EXCLUDED, sorted(skip), lambda p=profile, pool=pool: describe(p, pool))
+                tally.record(Reason.NODE_EXCLUDED, sorted(skip), describe, profile, pool)
                 names = tuple(name for name in names if name not in skip)
-            if profile not in verdicts:
-                verdicts[profile] = verdict(profile, filters)
-            reason = verdicts[profile]
-            tally.record(reason, names, lambda p=profile, pool=pool: describe(p, pool))
-            ever = ever or reason is None or could_ever_fit(profile, filters)
+            reason = judge.verdict(group)
+            tally.record(reason, names, describe, profile, pool)
+            ever = ever or reason is None or judge.could_ever_fit(group)
             if reason is None and names:
-                feasible.append((score(profile, request), ordinal, pool, names, profile))
+                if group.key not in scores:
+                    scores[group.key] = score(profile, request)
+                feasible.append((scores[group.key], ordinal, pool, names, profile))
 
     chosen: dict[str, Candidate] = {}
     for pool, name, profile in _in_rank_order(feasible, request.seed):
@@ -99,8 +99,8 @@ def rank_nodes(
 
 
 def _in_rank_order(feasible: list[_Feasible], seed: int | None) -> Iterator[tuple[PoolView, str, NodeProfile]]:
-    """Feasible nodes best first. Within a run of equal scores (possibly across pools) nodes go in pool then name
-    order, starting at a position the seed picks and wrapping around: O(1) per node taken, whatever the run's size."""
+    """Feasible nodes best first. A run of equal scores (possibly across pools) is walked in its fixed order from a
+    position the seed picks, wrapping around: O(log groups) per node taken, however many nodes the run holds."""
     feasible.sort(key=lambda entry: (entry[0], entry[1]))
     for _, tied in groupby(feasible, key=lambda entry: entry[0]):
         members = list(tied)

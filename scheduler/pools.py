@@ -1,6 +1,6 @@
 """Pool feasibility (cluster scheduler, first half): which pools of the chosen region can serve the request.
 
-Plugins in the Kubernetes framework style, each returning the reason it drops a pool: capacity shape, GPU product,
+Filter plugins (see `scheduler.plugins`), each returning the reason it drops a pool: capacity shape, GPU product,
 cluster matchLabels, cluster readiness, and DRA CEL selectors over the GPU devices the pool's InferenceClass
 publishes. A pool passes the selectors when one of its claimable devices satisfies all of them (DRA semantics: the
 selectors of one request apply to the same device).
@@ -10,18 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from scheduler import cel
 from scheduler.explanation import Level, LevelExplanation, Tally
+from scheduler.plugins import Filter, first_failure
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import PoolView
-
-
-class PoolFilter(Protocol):
-    def check(self, pool: PoolView) -> Reason | None: ...
 
 
 @dataclass(frozen=True)
@@ -103,7 +99,7 @@ def filter_pools(
     a placement outcome.
     """
     selectors = DeviceSelectorFilter(snapshot, request.selectors)
-    plugins: list[PoolFilter] = [
+    plugins: list[Filter[PoolView]] = [
         ShapeFilter(request),
         ProductFilter(request),
         ClusterLabelsFilter(request),
@@ -113,10 +109,10 @@ def filter_pools(
     tally = Tally(Level.POOL, "pools", "match", request.gpu_count, detail)
     passed: list[PoolView] = []
     for pool in snapshot.pools_in(region):
-        reason = next((r for r in (plugin.check(pool) for plugin in plugins) if r is not None), None)
+        reason = first_failure(pool, plugins)
         if reason is None:
             passed.append(pool)
-        tally.record(reason, [pool.key], lambda pool=pool, reason=reason: _describe(pool, reason, selectors.errors))
+        tally.record(reason, [pool.key], _describe, pool, reason, selectors.errors)
     return passed, tally.explanation()
 
 

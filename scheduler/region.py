@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from fleet.region import RegionStatus
-from scheduler.capacity import pool_allocations
+from scheduler.capacity import AllocationCount
 from scheduler.explanation import Level, LevelExplanation, Refusal, Tally
+from scheduler.plugins import Filter, first_failure
 from scheduler.reasons import Reason, clause
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
@@ -30,10 +30,6 @@ class RegionDecision(BaseModel):
     region: str | None
     refusal: Refusal | None
     levels: list[LevelExplanation]
-
-
-class RegionFilter(Protocol):
-    def check(self, region: RegionView) -> Reason | None: ...
 
 
 @dataclass(frozen=True)
@@ -81,23 +77,25 @@ class RegionOffer:
     room: int  # allocations of the requested size its matching pools could take now
 
     @classmethod
-    def of(cls, snapshot: Snapshot, region: RegionView, request: PlacementRequest) -> RegionOffer:
+    def of(
+        cls, snapshot: Snapshot, region: RegionView, request: PlacementRequest, count: AllocationCount
+    ) -> RegionOffer:
         pools = [
             pool
             for pool in snapshot.pools_in(region.name)
-            if pool.shape == request.shape and request.wants_product(pool.gpu_product) and pool.gpu_product
+            if pool.shape == request.shape and pool.gpu_product and request.wants_product(pool.gpu_product)
         ]
         products = tuple(sorted({pool.gpu_product for pool in pools if pool.gpu_product}))
         prices = [price for price in (region.price(product) for product in products) if price is not None]
-        room = sum(
-            pool_allocations(snapshot, pool, request.shape, request.gpu_count, request.numa_policy) for pool in pools
-        )
+        room = sum(count.of_pool(snapshot, pool) for pool in pools)
         return cls(products=products, price=min(prices, default=None), room=room)
 
     def describe(self, region: RegionView) -> str:
         offered = ", ".join(self.products) or "no matching product"
         price = f"{self.price:.2f}/GPU-h" if self.price is not None else "unpriced"
-        return f"{region.status}, jurisdiction {region.jurisdiction or 'none'}, {offered} at {price}, room for {self.room}"
+        return (
+            f"{region.status}, jurisdiction {region.jurisdiction or 'none'}, {offered} at {price}, room for {self.room}"
+        )
 
 
 def _admit_tenant(
@@ -129,14 +127,6 @@ def select_region(snapshot: Snapshot, request: PlacementRequest, *, detail: bool
         if refusal is not None:
             return RegionDecision(region=None, refusal=refusal, levels=levels)
 
-    offers = {name: RegionOffer.of(snapshot, region, request) for name, region in snapshot.regions.items()}
-    required = {j for j in (request.required_jurisdiction, tenant and tenant.required_jurisdiction) if j}
-    plugins: list[RegionFilter] = [
-        AllowedForTenant(tenant),
-        Residency(frozenset(required)),
-        RegionAvailable(),
-        ProductOffered(offers),
-    ]
     tally = Tally(Level.REGION, "regions", f"can serve {request.describe()}", request.gpu_count, detail)
     if request.region is not None and request.region not in snapshot.regions:
         tally.record(Reason.UNKNOWN_REGION, [request.region], lambda: "not in the inventory")
@@ -144,15 +134,24 @@ def select_region(snapshot: Snapshot, request: PlacementRequest, *, detail: bool
         message = f"region {request.region} is not a known region"
         return RegionDecision(region=None, refusal=Refusal(code=Reason.UNKNOWN_REGION, message=message), levels=levels)
 
+    count = AllocationCount(request.shape, request.gpu_count, request.numa_policy)
+    offers = {name: RegionOffer.of(snapshot, region, request, count) for name, region in snapshot.regions.items()}
+    required = {j for j in (request.required_jurisdiction, tenant and tenant.required_jurisdiction) if j}
+    plugins: list[Filter[RegionView]] = [
+        AllowedForTenant(tenant),
+        Residency(frozenset(required)),
+        RegionAvailable(),
+        ProductOffered(offers),
+    ]
     considered = [snapshot.regions[request.region]] if request.region else list(snapshot.regions.values())
     eligible: list[RegionView] = []
     dropped: Reason | None = None
     for region in considered:
-        reason = next((r for r in (plugin.check(region) for plugin in plugins) if r is not None), None)
+        reason = first_failure(region, plugins)
         if reason is None:
             eligible.append(region)
         dropped = dropped or reason
-        tally.record(reason, [region.name], lambda region=region: offers[region.name].describe(region))
+        tally.record(reason, [region.name], offers[region.name].describe, region)
     level = tally.explanation()
     levels.append(level)
 

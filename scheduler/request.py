@@ -56,7 +56,7 @@ class PlacementRequest(BaseModel):
         return self.gpu_product is None or same_product(product, self.gpu_product)
 
     def describe(self) -> str:
-        """"2 H200 GPU slices", "8 GPUs as a whole bare-metal host": what a candidate can or cannot take."""
+        """ "2 H200 GPU slices", "8 GPUs as a whole bare-metal host": what a candidate can or cannot take."""
         product = f"{self.gpu_product} " if self.gpu_product else ""
         plural = "s" if self.gpu_count != 1 else ""
         if self.shape is CapacityShape.BAREMETAL:

@@ -239,7 +239,6 @@ class AllocationWorkflow:
             await workflow.wait([running, retry], return_when=asyncio.FIRST_COMPLETED)
             if running.done():
                 running.result()  # raises the attempt's failure, if any
-                attempt.outcome = "succeeded"
                 return True
             running.cancel()
             await asyncio.gather(running, return_exceptions=True)
@@ -331,6 +330,7 @@ class AllocationWorkflow:
                     f"not ready after {timing.readiness_timeout_seconds:g}s: waiting for {', '.join(report.pending())}",
                 )
             await workflow.sleep(min(timing.readiness_poll_seconds, remaining))
+        attempt.outcome = "succeeded"
         await self.set_state("active", "ready", node=node, attempt=attempt)
 
     async def hold_until_released(self) -> None:

@@ -49,3 +49,6 @@ class PlacementActivities:
                 explanation=Explanation(summary=decision.refusal.message, levels=levels),
             )
         return CandidateList(candidates=decision.candidates, explanation=Explanation(summary=summary, levels=levels))
+
+    def activities(self) -> list[object]:
+        return [self.select_region, self.find_candidates]

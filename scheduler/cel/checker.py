@@ -11,7 +11,8 @@ once with the types from `types.py` and the declarations from `library.py` and r
   (`quantity("1Gi") < quantity("2Gi")`, `sign` called as a method, `isQuantity(1)`);
 * a result whose static type is neither `bool` nor `dyn` ("must evaluate to bool or the unknown type");
 * a misused macro (`has(x["k"])`, a non-name macro variable);
-* an expression longer than 10240 bytes, or one whose estimated worst-case cost exceeds 1,000,000.
+* an expression whose estimated worst-case cost exceeds 1,000,000 (the 10240-byte length limit is
+  applied earlier, by `syntax.parse`), or that nests too deeply for cel-python's recursive evaluator.
 
 The cost estimate mirrors the shape of cel-go's (each step costs 1, a comprehension multiplies its body by
 the largest range it can meet: 32 for a device's attribute and capacity maps, the length of a literal, 64
@@ -51,7 +52,6 @@ from scheduler.cel.types import (
     map_of,
 )
 
-MAX_LENGTH = 10240  # bytes; resource.CELSelectorExpressionMaxLength
 MAX_COST = 1_000_000  # resource.CELSelectorExpressionMaxCost
 # cel-python evaluates recursively, about three Python frames per syntax level, under the recursion limit
 # evaluator.py sets (2500): 300 levels leave room for the caller. Real selectors nest 20 to 60 levels.
@@ -103,10 +103,8 @@ class Checked:
     size: int | None = None
 
 
-def check(expression: str, tree: lark.Tree) -> CelType:
-    """Raise SelectorCompileError if Kubernetes would reject `expression`; return its static type."""
-    if len(expression.encode()) > MAX_LENGTH:
-        raise SelectorCompileError(expression, 1, 1, f"expression is longer than {MAX_LENGTH} bytes")
+def check(expression: str, tree: lark.Tree) -> None:
+    """Raise SelectorCompileError if Kubernetes would reject `expression`."""
     if depth(tree) > MAX_DEPTH:
         raise SelectorCompileError(expression, 1, 1, f"expression nests more than {MAX_DEPTH} levels deep")
     checked = _Checker(expression).check(tree, {})
@@ -119,7 +117,6 @@ def check(expression: str, tree: lark.Tree) -> CelType:
         raise SelectorCompileError(
             expression, 1, 1, f"too complex, exceeds cost limit (estimated {checked.cost} > {MAX_COST})"
         )
-    return checked.type
 
 
 def _signature(args: list[CelType], member: bool) -> str:
@@ -247,7 +244,7 @@ class _Checker:
         target_node, method_token = node.children[0], node.children[1]
         name = str(method_token)
         args = arguments(node)
-        if is_cel_bind(node) and "cel" not in scope:
+        if is_cel_bind(node):
             return self._bind(method_token, args, scope)
         if name in _MACROS:
             return self._macro(name, method_token, target_node, args, scope)
@@ -345,11 +342,8 @@ class _Checker:
     def _check_literal(self, node: lark.Tree, scope: Scope) -> Checked:
         token = node.children[0]
         literal_type = _LITERALS[token.type]
-        if literal_type in (INT, UINT):
-            value = int(token.value.rstrip("uU"), 0)
-            low, high = (-(2**63), 2**63 - 1) if literal_type == INT else (0, 2**64 - 1)
-            if not low <= value <= high:
-                self._fail(token, f"invalid {literal_type} literal {token.value}")
+        if literal_type in (INT, UINT) and not _in_range(token.value, literal_type):
+            self._fail(token, f"invalid {literal_type} literal {token.value}")
         return Checked(literal_type, 1)
 
     def _check_list_lit(self, node: lark.Tree, scope: Scope) -> Checked:
@@ -367,6 +361,15 @@ class _Checker:
         key_type = _join_all([key.type for key in keys])
         value_type = _join_all([value.type for value in values])
         return Checked(map_of(key_type, value_type), sum(each.cost for each in checked) + 1, len(keys))
+
+
+def _in_range(literal: str, literal_type: CelType) -> bool:
+    """Whether an integer literal fits int64 (or uint64 for `1u`)."""
+    digits = literal.rstrip("uU")
+    if len(digits) > 24:
+        return False
+    low, high = (-(2**63), 2**63 - 1) if literal_type == INT else (0, 2**64 - 1)
+    return low <= int(digits, 0) <= high
 
 
 def _join_all(types: list[CelType]) -> CelType:

@@ -41,6 +41,8 @@ def evaluate(tree: lark.Tree, variables: dict[str, Any]) -> Any:
 
 
 class DeviceSelectorEvaluator(Evaluator):
+    """cel-python's tree interpreter with the changes listed at the top of this module."""
+
     def sub_evaluator(self, ast: lark.Tree) -> DeviceSelectorEvaluator:
         return DeviceSelectorEvaluator(ast, activation=self.activation)
 
@@ -58,29 +60,13 @@ class DeviceSelectorEvaluator(Evaluator):
 
     def member_dot(self, tree: lark.Tree) -> Result:
         target_tree, field = tree.children
-        return self._lookup(self.visit(target_tree), celtypes.StringType(field), tree)
+        return _lookup(self.visit(target_tree), celtypes.StringType(field), field)
 
     def member_index(self, tree: lark.Tree) -> Result:
         target, index = self.visit_children(tree)
         if isinstance(index, CELEvalError):
             return index
-        return self._lookup(target, index, tree)
-
-    def _lookup(self, target: Any, key: Any, tree: lark.Tree) -> Result:
-        if isinstance(target, CELEvalError):
-            return target
-        if isinstance(target, celtypes.MapType):
-            try:
-                return target[key]
-            except KeyError:
-                return CELEvalError(f"no such key: {key}", tree=tree)
-            except TypeError:
-                return CELEvalError(f"unsupported key type: {type_name(key)}", tree=tree)
-        if isinstance(target, celtypes.ListType) and isinstance(key, celtypes.IntType | celtypes.UintType):
-            if 0 <= key < len(target):
-                return target[key]
-            return CELEvalError(f"index out of bounds: {key}", tree=tree)
-        return CELEvalError(f"no such overload: {type_name(target)}[{type_name(key)}]", tree=tree)
+        return _lookup(target, index, tree)
 
     def macro_has_eval(self, exprlist: lark.Tree) -> Result:
         selection = unwrap(exprlist.children[0])
@@ -106,6 +92,30 @@ class DeviceSelectorEvaluator(Evaluator):
             return CELEvalError(f"expected iterable type, got {type_name(target)}", tree=tree)
         body = self._scoped(args[1], plain_name(args[0]) or "")
         return _MACROS[name](iter(target), body, tree)
+
+
+def _error(message: str, where: lark.Tree | lark.Token) -> CELEvalError:
+    if isinstance(where, lark.Token):
+        return CELEvalError(message, token=where)
+    return CELEvalError(message, tree=where)
+
+
+def _lookup(target: Any, key: Any, where: lark.Tree | lark.Token) -> Result:
+    """`target[key]` or `target.key` with cel-go's errors."""
+    if isinstance(target, CELEvalError):
+        return target
+    if isinstance(target, celtypes.MapType):
+        try:
+            return target[key]
+        except KeyError:
+            return _error(f"no such key: {key}", where)
+        except TypeError:
+            return _error(f"unsupported key type: {type_name(key)}", where)
+    if isinstance(target, celtypes.ListType) and isinstance(key, celtypes.IntType | celtypes.UintType):
+        if 0 <= key < len(target):
+            return target[key]
+        return _error(f"index out of bounds: {key}", where)
+    return _error(f"no such overload: {type_name(target)}[{type_name(key)}]", where)
 
 
 def _quantifier(

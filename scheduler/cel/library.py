@@ -128,7 +128,10 @@ def _relation(name: str) -> Callable[[Any, Any], Any]:
         left_type, right_type = type_name(left), type_name(right)
         if left_type != right_type and left_type in _NUMERIC_NAMES and right_type in _NUMERIC_NAMES:
             return celtypes.BoolType(ordering(_number(left), _number(right)))
-        return builtin(left, right)
+        try:
+            return builtin(left, right)
+        except TypeError:
+            return CELEvalError(f"no such overload: {name}({left_type}, {right_type})")
 
     return compare
 

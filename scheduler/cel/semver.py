@@ -30,7 +30,7 @@ def _number(text: str, what: str) -> int:
         raise SemverError(f"Invalid character(s) found in {what} number {text!r}")
     if len(text) > 1 and text[0] == "0":
         raise SemverError(f"{what.capitalize()} number must not contain leading zeroes {text!r}")
-    if not text or int(text) > _MAX_UINT64:
+    if not text or len(text) > 20 or int(text) > _MAX_UINT64:
         raise SemverError(f"invalid {what} number {text!r}")
     return int(text)
 
@@ -42,6 +42,8 @@ def _prerelease_identifier(text: str) -> int | str:
     if _only(text, _DIGITS):
         if len(text) > 1 and text[0] == "0":
             raise SemverError(f"Numeric PreRelease version must not contain leading zeroes {text!r}")
+        if len(text) > 20 or int(text) > _MAX_UINT64:
+            raise SemverError(f"invalid numeric prerelease identifier {text!r}")
         return int(text)
     if not _only(text, _ALPHANUMERIC):
         raise SemverError(f"Invalid character(s) found in prerelease {text!r}")

@@ -35,6 +35,8 @@ _PASS_THROUGH = frozenset(
 
 Node = lark.Tree | lark.Token
 
+MAX_LENGTH = 10240  # bytes; resource.CELSelectorExpressionMaxLength
+
 
 def _keyword_literal(token: lark.Token) -> lark.Token:
     """`true` and `false` lex as identifiers first; retype them, keeping their position (cel-python's
@@ -58,7 +60,11 @@ _PARSER = lark.Lark(
 
 
 def parse(expression: str) -> lark.Tree:
-    """The syntax tree of `expression`, or a SelectorCompileError at the offending position."""
+    """The syntax tree of `expression`, or a SelectorCompileError at the offending position.
+
+    Like Kubernetes, refuse expressions longer than 10240 bytes before parsing them."""
+    if len(expression.encode()) > MAX_LENGTH:
+        raise SelectorCompileError(expression, 1, 1, f"expression is longer than {MAX_LENGTH} bytes")
     try:
         return _PARSER.parse(expression)
     except UnexpectedInput as error:

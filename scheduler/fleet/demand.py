@@ -98,4 +98,3 @@ def compile_demand(deployment: ModelDeployment) -> Demand:
         strategy=template.placement_strategy,
         engines=tuple(engines),
     )
-

@@ -52,15 +52,13 @@ def match_requests(
         remaining[chosen] -= request.count
         device = devices[chosen]
         if device.claim is ClaimKind.DRA:
-            claims.append(Claim(name=request.name, count=request.count, device=device.name, selectors=tuple(expressions)))
+            claims.append(
+                Claim(name=request.name, count=request.count, device=device.name, selectors=tuple(expressions))
+            )
     return tuple(claims)
 
 
 def _no_device(request: DeviceRequest, class_name: str, errors: list[str]) -> str:
-    text = (
-        f"request {request.name!r} needs {request.count} device{'s' if request.count != 1 else ''} satisfying its "
-        f"selectors and class {class_name} has no such device with that count left"
-    )
-    if errors:
-        text += f" ({errors[0]})"
-    return text
+    left = f" with {request.count} left" if request.count != 1 else ""
+    text = f"request {request.name!r}: no device of class {class_name} satisfies its selectors{left}"
+    return f"{text} ({errors[0]})" if errors else text

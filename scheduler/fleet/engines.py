@@ -34,24 +34,29 @@ class Refusal:
     message: str
 
 
-def place_engines(pools: Sequence[Pool], demand: Demand, matcher: Matcher, ledger: Ledger) -> list[EngineChoice] | Refusal:
-    free = {pool.name: ledger.free(pool) for pool in pools}
+def place_engines(
+    pools: Sequence[Pool], demand: Demand, matcher: Matcher, ledger: Ledger
+) -> list[EngineChoice] | Refusal:
+    taken: dict[str, int] = {}  # nodes earlier engines of this replica took, by pool
     choices: list[EngineChoice] = []
     for engine in demand.engines:
         best: tuple[tuple[int, int, int], Pool, EngineFit] | None = None
         for position, pool in enumerate(pools):
             fit = matcher.engine(engine, pool.class_name)
-            if isinstance(fit, str) or free[pool.name] < fit.nodes:
+            if isinstance(fit, str):
                 continue
-            key = (fit.rank, _strategy_key(demand.strategy, free[pool.name] - fit.nodes), position)
+            free = ledger.free(pool) - taken.get(pool.name, 0)
+            if free < fit.nodes:
+                continue
+            key = (fit.rank, _strategy_key(demand.strategy, free - fit.nodes), position)
             if best is None or key < best[0]:
                 best = (key, pool, fit)
             if demand.strategy is None and fit.rank == 0:
                 break
         if best is None:
-            return _refusal(engine, pools, free, matcher)
+            return _refusal(engine, pools, ledger, taken, matcher)
         _, pool, fit = best
-        free[pool.name] -= fit.nodes
+        taken[pool.name] = taken.get(pool.name, 0) + fit.nodes
         choices.append(EngineChoice(engine=engine, pool=pool, fit=fit))
     return choices
 
@@ -64,7 +69,9 @@ def _strategy_key(strategy: PlacementStrategy | None, remaining: int) -> int:
     return 0
 
 
-def _refusal(engine: EngineDemand, pools: Sequence[Pool], free: dict[str, int], matcher: Matcher) -> Refusal:
+def _refusal(
+    engine: EngineDemand, pools: Sequence[Pool], ledger: Ledger, taken: dict[str, int], matcher: Matcher
+) -> Refusal:
     """Why no pool hosts the engine, pool by pool. Built only on refusal, so placement itself stays cheap."""
     if not pools:
         return Refusal(ClusterReason.NO_MATCHING_POOL, "the cluster publishes no pools")
@@ -76,6 +83,7 @@ def _refusal(engine: EngineDemand, pools: Sequence[Pool], free: dict[str, int], 
             reasons.append(f"pool {pool.name}: {fit}")
         else:
             short = True
-            reasons.append(f"pool {pool.name}: needs {fit.nodes} free node{'s' if fit.nodes != 1 else ''}, has {free[pool.name]}")
+            free = ledger.free(pool) - taken.get(pool.name, 0)
+            reasons.append(f"pool {pool.name}: needs {fit.nodes} free node{'s' if fit.nodes != 1 else ''}, has {free}")
     reason = ClusterReason.INSUFFICIENT_NODES if short else ClusterReason.NO_MATCHING_POOL
     return Refusal(reason, f"engine {engine.name}: " + "; ".join(reasons))

@@ -1,20 +1,62 @@
-"""Turn scheduling decisions, and replicas already running, into the plan's ReplicaPlacement records."""
+"""Turn scheduling decisions, and replicas already running, into the plan's ReplicaPlacement records.
+
+Records are immutable, and a large deployment repeats a few engine shapes many times (every replica of a shape
+that landed on a pool of the same class looks alike), so each distinct engine placement is built once per pass
+and shared.
+"""
 
 from __future__ import annotations
 
-from fleet.replica import ModelReplica, ReplicaMember, stamped_member_cost
+from collections.abc import Callable, Hashable
+from typing import TypeVar
+
+from fleet.replica import ModelReplica, ReplicaEngine, ReplicaMember, stamped_member_cost
+from scheduler.fleet.engines import EngineChoice
 from scheduler.fleet.fill import NewReplica
 from scheduler.fleet.resource_fit import FitStep
 from scheduler.fleet.results import EnginePlacement, MemberPlacement, ReplicaPlacement, RequestPlacement
+
+Source = TypeVar("Source")
 
 
 def replica_name(deployment: str, cluster: str, index: int) -> str:
     return f"{deployment}-{cluster}-{index}"
 
 
-def new_placement(deployment: str, replica: NewReplica, gateway: str | None) -> ReplicaPlacement:
-    engines = []
-    for choice in replica.engines:
+class PlacementRecords:
+    def __init__(self, deployment: str) -> None:
+        self._deployment = deployment
+        self._engines: dict[Hashable, EnginePlacement] = {}
+
+    def new(self, replica: NewReplica, gateway: str | None) -> ReplicaPlacement:
+        return ReplicaPlacement(
+            name=replica_name(self._deployment, replica.cluster, replica.index),
+            cluster=replica.cluster,
+            index=replica.index,
+            origin="new",
+            gateway_address=gateway,
+            engines=[self._shared((c.engine.position, c.pool.name, c.fit), self._chosen, c) for c in replica.engines],
+        )
+
+    def retained(self, replica: ModelReplica, gateway: str | None) -> ReplicaPlacement:
+        """A kept replica as it runs: its pins and the cost it was stamped with, whatever the spec now says."""
+        return ReplicaPlacement(
+            name=replica.metadata.name,
+            cluster=replica.cluster or "",
+            index=replica.index,
+            origin="retained",
+            gateway_address=gateway,
+            engines=[self._shared(_observed_key(e), self._observed, e) for e in replica.spec.engines],
+        )
+
+    def _shared(self, key: Hashable, build: Callable[[Source], EnginePlacement], source: Source) -> EnginePlacement:
+        found = self._engines.get(key)
+        if found is None:
+            found = self._engines[key] = build(source)
+        return found
+
+    @staticmethod
+    def _chosen(choice: EngineChoice) -> EnginePlacement:
         members = []
         for member, fit in zip(choice.engine.members, choice.fit.members, strict=True):
             members.append(
@@ -30,39 +72,32 @@ def new_placement(deployment: str, replica: NewReplica, gateway: str | None) -> 
                     span=fit.fit.nodes if fit.fit and fit.fit.step is FitStep.SEVERAL_NODES else None,
                 )
             )
-        engines.append(
-            EnginePlacement(name=choice.engine.name, pool=choice.pool.name, nodes=choice.fit.nodes, members=members)
-        )
-    return ReplicaPlacement(
-        name=replica_name(deployment, replica.cluster, replica.index),
-        cluster=replica.cluster,
-        index=replica.index,
-        origin="new",
-        gateway_address=gateway,
-        engines=engines,
-    )
+        return EnginePlacement(name=choice.engine.name, pool=choice.pool.name, nodes=choice.fit.nodes, members=members)
 
-
-def retained_placement(replica: ModelReplica, gateway: str | None) -> ReplicaPlacement:
-    """A kept replica as it runs: its pins and the cost it was stamped with, whatever the spec now says."""
-    engines = []
-    for engine in replica.spec.engines:
+    @staticmethod
+    def _observed(engine: ReplicaEngine) -> EnginePlacement:
         members = [_observed_member(m, engine.copies) for m in engine.members]
-        engines.append(
-            EnginePlacement(
-                name=engine.name,
-                pool=next((m.pool for m in members if m.pool), None),
-                nodes=sum(m.nodes for m in members),
-                members=members,
-            )
+        return EnginePlacement(
+            name=engine.name,
+            pool=next((m.pool for m in members if m.pool), None),
+            nodes=sum(m.nodes for m in members),
+            members=members,
         )
-    return ReplicaPlacement(
-        name=replica.metadata.name,
-        cluster=replica.cluster or "",
-        index=replica.index,
-        origin="retained",
-        gateway_address=gateway,
-        engines=engines,
+
+
+def _observed_key(engine: ReplicaEngine) -> Hashable:
+    return (
+        engine.name,
+        engine.copies,
+        tuple(
+            (
+                m.role,
+                m.node_pool_name,
+                m.pods,
+                tuple((r.name, r.count, r.device, tuple(s.cel for s in r.selectors)) for r in m.device_requests),
+            )
+            for m in engine.members
+        ),
     )
 
 

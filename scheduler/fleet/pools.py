@@ -9,13 +9,13 @@ InferenceClass its spec entry names; slice and bare-metal pools serve allocation
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from typing import NamedTuple
 
 from fleet.inference_cluster import InferenceCluster, PoolShape
 
 
-@dataclass(frozen=True)
-class Pool:
+class Pool(NamedTuple):
     cluster: str
     name: str
     class_name: str | None  # None: the status publishes a pool that spec.nodePools does not declare
@@ -57,3 +57,31 @@ def matches_labels(cluster: InferenceCluster, match_labels: dict[str, str]) -> b
     """clusterSelector.matchLabels: plain string equality on every key; an empty selector matches every cluster."""
     labels = cluster.metadata.labels
     return all(labels.get(key) == value for key, value in match_labels.items())
+
+
+class SelectedPools(Mapping[str, tuple[Pool, ...]]):
+    """The pools of every cluster that matches clusterSelector, by cluster name in name order. A cluster's pools
+    are read the first time they are asked for: a steady-state pass only reads the clusters hosting replicas."""
+
+    def __init__(self, clusters: Mapping[str, InferenceCluster], match_labels: dict[str, str]) -> None:
+        self._clusters = clusters
+        self._names = [name for name in sorted(clusters) if matches_labels(clusters[name], match_labels)]
+        self._selected = set(self._names)
+        self._pools: dict[str, tuple[Pool, ...]] = {}
+
+    def __getitem__(self, name: str) -> tuple[Pool, ...]:
+        if name not in self._selected:
+            raise KeyError(name)
+        found = self._pools.get(name)
+        if found is None:
+            found = self._pools[name] = published_pools(self._clusters[name])
+        return found
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._selected
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)

@@ -49,7 +49,11 @@ def retain(
             reason, message = problem
             dropped.append(
                 DroppedReplica(
-                    name=replica.metadata.name, cluster=replica.cluster, index=replica.index, reason=reason, message=message
+                    name=replica.metadata.name,
+                    cluster=replica.cluster,
+                    index=replica.index,
+                    reason=reason,
+                    message=message,
                 )
             )
     return Retention(kept=kept, dropped=dropped)
@@ -93,10 +97,16 @@ def _engines_problem(
         for pinned, member in zip(placed.members, engine.members, strict=True):
             pool = pools.get(pinned.node_pool_name or "")
             if pool is None:
-                return DropReason.POOL_GONE, f"engine {engine.name} {member.label}: pool {pinned.node_pool_name} is gone"
+                return (
+                    DropReason.POOL_GONE,
+                    f"engine {engine.name} {member.label}: pool {pinned.node_pool_name} is gone",
+                )
             fit = matcher.member(engine, member, pool.class_name)
             if isinstance(fit, str):
-                return DropReason.POOL_NO_LONGER_MATCHES, f"engine {engine.name} {member.label} on pool {pool.name}: {fit}"
+                return (
+                    DropReason.POOL_NO_LONGER_MATCHES,
+                    f"engine {engine.name} {member.label} on pool {pool.name}: {fit}",
+                )
             claims = claims or bool(fit.claims)
         if not claims:
             return DropReason.POOL_NO_LONGER_MATCHES, f"engine {engine.name}: no member claims a DRA device any more"

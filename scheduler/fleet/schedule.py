@@ -16,11 +16,11 @@ from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica
 from scheduler.cel import SelectorCompileError
 from scheduler.fleet.demand import compile_demand
-from scheduler.fleet.fill import fill
+from scheduler.fleet.fill import Filled, fill
 from scheduler.fleet.ledger import build_ledger
 from scheduler.fleet.matching import Matcher
-from scheduler.fleet.placements import new_placement, retained_placement
-from scheduler.fleet.pools import gateway_address, matches_labels, published_pools
+from scheduler.fleet.placements import PlacementRecords
+from scheduler.fleet.pools import SelectedPools, gateway_address
 from scheduler.fleet.results import FleetPlan
 from scheduler.fleet.retain import retain
 from scheduler.fleet.scale_down import scale_down
@@ -36,40 +36,38 @@ def schedule_deployment(
 ) -> FleetPlan:
     """Where every replica of `deployment` runs: the replicas kept, the new ones, the ones to remove, and why."""
     demand = compile_demand(deployment)
-    replicas = sorted(replicas, key=lambda r: r.metadata.name)
-    ours = [r for r in replicas if r.deployment == demand.deployment]
+    observed = sorted(replicas, key=lambda r: r.metadata.name)
+    ours = [r for r in observed if r.deployment == demand.deployment]
     by_name = {c.metadata.name: c for c in sorted(clusters, key=lambda c: c.metadata.name)}
     gateways = {name: gateway_address(cluster) for name, cluster in by_name.items()}
+
+    records = PlacementRecords(demand.deployment)
 
     try:
         selectors = DeviceSelectors(demand.selector_expressions())
     except SelectorCompileError as error:
         return FleetPlan(
             deployment=demand.deployment,
-            replicas=[retained_placement(r, gateways.get(r.cluster or "")) for r in ours],
+            replicas=[records.retained(r, gateways.get(r.cluster or "")) for r in ours],
             dropped=[],
             status=invalid_selector_status(demand, len(ours), error),
         )
     matcher = Matcher(classes, selectors)
 
-    selected = {
-        name: published_pools(cluster) for name, cluster in by_name.items() if matches_labels(cluster, demand.match_labels)
-    }
+    selected = SelectedPools(by_name, demand.match_labels)
     retention = retain(demand, ours, by_name, selected, matcher)
     scaled = scale_down(retention.kept, demand.replicas)
-    placed = []
-    refusals = {}
+    filled = Filled(placed=[], refusals={})
     if len(scaled.kept) < demand.replicas:
-        ledger = build_ledger(demand.deployment, scaled.kept, replicas)
+        ledger = build_ledger(demand.deployment, scaled.kept, observed)
         filled = fill(demand, by_name, selected, scaled.kept, ledger, matcher)
-        placed, refusals = filled.placed, filled.refusals
 
     kept = sorted(scaled.kept, key=lambda r: (r.cluster or "", r.index))
-    new = sorted(placed, key=lambda r: (r.cluster, r.index))
+    new = sorted(filled.placed, key=lambda r: (r.cluster, r.index))
     return FleetPlan(
         deployment=demand.deployment,
-        replicas=[retained_placement(r, gateways[r.cluster or ""]) for r in kept]
-        + [new_placement(demand.deployment, r, gateways[r.cluster]) for r in new],
+        replicas=[records.retained(r, gateways[r.cluster or ""]) for r in kept]
+        + [records.new(r, gateways[r.cluster]) for r in new],
         dropped=retention.dropped + scaled.dropped,
-        status=deployment_status(demand, len(kept), len(new), len(selected), refusals),
+        status=deployment_status(demand, len(kept), len(new), len(selected), filled.refusals),
     )

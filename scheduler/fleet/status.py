@@ -17,7 +17,9 @@ from scheduler.fleet.engines import Refusal
 from scheduler.fleet.results import ClusterVerdict, DeploymentStatus, Phase, SelectorProblem, StatusReason
 
 
-def deployment_status(demand: Demand, retained: int, new: int, checked: int, refusals: Mapping[str, Refusal]) -> DeploymentStatus:
+def deployment_status(
+    demand: Demand, retained: int, new: int, checked: int, refusals: Mapping[str, Refusal]
+) -> DeploymentStatus:
     available = retained + new
     desired = demand.replicas
     scheduled = f"{available} of {desired} replicas scheduled"
@@ -31,7 +33,7 @@ def deployment_status(demand: Demand, retained: int, new: int, checked: int, ref
             reason, message = StatusReason.NO_CLUSTERS, f"no InferenceCluster matches clusterSelector {{{labels}}}"
         else:
             reason = StatusReason.INSUFFICIENT_CAPACITY
-            message = f"{scheduled} (checked {checked} cluster{'s' if checked != 1 else ''})"
+            message = f"{scheduled} (checked {checked} clusters)"  # Modelplane's wording, kept verbatim
     return DeploymentStatus(
         desired=desired,
         min_replicas=demand.min_replicas,

@@ -25,7 +25,9 @@ def tolerates(toleration: Toleration, taint: Taint) -> bool:
     return toleration.key == taint.key and (toleration.value or None) == (taint.value or None)
 
 
-def untolerated(taints: Iterable[Taint], tolerations: Sequence[Toleration], effects: frozenset[TaintEffect]) -> list[Taint]:
+def untolerated(
+    taints: Iterable[Taint], tolerations: Sequence[Toleration], effects: frozenset[TaintEffect]
+) -> list[Taint]:
     return [t for t in taints if t.effect in effects and not any(tolerates(tol, t) for tol in tolerations)]
 
 

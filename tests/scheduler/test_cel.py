@@ -53,27 +53,32 @@ def compile_error(expression: str) -> SelectorCompileError:
 
 
 @pytest.mark.parametrize(
-    "expression",
+    ("expression", "expected"),
     [
-        'device.driver == "gpu.nvidia.com"',
-        'device.attributes["gpu.nvidia.com"].productName == "H200"',  # bare name: the driver's domain
-        'device.attributes["gpu.nvidia.com"]["productName"] == "H200"',
-        'device.attributes["gpu.nvidia.com"].cudaMajor == 12',  # qualified with the driver's domain
-        'device.attributes["topology.example.com"].rack == "r7"',  # another domain
-        'device.attributes["gpu.nvidia.com"].nvlink',
-        '!device.attributes["gpu.nvidia.com"].mig',
-        'device.attributes["gpu.nvidia.com"].driverVersion.isGreaterThan(semver("550.0.0"))',
-        'device.attributes["gpu.nvidia.com"].driverVersion == semver("550.54.15")',
-        'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("141Gi")) == 0',
-        'device.capacity["gpu.nvidia.com"].memory.isGreaterThan(quantity("140Gi"))',
-        'device.capacity["topology.example.com"].slots == quantity("8")',
-        'device.attributes.exists_one(d, d == "gpu.nvidia.com")',
-        'device.capacity["gpu.nvidia.com"].exists_one(name, name == "memory")',
-        '"gpu.nvidia.com" in device.attributes',
+        ('device.driver == "gpu.nvidia.com"', True),
+        ('device.attributes["gpu.nvidia.com"].productName == "H200"', True),  # bare name: the driver's domain
+        ('device.attributes["gpu.nvidia.com"].productName == "H100"', False),
+        ('device.attributes["gpu.nvidia.com"]["productName"] == "H200"', True),
+        ('device.attributes["gpu.nvidia.com"].cudaMajor == 12', True),  # qualified with the driver's domain
+        ('device.attributes["gpu.nvidia.com"].cudaMajor >= 13', False),
+        ('device.attributes["topology.example.com"].rack == "r7"', True),  # another domain
+        ('device.attributes["gpu.nvidia.com"].nvlink', True),
+        ('device.attributes["gpu.nvidia.com"].mig', False),
+        ('device.attributes["gpu.nvidia.com"].driverVersion.isGreaterThan(semver("550.0.0"))', True),
+        ('device.attributes["gpu.nvidia.com"].driverVersion.isGreaterThan(semver("550.100.0"))', False),
+        ('device.attributes["gpu.nvidia.com"].driverVersion == semver("550.54.15")', True),
+        ('device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("141Gi")) == 0', True),
+        ('device.capacity["gpu.nvidia.com"].memory.isGreaterThan(quantity("140Gi"))', True),
+        ('device.capacity["gpu.nvidia.com"].memory.isGreaterThan(quantity("141Gi"))', False),
+        ('device.capacity["topology.example.com"].slots == quantity("8")', True),
+        ('device.attributes.exists_one(d, d == "gpu.nvidia.com")', True),
+        ('device.capacity["gpu.nvidia.com"].exists_one(name, name == "memory")', True),
+        ('"gpu.nvidia.com" in device.attributes', True),
+        ('"nvidia.com" in device.attributes', False),
     ],
 )
-def test_published_attributes_and_capacity_are_visible_by_domain(expression: str) -> None:
-    assert holds(expression)
+def test_published_attributes_and_capacity_are_visible_by_domain(expression: str, expected: bool) -> None:
+    assert holds(expression) is expected
 
 
 def test_a_device_without_driver_has_an_empty_driver_name() -> None:
@@ -94,6 +99,13 @@ def test_a_device_without_driver_has_an_empty_driver_name() -> None:
 )
 def test_reading_a_missing_attribute_is_a_runtime_error(expression: str) -> None:
     assert "no such key: noSuchAttr" in runtime_error(expression).reason
+
+
+def test_a_runtime_error_names_the_expression_and_where_it_failed() -> None:
+    expression = 'device.attributes["gpu.nvidia.com"].noSuchAttr == "x"'
+    error = runtime_error(expression)
+    assert (error.expression, error.line, error.column) == (expression, 1, 37)
+    assert str(error) == f"CEL selector {expression!r} failed at 1:37: no such key: noSuchAttr"
 
 
 @pytest.mark.parametrize(
@@ -316,7 +328,8 @@ def test_expressions_kubernetes_would_find_too_costly_or_long_do_not_compile() -
     [
         ('device.attributes["gpu.nvidia.com"].productName', "CEL result of type string could not be converted to bool"),
         ('device.attributes["gpu.nvidia.com"].cudaMajor.exists(x, x > 0)', "expected iterable type, got int"),
-        ('device.attributes["gpu.nvidia.com"].productName > 3', "found no matching overload"),
+        ('device.attributes["gpu.nvidia.com"].productName > 3', "no such overload: _>_(string, int)"),
+        ('device.attributes["gpu.nvidia.com"].productName.major() == 1', "no such overload: major(string)"),
         ("[1, 2][2] == 1", "index out of bounds: 2"),
         ("[0, 1].all(x, 1 / x > 0)", "divide by zero"),
     ],

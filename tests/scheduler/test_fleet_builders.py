@@ -97,7 +97,9 @@ def member(
     if requests is not None:
         body["nodeSelector"] = {"devices": requests}
     elif selectors:
-        body["nodeSelector"] = {"devices": [{"name": "gpu", "count": count, "selectors": [{"cel": s} for s in selectors]}]}
+        body["nodeSelector"] = {
+            "devices": [{"name": "gpu", "count": count, "selectors": [{"cel": s} for s in selectors]}]
+        }
     if resources is not None:
         body["resources"] = resources
     return body
@@ -121,7 +123,11 @@ def deployment(
     requirements: Sequence[str] = (),
     strategy: str | None = None,
 ) -> ModelDeployment:
-    spec: dict[str, Any] = {"engines": list(engines), "tolerations": list(tolerations), "requirements": list(requirements)}
+    spec: dict[str, Any] = {
+        "engines": list(engines),
+        "tolerations": list(tolerations),
+        "requirements": list(requirements),
+    }
     if match_labels is not None:
         spec["clusterSelector"] = {"matchLabels": match_labels}
     if strategy is not None:
@@ -129,7 +135,9 @@ def deployment(
     body: dict[str, Any] = {"replicas": replicas, "template": {"spec": spec}}
     if min_replicas is not None:
         body["minReplicas"] = min_replicas
-    return ModelDeployment.model_validate({"apiVersion": API, "kind": "ModelDeployment", "metadata": {"name": name}, "spec": body})
+    return ModelDeployment.model_validate(
+        {"apiVersion": API, "kind": "ModelDeployment", "metadata": {"name": name}, "spec": body}
+    )
 
 
 def replica(

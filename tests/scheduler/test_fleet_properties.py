@@ -96,7 +96,9 @@ def scenarios(draw: st.DrawFn) -> tuple[Any, list[InferenceCluster], list[ModelR
             (e["name"], e["copies"], [(m["role"], pool, "nodeSelector" in m) for m in e["members"]]) for e in shape
         ]
         existing.append(
-            replica(owner, placed_on, draw(st.integers(0, 2)), placed_engines, name=f"{owner}-r{number}", worker_nodes=2)
+            replica(
+                owner, placed_on, draw(st.integers(0, 2)), placed_engines, name=f"{owner}-r{number}", worker_nodes=2
+            )
         )
     if draw(st.booleans()):  # replicas a previous pass placed, as the deployment workflow would feed them back
         earlier = deployment(TARGET, *shape, replicas=draw(st.integers(1, 6)))

@@ -172,7 +172,7 @@ def test_rule4_a_member_without_device_requests_holds_no_node() -> None:
 def test_rule4_a_missing_or_negative_node_count_counts_as_none(count: int | None) -> None:
     result = plan(one_gpu_deployment(), [cluster("a", [("h100", "h100-8x", count)])], KNOWN)
     assert result.replicas == []
-    assert result.status.message == "0 of 1 replicas scheduled (checked 1 cluster)"
+    assert result.status.message == "0 of 1 replicas scheduled (checked 1 clusters)"
 
 
 def test_rule4_a_retained_replica_keeps_its_old_cost_when_the_spec_grows() -> None:
@@ -209,7 +209,13 @@ def test_rule5_counts_retained_replicas_when_spreading_and_takes_the_lowest_free
     clusters = [cluster(n, [("h100", "h100-8x", 8)]) for n in ("a", "b")]
     existing = [kept_replica("a", 0), kept_replica("a", 2)]
     result = plan(one_gpu_deployment(replicas=5), clusters, KNOWN, existing)
-    assert where(result) == [("a", 0, "retained"), ("a", 2, "retained"), ("a", 1, "new"), ("b", 0, "new"), ("b", 1, "new")]
+    assert where(result) == [
+        ("a", 0, "retained"),
+        ("a", 2, "retained"),
+        ("a", 1, "new"),
+        ("b", 0, "new"),
+        ("b", 1, "new"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -248,7 +254,7 @@ def test_rule5_stops_when_nothing_fits_and_the_result_is_partial_not_an_error() 
     result = plan(one_gpu_deployment(replicas=3), [cluster("a", [("h100", "h100-8x", 2)])], KNOWN)
     assert len(result.replicas) == 2
     assert result.status.phase is Phase.PARTIALLY_SCHEDULED
-    assert result.status.message == "2 of 3 replicas scheduled (checked 1 cluster)"
+    assert result.status.message == "2 of 3 replicas scheduled (checked 1 clusters)"
 
 
 # Rule 6: engines.
@@ -351,9 +357,18 @@ def test_rule7_a_device_of_count_zero_matches_nothing() -> None:
 
 
 def test_rule7_an_engine_that_only_matches_synthetic_devices_is_not_placed() -> None:
-    result = plan(deployment("nic", standalone("serve", product_is("NIC"))), [cluster("a", [("p", "mixed", 4)])], classes(MIXED))
+    result = plan(
+        deployment("nic", standalone("serve", product_is("NIC"))), [cluster("a", [("p", "mixed", 4)])], classes(MIXED)
+    )
     assert result.replicas == []
     assert "no member claims a DRA device" in result.status.clusters[0].message
+
+
+def test_rule7_a_selector_that_fails_on_a_device_does_not_match_it_and_the_reason_quotes_the_error() -> None:
+    missing = 'device.attributes["gpu.nvidia.com"].vendor == "nvidia"'
+    result = plan(deployment("m", standalone("serve", missing)), [cluster("a", [("h100", "h100-8x", 4)])], KNOWN)
+    assert result.replicas == []
+    assert "vendor" in result.status.clusters[0].message and "failed" in result.status.clusters[0].message
 
 
 # Rule 8: tolerations.
@@ -368,7 +383,11 @@ def test_rule7_an_engine_that_only_matches_synthetic_devices_is_not_placed() -> 
         ({"key": "team", "operator": "Exists"}, {"key": "gpu", "value": "h100", "effect": "NoSchedule"}, False),
         ({"operator": "Exists"}, {"key": "anything", "value": "x", "effect": "NoExecute"}, True),
         ({"operator": "Exists", "effect": "NoSchedule"}, {"key": "drain", "effect": "NoExecute"}, False),
-        ({"key": "drain", "operator": "Exists", "effect": "NoSchedule"}, {"key": "drain", "effect": "NoExecute"}, False),
+        (
+            {"key": "drain", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "drain", "effect": "NoExecute"},
+            False,
+        ),
         ({"key": "drain", "operator": "Exists", "effect": "NoExecute"}, {"key": "drain", "effect": "NoExecute"}, True),
     ],
 )

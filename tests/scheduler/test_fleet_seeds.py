@@ -132,7 +132,9 @@ def test_seed002_a_pool_lacking_a_required_capability_is_not_eligible() -> None:
 
 
 def test_seed002_a_backend_must_be_a_capability_of_the_pool() -> None:
-    result = plan(memory_model("60Gi", "sglang"), [cluster("a", [("h100", "h100-8x", 4), ("h200", "h200-8x", 4)])], KNOWN)
+    result = plan(
+        memory_model("60Gi", "sglang"), [cluster("a", [("h100", "h100-8x", 4), ("h200", "h200-8x", 4)])], KNOWN
+    )
     assert served(result).pool == "h200"
 
 
@@ -141,7 +143,9 @@ def test_seed002_the_cluster_already_hosting_the_model_is_kept_no_flip_flop() ->
     first = plan(target, [cluster("a", [("h100", "h100-8x", 4)])], KNOWN)
     manifests = [replica_manifest(target, r) for r in first.replicas]
     # A larger, emptier cluster appears: nothing moves and nothing is added.
-    again = plan(target, [cluster("a", [("h100", "h100-8x", 4)]), cluster("0-new", [("h100", "h100-8x", 64)])], KNOWN, manifests)
+    again = plan(
+        target, [cluster("a", [("h100", "h100-8x", 4)]), cluster("0-new", [("h100", "h100-8x", 64)])], KNOWN, manifests
+    )
     assert where(again) == [("a", 0, "retained"), ("a", 1, "retained")]
     assert again.dropped == []
 
@@ -159,7 +163,11 @@ def test_seed002_partial_scheduling_above_min_replicas() -> None:
 
 def node(name: str, **labels: str) -> dict[str, object]:
     gfd = {f"nvidia.com/gpu.{k}": v for k, v in labels.items()}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/os": "linux", **gfd}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/os": "linux", **gfd}},
+    }
 
 
 A100_80 = {"product": "NVIDIA-A100-SXM4-80GB", "count": "8", "memory": "81920"}

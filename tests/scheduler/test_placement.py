@@ -276,3 +276,13 @@ def test_each_selector_meets_each_distinct_device_once() -> None:
 def test_a_selector_that_does_not_compile_is_a_bad_request() -> None:
     with pytest.raises(cel.SelectorCompileError):
         place(snapshot(), selectors=["device.driver =="])
+
+
+def test_binpack_keeps_wholly_free_nodes_free_even_when_they_would_fit_tighter() -> None:
+    small = "  - name: small\n    className: h200\n    shape: gpu_slice\n    gpuProduct: H200\n"
+    small += "    nodeTemplate: {count: 1, namePrefix: use1-t, gpusPerNode: 4, numaNodes: 1}\n"
+    world = snapshot(
+        claim("a1", "use1-a02", 0, 1), fleet=FLEET.replace("  - name: shared\n", small + "  - name: shared\n")
+    )
+    ranked = [c.node for c in place(world, region="us-east").candidates]
+    assert ranked == ["use1-a02", "use1-t01", "use1-a01", "use1-a03"]  # 6 free on a used node beats 4 on a whole one

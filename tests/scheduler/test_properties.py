@@ -25,7 +25,7 @@ from scheduler.request import CapacityShape, NumaPolicy, PlacementRequest, PlanR
 from scheduler.snapshot import Snapshot
 from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PRODUCTS = ("H200", "H100")
 
 
@@ -233,7 +233,10 @@ def test_every_drop_and_refusal_is_for_a_reason_true_of_the_snapshot(case: tuple
                     ),
                 }
                 assert facts[item.reason]
-    if result.refusal is not None and result.refusal.code in (Reason.INSUFFICIENT_CAPACITY, Reason.NO_COMPATIBLE_BUNDLES):
+    if result.refusal is not None and result.refusal.code in (
+        Reason.INSUFFICIENT_CAPACITY,
+        Reason.NO_COMPATIBLE_BUNDLES,
+    ):
         pool_level = result.explanation.level(Level.POOL)
         assert pool_level is not None and pool_level.items is not None
         matching = {item.name for item in pool_level.items if item.reason is None}
@@ -281,3 +284,21 @@ def test_capacity_counts_what_sequential_node_plans_would_place(data: st.DataObj
         )
         placed += 1
     assert placed == expected
+
+
+@SETTINGS
+@given(st.data())
+def test_an_updated_snapshot_schedules_like_a_rebuilt_one(data: st.DataObject) -> None:
+    world, request = data.draw(cases())
+    names = data.draw(st.lists(st.sampled_from(sorted(world.nodes)), unique=True)) if world.nodes else []
+    changed = [
+        replace(world.nodes[name], status=data.draw(st.sampled_from(list(NodeStatus))), slots=data.draw(slots_of(name)))
+        for name in names
+    ]
+    rebuilt = Snapshot(
+        regions=list(world.regions.values()),
+        pools=list(world.pools),
+        nodes=[*(node for node in world.nodes.values() if node.name not in names), *changed],
+        tenants=list(world.tenants.values()),
+    )
+    assert schedule(world.with_nodes(changed), request, detail=True) == schedule(rebuilt, request, detail=True)

@@ -1,0 +1,244 @@
+"""A small GPU lab for workflow tests: a fleet file, the database it is applied to, a control worker and one real
+node-agent worker per host (simulated drivers), all on task queues unique to the test.
+
+Tests start and stop agents to play dead hosts, and read back what a platform team would check: slot states,
+active claims, lease files and VM records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+import worker
+from fleet.loader import load_fleet
+from scheduler.request import CapacityShape, PlacementRequest
+from store.apply import apply_fleet
+from store.models import AllocationEventRow, ClaimRow, SlotRow
+from workflows import allocation_client
+from workflows.allocation_messages import AllocationInput, AllocationStatus, Timing
+from workflows.task_queues import Queues
+
+FAST = Timing(
+    agent_pickup_seconds=2.0,
+    readiness_timeout_seconds=20.0,
+    readiness_poll_seconds=0.2,
+    readiness_window_seconds=0.5,
+    teardown_attempts=1,
+)
+
+
+def lab_fleet(hosts: dict[str, dict[str, Any]], metal: int = 0, quota: int = 512) -> str:
+    """A one-region fleet. `hosts` maps node name to {"gpus": n, "simulation": {...}} for the slice pool."""
+    nodes = []
+    for n, (name, spec) in enumerate(sorted(hosts.items())):
+        gpus = spec.get("gpus", 4)
+        nodes.append(
+            {
+                "name": name,
+                "numaNodes": 1,
+                "simulation": spec.get("simulation", {}),
+                "slots": [
+                    {
+                        "index": i,
+                        "gpuPci": f"0000:{0x10 + i:02x}:00.0",
+                        "fabricParentPci": f"0000:{0x40 + i:02x}:00.0",
+                        "fabricVfPci": f"0000:{0x40 + i:02x}:00.2",
+                        "fabricClaimMode": "per_slot_vf",
+                        "mac": f"52:54:00:{n:02x}:00:{i:02x}",
+                        "privateIp": f"10.0.{n}.{10 + i}",
+                    }
+                    for i in range(gpus)
+                ],
+            }
+        )
+    pools: list[dict[str, Any]] = [
+        {"name": "slices", "className": "h200", "shape": "gpu_slice", "gpuProduct": "H200", "nodes": nodes}
+    ]
+    if metal:
+        pools.append(
+            {
+                "name": "metal",
+                "className": "h200",
+                "shape": "baremetal",
+                "gpuProduct": "H200",
+                "nodeTemplate": {"count": metal, "namePrefix": "metal-", "gpusPerNode": 4, "numaNodes": 1},
+            }
+        )
+    documents = [
+        {"apiVersion": "berth.dev/v1alpha1", "kind": "Region", "metadata": {"name": "lab"}, "spec": {"prices": {"H200": 3.0}}},
+        {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant", "metadata": {"name": "acme"}, "spec": {"gpuQuota": quota}},
+        {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "InferenceClass",
+            "metadata": {"name": "h200"},
+            "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": 4,
+                                  "attributes": {"productName": {"string": "NVIDIA H200"}}}]},
+        },  # fmt: skip
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "InferenceCluster",
+            "metadata": {"name": "lab-1"},
+            "spec": {"region": "lab", "nodePools": pools},
+        },
+    ]
+    return yaml.safe_dump_all(documents, sort_keys=False)
+
+
+@dataclass
+class Lab:
+    starter: Client  # starts workflows (time-skipping or real time)
+    worker_client: Client
+    sessions: async_sessionmaker[AsyncSession]
+    home: Path
+    fleet_file: Path
+    queues: Queues
+    executor: ThreadPoolExecutor
+    agents: dict[str, tuple[Worker, asyncio.Task[None]]] = field(default_factory=dict)
+    control: tuple[Worker, asyncio.Task[None]] | None = None
+
+    def agent(self, node: str) -> Any:
+        return worker.simulated_agent(self.fleet_file, node, self.home, lease_seconds=60)
+
+    async def start_agent(self, node: str, activities: list[object] | None = None) -> None:
+        node_worker = Worker(
+            self.worker_client,
+            task_queue=self.queues.node(node),
+            activities=activities or self.agent(node).activities(),
+            activity_executor=self.executor,
+        )
+        self.agents[node] = (node_worker, asyncio.create_task(node_worker.run()))
+
+    async def stop_agent(self, node: str) -> None:
+        node_worker, task = self.agents.pop(node)
+        await node_worker.shutdown()
+        await task
+
+    def start_control(self) -> None:
+        control = worker.control_worker(self.worker_client, self.sessions, task_queue=self.queues.control)
+        self.control = (control, asyncio.create_task(control.run()))
+
+    async def allocate(
+        self, allocation_id: str | None = None, gpus: int = 2, timing: Timing = FAST,
+        shape: CapacityShape = CapacityShape.GPU_SLICE, **request: Any,
+    ) -> WorkflowHandle[Any, AllocationStatus]:  # fmt: skip
+        allocation_id = allocation_id or f"a-{uuid.uuid4().hex[:8]}"
+        return await allocation_client.start_allocation(
+            self.starter,
+            AllocationInput(
+                allocation_id=allocation_id,
+                tenant="acme",
+                request=PlacementRequest(gpu_count=gpus, shape=shape, tenant="acme", **request),
+                timing=timing,
+                queues=self.queues,
+            ),
+        )
+
+    def input_for(self, allocation_id: str, gpus: int = 2, timing: Timing = FAST) -> AllocationInput:
+        return AllocationInput(
+            allocation_id=allocation_id,
+            tenant="acme",
+            request=PlacementRequest(gpu_count=gpus, tenant="acme"),
+            timing=timing,
+            queues=self.queues,
+        )
+
+    async def wait_for_state(self, handle: WorkflowHandle[Any, Any], *states: str, timeout: float = 30) -> AllocationStatus:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            status = await handle.query("status_query", result_type=AllocationStatus)
+            if status.state in states:
+                return status
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"allocation stayed {status.state} (wanted {states}): {status}")
+            await asyncio.sleep(0.1)
+
+    # What a platform team would check ---------------------------------------------------------------------------
+
+    async def slot_states(self) -> dict[str, str]:
+        async with self.sessions() as session:
+            rows = await session.execute(select(SlotRow.node_id, SlotRow.slot_index, SlotRow.state))
+            return {f"{node}/{index}": state for node, index, state in rows}
+
+    async def active_claims(self) -> dict[str, list[str]]:
+        """allocation -> slots it actively claims."""
+        async with self.sessions() as session:
+            rows = await session.execute(
+                select(ClaimRow.allocation_id, SlotRow.node_id, SlotRow.slot_index)
+                .join(SlotRow, SlotRow.id == ClaimRow.slot_id)
+                .where(ClaimRow.released_at.is_(None))
+            )
+            claims: dict[str, list[str]] = {}
+            for allocation, node, index in rows:
+                claims.setdefault(allocation, []).append(f"{node}/{index}")
+            return claims
+
+    async def double_claims(self) -> int:
+        async with self.sessions() as session:
+            return await session.scalar(
+                text(
+                    "SELECT count(*) FROM (SELECT slot_id FROM allocation_resource_claims WHERE released_at IS NULL "
+                    "GROUP BY slot_id HAVING count(*) > 1) AS doubled"
+                )
+            )
+
+    async def events(self, allocation_id: str) -> list[tuple[str, str, str | None, str | None]]:
+        async with self.sessions() as session:
+            rows = await session.execute(
+                select(AllocationEventRow.step, AllocationEventRow.state, AllocationEventRow.node_id, AllocationEventRow.reason)
+                .where(AllocationEventRow.allocation_id == allocation_id)
+                .order_by(AllocationEventRow.id)
+            )
+            return [tuple(r) for r in rows]
+
+    async def available_slots(self) -> int:
+        async with self.sessions() as session:
+            return await session.scalar(select(func.count()).select_from(SlotRow).where(SlotRow.state == "available"))
+
+    def lease_files(self) -> list[Path]:
+        return sorted(self.home.glob("nodes/*/leases/*.json"))
+
+    def vm_records(self) -> list[Path]:
+        return sorted(self.home.glob("nodes/*/vms/*.json"))
+
+
+@contextlib.asynccontextmanager
+async def running_lab(
+    starter: Client, worker_client: Client, sessions: async_sessionmaker[AsyncSession], home: Path, fleet_text: str,
+    agents: list[str] | None = None, control: bool = True,
+) -> AsyncIterator[Lab]:  # fmt: skip
+    home.mkdir(parents=True, exist_ok=True)
+    fleet_file = home / "fleet.yaml"
+    fleet_file.write_text(fleet_text)
+    fleet = load_fleet([fleet_file])
+    async with sessions.begin() as session:
+        await apply_fleet(session, fleet)
+    tag = uuid.uuid4().hex[:8]
+    queues = Queues(control=f"test-{tag}.control", node_prefix=f"test-{tag}.node.")
+    with ThreadPoolExecutor(max_workers=32) as executor:
+        lab = Lab(starter, worker_client, sessions, home, fleet_file, queues, executor)
+        if control:
+            lab.start_control()
+        every_node = [n.name for pool in fleet.host_pools() for n in pool.nodes]
+        for node in every_node if agents is None else agents:
+            await lab.start_agent(node)
+        try:
+            yield lab
+        finally:
+            for node in list(lab.agents):
+                await lab.stop_agent(node)
+            if lab.control is not None:
+                await lab.control[0].shutdown()
+                await lab.control[1]

@@ -1,0 +1,184 @@
+"""Faults the allocation saga must survive (issue 4): each against real Temporal, real PostgreSQL and real node-agent
+workers whose hosts are simulated. In every case the allocation ends somewhere a user understands, and nothing of a
+failed attempt is left on the node it tried."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from activities.contracts import PlanInput, PlanOutcome
+from store.models import AllocationRow, ClaimRow, SlotRow
+from tests.workflows.lab import FAST, lab_fleet, running_lab
+from workflows import allocation_client
+
+# `first` (2 GPUs) is where best fit puts a 2-GPU request; `second` and `third` (4 GPUs) are the alternates.
+def hosts(**first_simulation: object) -> dict:
+    return {"first": {"gpus": 2, "simulation": dict(first_simulation)}, "second": {"gpus": 4}, "third": {"gpus": 4}}
+
+
+async def _placed_after_failure(lab, allocation_id: str, reason: str) -> None:
+    handle = await lab.allocate(allocation_id, gpus=2)
+    status = await lab.wait_for_state(handle, "active", timeout=60)
+    assert status.node == "second"
+    assert [(a.node, a.outcome) for a in status.attempts] == [("first", "failed"), ("second", "succeeded")]
+    assert status.attempts[0].reason.startswith(reason), status.attempts[0].reason
+    assert await lab.active_claims() == {allocation_id: ["second/0", "second/1"]}
+    states = await lab.slot_states()
+    assert states["first/0"] == states["first/1"] == "available"
+    assert [p.name for p in lab.vm_records()] == [f"{allocation_id}.json"]
+    assert "first" not in str(lab.vm_records())
+    assert lab.lease_files() == []
+    events = await lab.events(allocation_id)
+    assert ("attempt_failed", "placing", "first") == events[[e[0] for e in events].index("attempt_failed")][:3]
+
+
+async def test_node_agent_down_moves_to_the_next_candidate(temporal_client, sessions, tmp_path: Path) -> None:
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts()),
+                           agents=["second", "third"]) as lab:  # fmt: skip
+        await _placed_after_failure(lab, "down-1", "agent_unreachable")
+
+
+async def test_plan_refused_by_a_changed_host_moves_on(temporal_client, sessions, tmp_path: Path) -> None:
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts(refusePlans=True))) as lab:
+        await _placed_after_failure(lab, "refused-1", "missing_per_slot_vf")
+
+
+async def test_vm_create_failure_is_compensated(temporal_client, sessions, tmp_path: Path) -> None:
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts(failCreate=True))) as lab:
+        await _placed_after_failure(lab, "create-1", "vm_create_failed")
+
+
+async def test_claim_conflict_releases_the_lease_and_moves_on(temporal_client, sessions, tmp_path: Path) -> None:
+    """Another allocation claims the planned slots between the node's plan and our claim."""
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts()),
+                           agents=["second", "third"]) as lab:  # fmt: skip
+        agent = lab.agent("first")
+
+        @activity.defn(name="plan_bundles")
+        def plan_then_lose_the_race(request: PlanInput) -> PlanOutcome:
+            outcome = agent.plan(request)
+            import asyncio
+
+            asyncio.run(_steal(lab, outcome))
+            return outcome
+
+        await lab.start_agent("first", [plan_then_lose_the_race, *agent.activities()[1:]])
+        await _placed_after_failure_with_thief(lab)
+
+
+async def _steal(lab, outcome: PlanOutcome) -> None:
+    from store.db import create_engine, session_factory
+
+    engine = create_engine(str(lab.sessions.kw["bind"].url.render_as_string(hide_password=False)), pool_size=1)
+    try:
+        async with session_factory(engine).begin() as session:
+            session.add(AllocationRow(id="thief", tenant="acme", state="active", shape="gpu_slice", gpu_count=2,
+                                      request={}, workflow_id="allocation/thief"))  # fmt: skip
+            await session.flush()
+            for index in outcome.slot_indexes:
+                slot = (await session.scalars(select(SlotRow).where(SlotRow.node_id == "first", SlotRow.slot_index == index))).one()
+                slot.state = "reserved"
+                session.add(ClaimRow(allocation_id="thief", attempt=1, slot_id=slot.id, node_id="first", bundle={}))
+    finally:
+        await engine.dispose()
+
+
+async def _placed_after_failure_with_thief(lab) -> None:
+    handle = await lab.allocate("racer", gpus=2)
+    status = await lab.wait_for_state(handle, "active", timeout=60)
+    assert [(a.node, a.outcome) for a in status.attempts] == [("first", "failed"), ("second", "succeeded")]
+    assert status.attempts[0].reason.startswith("claim_conflict")
+    assert await lab.active_claims() == {"thief": ["first/0", "first/1"], "racer": ["second/0", "second/1"]}
+    assert lab.lease_files() == []
+    assert await lab.double_claims() == 0
+
+
+async def test_readiness_that_never_comes_times_out_and_moves_on(temporal_env, temporal_client, sessions, tmp_path) -> None:
+    """A 10-minute readiness timeout, skipped in virtual time."""
+    timing = FAST.model_copy(update={"readiness_timeout_seconds": 600.0, "readiness_poll_seconds": 150.0})
+    async with running_lab(temporal_env.client, temporal_client, sessions, tmp_path, lab_fleet(hosts(neverReady=True))) as lab:
+        handle = await lab.allocate("slow-1", gpus=2, timing=timing)
+        status = await lab.wait_for_state(handle, "active", timeout=90)
+        assert [(a.node, a.outcome) for a in status.attempts] == [("first", "failed"), ("second", "succeeded")]
+        assert status.attempts[0].reason == "readiness_timeout: not ready after 600s: waiting for cloud-init, nvidia-smi"
+        assert (await lab.slot_states())["first/0"] == "available"
+        assert [p.name for p in lab.vm_records()] == ["slow-1.json"]
+        await allocation_client.release(temporal_client, "slow-1")
+        await handle.result()
+
+
+async def test_every_candidate_failing_ends_in_sku_unavailable(temporal_client, sessions, tmp_path: Path) -> None:
+    broken = {name: {"gpus": 4, "simulation": {"failCreate": True}} for name in ("x1", "x2", "x3")}
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(broken)) as lab:
+        handle = await lab.allocate("doomed", gpus=2)
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+        cause = failure.value.cause
+        assert isinstance(cause, ApplicationError) and cause.type == "SkuUnavailable" and cause.non_retryable
+        for node in ("x1", "x2", "x3"):
+            assert f"{node}: vm_create_failed: simulated fault: VM creation fails on {node}" in cause.message
+        async with sessions() as session:
+            row = await session.get(AllocationRow, "doomed")
+        assert row.state == "failed" and row.failure_reason.startswith("sku_unavailable: 2 GPU slices could not be placed")
+        assert await lab.active_claims() == {} and lab.vm_records() == [] and lab.lease_files() == []
+        assert set((await lab.slot_states()).values()) == {"available"}
+
+
+async def test_cancel_while_provisioning_compensates_everything(temporal_client, sessions, tmp_path: Path) -> None:
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path,
+                           lab_fleet(hosts(bootSeconds=3600))) as lab:  # fmt: skip
+        handle = await lab.allocate("cancel-1", gpus=2)
+        await lab.wait_for_state(handle, "waiting_ready")
+        assert [p.name for p in lab.vm_records()] == ["cancel-1.json"]
+        await allocation_client.cancel(temporal_client, "cancel-1")
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+        assert lab.vm_records() == [] and lab.lease_files() == []
+        assert await lab.active_claims() == {}
+        assert set((await lab.slot_states()).values()) == {"available"}
+        async with sessions() as session:
+            assert (await session.get(AllocationRow, "cancel-1")).state == "cancelled"
+        wipes = (tmp_path / "nodes" / "first" / "wipes.log").read_text()
+        assert '"slots": [0, 1]' in wipes
+
+
+async def test_operator_retry_mid_flight_moves_elsewhere_and_cleans_the_first_node(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path,
+                           lab_fleet(hosts(bootSeconds=3600))) as lab:  # fmt: skip
+        handle = await lab.allocate("retry-1", gpus=2)
+        await lab.wait_for_state(handle, "waiting_ready")
+        accepted = await allocation_client.retry(temporal_client, "retry-1", ["first"])
+        assert accepted.abandoned_node == "first" and accepted.excluded_nodes == ["first"]
+        status = await lab.wait_for_state(handle, "active")
+        assert status.node == "second"
+        assert [(a.node, a.outcome, a.reason) for a in status.attempts][0] == (
+            "first", "abandoned", "operator_retry: abandoned by an operator's retry"
+        )
+        assert await lab.active_claims() == {"retry-1": ["second/0", "second/1"]}
+        assert [p.name for p in lab.vm_records()] == ["retry-1.json"]
+        assert not (tmp_path / "nodes" / "first" / "vms" / "retry-1.json").exists()
+        assert (await lab.slot_states())["first/0"] == "available"
+        assert lab.lease_files() == []
+
+
+async def test_a_failed_allocation_can_be_retried_as_a_new_run(temporal_client, sessions, tmp_path: Path) -> None:
+    broken = {"only": {"gpus": 4, "simulation": {"failCreate": True}}}
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(broken)) as lab:
+        first = await lab.allocate("again", gpus=2)
+        with pytest.raises(WorkflowFailureError):
+            await first.result()
+        second = await allocation_client.restart_failed(temporal_client, lab.input_for("again"))
+        assert second.result_run_id != first.result_run_id
+        with pytest.raises(WorkflowFailureError):
+            await second.result()
+        events = await lab.events("again")
+        assert [e[0] for e in events].count("select_region") == 2  # both runs are in the audit trail
