@@ -17,6 +17,9 @@ from scheduler.slot_state import SlotStateDocument
 from scheduler.snapshot import Snapshot
 from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView
 
+# slot id -> (state, allocation id, tenant)
+Holds = dict[str, tuple[SlotState, str | None, str | None]]
+
 
 def slot_id(node: str, index: int) -> str:
     return f"{node}/{index}"
@@ -46,7 +49,7 @@ def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) 
                 cluster_ready=cluster.status is None or cluster.status.ready,
             )
         )
-        nodes.extend(_node_view(node, holds) for node in hosts.nodes)
+        nodes.extend(node_view(node, holds) for node in hosts.nodes)
 
     known = {slot.id for node in nodes for slot in node.slots}
     for slot, (state, _, tenant) in holds.items():
@@ -78,9 +81,8 @@ def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) 
     return Snapshot(regions=regions, pools=pools, nodes=nodes, tenants=tenants)
 
 
-def _holds(documents: Iterable[SlotStateDocument]) -> dict[str, tuple[SlotState, str | None, str | None]]:
-    """slot id -> (state, allocation id, tenant)."""
-    holds: dict[str, tuple[SlotState, str | None, str | None]] = {}
+def _holds(documents: Iterable[SlotStateDocument]) -> Holds:
+    holds: Holds = {}
     entries = [
         (slot, (hold.state, hold.id, hold.tenant))
         for document in documents
@@ -94,7 +96,9 @@ def _holds(documents: Iterable[SlotStateDocument]) -> dict[str, tuple[SlotState,
     return holds
 
 
-def _node_view(node: Node, holds: dict[str, tuple[SlotState, str | None, str | None]]) -> NodeView:
+def node_view(node: Node, holds: Holds | None = None) -> NodeView:
+    """A fleet host as the scheduler sees it; slots not in `holds` are free."""
+    holds = holds or {}
     slots = []
     for slot in node.slots:
         ident = slot_id(node.name, slot.index)
@@ -121,3 +125,6 @@ def _node_view(node: Node, holds: dict[str, tuple[SlotState, str | None, str | N
     return NodeView(
         name=node.name, status=node.status, slots=tuple(slots), labels=dict(node.labels), numa_nodes=node.numa_nodes
     )
+
+
+_node_view = node_view  # transitional: activities/node/simulated.py still imports the old private name

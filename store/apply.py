@@ -209,7 +209,9 @@ async def _refuse_if_claimed(session: AsyncSession, slot_ids: list[int], what: s
 async def apply_fleet(session: AsyncSession, fleet: Fleet, prune: bool = False) -> ApplyResult:
     """Make the database match `fleet`. The caller owns the transaction (commit on success, rollback on error)."""
     if fleet.deployments or fleet.replicas:
-        kinds = sorted({*(["ModelDeployment"] if fleet.deployments else []), *(["ModelReplica"] if fleet.replicas else [])})
+        kinds = sorted(
+            {*(["ModelDeployment"] if fleet.deployments else []), *(["ModelReplica"] if fleet.replicas else [])}
+        )
         raise ApplyRefused(
             f"{' and '.join(kinds)} documents are not inventory: plan them with `berth plan -f` (this apply wrote "
             "nothing; remove them from the files to apply the rest)"

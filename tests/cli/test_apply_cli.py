@@ -100,7 +100,10 @@ async def test_bad_input_is_refused_with_its_location_and_writes_nothing(
     before = await _snapshot(sessions)
 
     # Append a tenant so a half-applied file would be visible as a new row.
-    bad_text = breaks(GOOD_CLUSTER) + "\n---\napiVersion: berth.dev/v1alpha1\nkind: Tenant\nmetadata: {name: t}\nspec: {gpuQuota: 1}\n"
+    bad_text = (
+        breaks(GOOD_CLUSTER)
+        + "\n---\napiVersion: berth.dev/v1alpha1\nkind: Tenant\nmetadata: {name: t}\nspec: {gpuQuota: 1}\n"
+    )
     if case == "not YAML":
         bad_text = breaks(GOOD_CLUSTER)
     result = await asyncio.to_thread(runner.invoke, app, ["apply", "-f", str(_write(tmp_path, bad_text))], env=env)

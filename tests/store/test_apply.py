@@ -87,7 +87,9 @@ async def test_objects_missing_from_the_file_are_kept_unless_pruned(sessions, ex
     assert counts["clusters"] == 2 and counts["nodes"] == 6 and counts["node_resource_slots"] == 40
 
 
-async def test_pruning_capacity_with_an_active_claim_is_refused_and_changes_nothing(sessions, examples_dir: Path) -> None:
+async def test_pruning_capacity_with_an_active_claim_is_refused_and_changes_nothing(
+    sessions, examples_dir: Path
+) -> None:
     async with sessions.begin() as session:
         await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
         session.add(AllocationRow(id="bm-1", tenant="acme", state="active", shape="baremetal", gpu_count=8,

@@ -34,17 +34,28 @@ async def test_migration_creates_every_table_from_empty(empty_database_url: str)
     assert version == "0001"
 
 
-async def _fleet_with_allocation(sessions: async_sessionmaker[AsyncSession], examples_dir, allocation_id: str) -> SlotRow:
+async def _fleet_with_allocation(
+    sessions: async_sessionmaker[AsyncSession], examples_dir, allocation_id: str
+) -> SlotRow:
     async with sessions.begin() as session:
         await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
         tenant = await session.get(TenantRow, "acme")
         assert tenant is not None
         for alloc in (allocation_id, f"{allocation_id}-other"):
             session.add(
-                AllocationRow(id=alloc, tenant="acme", state="claiming", shape="gpu_slice", gpu_count=1,
-                              request={}, workflow_id=f"allocation/{alloc}")  # fmt: skip
+                AllocationRow(
+                    id=alloc,
+                    tenant="acme",
+                    state="claiming",
+                    shape="gpu_slice",
+                    gpu_count=1,
+                    request={},
+                    workflow_id=f"allocation/{alloc}",
+                )  # fmt: skip
             )
-        slot = (await session.scalars(select(SlotRow).where(SlotRow.node_id == "j22u05", SlotRow.slot_index == 0))).one()
+        slot = (
+            await session.scalars(select(SlotRow).where(SlotRow.node_id == "j22u05", SlotRow.slot_index == 0))
+        ).one()
         session.add(ClaimRow(allocation_id=allocation_id, attempt=1, slot_id=slot.id, node_id="j22u05", bundle={}))
     return slot
 
@@ -59,7 +70,9 @@ async def test_database_rejects_a_second_active_claim_on_a_slot(sessions, exampl
 async def test_a_released_claim_frees_the_slot_for_the_next_one(sessions, examples_dir) -> None:
     slot = await _fleet_with_allocation(sessions, examples_dir, "a2")
     async with sessions.begin() as session:
-        await session.execute(text("UPDATE allocation_resource_claims SET released_at = now() WHERE allocation_id = 'a2'"))
+        await session.execute(
+            text("UPDATE allocation_resource_claims SET released_at = now() WHERE allocation_id = 'a2'")
+        )
         session.add(ClaimRow(allocation_id="a2-other", attempt=1, slot_id=slot.id, node_id="j22u05", bundle={}))
     async with sessions() as session:
         active = (await session.scalars(select(ClaimRow).where(ClaimRow.released_at.is_(None)))).all()

@@ -78,14 +78,32 @@ def lab_fleet(hosts: dict[str, dict[str, Any]], metal: int = 0, quota: int = 512
             }
         )
     documents = [
-        {"apiVersion": "berth.dev/v1alpha1", "kind": "Region", "metadata": {"name": "lab"}, "spec": {"prices": {"H200": 3.0}}},
-        {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant", "metadata": {"name": "acme"}, "spec": {"gpuQuota": quota}},
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "Region",
+            "metadata": {"name": "lab"},
+            "spec": {"prices": {"H200": 3.0}},
+        },
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "Tenant",
+            "metadata": {"name": "acme"},
+            "spec": {"gpuQuota": quota},
+        },
         {
             "apiVersion": "modelplane.ai/v1alpha1",
             "kind": "InferenceClass",
             "metadata": {"name": "h200"},
-            "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": 4,
-                                  "attributes": {"productName": {"string": "NVIDIA H200"}}}]},
+            "spec": {
+                "devices": [
+                    {
+                        "name": "gpu",
+                        "driver": "gpu.nvidia.com",
+                        "count": 4,
+                        "attributes": {"productName": {"string": "NVIDIA H200"}},
+                    }
+                ]
+            },
         },  # fmt: skip
         {
             "apiVersion": "berth.dev/v1alpha1",
@@ -155,7 +173,9 @@ class Lab:
             queues=self.queues,
         )
 
-    async def wait_for_state(self, handle: WorkflowHandle[Any, Any], *states: str, timeout: float = 30) -> AllocationStatus:
+    async def wait_for_state(
+        self, handle: WorkflowHandle[Any, Any], *states: str, timeout: float = 30
+    ) -> AllocationStatus:
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
             status = await handle.query("status_query", result_type=AllocationStatus)
@@ -197,7 +217,12 @@ class Lab:
     async def events(self, allocation_id: str) -> list[tuple[str, str, str | None, str | None]]:
         async with self.sessions() as session:
             rows = await session.execute(
-                select(AllocationEventRow.step, AllocationEventRow.state, AllocationEventRow.node_id, AllocationEventRow.reason)
+                select(
+                    AllocationEventRow.step,
+                    AllocationEventRow.state,
+                    AllocationEventRow.node_id,
+                    AllocationEventRow.reason,
+                )
                 .where(AllocationEventRow.allocation_id == allocation_id)
                 .order_by(AllocationEventRow.id)
             )

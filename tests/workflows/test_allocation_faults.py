@@ -17,6 +17,7 @@ from store.models import AllocationRow, ClaimRow, SlotRow
 from tests.workflows.lab import FAST, lab_fleet, running_lab
 from workflows import allocation_client
 
+
 # `first` (2 GPUs) is where best fit puts a 2-GPU request; `second` and `third` (4 GPUs) are the alternates.
 def hosts(**first_simulation: object) -> dict:
     return {"first": {"gpus": 2, "simulation": dict(first_simulation)}, "second": {"gpus": 4}, "third": {"gpus": 4}}
@@ -45,12 +46,16 @@ async def test_node_agent_down_moves_to_the_next_candidate(temporal_client, sess
 
 
 async def test_plan_refused_by_a_changed_host_moves_on(temporal_client, sessions, tmp_path: Path) -> None:
-    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts(refusePlans=True))) as lab:
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts(refusePlans=True))
+    ) as lab:
         await _placed_after_failure(lab, "refused-1", "missing_per_slot_vf")
 
 
 async def test_vm_create_failure_is_compensated(temporal_client, sessions, tmp_path: Path) -> None:
-    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts(failCreate=True))) as lab:
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts(failCreate=True))
+    ) as lab:
         await _placed_after_failure(lab, "create-1", "vm_create_failed")
 
 
@@ -82,7 +87,11 @@ async def _steal(lab, outcome: PlanOutcome) -> None:
                                       request={}, workflow_id="allocation/thief"))  # fmt: skip
             await session.flush()
             for index in outcome.slot_indexes:
-                slot = (await session.scalars(select(SlotRow).where(SlotRow.node_id == "first", SlotRow.slot_index == index))).one()
+                slot = (
+                    await session.scalars(
+                        select(SlotRow).where(SlotRow.node_id == "first", SlotRow.slot_index == index)
+                    )
+                ).one()
                 slot.state = "reserved"
                 session.add(ClaimRow(allocation_id="thief", attempt=1, slot_id=slot.id, node_id="first", bundle={}))
     finally:
@@ -99,14 +108,20 @@ async def _placed_after_failure_with_thief(lab) -> None:
     assert await lab.double_claims() == 0
 
 
-async def test_readiness_that_never_comes_times_out_and_moves_on(temporal_env, temporal_client, sessions, tmp_path) -> None:
+async def test_readiness_that_never_comes_times_out_and_moves_on(
+    temporal_env, temporal_client, sessions, tmp_path
+) -> None:
     """A 10-minute readiness timeout, skipped in virtual time."""
     timing = FAST.model_copy(update={"readiness_timeout_seconds": 600.0, "readiness_poll_seconds": 150.0})
-    async with running_lab(temporal_env.client, temporal_client, sessions, tmp_path, lab_fleet(hosts(neverReady=True))) as lab:
+    async with running_lab(
+        temporal_env.client, temporal_client, sessions, tmp_path, lab_fleet(hosts(neverReady=True))
+    ) as lab:
         handle = await lab.allocate("slow-1", gpus=2, timing=timing)
         status = await lab.wait_for_state(handle, "active", timeout=90)
         assert [(a.node, a.outcome) for a in status.attempts] == [("first", "failed"), ("second", "succeeded")]
-        assert status.attempts[0].reason == "readiness_timeout: not ready after 600s: waiting for cloud-init, nvidia-smi"
+        assert (
+            status.attempts[0].reason == "readiness_timeout: not ready after 600s: waiting for cloud-init, nvidia-smi"
+        )
         assert (await lab.slot_states())["first/0"] == "available"
         assert [p.name for p in lab.vm_records()] == ["slow-1.json"]
         await allocation_client.release(temporal_client, "slow-1")
@@ -125,7 +140,9 @@ async def test_every_candidate_failing_ends_in_sku_unavailable(temporal_client, 
             assert f"{node}: vm_create_failed: simulated fault: VM creation fails on {node}" in cause.message
         async with sessions() as session:
             row = await session.get(AllocationRow, "doomed")
-        assert row.state == "failed" and row.failure_reason.startswith("sku_unavailable: 2 GPU slices could not be placed")
+        assert row.state == "failed" and row.failure_reason.startswith(
+            "sku_unavailable: 2 GPU slices could not be placed"
+        )
         assert await lab.active_claims() == {} and lab.vm_records() == [] and lab.lease_files() == []
         assert set((await lab.slot_states()).values()) == {"available"}
 
@@ -161,7 +178,9 @@ async def test_operator_retry_mid_flight_moves_elsewhere_and_cleans_the_first_no
         status = await lab.wait_for_state(handle, "active")
         assert status.node == "second"
         assert [(a.node, a.outcome, a.reason) for a in status.attempts][0] == (
-            "first", "abandoned", "operator_retry: abandoned by an operator's retry"
+            "first",
+            "abandoned",
+            "operator_retry: abandoned by an operator's retry",
         )
         assert await lab.active_claims() == {"retry-1": ["second/0", "second/1"]}
         assert [p.name for p in lab.vm_records()] == ["retry-1.json"]
