@@ -122,15 +122,17 @@ async def run_until_signalled(workers: Sequence[Worker], background: Sequence[as
         task.cancel()
 
 
-async def run_control(client: Client, sessions: async_sessionmaker[AsyncSession]) -> None:
+async def run_control(
+    client: Client, sessions: async_sessionmaker[AsyncSession], task_queue: str = CONTROL_QUEUE
+) -> None:
     await check_search_attributes(client)
-    await run_until_signalled([control_worker(client, sessions)])
+    await run_until_signalled([control_worker(client, sessions, task_queue)])
 
 
-async def run_node(client: Client, agent: NodeAgent) -> None:
+async def run_node(client: Client, agent: NodeAgent, task_queue: str | None = None) -> None:
     with ThreadPoolExecutor(max_workers=16, thread_name_prefix=f"agent-{agent.node}") as executor:
         reaper = asyncio.create_task(reap_leases(agent))
-        await run_until_signalled([node_worker(client, agent, executor)], [reaper])
+        await run_until_signalled([node_worker(client, agent, executor, task_queue)], [reaper])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """`berth explain -f FLEET`: would this allocation be placed, where, and if not, why not; offline, from files.
 
 Runs the same scheduling pass as the API's dry-run explain, over a snapshot built from the fleet file. The file may
-also hold `kind: SlotState` documents (see scheduler/slot_state.py) to ask what-if questions about claimed, leased
+also hold `kind: SlotState` documents (see fleet/slot_state.py) to ask what-if questions about claimed, leased
 or quarantined slots. Output is a Rich report, or with `--output json` the `PlacementResult` JSON documented in
 scheduler/README.md. Any error is one line on stderr and exit code 2.
 """
@@ -10,23 +10,19 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-import yaml
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from fleet.errors import FleetError
-from fleet.fleet import Fleet
-from fleet.loader import parse_fleet
+from fleet.loader import load_fleet
 from scheduler.cel import SelectorCompileError
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.placement import PlacementResult, schedule
 from scheduler.reasons import phrase
 from scheduler.request import CapacityShape, PlacementRequest
-from scheduler.slot_state import SlotStateDocument
 
 
 class Output(StrEnum):
@@ -36,40 +32,6 @@ class Output(StrEnum):
 
 class _BadInput(Exception):
     """Something the user can fix; reported as one line."""
-
-
-# --- TEMPORARY (until fleet.loader accepts `kind: SlotState`): split SlotState documents out of the file and
-# hand the rest to the fleet loader. Replaced SlotState documents become empty ones, so the loader's document
-# numbers in error messages still match the file.
-def _load(path: Path) -> tuple[Fleet, list[SlotStateDocument]]:
-    try:
-        documents: list[Any] = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
-    except OSError as exc:
-        raise _BadInput(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise _BadInput(f"{path}: is not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
-    states: list[SlotStateDocument] = []
-    rest: list[Any] = []
-    for number, document in enumerate(documents, start=1):
-        if isinstance(document, dict) and document.get("kind") == "SlotState":
-            try:
-                states.append(SlotStateDocument.model_validate(document))
-            except ValidationError as exc:
-                first = exc.errors(include_url=False)[0]
-                field = ".".join(str(part) for part in first["loc"])
-                raise _BadInput(f"{path} document {number} SlotState: {field}: {first['msg']}") from None
-            rest.append(None)
-        else:
-            rest.append(document)
-    try:
-        return parse_fleet([(str(path), yaml.safe_dump_all(rest))]), states
-    except FleetError as exc:
-        raise _BadInput("; ".join(str(problem) for problem in exc.problems)) from None
-
-
-# --- end TEMPORARY
 
 
 def explain(
@@ -86,13 +48,15 @@ def explain(
 ) -> None:
     """Explain where an allocation would be placed, or why it would not be, without any running service."""
     try:
-        fleet, states = _load(file)
-        snapshot = snapshot_from_fleet(fleet, states)
+        fleet = load_fleet([file])
+        snapshot = snapshot_from_fleet(fleet, fleet.slot_states.values())
         request = PlacementRequest(
             gpu_count=gpus, gpu_product=product, shape=shape, region=region, tenant=tenant, selectors=selector or []
         )
         result = schedule(snapshot, request, detail=True)
-    except (_BadInput, ValueError) as exc:  # ValueError: a SlotState naming slots the fleet does not have
+    except FleetError as exc:
+        _fail(str(exc))
+    except ValueError as exc:  # a SlotState naming slots the fleet does not have
         _fail(str(exc))
     except SelectorCompileError as exc:
         _fail(f"--selector: {exc}")

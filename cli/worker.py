@@ -29,7 +29,7 @@ def control() -> None:
     async def main() -> None:
         engine = create_engine(database_url(settings))
         try:
-            await worker.run_control(await connect(settings), session_factory(engine))
+            await worker.run_control(await connect(settings), session_factory(engine), settings.control_task_queue)
         finally:
             await engine.dispose()
 
@@ -57,7 +57,7 @@ def node(
         fail(str(exc))
 
     async def main() -> None:
-        await worker.run_node(await connect(settings), agent)
+        await worker.run_node(await connect(settings), agent, f"{settings.node_task_queue_prefix}{node_id}")
 
     try:
         asyncio.run(main())

@@ -14,6 +14,7 @@ from fleet.inference_cluster import InferenceCluster, NodePool, PoolShape
 from fleet.node import Node
 from fleet.region import Region
 from fleet.replica import ModelReplica
+from fleet.slot_state import SlotStateDocument
 from fleet.template import expand_template
 from fleet.tenant import Tenant
 
@@ -36,6 +37,8 @@ class Fleet:
     deployments: dict[str, ModelDeployment] = field(default_factory=dict)
     # Observed replicas of every deployment; one whose cluster is gone is kept (the fleet scheduler drops it).
     replicas: dict[str, ModelReplica] = field(default_factory=dict)
+    # What-if slot holds for offline `berth explain -f`; never applied to a database.
+    slot_states: dict[str, SlotStateDocument] = field(default_factory=dict)
 
     def pools(self) -> list[PoolHosts]:
         """Every pool of every cluster, in cluster-name then published order, with hosts expanded."""

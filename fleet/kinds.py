@@ -9,6 +9,7 @@ from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
 from fleet.region import Region
 from fleet.replica import ModelReplica
+from fleet.slot_state import SlotStateDocument
 from fleet.tenant import Tenant
 
 KINDS: dict[str, type[BaseModel]] = {
@@ -18,4 +19,5 @@ KINDS: dict[str, type[BaseModel]] = {
     "InferenceCluster": InferenceCluster,
     "ModelDeployment": ModelDeployment,
     "ModelReplica": ModelReplica,
+    "SlotState": SlotStateDocument,
 }

@@ -18,6 +18,7 @@ from fleet.inference_cluster import InferenceCluster
 from fleet.node import Node
 from fleet.region import Region
 from fleet.replica import ModelReplica
+from fleet.slot_state import SlotStateDocument
 from fleet.template import expand_template
 from fleet.tenant import Tenant
 
@@ -28,6 +29,7 @@ _COLLECTIONS: dict[type[BaseModel], str] = {
     InferenceCluster: "clusters",
     ModelDeployment: "deployments",
     ModelReplica: "replicas",
+    SlotStateDocument: "slot_states",
 }
 
 

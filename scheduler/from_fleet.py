@@ -1,5 +1,5 @@
 """Build a snapshot from a fleet file (and optional SlotState documents): the offline path, used by `berth explain
--f`, the benchmark and tests. The online path builds the same views from PostgreSQL rows.
+-f`, simulated node agents and tests. The online path builds the same views from PostgreSQL rows.
 
 Only slice and bare-metal pools enter the snapshot: Kubernetes pools serve ModelDeployments and have no slots.
 Slot ids are `<node>/<index>`. A cluster without an observed status counts as ready.
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from fleet.fleet import Fleet
 from fleet.inference_class import ClaimKind
 from fleet.node import Node
-from scheduler.slot_state import SlotStateDocument
+from fleet.slot_state import SlotStateDocument
 from scheduler.snapshot import Snapshot
 from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView
 
@@ -84,7 +84,7 @@ def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) 
 def _holds(documents: Iterable[SlotStateDocument]) -> Holds:
     holds: Holds = {}
     entries = [
-        (slot, (hold.state, hold.id, hold.tenant))
+        (slot, (SlotState(hold.state), hold.id, hold.tenant))
         for document in documents
         for hold in document.spec.allocations
         for slot in hold.slots
@@ -125,6 +125,3 @@ def node_view(node: Node, holds: Holds | None = None) -> NodeView:
     return NodeView(
         name=node.name, status=node.status, slots=tuple(slots), labels=dict(node.labels), numa_nodes=node.numa_nodes
     )
-
-
-_node_view = node_view  # transitional: activities/node/simulated.py still imports the old private name

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from activities.contracts import Readiness, VmSpec
 from activities.node.drivers import VmCreateError, VmRecord
 from fleet.node import FabricClaimMode, Node, Simulation
-from scheduler.from_fleet import _node_view
+from scheduler.from_fleet import node_view
 from scheduler.views import NodeView
 
 
@@ -29,7 +29,7 @@ class SimulatedTopology:
         self.node = node
 
     def discover(self) -> NodeView:
-        view = _node_view(self.node, {})
+        view = node_view(self.node)
         if not self.node.simulation.refuse_plans:
             return view
         # As if a driver reload dropped the fabric VFs: the host no longer matches its approved inventory.

@@ -101,7 +101,7 @@ def test_slot_state_documents_answer_what_if_questions(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "args", "message"),
     [
-        (None, ["--gpus", "1"], "cannot be read"),
+        (None, ["--gpus", "1"], "missing.yaml: no such file"),
         (FLEET, ["--gpus", "1", "--selector", "device.driver =="], "--selector: CEL selector"),
         (FLEET.replace("gpuProduct: H200", "gpuProduct: H200\n    nodeCont: 3"), ["--gpus", "1"], "nodeCont"),
         (FLEET + BUSY.replace("h02/2", "h09/2"), ["--gpus", "1"], "slot 'h09/2' is not in the fleet"),

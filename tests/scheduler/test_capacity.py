@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from fleet.loader import parse_fleet
+from fleet.slot_state import SlotStateDocument
 from scheduler.capacity import capacity
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.request import NumaPolicy
-from scheduler.slot_state import SlotStateDocument
 
 FLEET = """
 apiVersion: berth.dev/v1alpha1

@@ -8,12 +8,12 @@ import pytest
 from pydantic import ValidationError
 
 from fleet.loader import parse_fleet
+from fleet.slot_state import SlotStateDocument
 from scheduler.explanation import Level, LevelExplanation
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.placement import schedule
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
-from scheduler.slot_state import SlotStateDocument
 from scheduler.snapshot import Snapshot
 
 FLEET = """

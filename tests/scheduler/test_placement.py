@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from fleet.loader import parse_fleet
+from fleet.slot_state import SlotStateDocument
 from scheduler import cel
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.placement import PlacementResult, schedule
 from scheduler.reasons import Reason
 from scheduler.request import CapacityShape, PlacementRequest, Ranking
-from scheduler.slot_state import SlotStateDocument
 from scheduler.snapshot import Snapshot
 
 FLEET = """

@@ -25,13 +25,12 @@ from typing import Literal
 from pydantic import Field
 
 from fleet.meta import ObjectMeta, Spec
-from scheduler.views import SlotState
 
 
 class SlotHold(Spec):
     id: str = Field(description="Allocation id.")
     tenant: str | None = None
-    state: Literal[SlotState.CLAIMED, SlotState.LEASED] = SlotState.CLAIMED
+    state: Literal["claimed", "leased"] = "claimed"
     slots: list[str]
 
 

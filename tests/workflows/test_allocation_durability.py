@@ -1,0 +1,105 @@
+"""Durability: processes die in the middle of the saga and nothing is lost, leaked or double-allocated."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from sqlalchemy import select
+
+from store.models import SlotRow
+from tests.workflows.lab import FAST, lab_fleet, running_lab
+from workflows import allocation_client
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _control_process(lab, database_url: str, address: str) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "BERTH_DATABASE_URL": database_url,
+        "BERTH_TEMPORAL_ADDRESS": address,
+        "BERTH_CONTROL_TASK_QUEUE": lab.queues.control,
+        "BERTH_STATE_DIR": str(lab.home),
+    }
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "worker.py"), "control"], env=env, cwd=REPO,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def test_control_worker_killed_mid_saga_then_restarted_completes_without_leaks(
+    temporal_client, sessions, database_url: str, tmp_path: Path
+) -> None:
+    address = temporal_client.service_client.config.target_host
+    hosts = {"h1": {"gpus": 4, "simulation": {"bootSeconds": 2}}, "h2": {"gpus": 4, "simulation": {"bootSeconds": 2}}}
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts), control=False
+    ) as lab:
+        control = _control_process(lab, database_url, address)
+        try:
+            handle = await lab.allocate(
+                "durable-1", gpus=2, timing=FAST.model_copy(update={"readiness_timeout_seconds": 60})
+            )
+            await lab.wait_for_state(handle, "waiting_ready", timeout=60)
+            control.send_signal(signal.SIGKILL)  # no shutdown, no goodbye: the process is simply gone
+            control.wait()
+            await asyncio.sleep(1.0)
+            control = _control_process(lab, database_url, address)
+            status = await lab.wait_for_state(handle, "active", timeout=60)
+            assert [a.outcome for a in status.attempts] == ["succeeded"]
+            assert await lab.active_claims() == {"durable-1": [f"{status.node}/0", f"{status.node}/1"]}
+            assert len(lab.vm_records()) == 1 and lab.lease_files() == []
+            assert await lab.double_claims() == 0
+
+            await allocation_client.release(temporal_client, "durable-1")
+            assert (await handle.result()).state == "released"
+            assert await lab.active_claims() == {}
+            assert lab.vm_records() == [] and lab.lease_files() == []
+        finally:
+            control.send_signal(signal.SIGTERM)
+            control.wait(timeout=30)
+
+
+async def test_agent_dying_after_vm_create_quarantines_its_slots_until_it_returns(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    hosts = {"first": {"gpus": 2, "simulation": {"bootSeconds": 3600}}, "second": {"gpus": 4}}
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts)) as lab:
+        handle = await lab.allocate("orphan-1", gpus=2)
+        await lab.wait_for_state(handle, "waiting_ready")
+        await lab.stop_agent("first")  # the host goes dark with a VM on it
+
+        status = await lab.wait_for_state(handle, "active", timeout=60)
+        assert status.node == "second"
+        assert status.attempts[0].reason.startswith(("agent_unreachable", "agent_timeout"))
+        states = await lab.slot_states()
+        assert states["first/0"] == states["first/1"] == "quarantined"
+        assert await lab.active_claims() == {"orphan-1": ["second/0", "second/1"]}
+        async with sessions() as session:
+            reason = await session.scalar(select(SlotRow.quarantine_reason).where(SlotRow.node_id == "first"))
+        assert reason.startswith("orphan-1: wipe not confirmed")
+
+        # Quarantined slots are never handed out: a request that only fits on `first` is refused.
+        refused = await lab.allocate("orphan-2", gpus=2, exclude_nodes=frozenset({"second"}))
+        try:
+            await refused.result()
+        except Exception as error:  # noqa: BLE001 - the failure's text is what a user reads
+            assert "insufficient_capacity" in str(error.cause) or "no_compatible" in str(error.cause)
+        else:
+            raise AssertionError("a quarantined slot was handed out")
+
+        await lab.start_agent("first")  # the host comes back; the recovery workflow's wipe goes through
+        for _ in range(100):
+            if (await lab.slot_states())["first/0"] == "available":
+                break
+            await asyncio.sleep(0.1)
+        assert (await lab.slot_states())["first/0"] == (await lab.slot_states())["first/1"] == "available"
+        assert not (tmp_path / "nodes" / "first" / "vms" / "orphan-1.json").exists()
+        assert '"slots": [0, 1]' in (tmp_path / "nodes" / "first" / "wipes.log").read_text()
+        await allocation_client.release(temporal_client, "orphan-1")
+        await handle.result()
