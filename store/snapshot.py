@@ -6,6 +6,7 @@ frozen views. Slot ids are `<node>/<index>`, the same on every path, so node age
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 from sqlalchemy import func, select
@@ -30,6 +31,7 @@ from store.models import (
 )
 
 IN_FLIGHT_STATES = ("pending", "placing", "planning", "claiming", "provisioning", "waiting_ready")
+PLANNING_STATES = ("planning", "claiming")  # a node lease may exist that no claim records yet
 
 
 async def tenant_usage(session: AsyncSession, exclude_allocation: str | None = None) -> dict[str, tuple[int, int]]:
@@ -56,13 +58,19 @@ async def load_snapshot(session: AsyncSession, exclude_allocation: str | None = 
     classes = {c.name: c.spec for c in (await session.scalars(select(InferenceClassRow))).all()}
     clusters = {c.name: c for c in (await session.scalars(select(ClusterRow))).all()}
 
-    holders = dict(
-        (
-            await session.execute(
-                select(ClaimRow.slot_id, ClaimRow.allocation_id).where(ClaimRow.released_at.is_(None))
-            )
-        ).all()
+    active_claims = select(ClaimRow.slot_id, ClaimRow.allocation_id).where(ClaimRow.released_at.is_(None))
+    holders = dict((await session.execute(active_claims)).all())
+    # Allocations being planned on a node hold a lease there that only the node can see. Count them as leasing
+    # that many free slots, so concurrent requests spread out instead of all trying the same node.
+    planning = await session.execute(
+        select(AllocationRow.node_id, AllocationRow.id, AllocationRow.gpu_count)
+        .where(AllocationRow.state.in_(PLANNING_STATES), AllocationRow.node_id.is_not(None))
+        .where(AllocationRow.id != (exclude_allocation or ""))
+        .order_by(AllocationRow.id)
     )
+    pending_leases: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for node, allocation, gpus in planning:
+        pending_leases[node].append((allocation, gpus))
     slots_by_node: dict[str, list[SlotView]] = defaultdict(list)
     slot_rows = await session.execute(select(SlotRow).order_by(SlotRow.node_id, SlotRow.slot_index))
     for (s,) in slot_rows:
@@ -91,6 +99,9 @@ async def load_snapshot(session: AsyncSession, exclude_allocation: str | None = 
                 private_ip=s.private_ip,
             )
         )
+
+    for node, leases in pending_leases.items():
+        slots_by_node[node] = _with_pending_leases(slots_by_node.get(node, []), leases)
 
     nodes_by_pool: dict[int, list[str]] = defaultdict(list)
     nodes: list[NodeView] = []
@@ -142,3 +153,18 @@ async def load_snapshot(session: AsyncSession, exclude_allocation: str | None = 
         for t in (await session.scalars(select(TenantRow))).all()
     ]
     return Snapshot(regions=regions, pools=pools, nodes=nodes, tenants=tenants)
+
+
+def _with_pending_leases(slots: list[SlotView], leases: list[tuple[str, int]]) -> list[SlotView]:
+    """Mark free slots as leased for allocations being planned on the node (which slots is the node's decision;
+    for ranking only the count matters). An allocation that already holds claims here needs no placeholder."""
+    holding = {s.holder for s in slots if s.holder is not None}
+    free = [i for i, s in enumerate(slots) if s.state is SlotState.FREE]
+    result = list(slots)
+    for allocation, gpus in leases:
+        if allocation in holding:
+            continue
+        for i in free[:gpus]:
+            result[i] = dataclasses.replace(result[i], state=SlotState.LEASED, holder=allocation)
+        free = free[gpus:]
+    return result

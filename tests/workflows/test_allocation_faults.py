@@ -18,9 +18,9 @@ from tests.workflows.lab import FAST, lab_fleet, running_lab
 from workflows import allocation_client
 
 
-# `first` (2 GPUs) is where best fit puts a 2-GPU request; `second` and `third` (4 GPUs) are the alternates.
+# Best fit ranks a 2-GPU request onto `first` (2 GPUs), then `second` (3), then `third` (4).
 def hosts(**first_simulation: object) -> dict:
-    return {"first": {"gpus": 2, "simulation": dict(first_simulation)}, "second": {"gpus": 4}, "third": {"gpus": 4}}
+    return {"first": {"gpus": 2, "simulation": dict(first_simulation)}, "second": {"gpus": 3}, "third": {"gpus": 4}}
 
 
 async def _placed_after_failure(lab, allocation_id: str, reason: str) -> None:

@@ -1,0 +1,60 @@
+"""Many requests at once against a fleet that cannot hold them all: the database never shows a slot with two active
+claims, every request ends `active` or failed with a reason, and releasing everything returns every slot."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from sqlalchemy import func, select
+from temporalio.client import WorkflowFailureError
+
+from store.models import AllocationRow
+from tests.workflows.lab import lab_fleet, running_lab
+from workflows import allocation_client
+from workflows.allocation_messages import AllocationStatus
+
+REQUESTS = 200
+
+
+async def test_200_concurrent_requests_never_double_allocate_and_release_cleanly(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    hosts = {f"node-{n:02d}": {"gpus": 4} for n in range(12)}  # 48 GPUs for ~300 requested
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts)) as lab:
+        handles = await asyncio.gather(*(lab.allocate(f"crowd-{i:03d}", gpus=1 + i % 2) for i in range(REQUESTS)))
+
+        for _ in range(1200):  # watch the database, as an operator's dashboard would, rather than poll 200 workflows
+            async with sessions() as session:
+                settled = await session.scalar(
+                    select(func.count()).select_from(AllocationRow).where(AllocationRow.state.in_(("active", "failed")))
+                )
+            if settled == REQUESTS:
+                break
+            await asyncio.sleep(0.2)
+        statuses = await asyncio.gather(*(h.query("status_query", result_type=AllocationStatus) for h in handles))
+        active = [s for s in statuses if s.state == "active"]
+        failed = [s for s in statuses if s.state == "failed"]
+        assert len(active) + len(failed) == REQUESTS, [s.state for s in statuses if s.state not in ("active", "failed")]
+        assert await lab.double_claims() == 0
+        assert sum(len(s.bundles) for s in active) == sum(len(v) for v in (await lab.active_claims()).values())
+        assert sum(len(s.bundles) for s in active) >= 40  # the fleet is (nearly) full, not starved
+        for status in failed:
+            assert status.failure_reason and status.failure_reason.split(":")[0] in (
+                "insufficient_capacity", "sku_unavailable",
+            ), status.failure_reason  # fmt: skip
+        async with sessions() as session:
+            rows = dict(
+                (await session.execute(select(AllocationRow.state, func.count()).group_by(AllocationRow.state))).all()
+            )
+        assert rows == {k: v for k, v in {"active": len(active), "failed": len(failed)}.items() if v}
+
+        await asyncio.gather(*(allocation_client.release(temporal_client, s.allocation_id) for s in active))
+        for handle in handles:
+            try:
+                await handle.result()
+            except WorkflowFailureError:
+                pass
+        assert await lab.active_claims() == {}
+        assert set((await lab.slot_states()).values()) == {"available"}
+        assert lab.lease_files() == [] and lab.vm_records() == []
