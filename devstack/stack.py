@@ -1,8 +1,9 @@
 """`berth up`: the whole development stack on this machine, started in order and stopped in reverse.
 
-    PostgreSQL (embedded) -> migrations -> fleet applied -> Temporal dev server + UI -> context.json
+    PostgreSQL (embedded) -> migrations -> fleet applied -> Temporal dev server + UI
+      -> control worker + one simulated node agent per host -> HTTP API -> tokens -> context.json
 
-Later pieces (control worker, node agents, API) join the same ordered list. A second `berth up` while one runs finds
+Each piece joins an ordered list and is stopped in reverse order. A second `berth up` while one runs finds
 the lock held and reuses the running stack instead of starting another.
 """
 
@@ -18,12 +19,15 @@ from typing import IO
 
 from config.context import StackContext, read_context, write_context
 from config.settings import Settings
+from devstack.ports import free_port
 from devstack.postgres import EmbeddedPostgres
 from devstack.temporal import DevTemporal
+from devstack.workers import WorkerHost
 from fleet.loader import load_fleet
 from store.apply import ApplyResult, apply_fleet
 from store.db import create_engine, session_factory
 from store.migrate import upgrade
+from store.tokens import rotate_dev_stack_tokens
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,6 +54,15 @@ async def prepare_database(url: str, fleet_file: Path) -> ApplyResult:
         await engine.dispose()
 
 
+async def issue_tokens(url: str) -> tuple[str, dict[str, str]]:
+    engine = create_engine(url, pool_size=1)
+    try:
+        async with session_factory(engine).begin() as session:
+            return await rotate_dev_stack_tokens(session)
+    finally:
+        await engine.dispose()
+
+
 @dataclass
 class DevStack:
     settings: Settings
@@ -57,6 +70,7 @@ class DevStack:
     say: Callable[[str], None] = print
     postgres: EmbeddedPostgres | None = None
     temporal: DevTemporal | None = None
+    workers: WorkerHost | None = None
     _stops: list[Callable[[], None]] = field(default_factory=list)
     _lock: IO[str] | None = None
 
@@ -83,6 +97,21 @@ class DevStack:
             self.say("starting the Temporal dev server and UI ...")
             self.temporal = DevTemporal(state / "temporal", namespace=self.settings.temporal_namespace).start()
             self._stops.append(self.temporal.stop)
+            worker_settings = self.settings.model_copy(
+                update={"temporal_address": self.temporal.address, "temporal_namespace": self.temporal.namespace}
+            )
+            self.say("starting the control worker and the node agents ...")
+            self.workers = WorkerHost(worker_settings, self.fleet_file)
+            self.workers.start(self.postgres.url)
+            self._stops.append(self.workers.stop)
+            down = (
+                f" (no agent for {', '.join(self.workers.skipped)}: agentDown in the fleet)"
+                if self.workers.skipped
+                else ""
+            )
+            self.say(f"{len(self.workers.agents)} node agents running{down}")
+            api_url = self.workers.start_api(free_port())
+            admin_token, tenant_tokens = asyncio.run(issue_tokens(self.postgres.url))
         except BaseException:
             self.stop()
             raise
@@ -91,6 +120,9 @@ class DevStack:
             temporal_namespace=self.temporal.namespace,
             temporal_ui_url=self.temporal.ui_url,
             database_url=self.postgres.url,
+            api_url=api_url,
+            admin_token=admin_token,
+            tenant_tokens=tenant_tokens,
             pid=os.getpid(),
         )
         write_context(self.settings, context)

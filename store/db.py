@@ -6,7 +6,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 
 def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
-    return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    # No pre-ping: it costs a round trip per checkout; recycled connections cover servers that restart.
+    return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=300)
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

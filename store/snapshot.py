@@ -71,49 +71,46 @@ async def load_snapshot(session: AsyncSession, exclude_allocation: str | None = 
     pending_leases: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for node, allocation, gpus in planning:
         pending_leases[node].append((allocation, gpus))
+    # Plain column tuples rather than ORM objects: a large fleet has tens of thousands of slot rows.
     slots_by_node: dict[str, list[SlotView]] = defaultdict(list)
-    slot_rows = await session.execute(select(SlotRow).order_by(SlotRow.node_id, SlotRow.slot_index))
-    for (s,) in slot_rows:
-        if s.state == "quarantined":
+    modes = {m.value: m for m in FabricClaimMode}
+    slot_rows = await session.execute(
+        select(
+            SlotRow.id, SlotRow.node_id, SlotRow.slot_index, SlotRow.state, SlotRow.approved, SlotRow.fabric_claim_mode,
+            SlotRow.fabric_vf_pci_address, SlotRow.numa_node, SlotRow.gpu_pci_address, SlotRow.fabric_parent_pci_address,
+            SlotRow.nvme_device, SlotRow.vcpus, SlotRow.memory_mib, SlotRow.mac_address, SlotRow.private_ip,
+        ).order_by(SlotRow.node_id, SlotRow.slot_index)
+    )  # fmt: skip
+    for ident, node, index, row_state, approved, mode, vf, numa, gpu, parent, nvme, vcpus, memory, mac, ip in slot_rows:
+        if row_state == "quarantined":
             state = SlotState.QUARANTINED
-        elif s.id in holders or s.state == "reserved":
+        elif ident in holders or row_state == "reserved":
             state = SlotState.CLAIMED
         else:
             state = SlotState.FREE
-        slots_by_node[s.node_id].append(
+        slots_by_node[node].append(
             SlotView(
-                id=slot_id(s.node_id, s.slot_index),
-                index=s.slot_index,
-                approved=s.approved,
-                fabric_claim_mode=FabricClaimMode(s.fabric_claim_mode),
-                fabric_vf_pci=s.fabric_vf_pci_address or None,
-                numa_node=s.numa_node,
-                state=state,
-                holder=holders.get(s.id),
-                gpu_pci=s.gpu_pci_address,
-                fabric_parent_pci=s.fabric_parent_pci_address,
-                nvme_device=s.nvme_device,
-                vcpus=s.vcpus,
-                memory_mib=s.memory_mib,
-                mac=s.mac_address,
-                private_ip=s.private_ip,
+                id=slot_id(node, index), index=index, approved=approved, fabric_claim_mode=modes[mode],
+                fabric_vf_pci=vf or None, numa_node=numa, state=state, holder=holders.get(ident), gpu_pci=gpu,
+                fabric_parent_pci=parent, nvme_device=nvme, vcpus=vcpus, memory_mib=memory, mac=mac, private_ip=ip,
             )
-        )
+        )  # fmt: skip
 
     for node, leases in pending_leases.items():
         slots_by_node[node] = _with_pending_leases(slots_by_node.get(node, []), leases)
 
     nodes_by_pool: dict[int, list[str]] = defaultdict(list)
     nodes: list[NodeView] = []
-    for (n,) in await session.execute(select(NodeRow).order_by(NodeRow.name)):
-        nodes_by_pool[n.pool_id].append(n.name)
+    node_rows = select(NodeRow.name, NodeRow.pool_id, NodeRow.status, NodeRow.labels, NodeRow.numa_nodes)
+    for name, pool_id, status, labels, numa_nodes in await session.execute(node_rows.order_by(NodeRow.name)):
+        nodes_by_pool[pool_id].append(name)
         nodes.append(
             NodeView(
-                name=n.name,
-                status=NodeStatus(n.status),
-                slots=tuple(slots_by_node.get(n.name, ())),
-                labels=dict(n.labels),
-                numa_nodes=n.numa_nodes,
+                name=name,
+                status=NodeStatus(status),
+                slots=tuple(slots_by_node.get(name, ())),
+                labels=labels,
+                numa_nodes=numa_nodes,
             )
         )
 

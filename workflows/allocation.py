@@ -136,7 +136,11 @@ class AllocationWorkflow:
     def __init__(self, input: AllocationInput) -> None:
         self.input = input
         self.status = AllocationStatus(
-            allocation_id=input.allocation_id, tenant=input.tenant, state="pending", step="accepted"
+            allocation_id=input.allocation_id,
+            run_id=workflow.info().run_id,
+            tenant=input.tenant,
+            state="pending",
+            step="accepted",
         )
         self.excluded: set[str] = set(input.request.exclude_nodes)
         self.retry_requested = False

@@ -10,8 +10,7 @@ import asyncio
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from workflows.allocation import AllocationWorkflow, initial_search_attributes
 from workflows.allocation_messages import (
@@ -117,8 +116,10 @@ async def restart_failed(
     """Retry a failed allocation: a new run of the same workflow id, with the same request."""
     try:
         return await start_allocation(client, input)
-    except RPCError as exc:
-        raise Rejected(f"allocation {input.allocation_id} cannot be restarted: {exc.message}") from exc
+    except WorkflowAlreadyStartedError as exc:
+        raise Rejected(
+            f"allocation {input.allocation_id} is running or has finished; only a failed one restarts"
+        ) from exc
 
 
 def _cause(error: WorkflowUpdateFailedError) -> str:

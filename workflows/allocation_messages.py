@@ -58,6 +58,7 @@ class Attempt(BaseModel):
 
 class AllocationStatus(BaseModel):
     allocation_id: str
+    run_id: str | None = None  # which run of the workflow id this is (a failed allocation may be retried)
     tenant: str
     state: str
     step: str

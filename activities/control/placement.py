@@ -21,18 +21,14 @@ class PlacementActivities:
         async with self.sessions() as session:
             snapshot = await load_snapshot(session, exclude_allocation=request.allocation_id)
         decision = region.select_region(snapshot, request.request)
-        explanation = Explanation(
-            summary=decision.refusal.message if decision.refusal else f"region {decision.region}",
-            levels=list(decision.levels),
+        if decision.refusal is None:
+            return RegionChoice(region=decision.region)  # the explanation travels only with a refusal
+        return RegionChoice(
+            region=None,
+            refusal_code=str(decision.refusal.code),
+            refusal_message=decision.refusal.message,
+            explanation=Explanation(summary=decision.refusal.message, levels=list(decision.levels)),
         )
-        if decision.refusal is not None:
-            return RegionChoice(
-                region=None,
-                refusal_code=str(decision.refusal.code),
-                refusal_message=decision.refusal.message,
-                explanation=explanation,
-            )
-        return RegionChoice(region=decision.region, explanation=explanation)
 
     @activity.defn(name="find_candidates")
     async def find_candidates(self, request: FindCandidatesInput) -> CandidateList:
@@ -40,15 +36,13 @@ class PlacementActivities:
         async with self.sessions() as session:
             snapshot = await load_snapshot(session, exclude_allocation=request.allocation_id)
         decision = cluster.find_candidates(snapshot, request.request, request.region)
-        levels = list(decision.levels)
-        summary = levels[-1].summary if levels else ""
-        if decision.refusal is not None:
-            return CandidateList(
-                refusal_code=str(decision.refusal.code),
-                refusal_message=decision.refusal.message,
-                explanation=Explanation(summary=decision.refusal.message, levels=levels),
-            )
-        return CandidateList(candidates=decision.candidates, explanation=Explanation(summary=summary, levels=levels))
+        if decision.refusal is None:
+            return CandidateList(candidates=decision.candidates)
+        return CandidateList(
+            refusal_code=str(decision.refusal.code),
+            refusal_message=decision.refusal.message,
+            explanation=Explanation(summary=decision.refusal.message, levels=list(decision.levels)),
+        )
 
     def activities(self) -> list[object]:
         return [self.select_region, self.find_candidates]

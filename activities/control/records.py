@@ -6,7 +6,7 @@ retention; `allocation_events` keeps the story for as long as the platform team 
 
 from __future__ import annotations
 
-from sqlalchemy import func
+from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -41,27 +41,28 @@ class RecordActivities:
 
     @activity.defn(name="record_state")
     async def record_state(self, change: StateChange) -> None:
-        """Mirror the new state into the allocation's row and append the step to its events, once."""
+        """Mirror the new state into the allocation's row and append the step to its events, once.
+
+        Two statements in one transaction, no read first: this runs at every step of every allocation."""
+        values: dict[str, object] = {"state": change.state, "updated_at": func.now()}
+        if change.region is not None:
+            values["region"] = change.region
+        if change.node is not None:
+            values["node_id"] = change.node
+        if change.pool is not None:
+            cluster, _, pool = change.pool.partition("/")
+            values["pool_id"] = (
+                select(PoolRow.id).where(PoolRow.cluster == cluster, PoolRow.name == pool).scalar_subquery()
+            )
+        if change.state == "failed" and change.reason:
+            values["failure_reason"] = change.reason
+        key = f"{change.run_id}:{change.step}:{change.state}:{change.attempt or 0}:{change.node or '-'}"
         async with self.sessions.begin() as session:
-            row = await session.get(AllocationRow, change.allocation_id, with_for_update=True)
-            if row is None:
+            updated = await session.execute(
+                update(AllocationRow).where(AllocationRow.id == change.allocation_id).values(**values)
+            )
+            if updated.rowcount == 0:
                 raise ValueError(f"allocation {change.allocation_id} has no row; open_allocation must run first")
-            row.state = change.state
-            row.updated_at = func.now()
-            if change.region is not None:
-                row.region = change.region
-            if change.node is not None:
-                row.node_id = change.node
-            if change.pool is not None:
-                cluster, _, pool = change.pool.partition("/")
-                row.pool_id = await session.scalar(
-                    PoolRow.__table__.select()
-                    .with_only_columns(PoolRow.id)
-                    .where(PoolRow.cluster == cluster, PoolRow.name == pool)
-                )
-            if change.state == "failed" and change.reason:
-                row.failure_reason = change.reason
-            key = f"{change.run_id}:{change.step}:{change.state}:{change.attempt or 0}:{change.node or '-'}"
             await session.execute(
                 insert(AllocationEventRow)
                 .values(

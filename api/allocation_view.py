@@ -1,0 +1,132 @@
+"""An allocation as the API shows it: its PostgreSQL row and audit trail, overlaid with the running workflow's live
+status when it answers.
+
+PostgreSQL outlives Temporal's retention, so everything can be read from it alone: attempts are rebuilt from the
+events the workflow appends at every step (each keyed by the run that wrote it, so a failed allocation that was
+retried shows the attempts of every run). While the workflow runs, its status query is fresher by up to one step
+and names the step in progress, so it wins for the run in progress; a workflow that cannot answer quickly is not
+waited for.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Select, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.errors import not_found
+from api.models import AllocationDetail, AllocationSummary, AttemptView, EventView
+from scheduler.bundles import Bundle
+from store.models import AllocationEventRow, AllocationRow, ClaimRow, PoolRow
+from store.tokens import Principal
+from workflows.allocation_messages import FINAL_STATES, AllocationStatus
+
+
+def with_pool() -> Select:
+    """Allocation rows with their pool's cluster and name (the row keeps only the pool's id)."""
+    return select(AllocationRow, PoolRow.cluster, PoolRow.name).outerjoin(PoolRow, PoolRow.id == AllocationRow.pool_id)
+
+
+async def visible_allocation(session: AsyncSession, allocation_id: str, caller: Principal) -> AllocationRow:
+    """The allocation if the caller may see it; otherwise 404, whether it exists or belongs to someone else."""
+    row = await session.get(AllocationRow, allocation_id)
+    if row is None or not (caller.is_admin or caller.tenant == row.tenant):
+        raise not_found("allocation", allocation_id)
+    return row
+
+
+def summary(row: AllocationRow, cluster: str | None, pool: str | None) -> AllocationSummary:
+    return AllocationSummary(
+        id=row.id,
+        tenant=row.tenant,
+        state=row.state,
+        shape=row.shape,
+        gpu_count=row.gpu_count,
+        gpu_product=row.gpu_product,
+        region=row.region,
+        pool=f"{cluster}/{pool}" if cluster and pool else None,
+        node=row.node_id,
+        failure_reason=row.failure_reason,
+        workflow_id=row.workflow_id,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def attempts(events: list[AllocationEventRow], ended: bool, live: AllocationStatus | None) -> list[AttemptView]:
+    """Every attempt of every run, oldest first.
+
+    Runs that are over (their events include a final state) are read from their events; an attempt with no ending
+    event there was cut short: cancelled. The run in progress is the live status's own account when the workflow
+    answered (its events may lag a step behind), else read from its events like the others."""
+    runs: dict[str, dict[int, AttemptView]] = {}
+    over: set[str] = set()
+    for event in events:
+        run = event.event_key.split(":", 1)[0]
+        tried = runs.setdefault(run, {})
+        if event.state in FINAL_STATES:
+            over.add(run)
+        if event.attempt is None:
+            continue
+        attempt = tried.setdefault(
+            event.attempt, AttemptView(number=event.attempt, node=event.node_id, outcome="running", reason=None)
+        )
+        if event.step == "attempt_failed":
+            abandoned = (event.reason or "").startswith("operator_retry")
+            attempt.outcome, attempt.reason = ("abandoned" if abandoned else "failed"), event.reason
+        elif event.step == "ready":
+            attempt.outcome = "succeeded"
+    result: list[AttemptView] = []
+    last = list(runs)[-1] if runs else None
+    for run, tried in runs.items():
+        if live is not None and run not in over:
+            continue
+        for attempt in tried.values():
+            if attempt.outcome == "running" and (ended or run in over or run != last):
+                attempt.outcome = "cancelled"
+            result.append(attempt)
+    if live is not None:
+        result += [AttemptView(number=a.number, node=a.node, outcome=a.outcome, reason=a.reason) for a in live.attempts]
+    return result
+
+
+async def detail(session: AsyncSession, row: AllocationRow, live: AllocationStatus | None) -> AllocationDetail:
+    events = list(
+        (
+            await session.scalars(
+                select(AllocationEventRow)
+                .where(AllocationEventRow.allocation_id == row.id)
+                .order_by(AllocationEventRow.id)
+            )
+        ).all()
+    )
+    pool = (await session.execute(select(PoolRow.cluster, PoolRow.name).where(PoolRow.id == row.pool_id))).first()
+    base = summary(row, *(pool or (None, None)))
+    if live is not None:
+        base = base.model_copy(
+            update={
+                "state": live.state,
+                "region": live.region,
+                "pool": live.pool,
+                "node": live.node,
+                "failure_reason": live.failure_reason or base.failure_reason,
+            }
+        )
+        bundles = list(live.bundles)
+    else:
+        claimed = await session.scalars(
+            select(ClaimRow.bundle)
+            .where(ClaimRow.allocation_id == row.id, ClaimRow.released_at.is_(None))
+            .order_by(ClaimRow.id)
+        )
+        bundles = [Bundle.model_validate(bundle) for bundle in claimed]
+    return AllocationDetail(
+        **base.model_dump(),
+        step=live.step if live is not None else None,
+        live=live is not None,
+        bundles=bundles,
+        attempts=attempts(events, ended=base.state in FINAL_STATES, live=live),
+        events=[
+            EventView(at=e.at, state=e.state, step=e.step, attempt=e.attempt, node=e.node_id, reason=e.reason)
+            for e in events
+        ],
+    )

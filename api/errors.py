@@ -1,0 +1,138 @@
+"""The one error shape of the API: `{"error": {"code", "message", "details"}}`, for every 4xx and 5xx.
+
+Routes raise `ApiError` with a stable code a client can branch on; request validation failures, unknown routes and
+wrong methods are translated into the same envelope, so a client never has to parse two error formats. A 500 means
+a bug in Berth: it is logged with its traceback and the caller gets the envelope, never a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy.exc import InterfaceError, OperationalError
+from starlette.exceptions import HTTPException
+
+from fleet.loader import field_path
+
+log = logging.getLogger("berth.api")
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: Any = None
+
+
+class ErrorEnvelope(BaseModel):
+    error: ErrorBody
+
+
+class ApiError(Exception):
+    """An answer other than success, with the status, code and message the client sees."""
+
+    def __init__(
+        self, status: int, code: str, message: str, details: Any = None, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+        self.headers = headers
+
+
+def not_found(what: str, name: str) -> ApiError:
+    return ApiError(404, "not_found", f"{what} {name!r} does not exist", {"kind": what, "name": name})
+
+
+def conflict(message: str, details: Any = None) -> ApiError:
+    return ApiError(409, "invalid_state", message, details)
+
+
+def unavailable(code: str, message: str) -> ApiError:
+    return ApiError(503, code, message, headers={"Retry-After": "5"})
+
+
+_DESCRIPTIONS = {
+    400: "The request is understood but cannot be acted on (for example an invalid fleet file).",
+    401: "No bearer token, or one that is unknown or revoked.",
+    403: "The token may not do this (an admin-only route, or another tenant named).",
+    404: "No such object, or it belongs to another tenant.",
+    409: "The object is in a state that does not allow this, or an Idempotency-Key was reused with another body.",
+    422: "The request does not match the schema; `details` lists each field path and what is wrong with it.",
+    503: "Temporal or PostgreSQL is unreachable, or no control worker runs; nothing was changed. Retry later.",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI documentation of the error answers a route can give, all in the one envelope."""
+    return {status: {"model": ErrorEnvelope, "description": _DESCRIPTIONS[status]} for status in statuses}
+
+
+def _envelope(
+    status: int, code: str, message: str, details: Any = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    body = ErrorEnvelope(error=ErrorBody(code=code, message=message, details=details))
+    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
+
+
+async def _api_error(_request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, ApiError)
+    return _envelope(error.status, error.code, error.message, error.details, error.headers)
+
+
+async def _validation_error(_request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    problems = [
+        {"field": field_path(item["loc"]), "message": item["msg"], "type": item["type"]} for item in error.errors()
+    ]
+    summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems[:3])
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return _envelope(422, "invalid_request", f"the request is not valid: {summary}{more}", problems)
+
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
+async def _http_error(_request: Request, error: Exception) -> JSONResponse:
+    """Errors raised by the framework itself: an unknown path, a method the path does not take, a body that cannot
+    be decoded at all (answered like any other invalid request)."""
+    assert isinstance(error, HTTPException)
+    if error.status_code == 400:
+        return _envelope(
+            422,
+            "invalid_request",
+            f"the request is not valid: {error.detail}",
+            [{"field": "body", "message": str(error.detail), "type": "unparsable"}],
+        )
+    code = _HTTP_CODES.get(error.status_code, "http_error")
+    return _envelope(error.status_code, code, str(error.detail), headers=error.headers)
+
+
+async def _database_down(_request: Request, error: Exception) -> JSONResponse:
+    log.warning("PostgreSQL unavailable: %s", error)
+    return _envelope(
+        503,
+        "database_unavailable",
+        "PostgreSQL is unreachable; nothing was changed. Retry later.",
+        headers={"Retry-After": "5"},
+    )
+
+
+async def _bug(request: Request, error: Exception) -> JSONResponse:
+    log.exception("unhandled error in %s %s", request.method, request.url.path, exc_info=error)
+    return _envelope(500, "internal_error", "Berth hit an internal error; it has been logged")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    for unreachable in (OperationalError, InterfaceError, ConnectionError):
+        app.add_exception_handler(unreachable, _database_down)
+    app.add_exception_handler(Exception, _bug)

@@ -1,0 +1,102 @@
+"""Prometheus metrics of the API (`GET /metrics`).
+
+- `berth_api_requests_total{method, route, status}`: every request, by route template (not raw path, so ids do not
+  explode the label set);
+- `berth_allocations{state}`: allocations by state, read from PostgreSQL at scrape time, so every API replica
+  reports the same truth whoever started the allocations;
+- `berth_allocation_refusals{reason}`: failed allocations by the reason code their workflow failed with
+  (`sku_unavailable`, `quota_exceeded`, `insufficient_capacity`, ...), also from PostgreSQL;
+- `berth_explain_refusals_total{reason}`: dry-run explanations that ended in a refusal, by reason code.
+
+Each application has its own registry, so several apps in one process (tests) never collide.
+"""
+
+from __future__ import annotations
+
+import re
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from store.models import ALLOCATION_STATES, AllocationRow
+
+_REASON_CODE = re.compile(r"^[a-z][a-z_]*$")
+
+
+def reason_code(failure_reason: str | None) -> str:
+    """`"sku_unavailable: 2 H200 GPU slices could not ..."` -> `sku_unavailable`; anything else -> `other`."""
+    head = (failure_reason or "").split(":", 1)[0].strip()
+    return head if _REASON_CODE.match(head) else "other"
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "berth_api_requests", "HTTP requests answered.", ["method", "route", "status"], registry=self.registry
+        )
+        self.allocations = Gauge(
+            "berth_allocations", "Allocations by state (PostgreSQL).", ["state"], registry=self.registry
+        )
+        self.allocation_refusals = Gauge(
+            "berth_allocation_refusals",
+            "Failed allocations by the reason code of their failure (PostgreSQL).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.explain_refusals = Counter(
+            "berth_explain_refusals",
+            "Dry-run explanations that refused, by reason code.",
+            ["reason"],
+            registry=self.registry,
+        )
+
+    async def render(self, session: AsyncSession) -> bytes:
+        """Refresh the PostgreSQL-backed gauges, then the text exposition of everything."""
+        by_state = dict(
+            (await session.execute(select(AllocationRow.state, func.count()).group_by(AllocationRow.state))).all()
+        )
+        for state in ALLOCATION_STATES:
+            self.allocations.labels(state).set(by_state.get(state, 0))
+        failures = (
+            await session.execute(
+                select(AllocationRow.failure_reason, func.count())
+                .where(AllocationRow.state == "failed")
+                .group_by(AllocationRow.failure_reason)
+            )
+        ).all()
+        refusals: dict[str, int] = {}
+        for reason, count in failures:
+            refusals[reason_code(reason)] = refusals.get(reason_code(reason), 0) + count
+        self.allocation_refusals.clear()
+        for code, count in refusals.items():
+            self.allocation_refusals.labels(code).set(count)
+        return generate_latest(self.registry)
+
+
+class RequestCounter:
+    """ASGI middleware counting each answered request under its route template."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # what the server answers if the app dies before starting a response
+
+        async def record_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, record_status)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.requests.labels(scope["method"], route, str(status)).inc()

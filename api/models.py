@@ -1,0 +1,164 @@
+"""What goes over the wire: request bodies and responses of the HTTP API (DESIGN.md section 6).
+
+Request fields are constrained tightly (names, lengths, no control characters) so that anything that passes
+validation can be stored and scheduled; a bad value is a 422 naming the field, never a database error.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from fleet.meta import Name
+from scheduler.bundles import Bundle
+from scheduler.capacity import PoolCapacity
+from scheduler.request import CapacityShape, PlacementRequest
+from store.apply import ApplyChange
+from workflows.allocation_messages import STATES
+
+AllocationState = Literal[STATES]  # type: ignore[valid-type]
+AllocationId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+Product = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,62}[A-Za-z0-9])?$")]
+IdempotencyKey = Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{1,255}$")]
+LabelKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$")]
+LabelValue = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]{0,253}$")]
+Image = Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{1,512}$")]
+SshPublicKey = Annotated[
+    str,
+    StringConstraints(
+        max_length=16384, pattern=r"^(ssh|ecdsa|sk)-[A-Za-z0-9@._-]+ [A-Za-z0-9+/]+={0,3}( [^\x00-\x1f\x7f]*)?$"
+    ),
+]
+
+
+class Strict(BaseModel):
+    """Unknown fields are errors: a misspelt `gpu_prodcut` must not silently schedule any product."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AllocationCreate(Strict):
+    """The allocation request (`POST /v1/allocations` and `POST /v1/explain`)."""
+
+    gpu_count: int = Field(ge=1, le=1024, description="GPUs wanted.")
+    gpu_product: Product | None = Field(default=None, description="e.g. H200; unset takes any product.")
+    shape: CapacityShape = Field(
+        default=CapacityShape.GPU_SLICE, description="`gpu_slice` (a VM from per-GPU bundles) or `baremetal`."
+    )
+    region: Name | None = Field(default=None, description="Unset lets the region scheduler choose.")
+    image: Image | None = None
+    ssh_public_keys: list[SshPublicKey] = Field(default_factory=list, max_length=32)
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)
+    tenant: Name | None = Field(
+        default=None, description="Whose allocation this is. Required with an admin token; a tenant token's own."
+    )
+
+    def placement_request(self, tenant: str | None, exclude_nodes: frozenset[str] = frozenset()) -> PlacementRequest:
+        return PlacementRequest(
+            gpu_count=self.gpu_count,
+            gpu_product=self.gpu_product,
+            shape=self.shape,
+            region=self.region,
+            tenant=tenant,
+            exclude_nodes=exclude_nodes,
+        )
+
+
+class AllocationAccepted(BaseModel):
+    """The answer to every action on an allocation: which one, its state now, and its workflow."""
+
+    id: str
+    state: str
+    workflow_id: str
+
+
+class RetryBody(Strict):
+    exclude_nodes: list[Name] = Field(default_factory=list, max_length=64, description="Nodes not to try again.")
+
+
+class AttemptView(BaseModel):
+    """One try on one node. `outcome`: running, succeeded, failed, abandoned (an operator's retry) or cancelled."""
+
+    number: int
+    node: str | None
+    outcome: str
+    reason: str | None
+
+
+class EventView(BaseModel):
+    at: datetime
+    state: str
+    step: str
+    attempt: int | None
+    node: str | None
+    reason: str | None
+
+
+class AllocationSummary(BaseModel):
+    id: str
+    tenant: str
+    state: str
+    shape: str
+    gpu_count: int
+    gpu_product: str | None
+    region: str | None
+    pool: str | None  # cluster/pool
+    node: str | None
+    failure_reason: str | None
+    workflow_id: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class AllocationDetail(AllocationSummary):
+    step: str | None = Field(description="The workflow's current step, when its live status was read.")
+    live: bool = Field(description="Whether the running workflow answered a status query for this read.")
+    bundles: list[Bundle]
+    attempts: list[AttemptView] = Field(description="Every attempt of every run, oldest first.")
+    events: list[EventView]
+
+
+class AllocationList(BaseModel):
+    allocations: list[AllocationSummary]
+
+
+class CapacityReport(BaseModel):
+    pools: list[PoolCapacity]
+
+
+class FleetApplied(BaseModel):
+    summary: str
+    changes: list[ApplyChange]
+    unchanged: int
+    tenant_tokens: dict[str, str] = Field(
+        description="Tokens created now for tenants that had none; shown once, store them."
+    )
+
+
+class NodeInfo(BaseModel):
+    name: str
+    cluster: str
+    pool: str  # cluster/pool
+    region: str | None
+    shape: str
+    gpu_product: str | None
+    status: str
+    declared_status: str = Field(description="The status the fleet file gives; `status` differs while cordoned.")
+    gpus: int
+    available_slots: int
+    reserved_slots: int
+    quarantined_slots: int
+    labels: dict[str, str]
+
+
+class NodeList(BaseModel):
+    nodes: list[NodeInfo]
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded", "unavailable"]
+    database: Literal["ok", "unreachable"]
+    temporal: Literal["ok", "unreachable"]
+    control_workers: int = Field(description="Control workers polling the control task queue recently.")

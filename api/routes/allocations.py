@@ -1,0 +1,241 @@
+"""`/v1/allocations`: create, read, list, cancel, retry and release GPU allocations.
+
+Every action goes through the allocation's Temporal workflow; the API never changes an allocation's capacity
+itself. Creation writes the allocation's row and starts its workflow as one step: the row is inserted in a
+transaction that commits only once Temporal has accepted the start, so a refused or timed-out start leaves no row
+behind (the workflow's own `open_allocation` inserts the same row if it is missing, and waits for ours otherwise).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Response
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api import allocation_view
+from api.auth import Caller, acting_tenant
+from api.errors import ApiError, conflict, error_responses
+from api.models import (
+    AllocationAccepted,
+    AllocationCreate,
+    AllocationDetail,
+    AllocationId,
+    AllocationList,
+    AllocationState,
+    IdempotencyKey,
+    RetryBody,
+)
+from api.services import Services, services
+from fleet.meta import Name
+from store.models import AllocationRow, TenantRow
+from workflows.allocation_client import workflow_id
+from workflows.allocation_messages import FINAL_STATES, PLACING_STATES, AllocationInput
+
+router = APIRouter(prefix="/v1/allocations", tags=["allocations"])
+App = Annotated[Services, Depends(services)]
+IdPath = Annotated[AllocationId, Path(description="The allocation's id.")]
+
+
+def _input(app: Services, allocation_id: str, body: AllocationCreate, exclude_nodes: list[str]) -> AllocationInput:
+    tenant = body.tenant
+    assert tenant is not None  # the recorded body always names its tenant
+    return AllocationInput(
+        allocation_id=allocation_id,
+        tenant=tenant,
+        request=body.placement_request(tenant, frozenset(exclude_nodes)),
+        image=body.image,
+        ssh_public_keys=body.ssh_public_keys,
+        labels=body.labels,
+        request_body=body.model_dump(mode="json"),
+        timing=app.timing,
+        queues=app.control.queues,
+    )
+
+
+async def _replay(session: AsyncSession, tenant: str, key: str, body: dict[str, object]) -> AllocationAccepted | None:
+    """The allocation an earlier request with this Idempotency-Key created, if any; 409 if its body differed."""
+    row = await session.scalar(
+        select(AllocationRow).where(AllocationRow.tenant == tenant, AllocationRow.idempotency_key == key)
+    )
+    if row is None:
+        return None
+    if row.request != body:
+        raise ApiError(
+            409,
+            "idempotency_conflict",
+            f"Idempotency-Key {key!r} was already used for allocation {row.id} with a different body",
+            {"allocation_id": row.id},
+        )
+    return AllocationAccepted(id=row.id, state=row.state, workflow_id=row.workflow_id)
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=AllocationAccepted,
+    responses={
+        200: {
+            "model": AllocationAccepted,
+            "description": "An Idempotency-Key replay: the allocation the first request created.",
+        },
+        **error_responses(401, 403, 409, 422, 503),
+    },
+)
+async def create_allocation(
+    body: Annotated[AllocationCreate, Body()],
+    caller: Caller,
+    app: App,
+    response: Response,
+    idempotency_key: Annotated[IdempotencyKey | None, Header(description="Same key and body: same allocation.")] = None,
+) -> AllocationAccepted:
+    """Request GPUs. Answers 202 once the allocation's workflow has started; follow it with `GET .../{id}`."""
+    tenant = acting_tenant(caller, body.tenant)
+    body = body.model_copy(update={"tenant": tenant})
+    recorded = body.model_dump(mode="json")
+    async with app.sessions() as session:
+        if await session.get(TenantRow, tenant) is None:
+            problem = {"field": "body.tenant", "message": "is not a tenant of the fleet", "type": "unknown"}
+            raise ApiError(422, "unknown_tenant", f"tenant {tenant!r} does not exist", [problem])
+        if idempotency_key is not None and (earlier := await _replay(session, tenant, idempotency_key, recorded)):
+            response.status_code = 200
+            return earlier
+    await app.control.require_worker()
+
+    allocation_id = uuid.uuid4().hex[:16]
+    async with app.sessions.begin() as session:
+        inserted = await session.scalar(
+            insert(AllocationRow)
+            .values(
+                id=allocation_id,
+                tenant=tenant,
+                state="pending",
+                shape=body.shape.value,
+                gpu_count=body.gpu_count,
+                gpu_product=body.gpu_product,
+                request=recorded,
+                idempotency_key=idempotency_key,
+                workflow_id=workflow_id(allocation_id),
+            )
+            .on_conflict_do_nothing()
+            .returning(AllocationRow.id)
+        )
+        if inserted is None:  # a concurrent request with the same key won the race and has committed
+            assert idempotency_key is not None
+            earlier = await _replay(session, tenant, idempotency_key, recorded)
+            assert earlier is not None
+            response.status_code = 200
+            return earlier
+        await app.control.start(_input(app, allocation_id, body, []))
+    return AllocationAccepted(id=allocation_id, state="pending", workflow_id=workflow_id(allocation_id))
+
+
+@router.get("/{allocation_id}", response_model=AllocationDetail, responses=error_responses(401, 404, 422))
+async def get_allocation(allocation_id: IdPath, caller: Caller, app: App) -> AllocationDetail:
+    """One allocation: where it is, its attempts node by node, and every step it went through."""
+    async with app.sessions() as session:
+        row = await allocation_view.visible_allocation(session, allocation_id, caller)
+        live = await app.control.live_status(allocation_id) if row.state not in FINAL_STATES else None
+        return await allocation_view.detail(session, row, live)
+
+
+@router.get("", response_model=AllocationList, responses=error_responses(401, 422))
+async def list_allocations(
+    caller: Caller,
+    app: App,
+    state: AllocationState | None = None,
+    region: Name | None = None,
+    node: Name | None = None,
+    tenant: Annotated[Name | None, Query(description="Admin tokens only; a tenant token sees its own.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> AllocationList:
+    """Allocations, newest first. A tenant token lists only its own tenant's."""
+    query = allocation_view.with_pool()
+    for column, value in (
+        (AllocationRow.state, state),
+        (AllocationRow.region, region),
+        (AllocationRow.node_id, node),
+        (AllocationRow.tenant, tenant),
+    ):
+        if value is not None:
+            query = query.where(column == value)
+    if not caller.is_admin:
+        query = query.where(AllocationRow.tenant == caller.tenant)
+    query = query.order_by(AllocationRow.created_at.desc(), AllocationRow.id).limit(limit)
+    async with app.sessions() as session:
+        rows = (await session.execute(query)).all()
+    return AllocationList(allocations=[allocation_view.summary(*row) for row in rows])
+
+
+@router.post(
+    "/{allocation_id}/cancel",
+    status_code=202,
+    response_model=AllocationAccepted,
+    responses=error_responses(401, 404, 409, 422, 503),
+)
+async def cancel_allocation(allocation_id: IdPath, caller: Caller, app: App) -> AllocationAccepted:
+    """Cancel an allocation being placed or active: its workflow undoes everything and ends `cancelled`."""
+    async with app.sessions() as session:
+        row = await allocation_view.visible_allocation(session, allocation_id, caller)
+    if row.state not in (*PLACING_STATES, "active"):
+        raise conflict(f"allocation {allocation_id} is {row.state}; only one being placed or active can be cancelled")
+    await app.control.require_worker()
+    await app.control.cancel(allocation_id)
+    return AllocationAccepted(id=row.id, state=row.state, workflow_id=row.workflow_id)
+
+
+@router.post(
+    "/{allocation_id}/retry",
+    status_code=202,
+    response_model=AllocationAccepted,
+    responses=error_responses(401, 404, 409, 422, 503),
+)
+async def retry_allocation(
+    allocation_id: IdPath, caller: Caller, app: App, body: Annotated[RetryBody | None, Body()] = None
+) -> AllocationAccepted:
+    """Being placed: abandon the current node and go on with the next. Failed: place it again, as a new run."""
+    exclude_nodes = body.exclude_nodes if body is not None else []
+    async with app.sessions() as session:
+        row = await allocation_view.visible_allocation(session, allocation_id, caller)
+    if row.state in PLACING_STATES:
+        await app.control.require_worker()
+        await app.control.retry(allocation_id, exclude_nodes)
+        return AllocationAccepted(id=row.id, state=row.state, workflow_id=row.workflow_id)
+    if row.state != "failed":
+        raise conflict(f"allocation {allocation_id} is {row.state}; only one being placed or failed can be retried")
+    try:
+        request = AllocationCreate.model_validate(row.request)
+    except ValidationError as error:
+        raise conflict(f"allocation {allocation_id} was not created through the API; it cannot be restarted") from error
+    await app.control.require_worker()
+    async with app.sessions.begin() as session:
+        # Same pattern as create: the row says pending only if Temporal accepted the new run.
+        locked = await session.get(AllocationRow, allocation_id, with_for_update=True)
+        if locked is None or locked.state != "failed":
+            raise conflict(f"allocation {allocation_id} is no longer failed")
+        locked.state, locked.failure_reason, locked.node_id, locked.pool_id = "pending", None, None, None
+        await session.flush()
+        await app.control.restart(_input(app, allocation_id, request, exclude_nodes))
+    return AllocationAccepted(id=row.id, state="pending", workflow_id=row.workflow_id)
+
+
+@router.delete(
+    "/{allocation_id}",
+    status_code=202,
+    response_model=AllocationAccepted,
+    responses=error_responses(401, 404, 409, 422, 503),
+)
+async def release_allocation(allocation_id: IdPath, caller: Caller, app: App) -> AllocationAccepted:
+    """Release an active allocation: its VM is destroyed, its GPUs wiped and returned; it ends `released`."""
+    async with app.sessions() as session:
+        row = await allocation_view.visible_allocation(session, allocation_id, caller)
+    if row.state != "active":
+        hint = " (cancel it instead)" if row.state in PLACING_STATES else ""
+        raise conflict(f"allocation {allocation_id} is {row.state}; only an active one can be released{hint}")
+    await app.control.require_worker()
+    status = await app.control.release(allocation_id)
+    return AllocationAccepted(id=row.id, state=status.state, workflow_id=row.workflow_id)

@@ -1,0 +1,76 @@
+"""`PUT /v1/fleet` (admin): apply a fleet file sent as the body, YAML or JSON, exactly as `berth apply -f` does.
+
+The whole file is validated first and every problem is reported at once (400); an apply that would prune capacity
+still held by allocations is refused as a whole (409). Tenants that appear for the first time get a token, returned
+once in the answer.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+from sqlalchemy.exc import DataError, IntegrityError
+
+from api.auth import Admin
+from api.errors import ApiError, error_responses
+from api.models import FleetApplied
+from api.services import Services, services
+from fleet.errors import FleetError
+from fleet.loader import parse_fleet
+from store.apply import ApplyRefused, apply_fleet
+from store.tokens import ensure_tenant_tokens
+
+router = APIRouter(prefix="/v1", tags=["admin"])
+App = Annotated[Services, Depends(services)]
+
+_BODY = {
+    "required": True,
+    "content": {
+        "application/yaml": {"schema": {"type": "string", "description": "One or more YAML documents."}},
+        "application/json": {"schema": {"type": "object", "description": "One document, or a `kind: List`."}},
+    },
+}
+
+
+def _invalid(message: str, details: object = None) -> ApiError:
+    return ApiError(400, "invalid_fleet", message, details)
+
+
+@router.put(
+    "/fleet",
+    response_model=FleetApplied,
+    responses=error_responses(400, 401, 403, 409, 422),
+    openapi_extra={"requestBody": _BODY},
+)
+async def put_fleet(
+    request: Request,
+    caller: Admin,
+    app: App,
+    prune: Annotated[bool, Query(description="Delete what the file no longer declares (refused if held).")] = False,
+) -> FleetApplied:
+    """Make the inventory match the fleet file in the body, changing only what differs."""
+    try:
+        text = (await request.body()).decode("utf-8")
+        fleet = parse_fleet([("request body", text)])
+    except UnicodeDecodeError as error:
+        raise _invalid(f"the body is not UTF-8 text: {error.reason}") from error
+    except RecursionError as error:
+        raise _invalid("the body is nested too deeply to be a fleet file") from error
+    except FleetError as error:
+        problems = [problem.model_dump(exclude_none=True) for problem in error.problems]
+        count = len(problems)
+        raise _invalid(
+            f"the fleet file has {count} problem{'s' if count != 1 else ''}: {error.problems[0]}", problems
+        ) from error
+    try:
+        async with app.sessions.begin() as session:
+            result = await apply_fleet(session, fleet, prune=prune)
+            tokens = await ensure_tenant_tokens(session)
+    except ApplyRefused as error:
+        raise ApiError(409, "apply_refused", str(error)) from error
+    except (DataError, IntegrityError) as error:  # a value the file validation let through but PostgreSQL refuses
+        raise _invalid(f"PostgreSQL refused a value of the fleet file: {error.orig}") from error
+    return FleetApplied(
+        summary=result.summary(), changes=result.changes, unchanged=result.unchanged, tenant_tokens=tokens
+    )

@@ -1,0 +1,63 @@
+"""`GET /healthz` and `GET /metrics`: unauthenticated, for load balancers and Prometheus."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from sqlalchemy import text
+
+from api.errors import ApiError, error_responses
+from api.models import Health
+from api.services import Services, services
+
+router = APIRouter(tags=["operations"])
+App = Annotated[Services, Depends(services)]
+
+
+async def _database_ok(app: Services) -> bool:
+    try:
+        async with app.sessions() as session:
+            await session.execute(text("SELECT 1"))
+        return True
+    except Exception:  # any failure to answer SELECT 1 is "unreachable" to a health check
+        return False
+
+
+@router.get("/healthz", response_model=Health, responses={503: {"model": Health, "description": "Unavailable."}})
+async def healthz(app: App, response: Response) -> Health:
+    """200 when PostgreSQL and Temporal answer (`degraded` if no control worker polls); 503 otherwise."""
+    database, temporal = await _database_ok(app), await app.control.reachable()
+    workers = 0
+    if temporal:
+        try:
+            workers = await app.control.control_workers()
+        except ApiError:
+            temporal = False
+    if not (database and temporal):
+        response.status_code = 503
+        status = "unavailable"
+    else:
+        status = "ok" if workers else "degraded"
+    return Health(
+        status=status,
+        database="ok" if database else "unreachable",
+        temporal="ok" if temporal else "unreachable",
+        control_workers=workers,
+    )
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format."},
+        **error_responses(503),
+    },
+)
+async def metrics(app: App) -> Response:
+    """Requests by route and status, allocations by state, refusals by reason code."""
+    async with app.sessions() as session:
+        body = await app.metrics.render(session)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,55 @@
+"""`POST /v1/explain` and `GET /v1/capacity`: the scheduler's own answers over a fresh snapshot of PostgreSQL.
+
+Both are read-only: explain runs the same pure scheduling pass an allocation would (region, cluster, and a preview
+of the node scheduler on the chosen node) and returns its level-by-level explanation; capacity tells raw free GPUs
+from what the node scheduler would actually accept.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Query
+
+from api.auth import Caller, acting_tenant
+from api.errors import error_responses
+from api.models import AllocationCreate, CapacityReport, Product
+from api.services import Services, services
+from fleet.meta import Name
+from scheduler.capacity import capacity
+from scheduler.placement import PlacementResult, schedule
+from store.snapshot import load_snapshot
+
+router = APIRouter(prefix="/v1", tags=["placement"])
+App = Annotated[Services, Depends(services)]
+
+
+@router.post("/explain", response_model=PlacementResult, responses=error_responses(401, 403, 422))
+async def explain(
+    body: Annotated[AllocationCreate, Body()],
+    caller: Caller,
+    app: App,
+    detail: Annotated[bool, Query(description="Add per-candidate verdicts to every level.")] = False,
+) -> PlacementResult:
+    """Where this allocation would go now, or level by level why it would not; nothing is reserved. With an admin
+    token and no `tenant`, tenant policy and quota are left out (the operator's view)."""
+    tenant = body.tenant if caller.is_admin else acting_tenant(caller, body.tenant)
+    async with app.sessions() as session:
+        snapshot = await load_snapshot(session)
+    result = schedule(snapshot, body.placement_request(tenant), detail=detail)
+    if result.refusal is not None:
+        app.metrics.explain_refusals.labels(str(result.refusal.code)).inc()
+    return result
+
+
+@router.get("/capacity", response_model=CapacityReport, responses=error_responses(401, 422))
+async def get_capacity(
+    caller: Caller,
+    app: App,
+    region: Name | None = None,
+    gpu_product: Product | None = None,
+) -> CapacityReport:
+    """Per pool: raw free GPUs, how many 1, 2, 4 and 8-GPU slices would fit now, and whole bare-metal nodes."""
+    async with app.sessions() as session:
+        snapshot = await load_snapshot(session)
+    return CapacityReport(pools=capacity(snapshot, region=region, gpu_product=gpu_product))

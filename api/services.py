@@ -1,0 +1,31 @@
+"""What the routes work with: the database sessions, the control plane in Temporal, the workflow settings and the
+metrics, built once per application and reached through the `services` dependency."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Request
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from api.metrics import Metrics
+from api.temporal import ControlPlane
+from workflows.allocation_messages import Timing
+
+
+@dataclass
+class Services:
+    control: ControlPlane
+    timing: Timing  # what every allocation workflow the API starts is told about waits
+    metrics: Metrics
+    database: async_sessionmaker[AsyncSession] | None = None  # None until the app's lifespan opens it
+
+    @property
+    def sessions(self) -> async_sessionmaker[AsyncSession]:
+        if self.database is None:
+            raise RuntimeError("the API's database is not open: run it through its lifespan (uvicorn) or inject one")
+        return self.database
+
+
+def services(request: Request) -> Services:
+    return request.app.state.services

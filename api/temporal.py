@@ -1,0 +1,165 @@
+"""The API's side of Temporal: one client, a check that a control worker is listening, and every workflow call
+bounded by a timeout and translated into an HTTP answer.
+
+Temporal accepts a workflow start even when no worker polls its task queue, and an update then waits for ever
+(sdk-python#514). So before acting, the API asks the server who has polled the control queue lately: nobody means
+503 and nothing written, rather than an allocation that silently never moves. The answer is cached for a few
+seconds so a burst of requests costs one round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict, PositiveFloat
+from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from api.errors import ApiError, conflict, unavailable
+from workflows import allocation_client
+from workflows.allocation_client import Rejected, WorkerUnavailable
+from workflows.allocation_messages import AllocationInput, AllocationStatus, RetryAccepted
+from workflows.task_queues import Queues
+
+
+class TemporalTimeouts(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    connect_seconds: PositiveFloat = 5.0
+    call_seconds: PositiveFloat = 10.0  # start, cancel, retry, release
+    status_seconds: PositiveFloat = 2.0  # the live status query on a read; the read falls back to PostgreSQL
+    worker_check_seconds: PositiveFloat = 3.0
+    worker_cache_seconds: PositiveFloat = 5.0
+    # A worker re-polls at least once a minute (the server's long-poll window); one not seen for longer is gone.
+    poller_fresh_seconds: PositiveFloat = 90.0
+
+
+NO_WORKER = (
+    "no Berth control worker is polling the task queue {queue!r}, so the request would never be acted on; "
+    "nothing was changed. Start one with `berth worker control` and retry."
+)
+
+
+class ControlPlane:
+    """Reaches the allocation workflows. `client` is either a connected client or a way to connect lazily (the API
+    starts, and answers reads, while Temporal is still coming up)."""
+
+    def __init__(
+        self,
+        client: Client | Callable[[], Awaitable[Client]],
+        queues: Queues,
+        timeouts: TemporalTimeouts,
+    ) -> None:
+        self._client = client if isinstance(client, Client) else None
+        self._connect = None if isinstance(client, Client) else client
+        self._connecting = asyncio.Lock()
+        self.queues = queues
+        self.timeouts = timeouts
+        self._workers_seen: tuple[float, int] | None = None  # (monotonic time, count)
+
+    async def client(self) -> Client:
+        if self._client is not None:
+            return self._client
+        async with self._connecting:
+            if self._client is None:
+                assert self._connect is not None
+                try:
+                    self._client = await asyncio.wait_for(self._connect(), self.timeouts.connect_seconds)
+                except Exception as error:  # connection refused, TLS, timeout: all mean the same to the caller
+                    raise unavailable("temporal_unavailable", f"Temporal is unreachable: {error}") from error
+        return self._client
+
+    async def control_workers(self) -> int:
+        """How many control workers have polled the control queue lately. A positive answer is cached briefly; a
+        zero is not, so a worker that has just started is seen at once."""
+        now = time.monotonic()
+        if self._workers_seen is not None and now - self._workers_seen[0] < self.timeouts.worker_cache_seconds:
+            return self._workers_seen[1]
+        client = await self.client()
+        request = DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=self.queues.control, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+        try:
+            response = await client.workflow_service.describe_task_queue(
+                request, timeout=timedelta(seconds=self.timeouts.worker_check_seconds)
+            )
+        except RPCError as error:
+            raise unavailable("temporal_unavailable", f"Temporal is unreachable: {error.message}") from error
+        oldest = datetime.now(UTC) - timedelta(seconds=self.timeouts.poller_fresh_seconds)
+        count = sum(1 for p in response.pollers if p.last_access_time.ToDatetime(tzinfo=UTC) >= oldest)
+        self._workers_seen = (now, count) if count else None
+        return count
+
+    async def require_worker(self) -> None:
+        if await self.control_workers() == 0:
+            raise unavailable("no_control_worker", NO_WORKER.format(queue=self.queues.control))
+
+    @contextlib.asynccontextmanager
+    async def _call(self, allocation_id: str) -> AsyncIterator[None]:
+        """Translate what Temporal says into HTTP: refused -> 409, no answer -> 503."""
+        try:
+            async with asyncio.timeout(self.timeouts.call_seconds):
+                yield
+        except (WorkerUnavailable, TimeoutError) as error:
+            raise unavailable(
+                "no_control_worker", f"no Berth control worker answered within {self.timeouts.call_seconds:g}s"
+            ) from error
+        except Rejected as error:
+            raise conflict(str(error)) from error
+        except WorkflowAlreadyStartedError as error:
+            raise conflict(f"allocation {allocation_id} already has a running or completed workflow") from error
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                raise conflict(f"the workflow of allocation {allocation_id} no longer exists") from error
+            raise unavailable("temporal_unavailable", f"Temporal did not accept the call: {error.message}") from error
+
+    async def start(self, input: AllocationInput) -> None:
+        client = await self.client()
+        async with self._call(input.allocation_id):
+            await allocation_client.start_allocation(client, input)
+
+    async def restart(self, input: AllocationInput) -> None:
+        client = await self.client()
+        async with self._call(input.allocation_id):
+            await allocation_client.restart_failed(client, input)
+
+    async def cancel(self, allocation_id: str) -> None:
+        client = await self.client()
+        async with self._call(allocation_id):
+            await allocation_client.cancel(client, allocation_id)
+
+    async def retry(self, allocation_id: str, exclude_nodes: list[str]) -> RetryAccepted:
+        client = await self.client()
+        async with self._call(allocation_id):
+            return await allocation_client.retry(client, allocation_id, exclude_nodes, self.timeouts.call_seconds)
+
+    async def release(self, allocation_id: str) -> AllocationStatus:
+        client = await self.client()
+        async with self._call(allocation_id):
+            return await allocation_client.release(client, allocation_id, self.timeouts.call_seconds)
+
+    async def live_status(self, allocation_id: str) -> AllocationStatus | None:
+        """The running workflow's own account, or None when it cannot answer quickly (reads then rely on
+        PostgreSQL alone)."""
+        try:
+            client = await self.client()
+            return await allocation_client.status(client, allocation_id, self.timeouts.status_seconds)
+        except Exception:  # unreachable, no worker, query failed or rejected: every one means "not live"
+            return None
+
+    async def reachable(self) -> bool:
+        try:
+            client = await self.client()
+            return await client.service_client.check_health(timeout=timedelta(seconds=self.timeouts.status_seconds))
+        except (ApiError, RPCError):
+            return False

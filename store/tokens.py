@@ -1,0 +1,90 @@
+"""API bearer tokens: created once, stored only as SHA-256 digests, verified by digest.
+
+The plaintext is returned to whoever creates the token and never stored, so a copy of the database lets no one call
+the API. Tokens are long random strings, so a plain (unsalted) digest is enough: there is nothing to brute-force.
+A token is either an admin token (acts on everything) or a tenant token (acts only on that tenant's objects).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from store.models import ApiTokenRow, TenantRow
+
+Role = Literal["admin", "tenant"]
+TOKEN_PREFIX = "berth_"  # makes a leaked token recognisable to secret scanners and to people
+
+
+class Principal(BaseModel):
+    """Who is calling: what a verified token stands for."""
+
+    model_config = ConfigDict(frozen=True)
+
+    token_id: int
+    role: Role
+    tenant: str | None  # None exactly for admin tokens
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+async def create_token(session: AsyncSession, role: Role, tenant: str | None = None, label: str | None = None) -> str:
+    """Store a new token and return its plaintext, the only time it is ever available. The caller commits."""
+    if (role == "admin") != (tenant is None):
+        raise ValueError("an admin token names no tenant; a tenant token names exactly one")
+    if tenant is not None and await session.get(TenantRow, tenant) is None:
+        raise ValueError(f"unknown tenant {tenant!r}: apply a fleet file that declares it first")
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    session.add(ApiTokenRow(token_sha256=digest(token), role=role, tenant=tenant, label=label))
+    await session.flush()
+    return token
+
+
+async def verify(session: AsyncSession, token: str) -> Principal | None:
+    """The principal a token stands for, or None when it is unknown or revoked."""
+    row = await session.scalar(
+        select(ApiTokenRow).where(ApiTokenRow.token_sha256 == digest(token), ApiTokenRow.revoked_at.is_(None))
+    )
+    if row is None:
+        return None
+    return Principal(token_id=row.id, role=row.role, tenant=row.tenant)  # type: ignore[arg-type]
+
+
+async def ensure_tenant_tokens(session: AsyncSession) -> dict[str, str]:
+    """Give every tenant without a live token one; return {tenant: plaintext} for the tokens created now.
+
+    Tenants that already hold a token get nothing new: their plaintext is not recoverable, and issuing a second
+    one on every `berth apply` would pile up credentials no one asked for."""
+    holders = select(ApiTokenRow.tenant).where(ApiTokenRow.tenant.is_not(None), ApiTokenRow.revoked_at.is_(None))
+    tenants = (await session.scalars(select(TenantRow.name).where(TenantRow.name.not_in(holders)))).all()
+    return {
+        tenant: await create_token(session, "tenant", tenant, label="created for the fleet's tenant")
+        for tenant in sorted(tenants)
+    }
+
+
+DEV_STACK_LABEL = "berth up"
+
+
+async def rotate_dev_stack_tokens(session: AsyncSession) -> tuple[str, dict[str, str]]:
+    """Fresh tokens for a `berth up` session: one admin token and one per tenant, labelled so the next `berth up`
+    revokes them (plaintext exists only in that session's context.json). The caller commits."""
+    await session.execute(
+        update(ApiTokenRow)
+        .where(ApiTokenRow.label == DEV_STACK_LABEL, ApiTokenRow.revoked_at.is_(None))
+        .values(revoked_at=func.now())
+    )
+    admin = await create_token(session, "admin", label=DEV_STACK_LABEL)
+    tenants = (await session.scalars(select(TenantRow.name).order_by(TenantRow.name))).all()
+    return admin, {tenant: await create_token(session, "tenant", tenant, label=DEV_STACK_LABEL) for tenant in tenants}

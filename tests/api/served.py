@@ -1,0 +1,91 @@
+"""The API served over real HTTP by uvicorn, built the way production builds it (settings only: its own engine at
+start-up, a lazily connected Temporal client), on a thread with its own event loop, next to a lab control worker
+and node agents. For tests that drive it as an outside client would, such as schemathesis."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from api.app import create_app
+from config.settings import Settings
+from store.db import create_engine, session_factory
+from store.tokens import create_token, ensure_tenant_tokens
+from tests.workflows.lab import FAST, running_lab
+
+
+@dataclass
+class Served:
+    base_url: str
+    admin_token: str
+    tenant_tokens: dict[str, str]
+
+
+async def _serve(
+    database_url: str, temporal_address: str, namespace: str, fleet_text: str, home: Path, listener: socket.socket,
+    ready: asyncio.Future[Served], stop: threading.Event,
+) -> None:  # fmt: skip
+    engine = create_engine(database_url, pool_size=2)
+    sessions = session_factory(engine)
+    try:
+        client = await Client.connect(temporal_address, namespace=namespace, data_converter=pydantic_data_converter)
+        async with running_lab(client, client, sessions, home, fleet_text) as lab:
+            async with sessions.begin() as session:
+                admin = await create_token(session, "admin")
+                tenants = await ensure_tenant_tokens(session)
+            settings = Settings(database_url=database_url, temporal_address=temporal_address,
+                                temporal_namespace=namespace, control_task_queue=lab.queues.control,
+                                node_task_queue_prefix=lab.queues.node_prefix)  # fmt: skip
+            app = create_app(settings, timing=FAST)
+            server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+            serving = asyncio.create_task(server.serve(sockets=[listener]))
+            while not server.started:
+                await asyncio.sleep(0.02)
+            host, port = listener.getsockname()
+            ready.set_result(Served(f"http://{host}:{port}", admin, tenants))
+            await asyncio.to_thread(stop.wait)
+            server.should_exit = True
+            await serving
+    except BaseException as error:
+        if not ready.done():
+            ready.set_exception(error)
+        raise
+    finally:
+        await engine.dispose()
+
+
+@contextlib.contextmanager
+def served_api(
+    database_url: str, temporal_address: str, namespace: str, fleet_text: str, home: Path
+) -> Iterator[Served]:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    stop = threading.Event()
+    loop = asyncio.new_event_loop()
+    ready: asyncio.Future[Served] = loop.create_future()
+    thread = threading.Thread(
+        target=loop.run_until_complete,
+        args=(_serve(database_url, temporal_address, namespace, fleet_text, home, listener, ready, stop),),
+        daemon=True,
+    )
+    thread.start()
+    try:
+        yield asyncio.run_coroutine_threadsafe(_wait(ready), loop).result(timeout=60)
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+        loop.close()
+        listener.close()
+
+
+async def _wait(ready: asyncio.Future[Served]) -> Served:
+    return await ready

@@ -1,0 +1,94 @@
+"""Helpers for the API tests: the API against a real stack (PostgreSQL, the Temporal dev server, a control worker
+and real node-agent workers with simulated hosts, from the workflow lab), called through httpx as any client would.
+
+The lab fleet has three hosts in one slice pool, so each test can pick its scenario by GPU count:
+- `slow` (1 GPU) never boots: a 1-GPU request stays `waiting_ready` there until retried or cancelled;
+- `small` (2 GPUs) is where best fit puts a 2-GPU request, which becomes active in about a second;
+- `big` (4 GPUs) takes a 4-GPU request.
+Tenants: `acme` (the lab's) and `globex` (quota 2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import yaml
+from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from api.app import create_app
+from api.temporal import TemporalTimeouts
+from config.settings import Settings
+from tests.workflows.lab import FAST, Lab, lab_fleet
+from workflows.task_queues import Queues
+
+HOSTS = {"slow": {"gpus": 1, "simulation": {"bootSeconds": 3600}}, "small": {"gpus": 2}, "big": {"gpus": 4}}
+GLOBEX = {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant", "metadata": {"name": "globex"},
+          "spec": {"gpuQuota": 2}}  # fmt: skip
+FAST_CALLS = TemporalTimeouts(call_seconds=3.0, status_seconds=1.0, worker_cache_seconds=0.5)
+
+
+def api_fleet() -> str:
+    return lab_fleet(HOSTS) + "---\n" + yaml.safe_dump(GLOBEX, sort_keys=False)
+
+
+def app_for(
+    sessions: async_sessionmaker[AsyncSession],
+    temporal: Client | None,
+    queues: Queues,
+    timeouts: TemporalTimeouts = FAST_CALLS,
+    **settings: Any,
+) -> FastAPI:
+    return create_app(
+        Settings(**settings), sessions=sessions, temporal=temporal, queues=queues, timing=FAST, timeouts=timeouts
+    )
+
+
+async def control_worker_seen(app: FastAPI, timeout: float = 10) -> None:
+    """A worker that has just started takes a moment to poll; the API refuses to act until it has."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while await app.state.services.control.control_workers() == 0:
+        assert asyncio.get_running_loop().time() < deadline, "the lab's control worker never polled"
+        await asyncio.sleep(0.05)
+
+
+def http_client(app: FastAPI) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://berth.test")
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@dataclass
+class Stack:
+    http: httpx.AsyncClient
+    lab: Lab
+    admin: dict[str, str]  # headers
+    acme: dict[str, str]
+    globex: dict[str, str]
+
+    async def create(self, gpus: int, who: dict[str, str] | None = None, **body: Any) -> str:
+        response = await self.http.post("/v1/allocations", json={"gpu_count": gpus, **body}, headers=who or self.acme)
+        assert response.status_code == 202, response.text
+        return response.json()["id"]
+
+    async def get(self, allocation_id: str, who: dict[str, str] | None = None) -> dict[str, Any]:
+        response = await self.http.get(f"/v1/allocations/{allocation_id}", headers=who or self.admin)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    async def wait_for(self, allocation_id: str, *states: str, timeout: float = 30) -> dict[str, Any]:
+        """Poll the API, as a client would, until the allocation is in one of `states`."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            allocation = await self.get(allocation_id)
+            if allocation["state"] in states:
+                return allocation
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"{allocation_id} stayed {allocation['state']} (wanted {states}): {allocation}")
+            await asyncio.sleep(0.1)

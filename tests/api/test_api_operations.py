@@ -1,0 +1,122 @@
+"""Operators acting on allocations through the API: cancel, retry (running and failed), and what happens when the
+control plane cannot be reached."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from temporalio.client import Client
+
+from api.temporal import TemporalTimeouts
+from store.models import AllocationRow
+from tests.api.stack import Stack, app_for, http_client
+from workflows.task_queues import Queues
+
+
+async def test_cancel_while_placing_gives_everything_back(stack: Stack) -> None:
+    allocation_id = await stack.create(1)  # lands on `slow`, which never boots
+    await stack.wait_for(allocation_id, "waiting_ready")
+    response = await stack.http.post(f"/v1/allocations/{allocation_id}/cancel", headers=stack.acme)
+    assert response.status_code == 202
+    assert response.json()["state"] == "waiting_ready"  # cancellation is under way, not done
+    final = await stack.wait_for(allocation_id, "cancelled")
+    assert final["attempts"] == [{"number": 1, "node": "slow", "outcome": "cancelled", "reason": None}]
+    assert await stack.lab.active_claims() == {}
+    assert stack.lab.vm_records() == []
+
+    twice = await stack.http.post(f"/v1/allocations/{allocation_id}/cancel", headers=stack.acme)
+    assert twice.status_code == 409 and "cancelled" in twice.json()["error"]["message"]
+    retry = await stack.http.post(f"/v1/allocations/{allocation_id}/retry", headers=stack.acme)
+    assert retry.status_code == 409
+
+
+async def test_retry_while_placing_moves_to_another_node(stack: Stack) -> None:
+    allocation_id = await stack.create(1)
+    await stack.wait_for(allocation_id, "waiting_ready")
+    release = await stack.http.delete(f"/v1/allocations/{allocation_id}", headers=stack.acme)
+    assert release.status_code == 409 and "cancel it instead" in release.json()["error"]["message"]
+
+    response = await stack.http.post(
+        f"/v1/allocations/{allocation_id}/retry", json={"exclude_nodes": ["small"]}, headers=stack.acme
+    )
+    assert response.status_code == 202, response.text
+    active = await stack.wait_for(allocation_id, "active")
+    assert active["node"] == "big"
+    assert [(a["node"], a["outcome"]) for a in active["attempts"]] == [("slow", "abandoned"), ("big", "succeeded")]
+    assert active["attempts"][0]["reason"].startswith("operator_retry")
+    retried_again = await stack.http.post(f"/v1/allocations/{allocation_id}/retry", headers=stack.acme)
+    assert retried_again.status_code == 409
+
+
+async def test_a_failed_allocation_is_retried_as_a_new_run(stack: Stack) -> None:
+    for node in ("slow", "small", "big"):
+        assert (await stack.http.post(f"/v1/nodes/{node}/cordon", headers=stack.admin)).status_code == 200
+    allocation_id = await stack.create(2)
+    failed = await stack.wait_for(allocation_id, "failed")
+    assert failed["failure_reason"].startswith("insufficient_capacity"), failed["failure_reason"]
+    metrics = (await stack.http.get("/metrics")).text
+    assert 'berth_allocation_refusals{reason="insufficient_capacity"} 1.0' in metrics
+    assert 'berth_allocations{state="failed"} 1.0' in metrics
+
+    assert (await stack.http.post("/v1/nodes/small/uncordon", headers=stack.admin)).status_code == 200
+    response = await stack.http.post(f"/v1/allocations/{allocation_id}/retry", json={}, headers=stack.acme)
+    assert response.status_code == 202, response.text
+    assert response.json()["state"] == "pending"
+    active = await stack.wait_for(allocation_id, "active")
+    assert active["node"] == "small" and active["failure_reason"] is None
+    steps = [e["step"] for e in active["events"]]
+    assert steps.count("select_region") == 2 and "failed" in steps  # both runs' stories are kept
+    assert [(a["node"], a["outcome"]) for a in active["attempts"]] == [("small", "succeeded")]
+
+
+async def test_no_control_worker_is_503_and_changes_nothing(stack: Stack, temporal_client: Client) -> None:
+    allocation_id = await stack.create(2)
+    await stack.wait_for(allocation_id, "active")
+    # The same database and Temporal, but a control queue no worker polls.
+    nobody = Queues(control=f"{stack.lab.queues.control}.unpolled", node_prefix=stack.lab.queues.node_prefix)
+    async with http_client(app_for(stack.lab.sessions, temporal_client, nobody)) as http:
+        create = await http.post("/v1/allocations", json={"gpu_count": 1}, headers=stack.acme)
+        assert create.status_code == 503
+        assert create.headers["retry-after"] == "5"
+        error = create.json()["error"]
+        assert error["code"] == "no_control_worker" and "berth worker control" in error["message"]
+        for method, path in [("POST", f"/v1/allocations/{allocation_id}/cancel"),
+                             ("POST", f"/v1/allocations/{allocation_id}/retry"),
+                             ("DELETE", f"/v1/allocations/{allocation_id}")]:  # fmt: skip
+            response = await http.request(method, path, headers=stack.acme)
+            # retry of an active allocation is refused before Temporal is asked
+            assert response.status_code == (409 if path.endswith("retry") else 503), (path, response.text)
+        read = await http.get(f"/v1/allocations/{allocation_id}", headers=stack.acme)
+        assert read.status_code == 200 and read.json()["state"] == "active"
+    async with stack.lab.sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(AllocationRow)) == 1
+    assert (await stack.get(allocation_id))["state"] == "active"
+
+
+async def test_a_worker_that_stopped_answering_is_503_not_a_hang(stack: Stack) -> None:
+    allocation_id = await stack.create(2)
+    await stack.wait_for(allocation_id, "active")
+    control, task = stack.lab.control
+    await control.shutdown()
+    await task
+    stack.lab.control = None
+    # The server still lists the worker as a recent poller; the release update then finds no one to take it.
+    response = await stack.http.delete(f"/v1/allocations/{allocation_id}", headers=stack.acme)
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "no_control_worker"
+    read = await stack.get(allocation_id)
+    assert (read["state"], read["live"]) == ("active", False)  # served from PostgreSQL alone
+
+
+async def test_temporal_unreachable_is_503_and_leaves_no_row(stack: Stack) -> None:
+    app = app_for(stack.lab.sessions, None, stack.lab.queues, TemporalTimeouts(connect_seconds=1.0),
+                  temporal_address="127.0.0.1:9")  # fmt: skip
+    async with http_client(app) as http:
+        response = await http.post("/v1/allocations", json={"gpu_count": 1}, headers=stack.acme)
+        assert response.status_code == 503
+        assert response.json()["error"]["code"] == "temporal_unavailable"
+        health = await http.get("/healthz")
+        assert health.status_code == 503
+        assert health.json() == {"status": "unavailable", "database": "ok", "temporal": "unreachable",
+                                 "control_workers": 0}  # fmt: skip
+    async with stack.lab.sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(AllocationRow)) == 0
