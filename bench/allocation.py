@@ -118,15 +118,22 @@ async def _allocate(stack: Stack, queues: Queues, count: int, gpus: int) -> list
     return ids
 
 
-async def _settled(stack: Stack, ids: list[str], states: tuple[str, ...]) -> None:
+async def _settled(stack: Stack, ids: list[str], states: tuple[str, ...], limit: float = 600) -> None:
+    deadline = time.monotonic() + limit
     while True:
         async with stack.sessions() as session:
-            done = await session.scalar(
-                text("SELECT count(*) FROM allocations WHERE id = ANY(:ids) AND state = ANY(:states)"),
-                {"ids": ids, "states": list(states)},
+            by_state = dict(
+                (
+                    await session.execute(
+                        text("SELECT state, count(*) FROM allocations WHERE id = ANY(:ids) GROUP BY state"),
+                        {"ids": ids},
+                    )
+                ).all()
             )
-        if done == len(ids):
+        if sum(by_state.get(s, 0) for s in states) == len(ids):
             return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"allocations did not settle in {limit:.0f}s: {by_state}")
         await asyncio.sleep(0.05)
 
 

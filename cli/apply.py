@@ -13,17 +13,19 @@ from cli.output import OutputFormat, console, fail, print_json
 from config.context import NotConfigured, database_url
 from config.settings import Settings
 from fleet.errors import FleetError
+from fleet.fleet import Fleet
 from fleet.loader import load_fleet
 from store.apply import ApplyRefused, ApplyResult, apply_fleet
 from store.db import create_engine, session_factory
+from store.tokens import ensure_tenant_tokens
 
 
-async def _apply(url: str, files: list[Path], prune: bool) -> ApplyResult:
-    fleet = load_fleet(files)
+async def _apply(url: str, fleet: Fleet, prune: bool) -> tuple[ApplyResult, dict[str, str]]:
+    """Apply the fleet and give each tenant that has no API token one, in the same transaction."""
     engine = create_engine(url, pool_size=1)
     try:
         async with session_factory(engine).begin() as session:
-            return await apply_fleet(session, fleet, prune=prune)
+            return await apply_fleet(session, fleet, prune=prune), await ensure_tenant_tokens(session)
     finally:
         await engine.dispose()
 
@@ -44,7 +46,8 @@ def apply(
                 f"valid: {', '.join(f'{v} {k}' for k, v in counts.items())}"
             )
             return
-        result = asyncio.run(_apply(database_url(Settings()), files, prune))
+        fleet = load_fleet(files)  # the files are checked before anything else, database included
+        result, tokens = asyncio.run(_apply(database_url(Settings()), fleet, prune))
     except FleetError as exc:
         fail(str(exc))
     except ApplyRefused as exc:
@@ -54,9 +57,11 @@ def apply(
     except (OSError, OperationalError, DBAPIError) as exc:
         fail(f"cannot reach the database: {exc}")
     if output is OutputFormat.JSON:
-        print_json(result.model_dump())
+        print_json({**result.model_dump(), "tenant_tokens": tokens})
         return
     for change in result.changes:
         style = {"created": "green", "updated": "yellow", "deleted": "red", "kept": "dim"}[change.action]
         console.print(f"  [{style}]{change.action:>7}[/] {change.kind}/{change.name}", highlight=False)
     console.print(f"applied: {result.summary()}", highlight=False)
+    for tenant, token in sorted(tokens.items()):
+        console.print(f"new API token for tenant {tenant} (shown once): {token}", highlight=False)

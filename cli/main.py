@@ -9,7 +9,9 @@ import sys
 import typer
 
 from cli import apply as apply_command
+from cli import demo as demo_command
 from cli import explain as explain_command
+from cli import migrate as migrate_command
 from cli import plan as plan_command
 from cli import up as up_command
 from cli import worker as worker_command
@@ -22,23 +24,38 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command("apply")(apply_command.apply)
+app.command("migrate")(migrate_command.migrate)
 app.command("up")(up_command.up)
+app.command("demo")(demo_command.demo)
 app.command("explain")(explain_command.explain)
 app.command("plan")(plan_command.plan)
 app.add_typer(worker_command.app, name="worker")
 
 
 def main() -> None:
-    """Entry point: run the app; an unexpected error becomes one line (set BERTH_DEBUG=1 for the traceback)."""
+    """Entry point. Whatever happens, the process leaves through `os._exit` after flushing its output: commands that
+    held a Temporal client can otherwise abort with exit 134 after succeeding (sdk-python#300, TEMPORAL.md). An
+    unexpected error becomes one line (set BERTH_DEBUG=1 for the traceback)."""
+    code = 0
     try:
         app()
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        if not isinstance(exit_.code, int | None):
+            sys.stderr.write(f"{exit_.code}\n")
     except KeyboardInterrupt:
-        sys.exit(130)
+        code = 130
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
         if os.environ.get("BERTH_DEBUG"):
-            raise
-        sys.stderr.write(f"error: {type(exc).__name__}: {exc}\n")
-        sys.exit(1)
+            import traceback
+
+            traceback.print_exc()
+        else:
+            sys.stderr.write(f"error: {type(exc).__name__}: {exc}\n")
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

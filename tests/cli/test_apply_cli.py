@@ -86,7 +86,17 @@ def test_a_good_file_applies_and_reports_what_changed(tmp_path: Path, database_u
     assert "applied: 7 created, 0 unchanged" in first.output
     second = runner.invoke(app, ["apply", "-f", str(tmp_path / "fleet.yaml"), "-o", "json"], env=env)
     assert second.exit_code == 0
-    assert json.loads(second.output) == {"changes": [], "unchanged": 7}
+    assert json.loads(second.output) == {"changes": [], "unchanged": 7, "tenant_tokens": {}}
+
+
+def test_apply_gives_each_new_tenant_one_api_token(tmp_path: Path, database_url: str) -> None:
+    env = {"BERTH_DATABASE_URL": database_url}
+    with_tenant = GOOD_CLUSTER + "---\napiVersion: berth.dev/v1alpha1\nkind: Tenant\nmetadata: {name: t1}\nspec: {gpuQuota: 4}\n"
+    first = runner.invoke(app, ["apply", "-f", str(_write(tmp_path, with_tenant)), "-o", "json"], env=env)
+    tokens = json.loads(first.output)["tenant_tokens"]
+    assert list(tokens) == ["t1"] and tokens["t1"].startswith("berth_")
+    again = runner.invoke(app, ["apply", "-f", str(tmp_path / "fleet.yaml")], env=env)
+    assert again.exit_code == 0 and "API token" not in again.output  # plaintext is shown once, never re-issued
 
 
 @pytest.mark.parametrize(("case", "breaks", "message"), BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])

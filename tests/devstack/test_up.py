@@ -43,7 +43,7 @@ async def test_berth_up_runs_the_stack_and_ctrl_c_stops_it(tmp_path: Path) -> No
         host, port = context["database_url"].split("@", 1)[1].split("/", 1)[0].split(":")
         connection = await asyncpg.connect(host=host, port=int(port), user="postgres", database="berth")
         try:
-            assert await connection.fetchval("SELECT count(*) FROM nodes") == 8
+            assert await connection.fetchval("SELECT count(*) FROM nodes") == 9
             assert await connection.fetchval("SELECT count(*) FROM tenants") == 2
         finally:
             await connection.close()

@@ -26,7 +26,7 @@ async def test_applying_the_example_fleet_twice_is_a_no_op(sessions, examples_di
         first = await apply_fleet(session, fleet)
     assert first.count("created") > 0 and first.count("updated") == 0
     before = await _counts(sessions)
-    assert before == {"regions": 2, "tenants": 2, "clusters": 3, "pools": 4, "nodes": 8, "node_resource_slots": 56}
+    assert before == {"regions": 2, "tenants": 2, "clusters": 3, "pools": 4, "nodes": 9, "node_resource_slots": 60}
 
     async with sessions.begin() as session:
         second = await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
@@ -78,13 +78,13 @@ async def test_objects_missing_from_the_file_are_kept_unless_pruned(sessions, ex
         kept = await apply_fleet(session, smaller)
     assert ("InferenceCluster", "use1-metal", "kept") in {(c.kind, c.name, c.action) for c in kept.changes}
     assert "apply with --prune" in kept.summary()
-    assert (await _counts(sessions))["nodes"] == 8
+    assert (await _counts(sessions))["nodes"] == 9
 
     async with sessions.begin() as session:
         pruned = await apply_fleet(session, smaller, prune=True)
     assert ("InferenceCluster", "use1-metal", "deleted") in {(c.kind, c.name, c.action) for c in pruned.changes}
     counts = await _counts(sessions)
-    assert counts["clusters"] == 2 and counts["nodes"] == 6 and counts["node_resource_slots"] == 40
+    assert counts["clusters"] == 2 and counts["nodes"] == 7 and counts["node_resource_slots"] == 44
 
 
 async def test_pruning_capacity_with_an_active_claim_is_refused_and_changes_nothing(
@@ -113,4 +113,4 @@ async def test_two_slots_can_swap_fabric_vfs_in_one_apply(sessions, examples_dir
         'fabricVfPci: "0000:3a:00.2"', 'fabricVfPci: "0000:1a:00.2"').replace("SWAP", 'fabricVfPci: "0000:3a:00.2"')  # fmt: skip
     async with sessions.begin() as session:
         result = await apply_fleet(session, parse_fleet([("fleet.yaml", swapped)]))
-    assert {c.name for c in result.changes} == {"j22u05/0", "j22u05/1"}
+    assert {c.name for c in result.changes} == {"j22u05/0", "j22u05/1", "j22u11/0", "j22u11/1"}

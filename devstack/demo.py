@@ -1,0 +1,200 @@
+"""`berth demo`: a narrated walk through Berth's main cases against a running stack, through the public HTTP API.
+
+Each step says what should happen, makes it happen, and checks that it did; the demo succeeds only if every step
+behaved as narrated. Every allocation's Temporal UI link is printed so its story can be followed there.
+
+    capacity before -> slice to active and released -> agent down, placed on an alternate -> cancelled while
+    provisioning -> bare-metal host -> unplaceable request, explained -> capacity after -> release everything
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from rich.console import Console
+
+from config.context import StackContext
+
+FINAL = ("active", "failed", "cancelled", "released")
+
+
+class StepFailed(AssertionError):
+    pass
+
+
+@dataclass
+class Demo:
+    context: StackContext
+    console: Console
+    timeout: float = 60.0
+    held: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        assert self.context.api_url and self.context.admin_token
+        self.http = httpx.Client(base_url=self.context.api_url, timeout=30.0)
+        self.acme = {"Authorization": f"Bearer {self.context.tenant_tokens['acme']}"}
+        self.admin = {"Authorization": f"Bearer {self.context.admin_token}"}
+
+    # -- plumbing ---------------------------------------------------------------------------------------------------
+
+    def ui_link(self, workflow_id: str) -> str:
+        quoted = urllib.parse.quote(workflow_id, safe="")
+        return f"{self.context.temporal_ui_url}/namespaces/{self.context.temporal_namespace}/workflows/{quoted}"
+
+    def call(self, method: str, path: str, expect: int, **kwargs: Any) -> dict[str, Any]:
+        kwargs.setdefault("headers", self.acme)
+        response = self.http.request(method, path, **kwargs)
+        if response.status_code != expect:
+            raise StepFailed(
+                f"{method} {path} answered {response.status_code}, expected {expect}: {response.text[:300]}"
+            )
+        return response.json() if response.content else {}
+
+    def create(self, body: dict[str, Any]) -> str:
+        created = self.call("POST", "/v1/allocations", 202, json=body)
+        self.console.print(f"  allocation [bold]{created['id']}[/]", highlight=False)
+        self.console.print(f"  Temporal UI: {self.ui_link(created['workflow_id'])}", highlight=False, soft_wrap=True)
+        return str(created["id"])
+
+    def wait(self, allocation: str, until: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            current = self.call("GET", f"/v1/allocations/{allocation}", 200)
+            if until(current):
+                return current
+            if time.monotonic() > deadline:
+                raise StepFailed(f"{allocation} never {what} (state {current['state']})")
+            time.sleep(0.2)
+
+    def settle(self, allocation: str) -> dict[str, Any]:
+        return self.wait(allocation, lambda a: a["state"] in FINAL, "settled")
+
+    def expect(self, condition: bool, message: str) -> None:
+        if not condition:
+            raise StepFailed(message)
+
+    def say(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+
+    # -- the walk ---------------------------------------------------------------------------------------------------
+
+    def capacity(self, title: str) -> dict[str, Any]:
+        pools = self.call("GET", "/v1/capacity", 200)["pools"]
+        from rich.table import Table
+
+        table = Table(title=title, title_justify="left")
+        for column in ("pool", "region", "shape", "product", "raw free GPUs", "1", "2", "4", "8", "bare-metal nodes"):
+            table.add_column(column, justify="left" if column in ("pool", "region", "shape", "product") else "right")
+        for pool in pools:
+            slices = pool["slices"]
+            table.add_row(pool["pool"], pool["region"], pool["shape"], pool["gpu_product"] or "-",
+                          str(pool["raw_free_gpus"]), *(str(slices[k]) for k in ("1", "2", "4", "8")),
+                          str(pool["baremetal_nodes"]))  # fmt: skip
+        self.console.print(table)
+        return {p["pool"]: p for p in pools}
+
+    def slice_to_active_and_release(self) -> None:
+        self.say(
+            "A tenant asks for one L4 GPU as a VM slice in eu-west. The region, cluster and node schedulers place it, the node agent leases a bundle, the claim is recorded, the VM boots and passes its readiness gates."
+        )
+        allocation = self.create({"gpu_count": 1, "gpu_product": "L4", "shape": "gpu_slice", "region": "eu-west"})
+        active = self.settle(allocation)
+        self.expect(
+            active["state"] == "active", f"expected active, got {active['state']}: {active.get('failure_reason')}"
+        )
+        self.say(
+            f"  active on {active['node']} ({active['pool']}), slot {[b['slot_index'] for b in active['bundles']]}"
+        )
+        self.call("DELETE", f"/v1/allocations/{allocation}", 202)
+        released = self.settle(allocation)
+        self.expect(released["state"] == "released", f"expected released, got {released['state']}")
+        self.say("  released: VM destroyed, slot wiped and back in the pool")
+
+    def agent_down_falls_through(self) -> None:
+        self.say(
+            "Two H200 slices in us-east. Best fit ranks j22u11 first, but its node agent is not running: the plan "
+            "task is not picked up within the pickup timeout, so the workflow moves on to the next candidate."
+        )
+        allocation = self.create({"gpu_count": 2, "gpu_product": "H200", "shape": "gpu_slice", "region": "us-east"})
+        active = self.settle(allocation)
+        self.expect(
+            active["state"] == "active", f"expected active, got {active['state']}: {active.get('failure_reason')}"
+        )
+        attempts = active["attempts"]
+        self.expect(attempts[0]["node"] == "j22u11" and attempts[0]["outcome"] == "failed",
+                    f"expected a failed first attempt on j22u11, got {attempts}")  # fmt: skip
+        for attempt in attempts:
+            self.say(f"  attempt on {attempt['node']}: {attempt['outcome']} {attempt.get('reason') or ''}")
+        self.held.append(allocation)
+
+    def cancel_while_provisioning(self) -> None:
+        self.say(
+            "Two L4 slices; the operator cancels while the VM is still booting. Compensation destroys the VM, "
+            "wipes the slots, releases the claims: nothing is left behind."
+        )
+        allocation = self.create({"gpu_count": 2, "gpu_product": "L4", "shape": "gpu_slice", "region": "eu-west"})
+        self.wait(allocation, lambda a: a["state"] in ("provisioning", "waiting_ready", *FINAL), "started provisioning")
+        self.call("POST", f"/v1/allocations/{allocation}/cancel", 202)
+        cancelled = self.settle(allocation)
+        self.expect(cancelled["state"] == "cancelled", f"expected cancelled, got {cancelled['state']}")
+        self.say(f"  cancelled during {'provisioning' if cancelled['attempts'] else 'placement'}; "
+                 f"{len(cancelled['events'])} events in the audit trail")  # fmt: skip
+
+    def bare_metal(self) -> None:
+        self.say("A whole H100 host (8 GPUs) as bare metal: only a host with nothing claimed can take it.")
+        allocation = self.create({"gpu_count": 8, "gpu_product": "H100", "shape": "baremetal"})
+        active = self.settle(allocation)
+        self.expect(
+            active["state"] == "active", f"expected active, got {active['state']}: {active.get('failure_reason')}"
+        )
+        self.say(f"  active on {active['node']} with all {len(active['bundles'])} slots")
+        self.held.append(allocation)
+
+    def unplaceable(self) -> None:
+        self.say("Sixteen H200 GPUs as one slice VM: no host has sixteen. Berth explains the refusal level by level.")
+        body = {"gpu_count": 16, "gpu_product": "H200", "shape": "gpu_slice"}
+        explained = self.call("POST", "/v1/explain", 200, json=body)
+        self.expect(not explained["placed"], "the explain endpoint placed an impossible request")
+        self.say(f"  explain: {explained['explanation']['summary']}")
+        for level in explained["explanation"]["levels"]:
+            self.say(f"    {level['level']}: {level['passed']}/{level['considered']} {level['summary']}")
+        allocation = self.create(body)
+        failed = self.settle(allocation)
+        self.expect(failed["state"] == "failed", f"expected failed, got {failed['state']}")
+        self.say(f"  the allocation failed with: {failed['failure_reason']}")
+
+    def release_held(self) -> None:
+        for allocation in self.held:
+            self.call("DELETE", f"/v1/allocations/{allocation}", 202)
+        for allocation in self.held:
+            released = self.settle(allocation)
+            self.expect(released["state"] == "released", f"{allocation} ended {released['state']}")
+        self.say(f"released {len(self.held)} allocation(s)")
+
+    def run(self) -> bool:
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("Capacity before", lambda: self.capacity("Capacity before")),
+            ("1. A slice allocation, active, then released", self.slice_to_active_and_release),
+            ("2. A node whose agent is down: placed on an alternate", self.agent_down_falls_through),
+            ("3. Cancelled while provisioning", self.cancel_while_provisioning),
+            ("4. A bare-metal host", self.bare_metal),
+            ("5. A request that cannot be placed, and why", self.unplaceable),
+            ("Capacity after (steps 2 and 4 still hold their GPUs)", lambda: self.capacity("Capacity after")),
+            ("Cleaning up", self.release_held),
+        ]
+        for title, step in steps:
+            self.console.rule(title)
+            try:
+                step()
+                self.say("[green]ok[/]")
+            except (StepFailed, httpx.HTTPError) as failure:
+                self.failures.append(f"{title}: {failure}")
+                self.say(f"[bold red]not as narrated:[/] {failure}")
+        self.http.close()
+        return not self.failures

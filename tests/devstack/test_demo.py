@@ -1,0 +1,38 @@
+"""`berth demo` from a fresh state directory, as a new user runs it: every step as narrated, exit 0, and nothing left
+running afterwards."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+
+def test_berth_demo_walks_every_case_and_exits_0(tmp_path: Path) -> None:
+    before = {p.pid for p in psutil.process_iter()}
+    demo = subprocess.run(
+        [sys.executable, "-m", "cli.main", "demo", "--state-dir", str(tmp_path / "state")],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    output = demo.stdout
+    assert demo.returncode == 0, output + demo.stderr
+    for heading in (
+        "Capacity before",
+        "1. A slice allocation, active, then released",
+        "2. A node whose agent is down: placed on an alternate",
+        "3. Cancelled while provisioning",
+        "4. A bare-metal host",
+        "5. A request that cannot be placed, and why",
+        "Capacity after",
+    ):
+        assert heading in output
+    assert "attempt on j22u11: failed agent_unreachable" in output
+    assert "the allocation failed with: no_compatible_bundles" in output
+    assert output.count("  Temporal UI: http://127.0.0.1:") == 5  # one link per allocation
+    assert "not as narrated" not in output
+    assert "Every step behaved as narrated" in output
+    leftovers = [p for p in psutil.process_iter(["pid", "cmdline"]) if p.pid not in before and p.info["cmdline"]
+                 and str(tmp_path) in " ".join(p.info["cmdline"])]  # fmt: skip
+    assert leftovers == []
