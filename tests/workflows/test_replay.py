@@ -1,0 +1,55 @@
+"""Determinism: recorded allocation histories must replay on the current workflow code.
+
+The files in histories/ were recorded from real runs (happy path with release, a fallthrough after a failed
+create, a cancellation while provisioning). A change that would break running workflows fails here; such a change
+needs `workflow.patched(...)`. Re-record with BERTH_RECORD_HISTORIES=1 after an intended, patched change.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from tests.workflows.lab import lab_fleet, running_lab
+from workflows import allocation_client
+from workflows.allocation import AllocationWorkflow
+from workflows.recovery import SlotRecoveryWorkflow
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+def _replayer() -> Replayer:
+    return Replayer(workflows=[AllocationWorkflow, SlotRecoveryWorkflow], data_converter=pydantic_data_converter)
+
+
+@pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
+async def test_recorded_history_replays(path: Path) -> None:
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    await _replayer().replay_workflow(history)
+
+
+async def test_fresh_histories_replay(temporal_client, sessions, tmp_path: Path) -> None:
+    hosts = {"first": {"gpus": 2, "simulation": {"failCreate": True}}, "second": {"gpus": 3, "simulation": {"bootSeconds": 3600}}, "third": {"gpus": 4}}
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts)) as lab:
+        happy = await lab.allocate("replay-happy", gpus=4, exclude_nodes=frozenset({"second"}))
+        await lab.wait_for_state(happy, "active")
+        await allocation_client.release(temporal_client, "replay-happy")
+        await happy.result()
+
+        fallthrough = await lab.allocate("replay-cancel", gpus=2)
+        await lab.wait_for_state(fallthrough, "waiting_ready")
+        await fallthrough.cancel()
+        with pytest.raises(Exception):  # noqa: B017 - the run ends cancelled
+            await fallthrough.result()
+
+        histories = [await happy.fetch_history(), await fallthrough.fetch_history()]
+    for history in histories:
+        await _replayer().replay_workflow(history)
+    if os.environ.get("BERTH_RECORD_HISTORIES"):
+        for history in histories:
+            (HISTORIES / f"{history.workflow_id.replace('/', '_')}.json").write_text(history.to_json())
