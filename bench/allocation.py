@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -66,6 +67,7 @@ class Stack:
         self.postgres = EmbeddedPostgres(home / "pg", durable=False).start()
         self.temporal = DevTemporal(home / "temporal").start()
         self.workers: list[Worker] = []
+        self.agent_hosts: list[subprocess.Popen[str]] = []
 
     async def connect(self) -> None:
         self.client = await Client.connect(self.temporal.address, data_converter=pydantic_data_converter)
@@ -82,16 +84,24 @@ class Stack:
         return path
 
     def close(self) -> None:
+        for agents in self.agent_hosts:
+            agents.terminate()
+            agents.wait(30)
         self.temporal.stop()
         self.postgres.stop()
 
 
-async def _run_workers(stack: Stack, fleet_file: Path, queues: Queues, nodes: list[str]) -> list[Worker]:
-    executor = ThreadPoolExecutor(max_workers=32)
+async def _run_workers(stack: Stack, fleet_file: Path, queues: Queues) -> list[Worker]:
+    """The control worker in this process; the simulated hosts' agents in another, as on real hosts."""
+    agents = subprocess.Popen(
+        [sys.executable, "-m", "bench.agent_host", str(fleet_file), str(stack.home / queues.control),
+         stack.temporal.address, queues.node_prefix],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert agents.stdout is not None
+    await asyncio.to_thread(agents.stdout.readline)  # "ready"
+    stack.agent_hosts.append(agents)
     workers = [worker.control_worker(stack.client, stack.sessions, queues.control)]
-    for node in nodes:
-        agent = worker.simulated_agent(fleet_file, node, stack.home / queues.control)
-        workers.append(worker.node_worker(stack.client, agent, executor, queues.node(node)))
     for w in workers:
         asyncio.create_task(w.run())
     stack.workers.extend(workers)
@@ -140,8 +150,7 @@ async def _settled(stack: Stack, ids: list[str], states: tuple[str, ...], limit:
 async def throughput(stack: Stack, rounds: int, batch: int) -> dict[str, float]:
     fleet_file = await stack.load_fleet(max(8, batch // 4))  # twice the GPUs the batch asks for
     queues = Queues(control="bench.control", node_prefix="bench.node.")
-    nodes = [n.name for p in parse_fleet([(None, fleet_file.read_text())]).host_pools() for n in p.nodes]
-    workers = await _run_workers(stack, fleet_file, queues, nodes)
+    workers = await _run_workers(stack, fleet_file, queues)
     baseline_worker = Worker(stack.client, task_queue="bench.baseline", workflows=[BaselineWorkflow], activities=[noop])
     asyncio.create_task(baseline_worker.run())
     stack.workers.append(baseline_worker)
@@ -175,8 +184,7 @@ async def throughput(stack: Stack, rounds: int, batch: int) -> dict[str, float]:
 async def contention(stack: Stack, requests: int) -> dict[str, float]:
     fleet_file = await stack.load_fleet(50)  # 400 GPUs for 2,000 requested
     queues = Queues(control="contention.control", node_prefix="contention.node.")
-    nodes = [n.name for p in parse_fleet([(None, fleet_file.read_text())]).host_pools() for n in p.nodes]
-    workers = await _run_workers(stack, fleet_file, queues, nodes)
+    workers = await _run_workers(stack, fleet_file, queues)
     started = time.perf_counter()
     ids = await _allocate(stack, queues, requests, 2)
     await _settled(stack, ids, ("active", "failed"))

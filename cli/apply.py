@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
 from cli.output import OutputFormat, console, fail, print_json
 from config.context import NotConfigured, database_url
@@ -54,6 +54,10 @@ def apply(
         fail(str(exc))
     except NotConfigured as exc:
         fail(str(exc))
+    except ProgrammingError as exc:
+        if "does not exist" in str(exc.orig):
+            fail("the database has no Berth schema yet: run `berth migrate` first")
+        fail(f"the database refused the apply: {exc.orig}")
     except (OSError, OperationalError, DBAPIError) as exc:
         fail(f"cannot reach the database: {exc}")
     if output is OutputFormat.JSON:

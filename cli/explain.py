@@ -8,7 +8,6 @@ scheduler/README.md. Any error is one line on stderr and exit code 2.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli.output import OutputFormat
 from fleet.errors import FleetError
 from fleet.loader import load_fleet
 from scheduler.cel import SelectorCompileError
@@ -23,11 +23,6 @@ from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.placement import PlacementResult, schedule
 from scheduler.reasons import phrase
 from scheduler.request import CapacityShape, PlacementRequest
-
-
-class Output(StrEnum):
-    TEXT = "text"
-    JSON = "json"
 
 
 class _BadInput(Exception):
@@ -44,7 +39,7 @@ def explain(
     selector: Annotated[
         list[str] | None, typer.Option("--selector", help="DRA CEL selector over the GPU device (repeatable).")
     ] = None,
-    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.TEXT,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="text or json.")] = OutputFormat.TEXT,
 ) -> None:
     """Explain where an allocation would be placed, or why it would not be, without any running service."""
     try:
@@ -60,10 +55,10 @@ def explain(
         _fail(str(exc))
     except SelectorCompileError as exc:
         _fail(f"--selector: {exc}")
-    if output is Output.JSON:
+    if output is OutputFormat.JSON:
         typer.echo(result.model_dump_json(indent=2))
     else:
-        _render(result, gpus)
+        render(result, gpus)
 
 
 def _fail(message: str) -> None:
@@ -72,7 +67,8 @@ def _fail(message: str) -> None:
     raise typer.Exit(code=2)
 
 
-def _render(result: PlacementResult, gpus: int) -> None:
+def render(result: PlacementResult, gpus: int) -> None:
+    """The placement or refusal, level by level; `berth explain` online renders the API's answer with it too."""
     console = Console()
     if result.placed:
         console.print(f"[bold green]Placed[/]: {result.explanation.summary}", highlight=False)

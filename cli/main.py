@@ -8,11 +8,14 @@ import sys
 
 import typer
 
+from cli import alloc as alloc_command
 from cli import apply as apply_command
 from cli import demo as demo_command
-from cli import explain as explain_command
 from cli import migrate as migrate_command
+from cli import nodes as nodes_command
+from cli import placement as placement_command
 from cli import plan as plan_command
+from cli import tokens as tokens_command
 from cli import up as up_command
 from cli import worker as worker_command
 
@@ -27,7 +30,11 @@ app.command("apply")(apply_command.apply)
 app.command("migrate")(migrate_command.migrate)
 app.command("up")(up_command.up)
 app.command("demo")(demo_command.demo)
-app.command("explain")(explain_command.explain)
+app.command("explain")(placement_command.explain)
+app.command("capacity")(placement_command.capacity)
+app.add_typer(alloc_command.app, name="alloc")
+app.add_typer(nodes_command.app, name="nodes")
+app.add_typer(tokens_command.app, name="tokens")
 app.command("plan")(plan_command.plan)
 app.add_typer(worker_command.app, name="worker")
 

@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 console = Console()
 errors = Console(stderr=True)
@@ -24,5 +25,5 @@ def print_json(data: Any) -> None:
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print one clear error (no traceback) and leave with a non-zero exit code."""
-    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)

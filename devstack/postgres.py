@@ -133,17 +133,12 @@ class EmbeddedPostgres:
             pass  # alive, owned by the server's system user
         return port
 
+    def _client(self, program: str) -> list[str]:
+        return [str(_install_dir() / "bin" / program), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres"]
+
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        isready = [
-            str(_install_dir() / "bin" / "pg_isready"),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(self.port),
-            "-U",
-            "postgres",
-        ]
+        isready = self._client("pg_isready")
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 log = (self.data_dir / "server.log").read_text(errors="replace")[-2000:]
@@ -155,16 +150,7 @@ class EmbeddedPostgres:
         raise PostgresStartError(f"PostgreSQL did not accept connections within {timeout:.0f}s")
 
     def _ensure_database(self, user: str | None) -> None:
-        psql = [
-            str(_install_dir() / "bin" / "psql"),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(self.port),
-            "-U",
-            "postgres",
-            "-tA",
-        ]
+        psql = [*self._client("psql"), "-tA"]
         exists = subprocess.run(
             [*psql, "-c", f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"],
             capture_output=True,

@@ -1,0 +1,330 @@
+"""`berth alloc create|list|get|cancel|retry|release`: GPU allocations through the HTTP API.
+
+Each command is one API call (`create --wait` then polls the allocation until it is active or has ended). Text
+output is for people (Rich tables; `get` tells the allocation's story as attempts and a timeline of its events);
+`--output json` prints the API's answer unchanged, for scripts.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from api.models import AllocationAccepted, AllocationDetail, AllocationList, AllocationSummary
+from cli.client import (
+    ApiOption,
+    BerthClient,
+    OutputOption,
+    TenantOption,
+    TokenOption,
+    api_client,
+    default_tenant,
+    segment,
+)
+from cli.output import OutputFormat, console, errors, fail, print_json
+from scheduler.request import CapacityShape
+from workflows.allocation_messages import FINAL_STATES
+
+app = typer.Typer(help="Request, follow and give back GPU allocations.", no_args_is_help=True, add_completion=False)
+
+IdArgument = Annotated[str, typer.Argument(help="The allocation's id.", show_default=False)]
+POLL_SECONDS = 0.5
+KEY_PREFIXES = ("ssh-", "ecdsa-", "sk-")
+STATE_STYLES = {"active": "green", "failed": "red", "released": "dim", "cancelled": "dim"}
+OUTCOME_STYLES = {"succeeded": "green", "failed": "red", "abandoned": "yellow", "cancelled": "dim"}
+
+
+def _styled(value: str, styles: dict[str, str], default: str = "yellow") -> str:
+    return f"[{styles.get(value, default)}]{value}[/]"
+
+
+def _path(allocation_id: str, action: str = "") -> str:
+    return f"/v1/allocations/{segment(allocation_id)}{action}"
+
+
+def _ssh_key(value: str) -> str:
+    """A public key as given, or read from the file named (such as ~/.ssh/id_ed25519.pub)."""
+    if value.startswith(KEY_PREFIXES):
+        return value
+    path = Path(value).expanduser()
+    try:
+        return path.read_text().strip()
+    except OSError as error:
+        fail(f"--ssh-key: {value!r} is neither an SSH public key nor a readable file ({error.strerror})")
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key:
+            fail(f"--label: expected KEY=VALUE, got {pair!r}")
+        labels[key] = value
+    return labels
+
+
+# Rendering -----------------------------------------------------------------------------------------------------
+
+
+def _request(allocation: AllocationSummary) -> str:
+    product = f" {allocation.gpu_product}" if allocation.gpu_product else ""
+    return f"{allocation.gpu_count}{product} GPU{'s' if allocation.gpu_count != 1 else ''}, {allocation.shape}"
+
+
+def _render_list(allocations: list[AllocationSummary]) -> None:
+    if not allocations:
+        console.print("no allocations", style="dim")
+        return
+    table = Table(title_justify="left")
+    for column in ("id", "tenant", "state", "request", "region", "pool", "node", "created"):
+        table.add_column(column, no_wrap=column == "id")
+    for allocation in allocations:
+        table.add_row(
+            allocation.id,
+            allocation.tenant,
+            _styled(allocation.state, STATE_STYLES),
+            _request(allocation),
+            allocation.region or "-",
+            allocation.pool or "-",
+            allocation.node or "-",
+            allocation.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
+        )
+    console.print(table)
+
+
+def _render_detail(allocation: AllocationDetail) -> None:
+    """The allocation's story: what it is now, the bundles it holds, each attempt, and every step with its time."""
+    state = _styled(allocation.state, STATE_STYLES)
+    summary = Table.grid(padding=(0, 2))
+    summary.add_row("Allocation", f"[bold]{allocation.id}[/] ({allocation.tenant})")
+    summary.add_row("State", state + (f" [dim]step {allocation.step}[/]" if allocation.step else ""))
+    summary.add_row("Request", _request(allocation))
+    summary.add_row("Placed", " / ".join(v or "-" for v in (allocation.region, allocation.pool, allocation.node)))
+    summary.add_row("Workflow", allocation.workflow_id + ("" if allocation.live else " [dim](not running)[/]"))
+    if allocation.failure_reason:
+        summary.add_row("Failure", f"[red]{escape(allocation.failure_reason)}[/]")
+    console.print(summary)
+
+    if allocation.bundles:
+        bundles = Table(title="Bundles", title_justify="left")
+        for column in ("slot", "GPU", "fabric VF", "NUMA", "MAC", "IP"):
+            bundles.add_column(column)
+        for bundle in allocation.bundles:
+            bundles.add_row(
+                str(bundle.slot_id),
+                bundle.gpu_pci,
+                bundle.fabric_vf_pci or "-",
+                str(bundle.numa_node),
+                bundle.mac_address or "-",
+                bundle.private_ip or "-",
+            )
+        console.print(bundles)
+
+    if allocation.attempts:
+        attempts = Table(title="Attempts", title_justify="left")
+        for column in ("#", "node", "outcome", "reason"):
+            attempts.add_column(column)
+        for attempt in allocation.attempts:
+            attempts.add_row(
+                str(attempt.number),
+                attempt.node or "-",
+                _styled(attempt.outcome, OUTCOME_STYLES),
+                escape(attempt.reason or ""),
+            )
+        console.print(attempts)
+
+    timeline = Table(title="Timeline", title_justify="left")
+    for column in ("after", "state", "step", "attempt", "node", "note"):
+        timeline.add_column(column, justify="right" if column == "after" else "left")
+    for event in allocation.events:
+        after = (event.at - allocation.created_at).total_seconds()
+        timeline.add_row(
+            f"{after:+.1f}s",
+            _styled(event.state, STATE_STYLES),
+            event.step,
+            str(event.attempt) if event.attempt is not None else "",
+            event.node or "",
+            escape(event.reason or ""),
+        )
+    console.print(timeline)
+
+
+def _show_accepted(data: dict[str, Any], output: OutputFormat, doing: str) -> None:
+    if output is OutputFormat.JSON:
+        print_json(data)
+        return
+    accepted = AllocationAccepted.model_validate(data)
+    console.print(f"{doing} allocation [bold]{accepted.id}[/] (now {accepted.state}).", highlight=False)
+    console.print(f"Follow it with `berth alloc get {accepted.id}`.", style="dim", highlight=False)
+
+
+def _wait(client: BerthClient, allocation_id: str, timeout: float, output: OutputFormat) -> AllocationDetail:
+    """Poll until the allocation is active or has ended, telling each new state as it comes (text output)."""
+    deadline = time.monotonic() + timeout
+    seen: tuple[str, str | None] | None = None
+    while True:
+        data = client.call("GET", _path(allocation_id))
+        allocation = AllocationDetail.model_validate(data)
+        if output is OutputFormat.TEXT and (allocation.state, allocation.node) != seen:
+            seen = (allocation.state, allocation.node)
+            on = f" on {allocation.node}" if allocation.node else ""
+            console.print(f"  {_styled(allocation.state, STATE_STYLES)}{on}", highlight=False)
+        if allocation.state == "active" or allocation.state in FINAL_STATES:
+            if output is OutputFormat.JSON:
+                print_json(data)
+            else:
+                _render_detail(allocation)
+            return allocation
+        if time.monotonic() > deadline:
+            fail(
+                f"allocation {allocation_id} is still {allocation.state} after {timeout:g} s; "
+                f"follow it with `berth alloc get {allocation_id}`"
+            )
+        time.sleep(POLL_SECONDS)
+
+
+# Commands ------------------------------------------------------------------------------------------------------
+
+
+@app.command("create")
+def create(
+    gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs wanted.")],
+    product: Annotated[str | None, typer.Option("--product", help="GPU product, e.g. H200; unset: any.")] = None,
+    shape: Annotated[CapacityShape, typer.Option("--shape", help="gpu_slice or baremetal.")] = CapacityShape.GPU_SLICE,
+    region: Annotated[str | None, typer.Option("--region", help="Region; unset lets the scheduler choose.")] = None,
+    tenant: TenantOption = None,
+    image: Annotated[str | None, typer.Option("--image", help="VM image.")] = None,
+    ssh_keys: Annotated[
+        list[str] | None, typer.Option("--ssh-key", help="SSH public key, or a file holding one (repeatable).")
+    ] = None,
+    labels: Annotated[list[str] | None, typer.Option("--label", help="KEY=VALUE (repeatable).")] = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option("--idempotency-key", help="Repeat the request safely: same key, same allocation.")
+    ] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until it is active; exit 1 if it fails.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", min=0, help="Seconds --wait waits at most.")] = 600,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Request GPUs: a VM on GPU slices, or a whole bare-metal host."""
+    if tenant is None and token is None:
+        tenant = default_tenant()
+        if tenant is not None and output is OutputFormat.TEXT:
+            errors.print(
+                f"acting for tenant {tenant}, the first in `berth up`'s context (choose with --tenant)",
+                style="dim",
+                highlight=False,
+            )
+    body = {
+        "gpu_count": gpus,
+        "gpu_product": product,
+        "shape": shape.value,
+        "region": region,
+        "tenant": tenant,
+        "image": image,
+        "ssh_public_keys": [_ssh_key(key) for key in ssh_keys or []],
+        "labels": _labels(labels or []),
+    }
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+    with api_client(api, token, tenant) as client:
+        data = client.call(
+            "POST", "/v1/allocations", json={k: v for k, v in body.items() if v is not None}, headers=headers
+        )
+        if not wait:
+            _show_accepted(data, output, "Created")
+            return
+        allocation_id = AllocationAccepted.model_validate(data).id
+        if output is OutputFormat.TEXT:
+            console.print(f"Allocation [bold]{allocation_id}[/] created; waiting until it is active ...")
+        allocation = _wait(client, allocation_id, timeout, output)
+    if allocation.state == "failed":
+        fail(f"allocation {allocation_id} failed: {allocation.failure_reason or 'no reason recorded'}")
+    if allocation.state != "active":
+        fail(f"allocation {allocation_id} ended {allocation.state} before becoming active")
+
+
+@app.command("list")
+def list_(
+    state: Annotated[str | None, typer.Option("--state", help="Only allocations in this state.")] = None,
+    region: Annotated[str | None, typer.Option("--region", help="Only allocations in this region.")] = None,
+    node: Annotated[str | None, typer.Option("--node", help="Only allocations on this node.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many, newest first.")] = 100,
+    tenant: TenantOption = None,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
+    """List allocations, newest first (a tenant sees only its own)."""
+    params = {"state": state, "region": region, "node": node, "tenant": tenant, "limit": limit}
+    with api_client(api, token, tenant) as client:
+        data = client.call("GET", "/v1/allocations", params=params)
+        if output is OutputFormat.JSON:
+            print_json(data)
+        else:
+            _render_list(AllocationList.model_validate(data).allocations)
+
+
+@app.command("get")
+def get(
+    allocation_id: IdArgument,
+    tenant: TenantOption = None,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Show one allocation: where it is, its bundles, each attempt, and the timeline of its steps."""
+    with api_client(api, token, tenant) as client:
+        data = client.call("GET", _path(allocation_id))
+        if output is OutputFormat.JSON:
+            print_json(data)
+        else:
+            _render_detail(AllocationDetail.model_validate(data))
+
+
+@app.command("cancel")
+def cancel(
+    allocation_id: IdArgument,
+    tenant: TenantOption = None,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Cancel an allocation being placed or active: everything it holds is undone and it ends cancelled."""
+    with api_client(api, token, tenant) as client:
+        _show_accepted(client.call("POST", _path(allocation_id, "/cancel")), output, "Cancelling")
+
+
+@app.command("retry")
+def retry(
+    allocation_id: IdArgument,
+    exclude: Annotated[
+        list[str] | None, typer.Option("--exclude", help="A node not to try again (repeatable).")
+    ] = None,
+    tenant: TenantOption = None,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Being placed: give up the current node and go on with the next. Failed: place it again."""
+    with api_client(api, token, tenant) as client:
+        data = client.call("POST", _path(allocation_id, "/retry"), json={"exclude_nodes": exclude or []})
+        _show_accepted(data, output, "Retrying")
+
+
+@app.command("release")
+def release(
+    allocation_id: IdArgument,
+    tenant: TenantOption = None,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Give back an active allocation: its VM is destroyed and its GPUs wiped and returned."""
+    with api_client(api, token, tenant) as client:
+        _show_accepted(client.call("DELETE", _path(allocation_id)), output, "Releasing")

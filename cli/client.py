@@ -1,0 +1,161 @@
+"""How the `berth` commands reach the HTTP API: where it is, which token to send, and every failure as one line.
+
+The API and token come from `--api` / `--token`, else `BERTH_API_URL` / `BERTH_TOKEN`, else the `context.json`
+that `berth up` writes, so a second terminal next to `berth up` needs no flags. From the context file the admin
+token is used unless `--tenant NAME` picks that tenant's token: then the command acts exactly as the tenant would.
+
+Whatever goes wrong (the API unreachable, a 4xx or 5xx in the API's error envelope, an answer that is not the
+API's) reaches the person as one line and a non-zero exit, through `api_client()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import httpx
+import typer
+from pydantic import ValidationError
+
+from cli.output import OutputFormat, fail
+from config.context import read_context
+from config.settings import Settings
+
+ApiOption = Annotated[
+    str | None,
+    typer.Option(
+        "--api", envvar="BERTH_API_URL", help="Base URL of the Berth API; default: the one `berth up` started."
+    ),
+]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="BERTH_TOKEN",
+        help="API bearer token; default: `berth up`'s admin token, or the --tenant's token.",
+    ),
+]
+TenantOption = Annotated[
+    str | None,
+    typer.Option("--tenant", help="Act for this tenant: its token from `berth up`'s context, its name in the request."),
+]
+OutputOption = Annotated[OutputFormat, typer.Option("--output", "-o", help="text or json.")]
+
+TIMEOUT_SECONDS = 30.0  # above the API's own Temporal call timeouts, so its 503 arrives before ours
+
+
+class ApiFailure(Exception):
+    """The API could not be reached, or answered with an error; `str()` is the one line to show."""
+
+
+@dataclass(frozen=True)
+class Target:
+    url: str
+    token: str
+
+
+def resolve_target(api: str | None, token: str | None, tenant: str | None = None) -> Target:
+    """Where to send requests and with which token: explicit values first, then `berth up`'s context file. A token
+    from the context file is only ever sent to the context's own API, never to another URL given with --api."""
+    settings = Settings()
+    context = read_context(settings) if api is None or token is None else None
+    hint = f"or start the dev stack with `berth up` (looked for {settings.context_file})"
+    url = (api or (context.api_url if context else None) or "").rstrip("/")
+    if not url:
+        raise ApiFailure(f"no Berth API configured: pass --api, set BERTH_API_URL, {hint}")
+    if token is None and context is not None and url == (context.api_url or "").rstrip("/"):
+        if tenant is None:
+            token = context.admin_token
+        elif tenant in context.tenant_tokens:
+            token = context.tenant_tokens[tenant]
+        else:
+            known = ", ".join(sorted(context.tenant_tokens)) or "none"
+            raise ApiFailure(f"{settings.context_file} has no token for tenant {tenant!r} (it has: {known})")
+    if not token:
+        raise ApiFailure(f"no API token: pass --token, set BERTH_TOKEN, {hint}")
+    return Target(url, token)
+
+
+def default_tenant() -> str | None:
+    """The tenant an allocation is for when no one named one and the dev stack's admin token is in use: the first
+    tenant of `context.json`, so `berth alloc create --gpus 2` works right after `berth up`."""
+    context = read_context(Settings())
+    return min(context.tenant_tokens) if context and context.tenant_tokens else None
+
+
+def segment(value: str) -> str:
+    """A value made safe as one path segment: an id with a `/` must not reach another route."""
+    return quote(value, safe="")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _failure(response: httpx.Response) -> ApiFailure:
+    """The API's error envelope as one line; anything else (a proxy's page, say) by its status alone."""
+    try:
+        error = response.json()["error"]
+        message, code = _one_line(str(error["message"])), str(error["code"])
+    except (ValueError, KeyError, TypeError):
+        return ApiFailure(f"the API answered HTTP {response.status_code} {response.reason_phrase}")
+    return ApiFailure(f"{message} ({code}, HTTP {response.status_code})")
+
+
+class BerthClient:
+    """A bearer-token HTTP client for the API: each call returns the decoded JSON body or raises `ApiFailure`."""
+
+    def __init__(self, target: Target, timeout: float = TIMEOUT_SECONDS) -> None:
+        self.url = target.url
+        self._http = httpx.Client(
+            base_url=target.url, headers={"Authorization": f"Bearer {target.token}"}, timeout=timeout
+        )
+
+    def __enter__(self) -> BerthClient:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self._http.close()
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        query = {key: value for key, value in (params or {}).items() if value is not None}
+        try:
+            response = self._http.request(method, path, json=json, params=query, headers=headers)
+        except httpx.TimeoutException as error:
+            raise ApiFailure(f"the Berth API at {self.url} did not answer in time ({type(error).__name__})") from error
+        except httpx.TransportError as error:
+            raise ApiFailure(f"cannot reach the Berth API at {self.url}: is `berth up` running? ({error})") from error
+        if response.is_error:
+            raise _failure(response)
+        try:
+            return response.json()
+        except ValueError as error:
+            raise ApiFailure(
+                f"the API at {self.url} answered {method} {path} with something other than JSON"
+            ) from error
+
+
+@contextmanager
+def api_client(api: str | None, token: str | None, tenant: str | None = None) -> Iterator[BerthClient]:
+    """A client for the command's duration; any failure inside becomes one line on stderr and exit code 1."""
+    try:
+        with BerthClient(resolve_target(api, token, tenant)) as client:
+            yield client
+    except ApiFailure as error:
+        fail(str(error))
+    except httpx.InvalidURL as error:
+        fail(f"--api: {error}")
+    except ValidationError as error:  # the answer parsed, but not into what this version of berth expects
+        fail(f"the API answered in an unexpected shape (is it another version of Berth?): {error.errors()[0]['msg']}")

@@ -1,0 +1,115 @@
+"""`berth explain` and `berth capacity`: the scheduler's answers, asked of the running API.
+
+`berth explain` is one command for both ways of asking: with `-f FLEET` it runs offline on the file (cli/explain.py),
+without it asks `POST /v1/explain` about the live fleet; both render the same report and print the same
+`PlacementResult` JSON. `berth capacity` tells raw free GPUs from what the node scheduler would accept, per pool.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from api.models import CapacityReport
+from cli import explain as offline
+from cli.client import ApiOption, OutputOption, TenantOption, TokenOption, api_client
+from cli.output import OutputFormat, console, fail, print_json
+from fleet.inference_cluster import PoolShape
+from scheduler.capacity import SLICE_SIZES, PoolCapacity
+from scheduler.placement import PlacementResult
+from scheduler.request import CapacityShape
+
+
+def explain(
+    gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs requested.")],
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Explain offline against this fleet file, not the API.")
+    ] = None,
+    product: Annotated[str | None, typer.Option("--product", help="GPU product, e.g. H200.")] = None,
+    shape: Annotated[CapacityShape, typer.Option("--shape", help="gpu_slice or baremetal.")] = CapacityShape.GPU_SLICE,
+    region: Annotated[str | None, typer.Option("--region", help="Region; unset lets the scheduler choose.")] = None,
+    tenant: TenantOption = None,
+    selector: Annotated[
+        list[str] | None, typer.Option("--selector", help="DRA CEL selector over the GPU device (repeatable; -f only).")
+    ] = None,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Explain where an allocation would be placed now, or level by level why it would not be; nothing is reserved.
+
+    With -f FLEET it runs offline on the file; otherwise it asks the running API. Without --tenant (and with an
+    admin token) tenant policy and quota are left out."""
+    if file is not None:
+        offline.explain(
+            file=file,
+            gpus=gpus,
+            product=product,
+            shape=shape,
+            region=region,
+            tenant=tenant,
+            selector=selector,
+            output=output,
+        )
+        return
+    if selector:
+        fail("--selector works only offline, with -f FLEET: the API's explain takes no selectors")
+    body = {"gpu_count": gpus, "gpu_product": product, "shape": shape.value, "region": region, "tenant": tenant}
+    with api_client(api, token, tenant) as client:
+        data = client.call(
+            "POST", "/v1/explain", params={"detail": "true"}, json={k: v for k, v in body.items() if v is not None}
+        )
+        if output is OutputFormat.JSON:
+            print_json(data)
+        else:
+            offline.render(PlacementResult.model_validate(data), gpus)
+
+
+def _render_capacity(pools: list[PoolCapacity]) -> None:
+    if not pools:
+        console.print("no pools match", style="dim")
+        return
+    table = Table(
+        title="Capacity",
+        title_justify="left",
+        caption="slices: allocations of that size that would fit now, each size counted alone",
+        caption_justify="left",
+    )
+    for column in ("pool", "region", "shape", "product", "ready nodes", "GPUs", "raw free"):
+        table.add_column(column, justify="right" if column in ("ready nodes", "GPUs", "raw free") else "left")
+    for size in SLICE_SIZES:
+        table.add_column(f"{size}-GPU", justify="right")
+    table.add_column("bare-metal", justify="right")
+    for pool in pools:
+        slices, metal = pool.shape is PoolShape.GPU_SLICE, pool.shape is PoolShape.BAREMETAL
+        table.add_row(
+            pool.pool,
+            pool.region,
+            str(pool.shape),
+            pool.gpu_product or "any",
+            f"{pool.ready_nodes}/{pool.nodes}",
+            str(pool.gpus),
+            str(pool.raw_free_gpus),
+            *(str(pool.slices.get(size, 0)) if slices else "-" for size in SLICE_SIZES),
+            str(pool.baremetal_nodes) if metal else "-",
+        )
+    console.print(table)
+
+
+def capacity(
+    region: Annotated[str | None, typer.Option("--region", help="Only pools in this region.")] = None,
+    product: Annotated[str | None, typer.Option("--product", help="Only pools of this GPU product.")] = None,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Per pool: raw free GPUs, and how many 1, 2, 4 and 8-GPU slices or whole bare-metal hosts would fit now."""
+    with api_client(api, token) as client:
+        data = client.call("GET", "/v1/capacity", params={"region": region, "gpu_product": product})
+        if output is OutputFormat.JSON:
+            print_json(data)
+        else:
+            _render_capacity(CapacityReport.model_validate(data).pools)

@@ -1,0 +1,62 @@
+"""`berth tokens create --tenant T | --admin`: issue an API token, writing straight to the database.
+
+This is how an operator bootstraps access, so it cannot go through the API it grants access to: like
+`berth apply`, it uses the database named by BERTH_DATABASE_URL or `berth up`'s context. The token is printed
+once; only its SHA-256 digest is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from cli.client import OutputOption
+from cli.output import OutputFormat, console, fail, print_json
+from config.context import NotConfigured, database_url
+from config.settings import Settings
+from store.db import create_engine, session_factory
+from store.tokens import Role, create_token
+
+app = typer.Typer(
+    help="API bearer tokens (writes to the database directly).", no_args_is_help=True, add_completion=False
+)
+
+
+async def _create(url: str, role: Role, tenant: str | None, label: str | None) -> str:
+    engine = create_engine(url, pool_size=1)
+    try:
+        async with session_factory(engine).begin() as session:
+            return await create_token(session, role, tenant, label)
+    finally:
+        await engine.dispose()
+
+
+@app.command("create")
+def create(
+    tenant: Annotated[str | None, typer.Option("--tenant", help="A token that acts only for this tenant.")] = None,
+    admin: Annotated[bool, typer.Option("--admin", help="A token that acts on everything.")] = False,
+    label: Annotated[str | None, typer.Option("--label", help="A note on who holds it.")] = None,
+    output: OutputOption = OutputFormat.TEXT,
+) -> None:
+    """Create a token for a tenant, or an admin token, and print it (the only time it is shown)."""
+    if admin == (tenant is not None):
+        fail("give exactly one of --tenant NAME or --admin")
+    role: Role = "admin" if admin else "tenant"
+    try:
+        token = asyncio.run(_create(database_url(Settings()), role, tenant, label))
+    except NotConfigured as error:
+        fail(str(error))
+    except ValueError as error:  # an unknown tenant
+        fail(str(error))
+    except (OSError, OperationalError, DBAPIError) as error:
+        fail(f"cannot reach the database: {error}")
+    if output is OutputFormat.JSON:
+        print_json({"role": role, "tenant": tenant, "token": token})
+        return
+    console.print(
+        f"{'Admin token' if admin else f'Token for tenant {tenant}'} (shown once; store it now):", highlight=False
+    )
+    typer.echo(token)
