@@ -9,9 +9,10 @@ from typing import Annotated
 import typer
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
-from cli.output import OutputFormat, console, fail, print_json
+from cli.output import OutputFormat, console, errors, fail, print_json
 from config.context import NotConfigured, database_url
 from config.settings import Settings
+from fleet.byo import adopt_node_lists
 from fleet.errors import FleetError
 from fleet.fleet import Fleet
 from fleet.loader import load_fleet
@@ -34,19 +35,25 @@ def apply(
     files: Annotated[list[Path], typer.Option("--file", "-f", help="Fleet file (YAML or JSON); repeat for several.")],
     prune: Annotated[bool, typer.Option(help="Delete objects that are in the database but not in the files.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only validate the files; write nothing.")] = False,
+    cluster: Annotated[
+        str | None, typer.Option(help="Cluster that NodeList documents (kubectl get nodes -o yaml) describe.")
+    ] = None,
+    region: Annotated[str | None, typer.Option(help="Region of the --cluster a NodeList creates.")] = None,
     output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.TEXT,
 ) -> None:
     """Apply a fleet file: regions, tenants, inference classes and clusters with their pools and hosts."""
     try:
         if dry_run:
-            fleet = load_fleet(files)
+            fleet, _ = adopt_node_lists(load_fleet(files), cluster, region)
             counts = {"regions": len(fleet.regions), "tenants": len(fleet.tenants), "classes": len(fleet.classes),
                       "clusters": len(fleet.clusters), "nodes": sum(len(p.nodes) for p in fleet.pools())}  # fmt: skip
             print_json({"valid": True, "counts": counts}) if output is OutputFormat.JSON else console.print(
                 f"valid: {', '.join(f'{v} {k}' for k, v in counts.items())}"
             )
             return
-        fleet = load_fleet(files)  # the files are checked before anything else, database included
+        fleet, skipped = adopt_node_lists(load_fleet(files), cluster, region)  # files first, database after
+        for node in skipped:
+            errors.print(f"[yellow]skipped node {node.name}[/]: {node.reason}", highlight=False)
         result, tokens = asyncio.run(_apply(database_url(Settings()), fleet, prune))
     except FleetError as exc:
         fail(str(exc))

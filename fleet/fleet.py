@@ -7,6 +7,7 @@ This is the one in-memory picture of inventory that `berth apply` writes to Post
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
@@ -39,6 +40,8 @@ class Fleet:
     replicas: dict[str, ModelReplica] = field(default_factory=dict)
     # What-if slot holds for offline `berth explain -f`; never applied to a database.
     slot_states: dict[str, SlotStateDocument] = field(default_factory=dict)
+    # Kubernetes NodeLists of bring-your-own clusters (seed 003), as read; `fleet.byo` turns them into pools.
+    node_lists: list[dict[str, Any]] = field(default_factory=list)
 
     def pools(self) -> list[PoolHosts]:
         """Every pool of every cluster, in cluster-name then published order, with hosts expanded."""

@@ -48,6 +48,21 @@ def _problems_from_validation(error: ValidationError, base: FleetProblem) -> lis
     return problems
 
 
+def is_node_list(document: Any) -> bool:
+    """A Kubernetes NodeList, or the `List` of `Node`s that `kubectl get nodes -o yaml` prints."""
+    if not isinstance(document, dict):
+        return False
+    items = document.get("items")
+    if document.get("kind") == "NodeList":
+        return True
+    return (
+        document.get("kind") == "List"
+        and isinstance(items, list)
+        and bool(items)
+        and all(isinstance(item, dict) and item.get("kind") == "Node" for item in items)
+    )
+
+
 def _parse_documents(text: str, source: str | None) -> tuple[list[tuple[int, Any]], list[FleetProblem]]:
     try:
         raw = list(yaml.safe_load_all(text))
@@ -58,7 +73,9 @@ def _parse_documents(text: str, source: str | None) -> tuple[list[tuple[int, Any
         return [], [FleetProblem(source=source, message=f"is not valid YAML or JSON{where}: {reason}")]
     documents: list[tuple[int, Any]] = []
     for number, document in enumerate(raw, start=1):
-        if isinstance(document, dict) and document.get("kind") == "List" and isinstance(document.get("items"), list):
+        if is_node_list(document):
+            documents.append((number, document))
+        elif isinstance(document, dict) and document.get("kind") == "List" and isinstance(document.get("items"), list):
             documents.extend((number, item) for item in document["items"])
         elif document is not None:
             documents.append((number, document))
@@ -99,10 +116,14 @@ def parse_fleet(sources: Iterable[tuple[str | None, str]]) -> Fleet:
     """Build a Fleet from (source name, text) pairs, or raise FleetError listing every problem."""
     problems: list[FleetProblem] = []
     objects: list[tuple[FleetProblem, BaseModel]] = []
+    node_lists: list[dict[str, Any]] = []
     for source, text in sources:
         documents, parse_problems = _parse_documents(text, source)
         problems.extend(parse_problems)
         for number, document in documents:
+            if is_node_list(document):
+                node_lists.append(document)
+                continue
             obj, found = _validate_document(number, document, source)
             problems.extend(found)
             if obj is not None:
@@ -115,6 +136,7 @@ def parse_fleet(sources: Iterable[tuple[str | None, str]]) -> Fleet:
                 )
                 objects.append((where, obj))
     fleet, fleet_problems = check_fleet(objects)
+    fleet.node_lists = node_lists
     problems.extend(fleet_problems)
     if problems:
         raise FleetError(problems)
