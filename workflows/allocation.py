@@ -143,6 +143,7 @@ class AllocationWorkflow:
             step="accepted",
         )
         self.excluded: set[str] = set(input.request.exclude_nodes)
+        self.tried: set[str] = set()  # never the same node twice in one run
         self.retry_requested = False
         self.release_requested = False
 
@@ -213,13 +214,12 @@ class AllocationWorkflow:
 
     async def place(self, region: str) -> None:
         """Try the ranked candidates in order; when the list runs out, re-plan once on a fresh snapshot."""
-        tried: set[str] = set()
         for _plan_round in range(2):
             await self.set_state("placing", "find_candidates", region=region)
             for candidate in await self.find_candidates(region):
-                if candidate.node in tried or candidate.node in self.excluded:
-                    continue
-                tried.add(candidate.node)
+                if candidate.node in self.tried or candidate.node in self.excluded:
+                    continue  # excluded by an operator's retry since the list was made
+                self.tried.add(candidate.node)
                 if await self.try_candidate(candidate):
                     return
         attempts = "; ".join(f"{a.node}: {a.reason}" for a in self.status.attempts) or "no candidate node was left"
@@ -428,7 +428,9 @@ class AllocationWorkflow:
             if self.input.request.seed is not None
             else zlib.crc32(self.input.allocation_id.encode())
         )
-        request = self.input.request.model_copy(update={"exclude_nodes": frozenset(self.excluded), "seed": seed})
+        request = self.input.request.model_copy(
+            update={"exclude_nodes": frozenset(self.excluded | self.tried), "seed": seed}
+        )
         return FindCandidatesInput(allocation_id=self.input.allocation_id, request=request, region=region)
 
     async def set_state(

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import zlib
+
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.contracts import CandidateList, FindCandidatesInput, RegionChoice
 from scheduler import cluster, region
 from scheduler.explanation import Explanation
+from store.models import AllocationRow
 from store.snapshot import load_snapshot
 
 
@@ -32,10 +36,22 @@ class PlacementActivities:
 
     @activity.defn(name="find_candidates")
     async def find_candidates(self, request: FindCandidatesInput) -> CandidateList:
-        """Cluster level: pool eligibility and ranked candidate nodes (the chosen one plus alternates)."""
-        async with self.sessions() as session:
+        """Cluster level: pool eligibility and ranked candidate nodes (the chosen one plus alternates).
+
+        Decisions in one region are taken one at a time, each reading the snapshot and marking its first choice as
+        being planned before the next one reads: requests that arrive together then see each other and spread out,
+        instead of all picking the same best-ranked node and being refused there (the node agent stays the
+        authority; this only makes the first choice a good guess)."""
+        async with self.sessions.begin() as session:
+            await session.execute(select(func.pg_advisory_xact_lock(zlib.crc32(request.region.encode()))))
             snapshot = await load_snapshot(session, exclude_allocation=request.allocation_id)
-        decision = cluster.find_candidates(snapshot, request.request, request.region)
+            decision = cluster.find_candidates(snapshot, request.request, request.region)
+            if decision.candidates:
+                await session.execute(
+                    update(AllocationRow)
+                    .where(AllocationRow.id == request.allocation_id)
+                    .values(state="planning", node_id=decision.candidates[0].node)
+                )
         if decision.refusal is None:
             return CandidateList(candidates=decision.candidates)
         return CandidateList(
