@@ -1,0 +1,69 @@
+"""Control activities may run twice (a worker dies after the work, before Temporal hears of it): the second run
+must change nothing. Against the real database."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.contracts import AllocationRecord, ClaimInput, ReleaseClaimsInput, StateChange
+from activities.control.claims import ClaimActivities
+from activities.control.records import RecordActivities
+from fleet.loader import load_fleet
+from scheduler.bundles import Bundle
+from scheduler.request import PlacementRequest
+from store.apply import apply_fleet
+from store.models import AllocationEventRow, ClaimRow, SlotRow
+
+
+def _bundle(index: int) -> Bundle:
+    return Bundle(slot_id=f"j22u05/{index}", slot_index=index, gpu_pci="0000:1b:00.0", fabric_parent_pci=None,
+                  fabric_vf_pci=None, nvme_device=None, numa_node=0, vcpu_count=1, memory_mib=1, mac_address=None,
+                  private_ip=None)  # fmt: skip
+
+
+async def test_claims_and_records_are_idempotent_and_conflicts_are_typed(sessions, examples_dir) -> None:
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    env, records, claims = ActivityEnvironment(), RecordActivities(sessions), ClaimActivities(sessions)
+    for allocation in ("a", "b"):
+        record = AllocationRecord(allocation_id=allocation, tenant="acme", workflow_id=f"allocation/{allocation}",
+                                  request=PlacementRequest(gpu_count=2))  # fmt: skip
+        await env.run(records.open_allocation, record)
+        await env.run(records.open_allocation, record)
+    change = StateChange(
+        allocation_id="a", run_id="r1", state="claiming", step="record_claims", attempt=1, node="j22u05"
+    )
+    await env.run(records.record_state, change)
+    await env.run(records.record_state, change)
+
+    claim = ClaimInput(allocation_id="a", attempt=1, node="j22u05", tenant="acme", gpu_count=2,
+                       bundles=[_bundle(0), _bundle(1)])  # fmt: skip
+    first = await env.run(claims.record_claims, claim)
+    assert await env.run(claims.record_claims, claim) == first
+
+    with pytest.raises(ApplicationError) as conflict:
+        await env.run(claims.record_claims, claim.model_copy(update={"allocation_id": "b"}))
+    assert conflict.value.type == "ClaimConflict" and conflict.value.non_retryable
+
+    assert await env.run(claims.release_claims, ReleaseClaimsInput(allocation_id="a")) == 2
+    assert await env.run(claims.release_claims, ReleaseClaimsInput(allocation_id="a")) == 0
+    async with sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(AllocationEventRow)) == 1
+        assert await session.scalar(select(func.count()).select_from(ClaimRow)) == 2
+        states = (await session.scalars(select(SlotRow.state).where(SlotRow.node_id == "j22u05"))).all()
+    assert set(states) == {"available"}
+
+
+async def test_quota_is_rechecked_when_claiming(sessions, examples_dir) -> None:
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    env, records, claims = ActivityEnvironment(), RecordActivities(sessions), ClaimActivities(sessions)
+    await env.run(records.open_allocation, AllocationRecord(allocation_id="big", tenant="globex", workflow_id="w",
+                                                            request=PlacementRequest(gpu_count=9)))  # fmt: skip
+    with pytest.raises(ApplicationError, match="exceed its quota of 8") as refused:
+        await env.run(claims.record_claims, ClaimInput(allocation_id="big", attempt=1, node="j22u05", tenant="globex",
+                                                       gpu_count=9, bundles=[_bundle(0)]))  # fmt: skip
+    assert refused.value.type == "QuotaExceeded"

@@ -1,0 +1,109 @@
+"""The node agent on its own host: plans under a lease, refuses what the host cannot give, never creates a VM
+without the lease, and cleans up idempotently. Activities run in Temporal's ActivityEnvironment (no server needed:
+these are the host-local parts)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.contracts import LeaseRef, PlanInput, ReadinessInput, TeardownInput, VmSpec
+from activities.node.agent import NodeAgent
+from activities.node.leases import LeaseStore
+from activities.node.simulated import SimulatedTopology, SimulatedVmDriver
+from fleet.node import Node, Simulation
+from scheduler.request import CapacityShape
+
+
+def _host(gpus: int = 4, simulation: Simulation | None = None) -> Node:
+    return Node.model_validate(
+        {
+            "name": "h1",
+            "numaNodes": 2,
+            "simulation": (simulation or Simulation()).model_dump(by_alias=True),
+            "slots": [
+                {"index": i, "gpuPci": f"0000:{0x10 + i:02x}:00.0", "fabricVfPci": f"0000:{0x40 + i:02x}:00.2",
+                 "numaNode": i // 2}
+                for i in range(gpus)
+            ],
+        }
+    )  # fmt: skip
+
+
+def _agent(tmp_path: Path, host: Node, lease_seconds: float = 60) -> NodeAgent:
+    return NodeAgent(
+        "h1", SimulatedTopology(host), SimulatedVmDriver(tmp_path, host.simulation), LeaseStore(tmp_path / "leases"),
+        lease_seconds=lease_seconds,
+    )  # fmt: skip
+
+
+def _plan(allocation: str, gpus: int = 2) -> PlanInput:
+    return PlanInput(allocation_id=allocation, attempt=1, gpu_count=gpus, shape=CapacityShape.GPU_SLICE)
+
+
+def test_two_plans_on_one_host_never_share_a_slot_and_leases_are_files(tmp_path: Path) -> None:
+    agent, env = _agent(tmp_path, _host()), ActivityEnvironment()
+    first = env.run(agent.plan, _plan("a"))
+    second = env.run(agent.plan, _plan("b"))
+    assert set(first.slot_indexes).isdisjoint(second.slot_indexes)
+    assert {b.numa_node for b in first.bundles} == {0} and {b.numa_node for b in second.bundles} == {1}
+    lease = json.loads((tmp_path / "leases" / "a.json").read_text())
+    assert set(lease) >= {"allocation_id", "task_id", "slot_ids", "devices", "expires_at"}
+    assert lease["slot_ids"] == ["h1/0", "h1/1"]
+    third = env.run(agent.plan, _plan("c"))
+    assert third.refusal_code == "slots_leased" and third.bundles == []
+    assert env.run(agent.plan, _plan("a")).slot_indexes == first.slot_indexes  # idempotent per allocation
+
+
+def test_a_vm_is_never_created_without_its_lease(tmp_path: Path) -> None:
+    agent, env = _agent(tmp_path, _host(), lease_seconds=60), ActivityEnvironment()
+    plan = env.run(agent.plan, _plan("a"))
+    env.run(agent.release_lease, LeaseRef(allocation_id="a", node="h1"))
+    with pytest.raises(ApplicationError, match="no longer held") as lost:
+        env.run(agent.create_vm, VmSpec(allocation_id="a", node="h1", bundles=plan.bundles))
+    assert lost.value.type == "LeaseLost" and lost.value.non_retryable
+    assert agent.vms.list() == []
+
+
+def test_create_is_idempotent_and_hands_the_slots_from_lease_to_vm(tmp_path: Path) -> None:
+    agent, env = _agent(tmp_path, _host()), ActivityEnvironment()
+    plan = env.run(agent.plan, _plan("a"))
+    spec = VmSpec(allocation_id="a", node="h1", bundles=plan.bundles)
+    first, again = env.run(agent.create_vm, spec), env.run(agent.create_vm, spec)
+    assert first.vm_id == again.vm_id and len(agent.vms.list()) == 1
+    assert list((tmp_path / "leases").glob("*.json")) == []
+    assert env.run(agent.plan, _plan("b", gpus=4)).refusal_code is not None  # the VM holds two of the four slots
+    report = env.run(agent.wait_ready, ReadinessInput(allocation_id="a", node="h1", gpu_count=2, window_seconds=1))
+    assert report.ready
+    torn = env.run(agent.destroy_vm, TeardownInput(allocation_id="a", node="h1", slot_indexes=plan.slot_indexes))
+    assert torn.vm_destroyed and torn.wiped_slots == [0, 1]
+    assert env.run(agent.destroy_vm, TeardownInput(allocation_id="a", node="h1")).vm_destroyed is False
+
+
+def test_expired_leases_stop_holding_slots_and_are_reaped(tmp_path: Path) -> None:
+    agent, env = _agent(tmp_path, _host(gpus=2), lease_seconds=60), ActivityEnvironment()
+    env.run(agent.plan, _plan("a"))
+    assert env.run(agent.plan, _plan("b")).refusal_code == "slots_leased"
+    assert agent.leases.reap(now=datetime.now(UTC) + timedelta(seconds=61)) == ["a"]
+    assert env.run(agent.plan, _plan("b")).refusal_code is None
+
+
+def test_simulated_faults(tmp_path: Path) -> None:
+    env = ActivityEnvironment()
+    changed = _agent(tmp_path / "changed", _host(simulation=Simulation(refuse_plans=True)))
+    assert env.run(changed.plan, _plan("a")).refusal_code == "missing_per_slot_vf"
+    broken = _agent(tmp_path / "broken", _host(simulation=Simulation(fail_create=True)))
+    plan = env.run(broken.plan, _plan("a"))
+    with pytest.raises(ApplicationError) as failed:
+        env.run(broken.create_vm, VmSpec(allocation_id="a", node="h1", bundles=plan.bundles))
+    assert failed.value.type == "VmCreateFailed"
+    hung = _agent(tmp_path / "hung", _host(simulation=Simulation(never_ready=True)))
+    plan = env.run(hung.plan, _plan("a"))
+    env.run(hung.create_vm, VmSpec(allocation_id="a", node="h1", bundles=plan.bundles))
+    report = env.run(hung.wait_ready, ReadinessInput(allocation_id="a", node="h1", gpu_count=2, window_seconds=0.3))
+    assert not report.ready and report.pending() == ["cloud-init", "nvidia-smi"]
