@@ -68,12 +68,12 @@ def explain(
             offline.render(PlacementResult.model_validate(data), gpus)
 
 
-def _render_capacity(pools: list[PoolCapacity]) -> None:
+def render_capacity(pools: list[PoolCapacity], title: str = "Capacity") -> None:
     if not pools:
         console.print("no pools match", style="dim")
         return
     table = Table(
-        title="Capacity",
+        title=title,
         title_justify="left",
         caption="slices: allocations of that size that would fit now, each size counted alone",
         caption_justify="left",
@@ -112,4 +112,4 @@ def capacity(
         if output is OutputFormat.JSON:
             print_json(data)
         else:
-            _render_capacity(CapacityReport.model_validate(data).pools)
+            render_capacity(CapacityReport.model_validate(data).pools)

@@ -18,7 +18,9 @@ from typing import Any
 import httpx
 from rich.console import Console
 
+from cli.placement import render_capacity  # the same table `berth capacity` prints
 from config.context import StackContext
+from scheduler.capacity import PoolCapacity
 
 FINAL = ("active", "failed", "cancelled", "released")
 
@@ -84,20 +86,9 @@ class Demo:
 
     # -- the walk ---------------------------------------------------------------------------------------------------
 
-    def capacity(self, title: str) -> dict[str, Any]:
+    def capacity(self, title: str) -> None:
         pools = self.call("GET", "/v1/capacity", 200)["pools"]
-        from rich.table import Table
-
-        table = Table(title=title, title_justify="left")
-        for column in ("pool", "region", "shape", "product", "raw free GPUs", "1", "2", "4", "8", "bare-metal nodes"):
-            table.add_column(column, justify="left" if column in ("pool", "region", "shape", "product") else "right")
-        for pool in pools:
-            slices = pool["slices"]
-            table.add_row(pool["pool"], pool["region"], pool["shape"], pool["gpu_product"] or "-",
-                          str(pool["raw_free_gpus"]), *(str(slices[k]) for k in ("1", "2", "4", "8")),
-                          str(pool["baremetal_nodes"]))  # fmt: skip
-        self.console.print(table)
-        return {p["pool"]: p for p in pools}
+        render_capacity([PoolCapacity.model_validate(pool) for pool in pools], title=title)
 
     def slice_to_active_and_release(self) -> None:
         self.say(
