@@ -32,8 +32,10 @@ def _running(settings: Settings) -> StackContext | None:
 def demo(
     state_dir: Annotated[Path | None, typer.Option(help="Where data and logs live (default ./.berth).")] = None,
 ) -> None:
-    """Walk through a slice allocation, an agent that is down, a cancellation, bare metal, a refusal explained,
-    and capacity before and after. Exits 0 only if every step behaved as narrated."""
+    """Narrated walk through the main cases on the local stack; exits 0 only if every step behaved as narrated.
+
+    A slice allocation, an agent that is down, a cancellation, bare metal, a refusal explained, capacity before
+    and after."""
     started = time.monotonic()
     settings = Settings(**({"state_dir": state_dir} if state_dir else {}))
     stack: DevStack | None = None

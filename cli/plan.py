@@ -30,8 +30,10 @@ def plan(
         OutputFormat.TEXT
     ),
 ) -> None:
-    """Plan a ModelDeployment offline: the replicas kept, the new ones with cluster, index, pool and node cost,
-    the ones removed, and the status with a reason for every cluster that took no more."""
+    """Plan a ModelDeployment offline from files (Modelplane's placement semantics).
+
+    Prints the replicas kept, the new ones with cluster, index, pool and node cost, the ones removed, and the
+    status with a reason for every cluster that took no more."""
     try:
         fleet = load_fleet(files)
     except FleetError as exc:

@@ -38,7 +38,7 @@ def up(
     fleet: Annotated[Path | None, typer.Option("--fleet", "-f", help="Fleet file to apply.")] = None,
     state_dir: Annotated[Path | None, typer.Option(help="Where data and logs live (default ./.berth).")] = None,
 ) -> None:
-    """Start PostgreSQL and the Temporal dev server with its UI, apply the fleet, and run until Ctrl-C."""
+    """Run the local stack until Ctrl-C: PostgreSQL, Temporal and its UI, workers, simulated hosts and the API."""
     settings = Settings(**({"state_dir": state_dir} if state_dir else {}))
     fleet_file = fleet or settings.fleet_file or default_fleet_file()
     if not fleet_file.exists():
