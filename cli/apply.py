@@ -16,7 +16,7 @@ from fleet.byo import adopt_node_lists
 from fleet.errors import FleetError
 from fleet.fleet import Fleet
 from fleet.loader import load_fleet
-from store.apply import ApplyRefused, ApplyResult, apply_fleet
+from store.apply import ApplyRefused, ApplyResult, apply_fleet, refuse_non_inventory
 from store.db import create_engine, session_factory
 from store.tokens import ensure_tenant_tokens
 
@@ -45,6 +45,7 @@ def apply(
     try:
         if dry_run:
             fleet, _ = adopt_node_lists(load_fleet(files), cluster, region)
+            refuse_non_inventory(fleet)
             counts = {"regions": len(fleet.regions), "tenants": len(fleet.tenants), "classes": len(fleet.classes),
                       "clusters": len(fleet.clusters), "nodes": sum(len(p.nodes) for p in fleet.pools())}  # fmt: skip
             print_json({"valid": True, "counts": counts}) if output is OutputFormat.JSON else console.print(

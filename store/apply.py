@@ -206,16 +206,29 @@ async def _refuse_if_claimed(session: AsyncSession, slot_ids: list[int], what: s
         raise ApplyRefused(f"refusing to prune {what}: {held}. Release those allocations first; nothing was changed.")
 
 
+def refuse_non_inventory(fleet: Fleet) -> None:
+    """Documents read elsewhere (plans, what-ifs, NodeLists not adopted) are refused, never silently skipped."""
+    present = [
+        kind
+        for kind, objects in (
+            ("ModelDeployment", fleet.deployments),
+            ("ModelReplica", fleet.replicas),
+            ("SlotState", fleet.slot_states),
+            ("NodeList", fleet.node_lists),
+        )
+        if objects
+    ]
+    if present:
+        raise ApplyRefused(
+            f"{', '.join(present)} documents are not inventory (plan deployments with `berth plan -f`, ask what-if "
+            "questions with `berth explain -f`, adopt a NodeList with `berth apply --cluster NAME`); nothing was "
+            "written: remove them to apply the rest"
+        )
+
+
 async def apply_fleet(session: AsyncSession, fleet: Fleet, prune: bool = False) -> ApplyResult:
     """Make the database match `fleet`. The caller owns the transaction (commit on success, rollback on error)."""
-    if fleet.deployments or fleet.replicas:
-        kinds = sorted(
-            {*(["ModelDeployment"] if fleet.deployments else []), *(["ModelReplica"] if fleet.replicas else [])}
-        )
-        raise ApplyRefused(
-            f"{' and '.join(kinds)} documents are not inventory: plan them with `berth plan -f` (this apply wrote "
-            "nothing; remove them from the files to apply the rest)"
-        )
+    refuse_non_inventory(fleet)
     desired = _desired(fleet)
     changes: list[ApplyChange] = []
     unchanged = 0

@@ -168,7 +168,7 @@ class AllocationWorkflow:
             await self.hold_until_released()  # 4
             await shielded(self.teardown("released", "release"))
         except BaseException as error:
-            if is_cancelled_exception(error):
+            if is_cancelled_exception(error) and self.status.state not in FINAL_STATES:
                 await shielded(self.teardown("cancelled", "cancel"))
             elif isinstance(error, ApplicationError):
                 await self.set_state("failed", "failed", reason=error.message)

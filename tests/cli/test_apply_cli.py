@@ -60,6 +60,8 @@ BAD_INPUTS = [
     ("cluster in an unknown region", lambda t: t.replace("region: lab", "region: mars"), "spec.region: region 'mars' is not defined"),
     ("bad apiVersion", lambda t: t.replace("modelplane.ai/v1alpha1", "modelplane.ai/v9"), "apiVersion: must be berth.dev/v1alpha1 or modelplane.ai/v1alpha1"),
     ("not YAML", lambda t: t + "\n  - : : [\n", "is not valid YAML or JSON at line"),
+    ("not inventory", lambda t: t + "---\napiVersion: berth.dev/v1alpha1\nkind: SlotState\nmetadata: {name: w}\n"
+     "spec: {quarantined: [n1/0]}\n", "SlotState documents are not inventory"),
 ]  # fmt: skip
 
 
