@@ -48,9 +48,41 @@ async def tenant_usage(session: AsyncSession, exclude_allocation: str | None = N
     return {tenant: (a, b) for tenant, (a, b) in usage.items()}
 
 
-async def load_snapshot(session: AsyncSession, exclude_allocation: str | None = None) -> Snapshot:
-    """The inventory as it is now. `exclude_allocation` leaves that allocation out of tenant usage, so a request
-    is not counted against its own quota."""
+async def pending_plans(
+    session: AsyncSession, exclude_allocation: str | None = None
+) -> dict[str, list[tuple[str, int]]]:
+    """node -> [(allocation, GPUs)] being planned there: a node lease may exist that no claim records yet."""
+    rows = await session.execute(
+        select(AllocationRow.node_id, AllocationRow.id, AllocationRow.gpu_count)
+        .where(AllocationRow.state.in_(PLANNING_STATES), AllocationRow.node_id.is_not(None))
+        .where(AllocationRow.id != (exclude_allocation or ""))
+        .order_by(AllocationRow.id)
+    )
+    plans: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for node, allocation, gpus in rows:
+        plans[node].append((allocation, gpus))
+    return plans
+
+
+def with_pending_plans(snapshot: Snapshot, plans: dict[str, list[tuple[str, int]]]) -> Snapshot:
+    """Count allocations being planned on a node as leasing that many of its free slots, so the next decision sees
+    the last one and concurrent requests spread out instead of all trying the same node."""
+    changed = [
+        dataclasses.replace(
+            snapshot.nodes[node], slots=tuple(_with_pending_leases(list(snapshot.nodes[node].slots), leases))
+        )
+        for node, leases in plans.items()
+        if node in snapshot.nodes
+    ]
+    return snapshot.with_nodes(changed) if changed else snapshot
+
+
+async def load_snapshot(
+    session: AsyncSession, exclude_allocation: str | None = None, *, pending: bool = True
+) -> Snapshot:
+    """The inventory as it is now. `exclude_allocation` leaves that allocation out of tenant usage and of the
+    pending plans, so a request is not counted against itself. `pending=False` leaves pending plans out, for a
+    caller that overlays them later (under a lock)."""
     regions = [
         RegionView(name=r.name, status=RegionStatus(r.status), jurisdiction=r.jurisdiction, prices=dict(r.prices))
         for r in (await session.scalars(select(RegionRow))).all()
@@ -60,17 +92,6 @@ async def load_snapshot(session: AsyncSession, exclude_allocation: str | None = 
 
     active_claims = select(ClaimRow.slot_id, ClaimRow.allocation_id).where(ClaimRow.released_at.is_(None))
     holders = dict((await session.execute(active_claims)).all())
-    # Allocations being planned on a node hold a lease there that only the node can see. Count them as leasing
-    # that many free slots, so concurrent requests spread out instead of all trying the same node.
-    planning = await session.execute(
-        select(AllocationRow.node_id, AllocationRow.id, AllocationRow.gpu_count)
-        .where(AllocationRow.state.in_(PLANNING_STATES), AllocationRow.node_id.is_not(None))
-        .where(AllocationRow.id != (exclude_allocation or ""))
-        .order_by(AllocationRow.id)
-    )
-    pending_leases: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    for node, allocation, gpus in planning:
-        pending_leases[node].append((allocation, gpus))
     # Plain column tuples rather than ORM objects: a large fleet has tens of thousands of slot rows.
     slots_by_node: dict[str, list[SlotView]] = defaultdict(list)
     modes = {m.value: m for m in FabricClaimMode}
@@ -95,9 +116,6 @@ async def load_snapshot(session: AsyncSession, exclude_allocation: str | None = 
                 fabric_parent_pci=parent, nvme_device=nvme, vcpus=vcpus, memory_mib=memory, mac=mac, private_ip=ip,
             )
         )  # fmt: skip
-
-    for node, leases in pending_leases.items():
-        slots_by_node[node] = _with_pending_leases(slots_by_node.get(node, []), leases)
 
     nodes_by_pool: dict[int, list[str]] = defaultdict(list)
     nodes: list[NodeView] = []
@@ -149,7 +167,8 @@ async def load_snapshot(session: AsyncSession, exclude_allocation: str | None = 
         )
         for t in (await session.scalars(select(TenantRow))).all()
     ]
-    return Snapshot(regions=regions, pools=pools, nodes=nodes, tenants=tenants)
+    snapshot = Snapshot(regions=regions, pools=pools, nodes=nodes, tenants=tenants)
+    return with_pending_plans(snapshot, await pending_plans(session, exclude_allocation)) if pending else snapshot
 
 
 def _with_pending_leases(slots: list[SlotView], leases: list[tuple[str, int]]) -> list[SlotView]:

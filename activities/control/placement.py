@@ -12,7 +12,7 @@ from activities.contracts import CandidateList, FindCandidatesInput, RegionChoic
 from scheduler import cluster, region
 from scheduler.explanation import Explanation
 from store.models import AllocationRow
-from store.snapshot import load_snapshot
+from store.snapshot import load_snapshot, pending_plans, with_pending_plans
 
 
 class PlacementActivities:
@@ -38,13 +38,17 @@ class PlacementActivities:
     async def find_candidates(self, request: FindCandidatesInput) -> CandidateList:
         """Cluster level: pool eligibility and ranked candidate nodes (the chosen one plus alternates).
 
-        Decisions in one region are taken one at a time, each reading the snapshot and marking its first choice as
-        being planned before the next one reads: requests that arrive together then see each other and spread out,
-        instead of all picking the same best-ranked node and being refused there (the node agent stays the
-        authority; this only makes the first choice a good guess)."""
+        Decisions in one region are taken one at a time: each overlays what is being planned right now on the
+        inventory and marks its first choice as being planned before the next one looks. Requests that arrive
+        together then see each other and spread out, instead of all picking the same best-ranked node and being
+        refused there (the node agent stays the authority; this only makes the first choice a good guess). The
+        inventory itself is read before taking the lock, so the lock is held for milliseconds even on large fleets."""
+        async with self.sessions() as session:
+            base = await load_snapshot(session, exclude_allocation=request.allocation_id, pending=False)
         async with self.sessions.begin() as session:
+            # Under the lock only the cheap part: what was planned since, the ranking, and our tentative choice.
             await session.execute(select(func.pg_advisory_xact_lock(zlib.crc32(request.region.encode()))))
-            snapshot = await load_snapshot(session, exclude_allocation=request.allocation_id)
+            snapshot = with_pending_plans(base, await pending_plans(session, request.allocation_id))
             decision = cluster.find_candidates(snapshot, request.request, request.region)
             if decision.candidates:
                 await session.execute(
