@@ -52,7 +52,7 @@ def main() -> None:
             sys.stderr.write(f"{exit_.code}\n")
     except KeyboardInterrupt:
         code = 130
-    except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+    except Exception as exc:  # the last line of defence against tracebacks
         if os.environ.get("BERTH_DEBUG"):
             import traceback
 

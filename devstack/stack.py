@@ -76,7 +76,7 @@ class DevStack:
 
     def _take_lock(self) -> None:
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
-        lock = open(self.settings.state_dir / "up.lock", "a+")  # noqa: SIM115 - held for the stack's lifetime
+        lock = open(self.settings.state_dir / "up.lock", "a+")  # held (and flock-ed) for the stack's lifetime
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

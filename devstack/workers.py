@@ -50,7 +50,7 @@ class WorkerHost:
         app = create_app(self.settings, sessions=session_factory(self._engine))
         self._api = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
         self._tasks.append(asyncio.create_task(self._api.serve()))
-        while not self._api.started:  # noqa: ASYNC110 - uvicorn offers a flag, not an event
+        while not self._api.started:  # noqa: ASYNC110 - uvicorn offers a flag, not an event to await
             await asyncio.sleep(0.05)
 
     async def _start(self, database_url: str) -> None:

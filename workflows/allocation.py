@@ -18,6 +18,7 @@ import asyncio
 import zlib
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
@@ -364,7 +365,7 @@ class AllocationWorkflow:
         heartbeat: timedelta | None = None,
         attempts: int = 3,
         cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
-    ):  # noqa: ANN202 - the result type is the caller's
+    ) -> Any:  # the result type is the caller's
         """Call an activity on a node agent's own task queue. An agent that does not pick the task up within the
         pickup timeout is unreachable (schedule-to-start timeouts are not retried)."""
         return await workflow.execute_activity(

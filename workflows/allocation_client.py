@@ -7,6 +7,8 @@ otherwise wait for a worker for ever (sdk-python#514): the caller gets `WorkerUn
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -22,6 +24,7 @@ from workflows.allocation_messages import (
 )
 
 DEFAULT_TIMEOUT = 10.0
+T = TypeVar("T")
 
 
 class WorkerUnavailable(RuntimeError):
@@ -65,7 +68,7 @@ def handle(client: Client, allocation_id: str) -> WorkflowHandle[AllocationWorkf
     return client.get_workflow_handle_for(AllocationWorkflow.run, workflow_id(allocation_id))
 
 
-async def _bounded(call, wait_seconds: float):  # noqa: ANN001, ANN202 - any awaitable
+async def _bounded(call: Awaitable[T], wait_seconds: float) -> T:
     try:
         return await asyncio.wait_for(call, wait_seconds)
     except TimeoutError:

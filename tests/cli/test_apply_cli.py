@@ -93,7 +93,9 @@ def test_a_good_file_applies_and_reports_what_changed(tmp_path: Path, database_u
 
 def test_apply_gives_each_new_tenant_one_api_token(tmp_path: Path, database_url: str) -> None:
     env = {"BERTH_DATABASE_URL": database_url}
-    with_tenant = GOOD_CLUSTER + "---\napiVersion: berth.dev/v1alpha1\nkind: Tenant\nmetadata: {name: t1}\nspec: {gpuQuota: 4}\n"
+    with_tenant = (
+        GOOD_CLUSTER + "---\napiVersion: berth.dev/v1alpha1\nkind: Tenant\nmetadata: {name: t1}\nspec: {gpuQuota: 4}\n"
+    )
     first = runner.invoke(app, ["apply", "-f", str(_write(tmp_path, with_tenant)), "-o", "json"], env=env)
     tokens = json.loads(first.output)["tenant_tokens"]
     assert list(tokens) == ["t1"] and tokens["t1"].startswith("berth_")

@@ -19,7 +19,11 @@ REGION = "apiVersion: berth.dev/v1alpha1\nkind: Region\nmetadata: {name: onprem}
 
 
 def _node(name: str, **labels: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/os": "linux", **labels}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/os": "linux", **labels}},
+    }
 
 
 GFD = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "81559"}

@@ -34,7 +34,11 @@ async def test_recorded_history_replays(path: Path) -> None:
 
 
 async def test_fresh_histories_replay(temporal_client, sessions, tmp_path: Path) -> None:
-    hosts = {"first": {"gpus": 2, "simulation": {"failCreate": True}}, "second": {"gpus": 3, "simulation": {"bootSeconds": 3600}}, "third": {"gpus": 4}}
+    hosts = {
+        "first": {"gpus": 2, "simulation": {"failCreate": True}},
+        "second": {"gpus": 3, "simulation": {"bootSeconds": 3600}},
+        "third": {"gpus": 4},
+    }
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts)) as lab:
         happy = await lab.allocate("replay-happy", gpus=4, exclude_nodes=frozenset({"second"}))
         await lab.wait_for_state(happy, "active")
