@@ -21,6 +21,7 @@ class Reason(StrEnum):
     JURISDICTION_MISMATCH = "jurisdiction_mismatch"
     REGION_UNAVAILABLE = "region_unavailable"
     PRODUCT_NOT_OFFERED = "product_not_offered"
+    NO_POOL_MATCHES = "no_pool_matches"
     NO_REGION = "no_region"
     # pool
     SHAPE_MISMATCH = "shape_mismatch"
@@ -64,6 +65,10 @@ _PHRASES: dict[Reason, tuple[str, str]] = {
     Reason.JURISDICTION_MISMATCH: ("is outside the required jurisdiction", "are outside the required jurisdiction"),
     Reason.REGION_UNAVAILABLE: ("is unavailable", "are unavailable"),
     Reason.PRODUCT_NOT_OFFERED: ("does not offer the product and shape", "do not offer the product and shape"),
+    Reason.NO_POOL_MATCHES: (
+        "has no pool matching the cluster selector, readiness and device selectors",
+        "have no pool matching the cluster selector, readiness and device selectors",
+    ),
     Reason.SHAPE_MISMATCH: ("has another capacity shape", "have another capacity shape"),
     Reason.PRODUCT_MISMATCH: ("has another GPU product", "have another GPU product"),
     Reason.CLUSTER_LABELS_MISMATCH: (

@@ -18,6 +18,7 @@ from fleet.region import RegionStatus
 from scheduler.capacity import AllocationCount
 from scheduler.explanation import Level, LevelExplanation, Refusal, Tally
 from scheduler.plugins import Filter, first_failure
+from scheduler.pools import filter_pools
 from scheduler.reasons import Reason, clause
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
@@ -69,10 +70,22 @@ class ProductOffered:
 
 
 @dataclass(frozen=True)
+class PoolsMatch:
+    """The region has a pool that the cluster scheduler would accept (cluster labels, readiness, DRA selectors):
+    a region whose only pools of the product fail the request's selectors must not win and then refuse."""
+
+    offer: dict[str, RegionOffer]
+
+    def check(self, region: RegionView) -> Reason | None:
+        return None if self.offer[region.name].pools else Reason.NO_POOL_MATCHES
+
+
+@dataclass(frozen=True)
 class RegionOffer:
     """What one region offers this request: matching products, the cheapest price among them, and room."""
 
     products: tuple[str, ...]
+    pools: int  # pools the cluster scheduler would accept for this request
     price: float | None
     room: int  # allocations of the requested size its matching pools could take now
 
@@ -87,8 +100,9 @@ class RegionOffer:
         ]
         products = tuple(sorted({pool.gpu_product for pool in pools if pool.gpu_product}))
         prices = [price for price in (region.price(product) for product in products) if price is not None]
-        room = sum(count.of_pool(snapshot, pool) for pool in pools)
-        return cls(products=products, price=min(prices, default=None), room=room)
+        matching, _ = filter_pools(snapshot, request, region.name)
+        room = sum(count.of_pool(snapshot, pool) for pool in matching)
+        return cls(products=products, pools=len(matching), price=min(prices, default=None), room=room)
 
     def describe(self, region: RegionView) -> str:
         offered = ", ".join(self.products) or "no matching product"
@@ -143,6 +157,10 @@ def select_region(snapshot: Snapshot, request: PlacementRequest, *, detail: bool
         RegionAvailable(),
         ProductOffered(offers),
     ]
+    if request.region is None:
+        # Choosing: skip regions whose pools the cluster level would all refuse. A named region goes on to the
+        # pool level, whose explanation says pool by pool which selector or label failed.
+        plugins.append(PoolsMatch(offers))
     considered = [snapshot.regions[request.region]] if request.region else list(snapshot.regions.values())
     eligible: list[RegionView] = []
     dropped: Reason | None = None

@@ -20,6 +20,7 @@ from scheduler.capacity import allocations_on
 from scheduler.compatibility import profile_of
 from scheduler.explanation import Level
 from scheduler.placement import PlacementResult, schedule
+from scheduler.pools import filter_pools
 from scheduler.reasons import Reason
 from scheduler.request import CapacityShape, NumaPolicy, PlacementRequest, PlanRequest, Ranking
 from scheduler.snapshot import Snapshot
@@ -231,6 +232,7 @@ def test_every_drop_and_refusal_is_for_a_reason_true_of_the_snapshot(case: tuple
                         p.shape == request.shape and request.wants_product(p.gpu_product)
                         for p in world.pools_in(region.name)
                     ),
+                    Reason.NO_POOL_MATCHES: not filter_pools(world, request, region.name)[0],
                 }
                 assert facts[item.reason]
     if result.refusal is not None and result.refusal.code in (
