@@ -9,10 +9,10 @@ from typing import Annotated
 import httpx
 import typer
 
+from cli.demo_steps import Demo
 from cli.output import console, fail
 from config.context import StackContext, read_context
 from config.settings import Settings
-from devstack.demo import Demo
 from devstack.postgres import PostgresStartError
 from devstack.stack import AlreadyRunning, DevStack, default_fleet_file
 from devstack.temporal import TemporalStartError

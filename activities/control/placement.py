@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import zlib
-
-from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.contracts import CandidateList, FindCandidatesInput, RegionChoice
 from scheduler import cluster, region
 from scheduler.explanation import Explanation
-from store.models import AllocationRow
+from store.decisions import lock_region, record_first_choice
 from store.snapshot import load_snapshot, pending_plans, with_pending_plans
 
 
@@ -47,15 +44,11 @@ class PlacementActivities:
             base = await load_snapshot(session, exclude_allocation=request.allocation_id, pending=False)
         async with self.sessions.begin() as session:
             # Under the lock only the cheap part: what was planned since, the ranking, and our tentative choice.
-            await session.execute(select(func.pg_advisory_xact_lock(zlib.crc32(request.region.encode()))))
+            await lock_region(session, request.region)
             snapshot = with_pending_plans(base, await pending_plans(session, request.allocation_id))
             decision = cluster.find_candidates(snapshot, request.request, request.region)
             if decision.candidates:
-                await session.execute(
-                    update(AllocationRow)
-                    .where(AllocationRow.id == request.allocation_id)
-                    .values(state="planning", node_id=decision.candidates[0].node)
-                )
+                await record_first_choice(session, request.allocation_id, decision.candidates[0].node)
         if decision.refusal is None:
             return CandidateList(candidates=decision.candidates)
         return CandidateList(
