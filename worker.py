@@ -22,15 +22,22 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.cluster.activities import ClusterActivities
+from activities.cluster.driver import ClusterDriver
+from activities.cluster.simulated import SimulatedClusterDriver
 from activities.control.claims import ClaimActivities
+from activities.control.deployments import DeploymentActivities
 from activities.control.placement import PlacementActivities
 from activities.control.records import RecordActivities
 from activities.node.agent import NodeAgent
 from activities.node.leases import LeaseStore
 from activities.node.simulated import SimulatedTopology, SimulatedVmDriver
+from config.settings import get_settings
 from fleet.loader import load_fleet
 from workflows.allocation import AllocationWorkflow
+from workflows.deployment import DeploymentWorkflow
 from workflows.recovery import SlotRecoveryWorkflow
+from workflows.replica import ReplicaWorkflow
 from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 from workflows.task_queues import CONTROL_QUEUE, NODE_QUEUE_PREFIX
 
@@ -53,22 +60,35 @@ async def check_search_attributes(client: Client) -> None:
         )
 
 
-def control_activities(sessions: async_sessionmaker[AsyncSession]) -> list[object]:
+def simulated_clusters(state_dir: Path | None = None) -> SimulatedClusterDriver:
+    """The simulated Kubernetes clusters ModelDeployment replicas run on: workload files under `<state>/clusters`."""
+    return SimulatedClusterDriver((state_dir or get_settings().state_dir) / "clusters")
+
+
+def control_activities(
+    sessions: async_sessionmaker[AsyncSession], clusters: ClusterDriver | None = None
+) -> list[object]:
+    clusters = clusters or simulated_clusters()
     return [
         *PlacementActivities(sessions).activities(),
         *ClaimActivities(sessions).activities(),
         *RecordActivities(sessions).activities(),
+        *DeploymentActivities(sessions, clusters).activities(),
+        *ClusterActivities(clusters).activities(),
     ]
 
 
 def control_worker(
-    client: Client, sessions: async_sessionmaker[AsyncSession], task_queue: str = CONTROL_QUEUE
+    client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    task_queue: str = CONTROL_QUEUE,
+    clusters: ClusterDriver | None = None,
 ) -> Worker:
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[AllocationWorkflow, SlotRecoveryWorkflow],
-        activities=control_activities(sessions),
+        workflows=[AllocationWorkflow, SlotRecoveryWorkflow, DeploymentWorkflow, ReplicaWorkflow],
+        activities=control_activities(sessions, clusters),
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
 

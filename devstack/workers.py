@@ -58,7 +58,12 @@ class WorkerHost:
         await worker.check_search_attributes(client)
         self._engine = create_engine(database_url)
         self._workers.append(
-            worker.control_worker(client, session_factory(self._engine), self.settings.control_task_queue)
+            worker.control_worker(
+                client,
+                session_factory(self._engine),
+                self.settings.control_task_queue,
+                clusters=worker.simulated_clusters(self.settings.state_dir),
+            )
         )
         fleet = load_fleet([self.fleet_file])
         for pool in fleet.host_pools():

@@ -1,0 +1,100 @@
+"""The workload one ModelDeployment replica renders to: what a cluster driver applies, as plain pydantic objects.
+
+Rendering is a pure function of the ModelReplica the fleet scheduler stamped: one pod per copy of each Standalone
+or Leader member and one per node of each Worker member, every pod pinned to its member's pool through the
+`modelplane.ai/pool` node label (Modelplane's pinning: the pool choice is enforced, not advisory, so the per-pool
+ledger matches where pods really run), and one DRA ResourceClaim per pod from the member's device requests. A real
+Kubernetes driver turns these into Pods (or a LeaderWorkerSet) and ResourceClaims; the simulated driver stores them.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fleet.deployment import Role
+from fleet.replica import ModelReplica
+
+POOL_LABEL = "modelplane.ai/pool"
+DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class DeviceClaimRequest(Model):
+    """One request of a DRA ResourceClaim: `count` devices of the class, each satisfying every CEL selector."""
+
+    name: str
+    device_class_name: str
+    count: int
+    selectors: list[str] = Field(default_factory=list)
+
+
+class ResourceClaim(Model):
+    name: str
+    requests: list[DeviceClaimRequest]
+
+
+class Pod(Model):
+    name: str
+    engine: str
+    role: Role
+    copy_index: int
+    node_selector: dict[str, str]  # always pins the pool: {POOL_LABEL: pool}
+    resource_claim: ResourceClaim | None = None  # None: the member claims no device and rides along
+
+
+class Workload(Model):
+    """Everything one replica runs on its cluster, named after the replica; applying it twice changes nothing."""
+
+    cluster: str
+    name: str
+    deployment: str
+    replica_index: int
+    labels: dict[str, str] = Field(default_factory=dict)
+    pods: list[Pod]
+
+
+def render_workload(replica: ModelReplica) -> Workload:
+    """The pods and resource claims of a stamped replica, every pod pinned to its member's pool."""
+    name = replica.metadata.name
+    pods: list[Pod] = []
+    for engine in replica.spec.engines:
+        for copy_index in range(engine.copies):
+            for member_index, member in enumerate(engine.members):
+                pool = member.node_pool_name or ""
+                for rank in range(member.pods):
+                    pod_name = f"{name}-{engine.name}-{copy_index}-{member.role.value.lower()}-{member_index}-{rank}"
+                    claim = None
+                    if member.device_requests:
+                        claim = ResourceClaim(
+                            name=f"{pod_name}-devices",
+                            requests=[
+                                DeviceClaimRequest(
+                                    name=request.name,
+                                    device_class_name=request.device_class_name or DEFAULT_DEVICE_CLASS,
+                                    count=request.count,
+                                    selectors=[s.cel for s in request.selectors],
+                                )
+                                for request in member.device_requests
+                            ],
+                        )
+                    pods.append(
+                        Pod(
+                            name=pod_name,
+                            engine=engine.name,
+                            role=member.role,
+                            copy_index=copy_index,
+                            node_selector={POOL_LABEL: pool},
+                            resource_claim=claim,
+                        )
+                    )
+    return Workload(
+        cluster=replica.cluster or "",
+        name=name,
+        deployment=replica.deployment or "",
+        replica_index=replica.index,
+        labels=dict(replica.metadata.labels),
+        pods=pods,
+    )

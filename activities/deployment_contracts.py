@@ -1,0 +1,84 @@
+"""The typed messages between the deployment and replica workflows and their activities (one pydantic model per
+argument and result, TEMPORAL.md). Manifests travel as the JSON objects a user would write (camelCase), so what
+the workflow history shows is what `kubectl get -o yaml` would."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from activities.cluster.driver import WorkloadReadiness
+from scheduler.fleet.results import FleetPlan
+
+LEDGER_CONFLICT = "LedgerConflict"
+REPLICA_NOT_READY = "ReplicaNotReady"
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class PlanDeploymentInput(Model):
+    deployment: dict[str, Any]  # the ModelDeployment manifest
+    own_replicas: list[dict[str, Any]] = Field(
+        default_factory=list, description="This deployment's replicas as the workflow holds them (ModelReplica)."
+    )
+
+
+class PlannedDeployment(Model):
+    plan: FleetPlan
+    new_replicas: list[dict[str, Any]]  # ModelReplica manifests, in the order of plan.new
+    clusters_observed: int
+
+
+class DeploymentStatusRecord(Model):
+    name: str
+    status: dict[str, Any]
+
+
+class DeploymentRef(Model):
+    name: str
+
+
+class EngineUsage(Model):
+    engine: str
+    pool: str
+    nodes: int
+
+
+class RecordReplicaInput(Model):
+    deployment: str
+    name: str
+    cluster: str
+    index: int
+    manifest: dict[str, Any]
+    usage: list[EngineUsage]
+
+
+class ReplicaStateInput(Model):
+    name: str
+    state: str
+
+
+class ReplicaRef(Model):
+    name: str
+
+
+class ApplyWorkloadInput(Model):
+    manifest: dict[str, Any]  # the ModelReplica; the activity renders its workload
+
+
+class WorkloadRef(Model):
+    cluster: str
+    name: str
+
+
+class WaitWorkloadInput(Model):
+    cluster: str
+    name: str
+    window_seconds: float = 5.0
+    poll_seconds: float = 0.5
+
+
+__all__ = ["WorkloadReadiness"]

@@ -1,0 +1,219 @@
+"""ModelDeployments in PostgreSQL: the observed inventory the fleet scheduler reads, the deployment's row, and the
+node-cost ledger (`model_replicas` + `replica_pool_usage`) that must never overcommit a pool.
+
+The fleet scheduler plans over a picture that may be stale by the time a replica is recorded (another deployment
+may have placed a replica meanwhile). `record_replica` is the last word: in one transaction it locks the rows of the
+pools the replica charges, re-counts what every recorded replica already holds there, and refuses with
+`LedgerOvercommit` rather than write a ledger that exceeds a pool's published nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from fleet.inference_class import InferenceClass
+from fleet.inference_cluster import InferenceCluster
+from fleet.replica import DEPLOYMENT_LABEL, ModelReplica
+from store.models import (
+    ClusterRow,
+    InferenceClassRow,
+    ModelDeploymentRow,
+    ModelReplicaRow,
+    PoolRow,
+    ReplicaPoolUsageRow,
+)
+
+
+class LedgerOvercommit(Exception):
+    """Recording the replica would charge a pool more nodes than it publishes."""
+
+
+@dataclass(frozen=True)
+class Health:
+    """A cluster's observed health, from its driver."""
+
+    ready: bool
+    gateway_address: str | None
+
+
+@dataclass(frozen=True)
+class Usage:
+    engine: str
+    pool: str
+    nodes: int
+
+
+async def cluster_names(session: AsyncSession) -> list[str]:
+    return list((await session.scalars(select(ClusterRow.name).order_by(ClusterRow.name))).all())
+
+
+async def load_clusters(session: AsyncSession, health: dict[str, Health]) -> list[InferenceCluster]:
+    """Every cluster as the fleet scheduler reads it: labels, taints, pools in published order, and a status whose
+    Ready condition and gateway come from the driver's observation (published pool counts from the fleet file's
+    status, when it gave one)."""
+    pools: dict[str, list[PoolRow]] = {}
+    for pool in (await session.scalars(select(PoolRow).order_by(PoolRow.cluster, PoolRow.position))).all():
+        pools.setdefault(pool.cluster, []).append(pool)
+    clusters = []
+    for row in (await session.scalars(select(ClusterRow).order_by(ClusterRow.name))).all():
+        observed = health.get(row.name, Health(ready=False, gateway_address=None))
+        status: dict[str, Any] = dict(row.status or {})
+        status["conditions"] = [{"type": "Ready", "status": "True" if observed.ready else "False"}]
+        status["gateway"] = {"address": observed.gateway_address}
+        node_pools = [
+            {
+                "name": p.name,
+                "className": p.class_name,
+                "nodeCount": p.node_count,
+                "shape": p.shape,
+                **({"gpuProduct": p.gpu_product} if p.gpu_product else {}),
+            }
+            for p in pools.get(row.name, [])
+        ]
+        clusters.append(
+            InferenceCluster.model_validate(
+                {
+                    "apiVersion": row.api_version,
+                    "kind": "InferenceCluster",
+                    "metadata": {"name": row.name, "labels": row.labels},
+                    "spec": {"region": row.region, "taints": row.taints, "nodePools": node_pools},
+                    "status": status,
+                }
+            )
+        )
+    return clusters
+
+
+async def load_classes(session: AsyncSession) -> dict[str, InferenceClass]:
+    rows = (await session.scalars(select(InferenceClassRow))).all()
+    return {
+        row.name: InferenceClass.model_validate(
+            {"apiVersion": row.api_version, "kind": "InferenceClass", "metadata": {"name": row.name}, "spec": row.spec}
+        )
+        for row in rows
+    }
+
+
+async def recorded_replicas(session: AsyncSession, exclude_deployment: str | None = None) -> list[ModelReplica]:
+    """Every recorded replica (of other deployments, when one is excluded): capacity they hold."""
+    query = select(ModelReplicaRow.spec)
+    if exclude_deployment is not None:
+        query = query.where(ModelReplicaRow.deployment != exclude_deployment)
+    return [ModelReplica.model_validate(spec) for spec in (await session.scalars(query)).all()]
+
+
+async def save_deployment(session: AsyncSession, name: str, spec: dict[str, Any], replicas: int) -> None:
+    await session.execute(
+        insert(ModelDeploymentRow)
+        .values(name=name, spec=spec, replicas=replicas, status={})
+        .on_conflict_do_update(
+            index_elements=[ModelDeploymentRow.name],
+            set_={"spec": spec, "replicas": replicas, "updated_at": func.now()},
+        )
+    )
+
+
+async def save_status(session: AsyncSession, name: str, status: dict[str, Any]) -> None:
+    await session.execute(
+        update(ModelDeploymentRow).where(ModelDeploymentRow.name == name).values(status=status, updated_at=func.now())
+    )
+
+
+async def delete_deployment(session: AsyncSession, name: str) -> None:
+    """The deployment's row and, by cascade, any replica rows and ledger rows still left."""
+    await session.execute(delete(ModelDeploymentRow).where(ModelDeploymentRow.name == name))
+
+
+def _published_nodes(pool: PoolRow, cluster_status: dict[str, Any] | None) -> int:
+    """What the scheduler counts as the pool's nodes: the status's published count when it lists pools, else the
+    Kubernetes pool's nodeCount (slice and bare-metal pools serve no replicas)."""
+    published = (cluster_status or {}).get("gpuPools") or []
+    if published:
+        entry = next((p for p in published if p.get("name") == pool.name), None)
+        return max(int(entry.get("nodes") or 0), 0) if entry else 0
+    return pool.node_count if pool.shape == "kubernetes" else 0
+
+
+async def record_replica(
+    session: AsyncSession,
+    *,
+    deployment: str,
+    name: str,
+    cluster: str,
+    index: int,
+    manifest: dict[str, Any],
+    usage: list[Usage],
+) -> bool:
+    """Write the replica's row and its ledger rows, unless it is recorded already (then change nothing and return
+    False). Raises `LedgerOvercommit` when a pool would be charged beyond its nodes. Run inside a transaction."""
+    existing = await session.get(ModelReplicaRow, name)
+    if existing is not None:
+        if existing.deployment != deployment:
+            raise LedgerOvercommit(f"replica name {name} is taken by deployment {existing.deployment}")
+        return False
+    wanted: dict[str, int] = {}
+    for item in usage:
+        wanted[item.pool] = wanted.get(item.pool, 0) + item.nodes
+    # Lock the pools in id order (no deadlock between two recorders), then re-count under the lock.
+    pools = (
+        await session.scalars(
+            select(PoolRow)
+            .where(PoolRow.cluster == cluster, PoolRow.name.in_(sorted(wanted)))
+            .order_by(PoolRow.id)
+            .with_for_update()
+        )
+    ).all()
+    by_name = {pool.name: pool for pool in pools}
+    missing = sorted(set(wanted) - set(by_name))
+    if missing:
+        raise LedgerOvercommit(f"pool {cluster}/{missing[0]} no longer exists")
+    cluster_row = await session.get(ClusterRow, cluster)
+    held = dict(
+        (
+            await session.execute(
+                select(ReplicaPoolUsageRow.pool_id, func.sum(ReplicaPoolUsageRow.nodes))
+                .where(ReplicaPoolUsageRow.pool_id.in_([p.id for p in pools]))
+                .group_by(ReplicaPoolUsageRow.pool_id)
+            )
+        ).all()
+    )
+    for pool_name, nodes in sorted(wanted.items()):
+        pool = by_name[pool_name]
+        capacity = _published_nodes(pool, cluster_row.status if cluster_row else None)
+        taken = int(held.get(pool.id) or 0)
+        if taken + nodes > capacity:
+            raise LedgerOvercommit(
+                f"pool {cluster}/{pool_name} has {capacity - taken} free node(s) of {capacity}; "
+                f"replica {name} needs {nodes}"
+            )
+    session.add(
+        ModelReplicaRow(
+            name=name, deployment=deployment, cluster=cluster, replica_index=index, spec=manifest, state="recorded"
+        )
+    )
+    await session.flush()
+    for item in usage:
+        session.add(
+            ReplicaPoolUsageRow(replica=name, engine=item.engine, pool_id=by_name[item.pool].id, nodes=item.nodes)
+        )
+    await session.flush()
+    return True
+
+
+async def set_replica_state(session: AsyncSession, name: str, state: str) -> None:
+    await session.execute(update(ModelReplicaRow).where(ModelReplicaRow.name == name).values(state=state))
+
+
+async def release_replica(session: AsyncSession, name: str) -> bool:
+    """Delete the replica's row and (by cascade) its ledger rows; True if there was one."""
+    result = await session.execute(delete(ModelReplicaRow).where(ModelReplicaRow.name == name))
+    return bool(result.rowcount)
+
+
+def deployment_of(manifest: dict[str, Any]) -> str | None:
+    return (manifest.get("metadata") or {}).get("labels", {}).get(DEPLOYMENT_LABEL)

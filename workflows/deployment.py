@@ -1,0 +1,342 @@
+"""The ModelDeployment workflow: owns one deployment's spec and keeps its replicas where the fleet scheduler says
+(DESIGN.md section 3; Modelplane's retain -> scale down -> fill, as a pure function of observed state).
+
+    loop, one reconcile at a time, woken by
+      a spec update (`apply_spec`, validated first), an inventory change (`inventory_changed` signal),
+      a replica's report (ready, failed, removed), or the periodic resync timer
+    reconcile
+      1. plan_deployment        observed state (PostgreSQL + cluster driver) -> schedule_deployment, in the activity
+      2. remove dropped         cancel the replica's workflow (it tears itself down), then make sure: delete the
+                                workload, release its ledger rows
+      3. start new              a child workflow per new replica: replica/<deployment>/<cluster>/<index>
+      4. status                 desired, scheduled, available, phase and explanation -> query, PostgreSQL row,
+                                search attributes, current details
+    delete (update or cancellation)
+      remove every replica, delete the deployment's row, complete (a cancellation ends Cancelled)
+
+Continue-as-new when Temporal suggests it (after every handler has finished), carrying the spec and the replicas.
+Replica workflows are started with parent close policy ABANDON, so they outlive each run of this one; they report
+back by signal, by workflow id, which always reaches the current run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import WorkflowAlreadyStartedError, is_cancelled_exception
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from activities.deployment_contracts import (
+        DeploymentRef,
+        DeploymentStatusRecord,
+        EngineUsage,
+        PlanDeploymentInput,
+        PlannedDeployment,
+        ReplicaRef,
+        WorkloadRef,
+    )
+    from scheduler.fleet.results import FleetPlan, ReplicaPlacement
+    from workflows import search_attributes as sa
+    from workflows.deployment_messages import (
+        ClusterNote,
+        DeleteRequest,
+        DeploymentInput,
+        DeploymentStatus,
+        InventoryChanged,
+        ReplicaInput,
+        ReplicaReport,
+        ReplicaSummary,
+        ReplicaView,
+        SpecUpdate,
+    )
+    from workflows.deployment_spec import check_manifest
+    from workflows.replica import ReplicaWorkflow, replica_workflow_id
+    from workflows.saga import shielded
+
+CONTROL_CALL = {
+    "start_to_close_timeout": timedelta(seconds=60),
+    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10)),
+}
+FAILURES_KEPT = 10
+
+
+@workflow.defn(name="ModelDeployment")
+class DeploymentWorkflow:
+    @workflow.init
+    def __init__(self, input: DeploymentInput) -> None:
+        self.input = input
+        self.name = input.name
+        self.manifest = input.manifest
+        self.replicas: dict[str, ReplicaView] = {r.name: r for r in input.replicas}
+        self.status = input.status or DeploymentStatus(name=input.name)
+        self.dirty = True  # every run starts with a reconcile
+        self.replan_after_conflict = False
+        self.report_pending = False  # a replica reported since the status was last published
+        self.delete_requested = input.delete_requested
+        self.reconciles_this_run = 0
+
+    # -- the flow ---------------------------------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, input: DeploymentInput) -> DeploymentStatus:
+        try:
+            while not self.delete_requested:
+                await self.wait_for_work()
+                if self.delete_requested:
+                    break
+                if self.dirty:
+                    await self.reconcile()
+                elif self.report_pending:
+                    self.report_pending = False
+                    await self.publish("steady")  # a replica became ready: mirror it
+                if self.should_continue_as_new():
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    workflow.continue_as_new(self.carried_over())
+            await shielded(self.teardown())
+        except BaseException as error:
+            if is_cancelled_exception(error) and self.status.state != "deleted":
+                await shielded(self.teardown())
+            raise
+        return self.status
+
+    async def wait_for_work(self) -> None:
+        """Until something asks for a reconcile: a spec update, an inventory change, a replica's report, or the
+        resync timer (a timeout of the wait, caught: sdk-python#800)."""
+        if self.replan_after_conflict:
+            self.replan_after_conflict = False
+            await workflow.sleep(timedelta(seconds=self.input.timing.conflict_backoff_seconds))
+            self.dirty = True
+        try:
+            await workflow.wait_condition(
+                lambda: self.dirty or self.delete_requested or self.report_pending,
+                timeout=timedelta(seconds=self.input.timing.resync_seconds),
+            )
+        except TimeoutError:
+            self.dirty = True  # periodic resync
+
+    async def reconcile(self) -> None:
+        self.dirty = self.report_pending = False
+        self.reconciles_this_run += 1
+        self.status.reconciles += 1
+        await self.publish("reconciling")
+        planned: PlannedDeployment = await workflow.execute_activity(
+            "plan_deployment",
+            PlanDeploymentInput(deployment=self.manifest, own_replicas=[r.manifest for r in self.live_replicas()]),
+            result_type=PlannedDeployment,
+            task_queue=self.input.queues.control,
+            summary=f"plan {self.name}",
+            **CONTROL_CALL,
+        )
+        plan = planned.plan
+        for dropped in plan.dropped:
+            replica = self.replicas.get(dropped.name)
+            if replica is not None:
+                await self.remove_replica(replica, f"{dropped.reason.value}: {dropped.message}")
+        for placement, manifest in zip(plan.new, planned.new_replicas, strict=True):
+            await self.start_replica(placement, manifest)
+        for placement in plan.replicas:  # gateways may have changed since the replica was placed
+            if placement.name in self.replicas:
+                self.replicas[placement.name].gateway_address = placement.gateway_address
+        self.take_status(plan)
+        await self.publish("steady")
+
+    async def start_replica(self, placement: ReplicaPlacement, manifest: dict[str, object]) -> None:
+        child_id = replica_workflow_id(self.name, placement.cluster, placement.index)
+        usage = [EngineUsage(engine=e.name, pool=e.pool or "", nodes=e.nodes) for e in placement.engines]
+        replica = ReplicaView(
+            name=placement.name, cluster=placement.cluster, index=placement.index, workflow_id=child_id,
+            gateway_address=placement.gateway_address, engines=usage, manifest=manifest,
+        )  # fmt: skip
+        self.replicas[replica.name] = replica
+        try:
+            await workflow.start_child_workflow(
+                ReplicaWorkflow.run,
+                ReplicaInput(deployment=self.name, deployment_workflow_id=workflow.info().workflow_id,
+                             name=replica.name, cluster=replica.cluster, index=replica.index, manifest=manifest,
+                             usage=usage, timing=self.input.timing, queues=self.input.queues),
+                id=child_id,
+                task_queue=self.input.queues.control,
+                parent_close_policy=ParentClosePolicy.ABANDON,
+                search_attributes=TypedSearchAttributes(
+                    [SearchAttributePair(sa.KIND, "replica"), SearchAttributePair(sa.STATE, "starting")]
+                ),
+                static_summary=f"replica {replica.index} of {self.name} on {replica.cluster}",
+            )  # fmt: skip
+        except WorkflowAlreadyStartedError:
+            # The previous replica under this id is still finishing its teardown: place it on a later pass.
+            del self.replicas[replica.name]
+            self.replan_after_conflict = True
+
+    async def remove_replica(self, replica: ReplicaView, reason: str) -> None:
+        """Cancel the replica's workflow and wait for its teardown; then make sure, idempotently, that its workload
+        and ledger rows are gone (a replica workflow that was terminated never tore down)."""
+        replica.phase, replica.reason = "removing", reason
+        try:
+            await workflow.get_external_workflow_handle(replica.workflow_id).cancel()
+        except Exception:  # noqa: BLE001 - it has already ended; the clean-up below still runs
+            pass
+        else:
+            try:
+                await workflow.wait_condition(
+                    lambda: replica.phase in ("removed", "failed"),
+                    timeout=timedelta(seconds=self.input.timing.removal_wait_seconds),
+                )
+            except TimeoutError:
+                workflow.logger.warning("replica %s did not report its teardown; cleaning up", replica.name)
+        await workflow.execute_activity(
+            "delete_workload", WorkloadRef(cluster=replica.cluster, name=replica.name),
+            task_queue=self.input.queues.control, summary=f"delete {replica.name}", **CONTROL_CALL,
+        )  # fmt: skip
+        await workflow.execute_activity(
+            "release_replica", ReplicaRef(name=replica.name), task_queue=self.input.queues.control,
+            summary=f"release ledger of {replica.name}", **CONTROL_CALL,
+        )  # fmt: skip
+        self.replicas.pop(replica.name, None)
+
+    async def teardown(self) -> None:
+        """Remove every replica, then the deployment's row. Runs to completion even while being cancelled."""
+        await self.publish("deleting")
+        await asyncio.gather(*(self.remove_replica(r, "deployment deleted") for r in list(self.replicas.values())))
+        await workflow.execute_activity(
+            "delete_deployment_record", DeploymentRef(name=self.name), task_queue=self.input.queues.control,
+            **CONTROL_CALL,
+        )  # fmt: skip
+        self.status.available = self.status.scheduled = 0
+        await self.publish("deleted", record=False)
+
+    # -- status, UI and the deployment's row --------------------------------------------------------------------------
+
+    def live_replicas(self) -> list[ReplicaView]:
+        return [r for r in self.replicas.values() if r.phase in ("starting", "ready")]
+
+    def take_status(self, plan: FleetPlan) -> None:
+        s = plan.status
+        self.status.desired, self.status.min_replicas, self.status.scheduled = s.desired, s.min_replicas, s.available
+        self.status.phase, self.status.reason, self.status.message = s.phase.value, s.reason, s.message
+        self.status.clusters = [ClusterNote(cluster=c.cluster, reason=c.reason.value, message=c.message)
+                                for c in s.clusters]  # fmt: skip
+
+    def refresh_replicas(self) -> None:
+        self.status.replicas = [
+            ReplicaSummary(
+                name=r.name, cluster=r.cluster, index=r.index, phase=r.phase, workflow_id=r.workflow_id,
+                pools={u.engine: u.pool for u in r.engines}, nodes=sum(u.nodes for u in r.engines),
+                gateway_address=r.gateway_address, reason=r.reason,
+            )
+            for r in sorted(self.replicas.values(), key=lambda r: (r.cluster, r.index))
+        ]  # fmt: skip
+        self.status.available = sum(1 for r in self.replicas.values() if r.phase == "ready")
+
+    async def publish(self, state: str, record: bool = True) -> None:
+        self.status.state = state
+        self.refresh_replicas()
+        workflow.upsert_search_attributes(
+            [sa.STATE.value_set(self.status.phase or state if state == "steady" else state)]
+        )
+        workflow.set_current_details(self.story())
+        if record:
+            await workflow.execute_activity(
+                "record_deployment_status",
+                DeploymentStatusRecord(name=self.name, status=self.status.model_dump(mode="json")),
+                task_queue=self.input.queues.control,
+                **CONTROL_CALL,
+            )
+
+    def story(self) -> str:
+        s = self.status
+        lines = [
+            f"**{s.state}** - deployment `{s.name}`: {s.available} of {s.desired} replicas available, "
+            f"{s.scheduled} scheduled" + (f" ({s.phase}: {s.message})" if s.phase else ""),
+        ]
+        if s.replicas:
+            lines += ["", "| replica | cluster | pools | phase |", "| --- | --- | --- | --- |"]
+            lines += [
+                f"| {r.name} | {r.cluster} | {', '.join(f'{e}: {p}' for e, p in r.pools.items())} | {r.phase} |"
+                for r in s.replicas
+            ]
+        if s.clusters:
+            lines += ["", "Why not more:"] + [f"- {c.cluster}: {c.reason}: {c.message}" for c in s.clusters]
+        if s.recent_failures:
+            lines += ["", "Recent failures:"] + [f"- {f}" for f in s.recent_failures[-3:]]
+        return "\n".join(lines)
+
+    # -- continue-as-new ----------------------------------------------------------------------------------------------
+
+    def should_continue_as_new(self) -> bool:
+        limit = self.input.timing.reconciles_per_run
+        return workflow.info().is_continue_as_new_suggested() or (
+            limit is not None and self.reconciles_this_run >= limit
+        )
+
+    def carried_over(self) -> DeploymentInput:
+        return self.input.model_copy(
+            update={
+                "manifest": self.manifest,
+                "replicas": list(self.replicas.values()),
+                "status": self.status,
+                "delete_requested": self.delete_requested,
+            }
+        )
+
+    # -- messages -----------------------------------------------------------------------------------------------------
+
+    @workflow.query
+    def status_query(self) -> DeploymentStatus:
+        self.refresh_replicas()
+        return self.status
+
+    @workflow.update
+    async def apply_spec(self, update: SpecUpdate) -> DeploymentStatus:
+        """Take a new spec; the next reconcile acts on it."""
+        self.manifest = update.manifest
+        self.dirty = True
+        return self.status
+
+    @apply_spec.validator
+    def validate_apply_spec(self, update: SpecUpdate) -> None:
+        if self.delete_requested:
+            raise ValueError(f"deployment {self.name} is being deleted")
+        check_manifest(update.manifest, self.name)  # raises InvalidSpec (a ValueError) naming the field
+
+    @workflow.update
+    async def delete(self, request: DeleteRequest) -> DeploymentStatus:
+        self.delete_requested = True
+        return self.status
+
+    @delete.validator
+    def validate_delete(self, request: DeleteRequest) -> None:
+        if self.delete_requested:
+            raise ValueError(f"deployment {self.name} is already being deleted")
+
+    @workflow.signal
+    def inventory_changed(self, change: InventoryChanged) -> None:
+        self.dirty = True
+
+    @workflow.signal
+    def replica_report(self, report: ReplicaReport) -> None:
+        replica = self.replicas.get(report.name)
+        if replica is None:
+            return
+        replica.phase, replica.reason = report.phase, report.reason
+        if report.phase == "failed":
+            self.status.recent_failures = [*self.status.recent_failures, f"{report.name}: {report.reason}"][
+                -FAILURES_KEPT:
+            ]
+            del self.replicas[report.name]  # its workflow has already compensated
+            if report.conflict:
+                self.replan_after_conflict = True
+                self.dirty = True
+        self.report_pending = True
+        self.refresh_replicas()
+        workflow.set_current_details(self.story())
+
+
+def initial_search_attributes() -> TypedSearchAttributes:
+    return TypedSearchAttributes([SearchAttributePair(sa.KIND, "deployment"), SearchAttributePair(sa.STATE, "pending")])
+
+
+__all__ = ["DeploymentWorkflow", "initial_search_attributes"]

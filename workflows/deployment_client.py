@@ -1,0 +1,114 @@
+"""Thin async functions that create, update, read and delete ModelDeployment workflows: what the API calls.
+
+Updates and queries need a worker to answer and Temporal would wait for one for ever (sdk-python#514), so each is
+bounded: the caller gets `WorkerUnavailable` instead of a hang. A PUT is "create or update": start the workflow
+if none runs under the id, else send the spec as a validated update (a rejected spec raises `Rejected`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from workflows.allocation_client import Rejected, WorkerUnavailable
+from workflows.deployment import DeploymentWorkflow, initial_search_attributes
+from workflows.deployment_messages import (
+    DeleteRequest,
+    DeploymentInput,
+    DeploymentStatus,
+    DeploymentTiming,
+    SpecUpdate,
+)
+from workflows.task_queues import Queues
+
+DEFAULT_TIMEOUT = 10.0
+T = TypeVar("T")
+
+__all__ = ["Rejected", "WorkerUnavailable", "apply", "delete", "status", "workflow_id"]
+
+
+def workflow_id(name: str) -> str:
+    return f"deployment/{name}"
+
+
+def handle(client: Client, name: str) -> WorkflowHandle[DeploymentWorkflow, DeploymentStatus]:
+    return client.get_workflow_handle_for(DeploymentWorkflow.run, workflow_id(name))
+
+
+async def _bounded(call: Awaitable[T], wait_seconds: float) -> T:
+    try:
+        return await asyncio.wait_for(call, wait_seconds)
+    except TimeoutError:
+        raise WorkerUnavailable(
+            "no Berth control worker answered in time; is `berth worker control` running?"
+        ) from None
+
+
+async def running(client: Client, name: str) -> bool:
+    try:
+        description = await handle(client, name).describe()
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return description.status == WorkflowExecutionStatus.RUNNING
+
+
+async def apply(
+    client: Client,
+    name: str,
+    manifest: dict[str, Any],
+    *,
+    queues: Queues,
+    timing: DeploymentTiming,
+    wait_seconds: float = DEFAULT_TIMEOUT,
+) -> bool:
+    """Create the deployment's workflow, or update its spec; True if it was created."""
+    if not await running(client, name):
+        await client.start_workflow(
+            DeploymentWorkflow.run,
+            DeploymentInput(name=name, manifest=manifest, timing=timing, queues=queues),
+            id=workflow_id(name),
+            task_queue=queues.control,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            search_attributes=initial_search_attributes(),
+            static_summary=f"ModelDeployment {name}",
+            static_details=f"ModelDeployment `{name}`: replicas placed by the fleet scheduler",
+        )
+        return True
+    try:
+        await _bounded(
+            handle(client, name).execute_update(DeploymentWorkflow.apply_spec, SpecUpdate(manifest=manifest)),
+            wait_seconds,
+        )
+    except WorkflowUpdateFailedError as error:
+        raise Rejected(_cause(error)) from error
+    return False
+
+
+async def status(client: Client, name: str, wait_seconds: float = DEFAULT_TIMEOUT) -> DeploymentStatus:
+    return await _bounded(handle(client, name).query(DeploymentWorkflow.status_query), wait_seconds)
+
+
+async def delete(client: Client, name: str, wait_seconds: float = DEFAULT_TIMEOUT) -> DeploymentStatus:
+    """Ask the deployment to tear down every replica and complete."""
+    try:
+        return await _bounded(
+            handle(client, name).execute_update(DeploymentWorkflow.delete, DeleteRequest()), wait_seconds
+        )
+    except WorkflowUpdateFailedError as error:
+        raise Rejected(_cause(error)) from error
+
+
+def _cause(error: WorkflowUpdateFailedError) -> str:
+    cause = error.cause
+    while cause is not None and not isinstance(cause, ApplicationError) and cause.__cause__ is not None:
+        cause = cause.__cause__
+    return getattr(cause, "message", None) or str(cause or error)

@@ -1,0 +1,89 @@
+"""Checking a ModelDeployment manifest completely before anything acts on it: the same check for the HTTP API
+(422 with each field path) and for the workflow's update validator (a rejected update changes nothing).
+
+Two layers: the schema (`fleet.deployment.ModelDeployment`, every problem with its path) and every CEL selector
+compiled (a selector that does not compile would otherwise only surface as ScheduleFailed after the fact).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from fleet.deployment import ModelDeployment
+from fleet.loader import field_path
+from scheduler.cel import SelectorCompileError, compile_selector
+
+
+class SpecProblem(BaseModel):
+    field: str
+    message: str
+    type: str
+
+
+class InvalidSpec(ValueError):
+    def __init__(self, problems: list[SpecProblem]) -> None:
+        self.problems = problems
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(f"invalid ModelDeployment: {first.field}: {first.message}{more}")
+
+
+def _schema_problems(error: ValidationError) -> list[SpecProblem]:
+    problems = []
+    for item in error.errors(include_url=False):
+        loc = [p for p in item["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "missing":
+            message = "is required but missing"
+        elif item["type"] == "extra_forbidden":
+            message = "is not a known field (check its spelling and indentation)"
+        problems.append(SpecProblem(field=field_path(loc) or "body", message=message, type=item["type"]))
+    return problems
+
+
+def _selector_problems(deployment: ModelDeployment) -> list[SpecProblem]:
+    problems = []
+    for e, engine in enumerate(deployment.spec.template.spec.engines):
+        for m, member in enumerate(engine.members):
+            if member.node_selector is None:
+                continue
+            for d, device in enumerate(member.node_selector.devices):
+                for s, selector in enumerate(device.selectors):
+                    try:
+                        compile_selector(selector.cel)
+                    except SelectorCompileError as error:
+                        path = (
+                            f"spec.template.spec.engines[{e}].members[{m}].nodeSelector.devices[{d}].selectors[{s}].cel"
+                        )
+                        message = f"does not compile: {error.line}:{error.column}: {error.reason}"
+                        problems.append(SpecProblem(field=path, message=message, type="cel_compile_error"))
+    return problems
+
+
+def check_manifest(manifest: Any, name: str | None = None) -> ModelDeployment:
+    """The validated deployment, or `InvalidSpec` listing every problem. `name`, when given, must be the one in
+    `metadata.name` (a PUT to /v1/deployments/NAME cannot rename)."""
+    if not isinstance(manifest, dict):
+        raise InvalidSpec([SpecProblem(field="body", message="must be a ModelDeployment object", type="type")])
+    if name is not None:
+        metadata = manifest.get("metadata")
+        if isinstance(metadata, dict) and "name" not in metadata:
+            manifest = {**manifest, "metadata": {**metadata, "name": name}}
+    try:
+        deployment = ModelDeployment.model_validate(manifest)
+    except ValidationError as error:
+        raise InvalidSpec(_schema_problems(error)) from None
+    if name is not None and deployment.metadata.name != name:
+        message = f"is {deployment.metadata.name!r} but the deployment addressed is {name!r}"
+        raise InvalidSpec([SpecProblem(field="metadata.name", message=message, type="name_mismatch")])
+    problems = _selector_problems(deployment)
+    if problems:
+        raise InvalidSpec(problems)
+    return deployment
+
+
+def normalised(deployment: ModelDeployment) -> dict[str, Any]:
+    """The manifest as the workflow keeps it: camelCase, unset fields left out, observed status dropped."""
+    return deployment.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"status"})

@@ -1,0 +1,191 @@
+"""One replica of a ModelDeployment, from ledger to ready workload and back (DESIGN.md section 3).
+
+    1. record_replica        the replica's row and its pool ledger rows, one transaction, re-checked under lock;
+                             a pool it would overcommit is a LedgerConflict: report it, the deployment re-plans
+    2. apply_workload        render the pods (pinned to each member's pool) and DRA claims, apply on the cluster
+    3. wait_workload_ready   heartbeating probes, in windows, up to the readiness timeout
+    4. ready                 report to the deployment, then hold until cancelled (the deployment removes it)
+    teardown / failure       delete the workload, release the ledger rows (shielded, newest first), report
+
+Workflow id `replica/<deployment>/<cluster>/<index>`: Modelplane's index is per cluster, so the cluster is part of
+the id. The replica never changes cluster; moving is delete plus create. It is started with parent close policy
+ABANDON (the deployment continues-as-new under it) and reports to the deployment by signal, by workflow id.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from activities.deployment_contracts import (
+        LEDGER_CONFLICT,
+        REPLICA_NOT_READY,
+        ApplyWorkloadInput,
+        RecordReplicaInput,
+        ReplicaRef,
+        ReplicaStateInput,
+        WaitWorkloadInput,
+        WorkloadReadiness,
+        WorkloadRef,
+    )
+    from workflows import search_attributes as sa
+    from workflows.deployment_messages import ReplicaInput, ReplicaReport
+    from workflows.saga import Saga, shielded
+
+CONTROL_CALL = {
+    "start_to_close_timeout": timedelta(seconds=30),
+    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10)),
+}
+
+
+def replica_workflow_id(deployment: str, cluster: str, index: int) -> str:
+    return f"replica/{deployment}/{cluster}/{index}"
+
+
+@workflow.defn(name="ModelReplica")
+class ReplicaWorkflow:
+    @workflow.init
+    def __init__(self, input: ReplicaInput) -> None:
+        self.input = input
+        self.phase = "starting"
+        self.detail = "recording the ledger"
+
+    @workflow.run
+    async def run(self, input: ReplicaInput) -> str:
+        saga = Saga()
+        try:
+            await self.record(saga)
+            await self.apply(saga)
+            await self.wait_ready()
+            await self.set_phase("ready", "all pods ready", db_state="ready")
+            await self.report("ready")
+            await workflow.wait_condition(lambda: False)  # hold until the deployment removes it (cancellation)
+        except BaseException as error:
+            cancelled = is_cancelled_exception(error)
+            reason = "removed by its deployment" if cancelled else _reason(error)
+            conflict = _is_conflict(error)
+
+            async def undo() -> None:
+                await self.set_phase("removing", reason)
+                await saga.compensate()
+                await self.set_phase("removed" if cancelled else "failed", reason)
+                await self.report("removed" if cancelled else "failed", reason, conflict)
+
+            await shielded(undo())
+            if cancelled:
+                raise
+            raise ApplicationError(reason, type=LEDGER_CONFLICT if conflict else REPLICA_NOT_READY,
+                                   non_retryable=True) from error  # fmt: skip
+        return self.phase  # unreachable: a replica only ends by removal or failure
+
+    async def record(self, saga: Saga) -> None:
+        i = self.input
+        # Registered first: the transaction may commit and its activity still time out.
+        saga.add("release_replica", self.release)
+        await workflow.execute_activity(
+            "record_replica",
+            RecordReplicaInput(deployment=i.deployment, name=i.name, cluster=i.cluster, index=i.index,
+                               manifest=i.manifest, usage=i.usage),
+            task_queue=i.queues.control, summary=f"ledger for {i.name}", **CONTROL_CALL,
+        )  # fmt: skip
+        await self.set_phase("starting", "ledger recorded; applying the workload")
+
+    async def apply(self, saga: Saga) -> None:
+        i = self.input
+        saga.add("delete_workload", self.delete_workload)  # before the apply: a cut-short apply may have created it
+        await workflow.execute_activity(
+            "apply_workload",
+            ApplyWorkloadInput(manifest=i.manifest),
+            task_queue=i.queues.control,
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=f"apply {i.name} on {i.cluster}",
+            **CONTROL_CALL,
+        )
+        await self.set_phase("starting", "workload applied; waiting for its pods", db_state="applied")
+
+    async def wait_ready(self) -> None:
+        i, timing = self.input, self.input.timing
+        deadline = workflow.now() + timedelta(seconds=timing.readiness_timeout_seconds)
+        while True:
+            readiness: WorkloadReadiness = await workflow.execute_activity(
+                "wait_workload_ready",
+                WaitWorkloadInput(cluster=i.cluster, name=i.name, window_seconds=timing.readiness_window_seconds,
+                                  poll_seconds=timing.readiness_poll_seconds),
+                result_type=WorkloadReadiness,
+                task_queue=i.queues.control,
+                start_to_close_timeout=timedelta(seconds=timing.readiness_window_seconds + 30),
+                heartbeat_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+                summary=f"wait for {i.name}",
+            )  # fmt: skip
+            if readiness.ready:
+                return
+            self.detail = readiness.message
+            remaining = (deadline - workflow.now()).total_seconds()
+            if remaining <= 0:
+                raise ApplicationError(
+                    f"replica {i.name} on {i.cluster} not ready after {timing.readiness_timeout_seconds:g}s: "
+                    f"{readiness.message}",
+                    type=REPLICA_NOT_READY,
+                    non_retryable=True,
+                )
+            await workflow.sleep(min(timing.readiness_poll_seconds, remaining))
+
+    # -- compensations ------------------------------------------------------------------------------------------------
+
+    async def release(self) -> None:
+        await workflow.execute_activity(
+            "release_replica", ReplicaRef(name=self.input.name), task_queue=self.input.queues.control,
+            summary=f"release ledger of {self.input.name}", **CONTROL_CALL,
+        )  # fmt: skip
+
+    async def delete_workload(self) -> None:
+        await workflow.execute_activity(
+            "delete_workload", WorkloadRef(cluster=self.input.cluster, name=self.input.name),
+            task_queue=self.input.queues.control, summary=f"delete {self.input.name}", **CONTROL_CALL,
+        )  # fmt: skip
+
+    # -- reporting --------------------------------------------------------------------------------------------------
+
+    async def report(self, phase: str, reason: str | None = None, conflict: bool = False) -> None:
+        """Tell the deployment; a deployment that has already ended has nothing left to hear."""
+        try:
+            await workflow.get_external_workflow_handle(self.input.deployment_workflow_id).signal(
+                "replica_report", ReplicaReport(name=self.input.name, phase=phase, reason=reason, conflict=conflict)
+            )
+        except Exception:  # noqa: BLE001 - the deployment is gone (deleted); the replica's own work is done
+            workflow.logger.info("deployment %s did not take the report", self.input.deployment_workflow_id)
+
+    async def set_phase(self, phase: str, detail: str, db_state: str | None = None) -> None:
+        self.phase, self.detail = phase, detail
+        workflow.upsert_search_attributes([sa.STATE.value_set(phase)])
+        workflow.set_current_details(
+            f"**{phase}** - replica `{self.input.name}` of deployment `{self.input.deployment}` on cluster "
+            f"`{self.input.cluster}` (index {self.input.index})\n\n"
+            + "\n".join(f"- engine {u.engine}: pool {u.pool}, {u.nodes} node(s)" for u in self.input.usage)
+            + f"\n\n{detail}"
+        )
+        if db_state is not None:
+            await workflow.execute_activity(
+                "set_replica_state", ReplicaStateInput(name=self.input.name, state=db_state),
+                task_queue=self.input.queues.control, **CONTROL_CALL,
+            )  # fmt: skip
+
+    @workflow.query
+    def phase_query(self) -> str:
+        return self.phase
+
+
+def _is_conflict(error: BaseException) -> bool:
+    cause = error.cause if isinstance(error, ActivityError) else error
+    return isinstance(cause, ApplicationError) and cause.type == LEDGER_CONFLICT
+
+
+def _reason(error: BaseException) -> str:
+    cause = error.cause if isinstance(error, ActivityError) and error.cause is not None else error
+    return getattr(cause, "message", None) or str(cause)
