@@ -73,7 +73,7 @@ class DeploymentWorkflow:
         self.manifest = input.manifest
         self.replicas: dict[str, ReplicaView] = {r.name: r for r in input.replicas}
         self.status = input.status or DeploymentStatus(name=input.name)
-        self.dirty = True  # every run starts with a reconcile
+        self.dirty = input.reconcile_pending
         self.replan_after_conflict = False
         self.report_pending = False  # a replica reported since the status was last published
         self.delete_requested = input.delete_requested
@@ -279,6 +279,7 @@ class DeploymentWorkflow:
                 "replicas": list(self.replicas.values()),
                 "status": self.status,
                 "delete_requested": self.delete_requested,
+                "reconcile_pending": self.dirty or self.report_pending,
             }
         )
 

@@ -95,6 +95,7 @@ class DeploymentInput(BaseModel):
     replicas: list[ReplicaView] = Field(default_factory=list)
     status: DeploymentStatus | None = None
     delete_requested: bool = False
+    reconcile_pending: bool = True  # a fresh deployment plans at once; a continued run only if work was waiting
 
 
 class SpecUpdate(BaseModel):

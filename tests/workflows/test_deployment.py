@@ -4,9 +4,12 @@ left behind in the ledger or on the clusters."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import pytest
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.exceptions import ApplicationError
 
 from tests.workflows.deployment_lab import deployment, deployment_lab, k8s_fleet
 from workflows import deployment_client
@@ -88,3 +91,100 @@ async def test_schedule_failed_explains_and_cancel_tears_down(temporal_client, s
         assert await lab.closed("big") == WorkflowExecutionStatus.CANCELED
         assert await lab.ledger() == [] and lab.workloads() == []
         assert await lab.deployment_row("big") is None
+
+
+async def test_replica_never_ready_is_compensated(temporal_client, sessions, tmp_path: Path) -> None:
+    async with deployment_lab(temporal_client, sessions, tmp_path, k8s_fleet({"east": 2})) as lab:
+        lab.clusters.set_simulation("east", neverReady=True)
+        timing = lab.timing.model_copy(update={"readiness_timeout_seconds": 1.5})
+        await lab.apply(deployment("stuck", 1), timing=timing)
+        await lab.wait_until("stuck", lambda s: lab.workloads() == ["east/stuck-east-0"])
+        assert len(await lab.ledger()) == 1 and (await lab.status("stuck")).replicas[0].phase == "starting"
+        status = await lab.wait_until("stuck", lambda s: s.recent_failures and not s.replicas)
+        assert "stuck-east-0: replica stuck-east-0 on east not ready after 1.5s" in status.recent_failures[0]
+        assert "neverReady" in status.recent_failures[0]
+        assert status.available == 0
+        assert await lab.ledger() == [] and await lab.replica_rows() == [] and lab.workloads() == []
+        replica = deployment_client.handle(temporal_client, "stuck")  # the deployment itself keeps running
+        assert (await replica.describe()).status == WorkflowExecutionStatus.RUNNING
+        failed = temporal_client.get_workflow_handle("replica/stuck/east/0")
+        assert (await failed.describe()).status == WorkflowExecutionStatus.FAILED
+
+        # The cluster recovers; the next resync (here: an inventory-change signal) places the replica again.
+        lab.clusters.set_simulation("east")
+        await lab.handle("stuck").signal("inventory_changed", {"reason": "east fixed"})
+        status = await lab.settled("stuck", 1)
+        assert placed(status) == [("east", 0)]
+        await deployment_client.delete(temporal_client, "stuck")
+        assert await lab.closed("stuck") == WorkflowExecutionStatus.COMPLETED
+        assert lab.workloads() == [] and await lab.ledger() == []
+
+
+async def test_two_deployments_never_overcommit_a_pool(temporal_client, sessions, tmp_path: Path) -> None:
+    async with deployment_lab(temporal_client, sessions, tmp_path, k8s_fleet({"east": 2, "west": 2})) as lab:
+        await asyncio.gather(lab.apply(deployment("alpha", 4)), lab.apply(deployment("beta", 4)))
+        statuses = []
+        for name in ("alpha", "beta"):
+            statuses.append(
+                await lab.wait_until(
+                    name, lambda s: s.state == "steady" and all(r.phase == "ready" for r in s.replicas)
+                )
+            )
+        for _ in range(20):  # whatever the interleaving, the ledger never exceeds a pool
+            assert await lab.overcommitted_pools() == []
+            await asyncio.sleep(0.05)
+        ledger = await lab.ledger()
+        assert sum(nodes for *_, nodes in ledger) == 4 == len(lab.workloads())
+        alpha, beta = (await lab.status("alpha")), (await lab.status("beta"))
+        assert alpha.available + beta.available == 4
+        assert {alpha.phase, beta.phase} <= {"FullyScheduled", "PartiallyScheduled", "ScheduleFailed"}
+
+
+async def test_ledger_refuses_an_overcommit_in_the_transaction(sessions, tmp_path: Path) -> None:
+    """Two plans that both saw the last node: the second recording is a non-retryable LedgerConflict."""
+    from activities.cluster.simulated import SimulatedClusterDriver
+    from activities.control.deployments import DeploymentActivities
+    from activities.deployment_contracts import EngineUsage, PlanDeploymentInput, RecordReplicaInput
+    from fleet.loader import load_fleet
+    from store.apply import apply_fleet
+
+    (tmp_path / "fleet.yaml").write_text(k8s_fleet({"east": 1}))
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([tmp_path / "fleet.yaml"]))
+    acts = DeploymentActivities(sessions, SimulatedClusterDriver(tmp_path / "clusters"))
+    plans = [await acts.plan_deployment(PlanDeploymentInput(deployment=deployment(n, 1))) for n in ("p", "q")]
+    assert [len(p.new_replicas) for p in plans] == [1, 1]  # both saw the one node free
+
+    def record(name: str, manifest: dict) -> RecordReplicaInput:
+        usage = [EngineUsage(engine="serve", pool="serve", nodes=1)]
+        return RecordReplicaInput(deployment=name, name=f"{name}-east-0", cluster="east", index=0,
+                                  manifest=manifest, usage=usage)  # fmt: skip
+
+    assert await acts.record_replica(record("p", plans[0].new_replicas[0])) is True
+    assert await acts.record_replica(record("p", plans[0].new_replicas[0])) is False  # idempotent
+    with pytest.raises(ApplicationError, match="pool east/serve has 0 free node") as refused:
+        await acts.record_replica(record("q", plans[1].new_replicas[0]))
+    assert refused.value.type == "LedgerConflict" and refused.value.non_retryable
+    replanned = await acts.plan_deployment(PlanDeploymentInput(deployment=deployment("q", 1)))
+    assert replanned.plan.status.phase == "ScheduleFailed" and replanned.new_replicas == []
+
+
+async def test_continue_as_new_keeps_replicas(temporal_client, sessions, tmp_path: Path) -> None:
+    async with deployment_lab(temporal_client, sessions, tmp_path, k8s_fleet({"east": 2, "west": 2})) as lab:
+        timing = lab.timing.model_copy(update={"reconciles_per_run": 1})
+        await lab.apply(deployment("long", 2), timing=timing)
+        await lab.settled("long", 2)
+        first_run = (await lab.handle("long").describe()).run_id
+        await lab.handle("long").signal("inventory_changed", {})
+        status = await lab.wait_until("long", lambda s: s.reconciles == 2 and s.state == "steady")
+        for _ in range(50):
+            if (await lab.handle("long").describe()).run_id != first_run:
+                break
+            await asyncio.sleep(0.1)
+        assert (await lab.handle("long").describe()).run_id != first_run
+        assert (await lab.status("long")).reconciles == 2  # a continued run does not plan again by itself
+        assert placed(status) == [("east", 0), ("west", 0)] and status.available == 2
+        # Replicas started by an earlier run are still removed by this one.
+        await lab.apply(deployment("long", 1), timing=timing)
+        status = await lab.settled("long", 1)
+        assert placed(status) == [("east", 0)] and lab.workloads() == ["east/long-east-0"]
