@@ -19,7 +19,7 @@ from temporalio.client import Client
 
 from api import errors
 from api.metrics import Metrics, RequestCounter
-from api.routes import allocations, fleet, health, nodes, placement
+from api.routes import allocations, deployments, fleet, health, nodes, placement
 from api.services import Services
 from api.temporal import ControlPlane, TemporalTimeouts
 from config.context import database_url
@@ -27,6 +27,7 @@ from config.settings import Settings, get_settings
 from config.temporal import connect
 from store.db import create_engine, session_factory
 from workflows.allocation_messages import Timing
+from workflows.deployment_messages import DeploymentTiming
 from workflows.task_queues import Queues
 
 
@@ -45,6 +46,7 @@ def create_app(
     queues: Queues | None = None,
     timing: Timing | None = None,
     timeouts: TemporalTimeouts | None = None,
+    deployment_timing: DeploymentTiming | None = None,
 ) -> FastAPI:
     settings = settings or get_settings()
     queues = queues or Queues(control=settings.control_task_queue, node_prefix=settings.node_task_queue_prefix)
@@ -53,6 +55,7 @@ def create_app(
         timing=timing or Timing(),
         metrics=Metrics(),
         database=sessions,
+        deployment_timing=deployment_timing or DeploymentTiming(),
     )
 
     @asynccontextmanager
@@ -78,6 +81,6 @@ def create_app(
     app.state.services = services
     errors.install(app)
     app.add_middleware(RequestCounter, metrics=services.metrics)
-    for module in (allocations, placement, fleet, nodes, health):
+    for module in (allocations, deployments, placement, fleet, nodes, health):
         app.include_router(module.router)
     return app

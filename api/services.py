@@ -3,7 +3,7 @@ metrics, built once per application and reached through the `services` dependenc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from api.metrics import Metrics
 from api.temporal import ControlPlane
 from workflows.allocation_messages import Timing
+from workflows.deployment_messages import DeploymentTiming
 
 
 @dataclass
@@ -19,6 +20,7 @@ class Services:
     timing: Timing  # what every allocation workflow the API starts is told about waits
     metrics: Metrics
     database: async_sessionmaker[AsyncSession] | None = None  # None until the app's lifespan opens it
+    deployment_timing: DeploymentTiming = field(default_factory=DeploymentTiming)  # for deployment workflows
 
     @property
     def sessions(self) -> async_sessionmaker[AsyncSession]:

@@ -145,7 +145,12 @@ class Lab:
         await task
 
     def start_control(self) -> None:
-        control = worker.control_worker(self.worker_client, self.sessions, task_queue=self.queues.control)
+        control = worker.control_worker(
+            self.worker_client,
+            self.sessions,
+            task_queue=self.queues.control,
+            clusters=worker.simulated_clusters(self.home),
+        )
         self.control = (control, asyncio.create_task(control.run()))
 
     async def allocate(

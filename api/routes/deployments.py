@@ -1,0 +1,132 @@
+"""`/v1/deployments` (admin): create or update, read, list and delete ModelDeployments.
+
+Deployments are admin-scoped: the schema has no tenant for them (a ModelDeployment is platform capacity placed on
+the platform's clusters), so a tenant token gets 403. A PUT validates the whole manifest first (schema, then every
+CEL selector compiled): a bad one is a 422 naming each field, and nothing is started or changed. A good one starts
+the deployment's workflow, or hands the running one the new spec as a validated update. Reads come from the
+running workflow's status query, or, when it cannot answer, from the status it last recorded in PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import yaml
+from fastapi import APIRouter, Depends, Path, Request
+from sqlalchemy import select
+
+from api import deployment_control
+from api.auth import Admin
+from api.deployment_models import DeploymentAccepted, DeploymentList, DeploymentSummary, DeploymentView
+from api.errors import ApiError, error_responses, not_found
+from api.services import Services, services
+from fleet.meta import Name
+from store.models import ModelDeploymentRow
+from workflows.deployment_client import workflow_id
+from workflows.deployment_messages import DeploymentStatus
+from workflows.deployment_spec import InvalidSpec, check_manifest, normalised
+
+router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
+App = Annotated[Services, Depends(services)]
+NamePath = Annotated[Name, Path(description="The deployment's name (its metadata.name).")]
+
+_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {"schema": {"type": "object", "description": "A ModelDeployment (Modelplane's shape)."}},
+        "application/yaml": {"schema": {"type": "string", "description": "The same, as one YAML document."}},
+    },
+}
+
+
+def _invalid_body(message: str) -> ApiError:
+    problem = {"field": "body", "message": message, "type": "unparsable"}
+    return ApiError(422, "invalid_request", f"the request is not valid: {message}", [problem])
+
+
+async def _manifest(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise _invalid_body(f"the body is not UTF-8 text: {error.reason}") from error
+    if not text.strip():
+        raise _invalid_body("the body is empty; send a ModelDeployment")
+    try:
+        if "yaml" in request.headers.get("content-type", ""):
+            return yaml.safe_load(text)
+        return json.loads(text)
+    except (ValueError, yaml.YAMLError, RecursionError) as error:
+        raise _invalid_body(f"the body does not parse: {' '.join(str(error).split())[:200]}") from error
+
+
+def _view(status: DeploymentStatus, live: bool) -> DeploymentView:
+    return DeploymentView(**status.model_dump(exclude={"reconciles"}), workflow_id=workflow_id(status.name), live=live)
+
+
+@router.put(
+    "/{name}",
+    status_code=202,
+    response_model=DeploymentAccepted,
+    responses={**error_responses(401, 403, 409, 422, 503)},
+    openapi_extra={"requestBody": _BODY},
+)
+async def put_deployment(name: NamePath, request: Request, caller: Admin, app: App) -> DeploymentAccepted:
+    """Create the deployment, or give it a new spec; its workflow reconciles the replicas to match."""
+    manifest = await _manifest(request)
+    try:
+        deployment = check_manifest(manifest, name)
+    except InvalidSpec as error:
+        details = [{**p.model_dump(), "field": f"body.{p.field}" if p.field != "body" else "body"}
+                   for p in error.problems]  # fmt: skip
+        raise ApiError(422, "invalid_request", str(error), details) from error
+    await app.control.require_worker()
+    created = await deployment_control.apply(app.control, name, normalised(deployment), app.deployment_timing)
+    return DeploymentAccepted(name=name, created=created, workflow_id=workflow_id(name))
+
+
+@router.get("/{name}", response_model=DeploymentView, responses=error_responses(401, 403, 404, 422))
+async def get_deployment(name: NamePath, caller: Admin, app: App) -> DeploymentView:
+    """Desired vs available replicas, each replica's cluster and pools, and the scheduler's explanation."""
+    live = await deployment_control.live_status(app.control, name)
+    if live is not None and live.state != "deleted":
+        return _view(live, live=True)
+    async with app.sessions() as session:
+        row = await session.get(ModelDeploymentRow, name)
+    if row is None:
+        raise not_found("deployment", name)
+    recorded = DeploymentStatus.model_validate({"name": name, "desired": row.replicas, **(row.status or {})})
+    return _view(recorded, live=False)
+
+
+@router.get("", response_model=DeploymentList, responses=error_responses(401, 403, 422))
+async def list_deployments(caller: Admin, app: App) -> DeploymentList:
+    """Every deployment with the status its workflow last recorded, by name."""
+    async with app.sessions() as session:
+        rows = (await session.scalars(select(ModelDeploymentRow).order_by(ModelDeploymentRow.name))).all()
+    return DeploymentList(
+        deployments=[
+            DeploymentSummary(
+                name=row.name,
+                state=(row.status or {}).get("state"),
+                desired=row.replicas,
+                available=int((row.status or {}).get("available") or 0),
+                phase=(row.status or {}).get("phase"),
+                message=str((row.status or {}).get("message") or ""),
+            )
+            for row in rows
+        ]
+    )
+
+
+@router.delete(
+    "/{name}", status_code=202, response_model=DeploymentAccepted, responses=error_responses(401, 403, 404, 409, 503)
+)
+async def delete_deployment(name: NamePath, caller: Admin, app: App) -> DeploymentAccepted:
+    """Tear down every replica (workloads deleted, ledger released), then the deployment itself."""
+    if not await deployment_control.running(app.control, name):
+        raise not_found("deployment", name)
+    await app.control.require_worker()
+    await deployment_control.delete(app.control, name)
+    return DeploymentAccepted(name=name, created=False, workflow_id=workflow_id(name))
