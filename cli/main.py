@@ -11,6 +11,7 @@ import typer
 from cli import alloc as alloc_command
 from cli import apply as apply_command
 from cli import demo as demo_command
+from cli import deploy as deploy_command
 from cli import migrate as migrate_command
 from cli import nodes as nodes_command
 from cli import placement as placement_command
@@ -34,6 +35,7 @@ app.command("explain")(placement_command.explain)
 app.command("capacity")(placement_command.capacity)
 app.add_typer(alloc_command.app, name="alloc")
 app.add_typer(nodes_command.app, name="nodes")
+app.add_typer(deploy_command.app, name="deploy")
 app.add_typer(tokens_command.app, name="tokens")
 app.command("plan")(plan_command.plan)
 app.add_typer(worker_command.app, name="worker")

@@ -63,6 +63,8 @@ async def test_openapi_documents_every_route(stack: Stack) -> None:
         ("POST", "/v1/allocations/{allocation_id}/retry"), ("POST", "/v1/explain"), ("GET", "/v1/capacity"),
         ("PUT", "/v1/fleet"), ("GET", "/v1/nodes"), ("POST", "/v1/nodes/{node}/cordon"),
         ("POST", "/v1/nodes/{node}/uncordon"), ("GET", "/healthz"), ("GET", "/metrics"),
+        ("PUT", "/v1/deployments/{name}"), ("GET", "/v1/deployments/{name}"), ("DELETE", "/v1/deployments/{name}"),
+        ("GET", "/v1/deployments"),
     }  # fmt: skip
     assert schema["paths"]["/v1/allocations"]["post"]["responses"]["422"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/ErrorEnvelope"

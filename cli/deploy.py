@@ -1,0 +1,194 @@
+"""`berth deploy apply|get|delete|list`: ModelDeployments through the HTTP API (admin token).
+
+`apply -f FILE` reads the ModelDeployment documents of a YAML or JSON file (several per file, a Kubernetes `List`
+too; other kinds are refused) and PUTs each one; `--wait` then follows each until every replica it could place is
+ready. Text output is for people (Rich tables: the replicas with cluster, pools and phase, and for a deployment
+short of replicas, the reason per cluster); `--output json` prints the API's answer unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.markup import escape
+from rich.table import Table
+
+from api.deployment_models import DeploymentAccepted, DeploymentList, DeploymentView
+from cli.client import ApiOption, BerthClient, OutputOption, TokenOption, api_client, segment
+from cli.output import OutputFormat, console, fail, print_json
+
+app = typer.Typer(help="Create, follow and delete ModelDeployments.", no_args_is_help=True, add_completion=False)
+
+NameArgument = Annotated[str, typer.Argument(help="The deployment's name.", show_default=False)]
+PHASE_STYLES = {"FullyScheduled": "green", "PartiallyScheduled": "yellow", "ScheduleFailed": "red"}
+REPLICA_STYLES = {"ready": "green", "starting": "yellow", "removing": "dim", "failed": "red"}
+POLL_SECONDS = 0.5
+
+
+def _styled(value: str | None, styles: dict[str, str]) -> str:
+    return f"[{styles.get(value or '', 'yellow')}]{value or '-'}[/]"
+
+
+def _path(name: str) -> str:
+    return f"/v1/deployments/{segment(name)}"
+
+
+def _documents(file: Path) -> list[dict[str, Any]]:
+    """The ModelDeployments in the file; anything else in it is an error (nothing is sent)."""
+    try:
+        text = file.read_text()
+    except OSError as error:
+        fail(f"-f {file}: cannot read it ({error.strerror})")
+    try:
+        loaded = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as error:
+        fail(f"-f {file}: not YAML or JSON: {' '.join(str(error).split())}")
+    documents: list[Any] = []
+    for document in loaded:
+        items = document.get("items") if isinstance(document, dict) and document.get("kind") == "List" else None
+        documents.extend(items if isinstance(items, list) else [document])
+    deployments = []
+    for number, document in enumerate(documents, 1):
+        kind = document.get("kind") if isinstance(document, dict) else None
+        if kind != "ModelDeployment":
+            fail(f"-f {file}: document {number} is {kind or 'not an object'}, not a ModelDeployment")
+        name = (document.get("metadata") or {}).get("name")
+        if not isinstance(name, str) or not name:
+            fail(f"-f {file}: document {number} has no metadata.name")
+        deployments.append(document)
+    if not deployments:
+        fail(f"-f {file}: holds no ModelDeployment")
+    return deployments
+
+
+def _render(view: DeploymentView) -> None:
+    summary = Table.grid(padding=(0, 2))
+    summary.add_row("Deployment", f"[bold]{escape(view.name)}[/] ({view.state})")
+    summary.add_row(
+        "Replicas",
+        f"{view.available} available, {view.scheduled} scheduled, {view.desired} desired"
+        + (f", min {view.min_replicas}" if view.min_replicas is not None else ""),
+    )
+    summary.add_row("Phase", _styled(view.phase, PHASE_STYLES) + (f" {escape(view.message)}" if view.message else ""))
+    summary.add_row("Workflow", view.workflow_id + ("" if view.live else " [dim](not answering; last recorded)[/]"))
+    console.print(summary)
+    if view.replicas:
+        table = Table(title="Replicas", title_justify="left")
+        for column in ("replica", "cluster", "index", "pools", "nodes", "phase", "gateway"):
+            table.add_column(column)
+        for r in view.replicas:
+            table.add_row(
+                r.name,
+                r.cluster,
+                str(r.index),
+                ", ".join(f"{engine}: {pool}" for engine, pool in r.pools.items()),
+                str(r.nodes),
+                _styled(r.phase, REPLICA_STYLES),
+                r.gateway_address or "-",
+            )
+        console.print(table)
+    if view.clusters:
+        why = Table(title="Why not more", title_justify="left")
+        for column in ("cluster", "reason", "message"):
+            why.add_column(column)
+        for c in view.clusters:
+            why.add_row(c.cluster, c.reason, escape(c.message))
+        console.print(why)
+    for failure in view.recent_failures[-3:]:
+        console.print(f"[red]failed:[/] {escape(failure)}", highlight=False)
+
+
+def _settled(view: DeploymentView) -> bool:
+    return view.state == "steady" and all(r.phase == "ready" for r in view.replicas)
+
+
+def _wait(client: BerthClient, name: str, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        data = client.call("GET", _path(name))
+        if _settled(DeploymentView.model_validate(data)):
+            return data
+        if time.monotonic() > deadline:
+            fail(f"deployment {name} is not settled after {timeout:g} s; follow it with `berth deploy get {name}`")
+        time.sleep(POLL_SECONDS)
+
+
+@app.command("apply")
+def apply(
+    file: Annotated[Path, typer.Option("--file", "-f", help="ModelDeployment file (YAML or JSON).")],
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until every placed replica is ready.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", min=0, help="Seconds --wait waits at most.")] = 300,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Create or update the ModelDeployments in FILE; their workflows place and start the replicas."""
+    documents = _documents(file)
+    answers: list[dict[str, Any]] = []
+    with api_client(api, token) as client:
+        for document in documents:
+            name = document["metadata"]["name"]
+            accepted = client.call("PUT", _path(name), json=document)
+            if output is OutputFormat.TEXT:
+                verb = "Created" if DeploymentAccepted.model_validate(accepted).created else "Updated"
+                console.print(f"{verb} deployment [bold]{escape(name)}[/].", highlight=False)
+            answers.append(_wait(client, name, timeout) if wait else accepted)
+    if output is OutputFormat.JSON:
+        print_json(answers[0] if len(answers) == 1 else answers)
+    elif wait:
+        for answer in answers:
+            _render(DeploymentView.model_validate(answer))
+    else:
+        console.print("Follow with `berth deploy get NAME`.", style="dim", highlight=False)
+
+
+@app.command("get")
+def get(name: NameArgument, output: OutputOption = OutputFormat.TEXT, api: ApiOption = None,
+        token: TokenOption = None) -> None:  # fmt: skip
+    """A deployment: desired vs available, each replica's cluster and pools, and why not more."""
+    with api_client(api, token) as client:
+        data = client.call("GET", _path(name))
+        if output is OutputFormat.JSON:
+            print_json(data)
+        else:
+            _render(DeploymentView.model_validate(data))
+
+
+@app.command("list")
+def list_(output: OutputOption = OutputFormat.TEXT, api: ApiOption = None, token: TokenOption = None) -> None:
+    """Every deployment with its last recorded status."""
+    with api_client(api, token) as client:
+        data = client.call("GET", "/v1/deployments")
+        if output is OutputFormat.JSON:
+            print_json(data)
+            return
+        deployments = DeploymentList.model_validate(data).deployments
+    if not deployments:
+        console.print("no deployments", style="dim")
+        return
+    table = Table(title_justify="left")
+    for column in ("name", "state", "available", "desired", "phase", "message"):
+        table.add_column(column)
+    for d in deployments:
+        table.add_row(d.name, d.state or "-", str(d.available), str(d.desired), _styled(d.phase, PHASE_STYLES),
+                      escape(d.message))  # fmt: skip
+    console.print(table)
+
+
+@app.command("delete")
+def delete(name: NameArgument, output: OutputOption = OutputFormat.TEXT, api: ApiOption = None,
+           token: TokenOption = None) -> None:  # fmt: skip
+    """Tear down every replica of the deployment (workloads deleted, ledger released), then the deployment."""
+    with api_client(api, token) as client:
+        data = client.call("DELETE", _path(name))
+    if output is OutputFormat.JSON:
+        print_json(data)
+    else:
+        console.print(f"Deleting deployment [bold]{escape(name)}[/]; its replicas are being torn down.")
+
+
+__all__ = ["app"]

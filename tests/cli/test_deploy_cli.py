@@ -1,0 +1,89 @@
+"""`berth deploy` as a person runs it next to `berth up`: only the context file, against the real API served by
+uvicorn with a control worker (simulated clusters `east` with 2 nodes and `west` with 1)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from temporalio.testing import WorkflowEnvironment
+
+from config.context import StackContext, write_context
+from config.settings import Settings
+from tests.api.served import served_api
+from tests.cli.test_cli_api import UNSET, Terminal, one_error_line
+from tests.workflows.deployment_lab import deployment, k8s_fleet
+
+
+@pytest.fixture
+def terminal(database_url: str, temporal_env: WorkflowEnvironment, tmp_path: Path) -> Iterator[Terminal]:
+    client = temporal_env.client
+    target = client.service_client.config.target_host
+    fleet = k8s_fleet({"east": 2, "west": 1})
+    with served_api(database_url, target, client.namespace, fleet, tmp_path / "lab") as served:
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{served.base_url}/healthz").json()["control_workers"] == 0:
+            assert time.monotonic() < deadline, "the control worker never polled"
+            time.sleep(0.05)
+        settings = Settings(state_dir=tmp_path / "state")
+        context = StackContext(api_url=served.base_url, temporal_address=target, database_url=database_url,
+                               admin_token=served.admin_token, tenant_tokens=served.tenant_tokens)  # fmt: skip
+        write_context(settings, context)
+        yield Terminal(served, settings.state_dir, {**UNSET, "BERTH_STATE_DIR": str(settings.state_dir)})
+
+
+def write(tmp_path: Path, name: str, *documents: dict[str, Any]) -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    return str(path)
+
+
+def test_apply_get_list_delete_in_text_and_json(terminal: Terminal, tmp_path: Path) -> None:
+    file = write(tmp_path, "llama.yaml", deployment("llama", 2))
+    applied = terminal.ok("deploy", "apply", "-f", file, "--wait", "--timeout", "60")
+    assert "Created deployment llama." in applied
+    assert "2 available, 2 scheduled, 2 desired" in applied and "FullyScheduled" in applied
+    assert "llama-east-0" in applied and "serve: serve" in applied and "ready" in applied
+
+    more = write(tmp_path, "more.yaml", deployment("llama", 4, min_replicas=1))
+    answer = terminal.json("deploy", "apply", "-f", more)
+    assert answer == {"name": "llama", "created": False, "workflow_id": "deployment/llama"}
+    deadline = time.monotonic() + 30
+    while (view := terminal.json("deploy", "get", "llama"))["available"] != 3:
+        assert time.monotonic() < deadline, view
+        time.sleep(0.2)
+    assert view["phase"] == "PartiallyScheduled" and view["message"].startswith("3 of 4 replicas scheduled")
+    text = terminal.ok("deploy", "get", "llama")
+    assert "Why not more" in text and "InsufficientNodes" in text
+
+    listed = terminal.json("deploy", "list")["deployments"]
+    assert [(d["name"], d["desired"]) for d in listed] == [("llama", 4)]
+    assert "llama" in terminal.ok("deploy", "list")
+
+    assert "Deleting deployment llama" in terminal.ok("deploy", "delete", "llama")
+    deadline = time.monotonic() + 30
+    while terminal.berth("deploy", "get", "llama").exit_code == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert "deployment 'llama' does not exist (not_found, HTTP 404)" in one_error_line(
+        terminal.berth("deploy", "get", "llama")
+    )
+    assert json.loads(terminal.ok("deploy", "list", "-o", "json")) == {"deployments": []}
+
+
+def test_errors_are_one_line(terminal: Terminal, tmp_path: Path) -> None:
+    bad = deployment("llama", 1)
+    bad["spec"]["replicas"] = "many"
+    line = one_error_line(terminal.berth("deploy", "apply", "-f", write(tmp_path, "bad.yaml", bad)))
+    assert "spec.replicas" in line and "HTTP 422" in line
+    region = {"apiVersion": "berth.dev/v1alpha1", "kind": "Region", "metadata": {"name": "x"}, "spec": {}}
+    line = one_error_line(terminal.berth("deploy", "apply", "-f", write(tmp_path, "region.yaml", region)))
+    assert "document 1 is Region, not a ModelDeployment" in line
+    assert "cannot read it" in one_error_line(terminal.berth("deploy", "apply", "-f", str(tmp_path / "missing.yaml")))
+    assert "HTTP 404" in one_error_line(terminal.berth("deploy", "delete", "nope"))
