@@ -48,6 +48,16 @@ async def test_berth_up_runs_the_stack_and_ctrl_c_stops_it(tmp_path: Path) -> No
         finally:
             await connection.close()
 
+        # The example fleet's Kubernetes clusters serve Modelplane's example deployment.
+        example = Path(__file__).resolve().parents[2] / "examples" / "modelplane" / "deployment.yaml"
+        deployed = subprocess.run([*BERTH, "deploy", "apply", "-f", str(example), "--wait", "--timeout", "60",
+                                   "-o", "json"], env=env, capture_output=True, text=True, timeout=90)  # fmt: skip
+        assert deployed.returncode == 0, deployed.stderr
+        status = json.loads(deployed.stdout)
+        assert (status["available"], status["phase"]) == (3, "FullyScheduled")
+        assert sorted(r["cluster"] for r in status["replicas"]) == ["euw1-serve", "use1-serve", "use1-serve"]
+        assert len(list((state / "clusters").glob("*/workloads/*.json"))) == 3
+
         again = subprocess.run([*BERTH, "up"], env=env, capture_output=True, text=True, timeout=60)
         assert again.returncode == 0
         assert f"Berth is already running (pid {up.pid}); reusing it." in again.stdout

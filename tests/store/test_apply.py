@@ -26,7 +26,7 @@ async def test_applying_the_example_fleet_twice_is_a_no_op(sessions, examples_di
         first = await apply_fleet(session, fleet)
     assert first.count("created") > 0 and first.count("updated") == 0
     before = await _counts(sessions)
-    assert before == {"regions": 2, "tenants": 2, "clusters": 3, "pools": 4, "nodes": 9, "node_resource_slots": 60}
+    assert before == {"regions": 2, "tenants": 2, "clusters": 5, "pools": 8, "nodes": 9, "node_resource_slots": 60}
 
     async with sessions.begin() as session:
         second = await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
@@ -84,7 +84,7 @@ async def test_objects_missing_from_the_file_are_kept_unless_pruned(sessions, ex
         pruned = await apply_fleet(session, smaller, prune=True)
     assert ("InferenceCluster", "use1-metal", "deleted") in {(c.kind, c.name, c.action) for c in pruned.changes}
     counts = await _counts(sessions)
-    assert counts["clusters"] == 2 and counts["nodes"] == 7 and counts["node_resource_slots"] == 44
+    assert counts["clusters"] == 4 and counts["nodes"] == 7 and counts["node_resource_slots"] == 44
 
 
 async def test_pruning_capacity_with_an_active_claim_is_refused_and_changes_nothing(
