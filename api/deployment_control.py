@@ -61,3 +61,14 @@ async def live_status(control: ControlPlane, name: str) -> DeploymentStatus | No
         return await deployment_client.status(client, name, control.timeouts.status_seconds)
     except Exception:  # unreachable, no worker, not running: every one means "not live"
         return None
+
+
+async def inventory_changed(control: ControlPlane, reason: str) -> None:
+    """Best effort: tell running deployments to re-plan now (their resync timer would, later). Never fails the
+    caller: the inventory is already written."""
+    try:
+        client = await control.client()
+        async with asyncio.timeout(control.timeouts.status_seconds):
+            await deployment_client.notify_inventory_changed(client, control.queues, reason)
+    except Exception:  # noqa: BLE001 - unreachable Temporal or a slow visibility store: the resync covers it
+        return

@@ -153,7 +153,7 @@ class DeploymentWorkflow:
         )  # fmt: skip
         self.replicas[replica.name] = replica
         try:
-            await workflow.start_child_workflow(
+            child = await workflow.start_child_workflow(
                 ReplicaWorkflow.run,
                 ReplicaInput(deployment=self.name, deployment_workflow_id=workflow.info().workflow_id,
                              name=replica.name, cluster=replica.cluster, index=replica.index, manifest=manifest,
@@ -166,6 +166,8 @@ class DeploymentWorkflow:
                 ),
                 static_summary=f"replica {replica.index} of {self.name} on {replica.cluster}",
             )  # fmt: skip
+            # Its outcome arrives as a replica_report signal; only mark the handle's result as seen.
+            child.add_done_callback(lambda done: done.cancelled() or done.exception())
         except WorkflowAlreadyStartedError:
             # The previous replica under this id is still finishing its teardown: place it on a later pass.
             del self.replicas[replica.name]

@@ -23,6 +23,7 @@ from workflows.deployment_messages import (
     DeploymentInput,
     DeploymentStatus,
     DeploymentTiming,
+    InventoryChanged,
     SpecUpdate,
 )
 from workflows.task_queues import Queues
@@ -112,3 +113,15 @@ def _cause(error: WorkflowUpdateFailedError) -> str:
     while cause is not None and not isinstance(cause, ApplicationError) and cause.__cause__ is not None:
         cause = cause.__cause__
     return getattr(cause, "message", None) or str(cause or error)
+
+
+async def notify_inventory_changed(client: Client, queues: Queues, reason: str) -> int:
+    """Signal every running deployment on this control queue that clusters or pools changed; how many were told."""
+    query = f'BerthKind = "deployment" AND ExecutionStatus = "Running" AND TaskQueue = "{queues.control}"'
+    told = 0
+    async for execution in client.list_workflows(query):
+        await client.get_workflow_handle(execution.id).signal(
+            DeploymentWorkflow.inventory_changed, InventoryChanged(reason=reason)
+        )
+        told += 1
+    return told

@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy.exc import DataError, IntegrityError
 
+from api import deployment_control
 from api.auth import Admin
 from api.errors import ApiError, error_responses
 from api.models import FleetApplied
@@ -71,6 +72,8 @@ async def put_fleet(
         raise ApiError(409, "apply_refused", str(error)) from error
     except (DataError, IntegrityError) as error:  # a value the file validation let through but PostgreSQL refuses
         raise _invalid(f"PostgreSQL refused a value of the fleet file: {error.orig}") from error
+    if any(change.kind in ("InferenceCluster", "NodePool", "InferenceClass") for change in result.changes):
+        await deployment_control.inventory_changed(app.control, "fleet applied: " + result.summary())
     return FleetApplied(
         summary=result.summary(), changes=result.changes, unchanged=result.unchanged, tenant_tokens=tokens
     )

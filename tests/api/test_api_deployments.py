@@ -134,3 +134,20 @@ async def test_put_without_a_worker_is_503_and_starts_nothing(temporal_client: C
         response = await http.put("/v1/deployments/orphan", json=deployment("orphan", 1), headers=bearer(admin))
     assert response.status_code == 503 and response.json()["error"]["code"] == "no_control_worker"
     assert response.headers["Retry-After"] == "5"
+
+
+async def test_a_fleet_change_replans_running_deployments(api: Api) -> None:
+    response = await api.http.put("/v1/deployments/grow", json=deployment("grow", 4, min_replicas=1), headers=api.admin)
+    assert response.status_code == 202
+    await api.wait_for("grow", lambda d: ready(3)(d) and d["phase"] == "PartiallyScheduled")
+    bigger = k8s_fleet({"east": 3, "west": 1}) + "---\n" + yaml.safe_dump(TENANT)
+    applied = await api.http.put("/v1/fleet", content=bigger, headers={**api.admin, "Content-Type": "application/yaml"})
+    assert applied.status_code == 200, applied.text
+    body = await api.wait_for("grow", lambda d: ready(4)(d))  # no resync timer needed: the apply signalled it
+    assert body["phase"] == "FullyScheduled"
+    assert [(r["cluster"], r["index"]) for r in body["replicas"]] == [
+        ("east", 0),
+        ("east", 1),
+        ("east", 2),
+        ("west", 0),
+    ]

@@ -9,10 +9,14 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
+from temporalio.worker import Replayer
 
 from tests.workflows.deployment_lab import deployment, deployment_lab, k8s_fleet
 from workflows import deployment_client
+from workflows.deployment import DeploymentWorkflow
+from workflows.replica import ReplicaWorkflow
 from workflows.search_attributes import KIND, STATE
 
 
@@ -66,6 +70,12 @@ async def test_spread_scale_up_partial_and_scale_down(temporal_client, sessions,
         assert result.state == "deleted"
         assert await lab.ledger() == [] and await lab.replica_rows() == [] and lab.workloads() == []
         assert await lab.deployment_row("llama") is None
+
+        # Determinism: the deployment's history and a replica's replay on the current code.
+        replayer = Replayer(workflows=[DeploymentWorkflow, ReplicaWorkflow], data_converter=pydantic_data_converter)
+        await replayer.replay_workflow(await lab.handle("llama").fetch_history())
+        replica = temporal_client.get_workflow_handle("replica/llama/west/1")
+        await replayer.replay_workflow(await replica.fetch_history())
 
 
 async def test_schedule_failed_explains_and_cancel_tears_down(temporal_client, sessions, tmp_path: Path) -> None:
