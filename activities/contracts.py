@@ -20,54 +20,7 @@ class Model(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
-# Control side --------------------------------------------------------------------------------------------------
-
-
-class RegionChoice(Model):
-    region: str | None
-    refusal_code: str | None = None
-    refusal_message: str | None = None
-    explanation: Explanation | None = None
-
-
-class CandidateList(Model):
-    candidates: list[Candidate] = Field(default_factory=list)
-    refusal_code: str | None = None
-    refusal_message: str | None = None
-    explanation: Explanation | None = None
-
-
-class FindCandidatesInput(Model):
-    allocation_id: str
-    request: PlacementRequest
-    region: str
-
-
-class ClaimInput(Model):
-    allocation_id: str
-    attempt: int
-    node: str
-    tenant: str
-    gpu_count: int
-    bundles: list[Bundle]
-
-
-class ReleaseClaimsInput(Model):
-    allocation_id: str
-    attempt: int | None = None  # None: every active claim of the allocation
-
-
-class QuarantineInput(Model):
-    allocation_id: str
-    attempt: int
-    node: str
-    slot_indexes: list[int]
-    reason: str
-
-
-class SlotsInput(Model):
-    node: str
-    slot_indexes: list[int]
+# The audit trail ---------------------------------------------------------------------------------------------
 
 
 class AllocationRecord(Model):
@@ -93,6 +46,75 @@ class StateChange(Model):
     pool: str | None = None
     reason: str | None = None
     detail: dict[str, object] = Field(default_factory=dict)
+    at: datetime | None = None  # when the workflow changed state; None: when it is written
+
+
+class AuditTrail(Model):
+    """The steps the workflow has taken since its last write to PostgreSQL, oldest first.
+
+    The workflow does not stop to write each step: the trail rides with the next control activity, which writes it
+    in its own transaction before doing its work, and is written on its own (a local activity) only before a wait
+    with no control step ahead of it. Writing a trail twice changes nothing."""
+
+    opening: AllocationRecord | None = None
+    changes: list[StateChange] = Field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return self.opening is not None or bool(self.changes)
+
+
+# Control side --------------------------------------------------------------------------------------------------
+
+
+class RegionChoice(Model):
+    region: str | None
+    refusal_code: str | None = None
+    refusal_message: str | None = None
+    explanation: Explanation | None = None
+
+
+class CandidateList(Model):
+    candidates: list[Candidate] = Field(default_factory=list)
+    refusal_code: str | None = None
+    refusal_message: str | None = None
+    explanation: Explanation | None = None
+
+
+class FindCandidatesInput(Model):
+    allocation_id: str
+    request: PlacementRequest
+    region: str
+    trail: AuditTrail = Field(default_factory=AuditTrail)
+
+
+class ClaimInput(Model):
+    allocation_id: str
+    attempt: int
+    node: str
+    tenant: str
+    gpu_count: int
+    bundles: list[Bundle]
+    trail: AuditTrail = Field(default_factory=AuditTrail)
+
+
+class ReleaseClaimsInput(Model):
+    allocation_id: str
+    attempt: int | None = None  # None: every active claim of the allocation
+    trail: AuditTrail = Field(default_factory=AuditTrail)
+
+
+class QuarantineInput(Model):
+    allocation_id: str
+    attempt: int
+    node: str
+    slot_indexes: list[int]
+    reason: str
+    trail: AuditTrail = Field(default_factory=AuditTrail)
+
+
+class SlotsInput(Model):
+    node: str
+    slot_indexes: list[int]
 
 
 # Node side -----------------------------------------------------------------------------------------------------

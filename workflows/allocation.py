@@ -8,7 +8,8 @@
     5. no candidate left   fail with a non-retryable SkuUnavailable naming every attempt's node and reason
 
 Every state change is mirrored to PostgreSQL (the allocation's row and its events) and to the Temporal UI (search
-attributes and the current-details story). Compensations run even when the workflow is being cancelled, and a node
+attributes and the current-details story). The PostgreSQL side travels as an audit trail with the next control
+activity, and is written on its own only before a wait that no control step follows (see `AuditTrail`). Compensations run even when the workflow is being cancelled, and a node
 that cannot be reached for teardown gets its slots quarantined rather than blocking the allocation forever.
 """
 
@@ -16,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
+from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import (
@@ -34,6 +35,7 @@ from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
         AllocationRecord,
+        AuditTrail,
         CandidateList,
         ClaimInput,
         FindCandidatesInput,
@@ -64,6 +66,10 @@ with workflow.unsafe.imports_passed_through():
         RetryRequest,
     )
     from workflows.recovery import SlotRecoveryInput, SlotRecoveryWorkflow
+    from workflows.saga import Saga, shielded
+
+# Runs that began before the audit trail wrote each step with a local activity of its own; they replay that way.
+AUDIT_TRAIL_PATCH = "audit-trail-rides-with-control-steps"
 
 SKU_UNAVAILABLE = "SkuUnavailable"
 PLACEMENT_REFUSED = "PlacementRefused"
@@ -97,40 +103,6 @@ def _node_failure(error: ActivityError, node: str) -> AttemptFailed:
     return AttemptFailed("node_error", str(cause or error))
 
 
-async def shielded(work: Awaitable[None]) -> None:
-    """Run `work` to completion even if the workflow is cancelled meanwhile; re-raise the cancel afterwards.
-
-    Compensations and teardown must never be cut short: a half-run undo is how GPUs leak."""
-    task = asyncio.ensure_future(work)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            cancelled = True
-    task.result()
-    if cancelled:
-        raise asyncio.CancelledError()
-
-
-class Saga:
-    """Undo steps registered as the attempt goes; run newest first, shielded from cancellation."""
-
-    def __init__(self) -> None:
-        self.steps: list[tuple[str, Callable[[], Awaitable[None]]]] = []
-
-    def add(self, name: str, undo: Callable[[], Awaitable[None]]) -> None:
-        self.steps.append((name, undo))
-
-    async def compensate(self) -> None:
-        async def undo_all() -> None:
-            while self.steps:
-                _name, undo = self.steps.pop()
-                await undo()
-
-        await shielded(undo_all())
-
-
 @workflow.defn(name="Allocation")
 class AllocationWorkflow:
     @workflow.init
@@ -147,22 +119,31 @@ class AllocationWorkflow:
         self.tried: set[str] = set()  # never the same node twice in one run
         self.retry_requested = False
         self.release_requested = False
+        self.trail = AuditTrail()  # steps not yet written to PostgreSQL
+        # The search attribute values as they stand (set when the workflow was started), so only changes are upserted.
+        self.published: dict[str, object] = {
+            sa.STATE.name: "pending",
+            sa.REGION.name: input.request.region or "",
+            sa.NODE.name: "",
+        }
+        self.trail_rides_along = False
 
     # -- the flow ---------------------------------------------------------------------------------------------------
 
     @workflow.run
     async def run(self, input: AllocationInput) -> AllocationStatus:
-        await workflow.execute_local_activity(
-            "open_allocation",
-            AllocationRecord(
-                allocation_id=input.allocation_id,
-                tenant=input.tenant,
-                request=input.request,
-                workflow_id=workflow.info().workflow_id,
-                request_body=input.request_body,
-            ),
-            **CONTROL_CALL,
+        opening = AllocationRecord(
+            allocation_id=input.allocation_id,
+            tenant=input.tenant,
+            request=input.request,
+            workflow_id=workflow.info().workflow_id,
+            request_body=input.request_body,
         )
+        self.trail_rides_along = workflow.patched(AUDIT_TRAIL_PATCH)
+        if self.trail_rides_along:
+            self.trail = AuditTrail(opening=opening)
+        else:
+            await workflow.execute_local_activity("open_allocation", opening, **CONTROL_CALL)
         try:
             region = await self.select_region()  # 1
             await self.place(region)  # 2, 3 (and 5 when nothing works)
@@ -173,18 +154,13 @@ class AllocationWorkflow:
                 await shielded(self.teardown("cancelled", "cancel"))
             elif isinstance(error, ApplicationError):
                 await self.set_state("failed", "failed", reason=error.message)
+                await shielded(self.write_trail())
             raise
         return self.status
 
     async def select_region(self) -> str:
         await self.set_state("placing", "select_region")
-        choice: RegionChoice = await workflow.execute_activity(
-            "select_region",
-            self.placement_input(""),
-            result_type=RegionChoice,
-            task_queue=self.input.queues.control,
-            **CONTROL_CALL,
-        )
+        choice: RegionChoice = await self.on_control("select_region", self.placement_input(""), RegionChoice)
         if choice.region is None:
             kind = QUOTA_EXCEEDED if choice.refusal_code == "quota_exceeded" else PLACEMENT_REFUSED
             raise ApplicationError(
@@ -197,13 +173,7 @@ class AllocationWorkflow:
         return choice.region
 
     async def find_candidates(self, region: str) -> list[Candidate]:
-        found: CandidateList = await workflow.execute_activity(
-            "find_candidates",
-            self.placement_input(region),
-            result_type=CandidateList,
-            task_queue=self.input.queues.control,
-            **CONTROL_CALL,
-        )
+        found: CandidateList = await self.on_control("find_candidates", self.placement_input(region), CandidateList)
         if found.refusal_code is not None and not self.status.attempts:
             raise ApplicationError(
                 f"{found.refusal_code}: {found.refusal_message}",
@@ -285,11 +255,11 @@ class AllocationWorkflow:
 
         await self.set_state("claiming", "record_claims", node=node, attempt=attempt)
         try:
-            await workflow.execute_activity(
+            await self.on_control(
                 "record_claims",
                 ClaimInput(allocation_id=self.input.allocation_id, attempt=attempt.number, node=node,
                            tenant=self.input.tenant, gpu_count=self.input.request.gpu_count, bundles=plan.bundles),
-                task_queue=self.input.queues.control, **CONTROL_CALL,
+                list[int],
             )  # fmt: skip
         except ActivityError as error:
             cause = error.cause
@@ -313,6 +283,7 @@ class AllocationWorkflow:
             raise _node_failure(error, node) from error
 
         await self.set_state("waiting_ready", "wait_ready", node=node, attempt=attempt)
+        await self.write_trail()  # a boot can take minutes: the audit trail shows it is under way
         deadline = workflow.now() + timedelta(seconds=timing.readiness_timeout_seconds)
         while True:
             try:
@@ -339,6 +310,7 @@ class AllocationWorkflow:
         await self.set_state("active", "ready", node=node, attempt=attempt)
 
     async def hold_until_released(self) -> None:
+        await self.write_trail()
         await workflow.wait_condition(lambda: self.release_requested)
 
     async def teardown(self, final_state: str, step: str) -> None:
@@ -351,8 +323,27 @@ class AllocationWorkflow:
             await self.release_claims(None)
         self.status.bundles = []
         await self.set_state(final_state, final_state)
+        await self.write_trail()
 
-    # -- node calls and compensations -------------------------------------------------------------------------------
+    # -- control and node calls, compensations ------------------------------------------------------------------------
+
+    async def on_control(self, activity: str, argument: BaseModel, result_type: type) -> Any:
+        """Call a control activity, handing it the unwritten audit trail to write before its own work. If the call
+        fails the trail goes back in line for the next write (writing a step twice changes nothing)."""
+        trail = self.take_trail()
+        try:
+            return await workflow.execute_activity(
+                activity,
+                argument.model_copy(update={"trail": trail}),
+                result_type=result_type,
+                task_queue=self.input.queues.control,
+                **CONTROL_CALL,
+            )
+        except BaseException:
+            self.trail = AuditTrail(
+                opening=trail.opening or self.trail.opening, changes=[*trail.changes, *self.trail.changes]
+            )
+            raise
 
     async def on_node(
         self,
@@ -388,11 +379,8 @@ class AllocationWorkflow:
             pass  # an unreachable agent cannot free its lease; the lease expires and the agent reaps it
 
     async def release_claims(self, attempt: int | None) -> None:
-        await workflow.execute_activity(
-            "release_claims",
-            ReleaseClaimsInput(allocation_id=self.input.allocation_id, attempt=attempt),
-            task_queue=self.input.queues.control,
-            **CONTROL_CALL,
+        await self.on_control(
+            "release_claims", ReleaseClaimsInput(allocation_id=self.input.allocation_id, attempt=attempt), int
         )
 
     async def destroy_vm(self, node: str, attempt: int, slot_indexes: list[int]) -> None:
@@ -405,11 +393,11 @@ class AllocationWorkflow:
             return
         except ActivityError as error:
             reason = str(_node_failure(error, node))
-        await workflow.execute_activity(
+        await self.on_control(
             "quarantine_slots",
             QuarantineInput(allocation_id=self.input.allocation_id, attempt=attempt, node=node,
                             slot_indexes=slot_indexes, reason=f"wipe not confirmed: {reason}"),
-            task_queue=self.input.queues.control, **CONTROL_CALL,
+            int,
         )  # fmt: skip
         await workflow.start_child_workflow(
             SlotRecoveryWorkflow.run,
@@ -447,31 +435,54 @@ class AllocationWorkflow:
         self.status.state, self.status.step = state, step
         if state == "failed":
             self.status.failure_reason = reason
-        workflow.upsert_search_attributes(
-            [
-                sa.STATE.value_set(state),
-                sa.REGION.value_set(region or self.status.region or ""),
-                sa.NODE.value_set(node or self.status.node or ""),
-            ]
+        self.publish(
+            {
+                sa.STATE.name: state,
+                sa.REGION.name: region or self.status.region or "",
+                sa.NODE.name: node or self.status.node or "",
+            },
+            always=not self.trail_rides_along,  # runs from before replay the upserts they made
         )
         workflow.set_current_details(self.story())
-        # Bookkeeping runs as a local activity: the audit row is written by the worker that runs this workflow,
-        # without a round trip through the task queue, which roughly halves the server work per allocation.
-        await workflow.execute_local_activity(
-            "record_state",
-            StateChange(
-                allocation_id=self.input.allocation_id,
-                run_id=workflow.info().run_id,
-                state=state,
-                step=step,
-                attempt=attempt.number if attempt else None,
-                node=node,
-                region=region or self.status.region,
-                pool=attempt.pool if attempt else None,
-                reason=reason,
-            ),
-            **CONTROL_CALL,
+        change = StateChange(
+            allocation_id=self.input.allocation_id,
+            run_id=workflow.info().run_id,
+            state=state,
+            step=step,
+            attempt=attempt.number if attempt else None,
+            node=node,
+            region=region or self.status.region,
+            pool=attempt.pool if attempt else None,
+            reason=reason,
+            at=workflow.now(),
         )
+        if self.trail_rides_along:
+            self.trail = AuditTrail(opening=self.trail.opening, changes=[*self.trail.changes, change])
+        else:
+            await workflow.execute_local_activity("record_state", change, **CONTROL_CALL)
+
+    def publish(self, values: dict[str, str], *, always: bool = False) -> None:
+        """Upsert the search attributes that changed, once per change of state: each upsert is a visibility write on
+        the server, so a step that keeps the state (finding candidates after choosing the region) waits for the next."""
+        if not always and self.published.get(sa.STATE.name) == values[sa.STATE.name]:
+            return
+        keys = {sa.STATE.name: sa.STATE, sa.REGION.name: sa.REGION, sa.NODE.name: sa.NODE}
+        changed = [
+            keys[name].value_set(value) for name, value in values.items() if always or self.published.get(name) != value
+        ]
+        if changed:
+            workflow.upsert_search_attributes(changed)
+            self.published.update(values)
+
+    def take_trail(self) -> AuditTrail:
+        """Hand the unwritten steps to the activity about to run, which writes them first."""
+        trail, self.trail = self.trail, AuditTrail()
+        return trail
+
+    async def write_trail(self) -> None:
+        """Write the unwritten steps now: the workflow is about to wait with no control step ahead."""
+        if self.trail:
+            await workflow.execute_local_activity("record_trail", self.take_trail(), **CONTROL_CALL)
 
     def story(self) -> str:
         """The markdown the Temporal UI shows as this allocation's current details."""

@@ -14,6 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.contracts import ClaimInput, QuarantineInput, ReleaseClaimsInput, SlotsInput
+from activities.control.records import write_trail
 from store.models import ClaimRow, SlotRow, TenantRow
 from store.snapshot import tenant_usage
 
@@ -31,6 +32,7 @@ class ClaimActivities:
 
         Raises a non-retryable `ClaimConflict` when another allocation holds any of the slots (the workflow releases
         its lease and moves on) and `QuotaExceeded` when the tenant's quota no longer has room."""
+        await write_trail(self.sessions, claim.trail)
         try:
             async with self.sessions.begin() as session:
                 return await self._record(session, claim)
@@ -104,6 +106,7 @@ class ClaimActivities:
     @activity.defn(name="release_claims")
     async def release_claims(self, request: ReleaseClaimsInput) -> int:
         """Release active claims and free their slots (quarantined slots stay quarantined). Idempotent."""
+        await write_trail(self.sessions, request.trail)
         async with self.sessions.begin() as session:
             query = select(ClaimRow).where(
                 ClaimRow.allocation_id == request.allocation_id, ClaimRow.released_at.is_(None)
@@ -125,6 +128,7 @@ class ClaimActivities:
     @activity.defn(name="quarantine_slots")
     async def quarantine_slots(self, request: QuarantineInput) -> int:
         """The node could not confirm a wipe: keep its slots out of circulation and release the claims."""
+        await write_trail(self.sessions, request.trail)
         async with self.sessions.begin() as session:
             await session.execute(
                 update(SlotRow)

@@ -6,6 +6,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.contracts import CandidateList, FindCandidatesInput, RegionChoice
+from activities.control.records import write_trail
 from scheduler import cluster, region
 from scheduler.explanation import Explanation
 from store.decisions import lock_region, record_first_choice
@@ -19,6 +20,7 @@ class PlacementActivities:
     @activity.defn(name="select_region")
     async def select_region(self, request: FindCandidatesInput) -> RegionChoice:
         """Region level of seed 004: tenant policy, quota headroom, region status, product and price."""
+        await write_trail(self.sessions, request.trail)
         async with self.sessions() as session:
             snapshot = await load_snapshot(session, exclude_allocation=request.allocation_id)
         decision = region.select_region(snapshot, request.request)
@@ -40,6 +42,7 @@ class PlacementActivities:
         together then see each other and spread out, instead of all picking the same best-ranked node and being
         refused there (the node agent stays the authority; this only makes the first choice a good guess). The
         inventory itself is read before taking the lock, so the lock is held for milliseconds even on large fleets."""
+        await write_trail(self.sessions, request.trail)
         async with self.sessions() as session:
             base = await load_snapshot(session, exclude_allocation=request.allocation_id, pending=False)
         async with self.sessions.begin() as session:

@@ -2,81 +2,115 @@
 
 Temporal's history is the source of truth while an allocation is in flight, but it is dropped after the namespace's
 retention; `allocation_events` keeps the story for as long as the platform team needs it.
+
+The workflow hands over its steps as an `AuditTrail`: usually inside the input of the next control activity, which
+calls `write_trail` before its own work, and as the local activity `record_trail` before a wait that no control
+step follows (readiness, holding an active allocation, the end of the run). `open_allocation` and `record_state`
+are the per-step activities of workflows started before the trail existed; they stay registered so those runs
+replay and finish.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.contracts import AllocationRecord, StateChange
+from activities.contracts import AllocationRecord, AuditTrail, StateChange
 from store.models import AllocationEventRow, AllocationRow, PoolRow
+
+
+async def write_trail(sessions: async_sessionmaker[AsyncSession], trail: AuditTrail) -> None:
+    """Write a trail in one transaction of its own, so that a step refused afterwards (a claim conflict, say) cannot
+    roll its story back. Nothing to write costs nothing."""
+    if not trail:
+        return
+    async with sessions.begin() as session:
+        if trail.opening is not None:
+            await _open(session, trail.opening)
+        for change in trail.changes:
+            await _record(session, change)
+
+
+async def _open(session: AsyncSession, record: AllocationRecord) -> None:
+    """Create the allocation's row if it does not exist (the API may have created it already)."""
+    request = record.request
+    await session.execute(
+        insert(AllocationRow)
+        .values(
+            id=record.allocation_id,
+            tenant=record.tenant,
+            state="pending",
+            shape=request.shape.value,
+            gpu_count=request.gpu_count,
+            gpu_product=request.gpu_product,
+            request=record.request_body or request.model_dump(mode="json"),
+            workflow_id=record.workflow_id,
+        )
+        .on_conflict_do_nothing(index_elements=[AllocationRow.id])
+    )
+
+
+async def _record(session: AsyncSession, change: StateChange) -> None:
+    """Mirror the new state into the allocation's row and append the step to its events, once.
+
+    Two statements, no read first: this runs at every step of every allocation."""
+    at: datetime | Any = change.at or func.now()
+    values: dict[str, object] = {"state": change.state, "updated_at": at}
+    if change.region is not None:
+        values["region"] = change.region
+    if change.node is not None:
+        values["node_id"] = change.node
+    if change.pool is not None:
+        cluster, _, pool = change.pool.partition("/")
+        values["pool_id"] = select(PoolRow.id).where(PoolRow.cluster == cluster, PoolRow.name == pool).scalar_subquery()
+    if change.state == "failed" and change.reason:
+        values["failure_reason"] = change.reason
+    updated = await session.execute(
+        update(AllocationRow).where(AllocationRow.id == change.allocation_id).values(**values)
+    )
+    if updated.rowcount == 0:
+        raise ValueError(f"allocation {change.allocation_id} has no row; its trail must open it first")
+    key = f"{change.run_id}:{change.step}:{change.state}:{change.attempt or 0}:{change.node or '-'}"
+    await session.execute(
+        insert(AllocationEventRow)
+        .values(
+            allocation_id=change.allocation_id,
+            event_key=key,
+            at=at,
+            state=change.state,
+            step=change.step,
+            attempt=change.attempt,
+            node_id=change.node,
+            reason=change.reason,
+            detail=change.detail,
+        )
+        .on_conflict_do_nothing(index_elements=[AllocationEventRow.allocation_id, AllocationEventRow.event_key])
+    )
 
 
 class RecordActivities:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.sessions = sessions
 
+    @activity.defn(name="record_trail")
+    async def record_trail(self, trail: AuditTrail) -> None:
+        """Write the steps taken since the last control activity (a local activity, before a wait)."""
+        await write_trail(self.sessions, trail)
+
     @activity.defn(name="open_allocation")
     async def open_allocation(self, record: AllocationRecord) -> None:
-        """Create the allocation's row if it does not exist (the API may have created it already)."""
-        request = record.request
-        async with self.sessions.begin() as session:
-            await session.execute(
-                insert(AllocationRow)
-                .values(
-                    id=record.allocation_id,
-                    tenant=record.tenant,
-                    state="pending",
-                    shape=request.shape.value,
-                    gpu_count=request.gpu_count,
-                    gpu_product=request.gpu_product,
-                    request=record.request_body or request.model_dump(mode="json"),
-                    workflow_id=record.workflow_id,
-                )
-                .on_conflict_do_nothing(index_elements=[AllocationRow.id])
-            )
+        """Runs started before the trail existed: create the allocation's row if it is missing."""
+        await write_trail(self.sessions, AuditTrail(opening=record))
 
     @activity.defn(name="record_state")
     async def record_state(self, change: StateChange) -> None:
-        """Mirror the new state into the allocation's row and append the step to its events, once.
-
-        Two statements in one transaction, no read first: this runs at every step of every allocation."""
-        values: dict[str, object] = {"state": change.state, "updated_at": func.now()}
-        if change.region is not None:
-            values["region"] = change.region
-        if change.node is not None:
-            values["node_id"] = change.node
-        if change.pool is not None:
-            cluster, _, pool = change.pool.partition("/")
-            values["pool_id"] = (
-                select(PoolRow.id).where(PoolRow.cluster == cluster, PoolRow.name == pool).scalar_subquery()
-            )
-        if change.state == "failed" and change.reason:
-            values["failure_reason"] = change.reason
-        key = f"{change.run_id}:{change.step}:{change.state}:{change.attempt or 0}:{change.node or '-'}"
-        async with self.sessions.begin() as session:
-            updated = await session.execute(
-                update(AllocationRow).where(AllocationRow.id == change.allocation_id).values(**values)
-            )
-            if updated.rowcount == 0:
-                raise ValueError(f"allocation {change.allocation_id} has no row; open_allocation must run first")
-            await session.execute(
-                insert(AllocationEventRow)
-                .values(
-                    allocation_id=change.allocation_id,
-                    event_key=key,
-                    state=change.state,
-                    step=change.step,
-                    attempt=change.attempt,
-                    node_id=change.node,
-                    reason=change.reason,
-                    detail=change.detail,
-                )
-                .on_conflict_do_nothing(index_elements=[AllocationEventRow.allocation_id, AllocationEventRow.event_key])
-            )
+        """Runs started before the trail existed: one step."""
+        await write_trail(self.sessions, AuditTrail(changes=[change]))
 
     def activities(self) -> list[object]:
-        return [self.open_allocation, self.record_state]
+        return [self.record_trail, self.open_allocation, self.record_state]

@@ -106,6 +106,11 @@ async def _placed_after_failure_with_thief(lab) -> None:
     assert await lab.active_claims() == {"thief": ["first/0", "first/1"], "racer": ["second/0", "second/1"]}
     assert lab.lease_files() == []
     assert await lab.double_claims() == 0
+    # The audit trail keeps the refused attempt: its steps were written before the claim was refused.
+    steps = [(step, state, node) for step, state, node, _reason in await lab.events("racer")]
+    assert ("record_claims", "claiming", "first") in steps
+    assert steps.index(("record_claims", "claiming", "first")) < steps.index(("attempt_failed", "placing", "first"))
+    assert steps[-1] == ("ready", "active", "second")
 
 
 async def test_readiness_that_never_comes_times_out_and_moves_on(
