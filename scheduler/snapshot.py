@@ -100,6 +100,14 @@ class Snapshot:
             new._groups[pool.key] = new._group(pool)
         return new
 
+    def with_tenants(self, tenants: Iterable[TenantView]) -> Snapshot:
+        """A snapshot with these tenants (policy and current usage), sharing everything else with this one."""
+        new = object.__new__(Snapshot)
+        for name in Snapshot.__slots__:
+            setattr(new, name, getattr(self, name))
+        new.tenants = {t.name: t for t in tenants}
+        return new
+
     def _key(self, profile: NodeProfile) -> int:
         return self._keys.setdefault(profile, len(self._keys))
 

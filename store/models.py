@@ -151,6 +151,7 @@ class SlotRow(Base):
             unique=True,
             postgresql_where=text("fabric_vf_pci_address IS NOT NULL AND fabric_vf_pci_address <> ''"),
         ),
+        Index("ix_node_resource_slots_unavailable", "id", postgresql_where=text("state <> 'available'")),
         CheckConstraint(_one_of("state", SLOT_STATES), name="state"),
         CheckConstraint(_one_of("fabric_claim_mode", FABRIC_MODES), name="fabric_claim_mode"),
         CheckConstraint("slot_index >= 0 AND numa_node >= 0 AND vcpus > 0 AND memory_mib > 0", name="resources"),
@@ -318,3 +319,14 @@ class ReplicaPoolUsageRow(Base):
     engine: Mapped[str] = mapped_column(String(253), nullable=False)
     pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="RESTRICT"), nullable=False, index=True)
     nodes: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class InventoryVersionRow(Base):
+    """One row whose counter database triggers move on every change to the placement inventory (migration 0002):
+    control workers rebuild their cached snapshot only when it has moved (`store.inventory`)."""
+
+    __tablename__ = "inventory_version"
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, nullable=False)

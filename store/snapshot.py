@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from dataclasses import dataclass
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -23,6 +24,7 @@ from store.models import (
     ClaimRow,
     ClusterRow,
     InferenceClassRow,
+    InventoryVersionRow,
     NodeRow,
     PoolRow,
     RegionRow,
@@ -77,12 +79,38 @@ def with_pending_plans(snapshot: Snapshot, plans: dict[str, list[tuple[str, int]
     return snapshot.with_nodes(changed) if changed else snapshot
 
 
+@dataclass(frozen=True)
+class Inventory:
+    """The placement inventory as PostgreSQL holds it, every slot free: what changes only when the fleet does."""
+
+    version: int  # `inventory_version` when it was read; the data is at least that new
+    snapshot: Snapshot  # every slot FREE, tenants with no usage
+    slots: dict[int, tuple[str, int]]  # slot row id -> (node, the slot's position in that node's slots)
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """What moves with every allocation: read fresh for every decision."""
+
+    holders: dict[int, str]  # slot row id -> the allocation with an active claim on it
+    unavailable: dict[int, str]  # slot row id -> its row state, where that is not `available`
+    usage: dict[str, tuple[int, int]]  # tenant -> (active GPUs, in-flight GPUs)
+    plans: dict[str, list[tuple[str, int]]]  # node -> allocations being planned there (empty when not asked for)
+
+
 async def load_snapshot(
     session: AsyncSession, exclude_allocation: str | None = None, *, pending: bool = True
 ) -> Snapshot:
-    """The inventory as it is now. `exclude_allocation` leaves that allocation out of tenant usage and of the
-    pending plans, so a request is not counted against itself. `pending=False` leaves pending plans out, for a
-    caller that overlays them later (under a lock)."""
+    """The inventory as it is now, read whole. `exclude_allocation` leaves that allocation out of tenant usage and
+    of the pending plans, so a request is not counted against itself. `pending=False` leaves pending plans out, for
+    a caller that overlays them later (under a lock). Control workers use `store.inventory.InventoryCache`, which
+    reads only the live state when the inventory has not changed."""
+    inventory = await load_inventory(session)
+    return current_snapshot(inventory, await load_live_state(session, exclude_allocation, pending=pending))
+
+
+async def load_inventory(session: AsyncSession) -> Inventory:
+    version = int(await session.scalar(select(InventoryVersionRow.version)) or 0)  # first: the data is newer
     regions = [
         RegionView(name=r.name, status=RegionStatus(r.status), jurisdiction=r.jurisdiction, prices=dict(r.prices))
         for r in (await session.scalars(select(RegionRow))).all()
@@ -90,29 +118,23 @@ async def load_snapshot(
     classes = {c.name: c.spec for c in (await session.scalars(select(InferenceClassRow))).all()}
     clusters = {c.name: c for c in (await session.scalars(select(ClusterRow))).all()}
 
-    active_claims = select(ClaimRow.slot_id, ClaimRow.allocation_id).where(ClaimRow.released_at.is_(None))
-    holders = dict((await session.execute(active_claims)).all())
     # Plain column tuples rather than ORM objects: a large fleet has tens of thousands of slot rows.
     slots_by_node: dict[str, list[SlotView]] = defaultdict(list)
+    positions: dict[int, tuple[str, int]] = {}
     modes = {m.value: m for m in FabricClaimMode}
     slot_rows = await session.execute(
         select(
-            SlotRow.id, SlotRow.node_id, SlotRow.slot_index, SlotRow.state, SlotRow.approved, SlotRow.fabric_claim_mode,
+            SlotRow.id, SlotRow.node_id, SlotRow.slot_index, SlotRow.approved, SlotRow.fabric_claim_mode,
             SlotRow.fabric_vf_pci_address, SlotRow.numa_node, SlotRow.gpu_pci_address, SlotRow.fabric_parent_pci_address,
             SlotRow.nvme_device, SlotRow.vcpus, SlotRow.memory_mib, SlotRow.mac_address, SlotRow.private_ip,
         ).order_by(SlotRow.node_id, SlotRow.slot_index)
     )  # fmt: skip
-    for ident, node, index, row_state, approved, mode, vf, numa, gpu, parent, nvme, vcpus, memory, mac, ip in slot_rows:
-        if row_state == "quarantined":
-            state = SlotState.QUARANTINED
-        elif ident in holders or row_state == "reserved":
-            state = SlotState.CLAIMED
-        else:
-            state = SlotState.FREE
+    for ident, node, index, approved, mode, vf, numa, gpu, parent, nvme, vcpus, memory, mac, ip in slot_rows:
+        positions[ident] = (node, len(slots_by_node[node]))
         slots_by_node[node].append(
             SlotView(
                 id=slot_id(node, index), index=index, approved=approved, fabric_claim_mode=modes[mode],
-                fabric_vf_pci=vf or None, numa_node=numa, state=state, holder=holders.get(ident), gpu_pci=gpu,
+                fabric_vf_pci=vf or None, numa_node=numa, state=SlotState.FREE, holder=None, gpu_pci=gpu,
                 fabric_parent_pci=parent, nvme_device=nvme, vcpus=vcpus, memory_mib=memory, mac=mac, private_ip=ip,
             )
         )  # fmt: skip
@@ -155,20 +177,59 @@ async def load_snapshot(
             )
         )
 
-    usage = await tenant_usage(session, exclude_allocation)
     tenants = [
         TenantView(
             name=t.name,
             gpu_quota=t.gpu_quota,
             allowed_regions=frozenset(t.allowed_regions) if t.allowed_regions is not None else None,
             required_jurisdiction=t.required_jurisdiction,
-            active_gpus=usage.get(t.name, (0, 0))[0],
-            in_flight_gpus=usage.get(t.name, (0, 0))[1],
         )
         for t in (await session.scalars(select(TenantRow))).all()
     ]
     snapshot = Snapshot(regions=regions, pools=pools, nodes=nodes, tenants=tenants)
-    return with_pending_plans(snapshot, await pending_plans(session, exclude_allocation)) if pending else snapshot
+    return Inventory(version=version, snapshot=snapshot, slots=positions)
+
+
+async def load_live_state(
+    session: AsyncSession, exclude_allocation: str | None = None, *, pending: bool = True
+) -> LiveState:
+    active_claims = select(ClaimRow.slot_id, ClaimRow.allocation_id).where(ClaimRow.released_at.is_(None))
+    unavailable = select(SlotRow.id, SlotRow.state).where(SlotRow.state != "available")
+    return LiveState(
+        holders=dict((await session.execute(active_claims)).all()),
+        unavailable=dict((await session.execute(unavailable)).all()),
+        usage=await tenant_usage(session, exclude_allocation),
+        plans=await pending_plans(session, exclude_allocation) if pending else {},
+    )
+
+
+def current_snapshot(inventory: Inventory, live: LiveState) -> Snapshot:
+    """The inventory with the live state laid over it: claimed, reserved and quarantined slots, tenant usage and
+    the plans in progress. Only the nodes with such slots are rebuilt."""
+    changed: dict[str, list[SlotView]] = {}
+    for ident in live.holders.keys() | live.unavailable.keys():
+        if ident not in inventory.slots:
+            continue  # a slot added since the inventory was read: the next read has it
+        node, position = inventory.slots[ident]
+        slots = changed.setdefault(node, list(inventory.snapshot.nodes[node].slots))
+        if live.unavailable.get(ident) == "quarantined":
+            state = SlotState.QUARANTINED
+        else:
+            state = SlotState.CLAIMED
+        slots[position] = dataclasses.replace(slots[position], state=state, holder=live.holders.get(ident))
+    base = inventory.snapshot
+    snapshot = base.with_nodes(
+        dataclasses.replace(base.nodes[node], slots=tuple(slots)) for node, slots in changed.items()
+    )
+    snapshot = snapshot.with_tenants(
+        dataclasses.replace(
+            tenant,
+            active_gpus=live.usage.get(tenant.name, (0, 0))[0],
+            in_flight_gpus=live.usage.get(tenant.name, (0, 0))[1],
+        )
+        for tenant in base.tenants.values()
+    )
+    return with_pending_plans(snapshot, live.plans) if live.plans else snapshot
 
 
 def _with_pending_leases(slots: list[SlotView], leases: list[tuple[str, int]]) -> list[SlotView]:

@@ -1,4 +1,7 @@
-"""Control-side placement activities: thin adapters that read a fresh snapshot and ask the pure scheduler."""
+"""Control-side placement activities: thin adapters that read a current snapshot and ask the pure scheduler.
+
+The snapshot comes from the worker's `InventoryCache`: the inventory is re-read only when the fleet changed, the
+claims, slot states, tenant usage and plans in progress on every call."""
 
 from __future__ import annotations
 
@@ -10,19 +13,21 @@ from activities.control.records import write_trail
 from scheduler import cluster, region
 from scheduler.explanation import Explanation
 from store.decisions import lock_region, record_first_choice
-from store.snapshot import load_snapshot, pending_plans, with_pending_plans
+from store.inventory import InventoryCache
+from store.snapshot import pending_plans, with_pending_plans
 
 
 class PlacementActivities:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], inventory: InventoryCache | None = None) -> None:
         self.sessions = sessions
+        self.inventory = inventory or InventoryCache()
 
     @activity.defn(name="select_region")
     async def select_region(self, request: FindCandidatesInput) -> RegionChoice:
         """Region level of seed 004: tenant policy, quota headroom, region status, product and price."""
         await write_trail(self.sessions, request.trail)
         async with self.sessions() as session:
-            snapshot = await load_snapshot(session, exclude_allocation=request.allocation_id)
+            snapshot = await self.inventory.snapshot(session, exclude_allocation=request.allocation_id)
         decision = region.select_region(snapshot, request.request)
         if decision.refusal is None:
             return RegionChoice(region=decision.region)  # the explanation travels only with a refusal
@@ -44,7 +49,7 @@ class PlacementActivities:
         inventory itself is read before taking the lock, so the lock is held for milliseconds even on large fleets."""
         await write_trail(self.sessions, request.trail)
         async with self.sessions() as session:
-            base = await load_snapshot(session, exclude_allocation=request.allocation_id, pending=False)
+            base = await self.inventory.snapshot(session, exclude_allocation=request.allocation_id, pending=False)
         async with self.sessions.begin() as session:
             # Under the lock only the cheap part: what was planned since, the ranking, and our tentative choice.
             await lock_region(session, request.region)

@@ -23,6 +23,11 @@ from temporalio import activity
 from activities.contracts import AllocationRecord, AuditTrail, StateChange
 from store.models import AllocationEventRow, AllocationRow, PoolRow
 
+# Plain table statements: the ORM's bulk-DML layer costs more than the statements themselves on this hot path.
+ALLOCATIONS = AllocationRow.__table__
+EVENTS = AllocationEventRow.__table__
+POOLS = PoolRow.__table__
+
 
 async def write_trail(sessions: async_sessionmaker[AsyncSession], trail: AuditTrail) -> None:
     """Write a trail in one transaction of its own, so that a step refused afterwards (a claim conflict, say) cannot
@@ -40,7 +45,7 @@ async def _open(session: AsyncSession, record: AllocationRecord) -> None:
     """Create the allocation's row if it does not exist (the API may have created it already)."""
     request = record.request
     await session.execute(
-        insert(AllocationRow)
+        insert(ALLOCATIONS)
         .values(
             id=record.allocation_id,
             tenant=record.tenant,
@@ -51,7 +56,7 @@ async def _open(session: AsyncSession, record: AllocationRecord) -> None:
             request=record.request_body or request.model_dump(mode="json"),
             workflow_id=record.workflow_id,
         )
-        .on_conflict_do_nothing(index_elements=[AllocationRow.id])
+        .on_conflict_do_nothing(index_elements=[ALLOCATIONS.c.id])
     )
 
 
@@ -67,17 +72,17 @@ async def _record(session: AsyncSession, change: StateChange) -> None:
         values["node_id"] = change.node
     if change.pool is not None:
         cluster, _, pool = change.pool.partition("/")
-        values["pool_id"] = select(PoolRow.id).where(PoolRow.cluster == cluster, PoolRow.name == pool).scalar_subquery()
+        values["pool_id"] = select(POOLS.c.id).where(POOLS.c.cluster == cluster, POOLS.c.name == pool).scalar_subquery()
     if change.state == "failed" and change.reason:
         values["failure_reason"] = change.reason
     updated = await session.execute(
-        update(AllocationRow).where(AllocationRow.id == change.allocation_id).values(**values)
+        update(ALLOCATIONS).where(ALLOCATIONS.c.id == change.allocation_id).values(**values)
     )
     if updated.rowcount == 0:
         raise ValueError(f"allocation {change.allocation_id} has no row; its trail must open it first")
     key = f"{change.run_id}:{change.step}:{change.state}:{change.attempt or 0}:{change.node or '-'}"
     await session.execute(
-        insert(AllocationEventRow)
+        insert(EVENTS)
         .values(
             allocation_id=change.allocation_id,
             event_key=key,
@@ -89,7 +94,7 @@ async def _record(session: AsyncSession, change: StateChange) -> None:
             reason=change.reason,
             detail=change.detail,
         )
-        .on_conflict_do_nothing(index_elements=[AllocationEventRow.allocation_id, AllocationEventRow.event_key])
+        .on_conflict_do_nothing(index_elements=[EVENTS.c.allocation_id, EVENTS.c.event_key])
     )
 
 
