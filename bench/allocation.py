@@ -2,9 +2,11 @@
 
     python -m bench.allocation [--rounds 3] [--batch 150] [--contention 1000] [--snapshot-nodes 1000,10000]
 
-1. Throughput: a batch of 1-GPU slice allocations driven to `active` (simulated hosts, zero boot delay), against a
-   baseline measured in the same run on the same server: a workflow with the same shape of no-op work (the same
-   number of activities and local activities). Rounds alternate baseline and allocations; medians are reported.
+1. Throughput: a batch of 1-GPU slice allocations driven to `active` (simulated hosts, zero boot delay), against
+   baselines measured in the same run on the same server (`bench/baseline_workflow.py`): `strict`, the same
+   activities and local activities as no-ops; `visibility`, the same plus the search-attribute upserts an
+   allocation makes. Rounds alternate baselines and allocations; medians are reported, with the CPU each process
+   of the stack spent per workflow.
 2. Contention: many 2-GPU requests at once for far more GPUs than exist. Reports double claims (checked in SQL;
    must be 0), failed attempts and claim conflicts per allocation, and the time for everything to settle.
 3. Snapshot: the cost of building the scheduler's inventory snapshot from PostgreSQL at several fleet sizes.
@@ -14,14 +16,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable
 from pathlib import Path
 
+import psutil
 import yaml
 from sqlalchemy import text
 from temporalio.client import Client
@@ -29,13 +34,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 import worker
-from bench.baseline_workflow import BaselineWorkflow, noop
+from bench.baseline_workflow import BaselineInput, BaselineWorkflow, noop
 from devstack.postgres import EmbeddedPostgres
 from devstack.temporal import DevTemporal
 from fleet.loader import parse_fleet
 from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
 from store.db import create_engine, session_factory
+from store.inventory import InventoryCache
 from store.migrate import upgrade
 from store.snapshot import load_snapshot
 from workflows import allocation_client
@@ -147,38 +153,99 @@ async def _settled(stack: Stack, ids: list[str], states: tuple[str, ...], limit:
         await asyncio.sleep(0.05)
 
 
-async def throughput(stack: Stack, rounds: int, batch: int) -> dict[str, float]:
+class CpuMeter:
+    """CPU seconds used by each process of the stack: where an allocation's cost goes, and robust to a busy machine
+    in a way wall-clock rates are not."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+
+    def _groups(self) -> dict[str, list[psutil.Process]]:
+        def tree(pid: int | None) -> list[psutil.Process]:
+            if pid is None:
+                return []
+            try:
+                root = psutil.Process(pid)
+                return [root, *root.children(recursive=True)]
+            except psutil.Error:
+                return []
+
+        return {
+            "control": [psutil.Process()],
+            "temporal": tree(self.stack.temporal.process.pid if self.stack.temporal.process else None),
+            "postgres": tree(self.stack.postgres.process.pid if self.stack.postgres.process else None),
+            "agents": [p for host in self.stack.agent_hosts for p in tree(host.pid)],
+        }
+
+    def read(self) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for name, processes in self._groups().items():
+            seconds = 0.0
+            for process in processes:
+                with contextlib.suppress(psutil.Error):
+                    times = process.cpu_times()
+                    seconds += times.user + times.system
+            totals[name] = seconds
+        return totals
+
+
+async def _measured(meter: CpuMeter, count: int, run: Awaitable[None]) -> tuple[float, dict[str, float]]:
+    """(workflows per second, CPU milliseconds per workflow by process) for one batch."""
+    before, started = meter.read(), time.perf_counter()
+    await run
+    elapsed, after = time.perf_counter() - started, meter.read()
+    return count / elapsed, {name: 1000 * (after[name] - before.get(name, 0.0)) / count for name in after}
+
+
+async def _baseline_batch(stack: Stack, batch: int, shape: str) -> None:
+    handles = await asyncio.gather(
+        *(stack.client.start_workflow(BaselineWorkflow.run, BaselineInput(queue="bench.baseline", shape=shape),
+                                      id=f"baseline-{uuid.uuid4().hex}", task_queue="bench.baseline")
+          for _ in range(batch))
+    )  # fmt: skip
+    await asyncio.gather(*(h.result() for h in handles))
+
+
+async def _allocation_batch(stack: Stack, queues: Queues, batch: int, ids: list[str]) -> None:
+    """1-GPU slice allocations driven to `active`; their ids go into `ids` for the release that follows."""
+    ids.extend(await _allocate(stack, queues, batch, 1))
+    await _settled(stack, ids, ("active",))
+
+
+async def throughput(stack: Stack, rounds: int, batch: int) -> dict[str, dict[str, object]]:
+    """Rounds of: a strict baseline batch, a visibility baseline batch, an allocation batch (then released)."""
     fleet_file = await stack.load_fleet(max(8, batch // 4))  # twice the GPUs the batch asks for
     queues = Queues(control="bench.control", node_prefix="bench.node.")
     workers = await _run_workers(stack, fleet_file, queues)
     baseline_worker = Worker(stack.client, task_queue="bench.baseline", workflows=[BaselineWorkflow], activities=[noop])
     asyncio.create_task(baseline_worker.run())
     stack.workers.append(baseline_worker)
+    meter = CpuMeter(stack)
 
-    baseline, allocations = [], []
+    runs: dict[str, list[tuple[float, dict[str, float]]]] = {"strict": [], "visibility": [], "allocation": []}
     for _ in range(rounds):
-        started = time.perf_counter()
-        handles = await asyncio.gather(
-            *(stack.client.start_workflow(BaselineWorkflow.run, "bench.baseline", id=f"baseline-{uuid.uuid4().hex}",
-                                          task_queue="bench.baseline") for _ in range(batch))
-        )  # fmt: skip
-        await asyncio.gather(*(h.result() for h in handles))
-        baseline.append(batch / (time.perf_counter() - started))
+        for shape in ("strict", "visibility"):
+            runs[shape].append(await _measured(meter, batch, _baseline_batch(stack, batch, shape)))
 
-        started = time.perf_counter()
-        ids = await _allocate(stack, queues, batch, 1)
-        await _settled(stack, ids, ("active",))
-        allocations.append(batch / (time.perf_counter() - started))
+        ids: list[str] = []
+        runs["allocation"].append(await _measured(meter, batch, _allocation_batch(stack, queues, batch, ids)))
         await asyncio.gather(*(allocation_client.release(stack.client, i) for i in ids))
         await _settled(stack, ids, ("released",))
 
     for w in [*workers, baseline_worker]:
         await w.shutdown()
-    return {
-        "baseline_per_s": statistics.median(baseline),
-        "allocations_per_s": statistics.median(allocations),
-        "ratio": statistics.median(a / b for a, b in zip(allocations, baseline, strict=True)),
-    }
+    result: dict[str, dict[str, object]] = {}
+    for name, measured in runs.items():
+        rates = [rate for rate, _cpu in measured]
+        result[name] = {
+            "per_s": statistics.median(rates),
+            "cpu_ms": {group: statistics.median(cpu[group] for _rate, cpu in measured) for group in measured[0][1]},
+        }
+    for name in ("strict", "visibility"):
+        result[name]["ratio"] = statistics.median(
+            a / b for (a, _), (b, _) in zip(runs["allocation"], runs[name], strict=True)
+        )
+    return result
 
 
 async def contention(stack: Stack, requests: int) -> dict[str, float]:
@@ -221,17 +288,24 @@ async def contention(stack: Stack, requests: int) -> dict[str, float]:
     }
 
 
-async def snapshot_cost(stack: Stack, sizes: list[int], runs: int = 5) -> list[tuple[int, float]]:
+async def snapshot_cost(stack: Stack, sizes: list[int], runs: int = 5) -> list[tuple[int, float, float]]:
+    """(nodes, full read ms, cached read ms): the snapshot read whole from PostgreSQL, and from a control worker's
+    `InventoryCache` when the fleet has not changed (only claims, slot states, usage and plans are read)."""
     results = []
     for size in sizes:
         await stack.load_fleet(size)
-        timings = []
+        cache = InventoryCache()
+        full, cached = [], []
         for _ in range(runs):
             async with stack.sessions() as session:
                 started = time.perf_counter()
                 await load_snapshot(session)
-                timings.append((time.perf_counter() - started) * 1000)
-        results.append((size, statistics.median(timings)))
+                full.append((time.perf_counter() - started) * 1000)
+                await cache.snapshot(session)  # warm
+                started = time.perf_counter()
+                await cache.snapshot(session)
+                cached.append((time.perf_counter() - started) * 1000)
+        results.append((size, statistics.median(full), statistics.median(cached)))
     return results
 
 
@@ -241,11 +315,22 @@ async def main(args: argparse.Namespace) -> None:
         try:
             await stack.connect()
             result = await throughput(stack, args.rounds, args.batch)
-            print("\n| workflows | baseline wf/s (median) | allocations to active /s (median) | ratio |")
-            print("|---:|---:|---:|---:|")
+            allocation = result["allocation"]
+            print("\n| baseline | baseline wf/s | allocations to active /s | ratio (median of rounds) |")
+            print("|---|---:|---:|---:|")
+            for name in ("strict", "visibility"):
+                print(
+                    f"| {name} | {result[name]['per_s']:.1f} | {allocation['per_s']:.1f} | {result[name]['ratio']:.2f} |"
+                )
             print(
-                f"| {args.batch} | {result['baseline_per_s']:.1f} | {result['allocations_per_s']:.1f} | {result['ratio']:.2f} |"
+                "\n| workflow | CPU ms per workflow: control process | Temporal server | node agents | PostgreSQL | total |"
             )
+            print("|---|---:|---:|---:|---:|---:|")
+            for name in ("strict", "visibility", "allocation"):
+                cpu = result[name]["cpu_ms"]
+                groups = ("control", "temporal", "agents", "postgres")
+                cells = " | ".join(f"{max(cpu[g], 0.0):.0f}" for g in groups)  # type: ignore[index]
+                print(f"| {name} | {cells} | {sum(max(cpu[g], 0.0) for g in groups):.0f} |")  # type: ignore[index]
             c = await contention(stack, args.contention)
             print(
                 "\n| requests | active | double claims | failed attempts / allocation | claim conflicts / allocation | settle s |"
@@ -254,10 +339,10 @@ async def main(args: argparse.Namespace) -> None:
             print(f"| {c['requests']} | {c['active']} | {c['double_claims']} | {c['failed_attempts_per_allocation']:.2f} | "
                   f"{c['claim_conflicts_per_allocation']:.3f} | {c['settle_seconds']:.1f} |")  # fmt: skip
             sizes = [int(s) for s in args.snapshot_nodes.split(",") if s]
-            print("\n| nodes | slots | snapshot from PostgreSQL, median ms |")
-            print("|---:|---:|---:|")
-            for size, ms in await snapshot_cost(stack, sizes):
-                print(f"| {size} | {size * 8} | {ms:.0f} |")
+            print("\n| nodes | slots | snapshot read whole, median ms | from the inventory cache, median ms |")
+            print("|---:|---:|---:|---:|")
+            for size, full, cached in await snapshot_cost(stack, sizes):
+                print(f"| {size} | {size * 8} | {full:.0f} | {cached:.1f} |")
         finally:
             await asyncio.gather(*(w.shutdown() for w in stack.workers), return_exceptions=True)
             await stack.engine.dispose()
