@@ -12,7 +12,6 @@ replay and finish.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -31,14 +30,15 @@ POOLS = PoolRow.__table__
 
 async def write_trail(sessions: async_sessionmaker[AsyncSession], trail: AuditTrail) -> None:
     """Write a trail in one transaction of its own, so that a step refused afterwards (a claim conflict, say) cannot
-    roll its story back. Nothing to write costs nothing."""
+    roll its story back. At most three statements, however long the trail; nothing to write costs nothing."""
     if not trail:
         return
     async with sessions.begin() as session:
         if trail.opening is not None:
             await _open(session, trail.opening)
-        for change in trail.changes:
-            await _record(session, change)
+        if trail.changes:
+            await _mirror_latest(session, trail.changes)
+            await _append_events(session, trail.changes)
 
 
 async def _open(session: AsyncSession, record: AllocationRecord) -> None:
@@ -60,41 +60,45 @@ async def _open(session: AsyncSession, record: AllocationRecord) -> None:
     )
 
 
-async def _record(session: AsyncSession, change: StateChange) -> None:
-    """Mirror the new state into the allocation's row and append the step to its events, once.
-
-    Two statements, no read first: this runs at every step of every allocation."""
-    at: datetime | Any = change.at or func.now()
-    values: dict[str, object] = {"state": change.state, "updated_at": at}
-    if change.region is not None:
-        values["region"] = change.region
-    if change.node is not None:
-        values["node_id"] = change.node
-    if change.pool is not None:
-        cluster, _, pool = change.pool.partition("/")
+async def _mirror_latest(session: AsyncSession, changes: list[StateChange]) -> None:
+    """Bring the allocation's row to the newest of the changes (each field as the last change that set it)."""
+    latest = changes[-1]
+    values: dict[str, object] = {"state": latest.state, "updated_at": latest.at or func.now()}
+    for change in changes:
+        if change.region is not None:
+            values["region"] = change.region
+        if change.node is not None:
+            values["node_id"] = change.node
+        if change.pool is not None:
+            values["pool"] = change.pool
+        if change.state == "failed" and change.reason:
+            values["failure_reason"] = change.reason
+    if "pool" in values:
+        cluster, _, pool = str(values.pop("pool")).partition("/")
         values["pool_id"] = select(POOLS.c.id).where(POOLS.c.cluster == cluster, POOLS.c.name == pool).scalar_subquery()
-    if change.state == "failed" and change.reason:
-        values["failure_reason"] = change.reason
-    updated = await session.execute(
-        update(ALLOCATIONS).where(ALLOCATIONS.c.id == change.allocation_id).values(**values)
-    )
+    updated = await session.execute(update(ALLOCATIONS).where(ALLOCATIONS.c.id == latest.allocation_id).values(values))
     if updated.rowcount == 0:
-        raise ValueError(f"allocation {change.allocation_id} has no row; its trail must open it first")
-    key = f"{change.run_id}:{change.step}:{change.state}:{change.attempt or 0}:{change.node or '-'}"
+        raise ValueError(f"allocation {latest.allocation_id} has no row; its trail must open it first")
+
+
+async def _append_events(session: AsyncSession, changes: list[StateChange]) -> None:
+    """One event row per step, once: the key makes a trail written twice change nothing."""
+    rows: list[dict[str, Any]] = [
+        {
+            "allocation_id": change.allocation_id,
+            "event_key": f"{change.run_id}:{change.step}:{change.state}:{change.attempt or 0}:{change.node or '-'}",
+            "at": change.at or func.now(),
+            "state": change.state,
+            "step": change.step,
+            "attempt": change.attempt,
+            "node_id": change.node,
+            "reason": change.reason,
+            "detail": change.detail,
+        }
+        for change in changes
+    ]
     await session.execute(
-        insert(EVENTS)
-        .values(
-            allocation_id=change.allocation_id,
-            event_key=key,
-            at=at,
-            state=change.state,
-            step=change.step,
-            attempt=change.attempt,
-            node_id=change.node,
-            reason=change.reason,
-            detail=change.detail,
-        )
-        .on_conflict_do_nothing(index_elements=[EVENTS.c.allocation_id, EVENTS.c.event_key])
+        insert(EVENTS).values(rows).on_conflict_do_nothing(index_elements=[EVENTS.c.allocation_id, EVENTS.c.event_key])
     )
 
 
