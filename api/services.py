@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.metrics import Metrics
 from api.temporal import ControlPlane
+from store.inventory import InventoryCache
 from workflows.allocation_messages import Timing
 from workflows.deployment_messages import DeploymentTiming
 
@@ -21,6 +22,7 @@ class Services:
     metrics: Metrics
     database: async_sessionmaker[AsyncSession] | None = None  # None until the app's lifespan opens it
     deployment_timing: DeploymentTiming = field(default_factory=DeploymentTiming)  # for deployment workflows
+    inventory: InventoryCache = field(default_factory=InventoryCache)  # explain and capacity read through it
 
     @property
     def sessions(self) -> async_sessionmaker[AsyncSession]:

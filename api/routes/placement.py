@@ -1,4 +1,5 @@
-"""`POST /v1/explain` and `GET /v1/capacity`: the scheduler's own answers over a fresh snapshot of PostgreSQL.
+"""`POST /v1/explain` and `GET /v1/capacity`: the scheduler's own answers over a current snapshot of PostgreSQL
+(the inventory kept by the app's `InventoryCache`, claims and usage read for each request).
 
 Both are read-only: explain runs the same pure scheduling pass an allocation would (region, cluster, and a preview
 of the node scheduler on the chosen node) and returns its level-by-level explanation; capacity tells raw free GPUs
@@ -18,7 +19,6 @@ from api.services import Services, services
 from fleet.meta import Name
 from scheduler.capacity import capacity
 from scheduler.placement import PlacementResult, schedule
-from store.snapshot import load_snapshot
 
 router = APIRouter(prefix="/v1", tags=["placement"])
 App = Annotated[Services, Depends(services)]
@@ -35,7 +35,7 @@ async def explain(
     token and no `tenant`, tenant policy and quota are left out (the operator's view)."""
     tenant = body.tenant if caller.is_admin else acting_tenant(caller, body.tenant)
     async with app.sessions() as session:
-        snapshot = await load_snapshot(session)
+        snapshot = await app.inventory.snapshot(session)
     result = schedule(snapshot, body.placement_request(tenant), detail=detail)
     if result.refusal is not None:
         app.metrics.explain_refusals.labels(str(result.refusal.code)).inc()
@@ -51,5 +51,5 @@ async def get_capacity(
 ) -> CapacityReport:
     """Per pool: raw free GPUs, how many 1, 2, 4 and 8-GPU slices would fit now, and whole bare-metal nodes."""
     async with app.sessions() as session:
-        snapshot = await load_snapshot(session)
+        snapshot = await app.inventory.snapshot(session)
     return CapacityReport(pools=capacity(snapshot, region=region, gpu_product=gpu_product))
