@@ -4,7 +4,8 @@ Each step says what should happen, makes it happen, and checks that it did; the 
 behaved as narrated. Every allocation's Temporal UI link is printed so its story can be followed there.
 
     capacity before -> slice to active and released -> agent down, placed on an alternate -> cancelled while
-    provisioning -> bare-metal host -> unplaceable request, explained -> capacity after -> release everything
+    provisioning -> bare-metal host -> unplaceable request, explained -> capacity after -> a ModelDeployment,
+    spread, scaled past capacity, deleted -> release everything
 """
 
 from __future__ import annotations
@@ -23,6 +24,36 @@ from config.context import StackContext
 from scheduler.capacity import PoolCapacity
 
 FINAL = ("active", "failed", "cancelled", "released")
+
+
+def _gang(count: int, selector: str) -> dict[str, Any]:
+    return {"devices": [{"name": "gpu", "count": count, "selectors": [{"cel": selector}]}]}
+
+
+# Modelplane's disaggregated serving, as in examples/modelplane/deployment.yaml: a prefill gang (a Leader and a
+# Worker, each on a whole node of GPUs with at least 141Gi) and a decode engine on an H100 node, in tier=prod.
+BIG_GPUS = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("141Gi")) >= 0'
+H100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA-H100-80GB-HBM3"'
+DEMO_DEPLOYMENT: dict[str, Any] = {
+    "apiVersion": "modelplane.ai/v1alpha1",
+    "kind": "ModelDeployment",
+    "metadata": {"name": "demo-llama"},
+    "spec": {
+        "replicas": 3,
+        "template": {
+            "spec": {
+                "clusterSelector": {"matchLabels": {"tier": "prod"}},
+                "engines": [
+                    {"name": "prefill", "members": [
+                        {"role": "Leader", "nodeSelector": _gang(8, BIG_GPUS)},
+                        {"role": "Worker", "worker": {"nodes": 1}, "nodeSelector": _gang(8, BIG_GPUS)},
+                    ]},
+                    {"name": "decode", "members": [{"role": "Standalone", "nodeSelector": _gang(8, H100)}]},
+                ],
+            }
+        },
+    },
+}  # fmt: skip
 
 
 class StepFailed(AssertionError):
@@ -160,6 +191,56 @@ class Demo:
         self.expect(failed["state"] == "failed", f"expected failed, got {failed['state']}")
         self.say(f"  the allocation failed with: {failed['failure_reason']}")
 
+    def deployment(self) -> None:
+        self.say(
+            "A ModelDeployment in Modelplane's shape: 3 replicas of a prefill gang and a decode engine, in the "
+            "clusters labelled tier=prod. The fleet scheduler spreads replicas over clusters before packing and puts "
+            "each engine on one pool; each replica is a child workflow that records its node-cost ledger, applies "
+            "its workload and waits for it to be ready."
+        )
+        name = DEMO_DEPLOYMENT["metadata"]["name"]
+        accepted = self.call("PUT", f"/v1/deployments/{name}", 202, json=DEMO_DEPLOYMENT, headers=self.admin)
+        self.console.print(f"  Temporal UI: {self.ui_link(accepted['workflow_id'])}", highlight=False, soft_wrap=True)
+        steady = self.wait_deployment(name, lambda d: d["available"] == 3, "had 3 replicas ready")
+        self.expect(steady["phase"] == "FullyScheduled", f"expected FullyScheduled, got {steady['phase']}")
+        for replica in steady["replicas"]:
+            pools = ", ".join(f"{engine} on {pool}" for engine, pool in replica["pools"].items())
+            self.say(
+                f"  {replica['name']}: {replica['cluster']}, {pools}, {replica['nodes']} nodes, {replica['phase']}"
+            )
+        clusters = {replica["cluster"] for replica in steady["replicas"]}
+        self.expect(len(clusters) == 2, f"expected the replicas spread over both clusters, got {sorted(clusters)}")
+
+        self.say("Scaled to 9 replicas: more than the pools hold. The ones that fit are placed, the rest explained.")
+        scaled = {**DEMO_DEPLOYMENT, "spec": {**DEMO_DEPLOYMENT["spec"], "replicas": 9}}
+        self.call("PUT", f"/v1/deployments/{name}", 202, json=scaled, headers=self.admin)
+        partial = self.wait_deployment(name, lambda d: d["desired"] == 9 and d["phase"] != "Pending", "re-planned")
+        self.expect(partial["phase"] == "PartiallyScheduled", f"expected PartiallyScheduled, got {partial['phase']}")
+        self.say(f"  {partial['phase']}: {partial['message']}")
+        for cluster in partial["clusters"]:
+            self.say(f"    {cluster['cluster']}: {cluster['message']}")
+
+        self.call("DELETE", f"/v1/deployments/{name}", 202, headers=self.admin)
+        self.wait_gone(f"/v1/deployments/{name}")
+        self.say("  deleted: every workload removed and its ledger rows released")
+
+    def wait_deployment(self, name: str, until: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            current = self.call("GET", f"/v1/deployments/{name}", 200, headers=self.admin)
+            if until(current):
+                return current
+            if time.monotonic() > deadline:
+                raise StepFailed(f"deployment {name} never {what} (phase {current['phase']})")
+            time.sleep(0.2)
+
+    def wait_gone(self, path: str) -> None:
+        deadline = time.monotonic() + self.timeout
+        while self.http.get(path, headers=self.admin).status_code != 404:
+            if time.monotonic() > deadline:
+                raise StepFailed(f"{path} still exists")
+            time.sleep(0.2)
+
     def release_held(self) -> None:
         for allocation in self.held:
             self.call("DELETE", f"/v1/allocations/{allocation}", 202)
@@ -177,6 +258,7 @@ class Demo:
             ("4. A bare-metal host", self.bare_metal),
             ("5. A request that cannot be placed, and why", self.unplaceable),
             ("Capacity after (steps 2 and 4 still hold their GPUs)", lambda: self.capacity("Capacity after")),
+            ("6. A ModelDeployment: spread over clusters, scaled past capacity, deleted", self.deployment),
             ("Cleaning up", self.release_held),
         ]
         for title, step in steps:

@@ -26,11 +26,13 @@ def test_berth_demo_walks_every_case_and_exits_0(tmp_path: Path) -> None:
         "4. A bare-metal host",
         "5. A request that cannot be placed, and why",
         "Capacity after",
+        "6. A ModelDeployment: spread over clusters, scaled past capacity, deleted",
     ):
         assert heading in output
     assert "attempt on j22u11: failed agent_unreachable" in output
     assert "the allocation failed with: no_compatible_bundles" in output
-    assert output.count("  Temporal UI: http://127.0.0.1:") == 5  # one link per allocation
+    assert output.count("  Temporal UI: http://127.0.0.1:") == 6  # one link per allocation, one for the deployment
+    assert "PartiallyScheduled: 3 of 9 replicas scheduled" in output
     assert "not as narrated" not in output
     assert "Every step behaved as narrated" in output
     leftovers = [p for p in psutil.process_iter(["pid", "cmdline"]) if p.pid not in before and p.info["cmdline"]
