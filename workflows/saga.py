@@ -1,19 +1,24 @@
-"""Undo steps that survive cancellation (TEMPORAL.md, saga rules), for the deployment and replica workflows.
-
-The allocation workflow has its own copy of the same two helpers; this module is the shared home for new workflows.
-"""
+"""Undo steps that survive cancellation (TEMPORAL.md, saga rules), shared by the allocation, deployment and replica
+workflows."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 
-async def shielded(work: Awaitable[None]) -> None:
+async def shielded(work: Coroutine[Any, Any, None]) -> None:
     """Run `work` to completion even if the workflow is cancelled meanwhile; re-raise the cancel afterwards.
 
     Compensations and teardown must never be cut short: a half-run undo is how capacity leaks."""
-    task = asyncio.ensure_future(work)
+    try:
+        task = asyncio.ensure_future(work)
+    except BaseException:
+        # The worker is evicting this run from its cache (shutdown): nothing may be scheduled now. The run is not
+        # over; it resumes from its history on the next worker, compensation included.
+        work.close()
+        raise
     cancelled = False
     while not task.done():
         try:
