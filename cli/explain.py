@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from cli.output import OutputFormat
+from cli.output import OutputFormat, make_console
 from fleet.errors import FleetError
 from fleet.loader import load_fleet
 from scheduler.cel import SelectorCompileError
@@ -69,7 +68,7 @@ def _fail(message: str) -> None:
 
 def render(result: PlacementResult, gpus: int) -> None:
     """The placement or refusal, level by level; `berth explain` online renders the API's answer with it too."""
-    console = Console()
+    console = make_console()
     if result.placed:
         console.print(f"[bold green]Placed[/]: {result.explanation.summary}", highlight=False)
     else:

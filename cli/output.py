@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from enum import StrEnum
 from typing import Any, NoReturn
 
@@ -10,8 +12,18 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-console = Console()
-errors = Console(stderr=True)
+# Piped into a file or a pager, Rich would assume 80 columns and cut every wide table; a terminal keeps its own width.
+PIPED_WIDTH = 160
+
+
+def make_console(stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    piped = not stream.isatty() and "COLUMNS" not in os.environ
+    return Console(stderr=stderr, width=PIPED_WIDTH if piped else None)
+
+
+console = make_console()
+errors = make_console(stderr=True)
 
 
 class OutputFormat(StrEnum):
