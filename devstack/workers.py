@@ -9,11 +9,13 @@ a host whose agent crashed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import uvicorn
+from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Worker
 
 import worker
@@ -22,6 +24,28 @@ from config.settings import Settings
 from config.temporal import connect
 from fleet.loader import load_fleet
 from store.db import create_engine, session_factory
+
+
+def log_sdk_to(log_file: Path) -> None:
+    """Send the Temporal SDK core's log lines to `log_file` rather than the terminal the stack was started from.
+
+    Its warnings are for whoever debugs a worker (say, an activity that finished after its workflow was cancelled,
+    which the demo does on purpose); printed between `berth up`'s own lines they read like failures."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    logger = logging.getLogger("berth.temporal-sdk")
+    if not logger.handlers:
+        handler = logging.FileHandler(log_file)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    telemetry = TelemetryConfig(
+        logging=LoggingConfig(
+            filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+            forwarding=LogForwardingConfig(logger=logger),
+        )
+    )
+    Runtime.set_default(Runtime(telemetry=telemetry), error_if_already_set=False)
 
 
 class WorkerHost:
@@ -38,6 +62,7 @@ class WorkerHost:
         self._api: uvicorn.Server | None = None
 
     def start(self, database_url: str, timeout: float = 60.0) -> None:
+        log_sdk_to(self.settings.state_dir / "logs" / "workers.log")
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(database_url), self._loop).result(timeout)
 
