@@ -185,7 +185,7 @@ class Demo:
         self.expect(not explained["placed"], "the explain endpoint placed an impossible request")
         self.say(f"  explain: {explained['explanation']['summary']}")
         for level in explained["explanation"]["levels"]:
-            self.say(f"    {level['level']}: {level['passed']}/{level['considered']} {level['summary']}")
+            self.say(f"    {level['level']}: {level['summary']}")  # the summary starts with the counts
         allocation = self.create(body)
         failed = self.settle(allocation)
         self.expect(failed["state"] == "failed", f"expected failed, got {failed['state']}")
