@@ -12,6 +12,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from cli.output import OutputFormat, console, errors, fail, print_json
 from config.context import NotConfigured, database_url
 from config.settings import Settings
+from config.temporal import connect
 from fleet.byo import adopt_node_lists
 from fleet.errors import FleetError
 from fleet.fleet import Fleet
@@ -19,6 +20,22 @@ from fleet.loader import load_fleet
 from store.apply import ApplyRefused, ApplyResult, apply_fleet, refuse_non_inventory
 from store.db import create_engine, session_factory
 from store.tokens import ensure_tenant_tokens
+from workflows.deployment_client import notify_inventory_changed
+from workflows.task_queues import Queues
+
+
+async def _tell_deployments(settings: Settings, summary: str) -> int | None:
+    """Best effort, after the apply committed: running deployments re-plan now instead of at their next resync
+    (what `PUT /v1/fleet` does too). None when Temporal cannot be reached in a few seconds."""
+    try:
+        async with asyncio.timeout(5):
+            client = await connect(settings)
+            queues = Queues(control=settings.control_task_queue, node_prefix=settings.node_task_queue_prefix)
+            return await notify_inventory_changed(client, queues, f"fleet applied: {summary}")
+    except NotConfigured:
+        return 0  # no control plane configured: no deployment to tell
+    except Exception:  # noqa: BLE001 - Temporal unreachable: the inventory is written all the same
+        return None
 
 
 async def _apply(url: str, fleet: Fleet, prune: bool) -> tuple[ApplyResult, dict[str, str]]:
@@ -68,12 +85,18 @@ def apply(
         fail(f"the database refused the apply: {exc.orig}")
     except (OSError, OperationalError, DBAPIError) as exc:
         fail(f"cannot reach the database: {exc}")
+    changed = any(change.action != "kept" for change in result.changes)
+    told = asyncio.run(_tell_deployments(Settings(), result.summary())) if changed else 0
     if output is OutputFormat.JSON:
-        print_json({**result.model_dump(), "tenant_tokens": tokens})
+        print_json({**result.model_dump(), "tenant_tokens": tokens, "deployments_told": told})
         return
     for change in result.changes:
         style = {"created": "green", "updated": "yellow", "deleted": "red", "kept": "dim"}[change.action]
         console.print(f"  [{style}]{change.action:>7}[/] {change.kind}/{change.name}", highlight=False)
     console.print(f"applied: {result.summary()}", highlight=False)
+    if told is None:
+        console.print("running deployments re-plan at their next resync (Temporal was not reachable)", highlight=False)
+    elif told:
+        console.print(f"told {told} running deployment(s) to re-plan", highlight=False)
     for tenant, token in sorted(tokens.items()):
         console.print(f"new API token for tenant {tenant} (shown once): {token}", highlight=False)

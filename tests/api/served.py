@@ -28,6 +28,7 @@ class Served:
     base_url: str
     admin_token: str
     tenant_tokens: dict[str, str]
+    control_queue: str = "berth.control"
 
 
 async def _serve(
@@ -51,7 +52,7 @@ async def _serve(
             while not server.started:
                 await asyncio.sleep(0.02)
             host, port = listener.getsockname()
-            ready.set_result(Served(f"http://{host}:{port}", admin, tenants))
+            ready.set_result(Served(f"http://{host}:{port}", admin, tenants, lab.queues.control))
             await asyncio.to_thread(stop.wait)
             server.should_exit = True
             await serving

@@ -88,7 +88,7 @@ def test_a_good_file_applies_and_reports_what_changed(tmp_path: Path, database_u
     assert "applied: 7 created, 0 unchanged" in first.output
     second = runner.invoke(app, ["apply", "-f", str(tmp_path / "fleet.yaml"), "-o", "json"], env=env)
     assert second.exit_code == 0
-    assert json.loads(second.output) == {"changes": [], "unchanged": 7, "tenant_tokens": {}}
+    assert json.loads(second.output) == {"changes": [], "unchanged": 7, "tenant_tokens": {}, "deployments_told": 0}
 
 
 def test_apply_gives_each_new_tenant_one_api_token(tmp_path: Path, database_url: str) -> None:

@@ -14,10 +14,11 @@ import pytest
 import yaml
 from temporalio.testing import WorkflowEnvironment
 
+from cli.main import app
 from config.context import StackContext, write_context
 from config.settings import Settings
 from tests.api.served import served_api
-from tests.cli.test_cli_api import UNSET, Terminal, one_error_line
+from tests.cli.test_cli_api import UNSET, Terminal, one_error_line, runner
 from tests.workflows.deployment_lab import deployment, k8s_fleet
 
 
@@ -87,3 +88,22 @@ def test_errors_are_one_line(terminal: Terminal, tmp_path: Path) -> None:
     assert "document 1 is Region, not a ModelDeployment" in line
     assert "cannot read it" in one_error_line(terminal.berth("deploy", "apply", "-f", str(tmp_path / "missing.yaml")))
     assert "HTTP 404" in one_error_line(terminal.berth("deploy", "delete", "nope"))
+
+
+def test_berth_apply_tells_running_deployments_to_replan(terminal: Terminal, tmp_path: Path) -> None:
+    """A fleet change made with `berth apply` reaches running deployments at once, as `PUT /v1/fleet` does."""
+    file = write(tmp_path, "llama.yaml", deployment("llama", 4))
+    terminal.ok("deploy", "apply", "-f", file, "--wait", "--timeout", "60")
+    assert terminal.json("deploy", "get", "llama")["available"] == 3  # east 2 + west 1 nodes
+
+    grown = tmp_path / "grown.yaml"
+    grown.write_text(k8s_fleet({"east": 2, "west": 2}))
+    env = {**terminal.env, "BERTH_CONTROL_TASK_QUEUE": terminal.served.control_queue}
+    applied = runner.invoke(app, ["apply", "-f", str(grown)], env=env)
+    assert applied.exit_code == 0, applied.output
+    assert "told 1 running deployment(s) to re-plan" in applied.output
+    deadline = time.monotonic() + 30  # well before the deployment's own resync
+    while (view := terminal.json("deploy", "get", "llama"))["available"] != 4:
+        assert time.monotonic() < deadline, view
+        time.sleep(0.2)
+    assert view["phase"] == "FullyScheduled"
