@@ -228,6 +228,8 @@ class AllocationWorkflow:
             self.status.node = self.status.pool = None
             self.status.bundles = []
             return False
+        except GeneratorExit:
+            raise  # the worker is dropping this run from memory; it resumes from its history, undo included
         except BaseException:
             # Cancellation (or a failure of the whole request): stop the attempt, then undo it.
             attempt.outcome = "cancelled"

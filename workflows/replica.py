@@ -65,6 +65,8 @@ class ReplicaWorkflow:
             await self.set_phase("ready", "all pods ready", db_state="ready")
             await self.report("ready")
             await workflow.wait_condition(lambda: False)  # hold until the deployment removes it (cancellation)
+        except GeneratorExit:
+            raise  # the worker is dropping this run from memory; it resumes from its history, undo included
         except BaseException as error:
             cancelled = is_cancelled_exception(error)
             reason = "removed by its deployment" if cancelled else _reason(error)

@@ -120,8 +120,8 @@ class DeploymentLab:
 
     async def apply(self, manifest: dict[str, Any], timing: DeploymentTiming | None = None) -> bool:
         name = manifest["metadata"]["name"]
-        return await deployment_client.apply(
-            self.client, name, manifest, queues=self.queues, timing=timing or self.timing
+        return await deployment_client.apply(  # a generous wait: the whole suite shares two cores
+            self.client, name, manifest, queues=self.queues, timing=timing or self.timing, wait_seconds=60
         )
 
     def handle(self, name: str) -> WorkflowHandle[Any, DeploymentStatus]:
