@@ -92,9 +92,9 @@ def test_errors_are_one_line(terminal: Terminal, tmp_path: Path) -> None:
 
 def test_berth_apply_tells_running_deployments_to_replan(terminal: Terminal, tmp_path: Path) -> None:
     """A fleet change made with `berth apply` reaches running deployments at once, as `PUT /v1/fleet` does."""
-    file = write(tmp_path, "llama.yaml", deployment("llama", 4))
+    file = write(tmp_path, "regrow.yaml", deployment("regrow", 4))
     terminal.ok("deploy", "apply", "-f", file, "--wait", "--timeout", "60")
-    assert terminal.json("deploy", "get", "llama")["available"] == 3  # east 2 + west 1 nodes
+    assert terminal.json("deploy", "get", "regrow")["available"] == 3  # east 2 + west 1 nodes
 
     grown = tmp_path / "grown.yaml"
     grown.write_text(k8s_fleet({"east": 2, "west": 2}))
@@ -103,7 +103,14 @@ def test_berth_apply_tells_running_deployments_to_replan(terminal: Terminal, tmp
     assert applied.exit_code == 0, applied.output
     assert "told 1 running deployment(s) to re-plan" in applied.output
     deadline = time.monotonic() + 30  # well before the deployment's own resync
-    while (view := terminal.json("deploy", "get", "llama"))["available"] != 4:
+    while (view := terminal.json("deploy", "get", "regrow"))["available"] != 4:
         assert time.monotonic() < deadline, view
         time.sleep(0.2)
     assert view["phase"] == "FullyScheduled"
+
+    # Deployments outlive the test's workers on the shared Temporal server: leave none running.
+    terminal.ok("deploy", "delete", "regrow")
+    deadline = time.monotonic() + 30
+    while terminal.berth("deploy", "get", "regrow").exit_code == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
