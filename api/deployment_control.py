@@ -13,7 +13,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.errors import conflict, not_found, unavailable
 from api.temporal import ControlPlane
 from workflows import deployment_client
-from workflows.allocation_client import Rejected, WorkerUnavailable
+from workflows.client_calls import Rejected, WorkerUnavailable
 from workflows.deployment_messages import DeploymentStatus, DeploymentTiming
 
 

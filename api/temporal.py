@@ -25,8 +25,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import ApiError, conflict, unavailable
 from workflows import allocation_client
-from workflows.allocation_client import Rejected, WorkerUnavailable
 from workflows.allocation_messages import AllocationInput, AllocationStatus, RetryAccepted
+from workflows.client_calls import Rejected, WorkerUnavailable
 from workflows.task_queues import Queues
 
 

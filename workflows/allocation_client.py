@@ -6,10 +6,6 @@ otherwise wait for a worker for ever (sdk-python#514): the caller gets `WorkerUn
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
-from typing import TypeVar
-
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
@@ -22,17 +18,9 @@ from workflows.allocation_messages import (
     RetryAccepted,
     RetryRequest,
 )
+from workflows.client_calls import Rejected, bounded
 
 DEFAULT_TIMEOUT = 10.0
-T = TypeVar("T")
-
-
-class WorkerUnavailable(RuntimeError):
-    """No worker answered in time: the control plane is down or overloaded."""
-
-
-class Rejected(RuntimeError):
-    """The workflow refused the action (for example, releasing an allocation that is not active)."""
 
 
 def workflow_id(allocation_id: str) -> str:
@@ -68,24 +56,15 @@ def handle(client: Client, allocation_id: str) -> WorkflowHandle[AllocationWorkf
     return client.get_workflow_handle_for(AllocationWorkflow.run, workflow_id(allocation_id))
 
 
-async def _bounded(call: Awaitable[T], wait_seconds: float) -> T:
-    try:
-        return await asyncio.wait_for(call, wait_seconds)
-    except TimeoutError:
-        raise WorkerUnavailable(
-            "no Berth control worker answered in time; is `berth worker control` running?"
-        ) from None
-
-
 async def status(client: Client, allocation_id: str, wait_seconds: float = DEFAULT_TIMEOUT) -> AllocationStatus:
-    return await _bounded(handle(client, allocation_id).query(AllocationWorkflow.status_query), wait_seconds)
+    return await bounded(handle(client, allocation_id).query(AllocationWorkflow.status_query), wait_seconds)
 
 
 async def retry(
     client: Client, allocation_id: str, exclude_nodes: list[str], wait_seconds: float = DEFAULT_TIMEOUT
 ) -> RetryAccepted:
     try:
-        return await _bounded(
+        return await bounded(
             handle(client, allocation_id).execute_update(
                 AllocationWorkflow.retry, RetryRequest(exclude_nodes=exclude_nodes)
             ),
@@ -97,7 +76,7 @@ async def retry(
 
 async def release(client: Client, allocation_id: str, wait_seconds: float = DEFAULT_TIMEOUT) -> AllocationStatus:
     try:
-        return await _bounded(
+        return await bounded(
             handle(client, allocation_id).execute_update(AllocationWorkflow.release, ReleaseRequest()), wait_seconds
         )
     except WorkflowUpdateFailedError as exc:

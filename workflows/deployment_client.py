@@ -7,16 +7,14 @@ if none runs under the id, else send the spec as a validated update (a rejected 
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.allocation_client import Rejected, WorkerUnavailable
+from workflows.client_calls import Rejected, WorkerUnavailable, bounded
 from workflows.deployment import DeploymentWorkflow, initial_search_attributes
 from workflows.deployment_messages import (
     DeleteRequest,
@@ -29,7 +27,6 @@ from workflows.deployment_messages import (
 from workflows.task_queues import Queues
 
 DEFAULT_TIMEOUT = 10.0
-T = TypeVar("T")
 
 __all__ = ["Rejected", "WorkerUnavailable", "apply", "delete", "status", "workflow_id"]
 
@@ -40,15 +37,6 @@ def workflow_id(name: str) -> str:
 
 def handle(client: Client, name: str) -> WorkflowHandle[DeploymentWorkflow, DeploymentStatus]:
     return client.get_workflow_handle_for(DeploymentWorkflow.run, workflow_id(name))
-
-
-async def _bounded(call: Awaitable[T], wait_seconds: float) -> T:
-    try:
-        return await asyncio.wait_for(call, wait_seconds)
-    except TimeoutError:
-        raise WorkerUnavailable(
-            "no Berth control worker answered in time; is `berth worker control` running?"
-        ) from None
 
 
 async def running(client: Client, name: str) -> bool:
@@ -85,7 +73,7 @@ async def apply(
         )
         return True
     try:
-        await _bounded(
+        await bounded(
             handle(client, name).execute_update(DeploymentWorkflow.apply_spec, SpecUpdate(manifest=manifest)),
             wait_seconds,
         )
@@ -95,13 +83,13 @@ async def apply(
 
 
 async def status(client: Client, name: str, wait_seconds: float = DEFAULT_TIMEOUT) -> DeploymentStatus:
-    return await _bounded(handle(client, name).query(DeploymentWorkflow.status_query), wait_seconds)
+    return await bounded(handle(client, name).query(DeploymentWorkflow.status_query), wait_seconds)
 
 
 async def delete(client: Client, name: str, wait_seconds: float = DEFAULT_TIMEOUT) -> DeploymentStatus:
     """Ask the deployment to tear down every replica and complete."""
     try:
-        return await _bounded(
+        return await bounded(
             handle(client, name).execute_update(DeploymentWorkflow.delete, DeleteRequest()), wait_seconds
         )
     except WorkflowUpdateFailedError as error:

@@ -1,0 +1,28 @@
+"""What the thin client modules (`allocation_client`, `deployment_client`) share: every call that needs a worker to
+answer is bounded, because Temporal would otherwise wait for one for ever (sdk-python#514)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class WorkerUnavailable(RuntimeError):
+    """No worker answered in time: the control plane is down or overloaded."""
+
+
+class Rejected(RuntimeError):
+    """The workflow refused the action (for example, releasing an allocation that is not active)."""
+
+
+async def bounded(call: Awaitable[T], wait_seconds: float) -> T:
+    """`call`, or `WorkerUnavailable` when no worker answers within `wait_seconds`."""
+    try:
+        return await asyncio.wait_for(call, wait_seconds)
+    except TimeoutError:
+        raise WorkerUnavailable(
+            "no Berth control worker answered in time; is `berth worker control` running?"
+        ) from None
