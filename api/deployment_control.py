@@ -4,39 +4,17 @@ refused by the workflow's validator -> 409, no worker answering -> 503, like the
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
-from temporalio.service import RPCError, RPCStatusCode
-
-from api.errors import conflict, not_found, unavailable
+from api.errors import not_found
 from api.temporal import ControlPlane
 from workflows import deployment_client
-from workflows.client_calls import Rejected, WorkerUnavailable
 from workflows.deployment_messages import DeploymentStatus, DeploymentTiming
-
-
-@contextlib.asynccontextmanager
-async def _call(control: ControlPlane, name: str) -> AsyncIterator[None]:
-    try:
-        async with asyncio.timeout(control.timeouts.call_seconds):
-            yield
-    except (WorkerUnavailable, TimeoutError) as error:
-        raise unavailable(
-            "no_control_worker", f"no Berth control worker answered within {control.timeouts.call_seconds:g}s"
-        ) from error
-    except Rejected as error:
-        raise conflict(str(error)) from error
-    except RPCError as error:
-        if error.status == RPCStatusCode.NOT_FOUND:
-            raise not_found("deployment", name) from error
-        raise unavailable("temporal_unavailable", f"Temporal did not accept the call: {error.message}") from error
 
 
 async def apply(control: ControlPlane, name: str, manifest: dict[str, Any], timing: DeploymentTiming) -> bool:
     client = await control.client()
-    async with _call(control, name):
+    async with control.call(not_found("deployment", name)):
         return await deployment_client.apply(
             client, name, manifest, queues=control.queues, timing=timing, wait_seconds=control.timeouts.call_seconds
         )
@@ -44,13 +22,13 @@ async def apply(control: ControlPlane, name: str, manifest: dict[str, Any], timi
 
 async def running(control: ControlPlane, name: str) -> bool:
     client = await control.client()
-    async with _call(control, name):
+    async with control.call(not_found("deployment", name)):
         return await deployment_client.running(client, name)
 
 
 async def delete(control: ControlPlane, name: str) -> DeploymentStatus:
     client = await control.client()
-    async with _call(control, name):
+    async with control.call(not_found("deployment", name)):
         return await deployment_client.delete(client, name, control.timeouts.call_seconds)
 
 

@@ -105,8 +105,8 @@ class ControlPlane:
             raise unavailable("no_control_worker", NO_WORKER.format(queue=self.queues.control))
 
     @contextlib.asynccontextmanager
-    async def _call(self, allocation_id: str) -> AsyncIterator[None]:
-        """Translate what Temporal says into HTTP: refused -> 409, no answer -> 503."""
+    async def call(self, missing: ApiError) -> AsyncIterator[None]:
+        """Translate what Temporal says into HTTP: refused -> 409, no answer -> 503, no such workflow -> `missing`."""
         try:
             async with asyncio.timeout(self.timeouts.call_seconds):
                 yield
@@ -117,35 +117,35 @@ class ControlPlane:
         except Rejected as error:
             raise conflict(str(error)) from error
         except WorkflowAlreadyStartedError as error:
-            raise conflict(f"allocation {allocation_id} already has a running or completed workflow") from error
+            raise conflict(f"workflow {error.workflow_id} is already running or has completed") from error
         except RPCError as error:
             if error.status == RPCStatusCode.NOT_FOUND:
-                raise conflict(f"the workflow of allocation {allocation_id} no longer exists") from error
+                raise missing from error
             raise unavailable("temporal_unavailable", f"Temporal did not accept the call: {error.message}") from error
 
     async def start(self, input: AllocationInput) -> None:
         client = await self.client()
-        async with self._call(input.allocation_id):
+        async with self.call(_gone(input.allocation_id)):
             await allocation_client.start_allocation(client, input)
 
     async def restart(self, input: AllocationInput) -> None:
         client = await self.client()
-        async with self._call(input.allocation_id):
+        async with self.call(_gone(input.allocation_id)):
             await allocation_client.restart_failed(client, input)
 
     async def cancel(self, allocation_id: str) -> None:
         client = await self.client()
-        async with self._call(allocation_id):
+        async with self.call(_gone(allocation_id)):
             await allocation_client.cancel(client, allocation_id)
 
     async def retry(self, allocation_id: str, exclude_nodes: list[str]) -> RetryAccepted:
         client = await self.client()
-        async with self._call(allocation_id):
+        async with self.call(_gone(allocation_id)):
             return await allocation_client.retry(client, allocation_id, exclude_nodes, self.timeouts.call_seconds)
 
     async def release(self, allocation_id: str) -> AllocationStatus:
         client = await self.client()
-        async with self._call(allocation_id):
+        async with self.call(_gone(allocation_id)):
             return await allocation_client.release(client, allocation_id, self.timeouts.call_seconds)
 
     async def live_status(self, allocation_id: str) -> AllocationStatus | None:
@@ -163,3 +163,7 @@ class ControlPlane:
             return await client.service_client.check_health(timeout=timedelta(seconds=self.timeouts.status_seconds))
         except (ApiError, RPCError):
             return False
+
+
+def _gone(allocation_id: str) -> ApiError:
+    return conflict(f"the workflow of allocation {allocation_id} no longer exists")

@@ -8,6 +8,7 @@ plain test functions. The lab fleet (tests/api/stack.py): hosts `slow` (1 GPU, n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -67,11 +68,15 @@ def one_error_line(result: Result) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def terminal(database_url: str, temporal_env: WorkflowEnvironment, tmp_path: Path) -> Iterator[Terminal]:
+@contextlib.contextmanager
+def open_terminal(
+    database_url: str, temporal_env: WorkflowEnvironment, tmp_path: Path, fleet: str
+) -> Iterator[Terminal]:
+    """The API served over `fleet` with a control worker, and a terminal whose only configuration is the context
+    file `berth up` would write."""
     client = temporal_env.client
     target = client.service_client.config.target_host
-    with served_api(database_url, target, client.namespace, api_fleet(), tmp_path / "lab") as served:
+    with served_api(database_url, target, client.namespace, fleet, tmp_path / "lab") as served:
         deadline = time.monotonic() + 10
         while httpx.get(f"{served.base_url}/healthz").json()["control_workers"] == 0:
             assert time.monotonic() < deadline, "the control worker never polled"
@@ -81,6 +86,12 @@ def terminal(database_url: str, temporal_env: WorkflowEnvironment, tmp_path: Pat
                                admin_token=served.admin_token, tenant_tokens=served.tenant_tokens)  # fmt: skip
         write_context(settings, context)
         yield Terminal(served, settings.state_dir, {**UNSET, "BERTH_STATE_DIR": str(settings.state_dir)})
+
+
+@pytest.fixture
+def terminal(database_url: str, temporal_env: WorkflowEnvironment, tmp_path: Path) -> Iterator[Terminal]:
+    with open_terminal(database_url, temporal_env, tmp_path, api_fleet()) as opened:
+        yield opened
 
 
 def test_create_wait_get_list_and_release_with_no_flags(terminal: Terminal) -> None:

@@ -9,34 +9,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from temporalio.testing import WorkflowEnvironment
 
 from cli.main import app
-from config.context import StackContext, write_context
-from config.settings import Settings
-from tests.api.served import served_api
-from tests.cli.test_cli_api import UNSET, Terminal, one_error_line, runner
+from tests.cli.test_cli_api import Terminal, one_error_line, open_terminal, runner
 from tests.workflows.deployment_lab import deployment, k8s_fleet
 
 
 @pytest.fixture
 def terminal(database_url: str, temporal_env: WorkflowEnvironment, tmp_path: Path) -> Iterator[Terminal]:
-    client = temporal_env.client
-    target = client.service_client.config.target_host
-    fleet = k8s_fleet({"east": 2, "west": 1})
-    with served_api(database_url, target, client.namespace, fleet, tmp_path / "lab") as served:
-        deadline = time.monotonic() + 10
-        while httpx.get(f"{served.base_url}/healthz").json()["control_workers"] == 0:
-            assert time.monotonic() < deadline, "the control worker never polled"
-            time.sleep(0.05)
-        settings = Settings(state_dir=tmp_path / "state")
-        context = StackContext(api_url=served.base_url, temporal_address=target, database_url=database_url,
-                               admin_token=served.admin_token, tenant_tokens=served.tenant_tokens)  # fmt: skip
-        write_context(settings, context)
-        yield Terminal(served, settings.state_dir, {**UNSET, "BERTH_STATE_DIR": str(settings.state_dir)})
+    with open_terminal(database_url, temporal_env, tmp_path, k8s_fleet({"east": 2, "west": 1})) as opened:
+        yield opened
 
 
 def write(tmp_path: Path, name: str, *documents: dict[str, Any]) -> str:
