@@ -9,8 +9,9 @@
 
 Every state change is mirrored to PostgreSQL (the allocation's row and its events) and to the Temporal UI (search
 attributes and the current-details story). The PostgreSQL side travels as an audit trail with the next control
-activity, and is written on its own only before a wait that no control step follows (see `AuditTrail`). Compensations run even when the workflow is being cancelled, and a node
-that cannot be reached for teardown gets its slots quarantined rather than blocking the allocation forever.
+activity, and is written on its own only before a wait that no control step follows (see `AuditTrail`).
+Compensations run even when the workflow is being cancelled, and a node that cannot be reached for teardown gets
+its slots quarantined rather than blocking the allocation forever.
 """
 
 from __future__ import annotations
