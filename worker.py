@@ -30,6 +30,7 @@ from activities.control.deployments import DeploymentActivities
 from activities.control.placement import PlacementActivities
 from activities.control.records import RecordActivities
 from activities.node.agent import NodeAgent
+from activities.node.approved import ApprovedSlots
 from activities.node.leases import LeaseStore
 from activities.node.simulated import SimulatedTopology, SimulatedVmDriver
 from config.settings import get_settings
@@ -106,6 +107,7 @@ def simulated_agent(fleet_file: Path, node_id: str, state_dir: Path, lease_secon
         SimulatedVmDriver(home, node.simulation),
         LeaseStore(home / "leases"),
         lease_seconds=lease_seconds,
+        approved=ApprovedSlots(node.slots),  # until the control plane's reply says otherwise
     )
 
 

@@ -1,11 +1,17 @@
 """Who is calling: `Authorization: Bearer <token>`, checked against the hashed tokens in PostgreSQL.
 
 A tenant token sees and acts only on its own tenant's objects; everything else of other tenants is answered as if
-it did not exist (404), so a token cannot even probe which allocation ids are taken. Admin tokens act on all.
+it did not exist (404), so a token cannot even probe which allocation ids are taken. Admin tokens act on all. A node
+token (a node agent's) is good for one thing only: reporting for its own node (`reporter`); every other route
+refuses it.
+
+Node tokens are checked through a short-lived cache: ten thousand agents heartbeating must not cost ten thousand
+token look-ups a minute. Revoking a node token takes effect within `NODE_TOKEN_CACHE_SECONDS`.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 from fastapi import Depends
@@ -13,22 +19,49 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.errors import ApiError
 from api.services import Services, services
-from store.tokens import Principal, verify
+from store.tokens import Principal, digest, verify
 
 bearer = HTTPBearer(auto_error=False, description="An admin token or a tenant token (`berth up` prints both).")
+
+
+NODE_TOKEN_CACHE_SECONDS = 30.0
+
+
+async def _verified(credentials: HTTPAuthorizationCredentials | None, app: Services) -> Principal:
+    challenge = {"WWW-Authenticate": "Bearer"}
+    if credentials is None:
+        raise ApiError(401, "unauthenticated", "send `Authorization: Bearer <token>`", headers=challenge)
+    key = digest(credentials.credentials)
+    cached = app.node_tokens.get(key)
+    if cached is not None and cached[1] > time.monotonic():
+        return cached[0]
+    async with app.sessions() as session:
+        found = await verify(session, credentials.credentials)
+    if found is None:
+        raise ApiError(401, "invalid_token", "the bearer token is unknown or revoked", headers=challenge)
+    if found.role == "node":
+        app.node_tokens[key] = (found, time.monotonic() + NODE_TOKEN_CACHE_SECONDS)
+    return found
 
 
 async def principal(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     app: Annotated[Services, Depends(services)],
 ) -> Principal:
-    challenge = {"WWW-Authenticate": "Bearer"}
-    if credentials is None:
-        raise ApiError(401, "unauthenticated", "send `Authorization: Bearer <token>`", headers=challenge)
-    async with app.sessions() as session:
-        found = await verify(session, credentials.credentials)
-    if found is None:
-        raise ApiError(401, "invalid_token", "the bearer token is unknown or revoked", headers=challenge)
+    found = await _verified(credentials, app)
+    if found.role == "node":
+        raise ApiError(403, "forbidden", "a node token can only report for its own node")
+    return found
+
+
+async def reporter(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    app: Annotated[Services, Depends(services)],
+) -> Principal:
+    """A node agent's token, or an admin's (an operator reporting by hand)."""
+    found = await _verified(credentials, app)
+    if found.role == "tenant":
+        raise ApiError(403, "forbidden", "node reports need a node token or an admin token")
     return found
 
 
@@ -40,6 +73,7 @@ async def admin(caller: Annotated[Principal, Depends(principal)]) -> Principal:
 
 Caller = Annotated[Principal, Depends(principal)]
 Admin = Annotated[Principal, Depends(admin)]
+Reporter = Annotated[Principal, Depends(reporter)]
 
 
 def may_see(caller: Principal, tenant: str) -> bool:

@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from api.heartbeats import Heartbeats
 from api.metrics import Metrics
 from api.temporal import ControlPlane
 from store.inventory import InventoryCache
+from store.tokens import Principal
 from workflows.allocation_messages import Timing
 from workflows.deployment_messages import DeploymentTiming
 
@@ -23,6 +25,8 @@ class Services:
     database: async_sessionmaker[AsyncSession] | None = None  # None until the app's lifespan opens it
     deployment_timing: DeploymentTiming = field(default_factory=DeploymentTiming)  # for deployment workflows
     inventory: InventoryCache = field(default_factory=InventoryCache)  # explain and capacity read through it
+    heartbeats: Heartbeats = field(default_factory=Heartbeats)  # agents' steady reports, written in batches
+    node_tokens: dict[str, tuple[Principal, float]] = field(default_factory=dict)  # digest -> (principal, until)
 
     @property
     def sessions(self) -> async_sessionmaker[AsyncSession]:

@@ -61,9 +61,12 @@ class PoolCapacity(BaseModel):
     shape: PoolShape
     gpu_product: str | None
     nodes: int
-    ready_nodes: int
-    gpus: int
-    raw_free_gpus: int  # slots no one holds on READY nodes, compatible or not
+    ready_nodes: int  # READY, with a live node agent
+    agents_down: int  # nodes whose agent is not live (counted in `nodes`, never in `ready_nodes`)
+    gpus: int  # slots the fleet declares, whatever the hosts say
+    validated_gpus: int  # slots whose GPU the node agents validated on the host (raw GPUs that really exist)
+    compatible_gpus: int  # slots that are slice bundles: approved, own VF, validated (node-scheduler capacity)
+    raw_free_gpus: int  # validated slots no one holds on ready nodes, compatible or not
     slices: dict[int, int]  # GPUs per slice -> slice allocations of that size that would fit now
     baremetal_nodes: int  # whole hosts a bare-metal request could take now
 
@@ -83,7 +86,7 @@ def capacity(
         if gpu_product is not None and not same_product(pool.gpu_product, gpu_product):
             continue
         groups = snapshot.groups(pool)
-        ready = [group for group in groups if group.profile.status is NodeStatus.READY]
+        ready = [group for group in groups if group.profile.status is NodeStatus.READY and group.profile.agent_live]
         baremetal = 0
         if pool.cluster_ready and pool.shape == CapacityShape.BAREMETAL:
             baremetal = sum(
@@ -100,7 +103,10 @@ def capacity(
                 gpu_product=pool.gpu_product,
                 nodes=sum(len(group.nodes) for group in groups),
                 ready_nodes=sum(len(group.nodes) for group in ready),
+                agents_down=sum(len(group.nodes) for group in groups if not group.profile.agent_live),
                 gpus=sum(group.profile.gpus * len(group.nodes) for group in groups),
+                validated_gpus=sum(group.profile.raw_usable * len(group.nodes) for group in groups),
+                compatible_gpus=sum(group.profile.compatible * len(group.nodes) for group in groups),
                 raw_free_gpus=sum(group.profile.raw_free * len(group.nodes) for group in ready),
                 slices={size: counts[size].of_pool(snapshot, pool) for size in SLICE_SIZES},
                 baremetal_nodes=baremetal,

@@ -1,9 +1,10 @@
 """What makes a slot a usable slice bundle (seed 004), and a node's summary of its usable bundles.
 
 The rules are stricter than raw GPU counting on purpose. A slot is a compatible bundle only if it is approved, has
-`fabric_claim_mode=per_slot_vf` and a non-empty fabric VF address that no other slot of the node uses; a shared
-parent fabric device is not a concurrency approval. A compatible bundle is free when no other allocation claims or
-leases it and it is not quarantined.
+`fabric_claim_mode=per_slot_vf` and a non-empty fabric VF address that no other slot of the node uses, and its node
+agent validated it against the real host; a shared parent fabric device is not a concurrency approval. A compatible
+bundle is free when no other allocation claims or leases it and it is not quarantined. A slot whose only failed
+checks are about the fabric (`raw_only`) still counts as a raw GPU (seed 004: raw GPUs count, slices do not).
 
 Both the cluster scheduler (over a snapshot) and the node scheduler (over its own host view) judge nodes through
 `NodeProfile`, so the two can only disagree when the host state itself differs.
@@ -15,8 +16,15 @@ from collections import Counter
 from dataclasses import dataclass
 
 from fleet.node import FabricClaimMode, NodeStatus
+from scheduler.host.checks import ValidationState
 from scheduler.reasons import Reason
 from scheduler.views import NodeView, SlotState, SlotView
+
+_VALIDATION_DEFECTS = {
+    ValidationState.UNVALIDATED: Reason.SLOT_UNVALIDATED,
+    ValidationState.INVALID: Reason.SLOT_INVALID,
+    ValidationState.RAW_ONLY: Reason.SLOT_FABRIC_INVALID,
+}
 
 _STATE_DEFECTS = {
     SlotState.CLAIMED: Reason.SLOT_CLAIMED,
@@ -30,8 +38,8 @@ def vf_usage(node: NodeView) -> Counter[str]:
     return Counter(slot.fabric_vf_pci for slot in node.slots if slot.fabric_vf_pci)
 
 
-def hardware_defect(slot: SlotView, vf_counts: Counter[str]) -> Reason | None:
-    """Why the slot can never be a slice bundle as approved today (None: it can)."""
+def declared_defect(slot: SlotView, vf_counts: Counter[str]) -> Reason | None:
+    """Why the slot, as the operator approved it, can never be a slice bundle (None: it could)."""
     if not slot.approved:
         return Reason.SLOT_UNAPPROVED
     if slot.fabric_claim_mode is not FabricClaimMode.PER_SLOT_VF or not slot.fabric_vf_pci:
@@ -39,6 +47,11 @@ def hardware_defect(slot: SlotView, vf_counts: Counter[str]) -> Reason | None:
     if vf_counts[slot.fabric_vf_pci] > 1:
         return Reason.SLOT_SHARED_VF
     return None
+
+
+def hardware_defect(slot: SlotView, vf_counts: Counter[str]) -> Reason | None:
+    """Why the slot can never be a slice bundle as approved and validated today (None: it can)."""
+    return declared_defect(slot, vf_counts) or _VALIDATION_DEFECTS.get(slot.validation)
 
 
 def state_defect(slot: SlotView, holder: str | None = None) -> Reason | None:
@@ -57,13 +70,16 @@ class NodeProfile:
     judged once per request as a group."""
 
     status: NodeStatus
+    agent_live: bool
     gpus: int  # slots on the node, whatever their state or approval
     approved: int
-    compatible: int  # compatible bundles, whatever their state
+    declared: int  # slots the operator approved as bundles (own VF), whatever the agent found
+    raw_usable: int  # slots whose GPU validated on the host (valid or raw_only)
+    compatible: int  # compatible bundles (declared and validated), whatever their state
     compatible_free: int
     compatible_leased: int
     compatible_quarantined: int
-    raw_free: int  # slots no one holds, compatible or not: raw free GPUs
+    raw_free: int  # usable slots no one holds, compatible or not: raw free GPUs
     numa_free: tuple[int, ...]  # compatible free bundles per NUMA node, largest first
     numa_compatible: int  # most compatible bundles (whatever their state) on one NUMA node
 
@@ -77,22 +93,25 @@ class NodeProfile:
 
     def summary(self) -> str:
         per_numa = "/".join(str(free) for free in self.numa_free) or "0"
+        agent = "" if self.agent_live else ", agent down"
         return (
-            f"{self.status}, {self.compatible_free} compatible free bundles (per NUMA node {per_numa}), "
+            f"{self.status}{agent}, {self.compatible_free} compatible free bundles (per NUMA node {per_numa}), "
             f"{self.raw_free}/{self.gpus} GPUs free, {self.compatible}/{self.gpus} slots approved with a per-slot VF"
         )
 
 
 def profile_of(node: NodeView, holder: str | None = None) -> NodeProfile:
     vf_counts = vf_usage(node)
-    approved = compatible = free = leased = quarantined = raw_free = 0
+    approved = declared = raw_usable = compatible = free = leased = quarantined = raw_free = 0
     free_per_numa: Counter[int] = Counter()
     compatible_per_numa: Counter[int] = Counter()
     for slot in node.slots:
         hardware = hardware_defect(slot, vf_counts)
         state = state_defect(slot, holder)
         approved += slot.approved
-        raw_free += state is None
+        declared += declared_defect(slot, vf_counts) is None
+        raw_usable += slot.validation.counts_raw
+        raw_free += state is None and slot.validation.counts_raw
         if hardware is not None:
             continue
         compatible += 1
@@ -106,8 +125,11 @@ def profile_of(node: NodeView, holder: str | None = None) -> NodeProfile:
             quarantined += 1
     return NodeProfile(
         status=node.status,
+        agent_live=node.agent_live,
         gpus=len(node.slots),
         approved=approved,
+        declared=declared,
+        raw_usable=raw_usable,
         compatible=compatible,
         compatible_free=free,
         compatible_leased=leased,

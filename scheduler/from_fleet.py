@@ -2,7 +2,8 @@
 -f`, simulated node agents and tests. The online path builds the same views from PostgreSQL rows.
 
 Only slice and bare-metal pools enter the snapshot: Kubernetes pools serve ModelDeployments and have no slots.
-Slot ids are `<node>/<index>`. A cluster without an observed status counts as ready.
+Slot ids are `<node>/<index>`. A cluster without an observed status counts as ready. With no agents to ask, every
+slot counts as validated, and a node's agent is live unless the fleet simulates it as down (`simulation.agentDown`).
 """
 
 from __future__ import annotations
@@ -123,5 +124,10 @@ def node_view(node: Node, holds: Holds | None = None) -> NodeView:
             )
         )
     return NodeView(
-        name=node.name, status=node.status, slots=tuple(slots), labels=dict(node.labels), numa_nodes=node.numa_nodes
+        name=node.name,
+        status=node.status,
+        slots=tuple(slots),
+        labels=dict(node.labels),
+        numa_nodes=node.numa_nodes,
+        agent_live=not node.simulation.agent_down,
     )

@@ -37,6 +37,16 @@ class NodeReady:
 
 
 @dataclass(frozen=True)
+class AgentLive:
+    """A node whose agent is not live cannot plan: ranking it first would only cost the pickup timeout."""
+
+    static = False
+
+    def check(self, node: NodeProfile) -> Reason | None:
+        return None if node.agent_live else Reason.AGENT_DOWN
+
+
+@dataclass(frozen=True)
 class NodeSize:
     """Slices need at least g GPUs on the node; bare metal takes the whole host, so its size must be exactly g (the
     plan, the claims and the quota charge are then all g GPUs)."""
@@ -68,7 +78,28 @@ class PerSlotFabric:
     static = True
 
     def check(self, node: NodeProfile) -> Reason | None:
-        return None if node.compatible >= self.gpus else Reason.MISSING_PER_SLOT_VF
+        return None if node.declared >= self.gpus else Reason.MISSING_PER_SLOT_VF
+
+
+@dataclass(frozen=True)
+class SlotsValidated:
+    """Declared bundles count only once the node agent has validated them against the host."""
+
+    gpus: int
+    static = True
+
+    def check(self, node: NodeProfile) -> Reason | None:
+        return None if node.compatible >= self.gpus else Reason.SLOTS_INVALID
+
+
+@dataclass(frozen=True)
+class HostValidated:
+    """Bare metal hands over the whole host: every GPU must have validated (fabric aside, which it does not slice)."""
+
+    static = True
+
+    def check(self, node: NodeProfile) -> Reason | None:
+        return None if node.raw_usable == node.gpus else Reason.SLOTS_INVALID
 
 
 @dataclass(frozen=True)
@@ -133,8 +164,15 @@ class WhollyFree:
 def node_filters(shape: CapacityShape, gpus: int, numa_policy: NumaPolicy) -> tuple[NodeFilter, ...]:
     """The plugin chain for one kind of request."""
     if shape is CapacityShape.BAREMETAL:
-        return (NodeReady(), NodeSize(gpus, exact=True), WhollyFree())
-    chain: list[NodeFilter] = [NodeReady(), NodeSize(gpus, exact=False), SlotApproval(gpus), PerSlotFabric(gpus)]
+        return (NodeReady(), AgentLive(), NodeSize(gpus, exact=True), HostValidated(), WhollyFree())
+    chain: list[NodeFilter] = [
+        NodeReady(),
+        AgentLive(),
+        NodeSize(gpus, exact=False),
+        SlotApproval(gpus),
+        PerSlotFabric(gpus),
+        SlotsValidated(gpus),
+    ]
     if numa_policy is NumaPolicy.REQUIRED:
         chain.append(NumaTopology(gpus))
     chain += [FreeBundles(gpus), NoQuarantine(gpus), NoLeases(gpus)]

@@ -33,11 +33,13 @@ class Reason(StrEnum):
     NO_MATCHING_POOL = "no_matching_pool"
     # node
     NODE_NOT_READY = "node_not_ready"
+    AGENT_DOWN = "agent_down"
     NODE_EXCLUDED = "node_excluded"
     NODE_TOO_SMALL = "node_too_small"
     NODE_SIZE_MISMATCH = "node_size_mismatch"
     SLOTS_UNAPPROVED = "slots_unapproved"
     MISSING_PER_SLOT_VF = "missing_per_slot_vf"
+    SLOTS_INVALID = "slots_invalid"
     NUMA_UNSATISFIABLE = "numa_unsatisfiable"
     INSUFFICIENT_BUNDLES = "insufficient_bundles"
     SLOTS_QUARANTINED = "slots_quarantined"
@@ -49,6 +51,9 @@ class Reason(StrEnum):
     SLOT_UNAPPROVED = "slot_unapproved"
     SLOT_MISSING_VF = "slot_missing_vf"
     SLOT_SHARED_VF = "slot_shared_vf"
+    SLOT_INVALID = "slot_invalid"
+    SLOT_UNVALIDATED = "slot_unvalidated"
+    SLOT_FABRIC_INVALID = "slot_fabric_invalid"
     SLOT_CLAIMED = "slot_claimed"
     SLOT_LEASED = "slot_leased"
     SLOT_QUARANTINED = "slot_quarantined"
@@ -79,11 +84,16 @@ _PHRASES: dict[Reason, tuple[str, str]] = {
     Reason.SELECTOR_MISMATCH: ("has no GPU device matching the selectors", "have no GPU device matching the selectors"),
     Reason.SELECTOR_ERROR: ("failed to evaluate the selectors", "failed to evaluate the selectors"),
     Reason.NODE_NOT_READY: ("is not READY", "are not READY"),
+    Reason.AGENT_DOWN: ("has no live node agent", "have no live node agent"),
     Reason.NODE_EXCLUDED: ("was excluded by the request", "were excluded by the request"),
     Reason.NODE_TOO_SMALL: ("has fewer than {g} GPUs", "have fewer than {g} GPUs"),
     Reason.NODE_SIZE_MISMATCH: ("does not have exactly {g} GPUs", "do not have exactly {g} GPUs"),
     Reason.SLOTS_UNAPPROVED: ("has fewer than {g} approved slots", "have fewer than {g} approved slots"),
     Reason.MISSING_PER_SLOT_VF: ("lacks per-slot fabric VFs", "lack per-slot fabric VFs"),
+    Reason.SLOTS_INVALID: (
+        "has fewer than {g} slots that validate against the host",
+        "have fewer than {g} slots that validate against the host",
+    ),
     Reason.NUMA_UNSATISFIABLE: (
         "cannot fit {g} bundles on one NUMA node",
         "cannot fit {g} bundles on one NUMA node",
@@ -101,6 +111,12 @@ _PHRASES: dict[Reason, tuple[str, str]] = {
     Reason.SLOT_UNAPPROVED: ("is not approved for slices", "are not approved for slices"),
     Reason.SLOT_MISSING_VF: ("has no per-slot fabric VF", "have no per-slot fabric VF"),
     Reason.SLOT_SHARED_VF: ("shares its fabric VF with another slot", "share their fabric VF with another slot"),
+    Reason.SLOT_INVALID: ("failed validation against the host", "failed validation against the host"),
+    Reason.SLOT_UNVALIDATED: ("has not been validated by its agent", "have not been validated by their agent"),
+    Reason.SLOT_FABRIC_INVALID: (
+        "has a fabric VF that failed validation on the host",
+        "have fabric VFs that failed validation on the host",
+    ),
     Reason.SLOT_CLAIMED: ("is claimed by another allocation", "are claimed by other allocations"),
     Reason.SLOT_LEASED: ("is leased to another allocation", "are leased to other allocations"),
     Reason.SLOT_QUARANTINED: ("is quarantined", "are quarantined"),

@@ -14,6 +14,7 @@ from enum import StrEnum
 from fleet.inference_cluster import PoolShape
 from fleet.node import FabricClaimMode, NodeStatus
 from fleet.region import RegionStatus
+from scheduler.host.checks import ValidationState
 
 SlotId = str | int
 
@@ -44,6 +45,10 @@ class SlotView:
     memory_mib: int = 0
     mac: str | None = None
     private_ip: str | None = None
+    # The node agent's check of the slot against its host. Offline (a fleet file alone) every slot counts as valid:
+    # there is no agent to ask, and the operator's approval is all there is.
+    validation: ValidationState = ValidationState.VALID
+    validation_reason: str | None = None  # the first failed check (`scheduler.host.checks.SlotCheck`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,7 @@ class NodeView:
     slots: tuple[SlotView, ...]
     labels: Mapping[str, str] = field(default_factory=dict)
     numa_nodes: int = 1
+    agent_live: bool = True  # a node agent has reported recently and has not missed a task since
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,27 +6,40 @@ question per decision: has `inventory_version` moved? (Database triggers move it
 migration 0002.) What moves with every allocation, claims, reserved and quarantined slots, tenant usage and the
 plans in progress, is read fresh each time and laid over the kept inventory (`store.snapshot.current_snapshot`).
 
-    read version -> (moved? reload the inventory) -> read live state -> overlay -> Snapshot
+    read versions -> (inventory moved? reload it) -> (liveness moved? re-read the down set) -> read live state
+                  -> overlay -> Snapshot
+
+Agent liveness is a layer of its own (`store.liveness`): heartbeats never move the inventory version, and the set
+of nodes without a live agent is re-read only when an agent went live or down. Every few seconds the cache also
+expires agents that stopped reporting (one indexed UPDATE that usually touches nothing).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from scheduler.snapshot import Snapshot
-from store.models import InventoryVersionRow
-from store.snapshot import Inventory, current_snapshot, load_inventory, load_live_state
+from store.liveness import Liveness, expire_stale, load_liveness
+from store.models import InventoryVersionRow, LivenessVersionRow
+from store.snapshot import Inventory, current_snapshot, load_inventory, load_live_state, with_liveness
+
+SWEEP_EVERY_SECONDS = 5.0
 
 
 class InventoryCache:
     """One per worker process. Safe for concurrent activities: a reload happens once, the others wait for it."""
 
-    def __init__(self) -> None:
+    def __init__(self, sweep_every_seconds: float = SWEEP_EVERY_SECONDS) -> None:
         self._inventory: Inventory | None = None
+        self._liveness: Liveness | None = None
+        self._live_inventory: Inventory | None = None  # `_inventory` with `_liveness` applied
         self._reloading = asyncio.Lock()
+        self._sweep_every = sweep_every_seconds
+        self._swept_at = float("-inf")
         self.reloads = 0  # how often the inventory was read whole (for tests and benchmarks)
 
     async def snapshot(
@@ -37,10 +50,43 @@ class InventoryCache:
         return current_snapshot(inventory, await load_live_state(session, exclude_allocation, pending=pending))
 
     async def inventory(self, session: AsyncSession) -> Inventory:
-        version = int(await session.scalar(select(InventoryVersionRow.version)) or 0)
-        if self._inventory is None or self._inventory.version < version:
+        """The inventory with agent liveness applied, re-read only in the parts whose version moved."""
+        await self._sweep(session)
+        both = select(
+            select(InventoryVersionRow.version).scalar_subquery(), select(LivenessVersionRow.version).scalar_subquery()
+        )
+        row = (await session.execute(both)).one()
+        version, live_version = int(row[0]), int(row[1])
+        if self._stale(version, live_version):
             async with self._reloading:
                 if self._inventory is None or self._inventory.version < version:
                     self._inventory = await load_inventory(session)
+                    self._live_inventory = None
                     self.reloads += 1
-        return self._inventory
+                if self._liveness is None or self._liveness.version < live_version:
+                    self._liveness = await load_liveness(session)
+                    self._live_inventory = None
+                if self._live_inventory is None:
+                    assert self._inventory is not None and self._liveness is not None
+                    self._live_inventory = with_liveness(self._inventory, self._liveness)
+        assert self._live_inventory is not None
+        return self._live_inventory
+
+    def _stale(self, version: int, live_version: int) -> bool:
+        return (
+            self._live_inventory is None
+            or self._inventory is None
+            or self._inventory.version < version
+            or self._liveness is None
+            or self._liveness.version < live_version
+        )
+
+    async def _sweep(self, session: AsyncSession) -> None:
+        """Expire agents that stopped reporting, at most every few seconds per process. It commits on its own: the
+        caller's transaction may be read-only or rolled back."""
+        if time.monotonic() - self._swept_at < self._sweep_every:
+            return
+        self._swept_at = time.monotonic()
+        bind = session.bind
+        async with AsyncSession(bind) as own, own.begin():
+            await expire_stale(own)

@@ -15,6 +15,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -41,6 +42,9 @@ POOL_SHAPES = ("gpu_slice", "baremetal", "kubernetes")
 NODE_STATUSES = ("READY", "CORDONED", "DRAINING", "DOWN")
 FABRIC_MODES = ("per_slot_vf", "shared_parent", "none")
 SLOT_STATES = ("available", "reserved", "quarantined")
+VALIDATION_STATES = ("valid", "raw_only", "invalid", "unvalidated")
+AGENT_STATES = ("live", "down")
+TOKEN_ROLES = ("admin", "tenant", "node")
 ALLOCATION_STATES = (
     "pending",
     "placing",
@@ -154,6 +158,7 @@ class SlotRow(Base):
         Index("ix_node_resource_slots_unavailable", "id", postgresql_where=text("state <> 'available'")),
         CheckConstraint(_one_of("state", SLOT_STATES), name="state"),
         CheckConstraint(_one_of("fabric_claim_mode", FABRIC_MODES), name="fabric_claim_mode"),
+        CheckConstraint(_one_of("validation", VALIDATION_STATES), name="validation"),
         CheckConstraint("slot_index >= 0 AND numa_node >= 0 AND vcpus > 0 AND memory_mib > 0", name="resources"),
     )
 
@@ -173,6 +178,40 @@ class SlotRow(Base):
     approved: Mapped[bool] = mapped_column(Boolean, nullable=False)
     state: Mapped[str] = mapped_column(String(16), nullable=False, server_default="available")
     quarantine_reason: Mapped[str | None] = mapped_column(Text)
+    # The node agent's check of this approved slot against its host (seed 004 near-term change 4): the operator
+    # approves (`approved`), the agent validates. Only approved and validated slots are ranked.
+    validation: Mapped[str] = mapped_column(String(16), nullable=False, server_default="unvalidated")
+    validation_reason: Mapped[str | None] = mapped_column(String(32))
+    validation_message: Mapped[str | None] = mapped_column(Text)
+    validated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class NodeAgentRow(Base):
+    """What the control plane knows of a node's agent: whether it is live, and the host it last reported.
+
+    Kept apart from `nodes` on purpose: agents heartbeat every interval, and a write to `nodes` moves the inventory
+    version (every control worker would reload its inventory). Only a change of `state` moves `liveness_version`.
+    A node with no row has never had an agent report: it is not live.
+    """
+
+    __tablename__ = "node_agents"
+    __table_args__ = (
+        CheckConstraint(_one_of("state", AGENT_STATES), name="state"),
+        Index("ix_node_agents_live_expiry", "expires_at", postgresql_where=text("state = 'live'")),
+    )
+
+    node: Mapped[str] = mapped_column(ForeignKey("nodes.name", ondelete="CASCADE"), primary_key=True)
+    state: Mapped[str] = mapped_column(String(8), nullable=False)
+    seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)  # live until then
+    down_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    down_reason: Mapped[str | None] = mapped_column(Text)
+    interval_seconds: Mapped[float] = mapped_column(Float, nullable=False)
+    agent_version: Mapped[str | None] = mapped_column(String(64))
+    topology: Mapped[str | None] = mapped_column(String(16))  # HostInventory.topology_hash() of `host`
+    host: Mapped[dict[str, Any] | None] = mapped_column(JSONB)  # the last HostInventory reported
+    host_reported_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    slices_blocked: Mapped[str | None] = mapped_column(Text)
 
 
 class TenantRow(Base):
@@ -189,12 +228,17 @@ class ApiTokenRow(Base):
     """Bearer tokens, stored as SHA-256 digests: a leaked database does not leak credentials."""
 
     __tablename__ = "api_tokens"
-    __table_args__ = (CheckConstraint("(role = 'admin') = (tenant IS NULL)", name="role_tenant"),)
+    __table_args__ = (
+        CheckConstraint("(role = 'tenant') = (tenant IS NOT NULL)", name="role_tenant"),
+        CheckConstraint("(role = 'node') = (node IS NOT NULL)", name="role_node"),
+        CheckConstraint(_one_of("role", TOKEN_ROLES), name="role"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     token_sha256: Mapped[str] = mapped_column(String(64), nullable=False, unique=True)
     role: Mapped[str] = mapped_column(String(16), nullable=False)
     tenant: Mapped[str | None] = mapped_column(ForeignKey("tenants.name", ondelete="CASCADE"))
+    node: Mapped[str | None] = mapped_column(ForeignKey("nodes.name", ondelete="CASCADE"))  # a node agent's token
     label: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = _now()
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -319,6 +363,16 @@ class ReplicaPoolUsageRow(Base):
     engine: Mapped[str] = mapped_column(String(253), nullable=False)
     pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="RESTRICT"), nullable=False, index=True)
     nodes: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class LivenessVersionRow(Base):
+    """Moves whenever some node agent goes live or down: control workers re-read the down set only then."""
+
+    __tablename__ = "liveness_version"
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
 class InventoryVersionRow(Base):

@@ -17,8 +17,10 @@ from fleet.inference_cluster import ClusterStatus, PoolShape
 from fleet.node import FabricClaimMode, NodeStatus
 from fleet.region import RegionStatus
 from scheduler.from_fleet import slot_id
+from scheduler.host.checks import ValidationState
 from scheduler.snapshot import Snapshot
 from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView
+from store.liveness import Liveness, load_liveness
 from store.models import (
     AllocationRow,
     ClaimRow,
@@ -105,8 +107,18 @@ async def load_snapshot(
     of the pending plans, so a request is not counted against itself. `pending=False` leaves pending plans out, for
     a caller that overlays them later (under a lock). Control workers use `store.inventory.InventoryCache`, which
     reads only the live state when the inventory has not changed."""
-    inventory = await load_inventory(session)
+    inventory = with_liveness(await load_inventory(session), await load_liveness(session))
     return current_snapshot(inventory, await load_live_state(session, exclude_allocation, pending=pending))
+
+
+def with_liveness(inventory: Inventory, liveness: Liveness) -> Inventory:
+    """The inventory with every node whose agent is not live marked so: the scheduler does not rank those."""
+    down = [
+        dataclasses.replace(node, agent_live=False)
+        for name, node in inventory.snapshot.nodes.items()
+        if name in liveness.down and node.agent_live
+    ]
+    return dataclasses.replace(inventory, snapshot=inventory.snapshot.with_nodes(down)) if down else inventory
 
 
 async def load_inventory(session: AsyncSession) -> Inventory:
@@ -127,15 +139,19 @@ async def load_inventory(session: AsyncSession) -> Inventory:
             SlotRow.id, SlotRow.node_id, SlotRow.slot_index, SlotRow.approved, SlotRow.fabric_claim_mode,
             SlotRow.fabric_vf_pci_address, SlotRow.numa_node, SlotRow.gpu_pci_address, SlotRow.fabric_parent_pci_address,
             SlotRow.nvme_device, SlotRow.vcpus, SlotRow.memory_mib, SlotRow.mac_address, SlotRow.private_ip,
+            SlotRow.validation, SlotRow.validation_reason,
         ).order_by(SlotRow.node_id, SlotRow.slot_index)
     )  # fmt: skip
-    for ident, node, index, approved, mode, vf, numa, gpu, parent, nvme, vcpus, memory, mac, ip in slot_rows:
+    validations = {v.value: v for v in ValidationState}
+    for row in slot_rows:
+        ident, node, index, approved, mode, vf, numa, gpu, parent, nvme, vcpus, memory, mac, ip, valid, why = row
         positions[ident] = (node, len(slots_by_node[node]))
         slots_by_node[node].append(
             SlotView(
                 id=slot_id(node, index), index=index, approved=approved, fabric_claim_mode=modes[mode],
                 fabric_vf_pci=vf or None, numa_node=numa, state=SlotState.FREE, holder=None, gpu_pci=gpu,
                 fabric_parent_pci=parent, nvme_device=nvme, vcpus=vcpus, memory_mib=memory, mac=mac, private_ip=ip,
+                validation=validations[valid], validation_reason=why,
             )
         )  # fmt: skip
 

@@ -2,7 +2,8 @@
 
 The plaintext is returned to whoever creates the token and never stored, so a copy of the database lets no one call
 the API. Tokens are long random strings, so a plain (unsalted) digest is enough: there is nothing to brute-force.
-A token is either an admin token (acts on everything) or a tenant token (acts only on that tenant's objects).
+A token is an admin token (acts on everything), a tenant token (acts only on that tenant's objects) or a node token
+(a node agent's: it may only report for its own node).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from store.models import ApiTokenRow, TenantRow
+from store.models import ApiTokenRow, NodeRow, TenantRow
 
-Role = Literal["admin", "tenant"]
+Role = Literal["admin", "tenant", "node"]
 TOKEN_PREFIX = "berth_"  # makes a leaked token recognisable to secret scanners and to people
 
 
@@ -28,7 +29,8 @@ class Principal(BaseModel):
 
     token_id: int
     role: Role
-    tenant: str | None  # None exactly for admin tokens
+    tenant: str | None  # set exactly for tenant tokens
+    node: str | None = None  # set exactly for node tokens
 
     @property
     def is_admin(self) -> bool:
@@ -39,14 +41,18 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-async def create_token(session: AsyncSession, role: Role, tenant: str | None = None, label: str | None = None) -> str:
+async def create_token(
+    session: AsyncSession, role: Role, tenant: str | None = None, label: str | None = None, node: str | None = None
+) -> str:
     """Store a new token and return its plaintext, the only time it is ever available. The caller commits."""
-    if (role == "admin") != (tenant is None):
-        raise ValueError("an admin token names no tenant; a tenant token names exactly one")
+    if (role == "tenant") != (tenant is not None) or (role == "node") != (node is not None):
+        raise ValueError("an admin token names no tenant or node; a tenant token one tenant; a node token one node")
     if tenant is not None and await session.get(TenantRow, tenant) is None:
         raise ValueError(f"unknown tenant {tenant!r}: apply a fleet file that declares it first")
+    if node is not None and await session.get(NodeRow, node) is None:
+        raise ValueError(f"unknown node {node!r}: apply a fleet file that declares it first")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    session.add(ApiTokenRow(token_sha256=digest(token), role=role, tenant=tenant, label=label))
+    session.add(ApiTokenRow(token_sha256=digest(token), role=role, tenant=tenant, node=node, label=label))
     await session.flush()
     return token
 
@@ -58,7 +64,7 @@ async def verify(session: AsyncSession, token: str) -> Principal | None:
     )
     if row is None:
         return None
-    return Principal(token_id=row.id, role=row.role, tenant=row.tenant)  # type: ignore[arg-type]
+    return Principal(token_id=row.id, role=row.role, tenant=row.tenant, node=row.node)  # type: ignore[arg-type]
 
 
 async def ensure_tenant_tokens(session: AsyncSession) -> dict[str, str]:

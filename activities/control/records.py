@@ -20,9 +20,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.contracts import AllocationRecord, AuditTrail, StateChange
+from store.liveness import mark_down
 from store.models import AllocationEventRow, AllocationRow, PoolRow
 
 # Plain table statements: the ORM's bulk-DML layer costs more than the statements themselves on this hot path.
+AGENT_UNREACHABLE = "agent_unreachable"
 ALLOCATIONS = AllocationRow.__table__
 EVENTS = AllocationEventRow.__table__
 POOLS = PoolRow.__table__
@@ -39,6 +41,15 @@ async def write_trail(sessions: async_sessionmaker[AsyncSession], trail: AuditTr
         if trail.changes:
             await _mirror_latest(session, trail.changes)
             await _append_events(session, trail.changes)
+            await _mark_unreachable_agents_down(session, trail.changes)
+
+
+async def _mark_unreachable_agents_down(session: AsyncSession, changes: list[StateChange]) -> None:
+    """An agent that let a task sit past its pickup timeout is taken out of ranking at once (not after its reports
+    expire), so the next allocation does not pay the same timeout; its next report brings it back."""
+    for change in changes:
+        if change.step == "attempt_failed" and change.node and (change.reason or "").startswith(AGENT_UNREACHABLE):
+            await mark_down(session, change.node, change.reason or AGENT_UNREACHABLE, at=change.at)
 
 
 async def _open(session: AsyncSession, record: AllocationRecord) -> None:

@@ -1,8 +1,10 @@
 """The node agent's activities: plan under a lease, create the VM, wait for readiness, tear down and wipe.
 
 The agent is the host-local authority of seed 004. It never trusts the control plane's picture of its host: every
-plan starts from what the topology driver discovers now, overlaid with the host's own live leases and VMs, and is
-decided by the same pure planner (`scheduler.bundles.plan_bundles`) the control plane previews with.
+plan starts from what the topology driver discovers now, each approved slot validated against it
+(`scheduler.host.validate.validate_slots`: a GPU gone, rebound or sharing its IOMMU group is never planned), overlaid
+with the host's own live leases and VMs, and is decided by the same pure planner (`scheduler.bundles.plan_bundles`)
+the control plane previews with.
 """
 
 from __future__ import annotations
@@ -25,11 +27,17 @@ from activities.contracts import (
     VmInfo,
     VmSpec,
 )
+from activities.node.approved import ApprovedSlots
 from activities.node.drivers import TopologyDriver, VmCreateError, VmDriver
 from activities.node.leases import Lease, LeaseStore
+from fleet.node import NodeStatus
 from scheduler.bundles import plan_bundles
+from scheduler.from_fleet import slot_id
+from scheduler.host.checks import NodeValidation, ValidationState
+from scheduler.host.inventory import HostInventory
+from scheduler.host.validate import validate_slots
 from scheduler.request import PlanRequest
-from scheduler.views import NodeView, SlotState
+from scheduler.views import NodeView, SlotState, SlotView
 
 LEASE_LOST = "LeaseLost"
 VM_CREATE_FAILED = "VmCreateFailed"
@@ -37,16 +45,56 @@ VM_CREATE_FAILED = "VmCreateFailed"
 
 class NodeAgent:
     def __init__(
-        self, node: str, topology: TopologyDriver, vms: VmDriver, leases: LeaseStore, lease_seconds: float = 120.0
+        self,
+        node: str,
+        topology: TopologyDriver,
+        vms: VmDriver,
+        leases: LeaseStore,
+        lease_seconds: float = 120.0,
+        approved: ApprovedSlots | None = None,
     ) -> None:
         self.node = node
         self.topology = topology
         self.vms = vms
         self.leases = leases
         self.lease_seconds = lease_seconds
+        self.approved = approved or ApprovedSlots()
+
+    def validated(self, host: HostInventory | None = None) -> tuple[HostInventory, NodeValidation]:
+        """The host as discovered now, and every approved slot checked against it."""
+        host = host or self.topology.discover()
+        return host, validate_slots(self.approved.slots, host)
+
+    def topology_view(self) -> NodeView:
+        """The approved slots with their validation against the host now, every slot FREE."""
+        host, validation = self.validated()
+        slots = []
+        for slot in self.approved.slots:
+            verdict = validation.verdict(slot.index)
+            slots.append(
+                SlotView(
+                    id=slot_id(self.node, slot.index),
+                    index=slot.index,
+                    approved=slot.approved,
+                    fabric_claim_mode=slot.fabric_claim_mode,
+                    fabric_vf_pci=slot.fabric_vf_pci,
+                    numa_node=slot.numa_node,
+                    gpu_pci=slot.gpu_pci,
+                    fabric_parent_pci=slot.fabric_parent_pci,
+                    nvme_device=slot.nvme_device,
+                    vcpus=slot.vcpus,
+                    memory_mib=slot.memory_mib,
+                    mac=slot.mac,
+                    private_ip=str(slot.private_ip) if slot.private_ip is not None else None,
+                    validation=verdict.state if verdict is not None else ValidationState.UNVALIDATED,
+                    validation_reason=verdict.reason if verdict is not None else None,
+                )
+            )
+        # Cordons and drains are the control plane's business: on its own host the agent plans whatever it is sent.
+        return NodeView(name=self.node, status=NodeStatus.READY, slots=tuple(slots), numa_nodes=max(len(host.numa), 1))
 
     def host_view(self, now: datetime) -> NodeView:
-        """Discovered topology, with slots held by live leases or by VMs marked as such."""
+        """Validated topology, with slots held by live leases or by VMs marked as such."""
         holders: dict[int, tuple[SlotState, str]] = {}
         for lease in self.leases.read_all():
             if lease.live(now):
@@ -55,7 +103,7 @@ class NodeAgent:
         for vm in self.vms.list():
             for index in vm.slot_indexes:
                 holders[index] = (SlotState.CLAIMED, vm.allocation_id)
-        view = self.topology.discover()
+        view = self.topology_view()
         slots = tuple(
             dataclasses.replace(slot, state=holders[slot.index][0], holder=holders[slot.index][1])
             if slot.index in holders

@@ -1,8 +1,9 @@
 """What a node agent needs from its host, as two small interfaces: the topology it can discover, and a VM runtime.
 
-The real drivers read sysfs, `nvidia-smi` and the fabric and NVMe inventory, and drive libvirt; the simulated ones
-(simulated.py) stand in for hardware this machine does not have. Everything else in the agent (planning, leases,
-activities) is the same code for both.
+The real topology driver (`host/topology.py`) reads sysfs and NVML; the simulated one (simulated.py) describes the
+hardware of the node's fleet entry, which this machine does not have. Both return the same `HostInventory`, and
+everything after discovery (validating the approved slots, planning, leases, reports, activities) is the same code
+for both.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Protocol
 from pydantic import BaseModel, Field
 
 from activities.contracts import Readiness, VmSpec
-from scheduler.views import NodeView
+from scheduler.host.inventory import HostInventory
 
 
 class VmCreateError(RuntimeError):
@@ -30,8 +31,8 @@ class VmRecord(BaseModel):
 
 
 class TopologyDriver(Protocol):
-    def discover(self) -> NodeView:
-        """The host's slots as the hardware is now, every slot FREE (the agent overlays leases and VMs)."""
+    def discover(self) -> HostInventory:
+        """What the host has now. Never raises for a fact it cannot read: that is a `HostProblem` in the result."""
         ...
 
 

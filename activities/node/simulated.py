@@ -1,6 +1,7 @@
 """Simulated host drivers: the hardware this machine does not have, behind the interfaces the real drivers use.
 
-Topology comes from the node's entry in the fleet file. The VM runtime keeps real state on disk (one JSON record per
+Topology is the host the node's entry in the fleet file describes (`simulated_host`), discovered as a real host
+would be, so the agent validates, plans and reports through the same code as on real hardware. The VM runtime keeps real state on disk (one JSON record per
 VM under the agent's state directory), so an agent restart finds its VMs again, and it injects the faults the
 fleet file sets for the node (`spec.nodePools[].nodes[].simulation`): plans refused as if the host changed, VM
 creation failing, VMs that never become ready, slow boots. An agent that is down is simply not started.
@@ -8,7 +9,7 @@ creation failing, VMs that never become ready, slow boots. An agent that is down
 
 from __future__ import annotations
 
-import dataclasses
+import itertools
 import json
 import os
 import time
@@ -19,24 +20,85 @@ from pydantic import ValidationError
 
 from activities.contracts import Readiness, VmSpec
 from activities.node.drivers import VmCreateError, VmRecord
-from fleet.node import FabricClaimMode, Node, Simulation
-from scheduler.from_fleet import node_view
-from scheduler.views import NodeView
+from fleet.node import Node, Simulation
+from scheduler.host.inventory import FabricDevice, FabricRole, Gpu, HostInventory, NumaCell, NvmeNamespace
 
 
 class SimulatedTopology:
+    """The host a fleet entry describes, as discovery would find it on real hardware: every slot's GPU bound to
+    vfio-pci, its fabric PF with the declared VF (none where the slots share a parent), its NVMe, each device in an
+    IOMMU group of its own, the node's CPUs and memory split over its NUMA nodes.
+
+    `simulation.refusePlans` plays a host that changed after its agent started: the first discovery (the agent's
+    start report) finds the fabric VFs, every later one finds them gone, as after a driver reload."""
+
     def __init__(self, node: Node) -> None:
         self.node = node
+        self._discoveries = 0
 
-    def discover(self) -> NodeView:
-        view = node_view(self.node)
-        if not self.node.simulation.refuse_plans:
-            return view
-        # As if a driver reload dropped the fabric VFs: the host no longer matches its approved inventory.
-        changed = tuple(
-            dataclasses.replace(slot, fabric_vf_pci=None, fabric_claim_mode=FabricClaimMode.NONE) for slot in view.slots
+    def discover(self) -> HostInventory:
+        self._discoveries += 1
+        vfs_gone = self.node.simulation.refuse_plans and self._discoveries > 1
+        return simulated_host(self.node, with_vfs=not vfs_gone)
+
+
+def simulated_host(node: Node, *, with_vfs: bool = True) -> HostInventory:
+    groups = itertools.count(10)
+    gpus = [
+        Gpu(
+            address=slot.gpu_pci, vendor_id="10de", device_id="0000", class_code="030200", driver="vfio-pci",
+            numa_node=slot.numa_node, iommu_group=next(groups), product="NVIDIA (simulated)",
         )
-        return dataclasses.replace(view, slots=changed)
+        for slot in node.slots
+    ]  # fmt: skip
+    parents: dict[str, list[str]] = {}
+    vfs: dict[str, FabricDevice] = {}
+    for slot in node.slots:
+        if slot.fabric_parent_pci is not None:
+            parents.setdefault(slot.fabric_parent_pci, [])
+        if with_vfs and slot.fabric_vf_pci is not None and slot.fabric_vf_pci not in vfs:
+            vfs[slot.fabric_vf_pci] = FabricDevice(
+                address=slot.fabric_vf_pci, vendor_id="15b3", device_id="101e", class_code="020700",
+                driver="vfio-pci", numa_node=slot.numa_node, iommu_group=next(groups), role=FabricRole.VF,
+                parent=slot.fabric_parent_pci,
+            )  # fmt: skip
+            if slot.fabric_parent_pci is not None:
+                parents[slot.fabric_parent_pci].append(slot.fabric_vf_pci)
+    numa_of = {slot.fabric_parent_pci: slot.numa_node for slot in node.slots if slot.fabric_parent_pci}
+    pfs = [
+        FabricDevice(
+            address=pf, vendor_id="15b3", device_id="101d", class_code="020700", driver="mlx5_core",
+            numa_node=numa_of[pf], iommu_group=next(groups), role=FabricRole.PF, vfs=sorted(children),
+        )
+        for pf, children in sorted(parents.items())
+    ]  # fmt: skip
+    nvme = [
+        NvmeNamespace(
+            name=f"nvme{slot.index}n1", wwid=f"eui.sim{node.name}{slot.index}",
+            by_id=[slot.nvme_device] if slot.nvme_device.startswith("/dev/disk/by-id/") else [],
+            numa_node=slot.numa_node,
+        )
+        for slot in node.slots
+        if slot.nvme_device is not None
+    ]  # fmt: skip
+    cpus_per_cell = max(node.cpus // node.numa_nodes, 1)
+    numa = [
+        NumaCell(
+            id=cell,
+            cpus=list(range(cell * cpus_per_cell, (cell + 1) * cpus_per_cell)),
+            memory_mib=node.memory_mib // node.numa_nodes,
+        )
+        for cell in range(node.numa_nodes)
+    ]
+    devices = [*gpus, *pfs, *vfs.values()]
+    return HostInventory(
+        hostname=node.name,
+        gpus=sorted(gpus, key=lambda g: g.address),
+        fabric=sorted([*pfs, *vfs.values()], key=lambda d: d.address),
+        nvme=nvme,
+        numa=numa,
+        iommu_groups={device.iommu_group: [device.address] for device in devices if device.iommu_group is not None},
+    )
 
 
 class SimulatedVmDriver:

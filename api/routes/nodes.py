@@ -1,24 +1,33 @@
-"""`/v1/nodes` (admin): the GPU hosts, their slot usage, and cordoning.
+"""`/v1/nodes` (admin): the GPU hosts, their agents and slot validation, cordoning; and the agents' reports.
 
 A cordoned node takes no new allocations (the scheduler only places on READY nodes) and keeps the ones it has.
 The cordon survives re-applying an unchanged fleet file; uncordon makes the node READY again.
+
+`POST /v1/nodes/{node}/report` is the node agents' route: a node token may report only for its own node (anything
+else is refused and logged); see `api/heartbeats.py` for why most reports cost no database write.
 """
 
 from __future__ import annotations
 
+import logging
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path
 from sqlalchemy import Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.auth import Admin
-from api.errors import conflict, error_responses, not_found
+from api.auth import Admin, Reporter
+from api.errors import ApiError, conflict, error_responses, not_found
 from api.models import NodeInfo, NodeList
 from api.services import Services, services
 from fleet.meta import Name
 from fleet.node import NodeStatus
+from scheduler.host.report import NodeReport, ReportReply
 from store.models import ClusterRow, NodeRow, PoolRow, SlotRow
+from store.node_reports import TopologyMismatch, record_report
+
+log = logging.getLogger("berth.api")
 
 router = APIRouter(prefix="/v1/nodes", tags=["admin"])
 App = Annotated[Services, Depends(services)]
@@ -108,3 +117,34 @@ async def cordon(node: NodePath, caller: Admin, app: App) -> NodeInfo:
 async def uncordon(node: NodePath, caller: Admin, app: App) -> NodeInfo:
     """Let the node take allocations again. Uncordoning a READY node changes nothing."""
     return await _set_status(app, node, NodeStatus.READY.value)
+
+
+@router.post(
+    "/{node}/report",
+    response_model=ReportReply,
+    response_model_exclude_none=True,
+    responses=error_responses(401, 403, 404, 422),
+    tags=["agents"],
+)
+async def report(node: NodePath, body: NodeReport, caller: Reporter, app: App) -> ReportReply:
+    """A node agent's report: on start, when its host changes, and every interval. Answers with the node's approved
+    slots when the agent's copy is out of date, and asks for the whole host when the control plane lacks it."""
+    if caller.role == "node" and caller.node != node:
+        log.warning("refused a report for node %s made with the token of node %s", node, caller.node)
+        raise ApiError(403, "forbidden", f"a token of node {caller.node!r} cannot report for node {node!r}")
+    now = datetime.now(UTC)
+    if app.heartbeats.steady(node, body):
+        app.heartbeats.add(node, now, body.agent.interval_seconds)
+        await app.heartbeats.maybe_flush(app.sessions)
+        return ReportReply(node=node, live=True, approved=body.approved or "")
+    async with app.sessions.begin() as session:
+        try:
+            reply = await record_report(session, node, body, now)
+        except LookupError:
+            raise not_found("node", node) from None
+        except TopologyMismatch as mismatch:
+            raise ApiError(422, "topology_mismatch", str(mismatch)) from None
+    if not reply.send_host:
+        app.heartbeats.confirm(node, body.topology, reply.approved)
+    await app.heartbeats.maybe_flush(app.sessions)
+    return reply

@@ -16,6 +16,7 @@ from scheduler.bundles import Bundle
 from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
 from store.models import AllocationEventRow, ClaimRow, SlotRow
+from tests.agents import report_hosts
 
 
 def _bundle(index: int) -> Bundle:
@@ -27,6 +28,7 @@ def _bundle(index: int) -> Bundle:
 async def test_claims_and_records_are_idempotent_and_conflicts_are_typed(sessions, examples_dir) -> None:
     async with sessions.begin() as session:
         await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    await report_hosts(sessions, load_fleet([examples_dir / "fleet.yaml"]))
     env, records, claims = ActivityEnvironment(), RecordActivities(sessions), ClaimActivities(sessions)
     for allocation in ("a", "b"):
         record = AllocationRecord(allocation_id=allocation, tenant="acme", workflow_id=f"allocation/{allocation}",
@@ -60,6 +62,7 @@ async def test_claims_and_records_are_idempotent_and_conflicts_are_typed(session
 async def test_quota_is_rechecked_when_claiming(sessions, examples_dir) -> None:
     async with sessions.begin() as session:
         await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    await report_hosts(sessions, load_fleet([examples_dir / "fleet.yaml"]))
     env, records, claims = ActivityEnvironment(), RecordActivities(sessions), ClaimActivities(sessions)
     await env.run(records.open_allocation, AllocationRecord(allocation_id="big", tenant="globex", workflow_id="w",
                                                             request=PlacementRequest(gpu_count=9)))  # fmt: skip

@@ -14,6 +14,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.contracts import LeaseRef, PlanInput, ReadinessInput, TeardownInput, VmSpec
 from activities.node.agent import NodeAgent
+from activities.node.approved import ApprovedSlots
 from activities.node.leases import LeaseStore
 from activities.node.simulated import SimulatedTopology, SimulatedVmDriver
 from fleet.node import Node, Simulation
@@ -38,7 +39,7 @@ def _host(gpus: int = 4, simulation: Simulation | None = None) -> Node:
 def _agent(tmp_path: Path, host: Node, lease_seconds: float = 60) -> NodeAgent:
     return NodeAgent(
         "h1", SimulatedTopology(host), SimulatedVmDriver(tmp_path, host.simulation), LeaseStore(tmp_path / "leases"),
-        lease_seconds=lease_seconds,
+        lease_seconds=lease_seconds, approved=ApprovedSlots(host.slots),
     )  # fmt: skip
 
 
@@ -96,7 +97,11 @@ def test_expired_leases_stop_holding_slots_and_are_reaped(tmp_path: Path) -> Non
 def test_simulated_faults(tmp_path: Path) -> None:
     env = ActivityEnvironment()
     changed = _agent(tmp_path / "changed", _host(simulation=Simulation(refuse_plans=True)))
-    assert env.run(changed.plan, _plan("a")).refusal_code == "missing_per_slot_vf"
+    changed.topology.discover()  # the start report saw the host whole; the VFs vanish after it
+    refused = env.run(changed.plan, _plan("a"))
+    assert refused.refusal_code == "slots_invalid" and "0/4 slots approved with a per-slot VF" in (
+        refused.refusal_message or ""
+    )
     broken = _agent(tmp_path / "broken", _host(simulation=Simulation(fail_create=True)))
     plan = env.run(broken.plan, _plan("a"))
     with pytest.raises(ApplicationError) as failed:

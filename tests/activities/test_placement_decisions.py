@@ -12,11 +12,13 @@ from fleet.loader import load_fleet
 from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
 from store.models import AllocationRow
+from tests.agents import report_hosts
 
 
 async def test_a_tentative_choice_steers_the_next_decision(sessions, examples_dir) -> None:
     async with sessions.begin() as session:
         await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    await report_hosts(sessions, load_fleet([examples_dir / "fleet.yaml"]))
     env, placement, records = ActivityEnvironment(), PlacementActivities(sessions), RecordActivities(sessions)
     request = PlacementRequest(gpu_count=8, gpu_product="H200", tenant="acme")
     firsts = []

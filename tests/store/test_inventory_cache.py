@@ -11,6 +11,7 @@ from store.apply import apply_fleet
 from store.inventory import InventoryCache
 from store.models import AllocationRow, ClaimRow, NodeRow, SlotRow, TenantRow
 from store.snapshot import load_snapshot
+from tests.agents import report_hosts
 
 
 def _view(snapshot) -> dict[str, object]:
@@ -43,6 +44,7 @@ async def _claim(sessions, allocation: str, node: str, index: int, state: str = 
 async def test_cache_matches_a_full_read_and_reloads_only_when_the_fleet_changes(sessions, examples_dir) -> None:
     async with sessions.begin() as session:
         await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    await report_hosts(sessions, load_fleet([examples_dir / "fleet.yaml"]))
     cache = InventoryCache()
 
     async with sessions() as session:

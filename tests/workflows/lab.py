@@ -23,9 +23,12 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 import worker
+from activities.node.reporter import NodeReporter
 from fleet.loader import load_fleet
 from scheduler.request import CapacityShape, PlacementRequest
+from scheduler.host.report import NodeReport, ReportReply
 from store.apply import apply_fleet
+from store.node_reports import record_report
 from store.models import AllocationEventRow, ClaimRow, SlotRow
 from workflows import allocation_client
 from workflows.allocation_messages import AllocationInput, AllocationStatus, Timing
@@ -115,6 +118,18 @@ def lab_fleet(hosts: dict[str, dict[str, Any]], metal: int = 0, quota: int = 512
     return yaml.safe_dump_all(documents, sort_keys=False)
 
 
+class StoreSink:
+    """Takes an agent's report in as the API would (`store.node_reports.record_report`), for labs that run no API
+    server; the API route itself is tested in tests/api."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.sessions = sessions
+
+    async def send(self, node: str, report: NodeReport) -> ReportReply:
+        async with self.sessions.begin() as session:
+            return await record_report(session, node, report)
+
+
 @dataclass
 class Lab:
     starter: Client  # starts workflows (time-skipping or real time)
@@ -130,14 +145,19 @@ class Lab:
     def agent(self, node: str) -> Any:
         return worker.simulated_agent(self.fleet_file, node, self.home, lease_seconds=60)
 
-    async def start_agent(self, node: str, activities: list[object] | None = None) -> None:
+    async def start_agent(self, node: str, activities: list[object] | None = None, report: bool = True) -> None:
+        """Start the node's agent worker and, like a real agent on start, have it report its host (so the node is
+        live and its slots validated); `report=False` plays an agent whose reports never arrive."""
+        agent = self.agent(node)
         node_worker = Worker(
             self.worker_client,
             task_queue=self.queues.node(node),
-            activities=activities or self.agent(node).activities(),
+            activities=activities or agent.activities(),
             activity_executor=self.executor,
         )
         self.agents[node] = (node_worker, asyncio.create_task(node_worker.run()))
+        if report:
+            await NodeReporter(agent, StoreSink(self.sessions)).report_once()
 
     async def stop_agent(self, node: str) -> None:
         node_worker, task = self.agents.pop(node)

@@ -13,7 +13,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from activities.contracts import PlanInput, PlanOutcome
-from store.models import AllocationRow, ClaimRow, SlotRow
+from store.models import AllocationRow, ClaimRow, NodeAgentRow, SlotRow
 from tests.workflows.lab import FAST, lab_fleet, running_lab
 from workflows import allocation_client
 
@@ -39,17 +39,41 @@ async def _placed_after_failure(lab, allocation_id: str, reason: str) -> None:
     assert ("attempt_failed", "placing", "first") == events[[e[0] for e in events].index("attempt_failed")][:3]
 
 
-async def test_node_agent_down_moves_to_the_next_candidate(temporal_client, sessions, tmp_path: Path) -> None:
+async def test_a_node_whose_agent_never_reported_is_not_tried(temporal_client, sessions, tmp_path: Path) -> None:
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts()),
                            agents=["second", "third"]) as lab:  # fmt: skip
+        handle = await lab.allocate("never-1", gpus=2)
+        status = await lab.wait_for_state(handle, "active", timeout=30)
+        assert [(a.node, a.outcome) for a in status.attempts] == [("second", "succeeded")]
+
+
+async def test_an_agent_that_dies_costs_one_pickup_timeout_then_is_skipped(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    """The agent reported (live) and then died: the first allocation pays the pickup timeout and falls through,
+    which marks the node down at once, so the next allocation does not try it at all."""
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts())) as lab:
+        await lab.stop_agent("first")
         await _placed_after_failure(lab, "down-1", "agent_unreachable")
+        async with sessions() as session:
+            agent = await session.get(NodeAgentRow, "first")
+        assert agent is not None and agent.state == "down" and agent.down_reason.startswith("agent_unreachable")
+        handle = await lab.allocate("down-2", gpus=1)
+        status = await lab.wait_for_state(handle, "active", timeout=30)
+        assert [a.node for a in status.attempts] == ["second"]
+        await lab.start_agent("first")  # back: its start report makes it live again
+        handle = await lab.allocate("down-3", gpus=2)
+        status = await lab.wait_for_state(handle, "active", timeout=30)
+        assert [(a.node, a.outcome) for a in status.attempts] == [("first", "succeeded")]
 
 
 async def test_plan_refused_by_a_changed_host_moves_on(temporal_client, sessions, tmp_path: Path) -> None:
+    """The host lost its VFs after its agent's start report: the control plane still ranks it first, the agent's own
+    validation refuses the plan, and the allocation moves on."""
     async with running_lab(
         temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts(refusePlans=True))
     ) as lab:
-        await _placed_after_failure(lab, "refused-1", "missing_per_slot_vf")
+        await _placed_after_failure(lab, "refused-1", "slots_invalid")
 
 
 async def test_vm_create_failure_is_compensated(temporal_client, sessions, tmp_path: Path) -> None:

@@ -1,0 +1,100 @@
+"""The node agent's report loop: tell the control plane the agent is alive and what its host is, and learn the
+node's approved slots in return.
+
+    start ─► discover ─► report (whole host) ─► reply: approved slots? keep them
+                 ▲                                              │
+                 └──────── every interval: heartbeat, or the whole host when its topology hash moved
+
+A report that fails (API down, network) is retried sooner than the interval and never stops the agent: its
+activities keep serving whatever the control plane sends. The transport is a `ReportSink`; `HttpReportSink` posts
+to the API with the node's own token (`POST /v1/nodes/<node>/report`), the only credential an agent holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Protocol
+
+import httpx
+
+from activities.node.agent import NodeAgent
+from scheduler.host.report import AgentInfo, NodeReport, ReportReply
+
+log = logging.getLogger("berth.agent")
+
+DEFAULT_INTERVAL_SECONDS = 30.0
+AGENT_VERSION = "berth-agent/0.1"
+
+
+class ReportRefused(RuntimeError):
+    """The control plane answered the report with an error that retrying will not fix (wrong node, bad token)."""
+
+
+class ReportSink(Protocol):
+    async def send(self, node: str, report: NodeReport) -> ReportReply: ...
+
+
+class HttpReportSink:
+    """Reports through the HTTP API with a node-scoped bearer token."""
+
+    def __init__(self, api_url: str, token: str, timeout: float = 10.0) -> None:
+        self._client = httpx.AsyncClient(
+            base_url=api_url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=timeout
+        )
+
+    async def send(self, node: str, report: NodeReport) -> ReportReply:
+        response = await self._client.post(
+            f"/v1/nodes/{node}/report", content=report.model_dump_json(exclude_none=True),
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        if response.status_code in (401, 403, 404, 422):
+            raise ReportRefused(f"the control plane refused the report ({response.status_code}): {response.text}")
+        response.raise_for_status()
+        return ReportReply.model_validate_json(response.content)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+class NodeReporter:
+    def __init__(self, agent: NodeAgent, sink: ReportSink, interval_seconds: float = DEFAULT_INTERVAL_SECONDS) -> None:
+        self.agent = agent
+        self.sink = sink
+        self.interval = interval_seconds
+        self._sent_topology: str | None = None  # the topology the control plane has from us
+        self.last_reply: ReportReply | None = None
+
+    async def report_once(self) -> ReportReply:
+        """One report: the whole host the first time and whenever it changed, a heartbeat otherwise."""
+        host = await asyncio.to_thread(self.agent.topology.discover)
+        topology = host.topology_hash()
+        info = AgentInfo(version=AGENT_VERSION, interval_seconds=self.interval)
+
+        def report(with_host: bool) -> NodeReport:
+            return NodeReport(
+                agent=info, topology=topology, approved=self.agent.approved.hash, host=host if with_host else None
+            )
+
+        reply = await self.sink.send(self.agent.node, report(topology != self._sent_topology))
+        if reply.send_host:
+            reply = await self.sink.send(self.agent.node, report(True))
+        self._sent_topology = topology
+        if reply.slots is not None:
+            self.agent.approved.replace(reply.slots, reply.approved)
+            log.info("node %s: %d approved slots (approval %s)", self.agent.node, len(reply.slots), reply.approved)
+        self.last_reply = reply
+        return reply
+
+    async def run(self) -> None:
+        """Report until cancelled. Failures are logged and retried within a few seconds, never fatal."""
+        while True:
+            delay = self.interval
+            try:
+                await self.report_once()
+            except ReportRefused as refused:
+                log.error("node %s: %s", self.agent.node, refused)
+            except Exception as error:  # noqa: BLE001 - the API being down must not stop the agent
+                log.warning("node %s: report failed (%s); retrying", self.agent.node, error)
+                delay = min(self.interval, 5.0)
+            await asyncio.sleep(delay)

@@ -1,0 +1,61 @@
+"""Agents' steady reports, taken in without a database write each.
+
+Most reports are heartbeats from an agent whose host and approval the control plane already has. Those are answered
+from memory and written in batches: one statement per flush, whatever the number of agents (`store.liveness.
+record_heartbeats`). A report is steady only if this process confirmed the same topology and approval for that node
+since the inventory last changed; anything else (a new host, a new approval, an agent this process has not seen) goes
+the full way through `store.node_reports.record_report`.
+
+Flushing is lazy: the first report after `flush_every` seconds writes everything buffered, so an idle API holds no
+timer, and a busy one writes about once a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from scheduler.host.report import NodeReport
+from store.liveness import record_heartbeats
+from store.models import InventoryVersionRow
+
+
+class Heartbeats:
+    def __init__(self, flush_every: float = 1.0) -> None:
+        self.flush_every = flush_every
+        self._known: dict[str, tuple[str, str | None]] = {}  # node -> (topology, approval) confirmed in full
+        self._pending: dict[str, tuple[datetime, float]] = {}  # node -> (seen at, interval)
+        self._inventory_version: int | None = None
+        self._flushed_at = time.monotonic()
+        self._lock = asyncio.Lock()
+        self.flushes = 0
+
+    def steady(self, node: str, report: NodeReport) -> bool:
+        return report.host is None and self._known.get(node) == (report.topology, report.approved)
+
+    def confirm(self, node: str, topology: str, approved: str) -> None:
+        self._known[node] = (topology, approved)
+
+    def add(self, node: str, seen: datetime, interval: float) -> None:
+        self._pending[node] = (seen, interval)
+
+    async def maybe_flush(self, sessions: async_sessionmaker[AsyncSession], *, force: bool = False) -> None:
+        if not force and time.monotonic() - self._flushed_at < self.flush_every:
+            return
+        async with self._lock:
+            if not force and time.monotonic() - self._flushed_at < self.flush_every:
+                return
+            beats, self._pending = self._pending, {}
+            self._flushed_at = time.monotonic()
+            async with sessions.begin() as session:
+                await record_heartbeats(session, [(node, seen, every) for node, (seen, every) in beats.items()])
+                version = int(await session.scalar(select(InventoryVersionRow.version)) or 0)
+            if version != self._inventory_version:
+                # An apply may have changed some node's approved slots: confirm everyone in full once more.
+                self._known.clear()
+                self._inventory_version = version
+            self.flushes += 1

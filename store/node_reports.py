@@ -1,0 +1,127 @@
+"""A node agent's report, taken in: liveness, the host it found, and each approved slot validated against that host.
+
+The agent reports its whole `HostInventory` only when its topology hash moves (or when the control plane does not
+have it); otherwise a report is a heartbeat. Validation is the pure `scheduler.host.validate.validate_slots` over the
+approved slots PostgreSQL holds and the host the agent reported: the agent runs the same function over the same two
+inputs for its own plans, and the control plane re-runs it when either side changes (a report of a new topology, or
+`berth apply` changing a node's slots), so approval and validation never disagree for longer than one write.
+
+Only rows whose verdict changed are written: a change of `validation` moves the inventory version, and every
+control worker would reload its inventory for nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from fleet.node import Slot
+from scheduler.host.checks import NodeValidation, SlotVerdict, ValidationState
+from scheduler.host.inventory import HostInventory
+from scheduler.host.report import NodeReport, ReportReply, approved_hash
+from scheduler.host.validate import validate_slots
+from store.liveness import STALE_AFTER_INTERVALS
+from store.models import NodeAgentRow, NodeRow, SlotRow
+
+
+class TopologyMismatch(ValueError):
+    """The inventory sent does not hash to the topology the report names."""
+
+
+def slot_of(row: SlotRow) -> Slot:
+    return Slot.model_validate(
+        {
+            "index": row.slot_index,
+            "gpuPci": row.gpu_pci_address,
+            "fabricParentPci": row.fabric_parent_pci_address,
+            "fabricVfPci": row.fabric_vf_pci_address,
+            "fabricClaimMode": row.fabric_claim_mode,
+            "nvmeDevice": row.nvme_device,
+            "numaNode": row.numa_node,
+            "vcpus": row.vcpus,
+            "memoryMiB": row.memory_mib,
+            "mac": row.mac_address,
+            "privateIp": row.private_ip,
+            "approved": row.approved,
+        }
+    )
+
+
+async def record_report(
+    session: AsyncSession, node: str, report: NodeReport, now: datetime | None = None
+) -> ReportReply:
+    """Take one report in. Raises LookupError for an unknown node, TopologyMismatch for an inventory that does not
+    hash to the topology named. The caller commits."""
+    now = now or datetime.now(UTC)
+    if await session.get(NodeRow, node) is None:
+        raise LookupError(node)
+    if report.host is not None and report.host.topology_hash() != report.topology:
+        raise TopologyMismatch(
+            f"the inventory hashes to {report.host.topology_hash()}, not to the topology {report.topology} named"
+        )
+    agent = await session.get(NodeAgentRow, node, with_for_update=True)
+    expires = now + timedelta(seconds=report.agent.interval_seconds * STALE_AFTER_INTERVALS)
+    if agent is None:
+        agent = NodeAgentRow(node=node, state="live", seen_at=now, expires_at=expires, interval_seconds=0.0)
+        session.add(agent)
+    agent.state, agent.seen_at, agent.expires_at = "live", now, expires
+    agent.interval_seconds, agent.agent_version = report.agent.interval_seconds, report.agent.version
+
+    rows = (await session.scalars(select(SlotRow).where(SlotRow.node_id == node).order_by(SlotRow.slot_index))).all()
+    slots = [slot_of(row) for row in rows]
+    current = approved_hash(slots)
+    validation = None
+    if report.host is not None:
+        agent.topology, agent.host, agent.host_reported_at = report.topology, report.host.model_dump(mode="json"), now
+        validation = await _store_validation(session, list(rows), slots, report.host, now)
+        agent.slices_blocked = validation.slices_blocked
+    await session.flush()
+    return ReportReply(
+        node=node,
+        live=True,
+        send_host=agent.topology != report.topology,
+        approved=current,
+        slots=[slot.model_dump(mode="json", by_alias=True) for slot in slots] if report.approved != current else None,
+        validation=validation,
+    )
+
+
+async def revalidate(session: AsyncSession, nodes: list[str], now: datetime | None = None) -> None:
+    """Re-check the approved slots of `nodes` against the hosts their agents last reported (after an apply changed
+    them). Slots of a node whose agent never reported a host are `unvalidated`, as they were created."""
+    now = now or datetime.now(UTC)
+    reported = select(NodeAgentRow).where(NodeAgentRow.node.in_(sorted(set(nodes))), NodeAgentRow.host.is_not(None))
+    for agent in (await session.scalars(reported.with_for_update())).all():
+        rows = list(
+            await session.scalars(select(SlotRow).where(SlotRow.node_id == agent.node).order_by(SlotRow.slot_index))
+        )
+        host = HostInventory.model_validate(agent.host)
+        validation = await _store_validation(session, rows, [slot_of(row) for row in rows], host, now)
+        agent.slices_blocked = validation.slices_blocked
+    await session.flush()
+
+
+async def _store_validation(
+    session: AsyncSession, rows: list[SlotRow], slots: list[Slot], host: HostInventory, now: datetime
+) -> NodeValidation:
+    validation = validate_slots(slots, host)
+    _write_verdicts(rows, {verdict.index: verdict for verdict in validation.slots}, now)
+    if rows:
+        await session.execute(
+            update(SlotRow).where(SlotRow.id.in_([row.id for row in rows])).values(validated_at=now),
+            execution_options={"synchronize_session": False},
+        )
+    return validation
+
+
+def _write_verdicts(rows: list[SlotRow], verdicts: dict[int, SlotVerdict], now: datetime) -> None:
+    """Set each row's verdict where it differs (a slot without a verdict is unvalidated)."""
+    for row in rows:
+        verdict = verdicts.get(row.slot_index)
+        state = verdict.state if verdict is not None else ValidationState.UNVALIDATED
+        reason = verdict.reason.value if verdict is not None and verdict.reason is not None else None
+        message = verdict.message if verdict is not None else None
+        if (row.validation, row.validation_reason, row.validation_message) != (state.value, reason, message):
+            row.validation, row.validation_reason, row.validation_message = state.value, reason, message

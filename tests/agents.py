@@ -1,0 +1,34 @@
+"""Node agents' start reports, for tests that apply a fleet without running its agents.
+
+A node is placed on only once its agent has reported its host (live, slots validated). Tests that exercise the
+control plane without node-agent workers use this to say what the fleet's simulated agents would say on start:
+each host as its fleet entry describes it (`activities.node.simulated.simulated_host`), taken in through the same
+`store.node_reports.record_report` the API's report route calls. Nodes the fleet simulates as `agentDown` report
+nothing, as on the dev stack.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from activities.node.simulated import simulated_host
+from fleet.fleet import Fleet
+from scheduler.host.report import AgentInfo, NodeReport
+from store.node_reports import record_report
+
+
+async def report_hosts(sessions: async_sessionmaker[AsyncSession], fleet: Fleet, interval: float = 30.0) -> list[str]:
+    """Report every host of the fleet whose agent is not simulated down; returns the nodes reported."""
+    reported = []
+    async with sessions.begin() as session:
+        for pool in fleet.host_pools():
+            for node in pool.nodes:
+                if node.simulation.agent_down:
+                    continue
+                host = simulated_host(node)
+                report = NodeReport(
+                    agent=AgentInfo(version="test", interval_seconds=interval), topology=host.topology_hash(), host=host
+                )
+                await record_report(session, node.name, report)
+                reported.append(node.name)
+    return reported
