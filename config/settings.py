@@ -37,6 +37,12 @@ class Settings(BaseSettings):
     fleet_file: Path | None = Field(
         default=None, description="Fleet file `berth up` applies; default examples/fleet.yaml."
     )
+    api_url: str | None = Field(default=None, description="The API node agents report to (`berth worker node`).")
+    node_token: str | None = Field(default=None, description="A node agent's own token (`berth tokens create --node`).")
+    report_interval_seconds: float = Field(
+        default=30.0, ge=1.0, description="How often node agents report; an agent is down after 3 missed reports."
+    )
+    host_root: Path = Field(default=Path("/"), description="Where a real node agent reads sysfs from (tests: a tree).")
 
     @property
     def context_file(self) -> Path:

@@ -27,7 +27,7 @@ from fleet.loader import load_fleet
 from store.apply import ApplyResult, apply_fleet
 from store.db import create_engine, session_factory
 from store.migrate import upgrade
-from store.tokens import rotate_dev_stack_tokens
+from store.tokens import DEV_STACK_LABEL, create_token, rotate_dev_stack_tokens
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,11 +54,16 @@ async def prepare_database(url: str, fleet_file: Path) -> ApplyResult:
         await engine.dispose()
 
 
-async def issue_tokens(url: str) -> tuple[str, dict[str, str]]:
+async def issue_tokens(url: str, nodes: list[str]) -> tuple[str, dict[str, str], dict[str, str]]:
+    """Admin and tenant tokens for the user; a node token for each simulated agent (kept in memory only)."""
     engine = create_engine(url, pool_size=1)
     try:
         async with session_factory(engine).begin() as session:
-            return await rotate_dev_stack_tokens(session)
+            admin, tenants = await rotate_dev_stack_tokens(session)
+            node_tokens = {
+                node: await create_token(session, "node", node=node, label=DEV_STACK_LABEL) for node in nodes
+            }
+            return admin, tenants, node_tokens
     finally:
         await engine.dispose()
 
@@ -111,7 +116,8 @@ class DevStack:
             )
             self.say(f"{len(self.workers.agents)} node agents running{down}")
             api_url = self.workers.start_api(free_port())
-            admin_token, tenant_tokens = asyncio.run(issue_tokens(self.postgres.url))
+            admin_token, tenant_tokens, node_tokens = asyncio.run(issue_tokens(self.postgres.url, self.workers.agents))
+            self.workers.start_reporting(api_url, node_tokens)
         except BaseException:
             self.stop()
             raise

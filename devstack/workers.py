@@ -2,8 +2,11 @@
 API, in one background thread with its own event loop, so `berth up` stays a single process that Ctrl-C stops
 completely.
 
-Hosts whose fleet entry says `simulation.agentDown: true` get no agent: their task queue has no poller, exactly like
-a host whose agent crashed.
+Hosts whose fleet entry says `simulation.agentDown: true` get no agent: their task queue has no poller and no report
+ever arrives, exactly like a host whose agent crashed, so the scheduler counts them `agent_down`.
+
+Each agent reports its (simulated) host through the API with its own node token, as a real agent does; the stack
+waits for every first report before it calls itself ready, so the first request finds every live node validated.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, Tele
 from temporalio.worker import Worker
 
 import worker
+from activities.node.reporter import HttpReportSink, NodeReporter
 from api.app import create_app
 from config.settings import Settings
 from config.temporal import connect
@@ -53,6 +57,7 @@ class WorkerHost:
         self.settings = settings
         self.fleet_file = fleet_file
         self.agents: list[str] = []
+        self._node_agents: list[worker.NodeAgent] = []
         self.skipped: list[str] = []
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="berth-workers", daemon=True)
@@ -101,7 +106,20 @@ class WorkerHost:
                 self._workers.append(worker.node_worker(client, agent, self._executor, queue))
                 self._tasks.append(asyncio.create_task(worker.reap_leases(agent)))
                 self.agents.append(node.name)
+                self._node_agents.append(agent)
         self._tasks.extend(asyncio.create_task(w.run()) for w in self._workers)
+
+    def start_reporting(self, api_url: str, node_tokens: dict[str, str], timeout: float = 60.0) -> None:
+        """Every agent reports its host once (waited for), then every interval in the background."""
+        asyncio.run_coroutine_threadsafe(self._start_reporting(api_url, node_tokens), self._loop).result(timeout)
+
+    async def _start_reporting(self, api_url: str, node_tokens: dict[str, str]) -> None:
+        reporters = [
+            NodeReporter(agent, HttpReportSink(api_url, node_tokens[agent.node]), self.settings.report_interval_seconds)
+            for agent in self._node_agents
+        ]
+        await asyncio.gather(*(reporter.report_once() for reporter in reporters))
+        self._tasks.extend(asyncio.create_task(reporter.run()) for reporter in reporters)
 
     def stop(self, timeout: float = 30.0) -> None:
         if not self._thread.is_alive():

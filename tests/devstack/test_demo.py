@@ -21,7 +21,7 @@ def test_berth_demo_walks_every_case_and_exits_0(tmp_path: Path) -> None:
     for heading in (
         "Capacity before",
         "1. A slice allocation, active, then released",
-        "2. A node whose agent is down: placed on an alternate",
+        "2. A node whose agent is down is not ranked",
         "3. Cancelled while provisioning",
         "4. A bare-metal host",
         "5. A request that cannot be placed, and why",
@@ -29,7 +29,7 @@ def test_berth_demo_walks_every_case_and_exits_0(tmp_path: Path) -> None:
         "6. A ModelDeployment: spread over clusters, scaled past capacity, deleted",
     ):
         assert heading in output
-    assert "attempt on j22u11: failed agent_unreachable" in output
+    assert "explain: j22u11 agent_down" in output and "attempt on j22u11" not in output
     assert "the allocation failed with: no_compatible_bundles" in output
     assert output.count("  Temporal UI: http://127.0.0.1:") == 6  # one link per allocation, one for the deployment
     assert "PartiallyScheduled: 3 of 9 replicas scheduled" in output
