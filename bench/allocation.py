@@ -36,6 +36,7 @@ from temporalio.worker import Worker
 import worker
 from bench.baseline_workflow import BaselineInput, BaselineWorkflow, noop
 from devstack.postgres import EmbeddedPostgres
+from devstack.reports import report_hosts
 from devstack.temporal import DevTemporal
 from fleet.loader import parse_fleet
 from scheduler.request import PlacementRequest
@@ -87,6 +88,7 @@ class Stack:
         path.write_text(text_)
         async with self.sessions.begin() as session:
             await apply_fleet(session, parse_fleet([(str(path), text_)]), prune=True)
+        await report_hosts(self.sessions, parse_fleet([(str(path), text_)]))  # the agents' start reports
         return path
 
     def close(self) -> None:

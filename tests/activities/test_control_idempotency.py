@@ -11,12 +11,12 @@ from temporalio.testing import ActivityEnvironment
 from activities.contracts import AllocationRecord, ClaimInput, ReleaseClaimsInput, StateChange
 from activities.control.claims import ClaimActivities
 from activities.control.records import RecordActivities
+from devstack.reports import report_hosts
 from fleet.loader import load_fleet
 from scheduler.bundles import Bundle
 from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
 from store.models import AllocationEventRow, ClaimRow, SlotRow
-from tests.agents import report_hosts
 
 
 def _bundle(index: int) -> Bundle:

@@ -8,11 +8,11 @@ from temporalio.testing import ActivityEnvironment
 from activities.contracts import AllocationRecord, FindCandidatesInput
 from activities.control.placement import PlacementActivities
 from activities.control.records import RecordActivities
+from devstack.reports import report_hosts
 from fleet.loader import load_fleet
 from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
 from store.models import AllocationRow
-from tests.agents import report_hosts
 
 
 async def test_a_tentative_choice_steers_the_next_decision(sessions, examples_dir) -> None:

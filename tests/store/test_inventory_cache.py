@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from sqlalchemy import select, update
 
+from devstack.reports import report_hosts
 from fleet.loader import load_fleet
 from scheduler.views import SlotState
 from store.apply import apply_fleet
 from store.inventory import InventoryCache
 from store.models import AllocationRow, ClaimRow, NodeRow, SlotRow, TenantRow
 from store.snapshot import load_snapshot
-from tests.agents import report_hosts
 
 
 def _view(snapshot) -> dict[str, object]:

@@ -1,7 +1,8 @@
-"""Node agents' start reports, for tests that apply a fleet without running its agents.
+"""Simulated node agents' start reports, taken in without an API server: for tests and benchmarks that apply a
+fleet and run its agents (or none) without the HTTP API.
 
-A node is placed on only once its agent has reported its host (live, slots validated). Tests that exercise the
-control plane without node-agent workers use this to say what the fleet's simulated agents would say on start:
+A node is placed on only once its agent has reported its host (live, slots validated). This says what the fleet's
+simulated agents would say on start:
 each host as its fleet entry describes it (`activities.node.simulated.simulated_host`), taken in through the same
 `store.node_reports.record_report` the API's report route calls. Nodes the fleet simulates as `agentDown` report
 nothing, as on the dev stack.
