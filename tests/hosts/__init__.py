@@ -1,0 +1,1 @@
+"""Fixture GPU hosts as sysfs trees, for discovery tests, benchmarks and dry runs."""
