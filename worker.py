@@ -1,7 +1,8 @@
 """Berth's Temporal workers.
 
     python worker.py control                 workflows and control activities on `berth.control`
-    python worker.py node --node-id NODE     one GPU host's agent on `berth.node.NODE` (activities only)
+    python worker.py node --node-id NODE     one GPU host's agent on `berth.node.NODE` (activities only), reporting
+                                             its host to the API (`--topology host|simulated`)
 
 (also `berth worker control` and `berth worker node --node-id NODE`). Both stop gracefully on SIGTERM or Ctrl-C:
 running activities get time to finish before the process leaves.
@@ -31,10 +32,14 @@ from activities.control.placement import PlacementActivities
 from activities.control.records import RecordActivities
 from activities.node.agent import NodeAgent
 from activities.node.approved import ApprovedSlots
+from activities.node.host.gpu_details import GpuDetails
+from activities.node.host.topology import HostTopology
 from activities.node.leases import LeaseStore
+from activities.node.reporter import NodeReporter
 from activities.node.simulated import SimulatedTopology, SimulatedVmDriver
 from config.settings import get_settings
 from fleet.loader import load_fleet
+from fleet.node import Simulation
 from workflows.allocation import AllocationWorkflow
 from workflows.deployment import DeploymentWorkflow
 from workflows.recovery import SlotRecoveryWorkflow
@@ -111,6 +116,21 @@ def simulated_agent(fleet_file: Path, node_id: str, state_dir: Path, lease_secon
     )
 
 
+def host_agent(
+    node_id: str, state_dir: Path, root: Path = Path("/"), gpu_details: GpuDetails | None = None
+) -> NodeAgent:
+    """A node agent on a real host: topology discovered from sysfs under `root`, approved slots from the control
+    plane's reply to its first report. The VM runtime is still the simulated one (the libvirt runtime is its own
+    driver, `--runtime`)."""
+    home = state_dir / "nodes" / node_id
+    return NodeAgent(
+        node_id,
+        HostTopology(root, gpu_details),
+        SimulatedVmDriver(home, Simulation()),
+        LeaseStore(home / "leases"),
+    )
+
+
 def node_worker(
     client: Client, agent: NodeAgent, executor: ThreadPoolExecutor, task_queue: str | None = None
 ) -> Worker:
@@ -151,10 +171,15 @@ async def run_control(
     await run_until_signalled([control_worker(client, sessions, task_queue)])
 
 
-async def run_node(client: Client, agent: NodeAgent, task_queue: str | None = None) -> None:
+async def run_node(
+    client: Client, agent: NodeAgent, task_queue: str | None = None, reporter: NodeReporter | None = None
+) -> None:
+    """Serve the node's task queue; with a reporter, report the host first and then every interval."""
     with ThreadPoolExecutor(max_workers=16, thread_name_prefix=f"agent-{agent.node}") as executor:
-        reaper = asyncio.create_task(reap_leases(agent))
-        await run_until_signalled([node_worker(client, agent, executor, task_queue)], [reaper])
+        background = [asyncio.create_task(reap_leases(agent))]
+        if reporter is not None:
+            background.append(asyncio.create_task(reporter.run()))
+        await run_until_signalled([node_worker(client, agent, executor, task_queue)], background)
 
 
 if __name__ == "__main__":

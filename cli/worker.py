@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -41,23 +42,56 @@ def control() -> None:
         fail(f"cannot run the control worker: {exc}")
 
 
+class Topology(StrEnum):
+    HOST = "host"
+    SIMULATED = "simulated"
+
+
 @app.command("node")
 def node(
     node_id: Annotated[str, typer.Option("--node-id", help="The host's node name in the fleet.")],
-    fleet: Annotated[Path | None, typer.Option("--fleet", "-f", help="Fleet file describing the host.")] = None,
+    topology: Annotated[
+        Topology, typer.Option("--topology", help="host: discover this machine from sysfs; simulated: the fleet entry.")
+    ] = Topology.SIMULATED,
+    fleet: Annotated[
+        Path | None, typer.Option("--fleet", "-f", help="Fleet file describing the simulated host.")
+    ] = None,
+    host_root: Annotated[
+        Path | None, typer.Option("--host-root", help="Read sysfs under this directory instead of / (host topology).")
+    ] = None,
+    api: Annotated[str | None, typer.Option("--api", help="The API to report to [env BERTH_API_URL].")] = None,
+    token: Annotated[
+        str | None, typer.Option("--token", help="This node's token [env BERTH_NODE_TOKEN].", show_default=False)
+    ] = None,
 ) -> None:
-    """A node agent (simulated host drivers) on `berth.node.<node-id>`."""
+    """A node agent on `berth.node.<node-id>`: reports its host to the API with its node token, plans, runs VMs."""
     import worker
+    from activities.node.reporter import HttpReportSink, NodeReporter
 
     settings = Settings()
-    fleet_file = fleet or settings.fleet_file or default_fleet_file()
     try:
-        agent = worker.simulated_agent(fleet_file, node_id, settings.state_dir)
+        if topology is Topology.HOST:
+            agent = worker.host_agent(node_id, settings.state_dir, host_root or settings.host_root)
+        else:
+            agent = worker.simulated_agent(
+                fleet or settings.fleet_file or default_fleet_file(), node_id, settings.state_dir
+            )
     except (FleetError, ValueError) as exc:
         fail(str(exc))
+    api_url, node_token = api or settings.api_url, token or settings.node_token
+    if topology is Topology.HOST and not (api_url and node_token):
+        fail(
+            "a host agent reports to the control plane and learns its approved slots from it: give --api URL and "
+            "--token TOKEN (or BERTH_API_URL and BERTH_NODE_TOKEN); `berth tokens create --node NODE` makes the token"
+        )
+    reporter = (
+        NodeReporter(agent, HttpReportSink(api_url, node_token), settings.report_interval_seconds)
+        if api_url and node_token
+        else None
+    )
 
     async def main() -> None:
-        await worker.run_node(await connect(settings), agent, f"{settings.node_task_queue_prefix}{node_id}")
+        await worker.run_node(await connect(settings), agent, f"{settings.node_task_queue_prefix}{node_id}", reporter)
 
     try:
         asyncio.run(main())

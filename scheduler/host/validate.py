@@ -129,10 +129,14 @@ def _vf_declarers(slots: Sequence[Slot]) -> dict[str, list[int]]:
 
 
 def _gpu_findings(slot: Slot, gpu: Gpu | None, host: HostInventory) -> list[Finding]:
-    """A missing GPU makes every other GPU check meaningless, so it is the only finding then."""
+    """A missing GPU makes every other GPU check meaningless, so it is the only finding then; one whose sysfs entry
+    could not be read is not missing but unreadable, and says so."""
     label = f"GPU {slot.gpu_pci}"
     if gpu is None:
-        return [(SlotCheck.GPU_ABSENT, f"{label} is not on this host (no NVIDIA GPU at that PCI address)")]
+        unreadable = _problem_findings(host, label, [slot.gpu_pci])
+        return unreadable or [
+            (SlotCheck.GPU_ABSENT, f"{label} is not on this host (no NVIDIA GPU at that PCI address)")
+        ]
     findings = _problem_findings(host, label, [gpu.address])
     if gpu.driver != VFIO:
         bound = f"bound to {gpu.driver}" if gpu.driver else "bound to no driver"

@@ -1,0 +1,19 @@
+"""The real `TopologyDriver`: the host this agent runs on, discovered from sysfs (and NVML, where the host driver
+still holds a GPU). `root` is `/` on a host; tests point it at a fixture tree shaped like `/sys`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from activities.node.host.gpu_details import GpuDetails, NvmlDetails
+from activities.node.host.sysfs import discover_host
+from scheduler.host.inventory import HostInventory
+
+
+class HostTopology:
+    def __init__(self, root: Path = Path("/"), gpu_details: GpuDetails | None = None) -> None:
+        self.root = root
+        self.gpu_details = gpu_details if gpu_details is not None else NvmlDetails()
+
+    def discover(self) -> HostInventory:
+        return discover_host(self.root, gpu_details=self.gpu_details)
