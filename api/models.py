@@ -137,6 +137,25 @@ class FleetApplied(BaseModel):
     )
 
 
+class AgentState(BaseModel):
+    state: Literal["live", "down", "never_reported"]
+    seen_at: datetime | None = None
+    down_reason: str | None = None
+    version: str | None = None
+    topology: str | None = Field(default=None, description="The hash of the host inventory it last reported.")
+    slices_blocked: str | None = Field(default=None, description="Why no slot of the node may be sliced, if so.")
+
+
+class SlotValidation(BaseModel):
+    index: int
+    gpu_pci: str
+    approved: bool
+    validation: str = Field(description="valid, raw_only (a raw GPU, no slice), invalid or unvalidated.")
+    reason: str | None = None
+    message: str | None = None
+    validated_at: datetime | None = None
+
+
 class NodeInfo(BaseModel):
     name: str
     cluster: str
@@ -151,6 +170,12 @@ class NodeInfo(BaseModel):
     reserved_slots: int
     quarantined_slots: int
     labels: dict[str, str]
+    agent: AgentState
+    validated_gpus: int = Field(description="Slots whose GPU the agent validated on the host (raw GPUs).")
+    compatible_gpus: int = Field(description="Slots that validated as whole slice bundles.")
+    invalid_slots: list[SlotValidation] = Field(
+        default_factory=list, description="Every slot that is not `valid`, with the agent's reason."
+    )
 
 
 class NodeList(BaseModel):

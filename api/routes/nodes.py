@@ -19,12 +19,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.auth import Admin, Reporter
 from api.errors import ApiError, conflict, error_responses, not_found
-from api.models import NodeInfo, NodeList
+from api.models import AgentState, NodeInfo, NodeList, SlotValidation
 from api.services import Services, services
 from fleet.meta import Name
 from fleet.node import NodeStatus
 from scheduler.host.report import NodeReport, ReportReply
-from store.models import ClusterRow, NodeRow, PoolRow, SlotRow
+from store.models import ClusterRow, NodeAgentRow, NodeRow, PoolRow, SlotRow
 from store.node_reports import TopologyMismatch, record_report
 
 log = logging.getLogger("berth.api")
@@ -42,23 +42,40 @@ def _nodes() -> Select:
             func.count().filter(SlotRow.state == "available").label("available"),
             func.count().filter(SlotRow.state == "reserved").label("reserved"),
             func.count().filter(SlotRow.state == "quarantined").label("quarantined"),
+            func.count().filter(SlotRow.validation.in_(("valid", "raw_only"))).label("validated"),
+            func.count().filter(SlotRow.validation == "valid").label("compatible"),
         )
         .group_by(SlotRow.node_id)
         .subquery()
     )
     return (
-        select(
-            NodeRow, PoolRow, ClusterRow.region, slots.c.gpus, slots.c.available, slots.c.reserved, slots.c.quarantined
-        )
+        select(NodeRow, PoolRow, ClusterRow.region, NodeAgentRow, *slots.c[1:])
         .join(PoolRow, PoolRow.id == NodeRow.pool_id)
         .join(ClusterRow, ClusterRow.name == PoolRow.cluster)
+        .outerjoin(NodeAgentRow, NodeAgentRow.node == NodeRow.name)
         .outerjoin(slots, slots.c.node_id == NodeRow.name)
         .order_by(NodeRow.name)
     )
 
 
-def _info(node: NodeRow, pool: PoolRow, region: str | None, *counts: int | None) -> NodeInfo:
-    gpus, available, reserved, quarantined = (count or 0 for count in counts)
+def _agent(agent: NodeAgentRow | None) -> AgentState:
+    if agent is None:
+        return AgentState(state="never_reported")
+    return AgentState(
+        state="live" if agent.state == "live" else "down",
+        seen_at=agent.seen_at,
+        down_reason=agent.down_reason if agent.state != "live" else None,
+        version=agent.agent_version,
+        topology=agent.topology,
+        slices_blocked=agent.slices_blocked,
+    )
+
+
+def _info(
+    node: NodeRow, pool: PoolRow, region: str | None, agent: NodeAgentRow | None, *counts: int | None,
+    invalid: list[SlotValidation] | None = None,
+) -> NodeInfo:  # fmt: skip
+    gpus, available, reserved, quarantined, validated, compatible = (count or 0 for count in counts)
     return NodeInfo(
         name=node.name,
         cluster=pool.cluster,
@@ -73,26 +90,56 @@ def _info(node: NodeRow, pool: PoolRow, region: str | None, *counts: int | None)
         reserved_slots=reserved,
         quarantined_slots=quarantined,
         labels=dict(node.labels),
+        agent=_agent(agent),
+        validated_gpus=validated,
+        compatible_gpus=compatible,
+        invalid_slots=invalid or [],
     )
+
+
+async def _invalid_slots(session: AsyncSession, nodes: list[str] | None = None) -> dict[str, list[SlotValidation]]:
+    """Every slot that is not `valid`, by node: what an operator has to fix."""
+    query = select(SlotRow).where(SlotRow.validation != "valid").order_by(SlotRow.node_id, SlotRow.slot_index)
+    if nodes is not None:
+        query = query.where(SlotRow.node_id.in_(nodes))
+    result: dict[str, list[SlotValidation]] = {}
+    for slot in (await session.scalars(query)).all():
+        result.setdefault(slot.node_id, []).append(
+            SlotValidation(
+                index=slot.slot_index, gpu_pci=slot.gpu_pci_address, approved=slot.approved,
+                validation=slot.validation, reason=slot.validation_reason, message=slot.validation_message,
+                validated_at=slot.validated_at,
+            )
+        )  # fmt: skip
+    return result
 
 
 async def _one(session: AsyncSession, name: str) -> NodeInfo:
     row = (await session.execute(_nodes().where(NodeRow.name == name))).first()
     if row is None:
         raise not_found("node", name)
-    return _info(*row)
+    return _info(*row, invalid=(await _invalid_slots(session, [name])).get(name))
 
 
 @router.get("", response_model=NodeList, responses=error_responses(401, 403, 422))
 async def list_nodes(caller: Admin, app: App, region: Name | None = None, status: NodeStatus | None = None) -> NodeList:
-    """Every node with its pool, status and slot usage."""
+    """Every node with its pool, status, slot usage, agent liveness and the slots that do not validate."""
     query = _nodes()
     if region is not None:
         query = query.where(ClusterRow.region == region)
     if status is not None:
         query = query.where(NodeRow.status == status.value)
     async with app.sessions() as session:
-        return NodeList(nodes=[_info(*row) for row in (await session.execute(query)).all()])
+        rows = (await session.execute(query)).all()
+        invalid = await _invalid_slots(session)
+        return NodeList(nodes=[_info(*row, invalid=invalid.get(row[0].name)) for row in rows])
+
+
+@router.get("/{node}", response_model=NodeInfo, responses=error_responses(401, 403, 404, 422))
+async def get_node(node: NodePath, caller: Admin, app: App) -> NodeInfo:
+    """One node: its pool, status, agent liveness and every slot that does not validate, with the reason."""
+    async with app.sessions() as session:
+        return await _one(session, node)
 
 
 async def _set_status(app: Services, name: str, wanted: str) -> NodeInfo:

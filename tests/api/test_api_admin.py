@@ -73,11 +73,14 @@ async def test_nodes_list_and_cordon(stack: Stack) -> None:
     await stack.wait_for(allocation_id, "active")
     nodes = (await stack.http.get("/v1/nodes", headers=stack.admin)).json()["nodes"]
     small = next(n for n in nodes if n["name"] == "small")
+    agent = small.pop("agent")
     assert small == {
         "name": "small", "cluster": "lab-1", "pool": "lab-1/slices", "region": "lab", "shape": "gpu_slice",
         "gpu_product": "H200", "status": "READY", "declared_status": "READY", "gpus": 2, "available_slots": 0,
-        "reserved_slots": 2, "quarantined_slots": 0, "labels": {},
+        "reserved_slots": 2, "quarantined_slots": 0, "labels": {}, "validated_gpus": 2, "compatible_gpus": 2,
+        "invalid_slots": [],
     }  # fmt: skip
+    assert agent["state"] == "live" and agent["seen_at"] and agent["topology"]
 
     cordoned = await stack.http.post("/v1/nodes/big/cordon", headers=stack.admin)
     assert cordoned.status_code == 200

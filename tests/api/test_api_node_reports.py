@@ -1,0 +1,74 @@
+"""`POST /v1/nodes/{node}/report`: a node agent reports its host with its own node token, and only for its own node;
+`GET /v1/nodes/{node}` then shows what an operator must fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from activities.node.host.sysfs import discover_host
+from scheduler.host.report import AgentInfo, NodeReport
+from store.tokens import create_token
+from tests.api.stack import Stack, bearer
+from tests.hosts import sysfs_tree
+
+JSON = {"Content-Type": "application/json"}
+AGENT = AgentInfo(version="test", interval_seconds=30)
+
+
+async def _node_token(stack: Stack, node: str) -> dict[str, str]:
+    async with stack.lab.sessions.begin() as session:
+        return bearer(await create_token(session, "node", node=node, label="test"))
+
+
+def _body(report: NodeReport) -> str:
+    return report.model_dump_json(exclude_none=True)
+
+
+async def test_an_agent_reports_for_its_own_node_only(stack: Stack, tmp_path: Path) -> None:
+    small = await _node_token(stack, "small")
+    host = discover_host(sysfs_tree.gpu_on_nvidia().write(tmp_path))  # not small's hardware: every slot fails
+    report = NodeReport(agent=AGENT, topology=host.topology_hash(), host=host)
+
+    other = await stack.http.post("/v1/nodes/big/report", content=_body(report), headers=small | JSON)
+    assert other.status_code == 403, other.text
+    assert "cannot report for node 'big'" in other.json()["error"]["message"]
+    tenant = await stack.http.post("/v1/nodes/small/report", content=_body(report), headers=stack.acme | JSON)
+    assert tenant.status_code == 403
+    elsewhere = await stack.http.get("/v1/allocations", headers=small)
+    assert elsewhere.status_code == 403  # a node token is good for its report and nothing else
+
+    accepted = await stack.http.post("/v1/nodes/small/report", content=_body(report), headers=small | JSON)
+    assert accepted.status_code == 200, accepted.text
+    reply = accepted.json()
+    assert reply["live"] and not reply.get("send_host") and len(reply["slots"]) == 2
+    assert [v["checks"][0] for v in reply["validation"]["slots"]] == ["gpu_absent", "gpu_absent"]
+
+    shown = (await stack.http.get("/v1/nodes/small", headers=stack.admin)).json()
+    assert shown["validated_gpus"] == 0 and [s["reason"] for s in shown["invalid_slots"]] == ["gpu_absent"] * 2
+    assert "0000:10:00.0 is not on this host" in shown["invalid_slots"][0]["message"]
+    explained = await stack.http.post("/v1/explain", json={"gpu_count": 2}, headers=stack.acme, params={"detail": 1})
+    node_level = next(level for level in explained.json()["explanation"]["levels"] if level["level"] == "node")
+    assert {item["name"]: item.get("reason") for item in node_level["items"]}["small"] == "slots_invalid"
+
+    # A heartbeat (no host, same topology and approval) is answered from memory and keeps the node live.
+    beat = NodeReport(agent=AGENT, topology=host.topology_hash(), approved=reply["approved"])
+    again = await stack.http.post("/v1/nodes/small/report", content=_body(beat), headers=small | JSON)
+    assert again.status_code == 200 and again.json() == {"node": "small", "live": True, "send_host": False,
+                                                          "approved": reply["approved"]}  # fmt: skip
+    # A topology the control plane has never seen must come with its host.
+    unknown = NodeReport(agent=AGENT, topology="feedfacecafebeef", approved=reply["approved"])
+    asked = await stack.http.post("/v1/nodes/small/report", content=_body(unknown), headers=small | JSON)
+    assert asked.json()["send_host"] is True
+
+
+async def test_malformed_reports_are_422_and_unknown_nodes_404(stack: Stack) -> None:
+    bad = await stack.http.post("/v1/nodes/small/report", json={"agent": {"version": "x"}}, headers=stack.admin)
+    assert bad.status_code == 422 and bad.json()["error"]["code"]
+    report = NodeReport(agent=AGENT, topology="0" * 16)
+    missing = await stack.http.post("/v1/nodes/nope/report", content=_body(report), headers=stack.admin | JSON)
+    assert missing.status_code == 404
+    lying = {"agent": AGENT.model_dump(), "topology": "0" * 16, "host": {"gpus": []}}
+    mismatch = await stack.http.post("/v1/nodes/small/report", json=lying, headers=stack.admin)
+    assert mismatch.status_code == 422 and mismatch.json()["error"]["code"] == "topology_mismatch"
+
+
