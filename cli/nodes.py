@@ -1,6 +1,8 @@
-"""`berth nodes list|cordon|uncordon` (admin): the GPU hosts, their slot usage, and taking them out of placement.
+"""`berth nodes list|get|cordon|uncordon` (admin) and `berth nodes discover` (on a host, no services).
 
-A cordoned node takes no new allocations and keeps the ones it has; uncordon makes it READY again.
+A cordoned node takes no new allocations and keeps the ones it has; uncordon makes it READY again. `list` and `get`
+show each agent's liveness and the slots its host did not validate. `discover` reads this machine (or a tree shaped
+like /sys) and prints what it has, which approved slots validate, and a suggested slot block for the fleet file.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from rich.table import Table
 
 from api.models import NodeInfo, NodeList
 from cli.client import ApiOption, OutputOption, TokenOption, api_client, segment
+from cli.discover import discover
 from cli.output import OutputFormat, console, print_json
 from fleet.node import NodeStatus
 
@@ -31,8 +34,10 @@ def _render(nodes: list[NodeInfo]) -> None:
         console.print("no nodes", style="dim")
         return
     table = Table(title_justify="left")
-    for column in ("node", "pool", "region", "shape", "product", "status", "GPUs", "free", "reserved", "quarantined"):
-        table.add_column(column, justify="right" if column in ("GPUs", "free", "reserved", "quarantined") else "left")
+    numbers = ("GPUs", "valid", "free", "reserved", "quarantined")
+    columns = ("node", "pool", "region", "shape", "product", "status", "agent", *numbers, "invalid slots")
+    for column in columns:
+        table.add_column(column, justify="right" if column in numbers else "left")
     for node in nodes:
         table.add_row(
             node.name,
@@ -41,12 +46,23 @@ def _render(nodes: list[NodeInfo]) -> None:
             node.shape,
             node.gpu_product or "-",
             _status(node),
+            _agent(node),
             str(node.gpus),
+            f"{node.validated_gpus}/{node.compatible_gpus}",
             str(node.available_slots),
             str(node.reserved_slots),
             str(node.quarantined_slots),
+            ", ".join(f"{slot.index}: {slot.reason or slot.validation}" for slot in node.invalid_slots) or "-",
         )
     console.print(table)
+    console.print("valid: raw GPUs validated on the host / of those, whole slice bundles", style="dim")
+
+
+def _agent(node: NodeInfo) -> str:
+    agent = node.agent
+    seen = f" {agent.seen_at:%H:%M:%S}" if agent.seen_at else ""
+    style = {"live": "green", "down": "red"}.get(agent.state, "yellow")
+    return f"[{style}]{agent.state}[/]{seen}"
 
 
 @app.command("list")
@@ -64,6 +80,31 @@ def list_(
             print_json(data)
         else:
             _render(NodeList.model_validate(data).nodes)
+
+
+@app.command("get")
+def get(
+    node: NodeArgument, output: OutputOption = OutputFormat.TEXT, api: ApiOption = None, token: TokenOption = None
+) -> None:
+    """One node: its agent and every slot that does not validate, with the agent's reason."""
+    with api_client(api, token) as client:
+        data = client.call("GET", f"/v1/nodes/{segment(node)}")
+    if output is OutputFormat.JSON:
+        print_json(data)
+        return
+    info = NodeInfo.model_validate(data)
+    _render([info])
+    agent = info.agent
+    console.print(f"agent: {agent.state}, last seen {agent.seen_at or 'never'}, version {agent.version or '-'}"
+                  + (f", down: {agent.down_reason}" if agent.down_reason else ""), highlight=False)  # fmt: skip
+    if agent.slices_blocked:
+        console.print(f"[yellow]{agent.slices_blocked}[/]", highlight=False)
+    for slot in info.invalid_slots:
+        console.print(f"  slot {slot.index} ({slot.gpu_pci}): {slot.validation} {slot.reason or ''}: "
+                      f"{slot.message or 'no report from its agent yet'}", highlight=False)  # fmt: skip
+
+
+app.command("discover")(discover)
 
 
 def _set_status(node: str, action: str, output: OutputFormat, api: str | None, token: str | None) -> None:

@@ -19,7 +19,8 @@ PIPED_WIDTH = 160
 def make_console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     piped = not stream.isatty() and "COLUMNS" not in os.environ
-    return Console(stderr=stderr, width=PIPED_WIDTH if piped else None)
+    # No emoji codes: a PCI address such as 0000:cd:00.0 holds ":cd:", which Rich would draw as a disc.
+    return Console(stderr=stderr, width=PIPED_WIDTH if piped else None, emoji=False)
 
 
 console = make_console()

@@ -1,4 +1,7 @@
-"""`berth tokens create --tenant T | --admin`: issue an API token, writing straight to the database.
+"""`berth tokens create --tenant T | --admin | --node N`: issue an API token, writing straight to the database.
+
+A node token is what a real node agent holds (`berth worker node --token`): it can report for its own node and
+nothing else.
 
 This is how an operator bootstraps access, so it cannot go through the API it grants access to: like
 `berth apply`, it uses the database named by BERTH_DATABASE_URL or `berth up`'s context. The token is printed
@@ -25,11 +28,11 @@ app = typer.Typer(
 )
 
 
-async def _create(url: str, role: Role, tenant: str | None, label: str | None) -> str:
+async def _create(url: str, role: Role, tenant: str | None, label: str | None, node: str | None) -> str:
     engine = create_engine(url, pool_size=1)
     try:
         async with session_factory(engine).begin() as session:
-            return await create_token(session, role, tenant, label)
+            return await create_token(session, role, tenant, label, node=node)
     finally:
         await engine.dispose()
 
@@ -38,25 +41,30 @@ async def _create(url: str, role: Role, tenant: str | None, label: str | None) -
 def create(
     tenant: Annotated[str | None, typer.Option("--tenant", help="A token that acts only for this tenant.")] = None,
     admin: Annotated[bool, typer.Option("--admin", help="A token that acts on everything.")] = False,
+    node: Annotated[
+        str | None, typer.Option("--node", help="A node agent's token: reports for this node only.")
+    ] = None,
     label: Annotated[str | None, typer.Option("--label", help="A note on who holds it.")] = None,
     output: OutputOption = OutputFormat.TEXT,
 ) -> None:
     """Create a token for a tenant, or an admin token, and print it (the only time it is shown)."""
-    if admin == (tenant is not None):
-        fail("give exactly one of --tenant NAME or --admin")
-    role: Role = "admin" if admin else "tenant"
+    if sum((admin, tenant is not None, node is not None)) != 1:
+        fail("give exactly one of --tenant NAME, --node NAME or --admin")
+    role: Role = "admin" if admin else "tenant" if tenant is not None else "node"
     try:
-        token = asyncio.run(_create(database_url(Settings()), role, tenant, label))
+        token = asyncio.run(_create(database_url(Settings()), role, tenant, label, node))
     except NotConfigured as error:
         fail(str(error))
-    except ValueError as error:  # an unknown tenant
+    except ValueError as error:  # an unknown tenant or node
         fail(str(error))
     except (OSError, OperationalError, DBAPIError) as error:
         fail(f"cannot reach the database: {error}")
     if output is OutputFormat.JSON:
-        print_json({"role": role, "tenant": tenant, "token": token})
+        print_json({"role": role, "tenant": tenant, "node": node, "token": token})
         return
     console.print(
-        f"{'Admin token' if admin else f'Token for tenant {tenant}'} (shown once; store it now):", highlight=False
+        f"{'Admin token' if admin else f'Token for tenant {tenant}' if tenant else f'Token for node {node}'} "
+        "(shown once; store it now):",
+        highlight=False,
     )
     typer.echo(token)

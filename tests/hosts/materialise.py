@@ -13,6 +13,8 @@ import json
 import shutil
 from pathlib import Path
 
+import yaml
+
 from tests.hosts.sysfs_tree import all_fixture_hosts
 
 
@@ -25,7 +27,25 @@ def materialise(directory: Path) -> list[Path]:
         host.write(root)
         (directory / f"{host.name}.node.json").write_text(json.dumps(host.node, indent=2) + "\n")
         roots.append(root)
+    # The fleet loader itself refuses one VF declared by two slots, so that host's approval exists only as its JSON.
+    loadable = [host.node for host in all_fixture_hosts() if host.name != "vf-declared-twice"]
+    (directory / "fleet.yaml").write_text(fixture_fleet(loadable))
     return roots
+
+
+def fixture_fleet(nodes: list[dict[str, object]]) -> str:
+    """A fleet file approving every fixture host, so `berth nodes discover --root DIR/<host> -f DIR/fleet.yaml
+    --node-id <host>` validates each one."""
+    documents = [
+        {"apiVersion": "berth.dev/v1alpha1", "kind": "Region", "metadata": {"name": "lab"}, "spec": {}},
+        {"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceClass", "metadata": {"name": "h200"},
+         "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": 8,
+                               "attributes": {"productName": {"string": "NVIDIA H200"}}}]}},
+        {"apiVersion": "berth.dev/v1alpha1", "kind": "InferenceCluster", "metadata": {"name": "fixtures"},
+         "spec": {"region": "lab", "nodePools": [{"name": "hgx", "className": "h200", "shape": "gpu_slice",
+                                                  "gpuProduct": "H200", "nodes": nodes}]}},
+    ]  # fmt: skip
+    return yaml.safe_dump_all(documents, sort_keys=False)
 
 
 def main() -> None:
