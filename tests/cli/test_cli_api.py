@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -212,7 +213,10 @@ def test_capacity_per_pool(terminal: Terminal) -> None:
 def test_nodes_list_cordon_and_uncordon(terminal: Terminal) -> None:
     listed = terminal.ok("nodes", "list")
     for name, gpus in (("big", 4), ("slow", 1), ("small", 2)):
-        assert f"│ {name:<5} │ lab-1/slices │ lab    │ gpu_slice │ H200    │ READY  │    {gpus} │" in listed
+        row = rf"│ {name:<5} │ lab-1/slices │ lab    │ gpu_slice │ H200    │ READY  │ live \d\d:\d\d:\d\d │ +{gpus} │ +{gpus}/{gpus} │"
+        assert re.search(row, listed), listed
+    shown = terminal.ok("nodes", "get", "big")
+    assert "agent: live, last seen" in shown and "slot" not in shown.split("agent:")[1]  # every slot validates
 
     assert "node big is CORDONED (fleet: READY)" in terminal.ok("nodes", "cordon", "big")
     assert [n["name"] for n in terminal.json("nodes", "list", "--status", "CORDONED")["nodes"]] == ["big"]
@@ -239,8 +243,9 @@ def test_tokens_create_issues_working_tokens(terminal: Terminal) -> None:
     assert len(terminal.json("nodes", "list", "--token", admin["token"])["nodes"]) == 3
 
     for args, message in (
-        ([], "give exactly one of --tenant NAME or --admin"),
-        (["--admin", "--tenant", "acme"], "give exactly one of --tenant NAME or --admin"),
+        ([], "give exactly one of --tenant NAME, --node NAME or --admin"),
+        (["--admin", "--tenant", "acme"], "give exactly one of --tenant NAME, --node NAME or --admin"),
+        (["--node", "nosuch"], "unknown node 'nosuch': apply a fleet file that declares it first"),
         (["--tenant", "nobody"], "unknown tenant 'nobody': apply a fleet file that declares it first"),
     ):
         assert message in one_error_line(terminal.berth("tokens", "create", *args))
