@@ -11,6 +11,8 @@ once; only its SHA-256 digest is stored.
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -41,15 +43,30 @@ async def _create(url: str, role: Role, tenant: str | None, label: str | None, n
 def create(
     tenant: Annotated[str | None, typer.Option("--tenant", help="A token that acts only for this tenant.")] = None,
     admin: Annotated[bool, typer.Option("--admin", help="A token that acts on everything.")] = False,
-    node: Annotated[
-        str | None, typer.Option("--node", help="A node agent's token: reports for this node only.")
+    nodes: Annotated[
+        list[str] | None,
+        typer.Option("--node", help="A node agent's token: reports for this node only (repeat with --to-dir)."),
     ] = None,
     label: Annotated[str | None, typer.Option("--label", help="A note on who holds it.")] = None,
+    to_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--to-dir",
+            help="Node tokens: write each to DIR/<node> (mode 0600) instead of printing it; a "
+            "file that already holds a token is kept and no token is created for it (safe to re-run).",
+        ),
+    ] = None,
     output: OutputOption = OutputFormat.TEXT,
 ) -> None:
-    """Create a token for a tenant, or an admin token, and print it (the only time it is shown)."""
-    if sum((admin, tenant is not None, node is not None)) != 1:
+    """Create a token for a tenant, a node agent, or an admin, and print it (the only time it is shown)."""
+    if sum((admin, tenant is not None, bool(nodes))) != 1:
         fail("give exactly one of --tenant NAME, --node NAME or --admin")
+    if to_dir is not None or (nodes and len(nodes) > 1):
+        if not nodes or to_dir is None:
+            fail("--to-dir writes node tokens: give --node NAME (one or more) with --to-dir DIR")
+        _write_node_tokens(nodes, to_dir, label)
+        return
+    node = nodes[0] if nodes else None
     role: Role = "admin" if admin else "tenant" if tenant is not None else "node"
     try:
         token = asyncio.run(_create(database_url(Settings()), role, tenant, label, node))
@@ -68,3 +85,24 @@ def create(
         highlight=False,
     )
     typer.echo(token)
+
+
+def _write_node_tokens(nodes: list[str], directory: Path, label: str | None) -> None:
+    """One token file per node agent, as a deployment hands them out (docker-compose.yml's berth-node-tokens)."""
+    url = database_url(Settings())
+    directory.mkdir(parents=True, exist_ok=True)
+    for node in nodes:
+        path = directory / node
+        if path.is_file() and path.read_text().strip():
+            console.print(f"{path} already holds a token; kept", highlight=False)
+            continue
+        try:
+            token = asyncio.run(_create(url, "node", None, label, node))
+        except ValueError as error:
+            fail(str(error))
+        except (OSError, OperationalError, DBAPIError) as error:
+            fail(f"cannot reach the database: {error}")
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as written:
+            written.write(token + "\n")
+        console.print(f"node token for {node} written to {path}", highlight=False)

@@ -63,6 +63,10 @@ def node(
     token: Annotated[
         str | None, typer.Option("--token", help="This node's token [env BERTH_NODE_TOKEN].", show_default=False)
     ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option("--token-file", help="Read this node's token from a file [env BERTH_NODE_TOKEN_FILE]."),
+    ] = None,
 ) -> None:
     """A node agent on `berth.node.<node-id>`: reports its host to the API with its node token, plans, runs VMs."""
     import worker
@@ -79,6 +83,12 @@ def node(
     except (FleetError, ValueError) as exc:
         fail(str(exc))
     api_url, node_token = api or settings.api_url, token or settings.node_token
+    token_file = token_file or settings.node_token_file
+    if node_token is None and token_file is not None:
+        try:
+            node_token = token_file.read_text().strip() or None
+        except OSError as exc:
+            fail(f"cannot read the node token from {token_file}: {exc.strerror}")
     if topology is Topology.HOST and not (api_url and node_token):
         fail(
             "a host agent reports to the control plane and learns its approved slots from it: give --api URL and "

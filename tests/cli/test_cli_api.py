@@ -230,6 +230,16 @@ def test_nodes_list_cordon_and_uncordon(terminal: Terminal) -> None:
     assert one_error_line(as_tenant) == "error: this route needs an admin token (forbidden, HTTP 403)"
 
 
+def test_node_tokens_written_for_agents_are_kept_on_a_rerun(terminal: Terminal, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    written = terminal.ok("tokens", "create", "--node", "small", "--node", "big", "--to-dir", str(tokens))
+    assert f"node token for big written to {tokens / 'big'}" in written
+    first = (tokens / "small").read_text()
+    assert first.startswith("berth_") and (tokens / "small").stat().st_mode & 0o777 == 0o600
+    assert "already holds a token; kept" in terminal.ok("tokens", "create", "--node", "small", "--to-dir", str(tokens))
+    assert (tokens / "small").read_text() == first
+
+
 def test_tokens_create_issues_working_tokens(terminal: Terminal) -> None:
     issued = terminal.ok("tokens", "create", "--tenant", "globex", "--label", "ci")
     assert issued.startswith("Token for tenant globex (shown once; store it now):")
@@ -247,6 +257,7 @@ def test_tokens_create_issues_working_tokens(terminal: Terminal) -> None:
         (["--admin", "--tenant", "acme"], "give exactly one of --tenant NAME, --node NAME or --admin"),
         (["--node", "nosuch"], "unknown node 'nosuch': apply a fleet file that declares it first"),
         (["--tenant", "nobody"], "unknown tenant 'nobody': apply a fleet file that declares it first"),
+        (["--admin", "--to-dir", "x"], "--to-dir writes node tokens: give --node NAME (one or more) with --to-dir DIR"),
     ):
         assert message in one_error_line(terminal.berth("tokens", "create", *args))
 
