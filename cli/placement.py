@@ -75,11 +75,13 @@ def render_capacity(pools: list[PoolCapacity], title: str = "Capacity") -> None:
     table = Table(
         title=title,
         title_justify="left",
-        caption="slices: allocations of that size that would fit now, each size counted alone",
+        caption="validated: GPUs the node agents validated on their hosts / of those, whole slice bundles; "
+        "slices: allocations of that size that would fit now, each size counted alone",
         caption_justify="left",
     )
-    for column in ("pool", "region", "shape", "product", "ready nodes", "GPUs", "raw free"):
-        table.add_column(column, justify="right" if column in ("ready nodes", "GPUs", "raw free") else "left")
+    numbers = ("ready nodes", "GPUs", "validated", "raw free")
+    for column in ("pool", "region", "shape", "product", *numbers):
+        table.add_column(column, justify="right" if column in numbers else "left")
     for size in SLICE_SIZES:
         table.add_column(f"{size}-GPU", justify="right")
     table.add_column("bare-metal", justify="right")
@@ -92,6 +94,7 @@ def render_capacity(pools: list[PoolCapacity], title: str = "Capacity") -> None:
             pool.gpu_product or "any",
             f"{pool.ready_nodes}/{pool.nodes}",
             str(pool.gpus),
+            f"{pool.validated_gpus}/{pool.compatible_gpus}",
             str(pool.raw_free_gpus),
             *(str(pool.slices.get(size, 0)) if slices else "-" for size in SLICE_SIZES),
             str(pool.baremetal_nodes) if metal else "-",

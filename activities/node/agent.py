@@ -32,12 +32,12 @@ from activities.node.drivers import TopologyDriver, VmCreateError, VmDriver
 from activities.node.leases import Lease, LeaseStore
 from fleet.node import NodeStatus
 from scheduler.bundles import plan_bundles
-from scheduler.from_fleet import slot_id
+from scheduler.from_fleet import slot_view
 from scheduler.host.checks import NodeValidation, ValidationState
 from scheduler.host.inventory import HostInventory
 from scheduler.host.validate import validate_slots
 from scheduler.request import PlanRequest
-from scheduler.views import NodeView, SlotState, SlotView
+from scheduler.views import NodeView, SlotState
 
 LEASE_LOST = "LeaseLost"
 VM_CREATE_FAILED = "VmCreateFailed"
@@ -72,20 +72,9 @@ class NodeAgent:
         for slot in self.approved.slots:
             verdict = validation.verdict(slot.index)
             slots.append(
-                SlotView(
-                    id=slot_id(self.node, slot.index),
-                    index=slot.index,
-                    approved=slot.approved,
-                    fabric_claim_mode=slot.fabric_claim_mode,
-                    fabric_vf_pci=slot.fabric_vf_pci,
-                    numa_node=slot.numa_node,
-                    gpu_pci=slot.gpu_pci,
-                    fabric_parent_pci=slot.fabric_parent_pci,
-                    nvme_device=slot.nvme_device,
-                    vcpus=slot.vcpus,
-                    memory_mib=slot.memory_mib,
-                    mac=slot.mac,
-                    private_ip=str(slot.private_ip) if slot.private_ip is not None else None,
+                slot_view(
+                    self.node,
+                    slot,
                     validation=verdict.state if verdict is not None else ValidationState.UNVALIDATED,
                     validation_reason=verdict.reason if verdict is not None else None,
                 )

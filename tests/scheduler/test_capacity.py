@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from fleet.loader import parse_fleet
 from fleet.slot_state import SlotStateDocument
 from scheduler.capacity import capacity
 from scheduler.from_fleet import snapshot_from_fleet
+from scheduler.host.checks import ValidationState
 from scheduler.request import NumaPolicy
 
 FLEET = """
@@ -115,3 +118,21 @@ def test_capacity_can_be_narrowed_to_a_region_and_product() -> None:
     world = snapshot_from_fleet(parse_fleet([("fleet.yaml", FLEET)]))
     assert [c.pool for c in capacity(world, region="eu-west")] == ["euw1/vf"]
     assert [c.pool for c in capacity(world, gpu_product="h100")] == ["use1/metal"]
+
+
+def test_capacity_counts_only_what_live_agents_validated() -> None:
+    """An agent's verdicts change what capacity shows: a raw-only slot is a raw GPU but no slice bundle, an invalid
+    slot is neither, and a node whose agent is down is not ready."""
+    snapshot = snapshot_from_fleet(parse_fleet([("fleet.yaml", FLEET)]))
+    first, second = snapshot.nodes["vf-01"], snapshot.nodes["vf-02"]
+    verdicts = {0: ValidationState.INVALID, 1: ValidationState.RAW_ONLY}
+    first = dataclasses.replace(
+        first,
+        slots=tuple(dataclasses.replace(s, validation=verdicts.get(s.index, s.validation)) for s in first.slots),
+    )
+    snapshot = snapshot.with_nodes([first, dataclasses.replace(second, agent_live=False)])
+    [pool] = [p for p in capacity(snapshot) if p.pool == "use1/vf"]
+    assert (pool.nodes, pool.ready_nodes, pool.agents_down) == (2, 1, 1)
+    assert (pool.gpus, pool.validated_gpus, pool.compatible_gpus) == (16, 15, 14)
+    assert pool.raw_free_gpus == 7  # only the live node's, and not its invalid slot
+    assert pool.slices[8] == 0 and pool.slices[4] == 1  # 6 bundles left on one live node: one 4-GPU slice fits
