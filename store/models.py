@@ -212,6 +212,10 @@ class NodeAgentRow(Base):
     host: Mapped[dict[str, Any] | None] = mapped_column(JSONB)  # the last HostInventory reported
     host_reported_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     slices_blocked: Mapped[str | None] = mapped_column(Text)
+    # The hash of the node's approved slots, and when it last changed: an API process answering heartbeats from
+    # memory asks only for the nodes whose approval changed since it last looked.
+    approved: Mapped[str | None] = mapped_column(String(16))
+    approved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
 
 
 class TenantRow(Base):

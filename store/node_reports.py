@@ -72,6 +72,7 @@ async def record_report(
     rows = (await session.scalars(select(SlotRow).where(SlotRow.node_id == node).order_by(SlotRow.slot_index))).all()
     slots = [slot_of(row) for row in rows]
     current = approved_hash(slots)
+    _note_approval(agent, current, now)
     validation = None
     if report.host is not None:
         agent.topology, agent.host, agent.host_reported_at = report.topology, report.host.model_dump(mode="json"), now
@@ -97,10 +98,24 @@ async def revalidate(session: AsyncSession, nodes: list[str], now: datetime | No
         rows = list(
             await session.scalars(select(SlotRow).where(SlotRow.node_id == agent.node).order_by(SlotRow.slot_index))
         )
-        host = HostInventory.model_validate(agent.host)
-        validation = await _store_validation(session, rows, [slot_of(row) for row in rows], host, now)
+        slots = [slot_of(row) for row in rows]
+        _note_approval(agent, approved_hash(slots), now)
+        validation = await _store_validation(session, rows, slots, HostInventory.model_validate(agent.host), now)
         agent.slices_blocked = validation.slices_blocked
     await session.flush()
+
+
+def _note_approval(agent: NodeAgentRow, digest: str, now: datetime) -> None:
+    if agent.approved != digest:
+        agent.approved, agent.approved_at = digest, now
+
+
+async def approvals_changed_since(session: AsyncSession, since: datetime) -> dict[str, str | None]:
+    """node -> its approval hash now, for every node whose approval changed after `since` (an indexed range)."""
+    rows = await session.execute(
+        select(NodeAgentRow.node, NodeAgentRow.approved).where(NodeAgentRow.approved_at > since)
+    )
+    return dict(rows.all())
 
 
 async def _store_validation(

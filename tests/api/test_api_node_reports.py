@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
+
+import yaml
 
 from activities.node.host.sysfs import discover_host
 from scheduler.host.report import AgentInfo, NodeReport
 from store.tokens import create_token
-from tests.api.stack import Stack, bearer
+from tests.api.stack import Stack, api_fleet, bearer
 from tests.hosts import sysfs_tree
 
 JSON = {"Content-Type": "application/json"}
@@ -55,6 +59,19 @@ async def test_an_agent_reports_for_its_own_node_only(stack: Stack, tmp_path: Pa
     again = await stack.http.post("/v1/nodes/small/report", content=_body(beat), headers=small | JSON)
     assert again.status_code == 200 and again.json() == {"node": "small", "live": True, "send_host": False,
                                                           "approved": reply["approved"]}  # fmt: skip
+    # The operator changes small's approved slots: within a flush the agent's next report gets them.
+    documents = list(yaml.safe_load_all(api_fleet()))
+    cluster = next(d for d in documents if d["kind"] == "InferenceCluster")
+    small_node = next(n for n in cluster["spec"]["nodePools"][0]["nodes"] if n["name"] == "small")
+    small_node["slots"][1]["vcpus"] = 8
+    applied = await stack.http.put("/v1/fleet", content=json.dumps({"kind": "List", "items": documents}),
+                                   headers=stack.admin)  # fmt: skip
+    assert applied.status_code == 200, applied.text
+    await asyncio.sleep(1.1)  # past the flush interval: this heartbeat's flush sees the changed approval
+    await stack.http.post("/v1/nodes/small/report", content=_body(beat), headers=small | JSON)
+    fresh = (await stack.http.post("/v1/nodes/small/report", content=_body(beat), headers=small | JSON)).json()
+    assert fresh["approved"] != reply["approved"] and [s["vcpus"] for s in fresh["slots"]] == [1, 8]
+
     # A topology the control plane has never seen must come with its host.
     unknown = NodeReport(agent=AGENT, topology="feedfacecafebeef", approved=reply["approved"])
     asked = await stack.http.post("/v1/nodes/small/report", content=_body(unknown), headers=small | JSON)

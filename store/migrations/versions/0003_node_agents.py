@@ -68,6 +68,8 @@ def upgrade() -> None:
         sa.Column("host", postgresql.JSONB()),
         sa.Column("host_reported_at", sa.DateTime(timezone=True)),
         sa.Column("slices_blocked", sa.Text()),
+        sa.Column("approved", sa.String(16)),
+        sa.Column("approved_at", sa.DateTime(timezone=True)),
         sa.CheckConstraint("state IN ('live', 'down')", name=op.f("ck_node_agents_state")),
         sa.ForeignKeyConstraint(["node"], ["nodes.name"], name=op.f("fk_node_agents_node_nodes"), ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("node", name=op.f("pk_node_agents")),
@@ -75,6 +77,7 @@ def upgrade() -> None:
     op.create_index(
         "ix_node_agents_live_expiry", "node_agents", ["expires_at"], postgresql_where=sa.text("state = 'live'")
     )
+    op.create_index("ix_node_agents_approved_at", "node_agents", ["approved_at"])
 
     op.create_table(
         "liveness_version",
