@@ -35,5 +35,6 @@ class Services:
         return self.database
 
 
-def services(request: Request) -> Services:
+async def services(request: Request) -> Services:
+    """Async on purpose: FastAPI runs a plain function dependency in a worker thread, on every request."""
     return request.app.state.services

@@ -14,8 +14,17 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from activities.node.simulated import simulated_host
 from fleet.fleet import Fleet
+from fleet.node import Node
 from scheduler.host.report import AgentInfo, NodeReport
 from store.node_reports import record_report
+
+
+def simulated_report(node: Node, interval: float = 30.0) -> NodeReport:
+    """The start report of the node's simulated agent: its whole host."""
+    host = simulated_host(node)
+    return NodeReport(
+        agent=AgentInfo(version="simulated", interval_seconds=interval), topology=host.topology_hash(), host=host
+    )
 
 
 async def report_hosts(sessions: async_sessionmaker[AsyncSession], fleet: Fleet, interval: float = 30.0) -> list[str]:
@@ -24,12 +33,7 @@ async def report_hosts(sessions: async_sessionmaker[AsyncSession], fleet: Fleet,
     async with sessions.begin() as session:
         for pool in fleet.host_pools():
             for node in pool.nodes:
-                if node.simulation.agent_down:
-                    continue
-                host = simulated_host(node)
-                report = NodeReport(
-                    agent=AgentInfo(version="test", interval_seconds=interval), topology=host.topology_hash(), host=host
-                )
-                await record_report(session, node.name, report)
-                reported.append(node.name)
+                if not node.simulation.agent_down:
+                    await record_report(session, node.name, simulated_report(node, interval))
+                    reported.append(node.name)
     return reported

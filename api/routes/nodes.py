@@ -13,7 +13,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Response
 from sqlalchemy import Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -173,7 +173,7 @@ async def uncordon(node: NodePath, caller: Admin, app: App) -> NodeInfo:
     responses=error_responses(401, 403, 404, 422),
     tags=["agents"],
 )
-async def report(node: NodePath, body: NodeReport, caller: Reporter, app: App) -> ReportReply:
+async def report(node: NodePath, body: NodeReport, caller: Reporter, app: App) -> ReportReply | Response:
     """A node agent's report: on start, when its host changes, and every interval. Answers with the node's approved
     slots when the agent's copy is out of date, and asks for the whole host when the control plane lacks it."""
     if caller.role == "node" and caller.node != node:
@@ -183,7 +183,9 @@ async def report(node: NodePath, body: NodeReport, caller: Reporter, app: App) -
     if app.heartbeats.steady(node, body):
         app.heartbeats.add(node, now, body.agent.interval_seconds)
         await app.heartbeats.maybe_flush(app.sessions)
-        return ReportReply(node=node, live=True, approved=body.approved or "")
+        # Serialised here rather than through the response model: this is the route every agent calls every interval.
+        steady = ReportReply(node=node, live=True, approved=body.approved or "")
+        return Response(steady.model_dump_json(exclude_none=True), media_type="application/json")
     async with app.sessions.begin() as session:
         try:
             reply = await record_report(session, node, body, now)
