@@ -41,7 +41,7 @@ class Settings(BaseSettings):
     node_token: str | None = Field(default=None, description="A node agent's own token (`berth tokens create --node`).")
     node_token_file: Path | None = Field(default=None, description="A file holding the node agent's token.")
     report_interval_seconds: float = Field(
-        default=30.0, ge=1.0, description="How often node agents report; an agent is down after 3 missed reports."
+        default=60.0, ge=1.0, description="How often node agents report; an agent is down after 3 missed reports."
     )
     host_root: Path = Field(default=Path("/"), description="Where a real node agent reads sysfs from (tests: a tree).")
 

@@ -3,7 +3,8 @@ node's approved slots in return.
 
     start ─► discover ─► report (whole host) ─► reply: approved slots? keep them
                  ▲                                              │
-                 └──────── every interval: heartbeat, or the whole host when its topology hash moved
+                 └── every few seconds: rediscover; the whole host at once when its topology hash moved,
+                     a heartbeat when the interval has passed, nothing otherwise
 
 A report that fails (API down, network) is retried sooner than the interval and never stops the agent: its
 activities keep serving whatever the control plane sends. The transport is a `ReportSink`; `HttpReportSink` posts
@@ -14,16 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Protocol
 
 import httpx
 
 from activities.node.agent import NodeAgent
+from scheduler.host.inventory import HostInventory
 from scheduler.host.report import AgentInfo, NodeReport, ReportReply
 
 log = logging.getLogger("berth.agent")
 
-DEFAULT_INTERVAL_SECONDS = 30.0
+CHECK_SECONDS = 5.0  # how often the agent looks for a changed host between reports
+DEFAULT_INTERVAL_SECONDS = 60.0  # 10,000 agents: 167 reports a second (docs/benchmarks.md)
 AGENT_VERSION = "berth-agent/0.1"
 
 
@@ -65,9 +69,9 @@ class NodeReporter:
         self._sent_topology: str | None = None  # the topology the control plane has from us
         self.last_reply: ReportReply | None = None
 
-    async def report_once(self) -> ReportReply:
+    async def report_once(self, host: HostInventory | None = None) -> ReportReply:
         """One report: the whole host the first time and whenever it changed, a heartbeat otherwise."""
-        host = await asyncio.to_thread(self.agent.topology.discover)
+        host = host or await asyncio.to_thread(self.agent.topology.discover)
         topology = host.topology_hash()
         info = AgentInfo(version=AGENT_VERSION, interval_seconds=self.interval)
 
@@ -87,14 +91,20 @@ class NodeReporter:
         return reply
 
     async def run(self) -> None:
-        """Report until cancelled. Failures are logged and retried within a few seconds, never fatal."""
+        """Report until cancelled: a changed host at once (discovery is cheap: a few milliseconds), a heartbeat
+        every interval. Failures are logged and retried within a few seconds, never fatal."""
+        check_every = min(self.interval, CHECK_SECONDS)
+        reported_at = float("-inf")
         while True:
-            delay = self.interval
             try:
-                await self.report_once()
+                host = await asyncio.to_thread(self.agent.topology.discover)
+                due = time.monotonic() - reported_at >= self.interval
+                if due or host.topology_hash() != self._sent_topology:
+                    await self.report_once(host)
+                    reported_at = time.monotonic()
             except ReportRefused as refused:
                 log.error("node %s: %s", self.agent.node, refused)
+                reported_at = time.monotonic()  # retrying at once will not help: wait for the interval
             except Exception as error:  # noqa: BLE001 - the API being down must not stop the agent
                 log.warning("node %s: report failed (%s); retrying", self.agent.node, error)
-                delay = min(self.interval, 5.0)
-            await asyncio.sleep(delay)
+            await asyncio.sleep(check_every)
