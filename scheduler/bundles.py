@@ -121,7 +121,8 @@ def plan_bundles(node: NodeView, request: PlanRequest, *, detail: bool = False) 
 
 def _describe(slot: SlotView) -> str:
     holder = f" by {slot.holder}" if slot.holder else ""
-    return f"index {slot.index}, NUMA {slot.numa_node}, GPU {slot.gpu_pci or '?'}, {slot.state}{holder}"
+    checked = f", {slot.validation}" + (f" ({slot.validation_reason})" if slot.validation_reason else "")
+    return f"index {slot.index}, NUMA {slot.numa_node}, GPU {slot.gpu_pci or '?'}, {slot.state}{holder}{checked}"
 
 
 def _pick_slices(
