@@ -46,7 +46,10 @@ def discover(
     """What this host has (GPUs, fabric PFs and VFs, NVMe, NUMA), and which approved slots validate."""
     if (fleet is None) != (node_id is None):
         fail("give both --fleet FILE and --node-id NODE to validate approved slots, or neither")
-    details: GpuDetails = RecordedNvidiaSmi(nvidia_smi) if nvidia_smi else NvmlDetails()
+    # NVML describes the machine it runs on: ask it only when reading that machine.
+    details: GpuDetails | None = RecordedNvidiaSmi(nvidia_smi) if nvidia_smi else None
+    if details is None and root == Path("/"):
+        details = NvmlDetails()
     host = discover_host(root, gpu_details=details)
     node = _approved_node(fleet, node_id) if fleet is not None and node_id is not None else None
     validation = validate_slots(node.slots, host) if node is not None else None

@@ -12,8 +12,10 @@ from scheduler.host.inventory import HostInventory
 
 class HostTopology:
     def __init__(self, root: Path = Path("/"), gpu_details: GpuDetails | None = None) -> None:
+        root = Path(root)
         self.root = root
-        self.gpu_details = gpu_details if gpu_details is not None else NvmlDetails()
+        # NVML describes the machine it runs on: ask it only when `root` is that machine.
+        self.gpu_details = gpu_details if gpu_details is not None else (NvmlDetails() if root == Path("/") else None)
 
     def discover(self) -> HostInventory:
         return discover_host(self.root, gpu_details=self.gpu_details)
