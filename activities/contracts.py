@@ -171,19 +171,23 @@ class ReadinessInput(Model):
 
 
 class Readiness(Model):
-    """The three readiness gates of seed 004; `ready` when all pass."""
+    """The three readiness gates of seed 004, by name (`ssh`, `cloud_init`, `gpus`); `ready` when all pass.
+    `failed_gate` names a gate that failed for good (cloud-init reported an error, the guest sees the wrong number of
+    GPUs): the attempt fails at once with `readiness_failed: <gate>: <failure>` instead of waiting out its timeout."""
 
     ssh: bool
     cloud_init: bool
     nvidia_smi: bool
     detail: str = ""
+    failed_gate: str | None = None
+    failure: str | None = None
 
     @property
     def ready(self) -> bool:
         return self.ssh and self.cloud_init and self.nvidia_smi
 
     def pending(self) -> list[str]:
-        gates = {"SSH port": self.ssh, "cloud-init": self.cloud_init, "nvidia-smi": self.nvidia_smi}
+        gates = {"ssh": self.ssh, "cloud_init": self.cloud_init, "gpus": self.nvidia_smi}
         return [name for name, passed in gates.items() if not passed]
 
 

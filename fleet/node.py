@@ -76,6 +76,9 @@ class Simulation(Spec):
     refuse_plans: bool = Field(default=False, description="Every plan is refused as if the host topology changed.")
     fail_create: bool = Field(default=False, description="VM creation fails.")
     never_ready: bool = Field(default=False, description="VMs boot but never pass their readiness gates.")
+    cloud_init_fails: bool = Field(
+        default=False, description="VMs boot and cloud-init reports an error: the cloud_init gate fails for good."
+    )
     boot_seconds: NonNegativeFloat = Field(default=0.0, description="Time from VM creation to readiness.")
 
 

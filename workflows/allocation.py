@@ -99,7 +99,8 @@ def _node_failure(error: ActivityError, node: str) -> AttemptFailed:
     if isinstance(cause, TimeoutError):
         return AttemptFailed("agent_timeout", f"the node agent of {node} stopped answering ({cause.type.name})")
     if isinstance(cause, ApplicationError):
-        code = {"VmCreateFailed": "vm_create_failed", "LeaseLost": "lease_lost"}.get(cause.type or "", "node_error")
+        codes = {"VmCreateFailed": "vm_create_failed", "LeaseLost": "lease_lost", "ImageNotFound": "image_not_found"}
+        code = codes.get(cause.type or "", "node_error")
         return AttemptFailed(code, cause.message)
     return AttemptFailed("node_error", str(cause or error))
 
@@ -302,6 +303,8 @@ class AllocationWorkflow:
                 raise _node_failure(error, node) from error
             if report.ready:
                 break
+            if report.failed_gate is not None:  # a gate that failed for good: no point waiting out the timeout
+                raise AttemptFailed("readiness_failed", f"{report.failed_gate}: {report.failure or 'failed'}")
             remaining = (deadline - workflow.now()).total_seconds()
             if remaining <= 0:
                 raise AttemptFailed(

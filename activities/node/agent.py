@@ -28,7 +28,7 @@ from activities.contracts import (
     VmSpec,
 )
 from activities.node.approved import ApprovedSlots
-from activities.node.drivers import TopologyDriver, VmCreateError, VmDriver
+from activities.node.drivers import ImageNotFound, TopologyDriver, VmCreateError, VmDriver
 from activities.node.leases import Lease, LeaseStore
 from fleet.node import NodeStatus
 from scheduler.bundles import plan_bundles
@@ -41,6 +41,7 @@ from scheduler.views import NodeView, SlotState
 
 LEASE_LOST = "LeaseLost"
 VM_CREATE_FAILED = "VmCreateFailed"
+IMAGE_NOT_FOUND = "ImageNotFound"
 
 
 class NodeAgent:
@@ -162,6 +163,8 @@ class NodeAgent:
             activity.heartbeat("creating")
             try:
                 existing = self.vms.create(spec)
+            except ImageNotFound as exc:
+                raise ApplicationError(str(exc), type=IMAGE_NOT_FOUND, non_retryable=True) from exc
             except VmCreateError as exc:
                 raise ApplicationError(str(exc), type=VM_CREATE_FAILED, non_retryable=True) from exc
         # The VM now holds the slots on this host; the lease has done its job.

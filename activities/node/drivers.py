@@ -20,6 +20,10 @@ class VmCreateError(RuntimeError):
     """The runtime could not create the VM (a libvirt error, a device that failed to attach, ...)."""
 
 
+class ImageNotFound(VmCreateError):
+    """The requested image is not in the node's image catalogue: a refusal of the request, not a fault of the node."""
+
+
 class VmRecord(BaseModel):
     """What the runtime knows about one VM: enough to find its devices again after an agent restart."""
 

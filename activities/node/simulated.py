@@ -144,6 +144,11 @@ class SimulatedVmDriver:
         record = self.get(allocation_id)
         if record is None:
             return Readiness(ssh=False, cloud_init=False, nvidia_smi=False, detail="no such VM")
+        if self.simulation.cloud_init_fails:
+            return Readiness(
+                ssh=True, cloud_init=False, nvidia_smi=False, detail="cloud_init: status: error",
+                failed_gate="cloud_init", failure="simulated fault: cloud-init status: error",
+            )  # fmt: skip
         if self.simulation.never_ready:
             return Readiness(ssh=True, cloud_init=False, nvidia_smi=False, detail="simulated fault: cloud-init hangs")
         booted = (self.clock() - record.created_at) / max(self.simulation.boot_seconds, 1e-9)

@@ -111,4 +111,4 @@ def test_simulated_faults(tmp_path: Path) -> None:
     plan = env.run(hung.plan, _plan("a"))
     env.run(hung.create_vm, VmSpec(allocation_id="a", node="h1", bundles=plan.bundles))
     report = env.run(hung.wait_ready, ReadinessInput(allocation_id="a", node="h1", gpu_count=2, window_seconds=0.3))
-    assert not report.ready and report.pending() == ["cloud-init", "nvidia-smi"]
+    assert not report.ready and report.pending() == ["cloud_init", "gpus"]

@@ -76,6 +76,15 @@ async def test_plan_refused_by_a_changed_host_moves_on(temporal_client, sessions
         await _placed_after_failure(lab, "refused-1", "slots_invalid")
 
 
+async def test_a_failed_readiness_gate_is_named_and_moves_on(temporal_client, sessions, tmp_path: Path) -> None:
+    """cloud-init reported an error on the first node: the attempt fails at once (no waiting out the readiness
+    timeout) with the gate's name and message, is compensated, and the next node takes the allocation."""
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts(cloudInitFails=True))
+    ) as lab:
+        await _placed_after_failure(lab, "gate-1", "readiness_failed: cloud_init: simulated fault: cloud-init")
+
+
 async def test_vm_create_failure_is_compensated(temporal_client, sessions, tmp_path: Path) -> None:
     async with running_lab(
         temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts(failCreate=True))
@@ -149,7 +158,7 @@ async def test_readiness_that_never_comes_times_out_and_moves_on(
         status = await lab.wait_for_state(handle, "active", timeout=90)
         assert [(a.node, a.outcome) for a in status.attempts] == [("first", "failed"), ("second", "succeeded")]
         assert (
-            status.attempts[0].reason == "readiness_timeout: not ready after 600s: waiting for cloud-init, nvidia-smi"
+            status.attempts[0].reason == "readiness_timeout: not ready after 600s: waiting for cloud_init, gpus"
         )
         assert (await lab.slot_states())["first/0"] == "available"
         assert [p.name for p in lab.vm_records()] == ["slow-1.json"]

@@ -1,0 +1,1 @@
+"""The libvirt VM runtime of a node agent: domain XML, the cloud-init seed, the driver."""

@@ -1,0 +1,109 @@
+"""The readiness gates of a VM, each by name (seed 004: SSH, cloud-init completion, nvidia-smi):
+
+    ssh         a TCP connection to the VM's address on port 22
+    cloud_init  `cloud-init status --wait` in the guest: 0 done; 2 done with recoverable errors (passes, logged);
+                1 failed, with cloud-init's message (the gate fails: waiting longer will not help)
+    gpus        `nvidia-smi -L` in the guest, once cloud-init is done: exactly the plan's GPU count (a different
+                count fails the gate; a non-zero exit, a driver still loading, is retried until the timeout)
+
+A probe never blocks: a guest command is started once and polled on later probes (`Gates` remembers its pid).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from activities.node.libvirt.guest import GuestAgent, GuestAgentError, poll, start
+
+log = logging.getLogger("berth.agent")
+
+CLOUD_INIT = ["cloud-init", "status", "--wait"]
+NVIDIA_SMI = ["nvidia-smi", "-L"]
+
+
+class GateState(StrEnum):
+    PASSED = "passed"
+    PENDING = "pending"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    name: str
+    state: GateState
+    message: str = ""
+
+
+def probe_ssh(address: str | None, port: int = 22, timeout: float = 1.0) -> GateResult:
+    if address is None:
+        return GateResult("ssh", GateState.PENDING, "the VM has no address to reach")
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return GateResult("ssh", GateState.PASSED, f"{address}:{port} accepts connections")
+    except OSError as error:
+        return GateResult("ssh", GateState.PENDING, f"{address}:{port}: {error.strerror or error}")
+
+
+@dataclass
+class Gates:
+    """Probe state for the VMs of one agent: which guest commands are running, by (domain, gate)."""
+
+    agent: GuestAgent
+    ssh_port: int = 22
+    _pids: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def probe(self, domain: str, address: str | None, gpu_count: int) -> list[GateResult]:
+        ssh = probe_ssh(address, self.ssh_port)
+        cloud_init = self._cloud_init(domain)
+        if cloud_init.state is GateState.PASSED:
+            gpus = self._gpus(domain, gpu_count)
+        else:
+            gpus = GateResult("gpus", GateState.PENDING, "waits for cloud-init")
+        return [ssh, cloud_init, gpus]
+
+    def forget(self, domain: str) -> None:
+        for key in [key for key in self._pids if key[0] == domain]:
+            del self._pids[key]
+
+    def _run(self, domain: str, gate: str, argv: list[str]) -> tuple[int, str] | GateResult:
+        """(exit code, output) once the command exited; a PENDING result while it runs or the agent is away."""
+        try:
+            pid = self._pids.get((domain, gate))
+            if pid is None:
+                pid = self._pids[(domain, gate)] = start(self.agent, domain, argv)
+            exited = poll(self.agent, domain, pid)
+        except GuestAgentError as error:
+            self._pids.pop((domain, gate), None)
+            return GateResult(gate, GateState.PENDING, f"guest agent not answering: {error}")
+        if exited is None:
+            return GateResult(gate, GateState.PENDING, f"`{' '.join(argv)}` still running")
+        del self._pids[(domain, gate)]
+        return exited.exit_code, (exited.stdout + "\n" + exited.stderr).strip()
+
+    def _cloud_init(self, domain: str) -> GateResult:
+        outcome = self._run(domain, "cloud_init", CLOUD_INIT)
+        if isinstance(outcome, GateResult):
+            return outcome
+        code, output = outcome
+        last = output.splitlines()[-1] if output else ""
+        if code == 0:
+            return GateResult("cloud_init", GateState.PASSED, "done")
+        if code == 2:
+            log.warning("cloud-init in %s finished with recoverable errors: %s", domain, output)
+            return GateResult("cloud_init", GateState.PASSED, f"done with recoverable errors: {last}")
+        return GateResult("cloud_init", GateState.FAILED, last or f"cloud-init status exited {code}")
+
+    def _gpus(self, domain: str, expected: int) -> GateResult:
+        outcome = self._run(domain, "gpus", NVIDIA_SMI)
+        if isinstance(outcome, GateResult):
+            return outcome
+        code, output = outcome
+        if code != 0:
+            return GateResult("gpus", GateState.PENDING, output.splitlines()[0] if output else f"exit {code}")
+        seen = sum(1 for line in output.splitlines() if line.startswith("GPU "))
+        if seen != expected:
+            return GateResult("gpus", GateState.FAILED, f"nvidia-smi lists {seen} GPUs, the plan has {expected}")
+        return GateResult("gpus", GateState.PASSED, f"nvidia-smi sees {seen} GPUs")
