@@ -25,11 +25,11 @@ from temporalio.worker import Worker
 import worker
 from activities.node.reporter import NodeReporter
 from fleet.loader import load_fleet
-from scheduler.request import CapacityShape, PlacementRequest
 from scheduler.host.report import NodeReport, ReportReply
+from scheduler.request import CapacityShape, PlacementRequest
 from store.apply import apply_fleet
-from store.node_reports import record_report
 from store.models import AllocationEventRow, ClaimRow, SlotRow
+from store.node_reports import record_report
 from workflows import allocation_client
 from workflows.allocation_messages import AllocationInput, AllocationStatus, Timing
 from workflows.task_queues import Queues
