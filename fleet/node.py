@@ -79,6 +79,9 @@ class Simulation(Spec):
     cloud_init_fails: bool = Field(
         default=False, description="VMs boot and cloud-init reports an error: the cloud_init gate fails for good."
     )
+    wipe_fails: bool = Field(
+        default=False, description="Wiping a released slot fails (its NVMe format): the slots are quarantined."
+    )
     boot_seconds: NonNegativeFloat = Field(default=0.0, description="Time from VM creation to readiness.")
 
 

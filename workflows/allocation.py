@@ -99,7 +99,8 @@ def _node_failure(error: ActivityError, node: str) -> AttemptFailed:
     if isinstance(cause, TimeoutError):
         return AttemptFailed("agent_timeout", f"the node agent of {node} stopped answering ({cause.type.name})")
     if isinstance(cause, ApplicationError):
-        codes = {"VmCreateFailed": "vm_create_failed", "LeaseLost": "lease_lost", "ImageNotFound": "image_not_found"}
+        codes = {"VmCreateFailed": "vm_create_failed", "LeaseLost": "lease_lost", "ImageNotFound": "image_not_found",
+                 "WipeFailed": "wipe_failed"}  # fmt: skip
         code = codes.get(cause.type or "", "node_error")
         return AttemptFailed(code, cause.message)
     return AttemptFailed("node_error", str(cause or error))
@@ -398,7 +399,8 @@ class AllocationWorkflow:
                                start_to_close=timedelta(minutes=2))  # fmt: skip
             return
         except ActivityError as error:
-            reason = str(_node_failure(error, node))
+            failure = _node_failure(error, node)
+            reason = f"{failure.code}: {failure.message}"
         await self.on_control(
             "quarantine_slots",
             QuarantineInput(allocation_id=self.input.allocation_id, attempt=attempt, node=node,

@@ -42,6 +42,7 @@ from scheduler.views import NodeView, SlotState
 LEASE_LOST = "LeaseLost"
 VM_CREATE_FAILED = "VmCreateFailed"
 IMAGE_NOT_FOUND = "ImageNotFound"
+WIPE_FAILED = "WipeFailed"
 
 
 class NodeAgent:
@@ -187,14 +188,22 @@ class NodeAgent:
 
     @activity.defn(name="destroy_vm")
     def destroy_vm(self, request: TeardownInput) -> TeardownResult:
-        """Destroy the VM and wipe its slots, then drop any lease left. Idempotent: a second call finds nothing."""
+        """Destroy the VM and wipe its slots, then drop any lease left. Idempotent: a second call finds nothing.
+        A slot that could not be wiped fails the teardown (`WipeFailed`, retried): the workflow then quarantines the
+        slots, and they come back only once a wipe succeeds."""
         vm = self.vms.get(request.allocation_id)
-        slots = sorted(set(request.slot_indexes) | set(vm.slot_indexes if vm else []))
+        indexes = sorted(set(request.slot_indexes) | set(vm.slot_indexes if vm else []))
         destroyed = self.vms.destroy(request.allocation_id)
-        if slots:
-            self.vms.wipe(slots)
         self.leases.release(request.allocation_id)
-        return TeardownResult(vm_destroyed=destroyed, wiped_slots=slots)
+        approved = {slot.index: slot for slot in self.approved.slots}
+        unknown = [index for index in indexes if index not in approved]
+        outcomes = self.vms.wipe([approved[index] for index in indexes if index in approved]) if indexes else []
+        failures = [f"slot {o.index}: {o.error}" for o in outcomes if not o.ok] + [
+            f"slot {index}: not in this node's approved slots, so its devices are unknown" for index in unknown
+        ]
+        if failures:
+            raise ApplicationError("; ".join(failures), type=WIPE_FAILED)
+        return TeardownResult(vm_destroyed=destroyed, wiped_slots=indexes)
 
     def activities(self) -> list[object]:
         return [self.plan, self.release_lease, self.create_vm, self.wait_ready, self.destroy_vm]

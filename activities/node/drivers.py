@@ -13,6 +13,8 @@ from typing import Protocol
 from pydantic import BaseModel, Field
 
 from activities.contracts import Readiness, VmSpec
+from activities.node.host.wipe import SlotWipe
+from fleet.node import Slot
 from scheduler.host.inventory import HostInventory
 
 
@@ -57,6 +59,7 @@ class VmDriver(Protocol):
         """Stop and delete the VM; True if there was one. Idempotent."""
         ...
 
-    def wipe(self, slot_indexes: list[int]) -> None:
-        """Scrub the slots' NVMe devices and reset their GPUs before the slots are reused."""
+    def wipe(self, slots: list[Slot]) -> list[SlotWipe]:
+        """Scrub the slots' NVMe devices and reset their GPUs before the slots are reused; one outcome per slot
+        (a failure is an outcome with its error, never an exception)."""
         ...

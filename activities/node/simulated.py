@@ -20,7 +20,8 @@ from pydantic import ValidationError
 
 from activities.contracts import Readiness, VmSpec
 from activities.node.drivers import VmCreateError, VmRecord
-from fleet.node import Node, Simulation
+from activities.node.host.wipe import SlotWipe
+from fleet.node import Node, Simulation, Slot
 from scheduler.host.inventory import FabricDevice, FabricRole, Gpu, HostInventory, NumaCell, NvmeNamespace
 
 
@@ -166,6 +167,11 @@ class SimulatedVmDriver:
         except FileNotFoundError:
             return False
 
-    def wipe(self, slot_indexes: list[int]) -> None:
+    def wipe(self, slots: list[Slot]) -> list[SlotWipe]:
+        """Records the wipe it would do (`wipes.log`); `simulation.wipeFails` plays an NVMe whose format fails."""
+        if self.simulation.wipe_fails:
+            return [SlotWipe(index=s.index, error=f"NVMe {s.nvme_device or 'of slot ' + str(s.index)}: simulated "
+                             "fault: format failed") for s in slots]  # fmt: skip
         with open(self.wipe_log, "a") as log:
-            log.write(json.dumps({"at": self.clock(), "slots": slot_indexes}) + "\n")
+            log.write(json.dumps({"at": self.clock(), "slots": [slot.index for slot in slots]}) + "\n")
+        return [SlotWipe(index=slot.index, nvme_method="simulated", gpu_reset=True) for slot in slots]

@@ -239,3 +239,19 @@ async def test_a_failed_allocation_can_be_retried_as_a_new_run(temporal_client, 
             await second.result()
         events = await lab.events("again")
         assert [e[0] for e in events].count("select_region") == 2  # both runs are in the audit trail
+
+
+async def test_a_wipe_that_fails_quarantines_the_slots_with_its_reason(temporal_client, sessions, tmp_path: Path) -> None:
+    """Released on a host whose NVMe format fails: the allocation is released, and its slots are quarantined with
+    the wipe's reason (never back in the pool) until a wipe succeeds."""
+    fleet = lab_fleet({"only": {"gpus": 2, "simulation": {"wipeFails": True}}})
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
+        handle = await lab.allocate("wipe-1", gpus=2)
+        await lab.wait_for_state(handle, "active", timeout=30)
+        await allocation_client.release(temporal_client, "wipe-1")
+        await lab.wait_for_state(handle, "released", timeout=60)
+        async with sessions() as session:
+            rows = (await session.execute(select(SlotRow.state, SlotRow.quarantine_reason))).all()
+        assert [state for state, _ in rows] == ["quarantined", "quarantined"]
+        assert all("wipe_failed: slot" in (reason or "") and "format failed" in (reason or "") for _, reason in rows), rows
+        assert await lab.active_claims() == {}

@@ -6,6 +6,7 @@
     get/list: the domains carrying Berth's metadata (the allocation, its slots and addresses) survive agent restarts.
     readiness: the named gates of `readiness.py`.
     destroy: destroy, undefine, delete the overlay and the seed; idempotent.
+    wipe:    each released slot's NVMe erased and GPU reset (`host/wipe.py`).
 
 Domain name and UUID derive from the allocation id, so a second `create` finds the first domain instead of making
 another. libvirt-python is synchronous: the agent calls it from its activity threads.
@@ -24,10 +25,12 @@ from pydantic import BaseModel, Field, model_validator
 
 from activities.contracts import Readiness, VmSpec
 from activities.node.drivers import ImageNotFound, VmCreateError, VmRecord
+from activities.node.host.wipe import HostRunner, SlotWipe, SubprocessRunner, wipe_slot
 from activities.node.libvirt.domain import DomainConfig, domain_name, domain_xml
 from activities.node.libvirt.guest import GuestAgent, LibvirtGuestAgent
 from activities.node.libvirt.readiness import Gates, GateState
 from activities.node.libvirt.seed import GuestInterface, SeedConfig, write_seed_iso
+from fleet.node import Slot
 
 METADATA_NS = "https://berth.dev/xmlns/allocation/1"
 GIB = 1024**3
@@ -65,6 +68,7 @@ class LibvirtVmDriver:
         connection: Any | None = None,
         guest_agent: GuestAgent | None = None,
         clock: Callable[[], float] = time.time,
+        runner: HostRunner | None = None,
     ) -> None:
         import libvirt
 
@@ -72,6 +76,7 @@ class LibvirtVmDriver:
         self.connection = connection or libvirt.open(settings.uri)
         self.gates = Gates(guest_agent or LibvirtGuestAgent(self.connection), ssh_port=settings.ssh_port)
         self.clock = clock
+        self.runner = runner or SubprocessRunner()
         self.domain_config = DomainConfig(
             network=settings.network,
             bridge=settings.bridge,
@@ -191,8 +196,8 @@ class LibvirtVmDriver:
         self.gates.forget(name)
         return existed
 
-    def wipe(self, slot_indexes: list[int]) -> None:
-        raise NotImplementedError("the libvirt runtime's slot wipe (NVMe erase, GPU reset) is not built yet")
+    def wipe(self, slots: list[Slot]) -> list[SlotWipe]:
+        return [wipe_slot(slot, self.runner) for slot in slots]
 
     # helpers ------------------------------------------------------------------------------------------------------
 
