@@ -32,9 +32,11 @@ from activities.control.placement import PlacementActivities
 from activities.control.records import RecordActivities
 from activities.node.agent import NodeAgent
 from activities.node.approved import ApprovedSlots
+from activities.node.drivers import VmDriver
 from activities.node.host.gpu_details import GpuDetails
 from activities.node.host.topology import HostTopology
 from activities.node.leases import LeaseStore
+from activities.node.libvirt.driver import LibvirtSettings
 from activities.node.reporter import NodeReporter
 from activities.node.simulated import SimulatedTopology, SimulatedVmDriver
 from config.settings import get_settings
@@ -117,18 +119,24 @@ def simulated_agent(fleet_file: Path, node_id: str, state_dir: Path, lease_secon
 
 
 def host_agent(
-    node_id: str, state_dir: Path, root: Path = Path("/"), gpu_details: GpuDetails | None = None
+    node_id: str,
+    state_dir: Path,
+    root: Path = Path("/"),
+    gpu_details: GpuDetails | None = None,
+    libvirt: LibvirtSettings | None = None,
 ) -> NodeAgent:
     """A node agent on a real host: topology discovered from sysfs under `root`, approved slots from the control
-    plane's reply to its first report. The VM runtime is still the simulated one (the libvirt runtime is its own
-    driver, `--runtime`)."""
+    plane's reply to its first report, and VMs on libvirt when `libvirt` is given (else the simulated runtime)."""
     home = state_dir / "nodes" / node_id
-    return NodeAgent(
-        node_id,
-        HostTopology(root, gpu_details),
-        SimulatedVmDriver(home, Simulation()),
-        LeaseStore(home / "leases"),
-    )
+    topology = HostTopology(root, gpu_details)
+    if libvirt is None:
+        vms: VmDriver = SimulatedVmDriver(home, Simulation())
+    else:
+        from activities.node.libvirt.driver import LibvirtVmDriver  # needs libvirt-python (the `host` extra)
+
+        cpus = {cell.id: cell.cpus for cell in topology.discover().numa}
+        vms = LibvirtVmDriver(libvirt, cpus)
+    return NodeAgent(node_id, topology, vms, LeaseStore(home / "leases"))
 
 
 def node_worker(

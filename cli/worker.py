@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from activities.node.libvirt.driver import ImageCatalogue, LibvirtSettings
 from cli.output import fail
 from config.context import NotConfigured, database_url
 from config.settings import Settings
@@ -47,6 +48,11 @@ class Topology(StrEnum):
     SIMULATED = "simulated"
 
 
+class Runtime(StrEnum):
+    LIBVIRT = "libvirt"
+    SIMULATED = "simulated"
+
+
 @app.command("node")
 def node(
     node_id: Annotated[str, typer.Option("--node-id", help="The host's node name in the fleet.")],
@@ -67,6 +73,18 @@ def node(
         Path | None,
         typer.Option("--token-file", help="Read this node's token from a file [env BERTH_NODE_TOKEN_FILE]."),
     ] = None,
+    runtime: Annotated[
+        Runtime, typer.Option("--runtime", help="libvirt: VMs on this host's libvirt (needs --topology host).")
+    ] = Runtime.SIMULATED,
+    libvirt_uri: Annotated[str | None, typer.Option("--libvirt-uri", help="[env BERTH_LIBVIRT_URI]")] = None,
+    storage_pool: Annotated[str | None, typer.Option("--storage-pool", help="[env BERTH_LIBVIRT_POOL]")] = None,
+    network: Annotated[
+        str | None, typer.Option("--network", help="libvirt network [env BERTH_LIBVIRT_NETWORK]")
+    ] = None,
+    bridge: Annotated[str | None, typer.Option("--bridge", help="host bridge [env BERTH_LIBVIRT_BRIDGE]")] = None,
+    image_catalogue: Annotated[
+        Path | None, typer.Option("--image-catalogue", help="YAML image catalogue [env BERTH_IMAGE_CATALOGUE]")
+    ] = None,
 ) -> None:
     """A node agent on `berth.node.<node-id>`: reports its host to the API with its node token, plans, runs VMs."""
     import worker
@@ -74,14 +92,25 @@ def node(
 
     settings = Settings()
     try:
+        if runtime is Runtime.LIBVIRT and topology is not Topology.HOST:
+            fail("--runtime libvirt runs VMs on this host: use it with --topology host")
         if topology is Topology.HOST:
-            agent = worker.host_agent(node_id, settings.state_dir, host_root or settings.host_root)
+            libvirt = None
+            if runtime is Runtime.LIBVIRT:
+                libvirt = _libvirt_settings(settings, libvirt_uri, storage_pool, network, bridge, image_catalogue)
+            agent = worker.host_agent(node_id, settings.state_dir, host_root or settings.host_root, libvirt=libvirt)
         else:
             agent = worker.simulated_agent(
                 fleet or settings.fleet_file or default_fleet_file(), node_id, settings.state_dir
             )
-    except (FleetError, ValueError) as exc:
+    except typer.Exit:
+        raise
+    except (FleetError, ValueError, OSError) as exc:
         fail(str(exc))
+    except ImportError as exc:
+        fail(f"--runtime libvirt needs libvirt-python: pip install -e '.[host]' (Debian: libvirt-dev first): {exc}")
+    except Exception as exc:  # noqa: BLE001 - libvirt.libvirtError (a host without libvirtd): one line, no traceback
+        fail(f"cannot open libvirt: {exc}")
     api_url, node_token = api or settings.api_url, token or settings.node_token
     token_file = token_file or settings.node_token_file
     if node_token is None and token_file is not None:
@@ -109,3 +138,22 @@ def node(
         fail(str(exc))
     except RuntimeError as exc:
         fail(f"cannot run the node agent: {exc}")
+
+
+def _libvirt_settings(
+    settings: Settings, uri: str | None, pool: str | None, network: str | None, bridge: str | None,
+    catalogue_file: Path | None,
+) -> LibvirtSettings:  # fmt: skip
+    catalogue_file = catalogue_file or settings.image_catalogue
+    if catalogue_file is None:
+        fail("--runtime libvirt needs an image catalogue: --image-catalogue FILE (images: {name: base.qcow2})")
+    catalogue = ImageCatalogue.load(catalogue_file)
+    return LibvirtSettings(
+        uri=uri or settings.libvirt_uri,
+        storage_pool=pool or settings.libvirt_pool,
+        images=catalogue.images,
+        default_image=catalogue.default,
+        network=network or (None if bridge or settings.libvirt_bridge else settings.libvirt_network),
+        bridge=bridge or settings.libvirt_bridge,
+        seed_dir=settings.state_dir / "seeds",
+    )

@@ -44,6 +44,11 @@ class Settings(BaseSettings):
         default=60.0, ge=1.0, description="How often node agents report; an agent is down after 3 missed reports."
     )
     host_root: Path = Field(default=Path("/"), description="Where a real node agent reads sysfs from (tests: a tree).")
+    libvirt_uri: str = Field(default="qemu:///system", description="The libvirt connection of a libvirt runtime.")
+    libvirt_pool: str = Field(default="default", description="The storage pool VM boot overlays are made in.")
+    libvirt_network: str | None = Field(default="default", description="The libvirt network VMs join.")
+    libvirt_bridge: str | None = Field(default=None, description="A host bridge VMs join instead of a network.")
+    image_catalogue: Path | None = Field(default=None, description="YAML: images: {name: base qcow2 path}, default.")
 
     @property
     def context_file(self) -> Path:

@@ -30,6 +30,10 @@ class TopologyMismatch(ValueError):
     """The inventory sent does not hash to the topology the report names."""
 
 
+class UnstorableReport(ValueError):
+    """The inventory holds text PostgreSQL cannot store (a NUL character): refused, never half-written."""
+
+
 def slot_of(row: SlotRow) -> Slot:
     return Slot.model_validate(
         {
@@ -57,6 +61,8 @@ async def record_report(
     now = now or datetime.now(UTC)
     if await session.get(NodeRow, node) is None:
         raise LookupError(node)
+    if report.host is not None and "\\u0000" in report.host.model_dump_json():
+        raise UnstorableReport("the host inventory contains a NUL character, which cannot be stored")
     if report.host is not None and report.host.topology_hash() != report.topology:
         raise TopologyMismatch(
             f"the inventory hashes to {report.host.topology_hash()}, not to the topology {report.topology} named"

@@ -25,7 +25,7 @@ from fleet.meta import Name
 from fleet.node import NodeStatus
 from scheduler.host.report import NodeReport, ReportReply
 from store.models import ClusterRow, NodeAgentRow, NodeRow, PoolRow, SlotRow
-from store.node_reports import TopologyMismatch, record_report
+from store.node_reports import TopologyMismatch, UnstorableReport, record_report
 
 log = logging.getLogger("berth.api")
 
@@ -193,6 +193,8 @@ async def report(node: NodePath, body: NodeReport, caller: Reporter, app: App) -
             raise not_found("node", node) from None
         except TopologyMismatch as mismatch:
             raise ApiError(422, "topology_mismatch", str(mismatch)) from None
+        except UnstorableReport as unstorable:
+            raise ApiError(422, "invalid_request", str(unstorable)) from None
     if not reply.send_host:
         app.heartbeats.confirm(node, body.topology, reply.approved)
     await app.heartbeats.maybe_flush(app.sessions)

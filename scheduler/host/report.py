@@ -20,11 +20,13 @@ from fleet.node import Slot
 from scheduler.host.checks import NodeValidation
 from scheduler.host.inventory import HostInventory
 
+HASH = r"^[0-9a-f]{1,16}$"
+
 
 class AgentInfo(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    version: str = Field(max_length=64, description="The agent's software version.")
+    version: str = Field(max_length=64, pattern=r"^[\x20-\x7e]*$", description="The agent's software version.")
     interval_seconds: float = Field(ge=1.0, le=3600.0, description="How often the agent reports.")
 
 
@@ -34,9 +36,9 @@ class NodeReport(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     agent: AgentInfo
-    topology: str = Field(min_length=1, max_length=16, description="`HostInventory.topology_hash()` of the host now.")
+    topology: str = Field(pattern=HASH, description="`HostInventory.topology_hash()` of the host now.")
     approved: str | None = Field(
-        default=None, max_length=16, description="The hash of the approved slots the agent plans with (None: none)."
+        default=None, pattern=HASH, description="The hash of the approved slots the agent plans with (None: none)."
     )
     host: HostInventory | None = Field(
         default=None, description="The whole inventory: on start, when the topology changed, or when asked for it."

@@ -50,7 +50,7 @@ class HostRoot:
                 size += len(chunk)
         finally:
             os.close(fd)
-        return b"".join(chunks).decode("utf-8")
+        return b"".join(chunks).decode("utf-8").replace("\x00", "")  # some attributes are NUL-padded
 
     def readlink(self, path: str) -> str | None:
         """The target of a symlink; None when there is no entry at all. Raises OSError(EINVAL) for a non-link."""

@@ -41,7 +41,7 @@ import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -71,6 +71,9 @@ class DomainConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     machine: str = "q35"
+    # UEFI (OVMF) by default: GPUs with large BARs (H100, H200) need the 64-bit MMIO space that OVMF maps and SeaBIOS
+    # does not; libvirt picks the firmware build (`<os firmware='efi'>`). `bios` for images that cannot boot UEFI.
+    firmware: Literal["efi", "bios"] = "efi"
     emulator: str | None = None  # None: libvirt's default QEMU binary for the machine
     network: str | None = None  # a libvirt network name ...
     bridge: str | None = None  # ... or a host bridge: exactly one of the two
@@ -251,7 +254,7 @@ def _placement(bundles: Sequence[Bundle], config: DomainConfig) -> _Placement | 
 
 
 def _os_and_features(root: ET.Element, config: DomainConfig) -> None:
-    os_ = ET.SubElement(root, "os")
+    os_ = ET.SubElement(root, "os", {"firmware": "efi"} if config.firmware == "efi" else {})
     ET.SubElement(os_, "type", {"arch": "x86_64", "machine": config.machine}).text = "hvm"
     ET.SubElement(os_, "boot", {"dev": "hd"})
     features = ET.SubElement(root, "features")

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, Field, model_validator
 
 from activities.contracts import Readiness, VmSpec
@@ -34,6 +35,25 @@ from fleet.node import Slot
 
 METADATA_NS = "https://berth.dev/xmlns/allocation/1"
 GIB = 1024**3
+
+
+class ImageCatalogue(BaseModel):
+    """The operator's image catalogue file (YAML): `images: {name: /path/to/base.qcow2}` and an optional `default`."""
+
+    model_config = {"extra": "forbid", "frozen": True}
+
+    images: dict[str, str] = Field(default_factory=dict)
+    default: str | None = None
+
+    @model_validator(mode="after")
+    def _default_is_known(self) -> ImageCatalogue:
+        if self.default is not None and self.default not in self.images:
+            raise ValueError(f"the default image {self.default!r} is not one of the catalogue's images")
+        return self
+
+    @classmethod
+    def load(cls, path: Path) -> ImageCatalogue:
+        return cls.model_validate(yaml.safe_load(path.read_text()) or {})
 
 
 class LibvirtSettings(BaseModel):
@@ -73,6 +93,7 @@ class LibvirtVmDriver:
         import libvirt
 
         self.settings = settings
+        libvirt.registerErrorHandler(lambda _context, _error: None, None)  # errors are raised; libvirt need not print
         self.connection = connection or libvirt.open(settings.uri)
         self.gates = Gates(guest_agent or LibvirtGuestAgent(self.connection), ssh_port=settings.ssh_port)
         self.clock = clock

@@ -1,0 +1,135 @@
+"""The whole allocation workflow on the libvirt runtime: real Temporal, real PostgreSQL, and a node agent whose VMs
+are real libvirt domains (libvirt's test driver; guest-agent answers recorded as QEMU documents them; the SSH gate
+connects to a real listener on loopback). Active, then released, with nothing left in libvirt; cancelled while
+waiting for readiness, with nothing left either."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+import worker
+from activities.node.approved import ApprovedSlots
+from activities.node.host.wipe import Ran, RecordingRunner
+from activities.node.leases import LeaseStore
+from activities.node.libvirt.guest import Recorded, RecordedGuestAgent
+from activities.node.reporter import NodeReporter
+from activities.node.simulated import SimulatedTopology
+from fleet.loader import load_fleet
+from tests.workflows.lab import FAST, StoreSink, lab_fleet, running_lab
+from workflows import allocation_client
+
+libvirt = pytest.importorskip(
+    "libvirt", reason="LOUD: libvirt-python is not installed (needs the Debian packages libvirt-dev, libvirt-clients)"
+)
+
+from activities.node.libvirt.domain import parse_domain  # noqa: E402
+from activities.node.libvirt.driver import LibvirtSettings, LibvirtVmDriver  # noqa: E402
+
+HOST = Path(__file__).resolve().parent.parent / "hosts" / "libvirt" / "host.xml"
+READY = {
+    "cloud-init status --wait": Recorded(exit_code=0, stdout="status: done"),
+    "nvidia-smi -L": Recorded(stdout="GPU 0: NVIDIA H200 (UUID: GPU-1)\nGPU 1: NVIDIA H200 (UUID: GPU-2)\n"),
+}
+
+
+@pytest.fixture
+def ssh_port() -> Iterator[int]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    yield server.getsockname()[1]
+    server.close()
+
+
+def _fleet() -> str:
+    """One 2-GPU host whose slots' addresses are on loopback: the SSH gate must never leave this machine."""
+    documents = list(yaml.safe_load_all(lab_fleet({"vmhost": {"gpus": 2}})))
+    node = next(d for d in documents if d["kind"] == "InferenceCluster")["spec"]["nodePools"][0]["nodes"][0]
+    for slot in node["slots"]:
+        slot["privateIp"] = f"127.0.0.{slot['index'] + 1}"
+        slot["nvmeDevice"] = f"/dev/disk/by-id/nvme-vmhost-{slot['index']}"
+    return yaml.safe_dump_all(documents, sort_keys=False)
+
+
+def _libvirt_agent(lab, connection, guest: RecordedGuestAgent, ssh_port: int, tmp_path: Path):
+    node = next(n for pool in load_fleet([lab.fleet_file]).host_pools() for n in pool.nodes)
+    settings = LibvirtSettings(
+        uri=f"test://{HOST}", storage_pool="berth", images={"ubuntu": "/var/lib/berth/pool/ubuntu-24.04.qcow2"},
+        default_image="ubuntu", network="berth-net", seed_dir=tmp_path / "seeds", disk_gib=20, ssh_port=ssh_port,
+    )  # fmt: skip
+    vms = LibvirtVmDriver(settings, {0: list(range(56)), 1: list(range(56, 112))}, connection, guest,
+                          runner=worker_runner())  # fmt: skip
+    home = tmp_path / "agent"
+    return worker.NodeAgent(node.name, SimulatedTopology(node), vms, LeaseStore(home / "leases"),
+                            approved=ApprovedSlots(node.slots))  # fmt: skip
+
+
+def worker_runner() -> RecordingRunner:
+    """The host's NVMe controllers offer crypto erase (as `nvme id-ctrl -o json` reports OACS and FNA)."""
+    controller = Ran(0, json.dumps({"oacs": 0x5F, "fna": 0x04}))
+    return RecordingRunner({f"nvme id-ctrl /dev/disk/by-id/nvme-vmhost-{i} -o json": controller for i in range(2)})
+
+
+def _left_in_libvirt(connection) -> tuple[list[str], list[str]]:
+    domains = sorted(domain.name() for domain in connection.listAllDomains(0))
+    volumes = sorted(volume.name() for volume in connection.storagePoolLookupByName("berth").listAllVolumes())
+    return domains, volumes
+
+
+async def test_active_then_released_leaves_nothing_in_libvirt(
+    temporal_client, sessions, tmp_path: Path, ssh_port: int
+) -> None:
+    connection = libvirt.open(f"test://{HOST}")
+    guest = RecordedGuestAgent(outcomes=dict(READY))
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path / "lab", _fleet(), agents=[]) as lab:
+        agent = _libvirt_agent(lab, connection, guest, ssh_port, tmp_path)
+        await lab.start_agent(agent.node, activities=agent.activities(), report=False)
+        await NodeReporter(agent, StoreSink(sessions)).report_once()
+
+        handle = await lab.allocate("lv-1", gpus=2)
+        status = await lab.wait_for_state(handle, "active", timeout=30)
+        assert status.node == "vmhost"
+        [domain] = connection.listAllDomains(0)
+        facts = parse_domain(domain.XMLDesc(0))
+        assert sorted(facts.hostdev_sources) == ["0000:10:00.0", "0000:11:00.0", "0000:40:00.2", "0000:41:00.2"]
+        assert [disk.serial for disk in facts.block_disks] == ["berth-slot-0", "berth-slot-1"]
+        assert facts.mac == "52:54:00:00:00:00" and domain.isActive()
+
+        await allocation_client.release(temporal_client, "lv-1")
+        await lab.wait_for_state(handle, "released", timeout=30)
+        assert _left_in_libvirt(connection) == ([], ["ubuntu-24.04.qcow2"])
+        assert list((tmp_path / "seeds").iterdir()) == []
+        assert agent.vms.runner.log == [
+            "nvme id-ctrl /dev/disk/by-id/nvme-vmhost-0 -o json", "nvme format /dev/disk/by-id/nvme-vmhost-0 --ses=2 --force",
+            "write 1 > /sys/bus/pci/devices/0000:10:00.0/reset",
+            "nvme id-ctrl /dev/disk/by-id/nvme-vmhost-1 -o json", "nvme format /dev/disk/by-id/nvme-vmhost-1 --ses=2 --force",
+            "write 1 > /sys/bus/pci/devices/0000:11:00.0/reset",
+        ]  # fmt: skip
+        assert await lab.slot_states() == {"vmhost/0": "available", "vmhost/1": "available"}
+    connection.close()
+
+
+async def test_cancelled_while_waiting_for_readiness_leaves_nothing(
+    temporal_client, sessions, tmp_path: Path, ssh_port: int
+) -> None:
+    connection = libvirt.open(f"test://{HOST}")
+    guest = RecordedGuestAgent(outcomes={"cloud-init status --wait": Recorded(polls_before_exit=10**6)})
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path / "lab", _fleet(), agents=[]) as lab:
+        agent = _libvirt_agent(lab, connection, guest, ssh_port, tmp_path)
+        await lab.start_agent(agent.node, activities=agent.activities(), report=False)
+        await NodeReporter(agent, StoreSink(sessions)).report_once()
+
+        handle = await lab.allocate("lv-2", gpus=2, timing=FAST)
+        await lab.wait_for_state(handle, "waiting_ready", timeout=30)
+        assert len(connection.listAllDomains(0)) == 1
+        await handle.cancel()
+        await lab.wait_for_state(handle, "cancelled", timeout=30)
+        assert _left_in_libvirt(connection) == ([], ["ubuntu-24.04.qcow2"])
+        assert await lab.active_claims() == {}
+    connection.close()
