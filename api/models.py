@@ -156,6 +156,11 @@ class SlotValidation(BaseModel):
     validated_at: datetime | None = None
 
 
+class QuarantinedSlot(BaseModel):
+    index: int
+    reason: str | None = Field(default=None, description="Why: a wipe not confirmed, and what failed.")
+
+
 class NodeInfo(BaseModel):
     name: str
     cluster: str
@@ -175,6 +180,9 @@ class NodeInfo(BaseModel):
     compatible_gpus: int = Field(description="Slots that validated as whole slice bundles.")
     invalid_slots: list[SlotValidation] = Field(
         default_factory=list, description="Every slot that is not `valid`, with the agent's reason."
+    )
+    quarantined: list[QuarantinedSlot] = Field(
+        default_factory=list, description="Slots held back until a wipe is confirmed, with the reason."
     )
 
 

@@ -99,6 +99,10 @@ def get(
                   + (f", down: {agent.down_reason}" if agent.down_reason else ""), highlight=False)  # fmt: skip
     if agent.slices_blocked:
         console.print(f"[yellow]{agent.slices_blocked}[/]", highlight=False)
+    for held in info.quarantined:
+        console.print(
+            f"  slot {held.index}: [red]quarantined[/]: {held.reason or 'no reason recorded'}", highlight=False
+        )
     for slot in info.invalid_slots:
         console.print(f"  slot {slot.index} ({slot.gpu_pci}): {slot.validation} {slot.reason or ''}: "
                       f"{slot.message or 'no report from its agent yet'}", highlight=False)  # fmt: skip

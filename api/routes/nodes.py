@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.auth import Admin, Reporter
 from api.errors import ApiError, conflict, error_responses, not_found
-from api.models import AgentState, NodeInfo, NodeList, SlotValidation
+from api.models import AgentState, NodeInfo, NodeList, QuarantinedSlot, SlotValidation
 from api.services import Services, services
 from fleet.meta import Name
 from fleet.node import NodeStatus
@@ -73,7 +73,7 @@ def _agent(agent: NodeAgentRow | None) -> AgentState:
 
 def _info(
     node: NodeRow, pool: PoolRow, region: str | None, agent: NodeAgentRow | None, *counts: int | None,
-    invalid: list[SlotValidation] | None = None,
+    invalid: list[SlotValidation] | None = None, quarantined: list[QuarantinedSlot] | None = None,
 ) -> NodeInfo:  # fmt: skip
     gpus, available, reserved, quarantined, validated, compatible = (count or 0 for count in counts)
     return NodeInfo(
@@ -94,6 +94,7 @@ def _info(
         validated_gpus=validated,
         compatible_gpus=compatible,
         invalid_slots=invalid or [],
+        quarantined=quarantined or [],
     )
 
 
@@ -114,11 +115,22 @@ async def _invalid_slots(session: AsyncSession, nodes: list[str] | None = None) 
     return result
 
 
+async def _quarantined(session: AsyncSession, nodes: list[str] | None = None) -> dict[str, list[QuarantinedSlot]]:
+    query = select(SlotRow.node_id, SlotRow.slot_index, SlotRow.quarantine_reason).where(SlotRow.state == "quarantined")
+    if nodes is not None:
+        query = query.where(SlotRow.node_id.in_(nodes))
+    result: dict[str, list[QuarantinedSlot]] = {}
+    for node, index, reason in (await session.execute(query.order_by(SlotRow.node_id, SlotRow.slot_index))).all():
+        result.setdefault(node, []).append(QuarantinedSlot(index=index, reason=reason))
+    return result
+
+
 async def _one(session: AsyncSession, name: str) -> NodeInfo:
     row = (await session.execute(_nodes().where(NodeRow.name == name))).first()
     if row is None:
         raise not_found("node", name)
-    return _info(*row, invalid=(await _invalid_slots(session, [name])).get(name))
+    invalid, quarantined = await _invalid_slots(session, [name]), await _quarantined(session, [name])
+    return _info(*row, invalid=invalid.get(name), quarantined=quarantined.get(name))
 
 
 @router.get("", response_model=NodeList, responses=error_responses(401, 403, 422))
@@ -131,8 +143,12 @@ async def list_nodes(caller: Admin, app: App, region: Name | None = None, status
         query = query.where(NodeRow.status == status.value)
     async with app.sessions() as session:
         rows = (await session.execute(query)).all()
-        invalid = await _invalid_slots(session)
-        return NodeList(nodes=[_info(*row, invalid=invalid.get(row[0].name)) for row in rows])
+        invalid, quarantined = await _invalid_slots(session), await _quarantined(session)
+        return NodeList(
+            nodes=[
+                _info(*row, invalid=invalid.get(row[0].name), quarantined=quarantined.get(row[0].name)) for row in rows
+            ]
+        )
 
 
 @router.get("/{node}", response_model=NodeInfo, responses=error_responses(401, 403, 404, 422))

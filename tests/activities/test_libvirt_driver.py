@@ -4,11 +4,14 @@ as QEMU documents. The SSH gate connects to a real listener on loopback."""
 
 from __future__ import annotations
 
+import io
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import pycdlib
 import pytest
+import yaml
 
 from activities.contracts import VmSpec
 from activities.node.drivers import VmCreateError
@@ -177,3 +180,20 @@ def test_no_ssh_and_no_guest_agent_yet_is_pending(driver: LibvirtVmDriver, agent
     report = driver.readiness("r-1", gpu_count=2)
     assert not report.ready and report.failed_gate is None and report.pending() == ["ssh", "cloud_init", "gpus"]
     assert "guest agent not answering" in report.detail
+
+
+def test_the_seed_gives_the_guest_every_bundles_address_on_its_one_nic(driver: LibvirtVmDriver, tmp_path: Path) -> None:
+    driver.create(VmSpec(allocation_id="a-6", node="n", bundles=seed_plan(), ssh_public_keys=["ssh-ed25519 AAAA u"]))
+    iso = pycdlib.PyCdlib()
+    iso.open(str(tmp_path / "seeds" / f"{domain_name('a-6')}-seed.iso"))
+    files = {}
+    for name in ("meta-data", "user-data", "network-config"):
+        out = io.BytesIO()
+        iso.get_file_from_iso_fp(out, joliet_path=f"/{name}")
+        files[name] = yaml.safe_load(out.getvalue())
+    iso.close()
+    assert files["meta-data"]["instance-id"] == "a-6"
+    assert files["user-data"]["ssh_authorized_keys"] == ["ssh-ed25519 AAAA u"]
+    assert files["network-config"]["ethernets"] == {
+        "nic0": {"match": {"macaddress": "52:54:00:00:00:11"}, "addresses": ["10.100.0.11/24", "10.100.0.12/24"]}
+    }

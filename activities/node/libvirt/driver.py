@@ -159,12 +159,13 @@ class LibvirtVmDriver:
         return Path(pool.createXML(ET.tostring(volume, encoding="unicode"), 0).path())
 
     def _seed_config(self, spec: VmSpec, name: str) -> SeedConfig:
+        """One NIC (the first bundle's MAC) carrying every bundle's private IP (DHCP when the plan has none)."""
         first = spec.bundles[0]
+        addresses = [bundle.private_ip for bundle in spec.bundles if bundle.private_ip]
+        nic = GuestInterface(mac=first.mac_address or "", address=addresses[0] if addresses else None,
+                             extra_addresses=addresses[1:])  # fmt: skip
         return SeedConfig(
-            instance_id=spec.allocation_id,
-            hostname=name,
-            ssh_public_keys=list(spec.ssh_public_keys),
-            interfaces=[GuestInterface(mac=first.mac_address, address=first.private_ip)] if first.mac_address else [],
+            instance_id=spec.allocation_id, hostname=name, ssh_public_keys=list(spec.ssh_public_keys), interfaces=[nic]
         )
 
     # read ---------------------------------------------------------------------------------------------------------

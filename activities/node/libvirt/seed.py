@@ -64,6 +64,8 @@ class GuestInterface(BaseModel):
     mac: str
     address: str | None = None
     prefix: int = Field(default=24, ge=1, le=32)
+    # More addresses on the same NIC: a multi-GPU VM has one NIC and one private IP per bundle (seed 004).
+    extra_addresses: list[str] = Field(default_factory=list)
     gateway: str | None = None
     nameservers: list[str] = Field(default_factory=list)
 
@@ -81,6 +83,11 @@ class GuestInterface(BaseModel):
     def _ipv4(cls, value: str | None) -> str | None:
         return None if value is None else str(ipaddress.IPv4Address(value.strip()))
 
+    @field_validator("extra_addresses")
+    @classmethod
+    def _extra(cls, value: list[str]) -> list[str]:
+        return [str(ipaddress.IPv4Address(address.strip())) for address in value]
+
     @field_validator("nameservers")
     @classmethod
     def _nameservers(cls, value: list[str]) -> list[str]:
@@ -89,6 +96,8 @@ class GuestInterface(BaseModel):
     @model_validator(mode="after")
     def _gateway_on_link(self) -> GuestInterface:
         """A default route needs a gateway inside the static subnet; netplan would reject it only at boot."""
+        if self.extra_addresses and self.address is None:
+            raise ValueError(f"interface {self.mac}: extra addresses need a first static address")
         if self.gateway is None:
             return self
         if self.address is None:
@@ -185,7 +194,8 @@ def _ethernet(interface: GuestInterface) -> dict[str, Any]:
     if interface.address is None:
         entry["dhcp4"] = True
     else:
-        entry["addresses"] = [f"{interface.address}/{interface.prefix}"]
+        addresses = [interface.address, *interface.extra_addresses]
+        entry["addresses"] = [f"{address}/{interface.prefix}" for address in addresses]
     if interface.gateway is not None:
         entry["routes"] = [{"to": "default", "via": interface.gateway}]
     if interface.nameservers:
