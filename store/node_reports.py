@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.node import Slot
@@ -67,11 +68,8 @@ async def record_report(
         raise TopologyMismatch(
             f"the inventory hashes to {report.host.topology_hash()}, not to the topology {report.topology} named"
         )
-    agent = await session.get(NodeAgentRow, node, with_for_update=True)
     expires = now + timedelta(seconds=report.agent.interval_seconds * STALE_AFTER_INTERVALS)
-    if agent is None:
-        agent = NodeAgentRow(node=node, state="live", seen_at=now, expires_at=expires, interval_seconds=0.0)
-        session.add(agent)
+    agent = await _locked_agent(session, node, now, expires)
     agent.state, agent.seen_at, agent.expires_at = "live", now, expires
     agent.interval_seconds, agent.agent_version = report.agent.interval_seconds, report.agent.version
 
@@ -93,6 +91,22 @@ async def record_report(
         slots=[slot.model_dump(mode="json", by_alias=True) for slot in slots] if report.approved != current else None,
         validation=validation,
     )
+
+
+async def _locked_agent(session: AsyncSession, node: str, now: datetime, expires: datetime) -> NodeAgentRow:
+    """The node's agent row, locked; created on its first report. Two first reports at once (an agent restarted
+    while its old process still reports) both end up updating the one row."""
+    agent = await session.get(NodeAgentRow, node, with_for_update=True)
+    if agent is not None:
+        return agent
+    try:
+        async with session.begin_nested():
+            session.add(NodeAgentRow(node=node, state="live", seen_at=now, expires_at=expires, interval_seconds=0.0))
+    except IntegrityError:
+        pass  # the other report created it first
+    agent = await session.get(NodeAgentRow, node, with_for_update=True, populate_existing=True)
+    assert agent is not None
+    return agent
 
 
 async def revalidate(session: AsyncSession, nodes: list[str], now: datetime | None = None) -> None:

@@ -3,16 +3,18 @@ liveness version control workers watch (so heartbeats never make them re-read an
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select, text
 
-from devstack.reports import report_hosts
+from devstack.reports import report_hosts, simulated_report
 from fleet.loader import load_fleet
 from store.apply import apply_fleet
 from store.inventory import InventoryCache
 from store.liveness import expire_stale, liveness_version, load_liveness, mark_down, record_heartbeats
 from store.models import NodeAgentRow
+from store.node_reports import record_report
 
 
 async def _agent(sessions, node: str) -> NodeAgentRow:
@@ -80,3 +82,18 @@ async def test_the_inventory_cache_sees_liveness_without_reloading_the_inventory
         rows = (await session.execute(select(NodeAgentRow.node).where(NodeAgentRow.state == "down"))).all()
     assert not after.nodes["j22u05"].agent_live and rows == [("j22u05",)]
     assert cache.reloads == 1  # the inventory itself was read once; only the down set was re-read
+
+
+async def test_two_first_reports_at_once_both_succeed(sessions, examples_dir) -> None:
+    """An agent restarted while its old process still reports: two first reports race to create the agent's row."""
+    fleet = load_fleet([examples_dir / "fleet.yaml"])
+    async with sessions.begin() as session:
+        await apply_fleet(session, fleet)
+    node = next(n for pool in fleet.host_pools() for n in pool.nodes if n.name == "j22u05")
+
+    async def report() -> bool:
+        async with sessions.begin() as session:
+            return (await record_report(session, node.name, simulated_report(node))).live
+
+    assert await asyncio.gather(report(), report()) == [True, True]
+    assert (await _agent(sessions, "j22u05")).state == "live"
