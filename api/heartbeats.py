@@ -3,9 +3,9 @@
 Most reports are heartbeats from an agent whose host and approval the control plane already has. Those are answered
 from memory and written in batches: one statement per flush, whatever the number of agents (`store.liveness.
 record_heartbeats`). A report is steady only if this process confirmed the same topology and approval for that node,
-and the node's approval has not changed since (each flush asks PostgreSQL which nodes' approval changed since the
-last one: an indexed range that is almost always empty); anything else (a new host, a new approval, an agent this
-process has not seen) goes the full way through `store.node_reports.record_report`.
+and the node's approval has not changed since: each flush reads back the approval hash of the nodes it wrote and
+forgets those whose approval moved (or whose node is gone), so their next report goes the full way through
+`store.node_reports.record_report` and brings the agent its new slots. The cost follows the batch, not the fleet.
 
 Flushing is lazy: the first report after `flush_every` seconds writes everything buffered, so an idle API holds no
 timer, and a busy one writes about once a second.
@@ -14,17 +14,16 @@ timer, and a busy one writes about once a second.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
-from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from scheduler.host.report import NodeReport
 from store.liveness import record_heartbeats
-from store.node_reports import approvals_changed_since
 
-CLOCK_SLACK = timedelta(seconds=5)
+log = logging.getLogger("berth.api")
 
 
 class Heartbeats:
@@ -32,9 +31,6 @@ class Heartbeats:
         self.flush_every = flush_every
         self._known: dict[str, tuple[str, str | None]] = {}  # node -> (topology, approval) confirmed in full
         self._pending: dict[str, tuple[datetime, float]] = {}  # node -> (seen at, interval)
-        # When this process last looked for changed approvals; the first look goes back to its start. Looks overlap
-        # by a few seconds: approval times are written with the writer's clock.
-        self._checked_at = datetime.now(UTC)
         self._flushed_at = time.monotonic()
         self._lock = asyncio.Lock()
         self.flushes = 0
@@ -56,13 +52,18 @@ class Heartbeats:
                 return
             beats, self._pending = self._pending, {}
             self._flushed_at = time.monotonic()
-            async with sessions.begin() as session:
-                checked_at = await session.scalar(select(func.now()))
-                await record_heartbeats(session, [(node, seen, every) for node, (seen, every) in beats.items()])
-                changed = await approvals_changed_since(session, self._checked_at - CLOCK_SLACK)
-            for node, approved in changed.items():
+            try:
+                async with sessions.begin() as session:
+                    approvals = await record_heartbeats(
+                        session, [(node, seen, every) for node, (seen, every) in beats.items()]
+                    )
+            except Exception:
+                # Keep the beats for the next flush (newer ones win) rather than fail an agent's report for it.
+                self._pending = beats | self._pending
+                log.warning("could not write %d agent heartbeats; keeping them for the next flush", len(beats))
+                return
+            for node in beats:
                 known = self._known.get(node)
-                if known is not None and known[1] != approved:
+                if known is not None and (node not in approvals or approvals[node] != known[1]):
                     del self._known[node]  # its next report goes the full way and gets the new slots
-            self._checked_at = checked_at
             self.flushes += 1

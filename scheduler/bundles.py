@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from scheduler.compatibility import hardware_defect, profile_of, state_defect, vf_usage
 from scheduler.explanation import Level, LevelExplanation, Refusal, Tally
+from scheduler.host.checks import ValidationState
 from scheduler.node_filters import node_filters, verdict
 from scheduler.reasons import Reason, clause
 from scheduler.request import CapacityShape, NumaPolicy, PlanRequest
@@ -46,12 +47,14 @@ class Bundle(BaseModel):
 
     @classmethod
     def of(cls, slot: SlotView) -> Bundle:
+        """A slot whose validation is not `valid` (a raw GPU handed over whole with bare metal) carries no fabric VF:
+        its VF is absent, someone else's, or declared twice, and must not be passed through."""
         return cls(
             slot_id=slot.id,
             slot_index=slot.index,
             gpu_pci=slot.gpu_pci,
             fabric_parent_pci=slot.fabric_parent_pci,
-            fabric_vf_pci=slot.fabric_vf_pci,
+            fabric_vf_pci=slot.fabric_vf_pci if slot.validation is ValidationState.VALID else None,
             nvme_device=slot.nvme_device,
             numa_node=slot.numa_node,
             vcpu_count=slot.vcpus,

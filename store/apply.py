@@ -264,11 +264,11 @@ async def apply_fleet(session: AsyncSession, fleet: Fleet, prune: bool = False) 
             row.fabric_vf_pci_address = None
     await session.flush()
     await sync("Slot", SlotRow, lambda r: (r.node_id, r.slot_index), desired["slots"], lambda k: f"{k[0]}/{k[1]}")
-    # A slot the operator added or changed is checked again against the host its agent last reported.
+    await _prune(session, leftovers, changes, prune)
+    # A node whose slots the operator added, changed or pruned is checked again against the host its agent last
+    # reported (and its approval hash moves, so its agent learns the new slots at its next report).
     changed_nodes = [c.name.rsplit("/", 1)[0] for c in changes if c.kind == "Slot" and c.action != "kept"]
     await revalidate(session, changed_nodes)
-
-    await _prune(session, leftovers, changes, prune)
     return ApplyResult(changes=changes, unchanged=unchanged)
 
 

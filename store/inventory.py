@@ -17,6 +17,7 @@ expires agents that stopped reporting (one indexed UPDATE that usually touches n
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from sqlalchemy import select
@@ -28,6 +29,7 @@ from store.models import InventoryVersionRow, LivenessVersionRow
 from store.snapshot import Inventory, current_snapshot, load_inventory, load_live_state, with_liveness
 
 SWEEP_EVERY_SECONDS = 5.0
+log = logging.getLogger("berth.control")
 
 
 class InventoryCache:
@@ -87,6 +89,8 @@ class InventoryCache:
         if time.monotonic() - self._swept_at < self._sweep_every:
             return
         self._swept_at = time.monotonic()
-        bind = session.bind
-        async with AsyncSession(bind) as own, own.begin():
-            await expire_stale(own)
+        try:
+            async with AsyncSession(session.bind) as own, own.begin():
+                await expire_stale(own)
+        except Exception:  # noqa: BLE001 - a failed sweep must not fail the decision; the next one retries
+            log.warning("could not expire silent node agents; retrying at the next decision", exc_info=True)

@@ -68,11 +68,15 @@ async def mark_down(session: AsyncSession, node: str, reason: str, at: datetime 
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-async def record_heartbeats(session: AsyncSession, beats: Sequence[tuple[str, datetime, float]]) -> None:
+async def record_heartbeats(
+    session: AsyncSession, beats: Sequence[tuple[str, datetime, float]]
+) -> dict[str, str | None]:
     """(node, seen at, report interval) for agents whose host has not changed: one statement for any number.
-    An agent marked down after its heartbeat was sent stays down until its next one."""
+    An agent marked down after its heartbeat was sent stays down until its next one. Returns each of those nodes'
+    approval hash as PostgreSQL has it now (a node that is gone is missing), so a process answering heartbeats from
+    memory can tell which agents must hear their new slots."""
     if not beats:
-        return
+        return {}
     await session.execute(
         text(
             "UPDATE node_agents AS a SET seen_at = b.seen, interval_seconds = b.every, state = 'live', "
@@ -88,3 +92,6 @@ async def record_heartbeats(session: AsyncSession, beats: Sequence[tuple[str, da
             "stale": STALE_AFTER_INTERVALS,
         },
     )
+    nodes = [node for node, _, _ in beats]
+    rows = await session.execute(select(NodeAgentRow.node, NodeAgentRow.approved).where(NodeAgentRow.node.in_(nodes)))
+    return dict(rows.all())

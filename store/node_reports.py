@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from pydantic_core import PydanticSerializationError
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -62,8 +63,13 @@ async def record_report(
     now = now or datetime.now(UTC)
     if await session.get(NodeRow, node) is None:
         raise LookupError(node)
-    if report.host is not None and "\\u0000" in report.host.model_dump_json():
-        raise UnstorableReport("the host inventory contains a NUL character, which cannot be stored")
+    if report.host is not None:
+        try:
+            text = report.host.model_dump_json()
+        except (PydanticSerializationError, UnicodeEncodeError) as error:
+            raise UnstorableReport(f"the host inventory holds text that is not valid Unicode: {error}") from None
+        if "\\u0000" in text:
+            raise UnstorableReport("the host inventory contains a NUL character, which cannot be stored")
     if report.host is not None and report.host.topology_hash() != report.topology:
         raise TopologyMismatch(
             f"the inventory hashes to {report.host.topology_hash()}, not to the topology {report.topology} named"
@@ -128,14 +134,6 @@ async def revalidate(session: AsyncSession, nodes: list[str], now: datetime | No
 def _note_approval(agent: NodeAgentRow, digest: str, now: datetime) -> None:
     if agent.approved != digest:
         agent.approved, agent.approved_at = digest, now
-
-
-async def approvals_changed_since(session: AsyncSession, since: datetime) -> dict[str, str | None]:
-    """node -> its approval hash now, for every node whose approval changed after `since` (an indexed range)."""
-    rows = await session.execute(
-        select(NodeAgentRow.node, NodeAgentRow.approved).where(NodeAgentRow.approved_at > since)
-    )
-    return dict(rows.all())
 
 
 async def _store_validation(

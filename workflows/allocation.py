@@ -304,7 +304,9 @@ class AllocationWorkflow:
                 raise _node_failure(error, node) from error
             if report.ready:
                 break
-            if report.failed_gate is not None:  # a gate that failed for good: no point waiting out the timeout
+            # A gate that failed for good: no point waiting out the timeout (patched: a run that slept here before
+            # this change replays as it ran).
+            if report.failed_gate is not None and workflow.patched("readiness-failed-gate"):
                 raise AttemptFailed("readiness_failed", f"{report.failed_gate}: {report.failure or 'failed'}")
             remaining = (deadline - workflow.now()).total_seconds()
             if remaining <= 0:

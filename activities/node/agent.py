@@ -194,6 +194,8 @@ class NodeAgent:
         vm = self.vms.get(request.allocation_id)
         indexes = sorted(set(request.slot_indexes) | set(vm.slot_indexes if vm else []))
         destroyed = self.vms.destroy(request.allocation_id)
+        if self.vms.get(request.allocation_id) is not None:  # never wipe or free slots under a VM that holds them
+            raise ApplicationError(f"the VM of {request.allocation_id} is still there after destroy", type=WIPE_FAILED)
         self.leases.release(request.allocation_id)
         approved = {slot.index: slot for slot in self.approved.slots}
         unknown = [index for index in indexes if index not in approved]

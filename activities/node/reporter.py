@@ -105,6 +105,8 @@ class NodeReporter:
             except ReportRefused as refused:
                 log.error("node %s: %s", self.agent.node, refused)
                 reported_at = time.monotonic()  # retrying at once will not help: wait for the interval
+                await asyncio.sleep(self.interval)
+                continue
             except Exception as error:  # noqa: BLE001 - the API being down must not stop the agent
                 log.warning("node %s: report failed (%s); retrying", self.agent.node, error)
             await asyncio.sleep(check_every)

@@ -59,7 +59,7 @@ def _verdict(slot: Slot, host: HostInventory, declarers: dict[str, list[int]]) -
     gpu = host.gpu(slot.gpu_pci)
     namespace = _namespace(slot, host)
     vf = _declared_vf(slot, host)
-    own = _own_devices(slot, namespace)
+    own = _own_devices(slot)
     findings = [
         *_gpu_findings(slot, gpu, host),
         *_iommu_findings(gpu, host, own, f"GPU {slot.gpu_pci}"),
@@ -102,13 +102,13 @@ def _claims_vf(slot: Slot) -> bool:
     return slot.fabric_claim_mode is FabricClaimMode.PER_SLOT_VF and bool(slot.fabric_vf_pci)
 
 
-def _own_devices(slot: Slot, namespace: NvmeNamespace | None) -> frozenset[str]:
-    """The PCI functions that belong to the slot: they may share an IOMMU group with each other."""
+def _own_devices(slot: Slot) -> frozenset[str]:
+    """The PCI functions passed through to the slot's VM: they may share an IOMMU group with each other. Not the NVMe
+    controller: its namespace is attached as a host block device, so the controller stays on the host's `nvme` driver,
+    and VFIO refuses a group holding a device a host driver owns."""
     own = {slot.gpu_pci}
     if slot.fabric_vf_pci:
         own.add(slot.fabric_vf_pci)
-    if namespace is not None and namespace.controller_pci:
-        own.add(namespace.controller_pci)
     return frozenset(own)
 
 

@@ -197,3 +197,13 @@ def test_the_seed_gives_the_guest_every_bundles_address_on_its_one_nic(driver: L
     assert files["network-config"]["ethernets"] == {
         "nic0": {"match": {"macaddress": "52:54:00:00:00:11"}, "addresses": ["10.100.0.11/24", "10.100.0.12/24"]}
     }
+
+
+def test_a_create_retried_after_the_domain_stopped_starts_it_again(driver: LibvirtVmDriver) -> None:
+    spec = VmSpec(allocation_id="a-7", node="n", bundles=seed_plan())
+    record = driver.create(spec)
+    domain = driver.connection.lookupByName(domain_name("a-7"))
+    domain.destroy()  # the agent died between define and start, or the VM was stopped
+    assert not domain.isActive()
+    assert driver.create(spec) == record and domain.isActive()
+    assert driver.destroy("a-7") and driver.get("a-7") is None

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from fleet.node import FabricClaimMode, NodeStatus
 from scheduler.bundles import plan_bundles
 from scheduler.explanation import Level
+from scheduler.host.checks import ValidationState
 from scheduler.reasons import Reason
 from scheduler.request import CapacityShape, NumaPolicy, PlanRequest
 from scheduler.views import NodeView, SlotState, SlotView
@@ -155,3 +158,25 @@ def test_bare_metal_takes_every_slot_of_a_wholly_free_host_only() -> None:
     smaller = PlanRequest(allocation_id="a1", gpu_count=4, shape=CapacityShape.BAREMETAL)
     refused = plan_bundles(host(*[slot(i) for i in range(8)]), smaller)
     assert refused.refusal is not None and refused.refusal.code is Reason.NODE_SIZE_MISMATCH
+
+
+def test_validation_decides_slices_and_bare_metal_never_passes_a_bad_vf_through() -> None:
+    """The agent's verdicts: an invalid slot is never planned; a raw-only slot (its VF failed validation) is a raw GPU
+    for bare metal, handed over without the VF; a host with an invalid slot takes no bare-metal request."""
+    raw_only = dataclasses.replace(slot(1), validation=ValidationState.RAW_ONLY, validation_reason="vf_absent")
+    invalid = dataclasses.replace(slot(2), validation=ValidationState.INVALID, validation_reason="gpu_not_vfio")
+
+    sliced = plan_bundles(host(slot(0), raw_only, invalid, slot(3)), PlanRequest(allocation_id="a", gpu_count=2))
+    assert sliced.plan is not None and [b.slot_index for b in sliced.plan.bundles] == [0, 3]
+    three = plan_bundles(host(slot(0), raw_only, invalid, slot(3)), PlanRequest(allocation_id="b", gpu_count=3))
+    assert three.refusal is not None and three.refusal.code is Reason.SLOTS_INVALID
+
+    metal = plan_bundles(
+        host(slot(0), raw_only), PlanRequest(allocation_id="c", gpu_count=2, shape=CapacityShape.BAREMETAL)
+    )
+    assert metal.plan is not None
+    assert [(b.slot_index, b.fabric_vf_pci) for b in metal.plan.bundles] == [(0, "0000:1a:00.2"), (1, None)]
+    broken = plan_bundles(
+        host(slot(0), invalid), PlanRequest(allocation_id="d", gpu_count=2, shape=CapacityShape.BAREMETAL)
+    )
+    assert broken.refusal is not None and broken.refusal.code is Reason.SLOTS_INVALID

@@ -360,11 +360,13 @@ def test_the_gpu_audio_function_on_vfio_or_no_driver_is_fine() -> None:
         assert validate_slots(hgx_slots(), hgx_host(extra=[audio])).verdict(1).state is ValidationState.VALID
 
 
-def test_the_slot_own_nvme_controller_in_the_gpu_group_is_not_a_stranger() -> None:
+def test_the_slot_own_nvme_controller_in_the_gpu_group_breaks_passthrough() -> None:
+    """The NVMe is attached as a host block device, so its controller stays on the host's nvme driver: VFIO cannot
+    take a group that holds it, even for the slot's own disk."""
     host = hgx_host()
     groups = dict(host.iommu_groups) | {11: [pci("3c"), pci("3e")]}
     verdict = validate_slots(hgx_slots(), host.model_copy(update={"iommu_groups": groups})).verdict(1)
-    assert verdict.state is ValidationState.VALID
+    assert verdict.state is ValidationState.INVALID and verdict.checks == [SlotCheck.IOMMU_GROUP_SHARED]
 
 
 def test_a_gpu_without_an_iommu_group_is_missing() -> None:

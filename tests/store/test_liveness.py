@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+import yaml
 from sqlalchemy import select, text
 
 from devstack.reports import report_hosts, simulated_report
-from fleet.loader import load_fleet
+from fleet.loader import load_fleet, parse_fleet
+from scheduler.host.report import approved_hash
 from store.apply import apply_fleet
 from store.inventory import InventoryCache
 from store.liveness import expire_stale, liveness_version, load_liveness, mark_down, record_heartbeats
-from store.models import NodeAgentRow
-from store.node_reports import record_report
+from store.models import NodeAgentRow, SlotRow
+from store.node_reports import record_report, slot_of
 
 
 async def _agent(sessions, node: str) -> NodeAgentRow:
@@ -97,3 +99,24 @@ async def test_two_first_reports_at_once_both_succeed(sessions, examples_dir) ->
 
     assert await asyncio.gather(report(), report()) == [True, True]
     assert (await _agent(sessions, "j22u05")).state == "live"
+
+
+async def test_pruning_a_slot_moves_the_nodes_approval_so_its_agent_learns_it(sessions, examples_dir) -> None:
+    fleet = load_fleet([examples_dir / "fleet.yaml"])
+    async with sessions.begin() as session:
+        await apply_fleet(session, fleet)
+    await report_hosts(sessions, fleet)
+    before = (await _agent(sessions, "j22u05")).approved
+    text = (examples_dir / "fleet.yaml").read_text()
+    documents = [d for d in yaml.safe_load_all(text) if d]
+    for document in documents:
+        for pool in (document.get("spec") or {}).get("nodePools", []) if document["kind"] == "InferenceCluster" else []:
+            for node in pool.get("nodes", []):
+                if node["name"] == "j22u05":
+                    node["slots"] = node["slots"][:-1]
+    async with sessions.begin() as session:
+        await apply_fleet(session, parse_fleet([("fleet.yaml", yaml.safe_dump_all(documents))]), prune=True)
+        rows = (await session.scalars(select(SlotRow).where(SlotRow.node_id == "j22u05"))).all()
+        expected = approved_hash([slot_of(row) for row in rows])
+    after = (await _agent(sessions, "j22u05")).approved
+    assert after == expected and after != before

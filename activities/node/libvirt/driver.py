@@ -108,11 +108,16 @@ class LibvirtVmDriver:
     # create ------------------------------------------------------------------------------------------------------
 
     def create(self, spec: VmSpec) -> VmRecord:
-        existing = self.get(spec.allocation_id)
-        if existing is not None:
-            return existing
-        base = self._image(spec.image)
         name = domain_name(spec.allocation_id)
+        domain = self._lookup(name)
+        if domain is not None:  # made before (a retried activity, an agent restart): make sure it runs
+            if not domain.isActive():
+                domain.create()
+            record = _record_of(domain.XMLDesc(0))
+            if record is not None:
+                return record
+        base = self._image(spec.image)
+        self._delete_volume(f"{name}.qcow2")  # an overlay left by a create that died half-way: start clean
         made: list[Callable[[], None]] = []
         try:
             overlay = self._overlay(name, base)
@@ -128,7 +133,7 @@ class LibvirtVmDriver:
             )
             xml = _with_metadata(domain_xml(spec, self.domain_config, boot_disk=overlay, seed_iso=seed), record)
             domain = self.connection.defineXML(xml)
-            made.append(domain.undefine)
+            made.append(lambda: _undefine(domain))
             domain.create()
         except Exception as error:
             for undo in reversed(made):
@@ -171,13 +176,8 @@ class LibvirtVmDriver:
     # read ---------------------------------------------------------------------------------------------------------
 
     def get(self, allocation_id: str) -> VmRecord | None:
-        import libvirt
-
-        try:
-            domain = self.connection.lookupByName(domain_name(allocation_id))
-        except libvirt.libvirtError:
-            return None
-        return _record_of(domain.XMLDesc(0))
+        domain = self._lookup(domain_name(allocation_id))
+        return _record_of(domain.XMLDesc(0)) if domain is not None else None
 
     def list(self) -> list[VmRecord]:
         records = (_record_of(domain.XMLDesc(0)) for domain in self.connection.listAllDomains(0))
@@ -201,22 +201,29 @@ class LibvirtVmDriver:
     # destroy ------------------------------------------------------------------------------------------------------
 
     def destroy(self, allocation_id: str) -> bool:
-        import libvirt
-
+        """Stop and remove the domain (its NVRAM too: UEFI domains have one), then the overlay and the seed. Only a
+        domain that is already gone is ignored; any other libvirt error is raised, so the teardown is retried and the
+        slots are never wiped or freed under a VM that still holds them."""
         name = domain_name(allocation_id)
-        existed = False
-        try:
-            domain = self.connection.lookupByName(name)
-            existed = True
+        domain = self._lookup(name)
+        if domain is not None:
             if domain.isActive():
                 domain.destroy()
-            domain.undefine()
-        except libvirt.libvirtError:
-            pass  # already gone: the rest below still runs, so a half-finished destroy completes
+            _undefine(domain)
         self._delete_volume(f"{name}.qcow2")
         (self.settings.seed_dir / f"{name}-seed.iso").unlink(missing_ok=True)
         self.gates.forget(name)
-        return existed
+        return domain is not None
+
+    def _lookup(self, name: str) -> Any | None:
+        import libvirt
+
+        try:
+            return self.connection.lookupByName(name)
+        except libvirt.libvirtError as error:
+            if error.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                return None
+            raise
 
     def wipe(self, slots: list[Slot]) -> list[SlotWipe]:
         return [wipe_slot(slot, self.runner) for slot in slots]
@@ -234,6 +241,28 @@ class LibvirtVmDriver:
             self.connection.storagePoolLookupByName(self.settings.storage_pool).storageVolLookupByName(volume).delete(0)
         except libvirt.libvirtError:
             pass
+
+
+def _undefine(domain: Any) -> None:
+    import libvirt
+
+    """Undefine with the UEFI NVRAM, managed save and snapshot metadata (QEMU refuses a plain undefine of a domain
+    with NVRAM). A driver that does not know those flags (libvirt's test driver) has none of them: undefine plainly."""
+    flags = (
+        libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
+        | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE
+        | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
+    )
+    try:
+        try:
+            domain.undefineFlags(flags)
+        except libvirt.libvirtError as error:
+            if error.get_error_code() not in (libvirt.VIR_ERR_INVALID_ARG, libvirt.VIR_ERR_NO_SUPPORT):
+                raise
+            domain.undefine()
+    except libvirt.libvirtError as error:
+        if error.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+            raise
 
 
 def _with_metadata(xml: str, record: VmRecord) -> str:
