@@ -81,6 +81,7 @@ def create_app(
     app.state.services = services
     errors.install(app)
     app.add_middleware(RequestCounter, metrics=services.metrics)
-    for module in (allocations, deployments, placement, fleet, nodes, health):
+    # nodes first: its report route is what every agent calls every interval, and routes are matched in order.
+    for module in (nodes, allocations, deployments, placement, fleet, health):
         app.include_router(module.router)
     return app

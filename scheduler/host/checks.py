@@ -23,6 +23,7 @@ class SlotCheck(StrEnum):
     NUMA_MISMATCH = "numa_mismatch"  # a device's NUMA node differs from the slot's declared one
     NVME_ABSENT = "nvme_absent"
     NVME_IN_USE = "nvme_in_use"  # mounted, or held by LVM/dm/md, on the host
+    NVME_SHARED_CONTROLLER = "nvme_shared_controller"  # another namespace on its controller: a format may erase both
     NO_PER_SLOT_VF = "no_per_slot_vf"  # fabricClaimMode is not per_slot_vf, or no VF address is declared
     VF_ABSENT = "vf_absent"
     VF_NOT_CHILD = "vf_not_child"  # the VF's physfn is not the declared parent

@@ -38,6 +38,7 @@ SEVERITY: tuple[SlotCheck, ...] = (
     SlotCheck.IOMMU_GROUP_NOT_VFIO,
     SlotCheck.NVME_ABSENT,
     SlotCheck.NVME_IN_USE,
+    SlotCheck.NVME_SHARED_CONTROLLER,
     SlotCheck.NUMA_MISMATCH,
     SlotCheck.NO_PER_SLOT_VF,
     SlotCheck.VF_ABSENT,
@@ -188,6 +189,17 @@ def _nvme_findings(slot: Slot, namespace: NvmeNamespace | None, host: HostInvent
     findings = _problem_findings(host, label, devices)
     if namespace.in_use:
         findings.append((SlotCheck.NVME_IN_USE, f"{label} is in use on the host: {', '.join(namespace.in_use)}"))
+    siblings = sorted(
+        other.name
+        for other in host.nvme
+        if namespace.controller_pci and other.controller_pci == namespace.controller_pci and other.name != namespace.name
+    )
+    if siblings:
+        findings.append((
+            SlotCheck.NVME_SHARED_CONTROLLER,
+            f"{label} shares its controller {namespace.controller_pci} with {', '.join(siblings)}: the wipe's NVMe "
+            "format may erase every namespace of the controller",
+        ))  # fmt: skip
     return findings + _numa_findings(label, namespace.numa_node, slot)
 
 

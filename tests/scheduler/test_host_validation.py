@@ -456,3 +456,13 @@ def test_every_failed_check_is_listed_most_severe_first_with_one_message_each() 
     assert len(verdict.messages) == len(verdict.checks)
     assert verdict.reason is SlotCheck.SYSFS_UNREADABLE
     assert all(("0000:" in message or "/dev/" in message) for message in verdict.messages)
+
+
+def test_a_namespace_sharing_its_controller_is_refused() -> None:
+    """A controller split into namespaces: the wipe's `nvme format` may erase every namespace of it."""
+    host = hgx_host()
+    first = host.nvme[0]
+    sibling = first.model_copy(update={"name": "nvme0n2", "wwid": "eui.sibling", "by_id": []})
+    verdict = validate_slots(hgx_slots(), host.model_copy(update={"nvme": [*host.nvme, sibling]})).verdict(0)
+    assert verdict.state is ValidationState.INVALID and verdict.checks == [SlotCheck.NVME_SHARED_CONTROLLER]
+    assert "nvme0n2" in (verdict.message or "")
