@@ -21,6 +21,7 @@ from api import errors
 from api.metrics import Metrics, RequestCounter
 from api.routes import allocations, deployments, fleet, health, nodes, placement
 from api.services import Services
+from api.steady_reports import SteadyReports
 from api.temporal import ControlPlane, TemporalTimeouts
 from config.context import database_url
 from config.settings import Settings, get_settings
@@ -80,6 +81,7 @@ def create_app(
     )
     app.state.services = services
     errors.install(app)
+    app.add_middleware(SteadyReports, services=services)  # inside RequestCounter: its answers are counted too
     app.add_middleware(RequestCounter, metrics=services.metrics)
     # nodes first: its report route is what every agent calls every interval, and routes are matched in order.
     for module in (nodes, allocations, deployments, placement, fleet, health):
