@@ -5,7 +5,6 @@ reads the same. Pure: no libvirt here, except `virt-xml-validate` when it is ins
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import uuid
 from pathlib import Path
@@ -25,6 +24,7 @@ from activities.node.libvirt.domain import (
     parse_domain,
 )
 from scheduler.bundles import Bundle
+from tests.libvirt_required import tools
 
 NUMA_0 = [*range(0, 24), *range(96, 120)]
 NUMA_1 = [*range(24, 48), *range(120, 144)]
@@ -298,12 +298,8 @@ def test_the_config_wants_exactly_one_attachment_and_a_q35_machine() -> None:
     assert _config(machine="pc-q35-7.2").machine == "pc-q35-7.2"
 
 
-@pytest.mark.skipif(
-    shutil.which("virt-xml-validate") is None or shutil.which("xmllint") is None,
-    reason="virt-xml-validate or xmllint is not on PATH (install libvirt-clients and libxml2-utils): "
-    "domain XML NOT checked against libvirt's schema",
-)
 def test_libvirts_schema_accepts_the_document(tmp_path: Path) -> None:
+    tools("virt-xml-validate", "xmllint")
     config = _config(emulator="/usr/bin/qemu-system-x86_64")
     for second_numa in (0, 1):  # pinned and unpinned
         path = tmp_path / f"domain-{second_numa}.xml"
@@ -312,13 +308,10 @@ def test_libvirts_schema_accepts_the_document(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.skipif(
-    shutil.which("virsh") is None,
-    reason="virsh is not on PATH (install libvirt-clients): domain XML NOT defined in libvirt's test driver",
-)
 def test_libvirts_test_driver_defines_starts_and_returns_the_same_facts(tmp_path: Path) -> None:
     """libvirt's own parser is the final word: define and start the domain in the test driver (in process, nothing
     touched on the host), and read back what it returns."""
+    tools("virsh")
     xml = _xml()
     path = tmp_path / "domain.xml"
     path.write_text(xml)

@@ -5,7 +5,9 @@ the host does."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -233,14 +235,37 @@ def test_a_broken_entry_is_a_problem_naming_its_device(tmp_path: Path, fault: Fa
     assert [(problem.path, problem.device) for problem in inventory.problems] == [("/" + fault.path, device)]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
-def test_a_permission_error_is_a_problem(tmp_path: Path) -> None:
-    root = hgx_h200().write(tmp_path / "host")
-    numa = root / "sys/bus/pci/devices/0000:1b:00.0/numa_node"
-    numa.chmod(0)
-    inventory = discover_host(root)
+def test_a_permission_error_is_a_problem() -> None:
+    """An entry the agent may not read. Root reads whatever the mode says, so as root (CI) discovery runs in a forked
+    child that has dropped to `nobody` (modules already loaded, nothing re-imported), over a tree it may traverse."""
+    home = Path(tempfile.mkdtemp(prefix="berth-perm-"))
+    try:
+        home.chmod(0o755)
+        root = hgx_h200().write(home / "host")
+        (root / "sys/bus/pci/devices/0000:1b:00.0/numa_node").chmod(0)
+        inventory = _discover_as_nobody(root) if os.geteuid() == 0 else discover_host(root)
+    finally:
+        shutil.rmtree(home)
     assert inventory.gpus[0].numa_node is None
     assert [p.path for p in inventory.problems] == ["/sys/bus/pci/devices/0000:1b:00.0/numa_node"]
+
+
+def _discover_as_nobody(root: Path) -> HostInventory:
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe and leaves at once
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(writer, discover_host(root).model_dump_json().encode())
+        finally:
+            os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        answer = pipe.read()
+    os.waitpid(child, 0)
+    return HostInventory.model_validate_json(answer)
 
 
 def test_no_numa_firmware_and_no_iommu_are_facts_not_problems(tmp_path: Path) -> None:

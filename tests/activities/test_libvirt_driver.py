@@ -16,10 +16,9 @@ import yaml
 from activities.contracts import VmSpec
 from activities.node.drivers import VmCreateError
 from activities.node.libvirt.guest import Recorded, RecordedGuestAgent
+from tests.libvirt_required import libvirt_module
 
-libvirt = pytest.importorskip(
-    "libvirt", reason="LOUD: libvirt-python is not installed (needs the Debian packages libvirt-dev, libvirt-clients)"
-)
+libvirt = libvirt_module()
 
 from activities.node.libvirt.domain import domain_name, parse_domain  # noqa: E402
 from activities.node.libvirt.driver import ImageNotFound, LibvirtSettings, LibvirtVmDriver  # noqa: E402

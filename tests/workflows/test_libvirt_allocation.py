@@ -21,12 +21,11 @@ from activities.node.libvirt.guest import Recorded, RecordedGuestAgent
 from activities.node.reporter import NodeReporter
 from activities.node.simulated import SimulatedTopology
 from fleet.loader import load_fleet
+from tests.libvirt_required import libvirt_module
 from tests.workflows.lab import FAST, StoreSink, lab_fleet, running_lab
 from workflows import allocation_client
 
-libvirt = pytest.importorskip(
-    "libvirt", reason="LOUD: libvirt-python is not installed (needs the Debian packages libvirt-dev, libvirt-clients)"
-)
+libvirt = libvirt_module()
 
 from activities.node.libvirt.domain import parse_domain  # noqa: E402
 from activities.node.libvirt.driver import LibvirtSettings, LibvirtVmDriver  # noqa: E402
