@@ -120,6 +120,8 @@ class PoolRow(Base):
     gpu_product: Mapped[str | None] = mapped_column(String(64))
     node_count: Mapped[int] = mapped_column(Integer, nullable=False)
     node_template: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # Per-state overall deadlines in seconds (fleet file `deadlines`); NULL: Timing's defaults (migration 0004).
+    deadlines: Mapped[dict[str, float] | None] = mapped_column(JSONB)
 
 
 class NodeRow(Base):
@@ -308,7 +310,11 @@ class AllocationEventRow(Base):
     """The audit trail: one row per step, kept after Temporal's retention has dropped the history."""
 
     __tablename__ = "allocation_events"
-    __table_args__ = (UniqueConstraint("allocation_id", "event_key"),)
+    __table_args__ = (
+        UniqueConstraint("allocation_id", "event_key"),
+        # The breaker's recent failures per node (migration 0004): only failed attempts are indexed.
+        Index("ix_allocation_events_attempt_failed_at", "at", "node_id", postgresql_where=text("step = 'attempt_failed'")),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     allocation_id: Mapped[str] = mapped_column(
