@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.audit_contracts import HostState, LeaseFact, VmFact, WipeRequest, WipeResult
 from activities.contracts import (
     LeaseRef,
     PlanInput,
@@ -43,6 +44,7 @@ LEASE_LOST = "LeaseLost"
 VM_CREATE_FAILED = "VmCreateFailed"
 IMAGE_NOT_FOUND = "ImageNotFound"
 WIPE_FAILED = "WipeFailed"
+SLOT_IN_USE = "SlotInUse"
 
 
 class NodeAgent:
@@ -207,5 +209,49 @@ class NodeAgent:
             raise ApplicationError("; ".join(failures), type=WIPE_FAILED)
         return TeardownResult(vm_destroyed=destroyed, wiped_slots=indexes)
 
+    @activity.defn(name="host_state")
+    def host_state(self) -> HostState:
+        """The agent's own account of its host for the reconciler: every VM its runtime has and every lease file."""
+        vms = [
+            VmFact(allocation_id=vm.allocation_id, vm_id=vm.vm_id, slot_indexes=sorted(vm.slot_indexes),
+                   created_at=datetime.fromtimestamp(vm.created_at, UTC))
+            for vm in self.vms.list()
+        ]  # fmt: skip
+        leases = [
+            LeaseFact(allocation_id=lease.allocation_id, slot_indexes=sorted(b.slot_index for b in lease.devices),
+                      expires_at=lease.expires_at)
+            for lease in self.leases.read_all()
+        ]  # fmt: skip
+        return HostState(node=self.node, vms=vms, leases=leases, read_at=datetime.now(UTC))
+
+    @activity.defn(name="wipe_slots")
+    def wipe_slots(self, request: WipeRequest) -> WipeResult:
+        """Wipe slots no VM or live lease uses (the reconciler, before it frees or un-quarantines them). A slot in use
+        is refused, never wiped; a wipe that fails is `WipeFailed` and the slot stays as it is."""
+        now = datetime.now(UTC)
+        with self.leases.locked():  # no plan may lease these slots while they are being checked and wiped
+            in_use = {index: vm.allocation_id for vm in self.vms.list() for index in vm.slot_indexes}
+            for lease in self.leases.read_all():
+                if lease.live(now):
+                    in_use.update({b.slot_index: lease.allocation_id for b in lease.devices})
+            busy = [f"slot {i} is used by allocation {in_use[i]}" for i in sorted(request.slot_indexes) if i in in_use]
+            if busy:
+                raise ApplicationError("; ".join(busy), type=SLOT_IN_USE, non_retryable=True)
+            approved = {slot.index: slot for slot in self.approved.slots}
+            unknown = [i for i in request.slot_indexes if i not in approved]
+            if unknown:
+                raise ApplicationError(
+                    f"slots {sorted(unknown)} are not in {self.node}'s approved slots, so their devices are unknown",
+                    type=WIPE_FAILED, non_retryable=True,
+                )  # fmt: skip
+            outcomes = self.vms.wipe([approved[i] for i in sorted(set(request.slot_indexes))])
+        failures = [f"slot {o.index}: {o.error}" for o in outcomes if not o.ok]
+        if failures:
+            raise ApplicationError("; ".join(failures), type=WIPE_FAILED)
+        return WipeResult(wiped_slots=sorted(o.index for o in outcomes))
+
     def activities(self) -> list[object]:
-        return [self.plan, self.release_lease, self.create_vm, self.wait_ready, self.destroy_vm]
+        return [
+            self.plan, self.release_lease, self.create_vm, self.wait_ready, self.destroy_vm, self.host_state,
+            self.wipe_slots,
+        ]  # fmt: skip

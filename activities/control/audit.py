@@ -1,0 +1,190 @@
+"""The reconciler's control activities: gather what PostgreSQL and Temporal say, judge it (`drift.assess`), record
+the findings, and carry out the control half of each repair with its record.
+
+    audit_targets       the nodes with a live agent (the workflow asks each for its VMs and leases)
+    audit_assess        PostgreSQL facts (one REPEATABLE READ snapshot), THEN the open workflows, then drift;
+                        records the run and its findings
+    audit_confirm_idle  just before a VM or lease is destroyed: is the allocation's workflow still closed?
+    audit_apply_repair  release the claims / free the slot / lift the quarantine, and record the repair
+    audit_finish        the run is over (GET /v1/audit shows the latest finished run)
+
+PostgreSQL is read before Temporal on purpose: a claim is written by a workflow that is already open, so a claim
+seen in the snapshot whose workflow is not open afterwards is truly stale. Visibility can lag a start by a moment,
+so every allocation that would be judged "not in flight" is confirmed by describing its workflow.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.audit_contracts import (
+    ApplyRepair,
+    AssessInput,
+    AuditReport,
+    AuditTargets,
+    FinishAudit,
+    IdleCheck,
+    Repair,
+    RepairAction,
+)
+from activities.control.drift import assess
+from store import audit as records
+from store.models import ClaimRow, SlotRow
+
+ALLOCATION_PREFIX = "allocation/"
+RECOVERY_PREFIX = "recovery/"
+IN_FLIGHT = "InFlight"
+
+
+def allocation_of(workflow_id: str) -> str | None:
+    """`allocation/<id>` and `recovery/<node>/<id>/<attempt>` -> the allocation id; anything else -> None."""
+    if workflow_id.startswith(ALLOCATION_PREFIX):
+        return workflow_id.removeprefix(ALLOCATION_PREFIX) or None
+    parts = workflow_id.split("/")
+    if workflow_id.startswith(RECOVERY_PREFIX) and len(parts) >= 4:
+        return "/".join(parts[2:-1]) or None
+    return None
+
+
+class AuditActivities:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], client: Client) -> None:
+        self.sessions = sessions
+        self.client = client
+
+    @activity.defn(name="audit_targets")
+    async def audit_targets(self) -> AuditTargets:
+        async with self.sessions() as session:
+            return AuditTargets(nodes=sorted(await records.live_agent_nodes(session)))
+
+    @activity.defn(name="audit_assess")
+    async def audit_assess(self, request: AssessInput) -> AuditReport:
+        async with self.sessions() as session, session.begin():
+            await session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            facts = await records.control_facts(session)
+            previous = await records.previous_findings(session)
+        in_flight = await self._open_allocations(request.control_queue)
+        mentioned = {c.allocation_id for c in facts.claims} | {a.allocation_id for a in facts.allocations}
+        for host in request.hosts:
+            mentioned |= {vm.allocation_id for vm in host.vms} | {lease.allocation_id for lease in host.leases}
+        mentioned |= {(s.quarantine_reason or "").split(":", 1)[0].strip() for s in facts.slots if s.quarantine_reason}
+        for allocation in sorted(mentioned - in_flight - {""}):
+            if await self._running(allocation):
+                in_flight.add(allocation)
+        facts = facts.model_copy(update={"in_flight": sorted(in_flight)})
+        now = datetime.now(UTC)
+        findings = assess(facts, request.hosts, previous, now, request.orphan_grace_seconds)
+        nodes = sorted(host.node for host in request.hosts)
+        async with self.sessions.begin() as session:
+            run = await records.open_run(session, request.workflow_id, request.trigger, request.repair, nodes)
+            await records.record_findings(session, run.id, findings)
+            run_id, started_at = run.id, run.started_at
+        return AuditReport(
+            run_id=run_id, workflow_id=request.workflow_id, trigger=request.trigger, repair=request.repair,
+            started_at=started_at, nodes_checked=nodes, findings=findings,
+        )  # fmt: skip
+
+    async def _open_allocations(self, control_queue: str) -> set[str]:
+        """Allocations whose allocation or slot-recovery workflow runs on this deployment's control queue."""
+        query = f"ExecutionStatus = 'Running' AND TaskQueue = '{control_queue}'"
+        found: set[str] = set()
+        async for execution in self.client.list_workflows(query):
+            allocation = allocation_of(execution.id)
+            if allocation is not None:
+                found.add(allocation)
+        return found
+
+    async def _running(self, allocation_id: str) -> bool:
+        try:
+            description = await self.client.get_workflow_handle(f"{ALLOCATION_PREFIX}{allocation_id}").describe()
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return description.status == WorkflowExecutionStatus.RUNNING
+
+    @activity.defn(name="audit_confirm_idle")
+    async def audit_confirm_idle(self, check: IdleCheck) -> None:
+        """Raise `InFlight` (non-retryable) when the allocation's workflow has started again since the assessment."""
+        if await self._running(check.allocation_id):
+            raise ApplicationError(
+                f"allocation {check.allocation_id} has an open workflow again; nothing of it is touched",
+                type=IN_FLIGHT, non_retryable=True,
+            )  # fmt: skip
+
+    @activity.defn(name="audit_apply_repair")
+    async def audit_apply_repair(self, request: ApplyRepair) -> Repair:
+        """The control half of a repair in one transaction with its record. Each statement re-checks the state it
+        changes (a claim still active, a slot still reserved with no claim, still quarantined), so a repair that
+        raced a workflow changes nothing and says so."""
+        finding = request.finding
+        assert finding.repair is not None
+        if finding.allocation_id is not None and finding.repair is RepairAction.TEARDOWN:
+            if await self._running(finding.allocation_id):
+                request = request.model_copy(update={"node_error": "its allocation's workflow is open again"})
+        async with self.sessions.begin() as session:
+            if request.node_error is not None:
+                outcome, message = "failed", f"not repaired: {request.node_error}"
+            else:
+                outcome, message = await self._apply(session, request)
+            repair = Repair(kind=finding.kind, action=finding.repair, node=finding.node,
+                            allocation_id=finding.allocation_id, slot_indexes=finding.slot_indexes, outcome=outcome,
+                            message=message, at=datetime.now(UTC))  # fmt: skip
+            await records.record_repair(session, request.run_id, repair)
+        return repair
+
+    async def _apply(self, session: AsyncSession, request: ApplyRepair) -> tuple[str, str]:
+        finding = request.finding
+        node, indexes = finding.node, finding.slot_indexes
+        if finding.repair is RepairAction.DESTROY_VM:
+            return "done", f"destroyed the VM of {finding.allocation_id} on {node} and wiped slots {indexes}"
+        if finding.repair is RepairAction.RELEASE_LEASE:
+            return "done", f"released the lease of {finding.allocation_id} on {node}"
+        if finding.repair is RepairAction.TEARDOWN:
+            released = (
+                (
+                    await session.execute(
+                        update(ClaimRow)
+                        .where(ClaimRow.allocation_id == finding.allocation_id, ClaimRow.node_id == node)
+                        .where(ClaimRow.released_at.is_(None))
+                        .values(released_at=func.now())
+                        .returning(ClaimRow.slot_id)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            freed = [slot_id for slot_id in released if slot_id is not None]
+            await session.execute(
+                update(SlotRow).where(SlotRow.id.in_(freed), SlotRow.state == "reserved").values(state="available")
+            )
+            return (
+                "done",
+                f"wiped slots {indexes} of {node}, released {len(released)} stale claim(s) and freed the slots",
+            )
+        wanted = "reserved" if finding.repair is RepairAction.FREE_SLOT else "quarantined"
+        query = update(SlotRow).where(SlotRow.node_id == node, SlotRow.slot_index.in_(indexes), SlotRow.state == wanted)
+        if wanted == "reserved":
+            active = select(ClaimRow.id).where(ClaimRow.slot_id == SlotRow.id, ClaimRow.released_at.is_(None))
+            query = query.where(~active.exists())
+        changed = (await session.execute(query.values(state="available", quarantine_reason=None))).rowcount or 0
+        if not changed:
+            return "skipped", f"slots {indexes} of {node} were no longer {wanted} without a claim; nothing changed"
+        verb = "freed" if wanted == "reserved" else "lifted the quarantine of"
+        return "done", f"the agent wiped slots {indexes} of {node}; {verb} them"
+
+    @activity.defn(name="audit_finish")
+    async def audit_finish(self, request: FinishAudit) -> None:
+        async with self.sessions.begin() as session:
+            await records.finish_run(session, request.run_id)
+
+    def activities(self) -> list[object]:
+        return [
+            self.audit_targets, self.audit_assess, self.audit_confirm_idle, self.audit_apply_repair, self.audit_finish,
+        ]  # fmt: skip

@@ -1,0 +1,237 @@
+"""The reconciler's records (migration 0005): each audit run, what it found, and every repair it made.
+
+`audit_runs` and `audit_findings` answer "what is wrong now" (the latest finished run) and "since when" (a finding
+keeps the first_seen of the same drift in the run before). `audit_repairs` is the audit trail of the reconciler
+itself: it is never pruned, and a repair of an allocation's claims or VM also writes an `allocation_events` row, so
+the allocation's own story says what the reconciler did to it. Old runs (and their findings) are pruned after
+`KEEP_RUNS_DAYS`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, String, Text, delete, func, select
+from sqlalchemy.dialects.postgresql import JSONB, insert
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Mapped, mapped_column
+
+from activities.audit_contracts import (
+    AllocationFact,
+    AuditReport,
+    ClaimFact,
+    ControlFacts,
+    Finding,
+    FindingKind,
+    Repair,
+    RepairAction,
+    SlotFact,
+)
+from store.models import AllocationEventRow, AllocationRow, Base, ClaimRow, NodeAgentRow, SlotRow
+
+KEEP_RUNS_DAYS = 14
+
+
+class AuditRunRow(Base):
+    __tablename__ = "audit_runs"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    workflow_id: Mapped[str] = mapped_column(String(255), nullable=False)
+    trigger: Mapped[str] = mapped_column(String(32), nullable=False)
+    repair: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+    nodes_checked: Mapped[list[str]] = mapped_column(JSONB, nullable=False, default=list)
+
+
+class AuditFindingRow(Base):
+    __tablename__ = "audit_findings"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("audit_runs.id", ondelete="CASCADE"), nullable=False, index=True)
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    node: Mapped[str | None] = mapped_column(String(253))
+    allocation_id: Mapped[str | None] = mapped_column(String(255))
+    slot_indexes: Mapped[list[int]] = mapped_column(JSONB, nullable=False, default=list)
+    message: Mapped[str] = mapped_column(Text, nullable=False)
+    first_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    repair: Mapped[str | None] = mapped_column(String(32))
+    blocked: Mapped[str | None] = mapped_column(Text)
+
+
+class AuditRepairRow(Base):
+    __tablename__ = "audit_repairs"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("audit_runs.id", ondelete="SET NULL"), index=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    action: Mapped[str] = mapped_column(String(32), nullable=False)
+    node: Mapped[str | None] = mapped_column(String(253))
+    allocation_id: Mapped[str | None] = mapped_column(String(255))
+    slot_indexes: Mapped[list[int]] = mapped_column(JSONB, nullable=False, default=list)
+    outcome: Mapped[str] = mapped_column(String(16), nullable=False)
+    message: Mapped[str] = mapped_column(Text, nullable=False)
+
+
+# Facts ----------------------------------------------------------------------------------------------------------------
+
+
+async def live_agent_nodes(session: AsyncSession) -> list[str]:
+    """The nodes whose agent is live: the ones the audit asks for their VMs and leases."""
+    return list((await session.scalars(select(NodeAgentRow.node).where(NodeAgentRow.state == "live"))).all())
+
+
+async def control_facts(session: AsyncSession) -> ControlFacts:
+    """Active claims, unavailable slots and active allocations. Call in one REPEATABLE READ transaction, so that a
+    claim and its slot are seen as one moment (they always change together)."""
+    claims = await session.execute(
+        select(ClaimRow.allocation_id, ClaimRow.node_id, SlotRow.id, SlotRow.slot_index)
+        .join(SlotRow, SlotRow.id == ClaimRow.slot_id)
+        .where(ClaimRow.released_at.is_(None))
+    )
+    slots = await session.execute(
+        select(SlotRow.node_id, SlotRow.id, SlotRow.slot_index, SlotRow.state, SlotRow.quarantine_reason)
+        .where(SlotRow.state != "available")
+        .order_by(SlotRow.node_id, SlotRow.slot_index)
+    )
+    allocations = await session.execute(
+        select(AllocationRow.id, AllocationRow.state, AllocationRow.node_id).where(AllocationRow.state == "active")
+    )
+    return ControlFacts(
+        claims=[ClaimFact(allocation_id=a, node=n, slot_id=s, slot_index=i) for a, n, s, i in claims],
+        slots=[SlotFact(node=n, slot_id=s, slot_index=i, state=st, quarantine_reason=r) for n, s, i, st, r in slots],
+        allocations=[AllocationFact(allocation_id=a, state=st, node=n) for a, st, n in allocations],
+    )
+
+
+# Runs and findings ----------------------------------------------------------------------------------------------------
+
+
+async def latest_run(session: AsyncSession) -> AuditRunRow | None:
+    return await session.scalar(
+        select(AuditRunRow).where(AuditRunRow.finished_at.is_not(None)).order_by(AuditRunRow.id.desc()).limit(1)
+    )
+
+
+async def findings_of(session: AsyncSession, run_id: int) -> list[Finding]:
+    rows = await session.scalars(
+        select(AuditFindingRow).where(AuditFindingRow.run_id == run_id).order_by(AuditFindingRow.id)
+    )
+    return [
+        Finding(
+            kind=FindingKind(row.kind), node=row.node, allocation_id=row.allocation_id, slot_indexes=row.slot_indexes,
+            message=row.message, first_seen=row.first_seen, repair=RepairAction(row.repair) if row.repair else None,
+            blocked=row.blocked,
+        )
+        for row in rows
+    ]  # fmt: skip
+
+
+async def previous_findings(session: AsyncSession) -> list[Finding]:
+    """The findings of the latest finished run: a drift found there and again now keeps its first_seen."""
+    run = await latest_run(session)
+    return await findings_of(session, run.id) if run is not None else []
+
+
+async def open_run(
+    session: AsyncSession, workflow_id: str, trigger: str, repair: bool, nodes: list[str]
+) -> AuditRunRow:
+    run = AuditRunRow(workflow_id=workflow_id, trigger=trigger, repair=repair, nodes_checked=nodes)
+    session.add(run)
+    await session.flush()
+    return run
+
+
+async def record_findings(session: AsyncSession, run_id: int, findings: list[Finding]) -> None:
+    for finding in findings:
+        session.add(
+            AuditFindingRow(
+                run_id=run_id, kind=finding.kind.value, node=finding.node, allocation_id=finding.allocation_id,
+                slot_indexes=finding.slot_indexes, message=finding.message, first_seen=finding.first_seen,
+                repair=finding.repair.value if finding.repair else None, blocked=finding.blocked,
+            )
+        )  # fmt: skip
+
+
+async def finish_run(session: AsyncSession, run_id: int) -> None:
+    run = await session.get(AuditRunRow, run_id, with_for_update=True)
+    if run is not None and run.finished_at is None:
+        run.finished_at = func.now()
+    horizon = func.now() - timedelta(days=KEEP_RUNS_DAYS)
+    await session.execute(delete(AuditRunRow).where(AuditRunRow.started_at < horizon, AuditRunRow.id != run_id))
+
+
+# Repairs --------------------------------------------------------------------------------------------------------------
+
+
+async def record_repair(session: AsyncSession, run_id: int | None, repair: Repair) -> None:
+    """The reconciler's own trail, and the allocation's (when it has a row) in `allocation_events`."""
+    session.add(
+        AuditRepairRow(
+            run_id=run_id, kind=repair.kind.value, action=repair.action.value, node=repair.node,
+            allocation_id=repair.allocation_id, slot_indexes=repair.slot_indexes, outcome=repair.outcome,
+            message=repair.message,
+        )
+    )  # fmt: skip
+    if repair.allocation_id is None:
+        return
+    state = await session.scalar(select(AllocationRow.state).where(AllocationRow.id == repair.allocation_id))
+    if state is None:
+        return  # an orphan VM or lease of an allocation PostgreSQL never knew
+    events = AllocationEventRow.__table__
+    values: dict[str, Any] = {
+        "allocation_id": repair.allocation_id,
+        "event_key": f"reconciler:{run_id}:{repair.kind.value}:{repair.node or '-'}",
+        "state": state,
+        "step": f"reconciler_{repair.action.value}",
+        "node_id": repair.node,
+        "reason": f"{repair.kind.value}: {repair.message}",
+        "detail": {"outcome": repair.outcome, "slots": repair.slot_indexes, "audit_run": run_id},
+    }
+    await session.execute(
+        insert(events)
+        .values(values)
+        .on_conflict_do_nothing(index_elements=[events.c.allocation_id, events.c.event_key])
+    )
+
+
+async def repairs_of(session: AsyncSession, run_id: int) -> list[Repair]:
+    rows = await session.scalars(
+        select(AuditRepairRow).where(AuditRepairRow.run_id == run_id).order_by(AuditRepairRow.id)
+    )
+    return [
+        Repair(kind=FindingKind(r.kind), action=RepairAction(r.action), node=r.node, allocation_id=r.allocation_id,
+               slot_indexes=r.slot_indexes, outcome=r.outcome, message=r.message, at=r.at)
+        for r in rows
+    ]  # fmt: skip
+
+
+async def report_of(session: AsyncSession, run: AuditRunRow) -> AuditReport:
+    return AuditReport(
+        run_id=run.id, workflow_id=run.workflow_id, trigger=run.trigger, repair=run.repair, started_at=run.started_at,
+        finished_at=run.finished_at, nodes_checked=run.nodes_checked, findings=await findings_of(session, run.id),
+        repairs=await repairs_of(session, run.id),
+    )  # fmt: skip
+
+
+async def findings_by_kind(session: AsyncSession) -> dict[str, int]:
+    run = await latest_run(session)
+    if run is None:
+        return {}
+    rows = await session.execute(
+        select(AuditFindingRow.kind, func.count())
+        .where(AuditFindingRow.run_id == run.id)
+        .group_by(AuditFindingRow.kind)
+    )
+    return {kind: count for kind, count in rows}
+
+
+async def repairs_by_kind(session: AsyncSession) -> dict[tuple[str, str], int]:
+    rows = await session.execute(
+        select(AuditRepairRow.kind, AuditRepairRow.outcome, func.count()).group_by(
+            AuditRepairRow.kind, AuditRepairRow.outcome
+        )
+    )
+    return {(kind, outcome): count for kind, outcome, count in rows}

@@ -1,0 +1,164 @@
+"""The reconciler: find where PostgreSQL, Temporal and the hosts disagree, and (with `repair`) heal what is safe.
+
+    1. audit_targets             the nodes whose agent is live
+    2. host_state@node           each agent's own VMs and leases, all at once; an agent that does not pick the task
+                                 up within the pickup timeout is `agent_unreachable` and nothing on it is judged
+    3. audit_assess              PostgreSQL, then the open workflows, then the pure drift rules: findings recorded
+    4. repair (if asked), for each finding the rules allow, one at a time:
+         destroy_vm / release_lease       audit_confirm_idle first: never touch an allocation whose workflow is open
+         teardown (stale claim)           audit_confirm_idle -> destroy_vm@node (destroy, wipe) -> release the claims
+         free_slot / lift_quarantine      wipe_slots@node (refuses a slot in use) -> the slot becomes available
+       every repair, done or not, is recorded (audit_repairs; allocation_events for an allocation's own)
+    5. audit_finish
+
+A Temporal Schedule (`reconcile_client.ensure_schedule`, id `berth-reconciler`, overlap SKIP) runs it every minute;
+`POST /v1/audit` and `berth audit` run one now. One run is short and starts fresh each time: no continue-as-new.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.audit_contracts import (
+        ApplyRepair,
+        AssessInput,
+        AuditReport,
+        AuditTargets,
+        Finding,
+        FinishAudit,
+        HostState,
+        IdleCheck,
+        Repair,
+        RepairAction,
+        WipeRequest,
+        WipeResult,
+    )
+    from activities.contracts import LeaseRef, TeardownInput, TeardownResult
+    from workflows.task_queues import Queues
+
+CONTROL_CALL = {
+    "start_to_close_timeout": timedelta(seconds=30),
+    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5),
+}
+
+
+class ReconcileInput(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    repair: bool = False
+    trigger: str = "schedule"
+    orphan_grace_seconds: float = Field(
+        default=600.0, ge=0, description="An orphan VM is destroyed once found in two audits in a row or this old."
+    )
+    agent_pickup_seconds: float = Field(default=5.0, gt=0, description="An agent slower to pick up is unreachable.")
+    queues: Queues = Field(default_factory=Queues)
+
+
+@workflow.defn(name="Reconcile")
+class ReconcileWorkflow:
+    def __init__(self) -> None:
+        self.input = ReconcileInput()
+
+    @workflow.run
+    async def run(self, input: ReconcileInput) -> AuditReport:
+        self.input = input
+        workflow.set_current_details("asking every live agent for its VMs and leases")
+        targets: AuditTargets = await self.control("audit_targets", None, AuditTargets)
+        hosts = list(await asyncio.gather(*(self.host_state(node) for node in targets.nodes)))
+        workflow.set_current_details(f"comparing {len(hosts)} host(s) with PostgreSQL and the open workflows")
+        report: AuditReport = await self.control(
+            "audit_assess",
+            AssessInput(
+                workflow_id=workflow.info().workflow_id,
+                trigger=input.trigger,
+                repair=input.repair,
+                control_queue=input.queues.control,
+                orphan_grace_seconds=input.orphan_grace_seconds,
+                hosts=hosts,
+            ),  # fmt: skip
+            AuditReport,
+        )
+        assert report.run_id is not None
+        repairs: list[Repair] = []
+        if input.repair:
+            for finding in report.findings:
+                if finding.repairable:
+                    workflow.set_current_details(f"repairing: {finding.message}")
+                    repairs.append(await self.repair(report.run_id, finding))
+        await self.control("audit_finish", FinishAudit(run_id=report.run_id), type(None))
+        done = report.model_copy(update={"repairs": repairs, "finished_at": workflow.now()})
+        workflow.set_current_details(self.story(done))
+        return done
+
+    async def host_state(self, node: str) -> HostState:
+        try:
+            state: HostState = await self.on_node(node, "host_state", None, HostState)
+            return state
+        except ActivityError as error:
+            cause = error.cause or error
+            return HostState(node=node, reachable=False, error=str(getattr(cause, "message", None) or cause))
+
+    async def repair(self, run_id: int, finding: Finding) -> Repair:
+        """The node half, then the control half with the record; a node half that fails is recorded as failed."""
+        node, allocation = finding.node or "", finding.allocation_id or ""
+        error: str | None = None
+        try:
+            if finding.repair in (RepairAction.DESTROY_VM, RepairAction.RELEASE_LEASE, RepairAction.TEARDOWN):
+                await self.control("audit_confirm_idle", IdleCheck(allocation_id=allocation,
+                                                                   control_queue=self.input.queues.control), type(None))  # fmt: skip
+            if finding.repair in (RepairAction.DESTROY_VM, RepairAction.TEARDOWN):
+                teardown = TeardownInput(allocation_id=allocation, node=node, slot_indexes=finding.slot_indexes)
+                await self.on_node(node, "destroy_vm", teardown, TeardownResult, start_to_close=timedelta(minutes=2))
+            elif finding.repair is RepairAction.RELEASE_LEASE:
+                await self.on_node(node, "release_lease", LeaseRef(allocation_id=allocation, node=node), bool)
+            else:
+                await self.on_node(node, "wipe_slots", WipeRequest(node=node, slot_indexes=finding.slot_indexes),
+                                   WipeResult, start_to_close=timedelta(minutes=10))  # fmt: skip
+        except ActivityError as failure:
+            cause = failure.cause or failure
+            error = str(getattr(cause, "message", None) or cause)
+        result: Repair = await self.control(
+            "audit_apply_repair",
+            ApplyRepair(run_id=run_id, finding=finding, control_queue=self.input.queues.control, node_error=error),
+            Repair,
+        )
+        return result
+
+    async def control(self, activity: str, argument: BaseModel | None, result_type: type) -> object:
+        args = [] if argument is None else [argument]
+        return await workflow.execute_activity(
+            activity, args=args, result_type=result_type, task_queue=self.input.queues.control, **CONTROL_CALL
+        )
+
+    async def on_node(
+        self, node: str, activity: str, argument: BaseModel | None, result_type: type,
+        start_to_close: timedelta = timedelta(seconds=30),
+    ) -> object:  # fmt: skip
+        """An agent that does not pick the task up in time is unreachable (schedule-to-start is never retried)."""
+        args = [] if argument is None else [argument]
+        return await workflow.execute_activity(
+            activity,
+            args=args,
+            result_type=result_type,
+            task_queue=self.input.queues.node(node),
+            schedule_to_start_timeout=timedelta(seconds=self.input.agent_pickup_seconds),
+            start_to_close_timeout=start_to_close,
+            retry_policy=RetryPolicy(maximum_attempts=2, maximum_interval=timedelta(seconds=5)),
+            summary=f"{activity} on {node}",
+        )
+
+    @staticmethod
+    def story(report: AuditReport) -> str:
+        kinds: dict[str, int] = {}
+        for finding in report.findings:
+            kinds[finding.kind.value] = kinds.get(finding.kind.value, 0) + 1
+        found = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items())) or "no drift"
+        done = sum(1 for repair in report.repairs if repair.outcome == "done")
+        return f"checked {len(report.nodes_checked)} host(s): {found}; {done} repair(s) done"
