@@ -75,6 +75,8 @@ class RegionChoice(Model):
 
 class CandidateList(Model):
     candidates: list[Candidate] = Field(default_factory=list)
+    # pool (cluster/pool) -> the per-state deadlines in seconds it sets (fleet `deadlines`); absent: the defaults
+    deadlines: dict[str, dict[str, float]] = Field(default_factory=dict)
     refusal_code: str | None = None
     refusal_message: str | None = None
     explanation: Explanation | None = None

@@ -48,6 +48,13 @@ class Settings(BaseSettings):
     libvirt_pool: str = Field(default="default", description="The storage pool VM boot overlays are made in.")
     libvirt_network: str | None = Field(default="default", description="The libvirt network VMs join.")
     libvirt_bridge: str | None = Field(default=None, description="A host bridge VMs join instead of a network.")
+    breaker_failures: int = Field(
+        default=3, ge=0, description="Failed attempts on a node within the window that make it cool off (0: never)."
+    )
+    breaker_window_seconds: float = Field(default=300.0, gt=0, description="The node breaker's window.")
+    breaker_cooloff_seconds: float = Field(
+        default=600.0, gt=0, description="How long a tripped node is left out of ranking, from its latest failure."
+    )
     image_catalogue: Path | None = Field(default=None, description="YAML: images: {name: base qcow2 path}, default.")
 
     @property

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fleet.deadlines import PoolDeadlines
 from fleet.meta import Name, ObjectMeta, Spec
 from fleet.node import Node, NodeTemplate
 
@@ -44,6 +45,9 @@ class NodePool(Spec):
     gpu_product: str | None = Field(default=None, description="Product name used for requests and prices, e.g. H200.")
     nodes: list[Node] = Field(default_factory=list)
     node_template: NodeTemplate | None = None
+    deadlines: PoolDeadlines | None = Field(
+        default=None, description="Berth: per-state deadlines of allocations on this pool (slice and bare metal)."
+    )
 
     @model_validator(mode="after")
     def _hosts_match_shape(self) -> NodePool:
@@ -52,6 +56,8 @@ class NodePool(Spec):
             raise ValueError("a kubernetes pool lists no hosts: give nodeCount, or set shape to gpu_slice or baremetal")
         if self.shape is not PoolShape.KUBERNETES and not self.gpu_product:
             raise ValueError(f"a {self.shape.value} pool needs gpuProduct (for example H200)")
+        if self.shape is PoolShape.KUBERNETES and self.deadlines is not None:
+            raise ValueError("deadlines apply to allocations: only gpu_slice and baremetal pools take them")
         return self
 
 

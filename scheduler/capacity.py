@@ -63,6 +63,7 @@ class PoolCapacity(BaseModel):
     nodes: int
     ready_nodes: int  # READY, with a live node agent
     agents_down: int  # nodes whose agent is not live (counted in `nodes`, never in `ready_nodes`)
+    cooling_off: int = 0  # ready nodes the breaker leaves out after repeated failed attempts (no slices counted)
     gpus: int  # slots the fleet declares, whatever the hosts say
     validated_gpus: int  # slots whose GPU the node agents validated on the host (raw GPUs that really exist)
     compatible_gpus: int  # slots that are slice bundles: approved, own VF, validated (node-scheduler capacity)
@@ -104,6 +105,7 @@ def capacity(
                 nodes=sum(len(group.nodes) for group in groups),
                 ready_nodes=sum(len(group.nodes) for group in ready),
                 agents_down=sum(len(group.nodes) for group in groups if not group.profile.agent_live),
+                cooling_off=sum(len(group.nodes) for group in ready if group.profile.cooling_off is not None),
                 gpus=sum(group.profile.gpus * len(group.nodes) for group in groups),
                 validated_gpus=sum(group.profile.raw_usable * len(group.nodes) for group in groups),
                 compatible_gpus=sum(group.profile.compatible * len(group.nodes) for group in groups),

@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from fleet.node import FabricClaimMode, NodeStatus
+from scheduler.breaker import Cooling
 from scheduler.host.checks import ValidationState
 from scheduler.reasons import Reason
 from scheduler.views import NodeView, SlotState, SlotView
@@ -71,6 +72,7 @@ class NodeProfile:
 
     status: NodeStatus
     agent_live: bool
+    cooling_off: Cooling | None  # few nodes at a time, so a cool-off of its own costs a group of one
     gpus: int  # slots on the node, whatever their state or approval
     approved: int
     declared: int  # slots the operator approved as bundles (own VF), whatever the agent found
@@ -94,8 +96,9 @@ class NodeProfile:
     def summary(self) -> str:
         per_numa = "/".join(str(free) for free in self.numa_free) or "0"
         agent = "" if self.agent_live else ", agent down"
+        cooling = f", {self.cooling_off.describe()}" if self.cooling_off else ""
         return (
-            f"{self.status}{agent}, {self.compatible_free} compatible free bundles (per NUMA node {per_numa}), "
+            f"{self.status}{agent}{cooling}, {self.compatible_free} compatible free bundles (per NUMA node {per_numa}), "
             f"{self.raw_free}/{self.gpus} GPUs free, {self.compatible}/{self.gpus} slots approved with a per-slot VF"
         )
 
@@ -126,6 +129,7 @@ def profile_of(node: NodeView, holder: str | None = None) -> NodeProfile:
     return NodeProfile(
         status=node.status,
         agent_live=node.agent_live,
+        cooling_off=node.cooling_off,
         gpus=len(node.slots),
         approved=approved,
         declared=declared,

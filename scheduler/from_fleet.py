@@ -49,6 +49,7 @@ def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) 
                 devices=tuple(device.as_cel_device() for device in devices if device.claim is ClaimKind.DRA),
                 cluster_labels=dict(cluster.metadata.labels),
                 cluster_ready=cluster.status is None or cluster.status.ready,
+                deadlines=pool.deadlines.seconds() if pool.deadlines else {},
             )
         )
         nodes.extend(node_view(node, holds) for node in hosts.nodes)

@@ -47,6 +47,17 @@ class AgentLive:
 
 
 @dataclass(frozen=True)
+class NotCoolingOff:
+    """A node whose recent attempts kept failing sits out its cool-off (`scheduler.breaker`): ranking it first would
+    cost the next allocation the same failure. Not static: the node takes requests again once the cool-off ends."""
+
+    static = False
+
+    def check(self, node: NodeProfile) -> Reason | None:
+        return None if node.cooling_off is None else Reason.NODE_COOLING_OFF
+
+
+@dataclass(frozen=True)
 class NodeSize:
     """Slices need at least g GPUs on the node; bare metal takes the whole host, so its size must be exactly g (the
     plan, the claims and the quota charge are then all g GPUs)."""
@@ -164,10 +175,11 @@ class WhollyFree:
 def node_filters(shape: CapacityShape, gpus: int, numa_policy: NumaPolicy) -> tuple[NodeFilter, ...]:
     """The plugin chain for one kind of request."""
     if shape is CapacityShape.BAREMETAL:
-        return (NodeReady(), AgentLive(), NodeSize(gpus, exact=True), HostValidated(), WhollyFree())
+        return (NodeReady(), AgentLive(), NotCoolingOff(), NodeSize(gpus, exact=True), HostValidated(), WhollyFree())
     chain: list[NodeFilter] = [
         NodeReady(),
         AgentLive(),
+        NotCoolingOff(),
         NodeSize(gpus, exact=False),
         SlotApproval(gpus),
         PerSlotFabric(gpus),

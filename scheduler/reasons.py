@@ -34,6 +34,7 @@ class Reason(StrEnum):
     # node
     NODE_NOT_READY = "node_not_ready"
     AGENT_DOWN = "agent_down"
+    NODE_COOLING_OFF = "node_cooling_off"
     NODE_EXCLUDED = "node_excluded"
     NODE_TOO_SMALL = "node_too_small"
     NODE_SIZE_MISMATCH = "node_size_mismatch"
@@ -85,6 +86,10 @@ _PHRASES: dict[Reason, tuple[str, str]] = {
     Reason.SELECTOR_ERROR: ("failed to evaluate the selectors", "failed to evaluate the selectors"),
     Reason.NODE_NOT_READY: ("is not READY", "are not READY"),
     Reason.AGENT_DOWN: ("has no live node agent", "have no live node agent"),
+    Reason.NODE_COOLING_OFF: (
+        "is cooling off after repeated failed attempts",
+        "are cooling off after repeated failed attempts",
+    ),
     Reason.NODE_EXCLUDED: ("was excluded by the request", "were excluded by the request"),
     Reason.NODE_TOO_SMALL: ("has fewer than {g} GPUs", "have fewer than {g} GPUs"),
     Reason.NODE_SIZE_MISMATCH: ("does not have exactly {g} GPUs", "do not have exactly {g} GPUs"),

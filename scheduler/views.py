@@ -14,6 +14,7 @@ from enum import StrEnum
 from fleet.inference_cluster import PoolShape
 from fleet.node import FabricClaimMode, NodeStatus
 from fleet.region import RegionStatus
+from scheduler.breaker import Cooling
 from scheduler.host.checks import ValidationState
 
 SlotId = str | int
@@ -59,6 +60,7 @@ class NodeView:
     labels: Mapping[str, str] = field(default_factory=dict)
     numa_nodes: int = 1
     agent_live: bool = True  # a node agent has reported recently and has not missed a task since
+    cooling_off: Cooling | None = None  # the node breaker tripped: not ranked until then (`scheduler.breaker`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,7 @@ class PoolView:
     devices: tuple[Mapping[str, object], ...] = ()  # the InferenceClass's claimable GPU devices, as CEL sees them
     cluster_labels: Mapping[str, str] = field(default_factory=dict)
     cluster_ready: bool = True
+    deadlines: Mapping[str, float] = field(default_factory=dict)  # seconds by state the pool sets (fleet/deadlines.py)
 
     @property
     def key(self) -> str:

@@ -149,6 +149,7 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
             "gpu_product": pool.gpu_product,
             "node_count": max(0, pool.node_count if pool.node_count is not None else len(hosts.nodes)),
             "node_template": pool.node_template.model_dump(mode="json", by_alias=True) if pool.node_template else None,
+            "deadlines": pool.deadlines.seconds() or None if pool.deadlines else None,
         }
         for node in hosts.nodes:
             nodes[node.name] = {

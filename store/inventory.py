@@ -9,6 +9,9 @@ plans in progress, is read fresh each time and laid over the kept inventory (`st
     read versions -> (inventory moved? reload it) -> (liveness moved? re-read the down set) -> read live state
                   -> overlay -> Snapshot
 
+The live state includes the node breaker's recent failed attempts (`scheduler.breaker`, settings
+`BERTH_BREAKER_*`): one range scan of a partial index, so nodes whose attempts keep failing sit out their cool-off.
+
 Agent liveness is a layer of its own (`store.liveness`): heartbeats never move the inventory version, and the set
 of nodes without a live agent is re-read only when an agent went live or down. Every few seconds the cache also
 expires agents that stopped reporting (one indexed UPDATE that usually touches nothing).
@@ -23,19 +26,34 @@ import time
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from config.settings import get_settings
+from scheduler.breaker import BreakerPolicy
 from scheduler.snapshot import Snapshot
 from store.liveness import Liveness, expire_stale, load_liveness
 from store.models import InventoryVersionRow, LivenessVersionRow
 from store.snapshot import Inventory, current_snapshot, load_inventory, load_live_state, with_liveness
 
 SWEEP_EVERY_SECONDS = 5.0
+
+
+def breaker_policy() -> BreakerPolicy:
+    """The node breaker as the settings give it (`BERTH_BREAKER_*`)."""
+    settings = get_settings()
+    return BreakerPolicy(
+        threshold=settings.breaker_failures,
+        window_seconds=settings.breaker_window_seconds,
+        cooloff_seconds=settings.breaker_cooloff_seconds,
+    )
 log = logging.getLogger("berth.control")
 
 
 class InventoryCache:
     """One per worker process. Safe for concurrent activities: a reload happens once, the others wait for it."""
 
-    def __init__(self, sweep_every_seconds: float = SWEEP_EVERY_SECONDS) -> None:
+    def __init__(
+        self, sweep_every_seconds: float = SWEEP_EVERY_SECONDS, breaker: BreakerPolicy | None = None
+    ) -> None:
+        self.breaker = breaker or breaker_policy()
         self._inventory: Inventory | None = None
         self._liveness: Liveness | None = None
         self._live_inventory: Inventory | None = None  # `_inventory` with `_liveness` applied
@@ -49,7 +67,8 @@ class InventoryCache:
     ) -> Snapshot:
         """The same snapshot `store.snapshot.load_snapshot` would build, from the kept inventory when it is current."""
         inventory = await self.inventory(session)
-        return current_snapshot(inventory, await load_live_state(session, exclude_allocation, pending=pending))
+        live = await load_live_state(session, exclude_allocation, pending=pending, breaker=self.breaker)
+        return current_snapshot(inventory, live)
 
     async def inventory(self, session: AsyncSession) -> Inventory:
         """The inventory with agent liveness applied, re-read only in the parts whose version moved."""

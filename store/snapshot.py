@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import func, not_, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.inference_cluster import ClusterStatus, PoolShape
 from fleet.node import FabricClaimMode, NodeStatus
 from fleet.region import RegionStatus
+from scheduler.breaker import BreakerPolicy, Cooling, cooling_nodes
 from scheduler.from_fleet import slot_id
 from scheduler.host.checks import ValidationState
 from scheduler.snapshot import Snapshot
 from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView
 from store.liveness import Liveness, load_liveness
 from store.models import (
+    AllocationEventRow,
     AllocationRow,
     ClaimRow,
     ClusterRow,
@@ -36,6 +39,9 @@ from store.models import (
 
 IN_FLIGHT_STATES = ("pending", "placing", "planning", "claiming", "provisioning", "waiting_ready")
 PLANNING_STATES = ("planning", "claiming")  # a node lease may exist that no claim records yet
+# Failed attempts that say nothing about the node: an operator abandoned it, another allocation won the slots, or
+# the tenant's quota ran out. The breaker does not count them.
+NOT_THE_NODES_FAULT = ("operator_retry", "claim_conflict", "quota_exceeded")
 
 
 async def tenant_usage(session: AsyncSession, exclude_allocation: str | None = None) -> dict[str, tuple[int, int]]:
@@ -98,17 +104,46 @@ class LiveState:
     unavailable: dict[int, str]  # slot row id -> its row state, where that is not `available`
     usage: dict[str, tuple[int, int]]  # tenant -> (active GPUs, in-flight GPUs)
     plans: dict[str, list[tuple[str, int]]]  # node -> allocations being planned there (empty when not asked for)
+    cooling: dict[str, Cooling] = field(default_factory=dict)  # node -> its breaker's cool-off, where it has one
+
+
+async def recent_failures(session: AsyncSession, policy: BreakerPolicy, now: datetime) -> dict[str, list[datetime]]:
+    """node -> when its attempts failed, as far back as the breaker can still care. An index range scan over failed
+    attempts only (migration 0004): a handful of rows on a healthy fleet, whatever the audit trail holds."""
+    if policy.threshold == 0:
+        return {}
+    rows = await session.execute(
+        select(AllocationEventRow.node_id, AllocationEventRow.at).where(
+            AllocationEventRow.step == "attempt_failed",
+            AllocationEventRow.at > now - policy.lookback,
+            AllocationEventRow.node_id.is_not(None),
+            or_(
+                AllocationEventRow.reason.is_(None),
+                not_(or_(*(AllocationEventRow.reason.startswith(f"{code}:", autoescape=True) for code in NOT_THE_NODES_FAULT))),
+            ),
+        )
+    )
+    failures: dict[str, list[datetime]] = defaultdict(list)
+    for node, at in rows:
+        failures[node].append(at)
+    return failures
 
 
 async def load_snapshot(
-    session: AsyncSession, exclude_allocation: str | None = None, *, pending: bool = True
+    session: AsyncSession,
+    exclude_allocation: str | None = None,
+    *,
+    pending: bool = True,
+    breaker: BreakerPolicy | None = None,
 ) -> Snapshot:
     """The inventory as it is now, read whole. `exclude_allocation` leaves that allocation out of tenant usage and
     of the pending plans, so a request is not counted against itself. `pending=False` leaves pending plans out, for
     a caller that overlays them later (under a lock). Control workers use `store.inventory.InventoryCache`, which
-    reads only the live state when the inventory has not changed."""
+    reads only the live state when the inventory has not changed. `breaker` leaves out nodes cooling off (default: the
+    breaker's defaults)."""
     inventory = with_liveness(await load_inventory(session), await load_liveness(session))
-    return current_snapshot(inventory, await load_live_state(session, exclude_allocation, pending=pending))
+    live = await load_live_state(session, exclude_allocation, pending=pending, breaker=breaker)
+    return current_snapshot(inventory, live)
 
 
 def with_liveness(inventory: Inventory, liveness: Liveness) -> Inventory:
@@ -190,6 +225,7 @@ async def load_inventory(session: AsyncSession) -> Inventory:
                 ),
                 cluster_labels=dict(cluster.labels),
                 cluster_ready=status is None or status.ready,
+                deadlines=dict(p.deadlines or {}),
             )
         )
 
@@ -207,8 +243,16 @@ async def load_inventory(session: AsyncSession) -> Inventory:
 
 
 async def load_live_state(
-    session: AsyncSession, exclude_allocation: str | None = None, *, pending: bool = True
+    session: AsyncSession,
+    exclude_allocation: str | None = None,
+    *,
+    pending: bool = True,
+    breaker: BreakerPolicy | None = None,
+    now: datetime | None = None,
 ) -> LiveState:
+    """Claims, slot states, usage, plans in progress and the nodes cooling off, as of `now` (default: the clock)."""
+    policy = breaker or BreakerPolicy()
+    at = now or datetime.now(UTC)
     active_claims = select(ClaimRow.slot_id, ClaimRow.allocation_id).where(ClaimRow.released_at.is_(None))
     unavailable = select(SlotRow.id, SlotRow.state).where(SlotRow.state != "available")
     return LiveState(
@@ -216,12 +260,13 @@ async def load_live_state(
         unavailable=dict((await session.execute(unavailable)).all()),
         usage=await tenant_usage(session, exclude_allocation),
         plans=await pending_plans(session, exclude_allocation) if pending else {},
+        cooling=cooling_nodes(await recent_failures(session, policy, at), policy, at),
     )
 
 
 def current_snapshot(inventory: Inventory, live: LiveState) -> Snapshot:
     """The inventory with the live state laid over it: claimed, reserved and quarantined slots, tenant usage and
-    the plans in progress. Only the nodes with such slots are rebuilt."""
+    the plans in progress, and the breaker's cool-offs. Only the nodes with such slots, or cooling off, are rebuilt."""
     changed: dict[str, list[SlotView]] = {}
     for ident in live.holders.keys() | live.unavailable.keys():
         if ident not in inventory.slots:
@@ -234,8 +279,14 @@ def current_snapshot(inventory: Inventory, live: LiveState) -> Snapshot:
             state = SlotState.CLAIMED
         slots[position] = dataclasses.replace(slots[position], state=state, holder=live.holders.get(ident))
     base = inventory.snapshot
+    cooling = {node: until for node, until in live.cooling.items() if node in base.nodes}
     snapshot = base.with_nodes(
-        dataclasses.replace(base.nodes[node], slots=tuple(slots)) for node, slots in changed.items()
+        dataclasses.replace(
+            base.nodes[node],
+            slots=tuple(changed[node]) if node in changed else base.nodes[node].slots,
+            cooling_off=cooling.get(node),
+        )
+        for node in changed.keys() | cooling.keys()
     )
     snapshot = snapshot.with_tenants(
         dataclasses.replace(

@@ -1,7 +1,8 @@
 """Control-side placement activities: thin adapters that read a current snapshot and ask the pure scheduler.
 
 The snapshot comes from the worker's `InventoryCache`: the inventory is re-read only when the fleet changed, the
-claims, slot states, tenant usage and plans in progress on every call."""
+claims, slot states, tenant usage, plans in progress and the node breaker's recent failures on every call. The
+candidates travel with their pools' deadlines, which the workflow applies from then on."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from temporalio import activity
 from activities.contracts import CandidateList, FindCandidatesInput, RegionChoice
 from activities.control.records import write_trail
 from scheduler import cluster, region
+from scheduler.breaker import BreakerPolicy
 from scheduler.explanation import Explanation
 from store.decisions import lock_region, record_first_choice
 from store.inventory import InventoryCache
@@ -18,9 +20,16 @@ from store.snapshot import pending_plans, with_pending_plans
 
 
 class PlacementActivities:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], inventory: InventoryCache | None = None) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        inventory: InventoryCache | None = None,
+        breaker: BreakerPolicy | None = None,
+    ) -> None:
+        """`breaker`: the node breaker's policy (default: the settings, `BERTH_BREAKER_*`); nodes cooling off are not
+        ranked."""
         self.sessions = sessions
-        self.inventory = inventory or InventoryCache()
+        self.inventory = inventory or InventoryCache(breaker=breaker)
 
     @activity.defn(name="select_region")
     async def select_region(self, request: FindCandidatesInput) -> RegionChoice:
@@ -58,7 +67,11 @@ class PlacementActivities:
             if decision.candidates:
                 await record_first_choice(session, request.allocation_id, decision.candidates[0].node)
         if decision.refusal is None:
-            return CandidateList(candidates=decision.candidates)
+            pools = {pool.key: pool for pool in snapshot.pools}
+            deadlines = {
+                c.pool: dict(pools[c.pool].deadlines) for c in decision.candidates if pools[c.pool].deadlines
+            }
+            return CandidateList(candidates=decision.candidates, deadlines=deadlines)
         return CandidateList(
             refusal_code=str(decision.refusal.code),
             refusal_message=decision.refusal.message,
