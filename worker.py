@@ -26,6 +26,7 @@ from temporalio.worker import Worker
 from activities.cluster.activities import ClusterActivities
 from activities.cluster.driver import ClusterDriver
 from activities.cluster.simulated import SimulatedClusterDriver
+from activities.control.audit import AuditActivities
 from activities.control.claims import ClaimActivities
 from activities.control.deployments import DeploymentActivities
 from activities.control.placement import PlacementActivities
@@ -44,10 +45,12 @@ from fleet.loader import load_fleet
 from fleet.node import Simulation
 from workflows.allocation import AllocationWorkflow
 from workflows.deployment import DeploymentWorkflow
+from workflows.reconcile import ReconcileWorkflow
+from workflows.reconcile_client import ensure_schedule
 from workflows.recovery import SlotRecoveryWorkflow
 from workflows.replica import ReplicaWorkflow
 from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
-from workflows.task_queues import CONTROL_QUEUE, NODE_QUEUE_PREFIX
+from workflows.task_queues import CONTROL_QUEUE, NODE_QUEUE_PREFIX, Queues
 
 
 class MissingSearchAttributes(RuntimeError):
@@ -95,8 +98,8 @@ def control_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[AllocationWorkflow, SlotRecoveryWorkflow, DeploymentWorkflow, ReplicaWorkflow],
-        activities=control_activities(sessions, clusters),
+        workflows=[AllocationWorkflow, SlotRecoveryWorkflow, DeploymentWorkflow, ReplicaWorkflow, ReconcileWorkflow],
+        activities=[*control_activities(sessions, clusters), *AuditActivities(sessions, client).activities()],
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
 
@@ -176,6 +179,7 @@ async def run_control(
     client: Client, sessions: async_sessionmaker[AsyncSession], task_queue: str = CONTROL_QUEUE
 ) -> None:
     await check_search_attributes(client)
+    await ensure_schedule(client, Queues(control=task_queue, node_prefix=get_settings().node_task_queue_prefix))
     await run_until_signalled([control_worker(client, sessions, task_queue)])
 
 
