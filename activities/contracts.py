@@ -31,6 +31,7 @@ class AllocationRecord(Model):
     request: PlacementRequest
     workflow_id: str
     request_body: dict[str, object] = Field(default_factory=dict)
+    idempotency_key: str | None = None
 
 
 class StateChange(Model):

@@ -10,14 +10,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
 from fleet.loader import field_path
+from store.outage import is_database_outage
 
 log = logging.getLogger("berth.api")
 
@@ -81,9 +84,13 @@ def _envelope(
     return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers)
 
 
+def error_response(error: ApiError) -> JSONResponse:
+    return _envelope(error.status, error.code, error.message, error.details, error.headers)
+
+
 async def _api_error(_request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, ApiError)
-    return _envelope(error.status, error.code, error.message, error.details, error.headers)
+    return error_response(error)
 
 
 async def _validation_error(_request: Request, error: Exception) -> JSONResponse:
@@ -114,14 +121,19 @@ async def _http_error(_request: Request, error: Exception) -> JSONResponse:
     return _envelope(error.status_code, code, str(error.detail), headers=error.headers)
 
 
-async def _database_down(_request: Request, error: Exception) -> JSONResponse:
-    log.warning("PostgreSQL unavailable: %s", error)
-    return _envelope(
-        503,
-        "database_unavailable",
-        "PostgreSQL is unreachable; nothing was changed. Retry later.",
-        headers={"Retry-After": "5"},
-    )
+def database_unavailable(error: BaseException) -> ApiError:
+    """The 503 for a PostgreSQL outage, naming what the driver said (never a statement or a parameter)."""
+    reason = type(getattr(error, "orig", None) or error).__name__
+    message = f"PostgreSQL is unavailable ({reason}); nothing was changed. Retry later."
+    return unavailable("database_unavailable", message)
+
+
+async def _database_error(request: Request, error: Exception) -> JSONResponse:
+    """A database error is an outage (503, the client retries) or a bug in Berth (500, logged)."""
+    if not is_database_outage(error):
+        return await _bug(request, error)
+    log.warning("PostgreSQL unavailable during %s %s: %s", request.method, request.url.path, error)
+    return await _api_error(request, database_unavailable(error))
 
 
 async def _bug(request: Request, error: Exception) -> JSONResponse:
@@ -133,6 +145,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
-    for unreachable in (OperationalError, InterfaceError, ConnectionError):
-        app.add_exception_handler(unreachable, _database_down)
+    for database in (DBAPIError, PoolTimeout, DisconnectionError, ConnectionError, asyncpg.PostgresError,
+                     asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError):  # fmt: skip
+        app.add_exception_handler(database, _database_error)
     app.add_exception_handler(Exception, _bug)

@@ -42,6 +42,20 @@ class TemporalTimeouts(BaseModel):
     poller_fresh_seconds: PositiveFloat = 90.0
 
 
+# Statuses after which a start may or may not have reached the server.
+_ANSWER_LOST = frozenset(
+    {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED, RPCStatusCode.UNKNOWN}
+)
+
+
+class StartResult(BaseModel):
+    """What a start found: it started the workflow, or one was already running under the id with `fingerprint`
+    (empty when that workflow was started without one)."""
+
+    started: bool
+    fingerprint: str | None = None
+
+
 NO_WORKER = (
     "no Berth control worker is polling the task queue {queue!r}, so the request would never be acted on; "
     "nothing was changed. Start one with `berth worker control` and retry."
@@ -106,14 +120,13 @@ class ControlPlane:
 
     @contextlib.asynccontextmanager
     async def call(self, missing: ApiError) -> AsyncIterator[None]:
-        """Translate what Temporal says into HTTP: refused -> 409, no answer -> 503, no such workflow -> `missing`."""
+        """Translate what Temporal says into HTTP: refused -> 409, no answer -> 503 naming whether Temporal itself or
+        the control worker is missing, no such workflow -> `missing`."""
         try:
             async with asyncio.timeout(self.timeouts.call_seconds):
                 yield
         except (WorkerUnavailable, TimeoutError) as error:
-            raise unavailable(
-                "no_control_worker", f"no Berth control worker answered within {self.timeouts.call_seconds:g}s"
-            ) from error
+            raise await self._no_answer() from error
         except Rejected as error:
             raise conflict(str(error)) from error
         except WorkflowAlreadyStartedError as error:
@@ -123,10 +136,60 @@ class ControlPlane:
                 raise missing from error
             raise unavailable("temporal_unavailable", f"Temporal did not accept the call: {error.message}") from error
 
-    async def start(self, input: AllocationInput) -> None:
+    async def _no_answer(self) -> ApiError:
+        """Nothing came back in time: Temporal is down (its client retries quietly until our deadline), or it is up
+        and no control worker took the task."""
+        if not await self.reachable():
+            return unavailable("temporal_unavailable", "Temporal is unreachable; nothing was changed. Retry later.")
+        return unavailable(
+            "no_control_worker", f"no Berth control worker answered within {self.timeouts.call_seconds:g}s"
+        )
+
+    async def start(self, input: AllocationInput, fingerprint: str | None = None) -> StartResult:
+        """Start the allocation's workflow, exactly once per id.
+
+        The id is the lock: a second start under it (an Idempotency-Key retried after the first answer was lost)
+        finds the first workflow, whose memo says which request started it. When the start's answer is lost
+        (Temporal went away mid-call), Temporal is asked whether the workflow exists before answering, so a 503
+        from here means the workflow was not created."""
         client = await self.client()
-        async with self.call(_gone(input.allocation_id)):
-            await allocation_client.start_allocation(client, input)
+        try:
+            async with asyncio.timeout(self.timeouts.call_seconds):
+                await allocation_client.start_allocation(client, input, fingerprint)
+            return StartResult(started=True)
+        except WorkflowAlreadyStartedError:
+            return StartResult(started=False, fingerprint=await self._fingerprint(input.allocation_id))
+        except (TimeoutError, RPCError) as error:
+            if isinstance(error, RPCError) and error.status not in _ANSWER_LOST:
+                raise unavailable("temporal_unavailable", f"Temporal refused the start: {error.message}") from error
+            try:
+                existing = await self._fingerprint(input.allocation_id)
+            except ApiError as unknown:
+                raise unavailable(
+                    "temporal_unavailable",
+                    "Temporal stopped answering while the allocation was being started, so whether it was created is "
+                    "unknown. A retry with the same Idempotency-Key is safe: it answers with the allocation if it "
+                    "was created, and creates it once if it was not.",
+                ) from unknown
+            if existing is None:
+                raise unavailable(
+                    "temporal_unavailable", "Temporal did not accept the start; nothing was created. Retry later."
+                ) from error
+            return StartResult(started=existing == fingerprint, fingerprint=existing)
+
+    async def _fingerprint(self, allocation_id: str) -> str | None:
+        """The fingerprint the allocation's workflow was started with; None when there is no such workflow. 503 when
+        Temporal cannot say."""
+        client = await self.client()
+        try:
+            async with asyncio.timeout(self.timeouts.status_seconds):
+                return await allocation_client.started_fingerprint(client, allocation_id) or ""
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise unavailable("temporal_unavailable", f"Temporal is unreachable: {error.message}") from error
+        except TimeoutError as error:
+            raise unavailable("temporal_unavailable", "Temporal is unreachable") from error
 
     async def restart(self, input: AllocationInput) -> None:
         client = await self.client()

@@ -141,6 +141,7 @@ class AllocationWorkflow:
             request=input.request,
             workflow_id=workflow.info().workflow_id,
             request_body=input.request_body,
+            idempotency_key=input.idempotency_key,
         )
         self.trail_rides_along = workflow.patched(AUDIT_TRAIL_PATCH)
         if self.trail_rides_along:

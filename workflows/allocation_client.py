@@ -23,6 +23,11 @@ from workflows.client_calls import Rejected, bounded
 DEFAULT_TIMEOUT = 10.0
 
 
+# The memo key under which a workflow keeps the fingerprint of the request that started it, so a second start under
+# the same id (an Idempotency-Key retried) can tell "the same request again" from "another request, same key".
+REQUEST_FINGERPRINT = "berth.request_sha256"
+
+
 def workflow_id(allocation_id: str) -> str:
     return f"allocation/{allocation_id}"
 
@@ -35,10 +40,10 @@ def summary(input: AllocationInput) -> str:
 
 
 async def start_allocation(
-    client: Client, input: AllocationInput
+    client: Client, input: AllocationInput, fingerprint: str | None = None
 ) -> WorkflowHandle[AllocationWorkflow, AllocationStatus]:
     """Start the allocation's workflow. A failed allocation may be started again under the same id (a new run);
-    a running or completed one may not."""
+    a running or completed one may not (`WorkflowAlreadyStartedError`)."""
     return await client.start_workflow(
         AllocationWorkflow.run,
         input,
@@ -49,7 +54,15 @@ async def start_allocation(
         search_attributes=initial_search_attributes(input),
         static_summary=summary(input),
         static_details=f"allocation `{input.allocation_id}`: {input.request.describe()}",
+        memo={REQUEST_FINGERPRINT: fingerprint} if fingerprint else None,
     )
+
+
+async def started_fingerprint(client: Client, allocation_id: str) -> str | None:
+    """The request fingerprint the allocation's workflow was started with (None for one started without)."""
+    description = await handle(client, allocation_id).describe()
+    value = await description.memo_value(REQUEST_FINGERPRINT, None)
+    return value if isinstance(value, str) else None
 
 
 def handle(client: Client, allocation_id: str) -> WorkflowHandle[AllocationWorkflow, AllocationStatus]:

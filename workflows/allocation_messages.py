@@ -44,6 +44,7 @@ class AllocationInput(BaseModel):
     ssh_public_keys: list[str] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     request_body: dict[str, object] = Field(default_factory=dict, description="The API body, kept for the audit.")
+    idempotency_key: str | None = Field(default=None, description="The create request's Idempotency-Key, if any.")
     timing: Timing = Field(default_factory=Timing)
     queues: Queues = Field(default_factory=Queues)
 

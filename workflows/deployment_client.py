@@ -1,15 +1,22 @@
 """Thin async functions that create, update, read and delete ModelDeployment workflows: what the API calls.
 
 Updates and queries need a worker to answer and Temporal would wait for one for ever (sdk-python#514), so each is
-bounded: the caller gets `WorkerUnavailable` instead of a hang. A PUT is "create or update": start the workflow
-if none runs under the id, else send the spec as a validated update (a rejected spec raises `Rejected`).
+bounded: the caller gets `WorkerUnavailable` instead of a hang. A PUT is "create or update", one update-with-start:
+the workflow is started if none runs under the id, and the spec arrives as a validated update (a rejected spec raises
+`Rejected`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -58,28 +65,33 @@ async def apply(
     timing: DeploymentTiming,
     wait_seconds: float = DEFAULT_TIMEOUT,
 ) -> bool:
-    """Create the deployment's workflow, or update its spec; True if it was created."""
-    if not await running(client, name):
-        await client.start_workflow(
-            DeploymentWorkflow.run,
-            DeploymentInput(name=name, manifest=manifest, timing=timing, queues=queues),
-            id=workflow_id(name),
-            task_queue=queues.control,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            search_attributes=initial_search_attributes(),
-            static_summary=f"ModelDeployment {name}",
-            static_details=f"ModelDeployment `{name}`: replicas placed by the fleet scheduler",
-        )
-        return True
+    """Create the deployment's workflow or give it a new spec, in one call; True if no workflow ran before.
+
+    Temporal's update-with-start starts the workflow when none runs under the id and delivers the spec as a
+    validated update either way, atomically: two PUTs racing, or one retried after its answer was lost, never start
+    two workflows and never drop a spec (a start that found the workflow running used to ignore its manifest)."""
+    created = not await running(client, name)
+    start = WithStartWorkflowOperation(
+        DeploymentWorkflow.run,
+        DeploymentInput(name=name, manifest=manifest, timing=timing, queues=queues),
+        id=workflow_id(name),
+        task_queue=queues.control,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=initial_search_attributes(),
+        static_summary=f"ModelDeployment {name}",
+        static_details=f"ModelDeployment `{name}`: replicas placed by the fleet scheduler",
+    )
     try:
         await bounded(
-            handle(client, name).execute_update(DeploymentWorkflow.apply_spec, SpecUpdate(manifest=manifest)),
+            client.execute_update_with_start_workflow(
+                DeploymentWorkflow.apply_spec, SpecUpdate(manifest=manifest), start_workflow_operation=start
+            ),
             wait_seconds,
         )
     except WorkflowUpdateFailedError as error:
         raise Rejected(_cause(error)) from error
-    return False
+    return created
 
 
 async def status(client: Client, name: str, wait_seconds: float = DEFAULT_TIMEOUT) -> DeploymentStatus:

@@ -66,8 +66,9 @@ async def _open(session: AsyncSession, record: AllocationRecord) -> None:
             gpu_product=request.gpu_product,
             request=record.request_body or request.model_dump(mode="json"),
             workflow_id=record.workflow_id,
+            idempotency_key=record.idempotency_key,
         )
-        .on_conflict_do_nothing(index_elements=[ALLOCATIONS.c.id])
+        .on_conflict_do_nothing()  # the API wrote it first (by id), or with the same Idempotency-Key
     )
 
 

@@ -1,13 +1,22 @@
 """`/v1/allocations`: create, read, list, cancel, retry and release GPU allocations.
 
 Every action goes through the allocation's Temporal workflow; the API never changes an allocation's capacity
-itself. Creation writes the allocation's row and starts its workflow as one step: the row is inserted in a
-transaction that commits only once Temporal has accepted the start, so a refused or timed-out start leaves no row
-behind (the workflow's own `open_allocation` inserts the same row if it is missing, and waits for ours otherwise).
+itself. Creation is exactly once per tenant and Idempotency-Key, whatever fails in between: the allocation's id,
+and so its workflow id, is derived from the two, and the workflow id is the lock (Temporal starts one workflow per
+id). The workflow's memo keeps a fingerprint of the request that started it, so a retried key is told apart from a
+reused one. The answer follows what Temporal accepted:
+
+- PostgreSQL or Temporal unreachable before the start: 503, and nothing was created;
+- the start accepted: 202, even when writing the allocation's row then fails (the workflow writes the same row,
+  key included, as its first step, so the allocation appears as soon as PostgreSQL is back);
+- the same key again, with the same body: 200 and the same allocation; with another body: 409.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import uuid
 from typing import Annotated
 
@@ -33,15 +42,38 @@ from api.models import (
 from api.services import Services, services
 from fleet.meta import Name
 from store.models import AllocationRow, TenantRow
+from store.outage import is_database_outage
 from workflows.allocation_client import workflow_id
 from workflows.allocation_messages import FINAL_STATES, PLACING_STATES, AllocationInput
 
+log = logging.getLogger("berth.api")
 router = APIRouter(prefix="/v1/allocations", tags=["allocations"])
 App = Annotated[Services, Depends(services)]
 IdPath = Annotated[AllocationId, Path(description="The allocation's id.")]
 
 
-def _input(app: Services, allocation_id: str, body: AllocationCreate, exclude_nodes: list[str]) -> AllocationInput:
+def keyed_allocation_id(tenant: str, key: str) -> str:
+    """The one allocation id a tenant's Idempotency-Key can ever name (16 hex digits, as random ids are)."""
+    return hashlib.sha256(f"{tenant}\0{key}".encode()).hexdigest()[:16]
+
+
+def fingerprint(recorded: dict[str, object]) -> str:
+    """A request's identity for Idempotency-Key comparisons: its normalised body (tenant included)."""
+    return hashlib.sha256(json.dumps(recorded, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _key_reused(key: str, allocation_id: str) -> ApiError:
+    return ApiError(
+        409,
+        "idempotency_conflict",
+        f"Idempotency-Key {key!r} was already used for allocation {allocation_id} with a different body",
+        {"allocation_id": allocation_id},
+    )
+
+
+def _input(
+    app: Services, allocation_id: str, body: AllocationCreate, exclude_nodes: list[str], key: str | None = None
+) -> AllocationInput:
     tenant = body.tenant
     assert tenant is not None  # the recorded body always names its tenant
     return AllocationInput(
@@ -52,6 +84,7 @@ def _input(app: Services, allocation_id: str, body: AllocationCreate, exclude_no
         ssh_public_keys=body.ssh_public_keys,
         labels=body.labels,
         request_body=body.model_dump(mode="json"),
+        idempotency_key=key,
         timing=app.timing,
         queues=app.control.queues,
     )
@@ -65,12 +98,7 @@ async def _replay(session: AsyncSession, tenant: str, key: str, body: dict[str, 
     if row is None:
         return None
     if row.request != body:
-        raise ApiError(
-            409,
-            "idempotency_conflict",
-            f"Idempotency-Key {key!r} was already used for allocation {row.id} with a different body",
-            {"allocation_id": row.id},
-        )
+        raise _key_reused(key, row.id)
     return AllocationAccepted(id=row.id, state=row.state, workflow_id=row.workflow_id)
 
 
@@ -106,32 +134,48 @@ async def create_allocation(
             return earlier
     await app.control.require_worker()
 
-    allocation_id = uuid.uuid4().hex[:16]
-    async with app.sessions.begin() as session:
-        inserted = await session.scalar(
-            insert(AllocationRow)
-            .values(
-                id=allocation_id,
-                tenant=tenant,
-                state="pending",
-                shape=body.shape.value,
-                gpu_count=body.gpu_count,
-                gpu_product=body.gpu_product,
-                request=recorded,
-                idempotency_key=idempotency_key,
-                workflow_id=workflow_id(allocation_id),
+    allocation_id = keyed_allocation_id(tenant, idempotency_key) if idempotency_key else uuid.uuid4().hex[:16]
+    request = fingerprint(recorded)
+    outcome = await app.control.start(_input(app, allocation_id, body, [], idempotency_key), request)
+    if not outcome.started:  # this key's workflow already exists: an earlier request's answer was lost
+        assert idempotency_key is not None  # a random id never collides
+        if outcome.fingerprint and outcome.fingerprint != request:
+            raise _key_reused(idempotency_key, allocation_id)
+        response.status_code = 200
+    state = await _record(app, allocation_id, body, recorded, idempotency_key)
+    return AllocationAccepted(id=allocation_id, state=state, workflow_id=workflow_id(allocation_id))
+
+
+async def _record(
+    app: Services, allocation_id: str, body: AllocationCreate, recorded: dict[str, object], key: str | None
+) -> str:
+    """Write the allocation's row so that reads find it at once; its state. Best effort: the workflow is already
+    running and writes the same row as its first step, so an outage here costs only that head start."""
+    try:
+        async with app.sessions.begin() as session:
+            await session.execute(
+                insert(AllocationRow)
+                .values(
+                    id=allocation_id,
+                    tenant=body.tenant,
+                    state="pending",
+                    shape=body.shape.value,
+                    gpu_count=body.gpu_count,
+                    gpu_product=body.gpu_product,
+                    request=recorded,
+                    idempotency_key=key,
+                    workflow_id=workflow_id(allocation_id),
+                )
+                .on_conflict_do_nothing()
             )
-            .on_conflict_do_nothing()
-            .returning(AllocationRow.id)
-        )
-        if inserted is None:  # a concurrent request with the same key won the race and has committed
-            assert idempotency_key is not None
-            earlier = await _replay(session, tenant, idempotency_key, recorded)
-            assert earlier is not None
-            response.status_code = 200
-            return earlier
-        await app.control.start(_input(app, allocation_id, body, []))
-    return AllocationAccepted(id=allocation_id, state="pending", workflow_id=workflow_id(allocation_id))
+            return (
+                await session.scalar(select(AllocationRow.state).where(AllocationRow.id == allocation_id)) or "pending"
+            )
+    except Exception as error:
+        if not is_database_outage(error):
+            raise
+        log.warning("allocation %s accepted; its row waits for PostgreSQL (%s)", allocation_id, error)
+        return "pending"
 
 
 @router.get("/{allocation_id}", response_model=AllocationDetail, responses=error_responses(401, 404, 422))
