@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         VmInfo,
         VmSpec,
     )
+    from fleet.deadlines import format_duration
     from scheduler.nodes import Candidate
     from workflows import search_attributes as sa
     from workflows.allocation_messages import (
@@ -71,10 +72,15 @@ with workflow.unsafe.imports_passed_through():
 
 # Runs that began before the audit trail wrote each step with a local activity of its own; they replay that way.
 AUDIT_TRAIL_PATCH = "audit-trail-rides-with-control-steps"
+# Runs that began before per-state deadlines wait as long as their steps do; they replay that way.
+DEADLINES_PATCH = "state-deadlines"
+# Runs that began before a quota refusal at claim time ended its attempt as failed replay it as cancelled.
+QUOTA_ATTEMPT_PATCH = "quota-refusal-fails-the-attempt"
 
 SKU_UNAVAILABLE = "SkuUnavailable"
 PLACEMENT_REFUSED = "PlacementRefused"
 QUOTA_EXCEEDED = "QuotaExceeded"
+DEADLINE_EXCEEDED = "DeadlineExceeded"
 
 CONTROL_CALL = {
     "start_to_close_timeout": timedelta(seconds=30),
@@ -83,12 +89,27 @@ CONTROL_CALL = {
 
 
 class AttemptFailed(Exception):
-    """One candidate did not work out; the reason code is topology-specific where the node gave one."""
+    """One candidate did not work out; the reason code is topology-specific where the node gave one. `final` (an
+    error type) ends the whole allocation once the attempt is compensated, instead of moving to the next node."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, final: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.final = final
+
+    @property
+    def reason(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    def ending(self) -> ApplicationError:
+        """The allocation's own failure, for a final one."""
+        return ApplicationError(self.reason, type=self.final or SKU_UNAVAILABLE, non_retryable=True)
+
+
+def _past_overall_timeout(error: ActivityError) -> bool:
+    """The step ran out of its state's deadline (given to it as its schedule-to-close timeout)."""
+    return isinstance(error.cause, TimeoutError) and error.cause.type == TimeoutType.SCHEDULE_TO_CLOSE
 
 
 def _node_failure(error: ActivityError, node: str) -> AttemptFailed:
@@ -130,6 +151,10 @@ class AllocationWorkflow:
             sa.NODE.name: "",
         }
         self.trail_rides_along = False
+        self.bounded = False  # per-state deadlines apply (runs from before them replay without)
+        self.deadlines = input.timing.deadlines  # the chosen pool's, once a candidate is tried
+        self.pool_deadlines: dict[str, dict[str, float]] = {}
+        self.entered = workflow.now()  # when the current state's clock started
 
     # -- the flow ---------------------------------------------------------------------------------------------------
 
@@ -144,6 +169,7 @@ class AllocationWorkflow:
             idempotency_key=input.idempotency_key,
         )
         self.trail_rides_along = workflow.patched(AUDIT_TRAIL_PATCH)
+        self.bounded = workflow.patched(DEADLINES_PATCH)
         if self.trail_rides_along:
             self.trail = AuditTrail(opening=opening)
         else:
@@ -164,7 +190,12 @@ class AllocationWorkflow:
 
     async def select_region(self) -> str:
         await self.set_state("placing", "select_region")
-        choice: RegionChoice = await self.on_control("select_region", self.placement_input(""), RegionChoice)
+        try:
+            choice: RegionChoice = await self.on_control(
+                "select_region", self.placement_input(""), RegionChoice, deadline=self.time_left()
+            )
+        except AttemptFailed as failure:
+            raise failure.ending() from failure
         if choice.region is None:
             kind = QUOTA_EXCEEDED if choice.refusal_code == "quota_exceeded" else PLACEMENT_REFUSED
             raise ApplicationError(
@@ -177,7 +208,14 @@ class AllocationWorkflow:
         return choice.region
 
     async def find_candidates(self, region: str) -> list[Candidate]:
-        found: CandidateList = await self.on_control("find_candidates", self.placement_input(region), CandidateList)
+        self.entered = workflow.now()  # a new list: compensating the last attempt had its own bounds
+        try:
+            found: CandidateList = await self.on_control(
+                "find_candidates", self.placement_input(region), CandidateList, deadline=self.time_left()
+            )
+        except AttemptFailed as failure:
+            raise failure.ending() from failure
+        self.pool_deadlines.update(found.deadlines)
         if found.refusal_code is not None and not self.status.attempts:
             raise ApplicationError(
                 f"{found.refusal_code}: {found.refusal_message}",
@@ -208,6 +246,7 @@ class AllocationWorkflow:
     async def try_candidate(self, candidate: Candidate) -> bool:
         """Run one attempt, racing it against an operator's `retry`; compensate whatever it leaves undone."""
         attempt = Attempt(number=len(self.status.attempts) + 1, node=candidate.node, pool=candidate.pool)
+        self.deadlines = self.input.timing.deadlines.with_overrides(self.pool_deadlines.get(candidate.pool, {}))
         self.status.attempts.append(attempt)
         self.status.node, self.status.pool = candidate.node, candidate.pool
         saga = Saga()
@@ -224,13 +263,15 @@ class AllocationWorkflow:
             raise AttemptFailed("operator_retry", "abandoned by an operator's retry")
         except AttemptFailed as failure:
             attempt.outcome = "abandoned" if failure.code == "operator_retry" else "failed"
-            attempt.reason = f"{failure.code}: {failure.message}"
-            await self.set_state(
-                "placing", "attempt_failed", node=candidate.node, attempt=attempt, reason=attempt.reason
-            )
+            attempt.reason = failure.reason
+            # A failure that ends the allocation keeps its state while it compensates: there is no next candidate.
+            state = self.status.state if failure.final else "placing"
+            await self.set_state(state, "attempt_failed", node=candidate.node, attempt=attempt, reason=attempt.reason)
             await saga.compensate()
             self.status.node = self.status.pool = None
             self.status.bundles = []
+            if failure.final:
+                raise failure.ending() from failure
             return False
         except GeneratorExit:
             raise  # the worker is dropping this run from memory; it resumes from its history, undo included
@@ -251,10 +292,10 @@ class AllocationWorkflow:
             plan: PlanOutcome = await self.on_node(
                 node, "plan_bundles", PlanInput(allocation_id=self.input.allocation_id, attempt=attempt.number,
                 gpu_count=self.input.request.gpu_count, shape=self.input.request.shape,
-                numa_policy=self.input.request.numa_policy), PlanOutcome,
+                numa_policy=self.input.request.numa_policy), PlanOutcome, deadline=self.time_left(node),
             )  # fmt: skip
         except ActivityError as error:
-            raise _node_failure(error, node) from error
+            raise self.failure_on(error, node) from error
         if plan.refusal_code is not None:
             raise AttemptFailed(plan.refusal_code, plan.refusal_message or "the node refused the plan")
         saga.add("release_lease", lambda: self.release_lease(node))
@@ -265,11 +306,13 @@ class AllocationWorkflow:
                 "record_claims",
                 ClaimInput(allocation_id=self.input.allocation_id, attempt=attempt.number, node=node,
                            tenant=self.input.tenant, gpu_count=self.input.request.gpu_count, bundles=plan.bundles),
-                list[int],
+                list[int], deadline=self.time_left(node),
             )  # fmt: skip
         except ActivityError as error:
             cause = error.cause
             if isinstance(cause, ApplicationError) and cause.type == "QuotaExceeded":
+                if workflow.patched(QUOTA_ATTEMPT_PATCH):  # the attempt failed, with the reason, then the allocation
+                    raise AttemptFailed("quota_exceeded", cause.message, final=QUOTA_EXCEEDED) from error
                 raise ApplicationError(cause.message, type=QUOTA_EXCEEDED, non_retryable=True) from error
             if isinstance(cause, ApplicationError) and cause.type == "ClaimConflict":
                 raise AttemptFailed("claim_conflict", cause.message) from error
@@ -283,8 +326,9 @@ class AllocationWorkflow:
         spec = VmSpec(allocation_id=self.input.allocation_id, node=node, bundles=plan.bundles,
                       image=self.input.image, ssh_public_keys=self.input.ssh_public_keys)  # fmt: skip
         try:
-            await self.on_node(node, "create_vm", spec, VmInfo, start_to_close=timedelta(minutes=5),
-                               cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)  # fmt: skip
+            await self.within_deadline(node, self.on_node(
+                node, "create_vm", spec, VmInfo, start_to_close=timedelta(minutes=5),
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED))  # fmt: skip
         except ActivityError as error:
             raise _node_failure(error, node) from error
 
@@ -299,10 +343,10 @@ class AllocationWorkflow:
                                    gpu_count=self.input.request.gpu_count,
                                    window_seconds=timing.readiness_window_seconds),
                     Readiness, start_to_close=timedelta(seconds=timing.readiness_window_seconds + 30),
-                    heartbeat=timedelta(seconds=10),
+                    heartbeat=timedelta(seconds=10), deadline=self.time_left(node),
                 )  # fmt: skip
             except ActivityError as error:
-                raise _node_failure(error, node) from error
+                raise self.failure_on(error, node) from error
             if report.ready:
                 break
             # A gate that failed for good: no point waiting out the timeout (patched: a run that slept here before
@@ -315,7 +359,9 @@ class AllocationWorkflow:
                     "readiness_timeout",
                     f"not ready after {timing.readiness_timeout_seconds:g}s: waiting for {', '.join(report.pending())}",
                 )
-            await workflow.sleep(min(timing.readiness_poll_seconds, remaining))
+            left = self.time_left(node)  # past the state's deadline: the allocation fails
+            pause = min(timing.readiness_poll_seconds, remaining)
+            await workflow.sleep(pause if left is None else min(pause, left.total_seconds()))
         attempt.outcome = "succeeded"
         await self.set_state("active", "ready", node=node, attempt=attempt)
 
@@ -329,7 +375,9 @@ class AllocationWorkflow:
         if self.status.state == "active":
             await self.set_state("releasing", step)
             attempt = self.status.attempts[-1]
-            await self.destroy_vm(attempt.node, attempt.number, [b.slot_index for b in self.status.bundles])
+            await self.destroy_vm(
+                attempt.node, attempt.number, [b.slot_index for b in self.status.bundles], deadline=self.time_left()
+            )
             await self.release_claims(None)
         self.status.bundles = []
         await self.set_state(final_state, final_state)
@@ -337,9 +385,12 @@ class AllocationWorkflow:
 
     # -- control and node calls, compensations ------------------------------------------------------------------------
 
-    async def on_control(self, activity: str, argument: BaseModel, result_type: type) -> Any:
+    async def on_control(
+        self, activity: str, argument: BaseModel, result_type: type, *, deadline: timedelta | None = None
+    ) -> Any:
         """Call a control activity, handing it the unwritten audit trail to write before its own work. If the call
-        fails the trail goes back in line for the next write (writing a step twice changes nothing)."""
+        fails the trail goes back in line for the next write (writing a step twice changes nothing). `deadline`:
+        what is left of the state's deadline; past it, with every retry, the state's deadline has passed."""
         trail = self.take_trail()
         try:
             return await workflow.execute_activity(
@@ -347,12 +398,15 @@ class AllocationWorkflow:
                 argument.model_copy(update={"trail": trail}),
                 result_type=result_type,
                 task_queue=self.input.queues.control,
+                schedule_to_close_timeout=deadline,
                 **CONTROL_CALL,
             )
-        except BaseException:
+        except BaseException as error:
             self.trail = AuditTrail(
                 opening=trail.opening or self.trail.opening, changes=[*trail.changes, *self.trail.changes]
             )
+            if deadline is not None and isinstance(error, ActivityError) and _past_overall_timeout(error):
+                raise self.deadline_passed(self.status.node) from error
             raise
 
     async def on_node(
@@ -366,15 +420,18 @@ class AllocationWorkflow:
         heartbeat: timedelta | None = None,
         attempts: int = 3,
         cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+        deadline: timedelta | None = None,
     ) -> Any:  # the result type is the caller's
         """Call an activity on a node agent's own task queue. An agent that does not pick the task up within the
-        pickup timeout is unreachable (schedule-to-start timeouts are not retried)."""
+        pickup timeout is unreachable (schedule-to-start timeouts are not retried). `deadline` bounds the call with
+        every retry (a schedule-to-close timeout: no timer of the workflow's own)."""
         return await workflow.execute_activity(
             activity,
             argument,
             result_type=result_type,
             task_queue=self.input.queues.node(node),
             schedule_to_start_timeout=timedelta(seconds=self.input.timing.agent_pickup_seconds),
+            schedule_to_close_timeout=deadline,
             start_to_close_timeout=start_to_close,
             heartbeat_timeout=heartbeat,
             retry_policy=RetryPolicy(maximum_attempts=attempts, maximum_interval=timedelta(seconds=5)),
@@ -393,17 +450,19 @@ class AllocationWorkflow:
             "release_claims", ReleaseClaimsInput(allocation_id=self.input.allocation_id, attempt=attempt), int
         )
 
-    async def destroy_vm(self, node: str, attempt: int, slot_indexes: list[int]) -> None:
-        """Destroy and wipe on the node; if the node cannot be reached, quarantine its slots and leave a recovery
-        workflow waiting for the agent to come back and confirm the wipe."""
+    async def destroy_vm(
+        self, node: str, attempt: int, slot_indexes: list[int], *, deadline: timedelta | None = None
+    ) -> None:
+        """Destroy and wipe on the node; if the node cannot be reached, or not within `deadline` (a release's), quarantine
+        its slots and leave a recovery workflow waiting for the agent to come back and confirm the wipe."""
         teardown = TeardownInput(allocation_id=self.input.allocation_id, node=node, slot_indexes=slot_indexes)
         try:
             await self.on_node(node, "destroy_vm", teardown, TeardownResult, attempts=self.input.timing.teardown_attempts,
-                               start_to_close=timedelta(minutes=2))  # fmt: skip
+                               start_to_close=timedelta(minutes=2), deadline=deadline)  # fmt: skip
             return
         except ActivityError as error:
-            failure = _node_failure(error, node)
-            reason = f"{failure.code}: {failure.message}"
+            failure = self.failure_on(error, node) if deadline is not None else _node_failure(error, node)
+            reason = failure.reason
         await self.on_control(
             "quarantine_slots",
             QuarantineInput(allocation_id=self.input.allocation_id, attempt=attempt, node=node,
@@ -418,6 +477,47 @@ class AllocationWorkflow:
             parent_close_policy=ParentClosePolicy.ABANDON,
             static_summary=f"wipe {len(slot_indexes)} slot(s) of {node} when its agent returns",
         )
+
+    # -- deadlines ---------------------------------------------------------------------------------------------------
+
+    def time_left(self, node: str | None = None) -> timedelta | None:
+        """What is left of the current state's deadline; None where none applies (a run from before deadlines, a
+        state without one). Already past it: the deadline's failure."""
+        limit = self.deadlines.of(self.status.state) if self.bounded else None
+        if limit is None:
+            return None
+        left = self.entered + timedelta(seconds=limit) - workflow.now()
+        if left <= timedelta(0):
+            raise self.deadline_passed(node)
+        return left
+
+    def deadline_passed(self, node: str | None) -> AttemptFailed:
+        state = "placing" if self.status.state == "pending" else self.status.state
+        limit = self.deadlines.of(state) or 0.0
+        where = f" on node {node}" if node else ""
+        return AttemptFailed(
+            "deadline_exceeded", f"{state} took longer than {format_duration(limit)}{where}", final=DEADLINE_EXCEEDED
+        )
+
+    def failure_on(self, error: ActivityError, node: str) -> AttemptFailed:
+        """A node call's failure: the state's deadline when that is what ended it, else the node's own reason."""
+        if self.bounded and _past_overall_timeout(error):
+            return self.deadline_passed(node)
+        return _node_failure(error, node)
+
+    async def within_deadline(self, node: str, call: Any) -> Any:
+        """Race a step that may create something (a VM) against the state's deadline. Past it the step is cancelled
+        and waited for (`WAIT_CANCELLATION_COMPLETED`), so the compensation never races a create still running."""
+        left = self.time_left(node)
+        if left is None:
+            return await call
+        running = asyncio.ensure_future(call)
+        await workflow.wait([running], timeout=left.total_seconds())
+        if running.done():
+            return running.result()
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        raise self.deadline_passed(node)
 
     # -- state, UI and audit ----------------------------------------------------------------------------------------
 
@@ -443,6 +543,8 @@ class AllocationWorkflow:
         region: str | None = None,
         reason: str | None = None,
     ) -> None:
+        if state != self.status.state:
+            self.entered = workflow.now()
         self.status.state, self.status.step = state, step
         if state == "failed":
             self.status.failure_reason = reason

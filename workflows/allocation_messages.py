@@ -16,6 +16,33 @@ PLACING_STATES = ("pending", "placing", "planning", "claiming", "provisioning", 
 FINAL_STATES = ("released", "failed", "cancelled")
 
 
+class Deadlines(BaseModel):
+    """The longest an allocation may stay in each state before it compensates and fails (`deadline_exceeded`).
+
+    A state's clock starts when the allocation enters it (`placing`: again with each new list of candidates, since
+    compensating a failed attempt is bounded on its own). `placing` covers `pending`. `waiting_ready` bounds the
+    whole wait where `Timing.readiness_timeout_seconds` bounds one node's (which moves on to the next candidate).
+    `releasing` bounds the host's part of a release: past it the slots are quarantined (wiped when the agent is
+    back) and the release completes, so a release never fails on it. A pool may set its own (fleet `deadlines`);
+    they apply once a candidate of that pool is tried, the defaults before."""
+
+    model_config = ConfigDict(frozen=True)
+
+    placing: PositiveFloat = 600.0
+    planning: PositiveFloat = 300.0
+    claiming: PositiveFloat = 300.0
+    provisioning: PositiveFloat = 1200.0
+    waiting_ready: PositiveFloat = 1200.0
+    releasing: PositiveFloat = 1800.0
+
+    def of(self, state: str) -> float | None:
+        """The state's deadline in seconds; None for a state with none (active, final states)."""
+        return self.placing if state == "pending" else getattr(self, state, None)
+
+    def with_overrides(self, seconds: dict[str, float]) -> Deadlines:
+        return self.model_copy(update={k: v for k, v in seconds.items() if k in type(self).model_fields})
+
+
 class Timing(BaseModel):
     """How long the workflow waits for each thing. Defaults suit real hosts; tests shorten them."""
 
@@ -32,6 +59,7 @@ class Timing(BaseModel):
     teardown_attempts: int = Field(
         default=3, ge=1, description="Tries to reach a node for teardown before its slots are quarantined."
     )
+    deadlines: Deadlines = Field(default_factory=Deadlines, description="Per state; a pool may override them.")
 
 
 class AllocationInput(BaseModel):
