@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -162,7 +162,10 @@ async def reap_leases(agent: NodeAgent, every_seconds: float = 10.0) -> None:
         await asyncio.sleep(every_seconds)
 
 
-async def run_until_signalled(workers: Sequence[Worker], background: Sequence[asyncio.Task[None]] = ()) -> None:
+async def run_until_signalled(
+    workers: Sequence[Worker], background: Sequence[asyncio.Task[None]] = (), ready: Callable[[], None] | None = None
+) -> None:
+    """Run the workers until SIGINT or SIGTERM; `ready` is called once they have all started (a supervisor's cue)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -170,17 +173,22 @@ async def run_until_signalled(workers: Sequence[Worker], background: Sequence[as
     async with contextlib.AsyncExitStack() as stack:
         for worker in workers:
             await stack.enter_async_context(worker)
+        if ready is not None:
+            ready()
         await stop.wait()
     for task in background:
         task.cancel()
 
 
 async def run_control(
-    client: Client, sessions: async_sessionmaker[AsyncSession], task_queue: str = CONTROL_QUEUE
+    client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    task_queue: str = CONTROL_QUEUE,
+    ready: Callable[[], None] | None = None,
 ) -> None:
     await check_search_attributes(client)
     await ensure_schedule(client, Queues(control=task_queue, node_prefix=get_settings().node_task_queue_prefix))
-    await run_until_signalled([control_worker(client, sessions, task_queue)])
+    await run_until_signalled([control_worker(client, sessions, task_queue)], ready=ready)
 
 
 async def run_node(
@@ -192,6 +200,22 @@ async def run_node(
         if reporter is not None:
             background.append(asyncio.create_task(reporter.run()))
         await run_until_signalled([node_worker(client, agent, executor, task_queue)], background)
+
+
+async def run_nodes(
+    client: Client,
+    agents: Sequence[NodeAgent],
+    task_queue_prefix: str = NODE_QUEUE_PREFIX,
+    reporters: Sequence[NodeReporter] = (),
+    ready: Callable[[], None] | None = None,
+) -> None:
+    """Several node agents in one process (the dev stack's simulated hosts: one Python process per host would cost
+    a core's worth of start-up on a laptop), each on its own task queue with its own lease reaper and reporter."""
+    with ThreadPoolExecutor(max_workers=max(16, 8 * len(agents)), thread_name_prefix="agents") as executor:
+        background = [asyncio.create_task(reap_leases(agent)) for agent in agents]
+        background.extend(asyncio.create_task(reporter.run()) for reporter in reporters)
+        workers = [node_worker(client, agent, executor, f"{task_queue_prefix}{agent.node}") for agent in agents]
+        await run_until_signalled(workers, background, ready)
 
 
 if __name__ == "__main__":

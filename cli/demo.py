@@ -15,6 +15,7 @@ from config.context import StackContext, read_context
 from config.settings import Settings
 from devstack.postgres import PostgresStartError
 from devstack.stack import AlreadyRunning, DevStack, default_fleet_file
+from devstack.supervisor import PartFailed
 from devstack.temporal import TemporalStartError
 
 
@@ -48,7 +49,7 @@ def demo(
             context = stack.start()
         except AlreadyRunning:
             fail("another `berth up` is starting in this state directory; wait for it, then run `berth demo` again")
-        except (PostgresStartError, TemporalStartError, OSError) as exc:
+        except (PostgresStartError, TemporalStartError, PartFailed, OSError) as exc:
             fail(str(exc))
         console.print(f"Temporal UI: {context.temporal_ui_url}   API: {context.api_url}")
     try:

@@ -15,6 +15,7 @@ from config.context import StackContext
 from config.settings import Settings
 from devstack.postgres import PostgresStartError
 from devstack.stack import AlreadyRunning, DevStack, default_fleet_file
+from devstack.supervisor import PartFailed
 from devstack.temporal import TemporalStartError
 from fleet.errors import FleetError
 
@@ -30,20 +31,33 @@ def _show(context: StackContext, settings: Settings) -> None:
         table.add_row("Admin token", context.admin_token)
     for tenant, token in sorted(context.tenant_tokens.items()):
         table.add_row(f"Token for {tenant}", token)
+    if context.processes:
+        table.add_row("Processes", "supervised: one that dies is restarted")
+    for part, pid in context.processes.items():
+        table.add_row(f"  {part}", f"pid {pid}")
     table.add_row("Context file", str(settings.context_file))
+    table.add_row("Supervisor log", str(settings.state_dir / "logs" / "supervisor.log"))
     console.print(table)
 
 
 def up(
     fleet: Annotated[Path | None, typer.Option("--fleet", "-f", help="Fleet file to apply.")] = None,
     state_dir: Annotated[Path | None, typer.Option(help="Where data and logs live (default ./.berth).")] = None,
+    agent_processes: Annotated[
+        int, typer.Option("--agent-processes", min=1, help="Split the simulated hosts' agents over N processes.")
+    ] = 1,
 ) -> None:
     """Run the local stack until Ctrl-C: PostgreSQL, Temporal and its UI, workers, simulated hosts and the API."""
     settings = Settings(**({"state_dir": state_dir} if state_dir else {}))
     fleet_file = fleet or settings.fleet_file or default_fleet_file()
     if not fleet_file.exists():
         fail(f"fleet file {fleet_file} does not exist (give one with --fleet)")
-    stack = DevStack(settings, fleet_file, say=lambda line: console.print(f"[dim]{line}[/]", highlight=False))
+    stack = DevStack(
+        settings,
+        fleet_file,
+        say=lambda line: console.print(f"[dim]{line}[/]", highlight=False),
+        agent_processes=agent_processes,
+    )
     try:
         context = stack.start()
     except AlreadyRunning as exc:
@@ -52,7 +66,7 @@ def up(
         console.print(f"Berth is already running (pid {exc.context.pid}); reusing it.")
         _show(exc.context, settings)
         return
-    except (FleetError, PostgresStartError, TemporalStartError, OSError) as exc:
+    except (FleetError, PostgresStartError, TemporalStartError, PartFailed, OSError) as exc:
         fail(str(exc))
 
     stopping = threading.Event()

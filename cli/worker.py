@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -14,6 +15,7 @@ from cli.output import fail
 from config.context import NotConfigured, database_url
 from config.settings import Settings
 from config.temporal import connect
+from devstack.ready import mark_ready
 from devstack.stack import default_fleet_file
 from fleet.errors import FleetError
 from store.db import create_engine, session_factory
@@ -21,8 +23,14 @@ from store.db import create_engine, session_factory
 app = typer.Typer(help="Run Berth's Temporal workers.", no_args_is_help=True, add_completion=False)
 
 
+ReadyFileOption = Annotated[
+    Path | None,
+    typer.Option("--ready-file", hidden=True, help="Write this process's pid here once serving (berth up's cue)."),
+]
+
+
 @app.command("control")
-def control() -> None:
+def control(ready_file: ReadyFileOption = None) -> None:
     """The control-plane worker: allocation workflows and control activities on `berth.control`."""
     import worker
 
@@ -31,7 +39,12 @@ def control() -> None:
     async def main() -> None:
         engine = create_engine(database_url(settings))
         try:
-            await worker.run_control(await connect(settings), session_factory(engine), settings.control_task_queue)
+            await worker.run_control(
+                await connect(settings),
+                session_factory(engine),
+                settings.control_task_queue,
+                ready=(lambda: mark_ready(ready_file)) if ready_file else None,
+            )
         finally:
             await engine.dispose()
 
@@ -132,12 +145,76 @@ def node(
     async def main() -> None:
         await worker.run_node(await connect(settings), agent, f"{settings.node_task_queue_prefix}{node_id}", reporter)
 
+    _serve(main, "the node agent")
+
+
+@app.command("agents")
+def agents(
+    fleet: Annotated[
+        Path | None, typer.Option("--fleet", "-f", help="Fleet file describing the simulated hosts.")
+    ] = None,
+    nodes: Annotated[
+        list[str] | None,
+        typer.Option("--node", help="A host to serve (repeat); default every host whose agent is not agentDown."),
+    ] = None,
+    token_dir: Annotated[
+        Path | None,
+        typer.Option("--token-dir", help="Each node's token in DIR/<node> (`berth tokens create --node N --to-dir`)."),
+    ] = None,
+    api: Annotated[str | None, typer.Option("--api", help="The API to report to (env BERTH_API_URL).")] = None,
+    ready_file: ReadyFileOption = None,
+) -> None:
+    """Simulated node agents for several hosts of a fleet in one process, each on `berth.node.<node>` with its own
+    leases and reports (what `berth up` runs; a real host runs `berth worker node`)."""
+    import worker
+    from activities.node.reporter import HttpReportSink, NodeReporter
+    from fleet.loader import load_fleet
+
+    settings = Settings()
+    fleet_file = fleet or settings.fleet_file or default_fleet_file()
+    try:
+        if not nodes:
+            nodes = [
+                n.name for p in load_fleet([fleet_file]).host_pools() for n in p.nodes if not n.simulation.agent_down
+            ]
+        served = [worker.simulated_agent(fleet_file, node, settings.state_dir) for node in nodes]
+    except (FleetError, ValueError, OSError) as exc:
+        fail(str(exc))
+    api_url = api or settings.api_url
+    reporters: list[NodeReporter] = []
+    if token_dir is not None and api_url:
+        for agent in served:
+            try:
+                token = (token_dir / agent.node).read_text().strip()
+            except OSError as exc:
+                fail(f"cannot read the node token of {agent.node} from {token_dir}: {exc.strerror}")
+            reporters.append(NodeReporter(agent, HttpReportSink(api_url, token), settings.report_interval_seconds))
+    announced: set[asyncio.Task[None]] = set()
+
+    async def announce() -> None:
+        """Ready once every host's first report was answered: the first request then finds every node live."""
+        while any(reporter.last_reply is None for reporter in reporters):  # noqa: ASYNC110 - no event to await
+            await asyncio.sleep(0.1)
+        if ready_file is not None:
+            mark_ready(ready_file)
+
+    async def main() -> None:
+        await worker.run_nodes(
+            await connect(settings), served, settings.node_task_queue_prefix, reporters,
+            ready=lambda: announced.add(asyncio.create_task(announce())),
+        )  # fmt: skip
+
+    _serve(main, "the node agents")
+
+
+def _serve(main: Callable[[], Coroutine[Any, Any, None]], what: str) -> None:
+    """Run an agent until it is signalled; a missing setting or a refused start is one line, not a traceback."""
     try:
         asyncio.run(main())
     except NotConfigured as exc:
         fail(str(exc))
     except RuntimeError as exc:
-        fail(f"cannot run the node agent: {exc}")
+        fail(f"cannot run {what}: {exc}")
 
 
 def _libvirt_settings(

@@ -23,6 +23,7 @@ class StackContext(BaseModel):
     admin_token: str | None = None
     tenant_tokens: dict[str, str] = Field(default_factory=dict)
     pid: int | None = None  # the `berth up` process that owns the stack
+    processes: dict[str, int] = Field(default_factory=dict)  # each supervised part's pid (postgres, api, ...)
 
 
 class NotConfigured(RuntimeError):

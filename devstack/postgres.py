@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devstack.ports import free_port
-from devstack.process import spawn, stop
+from devstack.process import alive, spawn, stop
 
 SYSTEM_USER = "embedded_postgres"
 DATABASE = "berth"
@@ -90,6 +90,21 @@ class EmbeddedPostgres:
         return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/{DATABASE}"
 
     def start(self, timeout: float = 60.0) -> EmbeddedPostgres:
+        user = self.prepare()
+        running = self._running_port()
+        if running is not None:
+            self.port = running  # a server we did not start already owns this data dir: use it, never stop it
+            self._wait_ready(timeout)
+            return self
+        self.clear_stale_pid_file()
+        self.port = self.port or free_port()
+        self.process = spawn(self.command(), self.log_file, user=user, on_parent_death=signal.SIGINT)
+        self._wait_ready(timeout)
+        self.ensure_database()
+        return self
+
+    def prepare(self) -> str | None:
+        """Create the data directory (initdb) once; returns the user the server must run as."""
         user = _run_as()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         _give_to(self.data_dir, user)
@@ -101,55 +116,67 @@ class EmbeddedPostgres:
             )  # fmt: skip
             if initdb.returncode != 0:
                 raise PostgresStartError(f"initdb failed for {self.data_dir}: {initdb.stderr.strip() or initdb.stdout}")
-        running = self._running_port()
-        if running is not None:
-            self.port = running  # a server we did not start already owns this data dir: use it, never stop it
-            self._wait_ready(timeout)
-            return self
-        (self.data_dir / "postmaster.pid").unlink(missing_ok=True)  # left by a server that is gone
-        self.port = self.port or free_port()
-        self.process = spawn(
-            [str(_install_dir() / "bin" / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
-             "-h", "127.0.0.1", "-k", str(self.data_dir), "-c", f"fsync={'on' if self.durable else 'off'}",
-             "-c", "max_connections=300", "-c", "shared_buffers=128MB"],
-            self.data_dir / "server.log", user=user, on_parent_death=signal.SIGINT,
-        )  # fmt: skip
-        self._wait_ready(timeout)
-        self._ensure_database(user)
-        return self
+        return user
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "server.log"
+
+    def command(self) -> list[str]:
+        """The server on `self.port` (set it first), its Unix socket in the data directory."""
+        return [
+            str(_install_dir() / "bin" / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
+            "-h", "127.0.0.1", "-k", str(self.data_dir), "-c", f"fsync={'on' if self.durable else 'off'}",
+            "-c", "max_connections=300", "-c", "shared_buffers=128MB",
+        ]  # fmt: skip
+
+    def clear_stale_pid_file(self) -> None:
+        """Remove a postmaster.pid whose server is gone: a postmaster killed with -9 leaves it, and a new server
+        refuses the data directory ("lock file postmaster.pid already exists") while it names a live process."""
+        if self._running_port() is None:
+            (self.data_dir / "postmaster.pid").unlink(missing_ok=True)
+
+    def running_pid(self) -> int | None:
+        """The pid of a live server on this data directory (ours or not), from its postmaster.pid."""
+        live = self._postmaster()
+        return live[0] if live else None
 
     def _running_port(self) -> int | None:
         """The port of a live server already running on this data dir, from its postmaster.pid."""
+        live = self._postmaster()
+        return live[1] if live else None
+
+    def _postmaster(self) -> tuple[int, int] | None:
+        """(pid, port) from postmaster.pid when that server is alive."""
         try:
             lines = (self.data_dir / "postmaster.pid").read_text().splitlines()
             pid, port = int(lines[0]), int(lines[3])
         except (FileNotFoundError, IndexError, ValueError):
             return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not alive(pid):  # gone, or a zombie nobody reaped yet: either way it serves nothing
             return None
-        except PermissionError:
-            pass  # alive, owned by the server's system user
-        return port
+        return pid, port
 
     def _client(self, program: str) -> list[str]:
         return [str(_install_dir() / "bin" / program), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres"]
 
+    def is_ready(self) -> bool:
+        """The server on `self.port` accepts connections (pg_isready)."""
+        return subprocess.run(self._client("pg_isready"), capture_output=True).returncode == 0
+
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        isready = self._client("pg_isready")
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
-                log = (self.data_dir / "server.log").read_text(errors="replace")[-2000:]
+                log = self.log_file.read_text(errors="replace")[-2000:]
                 raise PostgresStartError(f"PostgreSQL exited during start-up:\n{log}")
-            if subprocess.run(isready, capture_output=True).returncode == 0:
+            if self.is_ready():
                 return
             time.sleep(0.1)
         self.stop()
         raise PostgresStartError(f"PostgreSQL did not accept connections within {timeout:.0f}s")
 
-    def _ensure_database(self, user: str | None) -> None:
+    def ensure_database(self) -> None:
         psql = [*self._client("psql"), "-tA"]
         exists = subprocess.run(
             [*psql, "-c", f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"],

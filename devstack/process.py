@@ -1,16 +1,22 @@
-"""Start service processes that cannot outlive the process that started them.
+"""Start service processes that cannot outlive the process that started them, and clear up after one that died.
 
 Each child is asked (Linux prctl PR_SET_PDEATHSIG) to receive a signal when its parent dies, so even a `kill -9` of
-`berth up` or of a test run leaves no PostgreSQL or Temporal server behind.
+`berth up` or of a test run leaves no PostgreSQL or Temporal server behind. The signal is tied to the *thread* that
+forked the child (prctl(2)), which is why the supervisor spawns every child from its own long-lived thread.
+
+Each child leads its own session, so whatever it forked (PostgreSQL's backends) can be found by session id after
+the child itself died, and waited for before a replacement starts on the same data directory and port.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
@@ -27,9 +33,15 @@ def _die_with_parent(sig: signal.Signals) -> Callable[[], None] | None:
 
 
 def spawn(
-    command: list[str], log_file: Path, *, user: str | None = None, on_parent_death: signal.Signals = signal.SIGTERM
+    command: list[str],
+    log_file: Path,
+    *,
+    user: str | None = None,
+    on_parent_death: signal.Signals = signal.SIGTERM,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Run `command` in its own session with output appended to `log_file`."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         return subprocess.Popen(
             command,
@@ -37,6 +49,7 @@ def spawn(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             user=user,
+            env=None if env is None else dict(env),
             start_new_session=True,
             preexec_fn=_die_with_parent(on_parent_death),
         )
@@ -52,3 +65,73 @@ def stop(process: subprocess.Popen[bytes] | None, sig: signal.Signals = signal.S
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def describe_exit(returncode: int) -> str:
+    """`killed by SIGKILL`, `exited with status 1`: how an operator reads a child's end."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, session id) of a live process from /proc, None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    # after "(comm)": state ppid pgrp session ...
+    return fields[0].decode(), int(fields[3])
+
+
+def alive(pid: int) -> bool:
+    """Running (not a zombie waiting to be reaped, not dead)."""
+    if not sys.platform.startswith("linux"):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True  # alive, owned by another user
+        return True
+    found = _stat(pid)
+    return found is not None and found[0] not in ("Z", "X")
+
+
+def session_members(session: int) -> list[int]:
+    """Live processes (zombies excluded: they hold no port, file or shared memory) in `session`."""
+    if not sys.platform.startswith("linux"):
+        return []
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            found = _stat(int(entry))
+            if found is not None and found[1] == session and found[0] not in ("Z", "X"):
+                members.append(int(entry))
+    return members
+
+
+def clear_session(session: int, grace: float = 10.0) -> list[int]:
+    """Wait for what a dead session leader left in its session (PostgreSQL's backends notice their postmaster died
+    and exit by themselves within milliseconds) and SIGKILL whatever is still there after `grace` seconds.
+
+    The session is one we created for a child we started, so everything in it is ours to end. Returns the pids
+    that had to be killed."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not session_members(session):
+            return []
+        time.sleep(0.05)
+    killed = session_members(session)
+    for pid in killed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    while session_members(session) and time.monotonic() < deadline + 5.0:
+        time.sleep(0.05)
+    return killed

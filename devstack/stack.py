@@ -1,10 +1,17 @@
-"""`berth up`: the whole development stack on this machine, started in order and stopped in reverse.
+"""`berth up`: the whole development stack on this machine, each part its own supervised process.
 
-    PostgreSQL (embedded) -> migrations -> fleet applied -> Temporal dev server + UI
-      -> control worker + one simulated node agent per host -> HTTP API -> tokens -> context.json
+    lock state dir -> postgres -> migrations + fleet applied -> temporal -> tokens (node tokens to files)
+      -> control-worker + api -> agents (one process, or `agent_processes` of them) -> context.json
 
-Each piece joins an ordered list and is stopped in reverse order. A second `berth up` while one runs finds
-the lock held and reuses the running stack instead of starting another.
+Every part is a child of the supervisor (supervisor.py), which restarts one that dies on the same port and data
+directory, so context.json stays true. A second `berth up` while one runs finds the lock held and reuses the
+running stack instead of starting another.
+
+Tests drive the same object in-process (the chaos tests kill parts by pid):
+
+    stack = DevStack(settings, fleet_file, say=..., agent_processes=2)
+    context = stack.start()                       # StackContext, also written to context.json
+    stack.parts()  stack.pid(part)  stack.restarts(part)  stack.wait_ready(part, timeout)  stack.stop()
 """
 
 from __future__ import annotations
@@ -19,15 +26,16 @@ from typing import IO
 
 from config.context import StackContext, read_context, write_context
 from config.settings import Settings
+from devstack import parts
 from devstack.ports import free_port
-from devstack.postgres import EmbeddedPostgres
+from devstack.postgres import EmbeddedPostgres, PostgresStartError
+from devstack.supervisor import Backoff, PartFailed, Supervisor
 from devstack.temporal import DevTemporal
-from devstack.workers import WorkerHost
+from devstack.tokens import issue_tokens, write_token_files
 from fleet.loader import load_fleet
 from store.apply import ApplyResult, apply_fleet
 from store.db import create_engine, session_factory
 from store.migrate import upgrade
-from store.tokens import DEV_STACK_LABEL, create_token, rotate_dev_stack_tokens
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,29 +62,17 @@ async def prepare_database(url: str, fleet_file: Path) -> ApplyResult:
         await engine.dispose()
 
 
-async def issue_tokens(url: str, nodes: list[str]) -> tuple[str, dict[str, str], dict[str, str]]:
-    """Admin and tenant tokens for the user; a node token for each simulated agent (kept in memory only)."""
-    engine = create_engine(url, pool_size=1)
-    try:
-        async with session_factory(engine).begin() as session:
-            admin, tenants = await rotate_dev_stack_tokens(session)
-            node_tokens = {
-                node: await create_token(session, "node", node=node, label=DEV_STACK_LABEL) for node in nodes
-            }
-            return admin, tenants, node_tokens
-    finally:
-        await engine.dispose()
-
-
 @dataclass
 class DevStack:
     settings: Settings
     fleet_file: Path
     say: Callable[[str], None] = print
-    postgres: EmbeddedPostgres | None = None
-    temporal: DevTemporal | None = None
-    workers: WorkerHost | None = None
-    _stops: list[Callable[[], None]] = field(default_factory=list)
+    agent_processes: int = 1
+    backoff: Backoff = field(default_factory=Backoff)
+    start_timeout: float = 90.0
+    skipped: list[str] = field(default_factory=list)  # hosts with no agent (agentDown in the fleet)
+    _supervisor: Supervisor | None = None
+    _context: StackContext | None = None
     _lock: IO[str] | None = None
 
     def _take_lock(self) -> None:
@@ -91,53 +87,128 @@ class DevStack:
 
     def start(self) -> StackContext:
         self._take_lock()
-        state = self.settings.state_dir
+        state = self.settings.state_dir.resolve()
+        fleet_file = self.fleet_file.resolve()
+        supervisor = self._supervisor = Supervisor(state / "logs" / "supervisor.log", self.say, self.backoff)
+        supervisor.start()
         try:
             self.say("starting PostgreSQL ...")
-            self.postgres = EmbeddedPostgres(state / "postgres").start()
-            self._stops.append(self.postgres.stop)
+            postgres = self._start_postgres(state / "postgres")
             self.say("migrating the schema and applying the fleet ...")
-            result = asyncio.run(prepare_database(self.postgres.url, self.fleet_file))
+            result = asyncio.run(prepare_database(postgres.url, fleet_file))
             self.say(f"fleet {self.fleet_file}: {result.summary()}")
             self.say("starting the Temporal dev server and UI ...")
-            self.temporal = DevTemporal(state / "temporal", namespace=self.settings.temporal_namespace).start()
-            self._stops.append(self.temporal.stop)
-            worker_settings = self.settings.model_copy(
-                update={"temporal_address": self.temporal.address, "temporal_namespace": self.temporal.namespace}
+            temporal = DevTemporal(state / "temporal", namespace=self.settings.temporal_namespace)
+            self._run(parts.temporal_part(temporal))
+            nodes = self._agent_nodes(fleet_file)
+            admin_token, tenant_tokens, node_tokens = asyncio.run(issue_tokens(postgres.url, nodes))
+            token_dir = write_token_files(state / "tokens", node_tokens)
+            api_url = f"http://127.0.0.1:{free_port()}"
+            env = parts.child_env(
+                self.settings,
+                BERTH_STATE_DIR=str(state),
+                BERTH_FLEET_FILE=str(fleet_file),
+                BERTH_DATABASE_URL=postgres.url,
+                BERTH_TEMPORAL_ADDRESS=temporal.address,
+                BERTH_TEMPORAL_NAMESPACE=temporal.namespace,
+                BERTH_API_URL=api_url,
             )
-            self.say("starting the control worker and the node agents ...")
-            self.workers = WorkerHost(worker_settings, self.fleet_file)
-            self.workers.start(self.postgres.url)
-            self._stops.append(self.workers.stop)
-            down = (
-                f" (no agent for {', '.join(self.workers.skipped)}: agentDown in the fleet)"
-                if self.workers.skipped
-                else ""
-            )
-            self.say(f"{len(self.workers.agents)} node agents running{down}")
-            api_url = self.workers.start_api(free_port())
-            admin_token, tenant_tokens, node_tokens = asyncio.run(issue_tokens(self.postgres.url, self.workers.agents))
-            self.workers.start_reporting(api_url, node_tokens)
+            self.say("starting the control worker and the API ...")
+            supervisor.add(parts.control_worker_part(state, env))
+            supervisor.add(parts.api_part(int(api_url.rsplit(":", 1)[1]), state, env))
+            self._wait(parts.CONTROL_WORKER, parts.API)
+            groups = parts.agent_groups(nodes, self.agent_processes)
+            for name, group in groups.items():
+                supervisor.add(parts.agents_part(name, group, fleet_file, token_dir, state, env))
+            self._wait(*groups)
+            down = f" (no agent for {', '.join(self.skipped)}: agentDown in the fleet)" if self.skipped else ""
+            self.say(f"{len(nodes)} node agents running in {len(groups)} process(es){down}")
         except BaseException:
             self.stop()
             raise
-        context = StackContext(
-            temporal_address=self.temporal.address,
-            temporal_namespace=self.temporal.namespace,
-            temporal_ui_url=self.temporal.ui_url,
-            database_url=self.postgres.url,
+        self._context = StackContext(
+            temporal_address=temporal.address,
+            temporal_namespace=temporal.namespace,
+            temporal_ui_url=temporal.ui_url,
+            database_url=postgres.url,
             api_url=api_url,
             admin_token=admin_token,
             tenant_tokens=tenant_tokens,
             pid=os.getpid(),
         )
-        write_context(self.settings, context)
-        return context
+        self._record_pids()
+        supervisor.on_change = self._record_pids
+        return self._context
+
+    def _start_postgres(self, data_dir: Path) -> EmbeddedPostgres:
+        server = EmbeddedPostgres(data_dir)
+        user = server.prepare()
+        foreign = server.running_pid()
+        if foreign is not None:
+            raise PostgresStartError(
+                f"a PostgreSQL server (pid {foreign}) that this stack did not start already runs on {data_dir}; "
+                "stop it first"
+            )
+        server.port = free_port()
+        self._run(parts.postgres_part(server, user))
+        server.ensure_database()
+        return server
+
+    def _run(self, part: parts.Part) -> None:
+        assert self._supervisor is not None
+        self._supervisor.add(part)
+        self._wait(part.name)
+
+    def _wait(self, *names: str) -> None:
+        assert self._supervisor is not None
+        for name in names:
+            self._supervisor.wait_ready(name, self.start_timeout, starting=True)
+
+    def _agent_nodes(self, fleet_file: Path) -> list[str]:
+        """Every host of the fleet that gets a simulated agent; the others are remembered in `skipped`."""
+        nodes, self.skipped = [], []
+        for pool in load_fleet([fleet_file]).host_pools():
+            for node in pool.nodes:
+                (self.skipped if node.simulation.agent_down else nodes).append(node.name)
+        return nodes
+
+    def _record_pids(self) -> None:
+        """context.json names each part's current pid, so an operator can find (or kill -9) one by hand."""
+        if self._context is None or self._supervisor is None:
+            return
+        self._context = self._context.model_copy(update={"processes": self._supervisor.pids()})
+        write_context(self.settings, self._context)
+
+    # -- what the chaos tests use --------------------------------------------------------------------------------
+
+    @property
+    def context(self) -> StackContext | None:
+        return self._context
+
+    def parts(self) -> list[str]:
+        """The supervised parts in start order: postgres, temporal, control-worker, api, agents (or agents-<k>)."""
+        return self._supervisor.parts() if self._supervisor else []
+
+    def pid(self, part: str) -> int | None:
+        """The live pid of `part`, None while it is down (between its death and its restart)."""
+        return self._supervisor.pid(part) if self._supervisor else None
+
+    def restarts(self, part: str) -> int:
+        """How many times the supervisor restarted `part`."""
+        return self._supervisor.restarts(part) if self._supervisor else 0
+
+    def wait_ready(self, part: str, timeout: float = 60.0, *, replacing: int | None = None) -> int:
+        """Return `part`'s pid once it runs and is ready again. Give the pid you just killed as `replacing`, so the
+        dying process is never mistaken for its replacement. Raises PartFailed after `timeout` seconds."""
+        if self._supervisor is None:
+            raise PartFailed("the stack is not running")
+        return self._supervisor.wait_ready(part, timeout, replacing=replacing)
 
     def stop(self) -> None:
-        """Stop everything this stack started, newest first; forget the context so no command points at it."""
-        while self._stops:
-            self._stops.pop()()
+        """Stop every part, newest first; forget the context so no command points at the stopped stack."""
+        if self._supervisor is not None:
+            self._supervisor.stop()
+            self._supervisor = None
         self.settings.context_file.unlink(missing_ok=True)
         if self._lock is not None:
             self._lock.close()

@@ -57,11 +57,16 @@ class DevTemporal:
     def ui_url(self) -> str:
         return f"http://127.0.0.1:{self.ui_port}"
 
-    def start(self, timeout: float = 60.0) -> DevTemporal:
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "server.log"
+
+    def command(self) -> list[str]:
+        """The dev server on fixed ports (picked once, so a restart keeps every address valid)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
         self.ui_port = self.ui_port or free_port()
-        command = [
+        return [
             temporal_binary(), "server", "start-dev",
             "--ip", "127.0.0.1", "--port", str(self.port), "--ui-port", str(self.ui_port),
             "--namespace", self.namespace,
@@ -70,13 +75,19 @@ class DevTemporal:
             "--log-level", "warn",
             *dev_server_flags(),
         ]  # fmt: skip
-        self.process = spawn(command, self.data_dir / "server.log")
+
+    def is_ready(self) -> bool:
+        """The frontend and the UI accept connections."""
+        return port_open("127.0.0.1", self.port) and port_open("127.0.0.1", self.ui_port)
+
+    def start(self, timeout: float = 60.0) -> DevTemporal:
+        self.process = spawn(self.command(), self.log_file)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                tail = (self.data_dir / "server.log").read_text(errors="replace")[-2000:]
+                tail = self.log_file.read_text(errors="replace")[-2000:]
                 raise TemporalStartError(f"the Temporal dev server exited during start-up:\n{tail}")
-            if port_open("127.0.0.1", self.port) and port_open("127.0.0.1", self.ui_port):
+            if self.is_ready():
                 return self
             time.sleep(0.2)
         self.stop()

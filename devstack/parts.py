@@ -1,0 +1,107 @@
+"""The parts of the dev stack as supervised child processes: what each runs, where it logs, when it is ready.
+
+    postgres        the embedded PostgreSQL server        ready: pg_isready answers
+    temporal        the Temporal dev server and its UI     ready: both ports accept connections
+    control-worker  `berth worker control`                 ready: its workers started (ready file)
+    api             uvicorn serving api.app:create_app     ready: its port accepts connections
+    agents[-k]      `berth worker agents --node ...`       ready: workers started and every host's first report answered
+
+Settings reach the Python children as BERTH_* variables (config/settings.py reads them), never as arguments; node
+tokens reach the agents as files of mode 0600 under the state directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from config.settings import Settings
+from devstack.ports import port_open
+from devstack.postgres import EmbeddedPostgres
+from devstack.ready import is_marked_ready
+from devstack.supervisor import Part
+from devstack.temporal import DevTemporal
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONTROL_WORKER = "control-worker"
+API = "api"
+
+
+def child_env(settings: Settings, **values: str) -> dict[str, str]:
+    """This environment with every setting written as the BERTH_* variable Settings reads back, then `values`."""
+    env = dict(os.environ)
+    for name in Settings.model_fields:
+        env.pop(f"BERTH_{name.upper()}", None)
+    for name, value in settings.model_dump().items():
+        if value is not None:
+            env[f"BERTH_{name.upper()}"] = json.dumps(value) if isinstance(value, dict | list) else str(value)
+    env.update(values)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return env
+
+
+def postgres_part(server: EmbeddedPostgres, user: str | None) -> Part:
+    return Part(
+        "postgres",
+        server.command(),
+        server.log_file,
+        user=user,
+        stop_signal=signal.SIGINT,  # fast shutdown: roll back open transactions, then exit cleanly
+        ready=lambda _pid: server.is_ready(),
+        before_start=server.clear_stale_pid_file,
+    )
+
+
+def temporal_part(server: DevTemporal) -> Part:
+    return Part("temporal", server.command(), server.log_file, ready=lambda _pid: server.is_ready())
+
+
+def _berth_part(name: str, arguments: list[str], state: Path, env: Mapping[str, str]) -> Part:
+    """A `berth ...` command that writes its pid to a ready file once it serves."""
+    ready_file = state / "run" / f"{name}.ready"
+    return Part(
+        name,
+        [sys.executable, "-m", "cli.main", *arguments, "--ready-file", str(ready_file)],
+        state / "logs" / f"{name}.log",
+        env=env,
+        ready=lambda pid: is_marked_ready(ready_file, pid),
+        before_start=lambda: ready_file.unlink(missing_ok=True),
+    )
+
+
+def control_worker_part(state: Path, env: Mapping[str, str]) -> Part:
+    return _berth_part(CONTROL_WORKER, ["worker", "control"], state, env)
+
+
+def agents_part(
+    name: str, nodes: list[str], fleet_file: Path, token_dir: Path, state: Path, env: Mapping[str, str]
+) -> Part:
+    node_options = [option for node in nodes for option in ("--node", node)]
+    arguments = ["worker", "agents", "--fleet", str(fleet_file), "--token-dir", str(token_dir), *node_options]
+    return _berth_part(name, arguments, state, env)
+
+
+def api_part(port: int, state: Path, env: Mapping[str, str]) -> Part:
+    return Part(
+        API,
+        [
+            sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app", "--host", "127.0.0.1",
+            "--port", str(port), "--log-level", "warning", "--timeout-graceful-shutdown", "5",
+        ],
+        state / "logs" / f"{API}.log",
+        env=env,
+        ready=lambda _pid: port_open("127.0.0.1", port),
+    )  # fmt: skip
+
+
+def agent_groups(nodes: list[str], processes: int) -> dict[str, list[str]]:
+    """Part name -> the hosts it serves: `agents` for one process, `agents-0` .. `agents-<n-1>` for several, the
+    hosts dealt out in turn (never more processes than hosts)."""
+    processes = max(1, min(processes, len(nodes)))
+    if processes == 1:
+        return {"agents": list(nodes)} if nodes else {}
+    return {f"agents-{k}": nodes[k::processes] for k in range(processes)}
