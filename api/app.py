@@ -19,7 +19,7 @@ from temporalio.client import Client
 
 from api import errors
 from api.metrics import Metrics, RequestCounter
-from api.routes import allocations, deployments, fleet, health, nodes, placement
+from api.routes import allocations, audit, deployments, fleet, health, nodes, placement
 from api.services import Services
 from api.steady_reports import SteadyReports
 from api.temporal import ControlPlane, TemporalTimeouts
@@ -84,6 +84,6 @@ def create_app(
     app.add_middleware(SteadyReports, services=services)  # inside RequestCounter: its answers are counted too
     app.add_middleware(RequestCounter, metrics=services.metrics)
     # nodes first: its report route is what every agent calls every interval, and routes are matched in order.
-    for module in (nodes, allocations, deployments, placement, fleet, health):
+    for module in (nodes, allocations, deployments, placement, fleet, audit, health):
         app.include_router(module.router)
     return app

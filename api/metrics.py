@@ -6,7 +6,8 @@
   reports the same truth whoever started the allocations;
 - `berth_allocation_refusals{reason}`: failed allocations by the reason code their workflow failed with
   (`sku_unavailable`, `quota_exceeded`, `insufficient_capacity`, ...), also from PostgreSQL;
-- `berth_explain_refusals_total{reason}`: dry-run explanations that ended in a refusal, by reason code.
+- `berth_explain_refusals_total{reason}`: dry-run explanations that ended in a refusal, by reason code;
+- `berth_audit_findings{kind}`, `berth_audit_repairs_total{kind, outcome}`: the reconciler's (api/audit_metrics.py).
 
 Each application has its own registry, so several apps in one process (tests) never collide.
 """
@@ -20,6 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.audit_metrics import AuditMetrics
 from store.models import ALLOCATION_STATES, AllocationRow
 
 _REASON_CODE = re.compile(r"^[a-z][a-z_]*$")
@@ -52,6 +54,7 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.audit = AuditMetrics(self.registry)  # the reconciler's findings and repairs
 
     async def render(self, session: AsyncSession) -> bytes:
         """Refresh the PostgreSQL-backed gauges, then the text exposition of everything."""
@@ -73,6 +76,7 @@ class Metrics:
         self.allocation_refusals.clear()
         for code, count in refusals.items():
             self.allocation_refusals.labels(code).set(count)
+        await self.audit.refresh(session)
         return generate_latest(self.registry)
 
 

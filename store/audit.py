@@ -155,12 +155,16 @@ async def record_findings(session: AsyncSession, run_id: int, findings: list[Fin
         )  # fmt: skip
 
 
-async def finish_run(session: AsyncSession, run_id: int) -> None:
+async def finish_run(session: AsyncSession, run_id: int) -> datetime | None:
+    """Mark the run finished (once) and prune old runs; returns when it finished."""
     run = await session.get(AuditRunRow, run_id, with_for_update=True)
-    if run is not None and run.finished_at is None:
-        run.finished_at = func.now()
+    if run is None:
+        return None
+    if run.finished_at is None:
+        run.finished_at = await session.scalar(select(func.now()))
     horizon = func.now() - timedelta(days=KEEP_RUNS_DAYS)
     await session.execute(delete(AuditRunRow).where(AuditRunRow.started_at < horizon, AuditRunRow.id != run_id))
+    return run.finished_at
 
 
 # Repairs --------------------------------------------------------------------------------------------------------------

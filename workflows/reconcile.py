@@ -18,7 +18,7 @@ A Temporal Schedule (`reconcile_client.ensure_schedule`, id `berth-reconciler`, 
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
@@ -92,8 +92,8 @@ class ReconcileWorkflow:
                 if finding.repairable:
                     workflow.set_current_details(f"repairing: {finding.message}")
                     repairs.append(await self.repair(report.run_id, finding))
-        await self.control("audit_finish", FinishAudit(run_id=report.run_id), type(None))
-        done = report.model_copy(update={"repairs": repairs, "finished_at": workflow.now()})
+        finished = await self.control("audit_finish", FinishAudit(run_id=report.run_id), datetime)
+        done = report.model_copy(update={"repairs": repairs, "finished_at": finished})
         workflow.set_current_details(self.story(done))
         return done
 

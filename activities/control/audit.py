@@ -180,9 +180,9 @@ class AuditActivities:
         return "done", f"the agent wiped slots {indexes} of {node}; {verb} them"
 
     @activity.defn(name="audit_finish")
-    async def audit_finish(self, request: FinishAudit) -> None:
+    async def audit_finish(self, request: FinishAudit) -> datetime | None:
         async with self.sessions.begin() as session:
-            await records.finish_run(session, request.run_id)
+            return await records.finish_run(session, request.run_id)
 
     def activities(self) -> list[object]:
         return [
