@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, PositiveFloat
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client
+from temporalio.client import Client, RPCTimeoutOrCancelledError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -125,7 +125,7 @@ class ControlPlane:
         try:
             async with asyncio.timeout(self.timeouts.call_seconds):
                 yield
-        except (WorkerUnavailable, TimeoutError) as error:
+        except (WorkerUnavailable, TimeoutError, RPCTimeoutOrCancelledError) as error:
             raise await self._no_answer() from error
         except Rejected as error:
             raise conflict(str(error)) from error
@@ -159,7 +159,7 @@ class ControlPlane:
             return StartResult(started=True)
         except WorkflowAlreadyStartedError:
             return StartResult(started=False, fingerprint=await self._fingerprint(input.allocation_id))
-        except (TimeoutError, RPCError) as error:
+        except (TimeoutError, RPCTimeoutOrCancelledError, RPCError) as error:
             if isinstance(error, RPCError) and error.status not in _ANSWER_LOST:
                 raise unavailable("temporal_unavailable", f"Temporal refused the start: {error.message}") from error
             try:

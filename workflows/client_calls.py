@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
+from temporalio.client import RPCTimeoutOrCancelledError
+
 T = TypeVar("T")
 
 
@@ -19,10 +21,13 @@ class Rejected(RuntimeError):
 
 
 async def bounded(call: Awaitable[T], wait_seconds: float) -> T:
-    """`call`, or `WorkerUnavailable` when no worker answers within `wait_seconds`."""
+    """`call`, or `WorkerUnavailable` when no worker answers within `wait_seconds`.
+
+    Cut short, an update call does not end in `TimeoutError` but in the SDK's own `RPCTimeoutOrCancelledError`
+    (which used to escape as an unhandled error and a "Task exception was never retrieved"); both mean the same."""
     try:
         return await asyncio.wait_for(call, wait_seconds)
-    except TimeoutError:
+    except (TimeoutError, RPCTimeoutOrCancelledError):
         raise WorkerUnavailable(
             "no Berth control worker answered in time; is `berth worker control` running?"
         ) from None
