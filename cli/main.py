@@ -10,6 +10,7 @@ import typer
 
 from cli import alloc as alloc_command
 from cli import apply as apply_command
+from cli import audit as audit_command
 from cli import demo as demo_command
 from cli import deploy as deploy_command
 from cli import migrate as migrate_command
@@ -35,6 +36,7 @@ app.command("explain")(placement_command.explain)
 app.command("capacity")(placement_command.capacity)
 app.add_typer(alloc_command.app, name="alloc")
 app.add_typer(nodes_command.app, name="nodes")
+app.command("audit")(audit_command.audit)
 app.add_typer(deploy_command.app, name="deploy")
 app.add_typer(tokens_command.app, name="tokens")
 app.command("plan")(plan_command.plan)

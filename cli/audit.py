@@ -1,0 +1,88 @@
+"""`berth audit [--repair] [--last]` (admin): where PostgreSQL, Temporal and the hosts disagree.
+
+By default an audit runs now (`POST /v1/audit`) and its findings are shown by kind, each with what `--repair` would
+do or why it will not now (an allocation still in flight, the orphan VM grace period, an agent that did not
+answer). `--repair` also fixes what is safe and lists every fix; `--last` shows the latest recorded audit (the
+Schedule runs one every minute) without running one.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from activities.audit_contracts import AuditReport
+from api.routes.audit import AuditView
+from cli.client import ApiOption, OutputOption, TokenOption, api_client
+from cli.output import OutputFormat, console, fail, print_json
+
+REPAIR_STYLES = {"done": "green", "skipped": "yellow", "failed": "red"}
+
+
+def audit(
+    repair: Annotated[
+        bool, typer.Option("--repair", help="Also fix what is safe to fix; every fix is recorded.")
+    ] = False,
+    last: Annotated[
+        bool, typer.Option("--last", help="Show the latest recorded audit instead of running one.")
+    ] = False,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Compare PostgreSQL's claims and slots, the open workflows and every agent's VMs and leases (admin token)."""
+    if repair and last:
+        fail("--repair runs an audit; --last only shows the latest one: pick one")
+    with api_client(api, token) as client:
+        if last:
+            data = client.call("GET", "/v1/audit")
+        else:
+            data = client.call("POST", "/v1/audit", json={"repair": repair})
+    if output is OutputFormat.JSON:
+        print_json(data)
+        return
+    view = AuditView.model_validate(data)
+    if view.report is None:
+        console.print("no audit has finished yet; run `berth audit`", style="dim")
+        return
+    _render(view.report)
+
+
+def _render(report: AuditReport) -> None:
+    when = f"{report.finished_at:%Y-%m-%d %H:%M:%S} UTC" if report.finished_at else "unfinished"
+    console.print(f"Audit {report.run_id} ({report.trigger}{', repair' if report.repair else ''}) at {when}: "
+                  f"{len(report.nodes_checked)} host(s) checked", highlight=False)  # fmt: skip
+    if not report.findings:
+        console.print("[green]no drift[/]: PostgreSQL, Temporal and the hosts agree")
+    else:
+        table = Table(title="Findings", title_justify="left")
+        for column in ("#", "kind", "node", "allocation", "slots", "first seen", "repair"):
+            table.add_column(column)
+        for number, finding in enumerate(report.findings, 1):
+            repair = "-" if finding.repair is None else finding.repair.value
+            if finding.repair is not None and finding.blocked:
+                repair = f"{repair} [dim](not now)[/]"
+            table.add_row(
+                str(number), finding.kind.value, finding.node or "-", finding.allocation_id or "-",
+                ",".join(map(str, finding.slot_indexes)) or "-", f"{finding.first_seen:%Y-%m-%d %H:%M:%S}", repair,
+            )  # fmt: skip
+        console.print(table)
+        for number, finding in enumerate(report.findings, 1):
+            not_now = (
+                f" [dim](not repaired now: {escape(finding.blocked)})[/]" if finding.repair and finding.blocked else ""
+            )
+            console.print(f"{number}. {escape(finding.message)}{not_now}", highlight=False, soft_wrap=True)
+    if report.repairs:
+        table = Table(title="Repairs", title_justify="left")
+        for column in ("kind", "action", "node", "allocation", "outcome", "what was done"):
+            table.add_column(column)
+        for fix in report.repairs:
+            style = REPAIR_STYLES.get(fix.outcome, "white")
+            table.add_row(fix.kind.value, fix.action.value, fix.node or "-", fix.allocation_id or "-",
+                          f"[{style}]{fix.outcome}[/]", escape(fix.message))  # fmt: skip
+        console.print(table)
+    elif report.repair:
+        console.print("nothing was safe to repair now", style="dim")
