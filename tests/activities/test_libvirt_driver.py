@@ -206,3 +206,18 @@ def test_a_create_retried_after_the_domain_stopped_starts_it_again(driver: Libvi
     assert not domain.isActive()
     assert driver.create(spec) == record and domain.isActive()
     assert driver.destroy("a-7") and driver.get("a-7") is None
+
+
+def test_list_shows_every_domain_named_for_an_allocation_for_the_reconciler(driver: LibvirtVmDriver) -> None:
+    made = driver.create(VmSpec(allocation_id="a-1", node="n", bundles=seed_plan()))
+    for name in ("berth-by-hand", "someone-elses-vm"):  # no Berth metadata in either
+        xml = f"<domain type='test'><name>{name}</name><memory>1048576</memory><os><type>hvm</type></os></domain>"
+        driver.connection.defineXML(xml).create()
+    listed = driver.list()
+    assert [(r.allocation_id, r.vm_id, r.slot_indexes) for r in listed] == [
+        ("a-1", made.vm_id, [1, 2]), ("by-hand", "berth-by-hand", []),
+    ]  # fmt: skip
+    assert driver.get("by-hand").model_dump(exclude={"created_at"}) == listed[1].model_dump(exclude={"created_at"})
+    assert driver.destroy("by-hand") is True  # what the reconciler's destroy_vm does to an orphan
+    assert [r.allocation_id for r in driver.list()] == ["a-1"]
+    assert "someone-elses-vm" in [d.name() for d in driver.connection.listAllDomains(0)]  # never touched

@@ -3,7 +3,8 @@
     create:  resolve the image (catalogue) -> copy-on-write overlay in the storage pool -> NoCloud seed ISO ->
              define the domain (plan's GPUs and VFs as managed hostdevs, raw NVMe as block disks, MAC, vCPUs and
              memory, NUMA pinning, guest agent) -> start it. Any failure undoes what was made: never a half-made VM.
-    get/list: the domains carrying Berth's metadata (the allocation, its slots and addresses) survive agent restarts.
+    get/list: the domains carrying Berth's metadata (the allocation, its slots and addresses) survive agent restarts;
+              a domain named `berth-<allocation>` without it is listed too (the reconciler judges it).
     readiness: the named gates of `readiness.py`.
     destroy: destroy, undefine, delete the overlay and the seed; idempotent.
     wipe:    each released slot's NVMe erased and GPU reset (`host/wipe.py`).
@@ -34,6 +35,7 @@ from activities.node.libvirt.seed import GuestInterface, SeedConfig, write_seed_
 from fleet.node import Slot
 
 METADATA_NS = "https://berth.dev/xmlns/allocation/1"
+DOMAIN_PREFIX = "berth-"  # domain_name()'s default
 GIB = 1024**3
 
 
@@ -177,11 +179,24 @@ class LibvirtVmDriver:
 
     def get(self, allocation_id: str) -> VmRecord | None:
         domain = self._lookup(domain_name(allocation_id))
-        return _record_of(domain.XMLDesc(0)) if domain is not None else None
+        return self._record(domain) if domain is not None else None
 
     def list(self) -> list[VmRecord]:
-        records = (_record_of(domain.XMLDesc(0)) for domain in self.connection.listAllDomains(0))
+        """Every domain named for an allocation: Berth's own (their metadata says which allocation and slots) and any
+        other named `berth-<allocation>` (defined by hand, or its metadata lost), which the reconciler must see too."""
+        records = (self._record(domain) for domain in self.connection.listAllDomains(0))
         return sorted((record for record in records if record is not None), key=lambda r: r.allocation_id)
+
+    def _record(self, domain: Any) -> VmRecord | None:
+        record = _record_of(domain.XMLDesc(0))
+        if record is not None:
+            return record
+        name = domain.name()
+        allocation = name.removeprefix(DOMAIN_PREFIX)
+        if name == allocation or not allocation or domain_name(allocation) != name:
+            return None  # not named for an allocation: not Berth's business
+        # No metadata: its slots are unknown, and its age too (so the reconciler's grace counts from now).
+        return VmRecord(vm_id=name, allocation_id=allocation, slot_indexes=[], created_at=self.clock())
 
     def readiness(self, allocation_id: str, gpu_count: int) -> Readiness:
         record = self.get(allocation_id)
