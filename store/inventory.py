@@ -34,6 +34,7 @@ from store.models import InventoryVersionRow, LivenessVersionRow
 from store.snapshot import Inventory, current_snapshot, load_inventory, load_live_state, with_liveness
 
 SWEEP_EVERY_SECONDS = 5.0
+log = logging.getLogger("berth.control")
 
 
 def breaker_policy() -> BreakerPolicy:
@@ -44,15 +45,12 @@ def breaker_policy() -> BreakerPolicy:
         window_seconds=settings.breaker_window_seconds,
         cooloff_seconds=settings.breaker_cooloff_seconds,
     )
-log = logging.getLogger("berth.control")
 
 
 class InventoryCache:
     """One per worker process. Safe for concurrent activities: a reload happens once, the others wait for it."""
 
-    def __init__(
-        self, sweep_every_seconds: float = SWEEP_EVERY_SECONDS, breaker: BreakerPolicy | None = None
-    ) -> None:
+    def __init__(self, sweep_every_seconds: float = SWEEP_EVERY_SECONDS, breaker: BreakerPolicy | None = None) -> None:
         self.breaker = breaker or breaker_policy()
         self._inventory: Inventory | None = None
         self._liveness: Liveness | None = None

@@ -112,15 +112,14 @@ async def recent_failures(session: AsyncSession, policy: BreakerPolicy, now: dat
     attempts only (migration 0004): a handful of rows on a healthy fleet, whatever the audit trail holds."""
     if policy.threshold == 0:
         return {}
+    reason = AllocationEventRow.reason
+    not_the_node = or_(*(reason.startswith(f"{code}:", autoescape=True) for code in NOT_THE_NODES_FAULT))
     rows = await session.execute(
         select(AllocationEventRow.node_id, AllocationEventRow.at).where(
             AllocationEventRow.step == "attempt_failed",
             AllocationEventRow.at > now - policy.lookback,
             AllocationEventRow.node_id.is_not(None),
-            or_(
-                AllocationEventRow.reason.is_(None),
-                not_(or_(*(AllocationEventRow.reason.startswith(f"{code}:", autoescape=True) for code in NOT_THE_NODES_FAULT))),
-            ),
+            or_(reason.is_(None), not_(not_the_node)),
         )
     )
     failures: dict[str, list[datetime]] = defaultdict(list)

@@ -68,9 +68,7 @@ class PlacementActivities:
                 await record_first_choice(session, request.allocation_id, decision.candidates[0].node)
         if decision.refusal is None:
             pools = {pool.key: pool for pool in snapshot.pools}
-            deadlines = {
-                c.pool: dict(pools[c.pool].deadlines) for c in decision.candidates if pools[c.pool].deadlines
-            }
+            deadlines = {c.pool: dict(pools[c.pool].deadlines) for c in decision.candidates if pools[c.pool].deadlines}
             return CandidateList(candidates=decision.candidates, deadlines=deadlines)
         return CandidateList(
             refusal_code=str(decision.refusal.code),
