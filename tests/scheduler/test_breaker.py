@@ -17,6 +17,8 @@ from scheduler.placement import schedule
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
+from tests.workflows.lab import lab_fleet
+from tests.workflows.test_deadlines_breakers import with_pool_deadlines
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 POLICY = BreakerPolicy(threshold=3, window_seconds=300, cooloff_seconds=600)
@@ -60,36 +62,14 @@ def test_cooling_nodes_keeps_only_the_nodes_cooling_now() -> None:
     assert set(cooling_nodes(failures, POLICY, now=T0 + timedelta(minutes=3))) == {"hot"}
 
 
-FLEET = """
-apiVersion: berth.dev/v1alpha1
-kind: Region
-metadata: {name: us-east}
-spec: {prices: {H200: 3.0}}
----
-apiVersion: berth.dev/v1alpha1
-kind: Tenant
-metadata: {name: acme}
-spec: {gpuQuota: 1000}
----
-apiVersion: berth.dev/v1alpha1
-kind: InferenceClass
-metadata: {name: h200}
-spec: {devices: [{name: gpu}]}
----
-apiVersion: berth.dev/v1alpha1
-kind: InferenceCluster
-metadata: {name: use1}
-spec:
-  region: us-east
-  nodePools:
-  - {name: slices, className: h200, shape: gpu_slice, gpuProduct: H200,
-     deadlines: {provisioning: 15m, waitingReady: 1h30m, claiming: 90},
-     nodeTemplate: {count: 3, namePrefix: n-, gpusPerNode: 4}}
-"""
+def fleet_text(deadlines: dict[str, object] | None = None) -> str:
+    hosts = {name: {"gpus": 4} for name in ("n-01", "n-02", "n-03")}
+    deadlines = {"provisioning": "15m", "waitingReady": "1h30m", "claiming": 90} if deadlines is None else deadlines
+    return with_pool_deadlines(lab_fleet(hosts), deadlines)
 
 
 def cooled(*names: str) -> Snapshot:
-    snapshot = snapshot_from_fleet(parse_fleet([("f.yaml", FLEET)]))
+    snapshot = snapshot_from_fleet(parse_fleet([("f.yaml", fleet_text())]))
     cooling = Cooling(failures=3, window_seconds=300, until=T0 + timedelta(minutes=14))
     return snapshot.with_nodes(dataclasses.replace(snapshot.nodes[name], cooling_off=cooling) for name in names)
 
@@ -123,11 +103,11 @@ def test_pool_deadlines_are_read_from_the_fleet_file_in_seconds() -> None:
 @pytest.mark.parametrize(
     ("deadlines", "message"),
     [
-        ("{provisioning: 15 minutes}", "is not a duration"),
-        ("{provisioning: 0s}", "greater than 0"),
-        ("{booting: 5m}", "booting"),
+        ({"provisioning": "15 minutes"}, "is not a duration"),
+        ({"provisioning": "0s"}, "greater than 0"),
+        ({"booting": "5m"}, "booting"),
     ],
 )
-def test_a_bad_deadline_is_refused_with_the_field(deadlines: str, message: str) -> None:
+def test_a_bad_deadline_is_refused_with_the_field(deadlines: dict[str, object], message: str) -> None:
     with pytest.raises(FleetError, match=message):
-        parse_fleet([("f.yaml", FLEET.replace("{provisioning: 15m, waitingReady: 1h30m, claiming: 90}", deadlines))])
+        parse_fleet([("f.yaml", fleet_text(deadlines))])
