@@ -1,0 +1,386 @@
+"""Chaos: kill -9 each part of a running stack while allocations are in flight, then check what a skeptical SRE would.
+
+    python -m bench.chaos [--rounds 3] [--clients 8] [--dwell 8] [--json FILE]
+
+The stack is `berth up`'s own supervised stack (devstack/), in a temporary state directory, on loopback, with the
+fleet `bench/chaos_fleet.yaml` (four simulated 8-GPU hosts). Clients create allocations through the HTTP API as a
+careful client would: every create carries a fresh Idempotency-Key and is retried, with the same key, on a 503 or a
+connection error until it gets an answer; some clients release what they hold. Meanwhile each part in turn (the
+Temporal server, PostgreSQL, the control worker, the API, one node agent process) is killed with SIGKILL, and the
+supervisor restarts it. Afterwards:
+
+- no allocation lost (every id a client was given has its row) or duplicated (no row nobody was given);
+- no double claim in SQL (two active claims on one slot);
+- active allocations = allocations with active claims = VMs on the hosts;
+- no allocation stuck in a non-final state, no live lease on a host without an allocation in flight;
+- the API answered only 200, 202, 4xx or 503 throughout (connection errors while the API was down are counted
+  apart: no answer is not a wrong answer);
+- after everything is released: every slot available, and no VM, active claim or live lease left.
+
+`tests/chaos/` runs a short form of this in CI; the long form's figures are in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+from pydantic import BaseModel, Field
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from activities.node.leases import LeaseStore
+from activities.node.simulated import SimulatedVmDriver
+from config.context import StackContext
+from config.settings import Settings
+from devstack.stack import DevStack
+from fleet.node import Simulation
+from store.db import create_engine
+from store.outage import is_database_outage
+from workflows.allocation_messages import FINAL_STATES, PLACING_STATES
+
+FLEET = Path(__file__).with_name("chaos_fleet.yaml")
+TENANT = "chaos"
+KILLABLE = ("temporal", "postgres", "control-worker", "api", "agents-0")
+IN_FLIGHT = (*PLACING_STATES, "releasing")
+
+
+class Fault(BaseModel):
+    part: str
+    in_flight: int = Field(description="Allocations being placed or released when the part was killed.")
+    back_after_seconds: float
+
+
+class Check(BaseModel):
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+class ChaosReport(BaseModel):
+    faults: list[Fault] = Field(default_factory=list)
+    created: int = 0  # allocations the clients were given an id for
+    answers: dict[str, int] = Field(default_factory=dict)  # HTTP status -> count, every answer the API gave
+    connection_errors: int = 0
+    settled: list[Check] = Field(default_factory=list)
+    released: list[Check] = Field(default_factory=list)
+    states: dict[str, int] = Field(default_factory=dict)  # the allocations' states once settled
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in (*self.settled, *self.released))
+
+    def failures(self) -> list[str]:
+        return [f"{c.name}: {c.detail}" for c in (*self.settled, *self.released) if not c.ok]
+
+
+# -- the clients -------------------------------------------------------------------------------------------------------
+
+
+def allowed(status: int) -> bool:
+    return status in (200, 202, 503) or 400 <= status < 500
+
+
+class Clients:
+    """Careful API clients: a create is retried with its Idempotency-Key until the API gives an answer."""
+
+    def __init__(self, api_url: str, token: str, seed: int = 7) -> None:
+        self.http = httpx.AsyncClient(base_url=api_url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        self.rng = random.Random(seed)
+        self.answers: Counter[int] = Counter()
+        self.connection_errors = 0
+        self.given: dict[str, str] = {}  # allocation id -> the key it was created with
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def call(self, method: str, path: str, **kwargs: object) -> httpx.Response | None:
+        try:
+            response = await self.http.request(method, path, **kwargs)  # type: ignore[arg-type]
+        except httpx.TransportError:
+            self.connection_errors += 1
+            return None
+        self.answers[response.status_code] += 1
+        return response
+
+    async def until_answered(self, method: str, path: str, patience: float = 300, **kwargs: object) -> httpx.Response:
+        """Retry on a 503 or no answer at all, as Retry-After asks; anything else is the answer."""
+        deadline = time.monotonic() + patience
+        while True:
+            response = await self.call(method, path, **kwargs)
+            if response is not None and response.status_code != 503:
+                return response
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{method} {path}: no answer but 503 or nothing for {patience:g}s")
+            await asyncio.sleep(0.5)
+
+    async def create(self) -> None:
+        key = f"chaos-{uuid.uuid4().hex}"
+        body = {"gpu_count": self.rng.choice((1, 1, 2, 4)), "shape": "gpu_slice"}
+        answer = await self.until_answered("POST", "/v1/allocations", json=body, headers={"Idempotency-Key": key})
+        if answer.status_code in (200, 202):
+            self.given[answer.json()["id"]] = key
+
+    async def release_one(self) -> None:
+        if self.given:
+            chosen = self.rng.choice(sorted(self.given))
+            await self.until_answered("DELETE", f"/v1/allocations/{chosen}")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.create()
+            if self.rng.random() < 0.4:
+                await self.release_one()
+
+    async def finish(self, allocation_id: str) -> None:
+        """Release an active allocation, cancel one being placed."""
+        detail = await self.until_answered("GET", f"/v1/allocations/{allocation_id}")
+        state = detail.json().get("state")
+        if state == "active":
+            await self.until_answered("DELETE", f"/v1/allocations/{allocation_id}")
+        elif state in PLACING_STATES:
+            await self.until_answered("POST", f"/v1/allocations/{allocation_id}/cancel")
+
+
+# -- what the hosts and the database say -------------------------------------------------------------------------------
+
+
+class Hosts:
+    """Each simulated host's own account: the VM files its runtime keeps and the lease files its agent writes."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.nodes = sorted((state_dir / "nodes").glob("*")) if (state_dir / "nodes").exists() else []
+
+    def vms(self) -> dict[str, str]:
+        return {
+            vm.allocation_id: home.name for home in self.nodes for vm in SimulatedVmDriver(home, Simulation()).list()
+        }
+
+    def live_leases(self) -> dict[str, str]:
+        now = datetime.now(UTC)
+        return {
+            lease.allocation_id: home.name
+            for home in self.nodes
+            for lease in LeaseStore(home / "leases").read_all()
+            if lease.live(now)
+        }
+
+
+async def _rows(engine: AsyncEngine, statement: str, patience: float = 120.0) -> list[tuple[object, ...]]:
+    """Read, waiting out an outage: right after a PostgreSQL kill the pooled connections are dead once."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            async with engine.connect() as connection:
+                return [tuple(row) for row in (await connection.execute(text(statement))).all()]
+        except Exception as error:
+            if not is_database_outage(error) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
+async def _states(engine: AsyncEngine) -> dict[str, str]:
+    return {str(a): str(s) for a, s in await _rows(engine, "SELECT id, state FROM allocations")}
+
+
+async def _scalars(engine: AsyncEngine, statement: str) -> list[object]:
+    return [row[0] for row in await _rows(engine, statement)]
+
+
+def _diff(name: str, left: set[str], right: set[str]) -> str:
+    parts = []
+    if left - right:
+        parts.append(f"only {name.split('=')[0].strip()}: {sorted(left - right)[:5]}")
+    if right - left:
+        parts.append(f"only {name.split('=')[-1].strip()}: {sorted(right - left)[:5]}")
+    return "; ".join(parts)
+
+
+async def settled_checks(engine: AsyncEngine, hosts: Hosts, given: set[str]) -> list[Check]:
+    states = await _states(engine)
+    rows = set(states)
+    active = {a for a, s in states.items() if s == "active"}
+    claimed = {str(a) for a in await _scalars(engine, CLAIMED)}
+    vms = set(hosts.vms())
+    in_flight = {a for a, s in states.items() if s in IN_FLIGHT}
+    stray_leases = {a for a in hosts.live_leases() if a not in in_flight}
+    doubles = await _scalars(engine, DOUBLE_CLAIMS)
+    return [
+        Check(name="no allocation lost", ok=not given - rows, detail=f"{sorted(given - rows)[:5]}"),
+        Check(name="no allocation nobody was given", ok=not rows - given, detail=f"{sorted(rows - given)[:5]}"),
+        Check(name="no double claim", ok=not doubles, detail=f"slots {doubles[:5]}"),
+        Check(name="active = claimed", ok=active == claimed, detail=_diff("active = claimed", active, claimed)),
+        Check(name="claimed = VMs on hosts", ok=claimed == vms, detail=_diff("claimed = VMs", claimed, vms)),
+        Check(name="none stuck in flight", ok=not in_flight, detail=f"{sorted(in_flight)[:5]}"),
+        Check(name="no live lease without an allocation in flight", ok=not stray_leases,
+              detail=f"{sorted(stray_leases)[:5]}"),
+    ]  # fmt: skip
+
+
+async def released_checks(engine: AsyncEngine, hosts: Hosts) -> list[Check]:
+    states = await _states(engine)
+    unfinished = {a for a, s in states.items() if s not in FINAL_STATES}
+    slots = await _slot_states(engine)
+    busy = {state: count for state, count in slots.items() if state != "available"}
+    claims = await _scalars(engine, CLAIMED)
+    vms, leases = hosts.vms(), hosts.live_leases()
+    return [
+        Check(name="every allocation final", ok=not unfinished, detail=f"{sorted(unfinished)[:5]}"),
+        Check(name="every slot available", ok=not busy, detail=f"{busy}"),
+        Check(name="no active claim left", ok=not claims, detail=f"{claims[:5]}"),
+        Check(name="no VM left", ok=not vms, detail=f"{sorted(vms.items())[:5]}"),
+        Check(name="no live lease left", ok=not leases, detail=f"{sorted(leases.items())[:5]}"),
+    ]
+
+
+async def _slot_states(engine: AsyncEngine) -> dict[str, int]:
+    rows = await _rows(engine, "SELECT state, count(*) FROM node_resource_slots GROUP BY 1")
+    return {str(state): int(count) for state, count in rows}  # type: ignore[call-overload]
+
+
+CLAIMED = "SELECT DISTINCT allocation_id FROM allocation_resource_claims WHERE released_at IS NULL"
+DOUBLE_CLAIMS = (
+    "SELECT slot_id FROM allocation_resource_claims WHERE released_at IS NULL GROUP BY slot_id HAVING count(*) > 1"
+)
+
+
+async def _until(condition: Callable[[], Awaitable[bool]], timeout: float, what: str, poll: float = 1.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen within {timeout:g}s")
+        await asyncio.sleep(poll)
+
+
+# -- the run -----------------------------------------------------------------------------------------------------------
+
+
+async def run_chaos(
+    stack: DevStack,
+    context: StackContext,
+    *,
+    parts: tuple[str, ...] = KILLABLE,
+    clients: int = 6,
+    dwell: float = 6.0,
+    settle_timeout: float = 300.0,
+    say: Callable[[str], None] = print,
+) -> ChaosReport:
+    """Load, kill each of `parts` in turn (waiting for the supervisor to bring it back), settle, check, release
+    everything, check again."""
+    report = ChaosReport()
+    assert context.database_url and context.api_url
+    engine = create_engine(context.database_url, pool_size=2)
+    hosts = Hosts(stack.settings.state_dir)
+    load = [Clients(context.api_url, context.tenant_tokens[TENANT], seed=n) for n in range(clients)]
+    stop = asyncio.Event()
+    running = [asyncio.create_task(c.run(stop)) for c in load]
+    try:
+        await asyncio.sleep(dwell)
+        for part in parts:
+            states = await _states(engine)
+            in_flight = sum(1 for s in states.values() if s in IN_FLIGHT)
+            victim = stack.pid(part)
+            assert victim is not None, f"{part} is not running"
+            killed_at = time.monotonic()
+            os.kill(victim, signal.SIGKILL)
+            say(f"killed {part} (pid {victim}) with {in_flight} allocations in flight")
+            await asyncio.to_thread(stack.wait_ready, part, 180.0, replacing=victim)
+            back = time.monotonic() - killed_at
+            say(f"{part} is back after {back:.1f}s")
+            report.faults.append(Fault(part=part, in_flight=in_flight, back_after_seconds=round(back, 1)))
+            await asyncio.sleep(dwell)
+        stop.set()
+        await asyncio.gather(*running)
+
+        async def quiet() -> bool:
+            return not any(s in IN_FLIGHT for s in (await _states(engine)).values())
+
+        await _until(quiet, settle_timeout, "every allocation active or final")
+        given = {a for c in load for a in c.given}
+        report.created = len(given)
+        report.states = dict(Counter((await _states(engine)).values()))
+        report.settled = await settled_checks(engine, hosts, given)
+
+        finisher = load[0]
+        for allocation_id in sorted(given):
+            await finisher.finish(allocation_id)
+
+        async def all_final() -> bool:
+            return all(s in FINAL_STATES for s in (await _states(engine)).values())
+
+        await _until(all_final, settle_timeout, "every allocation released or final")
+        report.released = await released_checks(engine, hosts)
+    finally:
+        stop.set()
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        answers: Counter[int] = sum((c.answers for c in load), Counter())
+        report.answers = {str(status): count for status, count in sorted(answers.items())}
+        report.connection_errors = sum(c.connection_errors for c in load)
+        for client in load:
+            await client.close()
+        await engine.dispose()
+    bad = {status: n for status, n in report.answers.items() if not allowed(int(status))}
+    report.settled.append(Check(name="only 200/202/4xx/503 answers", ok=not bad, detail=f"{bad}"))
+    return report
+
+
+def chaos_stack(state_dir: Path, agent_processes: int = 2, say: Callable[[str], None] = print) -> DevStack:
+    settings = Settings(state_dir=state_dir)
+    return DevStack(settings, FLEET, say=say, agent_processes=agent_processes)
+
+
+def main(args: argparse.Namespace) -> int:
+    reports: list[ChaosReport] = []
+    for round_number in range(args.rounds):
+        with tempfile.TemporaryDirectory(prefix="berth-chaos-") as home:
+            stack = chaos_stack(Path(home) / "state")
+            context = stack.start()
+            try:
+                report = asyncio.run(run_chaos(stack, context, clients=args.clients, dwell=args.dwell))
+            finally:
+                stack.stop()
+        reports.append(report)
+        status = "ok" if report.ok else "FAILED: " + "; ".join(report.failures())
+        print(f"round {round_number + 1}: {report.created} allocations, {len(report.faults)} faults, {status}")
+    summary = {
+        "rounds": len(reports),
+        "faults": sum(len(r.faults) for r in reports),
+        "allocations": sum(r.created for r in reports),
+        "in_flight_at_kill_median": sorted(f.in_flight for r in reports for f in r.faults)[
+            len([f for r in reports for f in r.faults]) // 2
+        ],
+        "failed_checks": [f for r in reports for f in r.failures()],
+        "answers": dict(sum((Counter(r.answers) for r in reports), Counter())),
+        "connection_errors": sum(r.connection_errors for r in reports),
+        "back_after_seconds": {
+            part: sorted(f.back_after_seconds for r in reports for f in r.faults if f.part == part) for part in KILLABLE
+        },
+        "reports": [r.model_dump() for r in reports],
+    }
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2))
+    print(json.dumps({k: v for k, v in summary.items() if k != "reports"}, indent=2))
+    return 0 if all(r.ok for r in reports) else 1
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--dwell", type=float, default=8.0, help="seconds of load before and after each kill")
+    parser.add_argument("--json", help="write every round's report here")
+    raise SystemExit(main(parser.parse_args()))
