@@ -16,7 +16,8 @@ from store.models import AllocationRow, ClaimRow, SlotRow, TenantRow
 TABLES = {
     "regions", "clusters", "pools", "inference_classes", "nodes", "node_resource_slots", "tenants", "api_tokens",
     "allocations", "allocation_resource_claims", "allocation_events", "model_deployments", "model_replicas",
-    "replica_pool_usage", "inventory_version", "node_agents", "liveness_version",
+    "replica_pool_usage", "inventory_version", "node_agents", "liveness_version", "audit_runs", "audit_findings",
+    "audit_repairs",
 }  # fmt: skip
 
 
@@ -31,7 +32,7 @@ async def test_migration_creates_every_table_from_empty(empty_database_url: str)
     finally:
         await engine.dispose()
     assert TABLES <= tables
-    assert version == "0003"
+    assert version == "0005"
 
 
 async def _fleet_with_allocation(
