@@ -8,6 +8,7 @@ called through httpx.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,13 +19,27 @@ import pytest
 import yaml
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 
 from store.models import TenantRow
 from store.tokens import create_token
 from tests.api.stack import app_for, bearer, control_worker_seen, http_client
 from tests.workflows.lab import FAST, Lab, lab_fleet, running_lab
 from workflows import allocation_client
+from workflows.allocation import AllocationWorkflow
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+async def replays(handle: WorkflowHandle[Any, Any]) -> None:
+    """The run's history replays on the current code (and is kept under histories/ with BERTH_RECORD_HISTORIES=1,
+    so later changes must keep replaying it)."""
+    history = await handle.fetch_history()
+    await Replayer(workflows=[AllocationWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
+    if os.environ.get("BERTH_RECORD_HISTORIES"):
+        (HISTORIES / f"{history.workflow_id.replace('/', '_')}.json").write_text(history.to_json())
 
 
 def with_pool_deadlines(fleet_text: str, deadlines: dict[str, str]) -> str:
@@ -66,10 +81,10 @@ async def test_a_vm_that_never_gets_ready_fails_at_its_pools_waiting_ready_deadl
     timing = FAST.model_copy(update={"readiness_timeout_seconds": 1800.0, "readiness_poll_seconds": 300.0})
     lab_context = running_lab(temporal_env.client, temporal_client, sessions, tmp_path, fleet)
     async with api_over(lab_context, sessions, temporal_client) as (lab, http, admin):
-        handle = await lab.allocate("stuck", gpus=2, timing=timing)
+        handle = await lab.allocate("deadline-waiting-ready", gpus=2, timing=timing)
         with pytest.raises(WorkflowFailureError):
             await handle.result()
-        allocation = await get(http, admin, "stuck")
+        allocation = await get(http, admin, "deadline-waiting-ready")
         reason = "deadline_exceeded: waiting_ready took longer than 15m0s on node slow"
         assert allocation["state"] == "failed"
         assert allocation["failure_reason"] == reason
@@ -78,6 +93,7 @@ async def test_a_vm_that_never_gets_ready_fails_at_its_pools_waiting_ready_deadl
         assert lab.vm_records() == [] and lab.lease_files() == []
         assert await lab.active_claims() == {}
         assert set((await lab.slot_states()).values()) == {"available"}
+        await replays(handle)
 
 
 async def test_without_pool_deadlines_the_defaults_leave_the_readiness_timeout_in_charge(
@@ -106,18 +122,19 @@ async def test_a_quota_refusal_at_claim_time_is_a_failed_attempt_with_the_quota_
     lab_context = running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet({"h1": {"gpus": 4}}))
     async with api_over(lab_context, sessions, temporal_client) as (lab, http, admin):
         await lab.stop_agent("h1")  # it has reported and counts as live; its tasks wait until it is back
-        handle = await lab.allocate("squeezed", gpus=2, timing=timing)
+        handle = await lab.allocate("quota-at-claim", gpus=2, timing=timing)
         await lab.wait_for_state(handle, "planning")  # the plan waits for h1's agent
         async with sessions.begin() as session:
             await session.execute(update(TenantRow).where(TenantRow.name == "acme").values(gpu_quota=1))
         await lab.start_agent("h1")
         with pytest.raises(WorkflowFailureError):
             await handle.result()
-        allocation = await get(http, admin, "squeezed")
+        allocation = await get(http, admin, "quota-at-claim")
         reason = "quota_exceeded: tenant acme holds 0 GPUs and has 0 in flight; 2 more would exceed its quota of 1"
         assert allocation["state"] == "failed" and allocation["failure_reason"] == reason
         assert [(a["node"], a["outcome"], a["reason"]) for a in allocation["attempts"]] == [("h1", "failed", reason)]
         assert lab.lease_files() == [] and await lab.active_claims() == {}
+        await replays(handle)
 
 
 async def test_a_node_whose_attempts_keep_failing_cools_off_and_explain_says_so(
