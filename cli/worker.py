@@ -168,6 +168,7 @@ def agents(
     leases and reports (what `berth up` runs; a real host runs `berth worker node`)."""
     import worker
     from activities.node.reporter import HttpReportSink, NodeReporter
+    from devstack.agents import reporting
     from fleet.loader import load_fleet
 
     settings = Settings()
@@ -189,20 +190,10 @@ def agents(
             except OSError as exc:
                 fail(f"cannot read the node token of {agent.node} from {token_dir}: {exc.strerror}")
             reporters.append(NodeReporter(agent, HttpReportSink(api_url, token), settings.report_interval_seconds))
-    announced: set[asyncio.Task[None]] = set()
-
-    async def announce() -> None:
-        """Ready once every host's first report was answered: the first request then finds every node live."""
-        while any(reporter.last_reply is None for reporter in reporters):  # noqa: ASYNC110 - no event to await
-            await asyncio.sleep(0.1)
-        if ready_file is not None:
-            mark_ready(ready_file)
+    ready = reporting(reporters, ready_file)
 
     async def main() -> None:
-        await worker.run_nodes(
-            await connect(settings), served, settings.node_task_queue_prefix, reporters,
-            ready=lambda: announced.add(asyncio.create_task(announce())),
-        )  # fmt: skip
+        await worker.run_nodes(await connect(settings), served, settings.node_task_queue_prefix, ready=ready)
 
     _serve(main, "the node agents")
 

@@ -1,7 +1,7 @@
 """`berth up`: the whole development stack on this machine, each part its own supervised process.
 
     lock state dir -> postgres -> migrations + fleet applied -> temporal -> tokens (node tokens to files)
-      -> control-worker + api -> agents (one process, or `agent_processes` of them) -> context.json
+      -> control-worker + api + agents (one process, or `agent_processes` of them) -> context.json
 
 Every part is a child of the supervisor (supervisor.py), which restarts one that dies on the same port and data
 directory, so context.json stays true. A second `berth up` while one runs finds the lock held and reuses the
@@ -113,14 +113,13 @@ class DevStack:
                 BERTH_TEMPORAL_NAMESPACE=temporal.namespace,
                 BERTH_API_URL=api_url,
             )
-            self.say("starting the control worker and the API ...")
+            self.say("starting the control worker, the API and the node agents ...")
             supervisor.add(parts.control_worker_part(state, env))
             supervisor.add(parts.api_part(int(api_url.rsplit(":", 1)[1]), state, env))
-            self._wait(parts.CONTROL_WORKER, parts.API)
             groups = parts.agent_groups(nodes, self.agent_processes)
-            for name, group in groups.items():
+            for name, group in groups.items():  # started beside the API: they report as soon as it answers
                 supervisor.add(parts.agents_part(name, group, fleet_file, token_dir, state, env))
-            self._wait(*groups)
+            self._wait(parts.CONTROL_WORKER, parts.API, *groups)
             down = f" (no agent for {', '.join(self.skipped)}: agentDown in the fleet)" if self.skipped else ""
             self.say(f"{len(nodes)} node agents running in {len(groups)} process(es){down}")
         except BaseException:
