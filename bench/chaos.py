@@ -15,6 +15,7 @@ supervisor restarts it. Afterwards:
 - no allocation stuck in a non-final state, no live lease on a host without an allocation in flight;
 - the API answered only 200, 202, 4xx or 503 throughout (connection errors while the API was down are counted
   apart: no answer is not a wrong answer);
+- the reconciler (`POST /v1/audit`, what `berth audit` shows) finds no drift either;
 - after everything is released: every slot available, and no VM, active claim or live lease left.
 
 `tests/chaos/` runs a short form of this in CI; the long form's figures are in docs/benchmarks.md.
@@ -250,6 +251,17 @@ async def _slot_states(engine: AsyncEngine) -> dict[str, int]:
     return {str(state): int(count) for state, count in rows}  # type: ignore[call-overload]
 
 
+async def audit_check(client: Clients, context: StackContext) -> Check:
+    """The reconciler's own comparison of PostgreSQL, Temporal and the agents' hosts, run now (report only)."""
+    answer = await client.until_answered(
+        "POST", "/v1/audit", json={"repair": False}, headers={"Authorization": f"Bearer {context.admin_token}"}
+    )
+    if answer.status_code != 200:
+        return Check(name="berth audit finds no drift", ok=False, detail=f"{answer.status_code} {answer.text[:200]}")
+    counts = answer.json()["counts"]
+    return Check(name="berth audit finds no drift", ok=not counts, detail=f"{counts}")
+
+
 CLAIMED = "SELECT DISTINCT allocation_id FROM allocation_resource_claims WHERE released_at IS NULL"
 DOUBLE_CLAIMS = (
     "SELECT slot_id FROM allocation_resource_claims WHERE released_at IS NULL GROUP BY slot_id HAVING count(*) > 1"
@@ -312,6 +324,7 @@ async def run_chaos(
         report.created = len(given)
         report.states = dict(Counter((await _states(engine)).values()))
         report.settled = await settled_checks(engine, hosts, given)
+        report.settled.append(await audit_check(load[0], context))
 
         finisher = load[0]
         for allocation_id in sorted(given):
