@@ -82,6 +82,7 @@ class Supervisor:
     backoff: Backoff = field(default_factory=Backoff)
     on_change: Callable[[], None] | None = None  # after a restart (the pids moved)
     poll_seconds: float = 0.1
+    leftover_grace: float = 10.0  # how long what a dead part left in its session gets to exit before SIGKILL
     _parts: dict[str, _Supervised] = field(default_factory=dict)
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _jobs: queue.Queue[object] = field(default_factory=queue.Queue)
@@ -163,7 +164,7 @@ class Supervisor:
             f"{name} exited ({supervised.last_exit}); restarting in {delay:g}s (restart #{supervised.restarts + 1})",
             terminal=True,
         )
-        leftovers = clear_session(process.pid)
+        leftovers = clear_session(process.pid, self.leftover_grace)
         if leftovers:
             self._log(f"{name}: killed {len(leftovers)} leftover process(es) {leftovers} of its session")
         supervised.restart_at = time.monotonic() + delay
@@ -263,7 +264,7 @@ class Supervisor:
             process = supervised.process
             if process is not None:
                 stop(process, supervised.part.stop_signal, timeout)
-                clear_session(process.pid, grace=5.0)
+                clear_session(process.pid, self.leftover_grace)
                 self._log(f"{supervised.part.name} stopped")
         if self._thread is not None and self._thread.is_alive():
             self._jobs.put(_END)

@@ -1,0 +1,87 @@
+"""The supervisor's restart policy on real child processes, with short delays: what it says, when it restarts, and
+that it leaves nothing running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from devstack.process import alive, session_members
+from devstack.supervisor import Backoff, Part, Supervisor
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def _wait_for(condition: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_part_that_keeps_failing_waits_longer_each_time_up_to_the_maximum(tmp_path: Path) -> None:
+    said: list[str] = []
+    supervisor = Supervisor(tmp_path / "supervisor.log", said.append, Backoff(initial=0.1, maximum=0.4))
+    supervisor.start()
+    try:
+        supervisor.add(Part("flaky", _python("import sys; sys.exit(3)"), tmp_path / "flaky.log"))
+        _wait_for(lambda: supervisor.restarts("flaky") >= 4)
+    finally:
+        supervisor.stop()
+    exits = [line for line in said if line.startswith("flaky exited")]
+    assert exits[:4] == [
+        "flaky exited (exited with status 3); restarting in 0.1s (restart #1)",
+        "flaky exited (exited with status 3); restarting in 0.2s (restart #2)",
+        "flaky exited (exited with status 3); restarting in 0.4s (restart #3)",
+        "flaky exited (exited with status 3); restarting in 0.4s (restart #4)",
+    ]
+    assert all(line in (tmp_path / "supervisor.log").read_text() for line in exits)
+
+
+def test_a_part_that_stayed_up_a_while_restarts_after_the_initial_delay_again(tmp_path: Path) -> None:
+    said: list[str] = []
+    supervisor = Supervisor(tmp_path / "supervisor.log", said.append, Backoff(initial=0.1, stable_after=0.3))
+    supervisor.start()
+    try:
+        supervisor.add(Part("steady", _python("import time; time.sleep(0.5)"), tmp_path / "steady.log"))
+        _wait_for(lambda: supervisor.restarts("steady") >= 3)
+    finally:
+        supervisor.stop()
+    exits = [line for line in said if line.startswith("steady exited")]
+    assert exits[:3] == [f"steady exited (exited with status 0); restarting in 0.1s (restart #{n})" for n in (1, 2, 3)]
+
+
+def test_what_a_dead_part_left_in_its_session_is_cleared_and_stop_leaves_nothing(tmp_path: Path) -> None:
+    """A part that forked a child and was killed (as PostgreSQL's postmaster leaves its backends): the supervisor
+    waits for, then kills, what is left in the part's session before the restart."""
+    grandchild = tmp_path / "grandchild.pid"
+    code = (
+        "import os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(grandchild)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(60)\n"
+    )
+    supervisor = Supervisor(tmp_path / "supervisor.log", lambda _line: None, Backoff(initial=0.1), leftover_grace=0.5)
+    supervisor.start()
+    try:
+        first = supervisor.add(Part("forking", _python(code), tmp_path / "forking.log"))
+        _wait_for(grandchild.exists)
+        _wait_for(lambda: grandchild.read_text().strip() != "")
+        left_behind = int(grandchild.read_text())
+        grandchild.unlink()
+        os.kill(first, signal.SIGKILL)
+        second = supervisor.wait_ready("forking", 30, replacing=first)
+        assert second != first
+        assert not alive(left_behind) and session_members(first) == []
+        assert "killed 1 leftover process(es)" in (tmp_path / "supervisor.log").read_text()
+        _wait_for(grandchild.exists)
+        _wait_for(lambda: grandchild.read_text().strip() != "")
+        second_left = int(grandchild.read_text())
+    finally:
+        supervisor.stop()
+    assert not alive(second) and not alive(second_left)
