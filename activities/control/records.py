@@ -85,6 +85,8 @@ async def _mirror_latest(session: AsyncSession, changes: list[StateChange]) -> N
             values["pool"] = change.pool
         if change.state == "failed" and change.reason:
             values["failure_reason"] = change.reason
+        elif change.state != "failed":
+            values["failure_reason"] = None  # a failed allocation retried: the reason was the previous run's
     if "pool" in values:
         cluster, _, pool = str(values.pop("pool")).partition("/")
         values["pool_id"] = select(POOLS.c.id).where(POOLS.c.cluster == cluster, POOLS.c.name == pool).scalar_subquery()

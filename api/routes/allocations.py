@@ -22,7 +22,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Response
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -256,14 +256,20 @@ async def retry_allocation(
     except ValidationError as error:
         raise conflict(f"allocation {allocation_id} was not created through the API; it cannot be restarted") from error
     await app.control.require_worker()
-    async with app.sessions.begin() as session:
-        # Same pattern as create: the row says pending only if Temporal accepted the new run.
-        locked = await session.get(AllocationRow, allocation_id, with_for_update=True)
-        if locked is None or locked.state != "failed":
-            raise conflict(f"allocation {allocation_id} is no longer failed")
-        locked.state, locked.failure_reason, locked.node_id, locked.pool_id = "pending", None, None, None
-        await session.flush()
-        await app.control.restart(_input(app, allocation_id, request, exclude_nodes))
+    # The workflow id is the lock, as for create: of two retries racing, Temporal starts one new run and refuses the
+    # other (409). Once it has accepted the run the answer is 202; the row follows, here or from the run's own trail.
+    await app.control.restart(_input(app, allocation_id, request, exclude_nodes, row.idempotency_key))
+    try:
+        async with app.sessions.begin() as session:
+            await session.execute(
+                update(AllocationRow)
+                .where(AllocationRow.id == allocation_id, AllocationRow.state == "failed")
+                .values(state="pending", failure_reason=None, node_id=None, pool_id=None)
+            )
+    except Exception as error:
+        if not is_database_outage(error):
+            raise
+        log.warning("allocation %s restarted; its row waits for PostgreSQL (%s)", allocation_id, error)
     return AllocationAccepted(id=row.id, state="pending", workflow_id=row.workflow_id)
 
 
