@@ -24,36 +24,34 @@ def _wait_for(condition: object, timeout: float = 20.0) -> None:
         time.sleep(0.05)
 
 
-def test_a_part_that_keeps_failing_waits_longer_each_time_up_to_the_maximum(tmp_path: Path) -> None:
+def _exits(tmp_path: Path, backoff: Backoff, code: str, restarts: int) -> list[str]:
+    """The supervisor's lines about a part running `code`, until it was restarted `restarts` times; each line is
+    both said on the terminal and in the supervisor's log."""
     said: list[str] = []
-    supervisor = Supervisor(tmp_path / "supervisor.log", said.append, Backoff(initial=0.1, maximum=0.4))
+    supervisor = Supervisor(tmp_path / "supervisor.log", said.append, backoff)
     supervisor.start()
     try:
-        supervisor.add(Part("flaky", _python("import sys; sys.exit(3)"), tmp_path / "flaky.log"))
-        _wait_for(lambda: supervisor.restarts("flaky") >= 4)
+        supervisor.add(Part("part", _python(code), tmp_path / "part.log"))
+        _wait_for(lambda: supervisor.restarts("part") >= restarts)
     finally:
         supervisor.stop()
-    exits = [line for line in said if line.startswith("flaky exited")]
-    assert exits[:4] == [
-        "flaky exited (exited with status 3); restarting in 0.1s (restart #1)",
-        "flaky exited (exited with status 3); restarting in 0.2s (restart #2)",
-        "flaky exited (exited with status 3); restarting in 0.4s (restart #3)",
-        "flaky exited (exited with status 3); restarting in 0.4s (restart #4)",
-    ]
+    exits = [line for line in said if line.startswith("part exited")]
     assert all(line in (tmp_path / "supervisor.log").read_text() for line in exits)
+    return exits[:restarts]
+
+
+def test_a_part_that_keeps_failing_waits_longer_each_time_up_to_the_maximum(tmp_path: Path) -> None:
+    assert _exits(tmp_path, Backoff(initial=0.1, maximum=0.4), "import sys; sys.exit(3)", 4) == [
+        "part exited (exited with status 3); restarting in 0.1s (restart #1)",
+        "part exited (exited with status 3); restarting in 0.2s (restart #2)",
+        "part exited (exited with status 3); restarting in 0.4s (restart #3)",
+        "part exited (exited with status 3); restarting in 0.4s (restart #4)",
+    ]
 
 
 def test_a_part_that_stayed_up_a_while_restarts_after_the_initial_delay_again(tmp_path: Path) -> None:
-    said: list[str] = []
-    supervisor = Supervisor(tmp_path / "supervisor.log", said.append, Backoff(initial=0.1, stable_after=0.3))
-    supervisor.start()
-    try:
-        supervisor.add(Part("steady", _python("import time; time.sleep(0.5)"), tmp_path / "steady.log"))
-        _wait_for(lambda: supervisor.restarts("steady") >= 3)
-    finally:
-        supervisor.stop()
-    exits = [line for line in said if line.startswith("steady exited")]
-    assert exits[:3] == [f"steady exited (exited with status 0); restarting in 0.1s (restart #{n})" for n in (1, 2, 3)]
+    exits = _exits(tmp_path, Backoff(initial=0.1, stable_after=0.3), "import time; time.sleep(0.5)", 3)
+    assert exits == [f"part exited (exited with status 0); restarting in 0.1s (restart #{n})" for n in (1, 2, 3)]
 
 
 def test_what_a_dead_part_left_in_its_session_is_cleared_and_stop_leaves_nothing(tmp_path: Path) -> None:
