@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,6 +144,10 @@ class DevStack:
         server = EmbeddedPostgres(data_dir)
         user = server.prepare()
         foreign = server.running_pid()
+        deadline = time.monotonic() + 15
+        while foreign is not None and time.monotonic() < deadline:  # say, the last stack's, still shutting down
+            time.sleep(0.2)
+            foreign = server.running_pid()
         if foreign is not None:
             raise PostgresStartError(
                 f"a PostgreSQL server (pid {foreign}) that this stack did not start already runs on {data_dir}; "
