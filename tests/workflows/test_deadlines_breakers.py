@@ -8,7 +8,10 @@ called through httpx.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
+import typing
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,13 +20,14 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from store.models import TenantRow
+from store.models import SlotRow, TenantRow
 from store.tokens import create_token
 from tests.api.stack import app_for, bearer, control_worker_seen, http_client
 from tests.workflows.lab import FAST, Lab, lab_fleet, running_lab
@@ -84,15 +88,9 @@ async def test_a_vm_that_never_gets_ready_fails_at_its_pools_waiting_ready_deadl
         handle = await lab.allocate("deadline-waiting-ready", gpus=2, timing=timing)
         with pytest.raises(WorkflowFailureError):
             await handle.result()
-        allocation = await get(http, admin, "deadline-waiting-ready")
-        reason = "deadline_exceeded: waiting_ready took longer than 15m0s on node slow"
-        assert allocation["state"] == "failed"
-        assert allocation["failure_reason"] == reason
-        assert [(a["node"], a["outcome"], a["reason"]) for a in allocation["attempts"]] == [("slow", "failed", reason)]
         # Compensated: no VM, no claim, no lease, every slot free again.
-        assert lab.vm_records() == [] and lab.lease_files() == []
-        assert await lab.active_claims() == {}
-        assert set((await lab.slot_states()).values()) == {"available"}
+        reason = await failed_and_undone(lab, http, admin, "deadline-waiting-ready")
+        assert reason == "deadline_exceeded: waiting_ready took longer than 15m0s on node slow"
         await replays(handle)
 
 
@@ -172,3 +170,88 @@ async def test_a_node_whose_attempts_keep_failing_cools_off_and_explain_says_so(
         assert [(a.node, a.outcome) for a in status.attempts] == [("good", "succeeded")]
         await allocation_client.release(temporal_client, "after")
         await after.result()
+
+
+def slowed(lab: Lab, node: str, activity_name: str, seconds: float) -> list[object]:
+    """The node's agent activities with one of them taking `seconds` longer (a host that hangs on it), without
+    heartbeating meanwhile, as a create stuck in the hypervisor would."""
+    agent = lab.agent(node)
+    activities = agent.activities()
+    real = next(a for a in activities if a.__temporal_activity_definition.name == activity_name)  # type: ignore[attr-defined]
+
+    def slow(request: Any) -> Any:
+        time.sleep(seconds)
+        return real(request)
+
+    slow.__annotations__ = typing.get_type_hints(real)  # the same typed argument and result as the real one
+    slowed_activity = activity.defn(name=activity_name)(slow)
+    return [slowed_activity if a is real else a for a in activities]
+
+
+@asynccontextmanager
+async def slow_host(
+    temporal: Client, sessions: async_sessionmaker[AsyncSession], home: Path, deadlines: dict[str, str],
+    activity_name: str, seconds: float,
+) -> AsyncIterator[tuple[Lab, httpx.AsyncClient, dict[str, str]]]:  # fmt: skip
+    """One host `h1` in a pool with `deadlines`, whose agent takes `seconds` longer over `activity_name`."""
+    fleet = with_pool_deadlines(lab_fleet({"h1": {"gpus": 2}}), deadlines)
+    async with api_over(running_lab(temporal, temporal, sessions, home, fleet), sessions, temporal) as stack:
+        lab = stack[0]
+        await lab.stop_agent("h1")
+        await lab.start_agent("h1", activities=slowed(lab, "h1", activity_name, seconds), report=False)
+        yield stack
+
+
+async def failed_and_undone(lab: Lab, http: httpx.AsyncClient, admin: dict[str, str], allocation_id: str) -> str:
+    """The allocation's failure reason, once its only attempt is shown failed with it and nothing is left held."""
+    allocation = await get(http, admin, allocation_id)
+    reason = allocation["failure_reason"]
+    assert allocation["state"] == "failed"
+    assert [(a["outcome"], a["reason"]) for a in allocation["attempts"]] == [("failed", reason)]
+    assert lab.vm_records() == [] and lab.lease_files() == []
+    assert await lab.active_claims() == {}
+    assert set((await lab.slot_states()).values()) == {"available"}
+    return reason
+
+
+async def test_a_create_past_the_provisioning_deadline_is_waited_for_then_undone(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    """The create hangs for 3 s against a 1 s deadline: the workflow cancels it and waits for it to stop (it makes
+    its VM anyway), then destroys that VM; nothing is left and the reason names the state and node."""
+    async with slow_host(temporal_client, sessions, tmp_path, {"provisioning": "1s"}, "create_vm", 3.0) as stack:
+        lab, http, admin = stack
+        handle = await lab.allocate("deadline-provisioning", gpus=2)
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        reason = await failed_and_undone(lab, http, admin, "deadline-provisioning")
+        assert reason == "deadline_exceeded: provisioning took longer than 1s on node h1"
+
+
+async def test_a_release_past_its_deadline_quarantines_the_slots_and_still_completes(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    """Teardown hangs for 4 s against a 1 s releasing deadline: the release completes at once, the slots are
+    quarantined with the reason, and the recovery workflow wipes and frees them once the teardown goes through."""
+    async with slow_host(temporal_client, sessions, tmp_path, {"releasing": "1s"}, "destroy_vm", 4.0) as stack:
+        lab, http, admin = stack
+        handle = await lab.allocate("deadline-releasing", gpus=2)
+        await lab.wait_for_state(handle, "active")
+        await allocation_client.release(temporal_client, "deadline-releasing")
+        status = await handle.result()
+        assert status.state == "released"
+        assert (await get(http, admin, "deadline-releasing"))["state"] == "released"
+        assert set((await lab.slot_states()).values()) == {"quarantined"}
+        # (GET /v1/nodes shows these reasons, but answers 500 while a slot is quarantined: api/routes/nodes.py `_info`
+        # shadows its `quarantined` list with the count; reported. Read them where it reads them.)
+        async with sessions() as session:
+            reasons = set((await session.scalars(select(SlotRow.quarantine_reason))).all())
+        assert reasons == {
+            "deadline-releasing: wipe not confirmed: deadline_exceeded: releasing took longer than 1s on node h1"
+        }
+        for _ in range(100):  # the recovery workflow's teardown takes its 4 s, then lifts the quarantine
+            if set((await lab.slot_states()).values()) == {"available"}:
+                break
+            await asyncio.sleep(0.1)
+        assert set((await lab.slot_states()).values()) == {"available"}
+        assert lab.vm_records() == []
