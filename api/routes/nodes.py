@@ -75,7 +75,7 @@ def _info(
     node: NodeRow, pool: PoolRow, region: str | None, agent: NodeAgentRow | None, *counts: int | None,
     invalid: list[SlotValidation] | None = None, quarantined: list[QuarantinedSlot] | None = None,
 ) -> NodeInfo:  # fmt: skip
-    gpus, available, reserved, quarantined, validated, compatible = (count or 0 for count in counts)
+    gpus, available, reserved, quarantined_count, validated, compatible = (count or 0 for count in counts)
     return NodeInfo(
         name=node.name,
         cluster=pool.cluster,
@@ -88,7 +88,7 @@ def _info(
         gpus=gpus,
         available_slots=available,
         reserved_slots=reserved,
-        quarantined_slots=quarantined,
+        quarantined_slots=quarantined_count,
         labels=dict(node.labels),
         agent=_agent(agent),
         validated_gpus=validated,

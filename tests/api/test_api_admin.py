@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import yaml
+from sqlalchemy import update
 
+from store.models import SlotRow
 from tests.api.stack import Stack, api_fleet, bearer
 
 INITECH = {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant", "metadata": {"name": "initech"},
@@ -98,3 +100,18 @@ async def test_nodes_list_and_cordon(stack: Stack) -> None:
 
     missing = await stack.http.post("/v1/nodes/nope/cordon", headers=stack.admin)
     assert missing.status_code == 404 and missing.json()["error"]["details"] == {"kind": "node", "name": "nope"}
+
+
+async def test_nodes_show_quarantined_slots_with_their_reason(stack: Stack) -> None:
+    async with stack.lab.sessions.begin() as session:
+        await session.execute(
+            update(SlotRow)
+            .where(SlotRow.node_id == "big", SlotRow.slot_index == 1)
+            .values(state="quarantined", quarantine_reason="wipe not confirmed: agent_unreachable")
+        )
+    for path in ("/v1/nodes", "/v1/nodes/big"):
+        answer = await stack.http.get(path, headers=stack.admin)
+        assert answer.status_code == 200, answer.text
+        big = answer.json() if path.endswith("big") else next(n for n in answer.json()["nodes"] if n["name"] == "big")
+        assert big["quarantined_slots"] == 1 and big["available_slots"] == 3
+        assert big["quarantined"] == [{"index": 1, "reason": "wipe not confirmed: agent_unreachable"}]
