@@ -76,10 +76,11 @@ def render_capacity(pools: list[PoolCapacity], title: str = "Capacity") -> None:
         title=title,
         title_justify="left",
         caption="validated: GPUs the node agents validated on their hosts / of those, whole slice bundles; "
+        "cooling off: nodes skipped after repeated failed attempts (the node breaker); "
         "slices: allocations of that size that would fit now, each size counted alone",
         caption_justify="left",
     )
-    numbers = ("ready nodes", "GPUs", "validated", "raw free")
+    numbers = ("ready nodes", "cooling off", "GPUs", "validated", "raw free")
     for column in ("pool", "region", "shape", "product", *numbers):
         table.add_column(column, justify="right" if column in numbers else "left")
     for size in SLICE_SIZES:
@@ -93,6 +94,7 @@ def render_capacity(pools: list[PoolCapacity], title: str = "Capacity") -> None:
             str(pool.shape),
             pool.gpu_product or "any",
             f"{pool.ready_nodes}/{pool.nodes}",
+            str(pool.cooling_off),
             str(pool.gpus),
             f"{pool.validated_gpus}/{pool.compatible_gpus}",
             str(pool.raw_free_gpus),
