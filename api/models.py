@@ -9,7 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, StringConstraints, model_serializer
+from pydantic.functional_serializers import SerializerFunctionWrapHandler
 
 from fleet.meta import Name
 from scheduler.bundles import Bundle
@@ -25,6 +26,10 @@ IdempotencyKey = Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{1,255}$
 LabelKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$")]
 LabelValue = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]{0,253}$")]
 Image = Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{1,512}$")]
+# A DRA CEL expression as Kubernetes bounds it (resource.CELSelectorExpressionMaxLength); compiled by the routes.
+Selector = Annotated[str, StringConstraints(min_length=1, max_length=10240)]
+MAX_SELECTORS = 32  # resource.DeviceSelectorsMaxSize
+MAX_PINNED_NODES = 64
 SshPublicKey = Annotated[
     str,
     StringConstraints(
@@ -54,6 +59,30 @@ class AllocationCreate(Strict):
     tenant: Name | None = Field(
         default=None, description="Whose allocation this is. Required with an admin token; a tenant token's own."
     )
+    selectors: list[Selector] = Field(
+        default_factory=list,
+        max_length=MAX_SELECTORS,
+        description='DRA CEL selectors the GPU device must all satisfy, e.g. `device.capacity["gpu.nvidia.com"]'
+        '.memory.compareTo(quantity("141Gi")) >= 0`; one that does not compile is a 422 naming it and the position.',
+    )
+    cluster_selector: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, max_length=64, description="Cluster labels that must all match (matchLabels)."
+    )
+    nodes: list[Name] = Field(
+        default_factory=list,
+        max_length=MAX_PINNED_NODES,
+        description="Pinned nodes: only these may take the allocation; refused, never placed elsewhere, when none can.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _recorded(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, object]:
+        """Leave the newer fields out while unset, so a body recorded before they existed keeps its fingerprint
+        (an Idempotency-Key retried across an upgrade is still the same request)."""
+        data: dict[str, object] = handler(self)
+        for name in _NEWER_FIELDS:
+            if name in data and not data[name]:
+                del data[name]
+        return data
 
     def placement_request(self, tenant: str | None, exclude_nodes: frozenset[str] = frozenset()) -> PlacementRequest:
         return PlacementRequest(
@@ -62,8 +91,14 @@ class AllocationCreate(Strict):
             shape=self.shape,
             region=self.region,
             tenant=tenant,
+            selectors=self.selectors,
+            cluster_selector=self.cluster_selector,
+            nodes=frozenset(self.nodes),
             exclude_nodes=exclude_nodes,
         )
+
+
+_NEWER_FIELDS = ("selectors", "cluster_selector", "nodes")
 
 
 class AllocationAccepted(BaseModel):

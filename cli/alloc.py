@@ -58,14 +58,44 @@ def _ssh_key(value: str) -> str:
         fail(f"--ssh-key: {value!r} is neither an SSH public key nor a readable file ({error.strerror})")
 
 
-def _labels(pairs: list[str]) -> dict[str, str]:
+def key_values(pairs: list[str], option: str) -> dict[str, str]:
+    """`KEY=VALUE` options (`--label`, `--cluster-selector`) as a mapping; a malformed one is a one-line error."""
     labels: dict[str, str] = {}
     for pair in pairs:
         key, equals, value = pair.partition("=")
         if not equals or not key:
-            fail(f"--label: expected KEY=VALUE, got {pair!r}")
+            fail(f"{option}: expected KEY=VALUE, got {pair!r}")
         labels[key] = value
     return labels
+
+
+SelectorOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--selector",
+        help="DRA CEL selector the GPU device must satisfy (repeatable), e.g. "
+        '\'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("141Gi")) >= 0\'.',
+    ),
+]
+ClusterSelectorOption = Annotated[
+    list[str] | None, typer.Option("--cluster-selector", help="LABEL=VALUE the cluster must carry (repeatable).")
+]
+NodeOption = Annotated[
+    list[str] | None,
+    typer.Option("--node", help="Pin to this node (repeatable): refused, never placed elsewhere, if none can take it."),
+]
+
+
+def placement_fields(
+    selectors: list[str] | None, cluster_selector: list[str] | None, nodes: list[str] | None
+) -> dict[str, Any]:
+    """The request body's placement constraints, left out when not given (so older APIs still accept the body)."""
+    fields: dict[str, Any] = {
+        "selectors": selectors or [],
+        "cluster_selector": key_values(cluster_selector or [], "--cluster-selector"),
+        "nodes": nodes or [],
+    }
+    return {key: value for key, value in fields.items() if value}
 
 
 # Rendering -----------------------------------------------------------------------------------------------------
@@ -203,6 +233,9 @@ def create(
         list[str] | None, typer.Option("--ssh-key", help="SSH public key, or a file holding one (repeatable).")
     ] = None,
     labels: Annotated[list[str] | None, typer.Option("--label", help="KEY=VALUE (repeatable).")] = None,
+    selector: SelectorOption = None,
+    cluster_selector: ClusterSelectorOption = None,
+    node: NodeOption = None,
     idempotency_key: Annotated[
         str | None, typer.Option("--idempotency-key", help="Repeat the request safely: same key, same allocation.")
     ] = None,
@@ -212,7 +245,8 @@ def create(
     api: ApiOption = None,
     token: TokenOption = None,
 ) -> None:
-    """Request GPUs: a VM on GPU slices, or a whole bare-metal host."""
+    """Request GPUs: a VM on GPU slices, or a whole bare-metal host, optionally constrained by DRA CEL selectors over
+    the GPU device, cluster labels, or pinned nodes."""
     if tenant is None and token is None:
         tenant = default_tenant()
         if tenant is not None and output is OutputFormat.TEXT:
@@ -229,7 +263,8 @@ def create(
         "tenant": tenant,
         "image": image,
         "ssh_public_keys": [_ssh_key(key) for key in ssh_keys or []],
-        "labels": _labels(labels or []),
+        "labels": key_values(labels or [], "--label"),
+        **placement_fields(selector, cluster_selector, node),
     }
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
     with api_client(api, token, tenant) as client:

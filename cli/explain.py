@@ -38,6 +38,8 @@ def explain(
     selector: Annotated[
         list[str] | None, typer.Option("--selector", help="DRA CEL selector over the GPU device (repeatable).")
     ] = None,
+    cluster_selector: dict[str, str] | None = None,
+    node: list[str] | None = None,
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help="text or json.")] = OutputFormat.TEXT,
 ) -> None:
     """Explain where an allocation would be placed, or why it would not be, without any running service."""
@@ -45,7 +47,14 @@ def explain(
         fleet = load_fleet([file])
         snapshot = snapshot_from_fleet(fleet, fleet.slot_states.values())
         request = PlacementRequest(
-            gpu_count=gpus, gpu_product=product, shape=shape, region=region, tenant=tenant, selectors=selector or []
+            gpu_count=gpus,
+            gpu_product=product,
+            shape=shape,
+            region=region,
+            tenant=tenant,
+            selectors=selector or [],
+            cluster_selector=cluster_selector or {},
+            nodes=frozenset(node or []),
         )
         result = schedule(snapshot, request, detail=True)
     except FleetError as exc:

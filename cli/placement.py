@@ -15,8 +15,9 @@ from rich.table import Table
 
 from api.models import CapacityReport
 from cli import explain as offline
+from cli.alloc import ClusterSelectorOption, NodeOption, SelectorOption, key_values, placement_fields
 from cli.client import ApiOption, OutputOption, TenantOption, TokenOption, api_client
-from cli.output import OutputFormat, console, fail, print_json
+from cli.output import OutputFormat, console, print_json
 from fleet.inference_cluster import PoolShape
 from scheduler.capacity import SLICE_SIZES, PoolCapacity
 from scheduler.placement import PlacementResult
@@ -32,9 +33,9 @@ def explain(
     shape: Annotated[CapacityShape, typer.Option("--shape", help="gpu_slice or baremetal.")] = CapacityShape.GPU_SLICE,
     region: Annotated[str | None, typer.Option("--region", help="Region; unset lets the scheduler choose.")] = None,
     tenant: TenantOption = None,
-    selector: Annotated[
-        list[str] | None, typer.Option("--selector", help="DRA CEL selector over the GPU device (repeatable; -f only).")
-    ] = None,
+    selector: SelectorOption = None,
+    cluster_selector: ClusterSelectorOption = None,
+    node: NodeOption = None,
     output: OutputOption = OutputFormat.TEXT,
     api: ApiOption = None,
     token: TokenOption = None,
@@ -52,16 +53,16 @@ def explain(
             region=region,
             tenant=tenant,
             selector=selector,
+            cluster_selector=key_values(cluster_selector or [], "--cluster-selector"),
+            node=node,
             output=output,
         )
         return
-    if selector:
-        fail("--selector works only offline, with -f FLEET: the API's explain takes no selectors")
     body = {"gpu_count": gpus, "gpu_product": product, "shape": shape.value, "region": region, "tenant": tenant}
+    body = {key: value for key, value in body.items() if value is not None}
+    body.update(placement_fields(selector, cluster_selector, node))
     with api_client(api, token, tenant) as client:
-        data = client.call(
-            "POST", "/v1/explain", params={"detail": "true"}, json={k: v for k, v in body.items() if v is not None}
-        )
+        data = client.call("POST", "/v1/explain", params={"detail": "true"}, json=body)
         if output is OutputFormat.JSON:
             print_json(data)
         else:

@@ -6,6 +6,8 @@ and so its workflow id, is derived from the two, and the workflow id is the lock
 id). The workflow's memo keeps a fingerprint of the request that started it, so a retried key is told apart from a
 reused one. The answer follows what Temporal accepted:
 
+- a selector that does not compile, or a region, product or pinned node the fleet does not have: 422 with the
+  position or the valid choices (api/request_checks.py), and nothing was created;
 - PostgreSQL or Temporal unreachable before the start: 503, and nothing was created;
 - the start accepted: 202, even when writing the allocation's row then fails (the workflow writes the same row,
   key included, as its first step, so the allocation appears as soon as PostgreSQL is back);
@@ -39,6 +41,7 @@ from api.models import (
     IdempotencyKey,
     RetryBody,
 )
+from api.request_checks import check_request
 from api.services import Services, services
 from fleet.meta import Name
 from store.models import AllocationRow, TenantRow
@@ -132,6 +135,7 @@ async def create_allocation(
         if idempotency_key is not None and (earlier := await _replay(session, tenant, idempotency_key, recorded)):
             response.status_code = 200
             return earlier
+        await check_request(session, app.inventory, body)  # 422 before anything exists: no row, no workflow
     await app.control.require_worker()
 
     allocation_id = keyed_allocation_id(tenant, idempotency_key) if idempotency_key else uuid.uuid4().hex[:16]

@@ -1,7 +1,8 @@
 """`POST /v1/explain` and `GET /v1/capacity`: the scheduler's own answers over a current snapshot of PostgreSQL
 (the inventory kept by the app's `InventoryCache`, claims and usage read for each request).
 
-Both are read-only: explain runs the same pure scheduling pass an allocation would (region, cluster, and a preview
+Both are read-only: explain checks the request as create does (selectors compile; region, product and pinned nodes
+exist: else 422), then runs the same pure scheduling pass an allocation would (region, cluster, and a preview
 of the node scheduler on the chosen node) and returns its level-by-level explanation; capacity tells raw free GPUs
 from what the node scheduler would actually accept.
 """
@@ -15,6 +16,7 @@ from fastapi import APIRouter, Body, Depends, Query
 from api.auth import Caller, acting_tenant
 from api.errors import error_responses
 from api.models import AllocationCreate, CapacityReport, Product
+from api.request_checks import check_request
 from api.services import Services, services
 from fleet.meta import Name
 from scheduler.capacity import capacity
@@ -35,6 +37,7 @@ async def explain(
     token and no `tenant`, tenant policy and quota are left out (the operator's view)."""
     tenant = body.tenant if caller.is_admin else acting_tenant(caller, body.tenant)
     async with app.sessions() as session:
+        await check_request(session, app.inventory, body)
         snapshot = await app.inventory.snapshot(session)
     result = schedule(snapshot, body.placement_request(tenant), detail=detail)
     if result.refusal is not None:

@@ -189,8 +189,8 @@ def test_explain_online_matches_explain_offline_on_the_same_fleet(terminal: Term
     refused = terminal.ok("explain", "--gpus", "3", "--tenant", "globex")
     assert "Refused (quota_exceeded)" in refused
 
-    selector = terminal.berth("explain", "--gpus", "1", "--selector", "device.driver == 'x'")
-    assert "--selector works only offline, with -f FLEET" in one_error_line(selector)
+    selector = ["--gpus", "1", "--selector", "device.driver == 'x'"]  # the API's explain takes selectors too
+    assert terminal.json("explain", *selector) == terminal.json("explain", "-f", str(fleet), *selector)
 
 
 def test_capacity_per_pool(terminal: Terminal) -> None:

@@ -1,0 +1,115 @@
+"""The allocation request's checks against what exists, made before anything is created or explained.
+
+Schema validation (api/models.py) cannot know the fleet: a region, product or node name is well formed whether or not
+it exists. Without these checks an unknown region was accepted (202) and the workflow failed later, leaving a failed
+allocation behind for a typo. Here, on the create hot path:
+
+    selectors compile (pure, cached per expression)  ->  names exist in the fleet (the API's inventory cache)
+
+The inventory cache answers with one small query while the fleet is unchanged, and the name sets built from a
+snapshot are kept until the cache hands out another one, so a create costs no extra inventory read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.errors import ApiError
+from api.models import AllocationCreate
+from scheduler.cel import SelectorCompileError, compile_selector
+from scheduler.snapshot import Snapshot
+from store.inventory import InventoryCache
+
+NODE_CHOICES_SHOWN = 100  # a fleet may hold thousands of nodes; `details` lists this many and counts the rest
+MESSAGE_CHOICES = 12  # the message is one line a CLI prints: it names this many choices
+
+
+@dataclass(frozen=True)
+class FleetNames:
+    """What a request may name: regions, GPU products (as pools offer them) and nodes, sorted."""
+
+    regions: tuple[str, ...]
+    products: tuple[str, ...]
+    nodes: frozenset[str]
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> FleetNames:
+        products = {pool.gpu_product for pool in snapshot.pools if pool.gpu_product}
+        return cls(
+            regions=tuple(sorted(snapshot.regions)),
+            products=tuple(sorted(products, key=str.casefold)),
+            nodes=frozenset(snapshot.nodes),
+        )
+
+    def offers(self, product: str) -> bool:
+        """Products compare without regard to case, as the scheduler compares them (`h200` is `H200`)."""
+        wanted = product.casefold()
+        return any(offered.casefold() == wanted for offered in self.products)
+
+
+class _Remembered:
+    """The names of the last snapshot seen: the inventory cache hands out the same snapshot until the fleet or an
+    agent's liveness changes, so identity tells whether they are still current."""
+
+    snapshot: Snapshot | None = None
+    names: FleetNames | None = None
+
+    def names_of(self, snapshot: Snapshot) -> FleetNames:
+        names = self.names
+        if self.snapshot is not snapshot or names is None:
+            names = FleetNames.of(snapshot)
+            self.snapshot, self.names = snapshot, names
+        return names
+
+
+_remembered = _Remembered()
+
+
+def check_selectors(body: AllocationCreate) -> None:
+    """422 `invalid_selector` for the first selector that does not compile, naming it and the position."""
+    for index, expression in enumerate(body.selectors):
+        try:
+            compile_selector(expression)
+        except SelectorCompileError as error:
+            detail = {
+                "field": f"body.selectors[{index}]",
+                "expression": error.expression,
+                "line": error.line,
+                "column": error.column,
+                "reason": error.reason,
+            }
+            message = f"selectors[{index}] does not compile at {error.line}:{error.column}: {error.reason}"
+            raise ApiError(422, "invalid_selector", message, [detail]) from None
+
+
+def _unknown(field: str, what: str, value: str, choices: list[str], total: int | None = None) -> ApiError:
+    total = len(choices) if total is None else total
+    shown = ", ".join(choices[:MESSAGE_CHOICES]) if choices else "none"
+    more = f" (and {total - min(len(choices), MESSAGE_CHOICES)} more)" if total > MESSAGE_CHOICES else ""
+    detail: dict[str, object] = {"field": field, "value": value, "choices": choices}
+    if total > len(choices):
+        detail["choices_total"] = total
+    return ApiError(
+        422, f"unknown_{what}", f"{what} {value!r} does not exist in the fleet; choose one of: {shown}{more}", [detail]
+    )
+
+
+def check_names(names: FleetNames, body: AllocationCreate) -> None:
+    """422 `unknown_region`, `unknown_product` or `unknown_node` with the valid choices in `details`."""
+    if body.region is not None and body.region not in names.regions:
+        raise _unknown("body.region", "region", body.region, list(names.regions))
+    if body.gpu_product is not None and not names.offers(body.gpu_product):
+        raise _unknown("body.gpu_product", "product", body.gpu_product, list(names.products))
+    for index, node in enumerate(body.nodes):
+        if node not in names.nodes:
+            choices = sorted(names.nodes)
+            raise _unknown(f"body.nodes[{index}]", "node", node, choices[:NODE_CHOICES_SHOWN], len(choices))
+
+
+async def check_request(session: AsyncSession, inventory: InventoryCache, body: AllocationCreate) -> None:
+    """Every check of this module, cheapest first; raises the first ApiError (422)."""
+    check_selectors(body)
+    snapshot = (await inventory.inventory(session)).snapshot
+    check_names(_remembered.names_of(snapshot), body)

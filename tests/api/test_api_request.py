@@ -1,0 +1,118 @@
+"""The allocation request's placement constraints through the API: DRA CEL selectors, a cluster selector and pinned
+nodes reach the scheduler; a selector that does not compile, or a region, product or node the fleet lacks, is a 422
+at once with the position or the valid choices, and creates nothing.
+
+The lab fleet (tests/api/stack.py): region `lab`, cluster `lab-1` with pool `slices` of H200 (class `h200`, whose
+device publishes `productName: "NVIDIA H200"` under driver gpu.nvidia.com), nodes `slow`, `small` and `big`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from store.models import AllocationRow
+from tests.api.stack import Stack
+
+H200_SELECTOR = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"'
+B200_SELECTOR = 'device.attributes["gpu.nvidia.com"].productName.endsWith("B200")'
+
+
+async def _allocations(stack: Stack) -> int:
+    async with stack.lab.sessions() as session:
+        return int(await session.scalar(select(func.count()).select_from(AllocationRow)) or 0)
+
+
+async def _allocation_workflows(stack: Stack) -> list[str]:
+    return [w.id async for w in stack.lab.starter.list_workflows("WorkflowType = 'AllocationWorkflow'")
+            if w.id.startswith("allocation/")]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "field", "choices", "message"),
+    [
+        ({"region": "mars"}, "unknown_region", "body.region", ["lab"],
+         "region 'mars' does not exist in the fleet; choose one of: lab"),
+        ({"gpu_product": "B200"}, "unknown_product", "body.gpu_product", ["H200"],
+         "product 'B200' does not exist in the fleet; choose one of: H200"),
+        ({"nodes": ["big", "huge"]}, "unknown_node", "body.nodes[1]", ["big", "slow", "small"],
+         "node 'huge' does not exist in the fleet; choose one of: big, slow, small"),
+    ],
+)  # fmt: skip
+async def test_unknown_names_are_422_with_the_choices_and_create_nothing(
+    stack: Stack, body: dict[str, Any], code: str, field: str, choices: list[str], message: str
+) -> None:
+    for path in ("/v1/allocations", "/v1/explain"):
+        response = await stack.http.post(path, json={"gpu_count": 1, **body}, headers=stack.acme)
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert (error["code"], error["message"]) == (code, message)
+        assert error["details"] == [{"field": field, "value": message.split("'")[1], "choices": choices}]
+    assert await _allocations(stack) == 0
+    assert (await stack.http.get("/v1/allocations", headers=stack.acme)).json()["allocations"] == []
+    assert await _allocation_workflows(stack) == []
+
+
+async def test_a_product_is_known_whatever_its_case(stack: Stack) -> None:
+    response = await stack.http.post("/v1/explain", json={"gpu_count": 1, "gpu_product": "h200"}, headers=stack.acme)
+    assert response.status_code == 200 and response.json()["placed"] is True
+
+
+async def test_a_selector_that_does_not_compile_is_422_naming_it_and_the_position(stack: Stack) -> None:
+    body = {"gpu_count": 1, "selectors": [H200_SELECTOR, "device.attributes['gpu.nvidia.com'].memory >"]}
+    for path in ("/v1/allocations", "/v1/explain"):
+        response = await stack.http.post(path, json=body, headers=stack.acme)
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["code"] == "invalid_selector"
+        assert error["message"] == "selectors[1] does not compile at 1:44: Syntax error: unexpected end of expression"
+        assert error["details"] == [
+            {"field": "body.selectors[1]", "expression": body["selectors"][1], "line": 1, "column": 44,
+             "reason": "Syntax error: unexpected end of expression"},
+        ]  # fmt: skip
+    unknown_field = {"gpu_count": 1, "selectors": ["device.name == 'gpu-0'"]}
+    error = (await stack.http.post("/v1/allocations", json=unknown_field, headers=stack.acme)).json()["error"]
+    assert error["message"] == "selectors[0] does not compile at 1:8: undefined field 'name'"
+    assert await _allocations(stack) == 0 and await _allocation_workflows(stack) == []
+
+
+async def test_selectors_and_cluster_selector_decide_the_placement(stack: Stack) -> None:
+    matching = {"gpu_count": 2, "selectors": [H200_SELECTOR], "cluster_selector": {}}
+    placed = (await stack.http.post("/v1/explain", json=matching, headers=stack.acme)).json()
+    assert placed["placed"] is True and placed["candidates"][0]["node"] == "small"
+
+    other = await stack.http.post("/v1/explain", json={"gpu_count": 2, "selectors": [B200_SELECTOR]},
+                                  headers=stack.acme)  # fmt: skip
+    refused = other.json()
+    assert refused["placed"] is False, refused
+    assert refused["refusal"]["code"] == "no_region"
+    assert refused["refusal"]["message"].endswith("1 has no pool matching the cluster selector, readiness and device "
+                                                  "selectors")  # fmt: skip
+
+    labelled = await stack.http.post("/v1/explain", json={"gpu_count": 2, "cluster_selector": {"tier": "gold"}},
+                                     headers=stack.acme)  # fmt: skip
+    assert labelled.json()["placed"] is False
+    assert labelled.json()["refusal"]["message"] == refused["refusal"]["message"]
+
+    # The selectors travel with the allocation: its workflow places it through them.
+    allocation_id = await stack.create(2, selectors=[H200_SELECTOR])
+    active = await stack.wait_for(allocation_id, "active")
+    assert active["node"] == "small"
+    async with stack.lab.sessions() as session:
+        recorded = await session.scalar(select(AllocationRow.request).where(AllocationRow.id == allocation_id))
+    assert recorded["selectors"] == [H200_SELECTOR] and "nodes" not in recorded  # unset fields are left out
+
+    failing = await stack.create(2, selectors=[B200_SELECTOR])
+    failed = await stack.wait_for(failing, "failed")
+    assert "1 has no pool matching the cluster selector, readiness and device selectors" in failed["failure_reason"]
+
+
+async def test_pinned_nodes_reach_the_scheduler(stack: Stack) -> None:
+    pinned = await stack.http.post("/v1/explain", json={"gpu_count": 2, "nodes": ["big"]}, headers=stack.acme)
+    assert pinned.status_code == 200, pinned.text
+    assert [candidate["node"] for candidate in pinned.json()["candidates"]] == ["big"]  # best fit alone would be small
+
+    allocation_id = await stack.create(2, nodes=["big"])
+    assert (await stack.wait_for(allocation_id, "active"))["node"] == "big"
