@@ -11,10 +11,12 @@ from pydantic import BaseModel, ConfigDict
 
 from scheduler.explanation import LevelExplanation, Refusal
 from scheduler.nodes import Candidate, rank_nodes
+from scheduler.pinning import pinned_refusal
 from scheduler.pools import filter_pools
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
+from scheduler.views import PoolView
 
 
 class CandidateDecision(BaseModel):
@@ -29,14 +31,26 @@ def find_candidates(
     snapshot: Snapshot, request: PlacementRequest, region: str, *, detail: bool = False
 ) -> CandidateDecision:
     """Refusals: `no_matching_pool` when no pool of the region serves the request; `no_compatible_bundles` when no
-    node of the matching pools could ever take it as built; `insufficient_capacity` when some could, but not now."""
+    node of the matching pools could ever take it as built; `insufficient_capacity` when some could, but not now;
+    `pinned_nodes_unavailable` instead of any of these when the request pins nodes."""
     pools, pool_level = filter_pools(snapshot, request, region, detail=detail)
     if not pools:
         refusal = Refusal(code=Reason.NO_MATCHING_POOL, message=f"{region}: {pool_level.summary}")
+        if request.nodes:
+            refusal = _pinned_refusal(snapshot, request, region, pools)
         return CandidateDecision(candidates=[], refusal=refusal, levels=[pool_level])
     candidates, node_level, could_fit = rank_nodes(snapshot, pools, request, detail=detail)
     refusal = None
     if not candidates:
         code = Reason.INSUFFICIENT_CAPACITY if could_fit else Reason.NO_COMPATIBLE_BUNDLES
         refusal = Refusal(code=code, message=f"{region}: {node_level.summary}")
+        if request.nodes:
+            refusal = _pinned_refusal(snapshot, request, region, pools)
     return CandidateDecision(candidates=candidates, refusal=refusal, levels=[pool_level, node_level])
+
+
+def _pinned_refusal(snapshot: Snapshot, request: PlacementRequest, region: str, pools: list[PoolView]) -> Refusal:
+    """Pinned nodes that cannot take the request refuse it, each with its own reason; it never goes elsewhere."""
+    _, detailed = filter_pools(snapshot, request, region, detail=True)
+    reasons = {item.name: item.reason for item in detailed.items or [] if item.reason is not None}
+    return pinned_refusal(snapshot, request, region, pools, reasons)

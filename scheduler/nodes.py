@@ -9,6 +9,9 @@ nodes. Ranking, smaller first:
 - slices, spread: nodes where the request fits on one NUMA node, then the most compatible free bundles.
 - bare metal: every fitting host ranks the same (its size is exactly the request).
 
+A request that pins nodes (`PlacementRequest.nodes`) drops every other node with `node_not_pinned` before any
+filter runs (see `scheduler/pinning.py`).
+
 Equally ranked nodes are taken in a fixed order (pool, then the snapshot's group order, then name), rotated by the
 request's seed: deterministic for one seed, spread across seeds.
 """
@@ -69,12 +72,20 @@ def rank_nodes(
         for pool in snapshot.pools_of(name):
             excluded.setdefault((pool.key, snapshot.profile_key(name)), set()).add(name)
 
+    pins = request.nodes
     scores: dict[int, tuple[int, ...]] = {}
     feasible: list[_Feasible] = []
     ever = False
     for ordinal, pool in enumerate(pools):
         for group in snapshot.groups(pool):
             profile, names = group.profile, group.nodes
+            if pins:
+                unpinned = [name for name in names if name not in pins]
+                if unpinned:
+                    tally.record(Reason.NODE_NOT_PINNED, unpinned, describe, profile, pool)
+                    names = tuple(name for name in names if name in pins)
+                if not names:
+                    continue
             skip = excluded.get((pool.key, group.key))
             if skip:
                 tally.record(Reason.NODE_EXCLUDED, sorted(skip), describe, profile, pool)

@@ -23,6 +23,7 @@ class Reason(StrEnum):
     PRODUCT_NOT_OFFERED = "product_not_offered"
     NO_POOL_MATCHES = "no_pool_matches"
     NO_REGION = "no_region"
+    NO_PINNED_NODE = "no_pinned_node"
     # pool
     SHAPE_MISMATCH = "shape_mismatch"
     PRODUCT_MISMATCH = "product_mismatch"
@@ -36,6 +37,7 @@ class Reason(StrEnum):
     AGENT_DOWN = "agent_down"
     NODE_COOLING_OFF = "node_cooling_off"
     NODE_EXCLUDED = "node_excluded"
+    NODE_NOT_PINNED = "node_not_pinned"
     NODE_TOO_SMALL = "node_too_small"
     NODE_SIZE_MISMATCH = "node_size_mismatch"
     SLOTS_UNAPPROVED = "slots_unapproved"
@@ -48,6 +50,7 @@ class Reason(StrEnum):
     NODE_IN_USE = "node_in_use"
     INSUFFICIENT_CAPACITY = "insufficient_capacity"
     NO_COMPATIBLE_BUNDLES = "no_compatible_bundles"
+    PINNED_NODES_UNAVAILABLE = "pinned_nodes_unavailable"
     # slot (bundle level, inside the node scheduler)
     SLOT_UNAPPROVED = "slot_unapproved"
     SLOT_MISSING_VF = "slot_missing_vf"
@@ -91,6 +94,8 @@ _PHRASES: dict[Reason, tuple[str, str]] = {
         "are cooling off after repeated failed attempts",
     ),
     Reason.NODE_EXCLUDED: ("was excluded by the request", "were excluded by the request"),
+    Reason.NODE_NOT_PINNED: ("is not one of the pinned nodes", "are not among the pinned nodes"),
+    Reason.NO_PINNED_NODE: ("holds none of the pinned nodes", "hold none of the pinned nodes"),
     Reason.NODE_TOO_SMALL: ("has fewer than {g} GPUs", "have fewer than {g} GPUs"),
     Reason.NODE_SIZE_MISMATCH: ("does not have exactly {g} GPUs", "do not have exactly {g} GPUs"),
     Reason.SLOTS_UNAPPROVED: ("has fewer than {g} approved slots", "have fewer than {g} approved slots"),

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from fleet.region import RegionStatus
 from scheduler.capacity import AllocationCount
 from scheduler.explanation import Level, LevelExplanation, Refusal, Tally
+from scheduler.pinning import pinned_refusal, regions_of_pins
 from scheduler.plugins import Filter, first_failure
 from scheduler.pools import filter_pools
 from scheduler.reasons import Reason, clause
@@ -53,6 +54,16 @@ class Residency:
         if not self.required:
             return None
         return None if self.required == {region.jurisdiction} else Reason.JURISDICTION_MISMATCH
+
+
+@dataclass(frozen=True)
+class HoldsPinnedNode:
+    """A request that pins nodes can only be served in a region holding one of them (`scheduler/pinning.py`)."""
+
+    regions: frozenset[str]
+
+    def check(self, region: RegionView) -> Reason | None:
+        return None if region.name in self.regions else Reason.NO_PINNED_NODE
 
 
 @dataclass(frozen=True)
@@ -157,7 +168,11 @@ def select_region(snapshot: Snapshot, request: PlacementRequest, *, detail: bool
         RegionAvailable(),
         ProductOffered(offers),
     ]
-    if request.region is None:
+    pinned = regions_of_pins(snapshot, request.nodes) if request.nodes else None
+    if pinned is not None:
+        # Pinned nodes decide the region; the cluster level then says, node by node, why a pinned one cannot serve.
+        plugins.insert(0, HoldsPinnedNode(frozenset(pinned)))
+    elif request.region is None:
         # Choosing: skip regions whose pools the cluster level would all refuse. A named region goes on to the
         # pool level, whose explanation says pool by pool which selector or label failed.
         plugins.append(PoolsMatch(offers))
@@ -174,7 +189,9 @@ def select_region(snapshot: Snapshot, request: PlacementRequest, *, detail: bool
     levels.append(level)
 
     if not eligible:
-        if request.region is not None and dropped is not None:
+        if pinned is not None and not pinned.intersection(r.name for r in considered):
+            refusal = pinned_refusal(snapshot, request, request.region)
+        elif request.region is not None and dropped is not None:
             refusal = Refusal(code=dropped, message=f"region {request.region} {clause(dropped, request.gpu_count)}")
         else:
             refusal = Refusal(code=Reason.NO_REGION, message=level.summary)

@@ -49,6 +49,11 @@ class PlacementRequest(BaseModel):
     numa_policy: NumaPolicy = NumaPolicy.PREFERRED
     ranking: Ranking = Ranking.BINPACK
     alternates: NonNegativeInt = Field(default=5, description="Candidate nodes returned besides the chosen one.")
+    nodes: frozenset[str] = Field(
+        default_factory=frozenset,
+        description="Pinned nodes (seed 001's GPU matching policy): only these may take the request; when none of "
+        "them can, the request is refused with `pinned_nodes_unavailable`, never placed elsewhere.",
+    )
     exclude_nodes: frozenset[str] = Field(default_factory=frozenset, description="Nodes already tried in this run.")
     seed: int | None = Field(default=None, description="Rotates the order of equally ranked nodes.")
 

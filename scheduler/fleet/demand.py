@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fleet.deployment import DeviceRequest, ModelDeployment, PlacementStrategy, Role, Toleration
-from scheduler.cel.quantity import Quantity, parse_quantity
+from scheduler.cel.quantity import Quantity, QuantityError, parse_quantity
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class MemoryNeed:
     """Seed 001: GPU memory one copy of the model needs, and the backend that decides the fallbacks."""
 
     text: str
-    amount: Quantity
+    amount: Quantity | None  # None: the text matches the quantity syntax but does not parse (e.g. 1e999)
     backend: str | None
 
 
@@ -71,7 +71,7 @@ def compile_demand(deployment: ModelDeployment) -> Demand:
             if member.resources is not None:
                 memory = MemoryNeed(
                     text=member.resources.gpu_memory,
-                    amount=parse_quantity(member.resources.gpu_memory),
+                    amount=_quantity_or_none(member.resources.gpu_memory),
                     backend=member.resources.backend,
                 )
                 if memory.backend is not None:
@@ -98,3 +98,11 @@ def compile_demand(deployment: ModelDeployment) -> Demand:
         strategy=template.placement_strategy,
         engines=tuple(engines),
     )
+
+
+def _quantity_or_none(text: str) -> Quantity | None:
+    """A need that cannot be parsed is refused per pool by the resource fit, never a crash of the whole pass."""
+    try:
+        return parse_quantity(text)
+    except QuantityError:
+        return None

@@ -12,6 +12,9 @@ of the pool. A GPU is a DRA device with a `memory` capacity; a node's host memor
 `memory` capacity, as classes publish a node's CPU description. The step reached is also the fit's rank across
 pools: a pool where one GPU suffices beats one that needs a whole node, as GPUStack stops at the first step that
 finds any candidate. A refusal names each step and why it failed, in the manner of KAITO's descriptive denial.
+
+Degenerate capacities never crash a plan: a device whose memory is missing, unparsable, zero, negative or not finite
+is left out of the sizing and named in the refusal; so is a need that is not a positive, finite quantity.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from enum import StrEnum
 from fractions import Fraction
 
 from fleet.inference_class import ClaimKind, Device, InferenceClass
-from scheduler.cel.quantity import Quantity, parse_quantity
+from scheduler.cel.quantity import Quantity, QuantityError, parse_quantity
 from scheduler.fleet.demand import MemoryNeed
 
 DISTRIBUTED_BACKENDS = frozenset({"vllm", "sglang", "mindie"})
@@ -50,23 +53,26 @@ class MemoryFit:
 
 
 def fit_memory(need: MemoryNeed, inference_class: InferenceClass) -> MemoryFit | str:
+    amount = need.amount
+    if amount is None or _magnitude(amount) is None:
+        return f"gpuMemory {need.text!r} is not a positive, finite quantity, so no device can be sized for it"
     devices = inference_class.spec.devices
     gpus = [(d, m) for d in devices if d.claim is ClaimKind.DRA and d.count > 0 and (m := _memory(d)) is not None]
     for device, memory in gpus:
-        if memory.compare(need.amount) >= 0:
+        if memory.compare(amount) >= 0:
             return MemoryFit(FitStep.ONE_GPU, device.name, count=1, nodes=1)
     for device, memory in gpus:
-        count = _multiples(need.amount, memory)
+        count = _multiples(amount, memory)
         if count <= device.count:
             return MemoryFit(FitStep.GPUS_OF_ONE_NODE, device.name, count=count, nodes=1)
     if gpus and need.backend in DISTRIBUTED_BACKENDS:
         device, memory = gpus[0]
-        nodes = _multiples(need.amount, memory, per_node=device.count)
+        nodes = _multiples(amount, memory, per_node=device.count)
         return MemoryFit(FitStep.SEVERAL_NODES, device.name, count=device.count, nodes=nodes)
     if need.backend in CPU_BACKENDS:
         for device in devices:
             memory = _memory(device)
-            if device.claim is ClaimKind.SYNTHETIC and memory is not None and memory.compare(need.amount) >= 0:
+            if device.claim is ClaimKind.SYNTHETIC and memory is not None and memory.compare(amount) >= 0:
                 return MemoryFit(FitStep.CPU, device.name, count=1, nodes=1)
     return _refusal(need, inference_class, gpus)
 
@@ -82,7 +88,12 @@ def _refusal(need: MemoryNeed, inference_class: InferenceClass, gpus: list[tuple
             f"several nodes: backend {backend} does not serve across nodes ({_names(DISTRIBUTED_BACKENDS)} do)",
         ]
     else:
-        steps = [f"GPUs: class {inference_class.metadata.name} publishes no DRA device with a memory capacity"]
+        steps = [f"GPUs: class {inference_class.metadata.name} publishes no DRA device with a usable memory capacity"]
+    steps[:0] = [
+        f"device {d.name}: memory {text!r} {problem}"
+        for d in inference_class.spec.devices
+        if (text := _memory_text(d)) is not None and (problem := _unusable(text)) is not None
+    ]
     if need.backend in CPU_BACKENDS:
         hosts = [_memory_text(d) for d in inference_class.spec.devices if d.claim is ClaimKind.SYNTHETIC and _memory(d)]
         steps.append(f"CPU: host memory {', '.join(hosts)} is too small" if hosts else "CPU: no host memory published")
@@ -100,13 +111,39 @@ def _memory_text(device: Device) -> str | None:
 
 
 def _memory(device: Device) -> Quantity | None:
+    """The device's memory when it is usable for sizing; a missing, unparsable, zero, negative or infinite memory
+    is None, so the device is never sized against (and the refusal names it) instead of dividing by it."""
     text = _memory_text(device)
-    return parse_quantity(text) if text is not None else None
+    if text is None or _unusable(text) is not None:
+        return None
+    return parse_quantity(text)
+
+
+def _unusable(text: str) -> str | None:
+    """Why a published memory capacity cannot size anything, or None when it can."""
+    try:
+        quantity = parse_quantity(text)
+    except QuantityError as exc:
+        return f"is not a quantity ({exc})"
+    if _magnitude(quantity) is None:
+        return "is not a positive, finite amount"
+    return None
+
+
+def _magnitude(quantity: Quantity) -> Fraction | None:
+    """The amount as an exact fraction when it is positive and finite, else None."""
+    value = quantity.as_approximate_float()
+    if quantity.sign() <= 0 or not math.isfinite(value) or value <= 0:
+        return None
+    return Fraction(value)
 
 
 def _multiples(need: Quantity, unit: Quantity, per_node: int = 1) -> int:
-    """How many units (or nodes of `per_node` units) hold `need`: exact, since byte counts are whole floats."""
-    return max(1, math.ceil(Fraction(need.as_approximate_float()) / (Fraction(unit.as_approximate_float()) * per_node)))
+    """How many units (or nodes of `per_node` units) hold `need`: exact, since byte counts are whole floats. Both
+    were checked positive and finite (`_memory`, `fit_memory`), so this never divides by zero."""
+    need_amount, unit_amount = _magnitude(need), _magnitude(unit)
+    assert need_amount is not None and unit_amount is not None
+    return max(1, math.ceil(need_amount / (unit_amount * per_node)))
 
 
 def _names(backends: frozenset[str]) -> str:

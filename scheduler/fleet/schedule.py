@@ -3,7 +3,10 @@ every existing replica of every deployment. Same inputs, same plan: inputs are p
 
 The steps, each in its own module, in the order they run:
 
-    retain -> scale down -> ledger -> fill (engine and pool matching inside) -> status
+    retain -> scale down -> ledger -> fill (engine and pool matching inside) -> minReplicas -> status
+
+Below minReplicas (seed 002) the fill's new replicas are held back: nothing new is placed, the retained replicas
+stay, and the status is ScheduleFailed saying how many could have been placed.
 """
 
 from __future__ import annotations
@@ -61,6 +64,10 @@ def schedule_deployment(
     if len(scaled.kept) < demand.replicas:
         ledger = build_ledger(demand.deployment, scaled.kept, observed)
         filled = fill(demand, by_name, selected, scaled.kept, ledger, matcher)
+    held_back = 0
+    if demand.min_replicas and len(scaled.kept) + len(filled.placed) < demand.min_replicas:
+        # Seed 002: partial scheduling only above minReplicas. Below it, place nothing new (retained replicas stay).
+        held_back, filled = len(filled.placed), Filled(placed=[], refusals=filled.refusals)
 
     kept = sorted(scaled.kept, key=lambda r: (r.cluster or "", r.index))
     new = sorted(filled.placed, key=lambda r: (r.cluster, r.index))
@@ -69,5 +76,5 @@ def schedule_deployment(
         replicas=[records.retained(r, gateways[r.cluster or ""]) for r in kept]
         + [records.new(r, gateways[r.cluster]) for r in new],
         dropped=retention.dropped + scaled.dropped,
-        status=deployment_status(demand, len(kept), len(new), len(selected), filled.refusals),
+        status=deployment_status(demand, len(kept), len(new), len(selected), filled.refusals, held_back),
     )

@@ -2,8 +2,9 @@
 
 Desired vs available replicas; FullyScheduled when every replica has a place, PartiallyScheduled when at least
 minReplicas do (at least one when minReplicas is unset: Modelplane treats a short fill as partial, not an error),
-ScheduleFailed below that. When the plan falls short, the reason says why: NoClusters when no cluster matches
-clusterSelector, else InsufficientCapacity with Modelplane's "N of M replicas scheduled (checked K clusters)" and,
+ScheduleFailed below that (and then no new replica is placed: seed 002 schedules partially only above
+minReplicas; the message says how many could have been). When the plan falls short, the reason says why:
+NoClusters when no cluster matches clusterSelector, else InsufficientCapacity with Modelplane's "N of M replicas scheduled (checked K clusters)" and,
 beyond Modelplane, why each selected cluster took no further replica.
 """
 
@@ -18,8 +19,9 @@ from scheduler.fleet.results import ClusterVerdict, DeploymentStatus, Phase, Sel
 
 
 def deployment_status(
-    demand: Demand, retained: int, new: int, checked: int, refusals: Mapping[str, Refusal]
+    demand: Demand, retained: int, new: int, checked: int, refusals: Mapping[str, Refusal], held_back: int = 0
 ) -> DeploymentStatus:
+    """`held_back`: replicas the fill found room for but that were not placed, the total being below minReplicas."""
     available = retained + new
     desired = demand.replicas
     scheduled = f"{available} of {desired} replicas scheduled"
@@ -34,6 +36,11 @@ def deployment_status(
         else:
             reason = StatusReason.INSUFFICIENT_CAPACITY
             message = f"{scheduled} (checked {checked} clusters)"  # Modelplane's wording, kept verbatim
+            if demand.min_replicas and available < demand.min_replicas:
+                message = (
+                    f"{available + held_back} of {desired} replicas can be scheduled, fewer than minReplicas "
+                    f"{demand.min_replicas}: no new replica placed (checked {checked} clusters)"
+                )
     return DeploymentStatus(
         desired=desired,
         min_replicas=demand.min_replicas,

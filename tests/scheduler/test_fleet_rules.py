@@ -168,11 +168,17 @@ def test_rule4_a_member_without_device_requests_holds_no_node() -> None:
     assert result.status.new == 4
 
 
-@pytest.mark.parametrize("count", [None, -3, 0])
-def test_rule4_a_missing_or_negative_node_count_counts_as_none(count: int | None) -> None:
+@pytest.mark.parametrize("count", [-3, 0])
+def test_rule4_a_zero_or_negative_node_count_counts_as_none(count: int) -> None:
     result = plan(one_gpu_deployment(), [cluster("a", [("h100", "h100-8x", count)])], KNOWN)
     assert result.replicas == []
     assert result.status.message == "0 of 1 replicas scheduled (checked 1 clusters)"
+
+
+def test_rule4_an_omitted_node_count_is_the_xrds_default_of_one() -> None:
+    result = plan(one_gpu_deployment(replicas=2), [cluster("a", [("h100", "h100-8x", None)])], KNOWN)
+    assert [(r.cluster, r.index) for r in result.replicas] == [("a", 0)]
+    assert result.status.message == "1 of 2 replicas scheduled (checked 1 clusters)"
 
 
 def test_rule4_a_retained_replica_keeps_its_old_cost_when_the_spec_grows() -> None:
@@ -457,5 +463,6 @@ def test_rule9_min_replicas_decides_between_partially_scheduled_and_schedule_fai
 ) -> None:
     target = one_gpu_deployment(replicas=5, min_replicas=min_replicas)
     result = plan(target, [cluster("a", [("h100", "h100-8x", capacity)])], KNOWN)
-    assert (result.status.available, result.status.phase) == (capacity, phase)
+    below_min = min_replicas is not None and capacity < min_replicas  # seed 002: then nothing new is placed
+    assert (result.status.available, result.status.phase) == (0 if below_min else capacity, phase)
     assert (result.status.reason is None) == (phase is Phase.FULLY_SCHEDULED)
