@@ -5,7 +5,8 @@
 The stack is `berth up`'s own supervised stack (devstack/), in a temporary state directory, on loopback, with the
 fleet `bench/chaos_fleet.yaml` (four simulated 8-GPU hosts). Clients create allocations through the HTTP API as a
 careful client would: every create carries a fresh Idempotency-Key and is retried, with the same key, on a 503 or a
-connection error until it gets an answer; some clients release what they hold. Meanwhile each part in turn (the
+connection error until it gets an answer; each client keeps up to `--in-flight` of its allocations being placed
+and releases some of what it holds. Meanwhile each part in turn (the
 Temporal server, PostgreSQL, the control worker, the API, one node agent process) is killed with SIGKILL, and the
 supervisor restarts it. Afterwards:
 
@@ -78,6 +79,7 @@ class ChaosReport(BaseModel):
     settled: list[Check] = Field(default_factory=list)
     released: list[Check] = Field(default_factory=list)
     states: dict[str, int] = Field(default_factory=dict)  # the allocations' states once settled
+    failure_reasons: dict[str, int] = Field(default_factory=dict)  # failed allocations by reason code
 
     @property
     def ok(self) -> bool:
@@ -103,6 +105,7 @@ class Clients:
         self.answers: Counter[int] = Counter()
         self.connection_errors = 0
         self.given: dict[str, str] = {}  # allocation id -> the key it was created with
+        self.placing: set[str] = set()  # given, and not yet seen active or final
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -133,17 +136,28 @@ class Clients:
         answer = await self.until_answered("POST", "/v1/allocations", json=body, headers={"Idempotency-Key": key})
         if answer.status_code in (200, 202):
             self.given[answer.json()["id"]] = key
+            self.placing.add(answer.json()["id"])
 
     async def release_one(self) -> None:
         if self.given:
             chosen = self.rng.choice(sorted(self.given))
             await self.until_answered("DELETE", f"/v1/allocations/{chosen}")
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event, in_flight: int) -> None:
+        """Create, keeping at most `in_flight` of this client's allocations being placed, and release some."""
         while not stop.is_set():
+            while len(self.placing) >= in_flight and not stop.is_set():
+                await self.forget_settled()
             await self.create()
             if self.rng.random() < 0.4:
                 await self.release_one()
+
+    async def forget_settled(self) -> None:
+        for allocation_id in sorted(self.placing):
+            answer = await self.call("GET", f"/v1/allocations/{allocation_id}")
+            if answer is not None and answer.status_code == 200 and answer.json()["state"] not in PLACING_STATES:
+                self.placing.discard(allocation_id)
+        await asyncio.sleep(0.2)
 
     async def finish(self, allocation_id: str) -> None:
         """Release an active allocation, cancel one being placed."""
@@ -285,6 +299,7 @@ async def run_chaos(
     *,
     parts: tuple[str, ...] = KILLABLE,
     clients: int = 6,
+    in_flight: int = 25,
     dwell: float = 6.0,
     settle_timeout: float = 300.0,
     say: Callable[[str], None] = print,
@@ -297,7 +312,7 @@ async def run_chaos(
     hosts = Hosts(stack.settings.state_dir)
     load = [Clients(context.api_url, context.tenant_tokens[TENANT], seed=n) for n in range(clients)]
     stop = asyncio.Event()
-    running = [asyncio.create_task(c.run(stop)) for c in load]
+    running = [asyncio.create_task(c.run(stop, in_flight)) for c in load]
     try:
         await asyncio.sleep(dwell)
         for part in parts:
@@ -323,6 +338,8 @@ async def run_chaos(
         given = {a for c in load for a in c.given}
         report.created = len(given)
         report.states = dict(Counter((await _states(engine)).values()))
+        reasons = await _scalars(engine, "SELECT failure_reason FROM allocations WHERE state = 'failed'")
+        report.failure_reasons = dict(Counter(str(r or "none").split(":")[0] for r in reasons).most_common())
         report.settled = await settled_checks(engine, hosts, given)
         report.settled.append(await audit_check(load[0], context))
 
@@ -363,7 +380,9 @@ def main(args: argparse.Namespace) -> int:
             stack = chaos_stack(Path(home) / "state")
             context = stack.start()
             try:
-                report = asyncio.run(run_chaos(stack, context, clients=args.clients, dwell=args.dwell))
+                report = asyncio.run(
+                    run_chaos(stack, context, clients=args.clients, in_flight=args.in_flight, dwell=args.dwell)
+                )
             finally:
                 stack.stop()
         reports.append(report)
@@ -379,6 +398,7 @@ def main(args: argparse.Namespace) -> int:
         "failed_checks": [f for r in reports for f in r.failures()],
         "answers": dict(sum((Counter(r.answers) for r in reports), Counter())),
         "connection_errors": sum(r.connection_errors for r in reports),
+        "failure_reasons": dict(sum((Counter(r.failure_reasons) for r in reports), Counter())),
         "back_after_seconds": {
             part: sorted(f.back_after_seconds for r in reports for f in r.faults if f.part == part) for part in KILLABLE
         },
@@ -394,6 +414,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--in-flight", type=int, default=25, help="allocations each client keeps being placed")
     parser.add_argument("--dwell", type=float, default=8.0, help="seconds of load before and after each kill")
     parser.add_argument("--json", help="write every round's report here")
     raise SystemExit(main(parser.parse_args()))
