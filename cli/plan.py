@@ -19,7 +19,8 @@ import yaml
 from cli.output import OutputFormat, fail, print_json
 from fleet.errors import FleetError
 from fleet.loader import load_fleet
-from scheduler.fleet import FleetPlan, Phase, manifest_dict, replica_manifest, schedule_deployment
+from fleet.planning import plan_deployment
+from scheduler.fleet import FleetPlan, Phase, manifest_dict, replica_manifest
 
 
 def plan(
@@ -44,8 +45,8 @@ def plan(
         fail("the files hold no ModelDeployment to plan", code=2)
 
     results: list[tuple[FleetPlan, list[dict[str, Any]]]] = []
-    for deployment in sorted(deployments, key=lambda d: d.metadata.name):
-        result = schedule_deployment(deployment, fleet.clusters.values(), fleet.classes, replicas)
+    for deployment in sorted(deployments, key=lambda d: (d.metadata.name, d.namespace)):
+        result = plan_deployment(deployment, fleet.clusters.values(), fleet.classes, replicas, fleet.caches)
         manifests = [replica_manifest(deployment, placement) for placement in result.new]
         replicas = [*replicas, *manifests]
         results.append((result, [manifest_dict(m) for m in manifests]))

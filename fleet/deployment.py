@@ -1,10 +1,11 @@
-"""ModelDeployment: a model served as N replicas across the fleet, in Modelplane's shape plus three Berth fields.
+"""ModelDeployment: a model served as N replicas across the fleet, in Modelplane's shape plus a few Berth fields.
 
-Modelplane's part is what its fleet scheduler reads: `spec.replicas`, and under `spec.template.spec` the
-`clusterSelector`, `tolerations` and `engines` (each a Standalone member, or a Leader with Workers, whose
-`nodeSelector.devices` are DRA device requests with CEL selectors). Fields Modelplane uses for serving rather than
-placement (pod templates, `serving`, `modelCacheRef`, an engine's `phase`) are accepted and carried, never read, so
-a manifest written for Modelplane loads unchanged.
+Modelplane's part is every field of its XRD. Read by placement: `metadata.namespace` (default "default"),
+`spec.replicas`, and under `spec.template.spec` the `clusterSelector`, `tolerations`, `modelCacheRef` (new replicas
+only where the cache stages; see `fleet/cache.py`) and `engines` (each a Standalone member, or a Leader with Workers,
+whose `nodeSelector.devices` are DRA device requests with CEL selectors). Carried into the replicas Berth emits:
+members' pod `template`s (checked against the XRD), `serving`, an engine's `phase`, `template.metadata.labels`.
+`spec.crossplane` and `status` are accepted and not read, so a manifest copied from a live control plane loads.
 
 Berth's additions, each from a seed: `spec.minReplicas` (seed 002, partial scheduling), `requirements` (seed 002,
 capabilities a pool's class must offer), a member's `resources.gpuMemory` with an optional `backend` instead of
@@ -20,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 
 from fleet.inference_class import QUANTITY_PATTERN
 from fleet.inference_cluster import TaintEffect
-from fleet.meta import Name, ObjectMeta, Spec
+from fleet.meta import Carried, Name, ObjectMeta, Spec
+from fleet.openapi import check_block
 
 
 class Role(StrEnum):
@@ -89,7 +91,14 @@ class Member(Spec):
     worker: WorkerSpec | None = None
     node_selector: NodeSelector | None = None
     resources: ModelResources | None = None
-    template: dict[str, Any] | None = Field(default=None, description="Pod template; carried, not read.")
+    template: Carried | None = Field(default=None, description="Pod template; carried into the replica, not read.")
+
+    @field_validator("template")
+    @classmethod
+    def _pod_template(cls, value: Carried | None) -> Carried | None:
+        if value is None:
+            return None
+        return check_block("ModelDeployment", "spec.template.spec.engines[].members[].template", value)
 
     @model_validator(mode="after")
     def _consistent(self) -> Member:
@@ -122,7 +131,9 @@ def member_pods(role: Role, worker_nodes: int | None) -> int:
 class Engine(Spec):
     name: Name
     copies: PositiveInt = 1
-    phase: str | None = Field(default=None, description="Prefill or Decode under PrefillDecode serving; carried.")
+    phase: Literal["Prefill", "Decode"] | None = Field(
+        default=None, description="Prefill or Decode under PrefillDecode serving; carried."
+    )
     members: list[Member] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -156,6 +167,16 @@ class ClusterSelector(Spec):
     match_labels: dict[str, str] = Field(default_factory=dict)
 
 
+class ModelCacheRef(Spec):
+    """A ModelCache in the deployment's own namespace."""
+
+    name: str = Field(min_length=1)
+
+
+class Serving(Spec):
+    mode: Literal["Unified", "PrefillDecode"] = "Unified"
+
+
 class TemplateMetadata(BaseModel):
     """Labels and annotations copied onto the replicas; other metadata is ignored as Kubernetes would."""
 
@@ -175,8 +196,18 @@ class TemplateSpec(Spec):
     placement_strategy: PlacementStrategy | None = Field(
         default=None, description="Among fitting pools of a cluster: binpack or spread; unset takes the first."
     )
-    model_cache_ref: dict[str, Any] | None = None
-    serving: dict[str, Any] | None = None
+    single_cluster: bool = Field(
+        default=False,
+        description="Berth addition (seed 002: a model on at most one server): every replica on one cluster, the "
+        "one already hosting it preferred; refused when no cluster holds all replicas (or minReplicas of them).",
+    )
+    homogeneous: bool = Field(
+        default=False,
+        description="Berth addition (seed 003's NodeGroupSizeFilter): every replica's engine on one node group "
+        "(pool) of one cluster with enough free nodes for all replicas (or minReplicas of them).",
+    )
+    model_cache_ref: ModelCacheRef | None = None
+    serving: Serving | None = None
 
     @field_validator("engines")
     @classmethod
@@ -194,6 +225,7 @@ class Template(Spec):
 
 
 class ModelDeploymentSpec(Spec):
+    crossplane: Carried | None = Field(default=None, description="What Crossplane adds to a live XR; carried.")
     replicas: NonNegativeInt
     min_replicas: NonNegativeInt | None = Field(
         default=None, description="Fewest replicas that still count as scheduled (seed 002 partial scheduling)."
@@ -213,3 +245,7 @@ class ModelDeployment(Spec):
     metadata: ObjectMeta
     spec: ModelDeploymentSpec
     status: dict[str, Any] | None = Field(default=None, description="Observed status; ignored on input.")
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace_or_default

@@ -12,6 +12,7 @@ from typing import Any
 from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster, NodePool, PoolShape
+from fleet.model_cache import ModelCache
 from fleet.node import Node
 from fleet.region import Region
 from fleet.replica import ModelReplica
@@ -35,9 +36,12 @@ class Fleet:
     tenants: dict[str, Tenant] = field(default_factory=dict)
     classes: dict[str, InferenceClass] = field(default_factory=dict)
     clusters: dict[str, InferenceCluster] = field(default_factory=dict)
+    # Namespaced kinds are keyed by name in the "default" namespace and by "<namespace>/<name>" elsewhere.
     deployments: dict[str, ModelDeployment] = field(default_factory=dict)
     # Observed replicas of every deployment; one whose cluster is gone is kept (the fleet scheduler drops it).
     replicas: dict[str, ModelReplica] = field(default_factory=dict)
+    # ModelCaches, which constrain where a deployment with a modelCacheRef places new replicas (fleet/cache.py).
+    caches: dict[str, ModelCache] = field(default_factory=dict)
     # What-if slot holds for offline `berth explain -f`; never applied to a database.
     slot_states: dict[str, SlotStateDocument] = field(default_factory=dict)
     # Kubernetes NodeLists of bring-your-own clusters (seed 003), as read; `fleet.byo` turns them into pools.

@@ -12,7 +12,8 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeInt, StrictBool, StrictInt, StrictStr, field_validator, model_validator
 
-from fleet.meta import ObjectMeta, Spec
+from fleet.meta import Carried, ObjectMeta, Spec
+from fleet.openapi import check_block
 
 # Kubernetes resource.Quantity: a signed decimal number with a binary suffix, a decimal suffix, or an exponent.
 QUANTITY_PATTERN = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
@@ -55,9 +56,21 @@ class Device(Spec):
     name: str
     claim: ClaimKind = ClaimKind.DRA
     driver: str | None = None
+    device_class_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description="DRA DeviceClass a DRA device is claimed through (Modelplane requires it; Berth falls back to the "
+        "driver, whose install creates a DeviceClass of that name).",
+    )
     count: NonNegativeInt = 1
     attributes: dict[str, DeviceAttribute] = Field(default_factory=dict)
     capacity: dict[str, DeviceCapacity] = Field(default_factory=dict)
+
+    @property
+    def claimed_through(self) -> str:
+        """The DeviceClass a ResourceClaim names for this device: its deviceClassName, else its driver, else its name."""
+        return self.device_class_name or self.driver or self.name
 
     def as_cel_device(self) -> dict[str, object]:
         """The mapping `scheduler.cel` evaluates selectors against (plain JSON-like data)."""
@@ -70,11 +83,21 @@ class Device(Spec):
 
 
 class InferenceClassSpec(Spec):
+    description: str | None = None
+    crossplane: Carried | None = Field(default=None, description="What Crossplane adds to a live XR; carried.")
+    provisioning: Carried | None = Field(
+        default=None, description="How Modelplane provisions a pool of this class (GKE, EKS, ...); carried, not read."
+    )
     devices: list[Device] = Field(default_factory=list)
     capabilities: list[str] = Field(
         default_factory=list,
         description="Serving capabilities of pools of this class, e.g. vllm, sglang (seed 002).",
     )
+
+    @field_validator("provisioning")
+    @classmethod
+    def _provisioning(cls, value: Carried | None) -> Carried | None:
+        return None if value is None else check_block("InferenceClass", "spec.provisioning", value)
 
     @field_validator("devices")
     @classmethod
@@ -92,3 +115,4 @@ class InferenceClass(Spec):
     kind: Literal["InferenceClass"]
     metadata: ObjectMeta
     spec: InferenceClassSpec
+    status: Carried | None = Field(default=None, description="Observed status (conditions); carried, not read.")

@@ -1,7 +1,9 @@
 """InferenceCluster: a cluster and its node pools, in Modelplane's shape, extended for GPU-as-a-service.
 
-Modelplane's part: `metadata.labels`, `spec.taints`, `spec.nodePools[]` (`name`, `className`, `nodeCount`) and the
-observed `status` (conditions, gateway address, gpuPools) its fleet scheduler reads. Berth's part: the cluster's
+Modelplane's part: every field of its XRD. Read: `metadata.labels`, `spec.taints`, `spec.nodePools[]` (`name`,
+`className`, `nodeCount` (default 1), `maxNodeCount`) and the observed `status` (conditions, gateway address,
+`gpuPools[]` with `nodes` and `devices`) its fleet scheduler reads. Carried: `spec.cluster`, `spec.crossplane`, a
+pool's `minNodeCount`, `zones`, `capacityBlock`, `fabric`, and the rest of `status`. Berth's part: the cluster's
 `region`, each pool's capacity `shape` and GPU product, and for slice and bare-metal pools the hosts themselves.
 """
 
@@ -10,10 +12,12 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from fleet.deadlines import PoolDeadlines
-from fleet.meta import Name, ObjectMeta, Spec
+from fleet.inference_class import Device
+from fleet.meta import Carried, Name, ObjectMeta, PoolName, Spec
+from fleet.openapi import check_block
 from fleet.node import Node, NodeTemplate
 
 
@@ -36,11 +40,20 @@ class Taint(Spec):
 
 
 class NodePool(Spec):
-    name: Name
+    name: PoolName
     class_name: Name
     node_count: int | None = Field(
-        default=None, description="Nodes in the pool; derived from the hosts for slice and bare-metal pools."
+        default=None,
+        description="Nodes in the pool: 1 when omitted (the XRD's default) for kubernetes pools; derived from the "
+        "hosts for slice and bare-metal pools.",
     )
+    min_node_count: int | None = Field(default=None, ge=0, description="Autoscaling floor; carried.")
+    max_node_count: int | None = Field(
+        default=None, ge=1, description="Autoscaling ceiling: the node count Modelplane publishes when set."
+    )
+    zones: list[str] | None = Field(default=None, description="Zones the pool is restricted to; carried.")
+    capacity_block: Carried | None = Field(default=None, description="EKS Capacity Block reservation; carried.")
+    fabric: Carried | None = Field(default=None, description="Node-to-node fabric (None, EFA, InfiniBand); carried.")
     shape: PoolShape = PoolShape.KUBERNETES
     gpu_product: str | None = Field(default=None, description="Product name used for requests and prices, e.g. H200.")
     nodes: list[Node] = Field(default_factory=list)
@@ -48,6 +61,38 @@ class NodePool(Spec):
     deadlines: PoolDeadlines | None = Field(
         default=None, description="Berth: per-state deadlines of allocations on this pool (slice and bare metal)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_node_count(cls, data: object) -> object:
+        """Modelplane's XRD defaults nodeCount to 1; slice and bare-metal pools count their hosts instead."""
+        if isinstance(data, dict) and data.get("shape", PoolShape.KUBERNETES.value) == PoolShape.KUBERNETES.value:
+            if data.get("nodeCount", data.get("node_count")) is None:
+                return {**data, "nodeCount": 1}
+        return data
+
+    @field_validator("capacity_block")
+    @classmethod
+    def _capacity_block(cls, value: Carried | None) -> Carried | None:
+        return None if value is None else check_block("InferenceCluster", "spec.nodePools[].capacityBlock", value)
+
+    @field_validator("fabric")
+    @classmethod
+    def _fabric(cls, value: Carried | None) -> Carried | None:
+        return None if value is None else check_block("InferenceCluster", "spec.nodePools[].fabric", value)
+
+    @property
+    def published_nodes(self) -> int:
+        """The node count Modelplane publishes for the pool (status.gpuPools[].nodes): maxNodeCount when the pool
+        autoscales, else nodeCount. Nodes past nodeCount may not exist yet (Modelplane #139)."""
+        if self.max_node_count is not None:
+            return self.max_node_count
+        return max(self.node_count or 0, 0)
+
+    @property
+    def autoscaled_nodes(self) -> int:
+        """How many of the published nodes the autoscaler has yet to create (0 for a fixed-size pool)."""
+        return max(self.published_nodes - max(self.node_count or 0, 0), 0)
 
     @model_validator(mode="after")
     def _hosts_match_shape(self) -> NodePool:
@@ -75,11 +120,14 @@ class Gateway(BaseModel):
 
 
 class GpuPoolStatus(BaseModel):
+    """A pool as Modelplane publishes it: its node count and the devices copied from its class. When `devices` is
+    published, placement matches against it (Modelplane's scheduler reads nothing else)."""
+
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     name: str
     nodes: int | None = None
-    devices: Any = None  # Modelplane publishes a list of devices here; Berth reads devices from the pool's class
+    devices: list[Device] | None = None
 
 
 class ClusterStatus(BaseModel):
@@ -90,6 +138,9 @@ class ClusterStatus(BaseModel):
     conditions: list[Condition] = Field(default_factory=list)
     gateway: Gateway | None = None
     gpu_pools: list[GpuPoolStatus] = Field(default_factory=list, alias="gpuPools")
+    provider_config_ref: dict[str, Any] | None = Field(default=None, alias="providerConfigRef")
+    cache: dict[str, Any] | None = None
+    namespace: str | None = None
 
     @property
     def ready(self) -> bool:
@@ -97,9 +148,18 @@ class ClusterStatus(BaseModel):
 
 
 class InferenceClusterSpec(Spec):
+    cluster: Carried | None = Field(
+        default=None, description="How Modelplane provisions or reaches the cluster (source GKE, EKS, ... Existing)."
+    )
+    crossplane: Carried | None = Field(default=None, description="What Crossplane adds to a live XR; carried.")
     region: Name | None = Field(default=None, description="Berth region; required for slice and bare-metal pools.")
     taints: list[Taint] = Field(default_factory=list)
     node_pools: list[NodePool] = Field(default_factory=list)
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster(cls, value: Carried | None) -> Carried | None:
+        return None if value is None else check_block("InferenceCluster", "spec.cluster", value)
 
     @model_validator(mode="after")
     def _region_for_hosts(self) -> InferenceClusterSpec:

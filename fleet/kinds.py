@@ -7,6 +7,7 @@ from pydantic import BaseModel
 from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
+from fleet.model_cache import ModelCache
 from fleet.region import Region
 from fleet.replica import ModelReplica
 from fleet.slot_state import SlotStateDocument
@@ -19,5 +20,6 @@ KINDS: dict[str, type[BaseModel]] = {
     "InferenceCluster": InferenceCluster,
     "ModelDeployment": ModelDeployment,
     "ModelReplica": ModelReplica,
+    "ModelCache": ModelCache,
     "SlotState": SlotStateDocument,
 }

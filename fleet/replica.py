@@ -1,9 +1,16 @@
-"""ModelReplica: one placed replica of a ModelDeployment, in Modelplane's shape.
+"""ModelReplica: one placed replica of a ModelDeployment, in Modelplane's shape (its XRD, field for field).
 
 Replicas are observed state: the fleet scheduler reads every replica of every deployment to know what is already
-placed and what each one was charged. Only the fields it reads are modelled; everything else a live object carries
-(pod templates, serving, status) is ignored, so replicas copied out of a cluster with `kubectl get -o yaml` load as
-they are. `berth plan` writes new replicas in this same shape, so a plan can be fed back in as input.
+placed and what each one was charged. Read: the labels, `spec.clusterName`, and per engine `copies` and per member
+`role`, `worker.nodes`, `nodePoolName` and `deviceRequests`. Carried: members' pod `template`, `serving`,
+`modelCacheRef`, an engine's `phase`, `spec.crossplane`, `status` and any metadata of a live object. A field no XRD
+defines is an error, except the two that replicas written by earlier Berth versions carry (`nodes` on a member,
+`device` on a request), which are still read.
+
+`berth plan` writes new replicas in this same shape, so a plan can be fed back in as input, and what it writes
+validates against Modelplane's ModelReplica XRD: the seed 001 span of a member that the resource fit spread over
+several nodes, which the XRD has no field for, travels in the annotation `berth.dev/member-nodes`
+(`{"<engine>": {"<member index>": nodes}}`).
 
 The ledger charges a replica at the cost it was stamped with (its `deviceRequests`), not at what the current spec
 would cost: a member without device requests claims nothing and costs no nodes.
@@ -11,23 +18,26 @@ would cost: a member without device requests claims nothing and costs no nodes.
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, SerializerFunctionWrapHandler, model_serializer
+from pydantic import model_validator
 from pydantic.alias_generators import to_camel
 
-from fleet.deployment import Role, WorkerSpec, member_pods
-from fleet.meta import ObjectMeta
+from fleet.deployment import ModelCacheRef, Role, Serving, WorkerSpec, member_pods
+from fleet.meta import Carried, ObjectMeta
 
 DEPLOYMENT_LABEL = "modelplane.ai/deployment"
 CLUSTER_LABEL = "modelplane.ai/cluster"
 INDEX_LABEL = "modelplane.ai/replica-index"
+MEMBER_NODES_ANNOTATION = "berth.dev/member-nodes"
 
 
 class Observed(BaseModel):
-    """Base for observed objects: camelCase, frozen, and fields Berth does not read are ignored, not refused."""
+    """Base for observed objects: camelCase, frozen; a field the XRD does not define is refused."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
 
 class ReplicaSelector(Observed):
@@ -41,16 +51,24 @@ class ReplicaDeviceRequest(Observed):
     count: NonNegativeInt = 1
     selectors: list[ReplicaSelector] = Field(default_factory=list)
     device_class_name: str | None = None
-    device: str | None = Field(default=None, description="Berth: the InferenceClass device the request resolved to.")
+    device: str | None = Field(
+        default=None, exclude=True, description="Read from replicas earlier Berth versions wrote; never written."
+    )
 
 
 class ReplicaMember(Observed):
     role: Role = Role.STANDALONE
     worker: WorkerSpec | None = None
     node_pool_name: str | None = Field(default=None, description="The pool the member is pinned to.")
-    device_requests: list[ReplicaDeviceRequest] = Field(default_factory=list)
+    device_requests: list[ReplicaDeviceRequest] = Field(
+        default_factory=list, description="Written only when non-empty: the XRD has it absent, never empty."
+    )
+    template: Carried | None = Field(default=None, description="The deployment member's pod template; carried.")
     nodes: int | None = Field(
-        default=None, description="Berth: nodes each copy spans when the resource fit (seed 001) spread it out."
+        default=None,
+        exclude=True,
+        description="Berth: nodes each copy spans when the resource fit (seed 001) spread it out; written as the "
+        "berth.dev/member-nodes annotation.",
     )
 
     @property
@@ -63,11 +81,15 @@ class ReplicaMember(Observed):
 class ReplicaEngine(Observed):
     name: str
     copies: int = 1
+    phase: Literal["Prefill", "Decode"] | None = None
     members: list[ReplicaMember] = Field(default_factory=list)
 
 
 class ModelReplicaSpec(Observed):
+    crossplane: Carried | None = None
     cluster_name: str | None = None
+    model_cache_ref: ModelCacheRef | None = None
+    serving: Serving | None = None
     engines: list[ReplicaEngine] = Field(default_factory=list)
 
 
@@ -76,6 +98,61 @@ class ModelReplica(Observed):
     kind: Literal["ModelReplica"]
     metadata: ObjectMeta
     spec: ModelReplicaSpec = Field(default_factory=ModelReplicaSpec)
+    status: Carried | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _member_nodes_from_annotation(cls, data: Any) -> Any:
+        """Put the berth.dev/member-nodes annotation back on the members it describes."""
+        if not isinstance(data, dict) or not isinstance(data.get("metadata"), dict):
+            return data  # built in code, not read from a document: the members carry their spans themselves
+        annotations = data["metadata"].get("annotations") or {}
+        raw = annotations.get(MEMBER_NODES_ANNOTATION) if isinstance(annotations, dict) else None
+        spec = data.get("spec")
+        if not raw or not isinstance(spec, dict) or not isinstance(spec.get("engines"), list):
+            return data
+        try:
+            spans = json.loads(raw)
+        except ValueError:
+            raise ValueError(f"metadata.annotations[{MEMBER_NODES_ANNOTATION}] is not JSON") from None
+        engines = []
+        for engine in spec["engines"]:
+            given = spans.get(engine.get("name")) if isinstance(engine, dict) and isinstance(spans, dict) else None
+            if given and isinstance(engine.get("members"), list):
+                members = [
+                    {**m, "nodes": given[str(i)]} if isinstance(m, dict) and str(i) in given else m
+                    for i, m in enumerate(engine["members"])
+                ]
+                engine = {**engine, "members": members}
+            engines.append(engine)
+        return {**data, "spec": {**spec, "engines": engines}}
+
+    @model_serializer(mode="wrap")
+    def _member_nodes_to_annotation(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Members' spans leave the spec (the XRD has no field for them) for the berth.dev/member-nodes annotation."""
+        data: dict[str, Any] = handler(self)
+        for engine in (data.get("spec") or {}).get("engines") or []:
+            for member in engine.get("members") or []:
+                if member.get("deviceRequests") == []:
+                    del member["deviceRequests"]
+        spans = {
+            engine.name: {str(i): m.nodes for i, m in enumerate(engine.members) if m.nodes is not None}
+            for engine in self.spec.engines
+        }
+        spans = {name: given for name, given in spans.items() if given}
+        if not self.metadata.annotations:
+            (data.get("metadata") or {}).pop("annotations", None)
+        if spans:
+            metadata = data.setdefault("metadata", {})
+            metadata["annotations"] = {
+                **(metadata.get("annotations") or {}),
+                MEMBER_NODES_ANNOTATION: json.dumps(spans, sort_keys=True),
+            }
+        return data
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace_or_default
 
     @property
     def deployment(self) -> str | None:

@@ -15,6 +15,8 @@ from fleet.errors import FleetProblem
 from fleet.fleet import Fleet
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
+from fleet.meta import DEFAULT_NAMESPACE, ObjectMeta
+from fleet.model_cache import ModelCache
 from fleet.node import Node
 from fleet.region import Region
 from fleet.replica import ModelReplica
@@ -29,8 +31,21 @@ _COLLECTIONS: dict[type[BaseModel], str] = {
     InferenceCluster: "clusters",
     ModelDeployment: "deployments",
     ModelReplica: "replicas",
+    ModelCache: "caches",
     SlotStateDocument: "slot_states",
 }
+
+
+NAMESPACED = (ModelDeployment, ModelReplica, ModelCache)
+
+
+def object_key(obj: BaseModel) -> str:
+    """How the fleet indexes an object: its name, or `<namespace>/<name>` for a namespaced kind outside the
+    "default" namespace (the same name in two namespaces is two objects)."""
+    metadata: ObjectMeta = obj.metadata  # type: ignore[attr-defined]
+    if isinstance(obj, NAMESPACED) and metadata.namespace_or_default != DEFAULT_NAMESPACE:
+        return f"{metadata.namespace}/{metadata.name}"
+    return metadata.name
 
 
 def _check_node(node: Node, where: FleetProblem, path: str) -> list[FleetProblem]:
@@ -129,7 +144,7 @@ def check_fleet(objects: Iterable[tuple[FleetProblem, BaseModel]]) -> tuple[Flee
     placed: list[tuple[FleetProblem, BaseModel]] = []
     for where, obj in objects:
         collection: dict[str, BaseModel] = getattr(fleet, _COLLECTIONS[type(obj)])
-        name = obj.metadata.name  # type: ignore[attr-defined]
+        name = object_key(obj)
         if name in collection:
             problems.append(
                 where.model_copy(update={"path": "metadata.name", "message": f"{where.kind} {name!r} is defined twice"})

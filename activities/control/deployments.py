@@ -28,7 +28,8 @@ from activities.deployment_contracts import (
 )
 from fleet.deployment import ModelDeployment
 from fleet.replica import ModelReplica
-from scheduler.fleet import manifest_dict, replica_manifest, schedule_deployment
+from fleet.planning import plan_deployment
+from scheduler.fleet import manifest_dict, replica_manifest
 from store import deployments as store
 from store.deployments import Health, LedgerOvercommit, Usage
 
@@ -64,7 +65,7 @@ class DeploymentActivities:
             classes = await store.load_classes(session)
             others = await store.recorded_replicas(session, exclude_deployment=name)
         own = [ModelReplica.model_validate(m) for m in input.own_replicas]
-        plan = schedule_deployment(deployment, clusters, classes, [*others, *own])
+        plan = plan_deployment(deployment, clusters, classes, [*others, *own])
         manifests = [manifest_dict(replica_manifest(deployment, placement)) for placement in plan.new]
         return PlannedDeployment(plan=plan, new_replicas=manifests, clusters_observed=len(names))
 

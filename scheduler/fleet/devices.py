@@ -25,6 +25,7 @@ class Claim:
     count: int
     device: str
     selectors: tuple[str, ...] = ()
+    device_class_name: str | None = None  # the DRA DeviceClass the device is claimed through
 
 
 def match_requests(
@@ -53,7 +54,13 @@ def match_requests(
         device = devices[chosen]
         if device.claim is ClaimKind.DRA:
             claims.append(
-                Claim(name=request.name, count=request.count, device=device.name, selectors=tuple(expressions))
+                Claim(
+                    name=request.name,
+                    count=request.count,
+                    device=device.name,
+                    selectors=tuple(expressions),
+                    device_class_name=device.claimed_through,
+                )
             )
     return tuple(claims)
 

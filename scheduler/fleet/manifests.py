@@ -1,7 +1,9 @@
 """New replicas as ModelReplica objects, in the shape the scheduler reads back, so a plan can be fed in as input.
 
 Labels are Modelplane's (deployment, cluster, per-cluster index) on top of the template's own labels; each member
-carries its pinned pool and the requests it claims, which is what the ledger charges it by on the next pass.
+carries its pinned pool, its pod template and the requests it claims (with the DeviceClass each is claimed through),
+which is what the ledger charges it by on the next pass. The object validates against Modelplane's ModelReplica XRD
+(`fleet/replica.py` says how Berth's one extra, a member's seed 001 span, travels as an annotation).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from fleet.replica import (
     ReplicaSelector,
 )
 from scheduler.fleet.results import ReplicaPlacement
+
+DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"  # NVIDIA's DRA driver's DeviceClass, for a request whose device names none
 
 
 def replica_manifest(deployment: ModelDeployment, placement: ReplicaPlacement) -> ModelReplica:
@@ -45,21 +49,27 @@ def replica_manifest(deployment: ModelDeployment, placement: ReplicaPlacement) -
                     ReplicaDeviceRequest(
                         name=r.name,
                         count=r.count,
-                        device=r.device,
+                        device_class_name=r.device_class_name or r.device or DEFAULT_DEVICE_CLASS,
                         selectors=[ReplicaSelector(cel=s) for s in r.selectors],
                     )
                     for r in placed_member.device_requests
                 ],
+                template=member.template or {},
                 nodes=placed_member.span,
             )
             for member, placed_member in zip(engine.members, placed.members, strict=True)
         ]
-        engines.append(ReplicaEngine(name=engine.name, copies=engine.copies, members=members))
+        engines.append(ReplicaEngine(name=engine.name, copies=engine.copies, phase=engine.phase, members=members))
     return ModelReplica(
         api_version=deployment.api_version,
         kind="ModelReplica",
-        metadata=ObjectMeta(name=placement.name, labels=labels),
-        spec=ModelReplicaSpec(cluster_name=placement.cluster, engines=engines),
+        metadata=ObjectMeta(name=placement.name, namespace=deployment.namespace, labels=labels),
+        spec=ModelReplicaSpec(
+            cluster_name=placement.cluster,
+            model_cache_ref=template.spec.model_cache_ref,
+            serving=template.spec.serving,
+            engines=engines,
+        ),
     )
 
 

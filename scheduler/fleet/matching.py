@@ -69,7 +69,9 @@ class Matcher:
             if isinstance(fit, str):
                 return fit
             name = "cpu" if fit.step is FitStep.CPU else "gpu"
-            return MemberFit(claims=(Claim(name=name, count=fit.count, device=fit.device),), pods=fit.nodes, fit=fit)
+            through = next((d.claimed_through for d in inference_class.spec.devices if d.name == fit.device), None)
+            claim = Claim(name=name, count=fit.count, device=fit.device, device_class_name=through)
+            return MemberFit(claims=(claim,), pods=fit.nodes, fit=fit)
         claims = match_requests(member.requests, inference_class, self._selectors)
         if isinstance(claims, str):
             return claims

@@ -65,7 +65,13 @@ class PlacementRecords:
                     pool=choice.pool.name,
                     nodes=fit.pods * choice.engine.copies if fit.claims else 0,
                     device_requests=[
-                        RequestPlacement(name=c.name, count=c.count, device=c.device, selectors=list(c.selectors))
+                        RequestPlacement(
+                            name=c.name,
+                            count=c.count,
+                            device=c.device,
+                            selectors=list(c.selectors),
+                            device_class_name=c.device_class_name,
+                        )
                         for c in fit.claims
                     ],
                     fit=fit.fit.step if fit.fit else None,
@@ -107,7 +113,13 @@ def _observed_member(member: ReplicaMember, copies: int) -> MemberPlacement:
         pool=member.node_pool_name,
         nodes=stamped_member_cost(member, copies),
         device_requests=[
-            RequestPlacement(name=r.name, count=r.count, device=r.device, selectors=[s.cel for s in r.selectors])
+            RequestPlacement(
+                name=r.name,
+                count=r.count,
+                device=r.device,
+                selectors=[s.cel for s in r.selectors],
+                device_class_name=r.device_class_name,
+            )
             for r in member.device_requests
         ],
         span=member.nodes,

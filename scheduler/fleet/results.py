@@ -26,6 +26,7 @@ class StatusReason(StrEnum):
     INVALID_NODE_SELECTOR = "InvalidNodeSelector"
     NO_CLUSTERS = "NoClusters"
     INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+    MODEL_CACHE_NOT_FOUND = "ModelCacheNotFound"  # the referenced ModelCache is missing: nothing new is placed
 
 
 class ClusterReason(StrEnum):
@@ -60,6 +61,7 @@ class RequestPlacement(Output):
     count: int
     device: str | None  # the InferenceClass device claimed (unknown for replicas Berth did not place)
     selectors: list[str] = []
+    device_class_name: str | None = None  # the DRA DeviceClass it is claimed through
 
 
 class MemberPlacement(Output):
