@@ -53,6 +53,13 @@ class Demand:
     tolerations: tuple[Toleration, ...]
     strategy: PlacementStrategy | None
     engines: tuple[EngineDemand, ...]
+    single_cluster: bool = False  # every replica on one cluster (seed 002)
+    homogeneous: bool = False  # each engine of every replica on one node group (pool) of one cluster (seed 003)
+
+    @property
+    def together(self) -> bool:
+        """Whether the replicas must share a cluster (`together.py`) rather than spread across the fleet."""
+        return self.single_cluster or self.homogeneous
 
     def selector_expressions(self) -> list[str]:
         """Every CEL expression, in the order a reader meets them in the manifest (so errors name the first)."""
@@ -97,6 +104,8 @@ def compile_demand(deployment: ModelDeployment) -> Demand:
         tolerations=tuple(template.tolerations),
         strategy=template.placement_strategy,
         engines=tuple(engines),
+        single_cluster=template.single_cluster,
+        homogeneous=template.homogeneous,
     )
 
 

@@ -10,7 +10,7 @@ may miss an assignment a search would find when engines compete for one pool, an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fleet.deployment import PlacementStrategy
@@ -35,33 +35,37 @@ class Refusal:
 
 
 def place_engines(
-    pools: Sequence[Pool], demand: Demand, matcher: Matcher, ledger: Ledger
+    pools: Sequence[Pool], demand: Demand, matcher: Matcher, ledger: Ledger, pins: Mapping[str, str] | None = None
 ) -> list[EngineChoice] | Refusal:
+    """`pins` (engine name -> pool name) restricts each engine to one pool, as homogeneous placement needs."""
     taken: dict[str, int] = {}  # nodes earlier engines of this replica took, by pool
     choices: list[EngineChoice] = []
     for engine in demand.engines:
         best: tuple[tuple[int, int, int], Pool, EngineFit] | None = None
         for position, pool in enumerate(pools):
+            if pins is not None and pins.get(engine.name) != pool.name:
+                continue
             fit = matcher.engine(engine, pool.class_name)
             if isinstance(fit, str):
                 continue
             free = ledger.free(pool) - taken.get(pool.name, 0)
             if free < fit.nodes:
                 continue
-            key = (fit.rank, _strategy_key(demand.strategy, free - fit.nodes), position)
+            key = (fit.rank, strategy_key(demand.strategy, free - fit.nodes), position)
             if best is None or key < best[0]:
                 best = (key, pool, fit)
             if demand.strategy is None and fit.rank == 0:
                 break
         if best is None:
-            return _refusal(engine, pools, ledger, taken, matcher)
+            allowed = pools if pins is None else [p for p in pools if p.name == pins.get(engine.name)]
+            return _refusal(engine, allowed, ledger, taken, matcher)
         _, pool, fit = best
         taken[pool.name] = taken.get(pool.name, 0) + fit.nodes
         choices.append(EngineChoice(engine=engine, pool=pool, fit=fit))
     return choices
 
 
-def _strategy_key(strategy: PlacementStrategy | None, remaining: int) -> int:
+def strategy_key(strategy: PlacementStrategy | None, remaining: int) -> int:
     if strategy is PlacementStrategy.BINPACK:
         return remaining
     if strategy is PlacementStrategy.SPREAD:

@@ -17,15 +17,25 @@ from scheduler.fleet.pools import Pool
 
 
 class Ledger:
-    def __init__(self, charged: dict[tuple[str, str], int]) -> None:
+    def __init__(self, charged: dict[tuple[str, str], int], base: Ledger | None = None) -> None:
         self._charged = charged
+        self._base = base
+
+    def used(self, cluster: str, pool: str) -> int:
+        own = self._charged.get((cluster, pool), 0)
+        return own + self._base.used(cluster, pool) if self._base is not None else own
 
     def free(self, pool: Pool) -> int:
-        return pool.nodes - self._charged.get((pool.cluster, pool.name), 0)
+        return pool.nodes - self.used(pool.cluster, pool.name)
 
     def charge(self, cluster: str, pool: str, nodes: int) -> None:
         if nodes:
             self._charged[(cluster, pool)] = self._charged.get((cluster, pool), 0) + nodes
+
+    def fork(self) -> Ledger:
+        """A ledger that starts where this one is and charges on its own: for trying a cluster without touching
+        this one (`together.py`), at the cost of the charges made, not of copying every pool's."""
+        return Ledger({}, base=self)
 
 
 def build_ledger(deployment: str, retained: Iterable[ModelReplica], replicas: Iterable[ModelReplica]) -> Ledger:

@@ -27,6 +27,8 @@ class StatusReason(StrEnum):
     NO_CLUSTERS = "NoClusters"
     INSUFFICIENT_CAPACITY = "InsufficientCapacity"
     MODEL_CACHE_NOT_FOUND = "ModelCacheNotFound"  # the referenced ModelCache is missing: nothing new is placed
+    NO_SINGLE_CLUSTER = "NoSingleCluster"  # singleCluster: no one cluster holds every replica (or minReplicas)
+    NO_SUITABLE_NODE_GROUP = "NoSuitableNodeGroup"  # homogeneous: no node group holds them (KAITO's denial)
 
 
 class ClusterReason(StrEnum):
@@ -50,6 +52,8 @@ class DropReason(StrEnum):
     POOL_NO_LONGER_MATCHES = "PoolNoLongerMatches"
     DUPLICATE_INDEX = "DuplicateIndex"
     SCALED_DOWN = "ScaledDown"
+    SINGLE_CLUSTER = "SingleCluster"  # singleCluster: the deployment runs on another cluster
+    OTHER_NODE_GROUP = "OtherNodeGroup"  # homogeneous: the deployment runs on another node group
 
 
 class Output(BaseModel):

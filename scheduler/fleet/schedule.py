@@ -5,6 +5,9 @@ The steps, each in its own module, in the order they run:
 
     retain -> scale down -> ledger -> fill (engine and pool matching inside) -> minReplicas -> status
 
+With `singleCluster` or `homogeneous`, `together.py` takes the place of the fill: one cluster (and node group) for
+every replica instead of spreading.
+
 Below minReplicas (seed 002) the fill's new replicas are held back: nothing new is placed, the retained replicas
 stay, and the status is ScheduleFailed saying how many could have been placed.
 """
@@ -29,6 +32,7 @@ from scheduler.fleet.retain import retain
 from scheduler.fleet.scale_down import scale_down
 from scheduler.fleet.selectors import DeviceSelectors
 from scheduler.fleet.status import deployment_status, invalid_selector_status
+from scheduler.fleet.together import fill_together
 
 
 def schedule_deployment(
@@ -61,20 +65,25 @@ def schedule_deployment(
     retention = retain(demand, ours, by_name, selected, matcher)
     scaled = scale_down(retention.kept, demand.replicas)
     filled = Filled(placed=[], refusals={})
-    if len(scaled.kept) < demand.replicas:
+    kept_replicas, moved, refused = scaled.kept, [], None
+    if demand.together:
+        ledger = build_ledger(demand.deployment, scaled.kept, observed)
+        together = fill_together(demand, by_name, selected, scaled.kept, ledger, matcher)
+        kept_replicas, moved, filled, refused = together.kept, together.dropped, together.filled, together.refused
+    elif len(scaled.kept) < demand.replicas:
         ledger = build_ledger(demand.deployment, scaled.kept, observed)
         filled = fill(demand, by_name, selected, scaled.kept, ledger, matcher)
     held_back = 0
-    if demand.min_replicas and len(scaled.kept) + len(filled.placed) < demand.min_replicas:
+    if demand.min_replicas and len(kept_replicas) + len(filled.placed) < demand.min_replicas:
         # Seed 002: partial scheduling only above minReplicas. Below it, place nothing new (retained replicas stay).
         held_back, filled = len(filled.placed), Filled(placed=[], refusals=filled.refusals)
 
-    kept = sorted(scaled.kept, key=lambda r: (r.cluster or "", r.index))
+    kept = sorted(kept_replicas, key=lambda r: (r.cluster or "", r.index))
     new = sorted(filled.placed, key=lambda r: (r.cluster, r.index))
     return FleetPlan(
         deployment=demand.deployment,
         replicas=[records.retained(r, gateways[r.cluster or ""]) for r in kept]
         + [records.new(r, gateways[r.cluster]) for r in new],
-        dropped=retention.dropped + scaled.dropped,
-        status=deployment_status(demand, len(kept), len(new), len(selected), filled.refusals, held_back),
+        dropped=retention.dropped + scaled.dropped + moved,
+        status=deployment_status(demand, len(kept), len(new), len(selected), filled.refusals, held_back, refused),
     )

@@ -19,9 +19,16 @@ from scheduler.fleet.results import ClusterVerdict, DeploymentStatus, Phase, Sel
 
 
 def deployment_status(
-    demand: Demand, retained: int, new: int, checked: int, refusals: Mapping[str, Refusal], held_back: int = 0
+    demand: Demand,
+    retained: int,
+    new: int,
+    checked: int,
+    refusals: Mapping[str, Refusal],
+    held_back: int = 0,
+    refused: tuple[StatusReason, str] | None = None,
 ) -> DeploymentStatus:
-    """`held_back`: replicas the fill found room for but that were not placed, the total being below minReplicas."""
+    """`held_back`: replicas the fill found room for but that were not placed, the total being below minReplicas.
+    `refused`: the reason and message when singleCluster or homogeneous placement found no cluster or node group."""
     available = retained + new
     desired = demand.replicas
     scheduled = f"{available} of {desired} replicas scheduled"
@@ -41,6 +48,8 @@ def deployment_status(
                     f"{available + held_back} of {desired} replicas can be scheduled, fewer than minReplicas "
                     f"{demand.min_replicas}: no new replica placed (checked {checked} clusters)"
                 )
+    if refused is not None:  # the replicas kept are left as they were, but the deployment is not scheduled
+        phase, (reason, message) = Phase.SCHEDULE_FAILED, refused
     return DeploymentStatus(
         desired=desired,
         min_replicas=demand.min_replicas,

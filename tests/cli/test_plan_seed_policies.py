@@ -156,3 +156,94 @@ def test_a_memory_need_that_is_not_a_usable_quantity_is_refused_per_pool(tmp_pat
     code, out = run("-f", fleet, "-f", write(tmp_path, "d.yaml", model("zero", replicas=1, members=members)))
     assert code == 1
     assert "gpuMemory '0' is not a positive, finite quantity" in out
+
+
+# Seed 002: a model on at most one server (singleCluster); seed 003: one node group (homogeneous).
+
+
+def where(document: dict[str, Any]) -> list[tuple[str, str, int, str]]:
+    """(origin, cluster, index, pool of the first engine) of every replica in the first plan."""
+    return [(r["origin"], r["cluster"], r["index"], r["engines"][0]["pool"]) for r in document["plans"][0]["replicas"]]
+
+
+def two_clusters(tmp_path: Path, a: int, b: int, name: str = "fleet.yaml") -> str:
+    return write(
+        tmp_path, name, gpu_class("h100-8x"),
+        inference_cluster("a", [("h100", "h100-8x", a)]), inference_cluster("b", [("h100", "h100-8x", b)]),
+    )  # fmt: skip
+
+
+def test_single_cluster_puts_every_replica_on_one_cluster_that_holds_them_all(tmp_path: Path) -> None:
+    fleet = two_clusters(tmp_path, 2, 4)
+    code, spread = plan_json(fleet, write(tmp_path, "spread.yaml", model("m", replicas=3)))
+    assert code == 0 and {c for _, c, _, _ in where(spread)} == {"a", "b"}  # Modelplane spreads by default
+    code, single = plan_json(fleet, write(tmp_path, "single.yaml", model("m", replicas=3, singleCluster=True)))
+    assert code == 0
+    assert where(single) == [("new", "b", 0, "h100"), ("new", "b", 1, "h100"), ("new", "b", 2, "h100")]
+    assert single["plans"][0]["status"]["phase"] == "FullyScheduled"
+
+
+def test_single_cluster_prefers_the_cluster_already_hosting_the_model(tmp_path: Path) -> None:
+    fleet = write(
+        tmp_path, "fleet.yaml", gpu_class("h100-8x"),
+        inference_cluster("a", [("h100", "h100-8x", 8)]), inference_cluster("z", [("h100", "h100-8x", 4)]),
+    )  # fmt: skip
+    only_z = write(tmp_path, "z.yaml", gpu_class("h100-8x"), inference_cluster("z", [("h100", "h100-8x", 4)]))
+    code, initial = plan_json(only_z, write(tmp_path, "d2.yaml", model("m", replicas=2, singleCluster=True)))
+    assert code == 0
+    running = write(tmp_path, "running.yaml", *initial["plans"][0]["newReplicas"])
+    code, grown = plan_json(fleet, write(tmp_path, "d3.yaml", model("m", replicas=3, singleCluster=True)), running)
+    assert code == 0
+    assert where(grown) == [("retained", "z", 0, "h100"), ("retained", "z", 1, "h100"), ("new", "z", 2, "h100")]
+
+
+def test_single_cluster_refuses_with_a_reason_when_no_cluster_holds_every_replica_or_min_replicas(
+    tmp_path: Path,
+) -> None:
+    fleet = two_clusters(tmp_path, 2, 2)
+    code, out = run("-f", fleet, "-f", write(tmp_path, "d.yaml", model("m", replicas=3, singleCluster=True)))
+    assert code == 1
+    assert (
+        "# ModelDeployment m: ScheduleFailed: no single cluster can hold 3 replicas (singleCluster): "
+        "the most is 2 on cluster a" in out
+    )
+    assert "#   b: InsufficientNodes: holds 2 of 3 replicas: engine serve: pool h100: needs 1 free node, has 0" in out
+    assert "kind: ModelReplica" not in out
+    # With minReplicas 2, one cluster holding two is a partial schedule, still on one cluster.
+    code, partial = plan_json(
+        fleet, write(tmp_path, "p.yaml", model("m", replicas=3, min_replicas=2, singleCluster=True))
+    )
+    assert code == 0 and partial["plans"][0]["status"]["phase"] == "PartiallyScheduled"
+    assert where(partial) == [("new", "a", 0, "h100"), ("new", "a", 1, "h100")]
+
+
+def test_turning_single_cluster_on_gathers_the_replicas_on_the_cluster_that_holds_them(tmp_path: Path) -> None:
+    fleet = two_clusters(tmp_path, 1, 4)
+    code, spread = plan_json(fleet, write(tmp_path, "spread.yaml", model("m", replicas=2)))
+    assert code == 0 and [c for _, c, _, _ in where(spread)] == ["a", "b"]
+    running = write(tmp_path, "running.yaml", *spread["plans"][0]["newReplicas"])
+    code, single = plan_json(fleet, write(tmp_path, "single.yaml", model("m", replicas=2, singleCluster=True)), running)
+    assert code == 0
+    assert where(single) == [("retained", "b", 0, "h100"), ("new", "b", 1, "h100")]
+    assert [(d["name"], d["reason"], d["message"]) for d in single["plans"][0]["dropped"]] == [
+        ("m-a-0", "SingleCluster", "singleCluster: the deployment runs on cluster b")
+    ]
+
+
+def test_homogeneous_puts_every_replica_on_one_node_group_with_room_for_all_of_them(tmp_path: Path) -> None:
+    fleet = write(
+        tmp_path, "fleet.yaml", gpu_class("h100-8x"),
+        inference_cluster("a", [("small", "h100-8x", 2), ("large", "h100-8x", 3)]),
+    )  # fmt: skip
+    code, first_fit = plan_json(fleet, write(tmp_path, "ff.yaml", model("m", replicas=3)))
+    assert code == 0 and [p for *_, p in where(first_fit)] == ["small", "small", "large"]
+    code, grouped = plan_json(fleet, write(tmp_path, "h.yaml", model("m", replicas=3, homogeneous=True)))
+    assert code == 0 and [p for *_, p in where(grouped)] == ["large", "large", "large"]
+
+    code, out = run("-f", fleet, "-f", write(tmp_path, "big.yaml", model("m", replicas=4, homogeneous=True)))
+    assert code == 1
+    assert (
+        "ScheduleFailed: No suitable node group found: insufficient capacity or no matching configurations "
+        "after filtering. No node group holds 4 replicas: the most is 3 on node group large of cluster a" in out
+    )
+    assert "#   a: InsufficientNodes: holds 3 of 4 replicas on node group large: " in out

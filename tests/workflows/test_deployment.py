@@ -90,11 +90,12 @@ async def test_schedule_failed_explains_and_cancel_tears_down(temporal_client, s
         assert "no device of class h200" in status.clusters[0].message
         assert (await lab.handle("nothing-fits").describe()).typed_search_attributes.get(STATE) == "ScheduleFailed"
 
-        # minReplicas above what fits: ScheduleFailed although one replica runs.
+        # minReplicas above what fits: two would fit, three are needed, so none is started (seed 002).
         await lab.apply(deployment("big", 3, min_replicas=3))
-        status = await lab.settled("big", 2)
-        assert (status.phase, status.scheduled) == ("ScheduleFailed", 2)
-        assert status.message.startswith("2 of 3 replicas scheduled")
+        status = await lab.wait_until("big", lambda s: s.phase is not None and s.state == "steady")
+        assert (status.phase, status.scheduled, status.available, status.replicas) == ("ScheduleFailed", 0, 0, [])
+        assert status.message.startswith("2 of 3 replicas can be scheduled, fewer than minReplicas 3")
+        assert lab.workloads() == [] and await lab.ledger() == []
 
         # Cancellation tears everything down too, and the run ends Cancelled.
         await lab.handle("big").cancel()

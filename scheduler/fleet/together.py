@@ -1,0 +1,218 @@
+"""Seeds 002 and 003: every replica of a deployment on one cluster, or on one node group, instead of spreading.
+
+Two opt-in options under `spec.template.spec` (Modelplane spreads, so both are off by default):
+
+- `singleCluster: true`, Seldon's "a model is assigned to at most one server, which therefore needs enough replicas
+  to host all replicas of the model": every replica on one cluster.
+- `homogeneous: true`, KAITO's NodeGroupSizeFilter: every replica's engine on the same node group (a pool is one
+  node group: one InferenceClass, or one GFD label set for NodeList pools) of one cluster, and that group must have
+  free nodes for all of them. Implies one cluster.
+
+Clusters are tried in order: the ones already hosting replicas of this deployment first (most replicas first, so
+the cluster already hosting the model is preferred and nothing flip-flops), then by name. The first that holds every
+replica wins. If none does, the one holding the most wins when that is at least `minReplicas` (partial scheduling);
+without `minReplicas` every replica must fit. Otherwise nothing changes: no replica is placed or removed, and the
+status is `NoSingleCluster` or `NoSuitableNodeGroup` (with KAITO's denial message), each cluster saying how many
+replicas it could hold and why no more. When a cluster is chosen, replicas of this deployment elsewhere (or, with
+`homogeneous`, on another node group) are removed (delete plus create, as any move).
+
+Each try works on a fork of the ledger, so a cluster tried and not chosen charges nothing. Engines pick their node
+group greedily in engine order, as `engines.py` picks pools: the first group in published order (or by
+`placementStrategy`) with room for every replica still needed, else the one with room for the most.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from fleet.inference_cluster import InferenceCluster
+from fleet.replica import ModelReplica, ReplicaEngine
+from scheduler.fleet.demand import Demand
+from scheduler.fleet.engines import Refusal, place_engines, strategy_key
+from scheduler.fleet.fill import Filled, NewReplica, ineligibility
+from scheduler.fleet.ledger import Ledger
+from scheduler.fleet.matching import Matcher
+from scheduler.fleet.pools import Pool
+from scheduler.fleet.results import ClusterReason, DroppedReplica, DropReason, StatusReason
+
+KAITO_DENIAL = "No suitable node group found: insufficient capacity or no matching configurations after filtering."
+
+
+@dataclass(frozen=True)
+class Together:
+    kept: list[ModelReplica]
+    dropped: list[DroppedReplica]
+    filled: Filled
+    refused: tuple[StatusReason, str] | None  # set when no cluster (or node group) was chosen
+
+
+@dataclass
+class _Try:
+    cluster: str
+    kept: list[ModelReplica]
+    elsewhere: list[ModelReplica]  # replicas on this cluster but another node group (homogeneous)
+    placed: list[NewReplica] = field(default_factory=list)
+    refusal: Refusal | None = None
+    pins: dict[str, str] | None = None
+
+    @property
+    def holds(self) -> int:
+        return len(self.kept) + len(self.placed)
+
+
+def fill_together(
+    demand: Demand,
+    clusters: Mapping[str, InferenceCluster],
+    selected: Mapping[str, tuple[Pool, ...]],
+    kept: Sequence[ModelReplica],
+    ledger: Ledger,
+    matcher: Matcher,
+) -> Together:
+    target = demand.replicas
+    floor = demand.min_replicas if demand.min_replicas is not None else target
+    by_cluster: dict[str, list[ModelReplica]] = {}
+    for replica in sorted(kept, key=lambda r: r.index):
+        by_cluster.setdefault(replica.cluster or "", []).append(replica)
+    order = sorted(selected, key=lambda name: (-len(by_cluster.get(name, [])), name))
+
+    tries: list[_Try] = []
+    chosen: _Try | None = None
+    for name in order:
+        attempt = _try(demand, clusters[name], selected[name], by_cluster.get(name, []), ledger, matcher)
+        tries.append(attempt)
+        if attempt.holds >= target:
+            chosen = attempt
+            break
+    if chosen is None and tries:
+        best = max(tries, key=lambda t: t.holds)  # max keeps the first of equals: the preferred order
+        if best.holds >= floor and best.holds > 0:
+            chosen = best
+
+    if chosen is None:
+        return Together(
+            kept=list(kept),
+            dropped=[],
+            filled=Filled(placed=[], refusals={t.cluster: _verdict(t, target) for t in tries}),
+            refused=_refusal(demand, tries, target, floor),
+        )
+    refusals = {t.cluster: _verdict(t, target) for t in tries} if chosen.holds < target else {}
+    moved = {r.metadata.name for r in chosen.elsewhere}
+    return Together(
+        kept=chosen.kept,
+        dropped=[_moved(r, demand, chosen) for r in kept if r.cluster != chosen.cluster or r.metadata.name in moved],
+        filled=Filled(placed=chosen.placed, refusals=refusals),
+        refused=None,
+    )
+
+
+def _try(
+    demand: Demand,
+    cluster: InferenceCluster,
+    pools: tuple[Pool, ...],
+    here: list[ModelReplica],
+    ledger: Ledger,
+    matcher: Matcher,
+) -> _Try:
+    name = cluster.metadata.name
+    attempt = _Try(cluster=name, kept=list(here), elsewhere=[])
+    if demand.homogeneous and here:
+        reference = {e.name: _pool_of(e) for e in here[0].spec.engines}
+        attempt.pins = {k: v for k, v in reference.items() if v is not None}
+        attempt.kept = [r for r in here if {e.name: _pool_of(e) for e in r.spec.engines} == reference]
+        names = {r.metadata.name for r in attempt.kept}
+        attempt.elsewhere = [r for r in here if r.metadata.name not in names]
+    need = demand.replicas - len(attempt.kept)
+    if need <= 0:
+        return attempt
+    refusal = ineligibility(cluster, demand)
+    if refusal is not None:
+        attempt.refusal = refusal
+        return attempt
+    fork = ledger.fork()
+    if demand.homogeneous and attempt.pins is None:
+        groups = _node_groups(demand, pools, matcher, fork, need)
+        if isinstance(groups, Refusal):
+            attempt.refusal = groups
+            return attempt
+        attempt.pins = groups
+    held = {r.index for r in attempt.kept}
+    while len(attempt.placed) < need:
+        choices = place_engines(pools, demand, matcher, fork, attempt.pins)
+        if isinstance(choices, Refusal):
+            attempt.refusal = choices
+            break
+        index = next(i for i in range(len(held) + 1) if i not in held)
+        held.add(index)
+        for choice in choices:
+            fork.charge(name, choice.pool.name, choice.fit.nodes)
+        attempt.placed.append(NewReplica(cluster=name, index=index, engines=choices))
+    return attempt
+
+
+def _node_groups(
+    demand: Demand, pools: tuple[Pool, ...], matcher: Matcher, ledger: Ledger, need: int
+) -> dict[str, str] | Refusal:
+    """Per engine, the node group (pool) all `need` new replicas use: the first (by resource-fit rank, then
+    placementStrategy, then published order) with room for all of them, else the one with room for the most."""
+    taken: dict[str, int] = {}
+    pins: dict[str, str] = {}
+    for engine in demand.engines:
+        best: tuple[tuple[int, int, int, int], Pool, int] | None = None  # (rank key, group, nodes it takes)
+        for position, pool in enumerate(pools):
+            fit = matcher.engine(engine, pool.class_name)
+            if isinstance(fit, str):
+                continue
+            free = ledger.free(pool) - taken.get(pool.name, 0)
+            room = max(0, min(free // fit.nodes, need)) if fit.nodes else need
+            key = (-room, fit.rank, strategy_key(demand.strategy, free - room * fit.nodes), position)
+            if best is None or key < best[0]:
+                best = (key, pool, room * fit.nodes)
+        if best is None:
+            why = "; ".join(
+                f"pool {p.name}: {f}" for p in pools if isinstance(f := matcher.engine(engine, p.class_name), str)
+            )
+            return Refusal(
+                ClusterReason.NO_MATCHING_POOL, f"engine {engine.name}: {why or 'the cluster publishes no pools'}"
+            )
+        _, pool, nodes = best
+        taken[pool.name] = taken.get(pool.name, 0) + nodes
+        pins[engine.name] = pool.name
+    return pins
+
+
+def _pool_of(engine: ReplicaEngine) -> str | None:
+    return next((m.node_pool_name for m in engine.members if m.node_pool_name), None)
+
+
+def _verdict(attempt: _Try, target: int) -> Refusal:
+    why = attempt.refusal or Refusal(ClusterReason.INSUFFICIENT_NODES, "no further replica fits")
+    groups = f" on node group {', '.join(sorted(set(attempt.pins.values())))}" if attempt.pins else ""
+    return Refusal(why.reason, f"holds {attempt.holds} of {target} replicas{groups}: {why.message}")
+
+
+def _refusal(demand: Demand, tries: list[_Try], target: int, floor: int) -> tuple[StatusReason, str]:
+    wanted = f"{target} replicas" + (f" (or minReplicas {floor})" if floor < target else "")
+    best = max(tries, key=lambda t: t.holds) if tries else None
+    most = "no cluster is selected"
+    if best is not None:
+        group = f" node group {', '.join(sorted(set(best.pins.values())))} of" if best.pins else ""
+        most = f"the most is {best.holds} on{group} cluster {best.cluster}"
+    if demand.homogeneous:
+        return StatusReason.NO_SUITABLE_NODE_GROUP, f"{KAITO_DENIAL} No node group holds {wanted}: {most}"
+    return StatusReason.NO_SINGLE_CLUSTER, f"no single cluster can hold {wanted} (singleCluster): {most}"
+
+
+def _moved(replica: ModelReplica, demand: Demand, chosen: _Try) -> DroppedReplica:
+    if replica.cluster == chosen.cluster:
+        reason, where = (
+            DropReason.OTHER_NODE_GROUP,
+            f"node group {', '.join(sorted(set((chosen.pins or {}).values())))}",
+        )
+        message = f"homogeneous: the deployment runs on {where} of cluster {chosen.cluster}"
+    else:
+        option = "homogeneous" if demand.homogeneous else "singleCluster"
+        reason, message = DropReason.SINGLE_CLUSTER, f"{option}: the deployment runs on cluster {chosen.cluster}"
+    return DroppedReplica(
+        name=replica.metadata.name, cluster=replica.cluster, index=replica.index, reason=reason, message=message
+    )
