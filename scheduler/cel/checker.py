@@ -16,7 +16,8 @@ once with the types from `types.py` and the declarations from `library.py` and r
 
 The cost estimate mirrors the shape of cel-go's (each step costs 1, a comprehension multiplies its body by
 the largest range it can meet: 32 for a device's attribute and capacity maps, the length of a literal, 64
-otherwise), not its exact numbers. Anything typed `dyn` (every attribute value) is left to run time.
+otherwise), not its exact numbers. Anything typed `dyn` (every attribute value) is left to run time, and so is
+what no estimate can know (the length of a published string): evaluation counts its actual cost too (cost.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import NoReturn
 
 import lark
 
+from scheduler.cel.cost import MAX_COST
 from scheduler.cel.errors import SelectorCompileError
 from scheduler.cel.library import FUNCTIONS, KUBERNETES_ONLY
 from scheduler.cel.syntax import Node, arguments, depth, is_cel_bind, plain_name, position, position_after, unwrap
@@ -52,7 +54,6 @@ from scheduler.cel.types import (
     map_of,
 )
 
-MAX_COST = 1_000_000  # resource.CELSelectorExpressionMaxCost
 # cel-python evaluates recursively, about three Python frames per syntax level, under the recursion limit
 # evaluator.py sets (2500): 300 levels leave room for the caller. Real selectors nest 20 to 60 levels.
 MAX_DEPTH = 300
@@ -250,7 +251,12 @@ class _Checker:
             return self._macro(name, method_token, target_node, args, scope)
         namespace = plain_name(target_node)
         if namespace in _KUBERNETES_NAMESPACES and namespace not in scope:
-            self._fail(method_token, f"function '{namespace}.{name}' is not supported by Berth's CEL environment")
+            qualified = f"{namespace}.{name}"
+            if qualified not in FUNCTIONS:
+                self._fail(method_token, f"function '{qualified}' is not supported by Berth's CEL environment")
+            checked_args = [self.check(arg, scope) for arg in args]
+            result = self._resolve(qualified, [arg.type for arg in checked_args], False, method_token)
+            return Checked(result, sum(arg.cost for arg in checked_args) + 1)
         target = self.check(target_node, scope)
         checked_args = [self.check(arg, scope) for arg in args]
         result = self._resolve(name, [target.type, *(arg.type for arg in checked_args)], True, method_token)

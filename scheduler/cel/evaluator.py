@@ -10,6 +10,9 @@ cel-python 0.5 interprets the syntax tree directly. This subclass of its evaluat
 * Lookups fail as cel-go reports them: "no such key: name", and list indexes must be in range (cel-python
   would accept -1).
 * `has(e.f)` is an error when `e` itself is (cel-python would say false).
+* `strings.quote(s)`: a namespaced function, where cel-python would look up a variable `strings`.
+* Actual cost (cost.py): every evaluated node that is more than a precedence wrapper or a literal costs 1, every
+  comprehension iteration 1 more; past the limit evaluation stops with `CostLimitExceeded`.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ import lark
 from celpy import celtypes
 from celpy.evaluation import Activation, CELEvalError, Evaluator
 
+from scheduler.cel.cost import charge
 from scheduler.cel.library import RUNTIME_FUNCTIONS, type_name
-from scheduler.cel.syntax import arguments, is_cel_bind, plain_name, unwrap
+from scheduler.cel.syntax import PASS_THROUGH, arguments, is_cel_bind, plain_name, unwrap
 
 # cel-python recurses through its syntax tree, about three Python frames per level; checker.MAX_DEPTH
 # keeps expressions well inside this. cel-python's own Environment raises the limit the same way.
@@ -31,6 +35,8 @@ _RECURSION_LIMIT = 2500
 sys.setrecursionlimit(max(sys.getrecursionlimit(), _RECURSION_LIMIT))
 
 _GLOBALS = Activation(annotations={}, functions=RUNTIME_FUNCTIONS)
+# Nodes that cost nothing: precedence wrappers passing one child up, and literal constants (as in cel-go).
+_FREE = PASS_THROUGH | {"literal"}
 
 Result = Any  # a CEL value or a CELEvalError carried as a value
 
@@ -46,11 +52,18 @@ class DeviceSelectorEvaluator(Evaluator):
     def sub_evaluator(self, ast: lark.Tree) -> DeviceSelectorEvaluator:
         return DeviceSelectorEvaluator(ast, activation=self.activation)
 
+    def _visit_tree(self, tree: lark.Tree) -> Result:
+        """Every node goes through here (lark's Interpreter): charge the ones that do work."""
+        if tree.data not in _FREE or (len(tree.children) != 1 and tree.data != "literal"):
+            charge(1)
+        return super()._visit_tree(tree)
+
     def _scoped(self, body: lark.Tree, name: str) -> Callable[[Any], Result]:
         """`body` as a function of one variable; errors come back as values."""
         nested = self.sub_evaluator(body)
 
         def run(value: Any) -> Result:
+            charge(1)  # the iteration itself, besides its body
             try:
                 return nested.evaluate({name: value})
             except CELEvalError as error:
@@ -83,6 +96,8 @@ class DeviceSelectorEvaluator(Evaluator):
         if is_cel_bind(tree):
             value = self.visit(args[1])
             return self._scoped(args[2], plain_name(args[0]) or "")(value)
+        if plain_name(tree.children[0]) == "strings" and "strings" not in self.activation.identifiers:
+            return self.function_eval(lark.Token("IDENT", f"strings.{name}"), [self.visit(arg) for arg in args])
         if name not in _MACROS:
             return super().member_dot_arg(tree)
         target = self.visit(tree.children[0])

@@ -2,7 +2,9 @@
 own builtin does not already behave as Kubernetes does, its implementation (for the evaluator).
 
 One table serves both so a function cannot be declared without being implemented, or the reverse. The
-declarations follow cel-go's standard library plus the two Kubernetes libraries the DRA environment adds:
+declarations follow cel-go's standard library, its strings extension (version 2, as Kubernetes' base environment
+enables it: `charAt`, `indexOf`, `lastIndexOf`, `lowerAscii`, `upperAscii`, `replace`, `split`, `substring`,
+`trim`, `join`, `format`, `strings.quote`; see strings.py), plus the two Kubernetes libraries the DRA environment adds:
 quantity (`quantity`, `isQuantity`, `sign`, `isGreaterThan`, `isLessThan`, `compareTo`, `add`, `sub`,
 `asInteger`, `asApproximateFloat`, `isInteger`) and semver (`semver`, `isSemver`, `isGreaterThan`,
 `isLessThan`, `compareTo`, `major`, `minor`, `patch`). As in Kubernetes, `sign` is a global function:
@@ -23,6 +25,8 @@ from typing import Any
 from celpy import celtypes
 from celpy.evaluation import CELEvalError, base_functions
 
+from scheduler.cel import strings
+from scheduler.cel.cost import charge_regex, charge_text
 from scheduler.cel.quantity import Quantity, QuantityError, parse_quantity
 from scheduler.cel.semver import Semver, SemverError, parse_semver, parse_semver_normalized
 from scheduler.cel.types import (
@@ -42,7 +46,10 @@ from scheduler.cel.types import (
     TYPE,
     UINT,
     CelType,
+    list_of,
 )
+
+LIST_OF_STRING = list_of(STRING)
 
 
 @dataclass(frozen=True)
@@ -155,13 +162,42 @@ def _erring(function: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
 
 
 @_erring
-def _equal(left: Any, right: Any) -> celtypes.BoolType:
+def _equal(left: Any, right: Any) -> Any:
+    """Kubernetes' semver and quantity values refuse `==` with anything but their own kind (their Equal answers "no
+    such overload"), so `version == "1.2.3"` is an error, not false. cel-go asks the left operand, so the reverse,
+    `"1.2.3" == version`, is false, and `!=` (true unless Equal says true) is true: both as in Kubernetes."""
+    if isinstance(left, Quantity | Semver) and right is not None and type_name(left) != type_name(right):
+        return CELEvalError(f"no such overload: _==_({type_name(left)}, {type_name(right)})")
     return celtypes.BoolType(cel_equal(left, right))
 
 
 @_erring
 def _not_equal(left: Any, right: Any) -> celtypes.BoolType:
     return celtypes.BoolType(not cel_equal(left, right))
+
+
+def _traversing(name: str) -> Callable[..., Any]:
+    """cel-python's builtin string predicate, charged its traversal of the strings it reads."""
+    builtin = base_functions[name]
+
+    def run(*args: Any) -> Any:
+        charge_text(*(str(arg) for arg in args if isinstance(arg, celtypes.StringType)))
+        return builtin(*args)
+
+    return run
+
+
+def _matches(text: Any, pattern: Any) -> Any:
+    if isinstance(text, celtypes.StringType) and isinstance(pattern, celtypes.StringType):
+        charge_regex(str(text), str(pattern))
+    return base_functions["matches"](text, pattern)
+
+
+def _concatenated(left: Any, right: Any) -> Any:
+    """`+`, charged the copy when it joins strings."""
+    if isinstance(left, celtypes.StringType) and isinstance(right, celtypes.StringType):
+        charge_text(str(left), str(right))
+    return base_functions["_+_"](left, right)
 
 
 @_erring
@@ -315,7 +351,8 @@ FUNCTIONS: dict[str, Function] = {
             _global(TIMESTAMP, TIMESTAMP, DURATION),
             _global(TIMESTAMP, DURATION, TIMESTAMP),
             _global(DURATION, DURATION, DURATION),
-        )
+        ),
+        _concatenated,
     ),
     "_-_": Function(
         _closed(*NUMERIC)
@@ -340,10 +377,10 @@ FUNCTIONS: dict[str, Function] = {
         tuple(_global(INT, each) for each in (STRING, BYTES, ANY_LIST, ANY_MAP))
         + tuple(_member(INT, each) for each in (STRING, BYTES, ANY_LIST, ANY_MAP))
     ),
-    "contains": Function((_member(BOOL, STRING, STRING),)),
-    "startsWith": Function((_member(BOOL, STRING, STRING),)),
-    "endsWith": Function((_member(BOOL, STRING, STRING),)),
-    "matches": Function((_member(BOOL, STRING, STRING), _global(BOOL, STRING, STRING))),
+    "contains": Function((_member(BOOL, STRING, STRING),), _traversing("contains")),
+    "startsWith": Function((_member(BOOL, STRING, STRING),), _traversing("startsWith")),
+    "endsWith": Function((_member(BOOL, STRING, STRING),), _traversing("endsWith")),
+    "matches": Function((_member(BOOL, STRING, STRING), _global(BOOL, STRING, STRING)), _matches),
     "int": Function(tuple(_global(INT, each) for each in (INT, UINT, DOUBLE, STRING, TIMESTAMP))),
     "uint": Function(tuple(_global(UINT, each) for each in (INT, UINT, DOUBLE, STRING))),
     "double": Function(tuple(_global(DOUBLE, each) for each in (INT, UINT, DOUBLE, STRING))),
@@ -365,6 +402,23 @@ FUNCTIONS: dict[str, Function] = {
     "getMinutes": Function(_CLOCK_PARTS),
     "getSeconds": Function(_CLOCK_PARTS),
     "getMilliseconds": Function(_CLOCK_PARTS),
+    # cel-go's strings extension, version 2 (scheduler/cel/strings.py).
+    "charAt": Function((_member(STRING, STRING, INT),), strings.char_at),
+    "indexOf": Function((_member(INT, STRING, STRING), _member(INT, STRING, STRING, INT)), strings.index_of),
+    "lastIndexOf": Function((_member(INT, STRING, STRING), _member(INT, STRING, STRING, INT)), strings.last_index_of),
+    "lowerAscii": Function((_member(STRING, STRING),), strings.lower_ascii),
+    "upperAscii": Function((_member(STRING, STRING),), strings.upper_ascii),
+    "replace": Function(
+        (_member(STRING, STRING, STRING, STRING), _member(STRING, STRING, STRING, STRING, INT)), strings.replace
+    ),
+    "split": Function(
+        (_member(LIST_OF_STRING, STRING, STRING), _member(LIST_OF_STRING, STRING, STRING, INT)), strings.split
+    ),  # fmt: skip
+    "substring": Function((_member(STRING, STRING, INT), _member(STRING, STRING, INT, INT)), strings.substring),
+    "trim": Function((_member(STRING, STRING),), strings.trim),
+    "join": Function((_member(STRING, LIST_OF_STRING), _member(STRING, LIST_OF_STRING, STRING)), strings.join),
+    "format": Function((_member(STRING, STRING, ANY_LIST),), strings.format_string),
+    "strings.quote": Function((_global(STRING, STRING),), strings.quote),
     # Kubernetes quantity library.
     "quantity": Function((_global(QUANTITY, STRING),), _quantity),
     "isQuantity": Function((_global(BOOL, STRING),), _is_quantity),
@@ -415,9 +469,8 @@ RUNTIME_FUNCTIONS: dict[str, Callable[..., Any]] = {
 # fmt: off
 KUBERNETES_ONLY = frozenset(
     {
-        # strings extension
-        "charAt", "indexOf", "lastIndexOf", "lowerAscii", "upperAscii", "replace", "split", "substring",
-        "trim", "join", "format", "reverse",
+        # strings extension beyond version 2 (Kubernetes enables version 2)
+        "reverse",
         # lists, sets and regex libraries
         "isSorted", "sum", "min", "max", "slice", "flatten", "distinct", "sort", "sortBy", "find", "findAll",
         # URL, IP and CIDR libraries

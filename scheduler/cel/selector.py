@@ -23,6 +23,7 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
 from scheduler.cel.checker import check
+from scheduler.cel.cost import CostLimitExceeded, tracking
 from scheduler.cel.device import Device, prepare_device
 from scheduler.cel.errors import DeviceError, SelectorRuntimeError
 from scheduler.cel.evaluator import evaluate
@@ -94,7 +95,10 @@ class Selector:
     def _evaluate(self, device: Device) -> bool | _Failure:
         _count("evaluations")
         try:
-            result = evaluate(self._tree, {"device": device.value})
+            with tracking():
+                result = evaluate(self._tree, {"device": device.value})
+        except CostLimitExceeded as error:
+            return _Failure(str(error))
         except CELEvalError as error:
             return _Failure(_reason(error), error.line, error.column)
         except (TypeError, ValueError, ArithmeticError, RecursionError) as error:

@@ -18,7 +18,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 from scheduler.cel.errors import SelectorCompileError
 
 # Nodes that only carry their single child up one precedence level (parentheses change nothing in CEL).
-_PASS_THROUGH = frozenset(
+PASS_THROUGH = frozenset(
     {
         "expr",
         "conditionalor",
@@ -84,7 +84,7 @@ def _describe(error: UnexpectedInput) -> str:
 
 def unwrap(node: lark.Tree) -> lark.Tree:
     """The first node below `node` that does more than pass its single child through."""
-    while node.data in _PASS_THROUGH and len(node.children) == 1 and isinstance(node.children[0], lark.Tree):
+    while node.data in PASS_THROUGH and len(node.children) == 1 and isinstance(node.children[0], lark.Tree):
         node = node.children[0]
     return node
 
@@ -105,6 +105,8 @@ def is_cel_bind(node: lark.Tree) -> bool:
 
 def arguments(node: lark.Tree) -> list[lark.Tree]:
     """The argument expressions of a call node (ident_arg or member_dot_arg), possibly none."""
+    if not node.children:  # `[]`, `{}`
+        return []
     last = node.children[-1]
     if isinstance(last, lark.Tree) and last.data == "exprlist":
         return [child for child in last.children if isinstance(child, lark.Tree)]

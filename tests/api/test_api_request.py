@@ -17,7 +17,7 @@ from store.models import AllocationRow
 from tests.api.stack import Stack
 
 H200_SELECTOR = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"'
-B200_SELECTOR = 'device.attributes["gpu.nvidia.com"].productName.endsWith("B200")'
+B200_SELECTOR = 'device.attributes["gpu.nvidia.com"].productName.lowerAscii().endsWith("b200")'
 
 
 async def _allocations(stack: Stack) -> int:

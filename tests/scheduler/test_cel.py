@@ -294,7 +294,7 @@ def test_an_undeclared_identifier_is_a_compile_error_at_its_position() -> None:
         ('device.name == "gpu-0"', "undefined field 'name'", 8),
         ("device.allowMultipleAllocations == false", "undefined field 'allowMultipleAllocations'", 8),
         ("device.driver.size == 1", "type 'string' does not support field selection", 15),
-        ('device.driver.split(".").size() == 3', "function 'split' is not supported", 15),
+        ('device.driver.reverse() == "x"', "function 'reverse' is not supported", 15),  # strings v3; Kubernetes: v2
         ("frobnicate(device.driver)", "undeclared reference to 'frobnicate'", 1),
         ('has(device.attributes["gpu.nvidia.com"]["productName"])', "invalid argument to has() macro", 1),
         ("[1, 2].all(1, true)", "all() takes a variable name and an expression", 8),
