@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from fleet.deadlines import PoolDeadlines
 from fleet.inference_class import Device
 from fleet.meta import Carried, Name, ObjectMeta, PoolName, Spec
-from fleet.openapi import check_block
 from fleet.node import Node, NodeTemplate
+from fleet.openapi import check_block
 
 
 class PoolShape(StrEnum):

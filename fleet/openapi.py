@@ -4,7 +4,7 @@ Berth models what it reads with pydantic; the blocks it only carries (an Inferen
 InferenceCluster's `cluster`, a member's pod `template`, ...) are checked against the XRD's own openAPIV3Schema, so
 a field Modelplane defines loads and a typo in one is still an error with its path, without restating hundreds of
 fields by hand. The check covers what the API server's structural validation covers: types, unknown fields,
-required fields, enums, lengths, counts and bounds. The XRDs' CEL rules (`x-kubernetes-validations`) are not run.
+required fields, enums, patterns, lengths, counts and bounds. The XRDs' CEL rules (`x-kubernetes-validations`) are not run.
 
 The JSON files are copies of each XRD's `spec.versions[v1alpha1].schema.openAPIV3Schema` (descriptions dropped);
 each names the commit it was taken from.
@@ -13,6 +13,7 @@ each names the commit it was taken from.
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,8 @@ def schema_problems(schema: dict[str, Any], value: Any, path: str = "") -> list[
             problems.append(f"{where}: must have at least {schema['minLength']} character(s)")
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             problems.append(f"{where}: must have at most {schema['maxLength']} characters")
+        if "pattern" in schema and re.search(schema["pattern"], value) is None:
+            problems.append(f"{where}: must match {schema['pattern']} (got {value!r})")
     if isinstance(value, int | float) and not isinstance(value, bool):
         if "minimum" in schema and value < schema["minimum"]:
             problems.append(f"{where}: must be at least {schema['minimum']}")
@@ -98,7 +101,9 @@ def schema_problems(schema: dict[str, Any], value: Any, path: str = "") -> list[
 
 
 def _object_problems(schema: dict[str, Any], value: dict[str, Any], path: str, where: str) -> list[str]:
-    problems = [f"{_join(path, key)}: is required but missing" for key in schema.get("required", ()) if key not in value]
+    problems = [
+        f"{_join(path, key)}: is required but missing" for key in schema.get("required", ()) if key not in value
+    ]
     if len(value) < schema.get("minProperties", 0):
         problems.append(f"{where}: must set at least {schema['minProperties']} field(s)")
     if "maxProperties" in schema and len(value) > schema["maxProperties"]:

@@ -79,9 +79,7 @@ def plan_deployment(
 ) -> FleetPlan:
     """Plan one deployment over the fleet as Modelplane would, with Berth's status notes."""
     declared = {c.metadata.name: c for c in clusters}
-    effective, effective_classes = with_published_devices(
-        [_autoscaled_counts(c) for c in declared.values()], classes
-    )
+    effective, effective_classes = with_published_devices([_autoscaled_counts(c) for c in declared.values()], classes)
     gate = gate_on_cache(deployment, effective, caches or {})
     plan = schedule_deployment(gate.deployment, gate.clusters, effective_classes, _as_seen_by(deployment, replicas))
     status = plan.status
