@@ -10,6 +10,7 @@ import typer
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
 from cli.output import OutputFormat, console, errors, fail, print_json
+from cli.plan import capability_list
 from config.context import NotConfigured, database_url
 from config.settings import Settings
 from config.temporal import connect
@@ -56,12 +57,16 @@ def apply(
         str | None, typer.Option(help="Cluster that NodeList documents (kubectl get nodes -o yaml) describe.")
     ] = None,
     region: Annotated[str | None, typer.Option(help="Region of the --cluster a NodeList creates.")] = None,
+    capabilities: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated capabilities (e.g. vllm,sglang) every pool a NodeList creates offers."),
+    ] = None,
     output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.TEXT,
 ) -> None:
     """Apply a fleet file: regions, tenants, inference classes and clusters with their pools and hosts."""
     try:
         if dry_run:
-            fleet, _ = adopt_node_lists(load_fleet(files), cluster, region)
+            fleet, _ = adopt_node_lists(load_fleet(files), cluster, region, capability_list(capabilities))
             refuse_non_inventory(fleet)
             counts = {"regions": len(fleet.regions), "tenants": len(fleet.tenants), "classes": len(fleet.classes),
                       "clusters": len(fleet.clusters), "nodes": sum(len(p.nodes) for p in fleet.pools())}  # fmt: skip
@@ -69,7 +74,7 @@ def apply(
                 f"valid: {', '.join(f'{v} {k}' for k, v in counts.items())}"
             )
             return
-        fleet, skipped = adopt_node_lists(load_fleet(files), cluster, region)  # files first, database after
+        fleet, skipped = adopt_node_lists(load_fleet(files), cluster, region, capability_list(capabilities))
         for node in skipped:
             errors.print(f"[yellow]skipped node {node.name}[/]: {node.reason}", highlight=False)
         result, tokens = asyncio.run(_apply(database_url(Settings()), fleet, prune))

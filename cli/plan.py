@@ -6,18 +6,26 @@ gives a file the next plan takes with `-f replicas.yaml`, headed by the placemen
 `--output json` prints the stable document described in scheduler/fleet/README.md. Several deployments in the
 files are planned in name order, each seeing the replicas planned before it. Exit status: 0 when every deployment
 is at least partially scheduled, 1 when one is ScheduleFailed, 2 when the files are invalid.
+
+A NodeList in the files (`kubectl get nodes -o yaml`) becomes a bring-your-own cluster, as with `berth apply`:
+`--cluster NAME` names it (without it the NodeList is refused, never ignored), `--capabilities` says what its pools
+serve, `--gateway` gives its gateway address.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
 
-from cli.output import OutputFormat, fail, print_json
+from cli.output import OutputFormat, errors, fail, print_json
+from fleet.byo import adopt_node_lists
 from fleet.errors import FleetError
+from fleet.fleet import Fleet
+from fleet.inference_cluster import ClusterStatus, Condition, Gateway
 from fleet.loader import load_fleet
 from fleet.planning import plan_deployment
 from scheduler.fleet import FleetPlan, Phase, manifest_dict, replica_manifest
@@ -30,15 +38,29 @@ def plan(
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help="text (a YAML stream) or json.")] = (
         OutputFormat.TEXT
     ),
+    cluster: Annotated[
+        str | None, typer.Option(help="Cluster that NodeList documents (kubectl get nodes -o yaml) describe.")
+    ] = None,
+    capabilities: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated capabilities (e.g. vllm,sglang) every pool a NodeList creates offers."),
+    ] = None,
+    gateway: Annotated[
+        str | None, typer.Option(help="Gateway address of the --cluster a NodeList creates (replicas need one).")
+    ] = None,
 ) -> None:
     """Plan a ModelDeployment offline from files (Modelplane's placement semantics).
 
     Prints the replicas kept, the new ones with cluster, index, pool and node cost, the ones removed, and the
     status with a reason for every cluster that took no more."""
     try:
-        fleet = load_fleet(files)
+        fleet, skipped = adopt_node_lists(load_fleet(files), cluster, None, capability_list(capabilities))
     except FleetError as exc:
         fail(str(exc), code=2)
+    if cluster is not None and cluster in fleet.clusters:
+        fleet = _observed(fleet, cluster, gateway)
+    for node in skipped:
+        errors.print(f"[yellow]skipped node {node.name}[/]: {node.reason}", highlight=False)
     deployments = list(fleet.deployments.values())
     replicas = list(fleet.replicas.values())
     if not deployments:
@@ -57,6 +79,22 @@ def plan(
         typer.echo(_render_text(results), nl=False)
     if any(r.status.phase is Phase.SCHEDULE_FAILED for r, _ in results):
         raise typer.Exit(1)
+
+
+def capability_list(text: str | None) -> list[str]:
+    """`--capabilities vllm,sglang` as a list; pools derived from a NodeList offer these (seed 003)."""
+    return [item.strip() for item in (text or "").split(",") if item.strip()]
+
+
+def _observed(fleet: Fleet, name: str, gateway: str | None) -> Fleet:
+    """A NodeList is what `kubectl get nodes` observed on a live cluster, so the cluster it becomes is Ready, with
+    the node counts it listed; its gateway address is the operator's to give (`--gateway`), else it takes no
+    replica and the plan says so (NoGatewayAddress)."""
+    adopted = fleet.clusters[name]
+    status = ClusterStatus(
+        conditions=[Condition(type="Ready", status="True")], gateway=Gateway(address=gateway) if gateway else None
+    )
+    return replace(fleet, clusters={**fleet.clusters, name: adopted.model_copy(update={"status": status})})
 
 
 def _render_text(results: list[tuple[FleetPlan, list[dict[str, Any]]]]) -> str:

@@ -7,6 +7,7 @@ derived from the labels; nodes missing a label are reported back, never guessed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from fleet.errors import FleetError, FleetProblem
@@ -16,8 +17,11 @@ from fleet.meta import API_VERSIONS, ObjectMeta
 from fleet.nodelist import SkippedNode, pools_from_node_list
 
 
-def adopt_node_lists(fleet: Fleet, cluster: str | None, region: str | None = None) -> tuple[Fleet, list[SkippedNode]]:
-    """The fleet with its NodeLists turned into cluster `cluster`; raises FleetError if that cannot be done."""
+def adopt_node_lists(
+    fleet: Fleet, cluster: str | None, region: str | None = None, capabilities: Sequence[str] = ()
+) -> tuple[Fleet, list[SkippedNode]]:
+    """The fleet with its NodeLists turned into cluster `cluster`; raises FleetError if that cannot be done.
+    `capabilities` (vllm, sglang, ...) are offered by every pool derived, beside those its nodes are labelled with."""
     if not fleet.node_lists:
         return fleet, []
     if cluster is None:
@@ -45,7 +49,7 @@ def adopt_node_lists(fleet: Fleet, cluster: str | None, region: str | None = Non
         )
     pools, classes, skipped = [], dict(fleet.classes), []
     for document in fleet.node_lists:
-        grouped = pools_from_node_list(document)
+        grouped = pools_from_node_list(document, capabilities)
         skipped.extend(grouped.skipped)
         for inference_class in grouped.classes(API_VERSIONS[0]):
             classes.setdefault(inference_class.metadata.name, inference_class)

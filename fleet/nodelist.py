@@ -5,13 +5,17 @@ NVIDIA GPU Feature Discovery labels every GPU node with `nvidia.com/gpu.product`
 is a homogeneous pool by construction, and each group gets an InferenceClass derived from the labels: one DRA
 device of driver gpu.nvidia.com with the GPU count, a `productName` attribute and a `memory` capacity. A node
 missing any of the three labels, or carrying one that is not a number where a number belongs, is reported, not
-guessed: it joins no pool.
+guessed: it joins no pool. MIG-partitioned nodes (GFD's `nvidia.com/mig.strategy`, `nvidia.com/mig-<profile>.count`
+labels, or a product ending in `-MIG-<profile>`) form groups of their own whose classes publish MIG devices, never
+whole GPUs. Capabilities (vllm, sglang, ...) come from `capabilities.berth.dev/<name>: "true"` node labels and from
+the operator (`--capabilities`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +28,21 @@ COUNT_LABEL = "nvidia.com/gpu.count"
 MEMORY_LABEL = "nvidia.com/gpu.memory"
 GFD_LABELS = (PRODUCT_LABEL, COUNT_LABEL, MEMORY_LABEL)
 GPU_DRIVER = "gpu.nvidia.com"
+# Berth's label for what a node's GPUs can serve (seed 001/002 capabilities: vllm, sglang, ...): one label per
+# capability, `capabilities.berth.dev/vllm: "true"`, since a label value cannot hold a list.
+CAPABILITY_PREFIX = "capabilities.berth.dev/"
+# GPU Feature Discovery's MIG labels: the strategy, and per MIG profile its device count and memory (MiB).
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+MIG_PROFILE_LABEL = re.compile(r"^nvidia\.com/mig-(?P<profile>[^/]+)\.(?P<field>count|memory)$")
+
+
+@dataclass(frozen=True, order=True)
+class MigDevices:
+    """One MIG profile of a partitioned node: `count` GPU instances of `memory_mib` each, never whole GPUs."""
+
+    profile: str
+    count: int
+    memory_mib: int
 
 
 @dataclass(frozen=True, order=True)
@@ -31,12 +50,25 @@ class NodeGroupKey:
     product: str
     count: int
     memory_mib: int
+    mig: tuple[MigDevices, ...] = ()  # set for MIG-partitioned nodes: then count and memory_mib are not whole GPUs
 
     @property
     def slug(self) -> str:
-        """A name for the group's pool and class: `nvidia-h100-80gb-hbm3-8x81559mi`."""
-        product = re.sub(r"[^a-z0-9]+", "-", self.product.lower()).strip("-") or "gpu"
-        return f"{product}-{self.count}x{self.memory_mib}mi"
+        """A name for the group's pool and class: `nvidia-h100-80gb-hbm3-8x81559mi`; for a MIG-partitioned node
+        under GFD's mixed strategy `nvidia-a100-sxm4-40gb-mig-14x1g-5gb-4x3g-20gb` (its MIG devices, never its
+        GPUs). Pool names hold at most 40 characters, so a longer one keeps 31 and a hash of the rest."""
+        product = _slugify(self.product) or "gpu"
+        if self.mig and "-mig-" not in f"{product}-":
+            slug = "-".join([f"{product}-mig", *(f"{m.count}x{_slugify(m.profile)}" for m in self.mig)])
+        else:
+            slug = f"{product}-{self.count}x{self.memory_mib}mi"
+        if len(slug) <= 40:
+            return slug
+        return f"{slug[:31].rstrip('-')}-{hashlib.sha256(slug.encode()).hexdigest()[:8]}"
+
+
+def _slugify(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
 @dataclass(frozen=True)
@@ -49,6 +81,7 @@ class SkippedNode:
 class NodeGroup:
     key: NodeGroupKey
     nodes: tuple[str, ...]
+    capabilities: tuple[str, ...] = ()  # what every node of the group offers (labels), plus the operator's option
 
 
 @dataclass(frozen=True)
@@ -63,50 +96,86 @@ class NodeListPools:
         return [NodePool(name=g.key.slug, class_name=g.key.slug, node_count=len(g.nodes)) for g in self.groups]
 
     def classes(self, api_version: str) -> list[InferenceClass]:
-        return [derived_class(g.key, api_version) for g in self.groups]
+        return [derived_class(g.key, api_version, g.capabilities) for g in self.groups]
 
 
-def pools_from_node_list(document: Mapping[str, Any]) -> NodeListPools:
-    """Group a `NodeList` (or a `List` of `Node`s, which is what kubectl prints) by its GFD labels."""
+def pools_from_node_list(document: Mapping[str, Any], capabilities: Iterable[str] = ()) -> NodeListPools:
+    """Group a `NodeList` (or a `List` of `Node`s, which is what kubectl prints) by its GFD labels.
+
+    A group's class offers the capabilities every one of its nodes is labelled with (`capabilities.berth.dev/<name>:
+    "true"`), plus `capabilities`, which the operator gives for the whole NodeList (`--capabilities`)."""
     kind = document.get("kind")
     if kind not in ("NodeList", "List"):
         raise ValueError(f"expected a NodeList or a List of Nodes (got kind {kind!r})")
     items = document.get("items") or []
     groups: dict[NodeGroupKey, list[str]] = {}
+    offered: dict[NodeGroupKey, set[str]] = {}
     skipped: list[SkippedNode] = []
     for position, item in enumerate(items):
         if not isinstance(item, Mapping) or item.get("kind", "Node") != "Node":
             raise ValueError(f"items[{position}] is not a Node")
         metadata = item.get("metadata") or {}
         name = str(metadata.get("name") or f"items[{position}]")
-        key = _group_key(metadata.get("labels") or {})
+        labels = metadata.get("labels") or {}
+        key = _group_key(labels)
         if isinstance(key, str):
             skipped.append(SkippedNode(name=name, reason=key))
         else:
             groups.setdefault(key, []).append(name)
+            mine = _labelled_capabilities(labels)
+            offered[key] = offered[key] & mine if key in offered else mine
+    extra = {c.strip().lower() for c in capabilities if c.strip()}
     return NodeListPools(
-        groups=tuple(NodeGroup(key=k, nodes=tuple(sorted(groups[k]))) for k in sorted(groups)),
+        groups=tuple(
+            NodeGroup(key=k, nodes=tuple(sorted(groups[k])), capabilities=tuple(sorted(offered[k] | extra)))
+            for k in sorted(groups)
+        ),
         skipped=tuple(skipped),
     )
 
 
-def derived_class(key: NodeGroupKey, api_version: str) -> InferenceClass:
+def _labelled_capabilities(labels: Mapping[str, Any]) -> set[str]:
+    return {
+        key.removeprefix(CAPABILITY_PREFIX).lower()
+        for key, value in labels.items()
+        if key.startswith(CAPABILITY_PREFIX) and str(value).lower() == "true"
+    }
+
+
+def derived_class(key: NodeGroupKey, api_version: str, capabilities: Iterable[str] = ()) -> InferenceClass:
+    """One `gpu` device of whole GPUs; for a MIG-partitioned group one `mig-<profile>` device per MIG profile,
+    with a `migProfile` attribute, so selectors and the resource fit never take a GPU instance for a whole GPU."""
+    if key.mig:
+        devices = [
+            Device(
+                name=f"mig-{mig.profile}",
+                claim=ClaimKind.DRA,
+                driver=GPU_DRIVER,
+                count=mig.count,
+                attributes={
+                    "productName": DeviceAttribute(string=_mig_product(key.product, mig.profile)),
+                    "migProfile": DeviceAttribute(string=mig.profile),
+                },
+                capacity={"memory": DeviceCapacity(value=f"{mig.memory_mib}Mi")},
+            )
+            for mig in key.mig
+        ]
+    else:
+        devices = [
+            Device(
+                name="gpu",
+                claim=ClaimKind.DRA,
+                driver=GPU_DRIVER,
+                count=key.count,
+                attributes={"productName": DeviceAttribute(string=key.product)},
+                capacity={"memory": DeviceCapacity(value=f"{key.memory_mib}Mi")},
+            )
+        ]
     return InferenceClass(
         api_version=api_version,
         kind="InferenceClass",
         metadata=ObjectMeta(name=key.slug),
-        spec=InferenceClassSpec(
-            devices=[
-                Device(
-                    name="gpu",
-                    claim=ClaimKind.DRA,
-                    driver=GPU_DRIVER,
-                    count=key.count,
-                    attributes={"productName": DeviceAttribute(string=key.product)},
-                    capacity={"memory": DeviceCapacity(value=f"{key.memory_mib}Mi")},
-                )
-            ]
-        ),
+        spec=InferenceClassSpec(devices=devices, capabilities=list(capabilities)),
     )
 
 
@@ -120,4 +189,45 @@ def _group_key(labels: Mapping[str, Any]) -> NodeGroupKey | str:
         return f"{COUNT_LABEL}={count!r} is not a positive whole number"
     if not memory.isdigit() or int(memory) == 0:
         return f"{MEMORY_LABEL}={memory!r} is not a positive whole number of MiB"
-    return NodeGroupKey(product=str(labels[PRODUCT_LABEL]), count=int(count), memory_mib=int(memory))
+    product = str(labels[PRODUCT_LABEL])
+    mig = _mig_devices(labels, product, int(count), int(memory))
+    if isinstance(mig, str):
+        return mig
+    return NodeGroupKey(product=product, count=int(count), memory_mib=int(memory), mig=mig)
+
+
+def _mig_product(product: str, profile: str) -> str:
+    """GFD's product name for a MIG device (`NVIDIA-A100-SXM4-40GB-MIG-1g.5gb`): a selector on the whole GPU's
+    product never matches a GPU instance."""
+    return product if re.search(r"-MIG-", product, re.IGNORECASE) else f"{product}-MIG-{profile}"
+
+
+def _mig_devices(labels: Mapping[str, Any], product: str, count: int, memory: int) -> tuple[MigDevices, ...] | str:
+    """A node's MIG devices (empty when it is not MIG-partitioned), or why its MIG labels cannot be read.
+
+    GFD's `single` strategy relabels the node: `gpu.product` ends in `-MIG-<profile>` and `gpu.count` and
+    `gpu.memory` describe the MIG devices. The `mixed` strategy adds `nvidia.com/mig-<profile>.count` and
+    `.memory` per profile; only those devices are offered, since which whole GPUs stay unpartitioned is not said."""
+    strategy = str(labels.get(MIG_STRATEGY_LABEL, "none")).lower()
+    profiles: dict[str, dict[str, str]] = {}
+    for key, value in labels.items():
+        match = MIG_PROFILE_LABEL.match(str(key))
+        if match:
+            profiles.setdefault(match["profile"], {})[match["field"]] = str(value)
+    marker = re.search(r"-MIG-(?P<profile>.+)$", product, re.IGNORECASE)
+    if strategy == "single" or (marker and not profiles):
+        profile = marker["profile"] if marker else "unknown"
+        return (MigDevices(profile=profile, count=count, memory_mib=memory),)
+    if strategy != "mixed" and not profiles:
+        return ()
+    devices = []
+    for profile, fields in sorted(profiles.items()):
+        mig_count, mig_memory = fields.get("count", ""), fields.get("memory", "")
+        if not mig_count.isdigit():
+            return f"nvidia.com/mig-{profile}.count={mig_count!r} is not a whole number"
+        if int(mig_count) == 0:
+            continue
+        if not mig_memory.isdigit() or int(mig_memory) == 0:
+            return f"nvidia.com/mig-{profile}.memory={mig_memory!r} is not a positive whole number of MiB"
+        devices.append(MigDevices(profile=profile, count=int(mig_count), memory_mib=int(mig_memory)))
+    return tuple(devices)  # empty: a mixed-strategy node none of whose GPUs is partitioned offers whole GPUs

@@ -14,7 +14,8 @@ pools: a pool where one GPU suffices beats one that needs a whole node, as GPUSt
 finds any candidate. A refusal names each step and why it failed, in the manner of KAITO's descriptive denial.
 
 Degenerate capacities never crash a plan: a device whose memory is missing, unparsable, zero, negative or not finite
-is left out of the sizing and named in the refusal; so is a need that is not a positive, finite quantity.
+is left out of the sizing and named in the refusal; so is a need that is not a positive, finite quantity. A MIG
+GPU instance (a device with a `migProfile` attribute) is a candidate for step 1 only: instances never combine.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from scheduler.cel.quantity import Quantity, QuantityError, parse_quantity
 from scheduler.fleet.demand import MemoryNeed
 
 DISTRIBUTED_BACKENDS = frozenset({"vllm", "sglang", "mindie"})
+MIG_ATTRIBUTE = "migProfile"  # a MIG GPU instance (`fleet/nodelist.py`): it may hold a model alone, never with others
 CPU_BACKENDS = frozenset({"voxbox", "custom"})
 
 
@@ -61,12 +63,13 @@ def fit_memory(need: MemoryNeed, inference_class: InferenceClass) -> MemoryFit |
     for device, memory in gpus:
         if memory.compare(amount) >= 0:
             return MemoryFit(FitStep.ONE_GPU, device.name, count=1, nodes=1)
-    for device, memory in gpus:
+    whole = [(d, m) for d, m in gpus if MIG_ATTRIBUTE not in d.attributes]  # MIG instances do not combine
+    for device, memory in whole:
         count = _multiples(amount, memory)
         if count <= device.count:
             return MemoryFit(FitStep.GPUS_OF_ONE_NODE, device.name, count=count, nodes=1)
-    if gpus and need.backend in DISTRIBUTED_BACKENDS:
-        device, memory = gpus[0]
+    if whole and need.backend in DISTRIBUTED_BACKENDS:
+        device, memory = whole[0]
         nodes = _multiples(amount, memory, per_node=device.count)
         return MemoryFit(FitStep.SEVERAL_NODES, device.name, count=device.count, nodes=nodes)
     if need.backend in CPU_BACKENDS:

@@ -247,3 +247,95 @@ def test_homogeneous_puts_every_replica_on_one_node_group_with_room_for_all_of_t
         "after filtering. No node group holds 4 replicas: the most is 3 on node group large of cluster a" in out
     )
     assert "#   a: InsufficientNodes: holds 3 of 4 replicas on node group large: " in out
+
+
+# Seed 003: a NodeList is planned as a bring-your-own cluster, never silently ignored.
+
+
+def gfd_node(name: str, product: str, count: int, memory: int, **labels: str) -> dict[str, Any]:
+    gfd = {"nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(count), "nvidia.com/gpu.memory": str(memory)}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {**gfd, **labels}}}
+
+
+def node_list(*nodes: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": list(nodes)}
+
+
+A100 = "NVIDIA-A100-SXM4-40GB"
+VLLM = {"capabilities.berth.dev/vllm": "true"}
+
+
+def test_a_node_list_without_a_cluster_name_is_refused_not_ignored(tmp_path: Path) -> None:
+    nodes = write(tmp_path, "nodes.yaml", node_list(gfd_node("w1", A100, 8, 40960)))
+    code, out = run("-f", nodes, "-f", write(tmp_path, "d.yaml", model("m", replicas=1)))
+    assert code == 2
+    assert "a NodeList needs --cluster NAME" in out
+
+
+def test_node_list_pools_carry_capabilities_from_labels_and_the_option(tmp_path: Path) -> None:
+    nodes = write(
+        tmp_path, "nodes.yaml",
+        node_list(
+            gfd_node("w1", A100, 8, 40960, **VLLM), gfd_node("w2", A100, 8, 40960, **VLLM),
+            gfd_node("h1", "NVIDIA-H100-80GB-HBM3", 8, 81559, **VLLM), gfd_node("h2", "NVIDIA-H100-80GB-HBM3", 8, 81559),
+        ),
+    )  # fmt: skip
+    members = [{"role": "Standalone", "resources": {"gpuMemory": "400Gi", "backend": "vllm"}}]
+    deployment = write(tmp_path, "d.yaml", model("qwen", replicas=2, members=members))
+    # Only the A100 nodes are all labelled vllm: 400Gi spans both of them (8 x 40Gi each), so one replica fits.
+    code, labelled = plan_json(nodes, deployment, extra=("--cluster", "byo", "--gateway", "10.0.0.9"))
+    assert code == 0
+    assert [(r["cluster"], r["engines"][0]["pool"], r["engines"][0]["members"][0]["fit"])
+            for r in labelled["plans"][0]["replicas"]] == [("byo", "nvidia-a100-sxm4-40gb-8x40960mi", "SeveralNodes")]  # fmt: skip
+    assert labelled["plans"][0]["replicas"][0]["gatewayAddress"] == "10.0.0.9"
+    assert (
+        "pool nvidia-h100-80gb-hbm3-8x81559mi: member 0 (Standalone): class nvidia-h100-80gb-hbm3-8x81559mi "
+        "lacks capability vllm (offers none)" in labelled["plans"][0]["status"]["clusters"][0]["message"]
+    )
+    # The operator says every pool of the list serves vllm: 400Gi fits one H100 node, an earlier resource-fit step.
+    code, option = plan_json(nodes, deployment, extra=("--cluster", "byo", "--gateway", "10.0.0.9",
+                                                       "--capabilities", "vllm"))  # fmt: skip
+    assert code == 0
+    assert [
+        (r["engines"][0]["pool"], r["engines"][0]["members"][0]["fit"]) for r in option["plans"][0]["replicas"]
+    ] == [("nvidia-h100-80gb-hbm3-8x81559mi", "GpusOfOneNode")] * 2
+    # Without a gateway address the cluster takes no replica, and the plan says why.
+    code, out = run("-f", nodes, "-f", deployment, "--cluster", "byo")
+    assert code == 1 and "#   byo: NoGatewayAddress: the cluster has no gateway address" in out
+
+
+def test_mig_partitioned_nodes_are_grouped_apart_and_never_count_as_whole_gpus(tmp_path: Path) -> None:
+    mixed = {
+        "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/mig-1g.5gb.count": "56", "nvidia.com/mig-1g.5gb.memory": "4864",
+    }  # fmt: skip
+    nodes = write(
+        tmp_path, "nodes.yaml",
+        node_list(
+            gfd_node("whole", A100, 8, 40960),
+            gfd_node("mixed", A100, 8, 40960, **mixed),
+            gfd_node("single", f"{A100}-MIG-1g.5gb", 56, 4864, **{"nvidia.com/mig.strategy": "single"}),
+        ),
+    )  # fmt: skip
+    product = f'device.attributes["gpu.nvidia.com"].productName == "{A100}"'
+    members = [
+        {
+            "role": "Standalone",
+            "nodeSelector": {"devices": [{"name": "gpu", "count": 8, "selectors": [{"cel": product}]}]},
+        }
+    ]
+    deployment = write(tmp_path, "d.yaml", model("m", replicas=2, members=members))
+    code, document = plan_json(nodes, deployment, extra=("--cluster", "byo", "--gateway", "10.0.0.9"))
+    assert code == 0
+    status = document["plans"][0]["status"]
+    assert (status["phase"], status["available"]) == ("PartiallyScheduled", 1)  # only the whole-GPU node
+    assert [r["engines"][0]["pool"] for r in document["plans"][0]["replicas"]] == ["nvidia-a100-sxm4-40gb-8x40960mi"]
+    message = status["clusters"][0]["message"]
+    assert "pool nvidia-a100-sxm4-40gb-mig-56x1g-5gb: member 0 (Standalone): request 'gpu': no device" in message
+    # the single-strategy group name is over 40 characters: 31 of them and a hash
+    assert "pool nvidia-a100-sxm4-40gb-mig-1g-5g-714d9441: member 0 (Standalone): request 'gpu': no device" in message
+    # A memory need does not combine MIG instances either: 20Gi fits no 1g.5gb instance, only whole GPUs.
+    by_memory = [{"role": "Standalone", "resources": {"gpuMemory": "20Gi"}}]
+    code, fitted = plan_json(nodes, write(tmp_path, "mem.yaml", model("mem", replicas=3, members=by_memory)),
+                             extra=("--cluster", "byo", "--gateway", "10.0.0.9"))  # fmt: skip
+    assert [r["engines"][0]["pool"] for r in fitted["plans"][0]["replicas"]] == ["nvidia-a100-sxm4-40gb-8x40960mi"]
