@@ -26,7 +26,10 @@ class Ledger:
         return own + self._base.used(cluster, pool) if self._base is not None else own
 
     def free(self, pool: Pool) -> int:
-        return pool.nodes - self.used(pool.cluster, pool.name)
+        own = self._charged.get((pool.cluster, pool.name), 0)  # inlined: the fill asks this for every pool it tries
+        if self._base is None:
+            return pool.nodes - own
+        return pool.nodes - own - self._base.used(pool.cluster, pool.name)
 
     def charge(self, cluster: str, pool: str, nodes: int) -> None:
         if nodes:
