@@ -56,6 +56,11 @@ class Settings(BaseSettings):
         default=600.0, gt=0, description="How long a tripped node is left out of ranking, from its latest failure."
     )
     image_catalogue: Path | None = Field(default=None, description="YAML: images: {name: base qcow2 path}, default.")
+    cluster_secrets_dir: Path | None = Field(
+        default=None,
+        description="Where the operator mounts the kubeconfig Secrets of real InferenceClusters, one directory per "
+        "Secret and one file per key (`<dir>/<secretRef.name>/<secretRef.key>`, as Kubernetes mounts a Secret).",
+    )
 
     @property
     def context_file(self) -> Path:

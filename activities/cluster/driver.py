@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from activities.cluster.k8s_status import PoolObservation
 from activities.cluster.workload import Workload
 
 
@@ -23,6 +24,9 @@ class ClusterObservation(BaseModel):
     ready: bool
     gateway_address: str | None = None
     message: str = ""
+    pools: list[PoolObservation] = Field(
+        default_factory=list, description="Per pool, nodes that can take work (real clusters; empty when simulated)."
+    )
 
 
 class WorkloadReadiness(BaseModel):

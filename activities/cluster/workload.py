@@ -9,6 +9,8 @@ Kubernetes driver turns these into Pods (or a LeaderWorkerSet) and ResourceClaim
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from fleet.deployment import Role
@@ -41,8 +43,11 @@ class Pod(Model):
     engine: str
     role: Role
     copy_index: int
+    member_index: int = 0
+    rank: int = 0  # which of the member's pods within one copy (a Worker member has worker.nodes of them)
     node_selector: dict[str, str]  # always pins the pool: {POOL_LABEL: pool}
     resource_claim: ResourceClaim | None = None  # None: the member claims no device and rides along
+    template: dict[str, Any] | None = None  # the member's pod template from the ModelDeployment, carried as written
 
 
 class Workload(Model):
@@ -86,8 +91,11 @@ def render_workload(replica: ModelReplica) -> Workload:
                             engine=engine.name,
                             role=member.role,
                             copy_index=copy_index,
+                            member_index=member_index,
+                            rank=rank,
                             node_selector={POOL_LABEL: pool},
                             resource_claim=claim,
+                            template=_template(member.template),
                         )
                     )
     return Workload(
@@ -98,3 +106,13 @@ def render_workload(replica: ModelReplica) -> Workload:
         labels=dict(replica.metadata.labels),
         pods=pods,
     )
+
+
+def _template(carried: object) -> dict[str, Any] | None:
+    """The member's pod template as the plain JSON object it was written as."""
+    if carried is None:
+        return None
+    if isinstance(carried, dict):
+        return carried
+    dump = getattr(carried, "model_dump", None)
+    return dump(mode="json", by_alias=True, exclude_none=True) if dump else None

@@ -1,0 +1,149 @@
+"""What Kubernetes objects say, read as Berth needs it: pure functions over JSON as the API server returns it.
+
+- Pools: a node counts toward its pool (label `modelplane.ai/pool`) only if it can take work now: its Ready
+  condition is True, it is not cordoned (`spec.unschedulable`), and it has no NoSchedule or NoExecute taint the
+  cluster's workloads do not tolerate (Modelplane #104: cordoned nodes counted as capacity). Every node left out is
+  named with why. A pool the autoscaler grows is counted as the nodes that exist, and the message says so
+  (Modelplane #139): nodes it has not created yet are not capacity.
+- Readiness: a Deployment is ready when its controller has seen the latest spec and every replica is available; a
+  LeaderWorkerSet when every group is ready (`status.readyReplicas`). A ResourceClaimTemplate has no status.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from activities.cluster.workload import POOL_LABEL
+
+Manifest = dict[str, Any]
+
+# Taints the node lifecycle controller sets; they mirror NotReady and cordoned, which are reported as such.
+_LIFECYCLE_TAINTS = {
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/unschedulable",
+}
+
+
+class Toleration(BaseModel):
+    """A pod toleration as Kubernetes matches it (operator Exists or Equal; an empty key with Exists tolerates all)."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    key: str | None = None
+    operator: str = "Equal"
+    value: str | None = None
+    effect: str | None = None
+
+    def tolerates(self, taint: Manifest) -> bool:
+        if self.effect and self.effect != taint.get("effect"):
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.get("key"):
+            return False
+        return self.operator == "Exists" or (self.value or "") == (taint.get("value") or "")
+
+
+class PoolObservation(BaseModel):
+    """One pool as the cluster shows it: nodes carrying its label, and of them those that can take work."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    nodes: int = Field(description="Nodes carrying the pool label.")
+    schedulable: int = Field(description="Of them, Ready, not cordoned and without an untolerated taint.")
+    autoscaled: bool = False
+    excluded: list[str] = Field(default_factory=list, description="`<node>: <why>` for every node left out.")
+    message: str = ""
+
+
+def node_problem(node: Manifest, tolerations: list[Toleration]) -> str | None:
+    """Why the node cannot take work now, or None when it can."""
+    conditions = {c.get("type"): c for c in (node.get("status") or {}).get("conditions") or []}
+    ready = conditions.get("Ready")
+    if ready is None or ready.get("status") != "True":
+        reason = (ready or {}).get("reason") or "no Ready condition"
+        return f"NotReady ({reason})"
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return "cordoned"
+    for taint in spec.get("taints") or []:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute") or taint.get("key") in _LIFECYCLE_TAINTS:
+            continue
+        if not any(t.tolerates(taint) for t in tolerations):
+            value = f"={taint['value']}" if taint.get("value") else ""
+            return f"tainted {taint.get('key')}{value}:{taint.get('effect')}"
+    return None
+
+
+def observe_pools(
+    nodes: list[Manifest], tolerations: list[Toleration], autoscaled: dict[str, int | None] | None = None
+) -> list[PoolObservation]:
+    """Per pool label value, sorted by name; `autoscaled` names the pools that grow (pool -> maxNodeCount), which
+    are listed even when no node of theirs exists yet."""
+    autoscaled = autoscaled or {}
+    members: dict[str, list[Manifest]] = {name: [] for name in autoscaled}
+    for node in nodes:
+        pool = ((node.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL)
+        if pool:
+            members.setdefault(pool, []).append(node)
+    pools = []
+    for name in sorted(members):
+        excluded = []
+        for node in members[name]:
+            problem = node_problem(node, tolerations)
+            if problem is not None:
+                excluded.append(f"{node['metadata']['name']}: {problem}")
+        total, schedulable = len(members[name]), len(members[name]) - len(excluded)
+        message = f"{schedulable} of {total} node(s) can take work"
+        if name in autoscaled:
+            ceiling = autoscaled[name]
+            message += (
+                f"; autoscaled pool (maxNodeCount {ceiling}): counting the {total} node(s) that exist, not the ones "
+                "the autoscaler has yet to create"
+                if ceiling is not None
+                else f"; autoscaled pool: counting the {total} node(s) that exist"
+            )
+        pools.append(
+            PoolObservation(
+                name=name, nodes=total, schedulable=schedulable, autoscaled=name in autoscaled, excluded=excluded,
+                message=message,
+            )
+        )  # fmt: skip
+    return pools
+
+
+class ObjectReadiness(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    ready: bool
+    pods_ready: int
+    pods_total: int
+    message: str
+
+
+def object_readiness(obj: Manifest) -> ObjectReadiness | None:
+    """Readiness of a Deployment or LeaderWorkerSet from its status; None for kinds without one (claim templates)."""
+    kind, name = obj.get("kind"), (obj.get("metadata") or {}).get("name")
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    generation = (obj.get("metadata") or {}).get("generation")
+    current = generation is None or (status.get("observedGeneration") or 0) >= generation
+    wanted = spec.get("replicas", 1)
+    if kind == "Deployment":
+        available = status.get("availableReplicas") or 0
+        ready = current and available >= wanted and (status.get("updatedReplicas") or 0) >= wanted
+        return ObjectReadiness(
+            ready=ready, pods_ready=min(available, wanted), pods_total=wanted,
+            message=f"Deployment {name}: {available}/{wanted} available",
+        )  # fmt: skip
+    if kind == "LeaderWorkerSet":
+        size = (spec.get("leaderWorkerTemplate") or {}).get("size", 1)
+        groups = status.get("readyReplicas") or 0
+        return ObjectReadiness(
+            ready=current and groups >= wanted, pods_ready=min(groups, wanted) * size, pods_total=wanted * size,
+            message=f"LeaderWorkerSet {name}: {groups}/{wanted} group(s) of {size} ready",
+        )  # fmt: skip
+    return None
