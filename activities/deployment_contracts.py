@@ -1,6 +1,9 @@
 """The typed messages between the deployment and replica workflows and their activities (one pydantic model per
 argument and result, TEMPORAL.md). Manifests travel as the JSON objects a user would write (camelCase), so what
-the workflow history shows is what `kubectl get -o yaml` would."""
+the workflow history shows is what `kubectl get -o yaml` would.
+
+Deployments and their replicas are namespaced (Modelplane's kinds are): every reference carries the namespace,
+`default` when left out, which is also what histories recorded before namespaces replay with."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from activities.cluster.driver import WorkloadReadiness
+from fleet.meta import DEFAULT_NAMESPACE
 from scheduler.fleet.results import FleetPlan
 
 LEDGER_CONFLICT = "LedgerConflict"
@@ -33,11 +37,13 @@ class PlannedDeployment(Model):
 
 
 class DeploymentStatusRecord(Model):
+    namespace: str = DEFAULT_NAMESPACE
     name: str
     status: dict[str, Any]
 
 
 class DeploymentRef(Model):
+    namespace: str = DEFAULT_NAMESPACE
     name: str
 
 
@@ -48,6 +54,7 @@ class EngineUsage(Model):
 
 
 class RecordReplicaInput(Model):
+    namespace: str = DEFAULT_NAMESPACE
     deployment: str
     name: str
     cluster: str
@@ -57,11 +64,13 @@ class RecordReplicaInput(Model):
 
 
 class ReplicaStateInput(Model):
+    namespace: str = DEFAULT_NAMESPACE
     name: str
     state: str
 
 
 class ReplicaRef(Model):
+    namespace: str = DEFAULT_NAMESPACE
     name: str
 
 
@@ -70,11 +79,13 @@ class ApplyWorkloadInput(Model):
 
 
 class WorkloadRef(Model):
+    namespace: str = DEFAULT_NAMESPACE
     cluster: str
     name: str
 
 
 class WaitWorkloadInput(Model):
+    namespace: str = DEFAULT_NAMESPACE
     cluster: str
     name: str
     window_seconds: float = 5.0

@@ -8,35 +8,40 @@ from typing import Any
 
 from api.errors import not_found
 from api.temporal import ControlPlane
+from fleet.meta import DEFAULT_NAMESPACE
 from workflows import deployment_client
-from workflows.deployment_messages import DeploymentStatus, DeploymentTiming
+from workflows.deployment_messages import DeploymentStatus, DeploymentTiming, qualified_name
 
 
-async def apply(control: ControlPlane, name: str, manifest: dict[str, Any], timing: DeploymentTiming) -> bool:
+async def apply(
+    control: ControlPlane, name: str, manifest: dict[str, Any], timing: DeploymentTiming,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> bool:  # fmt: skip
     client = await control.client()
-    async with control.call(not_found("deployment", name)):
+    async with control.call(not_found("deployment", qualified_name(name, namespace))):
         return await deployment_client.apply(
-            client, name, manifest, queues=control.queues, timing=timing, wait_seconds=control.timeouts.call_seconds
-        )
+            client, name, manifest, queues=control.queues, timing=timing, wait_seconds=control.timeouts.call_seconds,
+            namespace=namespace,
+        )  # fmt: skip
 
 
-async def running(control: ControlPlane, name: str) -> bool:
+async def running(control: ControlPlane, name: str, namespace: str = DEFAULT_NAMESPACE) -> bool:
     client = await control.client()
-    async with control.call(not_found("deployment", name)):
-        return await deployment_client.running(client, name)
+    async with control.call(not_found("deployment", qualified_name(name, namespace))):
+        return await deployment_client.running(client, name, namespace)
 
 
-async def delete(control: ControlPlane, name: str) -> DeploymentStatus:
+async def delete(control: ControlPlane, name: str, namespace: str = DEFAULT_NAMESPACE) -> DeploymentStatus:
     client = await control.client()
-    async with control.call(not_found("deployment", name)):
-        return await deployment_client.delete(client, name, control.timeouts.call_seconds)
+    async with control.call(not_found("deployment", qualified_name(name, namespace))):
+        return await deployment_client.delete(client, name, control.timeouts.call_seconds, namespace)
 
 
-async def live_status(control: ControlPlane, name: str) -> DeploymentStatus | None:
+async def live_status(control: ControlPlane, name: str, namespace: str = DEFAULT_NAMESPACE) -> DeploymentStatus | None:
     """The running workflow's own account, or None when it cannot answer quickly."""
     try:
         client = await control.client()
-        return await deployment_client.status(client, name, control.timeouts.status_seconds)
+        return await deployment_client.status(client, name, control.timeouts.status_seconds, namespace)
     except Exception:  # unreachable, no worker, not running: every one means "not live"
         return None
 

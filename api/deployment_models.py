@@ -17,6 +17,7 @@ class DeploymentView(BaseModel):
     """A deployment's status: desired vs available, where each replica runs, and why there are not more."""
 
     name: str
+    namespace: str
     state: str = Field(description="pending, reconciling, steady, deleting or deleted.")
     desired: int
     min_replicas: int | None
@@ -33,6 +34,7 @@ class DeploymentView(BaseModel):
 
 
 class DeploymentSummary(BaseModel):
+    namespace: str
     name: str
     state: str | None
     desired: int

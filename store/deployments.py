@@ -5,6 +5,9 @@ The fleet scheduler plans over a picture that may be stale by the time a replica
 may have placed a replica meanwhile). `record_replica` is the last word: in one transaction it locks the rows of the
 pools the replica charges, re-counts what every recorded replica already holds there, and refuses with
 `LedgerOvercommit` rather than write a ledger that exceeds a pool's published nodes.
+
+Deployments are namespaced as Modelplane's are: a deployment, its replicas and their ledger rows are keyed by
+(namespace, name), so the same name in two namespaces is two deployments whose replicas may share a name.
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from fleet.cache import cache_key
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
+from fleet.model_cache import ModelCache
 from fleet.replica import DEPLOYMENT_LABEL, ModelReplica
 from store.models import (
     ClusterRow,
     InferenceClassRow,
+    ModelCacheRow,
     ModelDeploymentRow,
     ModelReplicaRow,
     PoolRow,
@@ -55,7 +61,7 @@ async def cluster_names(session: AsyncSession) -> list[str]:
 async def load_clusters(session: AsyncSession, health: dict[str, Health]) -> list[InferenceCluster]:
     """Every cluster as the fleet scheduler reads it: labels, taints, pools in published order, and a status whose
     Ready condition and gateway come from the driver's observation (published pool counts from the fleet file's
-    status, when it gave one)."""
+    status, when it gave one; an autoscaling pool's maxNodeCount, which the planner counts as Modelplane does)."""
     pools: dict[str, list[PoolRow]] = {}
     for pool in (await session.scalars(select(PoolRow).order_by(PoolRow.cluster, PoolRow.position))).all():
         pools.setdefault(pool.cluster, []).append(pool)
@@ -70,6 +76,7 @@ async def load_clusters(session: AsyncSession, health: dict[str, Health]) -> lis
                 "name": p.name,
                 "className": p.class_name,
                 "nodeCount": p.node_count,
+                **({"maxNodeCount": p.max_node_count} if p.max_node_count is not None else {}),
                 "shape": p.shape,
                 **({"gpuProduct": p.gpu_product} if p.gpu_product else {}),
             }
@@ -99,49 +106,83 @@ async def load_classes(session: AsyncSession) -> dict[str, InferenceClass]:
     }
 
 
-async def recorded_replicas(session: AsyncSession, exclude_deployment: str | None = None) -> list[ModelReplica]:
-    """Every recorded replica (of other deployments, when one is excluded): capacity they hold."""
+async def load_caches(session: AsyncSession) -> dict[str, ModelCache]:
+    """Every applied ModelCache, keyed as the fleet keys them (`fleet.cache.cache_key`)."""
+    caches = {}
+    for row in (await session.scalars(select(ModelCacheRow))).all():
+        cache = ModelCache.model_validate(
+            {
+                "apiVersion": row.api_version,
+                "kind": "ModelCache",
+                "metadata": {"name": row.name, "namespace": row.namespace},
+                "spec": row.spec,
+                **({"status": row.status} if row.status is not None else {}),
+            }
+        )
+        caches[cache_key(row.namespace, row.name)] = cache
+    return caches
+
+
+async def recorded_replicas(
+    session: AsyncSession, exclude_deployment: tuple[str, str] | None = None
+) -> list[ModelReplica]:
+    """Every recorded replica (but those of the excluded (namespace, name) deployment): capacity they hold."""
     query = select(ModelReplicaRow.spec)
     if exclude_deployment is not None:
-        query = query.where(ModelReplicaRow.deployment != exclude_deployment)
+        namespace, name = exclude_deployment
+        query = query.where(~((ModelReplicaRow.namespace == namespace) & (ModelReplicaRow.deployment == name)))
     return [ModelReplica.model_validate(spec) for spec in (await session.scalars(query)).all()]
 
 
-async def save_deployment(session: AsyncSession, name: str, spec: dict[str, Any], replicas: int) -> None:
+async def save_deployment(
+    session: AsyncSession, namespace: str, name: str, spec: dict[str, Any], replicas: int
+) -> None:
     await session.execute(
         insert(ModelDeploymentRow)
-        .values(name=name, spec=spec, replicas=replicas, status={})
+        .values(namespace=namespace, name=name, spec=spec, replicas=replicas, status={})
         .on_conflict_do_update(
-            index_elements=[ModelDeploymentRow.name],
+            index_elements=[ModelDeploymentRow.namespace, ModelDeploymentRow.name],
             set_={"spec": spec, "replicas": replicas, "updated_at": func.now()},
         )
     )
 
 
-async def save_status(session: AsyncSession, name: str, status: dict[str, Any]) -> None:
+def _deployment(namespace: str, name: str) -> Any:
+    return (ModelDeploymentRow.namespace == namespace) & (ModelDeploymentRow.name == name)
+
+
+def _replica(namespace: str, name: str) -> Any:
+    return (ModelReplicaRow.namespace == namespace) & (ModelReplicaRow.name == name)
+
+
+async def save_status(session: AsyncSession, namespace: str, name: str, status: dict[str, Any]) -> None:
     await session.execute(
-        update(ModelDeploymentRow).where(ModelDeploymentRow.name == name).values(status=status, updated_at=func.now())
+        update(ModelDeploymentRow).where(_deployment(namespace, name)).values(status=status, updated_at=func.now())
     )
 
 
-async def delete_deployment(session: AsyncSession, name: str) -> None:
+async def delete_deployment(session: AsyncSession, namespace: str, name: str) -> None:
     """The deployment's row and, by cascade, any replica rows and ledger rows still left."""
-    await session.execute(delete(ModelDeploymentRow).where(ModelDeploymentRow.name == name))
+    await session.execute(delete(ModelDeploymentRow).where(_deployment(namespace, name)))
 
 
 def _published_nodes(pool: PoolRow, cluster_status: dict[str, Any] | None) -> int:
     """What the scheduler counts as the pool's nodes: the status's published count when it lists pools, else the
-    Kubernetes pool's nodeCount (slice and bare-metal pools serve no replicas)."""
+    Kubernetes pool's maxNodeCount when it autoscales, or its nodeCount (slice and bare-metal pools serve no
+    replicas). The same count `fleet.planning` plans with, so the ledger never refuses what the plan placed."""
     published = (cluster_status or {}).get("gpuPools") or []
     if published:
         entry = next((p for p in published if p.get("name") == pool.name), None)
         return max(int(entry.get("nodes") or 0), 0) if entry else 0
-    return pool.node_count if pool.shape == "kubernetes" else 0
+    if pool.shape != "kubernetes":
+        return 0
+    return pool.max_node_count if pool.max_node_count is not None else pool.node_count
 
 
 async def record_replica(
     session: AsyncSession,
     *,
+    namespace: str,
     deployment: str,
     name: str,
     cluster: str,
@@ -151,7 +192,7 @@ async def record_replica(
 ) -> bool:
     """Write the replica's row and its ledger rows, unless it is recorded already (then change nothing and return
     False). Raises `LedgerOvercommit` when a pool would be charged beyond its nodes. Run inside a transaction."""
-    existing = await session.get(ModelReplicaRow, name)
+    existing = await session.get(ModelReplicaRow, (namespace, name))
     if existing is not None:
         if existing.deployment != deployment:
             raise LedgerOvercommit(f"replica name {name} is taken by deployment {existing.deployment}")
@@ -193,25 +234,28 @@ async def record_replica(
             )
     session.add(
         ModelReplicaRow(
-            name=name, deployment=deployment, cluster=cluster, replica_index=index, spec=manifest, state="recorded"
-        )
+            namespace=namespace, name=name, deployment=deployment, cluster=cluster, replica_index=index,
+            spec=manifest, state="recorded",
+        )  # fmt: skip
     )
     await session.flush()
     for item in usage:
         session.add(
-            ReplicaPoolUsageRow(replica=name, engine=item.engine, pool_id=by_name[item.pool].id, nodes=item.nodes)
+            ReplicaPoolUsageRow(
+                namespace=namespace, replica=name, engine=item.engine, pool_id=by_name[item.pool].id, nodes=item.nodes
+            )
         )
     await session.flush()
     return True
 
 
-async def set_replica_state(session: AsyncSession, name: str, state: str) -> None:
-    await session.execute(update(ModelReplicaRow).where(ModelReplicaRow.name == name).values(state=state))
+async def set_replica_state(session: AsyncSession, namespace: str, name: str, state: str) -> None:
+    await session.execute(update(ModelReplicaRow).where(_replica(namespace, name)).values(state=state))
 
 
-async def release_replica(session: AsyncSession, name: str) -> bool:
+async def release_replica(session: AsyncSession, namespace: str, name: str) -> bool:
     """Delete the replica's row and (by cascade) its ledger rows; True if there was one."""
-    result = await session.execute(delete(ModelReplicaRow).where(ModelReplicaRow.name == name))
+    result = await session.execute(delete(ModelReplicaRow).where(_replica(namespace, name)))
     return bool(result.rowcount)
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
@@ -108,6 +109,7 @@ class PoolRow(Base):
         UniqueConstraint("cluster", "name"),
         CheckConstraint(_one_of("shape", POOL_SHAPES), name="shape"),
         CheckConstraint("node_count >= 0", name="node_count"),
+        CheckConstraint("max_node_count IS NULL OR max_node_count >= 1", name="max_node_count"),
         CheckConstraint("shape = 'kubernetes' OR gpu_product IS NOT NULL", name="gpu_product"),
     )
 
@@ -119,6 +121,7 @@ class PoolRow(Base):
     shape: Mapped[str] = mapped_column(String(16), nullable=False)
     gpu_product: Mapped[str | None] = mapped_column(String(64))
     node_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    max_node_count: Mapped[int | None] = mapped_column(Integer)  # an autoscaling kubernetes pool's ceiling
     node_template: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # Per-state overall deadlines in seconds (fleet file `deadlines`); NULL: Timing's defaults (migration 0004).
     deadlines: Mapped[dict[str, float] | None] = mapped_column(JSONB)
@@ -335,6 +338,7 @@ class ModelDeploymentRow(Base):
     __tablename__ = "model_deployments"
     __table_args__ = (CheckConstraint("replicas >= 0", name="replicas"),)
 
+    namespace: Mapped[str] = mapped_column(String(253), primary_key=True, server_default="default")
     name: Mapped[str] = mapped_column(String(253), primary_key=True)
     spec: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
     replicas: Mapped[int] = mapped_column(Integer, nullable=False)
@@ -346,12 +350,16 @@ class ModelDeploymentRow(Base):
 class ModelReplicaRow(Base):
     __tablename__ = "model_replicas"
     __table_args__ = (
-        UniqueConstraint("deployment", "cluster", "replica_index"),
+        UniqueConstraint("namespace", "deployment", "cluster", "replica_index"),
         CheckConstraint("replica_index >= 0", name="replica_index"),
+        ForeignKeyConstraint(
+            ["namespace", "deployment"], ["model_deployments.namespace", "model_deployments.name"], ondelete="CASCADE"
+        ),
     )
 
+    namespace: Mapped[str] = mapped_column(String(253), primary_key=True, server_default="default")
     name: Mapped[str] = mapped_column(String(253), primary_key=True)
-    deployment: Mapped[str] = mapped_column(ForeignKey("model_deployments.name", ondelete="CASCADE"), nullable=False)
+    deployment: Mapped[str] = mapped_column(String(253), nullable=False)
     cluster: Mapped[str] = mapped_column(ForeignKey("clusters.name", ondelete="RESTRICT"), nullable=False)
     replica_index: Mapped[int] = mapped_column(Integer, nullable=False)
     spec: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
@@ -364,15 +372,32 @@ class ReplicaPoolUsageRow(Base):
 
     __tablename__ = "replica_pool_usage"
     __table_args__ = (
-        UniqueConstraint("replica", "engine"),
+        UniqueConstraint("namespace", "replica", "engine"),
         CheckConstraint("nodes >= 0", name="nodes"),
+        ForeignKeyConstraint(
+            ["namespace", "replica"], ["model_replicas.namespace", "model_replicas.name"], ondelete="CASCADE"
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    replica: Mapped[str] = mapped_column(ForeignKey("model_replicas.name", ondelete="CASCADE"), nullable=False)
+    namespace: Mapped[str] = mapped_column(String(253), nullable=False, server_default="default")
+    replica: Mapped[str] = mapped_column(String(253), nullable=False)
     engine: Mapped[str] = mapped_column(String(253), nullable=False)
     pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="RESTRICT"), nullable=False, index=True)
     nodes: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class ModelCacheRow(Base):
+    """A ModelCache as applied with the fleet: where a model's weights stage, read for a deployment's
+    modelCacheRef."""
+
+    __tablename__ = "model_caches"
+
+    namespace: Mapped[str] = mapped_column(String(253), primary_key=True)
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    api_version: Mapped[str] = mapped_column(String(64), nullable=False)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    status: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
 
 
 class LivenessVersionRow(Base):

@@ -9,10 +9,14 @@
       2. remove dropped         cancel the replica's workflow (it tears itself down), then make sure: delete the
                                 workload, release its ledger rows
       3. start new              a child workflow per new replica: replica/<deployment>/<cluster>/<index>
+                                (replica/<namespace>/<deployment>/<cluster>/<index> outside `default`)
       4. status                 desired, scheduled, available, phase and explanation -> query, PostgreSQL row,
                                 search attributes, current details
     delete (update or cancellation)
       remove every replica, delete the deployment's row, complete (a cancellation ends Cancelled)
+
+The deployment's namespace comes with its input (`default` for histories from before namespaces, so their
+commands replay unchanged) and keys every row, replica workflow id and workload it touches.
 
 Continue-as-new when Temporal suggests it (after every handler has finished), carrying the spec and the replicas.
 Replica workflows are started with parent close policy ABANDON, so they outlive each run of this one; they report
@@ -52,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         ReplicaSummary,
         ReplicaView,
         SpecUpdate,
+        qualified_name,
     )
     from workflows.deployment_spec import check_manifest
     from workflows.replica import ReplicaWorkflow, replica_workflow_id
@@ -70,9 +75,10 @@ class DeploymentWorkflow:
     def __init__(self, input: DeploymentInput) -> None:
         self.input = input
         self.name = input.name
+        self.namespace = input.namespace
         self.manifest = input.manifest
         self.replicas: dict[str, ReplicaView] = {r.name: r for r in input.replicas}
-        self.status = input.status or DeploymentStatus(name=input.name)
+        self.status = input.status or DeploymentStatus(name=input.name, namespace=input.namespace)
         self.dirty = input.reconcile_pending
         self.replan_after_conflict = False
         self.report_pending = False  # a replica reported since the status was last published
@@ -128,7 +134,7 @@ class DeploymentWorkflow:
             PlanDeploymentInput(deployment=self.manifest, own_replicas=[r.manifest for r in self.live_replicas()]),
             result_type=PlannedDeployment,
             task_queue=self.input.queues.control,
-            summary=f"plan {self.name}",
+            summary=f"plan {self.qualified_name}",
             **CONTROL_CALL,
         )
         plan = planned.plan
@@ -145,7 +151,7 @@ class DeploymentWorkflow:
         await self.publish("steady")
 
     async def start_replica(self, placement: ReplicaPlacement, manifest: dict[str, object]) -> None:
-        child_id = replica_workflow_id(self.name, placement.cluster, placement.index)
+        child_id = replica_workflow_id(self.name, placement.cluster, placement.index, self.namespace)
         usage = [EngineUsage(engine=e.name, pool=e.pool or "", nodes=e.nodes) for e in placement.engines]
         replica = ReplicaView(
             name=placement.name, cluster=placement.cluster, index=placement.index, workflow_id=child_id,
@@ -155,7 +161,8 @@ class DeploymentWorkflow:
         try:
             child = await workflow.start_child_workflow(
                 ReplicaWorkflow.run,
-                ReplicaInput(deployment=self.name, deployment_workflow_id=workflow.info().workflow_id,
+                ReplicaInput(namespace=self.namespace, deployment=self.name,
+                             deployment_workflow_id=workflow.info().workflow_id,
                              name=replica.name, cluster=replica.cluster, index=replica.index, manifest=manifest,
                              usage=usage, timing=self.input.timing, queues=self.input.queues),
                 id=child_id,
@@ -164,7 +171,7 @@ class DeploymentWorkflow:
                 search_attributes=TypedSearchAttributes(
                     [SearchAttributePair(sa.KIND, "replica"), SearchAttributePair(sa.STATE, "starting")]
                 ),
-                static_summary=f"replica {replica.index} of {self.name} on {replica.cluster}",
+                static_summary=f"replica {replica.index} of {self.qualified_name} on {replica.cluster}",
             )  # fmt: skip
             # Its outcome arrives as a replica_report signal; only mark the handle's result as seen.
             child.add_done_callback(lambda done: done.cancelled() or done.exception())
@@ -190,11 +197,12 @@ class DeploymentWorkflow:
             except TimeoutError:
                 workflow.logger.warning("replica %s did not report its teardown; cleaning up", replica.name)
         await workflow.execute_activity(
-            "delete_workload", WorkloadRef(cluster=replica.cluster, name=replica.name),
+            "delete_workload", WorkloadRef(namespace=self.namespace, cluster=replica.cluster, name=replica.name),
             task_queue=self.input.queues.control, summary=f"delete {replica.name}", **CONTROL_CALL,
         )  # fmt: skip
         await workflow.execute_activity(
-            "release_replica", ReplicaRef(name=replica.name), task_queue=self.input.queues.control,
+            "release_replica", ReplicaRef(namespace=self.namespace, name=replica.name),
+            task_queue=self.input.queues.control,
             summary=f"release ledger of {replica.name}", **CONTROL_CALL,
         )  # fmt: skip
         self.replicas.pop(replica.name, None)
@@ -204,7 +212,8 @@ class DeploymentWorkflow:
         await self.publish("deleting")
         await asyncio.gather(*(self.remove_replica(r, "deployment deleted") for r in list(self.replicas.values())))
         await workflow.execute_activity(
-            "delete_deployment_record", DeploymentRef(name=self.name), task_queue=self.input.queues.control,
+            "delete_deployment_record", DeploymentRef(namespace=self.namespace, name=self.name),
+            task_queue=self.input.queues.control,
             **CONTROL_CALL,
         )  # fmt: skip
         self.status.available = self.status.scheduled = 0
@@ -243,7 +252,9 @@ class DeploymentWorkflow:
         if record:
             await workflow.execute_activity(
                 "record_deployment_status",
-                DeploymentStatusRecord(name=self.name, status=self.status.model_dump(mode="json")),
+                DeploymentStatusRecord(
+                    namespace=self.namespace, name=self.name, status=self.status.model_dump(mode="json")
+                ),
                 task_queue=self.input.queues.control,
                 **CONTROL_CALL,
             )
@@ -251,7 +262,7 @@ class DeploymentWorkflow:
     def story(self) -> str:
         s = self.status
         lines = [
-            f"**{s.state}** - deployment `{s.name}`: {s.available} of {s.desired} replicas available, "
+            f"**{s.state}** - deployment `{self.qualified_name}`: {s.available} of {s.desired} replicas available, "
             f"{s.scheduled} scheduled" + (f" ({s.phase}: {s.message})" if s.phase else ""),
         ]
         if s.replicas:
@@ -265,6 +276,11 @@ class DeploymentWorkflow:
         if s.recent_failures:
             lines += ["", "Recent failures:"] + [f"- {f}" for f in s.recent_failures[-3:]]
         return "\n".join(lines)
+
+    @property
+    def qualified_name(self) -> str:
+        """The name as an operator tells it apart: `<namespace>/<name>` outside `default`."""
+        return qualified_name(self.name, self.namespace)
 
     # -- continue-as-new ----------------------------------------------------------------------------------------------
 
@@ -302,8 +318,8 @@ class DeploymentWorkflow:
     @apply_spec.validator
     def validate_apply_spec(self, update: SpecUpdate) -> None:
         if self.delete_requested:
-            raise ValueError(f"deployment {self.name} is being deleted")
-        check_manifest(update.manifest, self.name)  # raises InvalidSpec (a ValueError) naming the field
+            raise ValueError(f"deployment {self.qualified_name} is being deleted")
+        check_manifest(update.manifest, self.name, self.namespace)  # raises InvalidSpec (a ValueError) naming the field
 
     @workflow.update
     async def delete(self, request: DeleteRequest) -> DeploymentStatus:
@@ -313,7 +329,7 @@ class DeploymentWorkflow:
     @delete.validator
     def validate_delete(self, request: DeleteRequest) -> None:
         if self.delete_requested:
-            raise ValueError(f"deployment {self.name} is already being deleted")
+            raise ValueError(f"deployment {self.qualified_name} is already being deleted")
 
     @workflow.signal
     def inventory_changed(self, change: InventoryChanged) -> None:

@@ -7,11 +7,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 from activities.deployment_contracts import EngineUsage
+from fleet.meta import DEFAULT_NAMESPACE
 from workflows.task_queues import Queues
 
 # The deployment workflow's own state (BerthState while it runs); the scheduling phase is separate.
 DEPLOYMENT_STATES = ("pending", "reconciling", "steady", "deleting", "deleted")
 ReplicaPhase = Literal["starting", "ready", "failed", "removing", "removed"]
+
+
+def qualified_name(name: str, namespace: str = DEFAULT_NAMESPACE) -> str:
+    """A deployment as an operator tells it apart: `<namespace>/<name>` outside `default`."""
+    return name if namespace == DEFAULT_NAMESPACE else f"{namespace}/{name}"
 
 
 class DeploymentTiming(BaseModel):
@@ -72,6 +78,7 @@ class DeploymentStatus(BaseModel):
     """The deployment as an operator reads it: desired vs available, where each replica runs, and why not more."""
 
     name: str
+    namespace: str = DEFAULT_NAMESPACE
     state: str = "pending"
     desired: int = 0
     min_replicas: int | None = None
@@ -88,6 +95,8 @@ class DeploymentStatus(BaseModel):
 
 class DeploymentInput(BaseModel):
     name: str
+    # Histories from before namespaces carry none: those deployments were all in "default".
+    namespace: str = DEFAULT_NAMESPACE
     manifest: dict[str, Any]  # the ModelDeployment, normalised (workflows.deployment_spec.normalised)
     timing: DeploymentTiming = Field(default_factory=DeploymentTiming)
     queues: Queues = Field(default_factory=Queues)
@@ -120,6 +129,7 @@ class ReplicaReport(BaseModel):
 
 
 class ReplicaInput(BaseModel):
+    namespace: str = DEFAULT_NAMESPACE
     deployment: str
     deployment_workflow_id: str
     name: str

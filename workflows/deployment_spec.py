@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from fleet.deployment import ModelDeployment
 from fleet.loader import field_path
+from fleet.meta import DEFAULT_NAMESPACE
 from scheduler.cel import SelectorCompileError, compile_selector
 
 
@@ -62,15 +63,20 @@ def _selector_problems(deployment: ModelDeployment) -> list[SpecProblem]:
     return problems
 
 
-def check_manifest(manifest: Any, name: str | None = None) -> ModelDeployment:
-    """The validated deployment, or `InvalidSpec` listing every problem. `name`, when given, must be the one in
-    `metadata.name` (a PUT to /v1/deployments/NAME cannot rename)."""
+def check_manifest(manifest: Any, name: str | None = None, namespace: str | None = None) -> ModelDeployment:
+    """The validated deployment, or `InvalidSpec` listing every problem. `name` and `namespace`, when given, must be
+    the manifest's `metadata.name` and `metadata.namespace` (a PUT to /v1/namespaces/NS/deployments/NAME can neither
+    rename nor move a deployment); left out of the manifest, they are taken from the address."""
     if not isinstance(manifest, dict):
         raise InvalidSpec([SpecProblem(field="body", message="must be a ModelDeployment object", type="type")])
-    if name is not None:
-        metadata = manifest.get("metadata")
-        if isinstance(metadata, dict) and "name" not in metadata:
-            manifest = {**manifest, "metadata": {**metadata, "name": name}}
+    metadata = manifest.get("metadata")
+    if isinstance(metadata, dict):
+        if name is not None and "name" not in metadata:
+            metadata = {**metadata, "name": name}
+        # `default` is left implicit, so a default-namespace manifest stays as it was written.
+        if namespace not in (None, DEFAULT_NAMESPACE) and metadata.get("namespace") is None:
+            metadata = {**metadata, "namespace": namespace}
+        manifest = {**manifest, "metadata": metadata}
     try:
         deployment = ModelDeployment.model_validate(manifest)
     except ValidationError as error:
@@ -78,6 +84,9 @@ def check_manifest(manifest: Any, name: str | None = None) -> ModelDeployment:
     if name is not None and deployment.metadata.name != name:
         message = f"is {deployment.metadata.name!r} but the deployment addressed is {name!r}"
         raise InvalidSpec([SpecProblem(field="metadata.name", message=message, type="name_mismatch")])
+    if namespace is not None and deployment.namespace != namespace:
+        message = f"is {deployment.namespace!r} but the deployment addressed is in namespace {namespace!r}"
+        raise InvalidSpec([SpecProblem(field="metadata.namespace", message=message, type="namespace_mismatch")])
     problems = _selector_problems(deployment)
     if problems:
         raise InvalidSpec(problems)

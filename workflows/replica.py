@@ -7,8 +7,9 @@
     4. ready                 report to the deployment, then hold until cancelled (the deployment removes it)
     teardown / failure       delete the workload, release the ledger rows (shielded, newest first), report
 
-Workflow id `replica/<deployment>/<cluster>/<index>`: Modelplane's index is per cluster, so the cluster is part of
-the id. The replica never changes cluster; moving is delete plus create. It is started with parent close policy
+Workflow id `replica/<deployment>/<cluster>/<index>` in the `default` namespace and
+`replica/<namespace>/<deployment>/<cluster>/<index>` in any other: Modelplane's index is per cluster, so the cluster
+is part of the id, and the same deployment name in two namespaces is two deployments. The replica never changes cluster; moving is delete plus create. It is started with parent close policy
 ABANDON (the deployment continues-as-new under it) and reports to the deployment by signal, by workflow id.
 """
 
@@ -33,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         WorkloadReadiness,
         WorkloadRef,
     )
+    from fleet.meta import DEFAULT_NAMESPACE
     from workflows import search_attributes as sa
     from workflows.deployment_messages import ReplicaInput, ReplicaReport
     from workflows.saga import Saga, shielded
@@ -43,8 +45,12 @@ CONTROL_CALL = {
 }
 
 
-def replica_workflow_id(deployment: str, cluster: str, index: int) -> str:
-    return f"replica/{deployment}/{cluster}/{index}"
+def replica_workflow_id(deployment: str, cluster: str, index: int, namespace: str = DEFAULT_NAMESPACE) -> str:
+    """Unchanged for `default` (the replicas running before namespaces keep their ids); names never hold a slash,
+    so the namespaced form cannot collide with it."""
+    if namespace == DEFAULT_NAMESPACE:
+        return f"replica/{deployment}/{cluster}/{index}"
+    return f"replica/{namespace}/{deployment}/{cluster}/{index}"
 
 
 @workflow.defn(name="ModelReplica")
@@ -91,8 +97,8 @@ class ReplicaWorkflow:
         saga.add("release_replica", self.release)
         await workflow.execute_activity(
             "record_replica",
-            RecordReplicaInput(deployment=i.deployment, name=i.name, cluster=i.cluster, index=i.index,
-                               manifest=i.manifest, usage=i.usage),
+            RecordReplicaInput(namespace=i.namespace, deployment=i.deployment, name=i.name, cluster=i.cluster,
+                               index=i.index, manifest=i.manifest, usage=i.usage),
             task_queue=i.queues.control, summary=f"ledger for {i.name}", **CONTROL_CALL,
         )  # fmt: skip
         await self.set_phase("starting", "ledger recorded; applying the workload")
@@ -116,7 +122,8 @@ class ReplicaWorkflow:
         while True:
             readiness: WorkloadReadiness = await workflow.execute_activity(
                 "wait_workload_ready",
-                WaitWorkloadInput(cluster=i.cluster, name=i.name, window_seconds=timing.readiness_window_seconds,
+                WaitWorkloadInput(namespace=i.namespace, cluster=i.cluster, name=i.name,
+                                  window_seconds=timing.readiness_window_seconds,
                                   poll_seconds=timing.readiness_poll_seconds),
                 result_type=WorkloadReadiness,
                 task_queue=i.queues.control,
@@ -142,13 +149,15 @@ class ReplicaWorkflow:
 
     async def release(self) -> None:
         await workflow.execute_activity(
-            "release_replica", ReplicaRef(name=self.input.name), task_queue=self.input.queues.control,
+            "release_replica", ReplicaRef(namespace=self.input.namespace, name=self.input.name),
+            task_queue=self.input.queues.control,
             summary=f"release ledger of {self.input.name}", **CONTROL_CALL,
         )  # fmt: skip
 
     async def delete_workload(self) -> None:
         await workflow.execute_activity(
-            "delete_workload", WorkloadRef(cluster=self.input.cluster, name=self.input.name),
+            "delete_workload",
+            WorkloadRef(namespace=self.input.namespace, cluster=self.input.cluster, name=self.input.name),
             task_queue=self.input.queues.control, summary=f"delete {self.input.name}", **CONTROL_CALL,
         )  # fmt: skip
 
@@ -174,7 +183,8 @@ class ReplicaWorkflow:
         )
         if db_state is not None:
             await workflow.execute_activity(
-                "set_replica_state", ReplicaStateInput(name=self.input.name, state=db_state),
+                "set_replica_state",
+                ReplicaStateInput(namespace=self.input.namespace, name=self.input.name, state=db_state),
                 task_queue=self.input.queues.control, **CONTROL_CALL,
             )  # fmt: skip
 

@@ -34,13 +34,13 @@ class ClusterActivities:
 
     @activity.defn(name="delete_workload")
     async def delete_workload(self, ref: WorkloadRef) -> bool:
-        return await asyncio.to_thread(self.driver.delete_workload, ref.cluster, ref.name)
+        return await asyncio.to_thread(self.driver.delete_workload, ref.cluster, ref.name, ref.namespace)
 
     @activity.defn(name="wait_workload_ready")
     async def wait_workload_ready(self, input: WaitWorkloadInput) -> WorkloadReadiness:
         deadline = time.monotonic() + input.window_seconds
         while True:
-            readiness = await asyncio.to_thread(self.driver.workload_ready, input.cluster, input.name)
+            readiness = await asyncio.to_thread(self.driver.workload_ready, input.cluster, input.name, input.namespace)
             activity.heartbeat(readiness.message)
             if readiness.ready or not readiness.exists or time.monotonic() >= deadline:
                 return readiness

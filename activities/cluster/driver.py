@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from activities.cluster.k8s_status import PoolObservation
 from activities.cluster.workload import Workload
+from fleet.meta import DEFAULT_NAMESPACE
 
 
 class ClusterObservation(BaseModel):
@@ -44,11 +45,11 @@ class ClusterDriver(Protocol):
         """Create the replica's pods and claims, or leave them as they are if they already exist."""
         ...
 
-    def delete_workload(self, cluster: str, name: str) -> bool:
+    def delete_workload(self, cluster: str, name: str, namespace: str = DEFAULT_NAMESPACE) -> bool:
         """Delete everything of the named workload; True if there was something to delete."""
         ...
 
-    def workload_ready(self, cluster: str, name: str) -> WorkloadReadiness:
+    def workload_ready(self, cluster: str, name: str, namespace: str = DEFAULT_NAMESPACE) -> WorkloadReadiness:
         """Probe once: are all of the workload's pods running and ready?"""
         ...
 

@@ -2,7 +2,9 @@
 
 Layout under the state directory (`<state dir>/clusters` for `berth up`):
 
-    <cluster>/workloads/<replica>.json   one file per applied workload (written atomically: write, fsync, rename)
+    <cluster>/workloads/<replica>.json   one file per applied workload of the `default` namespace (written
+                                         atomically: write, fsync, rename)
+    <cluster>/workloads/<namespace>/<replica>.json   the same for a workload of another namespace
     <cluster>/simulation.json            optional faults, e.g. {"ready": false}, {"neverReady": true},
                                          {"bootSeconds": 5}, {"gatewayAddress": null}
 
@@ -24,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from activities.cluster.driver import ClusterObservation, WorkloadReadiness
 from activities.cluster.workload import Workload
+from fleet.meta import DEFAULT_NAMESPACE
 
 DEFAULT_BOOT_SECONDS = 1.0
 
@@ -55,8 +58,9 @@ class SimulatedClusterDriver:
     def _workloads(self, cluster: str) -> Path:
         return self.state_dir / cluster / "workloads"
 
-    def _path(self, cluster: str, name: str) -> Path:
-        return self._workloads(cluster) / f"{name}.json"
+    def _path(self, cluster: str, name: str, namespace: str = DEFAULT_NAMESPACE) -> Path:
+        directory = self._workloads(cluster)
+        return (directory if namespace == DEFAULT_NAMESPACE else directory / namespace) / f"{name}.json"
 
     def simulation(self, cluster: str) -> ClusterSimulation:
         try:
@@ -70,35 +74,35 @@ class SimulatedClusterDriver:
         path.parent.mkdir(parents=True, exist_ok=True)
         _write_atomically(path, json.dumps(faults))
 
-    def stored(self, cluster: str, name: str) -> StoredWorkload | None:
+    def stored(self, cluster: str, name: str, namespace: str = DEFAULT_NAMESPACE) -> StoredWorkload | None:
         try:
-            return StoredWorkload.model_validate_json(self._path(cluster, name).read_text())
+            return StoredWorkload.model_validate_json(self._path(cluster, name, namespace).read_text())
         except (FileNotFoundError, ValidationError, json.JSONDecodeError):
             return None
 
     def workload_files(self) -> list[Path]:
-        return sorted(self.state_dir.glob("*/workloads/*.json"))
+        return sorted([*self.state_dir.glob("*/workloads/*.json"), *self.state_dir.glob("*/workloads/*/*.json")])
 
     # -- the interface ----------------------------------------------------------------------------------------------
 
     def apply_workload(self, workload: Workload) -> None:
-        existing = self.stored(workload.cluster, workload.name)
+        existing = self.stored(workload.cluster, workload.name, workload.namespace)
         if existing is not None and existing.workload == workload:
             return
         record = StoredWorkload(workload=workload, applied_at=existing.applied_at if existing else self.clock())
-        directory = self._workloads(workload.cluster)
-        directory.mkdir(parents=True, exist_ok=True)
-        _write_atomically(self._path(workload.cluster, workload.name), record.model_dump_json(indent=2))
+        path = self._path(workload.cluster, workload.name, workload.namespace)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(path, record.model_dump_json(indent=2))
 
-    def delete_workload(self, cluster: str, name: str) -> bool:
+    def delete_workload(self, cluster: str, name: str, namespace: str = DEFAULT_NAMESPACE) -> bool:
         try:
-            self._path(cluster, name).unlink()
+            self._path(cluster, name, namespace).unlink()
         except FileNotFoundError:
             return False
         return True
 
-    def workload_ready(self, cluster: str, name: str) -> WorkloadReadiness:
-        stored = self.stored(cluster, name)
+    def workload_ready(self, cluster: str, name: str, namespace: str = DEFAULT_NAMESPACE) -> WorkloadReadiness:
+        stored = self.stored(cluster, name, namespace)
         if stored is None:
             return WorkloadReadiness(exists=False, ready=False, message=f"workload {name} does not exist on {cluster}")
         simulation = self.simulation(cluster)

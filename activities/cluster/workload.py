@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from fleet.deployment import Role
+from fleet.meta import DEFAULT_NAMESPACE
 from fleet.replica import ModelReplica
 
 POOL_LABEL = "modelplane.ai/pool"
@@ -51,9 +52,11 @@ class Pod(Model):
 
 
 class Workload(Model):
-    """Everything one replica runs on its cluster, named after the replica; applying it twice changes nothing."""
+    """Everything one replica runs on its cluster, named after the replica in the replica's namespace (two
+    namespaces' replicas may share a name); applying it twice changes nothing."""
 
     cluster: str
+    namespace: str = DEFAULT_NAMESPACE
     name: str
     deployment: str
     replica_index: int
@@ -100,6 +103,7 @@ def render_workload(replica: ModelReplica) -> Workload:
                     )
     return Workload(
         cluster=replica.cluster or "",
+        namespace=replica.namespace,
         name=name,
         deployment=replica.deployment or "",
         replica_index=replica.index,

@@ -1,7 +1,8 @@
 """Control activities of ModelDeployments: plan over the observed state, keep the deployment's row in step, and
 record or release a replica's ledger rows.
 
-Planning is one activity: read clusters, pools, classes and every other deployment's replicas from PostgreSQL,
+Planning is one activity: read clusters, pools, classes, ModelCaches and every other deployment's replicas from
+PostgreSQL,
 observe each cluster's health through the cluster driver, and call the pure fleet scheduler there (never in the
 workflow: it is CPU work over data the workflow must not hold). The plan comes back with the new replicas already
 rendered as ModelReplica manifests.
@@ -54,30 +55,31 @@ class DeploymentActivities:
         """Save the spec, read the observed state, and run the fleet scheduler over it. No side effect beyond the
         deployment's own row, so a retry plans again from fresh state."""
         deployment = ModelDeployment.model_validate(input.deployment)
-        name = deployment.metadata.name
+        namespace, name = deployment.namespace, deployment.metadata.name
         async with self.sessions.begin() as session:
-            await store.save_deployment(session, name, input.deployment, deployment.spec.replicas)
+            await store.save_deployment(session, namespace, name, input.deployment, deployment.spec.replicas)
             names = await store.cluster_names(session)
         observations = await asyncio.gather(*(asyncio.to_thread(self.clusters.observe_cluster, n) for n in names))
         health = {o.cluster: Health(ready=o.ready, gateway_address=o.gateway_address) for o in observations}
         async with self.sessions() as session:
             clusters = await store.load_clusters(session, health)
             classes = await store.load_classes(session)
-            others = await store.recorded_replicas(session, exclude_deployment=name)
+            caches = await store.load_caches(session)
+            others = await store.recorded_replicas(session, exclude_deployment=(namespace, name))
         own = [ModelReplica.model_validate(m) for m in input.own_replicas]
-        plan = plan_deployment(deployment, clusters, classes, [*others, *own])
+        plan = plan_deployment(deployment, clusters, classes, [*others, *own], caches)
         manifests = [manifest_dict(replica_manifest(deployment, placement)) for placement in plan.new]
         return PlannedDeployment(plan=plan, new_replicas=manifests, clusters_observed=len(names))
 
     @activity.defn(name="record_deployment_status")
     async def record_deployment_status(self, record: DeploymentStatusRecord) -> None:
         async with self.sessions.begin() as session:
-            await store.save_status(session, record.name, record.status)
+            await store.save_status(session, record.namespace, record.name, record.status)
 
     @activity.defn(name="delete_deployment_record")
     async def delete_deployment_record(self, ref: DeploymentRef) -> None:
         async with self.sessions.begin() as session:
-            await store.delete_deployment(session, ref.name)
+            await store.delete_deployment(session, ref.namespace, ref.name)
 
     @activity.defn(name="record_replica")
     async def record_replica(self, input: RecordReplicaInput) -> bool:
@@ -87,6 +89,7 @@ class DeploymentActivities:
             async with self.sessions.begin() as session:
                 return await store.record_replica(
                     session,
+                    namespace=input.namespace,
                     deployment=input.deployment,
                     name=input.name,
                     cluster=input.cluster,
@@ -100,10 +103,10 @@ class DeploymentActivities:
     @activity.defn(name="set_replica_state")
     async def set_replica_state(self, input: ReplicaStateInput) -> None:
         async with self.sessions.begin() as session:
-            await store.set_replica_state(session, input.name, input.state)
+            await store.set_replica_state(session, input.namespace, input.name, input.state)
 
     @activity.defn(name="release_replica")
     async def release_replica(self, ref: ReplicaRef) -> bool:
         """Delete the replica's row and its ledger rows. Idempotent."""
         async with self.sessions.begin() as session:
-            return await store.release_replica(session, ref.name)
+            return await store.release_replica(session, ref.namespace, ref.name)

@@ -1,4 +1,10 @@
-"""`/v1/deployments` (admin): create or update, read, list and delete ModelDeployments.
+"""`/v1/deployments` and `/v1/namespaces/{namespace}/deployments` (admin): create or update, read, list and delete
+ModelDeployments.
+
+Deployments are namespaced, as Modelplane's are: the same name in two namespaces is two deployments, each its own
+workflow (`deployment/<name>` in `default`, `deployment/<namespace>/<name>` elsewhere). `/v1/deployments/{name}`
+is the `default` namespace, as it always was; `GET /v1/deployments` lists every namespace (`?namespace=` filters).
+A body whose `metadata.namespace` is not the one addressed is a 422 naming that field.
 
 Deployments are admin-scoped: the schema has no tenant for them (a ModelDeployment is platform capacity placed on
 the platform's clusters), so a tenant token gets 403. A PUT validates the whole manifest first (schema, then every
@@ -13,7 +19,7 @@ import json
 from typing import Annotated, Any
 
 import yaml
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from sqlalchemy import select
 
 from api import deployment_control
@@ -21,15 +27,18 @@ from api.auth import Admin
 from api.deployment_models import DeploymentAccepted, DeploymentList, DeploymentSummary, DeploymentView
 from api.errors import ApiError, error_responses, not_found
 from api.services import Services, services
-from fleet.meta import Name
+from fleet.meta import DEFAULT_NAMESPACE, Name
 from store.models import ModelDeploymentRow
 from workflows.deployment_client import workflow_id
-from workflows.deployment_messages import DeploymentStatus
+from workflows.deployment_messages import DeploymentStatus, qualified_name
 from workflows.deployment_spec import InvalidSpec, check_manifest, normalised
 
-router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
+router = APIRouter(prefix="/v1", tags=["deployments"])
 App = Annotated[Services, Depends(services)]
 NamePath = Annotated[Name, Path(description="The deployment's name (its metadata.name).")]
+NamespacePath = Annotated[Name, Path(description="The deployment's namespace (its metadata.namespace).")]
+LEGACY = "/deployments/{name}"  # the `default` namespace
+NAMESPACED = "/namespaces/{namespace}/deployments/{name}"
 
 _BODY = {
     "required": True,
@@ -62,52 +71,115 @@ async def _manifest(request: Request) -> Any:
 
 
 def _view(status: DeploymentStatus, live: bool) -> DeploymentView:
-    return DeploymentView(**status.model_dump(exclude={"reconciles"}), workflow_id=workflow_id(status.name), live=live)
+    return DeploymentView(
+        **status.model_dump(exclude={"reconciles"}), workflow_id=workflow_id(status.name, status.namespace), live=live
+    )
 
 
-@router.put(
-    "/{name}",
-    status_code=202,
-    response_model=DeploymentAccepted,
-    responses={**error_responses(401, 403, 409, 422, 503)},
-    openapi_extra={"requestBody": _BODY},
-)
-async def put_deployment(name: NamePath, request: Request, caller: Admin, app: App) -> DeploymentAccepted:
-    """Create the deployment, or give it a new spec; its workflow reconciles the replicas to match."""
+def _accepted(namespace: str, name: str, created: bool) -> DeploymentAccepted:
+    """The workflow id tells the namespace apart (`deployment/<namespace>/<name>` outside `default`)."""
+    return DeploymentAccepted(name=name, created=created, workflow_id=workflow_id(name, namespace))
+
+
+def _not_found(namespace: str, name: str) -> ApiError:
+    return not_found("deployment", qualified_name(name, namespace))
+
+
+async def _put(namespace: str, name: str, request: Request, app: Services) -> DeploymentAccepted:
     manifest = await _manifest(request)
     try:
-        deployment = check_manifest(manifest, name)
+        deployment = check_manifest(manifest, name, namespace)
     except InvalidSpec as error:
         details = [{**p.model_dump(), "field": f"body.{p.field}" if p.field != "body" else "body"}
                    for p in error.problems]  # fmt: skip
         raise ApiError(422, "invalid_request", str(error), details) from error
     await app.control.require_worker()
-    created = await deployment_control.apply(app.control, name, normalised(deployment), app.deployment_timing)
-    return DeploymentAccepted(name=name, created=created, workflow_id=workflow_id(name))
+    created = await deployment_control.apply(
+        app.control, name, normalised(deployment), app.deployment_timing, namespace
+    )
+    return _accepted(namespace, name, created)
 
 
-@router.get("/{name}", response_model=DeploymentView, responses=error_responses(401, 403, 404, 422))
-async def get_deployment(name: NamePath, caller: Admin, app: App) -> DeploymentView:
-    """Desired vs available replicas, each replica's cluster and pools, and the scheduler's explanation."""
-    live = await deployment_control.live_status(app.control, name)
+async def _get(namespace: str, name: str, app: Services) -> DeploymentView:
+    live = await deployment_control.live_status(app.control, name, namespace)
     if live is not None and live.state != "deleted":
         return _view(live, live=True)
     async with app.sessions() as session:
-        row = await session.get(ModelDeploymentRow, name)
+        row = await session.get(ModelDeploymentRow, (namespace, name))
     if row is None:
-        raise not_found("deployment", name)
-    recorded = DeploymentStatus.model_validate({"name": name, "desired": row.replicas, **(row.status or {})})
+        raise _not_found(namespace, name)
+    recorded = DeploymentStatus.model_validate(
+        {"name": name, "desired": row.replicas, **(row.status or {}), "namespace": namespace}
+    )
     return _view(recorded, live=False)
 
 
-@router.get("", response_model=DeploymentList, responses=error_responses(401, 403, 422))
-async def list_deployments(caller: Admin, app: App) -> DeploymentList:
-    """Every deployment with the status its workflow last recorded, by name."""
+async def _delete(namespace: str, name: str, app: Services) -> DeploymentAccepted:
+    if not await deployment_control.running(app.control, name, namespace):
+        raise _not_found(namespace, name)
+    await app.control.require_worker()
+    await deployment_control.delete(app.control, name, namespace)
+    return _accepted(namespace, name, created=False)
+
+
+_PUT = {
+    "status_code": 202,
+    "response_model": DeploymentAccepted,
+    "responses": {**error_responses(401, 403, 409, 422, 503)},
+    "openapi_extra": {"requestBody": _BODY},
+}
+_GET = {"response_model": DeploymentView, "responses": error_responses(401, 403, 404, 422)}
+_DELETE = {"status_code": 202, "response_model": DeploymentAccepted,
+           "responses": error_responses(401, 403, 404, 409, 503)}  # fmt: skip
+
+
+@router.put(LEGACY, **_PUT)
+async def put_deployment(name: NamePath, request: Request, caller: Admin, app: App) -> DeploymentAccepted:
+    """Create the deployment (namespace `default`), or give it a new spec; its workflow reconciles the replicas to
+    match."""
+    return await _put(DEFAULT_NAMESPACE, name, request, app)
+
+
+@router.put(NAMESPACED, **_PUT)
+async def put_namespaced_deployment(
+    namespace: NamespacePath, name: NamePath, request: Request, caller: Admin, app: App
+) -> DeploymentAccepted:
+    """Create the deployment in `namespace`, or give it a new spec; its workflow reconciles the replicas to match."""
+    return await _put(namespace, name, request, app)
+
+
+@router.get(LEGACY, **_GET)
+async def get_deployment(name: NamePath, caller: Admin, app: App) -> DeploymentView:
+    """Desired vs available replicas, each replica's cluster and pools, and the scheduler's explanation (namespace
+    `default`)."""
+    return await _get(DEFAULT_NAMESPACE, name, app)
+
+
+@router.get(NAMESPACED, **_GET)
+async def get_namespaced_deployment(
+    namespace: NamespacePath, name: NamePath, caller: Admin, app: App
+) -> DeploymentView:
+    """Desired vs available replicas, each replica's cluster and pools, and the scheduler's explanation."""
+    return await _get(namespace, name, app)
+
+
+@router.get("/deployments", response_model=DeploymentList, responses=error_responses(401, 403, 422))
+async def list_deployments(
+    caller: Admin,
+    app: App,
+    namespace: Annotated[Name | None, Query(description="Only the deployments of this namespace.")] = None,
+) -> DeploymentList:
+    """Every deployment (of every namespace, unless one is given) with the status its workflow last recorded, by
+    namespace and name."""
+    query = select(ModelDeploymentRow).order_by(ModelDeploymentRow.namespace, ModelDeploymentRow.name)
+    if namespace is not None:
+        query = query.where(ModelDeploymentRow.namespace == namespace)
     async with app.sessions() as session:
-        rows = (await session.scalars(select(ModelDeploymentRow).order_by(ModelDeploymentRow.name))).all()
+        rows = (await session.scalars(query)).all()
     return DeploymentList(
         deployments=[
             DeploymentSummary(
+                namespace=row.namespace,
                 name=row.name,
                 state=(row.status or {}).get("state"),
                 desired=row.replicas,
@@ -120,13 +192,16 @@ async def list_deployments(caller: Admin, app: App) -> DeploymentList:
     )
 
 
-@router.delete(
-    "/{name}", status_code=202, response_model=DeploymentAccepted, responses=error_responses(401, 403, 404, 409, 503)
-)
+@router.delete(LEGACY, **_DELETE)
 async def delete_deployment(name: NamePath, caller: Admin, app: App) -> DeploymentAccepted:
+    """Tear down every replica (workloads deleted, ledger released), then the deployment itself (namespace
+    `default`)."""
+    return await _delete(DEFAULT_NAMESPACE, name, app)
+
+
+@router.delete(NAMESPACED, **_DELETE)
+async def delete_namespaced_deployment(
+    namespace: NamespacePath, name: NamePath, caller: Admin, app: App
+) -> DeploymentAccepted:
     """Tear down every replica (workloads deleted, ledger released), then the deployment itself."""
-    if not await deployment_control.running(app.control, name):
-        raise not_found("deployment", name)
-    await app.control.require_worker()
-    await deployment_control.delete(app.control, name)
-    return DeploymentAccepted(name=name, created=False, workflow_id=workflow_id(name))
+    return await _delete(namespace, name, app)

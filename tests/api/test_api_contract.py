@@ -66,6 +66,9 @@ async def test_openapi_documents_every_route(stack: Stack) -> None:
         ("POST", "/v1/nodes/{node}/uncordon"), ("GET", "/healthz"), ("GET", "/metrics"),
         ("PUT", "/v1/deployments/{name}"), ("GET", "/v1/deployments/{name}"), ("DELETE", "/v1/deployments/{name}"),
         ("GET", "/v1/deployments"), ("GET", "/v1/audit"), ("POST", "/v1/audit"),
+        ("PUT", "/v1/namespaces/{namespace}/deployments/{name}"),
+        ("GET", "/v1/namespaces/{namespace}/deployments/{name}"),
+        ("DELETE", "/v1/namespaces/{namespace}/deployments/{name}"),
     }  # fmt: skip
     assert schema["paths"]["/v1/allocations"]["post"]["responses"]["422"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/ErrorEnvelope"
