@@ -4,6 +4,9 @@
 too; other kinds are refused) and PUTs each one; `--wait` then follows each until every replica it could place is
 ready. Text output is for people (Rich tables: the replicas with cluster, pools and phase, and for a deployment
 short of replicas, the reason per cluster); `--output json` prints the API's answer unchanged.
+
+Deployments are namespaced: `--namespace/-n` names the namespace (`default` when left out; for `apply`, each
+document's own `metadata.namespace` unless `-n` is given); `list` shows every namespace unless `-n` narrows it.
 """
 
 from __future__ import annotations
@@ -20,10 +23,15 @@ from rich.table import Table
 from api.deployment_models import DeploymentAccepted, DeploymentList, DeploymentView
 from cli.client import ApiOption, BerthClient, OutputOption, TokenOption, api_client, segment
 from cli.output import OutputFormat, console, fail, print_json
+from fleet.meta import DEFAULT_NAMESPACE
+from workflows.deployment_messages import qualified_name
 
 app = typer.Typer(help="Create, follow and delete ModelDeployments.", no_args_is_help=True, add_completion=False)
 
 NameArgument = Annotated[str, typer.Argument(help="The deployment's name.", show_default=False)]
+NamespaceOption = Annotated[
+    str | None, typer.Option("--namespace", "-n", help="The deployment's namespace [default: default].")
+]
 PHASE_STYLES = {"FullyScheduled": "green", "PartiallyScheduled": "yellow", "ScheduleFailed": "red"}
 REPLICA_STYLES = {"ready": "green", "starting": "yellow", "removing": "dim", "failed": "red"}
 POLL_SECONDS = 0.5
@@ -33,8 +41,20 @@ def _styled(value: str | None, styles: dict[str, str]) -> str:
     return f"[{styles.get(value or '', 'yellow')}]{value or '-'}[/]"
 
 
-def _path(name: str) -> str:
-    return f"/v1/deployments/{segment(name)}"
+def _path(name: str, namespace: str = DEFAULT_NAMESPACE) -> str:
+    """`default` keeps the path it always had, so this CLI works with an API from before namespaces too."""
+    if namespace == DEFAULT_NAMESPACE:
+        return f"/v1/deployments/{segment(name)}"
+    return f"/v1/namespaces/{segment(namespace)}/deployments/{segment(name)}"
+
+
+def _namespace_of(document: dict[str, Any], option: str | None) -> str:
+    """`-n` when given (the API refuses a document that says otherwise, naming metadata.namespace), else the
+    document's own namespace, else `default`."""
+    if option is not None:
+        return option
+    given = (document.get("metadata") or {}).get("namespace")
+    return given if isinstance(given, str) and given else DEFAULT_NAMESPACE
 
 
 def _documents(file: Path) -> list[dict[str, Any]]:
@@ -67,7 +87,7 @@ def _documents(file: Path) -> list[dict[str, Any]]:
 
 def _render(view: DeploymentView) -> None:
     summary = Table.grid(padding=(0, 2))
-    summary.add_row("Deployment", f"[bold]{escape(view.name)}[/] ({view.state})")
+    summary.add_row("Deployment", f"[bold]{escape(qualified_name(view.name, view.namespace))}[/] ({view.state})")
     summary.add_row(
         "Replicas",
         f"{view.available} available, {view.scheduled} scheduled, {view.desired} desired"
@@ -106,14 +126,16 @@ def _settled(view: DeploymentView) -> bool:
     return view.state == "steady" and all(r.phase == "ready" for r in view.replicas)
 
 
-def _wait(client: BerthClient, name: str, timeout: float) -> dict[str, Any]:
+def _wait(client: BerthClient, name: str, namespace: str, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
-        data = client.call("GET", _path(name))
+        data = client.call("GET", _path(name, namespace))
         if _settled(DeploymentView.model_validate(data)):
             return data
         if time.monotonic() > deadline:
-            fail(f"deployment {name} is not settled after {timeout:g} s; follow it with `berth deploy get {name}`")
+            follow = f"berth deploy get {name}" + ("" if namespace == DEFAULT_NAMESPACE else f" -n {namespace}")
+            fail(f"deployment {qualified_name(name, namespace)} is not settled after {timeout:g} s; "
+                 f"follow it with `{follow}`")  # fmt: skip
         time.sleep(POLL_SECONDS)
 
 
@@ -122,6 +144,7 @@ def apply(
     file: Annotated[Path, typer.Option("--file", "-f", help="ModelDeployment file (YAML or JSON).")],
     wait: Annotated[bool, typer.Option("--wait", help="Wait until every placed replica is ready.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", min=0, help="Seconds --wait waits at most.")] = 300,
+    namespace: NamespaceOption = None,
     output: OutputOption = OutputFormat.TEXT,
     api: ApiOption = None,
     token: TokenOption = None,
@@ -131,12 +154,12 @@ def apply(
     answers: list[dict[str, Any]] = []
     with api_client(api, token) as client:
         for document in documents:
-            name = document["metadata"]["name"]
-            accepted = client.call("PUT", _path(name), json=document)
+            name, where = document["metadata"]["name"], _namespace_of(document, namespace)
+            accepted = client.call("PUT", _path(name, where), json=document)
             if output is OutputFormat.TEXT:
                 verb = "Created" if DeploymentAccepted.model_validate(accepted).created else "Updated"
-                console.print(f"{verb} deployment [bold]{escape(name)}[/].", highlight=False)
-            answers.append(_wait(client, name, timeout) if wait else accepted)
+                console.print(f"{verb} deployment [bold]{escape(qualified_name(name, where))}[/].", highlight=False)
+            answers.append(_wait(client, name, where, timeout) if wait else accepted)
     if output is OutputFormat.JSON:
         print_json(answers[0] if len(answers) == 1 else answers)
     elif wait:
@@ -147,11 +170,11 @@ def apply(
 
 
 @app.command("get")
-def get(name: NameArgument, output: OutputOption = OutputFormat.TEXT, api: ApiOption = None,
-        token: TokenOption = None) -> None:  # fmt: skip
+def get(name: NameArgument, namespace: NamespaceOption = None, output: OutputOption = OutputFormat.TEXT,
+        api: ApiOption = None, token: TokenOption = None) -> None:  # fmt: skip
     """A deployment: desired vs available, each replica's cluster and pools, and why not more."""
     with api_client(api, token) as client:
-        data = client.call("GET", _path(name))
+        data = client.call("GET", _path(name, namespace or DEFAULT_NAMESPACE))
         if output is OutputFormat.JSON:
             print_json(data)
         else:
@@ -159,10 +182,11 @@ def get(name: NameArgument, output: OutputOption = OutputFormat.TEXT, api: ApiOp
 
 
 @app.command("list")
-def list_(output: OutputOption = OutputFormat.TEXT, api: ApiOption = None, token: TokenOption = None) -> None:
-    """Every deployment with its last recorded status."""
+def list_(namespace: NamespaceOption = None, output: OutputOption = OutputFormat.TEXT, api: ApiOption = None,
+          token: TokenOption = None) -> None:  # fmt: skip
+    """Every deployment (of every namespace, unless -n names one) with its last recorded status."""
     with api_client(api, token) as client:
-        data = client.call("GET", "/v1/deployments")
+        data = client.call("GET", "/v1/deployments", params={"namespace": namespace} if namespace else None)
         if output is OutputFormat.JSON:
             print_json(data)
             return
@@ -171,24 +195,27 @@ def list_(output: OutputOption = OutputFormat.TEXT, api: ApiOption = None, token
         console.print("no deployments", style="dim")
         return
     table = Table(title_justify="left")
-    for column in ("name", "state", "available", "desired", "phase", "message"):
+    for column in ("namespace", "name", "state", "available", "desired", "phase", "message"):
         table.add_column(column)
     for d in deployments:
-        table.add_row(d.name, d.state or "-", str(d.available), str(d.desired), _styled(d.phase, PHASE_STYLES),
+        table.add_row(d.namespace, d.name, d.state or "-", str(d.available), str(d.desired), _styled(d.phase, PHASE_STYLES),
                       escape(d.message))  # fmt: skip
     console.print(table)
 
 
 @app.command("delete")
-def delete(name: NameArgument, output: OutputOption = OutputFormat.TEXT, api: ApiOption = None,
-           token: TokenOption = None) -> None:  # fmt: skip
+def delete(name: NameArgument, namespace: NamespaceOption = None, output: OutputOption = OutputFormat.TEXT,
+           api: ApiOption = None, token: TokenOption = None) -> None:  # fmt: skip
     """Tear down every replica of the deployment (workloads deleted, ledger released), then the deployment."""
+    where = namespace or DEFAULT_NAMESPACE
     with api_client(api, token) as client:
-        data = client.call("DELETE", _path(name))
+        data = client.call("DELETE", _path(name, where))
     if output is OutputFormat.JSON:
         print_json(data)
     else:
-        console.print(f"Deleting deployment [bold]{escape(name)}[/]; its replicas are being torn down.")
+        console.print(
+            f"Deleting deployment [bold]{escape(qualified_name(name, where))}[/]; its replicas are being torn down."
+        )
 
 
 __all__ = ["app"]

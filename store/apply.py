@@ -15,12 +15,14 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.fleet import Fleet
+from fleet.inference_cluster import PoolShape
 from store.models import (
     AllocationRow,
     Base,
     ClaimRow,
     ClusterRow,
     InferenceClassRow,
+    ModelCacheRow,
     NodeRow,
     PoolRow,
     RegionRow,
@@ -148,6 +150,7 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
             "shape": pool.shape.value,
             "gpu_product": pool.gpu_product,
             "node_count": max(0, pool.node_count if pool.node_count is not None else len(hosts.nodes)),
+            "max_node_count": pool.max_node_count if pool.shape is PoolShape.KUBERNETES else None,
             "node_template": pool.node_template.model_dump(mode="json", by_alias=True) if pool.node_template else None,
             "deadlines": pool.deadlines.seconds() or None if pool.deadlines else None,
         }
@@ -178,8 +181,19 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
                     "private_ip": str(slot.private_ip) if slot.private_ip else None,
                     "approved": slot.approved,
                 }
+    # ModelCaches: where a deployment's modelCacheRef may place new replicas (read by the planning activity).
+    caches = {
+        (c.namespace, c.metadata.name): {
+            "namespace": c.namespace,
+            "name": c.metadata.name,
+            "api_version": c.api_version,
+            "spec": c.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "status": c.status.model_dump(mode="json", by_alias=True, exclude_none=True) if c.status else None,
+        }
+        for c in fleet.caches.values()
+    }
     return {"regions": regions, "classes": classes, "tenants": tenants, "clusters": clusters, "pools": pools,
-            "nodes": nodes, "slots": slots}  # fmt: skip
+            "nodes": nodes, "slots": slots, "caches": caches}  # fmt: skip
 
 
 def _keep_operator_status(row: NodeRow, values: dict[str, Any]) -> dict[str, Any]:
@@ -248,6 +262,8 @@ async def apply_fleet(session: AsyncSession, fleet: Fleet, prune: bool = False) 
     await sync("Tenant", TenantRow, lambda r: r.name, desired["tenants"])
     await sync("InferenceCluster", ClusterRow, lambda r: r.name, desired["clusters"])
     await sync("NodePool", PoolRow, lambda r: (r.cluster, r.name), desired["pools"], lambda k: f"{k[0]}/{k[1]}")
+    await sync("ModelCache", ModelCacheRow, lambda r: (r.namespace, r.name), desired["caches"],
+               lambda k: f"{k[0]}/{k[1]}")  # fmt: skip
 
     pool_ids = {(p.cluster, p.name): p.id for p in (await session.scalars(select(PoolRow))).all()}
     node_rows = {}
@@ -280,8 +296,9 @@ async def _prune(
         "Slot": lambda r: f"{r.node_id}/{r.slot_index}",
         "Node": lambda r: r.name,
         "NodePool": lambda r: f"{r.cluster}/{r.name}",
+        "ModelCache": lambda r: f"{r.namespace}/{r.name}",
     }
-    order = ["Slot", "Node", "NodePool", "InferenceCluster", "InferenceClass", "Tenant", "Region"]
+    order = ["Slot", "Node", "NodePool", "InferenceCluster", "InferenceClass", "Tenant", "Region", "ModelCache"]
     if not prune:
         # Slots and nodes of objects that stay are part of those objects: report only top-level leftovers.
         for kind in order:
