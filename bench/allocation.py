@@ -1,15 +1,20 @@
 """Allocation benchmarks against a real Temporal dev server and a real PostgreSQL, started by the benchmark.
 
     python -m bench.allocation [--rounds 3] [--batch 150] [--contention 1000] [--snapshot-nodes 1000,10000]
+                               [--latency 30]
 
 1. Throughput: a batch of 1-GPU slice allocations driven to `active` (simulated hosts, zero boot delay), against
    baselines measured in the same run on the same server (`bench/baseline_workflow.py`): `strict`, the same
    activities and local activities as no-ops; `visibility`, the same plus the search-attribute upserts an
    allocation makes. Rounds alternate baselines and allocations; medians are reported, with the CPU each process
    of the stack spent per workflow.
-2. Contention: many 2-GPU requests at once for far more GPUs than exist. Reports double claims (checked in SQL;
-   must be 0), failed attempts and claim conflicts per allocation, and the time for everything to settle.
-3. Snapshot: the cost of building the scheduler's inventory snapshot from PostgreSQL at several fleet sizes.
+   Temporal actions per workflow are counted from histories (`bench/actions.py`), to `active` and through release.
+2. Latency: sequential requests on an idle stack, `POST /v1/allocations` (the API in this process) to `active`
+   (its row), against the strict baseline workflow started and awaited the same way in the same run; p50 and p99.
+3. Contention: many 2-GPU requests at once for far more GPUs than exist. Reports double claims (checked in SQL;
+   must be 0), failed attempts and claim conflicts per allocation, allocations that failed without a reason (must
+   be 0), how long decisions waited for and held the region's placement lock, and the time to settle.
+4. Snapshot: the cost of building the scheduler's inventory snapshot from PostgreSQL at several fleet sizes.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import uuid
 from collections.abc import Awaitable
 from pathlib import Path
 
+import httpx
 import psutil
 import yaml
 from sqlalchemy import text
@@ -34,6 +40,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 import worker
+from activities.control.placement import LOCK_TIMES
+from api.app import create_app
+from bench.actions import Actions, count_actions
 from bench.baseline_workflow import BaselineInput, BaselineWorkflow, noop
 from devstack.postgres import EmbeddedPostgres
 from devstack.reports import report_hosts
@@ -45,6 +54,7 @@ from store.db import create_engine, session_factory
 from store.inventory import InventoryCache
 from store.migrate import upgrade
 from store.snapshot import load_snapshot
+from store.tokens import create_token
 from workflows import allocation_client
 from workflows.allocation_messages import AllocationInput, Timing
 from workflows.task_queues import Queues
@@ -225,6 +235,7 @@ async def throughput(stack: Stack, rounds: int, batch: int) -> dict[str, dict[st
     meter = CpuMeter(stack)
 
     runs: dict[str, list[tuple[float, dict[str, float]]]] = {"strict": [], "visibility": [], "allocation": []}
+    actions: list[Actions] = []
     for _ in range(rounds):
         for shape in ("strict", "visibility"):
             runs[shape].append(await _measured(meter, batch, _baseline_batch(stack, batch, shape)))
@@ -233,6 +244,9 @@ async def throughput(stack: Stack, rounds: int, batch: int) -> dict[str, dict[st
         runs["allocation"].append(await _measured(meter, batch, _allocation_batch(stack, queues, batch, ids)))
         await asyncio.gather(*(allocation_client.release(stack.client, i) for i in ids))
         await _settled(stack, ids, ("released",))
+        for i in ids[:5]:
+            history = await stack.client.get_workflow_handle(allocation_client.workflow_id(i)).fetch_history()
+            actions.append(count_actions(history))
 
     for w in [*workers, baseline_worker]:
         await w.shutdown()
@@ -247,13 +261,75 @@ async def throughput(stack: Stack, rounds: int, batch: int) -> dict[str, dict[st
         result[name]["ratio"] = statistics.median(
             a / b for (a, _), (b, _) in zip(runs["allocation"], runs[name], strict=True)
         )
+    result["actions"] = {
+        "to_active": statistics.median(Actions.count(a.to_active) for a in actions),
+        "total": statistics.median(Actions.count(a.total) for a in actions),
+        "max_to_active": max(Actions.count(a.to_active) for a in actions),
+    }
     return result
+
+
+async def _row_state(stack: Stack, allocation_id: str, wanted: str, limit: float = 60) -> None:
+    """Poll the allocation's row (what `GET /v1/allocations/{id}` answers) every 2 ms until it is `wanted`."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        async with stack.sessions() as session:
+            state = await session.scalar(text("SELECT state FROM allocations WHERE id = :i"), {"i": allocation_id})
+        if state == wanted:
+            return
+        await asyncio.sleep(0.002)
+    raise RuntimeError(f"allocation {allocation_id} did not become {wanted} in {limit:.0f}s")
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {"p50": statistics.median(ordered), "p99": ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]}
+
+
+async def latency(stack: Stack, count: int) -> dict[str, dict[str, float]]:
+    """Sequential, on an idle stack: POST /v1/allocations -> `active`, and the strict baseline started -> completed,
+    interleaved one for one so both see the same machine. Milliseconds."""
+    fleet_file = await stack.load_fleet(8)
+    queues = Queues(control="latency.control", node_prefix="latency.node.")
+    workers = await _run_workers(stack, fleet_file, queues)
+    baseline_worker = Worker(stack.client, task_queue="latency.baseline", workflows=[BaselineWorkflow], activities=[noop])
+    asyncio.create_task(baseline_worker.run())
+    async with stack.sessions.begin() as session:
+        token = await create_token(session, "tenant", tenant="bench", label="latency")
+    app = create_app(sessions=stack.sessions, temporal=stack.client, queues=queues, timing=FAST)
+    transport = httpx.ASGITransport(app=app)
+    samples: dict[str, list[float]] = {"allocation": [], "strict": []}
+    async with httpx.AsyncClient(transport=transport, base_url="http://berth", timeout=60) as api:
+        headers = {"Authorization": f"Bearer {token}"}
+        for n in range(count + 2):  # the first two warm both paths up and are not counted
+            started = time.perf_counter()
+            response = await api.post("/v1/allocations", json={"gpu_count": 1}, headers=headers)
+            assert response.status_code == 202, response.text
+            allocation_id = response.json()["id"]
+            await _row_state(stack, allocation_id, "active")
+            took = 1000 * (time.perf_counter() - started)
+            await allocation_client.release(stack.client, allocation_id)
+            await _row_state(stack, allocation_id, "released")
+
+            started = time.perf_counter()
+            handle = await stack.client.start_workflow(
+                BaselineWorkflow.run, BaselineInput(queue="latency.baseline", shape="strict"),
+                id=f"baseline-{uuid.uuid4().hex}", task_queue="latency.baseline",
+            )  # fmt: skip
+            await handle.result()
+            if n >= 2:
+                samples["allocation"].append(took)
+                samples["strict"].append(1000 * (time.perf_counter() - started))
+    for w in [*workers, baseline_worker]:
+        await w.shutdown()
+    return {name: _percentiles(values) for name, values in samples.items()}
 
 
 async def contention(stack: Stack, requests: int) -> dict[str, float]:
     fleet_file = await stack.load_fleet(50)  # 400 GPUs for 2,000 requested
     queues = Queues(control="contention.control", node_prefix="contention.node.")
     workers = await _run_workers(stack, fleet_file, queues)
+    LOCK_TIMES.clear()
     started = time.perf_counter()
     ids = await _allocate(stack, queues, requests, 2)
     await _settled(stack, ids, ("active", "failed"))
@@ -273,11 +349,20 @@ async def contention(stack: Stack, requests: int) -> dict[str, float]:
         active = await session.scalar(
             text("SELECT count(*) FROM allocations WHERE state = 'active' AND id = ANY(:ids)"), {"ids": ids}
         )
+        unexplained = await session.scalar(
+            text("SELECT count(*) FROM allocations WHERE state = 'failed' AND coalesce(failure_reason, '') = '' "
+                 "AND id = ANY(:ids)"), {"ids": ids},
+        )  # fmt: skip
+        reasons = dict((await session.execute(
+            text("SELECT split_part(failure_reason, ':', 1), count(*) FROM allocations WHERE state = 'failed' "
+                 "AND id = ANY(:ids) GROUP BY 1"), {"ids": ids})).all())  # fmt: skip
+    held, waited = _percentiles(list(LOCK_TIMES.held) or [0.0]), _percentiles(list(LOCK_TIMES.waited) or [0.0])
+    locked, fast_refusals = len(LOCK_TIMES.held), LOCK_TIMES.fast_refusals
     async with stack.sessions() as session:
-        held = (await session.execute(text("SELECT id FROM allocations WHERE state = 'active' AND id = ANY(:ids)"),
-                                      {"ids": ids})).scalars().all()  # fmt: skip
-    await asyncio.gather(*(allocation_client.release(stack.client, i) for i in held))
-    await _settled(stack, list(held), ("released",))
+        holding = (await session.execute(text("SELECT id FROM allocations WHERE state = 'active' AND id = ANY(:ids)"),
+                                         {"ids": ids})).scalars().all()  # fmt: skip
+    await asyncio.gather(*(allocation_client.release(stack.client, i) for i in holding))
+    await _settled(stack, list(holding), ("released",))
     for w in workers:
         await w.shutdown()
     return {
@@ -287,6 +372,10 @@ async def contention(stack: Stack, requests: int) -> dict[str, float]:
         "failed_attempts_per_allocation": failed_attempts / requests,
         "claim_conflicts_per_allocation": conflicts / requests,
         "settle_seconds": elapsed,
+        "failed_without_reason": unexplained,
+        "failure_reasons": reasons,
+        "lock": {"decisions": locked, "fast_refusals": fast_refusals, "held_p50": held["p50"], "held_p99": held["p99"],
+                 "waited_p50": waited["p50"], "waited_p99": waited["p99"]},
     }
 
 
@@ -333,6 +422,16 @@ async def main(args: argparse.Namespace) -> None:
                 groups = ("control", "temporal", "agents", "postgres")
                 cells = " | ".join(f"{max(cpu[g], 0.0):.0f}" for g in groups)  # type: ignore[index]
                 print(f"| {name} | {cells} | {sum(max(cpu[g], 0.0) for g in groups):.0f} |")  # type: ignore[index]
+            a = result["actions"]
+            print(f"\nTemporal actions per allocation (median of {args.rounds * 5} histories): to active "
+                  f"{a['to_active']:g} (max {a['max_to_active']:g}), through release {a['total']:g}")  # fmt: skip
+            if args.latency:
+                lat = await latency(stack, args.latency)
+                print("\n| sequential, idle | p50 ms | p99 ms |")
+                print("|---|---:|---:|")
+                print(f"| POST /v1/allocations -> active | {lat['allocation']['p50']:.0f} | {lat['allocation']['p99']:.0f} |")
+                print(f"| strict baseline start -> done | {lat['strict']['p50']:.0f} | {lat['strict']['p99']:.0f} |")
+                print(f"| ratio of p50 | {lat['allocation']['p50'] / lat['strict']['p50']:.2f} | |")
             c = await contention(stack, args.contention)
             print(
                 "\n| requests | active | double claims | failed attempts / allocation | claim conflicts / allocation | settle s |"
@@ -340,6 +439,11 @@ async def main(args: argparse.Namespace) -> None:
             print("|---:|---:|---:|---:|---:|---:|")
             print(f"| {c['requests']} | {c['active']} | {c['double_claims']} | {c['failed_attempts_per_allocation']:.2f} | "
                   f"{c['claim_conflicts_per_allocation']:.3f} | {c['settle_seconds']:.1f} |")  # fmt: skip
+            lock = c["lock"]
+            print(f"\nfailed without a reason: {c['failed_without_reason']}; failure reasons: {c['failure_reasons']}")
+            print(f"region lock: {lock['decisions']} decisions took it, {lock['fast_refusals']} refused before it; "
+                  f"held p50 {lock['held_p50']:.1f} ms, p99 {lock['held_p99']:.1f} ms; "
+                  f"waited p50 {lock['waited_p50']:.0f} ms, p99 {lock['waited_p99']:.0f} ms")  # fmt: skip
             sizes = [int(s) for s in args.snapshot_nodes.split(",") if s]
             print("\n| nodes | slots | snapshot read whole, median ms | from the inventory cache, median ms |")
             print("|---:|---:|---:|---:|")
@@ -357,4 +461,5 @@ if __name__ == "__main__":
     parser.add_argument("--batch", type=int, default=150)
     parser.add_argument("--contention", type=int, default=1000)
     parser.add_argument("--snapshot-nodes", default="1000,10000")
+    parser.add_argument("--latency", type=int, default=30, help="sequential requests (0: skip)")
     asyncio.run(main(parser.parse_args()))

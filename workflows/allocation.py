@@ -2,6 +2,7 @@
 
     1. select_region       tenant policy, quota, region status, product and price
     2. find_candidates     a pool and ranked candidate nodes from a fresh snapshot
+                           (1 and 2 are one local activity, `choose_placement`, recording both steps)
     3. for each candidate  plan_bundles (node lease) -> record_claims -> create_vm -> wait_ready;
                            a failure compensates what the attempt did, in reverse, and moves to the next node
     4. active              hold the capacity until `release` or cancellation, then tear down
@@ -10,6 +11,10 @@
 Every state change is mirrored to PostgreSQL (the allocation's row and its events) and to the Temporal UI (search
 attributes and the current-details story). The PostgreSQL side travels as an audit trail with the next control
 activity, and is written on its own only before a wait that no control step follows (see `AuditTrail`).
+Each of those is a Temporal action a production namespace pays for, so the control steps run as local activities
+on the worker that runs the workflow, and search attributes move only for the states the UI filters on
+(`UI_STATES`); the fine-grained steps stay in the current details and the audit trail (docs/benchmarks.md,
+"Performance (issue 14)": 11 actions to `active`).
 Compensations run even when the workflow is being cancelled, and a node that cannot be reached for teardown gets
 its slots quarantined rather than blocking the allocation forever.
 """
@@ -34,6 +39,7 @@ from temporalio.exceptions import (
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.control.choice import PlacementChoice
     from activities.contracts import (
         AllocationRecord,
         AuditTrail,
@@ -76,11 +82,22 @@ AUDIT_TRAIL_PATCH = "audit-trail-rides-with-control-steps"
 DEADLINES_PATCH = "state-deadlines"
 # Runs that began before a quota refusal at claim time ended its attempt as failed replay it as cancelled.
 QUOTA_ATTEMPT_PATCH = "quota-refusal-fails-the-attempt"
+# Runs that began before control steps were local activities (region and candidates in one step, search attributes
+# for the UI's states only) replay the commands they made. This one patch implies every patch above: a run that has
+# it calls none of them, since each patch costs a marker and a search-attribute upsert.
+LEAN_PATCH = "lean-control-steps"
+# The states worth a search-attribute upsert (lean runs): long enough for the UI to filter on. `waiting_ready` only
+# once a boot turns out not to be immediate (see `attempt`); planning and claiming last milliseconds.
+UI_STATES = frozenset({"placing", "provisioning", "waiting_ready", "active", "releasing", *FINAL_STATES})
 
 SKU_UNAVAILABLE = "SkuUnavailable"
 PLACEMENT_REFUSED = "PlacementRefused"
 QUOTA_EXCEEDED = "QuotaExceeded"
 DEADLINE_EXCEEDED = "DeadlineExceeded"
+
+NODE_RETRY_INTERVAL = timedelta(seconds=5)  # the longest backoff between tries of a node call
+CREATE_VM_TIMEOUT = timedelta(minutes=5)
+CREATE_VM_ATTEMPTS = 3
 
 CONTROL_CALL = {
     "start_to_close_timeout": timedelta(seconds=30),
@@ -110,6 +127,20 @@ class AttemptFailed(Exception):
 def _past_overall_timeout(error: ActivityError) -> bool:
     """The step ran out of its state's deadline (given to it as its schedule-to-close timeout)."""
     return isinstance(error.cause, TimeoutError) and error.cause.type == TimeoutType.SCHEDULE_TO_CLOSE
+
+
+def _as_activity_error(activity: str, error: ApplicationError | TimeoutError) -> ActivityError:
+    """A local activity's failure as an activity's: the SDK hands a local activity's non-retryable failure over
+    bare, where an activity's comes wrapped; every caller here reads `ActivityError.cause`, whichever way it ran."""
+    return ActivityError(
+        f"local activity {activity} failed",
+        scheduled_event_id=0,
+        started_event_id=0,
+        identity="",
+        activity_type=activity,
+        activity_id="",
+        retry_state=None,
+    )
 
 
 def _node_failure(error: ActivityError, node: str) -> AttemptFailed:
@@ -150,6 +181,7 @@ class AllocationWorkflow:
             sa.REGION.name: input.request.region or "",
             sa.NODE.name: "",
         }
+        self.lean = False  # control steps as local activities, fewer upserts (runs from before replay without)
         self.trail_rides_along = False
         self.bounded = False  # per-state deadlines apply (runs from before them replay without)
         self.deadlines = input.timing.deadlines  # the chosen pool's, once a candidate is tried
@@ -168,15 +200,19 @@ class AllocationWorkflow:
             request_body=input.request_body,
             idempotency_key=input.idempotency_key,
         )
-        self.trail_rides_along = workflow.patched(AUDIT_TRAIL_PATCH)
-        self.bounded = workflow.patched(DEADLINES_PATCH)
+        self.lean = workflow.patched(LEAN_PATCH)
+        self.trail_rides_along = self.lean or workflow.patched(AUDIT_TRAIL_PATCH)
+        self.bounded = self.lean or workflow.patched(DEADLINES_PATCH)
         if self.trail_rides_along:
             self.trail = AuditTrail(opening=opening)
         else:
             await workflow.execute_local_activity("open_allocation", opening, **CONTROL_CALL)
         try:
-            region = await self.select_region()  # 1
-            await self.place(region)  # 2, 3 (and 5 when nothing works)
+            if self.lean:
+                region, first = await self.choose_placement()  # 1, 2
+            else:
+                region, first = await self.select_region(), None  # 1
+            await self.place(region, first)  # 2, 3 (and 5 when nothing works)
             await self.hold_until_released()  # 4
             await shielded(self.teardown("released", "release"))
         except BaseException as error:
@@ -196,6 +232,24 @@ class AllocationWorkflow:
             )
         except AttemptFailed as failure:
             raise failure.ending() from failure
+        return self.accept_region(choice)
+
+    async def choose_placement(self) -> tuple[str, list[Candidate]]:
+        """Steps 1 and 2 as one control step on one snapshot; the trail still records each decision as its step."""
+        await self.set_state("placing", "select_region")
+        try:
+            choice: PlacementChoice = await self.on_control(
+                "choose_placement", self.placement_input(""), PlacementChoice, deadline=self.time_left()
+            )
+        except AttemptFailed as failure:
+            raise failure.ending() from failure
+        region = self.accept_region(choice.region)
+        await self.set_state("placing", "find_candidates", region=region)
+        assert choice.candidates is not None  # the region level chose one, so the cluster level ran
+        return region, self.accept_candidates(choice.candidates)
+
+    def accept_region(self, choice: RegionChoice) -> str:
+        """The region level's answer: the region, or the allocation's failure with the explanation."""
         if choice.region is None:
             kind = QUOTA_EXCEEDED if choice.refusal_code == "quota_exceeded" else PLACEMENT_REFUSED
             raise ApplicationError(
@@ -215,6 +269,10 @@ class AllocationWorkflow:
             )
         except AttemptFailed as failure:
             raise failure.ending() from failure
+        return self.accept_candidates(found)
+
+    def accept_candidates(self, found: CandidateList) -> list[Candidate]:
+        """The cluster level's answer: the candidates, or (before any attempt) the allocation's failure."""
         self.pool_deadlines.update(found.deadlines)
         if found.refusal_code is not None and not self.status.attempts:
             raise ApplicationError(
@@ -225,11 +283,16 @@ class AllocationWorkflow:
             )
         return found.candidates
 
-    async def place(self, region: str) -> None:
-        """Try the ranked candidates in order; when the list runs out, re-plan once on a fresh snapshot."""
-        for _plan_round in range(2):
-            await self.set_state("placing", "find_candidates", region=region)
-            for candidate in await self.find_candidates(region):
+    async def place(self, region: str, first: list[Candidate] | None) -> None:
+        """Try the ranked candidates in order (`first`: the list already found with the region); when the list runs
+        out, re-plan once on a fresh snapshot."""
+        for plan_round in range(2):
+            if plan_round == 0 and first is not None:
+                candidates = first
+            else:
+                await self.set_state("placing", "find_candidates", region=region)
+                candidates = await self.find_candidates(region)
+            for candidate in candidates:
                 if candidate.node in self.tried or candidate.node in self.excluded:
                     continue  # excluded by an operator's retry since the list was made
                 self.tried.add(candidate.node)
@@ -311,7 +374,7 @@ class AllocationWorkflow:
         except ActivityError as error:
             cause = error.cause
             if isinstance(cause, ApplicationError) and cause.type == "QuotaExceeded":
-                if workflow.patched(QUOTA_ATTEMPT_PATCH):  # the attempt failed, with the reason, then the allocation
+                if self.lean or workflow.patched(QUOTA_ATTEMPT_PATCH):  # the attempt failed, with the reason, then the allocation
                     raise AttemptFailed("quota_exceeded", cause.message, final=QUOTA_EXCEEDED) from error
                 raise ApplicationError(cause.message, type=QUOTA_EXCEEDED, non_retryable=True) from error
             if isinstance(cause, ApplicationError) and cause.type == "ClaimConflict":
@@ -327,13 +390,15 @@ class AllocationWorkflow:
                       image=self.input.image, ssh_public_keys=self.input.ssh_public_keys)  # fmt: skip
         try:
             await self.within_deadline(node, self.on_node(
-                node, "create_vm", spec, VmInfo, start_to_close=timedelta(minutes=5),
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED))  # fmt: skip
+                node, "create_vm", spec, VmInfo, start_to_close=CREATE_VM_TIMEOUT, attempts=CREATE_VM_ATTEMPTS,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED),
+                longest=self.longest_node_call(CREATE_VM_TIMEOUT, CREATE_VM_ATTEMPTS))  # fmt: skip
         except ActivityError as error:
             raise _node_failure(error, node) from error
 
         await self.set_state("waiting_ready", "wait_ready", node=node, attempt=attempt)
-        await self.write_trail()  # a boot can take minutes: the audit trail shows it is under way
+        if not self.lean:
+            await self.write_trail()  # a boot can take minutes: the audit trail shows it is under way
         deadline = workflow.now() + timedelta(seconds=timing.readiness_timeout_seconds)
         while True:
             try:
@@ -349,9 +414,14 @@ class AllocationWorkflow:
                 raise self.failure_on(error, node) from error
             if report.ready:
                 break
+            if self.lean and self.published.get(sa.STATE.name) != "waiting_ready":
+                # Not ready at the first look: this boot takes a while, so the UI and the audit trail show the wait
+                # (a boot that is ready at once never pays for either).
+                self.publish(self.search_values("waiting_ready"))
+                await self.write_trail()
             # A gate that failed for good: no point waiting out the timeout (patched: a run that slept here before
             # this change replays as it ran).
-            if report.failed_gate is not None and workflow.patched("readiness-failed-gate"):
+            if report.failed_gate is not None and (self.lean or workflow.patched("readiness-failed-gate")):
                 raise AttemptFailed("readiness_failed", f"{report.failed_gate}: {report.failure or 'failed'}")
             remaining = (deadline - workflow.now()).total_seconds()
             if remaining <= 0:
@@ -393,6 +463,17 @@ class AllocationWorkflow:
         what is left of the state's deadline; past it, with every retry, the state's deadline has passed."""
         trail = self.take_trail()
         try:
+            if self.lean:  # on this worker: no task-queue round trip, no activity task on the server
+                try:
+                    return await workflow.execute_local_activity(
+                        activity,
+                        argument.model_copy(update={"trail": trail}),
+                        result_type=result_type,
+                        schedule_to_close_timeout=deadline,
+                        **CONTROL_CALL,
+                    )
+                except (ApplicationError, TimeoutError) as bare:
+                    raise _as_activity_error(activity, bare) from bare
             return await workflow.execute_activity(
                 activity,
                 argument.model_copy(update={"trail": trail}),
@@ -434,7 +515,7 @@ class AllocationWorkflow:
             schedule_to_close_timeout=deadline,
             start_to_close_timeout=start_to_close,
             heartbeat_timeout=heartbeat,
-            retry_policy=RetryPolicy(maximum_attempts=attempts, maximum_interval=timedelta(seconds=5)),
+            retry_policy=RetryPolicy(maximum_attempts=attempts, maximum_interval=NODE_RETRY_INTERVAL),
             cancellation_type=cancellation_type,
             summary=f"{activity} on {node}",
         )
@@ -491,6 +572,12 @@ class AllocationWorkflow:
             raise self.deadline_passed(node)
         return left
 
+    def longest_node_call(self, start_to_close: timedelta, attempts: int) -> timedelta:
+        """The longest a node call can take with every retry (`on_node`: each try waits for its pickup and runs for
+        at most `start_to_close`; retries back off by at most NODE_RETRY_INTERVAL)."""
+        pickup = timedelta(seconds=self.input.timing.agent_pickup_seconds)
+        return attempts * (pickup + start_to_close) + (attempts - 1) * NODE_RETRY_INTERVAL
+
     def deadline_passed(self, node: str | None) -> AttemptFailed:
         state = "placing" if self.status.state == "pending" else self.status.state
         limit = self.deadlines.of(state) or 0.0
@@ -505,11 +592,13 @@ class AllocationWorkflow:
             return self.deadline_passed(node)
         return _node_failure(error, node)
 
-    async def within_deadline(self, node: str, call: Any) -> Any:
+    async def within_deadline(self, node: str, call: Any, longest: timedelta | None = None) -> Any:
         """Race a step that may create something (a VM) against the state's deadline. Past it the step is cancelled
-        and waited for (`WAIT_CANCELLATION_COMPLETED`), so the compensation never races a create still running."""
+        and waited for (`WAIT_CANCELLATION_COMPLETED`), so the compensation never races a create still running.
+        `longest`: the most the step can take with all its retries; where the deadline is further away than that
+        (lean runs), the race is already decided and its timer, an action of its own, is not started."""
         left = self.time_left(node)
-        if left is None:
+        if left is None or (self.lean and longest is not None and longest < left):
             return await call
         running = asyncio.ensure_future(call)
         await workflow.wait([running], timeout=left.total_seconds())
@@ -548,14 +637,9 @@ class AllocationWorkflow:
         self.status.state, self.status.step = state, step
         if state == "failed":
             self.status.failure_reason = reason
-        self.publish(
-            {
-                sa.STATE.name: state,
-                sa.REGION.name: region or self.status.region or "",
-                sa.NODE.name: node or self.status.node or "",
-            },
-            always=not self.trail_rides_along,  # runs from before replay the upserts they made
-        )
+        if not self.lean or (state in UI_STATES and state != "waiting_ready"):
+            # runs from before the trail replay the upserts they made (`always`)
+            self.publish(self.search_values(state, region, node), always=not self.trail_rides_along)
         workflow.set_current_details(self.story())
         change = StateChange(
             allocation_id=self.input.allocation_id,
@@ -573,6 +657,13 @@ class AllocationWorkflow:
             self.trail = AuditTrail(opening=self.trail.opening, changes=[*self.trail.changes, change])
         else:
             await workflow.execute_local_activity("record_state", change, **CONTROL_CALL)
+
+    def search_values(self, state: str, region: str | None = None, node: str | None = None) -> dict[str, str]:
+        return {
+            sa.STATE.name: state,
+            sa.REGION.name: region or self.status.region or "",
+            sa.NODE.name: node or self.status.node or "",
+        }
 
     def publish(self, values: dict[str, str], *, always: bool = False) -> None:
         """Upsert the search attributes that changed, once per change of state: each upsert is a visibility write on

@@ -1,22 +1,82 @@
 """Control-side placement activities: thin adapters that read a current snapshot and ask the pure scheduler.
 
-The snapshot comes from the worker's `InventoryCache`: the inventory is re-read only when the fleet changed, the
+    read (no lock): inventory from the worker's cache + live state + plans in progress
+      -> region level                                   (refused: answer now)
+      -> cluster level on what is known now             (cannot fit now: answer now, without queueing for the lock)
+      -> region lock: re-read plans in progress, re-rank only if they moved, mark the first choice -> commit
+
+The snapshot comes from the worker's `InventoryCache`: the inventory is re-read only in the parts that changed; the
 claims, slot states, tenant usage, plans in progress and the node breaker's recent failures on every call. The
-candidates travel with their pools' deadlines, which the workflow applies from then on."""
+candidates travel with their pools' deadlines, which the workflow applies from then on.
+
+`choose_placement` takes the region and cluster decisions in one step on one read (the allocation workflow runs it
+as a local activity); `select_region` and `find_candidates` stay for runs started before it, and
+`find_candidates` for the one re-plan a run makes when its list runs out."""
 
 from __future__ import annotations
+
+import time
+from collections import deque
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.contracts import CandidateList, FindCandidatesInput, RegionChoice
+from activities.control.choice import PlacementChoice
 from activities.control.records import write_trail
 from scheduler import cluster, region
 from scheduler.breaker import BreakerPolicy
 from scheduler.explanation import Explanation
+from scheduler.request import PlacementRequest
+from scheduler.snapshot import Snapshot
 from store.decisions import lock_region, record_first_choice
 from store.inventory import InventoryCache
 from store.snapshot import pending_plans, with_pending_plans
+
+Plans = dict[str, list[tuple[str, int]]]
+
+
+class RegionLockTimes:
+    """How long decisions waited for a region's placement lock and held it, in milliseconds, per process. The lock
+    serialises a region's decisions, so the time it is held bounds the region's placement rate; the benchmark
+    reports both (`bench.allocation`)."""
+
+    def __init__(self, keep: int = 20_000) -> None:
+        self.waited: deque[float] = deque(maxlen=keep)
+        self.held: deque[float] = deque(maxlen=keep)
+        self.fast_refusals = 0  # requests refused before queueing for the lock: they could not fit anyway
+
+    def clear(self) -> None:
+        self.waited.clear()
+        self.held.clear()
+        self.fast_refusals = 0
+
+
+LOCK_TIMES = RegionLockTimes()
+
+
+def _region_choice(snapshot: Snapshot, request: PlacementRequest) -> RegionChoice:
+    decision = region.select_region(snapshot, request)
+    if decision.refusal is None:
+        return RegionChoice(region=decision.region)  # the explanation travels only with a refusal
+    return RegionChoice(
+        region=None,
+        refusal_code=str(decision.refusal.code),
+        refusal_message=decision.refusal.message,
+        explanation=Explanation(summary=decision.refusal.message, levels=list(decision.levels)),
+    )
+
+
+def _candidate_list(snapshot: Snapshot, decision: cluster.CandidateDecision) -> CandidateList:
+    if decision.refusal is None:
+        pools = {pool.key: pool for pool in snapshot.pools}
+        deadlines = {c.pool: dict(pools[c.pool].deadlines) for c in decision.candidates if pools[c.pool].deadlines}
+        return CandidateList(candidates=decision.candidates, deadlines=deadlines)
+    return CandidateList(
+        refusal_code=str(decision.refusal.code),
+        refusal_message=decision.refusal.message,
+        explanation=Explanation(summary=decision.refusal.message, levels=list(decision.levels)),
+    )
 
 
 class PlacementActivities:
@@ -31,50 +91,67 @@ class PlacementActivities:
         self.sessions = sessions
         self.inventory = inventory or InventoryCache(breaker=breaker)
 
+    async def _read(self, allocation_id: str) -> tuple[Snapshot, Plans]:
+        """The snapshot without plans in progress, and those plans as they are now (both without the lock)."""
+        async with self.sessions() as session:
+            base = await self.inventory.snapshot(session, exclude_allocation=allocation_id, pending=False)
+            return base, await pending_plans(session, allocation_id)
+
+    async def _candidates(
+        self, base: Snapshot, plans: Plans, request: PlacementRequest, region_name: str, allocation_id: str
+    ) -> CandidateList:
+        """Cluster level. Decisions in one region are taken one at a time: each overlays what is being planned right
+        now on the inventory and marks its first choice as being planned before the next one looks, so requests that
+        arrive together spread out instead of all picking the same best-ranked node (the node agent stays the
+        authority; this only makes the first choice a good guess).
+
+        A request that cannot fit on what is known now is refused before queueing for the lock: waiting could only
+        show it more plans in progress. Under the lock only the cheap part runs: the plans in progress re-read, the
+        ranking redone only if they moved, the tentative choice written."""
+        known = with_pending_plans(base, plans)
+        decision = cluster.find_candidates(known, request, region_name)
+        if decision.refusal is not None:
+            LOCK_TIMES.fast_refusals += 1
+            return _candidate_list(known, decision)
+        asked = time.perf_counter()
+        async with self.sessions.begin() as session:
+            await lock_region(session, region_name)
+            locked = time.perf_counter()
+            fresh = await pending_plans(session, allocation_id)
+            if fresh != plans:
+                known = with_pending_plans(base, fresh)
+                decision = cluster.find_candidates(known, request, region_name)
+            if decision.candidates:
+                await record_first_choice(session, allocation_id, decision.candidates[0].node)
+        LOCK_TIMES.waited.append(1000 * (locked - asked))
+        LOCK_TIMES.held.append(1000 * (time.perf_counter() - locked))
+        return _candidate_list(known, decision)
+
+    @activity.defn(name="choose_placement")
+    async def choose_placement(self, request: FindCandidatesInput) -> PlacementChoice:
+        """Seed 004's region and cluster levels in one step on one read: the allocation's first control step."""
+        await write_trail(self.sessions, request.trail)
+        base, plans = await self._read(request.allocation_id)
+        choice = _region_choice(with_pending_plans(base, plans), request.request)
+        if choice.region is None:
+            return PlacementChoice(region=choice)
+        candidates = await self._candidates(base, plans, request.request, choice.region, request.allocation_id)
+        return PlacementChoice(region=choice, candidates=candidates)
+
     @activity.defn(name="select_region")
     async def select_region(self, request: FindCandidatesInput) -> RegionChoice:
         """Region level of seed 004: tenant policy, quota headroom, region status, product and price."""
         await write_trail(self.sessions, request.trail)
         async with self.sessions() as session:
             snapshot = await self.inventory.snapshot(session, exclude_allocation=request.allocation_id)
-        decision = region.select_region(snapshot, request.request)
-        if decision.refusal is None:
-            return RegionChoice(region=decision.region)  # the explanation travels only with a refusal
-        return RegionChoice(
-            region=None,
-            refusal_code=str(decision.refusal.code),
-            refusal_message=decision.refusal.message,
-            explanation=Explanation(summary=decision.refusal.message, levels=list(decision.levels)),
-        )
+        return _region_choice(snapshot, request.request)
 
     @activity.defn(name="find_candidates")
     async def find_candidates(self, request: FindCandidatesInput) -> CandidateList:
-        """Cluster level: pool eligibility and ranked candidate nodes (the chosen one plus alternates).
-
-        Decisions in one region are taken one at a time: each overlays what is being planned right now on the
-        inventory and marks its first choice as being planned before the next one looks. Requests that arrive
-        together then see each other and spread out, instead of all picking the same best-ranked node and being
-        refused there (the node agent stays the authority; this only makes the first choice a good guess). The
-        inventory itself is read before taking the lock, so the lock is held for milliseconds even on large fleets."""
+        """Cluster level: pool eligibility and ranked candidate nodes (the chosen one plus alternates)."""
         await write_trail(self.sessions, request.trail)
-        async with self.sessions() as session:
-            base = await self.inventory.snapshot(session, exclude_allocation=request.allocation_id, pending=False)
-        async with self.sessions.begin() as session:
-            # Under the lock only the cheap part: what was planned since, the ranking, and our tentative choice.
-            await lock_region(session, request.region)
-            snapshot = with_pending_plans(base, await pending_plans(session, request.allocation_id))
-            decision = cluster.find_candidates(snapshot, request.request, request.region)
-            if decision.candidates:
-                await record_first_choice(session, request.allocation_id, decision.candidates[0].node)
-        if decision.refusal is None:
-            pools = {pool.key: pool for pool in snapshot.pools}
-            deadlines = {c.pool: dict(pools[c.pool].deadlines) for c in decision.candidates if pools[c.pool].deadlines}
-            return CandidateList(candidates=decision.candidates, deadlines=deadlines)
-        return CandidateList(
-            refusal_code=str(decision.refusal.code),
-            refusal_message=decision.refusal.message,
-            explanation=Explanation(summary=decision.refusal.message, levels=list(decision.levels)),
-        )
+        base, plans = await self._read(request.allocation_id)
+        return await self._candidates(base, plans, request.request, request.region, request.allocation_id)
 
     def activities(self) -> list[object]:
-        return [self.select_region, self.find_candidates]
+        return [self.choose_placement, self.select_region, self.find_candidates]

@@ -1,0 +1,68 @@
+"""What an allocation costs in Temporal actions (issue 14), counted from its history as Temporal Cloud bills them,
+and the UI story and audit trail it keeps while it makes fewer of them."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from sqlalchemy import select
+from temporalio.api.enums.v1 import EventType
+
+from bench.actions import Actions, count_actions
+from store.models import AllocationRow
+from tests.workflows.lab import lab_fleet, running_lab
+from workflows import allocation_client
+from workflows.allocation_messages import AllocationStatus
+from workflows.search_attributes import NODE, REGION, STATE
+
+
+async def test_happy_path_reaches_active_in_at_most_12_actions(temporal_client, sessions, tmp_path: Path) -> None:
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet({"one": {"gpus": 2}})) as lab:
+        handle = await lab.allocate("lean-1", gpus=2)
+        await lab.wait_for_state(handle, "active")
+        await allocation_client.release(temporal_client, "lean-1")
+        assert (await handle.result()).state == "released"
+        history = await handle.fetch_history()
+        steps = [(step, state) for step, state, _node, _reason in await lab.events("lean-1")]
+
+    actions = count_actions(history)
+    assert Actions.count(actions.to_active) <= 12, actions.to_active
+    assert Actions.count(actions.total) <= 18, actions.total
+    # Only the node's own steps cross a task queue; the control steps ran on the workflow's worker.
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert scheduled == ["plan_bundles", "create_vm", "wait_ready", "destroy_vm"]
+    assert actions.total["timer"] == 0  # a provisioning deadline further away than the create can take: no timer
+    # Region and candidates were one step, yet the audit trail tells both decisions.
+    assert steps == [
+        ("select_region", "placing"), ("find_candidates", "placing"), ("plan_bundles", "planning"),
+        ("record_claims", "claiming"), ("create_vm", "provisioning"), ("wait_ready", "waiting_ready"),
+        ("ready", "active"), ("release", "releasing"), ("released", "released"),
+    ]  # fmt: skip
+
+
+async def test_a_slow_boot_shows_waiting_ready_in_the_ui_and_the_audit_trail(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    hosts = {"slow": {"gpus": 2, "simulation": {"bootSeconds": 3600}}}
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts)) as lab:
+        handle = await lab.allocate("lean-slow", gpus=2)
+        await lab.wait_for_state(handle, "waiting_ready")
+        for _ in range(100):  # the first readiness report says "not yet": the UI and the row follow
+            attributes = (await handle.describe()).typed_search_attributes
+            async with sessions() as session:
+                row = await session.scalar(select(AllocationRow).where(AllocationRow.id == "lean-slow"))
+            if attributes.get(STATE) == "waiting_ready" and row is not None and row.state == "waiting_ready":
+                break
+            await asyncio.sleep(0.1)
+        assert (attributes.get(STATE), attributes.get(REGION), attributes.get(NODE)) == ("waiting_ready", "lab", "slow")
+        assert row is not None and (row.state, row.node_id) == ("waiting_ready", "slow")
+        status = await handle.query("status_query", result_type=AllocationStatus)
+        assert [(a.node, a.outcome) for a in status.attempts] == [("slow", "running")]
+        await handle.cancel()
+        await asyncio.gather(handle.result(), return_exceptions=True)
+        assert await lab.active_claims() == {}
