@@ -7,7 +7,8 @@ id). The workflow's memo keeps a fingerprint of the request that started it, so 
 reused one. The answer follows what Temporal accepted:
 
 - a selector that does not compile, or a region, product or pinned node the fleet does not have: 422 with the
-  position or the valid choices (api/request_checks.py), and nothing was created;
+  position or the valid choices (api/request_checks.py), and nothing was created; so is a request no host of the
+  fleet could ever hold (`unsatisfiable`, api/admission.py);
 - PostgreSQL or Temporal unreachable before the start: 503, and nothing was created;
 - the start accepted: 202, even when writing the allocation's row then fails (the workflow writes the same row,
   key included, as its first step, so the allocation appears as soon as PostgreSQL is back);
@@ -29,6 +30,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import allocation_view
+from api.admission import check_admissible
 from api.auth import Caller, acting_tenant
 from api.errors import ApiError, conflict, error_responses
 from api.models import (
@@ -136,6 +138,7 @@ async def create_allocation(
             response.status_code = 200
             return earlier
         await check_request(session, app.inventory, body)  # 422 before anything exists: no row, no workflow
+        check_admissible((await app.inventory.inventory(session)).snapshot, body)  # no host that big: 422 as well
     await app.control.require_worker()
 
     allocation_id = keyed_allocation_id(tenant, idempotency_key) if idempotency_key else uuid.uuid4().hex[:16]
