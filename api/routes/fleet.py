@@ -22,6 +22,9 @@ from fleet.loader import parse_fleet
 from store.apply import ApplyRefused, apply_fleet
 from store.tokens import ensure_tenant_tokens
 
+# What a deployment's placement reads: a change to one re-plans running deployments at once, not at their resync.
+PLACEMENT_INPUTS = ("InferenceCluster", "NodePool", "InferenceClass", "ModelCache")
+
 router = APIRouter(prefix="/v1", tags=["admin"])
 App = Annotated[Services, Depends(services)]
 
@@ -72,7 +75,7 @@ async def put_fleet(
         raise ApiError(409, "apply_refused", str(error)) from error
     except (DataError, IntegrityError) as error:  # a value the file validation let through but PostgreSQL refuses
         raise _invalid(f"PostgreSQL refused a value of the fleet file: {error.orig}") from error
-    if any(change.kind in ("InferenceCluster", "NodePool", "InferenceClass") for change in result.changes):
+    if any(change.kind in PLACEMENT_INPUTS and change.action != "kept" for change in result.changes):
         await deployment_control.inventory_changed(app.control, "fleet applied: " + result.summary())
     return FleetApplied(
         summary=result.summary(), changes=result.changes, unchanged=result.unchanged, tenant_tokens=tokens
