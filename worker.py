@@ -25,7 +25,9 @@ from temporalio.worker import Worker
 
 from activities.cluster.activities import ClusterActivities
 from activities.cluster.driver import ClusterDriver
+from activities.cluster.kubernetes import KubernetesClusterDriver
 from activities.cluster.simulated import SimulatedClusterDriver
+from activities.cluster.targets import ClusterTargets
 from activities.control.audit import AuditActivities
 from activities.control.claims import ClaimActivities
 from activities.control.deployments import DeploymentActivities
@@ -76,10 +78,21 @@ def simulated_clusters(state_dir: Path | None = None) -> SimulatedClusterDriver:
     return SimulatedClusterDriver((state_dir or get_settings().state_dir) / "clusters")
 
 
+def cluster_drivers(sessions: async_sessionmaker[AsyncSession], fallback: ClusterDriver | None = None) -> ClusterDriver:
+    """Real clusters (those with a connection in PostgreSQL) through Kubernetes, every other one simulated. Needs the
+    worker's running event loop (the driver's lookups run their queries there); without one, all are simulated."""
+    fallback = fallback or simulated_clusters()
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return fallback
+    return KubernetesClusterDriver(ClusterTargets(sessions, loop), fallback, get_settings().cluster_secrets_dir)
+
+
 def control_activities(
     sessions: async_sessionmaker[AsyncSession], clusters: ClusterDriver | None = None
 ) -> list[object]:
-    clusters = clusters or simulated_clusters()
+    clusters = clusters or cluster_drivers(sessions)
     return [
         *PlacementActivities(sessions).activities(),
         *ClaimActivities(sessions).activities(),

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from activities.cluster.connection import connection_of
 from fleet.fleet import Fleet
 from fleet.inference_cluster import PoolShape
 from store.models import (
@@ -133,6 +134,7 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
             "labels": dict(c.metadata.labels),
             "taints": [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in c.spec.taints],
             "status": c.status.model_dump(mode="json", by_alias=True, exclude_none=True) if c.status else None,
+            "connection": _connection(c.spec.cluster, c.metadata.annotations),
         }
         for name, c in fleet.clusters.items()
     }
@@ -194,6 +196,12 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
     }
     return {"regions": regions, "classes": classes, "tenants": tenants, "clusters": clusters, "pools": pools,
             "nodes": nodes, "slots": slots, "caches": caches}  # fmt: skip
+
+
+def _connection(cluster: Any, annotations: dict[str, str]) -> dict[str, Any] | None:
+    """The cluster's connection reference (issue 15), or None: it stays simulated."""
+    connection = connection_of(cluster, annotations)
+    return connection.model_dump(mode="json") if connection else None
 
 
 def _keep_operator_status(row: NodeRow, values: dict[str, Any]) -> dict[str, Any]:

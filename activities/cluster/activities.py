@@ -11,8 +11,11 @@ import asyncio
 import time
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.cluster.driver import ClusterDriver, WorkloadReadiness
+from activities.cluster.k8s_objects import WorkloadNotRenderable
+from activities.cluster.kubernetes import WorkloadRejected
 from activities.cluster.workload import render_workload
 from activities.deployment_contracts import ApplyWorkloadInput, WaitWorkloadInput, WorkloadRef
 from fleet.replica import ModelReplica
@@ -29,7 +32,10 @@ class ClusterActivities:
     async def apply_workload(self, input: ApplyWorkloadInput) -> int:
         """Render the replica's pods and claims and apply them; returns the pod count. Idempotent."""
         workload = render_workload(ModelReplica.model_validate(input.manifest))
-        await asyncio.to_thread(self.driver.apply_workload, workload)
+        try:
+            await asyncio.to_thread(self.driver.apply_workload, workload)
+        except (WorkloadRejected, WorkloadNotRenderable) as error:  # the same request would be refused again
+            raise ApplicationError(str(error), type="WorkloadRejected", non_retryable=True) from error
         return len(workload.pods)
 
     @activity.defn(name="delete_workload")

@@ -24,7 +24,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+
+from activities.cluster.k8s_status import Toleration
 
 KUBECONFIG_SECRET_ANNOTATION = "berth.dev/kubeconfig-secret"
 CONTEXT_ANNOTATION = "berth.dev/kube-context"
@@ -91,3 +93,15 @@ def connection_of(cluster: Any, annotations: dict[str, str]) -> ClusterConnectio
         method="kubeconfig", secret_name=ref["name"], secret_key=ref.get("key") or DEFAULT_SECRET_KEY,
         context=context, gateway=gateway,
     )  # fmt: skip
+
+
+class ClusterTarget(BaseModel):
+    """What the driver needs to know of a real cluster, read from PostgreSQL (no secret in it): the connection,
+    the taints its workloads tolerate (the InferenceCluster's `spec.taints`, which Modelplane's workloads carry
+    tolerations for) and the pools the autoscaler grows."""
+
+    model_config = ConfigDict(frozen=True)
+
+    connection: ClusterConnection
+    tolerations: list[Toleration] = Field(default_factory=list)
+    autoscaled: dict[str, int | None] = Field(default_factory=dict, description="pool -> maxNodeCount")

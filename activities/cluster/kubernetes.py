@@ -33,12 +33,11 @@ from lightkube import ApiError, Client, KubeConfig
 from lightkube.core.exceptions import ConfigError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import CascadeType
-from pydantic import BaseModel, ConfigDict, Field
 
-from activities.cluster.connection import ClusterConnection, ConnectionUnavailable
+from activities.cluster.connection import ClusterConnection, ClusterTarget, ConnectionUnavailable
 from activities.cluster.driver import ClusterDriver, ClusterObservation, WorkloadReadiness
 from activities.cluster.k8s_objects import MANAGER, REPLICA_LABEL, render_objects
-from activities.cluster.k8s_status import Toleration, object_readiness, observe_pools
+from activities.cluster.k8s_status import object_readiness, observe_pools
 from activities.cluster.workload import Workload
 from fleet.meta import DEFAULT_NAMESPACE
 
@@ -61,18 +60,6 @@ RESOURCES: dict[str, Any] = {
 DELETE_ORDER = ("LeaderWorkerSet", "Deployment", "ResourceClaimTemplate")
 # HTTP statuses that say the request itself is wrong: retrying the same request cannot succeed.
 _REJECTED = {400, 403, 404, 405, 415, 422}
-
-
-class ClusterTarget(BaseModel):
-    """What the driver needs to know of a real cluster, read from PostgreSQL (no secret in it)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    connection: ClusterConnection
-    tolerations: list[Toleration] = Field(default_factory=list, description="From the cluster's spec.taints.")
-    autoscaled: dict[str, int | None] = Field(
-        default_factory=dict, description="Pools the autoscaler grows -> maxNodeCount."
-    )
 
 
 class WorkloadRejected(RuntimeError):

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from activities.cluster.connection import ClusterConnection, connection_of
+from activities.cluster.connection import ClusterConnection, ClusterTarget, connection_of
 from activities.cluster.k8s_objects import WorkloadNotRenderable, dns_name, render_objects
 from activities.cluster.k8s_status import Toleration, observe_pools
-from activities.cluster.kubernetes import ClusterTarget, KubernetesClusterDriver, WorkloadRejected
+from activities.cluster.kubernetes import KubernetesClusterDriver, WorkloadRejected
 from activities.cluster.simulated import SimulatedClusterDriver
 from activities.cluster.workload import Workload, render_workload
 from fleet.loader import load_fleet

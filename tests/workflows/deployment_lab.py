@@ -1,6 +1,7 @@
 """A small Kubernetes fleet for ModelDeployment tests: clusters with `kubernetes` pools counted in nodes, applied
 to the test's database, a control worker whose cluster driver is the simulated one (workload files under the test's
-directory), and what a platform team would check: ledger rows in SQL and workload files on disk."""
+directory) or the Kubernetes one against an API server fake per cluster, and what a platform team would check:
+ledger rows in SQL and the workloads on the clusters."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,14 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.worker import Worker
 
 import worker
+from activities.cluster.connection import DEFAULT_GATEWAY
+from activities.cluster.driver import ClusterDriver
+from activities.cluster.kubernetes import KubernetesClusterDriver
 from activities.cluster.simulated import SimulatedClusterDriver
+from activities.cluster.targets import ClusterTargets
 from fleet.loader import load_fleet
 from store.apply import apply_fleet
+from tests.kube_fake import FakeKubernetes
 from workflows import deployment_client
 from workflows.deployment_messages import DeploymentStatus, DeploymentTiming
 from workflows.task_queues import Queues
@@ -109,6 +115,11 @@ def deployment(name: str, replicas: int, min_replicas: int | None = None, gpus: 
     return {"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelDeployment", "metadata": {"name": name}, "spec": spec}
 
 
+# The cluster drivers the deployment tests run on: the simulated one, and the Kubernetes one against an API server
+# fake per cluster (tests/kube_fake.py), each cluster registered with a kubeconfig Secret as an operator would.
+CLUSTER_DRIVERS = ["simulated", "kubernetes"]
+
+
 @dataclass
 class DeploymentLab:
     client: Client
@@ -117,6 +128,7 @@ class DeploymentLab:
     queues: Queues
     clusters: SimulatedClusterDriver
     timing: DeploymentTiming = FAST
+    kube: dict[str, FakeKubernetes] = field(default_factory=dict)  # cluster -> its API server (driver kubernetes)
 
     async def apply(self, manifest: dict[str, Any], timing: DeploymentTiming | None = None) -> bool:
         name = manifest["metadata"]["name"]
@@ -201,16 +213,42 @@ class DeploymentLab:
             return row[0] if row else None
 
     def workloads(self) -> list[str]:
-        """`cluster/replica` for every workload file on the simulated clusters."""
+        """`cluster/replica` for every workload on the clusters (files when simulated, labelled objects when real)."""
+        if self.kube:
+            return sorted(f"{c}/{w.split('/', 1)[1]}" for c, api in self.kube.items() for w in api.workloads())
         return [f"{p.parent.parent.name}/{p.stem}" for p in self.clusters.workload_files()]
+
+    def first_pod(self, cluster: str, replica: str) -> tuple[dict[str, str], int]:
+        """The node selector of the replica's first pod and the devices its claim asks for."""
+        if cluster in self.kube:
+            api = self.kube[cluster]
+            pod = next(d for d in api.of_kind("Deployment")
+                       if d["metadata"]["labels"]["modelplane.ai/replica"] == replica)["spec"]["template"]  # fmt: skip
+            claim_name = pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+            claim = next(c for c in api.of_kind("ResourceClaimTemplate") if c["metadata"]["name"] == claim_name)
+            return pod["spec"]["nodeSelector"], claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"]
+        stored = self.clusters.stored(cluster, replica)
+        assert stored is not None and stored.workload.pods[0].resource_claim is not None
+        pod = stored.workload.pods[0]
+        return pod.node_selector, pod.resource_claim.requests[0].count
+
+    def never_ready(self, cluster: str, never: bool = True) -> None:
+        """The cluster's pods stop (or resume) becoming ready."""
+        if cluster in self.kube:
+            self.kube[cluster].never_ready = never
+        else:
+            self.clusters.set_simulation(cluster, **({"neverReady": True} if never else {}))
 
 
 @contextlib.asynccontextmanager
 async def deployment_lab(
     client: Client, sessions: async_sessionmaker[AsyncSession], home: Path, fleet_text: str,
-    boot_seconds: float = 0.2,
+    boot_seconds: float = 0.2, driver: str = "simulated",
 ) -> AsyncIterator[DeploymentLab]:  # fmt: skip
     home.mkdir(parents=True, exist_ok=True)
+    kube: dict[str, FakeKubernetes] = {}
+    if driver == "kubernetes":
+        fleet_text, kube = _real_clusters(fleet_text, home / "secrets", boot_seconds)
     fleet_file = home / "fleet.yaml"
     fleet_file.write_text(fleet_text)
     async with sessions.begin() as session:
@@ -218,10 +256,36 @@ async def deployment_lab(
     tag = uuid.uuid4().hex[:8]
     queues = Queues(control=f"test-{tag}.control", node_prefix=f"test-{tag}.node.")
     clusters = SimulatedClusterDriver(home / "clusters", boot_seconds=boot_seconds)
-    control: Worker = worker.control_worker(client, sessions, task_queue=queues.control, clusters=clusters)
+    driven: ClusterDriver = clusters
+    if kube:
+        targets = ClusterTargets(sessions, asyncio.get_running_loop(), ttl_seconds=0.5)
+        driven = KubernetesClusterDriver(targets, clusters, home / "secrets", delete_wait_seconds=10, poll_seconds=0.05)
+    control: Worker = worker.control_worker(client, sessions, task_queue=queues.control, clusters=driven)
     task = asyncio.create_task(control.run())
     try:
-        yield DeploymentLab(client, sessions, home, queues, clusters)
+        yield DeploymentLab(client, sessions, home, queues, clusters, kube=kube)
     finally:
         await control.shutdown()
         await task
+        for api in kube.values():
+            api.stop()
+
+
+def _real_clusters(fleet_text: str, secrets: Path, boot_seconds: float) -> tuple[str, dict[str, FakeKubernetes]]:
+    """Every InferenceCluster of the fleet becomes a real one: an API server fake, its kubeconfig mounted as the
+    Secret `<cluster>-kubeconfig`, and `spec.cluster` naming that Secret, as Modelplane's Existing source does."""
+    documents = list(yaml.safe_load_all(fleet_text))
+    kube: dict[str, FakeKubernetes] = {}
+    for document in documents:
+        if document.get("kind") == "InferenceCluster":
+            name = document["metadata"]["name"]
+            kube[name] = FakeKubernetes(boot_seconds=boot_seconds, terminate_seconds=0.1).serve()
+            namespace, _, gateway = DEFAULT_GATEWAY.partition("/")
+            kube[name].put({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                            "metadata": {"name": gateway, "namespace": namespace},
+                            "status": {"addresses": [{"type": "Hostname", "value": f"{name}.gateway.example"}]}})  # fmt: skip
+            (secrets / f"{name}-kubeconfig").mkdir(parents=True, exist_ok=True)
+            (secrets / f"{name}-kubeconfig" / "kubeconfig").write_text(kube[name].kubeconfig())
+            document["spec"]["cluster"] = {"source": "Existing",
+                                           "existing": {"secretRef": {"name": f"{name}-kubeconfig"}}}  # fmt: skip
+    return yaml.safe_dump_all(documents, sort_keys=False), kube

@@ -13,7 +13,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
-from tests.workflows.deployment_lab import deployment, deployment_lab, k8s_fleet
+from tests.workflows.deployment_lab import CLUSTER_DRIVERS, deployment, deployment_lab, k8s_fleet
 from workflows import deployment_client
 from workflows.deployment import DeploymentWorkflow
 from workflows.replica import ReplicaWorkflow
@@ -24,9 +24,10 @@ def placed(status) -> list[tuple[str, int]]:
     return [(r.cluster, r.index) for r in status.replicas]
 
 
-async def test_spread_scale_up_partial_and_scale_down(temporal_client, sessions, tmp_path: Path) -> None:
+@pytest.mark.parametrize("driver", CLUSTER_DRIVERS)
+async def test_spread_scale_up_partial_and_scale_down(temporal_client, sessions, tmp_path: Path, driver: str) -> None:
     fleet = k8s_fleet({"east": 2, "west": 2})
-    async with deployment_lab(temporal_client, sessions, tmp_path, fleet) as lab:
+    async with deployment_lab(temporal_client, sessions, tmp_path, fleet, driver=driver) as lab:
         assert await lab.apply(deployment("llama", 3)) is True
         status = await lab.settled("llama", 3)
         # Spread before pack, ties by cluster name; the lowest free index on the cluster.
@@ -39,9 +40,7 @@ async def test_spread_scale_up_partial_and_scale_down(temporal_client, sessions,
         ]  # fmt: skip
         assert [row[3] for row in await lab.replica_rows()] == ["ready"] * 3
         assert lab.workloads() == ["east/llama-east-0", "east/llama-east-1", "west/llama-west-0"]
-        pod = lab.clusters.stored("east", "llama-east-0").workload.pods[0]
-        assert pod.node_selector == {"modelplane.ai/pool": "serve"}
-        assert pod.resource_claim.requests[0].count == 8
+        assert lab.first_pod("east", "llama-east-0") == ({"modelplane.ai/pool": "serve"}, 8)  # pinned, 8 GPUs
         description = await lab.handle("llama").describe()
         assert description.typed_search_attributes.get(KIND) == "deployment"
         assert description.typed_search_attributes.get(STATE) == "FullyScheduled"
@@ -78,9 +77,12 @@ async def test_spread_scale_up_partial_and_scale_down(temporal_client, sessions,
         await replayer.replay_workflow(await replica.fetch_history())
 
 
-async def test_schedule_failed_explains_and_cancel_tears_down(temporal_client, sessions, tmp_path: Path) -> None:
+@pytest.mark.parametrize("driver", CLUSTER_DRIVERS)
+async def test_schedule_failed_explains_and_cancel_tears_down(
+    temporal_client, sessions, tmp_path: Path, driver: str
+) -> None:
     fleet = k8s_fleet({"east": 1, "west": 1})
-    async with deployment_lab(temporal_client, sessions, tmp_path, fleet) as lab:
+    async with deployment_lab(temporal_client, sessions, tmp_path, fleet, driver=driver) as lab:
         await lab.apply(deployment("nothing-fits", 2, product="NVIDIA-B200"))
         status = await lab.wait_until("nothing-fits", lambda s: s.phase is not None and s.state == "steady")
         assert (status.phase, status.scheduled, status.available) == ("ScheduleFailed", 0, 0)
@@ -102,18 +104,22 @@ async def test_schedule_failed_explains_and_cancel_tears_down(temporal_client, s
         assert await lab.closed("big") == WorkflowExecutionStatus.CANCELED
         assert await lab.ledger() == [] and lab.workloads() == []
         assert await lab.deployment_row("big") is None
+        await deployment_client.delete(temporal_client, "nothing-fits")  # the next parametrized run reuses its id
+        assert await lab.closed("nothing-fits") == WorkflowExecutionStatus.COMPLETED
 
 
-async def test_replica_never_ready_is_compensated(temporal_client, sessions, tmp_path: Path) -> None:
-    async with deployment_lab(temporal_client, sessions, tmp_path, k8s_fleet({"east": 2})) as lab:
-        lab.clusters.set_simulation("east", neverReady=True)
+@pytest.mark.parametrize("driver", CLUSTER_DRIVERS)
+async def test_replica_never_ready_is_compensated(temporal_client, sessions, tmp_path: Path, driver: str) -> None:
+    async with deployment_lab(temporal_client, sessions, tmp_path, k8s_fleet({"east": 2}), driver=driver) as lab:
+        lab.never_ready("east")
         timing = lab.timing.model_copy(update={"readiness_timeout_seconds": 1.5})
         await lab.apply(deployment("stuck", 1), timing=timing)
         await lab.wait_until("stuck", lambda s: lab.workloads() == ["east/stuck-east-0"])
         assert len(await lab.ledger()) == 1 and (await lab.status("stuck")).replicas[0].phase == "starting"
         status = await lab.wait_until("stuck", lambda s: s.recent_failures and not s.replicas)
         assert "stuck-east-0: replica stuck-east-0 on east not ready after 1.5s" in status.recent_failures[0]
-        assert "neverReady" in status.recent_failures[0]
+        why = {"simulated": "neverReady", "kubernetes": "Deployment stuck-east-0-serve-m0: 0/1 available"}[driver]
+        assert why in status.recent_failures[0]
         assert status.available == 0
         assert await lab.ledger() == [] and await lab.replica_rows() == [] and lab.workloads() == []
         replica = deployment_client.handle(temporal_client, "stuck")  # the deployment itself keeps running
@@ -122,7 +128,7 @@ async def test_replica_never_ready_is_compensated(temporal_client, sessions, tmp
         assert (await failed.describe()).status == WorkflowExecutionStatus.FAILED
 
         # The cluster recovers; the next resync (here: an inventory-change signal) places the replica again.
-        lab.clusters.set_simulation("east")
+        lab.never_ready("east", False)
         await lab.handle("stuck").signal("inventory_changed", {"reason": "east fixed"})
         status = await lab.settled("stuck", 1)
         assert placed(status) == [("east", 0)]

@@ -1,0 +1,27 @@
+"""Where the control worker learns how to reach a real cluster: its connection reference (migration 0007), the
+taints its workloads tolerate and its autoscaled pools, from the rows `berth apply` wrote."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from activities.cluster.connection import ClusterConnection, ClusterTarget
+from activities.cluster.k8s_status import Toleration
+from store.models import ClusterRow, PoolRow
+
+
+async def load_target(session: AsyncSession, cluster: str) -> ClusterTarget | None:
+    """None for a cluster that is unknown or has no connection (it stays on the simulated driver)."""
+    row = await session.get(ClusterRow, cluster)
+    if row is None or not row.connection:
+        return None
+    pools = (await session.scalars(select(PoolRow).where(PoolRow.cluster == cluster))).all()
+    return ClusterTarget(
+        connection=ClusterConnection.model_validate(row.connection),
+        tolerations=[
+            Toleration(key=t.get("key"), operator="Equal", value=t.get("value"), effect=t.get("effect"))
+            for t in row.taints or []
+        ],
+        autoscaled={p.name: p.max_node_count for p in pools if p.max_node_count is not None},
+    )
