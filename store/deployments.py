@@ -45,6 +45,7 @@ class Health:
 
     ready: bool
     gateway_address: str | None
+    pools: dict[str, int] | None = None  # a real cluster: per pool, the nodes that can take work now (issue 15)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,13 @@ async def load_clusters(session: AsyncSession, health: dict[str, Health]) -> lis
         status: dict[str, Any] = dict(row.status or {})
         status["conditions"] = [{"type": "Ready", "status": "True" if observed.ready else "False"}]
         status["gateway"] = {"address": observed.gateway_address}
+        if observed.pools is not None:  # observed on the cluster: what its nodes can take now, not what the file says
+            published = {p.get("name"): p for p in status.get("gpuPools") or []}
+            status["gpuPools"] = [
+                {**published.get(p.name, {}), "name": p.name, "nodes": observed.pools.get(p.name, 0)}
+                for p in pools.get(row.name, [])
+                if p.shape == "kubernetes"
+            ]
         node_pools = [
             {
                 "name": p.name,

@@ -25,8 +25,8 @@ class ClusterObservation(BaseModel):
     ready: bool
     gateway_address: str | None = None
     message: str = ""
-    pools: list[PoolObservation] = Field(
-        default_factory=list, description="Per pool, nodes that can take work (real clusters; empty when simulated)."
+    pools: list[PoolObservation] | None = Field(
+        default=None, description="Per pool, the nodes that can take work (a real cluster); None: not observed."
     )
 
 

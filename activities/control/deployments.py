@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.cluster.driver import ClusterDriver
+from activities.cluster.driver import ClusterDriver, ClusterObservation
 from activities.deployment_contracts import (
     LEDGER_CONFLICT,
     DeploymentRef,
@@ -60,7 +60,7 @@ class DeploymentActivities:
             await store.save_deployment(session, namespace, name, input.deployment, deployment.spec.replicas)
             names = await store.cluster_names(session)
         observations = await asyncio.gather(*(asyncio.to_thread(self.clusters.observe_cluster, n) for n in names))
-        health = {o.cluster: Health(ready=o.ready, gateway_address=o.gateway_address) for o in observations}
+        health = {o.cluster: Health(o.ready, o.gateway_address, _schedulable(o)) for o in observations}
         async with self.sessions() as session:
             clusters = await store.load_clusters(session, health)
             classes = await store.load_classes(session)
@@ -110,3 +110,10 @@ class DeploymentActivities:
         """Delete the replica's row and its ledger rows. Idempotent."""
         async with self.sessions.begin() as session:
             return await store.release_replica(session, ref.namespace, ref.name)
+
+
+def _schedulable(observation: ClusterObservation) -> dict[str, int] | None:
+    """Per pool, the nodes a real cluster's driver saw able to take work; None for a simulated cluster."""
+    if observation.pools is None:
+        return None
+    return {pool.name: pool.schedulable for pool in observation.pools}

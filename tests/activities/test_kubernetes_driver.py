@@ -23,7 +23,7 @@ from fleet.loader import load_fleet
 from fleet.planning import plan_deployment
 from fleet.replica import ModelReplica
 from scheduler.fleet import manifest_dict, replica_manifest
-from tests.kube_fake import FakeKubernetes, matches, validate_object
+from tests.kube_fake import FakeKubernetes, matches, node, node_list, validate_object
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "modelplane"
 
@@ -34,42 +34,6 @@ def example_replicas() -> list[ModelReplica]:
     deployment = fleet.deployments[next(iter(fleet.deployments))]
     plan = plan_deployment(deployment, fleet.clusters.values(), fleet.classes, [], fleet.caches)
     return [ModelReplica.model_validate(manifest_dict(replica_manifest(deployment, p))) for p in plan.new]
-
-
-def node(name: str, pool: str | None, *, ready: bool = True, cordoned: bool = False,
-         taints: list[dict[str, str]] | None = None) -> dict[str, Any]:  # fmt: skip
-    """A node as `kubectl get nodes -o json` prints it (the fields that matter, in their places)."""
-    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
-    if pool is not None:
-        labels["modelplane.ai/pool"] = pool
-    spec: dict[str, Any] = {"podCIDR": "10.0.0.0/24", "providerID": f"fake://{name}"}
-    if cordoned:
-        spec["unschedulable"] = True
-        taints = [*(taints or []), {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule",
-                                    "timeAdded": "2026-01-01T00:00:00Z"}]  # fmt: skip
-    if taints:
-        spec["taints"] = taints
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels, "uid": f"uid-{name}", "resourceVersion": "1"},
-        "spec": spec,
-        "status": {
-            "conditions": [
-                {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"},
-                {
-                    "type": "Ready",
-                    "status": "True" if ready else "Unknown",
-                    "reason": "KubeletReady" if ready else "NodeStatusUnknown",
-                },  # fmt: skip
-            ],
-            "allocatable": {"cpu": "96", "memory": "1Ti", "pods": "110"},
-        },
-    }
-
-
-def node_list(*nodes: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": list(nodes)}
 
 
 # -- rendering --------------------------------------------------------------------------------------------------------

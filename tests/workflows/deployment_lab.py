@@ -27,7 +27,7 @@ from activities.cluster.simulated import SimulatedClusterDriver
 from activities.cluster.targets import ClusterTargets
 from fleet.loader import load_fleet
 from store.apply import apply_fleet
-from tests.kube_fake import FakeKubernetes
+from tests.kube_fake import FakeKubernetes, node, node_list
 from workflows import deployment_client
 from workflows.deployment_messages import DeploymentStatus, DeploymentTiming
 from workflows.task_queues import Queues
@@ -272,8 +272,9 @@ async def deployment_lab(
 
 
 def _real_clusters(fleet_text: str, secrets: Path, boot_seconds: float) -> tuple[str, dict[str, FakeKubernetes]]:
-    """Every InferenceCluster of the fleet becomes a real one: an API server fake, its kubeconfig mounted as the
-    Secret `<cluster>-kubeconfig`, and `spec.cluster` naming that Secret, as Modelplane's Existing source does."""
+    """Every InferenceCluster of the fleet becomes a real one: an API server fake with a Ready node per pool node
+    and a Gateway, its kubeconfig mounted as the Secret `<cluster>-kubeconfig`, and `spec.cluster` naming that
+    Secret, as Modelplane's Existing source does."""
     documents = list(yaml.safe_load_all(fleet_text))
     kube: dict[str, FakeKubernetes] = {}
     for document in documents:
@@ -284,6 +285,10 @@ def _real_clusters(fleet_text: str, secrets: Path, boot_seconds: float) -> tuple
             kube[name].put({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
                             "metadata": {"name": gateway, "namespace": namespace},
                             "status": {"addresses": [{"type": "Hostname", "value": f"{name}.gateway.example"}]}})  # fmt: skip
+            kube[name].set_nodes(node_list(*(
+                node(f"{name}-{pool['name']}-{i}", pool["name"])
+                for pool in document["spec"]["nodePools"] for i in range(pool.get("nodeCount", 1))
+            )))  # fmt: skip
             (secrets / f"{name}-kubeconfig").mkdir(parents=True, exist_ok=True)
             (secrets / f"{name}-kubeconfig" / "kubeconfig").write_text(kube[name].kubeconfig())
             document["spec"]["cluster"] = {"source": "Existing",
