@@ -155,10 +155,10 @@ class KubernetesClusterDriver:
         try:
             client = self._client(cluster, target.connection)
             nodes = [n.to_dict() for n in client.list(NodeResource)]
+            gateway, note = self._gateway(client, target.connection.gateway)
         except (ConnectionUnavailable, ConfigError, ApiError, httpx2.HTTPError, OSError) as error:
             return ClusterObservation(cluster=cluster, ready=False, message=f"unreachable: {_describe(error)}")
         pools = observe_pools(nodes, target.tolerations, target.autoscaled)
-        gateway, note = self._gateway(client, target.connection.gateway)
         return ClusterObservation(
             cluster=cluster, ready=True, gateway_address=gateway, pools=pools,
             message="Ready" + (f"; {note}" if note else ""),
