@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from activities.cluster.connection import ClusterConnection, ClusterTarget, connection_of
@@ -210,9 +212,9 @@ def test_apply_ready_and_delete_on_the_api_server(fake: FakeKubernetes, tmp_path
     assert "0/1 group(s) of 2 ready" in readiness.message
     driver.apply_workload(workload)  # idempotent: same spec, same generation
     assert fake.of_kind("LeaderWorkerSet")[0]["metadata"]["generation"] == 1
-    deadline = __import__("time").monotonic() + 5
+    deadline = time.monotonic() + 5
     while not (readiness := driver.workload_ready("us-east-1", workload.name, "ml")).ready:
-        assert __import__("time").monotonic() < deadline, readiness.message
+        assert time.monotonic() < deadline, readiness.message
     assert (readiness.pods_ready, readiness.pods_total, readiness.message) == (3, 3, "all pods ready")
 
     # Another namespace's replica of the same name is not touched.
@@ -332,8 +334,6 @@ def test_an_unreachable_cluster_is_not_ready_with_the_reason(fake: FakeKubernete
 
 
 def test_the_fake_follows_the_api_conventions(fake: FakeKubernetes) -> None:
-    import httpx
-
     base = f"http://127.0.0.1:{fake.port}/apis/apps/v1/namespaces/default/deployments"
     manifest = render_objects(render_workload(rider_replica()))[1]
     manifest["metadata"]["namespace"] = "default"
