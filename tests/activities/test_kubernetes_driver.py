@@ -215,6 +215,7 @@ def test_apply_ready_and_delete_on_the_api_server(fake: FakeKubernetes, tmp_path
     deadline = time.monotonic() + 5
     while not (readiness := driver.workload_ready("us-east-1", workload.name, "ml")).ready:
         assert time.monotonic() < deadline, readiness.message
+        time.sleep(0.05)
     assert (readiness.pods_ready, readiness.pods_total, readiness.message) == (3, 3, "all pods ready")
 
     # Another namespace's replica of the same name is not touched.
