@@ -107,12 +107,17 @@ def control_worker(
     sessions: async_sessionmaker[AsyncSession],
     task_queue: str = CONTROL_QUEUE,
     clusters: ClusterDriver | None = None,
+    max_local_activities: int = 16,
 ) -> Worker:
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[AllocationWorkflow, SlotRecoveryWorkflow, DeploymentWorkflow, ReplicaWorkflow, ReconcileWorkflow],
         activities=[*control_activities(sessions, clusters), *AuditActivities(sessions, client).activities()],
+        # The control steps are local activities, each holding its workflow task and a database connection while it
+        # runs: more at once than the engine's pool (10 + 10 overflow by default) would only queue inside the pool,
+        # where a burst waits out the pool timeout and the workflow task its own; here they wait their turn.
+        max_concurrent_local_activities=max_local_activities,
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
 

@@ -235,8 +235,11 @@ async def cancel_allocation(allocation_id: IdPath, caller: Caller, app: App) -> 
     if row.state not in (*PLACING_STATES, "active"):
         raise conflict(f"allocation {allocation_id} is {row.state}; only one being placed or active can be cancelled")
     await app.control.require_worker()
+    # The row trails the workflow by a step (its trail rides with the next control step), so answer with the state
+    # the workflow itself reports, as a read does.
+    live = await app.control.live_status(allocation_id)
     await app.control.cancel(allocation_id)
-    return AllocationAccepted(id=row.id, state=row.state, workflow_id=row.workflow_id)
+    return AllocationAccepted(id=row.id, state=live.state if live else row.state, workflow_id=row.workflow_id)
 
 
 @router.post(

@@ -30,8 +30,8 @@ def test_berth_demo_walks_every_case_and_exits_0(tmp_path: Path) -> None:
     ):
         assert heading in output
     assert "explain: j22u11 agent_down" in output and "attempt on j22u11" not in output
-    assert "the allocation failed with: no_compatible_bundles" in output
-    assert output.count("  Temporal UI: http://127.0.0.1:") == 6  # one link per allocation, one for the deployment
+    assert "POST /v1/allocations: 422 unsatisfiable: no gpu_slice host has 16 H200 GPUs" in output
+    assert output.count("  Temporal UI: http://127.0.0.1:") == 5  # one per allocation created, one for the deployment
     assert "PartiallyScheduled: 3 of 9 replicas scheduled" in output
     assert "not as narrated" not in output
     assert "Every step behaved as narrated" in output

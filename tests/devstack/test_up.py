@@ -56,7 +56,7 @@ async def test_berth_up_runs_the_stack_and_ctrl_c_stops_it(tmp_path: Path) -> No
         status = json.loads(deployed.stdout)
         assert (status["available"], status["phase"]) == (3, "FullyScheduled")
         assert sorted(r["cluster"] for r in status["replicas"]) == ["euw1-serve", "use1-serve", "use1-serve"]
-        assert len(list((state / "clusters").glob("*/workloads/*.json"))) == 3
+        assert len(list((state / "clusters").glob("*/workloads/**/*.json"))) == 3  # namespace ml: workloads/ml/
 
         again = subprocess.run([*BERTH, "up"], env=env, capture_output=True, text=True, timeout=60)
         assert again.returncode == 0
