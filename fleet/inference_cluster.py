@@ -111,6 +111,7 @@ class Condition(BaseModel):
 
     type: str
     status: str
+    message: str | None = None  # why, as the controller (or Berth's cluster driver) observed it
 
 
 class Gateway(BaseModel):

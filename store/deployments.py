@@ -46,6 +46,7 @@ class Health:
     ready: bool
     gateway_address: str | None
     pools: dict[str, int] | None = None  # a real cluster: per pool, the nodes that can take work now (issue 15)
+    message: str = ""  # the driver's reason, e.g. why the cluster cannot be reached (never a credential)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,10 @@ async def load_clusters(session: AsyncSession, health: dict[str, Health]) -> lis
     for row in (await session.scalars(select(ClusterRow).order_by(ClusterRow.name))).all():
         observed = health.get(row.name, Health(ready=False, gateway_address=None))
         status: dict[str, Any] = dict(row.status or {})
-        status["conditions"] = [{"type": "Ready", "status": "True" if observed.ready else "False"}]
+        ready: dict[str, str] = {"type": "Ready", "status": "True" if observed.ready else "False"}
+        if observed.message:
+            ready["message"] = observed.message
+        status["conditions"] = [ready]
         status["gateway"] = {"address": observed.gateway_address}
         if observed.pools is not None:  # observed on the cluster: what its nodes can take now, not what the file says
             published = {p.get("name"): p for p in status.get("gpuPools") or []}

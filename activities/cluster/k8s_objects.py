@@ -11,7 +11,8 @@ device request claims nothing and rides along on its engine's pool.
 Every object and every pod carries the replica's labels (`modelplane.ai/replica`, `/deployment`, `/cluster`,
 `/replica-index`, `/engine`, and `app.kubernetes.io/managed-by: berth`), which is how the driver finds them again
 to read readiness and to delete them; the member's pod template is carried through with only Berth's fields
-merged in (labels, the pool pin, the claim and its use by every container).
+merged in (labels, the pool pin, the claim and its use by every container, and the deployment's tolerations after
+the template's own, leaving out any equal to one the template already has).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import hashlib
 import re
 from typing import Any
 
-from activities.cluster.workload import POOL_LABEL, Pod, ResourceClaim, Workload
+from activities.cluster.workload import POOL_LABEL, Pod, ResourceClaim, Toleration, Workload, WorkloadNotRenderable
 from fleet.deployment import Role
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -38,10 +39,6 @@ LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 DRA_API_VERSION = "resource.k8s.io/v1"
 
 Manifest = dict[str, Any]
-
-
-class WorkloadNotRenderable(ValueError):
-    """The replica asks for something Kubernetes objects cannot express; retrying will not help."""
 
 
 def dns_name(*parts: str, limit: int = 63) -> str:
@@ -180,6 +177,8 @@ def pod_template(workload: Workload, pod: Pod, pool: str) -> Manifest:
     if not spec.get("containers"):
         spec["containers"] = [dict(PLACEHOLDER_CONTAINER)]
     spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), POOL_LABEL: pod.node_selector.get(POOL_LABEL) or pool}
+    if workload.tolerations:
+        spec["tolerations"] = merged_tolerations(spec.get("tolerations") or [], workload.tolerations)
     if pod.resource_claim is not None:
         claim = {"name": CLAIM_NAME, "resourceClaimTemplateName": claim_template_name(workload, pod)}
         spec["resourceClaims"] = [*(c for c in spec.get("resourceClaims") or [] if c.get("name") != CLAIM_NAME), claim]
@@ -188,6 +187,29 @@ def pod_template(workload: Workload, pod: Pod, pool: str) -> Manifest:
             used = [c for c in resources.get("claims") or [] if c.get("name") != CLAIM_NAME]
             resources["claims"] = [*used, {"name": CLAIM_NAME}]
     return template
+
+
+def merged_tolerations(written: list[Manifest], berth: list[Toleration]) -> list[Manifest]:
+    """The template's tolerations as written, then each of the deployment's that none of them already equals."""
+    merged = list(written)
+    seen = {_toleration_key(t) for t in written}
+    for toleration in berth:
+        manifest = toleration.manifest()
+        if _toleration_key(manifest) not in seen:
+            seen.add(_toleration_key(manifest))
+            merged.append(manifest)
+    return merged
+
+
+def _toleration_key(toleration: Manifest) -> tuple[object, ...]:
+    """Equal as Kubernetes matches them: an unset operator is Equal, an unset key, value or effect is empty."""
+    return (
+        toleration.get("key") or "",
+        toleration.get("operator") or "Equal",
+        toleration.get("value") or "",
+        toleration.get("effect") or "",
+        toleration.get("tolerationSeconds"),
+    )
 
 
 def _metadata(workload: Workload, name: str, engine: str, member_index: int | None) -> Manifest:

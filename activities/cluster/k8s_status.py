@@ -15,7 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from activities.cluster.workload import POOL_LABEL
+from activities.cluster.workload import POOL_LABEL, Toleration
+
+__all__ = ["Toleration"]  # a pod toleration; defined beside the workload that carries them
 
 Manifest = dict[str, Any]
 
@@ -25,26 +27,6 @@ _LIFECYCLE_TAINTS = {
     "node.kubernetes.io/unreachable",
     "node.kubernetes.io/unschedulable",
 }
-
-
-class Toleration(BaseModel):
-    """A pod toleration as Kubernetes matches it (operator Exists or Equal; an empty key with Exists tolerates all)."""
-
-    model_config = ConfigDict(frozen=True, populate_by_name=True)
-
-    key: str | None = None
-    operator: str = "Equal"
-    value: str | None = None
-    effect: str | None = None
-
-    def tolerates(self, taint: Manifest) -> bool:
-        if self.effect and self.effect != taint.get("effect"):
-            return False
-        if not self.key:
-            return self.operator == "Exists"
-        if self.key != taint.get("key"):
-            return False
-        return self.operator == "Exists" or (self.value or "") == (taint.get("value") or "")
 
 
 class PoolObservation(BaseModel):

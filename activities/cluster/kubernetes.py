@@ -17,7 +17,9 @@ control worker serves real and simulated clusters side by side.
              nothing is deleted because of it (retained replicas stay, seed 000)
 
 The client is lightkube's synchronous one: the activities already run driver calls in a thread. Credentials are
-read from the mounted Secret file only when a client is built; messages name the Secret, never its content.
+read from the mounted Secret file only when a client is built; messages name the Secret, never its content (a
+kubeconfig that does not parse is reported by the error's kind alone: a YAML error quotes the line it stopped at).
+The reason an observation gives reaches the deployment's status ("NotReady: the cluster is not Ready: <reason>").
 """
 
 from __future__ import annotations
@@ -182,12 +184,19 @@ class KubernetesClusterDriver:
             cached = self._clients.get(cluster)
             if cached is not None and cached[0] == key:
                 return cached[1]
-            config = make()
-            if config is None:
-                raise ConfigError(f"{connection.describe()}: no context {connection.context!r} in the kubeconfig")
-            client = Client(
-                config=config, field_manager=MANAGER, timeout=httpx2.Timeout(self.timeout_seconds), trust_env=False
-            )
+            try:
+                config = make()
+                if config is None:
+                    raise ConfigError(f"{connection.describe()}: no context {connection.context!r} in the kubeconfig")
+                client = Client(
+                    config=config, field_manager=MANAGER, timeout=httpx2.Timeout(self.timeout_seconds), trust_env=False
+                )
+            except (ConfigError, OSError):
+                raise  # lightkube's and the OS's own words: names and paths, no file content
+            except Exception as error:  # a parser's message quotes the offending line, which may hold a credential
+                raise ConnectionUnavailable(
+                    f"{connection.describe()}: not a usable kubeconfig ({type(error).__name__})"
+                ) from None
             self._clients[cluster] = (key, client)
             return client
 

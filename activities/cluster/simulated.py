@@ -128,7 +128,7 @@ class SimulatedClusterDriver:
             cluster=cluster,
             ready=simulation.ready,
             gateway_address=gateway,
-            message="Ready" if simulation.ready else "not Ready (simulated)",
+            message="Ready" if simulation.ready else f"simulated fault: {cluster}/simulation.json sets ready false",
         )
 
 

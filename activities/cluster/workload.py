@@ -5,24 +5,57 @@ or Leader member and one per node of each Worker member, every pod pinned to its
 `modelplane.ai/pool` node label (Modelplane's pinning: the pool choice is enforced, not advisory, so the per-pool
 ledger matches where pods really run), and one DRA ResourceClaim per pod from the member's device requests. A real
 Kubernetes driver turns these into Pods (or a LeaderWorkerSet) and ResourceClaims; the simulated driver stores them.
+
+The deployment's `spec.template.spec.tolerations` travel on the replica as the `berth.dev/tolerations` annotation
+(the ModelReplica XRD has no field for them; written by `replica_manifest`) and land on every pod: they are what
+the fleet scheduler checked against the cluster's taints, so the pods must carry them to be admitted on its nodes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from fleet.deployment import Role
 from fleet.meta import DEFAULT_NAMESPACE
 from fleet.replica import ModelReplica
+from scheduler.fleet.manifests import TOLERATIONS_ANNOTATION
 
 POOL_LABEL = "modelplane.ai/pool"
 DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"
 
 
+class WorkloadNotRenderable(ValueError):
+    """The replica asks for something Kubernetes objects cannot express; retrying will not help."""
+
+
 class Model(BaseModel):
     model_config = ConfigDict(frozen=True)
+
+
+class Toleration(BaseModel):
+    """A pod toleration as Kubernetes matches it (operator Exists or Equal; an empty key with Exists tolerates all)."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    key: str | None = None
+    operator: str = "Equal"
+    value: str | None = None
+    effect: str | None = None
+
+    def tolerates(self, taint: dict[str, Any]) -> bool:
+        if self.effect and self.effect != taint.get("effect"):
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.get("key"):
+            return False
+        return self.operator == "Exists" or (self.value or "") == (taint.get("value") or "")
+
+    def manifest(self) -> dict[str, str]:
+        """As a pod spec writes it: unset fields left out."""
+        return self.model_dump(exclude_none=True)
 
 
 class DeviceClaimRequest(Model):
@@ -61,6 +94,9 @@ class Workload(Model):
     deployment: str
     replica_index: int
     labels: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="The deployment's tolerations, carried onto every pod."
+    )
     pods: list[Pod]
 
 
@@ -108,8 +144,26 @@ def render_workload(replica: ModelReplica) -> Workload:
         deployment=replica.deployment or "",
         replica_index=replica.index,
         labels=dict(replica.metadata.labels),
+        tolerations=_tolerations(replica),
         pods=pods,
     )
+
+
+_TOLERATIONS = TypeAdapter(list[Toleration])
+
+
+def _tolerations(replica: ModelReplica) -> list[Toleration]:
+    """The deployment's tolerations the replica was stamped with; none for a replica without the annotation."""
+    raw = replica.metadata.annotations.get(TOLERATIONS_ANNOTATION)
+    if not raw:
+        return []
+    try:
+        return _TOLERATIONS.validate_json(raw)
+    except ValidationError as error:
+        raise WorkloadNotRenderable(
+            f"{replica.metadata.name}: annotation {TOLERATIONS_ANNOTATION} is not a JSON list of tolerations: "
+            f"{error.errors()[0]['msg']}"
+        ) from None
 
 
 def _template(carried: object) -> dict[str, Any] | None:

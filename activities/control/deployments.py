@@ -60,7 +60,7 @@ class DeploymentActivities:
             await store.save_deployment(session, namespace, name, input.deployment, deployment.spec.replicas)
             names = await store.cluster_names(session)
         observations = await asyncio.gather(*(asyncio.to_thread(self.clusters.observe_cluster, n) for n in names))
-        health = {o.cluster: Health(o.ready, o.gateway_address, _schedulable(o)) for o in observations}
+        health = {o.cluster: Health(o.ready, o.gateway_address, _schedulable(o), o.message) for o in observations}
         async with self.sessions() as session:
             clusters = await store.load_clusters(session, health)
             classes = await store.load_classes(session)

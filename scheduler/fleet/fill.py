@@ -24,7 +24,7 @@ from scheduler.fleet.demand import Demand
 from scheduler.fleet.engines import EngineChoice, Refusal, place_engines
 from scheduler.fleet.ledger import Ledger
 from scheduler.fleet.matching import Matcher
-from scheduler.fleet.pools import Pool, gateway_address, is_ready
+from scheduler.fleet.pools import Pool, gateway_address, is_ready, not_ready_message
 from scheduler.fleet.results import ClusterReason
 
 
@@ -44,7 +44,8 @@ class Filled:
 def ineligibility(cluster: InferenceCluster, demand: Demand) -> Refusal | None:
     """Why a selected cluster takes no new replica whatever its capacity, or None."""
     if not is_ready(cluster):
-        return Refusal(ClusterReason.NOT_READY, "the cluster is not Ready")
+        why = not_ready_message(cluster)
+        return Refusal(ClusterReason.NOT_READY, "the cluster is not Ready" + (f": {why}" if why else ""))
     if gateway_address(cluster) is None:
         return Refusal(ClusterReason.NO_GATEWAY_ADDRESS, "the cluster has no gateway address")
     blocking = tolerations.untolerated(cluster.spec.taints, demand.tolerations, tolerations.BLOCKS_NEW)

@@ -3,10 +3,14 @@
 Labels are Modelplane's (deployment, cluster, per-cluster index) on top of the template's own labels; each member
 carries its pinned pool, its pod template and the requests it claims (with the DeviceClass each is claimed through),
 which is what the ledger charges it by on the next pass. The object validates against Modelplane's ModelReplica XRD
-(`fleet/replica.py` says how Berth's one extra, a member's seed 001 span, travels as an annotation).
+(`fleet/replica.py` says how Berth's one extra, a member's seed 001 span, travels as an annotation). The
+deployment's tolerations, which the XRD has no replica field for either, travel as the `berth.dev/tolerations`
+annotation (a JSON list, as a pod spec writes them) so the cluster driver puts them on the replica's pods.
 """
 
 from __future__ import annotations
+
+import json
 
 from fleet.deployment import ModelDeployment
 from fleet.meta import ObjectMeta
@@ -24,6 +28,7 @@ from fleet.replica import (
 from scheduler.fleet.results import ReplicaPlacement
 
 DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"  # NVIDIA's DRA driver's DeviceClass, for a request whose device names none
+TOLERATIONS_ANNOTATION = "berth.dev/tolerations"
 
 
 def replica_manifest(deployment: ModelDeployment, placement: ReplicaPlacement) -> ModelReplica:
@@ -63,7 +68,9 @@ def replica_manifest(deployment: ModelDeployment, placement: ReplicaPlacement) -
     return ModelReplica(
         api_version=deployment.api_version,
         kind="ModelReplica",
-        metadata=ObjectMeta(name=placement.name, namespace=deployment.namespace, labels=labels),
+        metadata=ObjectMeta(
+            name=placement.name, namespace=deployment.namespace, labels=labels, annotations=_annotations(deployment)
+        ),
         spec=ModelReplicaSpec(
             cluster_name=placement.cluster,
             model_cache_ref=template.spec.model_cache_ref,
@@ -71,6 +78,14 @@ def replica_manifest(deployment: ModelDeployment, placement: ReplicaPlacement) -
             engines=engines,
         ),
     )
+
+
+def _annotations(deployment: ModelDeployment) -> dict[str, str]:
+    tolerations = deployment.spec.template.spec.tolerations
+    if not tolerations:
+        return {}
+    written = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tolerations]
+    return {TOLERATIONS_ANNOTATION: json.dumps(written, separators=(",", ":"))}
 
 
 def manifest_dict(replica: ModelReplica) -> dict[str, object]:

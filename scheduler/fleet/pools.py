@@ -53,6 +53,12 @@ def is_ready(cluster: InferenceCluster) -> bool:
     return cluster.status is not None and cluster.status.ready
 
 
+def not_ready_message(cluster: InferenceCluster) -> str | None:
+    """What the cluster's Ready condition says about why, when it says anything (the driver's observed reason)."""
+    conditions = cluster.status.conditions if cluster.status is not None else []
+    return next((c.message for c in conditions if c.type == "Ready" and c.message), None)
+
+
 def matches_labels(cluster: InferenceCluster, match_labels: dict[str, str]) -> bool:
     """clusterSelector.matchLabels: plain string equality on every key; an empty selector matches every cluster."""
     labels = cluster.metadata.labels

@@ -28,6 +28,7 @@ from scheduler.fleet import manifest_dict, replica_manifest
 from tests.kube_fake import FakeKubernetes, matches, node, node_list, validate_object
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "modelplane"
+FIXTURES = Path(__file__).resolve().parents[1] / "fleet" / "modelplane"
 
 
 def example_replicas() -> list[ModelReplica]:
@@ -139,6 +140,64 @@ def test_member_template_merged_and_rider_claims_nothing() -> None:
     rider = router["spec"]["template"]["spec"]
     assert rider["nodeSelector"] == {"modelplane.ai/pool": "serve"} and "resourceClaims" not in rider
     assert rider["containers"] == [{"name": "engine", "image": "registry.k8s.io/pause:3.10"}]  # no template given
+
+
+def tolerating_replica() -> ModelReplica:
+    """The byo-multinode fixture's deployment (it tolerates maintenance=soon:NoSchedule) planned, its LeaderWorkerSet
+    worker template already tolerating that taint and one of its own."""
+    fleet = load_fleet([FIXTURES / "byo-multinode.yaml"])
+    deployment = next(iter(fleet.deployments.values()))
+    plan = plan_deployment(deployment, fleet.clusters.values(), fleet.classes, [], fleet.caches)
+    manifest = manifest_dict(replica_manifest(deployment, plan.new[0]))
+    written = [{"key": "maintenance", "operator": "Equal", "value": "soon", "effect": "NoSchedule"},
+               {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]  # fmt: skip
+    for member in manifest["spec"]["engines"][0]["members"]:
+        member["template"] = {"spec": {"containers": [{"name": "vllm", "image": "vllm:1"}], "tolerations": written}}
+        break  # the leader only: the workers' template writes none
+    return ModelReplica.model_validate(manifest)
+
+
+def test_the_deployments_tolerations_reach_every_pod_once() -> None:
+    replica = tolerating_replica()
+    assert json.loads(replica.metadata.annotations["berth.dev/tolerations"]) == [
+        {"key": "maintenance", "operator": "Equal", "value": "soon", "effect": "NoSchedule"}
+    ]
+    objects = render_objects(render_workload(replica))
+    for obj in objects:
+        assert validate_object(obj) == [], obj["kind"]
+    template = next(o for o in objects if o["kind"] == "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
+    # The leader's template already tolerates the taint: its own list stays as written, nothing duplicated.
+    assert template["leaderTemplate"]["spec"]["tolerations"] == [
+        {"key": "maintenance", "operator": "Equal", "value": "soon", "effect": "NoSchedule"},
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    ]
+    assert template["workerTemplate"]["spec"]["tolerations"] == [
+        {"key": "maintenance", "operator": "Equal", "value": "soon", "effect": "NoSchedule"}
+    ]
+    # A deployment without tolerations renders pods without any (and its replicas carry no annotation).
+    for replica in example_replicas():
+        assert "berth.dev/tolerations" not in replica.metadata.annotations
+        for obj in render_objects(render_workload(replica)):
+            pods = [obj["spec"]["template"]] if obj["kind"] == "Deployment" else []
+            pods += obj["spec"].get("leaderWorkerTemplate", {}).values() if obj["kind"] == "LeaderWorkerSet" else []
+            assert all("tolerations" not in pod["spec"] for pod in pods if isinstance(pod, dict))
+
+
+def test_the_simulated_driver_stores_the_tolerations(tmp_path: Path) -> None:
+    replica = tolerating_replica()
+    driver = SimulatedClusterDriver(tmp_path)
+    driver.apply_workload(render_workload(replica))
+    [path] = driver.workload_files()
+    stored = json.loads(path.read_text())["workload"]
+    assert stored["tolerations"] == [{"key": "maintenance", "operator": "Equal", "value": "soon",
+                                      "effect": "NoSchedule"}]  # fmt: skip
+
+
+def test_a_malformed_tolerations_annotation_is_refused_not_retried() -> None:
+    manifest = tolerating_replica().model_dump(mode="json", by_alias=True)
+    manifest["metadata"]["annotations"]["berth.dev/tolerations"] = "{not json"
+    with pytest.raises(WorkloadNotRenderable, match="berth.dev/tolerations"):
+        render_workload(ModelReplica.model_validate(manifest))
 
 
 def test_names_stay_dns_labels() -> None:
@@ -329,6 +388,11 @@ def test_an_unreachable_cluster_is_not_ready_with_the_reason(fake: FakeKubernete
     assert "secret prod-east: no kubeconfig file at" in observed.message and "token" not in observed.message
     unset = KubernetesClusterDriver(driver.targets, driver.fallback, None)
     assert "BERTH_CLUSTER_SECRETS_DIR is not set" in unset.observe_cluster("east").message
+    # A kubeconfig that does not parse: the reason says so, and quotes none of the file (a YAML error would).
+    (tmp_path / "secrets" / "prod-east" / "kubeconfig").write_text("users:\n- name: a\n  user: {token: s3cr3t\n")
+    observed = driver.observe_cluster("east")
+    assert not observed.ready and "secret prod-east" in observed.message and "not a usable kubeconfig" in observed.message
+    assert "s3cr3t" not in observed.message
 
 
 # -- the fake against the API conventions it imitates -------------------------------------------------------------

@@ -124,6 +124,19 @@ def test_a_deployment_that_cannot_be_scheduled_exits_1_with_a_reason_per_cluster
     assert "#   us-east-1: InsufficientNodes: engine prefill: pool h200: needs 10 free nodes, has 4" in out
 
 
+def test_a_not_ready_cluster_says_why_when_its_status_does(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    text = Path(FLEET).read_text()
+    not_ready = '- {type: Ready, status: "False"}'
+    assert text.count(not_ready) == 1
+    fleet.write_text(text.replace(not_ready, '- {type: Ready, status: "False", message: "API server unreachable"}'))
+    big = tmp_path / "big.yaml"
+    big.write_text(Path(DEPLOYMENT).read_text().replace("nodes: 1}", "nodes: 9}"))
+    code, out = run(str(fleet), str(big))
+    assert code == 1
+    assert "#   eu-central-1: NotReady: the cluster is not Ready: API server unreachable" in out
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

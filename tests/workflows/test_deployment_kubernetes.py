@@ -19,12 +19,19 @@ async def test_observed_nodes_are_the_capacity_and_an_unreachable_cluster_keeps_
         # The fleet file says 3 nodes; on the cluster one is cordoned and one NotReady.
         api.set_nodes(node_list(node("east-0", "serve"), node("east-1", "serve", cordoned=True),
                                 node("east-2", "serve", ready=False)))  # fmt: skip
-        await lab.apply(deployment("llama", 2))
+        spec = deployment("llama", 2)
+        spec["spec"]["template"]["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        await lab.apply(spec)
         status = await lab.settled("llama", 1)
         assert (status.scheduled, status.phase, status.reason) == (1, "PartiallyScheduled", "InsufficientCapacity")
         assert [(c.cluster, c.reason) for c in status.clusters] == [("east", "InsufficientNodes")]
         assert lab.workloads() == ["east/llama-east-0"]
         assert await lab.ledger() == [("llama-east-0", "east", "serve", 1)]
+        # The deployment's tolerations are on the pods the cluster runs.
+        [served] = api.of_kind("Deployment")
+        assert served["spec"]["template"]["spec"]["tolerations"] == [
+            {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+        ]
 
         # The API server stops answering: the cluster is observed not Ready, and its replica stays.
         api.reachable = False
@@ -32,6 +39,8 @@ async def test_observed_nodes_are_the_capacity_and_an_unreachable_cluster_keeps_
         status = await lab.wait_until("llama", lambda s: s.reconciles >= 2 and s.state == "steady")
         assert [(r.cluster, r.index, r.phase) for r in status.replicas] == [("east", 0, "ready")]
         assert [(c.cluster, c.reason) for c in status.clusters] == [("east", "NotReady")]
+        # The driver's reason reaches the status (the API server fake answers 503 while unreachable).
+        assert status.clusters[0].message.startswith("the cluster is not Ready: unreachable: 503")
         assert await lab.ledger() == [("llama-east-0", "east", "serve", 1)]
         api.reachable = True
         assert lab.workloads() == ["east/llama-east-0"]
