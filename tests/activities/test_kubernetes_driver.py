@@ -391,7 +391,9 @@ def test_an_unreachable_cluster_is_not_ready_with_the_reason(fake: FakeKubernete
     # A kubeconfig that does not parse: the reason says so, and quotes none of the file (a YAML error would).
     (tmp_path / "secrets" / "prod-east" / "kubeconfig").write_text("users:\n- name: a\n  user: {token: s3cr3t\n")
     observed = driver.observe_cluster("east")
-    assert not observed.ready and "secret prod-east" in observed.message and "not a usable kubeconfig" in observed.message
+    assert (
+        not observed.ready and "secret prod-east" in observed.message and "not a usable kubeconfig" in observed.message
+    )
     assert "s3cr3t" not in observed.message
 
 
