@@ -422,3 +422,28 @@ class InventoryVersionRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     version: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class InventoryChangeRow(Base):
+    """One node whose inventory rows changed (migration 0008, written by triggers only): control workers re-read just
+    those nodes. `txid` is the writer's transaction id: readers keep their position in those, see the migration."""
+
+    __tablename__ = "inventory_changes"
+    __table_args__ = (Index("ix_inventory_changes_txid", "txid"), Index("ix_inventory_changes_at", "at"))
+
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(253), nullable=False)
+    txid: Mapped[int] = mapped_column(
+        BigInteger, nullable=False, server_default=text("CAST(CAST(pg_current_xact_id() AS text) AS bigint)")
+    )
+    at: Mapped[datetime] = _now()
+
+
+class InventoryChangesPrunedRow(Base):
+    """The highest `inventory_changes.txid` pruned: a reader whose position is not above it reads the inventory whole."""
+
+    __tablename__ = "inventory_changes_pruned"
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    through: Mapped[int] = mapped_column(BigInteger, nullable=False)

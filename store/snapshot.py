@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy import func, not_, or_, select
+from sqlalchemy import exists, func, not_, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.inference_cluster import ClusterStatus, PoolShape
@@ -30,6 +31,7 @@ from store.models import (
     ClusterRow,
     InferenceClassRow,
     InventoryVersionRow,
+    NodeAgentRow,
     NodeRow,
     PoolRow,
     RegionRow,
@@ -164,45 +166,14 @@ async def load_inventory(session: AsyncSession) -> Inventory:
     classes = {c.name: c.spec for c in (await session.scalars(select(InferenceClassRow))).all()}
     clusters = {c.name: c for c in (await session.scalars(select(ClusterRow))).all()}
 
-    # Plain column tuples rather than ORM objects: a large fleet has tens of thousands of slot rows.
-    slots_by_node: dict[str, list[SlotView]] = defaultdict(list)
-    positions: dict[int, tuple[str, int]] = {}
-    modes = {m.value: m for m in FabricClaimMode}
-    slot_rows = await session.execute(
-        select(
-            SlotRow.id, SlotRow.node_id, SlotRow.slot_index, SlotRow.approved, SlotRow.fabric_claim_mode,
-            SlotRow.fabric_vf_pci_address, SlotRow.numa_node, SlotRow.gpu_pci_address, SlotRow.fabric_parent_pci_address,
-            SlotRow.nvme_device, SlotRow.vcpus, SlotRow.memory_mib, SlotRow.mac_address, SlotRow.private_ip,
-            SlotRow.validation, SlotRow.validation_reason,
-        ).order_by(SlotRow.node_id, SlotRow.slot_index)
-    )  # fmt: skip
-    validations = {v.value: v for v in ValidationState}
-    for row in slot_rows:
-        ident, node, index, approved, mode, vf, numa, gpu, parent, nvme, vcpus, memory, mac, ip, valid, why = row
-        positions[ident] = (node, len(slots_by_node[node]))
-        slots_by_node[node].append(
-            SlotView(
-                id=slot_id(node, index), index=index, approved=approved, fabric_claim_mode=modes[mode],
-                fabric_vf_pci=vf or None, numa_node=numa, state=SlotState.FREE, holder=None, gpu_pci=gpu,
-                fabric_parent_pci=parent, nvme_device=nvme, vcpus=vcpus, memory_mib=memory, mac=mac, private_ip=ip,
-                validation=validations[valid], validation_reason=why,
-            )
-        )  # fmt: skip
+    slots_by_node, positions = await _read_slots(session)
 
     nodes_by_pool: dict[int, list[str]] = defaultdict(list)
     nodes: list[NodeView] = []
     node_rows = select(NodeRow.name, NodeRow.pool_id, NodeRow.status, NodeRow.labels, NodeRow.numa_nodes)
     for name, pool_id, status, labels, numa_nodes in await session.execute(node_rows.order_by(NodeRow.name)):
         nodes_by_pool[pool_id].append(name)
-        nodes.append(
-            NodeView(
-                name=name,
-                status=NodeStatus(status),
-                slots=tuple(slots_by_node.get(name, ())),
-                labels=labels,
-                numa_nodes=numa_nodes,
-            )
-        )
+        nodes.append(_node_view(name, status, labels, numa_nodes, slots_by_node))
 
     pools: list[PoolView] = []
     for (p,) in await session.execute(select(PoolRow).where(PoolRow.shape != PoolShape.KUBERNETES.value)):
@@ -239,6 +210,91 @@ async def load_inventory(session: AsyncSession) -> Inventory:
     ]
     snapshot = Snapshot(regions=regions, pools=pools, nodes=nodes, tenants=tenants)
     return Inventory(version=version, snapshot=snapshot, slots=positions)
+
+
+# Plain column tuples rather than ORM objects: a large fleet has tens of thousands of slot rows.
+_SLOT_COLUMNS = (
+    SlotRow.id, SlotRow.node_id, SlotRow.slot_index, SlotRow.approved, SlotRow.fabric_claim_mode,
+    SlotRow.fabric_vf_pci_address, SlotRow.numa_node, SlotRow.gpu_pci_address, SlotRow.fabric_parent_pci_address,
+    SlotRow.nvme_device, SlotRow.vcpus, SlotRow.memory_mib, SlotRow.mac_address, SlotRow.private_ip,
+    SlotRow.validation, SlotRow.validation_reason,
+)  # fmt: skip
+_MODES = {m.value: m for m in FabricClaimMode}
+_VALIDATIONS = {v.value: v for v in ValidationState}
+
+
+async def _read_slots(
+    session: AsyncSession, nodes: Collection[str] | None = None
+) -> tuple[dict[str, list[SlotView]], dict[int, tuple[str, int]]]:
+    """Every slot (or those of `nodes`), every one FREE: node -> its slots by index, and slot row id -> (node, the
+    slot's position in that node's slots)."""
+    query = select(*_SLOT_COLUMNS).order_by(SlotRow.node_id, SlotRow.slot_index)
+    if nodes is not None:
+        query = query.where(SlotRow.node_id.in_(sorted(nodes)))
+    slots_by_node: dict[str, list[SlotView]] = defaultdict(list)
+    positions: dict[int, tuple[str, int]] = {}
+    for row in await session.execute(query):
+        ident, node, index, approved, mode, vf, numa, gpu, parent, nvme, vcpus, memory, mac, ip, valid, why = row
+        positions[ident] = (node, len(slots_by_node[node]))
+        slots_by_node[node].append(
+            SlotView(
+                id=slot_id(node, index), index=index, approved=approved, fabric_claim_mode=_MODES[mode],
+                fabric_vf_pci=vf or None, numa_node=numa, state=SlotState.FREE, holder=None, gpu_pci=gpu,
+                fabric_parent_pci=parent, nvme_device=nvme, vcpus=vcpus, memory_mib=memory, mac=mac, private_ip=ip,
+                validation=_VALIDATIONS[valid], validation_reason=why,
+            )
+        )  # fmt: skip
+    return slots_by_node, positions
+
+
+def _node_view(
+    name: str,
+    status: str,
+    labels: dict[str, str],
+    numa_nodes: int,
+    slots: dict[str, list[SlotView]],
+    *,
+    agent_live: bool = True,
+) -> NodeView:
+    return NodeView(
+        name=name, status=NodeStatus(status), slots=tuple(slots.get(name, ())), labels=labels, numa_nodes=numa_nodes,
+        agent_live=agent_live,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NodeChanges:
+    """Some nodes as PostgreSQL holds them now, to lay over a kept inventory (`with_changed_nodes`)."""
+
+    version: int  # `inventory_version` read with them: if it moved past the inventory's, they cannot be laid over
+    nodes: dict[str, NodeView]  # agent liveness applied; a node that is gone is missing
+    slots: dict[int, tuple[str, int]]  # their slot row ids -> (node, position)
+
+
+async def load_nodes(session: AsyncSession, names: Collection[str]) -> NodeChanges:
+    """Read only these nodes: what a one-node change (a cordon, an agent's report) costs instead of a full read."""
+    version = int(await session.scalar(select(InventoryVersionRow.version)) or 0)  # first, as in `load_inventory`
+    live = exists().where(NodeAgentRow.node == NodeRow.name, NodeAgentRow.state == "live")
+    rows = await session.execute(
+        select(NodeRow.name, NodeRow.status, NodeRow.labels, NodeRow.numa_nodes, live).where(
+            NodeRow.name.in_(sorted(names))
+        )
+    )
+    slots_by_node, positions = await _read_slots(session, names)
+    nodes = {
+        name: _node_view(name, status, labels, numa_nodes, slots_by_node, agent_live=bool(agent_live))
+        for name, status, labels, numa_nodes, agent_live in rows
+    }
+    return NodeChanges(version=version, nodes=nodes, slots={k: v for k, v in positions.items() if v[0] in nodes})
+
+
+def with_changed_nodes(inventory: Inventory, changes: NodeChanges) -> Inventory:
+    """The inventory with these nodes replaced; each keeps its pool (a pool move moves `inventory_version`)."""
+    names = changes.nodes.keys()
+    slots = {ident: where for ident, where in inventory.slots.items() if where[0] not in names}
+    slots.update(changes.slots)
+    snapshot = inventory.snapshot.with_nodes(changes.nodes.values())
+    return Inventory(version=inventory.version, snapshot=snapshot, slots=slots)
 
 
 async def load_live_state(

@@ -3,14 +3,19 @@ when the fleet changed (database triggers move the version; claims and slot stat
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from sqlalchemy import select, update
 
-from devstack.reports import report_hosts
+from devstack.reports import report_hosts, simulated_report
 from fleet.loader import load_fleet
+from scheduler.host.checks import ValidationState
 from scheduler.views import SlotState
 from store.apply import apply_fleet
 from store.inventory import InventoryCache
+from store.liveness import mark_down, record_heartbeats
 from store.models import AllocationRow, ClaimRow, NodeRow, SlotRow, TenantRow
+from store.node_reports import record_report
 from store.snapshot import load_snapshot
 
 
@@ -78,3 +83,105 @@ async def test_cache_matches_a_full_read_and_reloads_only_when_the_fleet_changes
     assert cache.reloads == 2
     assert cached.nodes["j22u05"].status.value == "CORDONED"
     assert cached.tenants["acme"].gpu_quota == 3
+
+
+async def _fresh_and_full(sessions, cache: InventoryCache):
+    async with sessions() as session:
+        return await cache.snapshot(session), await load_snapshot(session)
+
+
+async def test_one_node_changes_are_taken_in_without_reading_the_whole_inventory(sessions, examples_dir) -> None:
+    """A cordon, a slot's approval, an agent's report that fails a slot, and an agent going down: each re-reads only
+    its node (the change log of migration 0008), and the result is what a full read gives."""
+    fleet = load_fleet([examples_dir / "fleet.yaml"])
+    async with sessions.begin() as session:
+        await apply_fleet(session, fleet)
+    await report_hosts(sessions, fleet)
+    cache = InventoryCache()
+    await _fresh_and_full(sessions, cache)
+    assert (cache.reloads, cache.node_updates) == (1, 0)
+
+    # A cordon (the route's write), and an operator withdrawing one slot's approval.
+    async with sessions.begin() as session:
+        await session.execute(update(NodeRow).where(NodeRow.name == "j22u05").values(status="CORDONED"))
+    async with sessions.begin() as session:
+        await session.execute(
+            update(SlotRow).where(SlotRow.node_id == "j22u15", SlotRow.slot_index == 2).values(approved=False)
+        )
+    cached, full = await _fresh_and_full(sessions, cache)
+    assert (cache.reloads, cache.node_updates, cache.nodes_reread) == (1, 1, 2)
+    assert _view(cached) == _view(full)
+    assert cached.nodes["j22u05"].status.value == "CORDONED"
+    assert not {s.index: s for s in cached.nodes["j22u15"].slots}[2].approved
+
+    # The agent of j22u15 reports a host that lost slot 0's GPU: the report's validation fails that slot.
+    node = next(n for p in fleet.host_pools() for n in p.nodes if n.name == "j22u15")
+    report = simulated_report(node)
+    assert report.host is not None
+    lost = {s.index: s for s in cached.nodes["j22u15"].slots}[0].gpu_pci
+    host = report.host.model_copy(update={"gpus": [g for g in report.host.gpus if g.address != lost]})
+    async with sessions.begin() as session:
+        await record_report(
+            session, "j22u15", report.model_copy(update={"host": host, "topology": host.topology_hash()})
+        )
+    cached, full = await _fresh_and_full(sessions, cache)
+    assert (cache.reloads, cache.node_updates) == (1, 2)
+    assert _view(cached) == _view(full)
+    assert {s.index: s for s in cached.nodes["j22u15"].slots}[0].validation is not ValidationState.VALID
+
+    # An agent missing a task's pickup goes down; its heartbeat brings it back. Both are one-node changes.
+    async with sessions.begin() as session:
+        assert await mark_down(session, "j22u05", "missed a pickup")
+    cached, full = await _fresh_and_full(sessions, cache)
+    assert not cached.nodes["j22u05"].agent_live and not full.nodes["j22u05"].agent_live
+    async with sessions.begin() as session:
+        await record_heartbeats(session, [("j22u05", datetime.now(UTC), 30.0)])
+    cached, full = await _fresh_and_full(sessions, cache)
+    assert cached.nodes["j22u05"].agent_live
+    assert (cache.reloads, cache.node_updates) == (1, 4)
+    assert _livenesses(cached) == _livenesses(full) and _view(cached) == _view(full)
+
+    # Claims and heartbeats that leave an agent live log nothing: nothing to re-read.
+    await _claim(sessions, "a1", "j22u15", 1)
+    async with sessions.begin() as session:
+        await record_heartbeats(session, [("j22u15", datetime.now(UTC), 30.0)])
+    cached, full = await _fresh_and_full(sessions, cache)
+    assert (cache.reloads, cache.node_updates) == (1, 4)
+    assert _view(cached) == _view(full)
+
+
+def _livenesses(snapshot) -> dict[str, bool]:
+    return {name: node.agent_live for name, node in snapshot.nodes.items()}
+
+
+async def test_fleet_changes_and_a_pruned_log_read_the_whole_inventory(sessions, examples_dir) -> None:
+    fleet = load_fleet([examples_dir / "fleet.yaml"])
+    async with sessions.begin() as session:
+        await apply_fleet(session, fleet)
+    await report_hosts(sessions, fleet)
+    cache = InventoryCache(sweep_every_seconds=0, keep_changes_seconds=0)
+    behind = InventoryCache(sweep_every_seconds=3600)  # never prunes: it stands for a process that fell behind
+    await _fresh_and_full(sessions, cache)
+    await _fresh_and_full(sessions, behind)
+
+    # A node moved to another pool is a fleet change, however it was written.
+    async with sessions.begin() as session:
+        node = await session.get(NodeRow, "j22u05")
+        other = (await session.scalars(select(NodeRow.pool_id).where(NodeRow.pool_id != node.pool_id))).first()
+        node.pool_id = other
+    cached, full = await _fresh_and_full(sessions, cache)
+    assert (cache.reloads, cache.node_updates) == (2, 0)
+    assert _view(cached) == _view(full)
+
+    # A cordon whose log row is pruned (retention 0 here) before a process reads it: that process cannot tell what
+    # it missed, and reads the whole inventory.
+    await _fresh_and_full(sessions, behind)  # the pool move, first
+    assert (behind.reloads, behind.node_updates) == (2, 0)
+    async with sessions.begin() as session:
+        await session.execute(update(NodeRow).where(NodeRow.name == "j22u15").values(status="CORDONED"))
+    await _fresh_and_full(sessions, cache)  # its own sweep prunes the cordon's row just before it reads the log
+    assert (cache.reloads, cache.node_updates) == (3, 0)
+    cached, full = await _fresh_and_full(sessions, behind)
+    assert (behind.reloads, behind.node_updates) == (3, 0)
+    assert cached.nodes["j22u15"].status.value == "CORDONED"
+    assert _view(cached) == _view(full)
