@@ -297,6 +297,8 @@ async def latency(stack: Stack, count: int) -> dict[str, dict[str, float]]:
     async with stack.sessions.begin() as session:
         token = await create_token(session, "tenant", tenant="bench", label="latency")
     app = create_app(sessions=stack.sessions, temporal=stack.client, queues=queues, timing=FAST)
+    while await app.state.services.control.control_workers() == 0:  # a worker just started polls in a moment
+        await asyncio.sleep(0.05)
     transport = httpx.ASGITransport(app=app)
     samples: dict[str, list[float]] = {"allocation": [], "strict": []}
     async with httpx.AsyncClient(transport=transport, base_url="http://berth", timeout=60) as api:
