@@ -59,8 +59,8 @@ _CHANGES = text(
     "SELECT v.version, x.xmin, p.through, c.seq, c.node, c.txid FROM inventory_version AS v "
     "CROSS JOIN (SELECT CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint) AS xmin) AS x "
     "CROSS JOIN inventory_changes_pruned AS p "
-    "LEFT JOIN inventory_changes AS c ON c.txid >= :position ORDER BY c.seq"
-)
+    "LEFT JOIN inventory_changes AS c ON c.txid >= :position AND c.txid < :position + 1099511627776 ORDER BY c.seq"
+)  # the upper bound is never reached; it makes the prepared statement's generic plan an index range scan
 # Only rows every transaction that could still be reading them has passed: a reader kept below them (by a long
 # transaction anywhere) is kept below the prune too, and only a reader that stopped reading for the retention
 # period falls behind it.

@@ -7,9 +7,10 @@ it miss a task's pickup timeout, whichever comes first. Three writers, none of t
     pickup timeout (workflow) -> down at once                          (`mark_down`, with the audit trail)
     expiry sweep             -> down once expires_at has passed        (`expire_stale`, an indexed range scan)
 
-A row-level trigger moves `liveness_version` only when an agent's state really changes, so a control worker reads one
-counter per decision and the down set only when the counter moved: the cost per allocation does not grow with the
-fleet (migration 0003).
+A row-level trigger moves `liveness_version` only when an agent's state really changes (migration 0003), and another
+names the node in the inventory change log (migration 0008): a control worker's `InventoryCache` re-reads just that
+node, so neither the cost per allocation nor the cost of one agent going live or down grows with the fleet.
+`load_liveness` (the whole down set) serves full reads.
 """
 
 from __future__ import annotations

@@ -96,6 +96,14 @@ class Inventory:
     version: int  # `inventory_version` when it was read; the data is at least that new
     snapshot: Snapshot  # every slot FREE, tenants with no usage
     slots: dict[int, tuple[str, int]]  # slot row id -> (node, the slot's position in that node's slots)
+    rows_of: dict[str, tuple[int, ...]] = field(default_factory=dict)  # node -> its slot row ids (`slots` inverted)
+
+
+def _rows_of(slots: dict[int, tuple[str, int]]) -> dict[str, tuple[int, ...]]:
+    rows: dict[str, list[int]] = defaultdict(list)
+    for ident, (node, _) in slots.items():
+        rows[node].append(ident)
+    return {node: tuple(idents) for node, idents in rows.items()}
 
 
 @dataclass(frozen=True)
@@ -209,7 +217,7 @@ async def load_inventory(session: AsyncSession) -> Inventory:
         for t in (await session.scalars(select(TenantRow))).all()
     ]
     snapshot = Snapshot(regions=regions, pools=pools, nodes=nodes, tenants=tenants)
-    return Inventory(version=version, snapshot=snapshot, slots=positions)
+    return Inventory(version=version, snapshot=snapshot, slots=positions, rows_of=_rows_of(positions))
 
 
 # Plain column tuples rather than ORM objects: a large fleet has tens of thousands of slot rows.
@@ -290,11 +298,15 @@ async def load_nodes(session: AsyncSession, names: Collection[str]) -> NodeChang
 
 def with_changed_nodes(inventory: Inventory, changes: NodeChanges) -> Inventory:
     """The inventory with these nodes replaced; each keeps its pool (a pool move moves `inventory_version`)."""
-    names = changes.nodes.keys()
-    slots = {ident: where for ident, where in inventory.slots.items() if where[0] not in names}
+    slots, rows_of, new_rows = dict(inventory.slots), dict(inventory.rows_of), _rows_of(changes.slots)
+    for name in changes.nodes:
+        for ident in rows_of.pop(name, ()):
+            del slots[ident]
+        if name in new_rows:
+            rows_of[name] = new_rows[name]
     slots.update(changes.slots)
     snapshot = inventory.snapshot.with_nodes(changes.nodes.values())
-    return Inventory(version=inventory.version, snapshot=snapshot, slots=slots)
+    return Inventory(version=inventory.version, snapshot=snapshot, slots=slots, rows_of=rows_of)
 
 
 async def load_live_state(
