@@ -6,8 +6,9 @@ approved slots PostgreSQL holds and the host the agent reported: the agent runs 
 inputs for its own plans, and the control plane re-runs it when either side changes (a report of a new topology, or
 `berth apply` changing a node's slots), so approval and validation never disagree for longer than one write.
 
-Only rows whose verdict changed are written: a change of `validation` moves the inventory version, and every
-control worker would reload its inventory for nothing.
+Only rows whose verdict changed are written: a change of `validation` logs the node in `inventory_changes`, and
+every control worker and API process then re-reads that node (migration 0008), which an unchanged verdict written
+again would cost for nothing.
 """
 
 from __future__ import annotations
