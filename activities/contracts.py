@@ -129,6 +129,11 @@ class PlanInput(Model):
     gpu_count: int
     shape: CapacityShape
     numa_policy: NumaPolicy = NumaPolicy.PREFERRED
+    gpus: list[str] = Field(
+        default_factory=list,
+        description="Pinned GPUs (PCI addresses): plan exactly these slots or refuse. Empty in "
+        "histories recorded before GPUs could be pinned.",
+    )
 
 
 class PlanOutcome(Model):

@@ -15,7 +15,7 @@ from pydantic.functional_serializers import SerializerFunctionWrapHandler
 from fleet.meta import Name
 from scheduler.bundles import Bundle
 from scheduler.capacity import PoolCapacity
-from scheduler.request import CapacityShape, PlacementRequest
+from scheduler.request import CapacityShape, PciAddress, PlacementRequest
 from store.apply import ApplyChange
 from workflows.allocation_messages import STATES
 
@@ -73,6 +73,12 @@ class AllocationCreate(Strict):
         max_length=MAX_PINNED_NODES,
         description="Pinned nodes: only these may take the allocation; refused, never placed elsewhere, when none can.",
     )
+    gpus: list[PciAddress] = Field(
+        default_factory=list,
+        max_length=1024,
+        description="Pinned GPUs (PCI addresses, e.g. `0000:1b:00.0`) of the one pinned node's approved slots: exactly "
+        "these, as many as `gpu_count`; refused with the reason, never placed elsewhere, when any is not free.",
+    )
 
     @model_serializer(mode="wrap")
     def _recorded(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, object]:
@@ -94,11 +100,12 @@ class AllocationCreate(Strict):
             selectors=self.selectors,
             cluster_selector=self.cluster_selector,
             nodes=frozenset(self.nodes),
+            gpus=frozenset(self.gpus),
             exclude_nodes=exclude_nodes,
         )
 
 
-_NEWER_FIELDS = ("selectors", "cluster_selector", "nodes")
+_NEWER_FIELDS = ("selectors", "cluster_selector", "nodes", "gpus")
 
 
 class AllocationAccepted(BaseModel):

@@ -4,7 +4,8 @@ Schema validation (api/models.py) cannot know the fleet: a region, product or no
 it exists. Without these checks an unknown region was accepted (202) and the workflow failed later, leaving a failed
 allocation behind for a typo. Here, on the create hot path:
 
-    selectors compile (pure, cached per expression)  ->  names exist in the fleet (the API's inventory cache)
+    selectors compile and GPU pins are consistent (pure)  ->  names exist in the fleet (the API's inventory cache)
+    ->  pinned GPUs are GPUs of the pinned node's approved slots
 
 The inventory cache answers with one small query while the fleet is unchanged, and the name sets built from a
 snapshot are kept until the cache hands out another one, so a create costs no extra inventory read.
@@ -19,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api.errors import ApiError
 from api.models import AllocationCreate
 from scheduler.cel import SelectorCompileError, compile_selector
+from scheduler.request import CapacityShape
 from scheduler.snapshot import Snapshot
 from store.inventory import InventoryCache
 
@@ -84,6 +86,49 @@ def check_selectors(body: AllocationCreate) -> None:
             raise ApiError(422, "invalid_selector", message, [detail]) from None
 
 
+def _invalid(field: str, message: str) -> ApiError:
+    """The shape of a schema error (`invalid_request`), for rules between fields that no single field can check."""
+    return ApiError(
+        422, "invalid_request", f"the request is not valid: {field}: {message}",
+        [{"field": field, "message": message, "type": "gpu_pins"}],
+    )  # fmt: skip
+
+
+def check_gpu_pins(body: AllocationCreate) -> None:
+    """A PCI address names a GPU only on its own host, so pinned GPUs need exactly one pinned node; they are the
+    allocation's GPUs, so as many as `gpu_count`; and slices, since bare metal takes the whole host."""
+    if not body.gpus:
+        return
+    if len(body.nodes) != 1:
+        raise _invalid("body.gpus", f"gpus need exactly one pinned node in `nodes`, not {len(body.nodes)}")
+    if body.shape is not CapacityShape.GPU_SLICE:
+        raise _invalid(
+            "body.shape", "gpus can be pinned only for gpu_slice: a bare-metal allocation takes the whole host"
+        )
+    distinct = len(set(body.gpus))
+    if distinct != len(body.gpus):
+        raise _invalid("body.gpus", "a GPU is pinned twice")
+    if distinct != body.gpu_count:
+        raise _invalid(
+            "body.gpu_count", f"gpu_count is {body.gpu_count} but {distinct} GPUs are pinned: they must be equal"
+        )
+
+
+def check_gpus(snapshot: Snapshot, body: AllocationCreate) -> None:
+    """422 `unknown_gpu` for a pinned GPU that is not one of the pinned node's approved slots, with those slots'
+    GPU addresses as the choices. Runs after `check_names`, so the node exists."""
+    if not body.gpus:
+        return
+    node = body.nodes[0]
+    choices = sorted(slot.gpu_pci for slot in snapshot.nodes[node].slots if slot.approved and slot.gpu_pci)
+    for index, gpu in enumerate(body.gpus):
+        if gpu not in choices:
+            shown = ", ".join(choices) or "none"
+            detail = {"field": f"body.gpus[{index}]", "value": gpu, "choices": choices}
+            message = f"gpu {gpu!r} is not an approved GPU of node {node}; choose one of: {shown}"
+            raise ApiError(422, "unknown_gpu", message, [detail])
+
+
 def _unknown(field: str, what: str, value: str, choices: list[str], total: int | None = None) -> ApiError:
     total = len(choices) if total is None else total
     shown = ", ".join(choices[:MESSAGE_CHOICES]) if choices else "none"
@@ -111,5 +156,7 @@ def check_names(names: FleetNames, body: AllocationCreate) -> None:
 async def check_request(session: AsyncSession, inventory: InventoryCache, body: AllocationCreate) -> None:
     """Every check of this module, cheapest first; raises the first ApiError (422)."""
     check_selectors(body)
+    check_gpu_pins(body)
     snapshot = (await inventory.inventory(session)).snapshot
     check_names(_remembered.names_of(snapshot), body)
+    check_gpus(snapshot, body)

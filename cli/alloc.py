@@ -85,15 +85,26 @@ NodeOption = Annotated[
     typer.Option("--node", help="Pin to this node (repeatable): refused, never placed elsewhere, if none can take it."),
 ]
 
+GpuOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--gpu", help="Pin this GPU (PCI address, repeatable) of the one --node: exactly these, as many as --gpus."
+    ),
+]
+
 
 def placement_fields(
-    selectors: list[str] | None, cluster_selector: list[str] | None, nodes: list[str] | None
+    selectors: list[str] | None,
+    cluster_selector: list[str] | None,
+    nodes: list[str] | None,
+    gpus: list[str] | None = None,
 ) -> dict[str, Any]:
     """The request body's placement constraints, left out when not given (so older APIs still accept the body)."""
     fields: dict[str, Any] = {
         "selectors": selectors or [],
         "cluster_selector": key_values(cluster_selector or [], "--cluster-selector"),
         "nodes": nodes or [],
+        "gpus": gpus or [],
     }
     return {key: value for key, value in fields.items() if value}
 
@@ -236,6 +247,7 @@ def create(
     selector: SelectorOption = None,
     cluster_selector: ClusterSelectorOption = None,
     node: NodeOption = None,
+    gpu: GpuOption = None,
     idempotency_key: Annotated[
         str | None, typer.Option("--idempotency-key", help="Repeat the request safely: same key, same allocation.")
     ] = None,
@@ -264,7 +276,7 @@ def create(
         "image": image,
         "ssh_public_keys": [_ssh_key(key) for key in ssh_keys or []],
         "labels": key_values(labels or [], "--label"),
-        **placement_fields(selector, cluster_selector, node),
+        **placement_fields(selector, cluster_selector, node, gpu),
     }
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
     with api_client(api, token, tenant) as client:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.table import Table
 
 from cli.output import OutputFormat, make_console
@@ -40,6 +41,7 @@ def explain(
     ] = None,
     cluster_selector: dict[str, str] | None = None,
     node: list[str] | None = None,
+    gpu: list[str] | None = None,
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help="text or json.")] = OutputFormat.TEXT,
 ) -> None:
     """Explain where an allocation would be placed, or why it would not be, without any running service."""
@@ -55,10 +57,13 @@ def explain(
             selectors=selector or [],
             cluster_selector=cluster_selector or {},
             nodes=frozenset(node or []),
+            gpus=frozenset(gpu or []),
         )
         result = schedule(snapshot, request, detail=True)
     except FleetError as exc:
         _fail(str(exc))
+    except ValidationError as exc:  # options that contradict each other (--gpu without one --node, a count mismatch)
+        _fail("; ".join(str(error["msg"]).removeprefix("Value error, ") for error in exc.errors()))
     except ValueError as exc:  # a SlotState naming slots the fleet does not have
         _fail(str(exc))
     except SelectorCompileError as exc:

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from api.models import CapacityReport
 from cli import explain as offline
-from cli.alloc import ClusterSelectorOption, NodeOption, SelectorOption, key_values, placement_fields
+from cli.alloc import ClusterSelectorOption, GpuOption, NodeOption, SelectorOption, key_values, placement_fields
 from cli.client import ApiOption, OutputOption, TenantOption, TokenOption, api_client
 from cli.output import OutputFormat, console, print_json
 from fleet.inference_cluster import PoolShape
@@ -36,6 +36,7 @@ def explain(
     selector: SelectorOption = None,
     cluster_selector: ClusterSelectorOption = None,
     node: NodeOption = None,
+    gpu: GpuOption = None,
     output: OutputOption = OutputFormat.TEXT,
     api: ApiOption = None,
     token: TokenOption = None,
@@ -55,12 +56,13 @@ def explain(
             selector=selector,
             cluster_selector=key_values(cluster_selector or [], "--cluster-selector"),
             node=node,
+            gpu=gpu,
             output=output,
         )
         return
     body = {"gpu_count": gpus, "gpu_product": product, "shape": shape.value, "region": region, "tenant": tenant}
     body = {key: value for key, value in body.items() if value is not None}
-    body.update(placement_fields(selector, cluster_selector, node))
+    body.update(placement_fields(selector, cluster_selector, node, gpu))
     with api_client(api, token, tenant) as client:
         data = client.call("POST", "/v1/explain", params={"detail": "true"}, json=body)
         if output is OutputFormat.JSON:

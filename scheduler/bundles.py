@@ -7,7 +7,9 @@ snapshot. It judges the node with the same filter chain as the cluster scheduler
 - slices: compatible free bundles only (approved, own unique fabric VF, not claimed, leased or quarantined by
   anyone else); all on the NUMA node with the fewest such bundles that still fits, when policy allows; across the
   fewest NUMA nodes otherwise (policy `preferred`), or lowest slot indices (policy `none`);
-- bare metal: every slot of the host.
+- bare metal: every slot of the host;
+- pinned GPUs (`PlanRequest.gpus`): exactly those slots, judged on a view where no other slot is usable
+  (`scheduler.pinning.pinned_slots_view`), or a refusal naming each pinned GPU that cannot be had and why.
 
 Slots the allocation already claims or leases count as free, and if it already holds exactly the bundles it asks
 for, those are its plan: planning the same allocation twice gives the same answer.
@@ -23,6 +25,7 @@ from scheduler.compatibility import hardware_defect, profile_of, state_defect, v
 from scheduler.explanation import Level, LevelExplanation, Refusal, Tally
 from scheduler.host.checks import ValidationState
 from scheduler.node_filters import node_filters, verdict
+from scheduler.pinning import pinned_gpus_reason, pinned_slots_view
 from scheduler.reasons import Reason, clause
 from scheduler.request import CapacityShape, NumaPolicy, PlanRequest
 from scheduler.views import NodeView, SlotId, SlotState, SlotView
@@ -90,12 +93,13 @@ class PlanResult(BaseModel):
 def plan_bundles(node: NodeView, request: PlanRequest, *, detail: bool = False) -> PlanResult:
     gpus = request.gpu_count
     holder = request.allocation_id
-    profile = profile_of(node, holder)
+    usable = pinned_slots_view(node, request.gpus) if request.gpus else node
+    profile = profile_of(usable, holder)
     reason = verdict(profile, node_filters(request.shape, gpus, request.numa_policy))
     vf_counts = vf_usage(node)
     chosen: list[SlotView] = []
     if reason is None and request.shape is CapacityShape.GPU_SLICE:
-        chosen = _pick_slices(node, vf_counts, gpus, holder, request.numa_policy)
+        chosen = _pick_slices(usable, vf_counts, gpus, holder, request.numa_policy)
     elif reason is None:
         chosen = sorted(node.slots, key=lambda s: s.index)
 
@@ -112,6 +116,8 @@ def plan_bundles(node: NodeView, request: PlanRequest, *, detail: bool = False) 
 
     if reason is not None:
         message = f"node {node.name} {clause(reason, gpus)} ({profile.summary()})"
+        if request.gpus:
+            message = f"node {node.name} {pinned_gpus_reason(node, request.gpus, reason, holder)}"
         return PlanResult(plan=None, refusal=Refusal(code=reason, message=message), explanation=explanation)
     plan = BundlePlan(
         node=node.name,

@@ -10,7 +10,7 @@ nodes. Ranking, smaller first:
 - bare metal: every fitting host ranks the same (its size is exactly the request).
 
 A request that pins nodes (`PlacementRequest.nodes`) drops every other node with `node_not_pinned` before any
-filter runs (see `scheduler/pinning.py`).
+filter runs (see `scheduler/pinning.py`); one that also pins GPUs judges its node on the pinned slots alone.
 
 Equally ranked nodes are taken in a fixed order (pool, then the snapshot's group order, then name), rotated by the
 request's seed: deterministic for one seed, spread across seeds.
@@ -26,7 +26,8 @@ from pydantic import BaseModel, ConfigDict
 
 from scheduler.compatibility import NodeProfile
 from scheduler.explanation import Level, LevelExplanation, Tally
-from scheduler.node_filters import Judge
+from scheduler.node_filters import Judge, could_ever_fit, verdict
+from scheduler.pinning import pinned_profile
 from scheduler.reasons import Reason
 from scheduler.request import CapacityShape, NumaPolicy, PlacementRequest, Ranking
 from scheduler.snapshot import Snapshot
@@ -90,9 +91,14 @@ def rank_nodes(
             if skip:
                 tally.record(Reason.NODE_EXCLUDED, sorted(skip), describe, profile, pool)
                 names = tuple(name for name in names if name not in skip)
-            reason = judge.verdict(group)
+            if request.gpus and names:  # pinned GPUs: the one pinned node is judged on those slots alone
+                profile = pinned_profile(snapshot.nodes[names[0]], request.gpus)
+                reason, possible = verdict(profile, judge.filters), could_ever_fit(profile, judge.filters)
+            else:
+                reason = judge.verdict(group)
+                possible = reason is None or judge.could_ever_fit(group)
             tally.record(reason, names, describe, profile, pool)
-            ever = ever or reason is None or judge.could_ever_fit(group)
+            ever = ever or possible
             if reason is None and names:
                 if group.key not in scores:
                     scores[group.key] = score(profile, request)

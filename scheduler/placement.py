@@ -59,7 +59,9 @@ def schedule(snapshot: Snapshot, request: PlacementRequest, *, detail: bool = Fa
         return _refused(regional.region, found.refusal, levels)
 
     chosen = found.candidates[0]
-    intent = PlanRequest(gpu_count=request.gpu_count, shape=request.shape, numa_policy=request.numa_policy)
+    intent = PlanRequest(
+        gpu_count=request.gpu_count, shape=request.shape, numa_policy=request.numa_policy, gpus=request.gpus
+    )
     preview = plan_bundles(snapshot.nodes[chosen.node], intent, detail=detail)
     levels.append(preview.explanation)
     alternates = len(found.candidates) - 1

@@ -8,8 +8,14 @@ not know quota, tenant policy or other regions, so it is not given them.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+
+from scheduler.host.inventory import normalise_pci
+
+# A GPU's PCI address as the host's slots name it: `00000000:1B:00.0` (nvidia-smi) is `0000:1b:00.0`.
+PciAddress = Annotated[str, AfterValidator(normalise_pci)]
 
 
 class CapacityShape(StrEnum):
@@ -54,8 +60,22 @@ class PlacementRequest(BaseModel):
         description="Pinned nodes (seed 001's GPU matching policy): only these may take the request; when none of "
         "them can, the request is refused with `pinned_nodes_unavailable`, never placed elsewhere.",
     )
+    gpus: frozenset[PciAddress] = Field(
+        default_factory=frozenset,
+        description="Pinned GPUs (PCI addresses) on the one pinned node: exactly these slots, or refused with "
+        "`pinned_nodes_unavailable` naming each GPU that cannot be had and why.",
+    )
     exclude_nodes: frozenset[str] = Field(default_factory=frozenset, description="Nodes already tried in this run.")
     seed: int | None = Field(default=None, description="Rotates the order of equally ranked nodes.")
+
+    @model_validator(mode="after")
+    def _gpus_pin_one_node(self) -> PlacementRequest:
+        """A PCI address names a GPU only on its own host, and the GPUs pinned are the allocation's GPUs."""
+        if self.gpus:
+            check_gpu_pins(self.gpus, self.gpu_count, self.shape)
+            if len(self.nodes) != 1:
+                raise ValueError("gpus can be pinned only together with exactly one pinned node")
+        return self
 
     def wants_product(self, product: str | None) -> bool:
         return self.gpu_product is None or same_product(product, self.gpu_product)
@@ -80,3 +100,20 @@ class PlanRequest(BaseModel):
     gpu_count: PositiveInt
     shape: CapacityShape = CapacityShape.GPU_SLICE
     numa_policy: NumaPolicy = NumaPolicy.PREFERRED
+    gpus: frozenset[PciAddress] = Field(
+        default_factory=frozenset, description="Pinned GPUs (PCI addresses): exactly these slots, or a refusal."
+    )
+
+    @model_validator(mode="after")
+    def _gpus_are_the_request(self) -> PlanRequest:
+        if self.gpus:
+            check_gpu_pins(self.gpus, self.gpu_count, self.shape)
+        return self
+
+
+def check_gpu_pins(gpus: frozenset[str], gpu_count: int, shape: CapacityShape) -> None:
+    """Pinned GPUs are slices of one host, and they are the whole request: no more, no fewer."""
+    if shape is not CapacityShape.GPU_SLICE:
+        raise ValueError("gpus can be pinned only for gpu_slice: a bare-metal allocation takes the whole host")
+    if len(gpus) != gpu_count:
+        raise ValueError(f"gpu_count is {gpu_count} but {len(gpus)} distinct GPUs are pinned: they must be equal")

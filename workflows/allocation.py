@@ -355,7 +355,8 @@ class AllocationWorkflow:
             plan: PlanOutcome = await self.on_node(
                 node, "plan_bundles", PlanInput(allocation_id=self.input.allocation_id, attempt=attempt.number,
                 gpu_count=self.input.request.gpu_count, shape=self.input.request.shape,
-                numa_policy=self.input.request.numa_policy), PlanOutcome, deadline=self.time_left(node),
+                numa_policy=self.input.request.numa_policy, gpus=sorted(self.input.request.gpus)), PlanOutcome,
+                deadline=self.time_left(node),
             )  # fmt: skip
         except ActivityError as error:
             raise self.failure_on(error, node) from error

@@ -120,6 +120,7 @@ class NodeAgent:
                     gpu_count=request.gpu_count,
                     shape=request.shape,
                     numa_policy=request.numa_policy,
+                    gpus=frozenset(request.gpus),
                 ),
             )
             if result.plan is None:

@@ -116,3 +116,76 @@ async def test_pinned_nodes_reach_the_scheduler(stack: Stack) -> None:
 
     allocation_id = await stack.create(2, nodes=["big"])
     assert (await stack.wait_for(allocation_id, "active"))["node"] == "big"
+
+
+async def _create(stack: Stack, body: dict[str, Any]) -> str:
+    """`Stack.create` takes the GPU count as `gpus`, which is also the pinned GPUs' field: post the body as it is."""
+    response = await stack.http.post("/v1/allocations", json=body, headers=stack.acme)
+    assert response.status_code == 202, response.text
+    return str(response.json()["id"])
+
+
+async def test_a_pinned_gpu_is_the_slot_the_allocation_gets_and_a_held_one_is_refused_with_the_reason(
+    stack: Stack,
+) -> None:
+    pin = {"nodes": ["big"], "gpus": ["00000000:12:00.0"]}  # nvidia-smi's spelling of big's third GPU
+    allocation_id = await _create(stack, {"gpu_count": 1, **pin})
+    active = await stack.wait_for(allocation_id, "active")
+    assert active["node"] == "big"
+    assert [bundle["gpu_pci"] for bundle in active["bundles"]] == ["0000:12:00.0"]
+
+    explained = (await stack.http.post("/v1/explain", json={"gpu_count": 1, **pin}, headers=stack.acme)).json()
+    assert explained["placed"] is False
+    reason = f"big cannot give its pinned GPUs: GPU 0000:12:00.0 is claimed by another allocation ({allocation_id})"
+    assert explained["refusal"] == {
+        "code": "pinned_nodes_unavailable",
+        "message": f"no pinned node can take 1 GPU slice: {reason}",
+    }
+    refused = await stack.wait_for(await _create(stack, {"gpu_count": 1, **pin}), "failed")
+    assert reason in refused["failure_reason"]
+    other = await stack.wait_for(
+        await _create(stack, {"gpu_count": 1, "nodes": ["big"], "gpus": ["0000:13:00.0"]}), "active"
+    )
+    assert [bundle["gpu_pci"] for bundle in other["bundles"]] == ["0000:13:00.0"]
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "field", "message"),
+    [
+        ({"gpus": ["0000:10:00.0"]}, "invalid_request", "body.gpus",
+         "gpus need exactly one pinned node in `nodes`, not 0"),
+        ({"gpus": ["0000:10:00.0"], "nodes": ["big", "small"]}, "invalid_request", "body.gpus",
+         "gpus need exactly one pinned node in `nodes`, not 2"),
+        ({"gpus": ["0000:10:00.0", "0000:11:00.0"], "nodes": ["big"]}, "invalid_request", "body.gpu_count",
+         "gpu_count is 1 but 2 GPUs are pinned: they must be equal"),
+        ({"gpus": ["10:00"], "nodes": ["big"]}, "invalid_request", "body.gpus[0]",
+         "Value error, '10:00' is not a PCI address"),
+    ],
+)  # fmt: skip
+async def test_gpu_pins_that_mean_nothing_are_422_naming_the_field(
+    stack: Stack, body: dict[str, Any], code: str, field: str, message: str
+) -> None:
+    for path in ("/v1/allocations", "/v1/explain"):
+        response = await stack.http.post(path, json={"gpu_count": 1, **body}, headers=stack.acme)
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["code"] == code
+        assert error["message"] == f"the request is not valid: {field}: {message}"
+        assert error["details"][0]["field"] == field
+    assert await _allocations(stack) == 0 and await _allocation_workflows(stack) == []
+
+
+async def test_a_gpu_that_is_not_the_pinned_nodes_is_422_with_its_gpus_as_choices(stack: Stack) -> None:
+    body = {"gpu_count": 2, "nodes": ["small"], "gpus": ["0000:10:00.0", "0000:12:00.0"]}
+    for path in ("/v1/allocations", "/v1/explain"):
+        response = await stack.http.post(path, json=body, headers=stack.acme)
+        assert response.status_code == 422, response.text
+        assert response.json()["error"] == {
+            "code": "unknown_gpu",
+            "message": "gpu '0000:12:00.0' is not an approved GPU of node small; choose one of: 0000:10:00.0, "
+            "0000:11:00.0",
+            "details": [
+                {"field": "body.gpus[1]", "value": "0000:12:00.0", "choices": ["0000:10:00.0", "0000:11:00.0"]}
+            ],
+        }
+    assert await _allocations(stack) == 0 and await _allocation_workflows(stack) == []
