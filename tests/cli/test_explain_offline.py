@@ -116,3 +116,17 @@ def test_errors_are_one_line_with_a_non_zero_exit(
     assert result.exit_code == 2
     assert result.stderr.startswith("error: ") and message in result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
+
+
+def test_pinned_gpus_place_on_exactly_those_slots() -> None:
+    """Seed 001's GPU matching: a node and GPUs on it pinned (nvidia-smi's spelling accepted), exactly those slots."""
+    examples = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
+    pinned = ["-f", str(examples), "--product", "H200", "--node", "j22u05", "--gpu", "00000000:3C:00.0"]
+    document = json.loads(runner.invoke(app, [*pinned, "--gpus", "1", "--output", "json"]).stdout)
+    assert document["placed"] is True and document["plan"]["node"] == "j22u05"
+    assert [bundle["gpu_pci"] for bundle in document["plan"]["bundles"]] == ["0000:3c:00.0"]
+
+    mismatch = runner.invoke(app, [*pinned, "--gpus", "2"])
+    assert mismatch.exit_code != 0
+    assert "gpu_count is 2 but 1 distinct GPUs are pinned" in mismatch.output
+    assert "Traceback" not in mismatch.output
