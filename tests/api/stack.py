@@ -24,6 +24,7 @@ from api.app import create_app
 from api.temporal import TemporalTimeouts
 from config.settings import Settings
 from tests.workflows.lab import FAST, Lab, lab_fleet
+from workflows.allocation_messages import FINAL_STATES
 from workflows.task_queues import Queues
 
 HOSTS = {"slow": {"gpus": 1, "simulation": {"bootSeconds": 3600}}, "small": {"gpus": 2}, "big": {"gpus": 4}}
@@ -83,11 +84,13 @@ class Stack:
         return response.json()
 
     async def wait_for(self, allocation_id: str, *states: str, timeout: float = 30) -> dict[str, Any]:
-        """Poll the API, as a client would, until the allocation is in one of `states`."""
+        """Poll the API, as a client would, until the allocation is in one of `states`; a final state once it is
+        recorded (the workflow's own status says `released` a moment before its last trail write lands)."""
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
             allocation = await self.get(allocation_id)
-            if allocation["state"] in states:
+            recorded = allocation["state"] not in FINAL_STATES or not allocation["live"]
+            if allocation["state"] in states and recorded:
                 return allocation
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError(f"{allocation_id} stayed {allocation['state']} (wanted {states}): {allocation}")
