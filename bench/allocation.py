@@ -292,7 +292,9 @@ async def latency(stack: Stack, count: int) -> dict[str, dict[str, float]]:
     fleet_file = await stack.load_fleet(8)
     queues = Queues(control="latency.control", node_prefix="latency.node.")
     workers = await _run_workers(stack, fleet_file, queues)
-    baseline_worker = Worker(stack.client, task_queue="latency.baseline", workflows=[BaselineWorkflow], activities=[noop])
+    baseline_worker = Worker(
+        stack.client, task_queue="latency.baseline", workflows=[BaselineWorkflow], activities=[noop]
+    )
     asyncio.create_task(baseline_worker.run())
     async with stack.sessions.begin() as session:
         token = await create_token(session, "tenant", tenant="bench", label="latency")
@@ -376,8 +378,14 @@ async def contention(stack: Stack, requests: int) -> dict[str, float]:
         "settle_seconds": elapsed,
         "failed_without_reason": unexplained,
         "failure_reasons": reasons,
-        "lock": {"decisions": locked, "fast_refusals": fast_refusals, "held_p50": held["p50"], "held_p99": held["p99"],
-                 "waited_p50": waited["p50"], "waited_p99": waited["p99"]},
+        "lock": {
+            "decisions": locked,
+            "fast_refusals": fast_refusals,
+            "held_p50": held["p50"],
+            "held_p99": held["p99"],
+            "waited_p50": waited["p50"],
+            "waited_p99": waited["p99"],
+        },
     }
 
 
@@ -431,7 +439,9 @@ async def main(args: argparse.Namespace) -> None:
                 lat = await latency(stack, args.latency)
                 print("\n| sequential, idle | p50 ms | p99 ms |")
                 print("|---|---:|---:|")
-                print(f"| POST /v1/allocations -> active | {lat['allocation']['p50']:.0f} | {lat['allocation']['p99']:.0f} |")
+                print(
+                    f"| POST /v1/allocations -> active | {lat['allocation']['p50']:.0f} | {lat['allocation']['p99']:.0f} |"
+                )
                 print(f"| strict baseline start -> done | {lat['strict']['p50']:.0f} | {lat['strict']['p99']:.0f} |")
                 print(f"| ratio of p50 | {lat['allocation']['p50'] / lat['strict']['p50']:.2f} | |")
             c = await contention(stack, args.contention)

@@ -246,8 +246,13 @@ async def record_replica(
             )
     session.add(
         ModelReplicaRow(
-            namespace=namespace, name=name, deployment=deployment, cluster=cluster, replica_index=index,
-            spec=manifest, state="recorded",
+            namespace=namespace,
+            name=name,
+            deployment=deployment,
+            cluster=cluster,
+            replica_index=index,
+            spec=manifest,
+            state="recorded",
         )  # fmt: skip
     )
     await session.flush()

@@ -319,7 +319,9 @@ class AllocationEventRow(Base):
     __table_args__ = (
         UniqueConstraint("allocation_id", "event_key"),
         # The breaker's recent failures per node (migration 0004): only failed attempts are indexed.
-        Index("ix_allocation_events_attempt_failed_at", "at", "node_id", postgresql_where=text("step = 'attempt_failed'")),
+        Index(
+            "ix_allocation_events_attempt_failed_at", "at", "node_id", postgresql_where=text("step = 'attempt_failed'")
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)

@@ -39,7 +39,6 @@ from temporalio.exceptions import (
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.control.choice import PlacementChoice
     from activities.contracts import (
         AllocationRecord,
         AuditTrail,
@@ -60,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         VmInfo,
         VmSpec,
     )
+    from activities.control.choice import PlacementChoice
     from fleet.deadlines import format_duration
     from scheduler.nodes import Candidate
     from workflows import search_attributes as sa
@@ -375,7 +375,8 @@ class AllocationWorkflow:
         except ActivityError as error:
             cause = error.cause
             if isinstance(cause, ApplicationError) and cause.type == "QuotaExceeded":
-                if self.lean or workflow.patched(QUOTA_ATTEMPT_PATCH):  # the attempt failed, with the reason, then the allocation
+                # The attempt failed, with the reason, then the allocation.
+                if self.lean or workflow.patched(QUOTA_ATTEMPT_PATCH):
                     raise AttemptFailed("quota_exceeded", cause.message, final=QUOTA_EXCEEDED) from error
                 raise ApplicationError(cause.message, type=QUOTA_EXCEEDED, non_retryable=True) from error
             if isinstance(cause, ApplicationError) and cause.type == "ClaimConflict":

@@ -28,8 +28,8 @@ from activities.deployment_contracts import (
     ReplicaStateInput,
 )
 from fleet.deployment import ModelDeployment
-from fleet.replica import ModelReplica
 from fleet.planning import plan_deployment
+from fleet.replica import ModelReplica
 from scheduler.fleet import manifest_dict, replica_manifest
 from store import deployments as store
 from store.deployments import Health, LedgerOvercommit, Usage

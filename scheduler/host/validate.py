@@ -192,7 +192,9 @@ def _nvme_findings(slot: Slot, namespace: NvmeNamespace | None, host: HostInvent
     siblings = sorted(
         other.name
         for other in host.nvme
-        if namespace.controller_pci and other.controller_pci == namespace.controller_pci and other.name != namespace.name
+        if namespace.controller_pci
+        and other.controller_pci == namespace.controller_pci
+        and other.name != namespace.name
     )
     if siblings:
         findings.append((

@@ -106,7 +106,11 @@ async def test_the_same_name_in_two_namespaces_is_two_deployments(api: Api) -> N
     assert response.status_code == 202, response.text
     assert response.json() == {"name": "llama", "created": True, "workflow_id": "deployment/prod/llama"}
     prod = await api.wait_for(PROD, ready(2))
-    assert (prod["namespace"], prod["workflow_id"], prod["phase"]) == ("prod", "deployment/prod/llama", "FullyScheduled")
+    assert (prod["namespace"], prod["workflow_id"], prod["phase"]) == (
+        "prod",
+        "deployment/prod/llama",
+        "FullyScheduled",
+    )
     # Each namespace's replicas hold their own nodes: the fleet's four are taken, two by each.
     assert [(r["cluster"], r["index"]) for r in prod["replicas"]] == [("east", 0), ("west", 0)]
     assert await api.ledger() == [
@@ -125,7 +129,10 @@ async def test_the_same_name_in_two_namespaces_is_two_deployments(api: Api) -> N
     assert (await replica.describe()).status is not None
 
     listed = (await api.http.get("/v1/deployments", headers=api.admin)).json()["deployments"]
-    assert [(d["namespace"], d["name"], d["available"]) for d in listed] == [("default", "llama", 2), ("prod", "llama", 2)]
+    assert [(d["namespace"], d["name"], d["available"]) for d in listed] == [
+        ("default", "llama", 2),
+        ("prod", "llama", 2),
+    ]
     only = (await api.http.get("/v1/deployments", params={"namespace": "prod"}, headers=api.admin)).json()
     assert [(d["namespace"], d["name"]) for d in only["deployments"]] == [("prod", "llama")]
 

@@ -89,8 +89,6 @@ async def test_malformed_reports_are_422_and_unknown_nodes_404(stack: Stack) -> 
     assert mismatch.status_code == 422 and mismatch.json()["error"]["code"] == "topology_mismatch"
 
 
-
-
 async def test_text_postgresql_cannot_store_is_422_not_500(stack: Stack) -> None:
     """Found by schemathesis: a NUL, or a lone surrogate escaped in JSON, in the reported host."""
     for hostname in ("a\\u0000b", "\\ud800"):

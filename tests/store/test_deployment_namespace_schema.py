@@ -23,8 +23,7 @@ SEED_0005 = [
     "INSERT INTO model_deployments (name, spec, replicas, status) VALUES ('llama', '{}', 1, '{}')",
     "INSERT INTO model_replicas (name, deployment, cluster, replica_index, spec, state) "
     "VALUES ('llama-east-0', 'llama', 'east', 0, '{}', 'ready')",
-    "INSERT INTO replica_pool_usage (replica, engine, pool_id, nodes) "
-    "SELECT 'llama-east-0', 'serve', id, 1 FROM pools",
+    "INSERT INTO replica_pool_usage (replica, engine, pool_id, nodes) SELECT 'llama-east-0', 'serve', id, 1 FROM pools",
 ]
 
 

@@ -18,7 +18,9 @@ from workflows.search_attributes import NODE, REGION, STATE
 
 
 async def test_happy_path_reaches_active_in_at_most_12_actions(temporal_client, sessions, tmp_path: Path) -> None:
-    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet({"one": {"gpus": 2}})) as lab:
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet({"one": {"gpus": 2}})
+    ) as lab:
         handle = await lab.allocate("lean-1", gpus=2)
         await lab.wait_for_state(handle, "active")
         await allocation_client.release(temporal_client, "lean-1")

@@ -157,9 +157,7 @@ async def test_readiness_that_never_comes_times_out_and_moves_on(
         handle = await lab.allocate("slow-1", gpus=2, timing=timing)
         status = await lab.wait_for_state(handle, "active", timeout=90)
         assert [(a.node, a.outcome) for a in status.attempts] == [("first", "failed"), ("second", "succeeded")]
-        assert (
-            status.attempts[0].reason == "readiness_timeout: not ready after 600s: waiting for cloud_init, gpus"
-        )
+        assert status.attempts[0].reason == "readiness_timeout: not ready after 600s: waiting for cloud_init, gpus"
         assert (await lab.slot_states())["first/0"] == "available"
         assert [p.name for p in lab.vm_records()] == ["slow-1.json"]
         await allocation_client.release(temporal_client, "slow-1")
@@ -241,7 +239,9 @@ async def test_a_failed_allocation_can_be_retried_as_a_new_run(temporal_client, 
         assert [e[0] for e in events].count("select_region") == 2  # both runs are in the audit trail
 
 
-async def test_a_wipe_that_fails_quarantines_the_slots_with_its_reason(temporal_client, sessions, tmp_path: Path) -> None:
+async def test_a_wipe_that_fails_quarantines_the_slots_with_its_reason(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
     """Released on a host whose NVMe format fails: the allocation is released, and its slots are quarantined with
     the wipe's reason (never back in the pool) until a wipe succeeds."""
     fleet = lab_fleet({"only": {"gpus": 2, "simulation": {"wipeFails": True}}})
@@ -253,5 +253,7 @@ async def test_a_wipe_that_fails_quarantines_the_slots_with_its_reason(temporal_
         async with sessions() as session:
             rows = (await session.execute(select(SlotRow.state, SlotRow.quarantine_reason))).all()
         assert [state for state, _ in rows] == ["quarantined", "quarantined"]
-        assert all("wipe_failed: slot" in (reason or "") and "format failed" in (reason or "") for _, reason in rows), rows
+        assert all("wipe_failed: slot" in (reason or "") and "format failed" in (reason or "") for _, reason in rows), (
+            rows
+        )
         assert await lab.active_claims() == {}
