@@ -45,6 +45,7 @@ from activities.node.simulated import SimulatedTopology, SimulatedVmDriver
 from config.settings import get_settings
 from fleet.loader import load_fleet
 from fleet.node import Simulation
+from workflows import code_cache
 from workflows.allocation import AllocationWorkflow
 from workflows.deployment import DeploymentWorkflow
 from workflows.reconcile import ReconcileWorkflow
@@ -109,6 +110,7 @@ def control_worker(
     clusters: ClusterDriver | None = None,
     max_local_activities: int = 16,
 ) -> Worker:
+    code_cache.install()  # the sandbox re-imports workflow modules per run: compile them once (workflows/code_cache.py)
     return Worker(
         client,
         task_queue=task_queue,
