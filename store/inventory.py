@@ -29,6 +29,7 @@ usually touches nothing) and prunes log rows older than `keep_changes_seconds`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 
@@ -115,6 +116,15 @@ class InventoryCache:
         inventory = await self.inventory(session)
         live = await load_live_state(session, exclude_allocation, pending=pending, breaker=self.breaker)
         return current_snapshot(inventory, live)
+
+    async def snapshot_and_plans(
+        self, session: AsyncSession, exclude_allocation: str | None = None
+    ) -> tuple[Snapshot, dict[str, list[tuple[str, int]]]]:
+        """The snapshot without the plans in progress, and those plans, from one read: for a caller that lays the
+        plans over it itself and re-reads them under the region's lock (`activities.control.placement`)."""
+        inventory = await self.inventory(session)
+        live = await load_live_state(session, exclude_allocation, pending=True, breaker=self.breaker)
+        return current_snapshot(inventory, dataclasses.replace(live, plans={})), live.plans
 
     async def inventory(self, session: AsyncSession) -> Inventory:
         """The inventory with agent liveness applied: read whole the first time and after fleet-level changes,

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import exists, func, not_, or_, select
+from sqlalchemy import JSON, Select, exists, func, not_, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.inference_cluster import ClusterStatus, PoolShape
@@ -27,7 +28,6 @@ from store.liveness import Liveness, load_liveness
 from store.models import (
     AllocationEventRow,
     AllocationRow,
-    ClaimRow,
     ClusterRow,
     InferenceClassRow,
     InventoryVersionRow,
@@ -46,34 +46,48 @@ PLANNING_STATES = ("planning", "claiming")  # a node lease may exist that no cla
 NOT_THE_NODES_FAULT = ("operator_retry", "claim_conflict", "quota_exceeded")
 
 
-async def tenant_usage(session: AsyncSession, exclude_allocation: str | None = None) -> dict[str, tuple[int, int]]:
-    """tenant -> (active GPUs, in-flight GPUs). Releasing allocations still hold their GPUs until released."""
-    rows = await session.execute(
+def _usage_query(exclude_allocation: str | None) -> Select[tuple[str, str, int]]:
+    return (
         select(AllocationRow.tenant, AllocationRow.state, func.sum(AllocationRow.gpu_count))
         .where(AllocationRow.state.in_((*IN_FLIGHT_STATES, "active", "releasing")))
         .where(AllocationRow.id != (exclude_allocation or ""))
         .group_by(AllocationRow.tenant, AllocationRow.state)
     )
+
+
+def _usage(rows: Iterable[Sequence[Any]]) -> dict[str, tuple[int, int]]:
     usage: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for tenant, state, gpus in rows:
         usage[tenant][0 if state in ("active", "releasing") else 1] += int(gpus)
     return {tenant: (a, b) for tenant, (a, b) in usage.items()}
 
 
-async def pending_plans(
-    session: AsyncSession, exclude_allocation: str | None = None
-) -> dict[str, list[tuple[str, int]]]:
-    """node -> [(allocation, GPUs)] being planned there: a node lease may exist that no claim records yet."""
-    rows = await session.execute(
+async def tenant_usage(session: AsyncSession, exclude_allocation: str | None = None) -> dict[str, tuple[int, int]]:
+    """tenant -> (active GPUs, in-flight GPUs). Releasing allocations still hold their GPUs until released."""
+    return _usage(await session.execute(_usage_query(exclude_allocation)))
+
+
+def _plans_query(exclude_allocation: str | None) -> Select[tuple[str, str, int]]:
+    return (
         select(AllocationRow.node_id, AllocationRow.id, AllocationRow.gpu_count)
         .where(AllocationRow.state.in_(PLANNING_STATES), AllocationRow.node_id.is_not(None))
         .where(AllocationRow.id != (exclude_allocation or ""))
         .order_by(AllocationRow.id)
     )
+
+
+def _plans(rows: Iterable[Sequence[Any]]) -> dict[str, list[tuple[str, int]]]:
     plans: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for node, allocation, gpus in rows:
         plans[node].append((allocation, gpus))
     return plans
+
+
+async def pending_plans(
+    session: AsyncSession, exclude_allocation: str | None = None
+) -> dict[str, list[tuple[str, int]]]:
+    """node -> [(allocation, GPUs)] being planned there: a node lease may exist that no claim records yet."""
+    return _plans(await session.execute(_plans_query(exclude_allocation)))
 
 
 def with_pending_plans(snapshot: Snapshot, plans: dict[str, list[tuple[str, int]]]) -> Snapshot:
@@ -117,25 +131,30 @@ class LiveState:
     cooling: dict[str, Cooling] = field(default_factory=dict)  # node -> its breaker's cool-off, where it has one
 
 
+def _failures_query(policy: BreakerPolicy, now: datetime) -> Select[tuple[str, datetime]]:
+    reason = AllocationEventRow.reason
+    not_the_node = or_(*(reason.startswith(f"{code}:", autoescape=True) for code in NOT_THE_NODES_FAULT))
+    return select(AllocationEventRow.node_id, AllocationEventRow.at).where(
+        AllocationEventRow.step == "attempt_failed",
+        AllocationEventRow.at > now - policy.lookback,
+        AllocationEventRow.node_id.is_not(None),
+        or_(reason.is_(None), not_(not_the_node)),
+    )
+
+
+def _failures(rows: Iterable[Sequence[Any]]) -> dict[str, list[datetime]]:
+    failures: dict[str, list[datetime]] = defaultdict(list)
+    for node, at in rows:
+        failures[node].append(at)
+    return failures
+
+
 async def recent_failures(session: AsyncSession, policy: BreakerPolicy, now: datetime) -> dict[str, list[datetime]]:
     """node -> when its attempts failed, as far back as the breaker can still care. An index range scan over failed
     attempts only (migration 0004): a handful of rows on a healthy fleet, whatever the audit trail holds."""
     if policy.threshold == 0:
         return {}
-    reason = AllocationEventRow.reason
-    not_the_node = or_(*(reason.startswith(f"{code}:", autoescape=True) for code in NOT_THE_NODES_FAULT))
-    rows = await session.execute(
-        select(AllocationEventRow.node_id, AllocationEventRow.at).where(
-            AllocationEventRow.step == "attempt_failed",
-            AllocationEventRow.at > now - policy.lookback,
-            AllocationEventRow.node_id.is_not(None),
-            or_(reason.is_(None), not_(not_the_node)),
-        )
-    )
-    failures: dict[str, list[datetime]] = defaultdict(list)
-    for node, at in rows:
-        failures[node].append(at)
-    return failures
+    return _failures(await session.execute(_failures_query(policy, now)))
 
 
 async def load_snapshot(
@@ -309,6 +328,34 @@ def with_changed_nodes(inventory: Inventory, changes: NodeChanges) -> Inventory:
     return Inventory(version=inventory.version, snapshot=snapshot, slots=slots, rows_of=rows_of)
 
 
+def _sql_list(values: Iterable[str]) -> str:
+    return ", ".join(f"'{v}'" for v in values)  # the module's own constants: literal, so partial indexes match
+
+
+# Every decision reads this. One statement, each part one JSON array of rows, written out once: five statements
+# through the driver and the ORM, or one built from SQLAlchemy expressions per call (its cache key alone costs more
+# than the query), spent more of the control worker's CPU than PostgreSQL spends answering (docs/benchmarks.md,
+# "Performance (issue 14)"). One statement is also one snapshot: the parts agree with one another.
+_LIVE_STATE = text(
+    "SELECT "
+    "(SELECT coalesce(json_agg(json_build_array(c.slot_id, c.allocation_id)), '[]') "
+    " FROM allocation_resource_claims AS c WHERE c.released_at IS NULL), "
+    "(SELECT coalesce(json_agg(json_build_array(s.id, s.state)), '[]') "
+    " FROM node_resource_slots AS s WHERE s.state <> 'available'), "
+    "(SELECT coalesce(json_agg(json_build_array(u.tenant, u.state, u.gpus)), '[]') FROM "
+    " (SELECT a.tenant, a.state, sum(a.gpu_count) AS gpus FROM allocations AS a "
+    f"  WHERE a.state IN ({_sql_list((*IN_FLIGHT_STATES, 'active', 'releasing'))}) AND a.id <> :exclude "
+    "  GROUP BY a.tenant, a.state) AS u), "
+    "(SELECT coalesce(json_agg(json_build_array(a.node_id, a.id, a.gpu_count) ORDER BY a.id), '[]') "
+    f" FROM allocations AS a WHERE :pending AND a.state IN ({_sql_list(PLANNING_STATES)}) "
+    "  AND a.node_id IS NOT NULL AND a.id <> :exclude), "
+    "(SELECT coalesce(json_agg(json_build_array(e.node_id, e.at)), '[]') FROM allocation_events AS e "
+    " WHERE :breaker AND e.step = 'attempt_failed' AND e.at > :since AND e.node_id IS NOT NULL "
+    "  AND (e.reason IS NULL OR e.reason NOT LIKE ALL (:not_the_node)))"
+).columns(holders=JSON, unavailable=JSON, usage=JSON, plans=JSON, failures=JSON)
+_NOT_THE_NODE = [code.replace("_", "\\_") + ":%" for code in NOT_THE_NODES_FAULT]  # LIKE patterns, `_` escaped
+
+
 async def load_live_state(
     session: AsyncSession,
     exclude_allocation: str | None = None,
@@ -320,14 +367,20 @@ async def load_live_state(
     """Claims, slot states, usage, plans in progress and the nodes cooling off, as of `now` (default: the clock)."""
     policy = breaker or BreakerPolicy()
     at = now or datetime.now(UTC)
-    active_claims = select(ClaimRow.slot_id, ClaimRow.allocation_id).where(ClaimRow.released_at.is_(None))
-    unavailable = select(SlotRow.id, SlotRow.state).where(SlotRow.state != "available")
+    parameters = {
+        "exclude": exclude_allocation or "",
+        "pending": pending,
+        "breaker": policy.threshold > 0,
+        "since": at - policy.lookback,
+        "not_the_node": _NOT_THE_NODE,
+    }
+    holders, unavailable, usage, plans, failures = (await session.execute(_LIVE_STATE, parameters)).one()
     return LiveState(
-        holders=dict((await session.execute(active_claims)).all()),
-        unavailable=dict((await session.execute(unavailable)).all()),
-        usage=await tenant_usage(session, exclude_allocation),
-        plans=await pending_plans(session, exclude_allocation) if pending else {},
-        cooling=cooling_nodes(await recent_failures(session, policy, at), policy, at),
+        holders={int(ident): allocation for ident, allocation in holders},
+        unavailable={int(ident): state for ident, state in unavailable},
+        usage=_usage(usage),
+        plans=_plans(plans),
+        cooling=cooling_nodes(_failures((node, datetime.fromisoformat(t)) for node, t in failures), policy, at),
     )
 
 

@@ -94,8 +94,7 @@ class PlacementActivities:
     async def _read(self, allocation_id: str) -> tuple[Snapshot, Plans]:
         """The snapshot without plans in progress, and those plans as they are now (both without the lock)."""
         async with self.sessions() as session:
-            base = await self.inventory.snapshot(session, exclude_allocation=allocation_id, pending=False)
-            return base, await pending_plans(session, allocation_id)
+            return await self.inventory.snapshot_and_plans(session, exclude_allocation=allocation_id)
 
     async def _candidates(
         self, base: Snapshot, plans: Plans, request: PlacementRequest, region_name: str, allocation_id: str

@@ -1,0 +1,67 @@
+"""The live state every placement decision reads, in one statement: claims, slot states, tenant usage, the plans in
+progress and the breaker's recent failures, each as the placement path needs it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select, update
+
+from fleet.loader import parse_fleet
+from scheduler.breaker import BreakerPolicy
+from store.apply import apply_fleet
+from store.models import AllocationEventRow, AllocationRow, ClaimRow, SlotRow, TenantRow
+from store.snapshot import load_live_state
+from tests.workflows.lab import lab_fleet
+
+
+def _allocation(ident: str, state: str, gpus: int, node: str | None = None, tenant: str = "acme") -> AllocationRow:
+    return AllocationRow(id=ident, tenant=tenant, state=state, shape="gpu_slice", gpu_count=gpus, request={},
+                         workflow_id=f"allocation/{ident}", node_id=node)  # fmt: skip
+
+
+async def test_one_read_returns_every_part_of_the_live_state(sessions) -> None:
+    now = datetime.now(UTC)
+    async with sessions.begin() as session:
+        await apply_fleet(session, parse_fleet([("f.yaml", lab_fleet({"h1": {"gpus": 4}, "h2": {"gpus": 4}}))]))
+        slots = {(n, i): ident for ident, n, i in await session.execute(
+            select(SlotRow.id, SlotRow.node_id, SlotRow.slot_index))}  # fmt: skip
+        session.add(TenantRow(name="other", gpu_quota=100))
+        await session.flush()
+        session.add_all([
+            _allocation("held", "active", 2, "h1"),
+            _allocation("gone", "released", 1, "h1"),
+            _allocation("planning-b", "planning", 1, "h2"),
+            _allocation("planning-a", "claiming", 2, "h2"),
+            _allocation("me", "planning", 1, "h2"),
+            _allocation("placing", "placing", 3, tenant="other"),
+        ])  # fmt: skip
+        await session.flush()
+        session.add_all([
+            ClaimRow(allocation_id="held", attempt=1, slot_id=slots[("h1", 0)], node_id="h1", bundle={}),
+            ClaimRow(allocation_id="held", attempt=1, slot_id=slots[("h1", 1)], node_id="h1", bundle={}),
+            ClaimRow(allocation_id="gone", attempt=1, slot_id=slots[("h1", 2)], node_id="h1", bundle={},
+                     released_at=now),
+        ])  # fmt: skip
+        await session.execute(update(SlotRow).where(SlotRow.id == slots[("h2", 3)]).values(state="quarantined"))
+        for n, (node, reason) in enumerate([("h1", "vm_create_failed: boom"), ("h2", "claim_conflict: lost a race"),
+                                            ("h2", None), ("h1", "claimXconflict: not the code")]):  # fmt: skip
+            session.add(AllocationEventRow(allocation_id="gone", event_key=f"e{n}", state="placing",
+                                           step="attempt_failed", node_id=node, reason=reason,
+                                           at=now - timedelta(minutes=1)))  # fmt: skip
+        session.add(AllocationEventRow(allocation_id="gone", event_key="old", state="placing", step="attempt_failed",
+                                       node_id="h2", reason="vm_create_failed", at=now - timedelta(hours=2)))  # fmt: skip
+
+    policy = BreakerPolicy(threshold=2)
+    async with sessions() as session:
+        live = await load_live_state(session, exclude_allocation="me", breaker=policy, now=now)
+        without_plans = await load_live_state(session, pending=False, breaker=BreakerPolicy(threshold=0), now=now)
+
+    assert live.holders == {slots[("h1", 0)]: "held", slots[("h1", 1)]: "held"}  # released claims are not held
+    assert live.unavailable == {slots[("h2", 3)]: "quarantined"}
+    assert live.usage == {"acme": (2, 3), "other": (0, 3)}  # `me` is left out of its own request's usage
+    assert live.plans == {"h2": [("planning-a", 2), ("planning-b", 1)]}  # in id order, without `me`
+    # h1: its own failure and one whose reason only looks like a claim conflict; h2: the unexplained one only
+    assert {node: c.failures for node, c in live.cooling.items()} == {"h1": 2}
+    assert without_plans.plans == {} and without_plans.cooling == {}
+    assert without_plans.usage == {"acme": (2, 4), "other": (0, 3)}
