@@ -9,7 +9,8 @@ node added, removed or moved between pools), the log names the node for a cordon
 or its agent going live or down. Only the logged nodes are re-read (`store.snapshot.load_nodes`) and laid over the
 kept inventory (`Snapshot.with_nodes` re-groups only their pools). What moves with every allocation, claims,
 reserved and quarantined slots, tenant usage and the plans in progress, is read fresh each time and laid over it
-(`store.snapshot.current_snapshot`).
+(`store.snapshot.overlay`: only the nodes whose claims, quarantines or cool-off moved since the
+last decision are rebuilt).
 
     read (version, xmin, pruned-through, logged nodes) -> version moved, log pruned past us, or too many nodes?
         -> reload whole | re-read the logged nodes -> read live state -> overlay -> Snapshot
@@ -42,12 +43,15 @@ from scheduler.snapshot import Snapshot
 from store.liveness import expire_stale, load_liveness
 from store.snapshot import (
     Inventory,
-    current_snapshot,
+    LiveState,
+    Overlay,
     load_inventory,
     load_live_state,
     load_nodes,
+    overlay,
     with_changed_nodes,
     with_liveness,
+    with_usage,
 )
 
 SWEEP_EVERY_SECONDS = 5.0
@@ -98,6 +102,7 @@ class InventoryCache:
     ) -> None:
         self.breaker = breaker or breaker_policy()
         self._inventory: Inventory | None = None  # with agent liveness applied
+        self._overlay: Overlay | None = None  # the last decision's claims and cool-offs laid over `_inventory`
         self._position = 0  # every logged change from a transaction below this id has been taken in
         self._applied: set[int] = set()  # log rows at or above the position already taken in
         self._refreshing = asyncio.Lock()
@@ -115,7 +120,7 @@ class InventoryCache:
         """The same snapshot `store.snapshot.load_snapshot` would build, from the kept inventory when it is current."""
         inventory = await self.inventory(session)
         live = await load_live_state(session, exclude_allocation, pending=pending, breaker=self.breaker)
-        return current_snapshot(inventory, live)
+        return with_usage(self._overlaid(inventory, live), live)
 
     async def snapshot_and_plans(
         self, session: AsyncSession, exclude_allocation: str | None = None
@@ -124,7 +129,12 @@ class InventoryCache:
         plans over it itself and re-reads them under the region's lock (`activities.control.placement`)."""
         inventory = await self.inventory(session)
         live = await load_live_state(session, exclude_allocation, pending=True, breaker=self.breaker)
-        return current_snapshot(inventory, dataclasses.replace(live, plans={})), live.plans
+        return with_usage(self._overlaid(inventory, live), dataclasses.replace(live, plans={})), live.plans
+
+    def _overlaid(self, inventory: Inventory, live: LiveState) -> Snapshot:
+        """The live state laid over the inventory, rebuilding only the nodes that moved since the last decision."""
+        self._overlay = overlay(inventory, live, self._overlay)
+        return self._overlay.snapshot
 
     async def inventory(self, session: AsyncSession) -> Inventory:
         """The inventory with agent liveness applied: read whole the first time and after fleet-level changes,

@@ -185,3 +185,42 @@ async def test_fleet_changes_and_a_pruned_log_read_the_whole_inventory(sessions,
     assert (behind.reloads, behind.node_updates) == (3, 0)
     assert cached.nodes["j22u15"].status.value == "CORDONED"
     assert _view(cached) == _view(full)
+
+
+async def test_claims_moving_between_decisions_rebuild_only_their_nodes_and_match_a_full_read(
+    sessions, examples_dir
+) -> None:
+    """The cache lays each decision's claims over the last decision's snapshot: a node whose claims did not move is
+    the very view it was, one whose claims came, went or were quarantined is rebuilt, and the whole always equals a
+    full read."""
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    await report_hosts(sessions, load_fleet([examples_dir / "fleet.yaml"]))
+    cache = InventoryCache()
+    await _claim(sessions, "a1", "j22u05", 0)
+    first, full = await _fresh_and_full(sessions, cache)
+    assert _view(first) == _view(full)
+
+    await _claim(sessions, "a2", "j22u15", 2)
+    second, full = await _fresh_and_full(sessions, cache)
+    assert _view(second) == _view(full)
+    assert second.nodes["j22u05"] is first.nodes["j22u05"]  # its claims did not move: not rebuilt
+    assert second.nodes["j22u15"] is not first.nodes["j22u15"]
+
+    async with sessions.begin() as session:  # a1 released, one of j22u15's slots quarantined
+        await session.execute(
+            update(ClaimRow).where(ClaimRow.allocation_id == "a1").values(released_at=datetime.now(UTC))
+        )
+        await session.execute(update(AllocationRow).where(AllocationRow.id == "a1").values(state="released"))
+        await session.execute(update(SlotRow).where(SlotRow.node_id == "j22u05").values(state="available"))
+        await session.execute(
+            update(SlotRow).where(SlotRow.node_id == "j22u15", SlotRow.slot_index == 3).values(state="quarantined")
+        )
+    third, full = await _fresh_and_full(sessions, cache)
+    assert _view(third) == _view(full)
+    assert all(s.state is SlotState.FREE for s in third.nodes["j22u05"].slots)
+    assert {s.id: (s.state, s.holder) for s in third.nodes["j22u15"].slots if s.state is not SlotState.FREE} == {
+        "j22u15/2": (SlotState.CLAIMED, "a2"),
+        "j22u15/3": (SlotState.QUARANTINED, None),
+    }
+    assert cache.reloads == 1
