@@ -6,15 +6,16 @@
 
 (also `berth worker control` and `berth worker node --node-id NODE`). Both stop gracefully on SIGTERM or Ctrl-C:
 running activities get time to finish before the process leaves.
+
+This module is the control worker's. The node agent lives in `activities/node/serve.py`, which must not import the
+control plane this module needs (SQLAlchemy, the workflows, the cluster drivers); its names are re-exported here
+for callers that reach them through `worker`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -34,17 +35,9 @@ from activities.control.deployments import DeploymentActivities
 from activities.control.placement import PlacementActivities
 from activities.control.records import RecordActivities
 from activities.node.agent import NodeAgent
-from activities.node.approved import ApprovedSlots
-from activities.node.drivers import VmDriver
-from activities.node.host.gpu_details import GpuDetails
-from activities.node.host.topology import HostTopology
-from activities.node.leases import LeaseStore
-from activities.node.libvirt.driver import LibvirtSettings
-from activities.node.reporter import NodeReporter
-from activities.node.simulated import SimulatedTopology, SimulatedVmDriver
+from activities.node.serve import host_agent, node_worker, reap_leases, run_node, run_nodes, simulated_agent
+from activities.serving import run_until_signalled
 from config.settings import get_settings
-from fleet.loader import load_fleet
-from fleet.node import Simulation
 from workflows import code_cache
 from workflows.allocation import AllocationWorkflow
 from workflows.deployment import DeploymentWorkflow
@@ -53,7 +46,25 @@ from workflows.reconcile_client import ensure_schedule
 from workflows.recovery import SlotRecoveryWorkflow
 from workflows.replica import ReplicaWorkflow
 from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
-from workflows.task_queues import CONTROL_QUEUE, NODE_QUEUE_PREFIX, Queues
+from workflows.task_queues import CONTROL_QUEUE, Queues
+
+__all__ = [
+    "MissingSearchAttributes",
+    "NodeAgent",
+    "check_search_attributes",
+    "cluster_drivers",
+    "control_activities",
+    "control_worker",
+    "host_agent",
+    "node_worker",
+    "reap_leases",
+    "run_control",
+    "run_node",
+    "run_nodes",
+    "run_until_signalled",
+    "simulated_agent",
+    "simulated_clusters",
+]
 
 
 class MissingSearchAttributes(RuntimeError):
@@ -124,82 +135,6 @@ def control_worker(
     )
 
 
-def simulated_agent(fleet_file: Path, node_id: str, state_dir: Path, lease_seconds: float = 120.0) -> NodeAgent:
-    """A node agent whose host is simulated from the node's entry in the fleet file."""
-    fleet = load_fleet([fleet_file])
-    node = next((n for pool in fleet.host_pools() for n in pool.nodes if n.name == node_id), None)
-    if node is None:
-        raise ValueError(f"node {node_id!r} is not in {fleet_file}")
-    home = state_dir / "nodes" / node_id
-    return NodeAgent(
-        node_id,
-        SimulatedTopology(node),
-        SimulatedVmDriver(home, node.simulation),
-        LeaseStore(home / "leases"),
-        lease_seconds=lease_seconds,
-        approved=ApprovedSlots(node.slots),  # until the control plane's reply says otherwise
-    )
-
-
-def host_agent(
-    node_id: str,
-    state_dir: Path,
-    root: Path = Path("/"),
-    gpu_details: GpuDetails | None = None,
-    libvirt: LibvirtSettings | None = None,
-) -> NodeAgent:
-    """A node agent on a real host: topology discovered from sysfs under `root`, approved slots from the control
-    plane's reply to its first report, and VMs on libvirt when `libvirt` is given (else the simulated runtime)."""
-    home = state_dir / "nodes" / node_id
-    topology = HostTopology(root, gpu_details)
-    if libvirt is None:
-        vms: VmDriver = SimulatedVmDriver(home, Simulation())
-    else:
-        from activities.node.libvirt.driver import LibvirtVmDriver  # needs libvirt-python (the `host` extra)
-
-        cpus = {cell.id: cell.cpus for cell in topology.discover().numa}
-        vms = LibvirtVmDriver(libvirt, cpus)
-    return NodeAgent(node_id, topology, vms, LeaseStore(home / "leases"))
-
-
-def node_worker(
-    client: Client, agent: NodeAgent, executor: ThreadPoolExecutor, task_queue: str | None = None
-) -> Worker:
-    return Worker(
-        client,
-        task_queue=task_queue or f"{NODE_QUEUE_PREFIX}{agent.node}",
-        activities=agent.activities(),
-        activity_executor=executor,
-        max_concurrent_activities=16,
-        graceful_shutdown_timeout=timedelta(seconds=10),
-    )
-
-
-async def reap_leases(agent: NodeAgent, every_seconds: float = 10.0) -> None:
-    """Delete expired leases: a plan whose allocation never confirmed it must not hold slots for ever."""
-    while True:
-        await asyncio.to_thread(agent.leases.reap)
-        await asyncio.sleep(every_seconds)
-
-
-async def run_until_signalled(
-    workers: Sequence[Worker], background: Sequence[asyncio.Task[None]] = (), ready: Callable[[], None] | None = None
-) -> None:
-    """Run the workers until SIGINT or SIGTERM; `ready` is called once they have all started (a supervisor's cue)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with contextlib.AsyncExitStack() as stack:
-        for worker in workers:
-            await stack.enter_async_context(worker)
-        if ready is not None:
-            ready()
-        await stop.wait()
-    for task in background:
-        task.cancel()
-
-
 async def run_control(
     client: Client,
     sessions: async_sessionmaker[AsyncSession],
@@ -209,33 +144,6 @@ async def run_control(
     await check_search_attributes(client)
     await ensure_schedule(client, Queues(control=task_queue, node_prefix=get_settings().node_task_queue_prefix))
     await run_until_signalled([control_worker(client, sessions, task_queue)], ready=ready)
-
-
-async def run_node(
-    client: Client, agent: NodeAgent, task_queue: str | None = None, reporter: NodeReporter | None = None
-) -> None:
-    """Serve the node's task queue; with a reporter, report the host first and then every interval."""
-    with ThreadPoolExecutor(max_workers=16, thread_name_prefix=f"agent-{agent.node}") as executor:
-        background = [asyncio.create_task(reap_leases(agent))]
-        if reporter is not None:
-            background.append(asyncio.create_task(reporter.run()))
-        await run_until_signalled([node_worker(client, agent, executor, task_queue)], background)
-
-
-async def run_nodes(
-    client: Client,
-    agents: Sequence[NodeAgent],
-    task_queue_prefix: str = NODE_QUEUE_PREFIX,
-    reporters: Sequence[NodeReporter] = (),
-    ready: Callable[[], None] | None = None,
-) -> None:
-    """Several node agents in one process (the dev stack's simulated hosts: one Python process per host would cost
-    a core's worth of start-up on a laptop), each on its own task queue with its own lease reaper and reporter."""
-    with ThreadPoolExecutor(max_workers=max(16, 8 * len(agents)), thread_name_prefix="agents") as executor:
-        background = [asyncio.create_task(reap_leases(agent)) for agent in agents]
-        background.extend(asyncio.create_task(reporter.run()) for reporter in reporters)
-        workers = [node_worker(client, agent, executor, f"{task_queue_prefix}{agent.node}") for agent in agents]
-        await run_until_signalled(workers, background, ready)
 
 
 if __name__ == "__main__":

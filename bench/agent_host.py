@@ -14,7 +14,8 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-import worker
+from activities.node.serve import node_worker, simulated_agent
+from activities.serving import run_until_signalled
 from fleet.loader import load_fleet
 
 
@@ -23,11 +24,11 @@ async def main(fleet_file: Path, state_dir: Path, address: str, prefix: str) -> 
     nodes = [n.name for pool in load_fleet([fleet_file]).host_pools() for n in pool.nodes]
     with ThreadPoolExecutor(max_workers=32) as executor:
         workers = [
-            worker.node_worker(client, worker.simulated_agent(fleet_file, node, state_dir), executor, f"{prefix}{node}")
+            node_worker(client, simulated_agent(fleet_file, node, state_dir), executor, f"{prefix}{node}")
             for node in nodes
         ]
         print("ready", flush=True)
-        await worker.run_until_signalled(workers)
+        await run_until_signalled(workers)
 
 
 if __name__ == "__main__":

@@ -1,46 +1,105 @@
 """The `berth` command line. Each command group lives in its own module; this one wires them together and makes sure
-no error reaches a person as a traceback."""
+no error reaches a person as a traceback.
+
+A command's module is imported only when that command runs (or when `berth --help` lists them all): together the
+modules import the API, SQLAlchemy and the whole control plane, and a GPU host running `berth worker node` must not
+carry them (activities/node/serve.py).
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+from collections.abc import Iterator, MutableMapping
+from typing import Any, cast
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-from cli import alloc as alloc_command
-from cli import apply as apply_command
-from cli import audit as audit_command
-from cli import demo as demo_command
-from cli import deploy as deploy_command
-from cli import migrate as migrate_command
-from cli import nodes as nodes_command
-from cli import placement as placement_command
-from cli import plan as plan_command
-from cli import tokens as tokens_command
-from cli import up as up_command
-from cli import worker as worker_command
+# What `app.command` and `app.add_typer` make (Typer's own click classes: it carries its own copy of click).
+Command = TyperCommand | TyperGroup
+
+# Every command: its name, the module that defines it and the name there (a function for a command, a Typer app for
+# a group), in the order `berth --help` lists them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "apply": ("cli.apply", "apply"),
+    "migrate": ("cli.migrate", "migrate"),
+    "up": ("cli.up", "up"),
+    "demo": ("cli.demo", "demo"),
+    "explain": ("cli.placement", "explain"),
+    "capacity": ("cli.placement", "capacity"),
+    "audit": ("cli.audit", "audit"),
+    "plan": ("cli.plan", "plan"),
+    "alloc": ("cli.alloc", "app"),
+    "nodes": ("cli.nodes", "app"),
+    "deploy": ("cli.deploy", "app"),
+    "tokens": ("cli.tokens", "app"),
+    "worker": ("cli.worker", "app"),
+}
+
+
+def load_command(name: str) -> Command:
+    """Import one command's module and build its click command as `app.command` / `app.add_typer` would have."""
+    module, attribute = COMMANDS[name]
+    target = getattr(importlib.import_module(module), attribute)
+    holder = typer.Typer(add_completion=False, callback=lambda: None)  # a callback: always a group, even of one
+    if isinstance(target, typer.Typer):
+        holder.add_typer(target, name=name)
+    else:
+        holder.command(name)(target)
+    group = cast(TyperGroup, typer.main.get_command(holder))
+    return cast(Command, group.commands[name])
+
+
+class LazyCommands(MutableMapping[str, Command]):
+    """The top-level group's commands: every name is known from the start (help, typo suggestions), a command's
+    module is imported the first time the command is looked up."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, Command] = {}
+
+    def __getitem__(self, name: str) -> Command:
+        if name not in self._loaded:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            self._loaded[name] = load_command(name)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: Command) -> None:
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*COMMANDS, *(name for name in self._loaded if name not in COMMANDS)])
+
+    def __len__(self) -> int:
+        return len(set(COMMANDS) | set(self._loaded))
+
+
+class LazyGroup(TyperGroup):
+    """`berth` itself: a Typer group whose commands are a `LazyCommands`."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = LazyCommands()
+
 
 app = typer.Typer(
     name="berth",
     help="Berth: a GPU capacity control plane. Every allocation and ModelDeployment is a durable Temporal workflow.",
+    cls=LazyGroup,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.command("apply")(apply_command.apply)
-app.command("migrate")(migrate_command.migrate)
-app.command("up")(up_command.up)
-app.command("demo")(demo_command.demo)
-app.command("explain")(placement_command.explain)
-app.command("capacity")(placement_command.capacity)
-app.add_typer(alloc_command.app, name="alloc")
-app.add_typer(nodes_command.app, name="nodes")
-app.command("audit")(audit_command.audit)
-app.add_typer(deploy_command.app, name="deploy")
-app.add_typer(tokens_command.app, name="tokens")
-app.command("plan")(plan_command.plan)
-app.add_typer(worker_command.app, name="worker")
+
+
+@app.callback()
+def _berth() -> None:
+    """Nothing to do before a command: a group needs a callback, and every command is registered lazily."""
 
 
 def main() -> None:

@@ -1,4 +1,10 @@
-"""`berth worker control` and `berth worker node --node-id N`: run a Temporal worker in the foreground."""
+"""`berth worker control`, `berth worker node --node-id N` and `berth worker agents`: run a Temporal worker in the
+foreground.
+
+The node commands are what a GPU host runs, so this module imports at its top only what they need; the control
+worker's stack (worker.py: SQLAlchemy, the workflows, the cluster drivers) is imported inside `control`, and the
+agents' (activities/node/serve.py) inside `node` and `agents`, libvirt's only with `--runtime libvirt`.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +12,19 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from activities.node.libvirt.driver import ImageCatalogue, LibvirtSettings
 from cli.output import fail
 from config.context import NotConfigured, database_url
 from config.settings import Settings
 from config.temporal import connect
 from devstack.ready import mark_ready
-from devstack.stack import default_fleet_file
 from fleet.errors import FleetError
-from store.db import create_engine, session_factory
+
+if TYPE_CHECKING:
+    from activities.node.libvirt.driver import LibvirtSettings
 
 app = typer.Typer(help="Run Berth's Temporal workers.", no_args_is_help=True, add_completion=False)
 
@@ -33,6 +39,7 @@ ReadyFileOption = Annotated[
 def control(ready_file: ReadyFileOption = None) -> None:
     """The control-plane worker: allocation workflows and control activities on `berth.control`."""
     import worker
+    from store.db import create_engine, session_factory
 
     settings = Settings()
 
@@ -100,7 +107,7 @@ def node(
     ] = None,
 ) -> None:
     """A node agent on `berth.node.<node-id>`: reports its host to the API with its node token, plans, runs VMs."""
-    import worker
+    from activities.node import serve
     from activities.node.reporter import HttpReportSink, NodeReporter
 
     settings = Settings()
@@ -111,11 +118,9 @@ def node(
             libvirt = None
             if runtime is Runtime.LIBVIRT:
                 libvirt = _libvirt_settings(settings, libvirt_uri, storage_pool, network, bridge, image_catalogue)
-            agent = worker.host_agent(node_id, settings.state_dir, host_root or settings.host_root, libvirt=libvirt)
+            agent = serve.host_agent(node_id, settings.state_dir, host_root or settings.host_root, libvirt=libvirt)
         else:
-            agent = worker.simulated_agent(
-                fleet or settings.fleet_file or default_fleet_file(), node_id, settings.state_dir
-            )
+            agent = serve.simulated_agent(fleet or _default_fleet(settings), node_id, settings.state_dir)
     except typer.Exit:
         raise
     except (FleetError, ValueError, OSError) as exc:
@@ -143,7 +148,7 @@ def node(
     )
 
     async def main() -> None:
-        await worker.run_node(await connect(settings), agent, f"{settings.node_task_queue_prefix}{node_id}", reporter)
+        await serve.run_node(await connect(settings), agent, f"{settings.node_task_queue_prefix}{node_id}", reporter)
 
     _serve(main, "the node agent")
 
@@ -166,19 +171,19 @@ def agents(
 ) -> None:
     """Simulated node agents for several hosts of a fleet in one process, each on `berth.node.<node>` with its own
     leases and reports (what `berth up` runs; a real host runs `berth worker node`)."""
-    import worker
+    from activities.node import serve
     from activities.node.reporter import HttpReportSink, NodeReporter
     from devstack.agents import reporting
     from fleet.loader import load_fleet
 
     settings = Settings()
-    fleet_file = fleet or settings.fleet_file or default_fleet_file()
+    fleet_file = fleet or _default_fleet(settings)
     try:
         if not nodes:
             nodes = [
                 n.name for p in load_fleet([fleet_file]).host_pools() for n in p.nodes if not n.simulation.agent_down
             ]
-        served = [worker.simulated_agent(fleet_file, node, settings.state_dir) for node in nodes]
+        served = [serve.simulated_agent(fleet_file, node, settings.state_dir) for node in nodes]
     except (FleetError, ValueError, OSError) as exc:
         fail(str(exc))
     api_url = api or settings.api_url
@@ -193,9 +198,20 @@ def agents(
     ready = reporting(reporters, ready_file)
 
     async def main() -> None:
-        await worker.run_nodes(await connect(settings), served, settings.node_task_queue_prefix, ready=ready)
+        await serve.run_nodes(await connect(settings), served, settings.node_task_queue_prefix, ready=ready)
 
     _serve(main, "the node agents")
+
+
+def _default_fleet(settings: Settings) -> Path:
+    """BERTH_FLEET_FILE, else the repository's example fleet. The example's path comes from the dev stack's module,
+    which imports the control plane: only a developer's agent without a fleet file pays for it, never a host's
+    (`berth up` passes --fleet)."""
+    if settings.fleet_file is not None:
+        return settings.fleet_file
+    from devstack.stack import default_fleet_file
+
+    return default_fleet_file()
 
 
 def _serve(main: Callable[[], Coroutine[Any, Any, None]], what: str) -> None:
@@ -212,6 +228,8 @@ def _libvirt_settings(
     settings: Settings, uri: str | None, pool: str | None, network: str | None, bridge: str | None,
     catalogue_file: Path | None,
 ) -> LibvirtSettings:  # fmt: skip
+    from activities.node.libvirt.driver import ImageCatalogue, LibvirtSettings
+
     catalogue_file = catalogue_file or settings.image_catalogue
     if catalogue_file is None:
         fail("--runtime libvirt needs an image catalogue: --image-catalogue FILE (images: {name: base.qcow2})")

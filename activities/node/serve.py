@@ -1,0 +1,131 @@
+"""A node agent process: the agent for its host, its worker on `berth.node.<node>`, the lease reaper and the reporter.
+
+    simulated_agent (a fleet file's entry)  ─┐
+    host_agent (sysfs; libvirt or simulated) ─┴─► run_node / run_nodes ─► node_worker per host (activities only)
+                                                                        ├► reap_leases per host
+                                                                        └► NodeReporter.run per host (when given)
+
+This is what `berth worker node` runs on every GPU host (and `berth worker agents` for the dev stack's simulated
+hosts), and every module it imports is resident memory on every host, so it must stay lean: it imports the node
+side (activities.node.*), temporalio, pydantic and the reporter's HTTP client; the fleet file's loader only for a
+simulated host, and libvirt only when the libvirt runtime is asked for. Never the control plane (worker.py, the
+workflows, store/SQLAlchemy, the API/FastAPI, the cluster drivers): through worker.py an agent took 121 MB
+(issue 14, target 6: 80 MB; `python -m bench.memory` measures it). `tests/cli/test_worker_imports.py` fails when
+something of the control plane creeps back in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.node.agent import NodeAgent
+from activities.node.approved import ApprovedSlots
+from activities.node.drivers import VmDriver
+from activities.node.host.gpu_details import GpuDetails
+from activities.node.host.topology import HostTopology
+from activities.node.leases import LeaseStore
+from activities.node.reporter import NodeReporter
+from activities.node.simulated import SimulatedTopology, SimulatedVmDriver
+from activities.serving import run_until_signalled
+from fleet.node import Simulation
+from workflows.task_queues import NODE_QUEUE_PREFIX
+
+if TYPE_CHECKING:  # the libvirt runtime's modules are imported only when it is asked for (host_agent)
+    from activities.node.libvirt.driver import LibvirtSettings
+
+
+def simulated_agent(fleet_file: Path, node_id: str, state_dir: Path, lease_seconds: float = 120.0) -> NodeAgent:
+    """A node agent whose host is simulated from the node's entry in the fleet file (whose loader only simulated
+    agents import: a real host's agent reads no fleet file)."""
+    from fleet.loader import load_fleet
+
+    fleet = load_fleet([fleet_file])
+    node = next((n for pool in fleet.host_pools() for n in pool.nodes if n.name == node_id), None)
+    if node is None:
+        raise ValueError(f"node {node_id!r} is not in {fleet_file}")
+    home = state_dir / "nodes" / node_id
+    return NodeAgent(
+        node_id,
+        SimulatedTopology(node),
+        SimulatedVmDriver(home, node.simulation),
+        LeaseStore(home / "leases"),
+        lease_seconds=lease_seconds,
+        approved=ApprovedSlots(node.slots),  # until the control plane's reply says otherwise
+    )
+
+
+def host_agent(
+    node_id: str,
+    state_dir: Path,
+    root: Path = Path("/"),
+    gpu_details: GpuDetails | None = None,
+    libvirt: LibvirtSettings | None = None,
+) -> NodeAgent:
+    """A node agent on a real host: topology discovered from sysfs under `root`, approved slots from the control
+    plane's reply to its first report, and VMs on libvirt when `libvirt` is given (else the simulated runtime)."""
+    home = state_dir / "nodes" / node_id
+    topology = HostTopology(root, gpu_details)
+    if libvirt is None:
+        vms: VmDriver = SimulatedVmDriver(home, Simulation())
+    else:
+        from activities.node.libvirt.driver import LibvirtVmDriver  # needs libvirt-python (the `host` extra)
+
+        cpus = {cell.id: cell.cpus for cell in topology.discover().numa}
+        vms = LibvirtVmDriver(libvirt, cpus)
+    return NodeAgent(node_id, topology, vms, LeaseStore(home / "leases"))
+
+
+def node_worker(
+    client: Client, agent: NodeAgent, executor: ThreadPoolExecutor, task_queue: str | None = None
+) -> Worker:
+    """The agent's activities on its own task queue (no workflows: those run on the control worker)."""
+    return Worker(
+        client,
+        task_queue=task_queue or f"{NODE_QUEUE_PREFIX}{agent.node}",
+        activities=agent.activities(),
+        activity_executor=executor,
+        max_concurrent_activities=16,
+        graceful_shutdown_timeout=timedelta(seconds=10),
+    )
+
+
+async def reap_leases(agent: NodeAgent, every_seconds: float = 10.0) -> None:
+    """Delete expired leases: a plan whose allocation never confirmed it must not hold slots for ever."""
+    while True:
+        await asyncio.to_thread(agent.leases.reap)
+        await asyncio.sleep(every_seconds)
+
+
+async def run_node(
+    client: Client, agent: NodeAgent, task_queue: str | None = None, reporter: NodeReporter | None = None
+) -> None:
+    """Serve the node's task queue; with a reporter, report the host first and then every interval."""
+    with ThreadPoolExecutor(max_workers=16, thread_name_prefix=f"agent-{agent.node}") as executor:
+        background = [asyncio.create_task(reap_leases(agent))]
+        if reporter is not None:
+            background.append(asyncio.create_task(reporter.run()))
+        await run_until_signalled([node_worker(client, agent, executor, task_queue)], background)
+
+
+async def run_nodes(
+    client: Client,
+    agents: Sequence[NodeAgent],
+    task_queue_prefix: str = NODE_QUEUE_PREFIX,
+    reporters: Sequence[NodeReporter] = (),
+    ready: Callable[[], None] | None = None,
+) -> None:
+    """Several node agents in one process (the dev stack's simulated hosts: one Python process per host would cost
+    a core's worth of start-up on a laptop), each on its own task queue with its own lease reaper and reporter."""
+    with ThreadPoolExecutor(max_workers=max(16, 8 * len(agents)), thread_name_prefix="agents") as executor:
+        background = [asyncio.create_task(reap_leases(agent)) for agent in agents]
+        background.extend(asyncio.create_task(reporter.run()) for reporter in reporters)
+        workers = [node_worker(client, agent, executor, f"{task_queue_prefix}{agent.node}") for agent in agents]
+        await run_until_signalled(workers, background, ready)
