@@ -12,96 +12,88 @@ replay and finish.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from sqlalchemy import func, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.contracts import AllocationRecord, AuditTrail, StateChange
 from store.liveness import mark_down
-from store.models import AllocationEventRow, AllocationRow, PoolRow
 
-# Plain table statements: the ORM's bulk-DML layer costs more than the statements themselves on this hot path.
 AGENT_UNREACHABLE = "agent_unreachable"
-ALLOCATIONS = AllocationRow.__table__
-EVENTS = AllocationEventRow.__table__
-POOLS = PoolRow.__table__
+
+
+# A trail in one statement, whatever it holds: the row opened (already at its newest state) if the workflow says so
+# and it is not there yet, brought to its newest state if it was, and the steps appended once each. A row inserted
+# by the same statement is invisible to its UPDATE (one snapshot), which is why the INSERT carries the newest state
+# itself; the events' foreign key is checked at the end of the statement, when the row exists. Written out once: a
+# statement built from SQLAlchemy expressions per trail cost the control worker more CPU than PostgreSQL spent on it
+# (docs/benchmarks.md, "Performance (issue 14)").
+_WRITE_TRAIL = text(
+    "WITH opened AS ("
+    " INSERT INTO allocations (id, tenant, state, shape, gpu_count, gpu_product, request, workflow_id,"
+    "  idempotency_key, region, node_id, pool_id, failure_reason, updated_at)"
+    " SELECT :id, :tenant, :state, :shape, :gpu_count, :gpu_product, CAST(:request AS jsonb), :workflow_id,"
+    "  :idempotency_key, :region, :node, (SELECT p.id FROM pools AS p WHERE p.cluster = :cluster AND p.name = :pool),"
+    "  :failure_reason, coalesce(:at, now())"
+    " WHERE :opening"
+    " ON CONFLICT DO NOTHING RETURNING 1"  # the API wrote it first (by id), or with the same Idempotency-Key
+    "), mirrored AS ("
+    " UPDATE allocations SET state = :state, updated_at = coalesce(:at, now()),"
+    "  region = CASE WHEN :set_region THEN :region ELSE region END,"
+    "  node_id = CASE WHEN :set_node THEN :node ELSE node_id END,"
+    "  pool_id = CASE WHEN :set_pool"
+    "   THEN (SELECT p.id FROM pools AS p WHERE p.cluster = :cluster AND p.name = :pool) ELSE pool_id END,"
+    "  failure_reason = CASE WHEN :set_reason THEN :failure_reason ELSE failure_reason END"
+    " WHERE id = :id AND :mirror RETURNING 1"
+    "), appended AS ("
+    " INSERT INTO allocation_events (allocation_id, event_key, at, state, step, attempt, node_id, reason, detail)"
+    " SELECT :id, e.event_key, coalesce(e.at, now()), e.state, e.step, e.attempt, e.node_id, e.reason, e.detail"
+    " FROM jsonb_to_recordset(CAST(:events AS jsonb)) AS e(event_key text, at timestamptz, state text, step text,"
+    "  attempt integer, node_id text, reason text, detail jsonb)"
+    " ON CONFLICT (allocation_id, event_key) DO NOTHING"  # the key makes a trail written twice change nothing
+    ") SELECT (SELECT count(*) FROM opened), (SELECT count(*) FROM mirrored)"
+)
 
 
 async def write_trail(sessions: async_sessionmaker[AsyncSession], trail: AuditTrail) -> None:
     """Write a trail in one transaction of its own, so that a step refused afterwards (a claim conflict, say) cannot
-    roll its story back. At most three statements, however long the trail; nothing to write costs nothing."""
+    roll its story back. One statement, however long the trail; nothing to write costs nothing."""
     if not trail:
         return
     async with sessions.begin() as session:
-        if trail.opening is not None:
-            await _open(session, trail.opening)
-        if trail.changes:
-            await _mirror_latest(session, trail.changes)
-            await _append_events(session, trail.changes)
-            await _mark_unreachable_agents_down(session, trail.changes)
+        opened, mirrored = (await session.execute(_WRITE_TRAIL, _trail_parameters(trail))).one()
+        if trail.changes and opened == 0 and mirrored == 0:
+            raise ValueError(f"allocation {trail.changes[-1].allocation_id} has no row; its trail must open it first")
+        await _mark_unreachable_agents_down(session, trail.changes)
 
 
-async def _mark_unreachable_agents_down(session: AsyncSession, changes: list[StateChange]) -> None:
-    """An agent that let a task sit past its pickup timeout is taken out of ranking at once (not after its reports
-    expire), so the next allocation does not pay the same timeout; its next report brings it back."""
-    for change in changes:
-        if change.step == "attempt_failed" and change.node and (change.reason or "").startswith(AGENT_UNREACHABLE):
-            await mark_down(session, change.node, change.reason or AGENT_UNREACHABLE, at=change.at)
-
-
-async def _open(session: AsyncSession, record: AllocationRecord) -> None:
-    """Create the allocation's row if it does not exist (the API may have created it already)."""
-    request = record.request
-    await session.execute(
-        insert(ALLOCATIONS)
-        .values(
-            id=record.allocation_id,
-            tenant=record.tenant,
-            state="pending",
-            shape=request.shape.value,
-            gpu_count=request.gpu_count,
-            gpu_product=request.gpu_product,
-            request=record.request_body or request.model_dump(mode="json"),
-            workflow_id=record.workflow_id,
-            idempotency_key=record.idempotency_key,
-        )
-        .on_conflict_do_nothing()  # the API wrote it first (by id), or with the same Idempotency-Key
-    )
-
-
-async def _mirror_latest(session: AsyncSession, changes: list[StateChange]) -> None:
-    """Bring the allocation's row to the newest of the changes (each field as the last change that set it)."""
-    latest = changes[-1]
-    values: dict[str, object] = {"state": latest.state, "updated_at": latest.at or func.now()}
+def _trail_parameters(trail: AuditTrail) -> dict[str, Any]:
+    """The statement's parameters: the row as the newest change leaves it (each field as the last change that set
+    it), the opening's columns, and the steps as one JSON array."""
+    opening, changes = trail.opening, trail.changes
+    latest = changes[-1] if changes else None
+    region = node = pool = reason = None
+    set_region = set_node = set_pool = set_reason = False
     for change in changes:
         if change.region is not None:
-            values["region"] = change.region
+            region, set_region = change.region, True
         if change.node is not None:
-            values["node_id"] = change.node
+            node, set_node = change.node, True
         if change.pool is not None:
-            values["pool"] = change.pool
+            pool, set_pool = change.pool, True
         if change.state == "failed" and change.reason:
-            values["failure_reason"] = change.reason
+            reason, set_reason = change.reason, True
         elif change.state != "failed":
-            values["failure_reason"] = None  # a failed allocation retried: the reason was the previous run's
-    if "pool" in values:
-        cluster, _, pool = str(values.pop("pool")).partition("/")
-        values["pool_id"] = select(POOLS.c.id).where(POOLS.c.cluster == cluster, POOLS.c.name == pool).scalar_subquery()
-    updated = await session.execute(update(ALLOCATIONS).where(ALLOCATIONS.c.id == latest.allocation_id).values(values))
-    if updated.rowcount == 0:
-        raise ValueError(f"allocation {latest.allocation_id} has no row; its trail must open it first")
-
-
-async def _append_events(session: AsyncSession, changes: list[StateChange]) -> None:
-    """One event row per step, once: the key makes a trail written twice change nothing."""
-    rows: list[dict[str, Any]] = [
+            reason, set_reason = None, True  # a failed allocation retried: the reason was the previous run's
+    cluster, _, pool_name = (pool or "").partition("/")
+    request = opening.request if opening is not None else None
+    events = [
         {
-            "allocation_id": change.allocation_id,
             "event_key": f"{change.run_id}:{change.step}:{change.state}:{change.attempt or 0}:{change.node or '-'}",
-            "at": change.at or func.now(),
+            "at": change.at.isoformat() if change.at else None,
             "state": change.state,
             "step": change.step,
             "attempt": change.attempt,
@@ -111,9 +103,40 @@ async def _append_events(session: AsyncSession, changes: list[StateChange]) -> N
         }
         for change in changes
     ]
-    await session.execute(
-        insert(EVENTS).values(rows).on_conflict_do_nothing(index_elements=[EVENTS.c.allocation_id, EVENTS.c.event_key])
-    )
+    return {
+        "id": opening.allocation_id if opening is not None else changes[0].allocation_id,
+        "opening": opening is not None,
+        "mirror": latest is not None,
+        "tenant": opening.tenant if opening is not None else None,
+        "state": latest.state if latest is not None else "pending",
+        "shape": request.shape.value if request is not None else None,
+        "gpu_count": request.gpu_count if request is not None else None,
+        "gpu_product": request.gpu_product if request is not None else None,
+        "request": json.dumps(
+            (opening.request_body or request.model_dump(mode="json")) if opening and request else None
+        ),
+        "workflow_id": opening.workflow_id if opening is not None else None,
+        "idempotency_key": opening.idempotency_key if opening is not None else None,
+        "at": latest.at if latest is not None else None,
+        "region": region,
+        "node": node,
+        "cluster": cluster,
+        "pool": pool_name,
+        "failure_reason": reason,
+        "set_region": set_region,
+        "set_node": set_node,
+        "set_pool": set_pool,
+        "set_reason": set_reason,
+        "events": json.dumps(events),
+    }
+
+
+async def _mark_unreachable_agents_down(session: AsyncSession, changes: list[StateChange]) -> None:
+    """An agent that let a task sit past its pickup timeout is taken out of ranking at once (not after its reports
+    expire), so the next allocation does not pay the same timeout; its next report brings it back."""
+    for change in changes:
+        if change.step == "attempt_failed" and change.node and (change.reason or "").startswith(AGENT_UNREACHABLE):
+            await mark_down(session, change.node, change.reason or AGENT_UNREACHABLE, at=change.at)
 
 
 class RecordActivities:
