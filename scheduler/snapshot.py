@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from scheduler.cel import Device, DeviceError, prepare_device
 from scheduler.compatibility import NodeProfile, profile_of
 from scheduler.views import NodeView, PoolView, RegionView, TenantView
+
+if TYPE_CHECKING:  # the CEL stack (celpy, lark, re2) is 10 MB that node agents, which plan bundles, never use
+    from scheduler.cel import Device
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,8 @@ class Snapshot:
 
 def _prepared(device: Mapping[str, object]) -> Device | Mapping[str, object]:
     """A malformed device stays as published: selectors then fail on it, per pool, with the device's fault."""
+    from scheduler.cel import DeviceError, prepare_device
+
     try:
         return prepare_device(device)
     except DeviceError:
