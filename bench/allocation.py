@@ -2,6 +2,7 @@
 
     python -m bench.allocation [--rounds 3] [--batch 150] [--contention 1000] [--snapshot-nodes 1000,10000]
                                [--latency 30]
+    python -m bench.allocation --rounds 0 --latency 0 --snapshot-nodes '' --contention 1000   # the burst alone
 
 1. Throughput: a batch of 1-GPU slice allocations driven to `active` (simulated hosts, zero boot delay), against
    baselines measured in the same run on the same server (`bench/baseline_workflow.py`): `strict`, the same
@@ -13,7 +14,8 @@
    (its row), against the strict baseline workflow started and awaited the same way in the same run; p50 and p99.
 3. Contention: many 2-GPU requests at once for far more GPUs than exist. Reports double claims (checked in SQL;
    must be 0), failed attempts and claim conflicts per allocation, allocations that failed without a reason (must
-   be 0), how long decisions waited for and held the region's placement lock, and the time to settle.
+   be 0), how long decisions waited for and held the region's placement lock, the time to settle, and the CPU each
+   process of the stack spent meanwhile.
 4. Snapshot: the cost of building the scheduler's inventory snapshot from PostgreSQL at several fleet sizes.
 """
 
@@ -334,10 +336,12 @@ async def contention(stack: Stack, requests: int) -> dict[str, float]:
     queues = Queues(control="contention.control", node_prefix="contention.node.")
     workers = await _run_workers(stack, fleet_file, queues)
     LOCK_TIMES.clear()
-    started = time.perf_counter()
+    meter = CpuMeter(stack)
+    cpu_before, started = meter.read(), time.perf_counter()
     ids = await _allocate(stack, queues, requests, 2)
+    all_started = time.perf_counter() - started
     await _settled(stack, ids, ("active", "failed"))
-    elapsed = time.perf_counter() - started
+    elapsed, cpu_after = time.perf_counter() - started, meter.read()
     async with stack.sessions() as session:
         doubled = await session.scalar(text(
             "SELECT count(*) FROM (SELECT slot_id FROM allocation_resource_claims WHERE released_at IS NULL "
@@ -376,6 +380,8 @@ async def contention(stack: Stack, requests: int) -> dict[str, float]:
         "failed_attempts_per_allocation": failed_attempts / requests,
         "claim_conflicts_per_allocation": conflicts / requests,
         "settle_seconds": elapsed,
+        "started_seconds": all_started,  # the start_workflow calls all answered
+        "cpu_seconds": {group: cpu_after[group] - cpu_before.get(group, 0.0) for group in cpu_after},
         "failed_without_reason": unexplained,
         "failure_reasons": reasons,
         "lock": {
@@ -410,31 +416,32 @@ async def snapshot_cost(stack: Stack, sizes: list[int], runs: int = 5) -> list[t
     return results
 
 
+async def _print_throughput(stack: Stack, args: argparse.Namespace) -> None:
+    result = await throughput(stack, args.rounds, args.batch)
+    allocation = result["allocation"]
+    print("\n| baseline | baseline wf/s | allocations to active /s | ratio (median of rounds) |")
+    print("|---|---:|---:|---:|")
+    for name in ("strict", "visibility"):
+        print(f"| {name} | {result[name]['per_s']:.1f} | {allocation['per_s']:.1f} | {result[name]['ratio']:.2f} |")
+    print("\n| workflow | CPU ms per workflow: control process | Temporal server | node agents | PostgreSQL | total |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name in ("strict", "visibility", "allocation"):
+        cpu = result[name]["cpu_ms"]
+        groups = ("control", "temporal", "agents", "postgres")
+        cells = " | ".join(f"{max(cpu[g], 0.0):.0f}" for g in groups)  # type: ignore[index]
+        print(f"| {name} | {cells} | {sum(max(cpu[g], 0.0) for g in groups):.0f} |")  # type: ignore[index]
+    a = result["actions"]
+    print(f"\nTemporal actions per allocation (median of {args.rounds * 5} histories): to active "
+          f"{a['to_active']:g} (max {a['max_to_active']:g}), through release {a['total']:g}")  # fmt: skip
+
+
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="berth-bench-") as home:
         stack = Stack(Path(home))
         try:
             await stack.connect()
-            result = await throughput(stack, args.rounds, args.batch)
-            allocation = result["allocation"]
-            print("\n| baseline | baseline wf/s | allocations to active /s | ratio (median of rounds) |")
-            print("|---|---:|---:|---:|")
-            for name in ("strict", "visibility"):
-                print(
-                    f"| {name} | {result[name]['per_s']:.1f} | {allocation['per_s']:.1f} | {result[name]['ratio']:.2f} |"
-                )
-            print(
-                "\n| workflow | CPU ms per workflow: control process | Temporal server | node agents | PostgreSQL | total |"
-            )
-            print("|---|---:|---:|---:|---:|---:|")
-            for name in ("strict", "visibility", "allocation"):
-                cpu = result[name]["cpu_ms"]
-                groups = ("control", "temporal", "agents", "postgres")
-                cells = " | ".join(f"{max(cpu[g], 0.0):.0f}" for g in groups)  # type: ignore[index]
-                print(f"| {name} | {cells} | {sum(max(cpu[g], 0.0) for g in groups):.0f} |")  # type: ignore[index]
-            a = result["actions"]
-            print(f"\nTemporal actions per allocation (median of {args.rounds * 5} histories): to active "
-                  f"{a['to_active']:g} (max {a['max_to_active']:g}), through release {a['total']:g}")  # fmt: skip
+            if args.rounds:
+                await _print_throughput(stack, args)
             if args.latency:
                 lat = await latency(stack, args.latency)
                 print("\n| sequential, idle | p50 ms | p99 ms |")
@@ -444,18 +451,24 @@ async def main(args: argparse.Namespace) -> None:
                 )
                 print(f"| strict baseline start -> done | {lat['strict']['p50']:.0f} | {lat['strict']['p99']:.0f} |")
                 print(f"| ratio of p50 | {lat['allocation']['p50'] / lat['strict']['p50']:.2f} | |")
-            c = await contention(stack, args.contention)
-            print(
-                "\n| requests | active | double claims | failed attempts / allocation | claim conflicts / allocation | settle s |"
-            )
-            print("|---:|---:|---:|---:|---:|---:|")
-            print(f"| {c['requests']} | {c['active']} | {c['double_claims']} | {c['failed_attempts_per_allocation']:.2f} | "
-                  f"{c['claim_conflicts_per_allocation']:.3f} | {c['settle_seconds']:.1f} |")  # fmt: skip
-            lock = c["lock"]
-            print(f"\nfailed without a reason: {c['failed_without_reason']}; failure reasons: {c['failure_reasons']}")
-            print(f"region lock: {lock['decisions']} decisions took it, {lock['fast_refusals']} refused before it; "
-                  f"held p50 {lock['held_p50']:.1f} ms, p99 {lock['held_p99']:.1f} ms; "
-                  f"waited p50 {lock['waited_p50']:.0f} ms, p99 {lock['waited_p99']:.0f} ms")  # fmt: skip
+            if args.contention:
+                c = await contention(stack, args.contention)
+                print(
+                    "\n| requests | active | double claims | failed attempts / allocation | claim conflicts / allocation | settle s |"
+                )
+                print("|---:|---:|---:|---:|---:|---:|")
+                print(f"| {c['requests']} | {c['active']} | {c['double_claims']} | {c['failed_attempts_per_allocation']:.2f} | "
+                      f"{c['claim_conflicts_per_allocation']:.3f} | {c['settle_seconds']:.1f} |")  # fmt: skip
+                cpu = c["cpu_seconds"]
+                print(f"\nall {c['requests']} started in {c['started_seconds']:.1f} s; CPU seconds while settling: "
+                      + ", ".join(f"{group} {seconds:.1f}" for group, seconds in cpu.items()))  # fmt: skip
+                lock = c["lock"]
+                print(
+                    f"\nfailed without a reason: {c['failed_without_reason']}; failure reasons: {c['failure_reasons']}"
+                )
+                print(f"region lock: {lock['decisions']} decisions took it, {lock['fast_refusals']} refused before it; "
+                      f"held p50 {lock['held_p50']:.1f} ms, p99 {lock['held_p99']:.1f} ms; "
+                      f"waited p50 {lock['waited_p50']:.0f} ms, p99 {lock['waited_p99']:.0f} ms")  # fmt: skip
             sizes = [int(s) for s in args.snapshot_nodes.split(",") if s]
             print("\n| nodes | slots | snapshot read whole, median ms | from the inventory cache, median ms |")
             print("|---:|---:|---:|---:|")
@@ -469,9 +482,9 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="throughput rounds (0: skip)")
     parser.add_argument("--batch", type=int, default=150)
-    parser.add_argument("--contention", type=int, default=1000)
+    parser.add_argument("--contention", type=int, default=1000, help="requests in the burst (0: skip)")
     parser.add_argument("--snapshot-nodes", default="1000,10000")
     parser.add_argument("--latency", type=int, default=30, help="sequential requests (0: skip)")
     asyncio.run(main(parser.parse_args()))
