@@ -14,8 +14,6 @@ from store.snapshot import load_snapshot, recent_failures
 from tests.workflows.lab import lab_fleet
 from tests.workflows.test_deadlines_breakers import with_pool_deadlines
 
-NOW = datetime.now(UTC)
-
 
 async def test_apply_writes_a_pools_deadlines_changes_them_and_snapshots_carry_them(sessions) -> None:
     hosts = {"h1": {"gpus": 2}}
@@ -39,7 +37,7 @@ async def test_apply_writes_a_pools_deadlines_changes_them_and_snapshots_carry_t
         assert await session.scalar(select(PoolRow.deadlines)) is None
 
 
-async def _failed_attempt(session, allocation: str, node: str, reason: str, minutes_ago: float) -> None:
+async def _failed_attempt(session, allocation: str, node: str, reason: str, minutes_ago: float, now: datetime) -> None:
     if await session.get(AllocationRow, allocation) is None:
         session.add(AllocationRow(id=allocation, tenant="acme", state="placing", shape="gpu_slice", gpu_count=1,
                                   request={}, workflow_id=f"allocation/{allocation}"))  # fmt: skip
@@ -47,24 +45,25 @@ async def _failed_attempt(session, allocation: str, node: str, reason: str, minu
     session.add(
         AllocationEventRow(
             allocation_id=allocation, event_key=f"run:{node}:{reason}:{minutes_ago}", state="placing",
-            step="attempt_failed", node_id=node, reason=reason, at=NOW - timedelta(minutes=minutes_ago),
+            step="attempt_failed", node_id=node, reason=reason, at=now - timedelta(minutes=minutes_ago),
         )
     )  # fmt: skip
 
 
 async def test_only_the_nodes_own_recent_failures_count(sessions) -> None:
+    now = datetime.now(UTC)  # the snapshot below judges by the clock: the failures are minutes before the test runs
     async with sessions.begin() as session:
         await apply_fleet(session, parse_fleet([("f.yaml", lab_fleet({"h1": {"gpus": 2}, "h2": {"gpus": 2}}))]))
-        await _failed_attempt(session, "a1", "h1", "vm_create_failed: simulated", 1)
-        await _failed_attempt(session, "a2", "h1", "agent_unreachable: gone", 2)
-        await _failed_attempt(session, "a3", "h1", "deadline_exceeded: provisioning took longer", 3)
-        await _failed_attempt(session, "a4", "h2", "operator_retry: abandoned by an operator's retry", 1)
-        await _failed_attempt(session, "a5", "h2", "claim_conflict: slots were claimed concurrently", 1)
-        await _failed_attempt(session, "a6", "h2", "quota_exceeded: tenant acme holds 8 GPUs", 1)
-        await _failed_attempt(session, "a7", "h2", "vm_create_failed: long ago", 60)
+        await _failed_attempt(session, "a1", "h1", "vm_create_failed: simulated", 1, now)
+        await _failed_attempt(session, "a2", "h1", "agent_unreachable: gone", 2, now)
+        await _failed_attempt(session, "a3", "h1", "deadline_exceeded: provisioning took longer", 3, now)
+        await _failed_attempt(session, "a4", "h2", "operator_retry: abandoned by an operator's retry", 1, now)
+        await _failed_attempt(session, "a5", "h2", "claim_conflict: slots were claimed concurrently", 1, now)
+        await _failed_attempt(session, "a6", "h2", "quota_exceeded: tenant acme holds 8 GPUs", 1, now)
+        await _failed_attempt(session, "a7", "h2", "vm_create_failed: long ago", 60, now)
     policy = BreakerPolicy()
     async with sessions() as session:
-        failures = await recent_failures(session, policy, NOW)
+        failures = await recent_failures(session, policy, now)
         snapshot = await load_snapshot(session, breaker=policy)
     assert {node: len(times) for node, times in failures.items()} == {"h1": 3}
     assert snapshot.nodes["h1"].cooling_off is not None and snapshot.nodes["h1"].cooling_off.failures == 3
