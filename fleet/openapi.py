@@ -17,12 +17,11 @@ import json
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-# Imported with the module, not when first needed: the fleet's models call `check_block` from their validators,
-# which run inside Temporal's workflow sandbox when a workflow's input is decoded, and a module first imported there
-# is re-imported under the sandbox's restrictions (jsonschema's dependencies then fail on `platform` calls).
-from jsonschema import Draft202012Validator, ValidationError
+if TYPE_CHECKING:  # jsonschema is imported when a manifest is checked; node agents never check one
+    from jsonschema import Draft202012Validator, ValidationError
+
 
 XRD_DIR = Path(__file__).with_name("xrd")
 
@@ -69,6 +68,8 @@ def _structural(schema: dict[str, Any]) -> dict[str, Any]:
 
 @cache
 def _validator(kind: str, path: str) -> Draft202012Validator:
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(_structural(sub_schema(kind, path)))
 
 

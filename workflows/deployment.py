@@ -34,6 +34,11 @@ from temporalio.exceptions import WorkflowAlreadyStartedError, is_cancelled_exce
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    # The fleet's models check carried blocks with jsonschema, imported when first needed (fleet/openapi.py): that
+    # can be while this workflow's input is decoded, so it must be a pass-through module here, or the sandbox
+    # imports it afresh under its restrictions and the import fails (`platform.python_implementation`).
+    import jsonschema  # noqa: F401
+
     from activities.deployment_contracts import (
         DeploymentRef,
         DeploymentStatusRecord,

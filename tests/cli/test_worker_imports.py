@@ -28,8 +28,8 @@ CONTROL_PLANE = (
     "sqlalchemy", "asyncpg", "alembic", "fastapi", "starlette", "uvicorn", "kubernetes", "lightkube",
     "worker", "store", "api", "devstack.stack", "devstack.supervisor", "activities.control", "activities.cluster",
     "workflows.allocation", "workflows.deployment", "workflows.replica", "workflows.reconcile", "scheduler.fleet",
-    # the placement side's CEL stack: about 10 MB an agent never uses
-    "scheduler.cel", "celpy", "lark",
+    # the placement side's CEL stack and the manifest checker: about 13 MB an agent never uses
+    "scheduler.cel", "celpy", "lark", "jsonschema",
 )  # fmt: skip
 ALLOWED_WORKFLOWS = {"workflows", "workflows.task_queues"}  # the queue names are all an agent needs of workflows/
 ALLOWED_CLI = {"cli", "cli.main", "cli.output", "cli.worker"}
