@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Select, exists, func, not_, or_, select, text
+from sqlalchemy import JSON, Select, exists, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.inference_cluster import ClusterStatus, PoolShape
@@ -26,7 +26,6 @@ from scheduler.snapshot import Snapshot
 from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView
 from store.liveness import Liveness, load_liveness
 from store.models import (
-    AllocationEventRow,
     AllocationRow,
     ClusterRow,
     InferenceClassRow,
@@ -131,30 +130,11 @@ class LiveState:
     cooling: dict[str, Cooling] = field(default_factory=dict)  # node -> its breaker's cool-off, where it has one
 
 
-def _failures_query(policy: BreakerPolicy, now: datetime) -> Select[tuple[str, datetime]]:
-    reason = AllocationEventRow.reason
-    not_the_node = or_(*(reason.startswith(f"{code}:", autoescape=True) for code in NOT_THE_NODES_FAULT))
-    return select(AllocationEventRow.node_id, AllocationEventRow.at).where(
-        AllocationEventRow.step == "attempt_failed",
-        AllocationEventRow.at > now - policy.lookback,
-        AllocationEventRow.node_id.is_not(None),
-        or_(reason.is_(None), not_(not_the_node)),
-    )
-
-
 def _failures(rows: Iterable[Sequence[Any]]) -> dict[str, list[datetime]]:
     failures: dict[str, list[datetime]] = defaultdict(list)
     for node, at in rows:
         failures[node].append(at)
     return failures
-
-
-async def recent_failures(session: AsyncSession, policy: BreakerPolicy, now: datetime) -> dict[str, list[datetime]]:
-    """node -> when its attempts failed, as far back as the breaker can still care. An index range scan over failed
-    attempts only (migration 0004): a handful of rows on a healthy fleet, whatever the audit trail holds."""
-    if policy.threshold == 0:
-        return {}
-    return _failures(await session.execute(_failures_query(policy, now)))
 
 
 async def load_snapshot(

@@ -73,8 +73,3 @@ def install(packages: Sequence[str] = ("workflows",)) -> None:
     """Compile these packages' modules once per process (idempotent)."""
     if not any(isinstance(f, _CompiledOnceFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _CompiledOnceFinder(packages))
-
-
-def compiled_modules() -> int:
-    """How many module versions are kept (for tests)."""
-    return len(_CODE)

@@ -10,7 +10,7 @@ from fleet.loader import parse_fleet
 from scheduler.breaker import BreakerPolicy
 from store.apply import apply_fleet
 from store.models import AllocationEventRow, AllocationRow, PoolRow
-from store.snapshot import load_snapshot, recent_failures
+from store.snapshot import load_live_state, load_snapshot
 from tests.workflows.lab import lab_fleet
 from tests.workflows.test_deadlines_breakers import with_pool_deadlines
 
@@ -63,9 +63,9 @@ async def test_only_the_nodes_own_recent_failures_count(sessions) -> None:
         await _failed_attempt(session, "a7", "h2", "vm_create_failed: long ago", 60, now)
     policy = BreakerPolicy()
     async with sessions() as session:
-        failures = await recent_failures(session, policy, now)
+        live = await load_live_state(session, breaker=policy, now=now)
         snapshot = await load_snapshot(session, breaker=policy)
-    assert {node: len(times) for node, times in failures.items()} == {"h1": 3}
+    assert {node: cooling.failures for node, cooling in live.cooling.items()} == {"h1": 3}
     assert snapshot.nodes["h1"].cooling_off is not None and snapshot.nodes["h1"].cooling_off.failures == 3
     assert snapshot.nodes["h2"].cooling_off is None
 
