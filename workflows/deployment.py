@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from scheduler.fleet.results import FleetPlan, ReplicaPlacement
     from workflows import search_attributes as sa
+    from workflows.cancellation import wait_unless_cancelled
     from workflows.deployment_messages import (
         ClusterNote,
         DeleteRequest,
@@ -122,9 +123,9 @@ class DeploymentWorkflow:
             await workflow.sleep(timedelta(seconds=self.input.timing.conflict_backoff_seconds))
             self.dirty = True
         try:
-            await workflow.wait_condition(
+            await wait_unless_cancelled(
                 lambda: self.dirty or self.delete_requested or self.report_pending,
-                timeout=timedelta(seconds=self.input.timing.resync_seconds),
+                at_most=timedelta(seconds=self.input.timing.resync_seconds),
             )
         except TimeoutError:
             self.dirty = True  # periodic resync

@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from fleet.meta import DEFAULT_NAMESPACE
     from workflows import search_attributes as sa
+    from workflows.cancellation import wait_unless_cancelled
     from workflows.deployment_messages import ReplicaInput, ReplicaReport
     from workflows.saga import Saga, shielded
 
@@ -75,7 +76,7 @@ class ReplicaWorkflow:
             await self.wait_ready()
             await self.set_phase("ready", "all pods ready", db_state="ready")
             await self.report("ready")
-            await workflow.wait_condition(lambda: False)  # hold until the deployment removes it (cancellation)
+            await wait_unless_cancelled(lambda: False)  # hold until the deployment removes it (cancellation)
         except GeneratorExit:
             raise  # the worker is dropping this run from memory; it resumes from its history, undo included
         except BaseException as error:
