@@ -67,20 +67,28 @@ class AuditTrail(Model):
 # Control side --------------------------------------------------------------------------------------------------
 
 
-class RegionChoice(Model):
-    region: str | None
+class Refusal(Model):
+    """A level of seed 004 that said no: the code, the message, and the explanation of every level it ran."""
+
     refusal_code: str | None = None
     refusal_message: str | None = None
     explanation: Explanation | None = None
 
+    @property
+    def reason(self) -> str:
+        """The refusal as the allocation's failure reason: what the row, the audit trail and the workflow's failure
+        all say."""
+        return f"{self.refusal_code}: {self.refusal_message}"
 
-class CandidateList(Model):
+
+class RegionChoice(Refusal):
+    region: str | None
+
+
+class CandidateList(Refusal):
     candidates: list[Candidate] = Field(default_factory=list)
     # pool (cluster/pool) -> the per-state deadlines in seconds it sets (fleet `deadlines`); absent: the defaults
     deadlines: dict[str, dict[str, float]] = Field(default_factory=dict)
-    refusal_code: str | None = None
-    refusal_message: str | None = None
-    explanation: Explanation | None = None
 
 
 class FindCandidatesInput(Model):
@@ -88,6 +96,9 @@ class FindCandidatesInput(Model):
     request: PlacementRequest
     region: str
     trail: AuditTrail = Field(default_factory=AuditTrail)
+    # The allocation's final step if this one refuses (`choose_placement` only): the step records it with the
+    # refusal's reason, so a refused allocation needs no second write. None: the workflow records it itself.
+    final: StateChange | None = None
 
 
 class ClaimInput(Model):

@@ -14,7 +14,7 @@ activity, and is written on its own only before a wait that no control step foll
 Each of those is a Temporal action a production namespace pays for, so the control steps run as local activities
 on the worker that runs the workflow, and search attributes move only for the states the UI filters on
 (`UI_STATES`); the fine-grained steps stay in the current details and the audit trail (docs/benchmarks.md,
-"Performance (issue 14)": 11 actions to `active`).
+"Performance (issue 14)": 10 actions to `active`, 3 for a refused request).
 Compensations run even when the workflow is being cancelled, and a node that cannot be reached for teardown gets
 its slots quarantined rather than blocking the allocation forever.
 """
@@ -73,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
         RetryAccepted,
         RetryRequest,
     )
+    from workflows.cancellation import wait_unless_cancelled
     from workflows.recovery import SlotRecoveryInput, SlotRecoveryWorkflow
     from workflows.saga import Saga, shielded
 
@@ -187,6 +188,7 @@ class AllocationWorkflow:
         self.deadlines = input.timing.deadlines  # the chosen pool's, once a candidate is tried
         self.pool_deadlines: dict[str, dict[str, float]] = {}
         self.entered = workflow.now()  # when the current state's clock started
+        self.final_recorded = False  # the placement step refused and recorded the final step itself
 
     # -- the flow ---------------------------------------------------------------------------------------------------
 
@@ -200,7 +202,8 @@ class AllocationWorkflow:
             request_body=input.request_body,
             idempotency_key=input.idempotency_key,
         )
-        self.lean = workflow.patched(LEAN_PATCH)
+        # Revision 1 on is lean by birth; older runs learn it from the patch marker their history has or lacks.
+        self.lean = input.revision >= 1 or workflow.patched(LEAN_PATCH)
         self.trail_rides_along = self.lean or workflow.patched(AUDIT_TRAIL_PATCH)
         self.bounded = self.lean or workflow.patched(DEADLINES_PATCH)
         if self.trail_rides_along:
@@ -219,7 +222,7 @@ class AllocationWorkflow:
             if is_cancelled_exception(error) and self.status.state not in FINAL_STATES:
                 await shielded(self.teardown("cancelled", "cancel"))
             elif isinstance(error, ApplicationError):
-                await self.set_state("failed", "failed", reason=error.message)
+                await self.set_state("failed", "failed", reason=error.message, recorded=self.final_recorded)
                 await shielded(self.write_trail())
             raise
         return self.status
@@ -235,16 +238,27 @@ class AllocationWorkflow:
         return self.accept_region(choice)
 
     async def choose_placement(self) -> tuple[str, list[Candidate]]:
-        """Steps 1 and 2 as one control step on one snapshot; the trail still records each decision as its step."""
-        await self.set_state("placing", "select_region")
+        """Steps 1 and 2 as one control step on one snapshot; the trail still records each decision as its step.
+
+        From revision 1 the UI learns `placing` with the decision (and its region) rather than before it, and the
+        step records a refusal as the allocation's final step: a request refused here costs one local activity,
+        one search-attribute upsert (`failed`) and one write."""
+        revised = self.input.revision >= 1
+        await self.set_state("placing", "select_region", publish=not revised)
+        placement = self.placement_input("")
+        if revised:
+            placement = placement.model_copy(update={"final": self.state_change("failed", "failed")})
         try:
             choice: PlacementChoice = await self.on_control(
-                "choose_placement", self.placement_input(""), PlacementChoice, deadline=self.time_left()
+                "choose_placement", placement, PlacementChoice, deadline=self.time_left()
             )
         except AttemptFailed as failure:
             raise failure.ending() from failure
+        self.final_recorded = choice.final_recorded  # a refusal: the step recorded its decisions and the end
         region = self.accept_region(choice.region)
-        await self.set_state("placing", "find_candidates", region=region)
+        await self.set_state(
+            "placing", "find_candidates", region=region, publish=not self.final_recorded, recorded=self.final_recorded
+        )
         assert choice.candidates is not None  # the region level chose one, so the cluster level ran
         return region, self.accept_candidates(choice.candidates)
 
@@ -253,7 +267,7 @@ class AllocationWorkflow:
         if choice.region is None:
             kind = QUOTA_EXCEEDED if choice.refusal_code == "quota_exceeded" else PLACEMENT_REFUSED
             raise ApplicationError(
-                f"{choice.refusal_code}: {choice.refusal_message}",
+                choice.reason,
                 choice.explanation.model_dump(mode="json") if choice.explanation else None,
                 type=kind,
                 non_retryable=True,
@@ -276,7 +290,7 @@ class AllocationWorkflow:
         self.pool_deadlines.update(found.deadlines)
         if found.refusal_code is not None and not self.status.attempts:
             raise ApplicationError(
-                f"{found.refusal_code}: {found.refusal_message}",
+                found.reason,
                 found.explanation.model_dump(mode="json") if found.explanation else None,
                 type=PLACEMENT_REFUSED,
                 non_retryable=True,
@@ -439,7 +453,7 @@ class AllocationWorkflow:
 
     async def hold_until_released(self) -> None:
         await self.write_trail()
-        await workflow.wait_condition(lambda: self.release_requested)
+        await wait_unless_cancelled(lambda: self.release_requested)
 
     async def teardown(self, final_state: str, step: str) -> None:
         """Give everything back: destroy the VM and wipe its slots, release the claims. Runs to completion even
@@ -633,17 +647,40 @@ class AllocationWorkflow:
         attempt: Attempt | None = None,
         region: str | None = None,
         reason: str | None = None,
+        publish: bool = True,
+        recorded: bool = False,
     ) -> None:
+        """Move to a state: the status, the UI (search attributes for the states it filters on, unless `publish` is
+        off; the current details always) and the audit trail (unless a control step `recorded` the step already)."""
         if state != self.status.state:
             self.entered = workflow.now()
         self.status.state, self.status.step = state, step
         if state == "failed":
             self.status.failure_reason = reason
-        if not self.lean or (state in UI_STATES and state != "waiting_ready"):
+        if publish and (not self.lean or (state in UI_STATES and state != "waiting_ready")):
             # runs from before the trail replay the upserts they made (`always`)
             self.publish(self.search_values(state, region, node), always=not self.trail_rides_along)
         workflow.set_current_details(self.story())
-        change = StateChange(
+        if recorded:
+            return
+        change = self.state_change(state, step, node=node, attempt=attempt, region=region, reason=reason)
+        if self.trail_rides_along:
+            self.trail = AuditTrail(opening=self.trail.opening, changes=[*self.trail.changes, change])
+        else:
+            await workflow.execute_local_activity("record_state", change, **CONTROL_CALL)
+
+    def state_change(
+        self,
+        state: str,
+        step: str,
+        *,
+        node: str | None = None,
+        attempt: Attempt | None = None,
+        region: str | None = None,
+        reason: str | None = None,
+    ) -> StateChange:
+        """The step as the audit trail records it."""
+        return StateChange(
             allocation_id=self.input.allocation_id,
             run_id=workflow.info().run_id,
             state=state,
@@ -655,10 +692,6 @@ class AllocationWorkflow:
             reason=reason,
             at=workflow.now(),
         )
-        if self.trail_rides_along:
-            self.trail = AuditTrail(opening=self.trail.opening, changes=[*self.trail.changes, change])
-        else:
-            await workflow.execute_local_activity("record_state", change, **CONTROL_CALL)
 
     def search_values(self, state: str, region: str | None = None, node: str | None = None) -> dict[str, str]:
         return {

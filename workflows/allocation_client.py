@@ -12,6 +12,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from workflows.allocation import AllocationWorkflow, initial_search_attributes
 from workflows.allocation_messages import (
+    REVISION,
     AllocationInput,
     AllocationStatus,
     ReleaseRequest,
@@ -43,7 +44,9 @@ async def start_allocation(
     client: Client, input: AllocationInput, fingerprint: str | None = None
 ) -> WorkflowHandle[AllocationWorkflow, AllocationStatus]:
     """Start the allocation's workflow. A failed allocation may be started again under the same id (a new run);
-    a running or completed one may not (`WorkflowAlreadyStartedError`)."""
+    a running or completed one may not (`WorkflowAlreadyStartedError`). The run gets the workflow's current
+    revision, which it keeps for life."""
+    input = input.model_copy(update={"revision": REVISION})
     return await client.start_workflow(
         AllocationWorkflow.run,
         input,

@@ -62,6 +62,15 @@ class Timing(BaseModel):
     deadlines: Deadlines = Field(default_factory=Deadlines, description="Per state; a pool may override them.")
 
 
+# The allocation workflow's revision that runs started now get (`AllocationInput.revision`), and what each one
+# changed. A run keeps the revision it was started with, so a history replays the way it was made; unlike a
+# `workflow.patched` marker, a revision costs no history event and no search-attribute upsert.
+#   1: the control steps are local activities without the `lean-control-steps` patch; `placing` is published with
+#      the placement decision (a refused request goes from `pending` straight to `failed`), and a refusal is
+#      recorded by the placement step itself.
+REVISION = 1
+
+
 class AllocationInput(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -75,6 +84,9 @@ class AllocationInput(BaseModel):
     idempotency_key: str | None = Field(default=None, description="The create request's Idempotency-Key, if any.")
     timing: Timing = Field(default_factory=Timing)
     queues: Queues = Field(default_factory=Queues)
+    revision: int = Field(
+        default=0, ge=0, description="The workflow revision the run was started with (`REVISION`); 0: before them."
+    )
 
 
 class Attempt(BaseModel):

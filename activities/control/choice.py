@@ -14,3 +14,14 @@ class PlacementChoice(Model):
 
     region: RegionChoice
     candidates: CandidateList | None = None
+    # The step refused and recorded the allocation's final step itself (the input's `final`): the workflow ends
+    # failed without writing it again. Replay reads it from the step's recorded result.
+    final_recorded: bool = False
+
+    def refusal(self) -> RegionChoice | CandidateList | None:
+        """The level that refused, if one did."""
+        if self.region.region is None:
+            return self.region
+        if self.candidates is not None and self.candidates.refusal_code is not None:
+            return self.candidates
+        return None

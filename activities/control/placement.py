@@ -21,7 +21,7 @@ from collections import deque
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.contracts import CandidateList, FindCandidatesInput, RegionChoice
+from activities.contracts import AuditTrail, CandidateList, FindCandidatesInput, RegionChoice
 from activities.control.choice import PlacementChoice
 from activities.control.records import write_trail
 from scheduler import cluster, region
@@ -128,14 +128,31 @@ class PlacementActivities:
 
     @activity.defn(name="choose_placement")
     async def choose_placement(self, request: FindCandidatesInput) -> PlacementChoice:
-        """Seed 004's region and cluster levels in one step on one read: the allocation's first control step."""
-        await write_trail(self.sessions, request.trail)
+        """Seed 004's region and cluster levels in one step on one read: the allocation's first control step.
+
+        A refusal here is the allocation's end (no attempt has been made). When the workflow hands over its final
+        step (`request.final`), the refusal is recorded as that step here, so a refused allocation costs one write
+        and one local activity. An earlier try of this step may have recorded a refusal that this try does not
+        make (the worker crashed before the workflow took the answer): the trail's write retracts it first."""
+        await write_trail(self.sessions, request.trail, retract=request.final)
         base, plans = await self._read(request.allocation_id)
-        choice = _region_choice(with_pending_plans(base, plans), request.request)
-        if choice.region is None:
-            return PlacementChoice(region=choice)
-        candidates = await self._candidates(base, plans, request.request, choice.region, request.allocation_id)
-        return PlacementChoice(region=choice, candidates=candidates)
+        region_choice = _region_choice(with_pending_plans(base, plans), request.request)
+        if region_choice.region is None:
+            choice = PlacementChoice(region=region_choice)
+        else:
+            candidates = await self._candidates(
+                base, plans, request.request, region_choice.region, request.allocation_id
+            )
+            choice = PlacementChoice(region=region_choice, candidates=candidates)
+        refusal = choice.refusal()
+        if refusal is None or request.final is None:
+            return choice
+        final = request.final.model_copy(update={"reason": refusal.reason, "region": region_choice.region})
+        steps = [final]
+        if choice.candidates is not None:  # the cluster level refused: its decision is a step of the story too
+            steps.insert(0, final.model_copy(update={"state": "placing", "step": "find_candidates", "reason": None}))
+        await write_trail(self.sessions, AuditTrail(changes=steps))
+        return choice.model_copy(update={"final_recorded": True})
 
     @activity.defn(name="select_region")
     async def select_region(self, request: FindCandidatesInput) -> RegionChoice:

@@ -26,9 +26,10 @@ AGENT_UNREACHABLE = "agent_unreachable"
 
 
 # A trail in one statement, whatever it holds: the row opened (already at its newest state) if the workflow says so
-# and it is not there yet, brought to its newest state if it was, and the steps appended once each. A row inserted
-# by the same statement is invisible to its UPDATE (one snapshot), which is why the INSERT carries the newest state
-# itself; the events' foreign key is checked at the end of the statement, when the row exists. Written out once: a
+# and it is not there yet, brought to its newest state if it was, the steps appended once each, and the steps the
+# writer retracts removed. A row inserted by the same statement is invisible to its UPDATE (one snapshot), which is
+# why the INSERT carries the newest state itself; the events' foreign key is checked at the end of the statement,
+# when the row exists. Written out once: a
 # statement built from SQLAlchemy expressions per trail cost the control worker more CPU than PostgreSQL spent on it
 # (docs/benchmarks.md, "Performance (issue 14)").
 _WRITE_TRAIL = text(
@@ -54,17 +55,26 @@ _WRITE_TRAIL = text(
     " FROM jsonb_to_recordset(CAST(:events AS jsonb)) AS e(event_key text, at timestamptz, state text, step text,"
     "  attempt integer, node_id text, reason text, detail jsonb)"
     " ON CONFLICT (allocation_id, event_key) DO NOTHING"  # the key makes a trail written twice change nothing
+    "), retracted AS ("
+    " DELETE FROM allocation_events WHERE allocation_id = :id AND event_key = ANY(CAST(:retract AS text[]))"
     ") SELECT (SELECT count(*) FROM opened), (SELECT count(*) FROM mirrored)"
 )
 
 
-async def write_trail(sessions: async_sessionmaker[AsyncSession], trail: AuditTrail) -> None:
+async def write_trail(
+    sessions: async_sessionmaker[AsyncSession], trail: AuditTrail, retract: StateChange | None = None
+) -> None:
     """Write a trail in one transaction of its own, so that a step refused afterwards (a claim conflict, say) cannot
-    roll its story back. One statement, however long the trail; nothing to write costs nothing."""
+    roll its story back. One statement, however long the trail; nothing to write costs nothing.
+
+    `retract`: a step an earlier try of the same activity may have written before its result was lost (a worker
+    that crashed before the workflow task completed), and that this try may not take: it is removed with the write.
+    It must not be one of the trail's own steps."""
     if not trail:
         return
+    parameters = _trail_parameters(trail) | {"retract": [event_key(retract)] if retract is not None else []}
     async with sessions.begin() as session:
-        opened, mirrored = (await session.execute(_WRITE_TRAIL, _trail_parameters(trail))).one()
+        opened, mirrored = (await session.execute(_WRITE_TRAIL, parameters)).one()
         if trail.changes and opened == 0 and mirrored == 0:
             raise ValueError(f"allocation {trail.changes[-1].allocation_id} has no row; its trail must open it first")
         await _mark_unreachable_agents_down(session, trail.changes)
@@ -92,7 +102,7 @@ def _trail_parameters(trail: AuditTrail) -> dict[str, Any]:
     request = opening.request if opening is not None else None
     events = [
         {
-            "event_key": f"{change.run_id}:{change.step}:{change.state}:{change.attempt or 0}:{change.node or '-'}",
+            "event_key": event_key(change),
             "at": change.at.isoformat() if change.at else None,
             "state": change.state,
             "step": change.step,
@@ -129,6 +139,11 @@ def _trail_parameters(trail: AuditTrail) -> dict[str, Any]:
         "set_reason": set_reason,
         "events": json.dumps(events),
     }
+
+
+def event_key(change: StateChange) -> str:
+    """A step's identity within its allocation: the same step written again is the same event."""
+    return f"{change.run_id}:{change.step}:{change.state}:{change.attempt or 0}:{change.node or '-'}"
 
 
 async def _mark_unreachable_agents_down(session: AsyncSession, changes: list[StateChange]) -> None:

@@ -3,16 +3,19 @@ tentative choice is visible to the second (real PostgreSQL, the real find_candid
 
 from __future__ import annotations
 
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.testing import ActivityEnvironment
 
-from activities.contracts import AllocationRecord, FindCandidatesInput
+from activities.contracts import AllocationRecord, AuditTrail, FindCandidatesInput, StateChange
 from activities.control.placement import PlacementActivities
 from activities.control.records import RecordActivities
 from devstack.reports import report_hosts
 from fleet.loader import load_fleet
 from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
-from store.models import AllocationRow
+from store.liveness import mark_down
+from store.models import AllocationEventRow, AllocationRow
 
 
 async def test_a_tentative_choice_steers_the_next_decision(sessions, examples_dir) -> None:
@@ -34,3 +37,52 @@ async def test_a_tentative_choice_steers_the_next_decision(sessions, examples_di
     async with sessions() as session:
         row = await session.get(AllocationRow, "first")
     assert (row.state, row.node_id) == ("planning", firsts[0])
+
+
+async def test_a_refusal_is_recorded_as_the_end_and_retracted_by_a_later_try_that_places(
+    sessions, examples_dir
+) -> None:
+    """`choose_placement` records a refusal as the allocation's final step itself (revision 1). Its result can be
+    lost (the worker dies before the workflow task completes) and the step run again on a fleet that changed
+    meanwhile: a try that places must leave no trace of the refusal the lost try recorded."""
+    fleet = load_fleet([examples_dir / "fleet.yaml"])
+    async with sessions.begin() as session:
+        await apply_fleet(session, fleet)
+    reporting = await report_hosts(sessions, fleet)
+    env, placement = ActivityEnvironment(), PlacementActivities(sessions)
+    request = PlacementRequest(gpu_count=8, gpu_product="H200", tenant="acme")
+    opening = AllocationRecord(allocation_id="lost", tenant="acme", request=request, workflow_id="allocation/lost")
+    step = StateChange(allocation_id="lost", run_id="run-1", state="placing", step="select_region")
+    choose = FindCandidatesInput(
+        allocation_id="lost", request=request, region="", trail=AuditTrail(opening=opening, changes=[step]),
+        final=StateChange(allocation_id="lost", run_id="run-1", state="failed", step="failed"),
+    )  # fmt: skip
+
+    async with sessions.begin() as session:  # every agent silent: no node can be ranked
+        for node in reporting:
+            await mark_down(session, node, "agent_unreachable: test")
+    refused = await env.run(placement.choose_placement, choose)
+    assert refused.final_recorded and refused.refusal() is not None
+    async with sessions() as session:
+        row = await session.get(AllocationRow, "lost")
+        assert row is not None and (row.state, row.failure_reason) == ("failed", refused.refusal().reason)
+        assert await _steps(session, "lost") == [
+            ("select_region", "placing"), ("find_candidates", "placing"), ("failed", "failed")
+        ]  # fmt: skip
+
+    await report_hosts(sessions, fleet)  # the agents are back; the lost try's answer never reached the workflow
+    placed = await env.run(placement.choose_placement, choose)
+    assert not placed.final_recorded and placed.refusal() is None and placed.candidates
+    async with sessions() as session:
+        row = await session.get(AllocationRow, "lost")
+        assert row is not None and row.state == "planning" and row.failure_reason is None
+        assert ("failed", "failed") not in await _steps(session, "lost")
+
+
+async def _steps(session: AsyncSession, allocation: str) -> list[tuple[str, str]]:
+    rows = await session.execute(
+        select(AllocationEventRow.step, AllocationEventRow.state)
+        .where(AllocationEventRow.allocation_id == allocation)
+        .order_by(AllocationEventRow.id)
+    )
+    return [(step, state) for step, state in rows]

@@ -6,15 +6,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
+from temporalio.testing import WorkflowEnvironment
 
 import worker
-from activities.node.reporter import NodeReporter
+from activities.node import serve
+from activities.node.reporter import HttpReportSink, NodeReporter, ReportRefused
 from fleet.loader import load_fleet
 from store.apply import apply_fleet
 from store.models import NodeAgentRow, SlotRow
+from store.tokens import create_token
+from tests.api.served import served_api
+from tests.api.stack import api_fleet
 from tests.hosts import sysfs_tree
 from tests.hosts.materialise import fixture_fleet
 from tests.workflows.lab import StoreSink
@@ -61,3 +68,36 @@ async def test_a_rebound_gpu_is_reported_before_the_interval(sessions, tmp_path:
         running.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await running
+
+
+async def test_an_agent_reports_through_the_real_api_with_its_node_token(
+    database_url: str, temporal_env: WorkflowEnvironment, sessions, tmp_path: Path
+) -> None:
+    """`HttpReportSink` against the API served over HTTP: the node's own token is accepted, the host's slots are
+    validated and the agent learns it holds the approval the control plane has; another node's token is refused for good (the loop waits out the interval); an API that
+    is not there is an error the loop retries soon."""
+    client = temporal_env.client
+    (tmp_path / "fleet.yaml").write_text(api_fleet())
+    agent = serve.simulated_agent(tmp_path / "fleet.yaml", "small", tmp_path / "state")
+    with served_api(database_url, client.service_client.config.target_host, client.namespace, api_fleet(),
+                    tmp_path / "lab") as served:  # fmt: skip
+        async with sessions.begin() as session:
+            token, other = (
+                await create_token(session, "node", node="small"),
+                await create_token(session, "node", node="big"),
+            )
+        reply = await NodeReporter(agent, HttpReportSink(served.base_url, token)).report_once()
+        assert (reply.node, reply.live, reply.approved) == ("small", True, agent.approved.hash)
+        assert reply.validation is not None and {v.state for v in reply.validation.slots} == {"valid"}
+
+        with pytest.raises(ReportRefused, match=r"\(403\)"):
+            await NodeReporter(agent, HttpReportSink(served.base_url, other)).report_once()
+        with pytest.raises(ReportRefused, match=r"\(401\)"):
+            await NodeReporter(agent, HttpReportSink(served.base_url, "berth_not_a_token")).report_once()
+
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{unused.getsockname()[1]}"
+    with pytest.raises(OSError) as unreachable:
+        await NodeReporter(agent, HttpReportSink(down, token, timeout=2)).report_once()
+    assert not isinstance(unreachable.value, ReportRefused)

@@ -51,7 +51,17 @@ async def test_fresh_histories_replay(temporal_client, sessions, tmp_path: Path)
         with pytest.raises(Exception):  # noqa: B017 - the run ends cancelled
             await fallthrough.result()
 
-        histories = [await happy.fetch_history(), await fallthrough.fetch_history()]
+        # Refusals, decided by the first control step: the cluster level (no room now: `second` boots forever,
+        # `third` holds the happy run's successor) and the region level (the tenant's quota).
+        holder = await lab.allocate("replay-holder", gpus=4)
+        await lab.wait_for_state(holder, "active")
+        refused = await lab.allocate("replay-refused", gpus=4)
+        with pytest.raises(Exception):  # noqa: B017 - the run ends failed: insufficient capacity
+            await refused.result()
+        await allocation_client.release(temporal_client, "replay-holder")
+        await holder.result()
+
+        histories = [await happy.fetch_history(), await fallthrough.fetch_history(), await refused.fetch_history()]
     for history in histories:
         await _replayer().replay_workflow(history)
     if os.environ.get("BERTH_RECORD_HISTORIES"):
