@@ -19,12 +19,7 @@ from fleet.inference_class import Device
 from fleet.meta import Carried, Name, ObjectMeta, PoolName, Spec
 from fleet.node import Node, NodeTemplate
 from fleet.openapi import check_block
-
-
-class PoolShape(StrEnum):
-    GPU_SLICE = "gpu_slice"  # VMs cut from per-slot bundles
-    BAREMETAL = "baremetal"  # whole hosts
-    KUBERNETES = "kubernetes"  # serves ModelDeployments only; counted in nodes, not slots
+from fleet.vocabulary import PoolShape
 
 
 class TaintEffect(StrEnum):

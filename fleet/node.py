@@ -8,12 +8,12 @@ device still counts its raw GPUs but cannot host concurrent slices.
 from __future__ import annotations
 
 import re
-from enum import StrEnum
 from ipaddress import IPv4Address
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt, field_validator
 
 from fleet.meta import Name, Spec
+from fleet.vocabulary import FabricClaimMode, NodeStatus
 
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 MAC_ADDRESS = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
@@ -25,19 +25,6 @@ def _pci(value: str | None) -> str | None:
     if not PCI_ADDRESS.match(value.lower()):
         raise ValueError(f"{value!r} is not a PCI address of the form 0000:3c:00.0")
     return value.lower()
-
-
-class NodeStatus(StrEnum):
-    READY = "READY"
-    CORDONED = "CORDONED"  # an operator took it out of scheduling; existing allocations stay
-    DRAINING = "DRAINING"  # being emptied; nothing new lands
-    DOWN = "DOWN"
-
-
-class FabricClaimMode(StrEnum):
-    PER_SLOT_VF = "per_slot_vf"  # the slot owns an isolated VF: schedulable for slices
-    SHARED_PARENT = "shared_parent"  # slots share the parent device: not a concurrency approval
-    NONE = "none"
 
 
 class Slot(Spec):

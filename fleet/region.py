@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Literal
 
 from pydantic import Field, PositiveFloat
 
 from fleet.meta import ObjectMeta, Spec
-
-
-class RegionStatus(StrEnum):
-    AVAILABLE = "available"
-    DEGRADED = "degraded"  # still placeable, ranked after available regions
-    UNAVAILABLE = "unavailable"  # never chosen; a request naming it is refused with region_unavailable
+from fleet.vocabulary import RegionStatus
 
 
 class RegionSpec(Spec):

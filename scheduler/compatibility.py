@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from fleet.node import FabricClaimMode, NodeStatus
+from fleet.vocabulary import FabricClaimMode, NodeStatus
 from scheduler.breaker import Cooling
 from scheduler.host.checks import ValidationState
 from scheduler.reasons import Reason

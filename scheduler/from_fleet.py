@@ -10,21 +10,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
 
 from fleet.fleet import Fleet
 from fleet.inference_class import ClaimKind
-from fleet.node import Node, Slot
+from fleet.node import Node
 from fleet.slot_state import SlotStateDocument
 from scheduler.snapshot import Snapshot
-from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView
+from scheduler.views import NodeView, PoolView, RegionView, SlotState, TenantView, slot_id, slot_view
 
 # slot id -> (state, allocation id, tenant)
 Holds = dict[str, tuple[SlotState, str | None, str | None]]
-
-
-def slot_id(node: str, index: int) -> str:
-    return f"{node}/{index}"
 
 
 def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) -> Snapshot:
@@ -113,24 +108,4 @@ def node_view(node: Node, holds: Holds | None = None) -> NodeView:
         labels=dict(node.labels),
         numa_nodes=node.numa_nodes,
         agent_live=not node.simulation.agent_down,
-    )
-
-
-def slot_view(node: str, slot: Slot, **overrides: Any) -> SlotView:
-    """An approved fleet slot as the scheduler sees it (free and valid unless `overrides` say otherwise)."""
-    return SlotView(
-        id=slot_id(node, slot.index),
-        index=slot.index,
-        approved=slot.approved,
-        fabric_claim_mode=slot.fabric_claim_mode,
-        fabric_vf_pci=slot.fabric_vf_pci,
-        numa_node=slot.numa_node,
-        gpu_pci=slot.gpu_pci,
-        fabric_parent_pci=slot.fabric_parent_pci,
-        nvme_device=slot.nvme_device,
-        vcpus=slot.vcpus,
-        memory_mib=slot.memory_mib,
-        mac=slot.mac,
-        private_ip=str(slot.private_ip) if slot.private_ip is not None else None,
-        **overrides,
     )

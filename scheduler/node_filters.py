@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Protocol
 
-from fleet.node import NodeStatus
+from fleet.vocabulary import NodeStatus
 from scheduler.compatibility import NodeProfile
 from scheduler.plugins import Filter, first_failure
 from scheduler.reasons import Reason

@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
-from fleet.inference_cluster import PoolShape
-from fleet.node import FabricClaimMode, NodeStatus
-from fleet.region import RegionStatus
+from fleet.vocabulary import FabricClaimMode, NodeStatus, PoolShape, RegionStatus
 from scheduler.breaker import Cooling
 from scheduler.host.checks import ValidationState
+
+if TYPE_CHECKING:
+    from fleet.node import Slot
 
 SlotId = str | int
 
@@ -101,3 +103,28 @@ class TenantView:
     required_jurisdiction: str | None = None
     active_gpus: int = 0
     in_flight_gpus: int = 0
+
+
+def slot_id(node: str, index: int) -> str:
+    return f"{node}/{index}"
+
+
+def slot_view(node: str, slot: Slot, **overrides: Any) -> SlotView:
+    """An approved fleet slot as the scheduler sees it (free and valid unless `overrides` say otherwise): what the
+    node agent plans on, so it lives here rather than with the fleet-file snapshot (`scheduler.from_fleet`)."""
+    return SlotView(
+        id=slot_id(node, slot.index),
+        index=slot.index,
+        approved=slot.approved,
+        fabric_claim_mode=slot.fabric_claim_mode,
+        fabric_vf_pci=slot.fabric_vf_pci,
+        numa_node=slot.numa_node,
+        gpu_pci=slot.gpu_pci,
+        fabric_parent_pci=slot.fabric_parent_pci,
+        nvme_device=slot.nvme_device,
+        vcpus=slot.vcpus,
+        memory_mib=slot.memory_mib,
+        mac=slot.mac,
+        private_ip=str(slot.private_ip) if slot.private_ip is not None else None,
+        **overrides,
+    )

@@ -20,10 +20,9 @@ from fleet.inference_cluster import ClusterStatus, PoolShape
 from fleet.node import FabricClaimMode, NodeStatus
 from fleet.region import RegionStatus
 from scheduler.breaker import BreakerPolicy, Cooling, cooling_nodes
-from scheduler.from_fleet import slot_id
 from scheduler.host.checks import ValidationState
 from scheduler.snapshot import Snapshot
-from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView
+from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView, slot_id
 from store.liveness import Liveness, load_liveness
 from store.models import (
     AllocationRow,

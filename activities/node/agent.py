@@ -31,14 +31,13 @@ from activities.contracts import (
 from activities.node.approved import ApprovedSlots
 from activities.node.drivers import ImageNotFound, TopologyDriver, VmCreateError, VmDriver
 from activities.node.leases import Lease, LeaseStore
-from fleet.node import NodeStatus
+from fleet.vocabulary import NodeStatus
 from scheduler.bundles import plan_bundles
-from scheduler.from_fleet import slot_view
 from scheduler.host.checks import NodeValidation, ValidationState
 from scheduler.host.inventory import HostInventory
 from scheduler.host.validate import validate_slots
 from scheduler.request import PlanRequest
-from scheduler.views import NodeView, SlotState
+from scheduler.views import NodeView, SlotState, slot_view
 
 LEASE_LOST = "LeaseLost"
 VM_CREATE_FAILED = "VmCreateFailed"

@@ -1,0 +1,36 @@
+"""The fleet's enumerations: what a node's status, a slot's fabric claim, a pool's shape and a region's status may be.
+
+Apart from the documents that use them (pydantic models) because the scheduler's views are made of them, and the
+node agent plans on those views: an agent that imported them from the documents loaded the whole fleet schema
+(every document, the carried-block checks) into the resident memory of every GPU host (docs/benchmarks.md,
+"Performance (issue 14)"). The documents' modules re-export them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class NodeStatus(StrEnum):
+    READY = "READY"
+    CORDONED = "CORDONED"  # an operator took it out of scheduling; existing allocations stay
+    DRAINING = "DRAINING"  # being emptied; nothing new lands
+    DOWN = "DOWN"
+
+
+class FabricClaimMode(StrEnum):
+    PER_SLOT_VF = "per_slot_vf"  # the slot owns an isolated VF: schedulable for slices
+    SHARED_PARENT = "shared_parent"  # slots share the parent device: not a concurrency approval
+    NONE = "none"
+
+
+class PoolShape(StrEnum):
+    GPU_SLICE = "gpu_slice"  # VMs cut from per-slot bundles
+    BAREMETAL = "baremetal"  # whole hosts
+    KUBERNETES = "kubernetes"  # serves ModelDeployments only; counted in nodes, not slots
+
+
+class RegionStatus(StrEnum):
+    AVAILABLE = "available"
+    DEGRADED = "degraded"  # still placeable, ranked after available regions
+    UNAVAILABLE = "unavailable"  # never chosen; a request naming it is refused with region_unavailable
