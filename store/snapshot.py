@@ -11,9 +11,10 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from sys import intern
 from typing import Any
 
-from sqlalchemy import JSON, Select, exists, func, select, text
+from sqlalchemy import JSON, Row, Select, exists, func, select, text, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.inference_cluster import ClusterStatus, PoolShape
@@ -229,28 +230,58 @@ _MODES = {m.value: m for m in FabricClaimMode}
 _VALIDATIONS = {v.value: v for v in ValidationState}
 
 
+_SLOT_BATCH = 20_000  # rows decoded at a time when every slot is read
+
+
 async def _read_slots(
     session: AsyncSession, nodes: Collection[str] | None = None
 ) -> tuple[dict[str, list[SlotView]], dict[int, tuple[str, int]]]:
     """Every slot (or those of `nodes`), every one FREE: node -> its slots by index, and slot row id -> (node, the
-    slot's position in that node's slots)."""
+    slot's position in that node's slots).
+
+    Hosts of one model repeat the same PCI addresses, NVMe paths and validation reasons, and each row repeats its
+    node's name: the driver decodes a new string for each, so they are interned (one copy per distinct value; about
+    20 MB of a 10,000-node inventory). Every slot is read in keyset pages of `_SLOT_BATCH` rows, so the rows of the
+    whole fleet are never held at once beside the views built from them: at 10,000 nodes the control worker holds
+    239 MB instead of 267, and peaks at 268 instead of 306 while it loads (docs/benchmarks.md). Each page is a
+    statement of its own, as the inventory's other reads are: a change between them moved the version read first,
+    so the next decision takes it in."""
     query = select(*_SLOT_COLUMNS).order_by(SlotRow.node_id, SlotRow.slot_index)
-    if nodes is not None:
-        query = query.where(SlotRow.node_id.in_(sorted(nodes)))
     slots_by_node: dict[str, list[SlotView]] = defaultdict(list)
     positions: dict[int, tuple[str, int]] = {}
-    for row in await session.execute(query):
-        ident, node, index, approved, mode, vf, numa, gpu, parent, nvme, vcpus, memory, mac, ip, valid, why = row
-        positions[ident] = (node, len(slots_by_node[node]))
-        slots_by_node[node].append(
-            SlotView(
-                id=slot_id(node, index), index=index, approved=approved, fabric_claim_mode=_MODES[mode],
-                fabric_vf_pci=vf or None, numa_node=numa, state=SlotState.FREE, holder=None, gpu_pci=gpu,
-                fabric_parent_pci=parent, nvme_device=nvme, vcpus=vcpus, memory_mib=memory, mac=mac, private_ip=ip,
-                validation=_VALIDATIONS[valid], validation_reason=why,
-            )
-        )  # fmt: skip
+
+    def take(rows: Iterable[Row[Any]]) -> None:
+        for row in rows:
+            ident, node, index, approved, mode, vf, numa, gpu, parent, nvme, vcpus, memory, mac, ip, valid, why = row
+            node, held = intern(node), slots_by_node[node]
+            positions[ident] = (node, len(held))
+            held.append(
+                SlotView(
+                    id=slot_id(node, index), index=index, approved=approved, fabric_claim_mode=_MODES[mode],
+                    fabric_vf_pci=_interned(vf) or None, numa_node=numa, state=SlotState.FREE, holder=None,
+                    gpu_pci=intern(gpu), fabric_parent_pci=_interned(parent), nvme_device=_interned(nvme),
+                    vcpus=vcpus, memory_mib=memory, mac=mac, private_ip=ip, validation=_VALIDATIONS[valid],
+                    validation_reason=_interned(why),
+                )
+            )  # fmt: skip
+
+    if nodes is not None:
+        take(await session.execute(query.where(SlotRow.node_id.in_(sorted(nodes)))))
+        return slots_by_node, positions
+    after: tuple[str, int] | None = None
+    while True:  # keyset pages: each one decoded and let go before the next is read
+        page = query if after is None else query.where(tuple_(SlotRow.node_id, SlotRow.slot_index) > after)
+        rows = (await session.execute(page.limit(_SLOT_BATCH))).all()
+        take(rows)
+        if len(rows) < _SLOT_BATCH:
+            break
+        after = (rows[-1][1], rows[-1][2])
+        del rows
     return slots_by_node, positions
+
+
+def _interned(value: str | None) -> str | None:
+    return intern(value) if value is not None else None
 
 
 def _node_view(

@@ -11,12 +11,13 @@ from devstack.reports import report_hosts, simulated_report
 from fleet.loader import load_fleet
 from scheduler.host.checks import ValidationState
 from scheduler.views import SlotState
+from store import snapshot as snapshot_module
 from store.apply import apply_fleet
 from store.inventory import InventoryCache
 from store.liveness import mark_down, record_heartbeats
 from store.models import AllocationRow, ClaimRow, NodeRow, SlotRow, TenantRow
 from store.node_reports import record_report
-from store.snapshot import load_snapshot
+from store.snapshot import load_inventory, load_snapshot
 
 
 def _view(snapshot) -> dict[str, object]:
@@ -224,3 +225,22 @@ async def test_claims_moving_between_decisions_rebuild_only_their_nodes_and_matc
         "j22u15/3": (SlotState.QUARANTINED, None),
     }
     assert cache.reloads == 1
+
+
+async def test_slots_read_in_pages_are_the_slots_read_at_once(sessions, examples_dir, monkeypatch) -> None:
+    """A large fleet's slots are read in keyset pages (`store.snapshot._SLOT_BATCH` rows each, 20,000 in
+    production); pages of 3 rows cut every host of the example fleet apart, and the inventory must not notice."""
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    await report_hosts(sessions, load_fleet([examples_dir / "fleet.yaml"]))
+    async with sessions() as session:
+        whole = await load_inventory(session)
+    monkeypatch.setattr(snapshot_module, "_SLOT_BATCH", 3)
+    async with sessions() as session:
+        paged = await load_inventory(session)
+
+    def slots(inventory) -> dict[str, list[object]]:
+        return {name: list(node.slots) for name, node in inventory.snapshot.nodes.items()}
+
+    assert sum(len(s) for s in slots(whole).values()) > 3 * 4  # many pages
+    assert slots(paged) == slots(whole) and paged.slots == whole.slots and paged.rows_of == whole.rows_of
