@@ -3,9 +3,10 @@ when the fleet changed (database triggers move the version; claims and slot stat
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 
 from devstack.reports import report_hosts, simulated_report
 from fleet.loader import load_fleet
@@ -13,7 +14,7 @@ from scheduler.host.checks import ValidationState
 from scheduler.views import SlotState
 from store import snapshot as snapshot_module
 from store.apply import apply_fleet
-from store.inventory import InventoryCache
+from store.inventory import _PRUNE, InventoryCache
 from store.liveness import mark_down, record_heartbeats
 from store.models import AllocationRow, ClaimRow, NodeRow, SlotRow, TenantRow
 from store.node_reports import record_report
@@ -84,6 +85,24 @@ async def test_cache_matches_a_full_read_and_reloads_only_when_the_fleet_changes
     assert cache.reloads == 2
     assert cached.nodes["j22u05"].status.value == "CORDONED"
     assert cached.tenants["acme"].gpu_quota == 3
+
+
+async def _pruned(sessions, node: str) -> None:
+    """Prune the change log as a sweep with retention 0 does, until `node`'s rows are gone. The prune keeps rows a
+    transaction still running anywhere in the cluster could be reading (`store.inventory._PRUNE`), and the test
+    PostgreSQL is shared: another test's connection in the middle of a write holds it back for a moment."""
+    for _ in range(200):
+        async with sessions.begin() as session:
+            await session.execute(_PRUNE, {"keep": 0})
+        async with sessions() as session:
+            left = await session.scalar(text("SELECT count(*) FROM inventory_changes WHERE node = :n"), {"n": node})
+            if left == 0:
+                return
+            holders = (await session.execute(text(
+                "SELECT datname, state, backend_xid::text, left(query, 80) FROM pg_stat_activity "
+                "WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()"))).all()  # fmt: skip
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the change log of {node} was never pruned; transactions holding it back: {holders}")
 
 
 async def _fresh_and_full(sessions, cache: InventoryCache):
@@ -180,7 +199,8 @@ async def test_fleet_changes_and_a_pruned_log_read_the_whole_inventory(sessions,
     assert (behind.reloads, behind.node_updates) == (2, 0)
     async with sessions.begin() as session:
         await session.execute(update(NodeRow).where(NodeRow.name == "j22u15").values(status="CORDONED"))
-    await _fresh_and_full(sessions, cache)  # its own sweep prunes the cordon's row just before it reads the log
+    await _pruned(sessions, "j22u15")  # what `cache`'s own sweep does just before it reads the log, made certain
+    await _fresh_and_full(sessions, cache)
     assert (cache.reloads, cache.node_updates) == (3, 0)
     cached, full = await _fresh_and_full(sessions, behind)
     assert (behind.reloads, behind.node_updates) == (3, 0)
