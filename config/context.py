@@ -37,14 +37,26 @@ def read_context(settings: Settings) -> StackContext | None:
         return None
 
 
+def write_private(path: Path, text: str) -> Path:
+    """Write `text` to `path` whole or not at all, readable by its owner only from its first byte.
+
+    The file is created with mode 0600 by the `open` that makes it (never created wider and narrowed afterwards,
+    which leaves a window in which another user can open it and keep reading), beside `path`, then renamed over it.
+    A partial file a crash left behind is removed first: it may have any mode, and `O_EXCL` then guarantees that the
+    file written is the one just created with ours."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.unlink(missing_ok=True)
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as written:
+        written.write(text)
+    os.replace(partial, path)
+    return path
+
+
 def write_context(settings: Settings, context: StackContext) -> Path:
-    """Written atomically and readable only by its owner: it holds tokens."""
+    """Written atomically and readable only by its owner: it holds tokens and the database password."""
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    partial = settings.context_file.with_suffix(".json.partial")
-    partial.write_text(context.model_dump_json(indent=2))
-    partial.chmod(0o600)
-    os.replace(partial, settings.context_file)
-    return settings.context_file
+    return write_private(settings.context_file, context.model_dump_json(indent=2))
 
 
 def database_url(settings: Settings) -> str:

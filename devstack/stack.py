@@ -141,7 +141,7 @@ class DevStack:
         return self._context
 
     def _start_postgres(self, data_dir: Path) -> EmbeddedPostgres:
-        server = EmbeddedPostgres(data_dir)
+        server = EmbeddedPostgres(data_dir, password_file=data_dir.parent / "postgres.password")
         user = server.prepare()
         foreign = server.running_pid()
         deadline = time.monotonic() + 15

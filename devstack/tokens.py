@@ -4,9 +4,9 @@ a token on a command line would be readable by every user through /proc."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from config.context import write_private
 from store.db import create_engine, session_factory
 from store.tokens import DEV_STACK_LABEL, create_token, rotate_dev_stack_tokens
 
@@ -30,9 +30,5 @@ def write_token_files(directory: Path, tokens: dict[str, str]) -> Path:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     directory.chmod(0o700)
     for node, token in tokens.items():
-        partial = directory / f".{node}.partial"
-        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w") as written:
-            written.write(token + "\n")
-        os.replace(partial, directory / node)
+        write_private(directory / node, token + "\n")
     return directory

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import asyncpg
 import psutil
+import pytest
+from sqlalchemy.engine import make_url
 
 BERTH = [sys.executable, "-m", "cli.main"]
 
@@ -40,8 +43,12 @@ async def test_berth_up_runs_the_stack_and_ctrl_c_stops_it(tmp_path: Path) -> No
         with urllib.request.urlopen(context["temporal_ui_url"], timeout=10) as response:
             assert response.status == 200
 
-        host, port = context["database_url"].split("@", 1)[1].split("/", 1)[0].split(":")
-        connection = await asyncpg.connect(host=host, port=int(port), user="postgres", database="berth")
+        assert stat.S_IMODE((state / "context.json").stat().st_mode) == 0o600  # tokens and the database password
+        database = make_url(context["database_url"])
+        address = {"host": database.host, "port": database.port, "user": database.username, "database": "berth"}
+        with pytest.raises(asyncpg.InvalidPasswordError):  # loopback is every local user's: a password is needed
+            await asyncpg.connect(**address)
+        connection = await asyncpg.connect(**address, password=database.password)
         try:
             assert await connection.fetchval("SELECT count(*) FROM nodes") == 9
             assert await connection.fetchval("SELECT count(*) FROM tenants") == 2
