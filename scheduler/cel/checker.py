@@ -104,8 +104,8 @@ class Checked:
     size: int | None = None
 
 
-def check(expression: str, tree: lark.Tree) -> None:
-    """Raise SelectorCompileError if Kubernetes would reject `expression`."""
+def check(expression: str, tree: lark.Tree) -> int:
+    """Raise SelectorCompileError if Kubernetes would reject `expression`; else its estimated worst-case cost."""
     if depth(tree) > MAX_DEPTH:
         raise SelectorCompileError(expression, 1, 1, f"expression nests more than {MAX_DEPTH} levels deep")
     checked = _Checker(expression).check(tree, {})
@@ -118,6 +118,7 @@ def check(expression: str, tree: lark.Tree) -> None:
         raise SelectorCompileError(
             expression, 1, 1, f"too complex, exceeds cost limit (estimated {checked.cost} > {MAX_COST})"
         )
+    return checked.cost
 
 
 def _signature(args: list[CelType], member: bool) -> str:

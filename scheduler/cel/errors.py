@@ -49,6 +49,32 @@ class SelectorRuntimeError(SelectorError):
         super().__init__(f"CEL selector {_quoted(expression)} failed{where}: {reason}")
 
 
+class SelectorCostExceeded(SelectorError):
+    """A request's selectors cost more than the request may spend (`cost.REQUEST_BUDGET`): the request is refused.
+
+    Raised at admission when one selector's estimated cost alone is over the budget (`estimated` true), or out of a
+    scheduling pass when the actual cost of all the request's selectors over the devices it met passes it; then
+    `expression` is the selector being evaluated when it did. Not a runtime error: no device is at fault, and it is
+    never remembered as a device's outcome."""
+
+    code = "selector_cost_exceeded"
+
+    def __init__(self, expression: str | None, cost: int, budget: int, *, estimated: bool = False) -> None:
+        self.expression = expression
+        self.cost = cost
+        self.budget = budget
+        self.estimated = estimated
+        limit = f"the budget of {budget} that a request's selectors may spend together"
+        if estimated:
+            message = (
+                f"CEL selector {_quoted(expression or '')} is too costly: its estimated cost {cost} is over {limit}"
+            )
+        else:
+            which = f" (stopped in {_quoted(expression)})" if expression is not None else ""
+            message = f"the request's CEL selectors cost more than {limit}{which}"
+        super().__init__(message)
+
+
 class DeviceError(SelectorError):
     """A published device cannot be given to CEL: an attribute or capacity value is malformed.
 

@@ -26,7 +26,7 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError, base_functions
 
 from scheduler.cel import strings
-from scheduler.cel.cost import charge_regex, charge_text
+from scheduler.cel.cost import charge, charge_regex, charge_text
 from scheduler.cel.quantity import Quantity, QuantityError, parse_quantity
 from scheduler.cel.semver import Semver, SemverError, parse_semver, parse_semver_normalized
 from scheduler.cel.types import (
@@ -110,9 +110,14 @@ def cel_equal(left: Any, right: Any) -> bool:
     if left_type != right_type:
         return left_type in _NUMERIC_NAMES and right_type in _NUMERIC_NAMES and _number(left) == _number(right)
     if isinstance(left, celtypes.ListType):
-        return len(left) == len(right) and all(cel_equal(a, b) for a, b in zip(left, right, strict=True))
+        if len(left) != len(right):
+            return False
+        charge(len(left))  # every element compared (Berth's charge: cel-python walks them one by one)
+        return all(cel_equal(a, b) for a, b in zip(left, right, strict=True))
     if isinstance(left, celtypes.MapType):
         missing = object()
+        if len(left) == len(right):
+            charge(len(left))
         return len(left) == len(right) and all(
             cel_equal(value, dict.get(right, key, missing)) for key, value in left.items()
         )
@@ -194,14 +199,21 @@ def _matches(text: Any, pattern: Any) -> Any:
 
 
 def _concatenated(left: Any, right: Any) -> Any:
-    """`+`, charged the copy when it joins strings."""
+    """`+`, charged the copy when it joins strings, and (Berth's charge: cel-go concatenates lists lazily, cel-python
+    copies them) the elements copied when it joins lists."""
     if isinstance(left, celtypes.StringType) and isinstance(right, celtypes.StringType):
         charge_text(str(left), str(right))
+    elif isinstance(left, celtypes.ListType) and isinstance(right, celtypes.ListType):
+        charge(len(left) + len(right))
+        return celtypes.ListType([*left, *right])  # cel-python's `+` would give a plain Python list
     return base_functions["_+_"](left, right)
 
 
 @_erring
 def _in(item: Any, container: Any) -> celtypes.BoolType:
+    """Charged the elements scanned (cel-go charges a list's size; cel-python scans a map's keys too)."""
+    if isinstance(container, celtypes.ListType | celtypes.MapType):
+        charge(len(container))
     if isinstance(container, celtypes.ListType):
         return celtypes.BoolType(any(cel_equal(item, element) for element in container))
     if isinstance(container, celtypes.MapType):

@@ -22,7 +22,7 @@ from typing import Any
 from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
-from scheduler.cel.cost import charge_text
+from scheduler.cel.cost import charge_length, charge_text
 
 # Go's unicode.IsSpace: the Latin-1 spaces plus Unicode's White_Space property.
 _GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
@@ -97,6 +97,10 @@ def replace(text: Any, old: Any, new: Any, limit: Any = None) -> Any:
     value, before, after = _text(text, "replace"), _text(old, "replace"), _text(new, "replace")
     count = -1 if limit is None else _int(limit, "replace")
     charge_text(value, before, after)
+    replaced = value.count(before) if before else len(value) + 1  # what Python replaces: an empty `old` is everywhere
+    if count >= 0:
+        replaced = min(replaced, count)
+    charge_length(replaced * len(after))  # Berth's charge for what it writes: one short `new` can multiply a text
     return celtypes.StringType(value.replace(before, after, count if count >= 0 else -1))
 
 
@@ -148,6 +152,7 @@ def join(elements: Any, separator: Any = None) -> Any:
             return CELEvalError(f"type conversion error from '{_kind(element)}' to 'string'")
         texts.append(str(element))
     charge_text(sep, *texts)
+    charge_length(len(sep) * max(len(texts) - 1, 0))  # the separator is written between every two elements
     return celtypes.StringType(sep.join(texts))
 
 
@@ -301,7 +306,9 @@ def format_string(template: Any, arguments: Any) -> Any:
                 continue
             if used >= len(arguments):
                 raise _FormatError(f"index {used} out of range")
-            pieces.append(_clause(verb, int(precision) if precision is not None else None, arguments[used]))
+            digits = int(precision) if precision is not None else None
+            charge_length(digits or 0)  # Berth's charge: `%.100000f` writes that many digits from a short template
+            pieces.append(_clause(verb, digits, arguments[used]))
             used += 1
     except _FormatError as error:
         return CELEvalError(f"error during formatting: {error}")
