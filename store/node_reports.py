@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -22,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.node import Slot
 from scheduler.host.checks import NodeValidation, SlotVerdict, ValidationState
-from scheduler.host.inventory import HostInventory
+from scheduler.host.inventory import MAX_HOST_BYTES, HostInventory
 from scheduler.host.report import NodeReport, ReportReply, approved_hash
 from scheduler.host.validate import validate_slots
 from store.liveness import STALE_AFTER_INTERVALS
@@ -35,6 +36,10 @@ class TopologyMismatch(ValueError):
 
 class UnstorableReport(ValueError):
     """The inventory holds text PostgreSQL cannot store (a NUL character): refused, never half-written."""
+
+
+class ReportTooLarge(ValueError):
+    """The inventory is larger than any real host's (`MAX_HOST_BYTES`): refused, nothing stored."""
 
 
 def slot_of(row: SlotRow) -> Slot:
@@ -60,7 +65,8 @@ async def record_report(
     session: AsyncSession, node: str, report: NodeReport, now: datetime | None = None
 ) -> ReportReply:
     """Take one report in. Raises LookupError for an unknown node, TopologyMismatch for an inventory that does not
-    hash to the topology named. The caller commits."""
+    hash to the topology named, UnstorableReport or ReportTooLarge for one that is never stored. The caller
+    commits."""
     now = now or datetime.now(UTC)
     if await session.get(NodeRow, node) is None:
         raise LookupError(node)
@@ -71,6 +77,10 @@ async def record_report(
             raise UnstorableReport(f"the host inventory holds text that is not valid Unicode: {error}") from None
         if "\\u0000" in text:
             raise UnstorableReport("the host inventory contains a NUL character, which cannot be stored")
+        if len(text) > MAX_HOST_BYTES:
+            raise ReportTooLarge(
+                f"the host inventory is {len(text)} characters of JSON; a host's is at most {MAX_HOST_BYTES}"
+            )
     if report.host is not None and report.host.topology_hash() != report.topology:
         raise TopologyMismatch(
             f"the inventory hashes to {report.host.topology_hash()}, not to the topology {report.topology} named"
@@ -127,7 +137,15 @@ async def revalidate(session: AsyncSession, nodes: list[str], now: datetime | No
         )
         slots = [slot_of(row) for row in rows]
         _note_approval(agent, approved_hash(slots), now)
-        validation = await _store_validation(session, rows, slots, HostInventory.model_validate(agent.host), now)
+        try:
+            host = HostInventory.model_validate(agent.host)
+        except ValidationError:
+            # Kept before reports were bounded (issue 21) and larger than any host: forgotten, its slots
+            # unvalidated until the agent's next report, which is asked for its host again.
+            agent.topology = agent.host = None
+            _write_verdicts(rows, {}, now)
+            continue
+        validation = await _store_validation(session, rows, slots, host, now)
         agent.slices_blocked = validation.slices_blocked
     await session.flush()
 

@@ -25,7 +25,7 @@ from fleet.meta import Name
 from fleet.node import NodeStatus
 from scheduler.host.report import NodeReport, ReportReply
 from store.models import ClusterRow, NodeAgentRow, NodeRow, PoolRow, SlotRow
-from store.node_reports import TopologyMismatch, UnstorableReport, record_report
+from store.node_reports import ReportTooLarge, TopologyMismatch, UnstorableReport, record_report
 
 log = logging.getLogger("berth.api")
 
@@ -211,6 +211,8 @@ async def report(node: NodePath, body: NodeReport, caller: Reporter, app: App) -
             raise ApiError(422, "topology_mismatch", str(mismatch)) from None
         except UnstorableReport as unstorable:
             raise ApiError(422, "invalid_request", str(unstorable)) from None
+        except ReportTooLarge as large:
+            raise ApiError(422, "report_too_large", str(large)) from None
     if not reply.send_host:
         app.heartbeats.confirm(node, body.topology, reply.approved)
     await app.heartbeats.maybe_flush(app.sessions)

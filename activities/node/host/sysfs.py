@@ -34,6 +34,10 @@ from typing import Any
 from activities.node.host.gpu_details import GpuDetail, GpuDetails, GpuDetailsError
 from activities.node.host.rootfs import HostRoot
 from scheduler.host.inventory import (
+    MAX_MESSAGE,
+    MAX_NAME,
+    MAX_PATH,
+    MAX_PROBLEMS,
     FabricDevice,
     FabricRole,
     Gpu,
@@ -160,11 +164,17 @@ class _Scan:
     # --- reading, with failures turned into problems -------------------------------------------------------------
 
     def problem(self, path: str, message: str, device: str | None) -> None:
-        self._problems.add(("/" + path, message, device))
+        # Clipped to what a report may carry (a name read from a broken sysfs can be anything up to NAME_MAX).
+        self._problems.add((("/" + path)[:MAX_PATH], message[:MAX_MESSAGE], device[:MAX_NAME] if device else device))
 
     def problems(self) -> list[HostProblem]:
+        """Sorted; at most MAX_PROBLEMS, the last saying how many more there were (a report may carry no more)."""
         ordered = sorted(self._problems, key=lambda problem: (problem[0], problem[1], problem[2] or ""))
-        return [HostProblem(path=path, message=message, device=device) for path, message, device in ordered]
+        found = [HostProblem(path=path, message=message, device=device) for path, message, device in ordered]
+        if len(found) <= MAX_PROBLEMS:
+            return found
+        more = len(found) - (MAX_PROBLEMS - 1)
+        return [*found[: MAX_PROBLEMS - 1], HostProblem(path="/sys", message=f"{more} more problems not listed")]
 
     def text(self, path: str, device: str | None, *, optional: bool = False) -> str | None:
         """The stripped contents of a file; None and a problem when unreadable (no problem when optional and
