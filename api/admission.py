@@ -1,4 +1,4 @@
-"""Admission: a request the fleet could never hold is refused before anything exists (seed 003's fast fail).
+"""Admission: what placement would refuse anyway is refused before anything exists (seed 003's fast fail).
 
 "Never" means no host of the asked shape and product (in the asked region) has that many GPUs at all, whatever is
 claimed, cordoned or down right now: those requests would only start a workflow that fails at its first step, and
@@ -6,15 +6,29 @@ under a burst they would queue behind the region's placement lock for an answer 
 not fit now still becomes an allocation, which fails with `insufficient_capacity` and its explanation.
 
     the API's inventory cache -> largest host per (region, product, shape), kept per snapshot -> 422 `unsatisfiable`
+
+A request the tenant's quota cannot admit now (GPUs active and in flight plus the request over `gpuQuota`) is
+refused too, 409 `quota_exceeded` with the message placement would have failed it with (issue 21: a burst of 40
+such creates each became a workflow and a row). 409, not 422: the request is valid and may pass once the tenant
+releases GPUs, as `invalid_state` answers an action the object's current state does not allow. The arithmetic is
+the region scheduler's own (`scheduler.region.quota_refusal`) over the tenant's usage read now. Placement stays the
+authority: two creates racing may both pass here and one then fails `quota_exceeded` as before.
+
+    tenants' policy from the inventory cache + usage (one GROUP BY) -> quota_refusal -> 409 `quota_exceeded`
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.errors import ApiError
 from api.models import AllocationCreate
+from scheduler.region import quota_refusal
 from scheduler.snapshot import Snapshot
+from store.snapshot import tenant_usage
 
 Shape = tuple[str, str, str]  # (region, product casefolded, shape)
 
@@ -69,3 +83,29 @@ def check_admissible(snapshot: Snapshot, body: AllocationCreate) -> None:
         "hold this request",
         details,
     )
+
+
+async def check_quota(session: AsyncSession, snapshot: Snapshot, body: AllocationCreate) -> None:
+    """409 `quota_exceeded` when the tenant's quota cannot admit the request now. `snapshot` gives the tenants'
+    policy (the inventory cache's, which a fleet apply refreshes); their usage is read here, in the caller's session.
+
+    Every create asks this today: the request has no way to say it would rather wait. Once queues exist, a request
+    that asks to wait must skip this check and be queued instead, so the route calls it only for requests that do
+    not wait; keep the decision in this one function so that bypass stays one condition at the call site."""
+    tenant = body.tenant
+    view = snapshot.tenants.get(tenant or "")
+    if view is None:
+        return  # a tenant the cache does not know yet: placement reads it fresh and decides
+    active, in_flight = (await tenant_usage(session)).get(view.name, (0, 0))
+    current = snapshot.with_tenants([dataclasses.replace(view, active_gpus=active, in_flight_gpus=in_flight)])
+    refusal = quota_refusal(current, body.placement_request(tenant))
+    if refusal is None:
+        return
+    details = {
+        "tenant": view.name,
+        "gpu_quota": view.gpu_quota,
+        "active_gpus": active,
+        "in_flight_gpus": in_flight,
+        "requested_gpus": body.gpu_count,
+    }
+    raise ApiError(409, refusal.code.value, refusal.message, details)

@@ -45,3 +45,6 @@ class DeploymentSummary(BaseModel):
 
 class DeploymentList(BaseModel):
     deployments: list[DeploymentSummary]
+    next_cursor: str | None = Field(
+        default=None, description="Pass as `cursor` for the next page; null on the last page."
+    )

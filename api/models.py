@@ -164,6 +164,9 @@ class AllocationDetail(AllocationSummary):
 
 class AllocationList(BaseModel):
     allocations: list[AllocationSummary]
+    next_cursor: str | None = Field(
+        default=None, description="Pass as `cursor` for the next page; null on the last page."
+    )
 
 
 class CapacityReport(BaseModel):

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.heartbeats import Heartbeats
 from api.metrics import Metrics
+from api.rate_limit import CreateLimits
 from api.temporal import ControlPlane
 from store.inventory import InventoryCache
 from store.tokens import Principal
@@ -27,6 +28,7 @@ class Services:
     inventory: InventoryCache = field(default_factory=InventoryCache)  # explain and capacity read through it
     heartbeats: Heartbeats = field(default_factory=Heartbeats)  # agents' steady reports, written in batches
     node_tokens: dict[str, tuple[Principal, float]] = field(default_factory=dict)  # digest -> (principal, until)
+    create_limits: CreateLimits = field(default_factory=CreateLimits)  # per-tenant create buckets, this process's
 
     @property
     def sessions(self) -> async_sessionmaker[AsyncSession]:

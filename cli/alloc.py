@@ -301,20 +301,35 @@ def list_(
     state: Annotated[str | None, typer.Option("--state", help="Only allocations in this state.")] = None,
     region: Annotated[str | None, typer.Option("--region", help="Only allocations in this region.")] = None,
     node: Annotated[str | None, typer.Option("--node", help="Only allocations on this node.")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many, newest first.")] = 100,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=1000, help="At most this many a page, newest first.")
+    ] = 100,
+    cursor: Annotated[
+        str | None, typer.Option("--cursor", help="Start at this page (the `next_cursor` a list printed).")
+    ] = None,
+    every: Annotated[bool, typer.Option("--all", help="Follow the pages to the oldest allocation.")] = False,
     tenant: TenantOption = None,
     output: OutputOption = OutputFormat.TEXT,
     api: ApiOption = None,
     token: TokenOption = None,
 ) -> None:
-    """List allocations, newest first (a tenant sees only its own)."""
-    params = {"state": state, "region": region, "node": node, "tenant": tenant, "limit": limit}
+    """List allocations, newest first, a page at a time (a tenant sees only its own)."""
+    params = {"state": state, "region": region, "node": node, "tenant": tenant, "limit": limit, "cursor": cursor}
     with api_client(api, token, tenant) as client:
         data = client.call("GET", "/v1/allocations", params=params)
+        rows = list(data["allocations"])
+        while every and data.get("next_cursor"):
+            data = client.call("GET", "/v1/allocations", params=params | {"cursor": data["next_cursor"]})
+            rows.extend(data["allocations"])
+        listed = {"allocations": rows, "next_cursor": data.get("next_cursor")}
         if output is OutputFormat.JSON:
-            print_json(data)
-        else:
-            _render_list(AllocationList.model_validate(data).allocations)
+            print_json(listed)
+            return
+        page = AllocationList.model_validate(listed)
+        _render_list(page.allocations)
+        if page.next_cursor:
+            more = f"More: berth alloc list --cursor {page.next_cursor} (or --all)."
+            console.print(escape(more), style="dim", highlight=False, soft_wrap=True)  # one line to copy
 
 
 @app.command("get")

@@ -143,6 +143,13 @@ def _admit_tenant(
     return tenant, refusal if over else None, tally.explanation()
 
 
+def quota_refusal(snapshot: Snapshot, request: PlacementRequest) -> Refusal | None:
+    """The `quota_exceeded` refusal region selection would give the request now, or None: for admission to refuse
+    early with the same code and message (api/admission.py), from the same arithmetic."""
+    _, refusal, _ = _admit_tenant(snapshot, request, detail=False)
+    return refusal if refusal is not None and refusal.code is Reason.QUOTA_EXCEEDED else None
+
+
 def select_region(snapshot: Snapshot, request: PlacementRequest, *, detail: bool = False) -> RegionDecision:
     levels: list[LevelExplanation] = []
     tenant: TenantView | None = None

@@ -123,6 +123,7 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
             "gpu_quota": t.spec.gpu_quota,
             "allowed_regions": list(t.spec.allowed_regions) if t.spec.allowed_regions is not None else None,
             "required_jurisdiction": t.spec.required_jurisdiction,
+            "rate_limit": t.spec.rate_limit.model_dump(mode="json") if t.spec.rate_limit is not None else None,
         }
         for name, t in fleet.tenants.items()
     }

@@ -234,6 +234,8 @@ class TenantRow(Base):
     gpu_quota: Mapped[int] = mapped_column(Integer, nullable=False)
     allowed_regions: Mapped[list[str] | None] = mapped_column(JSONB)
     required_jurisdiction: Mapped[str | None] = mapped_column(String(64))
+    # {"creates_per_second", "burst"} (fleet.tenant.TenantRateLimit); NULL: no limit. Read by the API's create path.
+    rate_limit: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
 
 
 class ApiTokenRow(Base):
@@ -263,6 +265,9 @@ class AllocationRow(Base):
         CheckConstraint(_one_of("shape", ("gpu_slice", "baremetal")), name="shape"),
         CheckConstraint("gpu_count > 0", name="gpu_count"),
         UniqueConstraint("tenant", "idempotency_key"),
+        # Keyset pages of `GET /v1/allocations`, newest first (migration 0009): all, and one tenant's.
+        Index("ix_allocations_created_at_id", "created_at", "id"),
+        Index("ix_allocations_tenant_created_at_id", "tenant", "created_at", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)

@@ -9,10 +9,17 @@ reused one. The answer follows what Temporal accepted:
 - a selector that does not compile, or a region, product or pinned node the fleet does not have: 422 with the
   position or the valid choices (api/request_checks.py), and nothing was created; so is a request no host of the
   fleet could ever hold (`unsatisfiable`, api/admission.py);
+- more creates than the tenant's `rateLimit` allows: 429 `rate_limited` with `Retry-After` (api/rate_limit.py),
+  before anything is checked or created;
+- a request the tenant's quota cannot admit now: 409 `quota_exceeded`, the message placement would fail it with,
+  and nothing was created (api/admission.py; placement stays the authority);
 - PostgreSQL or Temporal unreachable before the start: 503, and nothing was created;
 - the start accepted: 202, even when writing the allocation's row then fails (the workflow writes the same row,
   key included, as its first step, so the allocation appears as soon as PostgreSQL is back);
-- the same key again, with the same body: 200 and the same allocation; with another body: 409.
+- the same key again, with the same body: 200 and the same allocation; with another body: 409. The key is looked
+  up before the rate limit and the quota, so a retry of an accepted create is answered, not refused.
+
+Lists are keyset-paged, newest first by `(created_at, id)`, with an opaque `next_cursor` (api/cursor.py).
 """
 
 from __future__ import annotations
@@ -21,18 +28,20 @@ import hashlib
 import json
 import logging
 import uuid
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Response
 from pydantic import ValidationError
-from sqlalchemy import select, update
+from sqlalchemy import select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api import allocation_view
-from api.admission import check_admissible
+from api import allocation_view, cursor
+from api.admission import check_admissible, check_quota
 from api.auth import Caller, acting_tenant
-from api.errors import ApiError, conflict, error_responses
+from api.cursor import CursorParam
+from api.errors import ApiError, ErrorEnvelope, conflict, error_responses
 from api.models import (
     AllocationAccepted,
     AllocationCreate,
@@ -117,6 +126,10 @@ async def _replay(session: AsyncSession, tenant: str, key: str, body: dict[str, 
             "description": "An Idempotency-Key replay: the allocation the first request created.",
         },
         **error_responses(401, 403, 409, 422, 503),
+        429: {
+            "model": ErrorEnvelope,
+            "description": "`rate_limited`: more creates than the tenant's `rateLimit`; retry after `Retry-After` s.",
+        },
     },
 )
 async def create_allocation(
@@ -131,14 +144,18 @@ async def create_allocation(
     body = body.model_copy(update={"tenant": tenant})
     recorded = body.model_dump(mode="json")
     async with app.sessions() as session:
-        if await session.get(TenantRow, tenant) is None:
+        tenant_row = await session.get(TenantRow, tenant)
+        if tenant_row is None:
             problem = {"field": "body.tenant", "message": "is not a tenant of the fleet", "type": "unknown"}
             raise ApiError(422, "unknown_tenant", f"tenant {tenant!r} does not exist", [problem])
         if idempotency_key is not None and (earlier := await _replay(session, tenant, idempotency_key, recorded)):
             response.status_code = 200
             return earlier
+        app.create_limits.check(tenant, tenant_row.rate_limit)  # 429 before any costlier check
         await check_request(session, app.inventory, body)  # 422 before anything exists: no row, no workflow
-        check_admissible((await app.inventory.inventory(session)).snapshot, body)  # no host that big: 422 as well
+        snapshot = (await app.inventory.inventory(session)).snapshot
+        check_admissible(snapshot, body)  # no host that big: 422 as well
+        await check_quota(session, snapshot, body)  # over quota now: 409 (a request that waits will skip this)
     await app.control.require_worker()
 
     allocation_id = keyed_allocation_id(tenant, idempotency_key) if idempotency_key else uuid.uuid4().hex[:16]
@@ -202,9 +219,11 @@ async def list_allocations(
     region: Name | None = None,
     node: Name | None = None,
     tenant: Annotated[Name | None, Query(description="Admin tokens only; a tenant token sees its own.")] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Annotated[int, Query(ge=1, le=1000, description="At most this many on the page.")] = 100,
+    cursor_: Annotated[CursorParam, Query(alias="cursor")] = None,
 ) -> AllocationList:
-    """Allocations, newest first. A tenant token lists only its own tenant's."""
+    """Allocations, newest first, a page at a time: follow `next_cursor` until it is null for every one. A tenant
+    token lists only its own tenant's."""
     query = allocation_view.with_pool()
     for column, value in (
         (AllocationRow.state, state),
@@ -216,10 +235,19 @@ async def list_allocations(
             query = query.where(column == value)
     if not caller.is_admin:
         query = query.where(AllocationRow.tenant == caller.tenant)
-    query = query.order_by(AllocationRow.created_at.desc(), AllocationRow.id).limit(limit)
+    if cursor_ is not None:
+        at, last = cursor.decode(cursor_, "allocations", 2)
+        query = query.where(tuple_(AllocationRow.created_at, AllocationRow.id) < (cursor.timestamp(cursor_, at), last))
+    query = query.order_by(AllocationRow.created_at.desc(), AllocationRow.id.desc()).limit(limit + 1)
     async with app.sessions() as session:
         rows = (await session.execute(query)).all()
-    return AllocationList(allocations=[allocation_view.summary(*row) for row in rows])
+    page = [allocation_view.summary(*row) for row in rows[:limit]]
+    more = len(rows) > limit
+    return AllocationList(allocations=page, next_cursor=_position(page[-1].created_at, page[-1].id) if more else None)
+
+
+def _position(created_at: datetime, allocation_id: str) -> str:
+    return cursor.encode("allocations", created_at.isoformat(), allocation_id)
 
 
 @router.post(

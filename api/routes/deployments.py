@@ -3,7 +3,8 @@ ModelDeployments.
 
 Deployments are namespaced, as Modelplane's are: the same name in two namespaces is two deployments, each its own
 workflow (`deployment/<name>` in `default`, `deployment/<namespace>/<name>` elsewhere). `/v1/deployments/{name}`
-is the `default` namespace, as it always was; `GET /v1/deployments` lists every namespace (`?namespace=` filters).
+is the `default` namespace, as it always was; `GET /v1/deployments` lists every namespace (`?namespace=` filters),
+at most `limit` (1,000) a page, with `next_cursor` for the next (api/cursor.py).
 A body whose `metadata.namespace` is not the one addressed is a 422 naming that field.
 
 Deployments are admin-scoped: the schema has no tenant for them (a ModelDeployment is platform capacity placed on
@@ -20,10 +21,11 @@ from typing import Annotated, Any
 
 import yaml
 from fastapi import APIRouter, Depends, Path, Query, Request
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 
-from api import deployment_control
+from api import cursor, deployment_control
 from api.auth import Admin
+from api.cursor import CursorParam
 from api.deployment_models import DeploymentAccepted, DeploymentList, DeploymentSummary, DeploymentView
 from api.errors import ApiError, error_responses, not_found
 from api.services import Services, services
@@ -168,15 +170,23 @@ async def list_deployments(
     caller: Admin,
     app: App,
     namespace: Annotated[Name | None, Query(description="Only the deployments of this namespace.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="At most this many on the page.")] = 1000,
+    cursor_: Annotated[CursorParam, Query(alias="cursor")] = None,
 ) -> DeploymentList:
     """Every deployment (of every namespace, unless one is given) with the status its workflow last recorded, by
-    namespace and name."""
+    namespace and name, a page at a time (keyset on the primary key): follow `next_cursor` until it is null."""
     query = select(ModelDeploymentRow).order_by(ModelDeploymentRow.namespace, ModelDeploymentRow.name)
     if namespace is not None:
         query = query.where(ModelDeploymentRow.namespace == namespace)
+    if cursor_ is not None:
+        after = tuple(cursor.decode(cursor_, "deployments", 2))
+        query = query.where(tuple_(ModelDeploymentRow.namespace, ModelDeploymentRow.name) > after)
     async with app.sessions() as session:
-        rows = (await session.scalars(query)).all()
+        found = (await session.scalars(query.limit(limit + 1))).all()
+    rows = found[:limit]
+    more = len(found) > limit
     return DeploymentList(
+        next_cursor=cursor.encode("deployments", rows[-1].namespace, rows[-1].name) if more else None,
         deployments=[
             DeploymentSummary(
                 namespace=row.namespace,
@@ -188,7 +198,7 @@ async def list_deployments(
                 message=str((row.status or {}).get("message") or ""),
             )
             for row in rows
-        ]
+        ],
     )
 
 
