@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from scheduler.bundles import BundlePlan, plan_bundles
+from scheduler.bundles import BundlePlan, HeldSlot, plan_bundles
+from scheduler.cel import RequestBudget, request_budget
 from scheduler.cluster import find_candidates
 from scheduler.explanation import Explanation, LevelExplanation, Refusal
 from scheduler.nodes import Candidate
@@ -28,6 +29,9 @@ class PlacementResult(BaseModel):
     plan: BundlePlan | None  # what the chosen node's scheduler would plan, given the snapshot's view of it
     refusal: Refusal | None
     explanation: Explanation
+    # Who holds the held slots of the pinned and the chosen nodes. Never set by `schedule`: its text and this result
+    # reach tenants, who may not learn others' allocation ids; the API adds it for admins (api/routes/placement.py).
+    holders: list[HeldSlot] | None = None
 
     @property
     def chosen(self) -> Candidate | None:
@@ -45,8 +49,19 @@ def _refused(region: str | None, refusal: Refusal, levels: list[LevelExplanation
     )
 
 
-def schedule(snapshot: Snapshot, request: PlacementRequest, *, detail: bool = False) -> PlacementResult:
-    """Place `request` on `snapshot`, or say level by level why not. `detail` adds per-item verdicts."""
+def schedule(
+    snapshot: Snapshot, request: PlacementRequest, *, detail: bool = False, budget: RequestBudget | None = None
+) -> PlacementResult:
+    """Place `request` on `snapshot`, or say level by level why not. `detail` adds per-item verdicts.
+
+    The whole pass charges one CEL cost budget (`budget`, a fresh one by default): raises
+    `scheduler.cel.SelectorCostExceeded` when the request's selectors pass it (a bad request, like a selector that
+    does not compile)."""
+    with request_budget(budget):
+        return _schedule(snapshot, request, detail)
+
+
+def _schedule(snapshot: Snapshot, request: PlacementRequest, detail: bool) -> PlacementResult:
     regional = select_region(snapshot, request, detail=detail)
     levels = list(regional.levels)
     if regional.refusal is not None:

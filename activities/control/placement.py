@@ -11,12 +11,20 @@ candidates travel with their pools' deadlines, which the workflow applies from t
 
 `choose_placement` takes the region and cluster decisions in one step on one read (the allocation workflow runs it
 as a local activity); `select_region` and `find_candidates` stay for runs started before it, and
-`find_candidates` for the one re-plan a run makes when its list runs out."""
+`find_candidates` for the one re-plan a run makes when its list runs out.
+
+The scheduler's levels run in a worker thread (`asyncio.to_thread`), never on the worker's event loop: a request's
+CEL selectors may cost up to their budget of CPU, and meanwhile the loop must go on running other allocations'
+activities and the workflow tasks of the worker. One step's levels charge one CEL budget (`scheduler.cel`); past it
+the step refuses with `selector_cost_exceeded`, naming the selector (issue 21)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
+from collections.abc import Callable
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -26,6 +34,7 @@ from activities.control.choice import PlacementChoice
 from activities.control.records import write_trail
 from scheduler import cluster, region
 from scheduler.breaker import BreakerPolicy
+from scheduler.cel import RequestBudget, SelectorCostExceeded, request_budget
 from scheduler.explanation import Explanation
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
@@ -34,6 +43,9 @@ from store.inventory import InventoryCache
 from store.snapshot import pending_plans, with_pending_plans
 
 Plans = dict[str, list[tuple[str, int]]]
+T = TypeVar("T")
+R = TypeVar("R", RegionChoice, CandidateList)
+SELECTOR_COST_EXCEEDED = SelectorCostExceeded.code
 
 
 class RegionLockTimes:
@@ -55,8 +67,29 @@ class RegionLockTimes:
 LOCK_TIMES = RegionLockTimes()
 
 
-def _region_choice(snapshot: Snapshot, request: PlacementRequest) -> RegionChoice:
-    decision = region.select_region(snapshot, request)
+async def _off_loop(budget: RequestBudget, level: Callable[[], T]) -> T:
+    """Run one scheduler level in a worker thread, charging the step's CEL budget; raises SelectorCostExceeded."""
+
+    def charged() -> T:
+        with request_budget(budget):
+            return level()
+
+    return await asyncio.to_thread(charged)
+
+
+def _too_costly(error: SelectorCostExceeded, refused: R) -> R:
+    """`refused` saying that the request's selectors passed their budget."""
+    message = str(error)
+    explanation = Explanation(summary=message, levels=[])
+    update = {"refusal_code": SELECTOR_COST_EXCEEDED, "refusal_message": message, "explanation": explanation}
+    return refused.model_copy(update=update)
+
+
+async def _region_choice(snapshot: Snapshot, request: PlacementRequest, budget: RequestBudget) -> RegionChoice:
+    try:
+        decision = await _off_loop(budget, lambda: region.select_region(snapshot, request))
+    except SelectorCostExceeded as error:
+        return _too_costly(error, RegionChoice(region=None))
     if decision.refusal is None:
         return RegionChoice(region=decision.region)  # the explanation travels only with a refusal
     return RegionChoice(
@@ -97,7 +130,13 @@ class PlacementActivities:
             return await self.inventory.snapshot_and_plans(session, exclude_allocation=allocation_id)
 
     async def _candidates(
-        self, base: Snapshot, plans: Plans, request: PlacementRequest, region_name: str, allocation_id: str
+        self,
+        base: Snapshot,
+        plans: Plans,
+        request: PlacementRequest,
+        region_name: str,
+        allocation_id: str,
+        budget: RequestBudget,
     ) -> CandidateList:
         """Cluster level. Decisions in one region are taken one at a time: each overlays what is being planned right
         now on the inventory and marks its first choice as being planned before the next one looks, so requests that
@@ -107,8 +146,22 @@ class PlacementActivities:
         A request that cannot fit on what is known now is refused before queueing for the lock: waiting could only
         show it more plans in progress. Under the lock only the cheap part runs: the plans in progress re-read, the
         ranking redone only if they moved, the tentative choice written."""
+        try:
+            return await self._ranked(base, plans, request, region_name, allocation_id, budget)
+        except SelectorCostExceeded as error:
+            return _too_costly(error, CandidateList())
+
+    async def _ranked(
+        self,
+        base: Snapshot,
+        plans: Plans,
+        request: PlacementRequest,
+        region_name: str,
+        allocation_id: str,
+        budget: RequestBudget,
+    ) -> CandidateList:
         known = with_pending_plans(base, plans)
-        decision = cluster.find_candidates(known, request, region_name)
+        decision = await _off_loop(budget, lambda: cluster.find_candidates(known, request, region_name))
         if decision.refusal is not None:
             LOCK_TIMES.fast_refusals += 1
             return _candidate_list(known, decision)
@@ -118,8 +171,8 @@ class PlacementActivities:
             locked = time.perf_counter()
             fresh = await pending_plans(session, allocation_id)
             if fresh != plans:
-                known = with_pending_plans(base, fresh)
-                decision = cluster.find_candidates(known, request, region_name)
+                moved = known = with_pending_plans(base, fresh)
+                decision = await _off_loop(budget, lambda: cluster.find_candidates(moved, request, region_name))
             if decision.candidates:
                 await record_first_choice(session, allocation_id, decision.candidates[0].node)
         LOCK_TIMES.waited.append(1000 * (locked - asked))
@@ -136,12 +189,13 @@ class PlacementActivities:
         make (the worker crashed before the workflow took the answer): the trail's write retracts it first."""
         await write_trail(self.sessions, request.trail, retract=request.final)
         base, plans = await self._read(request.allocation_id)
-        region_choice = _region_choice(with_pending_plans(base, plans), request.request)
+        budget = RequestBudget()  # one for both levels: the cluster level pays nothing for pairs the region level paid
+        region_choice = await _region_choice(with_pending_plans(base, plans), request.request, budget)
         if region_choice.region is None:
             choice = PlacementChoice(region=region_choice)
         else:
             candidates = await self._candidates(
-                base, plans, request.request, region_choice.region, request.allocation_id
+                base, plans, request.request, region_choice.region, request.allocation_id, budget
             )
             choice = PlacementChoice(region=region_choice, candidates=candidates)
         refusal = choice.refusal()
@@ -160,14 +214,16 @@ class PlacementActivities:
         await write_trail(self.sessions, request.trail)
         async with self.sessions() as session:
             snapshot = await self.inventory.snapshot(session, exclude_allocation=request.allocation_id)
-        return _region_choice(snapshot, request.request)
+        return await _region_choice(snapshot, request.request, RequestBudget())
 
     @activity.defn(name="find_candidates")
     async def find_candidates(self, request: FindCandidatesInput) -> CandidateList:
         """Cluster level: pool eligibility and ranked candidate nodes (the chosen one plus alternates)."""
         await write_trail(self.sessions, request.trail)
         base, plans = await self._read(request.allocation_id)
-        return await self._candidates(base, plans, request.request, request.region, request.allocation_id)
+        return await self._candidates(
+            base, plans, request.request, request.region, request.allocation_id, RequestBudget()
+        )
 
     def activities(self) -> list[object]:
         return [self.choose_placement, self.select_region, self.find_candidates]

@@ -24,11 +24,11 @@ The tracker lives in a context variable set for the duration of one `evaluate`, 
 without being handed it.
 
 **The request budget** (issue 21). Kubernetes' limit is per expression, and cel-go runs 1,000,000 units in about a
-millisecond; cel-python runs about 20 units per millisecond (`python -m bench.cel_cost`), so one expression at that
-limit is close to a minute of CPU, and a request carries up to 32 selectors evaluated against every distinct device
+millisecond; cel-python runs 15 to 60 units per millisecond (`python -m bench.cel_cost`), so one expression at that
+limit is about a minute of CPU, and a request carries up to 32 selectors evaluated against every distinct device
 it meets. So every evaluation made for one request (all its selectors over all the devices of one scheduling pass)
-also charges one `RequestBudget` of `REQUEST_BUDGET` units, about 25 ms of CPU at the measured speed (derivation in
-docs/benchmarks.md, "CEL cost budget"); past it the whole request stops with `RequestCostExceeded`, which is the
+also charges one `RequestBudget` of `REQUEST_BUDGET` units, at most about 65 ms of CPU at the slowest speed measured
+(derivation in docs/benchmarks.md, "CEL cost budget (issue 21)"); past it the whole request stops with `RequestCostExceeded`, which is the
 request's fault, not the device's: it is never remembered as a device's outcome, and callers refuse the request
 (HTTP 422 `selector_cost_exceeded` from explain, placement refusal `selector_cost_exceeded` for an allocation). A
 selector whose estimated cost alone is over the budget is refused the same way at admission. An evaluation made
@@ -44,9 +44,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 MAX_COST = 1_000_000  # resource.CELSelectorExpressionMaxCost, both the estimate's and one evaluation's limit
-# What all of one request's selectors may spend together in one scheduling pass (about 25 ms of CPU at the slowest
-# speed bench/cel_cost.py measured; see docs/benchmarks.md).
-REQUEST_BUDGET = 500
+# What all of one request's selectors may spend together in one scheduling pass: about 65 ms of CPU at the slowest
+# speed bench/cel_cost.py measured (15 units/ms), 30 at the median shape's (32); see docs/benchmarks.md.
+REQUEST_BUDGET = 1000
 STRING_TRAVERSAL_FACTOR = 0.1
 REGEX_FACTOR = 0.25
 LIMIT_MESSAGE = "operation cancelled: actual cost limit exceeded"
