@@ -7,8 +7,13 @@ allocation behind for a typo. Here, on the create hot path:
     selectors compile and GPU pins are consistent (pure)  ->  names exist in the fleet (the API's inventory cache)
     ->  pinned GPUs are GPUs of the pinned node's approved slots
 
+The names are the fleet as the caller may use it (`fleet_for`): all of it for an admin; for a tenant, the regions its
+policy admits, their pools and those pools' nodes (`scheduler.tenant_scope`). So a tenant's 422 lists only choices
+it may use, and a region or node it may not use is answered exactly as one that does not exist: a token cannot
+probe the rest of the fleet. Explain and capacity show a tenant the same view (api/routes/placement.py).
+
 The inventory cache answers with one small query while the fleet is unchanged, and the name sets built from a
-snapshot are kept until the cache hands out another one, so a create costs no extra inventory read.
+snapshot are kept, per tenant, until the cache hands out another one, so a create costs no extra inventory read.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from api.models import AllocationCreate
 from scheduler.cel import SelectorCompileError, compile_selector
 from scheduler.request import CapacityShape
 from scheduler.snapshot import Snapshot
+from scheduler.tenant_scope import tenant_view
 from store.inventory import InventoryCache
+from store.tokens import Principal
 
 NODE_CHOICES_SHOWN = 100  # a fleet may hold thousands of nodes; `details` lists this many and counts the rest
 MESSAGE_CHOICES = 12  # the message is one line a CLI prints: it names this many choices
@@ -51,18 +58,29 @@ class FleetNames:
         return any(offered.casefold() == wanted for offered in self.products)
 
 
+def fleet_for(snapshot: Snapshot, viewer: Principal) -> Snapshot:
+    """The fleet as `viewer` may see it: the whole snapshot for an admin, the tenant's usable part otherwise."""
+    return snapshot if viewer.is_admin else tenant_view(snapshot, viewer.tenant or "")
+
+
 class _Remembered:
-    """The names of the last snapshot seen: the inventory cache hands out the same snapshot until the fleet or an
-    agent's liveness changes, so identity tells whether they are still current."""
+    """The names of the last snapshot seen, per viewer (None: an admin; else the tenant): the inventory cache hands
+    out the same snapshot until the fleet or an agent's liveness changes, so identity tells whether they are still
+    current."""
 
     snapshot: Snapshot | None = None
-    names: FleetNames | None = None
+    names: dict[str | None, FleetNames]
 
-    def names_of(self, snapshot: Snapshot) -> FleetNames:
-        names = self.names
-        if self.snapshot is not snapshot or names is None:
-            names = FleetNames.of(snapshot)
-            self.snapshot, self.names = snapshot, names
+    def __init__(self) -> None:
+        self.names = {}
+
+    def names_of(self, snapshot: Snapshot, viewer: Principal) -> FleetNames:
+        if self.snapshot is not snapshot:
+            self.snapshot, self.names = snapshot, {}
+        key = None if viewer.is_admin else viewer.tenant
+        names = self.names.get(key)
+        if names is None:
+            names = self.names[key] = FleetNames.of(fleet_for(snapshot, viewer))
         return names
 
 
@@ -153,10 +171,13 @@ def check_names(names: FleetNames, body: AllocationCreate) -> None:
             raise _unknown(f"body.nodes[{index}]", "node", node, choices[:NODE_CHOICES_SHOWN], len(choices))
 
 
-async def check_request(session: AsyncSession, inventory: InventoryCache, body: AllocationCreate) -> None:
-    """Every check of this module, cheapest first; raises the first ApiError (422)."""
+async def check_request(
+    session: AsyncSession, inventory: InventoryCache, body: AllocationCreate, viewer: Principal
+) -> None:
+    """Every check of this module, cheapest first, against the fleet as `viewer` may use it; raises the first
+    ApiError (422)."""
     check_selectors(body)
     check_gpu_pins(body)
     snapshot = (await inventory.inventory(session)).snapshot
-    check_names(_remembered.names_of(snapshot), body)
+    check_names(_remembered.names_of(snapshot, viewer), body)
     check_gpus(snapshot, body)

@@ -11,6 +11,8 @@ snapshot. It judges the node with the same filter chain as the cluster scheduler
 - pinned GPUs (`PlanRequest.gpus`): exactly those slots, judged on a view where no other slot is usable
   (`scheduler.pinning.pinned_slots_view`), or a refusal naming each pinned GPU that cannot be had and why.
 
+No text here names the allocation holding a slot (tenants read it); `held_slots` gives holders as data.
+
 Slots the allocation already claims or leases count as free, and if it already holds exactly the bundles it asks
 for, those are its plan: planning the same allocation twice gives the same answer.
 """
@@ -129,9 +131,43 @@ def plan_bundles(node: NodeView, request: PlanRequest, *, detail: bool = False) 
 
 
 def _describe(slot: SlotView) -> str:
-    holder = f" by {slot.holder}" if slot.holder else ""
+    """A slot's per-item detail: its state ("claimed"), never who holds it (see `held_slots`)."""
     checked = f", {slot.validation}" + (f" ({slot.validation_reason})" if slot.validation_reason else "")
-    return f"index {slot.index}, NUMA {slot.numa_node}, GPU {slot.gpu_pci or '?'}, {slot.state}{holder}{checked}"
+    return f"index {slot.index}, NUMA {slot.numa_node}, GPU {slot.gpu_pci or '?'}, {slot.state}{checked}"
+
+
+class HeldSlot(BaseModel):
+    """A slot of a node and the allocation that claims or leases it (or whose failure left it quarantined).
+
+    The scheduler's text (refusals, summaries, per-item detail) says only that a slot is claimed, leased or
+    quarantined: that text reaches tenants, in explain and in their own allocations' failure reasons, and a tenant
+    may not learn another tenant's allocation ids. Who holds what is this structured list instead, which a caller
+    shows to whom it may (the API: to admins, next to explain's answer)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    slot_id: str  # as the bundle level's per-item detail names the slot
+    slot_index: int
+    gpu_pci: str
+    state: SlotState
+    allocation: str
+
+
+def held_slots(node: NodeView) -> list[HeldSlot]:
+    """Every slot of `node` that an allocation holds, by slot index."""
+    return [
+        HeldSlot(
+            node=node.name,
+            slot_id=str(slot.id),
+            slot_index=slot.index,
+            gpu_pci=slot.gpu_pci,
+            state=slot.state,
+            allocation=slot.holder,
+        )
+        for slot in sorted(node.slots, key=lambda s: s.index)
+        if slot.holder is not None
+    ]
 
 
 def _pick_slices(

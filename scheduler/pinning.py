@@ -10,7 +10,8 @@ request that is placed costs no more than any other.
 A request may also pin GPUs (PCI addresses) on its one pinned node. The node is then judged, by the cluster and the
 node scheduler alike, on a view where every other slot is unapproved (`pinned_slots_view`): the same filter chain
 counts only the pinned slots, and the planner can pick no others. A pinned GPU that is not free (claimed, leased,
-quarantined, invalid) or not on the node refuses the request, naming the GPU and why (`pinned_gpu_problems`).
+quarantined, invalid) or not on the node refuses the request, naming the GPU and why (`pinned_gpu_problems`), but
+never the allocation that holds it: refusals reach tenants, and another tenant's allocation ids are not theirs to see.
 """
 
 from __future__ import annotations
@@ -43,7 +44,11 @@ def pinned_profile(node: NodeView, gpus: frozenset[str]) -> NodeProfile:
 
 def pinned_gpu_problems(node: NodeView, gpus: frozenset[str], holder: str | None = None) -> list[str]:
     """Why each pinned GPU that cannot be had cannot, in address order ("GPU 0000:1b:00.0 is leased to another
-    allocation (a1)"); empty when every pinned GPU is a compatible bundle free for `holder`."""
+    allocation"); empty when every pinned GPU is a compatible bundle free for `holder` (the allocation asking).
+
+    The other allocation is never named: this text becomes the refusal a tenant reads in explain and in its own
+    allocation's failure reason, and a tenant may not learn another tenant's allocation ids. Who holds a slot is
+    data, not prose (`scheduler.bundles.held_slots`), shown to admins only."""
     by_gpu = {slot.gpu_pci: slot for slot in node.slots}
     vf_counts = vf_usage(node)
     problems: list[str] = []
@@ -54,8 +59,7 @@ def pinned_gpu_problems(node: NodeView, gpus: frozenset[str], holder: str | None
             continue
         defect = hardware_defect(slot, vf_counts) or state_defect(slot, holder)
         if defect is not None:
-            held = f" ({slot.holder})" if slot.holder and defect is not Reason.SLOT_QUARANTINED else ""
-            problems.append(f"GPU {gpu} {clause(defect, 1)}{held}")
+            problems.append(f"GPU {gpu} {clause(defect, 1)}")
     return problems
 
 

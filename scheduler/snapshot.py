@@ -111,6 +111,25 @@ class Snapshot:
         new.tenants = {t.name: t for t in tenants}
         return new
 
+    def within(self, regions: Iterable[str]) -> Snapshot:
+        """This snapshot cut down to `regions`, their pools and those pools' nodes, sharing profiles and groups with
+        this one: the fleet as a tenant may use it (`scheduler.tenant_scope`), so nothing it is shown names or counts
+        a region, pool or node it may not use."""
+        new = object.__new__(Snapshot)
+        for name in Snapshot.__slots__:
+            setattr(new, name, getattr(self, name))
+        wanted = set(regions)
+        new.regions = {name: region for name, region in self.regions.items() if name in wanted}
+        new.pools = tuple(pool for pool in self.pools if pool.region in new.regions)
+        kept = {node for pool in new.pools for node in pool.nodes}
+        new.nodes = {name: node for name, node in self.nodes.items() if name in kept}
+        new._node_keys = {name: key for name, key in self._node_keys.items() if name in kept}
+        new._groups = {pool.key: self._groups[pool.key] for pool in new.pools}
+        new._devices = {pool.key: self._devices[pool.key] for pool in new.pools}
+        new._by_region = {name: pools for name, pools in self._by_region.items() if name in new.regions}
+        new._pools_of = {name: [p for p in self._pools_of[name] if p.region in new.regions] for name in kept}
+        return new
+
     def _key(self, profile: NodeProfile) -> int:
         return self._keys.setdefault(profile, len(self._keys))
 

@@ -152,7 +152,7 @@ async def create_allocation(
             response.status_code = 200
             return earlier
         app.create_limits.check(tenant, tenant_row.rate_limit)  # 429 before any costlier check
-        await check_request(session, app.inventory, body)  # 422 before anything exists: no row, no workflow
+        await check_request(session, app.inventory, body, caller)  # 422 before anything exists: no row, no workflow
         snapshot = (await app.inventory.inventory(session)).snapshot
         check_admissible(snapshot, body)  # no host that big: 422 as well
         await check_quota(session, snapshot, body)  # over quota now: 409 (a request that waits will skip this)

@@ -5,6 +5,10 @@ Both are read-only: explain checks the request as create does (selectors compile
 exist: else 422), then runs the same pure scheduling pass an allocation would (region, cluster, and a preview
 of the node scheduler on the chosen node) and returns its level-by-level explanation; capacity tells raw free GPUs
 from what the node scheduler would actually accept.
+
+What a tenant is shown is the fleet as it may use it (`api.request_checks.fleet_for`: the regions its policy admits,
+their pools and nodes), and never another tenant's allocation ids: the scheduler's text says only that a slot is
+claimed, leased or quarantined, and who holds which slot is the structured `holders` list, filled in for admins.
 """
 
 from __future__ import annotations
@@ -16,14 +20,28 @@ from fastapi import APIRouter, Body, Depends, Query
 from api.auth import Caller, acting_tenant
 from api.errors import error_responses
 from api.models import AllocationCreate, CapacityReport, Product
-from api.request_checks import check_request
+from api.request_checks import check_request, fleet_for
 from api.services import Services, services
 from fleet.meta import Name
+from scheduler.bundles import held_slots
 from scheduler.capacity import capacity
 from scheduler.placement import PlacementResult, schedule
+from scheduler.snapshot import Snapshot
+from store.tokens import Principal
 
 router = APIRouter(prefix="/v1", tags=["placement"])
 App = Annotated[Services, Depends(services)]
+
+
+def _shown_to(viewer: Principal, result: PlacementResult, snapshot: Snapshot, pinned: list[str]) -> PlacementResult:
+    """`result` as `viewer` may read it. For an admin, `holders`: who holds each held slot of the nodes the result
+    judged slot by slot (the pinned nodes, the chosen node), null when none is held. A tenant gets the scheduler's
+    result as it is, which names no holder."""
+    if not viewer.is_admin:
+        return result
+    nodes = sorted({*pinned, *([result.chosen.node] if result.chosen else [])} & snapshot.nodes.keys())
+    holders = [held for node in nodes for held in held_slots(snapshot.nodes[node])]
+    return result.model_copy(update={"holders": holders or None})
 
 
 @router.post("/explain", response_model=PlacementResult, responses=error_responses(401, 403, 422))
@@ -34,15 +52,16 @@ async def explain(
     detail: Annotated[bool, Query(description="Add per-candidate verdicts to every level.")] = False,
 ) -> PlacementResult:
     """Where this allocation would go now, or level by level why it would not; nothing is reserved. With an admin
-    token and no `tenant`, tenant policy and quota are left out (the operator's view)."""
+    token and no `tenant`, tenant policy and quota are left out (the operator's view). A tenant's explain sees only
+    the regions, pools and nodes it may use, and no other allocation's id."""
     tenant = body.tenant if caller.is_admin else acting_tenant(caller, body.tenant)
     async with app.sessions() as session:
-        await check_request(session, app.inventory, body)
-        snapshot = await app.inventory.snapshot(session)
+        await check_request(session, app.inventory, body, caller)
+        snapshot = fleet_for(await app.inventory.snapshot(session), caller)
     result = schedule(snapshot, body.placement_request(tenant), detail=detail)
     if result.refusal is not None:
         app.metrics.explain_refusals.labels(str(result.refusal.code)).inc()
-    return result
+    return _shown_to(caller, result, snapshot, body.nodes)
 
 
 @router.get("/capacity", response_model=CapacityReport, responses=error_responses(401, 422))
@@ -52,7 +71,8 @@ async def get_capacity(
     region: Name | None = None,
     gpu_product: Product | None = None,
 ) -> CapacityReport:
-    """Per pool: raw free GPUs, how many 1, 2, 4 and 8-GPU slices would fit now, and whole bare-metal nodes."""
+    """Per pool: raw free GPUs, how many 1, 2, 4 and 8-GPU slices would fit now, and whole bare-metal nodes. A
+    tenant sees only the pools of the regions it may use."""
     async with app.sessions() as session:
-        snapshot = await app.inventory.snapshot(session)
+        snapshot = fleet_for(await app.inventory.snapshot(session), caller)
     return CapacityReport(pools=capacity(snapshot, region=region, gpu_product=gpu_product))

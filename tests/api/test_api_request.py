@@ -136,7 +136,7 @@ async def test_a_pinned_gpu_is_the_slot_the_allocation_gets_and_a_held_one_is_re
 
     explained = (await stack.http.post("/v1/explain", json={"gpu_count": 1, **pin}, headers=stack.acme)).json()
     assert explained["placed"] is False
-    reason = f"big cannot give its pinned GPUs: GPU 0000:12:00.0 is claimed by another allocation ({allocation_id})"
+    reason = "big cannot give its pinned GPUs: GPU 0000:12:00.0 is claimed by another allocation"
     assert explained["refusal"] == {
         "code": "pinned_nodes_unavailable",
         "message": f"no pinned node can take 1 GPU slice: {reason}",

@@ -82,8 +82,8 @@ def test_a_pinned_gpu_that_is_held_or_absent_refuses_the_request_naming_the_gpu_
     assert held.refusal is not None and held.refusal.code is Reason.PINNED_NODES_UNAVAILABLE
     assert held.refusal.message == (
         "no pinned node can take 5 GPU slices: use1-a01 cannot give its pinned GPUs: "
-        "GPU 0000:1b:00.0 is claimed by another allocation (a1), GPU 0000:3c:00.0 is leased to another allocation "
-        "(a2), GPU 0000:9a:00.0 is quarantined, GPU 0000:ff:00.0 is not a GPU of use1-a01"
+        "GPU 0000:1b:00.0 is claimed by another allocation, GPU 0000:3c:00.0 is leased to another allocation, "
+        "GPU 0000:9a:00.0 is quarantined, GPU 0000:ff:00.0 is not a GPU of use1-a01"
     )
     # The node has 5 free bundles: only the pinned GPUs' state decides.
     assert place(world, region="us-east", nodes=["use1-a01"], gpu_count=5).placed
@@ -136,7 +136,7 @@ def test_the_node_planner_takes_exactly_the_pinned_slots_or_names_the_one_it_can
     assert refused.plan is None and refused.refusal is not None
     assert refused.refusal.code is Reason.INSUFFICIENT_BUNDLES
     assert refused.refusal.message == (
-        "node use1-a01 cannot give its pinned GPUs: GPU 0000:4b:00.0 is claimed by another allocation (a1)"
+        "node use1-a01 cannot give its pinned GPUs: GPU 0000:4b:00.0 is claimed by another allocation"
     )
     mine = plan_bundles(node, PlanRequest(allocation_id="a1", gpu_count=1, gpus=frozenset({"0000:4b:00.0"})))
     assert mine.plan is not None and mine.plan.slot_ids == ["use1-a01/2"]  # re-planning its own slot
