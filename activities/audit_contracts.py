@@ -28,6 +28,7 @@ class FindingKind(StrEnum):
     ORPHAN_LEASE = "orphan_lease"
     QUARANTINE_WIPED = "quarantine_wiped"
     AGENT_UNREACHABLE = "agent_unreachable"
+    ABANDONED_ALLOCATION = "abandoned_allocation"  # unfinished in PostgreSQL, its workflow ended (say, terminated)
 
 
 class RepairAction(StrEnum):
@@ -38,6 +39,7 @@ class RepairAction(StrEnum):
     FREE_SLOT = "free_slot"  # node: wipe the slot; control: reserved -> available
     LIFT_QUARANTINE = "lift_quarantine"  # node: wipe the slot; control: quarantined -> available
     RELEASE_LEASE = "release_lease"  # node: delete the lease file
+    CLOSE_ALLOCATION = "close_allocation"  # control only: the row becomes final (failed, saying why)
 
 
 # What a node agent holds -------------------------------------------------------------------------------------------
@@ -105,7 +107,7 @@ class AllocationFact(Model):
 class ControlFacts(Model):
     claims: list[ClaimFact] = Field(default_factory=list)  # active ones
     slots: list[SlotFact] = Field(default_factory=list)  # reserved and quarantined ones
-    allocations: list[AllocationFact] = Field(default_factory=list)  # active ones
+    allocations: list[AllocationFact] = Field(default_factory=list)  # unfinished ones (not released/failed/cancelled)
     in_flight: list[str] = Field(default_factory=list)  # allocation ids whose allocation or recovery workflow is open
 
 

@@ -31,6 +31,7 @@ from activities.audit_contracts import (
 from store.models import AllocationEventRow, AllocationRow, Base, ClaimRow, NodeAgentRow, SlotRow
 
 KEEP_RUNS_DAYS = 14
+FINISHED_STATES = ("released", "failed", "cancelled")  # workflows.allocation_messages.FINAL_STATES (store is below it)
 
 
 class AuditRunRow(Base):
@@ -84,7 +85,7 @@ async def live_agent_nodes(session: AsyncSession) -> list[str]:
 
 
 async def control_facts(session: AsyncSession) -> ControlFacts:
-    """Active claims, unavailable slots and active allocations. Call in one REPEATABLE READ transaction, so that a
+    """Active claims, unavailable slots and unfinished allocations. Call in one REPEATABLE READ transaction, so that a
     claim and its slot are seen as one moment (they always change together)."""
     claims = await session.execute(
         select(ClaimRow.allocation_id, ClaimRow.node_id, SlotRow.id, SlotRow.slot_index)
@@ -97,7 +98,9 @@ async def control_facts(session: AsyncSession) -> ControlFacts:
         .order_by(SlotRow.node_id, SlotRow.slot_index)
     )
     allocations = await session.execute(
-        select(AllocationRow.id, AllocationRow.state, AllocationRow.node_id).where(AllocationRow.state == "active")
+        select(AllocationRow.id, AllocationRow.state, AllocationRow.node_id).where(
+            AllocationRow.state.not_in(FINISHED_STATES)
+        )
     )
     return ControlFacts(
         claims=[ClaimFact(allocation_id=a, node=n, slot_id=s, slot_index=i) for a, n, s, i in claims],

@@ -8,6 +8,8 @@
          destroy_vm / release_lease       audit_confirm_idle first: never touch an allocation whose workflow is open
          teardown (stale claim)           audit_confirm_idle -> destroy_vm@node (destroy, wipe) -> release the claims
          free_slot / lift_quarantine      wipe_slots@node (refuses a slot in use) -> the slot becomes available
+         close_allocation                 control only: an allocation whose workflow ended without finishing (say,
+                                          terminated in the Temporal UI) gets a final row: failed, with the reason
        every repair, done or not, is recorded (audit_repairs; allocation_events for an allocation's own)
     5. audit_finish
 
@@ -118,9 +120,10 @@ class ReconcileWorkflow:
                 await self.on_node(node, "destroy_vm", teardown, TeardownResult, start_to_close=timedelta(minutes=2))
             elif finding.repair is RepairAction.RELEASE_LEASE:
                 await self.on_node(node, "release_lease", LeaseRef(allocation_id=allocation, node=node), bool)
-            else:
+            elif finding.repair in (RepairAction.FREE_SLOT, RepairAction.LIFT_QUARANTINE):
                 await self.on_node(node, "wipe_slots", WipeRequest(node=node, slot_indexes=finding.slot_indexes),
                                    WipeResult, start_to_close=timedelta(minutes=10))  # fmt: skip
+            # close_allocation has no node half: audit_apply_repair re-checks the workflow and closes the row.
         except ActivityError as failure:
             cause = failure.cause or failure
             error = str(getattr(cause, "message", None) or cause)

@@ -5,7 +5,8 @@ the findings, and carry out the control half of each repair with its record.
     audit_assess        PostgreSQL facts (one REPEATABLE READ snapshot), THEN the open workflows, then drift;
                         records the run and its findings
     audit_confirm_idle  just before a VM or lease is destroyed: is the allocation's workflow still closed?
-    audit_apply_repair  release the claims / free the slot / lift the quarantine, and record the repair
+    audit_apply_repair  release the claims / free the slot / lift the quarantine / close an abandoned allocation's
+                        row, and record the repair
     audit_finish        the run is over (GET /v1/audit shows the latest finished run)
 
 PostgreSQL is read before Temporal on purpose: a claim is written by a workflow that is already open, so a claim
@@ -36,7 +37,7 @@ from activities.audit_contracts import (
 )
 from activities.control.drift import assess
 from store import audit as records
-from store.models import ClaimRow, SlotRow
+from store.models import AllocationRow, ClaimRow, SlotRow
 
 ALLOCATION_PREFIX = "allocation/"
 RECOVERY_PREFIX = "recovery/"
@@ -101,13 +102,18 @@ class AuditActivities:
         return found
 
     async def _running(self, allocation_id: str) -> bool:
+        return await self._status(allocation_id) == WorkflowExecutionStatus.RUNNING
+
+    async def _status(self, allocation_id: str) -> WorkflowExecutionStatus | None:
+        """The allocation workflow's status; None when Temporal has no such workflow (never started, or past
+        retention)."""
         try:
             description = await self.client.get_workflow_handle(f"{ALLOCATION_PREFIX}{allocation_id}").describe()
         except RPCError as error:
             if error.status == RPCStatusCode.NOT_FOUND:
-                return False
+                return None
             raise
-        return description.status == WorkflowExecutionStatus.RUNNING
+        return description.status
 
     @activity.defn(name="audit_confirm_idle")
     async def audit_confirm_idle(self, check: IdleCheck) -> None:
@@ -142,6 +148,8 @@ class AuditActivities:
     async def _apply(self, session: AsyncSession, request: ApplyRepair) -> tuple[str, str]:
         finding = request.finding
         node, indexes = finding.node, finding.slot_indexes
+        if finding.repair is RepairAction.CLOSE_ALLOCATION:
+            return await self._close(session, finding.allocation_id or "")
         if finding.repair is RepairAction.DESTROY_VM:
             return "done", f"destroyed the VM of {finding.allocation_id} on {node} and wiped slots {indexes}"
         if finding.repair is RepairAction.RELEASE_LEASE:
@@ -178,6 +186,39 @@ class AuditActivities:
             return "skipped", f"slots {indexes} of {node} were no longer {wanted} without a claim; nothing changed"
         verb = "freed" if wanted == "reserved" else "lifted the quarantine of"
         return "done", f"the agent wiped slots {indexes} of {node}; {verb} them"
+
+    async def _close(self, session: AsyncSession, allocation_id: str) -> tuple[str, str]:
+        """Make an abandoned allocation's row final. The row is locked and re-read, and the workflow described,
+        here: a row that became final meanwhile, or a workflow started again (a retry), is left alone.
+
+        A workflow that ended any way but completing never wrote its final state: the row becomes `failed`, its
+        reason saying how the workflow ended and in which state (`workflow_terminated: ... while provisioning`). One
+        that completed returned its final status, and the row takes that (its own last write was lost)."""
+        row = await session.get(AllocationRow, allocation_id, with_for_update=True)
+        if row is None or row.state in records.FINISHED_STATES:
+            return "skipped", f"allocation {allocation_id} is {row.state if row else 'gone'}; nothing changed"
+        status = await self._status(allocation_id)
+        if status == WorkflowExecutionStatus.RUNNING:
+            return "skipped", f"the workflow of {allocation_id} is running again; its row is left to it"
+        before = row.state
+        state, reason = "failed", self._ended_reason(status, before)
+        if status == WorkflowExecutionStatus.COMPLETED:
+            result = await self.client.get_workflow_handle(f"{ALLOCATION_PREFIX}{allocation_id}").result()
+            if isinstance(result, dict) and result.get("state") in records.FINISHED_STATES:
+                state, reason = result["state"], result.get("failure_reason")
+        row.state, row.failure_reason, row.updated_at = state, reason, func.now()
+        await session.flush()
+        return "done", f"closed allocation {allocation_id}: {before} -> {state}" + (f" ({reason})" if reason else "")
+
+    @staticmethod
+    def _ended_reason(status: WorkflowExecutionStatus | None, before: str) -> str:
+        """`workflow_<how>: ...`, the code first as every failure reason (api/metrics.py counts by it)."""
+        code = "gone" if status is None else status.name.lower()
+        how = "not found in Temporal" if status is None else code.replace("_", " ")
+        return (
+            f"workflow_{code}: the allocation's workflow ended ({how}) while {before}, without the compensation that "
+            "gives capacity back; the reconciler releases what it held"
+        )
 
     @activity.defn(name="audit_finish")
     async def audit_finish(self, request: FinishAudit) -> datetime | None:

@@ -1,7 +1,7 @@
 """Drift: where PostgreSQL, Temporal and the hosts disagree, and what it is safe to do about it. Pure: no I/O, no clock
 (`now` comes in), same facts in, same findings out.
 
-    PostgreSQL  active claims, reserved and quarantined slots, active allocations
+    PostgreSQL  active claims, reserved and quarantined slots, unfinished allocations
     Temporal    allocations in flight (an open allocation or slot-recovery workflow)
     hosts       each reachable agent's own VMs and live leases
         -> findings by kind, each with the repair `--repair` would run, or why it will not run now
@@ -11,7 +11,11 @@ The rules that keep repair safe live here, in one place:
 - nothing is judged on a host whose agent did not answer (`agent_unreachable`), and nothing there is repaired;
 - a VM is destroyed only once it was already found in the previous audit or is older than the grace period, and
   never when one of its slots is held by another allocation (destroying it wipes its slots);
-- a slot is freed or un-quarantined only when no VM or live lease on its host uses it (the agent wipes it first).
+- a slot is freed or un-quarantined only when no VM or live lease on its host uses it (the agent wipes it first);
+- an allocation is closed (its row made final) only when its workflow is no longer running: terminated from the
+  Temporal UI, say, which skips the compensation that gives capacity back. What it held is found by the other rules
+  (`stale_claim`, `orphan_lease`, `orphan_vm`) and repaired by them; closing it only stops its row from claiming that
+  something is still under way, which nothing would ever move on.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ class _Audit:
             *self.stale_claims(),
             *self.missing_vms(),
             *self.slots(),
+            *self.abandoned_allocations(),
         ]
         return sorted(found, key=lambda f: (f.kind.value, f.node or "", f.allocation_id or "", f.slot_indexes))
 
@@ -145,9 +150,11 @@ class _Audit:
             )  # fmt: skip
 
     def missing_vms(self) -> Iterable[Finding]:
+        """Only while the allocation's workflow runs: that workflow can still release it (an abandoned one is closed
+        instead, and its claims found stale)."""
         for allocation in self.facts.allocations:
             host = self.hosts.get(allocation.node or "")
-            if allocation.state != "active" or host is None:
+            if allocation.state != "active" or host is None or allocation.allocation_id not in self.in_flight:
                 continue
             if any(vm.allocation_id == allocation.allocation_id for vm in host.vms):
                 continue
@@ -184,3 +191,15 @@ class _Audit:
                     node=slot.node, allocation=owner, slots=[slot.slot_index], repair=RepairAction.LIFT_QUARANTINE,
                     blocked=IN_FLIGHT if owner in self.in_flight else None,
                 )  # fmt: skip
+
+    def abandoned_allocations(self) -> Iterable[Finding]:
+        for allocation in self.facts.allocations:
+            if allocation.allocation_id in self.in_flight:
+                continue
+            yield self.finding(
+                FindingKind.ABANDONED_ALLOCATION,
+                f"allocation {allocation.allocation_id} is {allocation.state} in PostgreSQL, but its workflow is no "
+                "longer running (terminated, timed out or gone), so nothing will move it on or give back what it held; "
+                "closing it records it as failed with the reason",
+                allocation=allocation.allocation_id, repair=RepairAction.CLOSE_ALLOCATION,
+            )  # fmt: skip
