@@ -97,6 +97,9 @@ QUOTA_EXCEEDED = "QuotaExceeded"
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 
 NODE_RETRY_INTERVAL = timedelta(seconds=5)  # the longest backoff between tries of a node call
+# Every node call's heartbeat timeout: the agent heartbeats while any step runs (activities/node/liveness.py), so an
+# agent killed or cut off mid-step is noticed within this and the step retried, not after its start-to-close.
+NODE_HEARTBEAT = timedelta(seconds=10)
 CREATE_VM_TIMEOUT = timedelta(minutes=5)
 CREATE_VM_ATTEMPTS = 3
 
@@ -424,7 +427,7 @@ class AllocationWorkflow:
                                    gpu_count=self.input.request.gpu_count,
                                    window_seconds=timing.readiness_window_seconds),
                     Readiness, start_to_close=timedelta(seconds=timing.readiness_window_seconds + 30),
-                    heartbeat=timedelta(seconds=10), deadline=self.time_left(node),
+                    deadline=self.time_left(node),
                 )  # fmt: skip
             except ActivityError as error:
                 raise self.failure_on(error, node) from error
@@ -514,14 +517,15 @@ class AllocationWorkflow:
         result_type: type,
         *,
         start_to_close: timedelta = timedelta(seconds=30),
-        heartbeat: timedelta | None = None,
+        heartbeat: timedelta = NODE_HEARTBEAT,
         attempts: int = 3,
         cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
         deadline: timedelta | None = None,
     ) -> Any:  # the result type is the caller's
         """Call an activity on a node agent's own task queue. An agent that does not pick the task up within the
-        pickup timeout is unreachable (schedule-to-start timeouts are not retried). `deadline` bounds the call with
-        every retry (a schedule-to-close timeout: no timer of the workflow's own)."""
+        pickup timeout is unreachable (schedule-to-start timeouts are not retried); one that stops heartbeating is
+        gone, and the call is retried (on the agent when it is back). `deadline` bounds the call with every retry (a
+        schedule-to-close timeout: no timer of the workflow's own)."""
         return await workflow.execute_activity(
             activity,
             argument,

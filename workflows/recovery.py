@@ -40,6 +40,7 @@ class SlotRecoveryWorkflow:
             task_queue=input.queues.node(teardown.node),
             schedule_to_close_timeout=timedelta(hours=input.wait_for_agent_hours),
             start_to_close_timeout=timedelta(minutes=2),
+            heartbeat_timeout=timedelta(seconds=10),  # the agent heartbeats while it wipes (activities/node/liveness)
             retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=1)),
             summary=f"destroy_vm on {teardown.node}",
         )

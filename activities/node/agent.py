@@ -165,7 +165,10 @@ class NodeAgent:
                 )
             activity.heartbeat("creating")
             try:
-                existing = self.vms.create(spec)
+                # A cancel that comes with a liveness heartbeat (liveness.py) waits until the create is done, so
+                # the compensation that follows destroys a whole VM, never one cut short mid-definition.
+                with activity.shield_thread_cancel_exception():
+                    existing = self.vms.create(spec)
             except ImageNotFound as exc:
                 raise ApplicationError(str(exc), type=IMAGE_NOT_FOUND, non_retryable=True) from exc
             except VmCreateError as exc:

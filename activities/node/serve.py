@@ -32,6 +32,7 @@ from activities.node.drivers import VmDriver
 from activities.node.host.gpu_details import GpuDetails
 from activities.node.host.topology import HostTopology
 from activities.node.leases import LeaseStore
+from activities.node.liveness import HeartbeatWhileRunning
 from activities.node.reporter import NodeReporter
 from activities.node.simulated import SimulatedTopology, SimulatedVmDriver
 from activities.serving import run_until_signalled
@@ -94,6 +95,8 @@ def node_worker(
         activity_executor=executor,
         max_concurrent_activities=16,
         graceful_shutdown_timeout=timedelta(seconds=10),
+        interceptors=[HeartbeatWhileRunning()],  # the agent's liveness while a step runs (liveness.py)
+        max_heartbeat_throttle_interval=timedelta(seconds=2),  # each beat sent when due, not 0.8 x the timeout later
     )
 
 

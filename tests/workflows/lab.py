@@ -23,6 +23,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 import worker
+from activities.node.liveness import HeartbeatWhileRunning
 from activities.node.reporter import NodeReporter
 from fleet.loader import load_fleet
 from scheduler.host.report import NodeReport, ReportReply
@@ -154,6 +155,7 @@ class Lab:
             task_queue=self.queues.node(node),
             activities=activities or agent.activities(),
             activity_executor=self.executor,
+            interceptors=[HeartbeatWhileRunning()],  # as node_worker: the agent's liveness while a step runs
         )
         self.agents[node] = (node_worker, asyncio.create_task(node_worker.run()))
         if report:

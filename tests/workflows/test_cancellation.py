@@ -6,7 +6,7 @@ by a logic flag). A plain `wait_condition` after that step then waits for ever, 
 (`workflows.cancellation.wait_unless_cancelled`) must not.
 
 Whether a live run puts the two in one activation depends on timing, so the behaviour is pinned by replaying a
-recorded history in which they are (`histories/cancellation_with_child_result.json`, recorded with temporalio 1.35
+recorded history in which they are (`sdk_histories/cancellation_with_child_result.json`, recorded with temporalio 1.35
 by running `_cancel_with_the_result` below until the server delivered both in one workflow task): the guarded hold
 replays it (the hold ends, the teardown after it runs, the run ends cancelled), and the plain wait does not (no
 teardown: a nondeterminism error at the teardown's timer), which is the SDK's bug. The day
@@ -34,7 +34,7 @@ from temporalio.workflow import NondeterminismError
 with workflow.unsafe.imports_passed_through():
     from workflows.cancellation import wait_unless_cancelled
 
-RECORDED = Path(__file__).with_name("histories") / "cancellation_with_child_result.json"
+RECORDED = Path(__file__).with_name("sdk_histories") / "cancellation_with_child_result.json"
 
 
 @workflow.defn(name="CancellationProbeStep")
