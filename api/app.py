@@ -12,12 +12,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from api import errors
+from api.body_limit import BodyLimit, BodyLimits
 from api.metrics import Metrics, RequestCounter
 from api.routes import allocations, audit, deployments, fleet, health, nodes, placement
 from api.services import Services
@@ -82,8 +84,26 @@ def create_app(
     app.state.services = services
     errors.install(app)
     app.add_middleware(SteadyReports, services=services)  # inside RequestCounter: its answers are counted too
+    # Outside SteadyReports, which reads report bodies before routing: every body is bounded wherever it is read.
+    app.add_middleware(BodyLimit, services=services, limits=BodyLimits.from_settings(settings))
     app.add_middleware(RequestCounter, metrics=services.metrics)
     # nodes first: its report route is what every agent calls every interval, and routes are matched in order.
     for module in (nodes, allocations, deployments, placement, fleet, audit, health):
         app.include_router(module.router)
+    _document_body_limits(app)
     return app
+
+
+def _document_body_limits(app: FastAPI) -> None:
+    """Every operation that takes a body may answer 413 (api/body_limit.py); say so in the published schema."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            for operations in build().get("paths", {}).values():
+                for operation in operations.values():
+                    if isinstance(operation, dict) and "requestBody" in operation:
+                        operation.setdefault("responses", {})["413"] = errors.openapi_error(413)
+        return app.openapi_schema or {}
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.errors import ApiError
@@ -30,16 +30,21 @@ bearer = HTTPBearer(auto_error=False, description="An admin token or a tenant to
 NODE_TOKEN_CACHE_SECONDS = 600.0
 
 
-async def _verified(credentials: HTTPAuthorizationCredentials | None, app: Services) -> Principal:
+# Where api/body_limit.py keeps the principal it verified before the body was read (the request's state).
+PRINCIPAL = "principal"
+
+
+async def verified(token: str | None, app: Services) -> Principal:
+    """Whom a bearer token stands for; 401 when there is none or it is unknown or revoked."""
     challenge = {"WWW-Authenticate": "Bearer"}
-    if credentials is None:
+    if token is None:
         raise ApiError(401, "unauthenticated", "send `Authorization: Bearer <token>`", headers=challenge)
-    key = digest(credentials.credentials)
+    key = digest(token)
     cached = app.node_tokens.get(key)
     if cached is not None and cached[1] > time.monotonic():
         return cached[0]
     async with app.sessions() as session:
-        found = await verify(session, credentials.credentials)
+        found = await verify(session, token)
     if found is None:
         raise ApiError(401, "invalid_token", "the bearer token is unknown or revoked", headers=challenge)
     if found.role == "node":
@@ -47,22 +52,32 @@ async def _verified(credentials: HTTPAuthorizationCredentials | None, app: Servi
     return found
 
 
+async def _caller(request: Request, credentials: HTTPAuthorizationCredentials | None, app: Services) -> Principal:
+    """The principal api/body_limit.py verified before reading the body, else the token checked now."""
+    found = getattr(request.state, PRINCIPAL, None)
+    if isinstance(found, Principal):
+        return found
+    return await verified(credentials.credentials if credentials is not None else None, app)
+
+
 async def principal(
+    request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     app: Annotated[Services, Depends(services)],
 ) -> Principal:
-    found = await _verified(credentials, app)
+    found = await _caller(request, credentials, app)
     if found.role == "node":
         raise ApiError(403, "forbidden", "a node token can only report for its own node")
     return found
 
 
 async def reporter(
+    request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     app: Annotated[Services, Depends(services)],
 ) -> Principal:
     """A node agent's token, or an admin's (an operator reporting by hand)."""
-    found = await _verified(credentials, app)
+    found = await _caller(request, credentials, app)
     if found.role == "tenant":
         raise ApiError(403, "forbidden", "node reports need a node token or an admin token")
     return found

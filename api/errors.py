@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from fleet.loader import field_path
 from store.outage import is_database_outage
@@ -67,6 +68,7 @@ _DESCRIPTIONS = {
     403: "The token may not do this (an admin-only route, or another tenant named).",
     404: "No such object, or it belongs to another tenant.",
     409: "The object is in a state that does not allow this, or an Idempotency-Key was reused with another body.",
+    413: "The body is larger than this route's limit (`details.limit_bytes`); nothing of it was read past the limit.",
     422: "The request does not match the schema; `details` lists each field path and what is wrong with it.",
     503: "Temporal or PostgreSQL is unreachable, or no control worker runs; nothing was changed. Retry later.",
 }
@@ -75,6 +77,12 @@ _DESCRIPTIONS = {
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI documentation of the error answers a route can give, all in the one envelope."""
     return {status: {"model": ErrorEnvelope, "description": _DESCRIPTIONS[status]} for status in statuses}
+
+
+def openapi_error(status: int) -> dict[str, Any]:
+    """The same documentation as `error_responses`, written straight into a built OpenAPI document."""
+    schema = {"$ref": "#/components/schemas/ErrorEnvelope"}
+    return {"description": _DESCRIPTIONS[status], "content": {"application/json": {"schema": schema}}}
 
 
 def _envelope(
@@ -103,10 +111,22 @@ async def _validation_error(_request: Request, error: Exception) -> JSONResponse
     return _envelope(422, "invalid_request", f"the request is not valid: {summary}{more}", problems)
 
 
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 
 
-async def _http_error(_request: Request, error: Exception) -> JSONResponse:
+def allowed_methods(request: Request) -> str:
+    """Every method the request's path takes, for a 405's `Allow`. Starlette names only the methods of the first
+    route whose path matched, and each method of a path is a route of its own here (so `OPTIONS /v1/allocations`
+    answered `Allow: POST` while the path also takes GET)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
+
+
+async def _http_error(request: Request, error: Exception) -> JSONResponse:
     """Errors raised by the framework itself: an unknown path, a method the path does not take, a body that cannot
     be decoded at all (answered like any other invalid request)."""
     assert isinstance(error, HTTPException)
@@ -118,7 +138,11 @@ async def _http_error(_request: Request, error: Exception) -> JSONResponse:
             [{"field": "body", "message": str(error.detail), "type": "unparsable"}],
         )
     code = _HTTP_CODES.get(error.status_code, "http_error")
-    return _envelope(error.status_code, code, str(error.detail), headers=error.headers)
+    headers = dict(error.headers or {})
+    if error.status_code == 405:
+        headers["Allow"] = allowed_methods(request)
+    details = getattr(error, "details", None)  # api/body_limit.py's BodyTooLarge names its limit
+    return _envelope(error.status_code, code, str(error.detail), details, headers or None)
 
 
 def database_unavailable(error: BaseException) -> ApiError:

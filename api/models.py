@@ -9,7 +9,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, StringConstraints, model_serializer
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    StringConstraints,
+    WithJsonSchema,
+    model_serializer,
+)
 from pydantic.functional_serializers import SerializerFunctionWrapHandler
 
 from fleet.meta import Name
@@ -23,8 +32,31 @@ AllocationState = Literal[STATES]  # type: ignore[valid-type]
 AllocationId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 Product = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,62}[A-Za-z0-9])?$")]
 IdempotencyKey = Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{1,255}$")]
-LabelKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$")]
-LabelValue = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]{0,253}$")]
+LABEL_KEY = r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$"
+LABEL_VALUE = r"^[^\x00-\x1f\x7f]{0,253}$"
+LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY)]
+LabelValue = Annotated[str, StringConstraints(pattern=LABEL_VALUE)]
+MAX_LABELS = 64
+# Published with `propertyNames` (the rule holds for every key) instead of the `patternProperties` pydantic writes,
+# which leaves a key matching no pattern unconstrained: schemathesis sent `{"": ...}` as valid and got a 422.
+Labels = Annotated[
+    dict[LabelKey, LabelValue],
+    WithJsonSchema({"type": "object", "propertyNames": {"pattern": LABEL_KEY},
+                    "additionalProperties": {"type": "string", "pattern": LABEL_VALUE}, "maxProperties": MAX_LABELS}),
+]  # fmt: skip
+PCI_ADDRESS = r"^([0-9a-fA-F]{4}|[0-9a-fA-F]{8}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$"  # scheduler/host/inventory.py
+
+
+def _unpadded(value: object) -> object:
+    """The published pattern admits no surrounding blanks, so neither does the API (normalise_pci strips them)."""
+    if isinstance(value, str) and value != value.strip():
+        raise ValueError(f"{value!r} is not a PCI address")
+    return value
+
+
+GpuAddress = Annotated[
+    PciAddress, BeforeValidator(_unpadded), WithJsonSchema({"type": "string", "pattern": PCI_ADDRESS})
+]
 Image = Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{1,512}$")]
 # A DRA CEL expression as Kubernetes bounds it (resource.CELSelectorExpressionMaxLength); compiled by the routes.
 Selector = Annotated[str, StringConstraints(min_length=1, max_length=10240)]
@@ -55,7 +87,7 @@ class AllocationCreate(Strict):
     region: Name | None = Field(default=None, description="Unset lets the region scheduler choose.")
     image: Image | None = None
     ssh_public_keys: list[SshPublicKey] = Field(default_factory=list, max_length=32)
-    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=64)
+    labels: Labels = Field(default_factory=dict, max_length=MAX_LABELS)
     tenant: Name | None = Field(
         default=None, description="Whose allocation this is. Required with an admin token; a tenant token's own."
     )
@@ -65,15 +97,15 @@ class AllocationCreate(Strict):
         description='DRA CEL selectors the GPU device must all satisfy, e.g. `device.capacity["gpu.nvidia.com"]'
         '.memory.compareTo(quantity("141Gi")) >= 0`; one that does not compile is a 422 naming it and the position.',
     )
-    cluster_selector: dict[LabelKey, LabelValue] = Field(
-        default_factory=dict, max_length=64, description="Cluster labels that must all match (matchLabels)."
+    cluster_selector: Labels = Field(
+        default_factory=dict, max_length=MAX_LABELS, description="Cluster labels that must all match (matchLabels)."
     )
     nodes: list[Name] = Field(
         default_factory=list,
         max_length=MAX_PINNED_NODES,
         description="Pinned nodes: only these may take the allocation; refused, never placed elsewhere, when none can.",
     )
-    gpus: list[PciAddress] = Field(
+    gpus: list[GpuAddress] = Field(
         default_factory=list,
         max_length=1024,
         description="Pinned GPUs (PCI addresses, e.g. `0000:1b:00.0`) of the one pinned node's approved slots: exactly "

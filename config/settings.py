@@ -55,6 +55,22 @@ class Settings(BaseSettings):
     breaker_cooloff_seconds: float = Field(
         default=600.0, gt=0, description="How long a tripped node is left out of ranking, from its latest failure."
     )
+    api_max_body_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="The largest request body the API reads (an allocation request is a few KiB); larger is a 413.",
+    )
+    api_max_manifest_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1024,
+        description="The largest fleet file (`PUT /v1/fleet`) or deployment manifest the API reads.",
+    )
+    api_max_report_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="The largest node report the API reads: twice the largest host inventory it stores "
+        "(scheduler/host/inventory.py MAX_HOST_BYTES), so a report between the two is refused naming the inventory.",
+    )
     image_catalogue: Path | None = Field(default=None, description="YAML: images: {name: base qcow2 path}, default.")
     cluster_secrets_dir: Path | None = Field(
         default=None,
