@@ -17,6 +17,8 @@ supervisor restarts it. Afterwards:
 - the API answered only 200, 202, 4xx or 503 throughout (connection errors while the API was down are counted
   apart: no answer is not a wrong answer);
 - the reconciler (`POST /v1/audit`, what `berth audit` shows) finds no drift either;
+- bounded recovery: every allocation in flight when a part was killed is active or final within 30 s of the part's
+  return (each fault's settle times, p50/p99/max, are in the report; the next kill waits for them);
 - after everything is released: every slot available, and no VM, active claim or live lease left.
 
 `tests/chaos/` runs a short form of this in CI; the long form's figures are in docs/benchmarks.md.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import signal
@@ -59,10 +62,31 @@ KILLABLE = ("temporal", "postgres", "control-worker", "api", "agents-0")
 IN_FLIGHT = (*PLACING_STATES, "releasing")
 
 
+SETTLE_BOUND_SECONDS = 30.0  # issue 21: every allocation in flight settles within this of the part's return
+
+
 class Fault(BaseModel):
     part: str
     in_flight: int = Field(description="Allocations being placed or released when the part was killed.")
     back_after_seconds: float
+    settle_seconds: list[float] = Field(
+        default_factory=list,
+        description="Per allocation in flight at the kill: seconds from the part's return until it was active or "
+        "final (0 for one that settled while the part was down).",
+    )
+    unsettled: list[str] = Field(default_factory=list, description="Still in flight when the wait gave up.")
+
+    def percentile(self, share: float) -> float:
+        """The settle time below which `share` of the allocations fall (nearest rank); 0 with none in flight."""
+        times = sorted(self.settle_seconds)
+        return times[max(0, math.ceil(len(times) * share) - 1)] if times else 0.0
+
+    def settle_summary(self) -> dict[str, float]:
+        return {"p50": self.percentile(0.5), "p99": self.percentile(0.99), "max": max(self.settle_seconds, default=0.0)}
+
+    @property
+    def bounded(self) -> bool:
+        return not self.unsettled and max(self.settle_seconds, default=0.0) <= SETTLE_BOUND_SECONDS
 
 
 class Check(BaseModel):
@@ -83,10 +107,17 @@ class ChaosReport(BaseModel):
 
     @property
     def ok(self) -> bool:
-        return all(check.ok for check in (*self.settled, *self.released))
+        return all(check.ok for check in (*self.settled, *self.released)) and all(f.bounded for f in self.faults)
 
     def failures(self) -> list[str]:
-        return [f"{c.name}: {c.detail}" for c in (*self.settled, *self.released) if not c.ok]
+        checks = [f"{c.name}: {c.detail}" for c in (*self.settled, *self.released) if not c.ok]
+        slow = [
+            f"after {f.part} came back, not every allocation in flight settled within {SETTLE_BOUND_SECONDS:g}s: "
+            f"{f.settle_summary()}, still in flight {f.unsettled[:5]}"
+            for f in self.faults
+            if not f.bounded
+        ]
+        return checks + slow
 
 
 # -- the clients -------------------------------------------------------------------------------------------------------
@@ -210,6 +241,25 @@ async def _states(engine: AsyncEngine) -> dict[str, str]:
     return {str(a): str(s) for a, s in await _rows(engine, "SELECT id, state FROM allocations")}
 
 
+async def settle_times(
+    engine: AsyncEngine, allocations: set[str], back_at: float, give_up_after: float, poll: float = 0.25
+) -> tuple[list[float], list[str]]:
+    """Watch `allocations` (in flight when a part was killed) until each is active or final: the seconds from the
+    part's return (`back_at`, monotonic) until each was first seen settled, and those still in flight after
+    `give_up_after` seconds. What is seen is the allocation's row, as the API and the clients see it."""
+    waiting, took = set(allocations), []
+    while waiting:
+        now = time.monotonic()
+        states = await _states(engine)
+        settled = {a for a in waiting if states.get(a) not in IN_FLIGHT}
+        took += [round(max(0.0, now - back_at), 2) for _ in settled]
+        waiting -= settled
+        if waiting and now - back_at > give_up_after:
+            break
+        await asyncio.sleep(poll)
+    return took, sorted(waiting)
+
+
 async def _scalars(engine: AsyncEngine, statement: str) -> list[object]:
     return [row[0] for row in await _rows(engine, statement)]
 
@@ -317,16 +367,21 @@ async def run_chaos(
         await asyncio.sleep(dwell)
         for part in parts:
             states = await _states(engine)
-            in_flight = sum(1 for s in states.values() if s in IN_FLIGHT)
+            caught = {a for a, s in states.items() if s in IN_FLIGHT}
             victim = stack.pid(part)
             assert victim is not None, f"{part} is not running"
             killed_at = time.monotonic()
             os.kill(victim, signal.SIGKILL)
-            say(f"killed {part} (pid {victim}) with {in_flight} allocations in flight")
+            say(f"killed {part} (pid {victim}) with {len(caught)} allocations in flight")
             await asyncio.to_thread(stack.wait_ready, part, 180.0, replacing=victim)
-            back = time.monotonic() - killed_at
-            say(f"{part} is back after {back:.1f}s")
-            report.faults.append(Fault(part=part, in_flight=in_flight, back_after_seconds=round(back, 1)))
+            back_at = time.monotonic()
+            say(f"{part} is back after {back_at - killed_at:.1f}s")
+            # Each fault is measured alone: the next kill waits until what this one caught has settled.
+            took, unsettled = await settle_times(engine, caught, back_at, give_up_after=settle_timeout)
+            fault = Fault(part=part, in_flight=len(caught), back_after_seconds=round(back_at - killed_at, 1),
+                          settle_seconds=took, unsettled=unsettled)  # fmt: skip
+            say(f"{part}: {len(took)} settled after it came back, {fault.settle_summary()} s, {len(unsettled)} not")
+            report.faults.append(fault)
             await asyncio.sleep(dwell)
         stop.set()
         await asyncio.gather(*running)
@@ -401,6 +456,15 @@ def main(args: argparse.Namespace) -> int:
         "failure_reasons": dict(sum((Counter(r.failure_reasons) for r in reports), Counter())),
         "back_after_seconds": {
             part: sorted(f.back_after_seconds for r in reports for f in r.faults if f.part == part) for part in KILLABLE
+        },
+        "settle_seconds_after_return": {
+            part: Fault(
+                part=part,
+                in_flight=0,
+                back_after_seconds=0,
+                settle_seconds=[t for r in reports for f in r.faults if f.part == part for t in f.settle_seconds],
+            ).settle_summary()
+            for part in KILLABLE
         },
         "reports": [r.model_dump() for r in reports],
     }

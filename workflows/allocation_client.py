@@ -7,7 +7,7 @@ otherwise wait for a worker for ever (sdk-python#514): the caller gets `WorkerUn
 from __future__ import annotations
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import QueryRejectCondition, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from workflows.allocation import AllocationWorkflow, initial_search_attributes
@@ -73,7 +73,13 @@ def handle(client: Client, allocation_id: str) -> WorkflowHandle[AllocationWorkf
 
 
 async def status(client: Client, allocation_id: str, wait_seconds: float = DEFAULT_TIMEOUT) -> AllocationStatus:
-    return await bounded(handle(client, allocation_id).query(AllocationWorkflow.status_query), wait_seconds)
+    """The running workflow's own account. Only an open run answers: a closed one (released, failed, or terminated
+    in the Temporal UI, which skips the compensation) would replay its last state, `active` for a terminated hold,
+    while the row and the reconciler know better (`WorkflowQueryRejectedError`)."""
+    query = handle(client, allocation_id).query(
+        AllocationWorkflow.status_query, reject_condition=QueryRejectCondition.NOT_OPEN
+    )
+    return await bounded(query, wait_seconds)
 
 
 async def retry(

@@ -21,9 +21,10 @@ import asyncio
 import threading
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryRejectedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
@@ -32,6 +33,7 @@ from activities.contracts import VmInfo, VmSpec
 from store.models import AllocationRow
 from tests.workflows.lab import Lab, lab_fleet, running_lab
 from tests.workflows.test_reconcile import audit, found
+from workflows import allocation_client
 from workflows.allocation_messages import PLACING_STATES
 from workflows.reconcile import ReconcileWorkflow
 
@@ -90,6 +92,9 @@ async def test_the_reconciler_repairs_everything_a_terminate_leaves(
         for handle in (running, placing):
             await handle.terminate(reason=OPERATOR)
             assert (await handle.describe()).status == WorkflowExecutionStatus.TERMINATED
+            # A closed run no longer speaks for the allocation (it would say `active`): the API reads the row.
+            with pytest.raises(WorkflowQueryRejectedError):
+                await allocation_client.status(temporal_client, handle.id.removeprefix("allocation/"))
         gate.release.set()
         assert await asyncio.to_thread(gate.left.wait, 30)
 
