@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from activities.audit_contracts import AuditReport
 from api.routes.audit import AuditView
 from cli.client import ApiOption, OutputOption, TokenOption, api_client
-from cli.output import OutputFormat, console, fail, print_json
+from cli.output import OutputFormat, console, fail, print_json, styled
 
 REPAIR_STYLES = {"done": "green", "skipped": "yellow", "failed": "red"}
 
@@ -56,15 +56,15 @@ def _render(report: AuditReport) -> None:
     console.print(f"Audit {report.run_id} ({report.trigger}{', repair' if report.repair else ''}) at {when}: "
                   f"{len(report.nodes_checked)} host(s) checked", highlight=False)  # fmt: skip
     if not report.findings:
-        console.print("[green]no drift[/]: PostgreSQL, Temporal and the hosts agree")
+        console.print(styled("[green]no drift[/]: PostgreSQL, Temporal and the hosts agree"))
     else:
         table = Table(title="Findings", title_justify="left")
         for column in ("#", "kind", "node", "allocation", "slots", "first seen", "repair"):
             table.add_column(column)
         for number, finding in enumerate(report.findings, 1):
-            repair = "-" if finding.repair is None else finding.repair.value
+            repair = Text("-" if finding.repair is None else finding.repair.value)
             if finding.repair is not None and finding.blocked:
-                repair = f"{repair} [dim](not now)[/]"
+                repair = styled("{} [dim](not now)[/]", repair)
             table.add_row(
                 str(number), finding.kind.value, finding.node or "-", finding.allocation_id or "-",
                 ",".join(map(str, finding.slot_indexes)) or "-", f"{finding.first_seen:%Y-%m-%d %H:%M:%S}", repair,
@@ -72,9 +72,9 @@ def _render(report: AuditReport) -> None:
         console.print(table)
         for number, finding in enumerate(report.findings, 1):
             not_now = (
-                f" [dim](not repaired now: {escape(finding.blocked)})[/]" if finding.repair and finding.blocked else ""
+                styled(" [dim](not repaired now: {})[/]", finding.blocked) if finding.repair and finding.blocked else ""
             )
-            console.print(f"{number}. {escape(finding.message)}{not_now}", highlight=False, soft_wrap=True)
+            console.print(styled("{}. {}{}", number, finding.message, not_now), soft_wrap=True)
     if report.repairs:
         table = Table(title="Repairs", title_justify="left")
         for column in ("kind", "action", "node", "allocation", "outcome", "what was done"):
@@ -82,7 +82,7 @@ def _render(report: AuditReport) -> None:
         for fix in report.repairs:
             style = REPAIR_STYLES.get(fix.outcome, "white")
             table.add_row(fix.kind.value, fix.action.value, fix.node or "-", fix.allocation_id or "-",
-                          f"[{style}]{fix.outcome}[/]", escape(fix.message))  # fmt: skip
+                          Text(fix.outcome, style=style), fix.message)  # fmt: skip
         console.print(table)
     elif report.repair:
         console.print("nothing was safe to repair now", style="dim")

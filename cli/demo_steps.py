@@ -19,7 +19,9 @@ from typing import Any
 
 import httpx
 from rich.console import Console
+from rich.text import Text
 
+from cli.output import styled
 from cli.placement import render_capacity  # the same table `berth capacity` prints
 from config.context import StackContext
 from scheduler.capacity import PoolCapacity
@@ -92,7 +94,7 @@ class Demo:
 
     def create(self, body: dict[str, Any]) -> str:
         created = self.call("POST", "/v1/allocations", 202, json=body)
-        self.console.print(f"  allocation [bold]{created['id']}[/]", highlight=False)
+        self.console.print(styled("  allocation [bold]{}[/]", created["id"]))
         self.console.print(f"  Temporal UI: {self.ui_link(created['workflow_id'])}", highlight=False, soft_wrap=True)
         return str(created["id"])
 
@@ -113,7 +115,8 @@ class Demo:
         if not condition:
             raise StepFailed(message)
 
-    def say(self, text: str) -> None:
+    def say(self, text: str | Text) -> None:
+        """A line of the narration: a str prints as it is (it may quote the API), a `styled` Text with its styles."""
         self.console.print(text, highlight=False)
 
     # -- the walk ---------------------------------------------------------------------------------------------------
@@ -273,9 +276,9 @@ class Demo:
             self.console.rule(title)
             try:
                 step()
-                self.say("[green]ok[/]")
+                self.say(styled("[green]ok[/]"))
             except (StepFailed, httpx.HTTPError) as failure:
                 self.failures.append(f"{title}: {failure}")
-                self.say(f"[bold red]not as narrated:[/] {failure}")
+                self.say(styled("[bold red]not as narrated:[/] {}", failure))
         self.http.close()
         return not self.failures

@@ -17,12 +17,12 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from api.deployment_models import DeploymentAccepted, DeploymentList, DeploymentView
 from cli.client import ApiOption, BerthClient, OutputOption, TokenOption, api_client, segment
-from cli.output import OutputFormat, console, fail, print_json
+from cli.output import OutputFormat, console, fail, print_json, styled
 from fleet.meta import DEFAULT_NAMESPACE
 from workflows.deployment_messages import qualified_name
 
@@ -37,8 +37,8 @@ REPLICA_STYLES = {"ready": "green", "starting": "yellow", "removing": "dim", "fa
 POLL_SECONDS = 0.5
 
 
-def _styled(value: str | None, styles: dict[str, str]) -> str:
-    return f"[{styles.get(value or '', 'yellow')}]{value or '-'}[/]"
+def _styled(value: str | None, styles: dict[str, str]) -> Text:
+    return Text(value or "-", style=styles.get(value or "", "yellow"))
 
 
 def _path(name: str, namespace: str = DEFAULT_NAMESPACE) -> str:
@@ -87,14 +87,17 @@ def _documents(file: Path) -> list[dict[str, Any]]:
 
 def _render(view: DeploymentView) -> None:
     summary = Table.grid(padding=(0, 2))
-    summary.add_row("Deployment", f"[bold]{escape(qualified_name(view.name, view.namespace))}[/] ({view.state})")
+    summary.add_row("Deployment", styled("[bold]{}[/] ({})", qualified_name(view.name, view.namespace), view.state))
     summary.add_row(
         "Replicas",
         f"{view.available} available, {view.scheduled} scheduled, {view.desired} desired"
         + (f", min {view.min_replicas}" if view.min_replicas is not None else ""),
     )
-    summary.add_row("Phase", _styled(view.phase, PHASE_STYLES) + (f" {escape(view.message)}" if view.message else ""))
-    summary.add_row("Workflow", view.workflow_id + ("" if view.live else " [dim](not answering; last recorded)[/]"))
+    phase = _styled(view.phase, PHASE_STYLES)
+    summary.add_row("Phase", styled("{} {}", phase, view.message) if view.message else phase)
+    summary.add_row(
+        "Workflow", styled("{}" if view.live else "{} [dim](not answering; last recorded)[/]", view.workflow_id)
+    )
     console.print(summary)
     if view.replicas:
         table = Table(title="Replicas", title_justify="left")
@@ -116,10 +119,10 @@ def _render(view: DeploymentView) -> None:
         for column in ("cluster", "reason", "message"):
             why.add_column(column)
         for c in view.clusters:
-            why.add_row(c.cluster, c.reason, escape(c.message))
+            why.add_row(c.cluster, c.reason, c.message)
         console.print(why)
     for failure in view.recent_failures[-3:]:
-        console.print(f"[red]failed:[/] {escape(failure)}", highlight=False)
+        console.print(styled("[red]failed:[/] {}", failure))
 
 
 def _settled(view: DeploymentView) -> bool:
@@ -158,7 +161,7 @@ def apply(
             accepted = client.call("PUT", _path(name, where), json=document)
             if output is OutputFormat.TEXT:
                 verb = "Created" if DeploymentAccepted.model_validate(accepted).created else "Updated"
-                console.print(f"{verb} deployment [bold]{escape(qualified_name(name, where))}[/].", highlight=False)
+                console.print(styled("{} deployment [bold]{}[/].", verb, qualified_name(name, where)))
             answers.append(_wait(client, name, where, timeout) if wait else accepted)
     if output is OutputFormat.JSON:
         print_json(answers[0] if len(answers) == 1 else answers)
@@ -199,7 +202,7 @@ def list_(namespace: NamespaceOption = None, output: OutputOption = OutputFormat
         table.add_column(column)
     for d in deployments:
         table.add_row(d.namespace, d.name, d.state or "-", str(d.available), str(d.desired), _styled(d.phase, PHASE_STYLES),
-                      escape(d.message))  # fmt: skip
+                      d.message)  # fmt: skip
     console.print(table)
 
 
@@ -214,7 +217,7 @@ def delete(name: NameArgument, namespace: NamespaceOption = None, output: Output
         print_json(data)
     else:
         console.print(
-            f"Deleting deployment [bold]{escape(qualified_name(name, where))}[/]; its replicas are being torn down."
+            styled("Deleting deployment [bold]{}[/]; its replicas are being torn down.", qualified_name(name, where))
         )
 
 

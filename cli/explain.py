@@ -15,7 +15,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from cli.output import OutputFormat, make_console
+from cli.output import OutputFormat, make_console, styled
 from fleet.errors import FleetError
 from fleet.loader import load_fleet
 from scheduler.cel import SelectorCompileError
@@ -84,10 +84,10 @@ def render(result: PlacementResult, gpus: int) -> None:
     """The placement or refusal, level by level; `berth explain` online renders the API's answer with it too."""
     console = make_console()
     if result.placed:
-        console.print(f"[bold green]Placed[/]: {result.explanation.summary}", highlight=False)
+        console.print(styled("[bold green]Placed[/]: {}", result.explanation.summary))
     else:
         assert result.refusal is not None
-        console.print(f"[bold red]Refused[/] ({result.refusal.code}): {result.refusal.message}", highlight=False)
+        console.print(styled("[bold red]Refused[/] ({}): {}", result.refusal.code, result.refusal.message))
 
     levels = Table(title="Levels", title_justify="left")
     for column in ("level", "in", "out", "why the rest were dropped"):

@@ -11,11 +11,12 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from api.models import NodeInfo, NodeList
 from cli.client import ApiOption, OutputOption, TokenOption, api_client, segment
 from cli.discover import discover
-from cli.output import OutputFormat, console, print_json
+from cli.output import OutputFormat, console, print_json, styled
 from fleet.node import NodeStatus
 
 app = typer.Typer(help="GPU hosts (admin token).", no_args_is_help=True, add_completion=False)
@@ -24,9 +25,9 @@ NodeArgument = Annotated[str, typer.Argument(help="The node's name.", show_defau
 STATUS_STYLES = {"READY": "green", "CORDONED": "yellow", "DRAINING": "yellow", "DOWN": "red"}
 
 
-def _status(node: NodeInfo) -> str:
-    text = f"[{STATUS_STYLES.get(node.status, 'white')}]{node.status}[/]"
-    return text if node.status == node.declared_status else f"{text} [dim](fleet: {node.declared_status})[/]"
+def _status(node: NodeInfo) -> Text:
+    text = Text(node.status, style=STATUS_STYLES.get(node.status, "white"))
+    return text if node.status == node.declared_status else styled("{} [dim](fleet: {})[/]", text, node.declared_status)
 
 
 def _render(nodes: list[NodeInfo]) -> None:
@@ -58,11 +59,10 @@ def _render(nodes: list[NodeInfo]) -> None:
     console.print("valid: raw GPUs validated on the host / of those, whole slice bundles", style="dim")
 
 
-def _agent(node: NodeInfo) -> str:
+def _agent(node: NodeInfo) -> Text:
     agent = node.agent
     seen = f" {agent.seen_at:%H:%M:%S}" if agent.seen_at else ""
-    style = {"live": "green", "down": "red"}.get(agent.state, "yellow")
-    return f"[{style}]{agent.state}[/]{seen}"
+    return Text.assemble((agent.state, {"live": "green", "down": "red"}.get(agent.state, "yellow")), seen)
 
 
 @app.command("list")
@@ -98,11 +98,9 @@ def get(
     console.print(f"agent: {agent.state}, last seen {agent.seen_at or 'never'}, version {agent.version or '-'}"
                   + (f", down: {agent.down_reason}" if agent.down_reason else ""), highlight=False)  # fmt: skip
     if agent.slices_blocked:
-        console.print(f"[yellow]{agent.slices_blocked}[/]", highlight=False)
+        console.print(agent.slices_blocked, style="yellow", highlight=False)
     for held in info.quarantined:
-        console.print(
-            f"  slot {held.index}: [red]quarantined[/]: {held.reason or 'no reason recorded'}", highlight=False
-        )
+        console.print(styled("  slot {}: [red]quarantined[/]: {}", held.index, held.reason or "no reason recorded"))
     for slot in info.invalid_slots:
         console.print(f"  slot {slot.index} ({slot.gpu_pci}): {slot.validation} {slot.reason or ''}: "
                       f"{slot.message or 'no report from its agent yet'}", highlight=False)  # fmt: skip
@@ -118,7 +116,7 @@ def _set_status(node: str, action: str, output: OutputFormat, api: str | None, t
             print_json(data)
         else:
             info = NodeInfo.model_validate(data)
-            console.print(f"node [bold]{info.name}[/] is {_status(info)}", highlight=False)
+            console.print(styled("node [bold]{}[/] is {}", info.name, _status(info)))
 
 
 @app.command("cordon")
