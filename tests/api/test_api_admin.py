@@ -28,7 +28,7 @@ async def test_put_fleet_applies_yaml_and_issues_tokens_to_new_tenants(stack: St
     assert response.json()["changes"] == [{"kind": "Tenant", "name": "initech", "action": "created"}]
     token = response.json()["tenant_tokens"]["initech"]
     mine = await stack.http.get("/v1/allocations", headers=bearer(token))
-    assert mine.status_code == 200 and mine.json() == {"allocations": []}
+    assert mine.status_code == 200 and mine.json() == {"allocations": [], "next_cursor": None}
 
 
 async def test_put_fleet_accepts_json(stack: Stack) -> None:

@@ -85,7 +85,7 @@ async def test_put_get_scale_list_and_delete(api: Api) -> None:
         assert asyncio.get_running_loop().time() < deadline
         await asyncio.sleep(0.1)
     assert api.lab.workloads() == [] and await api.lab.ledger() == []
-    assert (await api.http.get("/v1/deployments", headers=api.admin)).json() == {"deployments": []}
+    assert (await api.http.get("/v1/deployments", headers=api.admin)).json() == {"deployments": [], "next_cursor": None}
 
 
 async def test_refusals_use_the_error_envelope(api: Api) -> None:

@@ -46,9 +46,13 @@ async def test_another_tenants_allocation_does_not_exist_for_a_tenant(stack: Sta
             "code": "not_found", "message": f"allocation '{mine}' does not exist",
             "details": {"kind": "allocation", "name": mine},
         }  # fmt: skip
-    assert (await stack.http.get("/v1/allocations", headers=stack.globex)).json() == {"allocations": []}
+    assert (await stack.http.get("/v1/allocations", headers=stack.globex)).json() == {
+        "allocations": [],
+        "next_cursor": None,
+    }
     assert (await stack.http.get("/v1/allocations", params={"tenant": "acme"}, headers=stack.globex)).json() == {
-        "allocations": []
+        "allocations": [],
+        "next_cursor": None,
     }
     # Nothing happened to it, and its owner and the admin still see it.
     assert (await stack.get(mine, who=stack.acme))["state"] == "active"

@@ -60,7 +60,7 @@ def test_apply_get_list_delete_in_text_and_json(terminal: Terminal, tmp_path: Pa
     assert "deployment 'llama' does not exist (not_found, HTTP 404)" in one_error_line(
         terminal.berth("deploy", "get", "llama")
     )
-    assert json.loads(terminal.ok("deploy", "list", "-o", "json")) == {"deployments": []}
+    assert json.loads(terminal.ok("deploy", "list", "-o", "json")) == {"deployments": [], "next_cursor": None}
 
 
 def test_errors_are_one_line(terminal: Terminal, tmp_path: Path) -> None:
