@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from api.models import AllocationAccepted, AllocationDetail, AllocationList, AllocationSummary
 from cli.client import (
@@ -26,7 +27,7 @@ from cli.client import (
     default_tenant,
     segment,
 )
-from cli.output import OutputFormat, console, errors, fail, print_json
+from cli.output import OutputFormat, console, errors, fail, print_json, styled
 from scheduler.request import CapacityShape
 from workflows.allocation_messages import FINAL_STATES
 
@@ -39,8 +40,8 @@ STATE_STYLES = {"active": "green", "failed": "red", "released": "dim", "cancelle
 OUTCOME_STYLES = {"succeeded": "green", "failed": "red", "abandoned": "yellow", "cancelled": "dim"}
 
 
-def _styled(value: str, styles: dict[str, str], default: str = "yellow") -> str:
-    return f"[{styles.get(value, default)}]{value}[/]"
+def _styled(value: str, styles: dict[str, str], default: str = "yellow") -> Text:
+    return Text(value, style=styles.get(value, default))
 
 
 def _path(allocation_id: str, action: str = "") -> str:
@@ -142,13 +143,13 @@ def _render_detail(allocation: AllocationDetail) -> None:
     """The allocation's story: what it is now, the bundles it holds, each attempt, and every step with its time."""
     state = _styled(allocation.state, STATE_STYLES)
     summary = Table.grid(padding=(0, 2))
-    summary.add_row("Allocation", f"[bold]{allocation.id}[/] ({allocation.tenant})")
-    summary.add_row("State", state + (f" [dim]step {allocation.step}[/]" if allocation.step else ""))
+    summary.add_row("Allocation", styled("[bold]{}[/] ({})", allocation.id, allocation.tenant))
+    summary.add_row("State", styled("{} [dim]step {}[/]", state, allocation.step) if allocation.step else state)
     summary.add_row("Request", _request(allocation))
     summary.add_row("Placed", " / ".join(v or "-" for v in (allocation.region, allocation.pool, allocation.node)))
-    summary.add_row("Workflow", allocation.workflow_id + ("" if allocation.live else " [dim](not running)[/]"))
+    summary.add_row("Workflow", styled("{}" if allocation.live else "{} [dim](not running)[/]", allocation.workflow_id))
     if allocation.failure_reason:
-        summary.add_row("Failure", f"[red]{escape(allocation.failure_reason)}[/]")
+        summary.add_row("Failure", Text(allocation.failure_reason, style="red"))
     console.print(summary)
 
     if allocation.bundles:
@@ -175,7 +176,7 @@ def _render_detail(allocation: AllocationDetail) -> None:
                 str(attempt.number),
                 attempt.node or "-",
                 _styled(attempt.outcome, OUTCOME_STYLES),
-                escape(attempt.reason or ""),
+                attempt.reason or "",
             )
         console.print(attempts)
 
@@ -190,7 +191,7 @@ def _render_detail(allocation: AllocationDetail) -> None:
             event.step,
             str(event.attempt) if event.attempt is not None else "",
             event.node or "",
-            escape(event.reason or ""),
+            event.reason or "",
         )
     console.print(timeline)
 
@@ -200,7 +201,7 @@ def _show_accepted(data: dict[str, Any], output: OutputFormat, doing: str) -> No
         print_json(data)
         return
     accepted = AllocationAccepted.model_validate(data)
-    console.print(f"{doing} allocation [bold]{accepted.id}[/] (now {accepted.state}).", highlight=False)
+    console.print(styled("{} allocation [bold]{}[/] (now {}).", doing, accepted.id, accepted.state))
     console.print(f"Follow it with `berth alloc get {accepted.id}`.", style="dim", highlight=False)
 
 
@@ -214,7 +215,7 @@ def _wait(client: BerthClient, allocation_id: str, timeout: float, output: Outpu
         if output is OutputFormat.TEXT and (allocation.state, allocation.node) != seen:
             seen = (allocation.state, allocation.node)
             on = f" on {allocation.node}" if allocation.node else ""
-            console.print(f"  {_styled(allocation.state, STATE_STYLES)}{on}", highlight=False)
+            console.print(styled("  {}{}", _styled(allocation.state, STATE_STYLES), on))
         if allocation.state == "active" or allocation.state in FINAL_STATES:
             if output is OutputFormat.JSON:
                 print_json(data)
@@ -288,7 +289,7 @@ def create(
             return
         allocation_id = AllocationAccepted.model_validate(data).id
         if output is OutputFormat.TEXT:
-            console.print(f"Allocation [bold]{allocation_id}[/] created; waiting until it is active ...")
+            console.print(styled("Allocation [bold]{}[/] created; waiting until it is active ...", allocation_id))
         allocation = _wait(client, allocation_id, timeout, output)
     if allocation.state == "failed":
         fail(f"allocation {allocation_id} failed: {allocation.failure_reason or 'no reason recorded'}")

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
-from cli.output import OutputFormat, console, errors, fail, print_json
+from cli.output import OutputFormat, console, errors, fail, print_json, styled
 from cli.plan import capability_list
 from config.context import NotConfigured, database_url
 from config.settings import Settings
@@ -76,7 +77,7 @@ def apply(
             return
         fleet, skipped = adopt_node_lists(load_fleet(files), cluster, region, capability_list(capabilities))
         for node in skipped:
-            errors.print(f"[yellow]skipped node {node.name}[/]: {node.reason}", highlight=False)
+            errors.print(styled("[yellow]skipped node {}[/]: {}", node.name, node.reason))
         result, tokens = asyncio.run(_apply(database_url(Settings()), fleet, prune))
     except FleetError as exc:
         fail(str(exc))
@@ -97,7 +98,7 @@ def apply(
         return
     for change in result.changes:
         style = {"created": "green", "updated": "yellow", "deleted": "red", "kept": "dim"}[change.action]
-        console.print(f"  [{style}]{change.action:>7}[/] {change.kind}/{change.name}", highlight=False)
+        console.print(styled("  {} {}/{}", Text(f"{change.action:>7}", style=style), change.kind, change.name))
     console.print(f"applied: {result.summary()}", highlight=False)
     if told is None:
         console.print("running deployments re-plan at their next resync (Temporal was not reachable)", highlight=False)

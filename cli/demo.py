@@ -10,7 +10,7 @@ import httpx
 import typer
 
 from cli.demo_steps import Demo
-from cli.output import console, fail
+from cli.output import console, fail, styled
 from config.context import StackContext, read_context
 from config.settings import Settings
 from devstack.postgres import PostgresStartError
@@ -44,7 +44,7 @@ def demo(
     if context is not None:
         console.print(f"using the Berth stack already running at {context.api_url}")
     else:
-        stack = DevStack(settings, default_fleet_file(), say=lambda line: console.print(f"[dim]{line}[/]"))
+        stack = DevStack(settings, default_fleet_file(), say=lambda line: console.print(line, style="dim"))
         try:
             context = stack.start()
         except AlreadyRunning:
@@ -60,4 +60,4 @@ def demo(
     elapsed = time.monotonic() - started
     if not passed:
         fail(f"the demo did not go as narrated ({elapsed:.0f}s)")
-    console.print(f"[bold green]Every step behaved as narrated[/] ({elapsed:.0f}s).")
+    console.print(styled("[bold green]Every step behaved as narrated[/] ({:.0f}s).", elapsed))

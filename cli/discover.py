@@ -13,11 +13,12 @@ from typing import Annotated, Any
 import typer
 import yaml
 from rich.table import Table
+from rich.text import Text
 
 from activities.node.host.gpu_details import GpuDetails, NvmlDetails, RecordedNvidiaSmi
 from activities.node.host.sysfs import discover_host
 from cli.client import OutputOption
-from cli.output import OutputFormat, console, fail, print_json
+from cli.output import OutputFormat, console, fail, print_json, styled
 from fleet.errors import FleetError
 from fleet.loader import load_fleet
 from fleet.node import Node
@@ -103,7 +104,7 @@ def _render_host(host: HostInventory) -> None:
     for cell in host.numa:
         console.print(f"NUMA {cell.id}: {len(cell.cpus)} CPUs, {cell.memory_mib} MiB", highlight=False)
     for problem in host.problems:
-        console.print(f"[red]unreadable[/] {problem.path}: {problem.message}", highlight=False)
+        console.print(styled("[red]unreadable[/] {}: {}", problem.path, problem.message))
 
 
 def _render_validation(node: Node, validation: NodeValidation) -> None:
@@ -111,14 +112,14 @@ def _render_validation(node: Node, validation: NodeValidation) -> None:
     for verdict in validation.slots:
         slot = next(s for s in node.slots if s.index == verdict.index)
         style = STATE_STYLES.get(verdict.state, "white")
-        table.add_row(str(verdict.index), slot.gpu_pci, f"[{style}]{verdict.state.value}[/]",
+        table.add_row(str(verdict.index), slot.gpu_pci, Text(verdict.state.value, style=style),
                       "; ".join(verdict.messages) or "-")  # fmt: skip
     console.print(table)
     valid = sum(1 for v in validation.slots if v.state is ValidationState.VALID)
     raw = sum(1 for v in validation.slots if v.state.counts_raw)
     console.print(f"{raw} raw GPUs validate, {valid} of them as slice bundles", highlight=False)
     if validation.slices_blocked:
-        console.print(f"[yellow]{validation.slices_blocked}[/]", highlight=False)
+        console.print(validation.slices_blocked, style="yellow", highlight=False, soft_wrap=True)
 
 
 def _n(value: int | None) -> str:

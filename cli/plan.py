@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from cli.output import OutputFormat, errors, fail, print_json
+from cli.output import OutputFormat, errors, fail, print_json, styled
 from fleet.byo import adopt_node_lists
 from fleet.errors import FleetError
 from fleet.fleet import Fleet
@@ -60,7 +60,7 @@ def plan(
     if cluster is not None and cluster in fleet.clusters:
         fleet = _observed(fleet, cluster, gateway)
     for node in skipped:
-        errors.print(f"[yellow]skipped node {node.name}[/]: {node.reason}", highlight=False)
+        errors.print(styled("[yellow]skipped node {}[/]: {}", node.name, node.reason))
     deployments = list(fleet.deployments.values())
     replicas = list(fleet.replicas.values())
     if not deployments:

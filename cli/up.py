@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from cli.output import console, fail
+from cli.output import console, fail, styled
 from config.context import StackContext
 from config.settings import Settings
 from devstack.postgres import PostgresStartError
@@ -55,7 +55,7 @@ def up(
     stack = DevStack(
         settings,
         fleet_file,
-        say=lambda line: console.print(f"[dim]{line}[/]", highlight=False),
+        say=lambda line: console.print(line, style="dim", highlight=False),
         agent_processes=agent_processes,
     )
     try:
@@ -72,7 +72,7 @@ def up(
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
-    console.print("[bold green]Berth is up.[/]")
+    console.print(styled("[bold green]Berth is up.[/]"))
     _show(context, settings)
     console.print("Press Ctrl-C to stop.")
     try:
