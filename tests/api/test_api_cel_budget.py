@@ -10,16 +10,15 @@ estimated 742: admitted alone); two distinct copies cost 1,064, past the budget 
 from __future__ import annotations
 
 import asyncio
-import threading
-from typing import Any
 
-import pytest
 from sqlalchemy import func, select
 
 from scheduler.cel import REQUEST_BUDGET, compile_selector
-from scheduler.cel.selector import Selector
 from store.models import AllocationRow
 from tests.api.stack import Stack
+from tests.cel_gate import Gate, gated_evaluation, unique_selector
+
+__all__ = ["gated_evaluation"]  # the fixture, imported for pytest
 
 TEN = "[500, 501, 502, 503, 504, 505, 506, 507, 508, 509]"
 ISSUE = f"{TEN}.all(a, {TEN}.all(b, {TEN}.all(c, {TEN}.all(d, a + b + c + d > 0))))"
@@ -80,39 +79,17 @@ async def test_selectors_that_together_pass_the_budget_are_refused_by_explain_an
     assert (await stack.wait_for(normal, "active"))["node"] == "small"
 
 
-@pytest.fixture
-def gated_evaluation(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """Hold the first CEL evaluation until the test releases it, and note the thread it runs in. If evaluation ran
-    on the event loop, holding it would hold the loop: the test could not get its `/healthz` answer before the
-    release, and `timed_out` would say so (the wait's bound only ends a failing test)."""
-    gate: dict[str, Any] = {"entered": threading.Event(), "release": threading.Event(), "threads": [],
-                            "timed_out": False}  # fmt: skip
-    original = Selector._evaluate
-
-    def held(self: Selector, device: Any, request: Any) -> Any:
-        gate["threads"].append(threading.current_thread())
-        gate["entered"].set()
-        if not gate["release"].wait(timeout=60):
-            gate["timed_out"] = True
-        return original(self, device, request)
-
-    monkeypatch.setattr(Selector, "_evaluate", held)
-    return gate
-
-
 async def test_healthz_answers_while_explain_evaluates_selectors_in_a_worker_thread(
-    stack: Stack, gated_evaluation: dict[str, Any]
+    stack: Stack, gated_evaluation: Gate
 ) -> None:
-    # A text no earlier test compiled or evaluated, so this request evaluates it.
-    selector = f'{H200} && device.driver != "{threading.get_ident()}.example.com"'
+    selector = unique_selector(H200)
     explain = asyncio.create_task(
         stack.http.post("/v1/explain", json={"gpu_count": 2, "selectors": [selector]}, headers=stack.acme)
     )
-    assert await asyncio.to_thread(gated_evaluation["entered"].wait, 60)
+    assert await asyncio.to_thread(gated_evaluation.entered.wait, 60)
     health = await stack.http.get("/healthz")  # answered while the evaluation is held
-    gated_evaluation["release"].set()
+    gated_evaluation.release.set()
     explained = await explain
     assert health.status_code == 200, health.text
-    assert not gated_evaluation["timed_out"]
+    assert not gated_evaluation.held_on_the_loop()
     assert explained.status_code == 200 and explained.json()["placed"] is True
-    assert threading.main_thread() not in gated_evaluation["threads"]  # the event loop's thread never evaluated
