@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from sqlalchemy import update
 
 from activities.node.host.sysfs import discover_host
 from scheduler.host.inventory import (
@@ -33,8 +35,9 @@ from scheduler.host.inventory import (
     PciFunction,
 )
 from scheduler.host.report import AgentInfo, NodeReport
+from store.models import NodeAgentRow
 from store.tokens import create_token
-from tests.api.stack import Stack, bearer
+from tests.api.stack import Stack, api_fleet, bearer
 from tests.hosts import sysfs_tree
 
 JSON = {"Content-Type": "application/json"}
@@ -191,3 +194,27 @@ async def test_discovery_keeps_its_problems_within_what_a_report_carries(stack: 
     assert host.problems[-1].message == "51 more problems not listed"
     answer = await stack.http.post("/v1/nodes/small/report", content=_report(host), headers=await _small_token(stack))
     assert answer.status_code == 200, answer.text
+
+
+async def test_a_host_kept_before_the_bounds_is_forgotten_when_the_fleet_changes(stack: Stack) -> None:
+    """A host stored before reports were bounded no longer validates: re-checking the node's slots after an apply
+    forgets it (slots unvalidated, the agent asked for its host again) instead of failing the apply."""
+    small = await _small_token(stack)
+    host = _largest_real_host()
+    assert (await stack.http.post("/v1/nodes/small/report", content=_report(host), headers=small)).status_code == 200
+    kept = {**host.model_dump(mode="json"), "problems": [{"path": "/sys", "message": "m"}] * (MAX_PROBLEMS + 1)}
+    async with stack.lab.sessions.begin() as session:
+        await session.execute(update(NodeAgentRow).where(NodeAgentRow.node == "small").values(host=kept))
+
+    documents = list(yaml.safe_load_all(api_fleet()))
+    cluster = next(d for d in documents if d["kind"] == "InferenceCluster")
+    next(n for n in cluster["spec"]["nodePools"][0]["nodes"] if n["name"] == "small")["slots"][1]["vcpus"] = 8
+    applied = await stack.http.put("/v1/fleet", content=json.dumps({"kind": "List", "items": documents}),
+                                   headers=stack.admin)  # fmt: skip
+    assert applied.status_code == 200, applied.text
+    shown = (await stack.http.get("/v1/nodes/small", headers=stack.admin)).json()
+    assert shown["agent"]["topology"] is None
+    assert [slot["validation"] for slot in shown["invalid_slots"]] == ["unvalidated", "unvalidated"]
+    beat = NodeReport(agent=AGENT, topology=host.topology_hash()).model_dump_json(exclude_none=True)
+    asked = await stack.http.post("/v1/nodes/small/report", content=beat, headers=small)
+    assert asked.status_code == 200 and asked.json()["send_host"] is True
