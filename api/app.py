@@ -28,6 +28,7 @@ from api.temporal import ControlPlane, TemporalTimeouts
 from config.context import database_url
 from config.settings import Settings, get_settings
 from config.temporal import connect
+from fleet.deployment import ModelDeployment
 from store.db import create_engine, session_factory
 from workflows.allocation_messages import Timing
 from workflows.deployment_messages import DeploymentTiming
@@ -90,20 +91,44 @@ def create_app(
     # nodes first: its report route is what every agent calls every interval, and routes are matched in order.
     for module in (nodes, allocations, deployments, placement, fleet, audit, health):
         app.include_router(module.router)
-    _document_body_limits(app)
+    _complete_openapi(app)
     return app
 
 
-def _document_body_limits(app: FastAPI) -> None:
-    """Every operation that takes a body may answer 413 (api/body_limit.py); say so in the published schema."""
+def _complete_openapi(app: FastAPI) -> None:
+    """What FastAPI cannot see from the routes, added to the published schema so that it says what the API does:
+    every operation with a body may answer 413 (api/body_limit.py), and a deployment PUT's body, which the route
+    reads itself (JSON or YAML), is a ModelDeployment."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            for operations in build().get("paths", {}).values():
-                for operation in operations.values():
-                    if isinstance(operation, dict) and "requestBody" in operation:
-                        operation.setdefault("responses", {})["413"] = errors.openapi_error(413)
+            schema = build()
+            for path, operations in schema.get("paths", {}).items():
+                for method, operation in operations.items():
+                    if not isinstance(operation, dict) or "requestBody" not in operation:
+                        continue
+                    operation.setdefault("responses", {})["413"] = errors.openapi_error(413)
+                    if method == "put" and path.endswith("/deployments/{name}"):
+                        for media in operation["requestBody"]["content"].values():
+                            media["schema"] = _model_deployment(schema)
         return app.openapi_schema or {}
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _model_deployment(schema: dict[str, Any]) -> dict[str, str]:
+    """ModelDeployment's JSON schema among the document's components, with `metadata.name` optional: a manifest
+    without it (or without its namespace) takes the one its address names (workflows/deployment_spec.py)."""
+    template = "#/components/schemas/{model}"
+    model = ModelDeployment.model_json_schema(ref_template=template)
+    definitions = {**model.pop("$defs", {}), "ModelDeployment": model}
+    metadata = {key: value for key, value in definitions["ObjectMeta"].items() if key != "required"}
+    metadata["description"] = "The deployment's metadata; `name` and `namespace` default to those of the address."
+    definitions["ModelDeploymentMetadata"] = metadata
+    model["properties"]["metadata"] = {"$ref": template.format(model="ModelDeploymentMetadata")}
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for name, definition in definitions.items():
+        if components.setdefault(name, definition) != definition:
+            raise RuntimeError(f"two schemas named {name!r} in the OpenAPI document")
+    return {"$ref": template.format(model="ModelDeployment")}

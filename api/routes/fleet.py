@@ -18,7 +18,9 @@ from api.errors import ApiError, error_responses
 from api.models import FleetApplied
 from api.services import Services, services
 from fleet.errors import FleetError
+from fleet.kinds import KINDS
 from fleet.loader import parse_fleet
+from fleet.meta import API_VERSIONS
 from store.apply import ApplyRefused, apply_fleet
 from store.tokens import ensure_tenant_tokens
 
@@ -28,13 +30,26 @@ PLACEMENT_INPUTS = ("InferenceCluster", "NodePool", "InferenceClass", "ModelCach
 router = APIRouter(prefix="/v1", tags=["admin"])
 App = Annotated[Services, Depends(services)]
 
-_BODY = {
-    "required": True,
-    "content": {
-        "application/yaml": {"schema": {"type": "string", "description": "One or more YAML documents."}},
-        "application/json": {"schema": {"type": "object", "description": "One document, or a `kind: List`."}},
+# What the route reads before it looks at a kind's fields: a document is a mapping with apiVersion, kind and
+# metadata.name, or a `List` of them (a NodeList of Kubernetes Nodes too). The same shape in JSON or YAML (a YAML
+# body may also hold several such documents). Each kind's fields, and how the documents fit together, are checked
+# by the route: 400 `invalid_fleet`, every problem listed.
+_DOCUMENT = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata"],
+    "properties": {
+        "apiVersion": {"enum": list(API_VERSIONS)},
+        "kind": {"enum": sorted(KINDS)},
+        "metadata": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
     },
 }
+_LIST = {
+    "type": "object",
+    "required": ["kind", "items"],
+    "properties": {"kind": {"enum": ["List", "NodeList"]}, "items": {"type": "array", "items": {"type": "object"}}},
+}
+_FLEET = {"anyOf": [_DOCUMENT, _LIST], "description": "A fleet document, or a `kind: List` of them."}
+_BODY = {"required": True, "content": {"application/yaml": {"schema": _FLEET}, "application/json": {"schema": _FLEET}}}
 
 
 def _invalid(message: str, details: object = None) -> ApiError:

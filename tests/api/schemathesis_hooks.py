@@ -1,0 +1,62 @@
+"""Schemathesis hooks for Berth: what its runs check beyond the built-in checks. Loaded by
+tests/api/test_api_schemathesis.py, and by hand with
+
+    SCHEMATHESIS_HOOKS=tests.api.schemathesis_hooks schemathesis run URL/openapi.json --checks all \\
+        --exclude-checks positive_data_acceptance,use_after_free -H "Authorization: Bearer <token>"
+
+The built-in `positive_data_acceptance` expects every request the schema calls valid to be accepted. A schema says
+what is well formed, not what exists or fits together: a region, product, node, GPU or tenant the fleet does not
+have, a selector that does not compile as CEL, a request no host could ever hold, a report for another topology, a
+cursor the API did not hand out, a manifest naming another deployment than its address, a fleet file whose
+documents do not fit together, an admin's create that names no tenant. The API refuses those with codes (and, under
+`invalid_request`, problem types) that say which; `well_formed_requests_refused_only_for_what_they_name` is
+`positive_data_acceptance` with exactly those refusals allowed, so a schema-valid request refused for its shape
+still fails the run.
+
+`use_after_free` is left out: it expects a resource to be gone after a successful DELETE, while `DELETE
+/v1/allocations/{id}` releases the allocation, which stays readable as `released` (DESIGN.md section 6).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import schemathesis
+from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+# Codes that refuse a well-formed request for what it names or how its parts fit together (api/README.md).
+NAMED_REFUSALS = frozenset({
+    "unknown_region", "unknown_product", "unknown_node", "unknown_gpu", "unknown_tenant", "invalid_selector",
+    "unsatisfiable", "topology_mismatch", "invalid_cursor", "invalid_fleet",
+})  # fmt: skip
+# Problem types under `invalid_request` that no schema can state: a deployment manifest naming another deployment or
+# namespace than its address, a CEL selector in it that does not compile.
+NAMED_PROBLEMS = frozenset({"name_mismatch", "namespace_mismatch", "cel_compile_error"})
+# `invalid_request` on these fields alone depends on the token, not the body: an admin must name the tenant.
+TOKEN_DEPENDENT_FIELDS = frozenset({"body.tenant"})
+
+
+def _named_refusal(error: dict[str, Any]) -> bool:
+    if error.get("code") in NAMED_REFUSALS:
+        return True
+    problems = error.get("details")
+    if error.get("code") != "invalid_request" or not isinstance(problems, list) or not problems:
+        return False
+    return all(
+        isinstance(p, dict) and (p.get("type") in NAMED_PROBLEMS or p.get("field") in TOKEN_DEPENDENT_FIELDS)
+        for p in problems
+    )
+
+
+@schemathesis.check
+def well_formed_requests_refused_only_for_what_they_name(ctx: Any, response: Any, case: Any) -> bool | None:
+    """`positive_data_acceptance`, allowing the refusals of a well-formed request that no schema can rule out."""
+    if response.status_code in (400, 422):
+        try:
+            error = json.loads(response.content)["error"]
+        except (ValueError, KeyError, TypeError):
+            error = None
+        if isinstance(error, dict) and _named_refusal(error):
+            return None
+    return positive_data_acceptance(ctx, response, case)
