@@ -4,16 +4,20 @@ with its explanation). The lab fleet (tests/api/stack.py): one slice pool of H20
 
 from __future__ import annotations
 
+import asyncio
+
 from sqlalchemy import func, select
 
 from store.models import AllocationRow
 from tests.api.stack import Stack
+from workflows.allocation_client import workflow_id
 
 
 async def _created(stack: Stack) -> tuple[int, list[str]]:
     async with stack.lab.sessions() as session:
         rows = await session.scalar(select(func.count()).select_from(AllocationRow))
-    workflows = [w.id async for w in stack.lab.starter.list_workflows("WorkflowType = 'AllocationWorkflow'")]
+    query = f"WorkflowType = 'Allocation' AND TaskQueue = '{stack.lab.queues.control}'"  # this lab's allocations
+    workflows = [w.id async for w in stack.lab.starter.list_workflows(query)]
     return int(rows or 0), workflows
 
 
@@ -37,3 +41,8 @@ async def test_a_request_that_only_does_not_fit_now_is_accepted(stack: Stack) ->
     allocation_id = await stack.create(4)  # `big` could hold it once uncordoned
     failed = await stack.wait_for(allocation_id, "failed")
     assert failed["failure_reason"].startswith("insufficient_capacity"), failed["failure_reason"]
+    for _ in range(100):  # the count of what a create makes sees this one (visibility follows the start)
+        if await _created(stack) == (1, [workflow_id(allocation_id)]):
+            break
+        await asyncio.sleep(0.1)
+    assert await _created(stack) == (1, [workflow_id(allocation_id)])
