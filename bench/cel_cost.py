@@ -6,6 +6,12 @@ limit (no request budget), `--repeat` times; CPU time is this thread's (`time.th
 the median. The budget is the slowest shape's units per millisecond times `--target-ms`: the CPU one request's
 selectors may spend together at that speed.
 
+`--speed-only` prints the speed table and one evaluation of each worst selector with nothing newer than the
+evaluator's API, so the same figures can be taken of an older tree (the figures before issue 21):
+
+    git archive 1714591 scheduler | tar -x -C /tmp/before && cd /tmp/before && \
+        PYTHONPATH=/path/to/berth python -m bench.cel_cost --speed-only
+
 Worst selector: the costliest selectors a tenant could send, run as explain runs them (`scheduler.placement.schedule`
 over a snapshot whose pools publish `DEVICES` distinct devices, 32 selectors in one request) with the old rules (every
 selector admitted whose estimate is at most 1,000,000, each (selector, device) evaluation stopped at 1,000,000, no
@@ -59,6 +65,9 @@ SHAPES: dict[str, str] = {
     "strings (split, join, contains)": '"a,b,c,d,e,f,g,h".split(",").join("-").contains("d-e")',
     "string format": '"%s has %d GPUs at %.2f".format(["node", 8, 1.5]).size() > 0',
     "regex": 'device.driver.matches("^gpu\\\\.[a-z]+\\\\.com$")',
+    "regex, 2,000-instruction program": '"a".matches("[a-z]{1000}[a-z]{1000}")',
+    "regex past RE2's memory bound": '"a".matches("\\\\pL{1000}")',
+    "parsing a 4,000-digit literal": 'isQuantity("' + "1" * 4000 + '")',
     "list doubling, 12 levels": _bound(12, "size(a12) > 0", lambda n: f"a{n - 1} + a{n - 1}"),
     "self-nesting equality, 8 levels": _bound(8, "a8 == a8", lambda n: f"[a{n - 1}, a{n - 1}]"),
 }
@@ -143,6 +152,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target-ms", type=float, default=60.0, help="CPU a request's selectors may spend in all")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--speed-only",
+        action="store_true",
+        help="only the speed table and one evaluation of each worst selector (runs on an older scheduler/ too)",
+    )
     args = parser.parse_args()
 
     print("| selector shape | cost units | CPU ms | units per ms |")
@@ -154,10 +168,20 @@ def main() -> None:
         print(f"| {name} | {units:,} | {ms:.3f} | {units / ms:.1f} |")
     slowest = min(speeds)
     print(f"\nslowest: {slowest:.1f} units/ms; median of shapes: {statistics.median(speeds):.1f} units/ms")
-    print(
-        f"budget for {args.target_ms:g} ms at the slowest speed: {slowest * args.target_ms:.0f} units "
-        f"(REQUEST_BUDGET is {cost.REQUEST_BUDGET}: {cost.REQUEST_BUDGET / slowest:.1f} ms at the slowest speed)"
-    )
+    budget = getattr(cost, "REQUEST_BUDGET", None)  # absent from a tree older than issue 21
+    print(f"budget for {args.target_ms:g} ms at the slowest speed: {slowest * args.target_ms:.0f} units")
+    if budget is not None:
+        print(
+            f"REQUEST_BUDGET is {budget}: {budget / slowest:.1f} ms at the slowest speed, "
+            f"{budget / statistics.median(speeds):.1f} at the median shape's"
+        )
+
+    print("\none evaluation of each worst selector on one device:")
+    for name, expression in WORST.items():
+        units, ms = speed(expression, 1)
+        print(f"- {name}: {units:,} units, {ms:,.1f} ms CPU")
+    if args.speed_only:
+        return
 
     print(f"\nworst requests ({SELECTORS} selectors, {DEVICES} distinct devices):")
     print(

@@ -29,8 +29,8 @@ from celpy import celtypes
 from celpy import evaluation as _celpy_evaluation
 from celpy.evaluation import Activation, CELEvalError, Evaluator
 
-from scheduler.cel.cost import charge
-from scheduler.cel.library import RUNTIME_FUNCTIONS, type_name
+from scheduler.cel.cost import charge, charge_text
+from scheduler.cel.library import PARSERS, RUNTIME_FUNCTIONS, type_name
 from scheduler.cel.syntax import PASS_THROUGH, arguments, is_cel_bind, plain_name, unwrap
 
 # cel-python recurses through its syntax tree, about three Python frames per level; checker.MAX_DEPTH
@@ -76,6 +76,16 @@ class DeviceSelectorEvaluator(Evaluator):
         if tree.data not in _FREE or (len(tree.children) != 1 and tree.data != "literal"):
             charge(1)
         return super()._visit_tree(tree)
+
+    def function_eval(self, name_token: lark.Token, exprlist: Any = None) -> Result:
+        """A global function call costs 1, as in cel-go (cel-python reaches it from `primary`, a node that is
+        otherwise free); a conversion or parser of a string is charged its traversal too."""
+        charge(1)
+        if str(name_token) in PARSERS and exprlist:
+            arguments = list(exprlist)
+            charge_text(*(str(arg) for arg in arguments if isinstance(arg, celtypes.StringType)))
+            exprlist = arguments
+        return super().function_eval(name_token, exprlist)
 
     def _scoped(self, body: lark.Tree, name: str) -> Callable[[Any], Result]:
         """`body` as a function of one variable; errors come back as values."""

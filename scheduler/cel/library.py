@@ -17,11 +17,13 @@ TypeError when no overload fits the run-time types (cel-python reports that as "
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import re2
 from celpy import celtypes
 from celpy.evaluation import CELEvalError, base_functions
 
@@ -192,10 +194,34 @@ def _traversing(name: str) -> Callable[..., Any]:
     return run
 
 
+# RE2 compiles `\pL{1000}` (five characters) into a program of megabytes, ~100 ms of CPU each time: a regex may use
+# this much memory (normal patterns use a few KB; a larger one is an error, as an oversized regex is to RE2), and
+# besides cel-go's charge it costs its compiled program's size (Berth's charges, issue 21).
+REGEX_MAX_MEMORY = 256 << 10
+REGEX_PROGRAM_FACTOR = 0.01  # units per instruction of the compiled program (~20 units per ms of compiling)
+REGEX_REFUSED_COST = 60  # a pattern over the memory bound: what finding that out costs (1 to 3 ms)
+_REGEX_OPTIONS = re2.Options()
+_REGEX_OPTIONS.max_mem = REGEX_MAX_MEMORY
+
+
+@functools.lru_cache(maxsize=256)
+def _regex(pattern: str) -> Any:
+    return re2.compile(pattern, _REGEX_OPTIONS)
+
+
 def _matches(text: Any, pattern: Any) -> Any:
-    if isinstance(text, celtypes.StringType) and isinstance(pattern, celtypes.StringType):
-        charge_regex(str(text), str(pattern))
-    return base_functions["matches"](text, pattern)
+    """cel-python's `matches` (RE2 search) with a bounded regex; charged the same whether its compiled pattern was
+    cached or not, so a request's cost never depends on what ran before it."""
+    if not (isinstance(text, celtypes.StringType) and isinstance(pattern, celtypes.StringType)):
+        return base_functions["matches"](text, pattern)
+    charge_regex(str(text), str(pattern))
+    try:
+        compiled = _regex(str(pattern))
+    except re2.error as error:
+        charge(REGEX_REFUSED_COST)
+        return CELEvalError("match error", error.__class__, error.args)
+    charge(math.ceil(REGEX_PROGRAM_FACTOR * compiled.programsize))
+    return celtypes.BoolType(compiled.search(str(text)) is not None)
 
 
 def _concatenated(left: Any, right: Any) -> Any:
@@ -475,6 +501,12 @@ RUNTIME_FUNCTIONS: dict[str, Callable[..., Any]] = {
     **base_functions,
     **{name: function.implementation for name, function in FUNCTIONS.items() if function.implementation},
 }
+# Conversions and parsers of a string, charged its traversal by the evaluator (`int("9" * 4000)`, `isQuantity` or
+# `semver` of a long literal took milliseconds for one unit; Berth's charge, as cel-go charges its string functions).
+# Several are also type names (`type(1) == int`), so they are charged where they are called, not wrapped here.
+PARSERS = frozenset(
+    {"int", "uint", "double", "bool", "bytes", "duration", "timestamp", "quantity", "isQuantity", "semver", "isSemver"}
+)
 
 # Functions Kubernetes' CEL environment has and Berth's does not, so the checker can say so rather than
 # calling them undeclared.

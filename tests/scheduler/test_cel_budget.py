@@ -15,11 +15,13 @@ from scheduler.cel import (
     REQUEST_BUDGET,
     RequestBudget,
     SelectorCostExceeded,
+    SelectorRuntimeError,
     admit_selector,
     compile_selector,
     request_budget,
 )
 from scheduler.cel.cost import MAX_COST
+from scheduler.cel.library import REGEX_REFUSED_COST
 from scheduler.cel.selector import MAX_COMPILED, MAX_COMPILED_CHARACTERS, Selector, _CompiledCache
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.placement import schedule
@@ -126,3 +128,21 @@ def test_the_compiled_selector_cache_is_bounded_in_entries_and_in_text() -> None
 def test_the_process_wide_cache_shares_one_selector_per_text() -> None:
     text = 'device.driver == "bounded.example.com"'
     assert compile_selector(text) is compile_selector(text)
+
+
+DEVICE = {"name": "g", "driver": "gpu.nvidia.com", "attributes": {}, "capacity": {}}
+
+
+def test_parsing_a_long_literal_is_charged_its_length() -> None:
+    """`isQuantity` of a 4,000-digit literal took milliseconds for one unit; it costs its traversal now."""
+    with request_budget() as budget:
+        assert compile_selector('isQuantity("' + "1" * 4000 + '") || true').matches(DEVICE) is True
+    assert budget.spent == 1 + 400 + 1  # the call, ceil(0.1 x 4,000) characters read, the `||`
+
+
+def test_a_regex_past_re2_s_memory_bound_is_a_runtime_error_at_a_fixed_cost() -> None:
+    """`\\pL{1000}` compiled into megabytes of program, about 100 ms each time; now RE2 refuses it early."""
+    with request_budget() as budget, pytest.raises(SelectorRuntimeError) as failed:
+        compile_selector('"a".matches("\\\\pL{1000}")').matches(DEVICE)
+    assert failed.value.reason.startswith("match error")
+    assert REGEX_REFUSED_COST < budget.spent < REGEX_REFUSED_COST + 10
