@@ -22,7 +22,7 @@ from typing import Any
 from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
-from scheduler.cel.cost import charge_length, charge_text
+from scheduler.cel.cost import charge, charge_length, charge_text
 
 # Go's unicode.IsSpace: the Latin-1 spaces plus Unicode's White_Space property.
 _GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
@@ -212,6 +212,8 @@ def _as_string(value: Any) -> str:
         return bytes(value).decode("utf-8", "replace")
     if value is None:
         return "null"
+    if isinstance(value, celtypes.ListType | celtypes.MapType):
+        charge(len(value))  # every element written (Berth's charge: a list nesting itself k times holds 2**k)
     if isinstance(value, celtypes.ListType):
         return "[" + ", ".join(_in_container(element) for element in value) + "]"
     if isinstance(value, celtypes.MapType):

@@ -95,6 +95,8 @@ def test_a_normal_selector_still_places_and_costs_a_few_units() -> None:
         ("list doubling", "size(a24) > 0"),
         # a list nesting itself 24 times compares 2**24 elements for a few units
         ("self-nesting equality", "a24 == a24"),
+        # and `%s` wrote all of them
+        ("self-nesting formatted", '"%s".format([a24]).size() > 0'),
     ],
 )
 def test_what_cel_python_copies_or_walks_is_charged_and_stopped(name: str, expression: str) -> None:
