@@ -265,6 +265,7 @@ class NodeInfo(BaseModel):
 
 class NodeList(BaseModel):
     nodes: list[NodeInfo]
+    next_cursor: str | None = Field(default=None, description="Pass as `cursor` for the next page; null on the last.")
 
 
 class Health(BaseModel):

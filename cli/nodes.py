@@ -74,12 +74,17 @@ def list_(
     token: TokenOption = None,
 ) -> None:
     """Every node with its pool, status and slot usage."""
+    params = {"region": region, "status": status.value if status else None}
     with api_client(api, token) as client:
-        data = client.call("GET", "/v1/nodes", params={"region": region, "status": status.value if status else None})
-        if output is OutputFormat.JSON:
-            print_json(data)
-        else:
-            _render(NodeList.model_validate(data).nodes)
+        data = client.call("GET", "/v1/nodes", params=params)
+        pages = [data]
+        while pages[-1].get("next_cursor"):  # every page: an operator's list is the whole fleet
+            pages.append(client.call("GET", "/v1/nodes", params={**params, "cursor": pages[-1]["next_cursor"]}))
+    data = {"nodes": [node for page in pages for node in page["nodes"]], "next_cursor": None}
+    if output is OutputFormat.JSON:
+        print_json(data)
+    else:
+        _render(NodeList.model_validate(data).nodes)
 
 
 @app.command("get")

@@ -13,11 +13,13 @@ import logging
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Response
+from fastapi import APIRouter, Depends, Path, Query, Response
 from sqlalchemy import Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api import cursor
 from api.auth import Admin, Reporter
+from api.cursor import CursorParam
 from api.errors import ApiError, conflict, error_responses, not_found
 from api.models import AgentState, NodeInfo, NodeList, QuarantinedSlot, SlotValidation
 from api.services import Services, services
@@ -134,20 +136,33 @@ async def _one(session: AsyncSession, name: str) -> NodeInfo:
 
 
 @router.get("", response_model=NodeList, responses=error_responses(401, 403, 422))
-async def list_nodes(caller: Admin, app: App, region: Name | None = None, status: NodeStatus | None = None) -> NodeList:
-    """Every node with its pool, status, slot usage, agent liveness and the slots that do not validate."""
+async def list_nodes(
+    caller: Admin,
+    app: App,
+    region: Name | None = None,
+    status: NodeStatus | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="At most this many on the page.")] = 1000,
+    cursor_: Annotated[CursorParam, Query(alias="cursor")] = None,
+) -> NodeList:
+    """Every node with its pool, status, slot usage, agent liveness and the slots that do not validate, by name, a
+    page at a time (keyset on the name): follow `next_cursor` until it is null."""
     query = _nodes()
     if region is not None:
         query = query.where(ClusterRow.region == region)
     if status is not None:
         query = query.where(NodeRow.status == status.value)
+    if cursor_ is not None:
+        query = query.where(NodeRow.name > cursor.decode(cursor_, "nodes", 1)[0])
     async with app.sessions() as session:
-        rows = (await session.execute(query)).all()
-        invalid, quarantined = await _invalid_slots(session), await _quarantined(session)
+        found = (await session.execute(query.limit(limit + 1))).all()
+        rows, more = found[:limit], len(found) > limit
+        names = [row[0].name for row in rows]
+        invalid, quarantined = await _invalid_slots(session, names), await _quarantined(session, names)
         return NodeList(
             nodes=[
                 _info(*row, invalid=invalid.get(row[0].name), quarantined=quarantined.get(row[0].name)) for row in rows
-            ]
+            ],
+            next_cursor=cursor.encode("nodes", names[-1]) if more else None,
         )
 
 

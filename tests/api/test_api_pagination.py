@@ -160,6 +160,18 @@ async def test_deployments_page_by_namespace_and_name(api: tuple[httpx.AsyncClie
     assert wrong.status_code == 422 and wrong.json()["error"]["code"] == "invalid_cursor"
 
 
+async def test_nodes_page_by_name(api: tuple[httpx.AsyncClient, Any]) -> None:
+    http, who = api
+    everything = (await http.get("/v1/nodes", headers=who["admin"])).json()
+    assert everything["next_cursor"] is None
+    names = [node["name"] for node in everything["nodes"]]
+    assert len(names) >= 3 and names == sorted(names)
+    pages = await _pages(http, "/v1/nodes", who["admin"], "nodes", limit=2)
+    assert [[node["name"] for node in page] for page in pages] == [names[i : i + 2] for i in range(0, len(names), 2)]
+    wrong = await http.get("/v1/nodes", params={"cursor": cursor.encode("deployments", "a", "b")}, headers=who["admin"])
+    assert wrong.status_code == 422 and wrong.json()["error"]["code"] == "invalid_cursor"
+
+
 def test_berth_alloc_list_follows_the_cursors(
     database_url: str, temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
