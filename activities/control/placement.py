@@ -147,34 +147,23 @@ class PlacementActivities:
         show it more plans in progress. Under the lock only the cheap part runs: the plans in progress re-read, the
         ranking redone only if they moved, the tentative choice written."""
         try:
-            return await self._ranked(base, plans, request, region_name, allocation_id, budget)
+            known = with_pending_plans(base, plans)
+            decision = await _off_loop(budget, lambda: cluster.find_candidates(known, request, region_name))
+            if decision.refusal is not None:
+                LOCK_TIMES.fast_refusals += 1
+                return _candidate_list(known, decision)
+            asked = time.perf_counter()
+            async with self.sessions.begin() as session:
+                await lock_region(session, region_name)
+                locked = time.perf_counter()
+                fresh = await pending_plans(session, allocation_id)
+                if fresh != plans:  # the same devices: their pairs are paid already, the budget cannot run out here
+                    moved = known = with_pending_plans(base, fresh)
+                    decision = await _off_loop(budget, lambda: cluster.find_candidates(moved, request, region_name))
+                if decision.candidates:
+                    await record_first_choice(session, allocation_id, decision.candidates[0].node)
         except SelectorCostExceeded as error:
             return _too_costly(error, CandidateList())
-
-    async def _ranked(
-        self,
-        base: Snapshot,
-        plans: Plans,
-        request: PlacementRequest,
-        region_name: str,
-        allocation_id: str,
-        budget: RequestBudget,
-    ) -> CandidateList:
-        known = with_pending_plans(base, plans)
-        decision = await _off_loop(budget, lambda: cluster.find_candidates(known, request, region_name))
-        if decision.refusal is not None:
-            LOCK_TIMES.fast_refusals += 1
-            return _candidate_list(known, decision)
-        asked = time.perf_counter()
-        async with self.sessions.begin() as session:
-            await lock_region(session, region_name)
-            locked = time.perf_counter()
-            fresh = await pending_plans(session, allocation_id)
-            if fresh != plans:
-                moved = known = with_pending_plans(base, fresh)
-                decision = await _off_loop(budget, lambda: cluster.find_candidates(moved, request, region_name))
-            if decision.candidates:
-                await record_first_choice(session, allocation_id, decision.candidates[0].node)
         LOCK_TIMES.waited.append(1000 * (locked - asked))
         LOCK_TIMES.held.append(1000 * (time.perf_counter() - locked))
         return _candidate_list(known, decision)
