@@ -11,7 +11,6 @@ once; only its SHA-256 digest is stored.
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -20,7 +19,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from cli.client import OutputOption
 from cli.output import OutputFormat, console, fail, print_json
-from config.context import NotConfigured, database_url
+from config.context import NotConfigured, database_url, write_private
 from config.settings import Settings
 from store.db import create_engine, session_factory
 from store.tokens import Role, create_token
@@ -102,7 +101,5 @@ def _write_node_tokens(nodes: list[str], directory: Path, label: str | None) -> 
             fail(str(error))
         except (OSError, OperationalError, DBAPIError) as error:
             fail(f"cannot reach the database: {error}")
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w") as written:
-            written.write(token + "\n")
+        write_private(path, token + "\n")  # 0600 from its first byte, even over a leftover file
         console.print(f"node token for {node} written to {path}", highlight=False)

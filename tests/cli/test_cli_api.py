@@ -241,8 +241,12 @@ def test_nodes_list_cordon_and_uncordon(terminal: Terminal) -> None:
 
 def test_node_tokens_written_for_agents_are_kept_on_a_rerun(terminal: Terminal, tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
+    tokens.mkdir()
+    (tokens / "big").touch(mode=0o644)  # an empty file left behind, readable by everyone
+    (tokens / "big").chmod(0o644)
     written = terminal.ok("tokens", "create", "--node", "small", "--node", "big", "--to-dir", str(tokens))
     assert f"node token for big written to {tokens / 'big'}" in written
+    assert (tokens / "big").stat().st_mode & 0o777 == 0o600  # replaced, not written into with its mode
     first = (tokens / "small").read_text()
     assert first.startswith("berth_") and (tokens / "small").stat().st_mode & 0o777 == 0o600
     assert "already holds a token; kept" in terminal.ok("tokens", "create", "--node", "small", "--to-dir", str(tokens))
