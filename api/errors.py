@@ -7,7 +7,9 @@ a bug in Berth: it is logged with its traceback and the caller gets the envelope
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 from typing import Any
 
 import asyncpg
@@ -18,7 +20,6 @@ from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
-from starlette.routing import Match
 
 from fleet.loader import field_path
 from store.outage import is_database_outage
@@ -114,16 +115,26 @@ async def _validation_error(_request: Request, error: Exception) -> JSONResponse
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 
 
-def allowed_methods(request: Request) -> str:
-    """Every method the request's path takes, for a 405's `Allow`. Starlette names only the methods of the first
-    route whose path matched, and each method of a path is a route of its own here (so `OPTIONS /v1/allocations`
-    answered `Allow: POST` while the path also takes GET)."""
+def allowed_methods(request: Request) -> str | None:
+    """Every method the request's path takes, as the published schema documents them, for a 405's `Allow`.
+    Starlette names only the methods of the first route whose path matched, and each method of a path is a route
+    of its own here (so `OPTIONS /v1/allocations` answered `Allow: POST` while the path also takes GET). None for
+    a path the schema does not document (the docs' own routes), whose `Allow` Starlette already gives."""
     methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches(request.scope)
-        if match is not Match.NONE:
-            methods |= getattr(route, "methods", None) or set()
-    return ", ".join(sorted(methods))
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        if _template_pattern(template).match(request.url.path):
+            methods |= {method.upper() for method in operations if method.upper() in _METHODS}
+    return ", ".join(sorted(methods)) or None
+
+
+_METHODS = frozenset({"GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"})
+
+
+@functools.cache
+def _template_pattern(template: str) -> re.Pattern[str]:
+    """`/v1/allocations/{allocation_id}` -> a pattern matching `/v1/allocations/<one segment>`."""
+    parts = re.split(r"(\{[^/{}]+\})", template)
+    return re.compile("^" + "".join("[^/]+" if part.startswith("{") else re.escape(part) for part in parts) + "$")
 
 
 async def _http_error(request: Request, error: Exception) -> JSONResponse:
@@ -139,8 +150,9 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
         )
     code = _HTTP_CODES.get(error.status_code, "http_error")
     headers = dict(error.headers or {})
-    if error.status_code == 405:
-        headers["Allow"] = allowed_methods(request)
+    allowed = allowed_methods(request) if error.status_code == 405 else None
+    if allowed is not None:
+        headers["Allow"] = allowed
     details = getattr(error, "details", None)  # api/body_limit.py's BodyTooLarge names its limit
     return _envelope(error.status_code, code, str(error.detail), details, headers or None)
 

@@ -8,7 +8,8 @@ The built-in `positive_data_acceptance` expects every request the schema calls v
 what is well formed, not what exists or fits together: a region, product, node, GPU or tenant the fleet does not
 have, a selector that does not compile as CEL, a request no host could ever hold, a report for another topology, a
 cursor the API did not hand out, a manifest naming another deployment than its address, a fleet file whose
-documents do not fit together, an admin's create that names no tenant. The API refuses those with codes (and, under
+documents do not fit together, pinned GPUs that do not match `gpu_count` and the one pinned node, an admin's create
+that names no tenant. The API refuses those with codes (and, under
 `invalid_request`, problem types) that say which; `well_formed_requests_refused_only_for_what_they_name` is
 `positive_data_acceptance` with exactly those refusals allowed, so a schema-valid request refused for its shape
 still fails the run.
@@ -31,8 +32,9 @@ NAMED_REFUSALS = frozenset({
     "unsatisfiable", "topology_mismatch", "invalid_cursor", "invalid_fleet",
 })  # fmt: skip
 # Problem types under `invalid_request` that no schema can state: a deployment manifest naming another deployment or
-# namespace than its address, a CEL selector in it that does not compile.
-NAMED_PROBLEMS = frozenset({"name_mismatch", "namespace_mismatch", "cel_compile_error"})
+# namespace than its address, a CEL selector in it that does not compile, pinned GPUs that are not as many as
+# `gpu_count` on exactly one pinned node (a rule between fields).
+NAMED_PROBLEMS = frozenset({"name_mismatch", "namespace_mismatch", "cel_compile_error", "gpu_pins"})
 # `invalid_request` on these fields alone depends on the token, not the body: an admin must name the tenant.
 TOKEN_DEPENDENT_FIELDS = frozenset({"body.tenant"})
 
