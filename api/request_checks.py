@@ -18,13 +18,15 @@ snapshot are kept, per tenant, until the cache hands out another one, so a creat
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.cel_budget import too_costly
 from api.errors import ApiError
 from api.models import AllocationCreate
-from scheduler.cel import SelectorCompileError, compile_selector
+from scheduler.cel import REQUEST_BUDGET, SelectorCompileError, SelectorCostExceeded, admit_selector
 from scheduler.request import CapacityShape
 from scheduler.snapshot import Snapshot
 from scheduler.tenant_scope import tenant_view
@@ -88,10 +90,13 @@ _remembered = _Remembered()
 
 
 def check_selectors(body: AllocationCreate) -> None:
-    """422 `invalid_selector` for the first selector that does not compile, naming it and the position."""
+    """422 `invalid_selector` for the first selector that does not compile, naming it and the position;
+    `selector_cost_exceeded` for one whose estimated cost is over a request's CEL budget (api/cel_budget.py)."""
     for index, expression in enumerate(body.selectors):
         try:
-            compile_selector(expression)
+            admit_selector(expression, REQUEST_BUDGET)
+        except SelectorCostExceeded as error:
+            raise too_costly(body, error) from None
         except SelectorCompileError as error:
             detail = {
                 "field": f"body.selectors[{index}]",
@@ -176,7 +181,7 @@ async def check_request(
 ) -> None:
     """Every check of this module, cheapest first, against the fleet as `viewer` may use it; raises the first
     ApiError (422)."""
-    check_selectors(body)
+    await asyncio.to_thread(check_selectors, body)  # parsing a long selector takes ~0.25 s: off the event loop
     check_gpu_pins(body)
     snapshot = (await inventory.inventory(session)).snapshot
     check_names(_remembered.names_of(snapshot, viewer), body)

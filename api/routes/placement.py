@@ -18,6 +18,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Depends, Query
 
 from api.auth import Caller, acting_tenant
+from api.cel_budget import explain_off_loop
 from api.errors import error_responses
 from api.models import AllocationCreate, CapacityReport, Product
 from api.request_checks import check_request, fleet_for
@@ -25,7 +26,7 @@ from api.services import Services, services
 from fleet.meta import Name
 from scheduler.bundles import held_slots
 from scheduler.capacity import capacity
-from scheduler.placement import PlacementResult, schedule
+from scheduler.placement import PlacementResult
 from scheduler.snapshot import Snapshot
 from store.tokens import Principal
 
@@ -58,7 +59,7 @@ async def explain(
     async with app.sessions() as session:
         await check_request(session, app.inventory, body, caller)
         snapshot = fleet_for(await app.inventory.snapshot(session), caller)
-    result = schedule(snapshot, body.placement_request(tenant), detail=detail)
+    result = await explain_off_loop(body, snapshot, body.placement_request(tenant), detail)  # CEL: in a thread
     if result.refusal is not None:
         app.metrics.explain_refusals.labels(str(result.refusal.code)).inc()
     return _shown_to(caller, result, snapshot, body.nodes)
