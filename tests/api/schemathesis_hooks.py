@@ -29,7 +29,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 # Codes that refuse a well-formed request for what it names or how its parts fit together (api/README.md).
 NAMED_REFUSALS = frozenset({
     "unknown_region", "unknown_product", "unknown_node", "unknown_gpu", "unknown_tenant", "invalid_selector",
-    "unsatisfiable", "topology_mismatch", "invalid_cursor", "invalid_fleet",
+    "selector_cost_exceeded", "unsatisfiable", "topology_mismatch", "invalid_cursor", "invalid_fleet",
 })  # fmt: skip
 # Problem types under `invalid_request` that no schema can state: a deployment manifest naming another deployment or
 # namespace than its address, a CEL selector in it that does not compile, pinned GPUs that are not as many as
