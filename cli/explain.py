@@ -18,7 +18,7 @@ from rich.table import Table
 from cli.output import OutputFormat, make_console, styled
 from fleet.errors import FleetError
 from fleet.loader import load_fleet
-from scheduler.cel import SelectorCompileError
+from scheduler.cel import SelectorError
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.placement import PlacementResult, schedule
 from scheduler.reasons import phrase
@@ -66,7 +66,7 @@ def explain(
         _fail("; ".join(str(error["msg"]).removeprefix("Value error, ") for error in exc.errors()))
     except ValueError as exc:  # a SlotState naming slots the fleet does not have
         _fail(str(exc))
-    except SelectorCompileError as exc:
+    except SelectorError as exc:  # does not compile, or costs more than a request may spend
         _fail(f"--selector: {exc}")
     if output is OutputFormat.JSON:
         typer.echo(result.model_dump_json(indent=2))

@@ -98,11 +98,17 @@ def test_slot_state_documents_answer_what_if_questions(tmp_path: Path) -> None:
     assert "3 active + 3 in flight + 3 requested > quota 8" in quota["refusal"]["message"]
 
 
+# Three nested 10-element `all()`s: over a request's whole CEL budget on the first device (issue 21).
+TEN = "[500, 501, 502, 503, 504, 505, 506, 507, 508, 509]"
+COSTLY = f"{TEN}.all(a, {TEN}.all(b, {TEN}.all(c, a + b + c > 0)))"
+
+
 @pytest.mark.parametrize(
     ("text", "args", "message"),
     [
         (None, ["--gpus", "1"], "missing.yaml: no such file"),
         (FLEET, ["--gpus", "1", "--selector", "device.driver =="], "--selector: CEL selector"),
+        (FLEET, ["--gpus", "1", "--selector", COSTLY], "--selector: the request's CEL selectors cost more than"),
         (FLEET.replace("gpuProduct: H200", "gpuProduct: H200\n    nodeCont: 3"), ["--gpus", "1"], "nodeCont"),
         (FLEET + BUSY.replace("h02/2", "h09/2"), ["--gpus", "1"], "slot 'h09/2' is not in the fleet"),
         ("kind: [", ["--gpus", "1"], "is not valid YAML"),
