@@ -67,7 +67,9 @@ class DeploymentActivities:
             caches = await store.load_caches(session)
             others = await store.recorded_replicas(session, exclude_deployment=(namespace, name))
         own = [ModelReplica.model_validate(m) for m in input.own_replicas]
-        plan = plan_deployment(deployment, clusters, classes, [*others, *own], caches)
+        # In a worker thread: the fleet scheduler evaluates the deployment's CEL selectors (each bounded only by
+        # Kubernetes' per-expression cost), which must not stall the control worker's event loop and its workflows.
+        plan = await asyncio.to_thread(plan_deployment, deployment, clusters, classes, [*others, *own], caches)
         manifests = [manifest_dict(replica_manifest(deployment, placement)) for placement in plan.new]
         return PlannedDeployment(plan=plan, new_replicas=manifests, clusters_observed=len(names))
 
