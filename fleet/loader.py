@@ -90,12 +90,13 @@ def _validate_document(number: int, document: Any, source: str | None) -> tuple[
     kind = document.get("kind")
     metadata = document.get("metadata")
     name = metadata.get("name") if isinstance(metadata, dict) else None
+    name = name if isinstance(name, str) else None  # a problem names a document only by a string name
     base = FleetProblem(
         source=source, document=number, kind=kind if isinstance(kind, str) else None, name=name, message=""
     )
     if not kind:
         return None, [base.model_copy(update={"path": "kind", "message": "is required but missing"})]
-    model = KINDS.get(kind)
+    model = KINDS.get(kind) if isinstance(kind, str) else None  # a mapping or list as `kind` is unknown too
     if model is None:
         known = ", ".join(sorted(KINDS))
         return None, [

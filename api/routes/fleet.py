@@ -7,7 +7,7 @@ once in the answer.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from sqlalchemy.exc import DataError, IntegrityError
@@ -53,7 +53,19 @@ _BODY = {"required": True, "content": {"application/yaml": {"schema": _FLEET}, "
 
 
 def _invalid(message: str, details: object = None) -> ApiError:
-    return ApiError(400, "invalid_fleet", message, details)
+    return ApiError(400, "invalid_fleet", _encodable(message), _encodable(details))
+
+
+def _encodable(value: Any) -> Any:
+    """Problems quote the file, and a JSON body may spell lone surrogates (`"\\udc80"`) that no UTF-8 answer can
+    carry: each becomes `?` instead of the answer failing (schemathesis found a 500)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, list):
+        return [_encodable(item) for item in value]
+    if isinstance(value, dict):
+        return {_encodable(key): _encodable(item) for key, item in value.items()}
+    return value
 
 
 @router.put(
