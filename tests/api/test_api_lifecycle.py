@@ -30,7 +30,8 @@ async def test_create_becomes_active_and_release_returns_the_gpus(stack: Stack) 
     listed = await stack.http.get("/v1/allocations", params={"state": "active", "node": "small"}, headers=stack.acme)
     assert [a["id"] for a in listed.json()["allocations"]] == [accepted["id"]]
     assert (await stack.http.get("/v1/allocations", params={"node": "big"}, headers=stack.acme)).json() == {
-        "allocations": []
+        "allocations": [],
+        "next_cursor": None,
     }
 
     released = await stack.http.delete(f"/v1/allocations/{accepted['id']}", headers=stack.acme)
