@@ -25,9 +25,10 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import PRINCIPAL, verified
-from api.errors import ApiError, error_response
+from api.errors import ApiError, database_unavailable, error_response
 from api.services import Services
 from config.settings import Settings
+from store.outage import is_database_outage
 
 _REPORT = re.compile(r"^/v1/nodes/[^/]+/report$")
 _MANIFESTS = re.compile(r"^/v1/(fleet|deployments/[^/]+|namespaces/[^/]+/deployments/[^/]+)$")
@@ -103,6 +104,10 @@ class BodyLimit:
             found = await verified(token if scheme.lower() == "bearer" and token else None, self.services)
         except ApiError as refusal:
             return refusal
+        except Exception as error:  # outside the app's exception handlers: an outage is told here, as they tell it
+            if not is_database_outage(error):
+                raise
+            return database_unavailable(error)
         scope.setdefault("state", {})[PRINCIPAL] = found
         return None
 
