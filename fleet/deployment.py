@@ -18,11 +18,21 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from fleet.inference_class import QUANTITY_PATTERN
 from fleet.inference_cluster import TaintEffect
 from fleet.meta import Carried, Name, ObjectMeta, Spec
 from fleet.openapi import check_block
+
+MANIFEST_RULE = "manifest_rule"
+
+
+def rule_broken(message: str) -> PydanticCustomError:
+    """A rule between a manifest's fields (Modelplane's admission rules: unique names, a serving unit's roles, what
+    a member may carry), which no schema states: its own problem type (`manifest_rule`), so a client, and the API's
+    schema checks, can tell it from a malformed field."""
+    return PydanticCustomError(MANIFEST_RULE, "{rule}", {"rule": message})
 
 
 class Role(StrEnum):
@@ -57,7 +67,7 @@ class NodeSelector(Spec):
         names = [d.name for d in devices]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError(f"device request names must be unique (repeated: {', '.join(duplicates)})")
+            raise rule_broken(f"device request names must be unique (repeated: {', '.join(duplicates)})")
         return devices
 
 
@@ -68,7 +78,10 @@ class WorkerSpec(Spec):
 class ModelResources(Spec):
     """Seed 001: the model's GPU memory need; the scheduler derives the device request per pool."""
 
-    gpu_memory: str = Field(description="GPU memory one copy of the model needs, as a quantity (e.g. 60Gi).")
+    gpu_memory: str = Field(
+        description="GPU memory one copy of the model needs, as a quantity (e.g. 60Gi).",
+        json_schema_extra={"pattern": QUANTITY_PATTERN.pattern},
+    )
     backend: str | None = Field(
         default=None, description="Serving backend (vllm, sglang, mindie, voxbox, custom): decides the fallbacks."
     )
@@ -103,11 +116,11 @@ class Member(Spec):
     @model_validator(mode="after")
     def _consistent(self) -> Member:
         if self.worker is not None and self.role is not Role.WORKER:
-            raise ValueError("worker may only be set on a Worker member")
+            raise rule_broken("worker may only be set on a Worker member")
         if self.node_selector is not None and self.resources is not None:
-            raise ValueError("give either nodeSelector (device requests) or resources (a memory need), not both")
+            raise rule_broken("give either nodeSelector (device requests) or resources (a memory need), not both")
         if self.resources is not None and self.role is not Role.STANDALONE:
-            raise ValueError("resources (a memory need) is for Standalone members; a gang states device requests")
+            raise rule_broken("resources (a memory need) is for Standalone members; a gang states device requests")
         return self
 
     @property
@@ -142,9 +155,9 @@ class Engine(Spec):
         standalone = roles == [Role.STANDALONE]
         gang = roles.count(Role.LEADER) == 1 and Role.WORKER in roles and Role.STANDALONE not in roles
         if not (standalone or gang):
-            raise ValueError("an engine is either a single Standalone member or one Leader and one or more Workers")
+            raise rule_broken("an engine is either a single Standalone member or one Leader and one or more Workers")
         if not any(m.places_itself for m in self.members):
-            raise ValueError("at least one member of an engine must carry a nodeSelector (or resources)")
+            raise rule_broken("at least one member of an engine must carry a nodeSelector (or resources)")
         return self
 
 
@@ -157,9 +170,9 @@ class Toleration(Spec):
     @model_validator(mode="after")
     def _operator_fields(self) -> Toleration:
         if self.operator == "Equal" and not self.key:
-            raise ValueError("an Equal toleration must set a key")
+            raise rule_broken("an Equal toleration must set a key")
         if self.operator == "Exists" and self.value is not None:
-            raise ValueError("an Exists toleration must not set a value")
+            raise rule_broken("an Exists toleration must not set a value")
         return self
 
 
@@ -215,7 +228,7 @@ class TemplateSpec(Spec):
         names = [e.name for e in engines]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError(f"engine names must be unique (repeated: {', '.join(duplicates)})")
+            raise rule_broken(f"engine names must be unique (repeated: {', '.join(duplicates)})")
         return engines
 
 
@@ -235,7 +248,7 @@ class ModelDeploymentSpec(Spec):
     @model_validator(mode="after")
     def _min_not_above_replicas(self) -> ModelDeploymentSpec:
         if self.min_replicas is not None and self.min_replicas > self.replicas:
-            raise ValueError(f"minReplicas ({self.min_replicas}) cannot exceed replicas ({self.replicas})")
+            raise rule_broken(f"minReplicas ({self.min_replicas}) cannot exceed replicas ({self.replicas})")
         return self
 
 

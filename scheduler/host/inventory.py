@@ -169,7 +169,11 @@ class HostInventory(Model):
     nvme: list[NvmeNamespace] = Field(default_factory=list, max_length=MAX_NVME)
     numa: list[NumaCell] = Field(default_factory=list, max_length=MAX_NUMA_CELLS)
     # group -> every PCI function in it
-    iommu_groups: dict[int, list[PciAddress]] = Field(default_factory=dict, max_length=MAX_PCI_FUNCTIONS)
+    iommu_groups: dict[int, list[PciAddress]] = Field(
+        default_factory=dict,
+        max_length=MAX_PCI_FUNCTIONS,
+        json_schema_extra={"propertyNames": {"pattern": "^[0-9]+$"}},  # a group's number, as /sys/kernel/iommu_groups
+    )
     # every function named by an IOMMU group
     pci_functions: dict[PciAddress, PciFunction] = Field(default_factory=dict, max_length=MAX_PCI_FUNCTIONS)
     problems: list[HostProblem] = Field(default_factory=list, max_length=MAX_PROBLEMS)
