@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.cel_budget import too_costly
+from api.cel_budget import too_costly, too_long
 from api.errors import ApiError
 from api.models import AllocationCreate
 from scheduler.cel import REQUEST_BUDGET, SelectorCompileError, SelectorCostExceeded, admit_selector
@@ -91,7 +91,11 @@ _remembered = _Remembered()
 
 def check_selectors(body: AllocationCreate) -> None:
     """422 `invalid_selector` for the first selector that does not compile, naming it and the position;
-    `selector_cost_exceeded` for one whose estimated cost is over a request's CEL budget (api/cel_budget.py)."""
+    `selector_cost_exceeded` for selectors too long together, or one whose estimated cost is over a request's CEL
+    budget (api/cel_budget.py)."""
+    refusal = too_long(body)
+    if refusal is not None:
+        raise refusal
     for index, expression in enumerate(body.selectors):
         try:
             admit_selector(expression, REQUEST_BUDGET)

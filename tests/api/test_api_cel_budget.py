@@ -13,6 +13,7 @@ import asyncio
 
 from sqlalchemy import func, select
 
+from api.cel_budget import MAX_SELECTOR_TEXT
 from scheduler.cel import REQUEST_BUDGET, compile_selector
 from store.models import AllocationRow
 from tests.api.stack import Stack
@@ -49,6 +50,25 @@ async def test_a_selector_too_costly_by_its_estimate_is_422_and_creates_nothing(
             {"field": "body.selectors[1]", "expression": ISSUE, "estimated_cost": estimate, "budget": REQUEST_BUDGET}
         ]
     assert await _allocations(stack) == 0
+
+
+async def test_selectors_too_long_together_to_parse_are_422_and_create_nothing(stack: Stack) -> None:
+    """Each within its own length, together past what a request may have parsed (api/cel_budget.MAX_SELECTOR_TEXT)."""
+    short = f'device.driver == "gpu.nvidia.com" && {H200}'
+    body = {"gpu_count": 1, "selectors": [short] * (MAX_SELECTOR_TEXT // len(short) + 1)}
+    length = len(short) * len(body["selectors"])
+    for path in ("/v1/allocations", "/v1/explain"):
+        response = await stack.http.post(path, json=body, headers=stack.acme)
+        assert response.status_code == 422, response.text
+        assert response.json()["error"] == {
+            "code": "selector_cost_exceeded",
+            "message": f"the request's CEL selectors are {length} characters together; a request may carry at most "
+            f"{MAX_SELECTOR_TEXT} (compiling them is part of what a request may spend)",
+            "details": [{"field": "body.selectors", "characters": length, "limit": MAX_SELECTOR_TEXT}],
+        }
+    assert await _allocations(stack) == 0
+    body["selectors"] = body["selectors"][: MAX_SELECTOR_TEXT // len(short)]  # at the bound: explained
+    assert (await stack.http.post("/v1/explain", json=body, headers=stack.acme)).status_code == 200
 
 
 async def test_selectors_that_together_pass_the_budget_are_refused_by_explain_and_placement(stack: Stack) -> None:
