@@ -97,8 +97,8 @@ def create_app(
 
 def _complete_openapi(app: FastAPI) -> None:
     """What FastAPI cannot see from the routes, added to the published schema so that it says what the API does:
-    every operation with a body may answer 413 (api/body_limit.py), and a deployment PUT's body, which the route
-    reads itself (JSON or YAML), is a ModelDeployment."""
+    every operation with a body may answer 413 (api/body_limit.py), a deployment PUT's body, which the route reads
+    itself (JSON or YAML), is a ModelDeployment, and a report's host inventory holds no NUL character."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -112,9 +112,44 @@ def _complete_openapi(app: FastAPI) -> None:
                     if method == "put" and path.endswith("/deployments/{name}"):
                         for media in operation["requestBody"]["content"].values():
                             media["schema"] = _model_deployment(schema)
+            _storable_text(schema.get("components", {}).get("schemas", {}), "HostInventory")
         return app.openapi_schema or {}
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+# Text PostgreSQL can store: no NUL character (store/node_reports.py refuses an inventory holding one, 422).
+STORABLE_TEXT = r"^[^\x00]*$"
+
+
+def _storable_text(components: dict[str, Any], root: str) -> None:
+    """Every string of the component `root` and those it refers to, keys included, is stated to hold no NUL: a
+    host inventory is stored as JSONB, which cannot hold one (schemathesis found an inventory the published schema
+    allowed refused for it). A string that already has a pattern or an enum keeps it."""
+    seen: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item)
+        if not isinstance(node, dict):
+            return
+        reference = node.get("$ref")
+        if isinstance(reference, str) and reference.startswith("#/components/schemas/"):
+            name = reference.removeprefix("#/components/schemas/")
+            if name not in seen and name in components:
+                seen.add(name)
+                walk(components[name])
+        if node.get("type") == "string" and "pattern" not in node and "enum" not in node:
+            node["pattern"] = STORABLE_TEXT
+        names = node.get("propertyNames")
+        if isinstance(names, dict) and "pattern" not in names:
+            names["pattern"] = STORABLE_TEXT
+        for key, value in node.items():
+            if key != "propertyNames":
+                walk(value)
+
+    walk({"$ref": f"#/components/schemas/{root}"})
 
 
 def _model_deployment(schema: dict[str, Any]) -> dict[str, str]:

@@ -66,6 +66,26 @@ def _structural(schema: dict[str, Any]) -> dict[str, Any]:
     return closed
 
 
+def published_schema(kind: str, path: str) -> dict[str, Any]:
+    """The schema `check_block` applies at `path`, to publish (the API's OpenAPI document states a carried block's
+    real shape): the structural rule written out, the XRD's `x-kubernetes-*` extensions (its CEL rules, which are not
+    run) left out, so that exactly what the block's check accepts is valid."""
+    return _without_extensions(_structural(sub_schema(kind, path)))
+
+
+def _without_extensions(schema: Any, names: bool = False) -> Any:
+    """`names`: a `properties` mapping, whose keys are field names rather than keywords."""
+    if isinstance(schema, list):
+        return [_without_extensions(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: _without_extensions(value, names=key == "properties" and not names)
+        for key, value in schema.items()
+        if names or not key.startswith("x-kubernetes-")
+    }
+
+
 @cache
 def _validator(kind: str, path: str) -> Draft202012Validator:
     from jsonschema import Draft202012Validator

@@ -7,6 +7,7 @@ once in the answer.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -33,7 +34,9 @@ App = Annotated[Services, Depends(services)]
 # What the route reads before it looks at a kind's fields: a document is a mapping with apiVersion, kind and
 # metadata.name, or a `List` of them (a NodeList of Kubernetes Nodes too). The same shape in JSON or YAML (a YAML
 # body may also hold several such documents). Each kind's fields, and how the documents fit together, are checked
-# by the route: 400 `invalid_fleet`, every problem listed.
+# by the route: 400 `invalid_fleet`, every problem listed. A body that declares nothing (empty, `null`, only
+# comments, an empty List) is refused too (schemathesis found `null` applied as "no changes"): the schema states it,
+# as a document or a List of at least one.
 _DOCUMENT = {
     "type": "object",
     "required": ["apiVersion", "kind", "metadata"],
@@ -46,7 +49,10 @@ _DOCUMENT = {
 _LIST = {
     "type": "object",
     "required": ["kind", "items"],
-    "properties": {"kind": {"enum": ["List", "NodeList"]}, "items": {"type": "array", "items": {"type": "object"}}},
+    "properties": {
+        "kind": {"enum": ["List", "NodeList"]},
+        "items": {"type": "array", "minItems": 1, "items": {"type": "object"}},
+    },
 }
 _FLEET = {"anyOf": [_DOCUMENT, _LIST], "description": "A fleet document, or a `kind: List` of them."}
 _BODY = {"required": True, "content": {"application/yaml": {"schema": _FLEET}, "application/json": {"schema": _FLEET}}}
@@ -94,6 +100,10 @@ async def put_fleet(
         raise _invalid(
             f"the fleet file has {count} problem{'s' if count != 1 else ''}: {error.problems[0]}", problems
         ) from error
+    if not any(getattr(fleet, declared.name) for declared in fields(fleet)):
+        raise _invalid(
+            "the body declares nothing: send a fleet document (apiVersion, kind, metadata) or a List of them"
+        )
     try:
         async with app.sessions.begin() as session:
             result = await apply_fleet(session, fleet, prune=prune)

@@ -11,6 +11,7 @@ against a deployed API; tests/api/schemathesis_hooks.py says which two built-in 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -23,6 +24,7 @@ import httpx
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
+from jsonschema import Draft202012Validator
 from schemathesis import GenerationMode
 from schemathesis.checks import (
     content_type_conformance,
@@ -34,6 +36,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.api.served import Served, served_api
 from tests.api.stack import Stack, api_fleet, bearer
+from tests.workflows.deployment_lab import deployment
+from workflows.deployment_spec import check_manifest
 
 EXAMPLES = 20  # per operation and round: bounded so the whole run stays well under a minute
 CLI_EXAMPLES = 3  # per operation and phase of a schemathesis command run, one per token kind
@@ -153,3 +157,73 @@ async def test_fleet_files_schemathesis_broke_are_refused_not_server_errors(stac
                      "apiVersion: berth.dev/v1alpha1\nkind: Tenant\nmetadata: {name: 5}\n"):  # fmt: skip
         answer = await stack.http.put("/v1/fleet", content=document, headers=stack.admin)
         assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_fleet", answer.text
+
+
+def _allows(openapi: dict[str, Any], schema: dict[str, Any], value: Any) -> bool:
+    """Whether a schema of the published document (its `$ref`s into the document's components) allows `value`."""
+    return Draft202012Validator({**schema, "components": openapi["components"]}).is_valid(value)
+
+
+def _body_schema(openapi: dict[str, Any], method: str, path: str, media: str = "application/json") -> dict[str, Any]:
+    return openapi["paths"][path][method]["requestBody"]["content"][media]["schema"]
+
+
+async def test_a_fleet_body_that_declares_nothing_is_refused_as_the_schema_says(stack: Stack) -> None:
+    """Found by schemathesis (30 examples): a YAML body `null` was applied as "no changes" (200), though the schema
+    asks for a document or a List of them. A body declaring nothing (empty, `null`, only comments, an empty List) is
+    400 `invalid_fleet`, and the schema's List has at least one item."""
+    openapi = (await stack.http.get("/openapi.json")).json()
+    schema = _body_schema(openapi, "put", "/v1/fleet", "application/yaml")
+    empty_list = {"kind": "List", "items": []}
+    for text, value in (("null\n", None), ("", None), ("# nothing\n", None), (json.dumps(empty_list), empty_list)):
+        assert not _allows(openapi, schema, value), text
+        answer = await stack.http.put(
+            "/v1/fleet", content=text, headers=stack.admin | {"Content-Type": "application/yaml"}
+        )
+        assert answer.status_code == 400, (text, answer.text)
+        assert answer.json()["error"]["code"] == "invalid_fleet"
+        assert "declares nothing" in answer.json()["error"]["message"]
+
+
+async def test_a_members_pod_template_is_published_as_the_xrd_that_checks_it(stack: Stack) -> None:
+    """Found by schemathesis (30 examples): the schema let a member's `template` be any object, while a PUT checks
+    it against Modelplane's XRD (fleet/openapi.py) and refuses unknown fields (422). The schema is now the XRD's, as
+    the check applies it: a template it allows is accepted, one the check refuses it does not allow."""
+    openapi = (await stack.http.get("/openapi.json")).json()
+    path = "/v1/namespaces/{namespace}/deployments/{name}"
+    schema = _body_schema(openapi, "put", path)
+    assert _body_schema(openapi, "put", path, "application/yaml") == schema
+    manifest = deployment("llama", 1)
+    member = manifest["spec"]["template"]["spec"]["engines"][0]["members"][0]
+    member["template"] = {"metadata": {"labels": {"app": "llama"}},
+                          "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.8.5"}]}}  # fmt: skip
+    assert _allows(openapi, schema, manifest)
+    check_manifest(manifest, "llama", "lab")  # the PUT's own check accepts it
+    member["template"]["sepc"] = {}  # misspelt
+    assert not _allows(openapi, schema, manifest)
+    answer = await stack.http.put("/v1/namespaces/lab/deployments/llama", json=manifest, headers=stack.admin)
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert [(p["field"], p["type"]) for p in error["details"]] == [
+        ("body.spec.template.spec.engines[0].members[0].template", "value_error")
+    ]
+    assert "sepc: is not a known field" in error["details"][0]["message"]
+
+
+async def test_a_reported_host_holds_no_nul_as_the_schema_says(stack: Stack) -> None:
+    """Found by schemathesis (30 examples): a NUL in a reported host's text is refused (422: PostgreSQL cannot store
+    it, store/node_reports.py) while the published schema allowed it; the schema now states it for every string of
+    the inventory, keys included."""
+    openapi = (await stack.http.get("/openapi.json")).json()
+    schema = _body_schema(openapi, "post", "/v1/nodes/{node}/report")
+    report = {"agent": {"version": "x", "interval_seconds": 30}, "topology": "0", "host": {"hostname": "a"}}
+    assert _allows(openapi, schema, report)
+    for host in ({"hostname": "a\x00b"}, {"problems": [{"path": "/sys\x00", "message": "unreadable"}]},
+                 {"pci_functions": {"0000:01:00.0\x00": {"address": "0000:01:00.0", "vendor_id": "10de",
+                                                         "device_id": "2335", "class_code": "030200"}}}):  # fmt: skip
+        assert not _allows(openapi, schema, {**report, "host": host}), host
+        answer = await stack.http.post("/v1/nodes/small/report", json={**report, "host": host}, headers=stack.admin)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"]["code"] == "invalid_request"
+        assert "NUL" in answer.json()["error"]["message"]
