@@ -70,6 +70,9 @@ class Simulation(Spec):
         default=False, description="Wiping a released slot fails (its NVMe format): the slots are quarantined."
     )
     boot_seconds: NonNegativeFloat = Field(default=0.0, description="Time from VM creation to readiness.")
+    create_seconds: NonNegativeFloat = Field(
+        default=0.0, description="Time the VM create itself takes (a step an agent can die in the middle of)."
+    )
 
 
 class Node(Spec):

@@ -119,6 +119,7 @@ class SimulatedVmDriver:
             return existing
         if self.simulation.fail_create:
             raise VmCreateError(f"simulated fault: VM creation fails on {spec.node}")
+        time.sleep(self.simulation.create_seconds)  # a hypervisor defining and starting a domain takes a while
         record = VmRecord(
             vm_id=f"vm-{spec.allocation_id}",
             allocation_id=spec.allocation_id,

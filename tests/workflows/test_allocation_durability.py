@@ -10,9 +10,13 @@ import sys
 from pathlib import Path
 
 from sqlalchemy import select
+from temporalio.api.enums.v1 import PendingActivityState, TaskQueueKind, TaskQueueType, TimeoutType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
+from activities.node.reporter import NodeReporter
 from store.models import SlotRow
-from tests.workflows.lab import FAST, lab_fleet, running_lab
+from tests.workflows.lab import FAST, StoreSink, lab_fleet, running_lab
 from workflows import allocation_client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,6 +67,86 @@ async def test_control_worker_killed_mid_saga_then_restarted_completes_without_l
         finally:
             control.send_signal(signal.SIGTERM)
             control.wait(timeout=30)
+
+
+def _agent_process(lab, node: str, address: str) -> subprocess.Popen[bytes]:
+    """The node's agent as its own process (`worker.py node`, simulated host, the lab's state and queues)."""
+    env = {
+        **os.environ,
+        "BERTH_TEMPORAL_ADDRESS": address,
+        "BERTH_NODE_TASK_QUEUE_PREFIX": lab.queues.node_prefix,
+        "BERTH_STATE_DIR": str(lab.home),
+    }
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "worker.py"), "node", "--node-id", node, "--topology", "simulated",
+         "--fleet", str(lab.fleet_file)],
+        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def _serving(client, queue: str, agent: subprocess.Popen[bytes]) -> None:
+    """Until the agent process polls its queue (a worker's identity is `<pid>@<host>`)."""
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+    )
+    for _ in range(600):
+        pollers = (await client.workflow_service.describe_task_queue(request)).pollers
+        if any(p.identity.startswith(f"{agent.pid}@") for p in pollers):
+            return
+        assert agent.poll() is None, agent.stderr.read().decode() if agent.stderr else "the agent exited"
+        await asyncio.sleep(0.1)
+    raise AssertionError("the agent process never polled its queue")
+
+
+async def _started(handle, activity: str) -> None:
+    """Until an agent has started `activity` for the workflow (its pending activity is STARTED)."""
+    for _ in range(600):
+        pending = (await handle.describe()).raw_description.pending_activities
+        if any(a.activity_type.name == activity and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+               for a in pending):  # fmt: skip
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{activity} never started")
+
+
+async def test_an_agent_killed_mid_create_is_retried_when_it_returns_not_after_the_create_timeout(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    """Issue 21's 277 s: an agent killed while it created the VM left the step to its start-to-close timeout
+    (5 min), whose retry then found the lease expired. The agent heartbeats every step it runs, so the kill shows
+    as a heartbeat timeout within 10 s and the create is retried, on the same node, by the agent that came back."""
+    address = temporal_client.service_client.config.target_host
+    hosts = {"h1": {"gpus": 2, "simulation": {"createSeconds": 8}}}
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts), agents=[]) as lab:
+        await NodeReporter(lab.agent("h1"), StoreSink(lab.sessions)).report_once()  # live and validated
+        agent = _agent_process(lab, "h1", address)
+        try:
+            await _serving(temporal_client, lab.queues.node("h1"), agent)
+            handle = await lab.allocate("agent-kill-1", gpus=2)
+            await _started(handle, "create_vm")  # on the agent, which takes 8 s over it
+            agent.send_signal(signal.SIGKILL)  # mid-create, no goodbye
+            agent.wait()
+            agent = _agent_process(lab, "h1", address)
+            await _serving(temporal_client, lab.queues.node("h1"), agent)
+            status = await lab.wait_for_state(handle, "active", timeout=90)
+            assert [(a.node, a.outcome) for a in status.attempts] == [("h1", "succeeded")]
+            creates = [
+                e.activity_task_started_event_attributes
+                for e in (await handle.fetch_history()).events
+                if e.HasField("activity_task_started_event_attributes")
+                and e.activity_task_started_event_attributes.attempt > 1
+            ]
+            assert len(creates) == 1, creates  # the create's one retry, for the reason below
+            assert creates[0].last_failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT
+            assert await lab.active_claims() == {"agent-kill-1": ["h1/0", "h1/1"]}
+            await allocation_client.release(temporal_client, "agent-kill-1")
+            assert (await handle.result()).state == "released"
+            assert lab.vm_records() == [] and lab.lease_files() == []
+        finally:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(timeout=30)
 
 
 async def test_agent_dying_after_vm_create_quarantines_its_slots_until_it_returns(
