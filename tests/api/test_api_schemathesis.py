@@ -39,7 +39,7 @@ from tests.api.stack import Stack, api_fleet, bearer
 from tests.workflows.deployment_lab import deployment
 from workflows.deployment_spec import check_manifest
 
-EXAMPLES = 20  # per operation and round: bounded so the whole run stays well under a minute
+EXAMPLES = 10  # per operation and round: the CLI run below checks every operation with both tokens too
 CLI_EXAMPLES = 3  # per operation and phase of a schemathesis command run, one per token kind
 REPO = Path(__file__).resolve().parents[2]
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
@@ -90,7 +90,7 @@ def test_no_request_gets_a_server_error(database_url: str, temporal_env: Workflo
                 sent += _fuzz(served, operation, headers, path_parameters={"allocation_id": real.json()["id"]})
             if "{node}" in operation.path:
                 sent += _fuzz(served, operation, headers, path_parameters={"node": "big"})
-        assert sent > 400
+        assert sent > 200
 
 
 def _schemathesis(served: Served, token: str, home: Path) -> subprocess.Popen[str]:
