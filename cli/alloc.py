@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -330,7 +329,7 @@ def list_(
         _render_list(page.allocations)
         if page.next_cursor:
             more = f"More: berth alloc list --cursor {page.next_cursor} (or --all)."
-            console.print(escape(more), style="dim", highlight=False, soft_wrap=True)  # one line to copy
+            console.print(more, style="dim", highlight=False, soft_wrap=True)  # one line to copy; markup is off
 
 
 @app.command("get")
