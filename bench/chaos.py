@@ -386,11 +386,15 @@ async def run_chaos(
         stop.set()
         await asyncio.gather(*running)
 
+        given = {a for c in load for a in c.given}
+
         async def quiet() -> bool:
-            return not any(s in IN_FLIGHT for s in (await _states(engine)).values())
+            """Every allocation active or final, counting one whose create was answered while PostgreSQL was down
+            and whose row its workflow has not written yet as still in flight."""
+            states = await _states(engine)
+            return not given - set(states) and not any(s in IN_FLIGHT for s in states.values())
 
         await _until(quiet, settle_timeout, "every allocation active or final")
-        given = {a for c in load for a in c.given}
         report.created = len(given)
         report.states = dict(Counter((await _states(engine)).values()))
         reasons = await _scalars(engine, "SELECT failure_reason FROM allocations WHERE state = 'failed'")
