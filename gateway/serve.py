@@ -1,0 +1,67 @@
+"""`berth gateway`: the node gateway as a process, and the pieces tests and the dev stack start in-process.
+
+The gateway is part of the control plane (it reads PostgreSQL's tokens and holds the control plane's Temporal
+credentials); it is the one control-plane address GPU hosts are given, besides the API's.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import grpc
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from config.settings import Settings
+from gateway.seal import TaskTokenSeal
+from gateway.server import GatewayPolicy, NodeGateway
+
+# Polls are long (Temporal answers an empty poll after about a minute) and payloads are a few KiB; Temporal's own
+# frontend takes up to 4 MiB per message by default, and so does the gateway.
+MAX_MESSAGE = 4 * 1024 * 1024
+OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE), ("grpc.max_receive_message_length", MAX_MESSAGE)]
+
+
+def upstream_channel(address: str, settings: Settings) -> grpc.aio.Channel:
+    """The gateway's own connection to Temporal, with the control plane's TLS settings (BERTH_TEMPORAL_TLS_*)."""
+    if not settings.temporal_tls:
+        return grpc.aio.insecure_channel(address, options=OPTIONS)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=settings.temporal_tls_ca.read_bytes() if settings.temporal_tls_ca else None,
+        private_key=settings.temporal_tls_key.read_bytes() if settings.temporal_tls_key else None,
+        certificate_chain=settings.temporal_tls_cert.read_bytes() if settings.temporal_tls_cert else None,
+    )
+    return grpc.aio.secure_channel(address, credentials, options=OPTIONS)
+
+
+def read_key(path: Path | None) -> bytes:
+    """The sealing key: the file's bytes (shared by every replica, kept across restarts); a fresh random key when no
+    file is given (a single gateway whose restarts may cost in-flight tasks a retry)."""
+    if path is None:
+        return secrets.token_bytes(32)
+    key = path.read_bytes().strip()
+    if len(key) < 32:
+        raise ValueError(f"{path} must hold at least 32 bytes of key (e.g. `head -c 48 /dev/urandom | base64`)")
+    return key
+
+
+async def start_gateway(
+    listen: str,
+    upstream: grpc.aio.Channel,
+    sessions: async_sessionmaker[AsyncSession],
+    key: bytes,
+    policy: GatewayPolicy,
+    tls: tuple[bytes, bytes] | None = None,
+) -> tuple[grpc.aio.Server, int]:
+    """A started gateway and the port it listens on (`listen` may end in `:0` for a free one); `tls` is the
+    gateway's (private key, certificate chain) for serving agents over TLS."""
+    server = grpc.aio.server(options=OPTIONS)
+    server.add_generic_rpc_handlers([NodeGateway(upstream, sessions, TaskTokenSeal(key), policy)])
+    if tls is None:
+        port = server.add_insecure_port(listen)
+    else:
+        port = server.add_secure_port(listen, grpc.ssl_server_credentials([tls]))
+    if port == 0:
+        raise OSError(f"the node gateway cannot listen on {listen}")
+    await server.start()
+    return server, port

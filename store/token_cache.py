@@ -1,0 +1,66 @@
+"""Verified node tokens, remembered for minutes and forgotten within a second or two of their revocation.
+
+Ten thousand agents reporting every minute, and every call a node gateway passes on, must not each cost a token
+look-up; but a revoked node token must stop working within seconds, in every API process and every node gateway
+(issue 22). So a verified token is kept for `TTL_SECONDS`, and the cache is trusted only while its revocation sweep
+is fresh: at most every `SWEEP_SECONDS`, the first caller that finds it stale asks PostgreSQL which tokens were
+revoked within the TTL (one small query per process, whatever the number of agents) and drops them. When the sweep
+cannot run (the database is down), nothing cached is trusted: every token is verified afresh, which fails closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from store.tokens import Principal, digest, revoked_within, verify
+
+TTL_SECONDS = 600.0
+SWEEP_SECONDS = 1.0
+# A sweep older than this is not trusted at all (one missed sweep is tolerated): revocation within 2.5 s.
+STALE_SECONDS = 2.5 * SWEEP_SECONDS
+
+
+class TokenCache:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._entries: dict[str, tuple[Principal, float]] = {}  # digest -> (principal, until)
+        self._swept_at = float("-inf")
+        self._sweeping = asyncio.Lock()
+
+    def cached(self, token: str) -> Principal | None:
+        """The principal of a token verified recently and not revoked since, without any I/O; None when unsure."""
+        if self._clock() - self._swept_at > STALE_SECONDS:
+            return None
+        entry = self._entries.get(digest(token))
+        if entry is None or entry[1] <= self._clock():
+            return None
+        return entry[0]
+
+    async def principal(self, sessions: async_sessionmaker[AsyncSession], token: str) -> Principal | None:
+        """Whom `token` stands for (None: unknown or revoked), from the cache when its sweep is fresh."""
+        await self._sweep(sessions)
+        found = self.cached(token)
+        if found is not None:
+            return found
+        async with sessions() as session:
+            found = await verify(session, token)
+        if found is not None and found.role == "node":  # tenant and admin tokens are few and rarely used per second
+            self._entries[digest(token)] = (found, self._clock() + TTL_SECONDS)
+        return found
+
+    async def _sweep(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        if self._clock() - self._swept_at < SWEEP_SECONDS:
+            return
+        async with self._sweeping:
+            if self._clock() - self._swept_at < SWEEP_SECONDS:
+                return  # another caller swept while this one waited
+            started = self._clock()
+            async with sessions() as session:
+                revoked = await revoked_within(session, TTL_SECONDS + 60)
+            if revoked:
+                self._entries = {k: v for k, v in self._entries.items() if v[0].token_id not in revoked}
+            self._swept_at = started
