@@ -5,14 +5,12 @@ it did not exist (404), so a token cannot even probe which allocation ids are ta
 token (a node agent's) is good for one thing only: reporting for its own node (`reporter`); every other route
 refuses it.
 
-Node tokens are checked through a short-lived cache: ten thousand agents heartbeating must not cost ten thousand
-token look-ups a minute. Revoking a node token takes effect within `NODE_TOKEN_CACHE_SECONDS` (10 minutes), and a
-node token can do nothing but report for its own node meanwhile.
+Node tokens are checked through `store/token_cache.py`: ten thousand agents heartbeating must not cost ten thousand
+token look-ups a minute, yet a revoked node token stops working within seconds (the cache sweeps revocations).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -20,14 +18,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.errors import ApiError
 from api.services import Services, services
-from store.tokens import Principal, digest, verify
+from store.tokens import Principal
 
 bearer = HTTPBearer(auto_error=False, description="An admin token or a tenant token (`berth up` prints both).")
-
-
-# Ten report intervals: most heartbeats find their token cached and are answered before routing
-# (api/steady_reports.py); one in ten goes through the route and re-verifies the token.
-NODE_TOKEN_CACHE_SECONDS = 600.0
 
 
 # Where api/body_limit.py keeps the principal it verified before the body was read (the request's state).
@@ -39,16 +32,9 @@ async def verified(token: str | None, app: Services) -> Principal:
     challenge = {"WWW-Authenticate": "Bearer"}
     if token is None:
         raise ApiError(401, "unauthenticated", "send `Authorization: Bearer <token>`", headers=challenge)
-    key = digest(token)
-    cached = app.node_tokens.get(key)
-    if cached is not None and cached[1] > time.monotonic():
-        return cached[0]
-    async with app.sessions() as session:
-        found = await verify(session, token)
+    found = await app.tokens.principal(app.sessions, token)
     if found is None:
         raise ApiError(401, "invalid_token", "the bearer token is unknown or revoked", headers=challenge)
-    if found.role == "node":
-        app.node_tokens[key] = (found, time.monotonic() + NODE_TOKEN_CACHE_SECONDS)
     return found
 
 

@@ -13,7 +13,7 @@ from api.metrics import Metrics
 from api.rate_limit import CreateLimits
 from api.temporal import ControlPlane
 from store.inventory import InventoryCache
-from store.tokens import Principal
+from store.token_cache import TokenCache
 from workflows.allocation_messages import Timing
 from workflows.deployment_messages import DeploymentTiming
 
@@ -27,7 +27,7 @@ class Services:
     deployment_timing: DeploymentTiming = field(default_factory=DeploymentTiming)  # for deployment workflows
     inventory: InventoryCache = field(default_factory=InventoryCache)  # explain and capacity read through it
     heartbeats: Heartbeats = field(default_factory=Heartbeats)  # agents' steady reports, written in batches
-    node_tokens: dict[str, tuple[Principal, float]] = field(default_factory=dict)  # digest -> (principal, until)
+    tokens: TokenCache = field(default_factory=TokenCache)  # verified node tokens; revocations swept within seconds
     create_limits: CreateLimits = field(default_factory=CreateLimits)  # per-tenant create buckets, this process's
 
     @property

@@ -1,7 +1,7 @@
 """Agents' steady reports answered before FastAPI's routing: the one request every node agent makes every interval.
 
 A heartbeat from an agent whose host and approval this process has confirmed, made with a node token this process has
-verified (the token cache of `api/auth.py`), for that token's own node, is answered here: the beat is buffered
+verified (the token cache of `store/token_cache.py`, whose revocation sweep is fresh), for that token's own node, is answered here: the beat is buffered
 (`api/heartbeats.py`) and the same JSON as the route's steady answer goes back. Routing, dependency resolution and
 response-model serialisation cost several times the work itself at 10,000 agents (docs/benchmarks.md). Anything
 else (no cached token, another node, a new host, a body that does not validate) goes on to the real route with its
@@ -11,7 +11,6 @@ body intact, which answers, refuses and logs as documented.
 from __future__ import annotations
 
 import re
-import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
@@ -20,7 +19,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.services import Services
 from scheduler.host.report import NodeReport, ReportReply
-from store.tokens import digest
 
 REPORT = re.compile(r"^/v1/nodes/([a-z0-9][a-z0-9.\-]{0,251}[a-z0-9]|[a-z0-9])/report$")
 ROUTE = SimpleNamespace(path="/v1/nodes/{node}/report")  # how RequestCounter labels it, as if routed
@@ -44,8 +42,8 @@ class SteadyReports:
 
     async def _answer(self, node: str, scope: Scope, body: bytes, send: Send) -> bool:
         token = _bearer(scope)
-        cached = self.services.node_tokens.get(digest(token)) if token else None
-        if cached is None or cached[1] <= time.monotonic() or cached[0].node != node:
+        cached = self.services.tokens.cached(token) if token else None
+        if cached is None or cached.node != node:
             return False
         try:
             report = NodeReport.model_validate_json(body)

@@ -94,3 +94,28 @@ async def rotate_dev_stack_tokens(session: AsyncSession) -> tuple[str, dict[str,
     admin = await create_token(session, "admin", label=DEV_STACK_LABEL)
     tenants = (await session.scalars(select(TenantRow.name).order_by(TenantRow.name))).all()
     return admin, {tenant: await create_token(session, "tenant", tenant, label=DEV_STACK_LABEL) for tenant in tenants}
+
+
+async def revoke_tokens(session: AsyncSession, *, node: str | None = None, token_id: int | None = None) -> list[int]:
+    """Revoke a node's live tokens, or one token by id; the ids revoked. The caller commits. Every API process and
+    node gateway stops honouring them within `store.token_cache.SWEEP_SECONDS` of the commit."""
+    if (node is None) == (token_id is None):
+        raise ValueError("revoke a node's tokens or one token by id")
+    where = ApiTokenRow.node == node if node is not None else ApiTokenRow.id == token_id
+    revoked = await session.scalars(
+        update(ApiTokenRow)
+        .where(where, ApiTokenRow.revoked_at.is_(None))
+        .values(revoked_at=func.now())
+        .returning(ApiTokenRow.id)
+    )
+    return sorted(revoked.all())
+
+
+async def revoked_within(session: AsyncSession, seconds: float) -> set[int]:
+    """The ids of tokens revoked in the last `seconds` (by the database's clock): what a token cache must forget."""
+    rows = await session.scalars(
+        select(ApiTokenRow.id).where(
+            ApiTokenRow.revoked_at > func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+        )
+    )
+    return set(rows.all())

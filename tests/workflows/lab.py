@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,17 +21,22 @@ import yaml
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 import worker
 from activities.node.liveness import HeartbeatWhileRunning
 from activities.node.reporter import NodeReporter
+from config.settings import Settings
 from fleet.loader import load_fleet
+from gateway.serve import start_gateway, upstream_channel
+from gateway.server import GatewayPolicy
 from scheduler.host.report import NodeReport, ReportReply
 from scheduler.request import CapacityShape, PlacementRequest
 from store.apply import apply_fleet
 from store.models import AllocationEventRow, ClaimRow, SlotRow
 from store.node_reports import record_report
+from store.tokens import create_token
 from workflows import allocation_client
 from workflows.allocation_messages import AllocationInput, AllocationStatus, Timing
 from workflows.task_queues import Queues
@@ -140,8 +146,10 @@ class Lab:
     fleet_file: Path
     queues: Queues
     executor: ThreadPoolExecutor
+    gateway: str = ""  # the node gateway's address: every agent reaches Temporal through it, with its own token
     agents: dict[str, tuple[Worker, asyncio.Task[None]]] = field(default_factory=dict)
     control: tuple[Worker, asyncio.Task[None]] | None = None
+    node_tokens: dict[str, str] = field(default_factory=dict)
 
     def agent(self, node: str) -> Any:
         return worker.simulated_agent(self.fleet_file, node, self.home, lease_seconds=60)
@@ -151,7 +159,7 @@ class Lab:
         live and its slots validated); `report=False` plays an agent whose reports never arrive."""
         agent = self.agent(node)
         node_worker = Worker(
-            self.worker_client,
+            await self.node_client(node),
             task_queue=self.queues.node(node),
             activities=activities or agent.activities(),
             activity_executor=self.executor,
@@ -160,6 +168,23 @@ class Lab:
         self.agents[node] = (node_worker, asyncio.create_task(node_worker.run()))
         if report:
             await NodeReporter(agent, StoreSink(self.sessions)).report_once()
+
+    async def node_token(self, node: str) -> str:
+        """The node's own token (one per node, made on first use), as `berth tokens create --node` makes it."""
+        if node not in self.node_tokens:
+            async with self.sessions.begin() as session:
+                self.node_tokens[node] = await create_token(session, "node", node=node, label="lab")
+        return self.node_tokens[node]
+
+    async def node_client(self, node: str, token: str | None = None) -> Client:
+        """A client as the node's agent has one: to the node gateway, with the node's token, never to Temporal."""
+        return await Client.connect(
+            self.gateway,
+            namespace=self.worker_client.namespace,
+            api_key=token or await self.node_token(node),
+            tls=False,
+            data_converter=pydantic_data_converter,
+        )
 
     async def stop_agent(self, node: str) -> None:
         node_worker, task = self.agents.pop(node)
@@ -279,8 +304,11 @@ async def running_lab(
         await apply_fleet(session, fleet)
     tag = uuid.uuid4().hex[:8]
     queues = Queues(control=f"test-{tag}.control", node_prefix=f"test-{tag}.node.")
+    upstream = upstream_channel(worker_client.service_client.config.target_host, Settings())
+    policy = GatewayPolicy(namespace=worker_client.namespace, queue_prefix=queues.node_prefix)
+    gateway, port = await start_gateway("127.0.0.1:0", upstream, sessions, os.urandom(32), policy)
     with ThreadPoolExecutor(max_workers=32) as executor:
-        lab = Lab(starter, worker_client, sessions, home, fleet_file, queues, executor)
+        lab = Lab(starter, worker_client, sessions, home, fleet_file, queues, executor, gateway=f"127.0.0.1:{port}")
         if control:
             lab.start_control()
         every_node = [n.name for pool in fleet.host_pools() for n in pool.nodes]
@@ -294,3 +322,5 @@ async def running_lab(
             if lab.control is not None:
                 await lab.control[0].shutdown()
                 await lab.control[1]
+            await gateway.stop(grace=None)
+            await upstream.close()
