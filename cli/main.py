@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "deploy": ("cli.deploy", "app"),
     "tokens": ("cli.tokens", "app"),
     "worker": ("cli.worker", "app"),
+    "gateway": ("cli.gateway", "gateway"),
 }
 
 

@@ -19,11 +19,12 @@ import typer
 from cli.output import fail
 from config.context import NotConfigured, database_url
 from config.settings import Settings
-from config.temporal import connect
+from config.temporal import NoGateway, connect, connect_node
 from devstack.ready import mark_ready
 from fleet.errors import FleetError
 
 if TYPE_CHECKING:
+    from activities.node.credential import NodeCredential
     from activities.node.libvirt.driver import LibvirtSettings
 
 app = typer.Typer(help="Run Berth's Temporal workers.", no_args_is_help=True, add_completion=False)
@@ -86,12 +87,15 @@ def node(
         Path | None, typer.Option("--host-root", help="Read sysfs under this directory instead of / (host topology).")
     ] = None,
     api: Annotated[str | None, typer.Option("--api", help="The API to report to [env BERTH_API_URL].")] = None,
-    token: Annotated[
-        str | None, typer.Option("--token", help="This node's token [env BERTH_NODE_TOKEN].", show_default=False)
+    gateway: Annotated[
+        str | None, typer.Option("--gateway", help="host:port of the node gateway [env BERTH_NODE_GATEWAY].")
     ] = None,
     token_file: Annotated[
         Path | None,
-        typer.Option("--token-file", help="Read this node's token from a file [env BERTH_NODE_TOKEN_FILE]."),
+        typer.Option(
+            "--token-file",
+            help="This node's token, reread every 2 s [env BERTH_NODE_TOKEN_FILE; or the token in BERTH_NODE_TOKEN].",
+        ),
     ] = None,
     runtime: Annotated[
         Runtime, typer.Option("--runtime", help="libvirt: VMs on this host's libvirt (needs --topology host).")
@@ -106,11 +110,15 @@ def node(
         Path | None, typer.Option("--image-catalogue", help="YAML image catalogue [env BERTH_IMAGE_CATALOGUE]")
     ] = None,
 ) -> None:
-    """A node agent on `berth.node.<node-id>`: reports its host to the API with its node token, plans, runs VMs."""
+    """A node agent on `berth.node.<node-id>`: reports its host to the API with its node token, plans, runs VMs.
+    It reaches Temporal only through the node gateway, with the same token (never an argument: see --token-file)."""
     from activities.node import serve
+    from activities.node.credential import CredentialError
     from activities.node.reporter import HttpReportSink, NodeReporter
 
     settings = Settings()
+    if gateway is not None:
+        settings.node_gateway = gateway
     try:
         if runtime is Runtime.LIBVIRT and topology is not Topology.HOST:
             fail("--runtime libvirt runs VMs on this host: use it with --topology host")
@@ -129,32 +137,39 @@ def node(
         fail(f"--runtime libvirt needs libvirt-python: pip install -e '.[host]' (Debian: libvirt-dev first): {exc}")
     except Exception as exc:  # noqa: BLE001 - libvirt.libvirtError (a host without libvirtd): one line, no traceback
         fail(f"cannot open libvirt: {exc}")
-    api_url, node_token = api or settings.api_url, token or settings.node_token
-    token_file = token_file or settings.node_token_file
-    if node_token is None and token_file is not None:
-        try:
-            node_token = token_file.read_text().strip() or None
-        except OSError as exc:
-            fail(f"cannot read the node token from {token_file}: {exc.strerror}")
-    if topology is Topology.HOST and not (api_url and node_token):
+    api_url = api or settings.api_url
+    try:
+        credential = _credential(token_file or settings.node_token_file, settings.node_token)
+    except CredentialError as exc:
+        fail(str(exc))
+    if topology is Topology.HOST and not api_url:
         fail(
-            "a host agent reports to the control plane and learns its approved slots from it: give --api URL and "
-            "--token TOKEN (or BERTH_API_URL and BERTH_NODE_TOKEN); `berth tokens create --node NODE` makes the token"
+            "a host agent reports to the control plane and learns its approved slots from it: give --api URL "
+            "(or BERTH_API_URL)"
         )
     reporter = (
-        NodeReporter(agent, HttpReportSink(api_url, node_token), settings.report_interval_seconds)
-        if api_url and node_token
+        NodeReporter(agent, HttpReportSink(api_url, credential.current()), settings.report_interval_seconds)
+        if api_url
         else None
     )
 
     async def main() -> None:
-        await serve.run_node(await connect(settings), agent, f"{settings.node_task_queue_prefix}{node_id}", reporter)
+        client = await connect_node(settings, credential.current())
+        queue = f"{settings.node_task_queue_prefix}{node_id}"
+        await serve.run_node(client, agent, queue, reporter, credential)
 
     _serve(main, "the node agent")
 
 
 @app.command("agents")
 def agents(
+    token_dir: Annotated[
+        Path,
+        typer.Option(
+            "--token-dir",
+            help="Each node's token in DIR/<node> (`berth tokens create --node N --to-dir`), reread every 2 s.",
+        ),
+    ],
     fleet: Annotated[
         Path | None, typer.Option("--fleet", "-f", help="Fleet file describing the simulated hosts.")
     ] = None,
@@ -162,16 +177,13 @@ def agents(
         list[str] | None,
         typer.Option("--node", help="A host to serve (repeat); default every host whose agent is not agentDown."),
     ] = None,
-    token_dir: Annotated[
-        Path | None,
-        typer.Option("--token-dir", help="Each node's token in DIR/<node> (`berth tokens create --node N --to-dir`)."),
-    ] = None,
     api: Annotated[str | None, typer.Option("--api", help="The API to report to (env BERTH_API_URL).")] = None,
     ready_file: ReadyFileOption = None,
 ) -> None:
     """Simulated node agents for several hosts of a fleet in one process, each on `berth.node.<node>` with its own
     leases and reports (what `berth up` runs; a real host runs `berth worker node`)."""
     from activities.node import serve
+    from activities.node.credential import CredentialError, NodeCredential
     from activities.node.reporter import HttpReportSink, NodeReporter
     from devstack.agents import reporting
     from fleet.loader import load_fleet
@@ -187,18 +199,30 @@ def agents(
     except (FleetError, ValueError, OSError) as exc:
         fail(str(exc))
     api_url = api or settings.api_url
-    reporters: list[NodeReporter] = []
-    if token_dir is not None and api_url:
-        for agent in served:
-            try:
-                token = (token_dir / agent.node).read_text().strip()
-            except OSError as exc:
-                fail(f"cannot read the node token of {agent.node} from {token_dir}: {exc.strerror}")
-            reporters.append(NodeReporter(agent, HttpReportSink(api_url, token), settings.report_interval_seconds))
-    ready = reporting(reporters, ready_file)
+    try:
+        credentials = {agent.node: NodeCredential(path=token_dir / agent.node) for agent in served}
+    except CredentialError as exc:
+        fail(str(exc))
+    reporters = {
+        agent.node: NodeReporter(
+            agent, HttpReportSink(api_url, credentials[agent.node].current()), settings.report_interval_seconds
+        )
+        for agent in served
+        if api_url
+    }
+    ready = reporting(list(reporters.values()), ready_file)
 
     async def main() -> None:
-        await serve.run_nodes(await connect(settings), served, settings.node_task_queue_prefix, ready=ready)
+        hosted = [
+            serve.HostedNode(
+                agent,
+                await connect_node(settings, credentials[agent.node].current()),
+                reporters.get(agent.node),
+                credentials[agent.node],
+            )
+            for agent in served
+        ]
+        await serve.run_nodes(hosted, settings.node_task_queue_prefix, ready=ready)
 
     _serve(main, "the node agents")
 
@@ -214,11 +238,26 @@ def _default_fleet(settings: Settings) -> Path:
     return default_fleet_file()
 
 
+def _credential(path: Path | None, token: str | None) -> NodeCredential:
+    """The node's token from its file, else from BERTH_NODE_TOKEN: never from an argument, which every user of the
+    host could read in /proc."""
+    from activities.node.credential import CredentialError, NodeCredential
+
+    if path is not None:
+        return NodeCredential(path=path)
+    if token:
+        return NodeCredential(token=token)
+    raise CredentialError(
+        "a node agent needs its node token: --token-file FILE (or BERTH_NODE_TOKEN_FILE, or the token in "
+        "BERTH_NODE_TOKEN); `berth tokens create --node NODE --to-dir DIR` makes it"
+    )
+
+
 def _serve(main: Callable[[], Coroutine[Any, Any, None]], what: str) -> None:
     """Run an agent until it is signalled; a missing setting or a refused start is one line, not a traceback."""
     try:
         asyncio.run(main())
-    except NotConfigured as exc:
+    except (NotConfigured, NoGateway) as exc:
         fail(str(exc))
     except RuntimeError as exc:
         fail(f"cannot run {what}: {exc}")

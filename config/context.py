@@ -19,6 +19,7 @@ class StackContext(BaseModel):
     temporal_address: str
     temporal_namespace: str = "default"
     temporal_ui_url: str | None = None
+    gateway_address: str | None = None  # the node gateway, the only way node agents reach Temporal
     database_url: str
     admin_token: str | None = None
     tenant_tokens: dict[str, str] = Field(default_factory=dict)

@@ -39,7 +39,24 @@ class Settings(BaseSettings):
     )
     api_url: str | None = Field(default=None, description="The API node agents report to (`berth worker node`).")
     node_token: str | None = Field(default=None, description="A node agent's own token (`berth tokens create --node`).")
-    node_token_file: Path | None = Field(default=None, description="A file holding the node agent's token.")
+    node_token_file: Path | None = Field(
+        default=None, description="A file holding the node agent's token, reread every 2 s (rotation without restart)."
+    )
+    node_gateway: str | None = Field(
+        default=None,
+        description="host:port of the node gateway (`berth gateway`): the only way a node agent reaches Temporal.",
+    )
+    node_gateway_ca: Path | None = Field(
+        default=None, description="CA bundle a node agent verifies the gateway's TLS certificate with (TLS when set)."
+    )
+    gateway_listen: str = Field(default="127.0.0.1:7236", description="Where `berth gateway` serves node agents.")
+    gateway_key_file: Path | None = Field(
+        default=None,
+        description="The gateway's task-token sealing key (at least 32 bytes), shared by its replicas and kept across "
+        "restarts; unset, a random key per process.",
+    )
+    gateway_tls_cert: Path | None = Field(default=None, description="The gateway's serving certificate (PEM chain).")
+    gateway_tls_key: Path | None = Field(default=None, description="The gateway's serving private key (PEM).")
     report_interval_seconds: float = Field(
         default=60.0, ge=1.0, description="How often node agents report; an agent is down after 3 missed reports."
     )

@@ -1,7 +1,11 @@
 """One way to reach Temporal: the address, namespace and TLS from settings, and the pydantic data converter that
-every client and worker of Berth must share."""
+every client and worker of Berth must share. The control plane connects to Temporal itself; a node agent only ever
+to the node gateway (gateway/), with its node token."""
 
 from __future__ import annotations
+
+import asyncio
+import logging
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -26,3 +30,42 @@ async def connect(settings: Settings) -> Client:
     return await Client.connect(
         address, namespace=namespace, data_converter=pydantic_data_converter, tls=_tls(settings)
     )
+
+
+log = logging.getLogger("berth.agent")
+# How the gateway's refusals read in the SDK's connection error: these will not pass by waiting.
+REFUSALS = ("Unauthenticated", "PermissionDenied", "unknown or revoked")
+
+
+class NoGateway(ValueError):
+    pass
+
+
+async def connect_node(settings: Settings, token: str) -> Client:
+    """A node agent's connection: to the node gateway, its node token as the bearer credential; TLS when the
+    gateway's CA is given (always across a network: the token travels in every call)."""
+    if not settings.node_gateway:
+        raise NoGateway(
+            "a node agent reaches Temporal only through the node gateway: set BERTH_NODE_GATEWAY to the host:port "
+            "of `berth gateway`"
+        )
+    tls: TLSConfig | bool = False
+    if settings.node_gateway_ca is not None:
+        tls = TLSConfig(server_root_ca_cert=settings.node_gateway_ca.read_bytes())
+    delay = 0.2
+    while True:
+        try:
+            return await Client.connect(
+                settings.node_gateway,
+                namespace=settings.temporal_namespace,
+                data_converter=pydantic_data_converter,
+                api_key=token,
+                tls=tls,
+            )
+        except RuntimeError as error:
+            if any(word in str(error) for word in REFUSALS):
+                raise RuntimeError(f"the node gateway refused this node: {error}") from None
+            # Not up yet (an agent may start before the gateway, as on a host that boots first): try again.
+            log.warning("the node gateway at %s does not answer yet (%s); trying again", settings.node_gateway, error)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)

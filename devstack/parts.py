@@ -4,10 +4,12 @@
     temporal        the Temporal dev server and its UI     ready: both ports accept connections
     control-worker  `berth worker control`                 ready: its workers started (ready file)
     api             uvicorn serving api.app:create_app     ready: its port accepts connections
+    gateway         `berth gateway` (the node gateway)     ready: serving (ready file)
     agents[-k]      `berth worker agents --node ...`       ready: workers started and every host's first report answered
 
 Settings reach the Python children as BERTH_* variables (config/settings.py reads them), never as arguments; node
-tokens reach the agents as files of mode 0600 under the state directory.
+tokens reach the agents as files of mode 0600 under the state directory. The agents are given the API's and the node
+gateway's addresses and nothing else of the control plane: no Temporal address, no database URL (`agent_env`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ from devstack.temporal import DevTemporal
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONTROL_WORKER = "control-worker"
 API = "api"
+GATEWAY = "gateway"
+# What only the control plane may know; agents reach Temporal through the gateway and PostgreSQL not at all.
+CONTROL_PLANE_ONLY = (
+    "BERTH_DATABASE_URL", "BERTH_TEMPORAL_ADDRESS", "BERTH_TEMPORAL_TLS", "BERTH_TEMPORAL_TLS_CERT",
+    "BERTH_TEMPORAL_TLS_KEY", "BERTH_TEMPORAL_TLS_CA", "BERTH_GATEWAY_KEY_FILE", "BERTH_GATEWAY_TLS_KEY",
+)  # fmt: skip
 
 
 def child_env(settings: Settings, **values: str) -> dict[str, str]:
@@ -42,6 +50,11 @@ def child_env(settings: Settings, **values: str) -> dict[str, str]:
     env.update(values)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     return env
+
+
+def agent_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The control plane's child environment without what only the control plane may know."""
+    return {name: value for name, value in env.items() if name not in CONTROL_PLANE_ONLY}
 
 
 def postgres_part(server: EmbeddedPostgres, user: str | None) -> Part:
@@ -77,12 +90,16 @@ def control_worker_part(state: Path, env: Mapping[str, str]) -> Part:
     return _berth_part(CONTROL_WORKER, ["worker", "control"], state, env)
 
 
+def gateway_part(state: Path, env: Mapping[str, str]) -> Part:
+    return _berth_part(GATEWAY, ["gateway"], state, env)
+
+
 def agents_part(
     name: str, nodes: list[str], fleet_file: Path, token_dir: Path, state: Path, env: Mapping[str, str]
 ) -> Part:
     node_options = [option for node in nodes for option in ("--node", node)]
     arguments = ["worker", "agents", "--fleet", str(fleet_file), "--token-dir", str(token_dir), *node_options]
-    return _berth_part(name, arguments, state, env)
+    return _berth_part(name, arguments, state, agent_env(env))
 
 
 def api_part(port: int, state: Path, env: Mapping[str, str]) -> Part:

@@ -1,7 +1,8 @@
 """`berth up`: the whole development stack on this machine, each part its own supervised process.
 
     lock state dir -> postgres -> migrations + fleet applied -> temporal -> tokens (node tokens to files)
-      -> control-worker + api + agents (one process, or `agent_processes` of them) -> context.json
+      -> control-worker + api + gateway + agents (one process, or `agent_processes` of them; they reach
+         Temporal only through the gateway) -> context.json
 
 Every part is a child of the supervisor (supervisor.py), which restarts one that dies on the same port and data
 directory, so context.json stays true. A second `berth up` while one runs finds the lock held and reuses the
@@ -32,7 +33,7 @@ from devstack.ports import free_port
 from devstack.postgres import EmbeddedPostgres, PostgresStartError
 from devstack.supervisor import Backoff, PartFailed, Supervisor
 from devstack.temporal import DevTemporal
-from devstack.tokens import issue_tokens, write_token_files
+from devstack.tokens import gateway_key, issue_tokens, write_token_files
 from fleet.loader import load_fleet
 from store.apply import ApplyResult, apply_fleet
 from store.db import create_engine, session_factory
@@ -105,6 +106,7 @@ class DevStack:
             admin_token, tenant_tokens, node_tokens = asyncio.run(issue_tokens(postgres.url, nodes))
             token_dir = write_token_files(state / "tokens", node_tokens)
             api_url = f"http://127.0.0.1:{free_port()}"
+            gateway = f"127.0.0.1:{free_port()}"
             env = parts.child_env(
                 self.settings,
                 BERTH_STATE_DIR=str(state),
@@ -113,14 +115,18 @@ class DevStack:
                 BERTH_TEMPORAL_ADDRESS=temporal.address,
                 BERTH_TEMPORAL_NAMESPACE=temporal.namespace,
                 BERTH_API_URL=api_url,
+                BERTH_GATEWAY_LISTEN=gateway,
+                BERTH_GATEWAY_KEY_FILE=str(gateway_key(state)),
+                BERTH_NODE_GATEWAY=gateway,
             )
             self.say("starting the control worker, the API and the node agents ...")
             supervisor.add(parts.control_worker_part(state, env))
             supervisor.add(parts.api_part(int(api_url.rsplit(":", 1)[1]), state, env))
+            supervisor.add(parts.gateway_part(state, env))
             groups = parts.agent_groups(nodes, self.agent_processes)
             for name, group in groups.items():  # started beside the API: they report as soon as it answers
                 supervisor.add(parts.agents_part(name, group, fleet_file, token_dir, state, env))
-            self._wait(parts.CONTROL_WORKER, parts.API, *groups)
+            self._wait(parts.CONTROL_WORKER, parts.API, parts.GATEWAY, *groups)
             down = f" (no agent for {', '.join(self.skipped)}: agentDown in the fleet)" if self.skipped else ""
             self.say(f"{len(nodes)} node agents running in {len(groups)} process(es){down}")
         except BaseException:
@@ -132,6 +138,7 @@ class DevStack:
             temporal_ui_url=temporal.ui_url,
             database_url=postgres.url,
             api_url=api_url,
+            gateway_address=gateway,
             admin_token=admin_token,
             tenant_tokens=tenant_tokens,
             pid=os.getpid(),

@@ -4,6 +4,7 @@ a token on a command line would be readable by every user through /proc."""
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 from config.context import write_private
@@ -32,3 +33,12 @@ def write_token_files(directory: Path, tokens: dict[str, str]) -> Path:
     for node, token in tokens.items():
         write_private(directory / node, token + "\n")
     return directory
+
+
+def gateway_key(state: Path) -> Path:
+    """The node gateway's sealing key, made once per state directory (mode 0600): a gateway restarted by the
+    supervisor keeps accepting the answers to tasks it handed out before it died."""
+    path = state / "gateway.key"
+    if not path.is_file() or len(path.read_bytes().strip()) < 32:
+        write_private(path, secrets.token_urlsafe(48) + "\n")
+    return path

@@ -6,15 +6,23 @@ credentials); it is the one control-plane address GPU hosts are given, besides t
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import secrets
+import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from config.context import database_url, temporal_target
 from config.settings import Settings
 from gateway.seal import TaskTokenSeal
 from gateway.server import GatewayPolicy, NodeGateway
+from store.db import create_engine, session_factory
+
+log = logging.getLogger("berth.gateway")
 
 # Polls are long (Temporal answers an empty poll after about a minute) and payloads are a few KiB; Temporal's own
 # frontend takes up to 4 MiB per message by default, and so does the gateway.
@@ -65,3 +73,31 @@ async def start_gateway(
         raise OSError(f"the node gateway cannot listen on {listen}")
     await server.start()
     return server, port
+
+
+async def run_gateway(settings: Settings, ready: Callable[[], None] | None = None) -> None:
+    """Serve node agents until SIGINT or SIGTERM: tokens from PostgreSQL, Temporal at the control plane's address."""
+    address, namespace = temporal_target(settings)
+    key = read_key(settings.gateway_key_file)
+    tls = None
+    if settings.gateway_tls_cert is not None or settings.gateway_tls_key is not None:
+        if settings.gateway_tls_cert is None or settings.gateway_tls_key is None:
+            raise ValueError("give both BERTH_GATEWAY_TLS_CERT and BERTH_GATEWAY_TLS_KEY, or neither")
+        tls = (settings.gateway_tls_key.read_bytes(), settings.gateway_tls_cert.read_bytes())
+    engine = create_engine(database_url(settings))
+    upstream = upstream_channel(address, settings)
+    policy = GatewayPolicy(namespace=namespace, queue_prefix=settings.node_task_queue_prefix)
+    try:
+        server, port = await start_gateway(settings.gateway_listen, upstream, session_factory(engine), key, policy, tls)
+        log.info("node gateway serving on port %d for namespace %s", port, namespace)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        if ready is not None:
+            ready()
+        await stop.wait()
+        await server.stop(grace=5)  # answers in flight are passed on; open polls end and the agents poll again
+    finally:
+        await upstream.close()
+        await engine.dispose()

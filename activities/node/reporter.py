@@ -54,7 +54,7 @@ class HttpReportSink:
 
     def __init__(self, api_url: str, token: str, timeout: float = 10.0) -> None:
         self._api = api_url.rstrip("/")
-        self._token = token
+        self.token = token  # replaced when the agent rereads a rotated token (activities/node/credential.py)
         self._timeout = timeout
 
     async def send(self, node: str, report: NodeReport) -> ReportReply:
@@ -63,7 +63,7 @@ class HttpReportSink:
     def _post(self, node: str, body: bytes) -> ReportReply:
         request = urllib.request.Request(
             f"{self._api}/v1/nodes/{urllib.parse.quote(node, safe='')}/report", data=body, method="POST",
-            headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
         )  # fmt: skip
         try:
             with urllib.request.urlopen(request, timeout=self._timeout) as response:  # noqa: S310 - the API's URL

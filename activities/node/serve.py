@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,12 +29,13 @@ from temporalio.worker import Worker
 
 from activities.node.agent import NodeAgent
 from activities.node.approved import ApprovedSlots
+from activities.node.credential import NodeCredential
 from activities.node.drivers import VmDriver
 from activities.node.host.gpu_details import GpuDetails
 from activities.node.host.topology import HostTopology
 from activities.node.leases import LeaseStore
 from activities.node.liveness import HeartbeatWhileRunning
-from activities.node.reporter import NodeReporter
+from activities.node.reporter import HttpReportSink, NodeReporter
 from activities.node.simulated import SimulatedTopology, SimulatedVmDriver
 from activities.serving import run_until_signalled
 from fleet.node import Simulation
@@ -108,27 +110,64 @@ async def reap_leases(agent: NodeAgent, every_seconds: float = 10.0) -> None:
 
 
 async def run_node(
-    client: Client, agent: NodeAgent, task_queue: str | None = None, reporter: NodeReporter | None = None
+    client: Client,
+    agent: NodeAgent,
+    task_queue: str | None = None,
+    reporter: NodeReporter | None = None,
+    credential: NodeCredential | None = None,
 ) -> None:
-    """Serve the node's task queue; with a reporter, report the host first and then every interval."""
+    """Serve the node's task queue; with a reporter, report the host first and then every interval; with a
+    credential from a file, take a rotated token within seconds (the client's and the reporter's)."""
     with ThreadPoolExecutor(max_workers=16, thread_name_prefix=f"agent-{agent.node}") as executor:
         background = [asyncio.create_task(reap_leases(agent))]
         if reporter is not None:
             background.append(asyncio.create_task(reporter.run()))
+        if credential is not None:
+            background.append(asyncio.create_task(credential.watch(*_token_uses(client, reporter))))
         await run_until_signalled([node_worker(client, agent, executor, task_queue)], background)
 
 
+@dataclass
+class HostedNode:
+    """One simulated host of `run_nodes`: its agent, its own client to the node gateway (its own token), its reporter
+    and credential."""
+
+    agent: NodeAgent
+    client: Client
+    reporter: NodeReporter | None = None
+    credential: NodeCredential | None = None
+
+
 async def run_nodes(
-    client: Client,
-    agents: Sequence[NodeAgent],
+    nodes: Sequence[HostedNode],
     task_queue_prefix: str = NODE_QUEUE_PREFIX,
-    reporters: Sequence[NodeReporter] = (),
     ready: Callable[[], None] | None = None,
 ) -> None:
     """Several node agents in one process (the dev stack's simulated hosts: one Python process per host would cost
-    a core's worth of start-up on a laptop), each on its own task queue with its own lease reaper and reporter."""
-    with ThreadPoolExecutor(max_workers=max(16, 8 * len(agents)), thread_name_prefix="agents") as executor:
-        background = [asyncio.create_task(reap_leases(agent)) for agent in agents]
-        background.extend(asyncio.create_task(reporter.run()) for reporter in reporters)
-        workers = [node_worker(client, agent, executor, f"{task_queue_prefix}{agent.node}") for agent in agents]
+    a core's worth of start-up on a laptop), each on its own task queue, through its own connection with its own
+    token, with its own lease reaper and reporter. The reporters are started by `ready` (devstack/agents.py)."""
+    with ThreadPoolExecutor(max_workers=max(16, 8 * len(nodes)), thread_name_prefix="agents") as executor:
+        background = [asyncio.create_task(reap_leases(node.agent)) for node in nodes]
+        background.extend(
+            asyncio.create_task(node.credential.watch(*_token_uses(node.client, node.reporter)))
+            for node in nodes
+            if node.credential is not None
+        )
+        workers = [
+            node_worker(node.client, node.agent, executor, f"{task_queue_prefix}{node.agent.node}") for node in nodes
+        ]
         await run_until_signalled(workers, background, ready)
+
+
+def _token_uses(client: Client, reporter: NodeReporter | None) -> list[Callable[[str], None]]:
+    """Where a rotated token goes: the client's bearer credential (every later call to the gateway carries it) and
+    the reporter's HTTP sink."""
+
+    def to_client(token: str) -> None:
+        client.api_key = token
+
+    uses = [to_client]
+    sink = getattr(reporter, "sink", None)
+    if isinstance(sink, HttpReportSink):
+        uses.append(lambda token: setattr(sink, "token", token))
+    return uses

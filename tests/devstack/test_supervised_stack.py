@@ -26,7 +26,7 @@ from devstack.process import alive
 from devstack.stack import DevStack
 from tests.workflows.lab import lab_fleet
 
-PARTS = ["postgres", "temporal", "control-worker", "api", "agents-0", "agents-1"]
+PARTS = ["postgres", "temporal", "control-worker", "api", "gateway", "agents-0", "agents-1"]
 FLEET = lab_fleet({"host-a": {"gpus": 2}, "host-b": {"gpus": 2}, "host-c": {"gpus": 2}})
 
 
@@ -128,6 +128,22 @@ def test_each_part_is_its_own_process_and_node_tokens_stay_off_command_lines(sta
             assert token not in Path(f"/proc/{pid}/cmdline").read_text()
 
 
+def test_agents_know_the_api_and_the_gateway_and_nothing_else_of_the_control_plane(stack: DevStack) -> None:
+    """A GPU host is the most exposed machine: its agents are given no Temporal address and no database URL."""
+    context = read_context(stack.settings)
+    assert context is not None and context.gateway_address
+    for part in ("agents-0", "agents-1"):
+        pid = stack.pid(part)
+        environment = dict(
+            entry.split("=", 1) for entry in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in entry
+        )
+        assert environment["BERTH_NODE_GATEWAY"] == context.gateway_address
+        assert environment["BERTH_API_URL"] == context.api_url
+        for secret in ("BERTH_DATABASE_URL", "BERTH_TEMPORAL_ADDRESS", "BERTH_GATEWAY_KEY_FILE"):
+            assert secret not in environment, f"{part} was given {secret}"
+        assert context.temporal_address not in Path(f"/proc/{pid}/environ").read_text()
+
+
 def test_a_killed_control_worker_is_reported_restarted_and_serves_new_allocations(
     stack: DevStack, terminal: Terminal
 ) -> None:
@@ -203,7 +219,7 @@ def test_kill_9_of_berth_up_takes_every_part_with_it(tmp_path: Path) -> None:
     finally:
         up.kill()
         printed, _ = up.communicate(timeout=30)
-    assert list(processes) == ["postgres", "temporal", "control-worker", "api", "agents"]
+    assert list(processes) == ["postgres", "temporal", "control-worker", "api", "gateway", "agents"]
     for part, pid in processes.items():
         assert any(line.split() == [part, "pid", str(pid)] for line in printed.splitlines()), printed
     deadline = time.monotonic() + 30
