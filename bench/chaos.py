@@ -58,7 +58,7 @@ from workflows.allocation_messages import FINAL_STATES, PLACING_STATES
 
 FLEET = Path(__file__).with_name("chaos_fleet.yaml")
 TENANT = "chaos"
-KILLABLE = ("temporal", "postgres", "control-worker", "api", "agents-0")
+KILLABLE = ("temporal", "postgres", "control-worker", "api", "gateway", "agents-0")
 IN_FLIGHT = (*PLACING_STATES, "releasing")
 
 

@@ -94,22 +94,28 @@ def test_the_agent_module_imports_nothing_of_the_control_plane() -> None:
 @pytest.mark.parametrize("topology", ["simulated", "host"])
 def test_berth_worker_node_builds_its_agent_without_the_control_plane(tmp_path: Path, topology: str) -> None:
     node = _example_node()
+    token = tmp_path / "token"
+    token.write_text("berth_node_token\n")
     if topology == "simulated":
-        arguments = ["--node-id", node, "--fleet", str(EXAMPLE_FLEET)]
+        arguments = ["--node-id", node, "--fleet", str(EXAMPLE_FLEET), "--token-file", str(token)]
     else:
         root = hgx_h200().write(tmp_path / "host")
         arguments = ["--node-id", node, "--topology", "host", "--host-root", str(root),
-                     "--api", "http://127.0.0.1:9", "--token", "berth_node_token"]  # fmt: skip
+                     "--api", "http://127.0.0.1:9", "--token-file", str(token)]  # fmt: skip
     modules, done = imported_by(["-m", "cli.main", "worker", "node", *arguments], tmp_path / "state")
-    assert done.returncode == 1 and "no Temporal server configured" in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 1 and "only through the node gateway" in done.stderr, done.stderr[-2000:]
     assert {"activities.node.agent", "temporalio.worker"} <= modules  # it got as far as its agent and worker
     assert_lean(modules, fleet_file=topology == "simulated")
 
 
 def test_berth_worker_agents_builds_its_agents_without_the_control_plane(tmp_path: Path) -> None:
-    command = ["-m", "cli.main", "worker", "agents", "--fleet", str(EXAMPLE_FLEET), "--node", _example_node()]
+    node = _example_node()
+    (tmp_path / "tokens").mkdir()
+    (tmp_path / "tokens" / node).write_text("berth_node_token\n")
+    command = ["-m", "cli.main", "worker", "agents", "--fleet", str(EXAMPLE_FLEET), "--node", node,
+               "--token-dir", str(tmp_path / "tokens")]  # fmt: skip
     modules, done = imported_by(command, tmp_path / "state")
-    assert done.returncode == 1 and "no Temporal server configured" in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 1 and "only through the node gateway" in done.stderr, done.stderr[-2000:]
     assert {"activities.node.agent", "temporalio.worker"} <= modules
     assert_lean(modules, fleet_file=True)
 
