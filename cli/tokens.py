@@ -1,7 +1,8 @@
-"""`berth tokens create --tenant T | --admin | --node N`: issue an API token, writing straight to the database.
+"""`berth tokens create --tenant T | --admin | --node N`, `revoke`, `rotate`: API tokens, straight in the database.
 
-A node token is what a real node agent holds (`berth worker node --token`): it can report for its own node and
-nothing else.
+A node token is what a real node agent holds (in a file, `berth worker node --token-file`): it can report for its
+own node and, through the node gateway, do its own node's work, nothing else. A revoked token is refused everywhere
+within seconds; `rotate` replaces a node's token under a running agent, which rereads its file.
 
 This is how an operator bootstraps access, so it cannot go through the API it grants access to: like
 `berth apply`, it uses the database named by BERTH_DATABASE_URL or `berth up`'s context. The token is printed
@@ -11,6 +12,7 @@ once; only its SHA-256 digest is stored.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -22,7 +24,7 @@ from cli.output import OutputFormat, console, fail, print_json
 from config.context import NotConfigured, database_url, write_private
 from config.settings import Settings
 from store.db import create_engine, session_factory
-from store.tokens import Role, create_token
+from store.tokens import Role, create_token, revoke_tokens, verify
 
 app = typer.Typer(
     help="API bearer tokens (writes to the database directly).", no_args_is_help=True, add_completion=False
@@ -103,3 +105,82 @@ def _write_node_tokens(nodes: list[str], directory: Path, label: str | None) -> 
             fail(f"cannot reach the database: {error}")
         write_private(path, token + "\n")  # 0600 from its first byte, even over a leftover file
         console.print(f"node token for {node} written to {path}", highlight=False)
+
+
+async def _revoke(url: str, node: str | None, token_id: int | None) -> list[int]:
+    engine = create_engine(url, pool_size=1)
+    try:
+        async with session_factory(engine).begin() as session:
+            return await revoke_tokens(session, node=node, token_id=token_id)
+    finally:
+        await engine.dispose()
+
+
+@app.command("revoke")
+def revoke(
+    node: Annotated[str | None, typer.Option("--node", help="Revoke every live token of this node.")] = None,
+    token_id: Annotated[int | None, typer.Option("--id", help="Revoke one token by its id.")] = None,
+) -> None:
+    """Revoke tokens: every API process and node gateway refuses them within seconds (store/token_cache.py)."""
+    if (node is None) == (token_id is None):
+        fail("give --node NAME or --id ID")
+    try:
+        revoked = asyncio.run(_revoke(database_url(Settings()), node, token_id))
+    except NotConfigured as error:
+        fail(str(error))
+    except (OSError, OperationalError, DBAPIError) as error:
+        fail(f"cannot reach the database: {error}")
+    if not revoked:
+        fail(f"no live token {'of node ' + node if node else f'with id {token_id}'}")
+    console.print(
+        f"revoked token(s) {', '.join(map(str, revoked))}; refused everywhere within seconds", highlight=False
+    )
+
+
+@app.command("rotate")
+def rotate(
+    node: Annotated[str, typer.Option("--node", help="The node whose token is replaced.")],
+    to_dir: Annotated[Path, typer.Option("--to-dir", help="The directory holding DIR/<node>, which the agent reads.")],
+    grace: Annotated[
+        float, typer.Option("--grace", min=0, help="Seconds the old token keeps working while the agent rereads.")
+    ] = 10.0,
+) -> None:
+    """Replace a node's token without restarting its agent: write a new token over DIR/<node> (the agent rereads it
+    every 2 s), wait `--grace` seconds, then revoke the node's older tokens."""
+    url = database_url(Settings())
+    try:
+        fresh = asyncio.run(_create(url, "node", None, "rotated", node))
+        keep = asyncio.run(_token_id(url, fresh))
+        write_private(to_dir / node, fresh + "\n")
+        console.print(
+            f"new token for {node} written to {to_dir / node}; old ones revoked in {grace:g} s", highlight=False
+        )
+        time.sleep(grace)
+        revoked = asyncio.run(_revoke_others(url, node, keep))
+    except NotConfigured as error:
+        fail(str(error))
+    except ValueError as error:
+        fail(str(error))
+    except (OSError, OperationalError, DBAPIError) as error:
+        fail(f"cannot reach the database: {error}")
+    console.print(f"revoked the older token(s) of {node}: {', '.join(map(str, revoked)) or 'none'}", highlight=False)
+
+
+async def _token_id(url: str, token: str) -> int:
+    engine = create_engine(url, pool_size=1)
+    try:
+        async with session_factory(engine)() as session:
+            found = await verify(session, token)
+            assert found is not None
+            return found.token_id
+    finally:
+        await engine.dispose()
+
+
+async def _revoke_others(url: str, node: str, keep: int) -> list[int]:
+    engine = create_engine(url, pool_size=1)
+    try:
+        async with session_factory(engine).begin() as session:
+            return await revoke_tokens(session, node=node, keep=keep)
+    finally:
+        await engine.dispose()

@@ -11,6 +11,7 @@ import logging
 import secrets
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -28,6 +29,18 @@ log = logging.getLogger("berth.gateway")
 # frontend takes up to 4 MiB per message by default, and so does the gateway.
 MAX_MESSAGE = 4 * 1024 * 1024
 OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE), ("grpc.max_receive_message_length", MAX_MESSAGE)]
+
+
+@dataclass
+class RunningGateway:
+    server: grpc.aio.Server
+    port: int
+    sweeper: asyncio.Task[None]  # revocations swept every second (NodeGateway.keep_swept)
+
+    async def stop(self, grace: float | None) -> None:
+        """Stop serving: answers in flight get `grace` seconds; open polls end and their agents poll again."""
+        self.sweeper.cancel()
+        await self.server.stop(grace)
 
 
 def upstream_channel(address: str, settings: Settings) -> grpc.aio.Channel:
@@ -60,11 +73,12 @@ async def start_gateway(
     key: bytes,
     policy: GatewayPolicy,
     tls: tuple[bytes, bytes] | None = None,
-) -> tuple[grpc.aio.Server, int]:
-    """A started gateway and the port it listens on (`listen` may end in `:0` for a free one); `tls` is the
-    gateway's (private key, certificate chain) for serving agents over TLS."""
+) -> RunningGateway:
+    """A started gateway (`listen` may end in `:0` for a free port); `tls` is the gateway's (private key,
+    certificate chain) for serving agents over TLS."""
     server = grpc.aio.server(options=OPTIONS)
-    server.add_generic_rpc_handlers([NodeGateway(upstream, sessions, TaskTokenSeal(key), policy)])
+    gateway = NodeGateway(upstream, sessions, TaskTokenSeal(key), policy)
+    server.add_generic_rpc_handlers([gateway])
     if tls is None:
         port = server.add_insecure_port(listen)
     else:
@@ -72,7 +86,7 @@ async def start_gateway(
     if port == 0:
         raise OSError(f"the node gateway cannot listen on {listen}")
     await server.start()
-    return server, port
+    return RunningGateway(server, port, asyncio.create_task(gateway.keep_swept()))
 
 
 async def run_gateway(settings: Settings, ready: Callable[[], None] | None = None) -> None:
@@ -88,8 +102,8 @@ async def run_gateway(settings: Settings, ready: Callable[[], None] | None = Non
     upstream = upstream_channel(address, settings)
     policy = GatewayPolicy(namespace=namespace, queue_prefix=settings.node_task_queue_prefix)
     try:
-        server, port = await start_gateway(settings.gateway_listen, upstream, session_factory(engine), key, policy, tls)
-        log.info("node gateway serving on port %d for namespace %s", port, namespace)
+        gateway = await start_gateway(settings.gateway_listen, upstream, session_factory(engine), key, policy, tls)
+        log.info("node gateway serving on port %d for namespace %s", gateway.port, namespace)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -97,7 +111,7 @@ async def run_gateway(settings: Settings, ready: Callable[[], None] | None = Non
         if ready is not None:
             ready()
         await stop.wait()
-        await server.stop(grace=5)  # answers in flight are passed on; open polls end and the agents poll again
+        await gateway.stop(grace=5)
     finally:
         await upstream.close()
         await engine.dispose()

@@ -15,6 +15,7 @@ be killed and restarted at any moment, or run as several replicas sharing the ke
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +29,8 @@ from temporalio.api.workflowservice import v1 as service
 
 from gateway.rules import SERVICE, Handling, handling, node_queue, refusal
 from gateway.seal import SealError, TaskTokenSeal
-from store.token_cache import TokenCache
+from store.token_cache import SWEEP_SECONDS, TokenCache
+from store.tokens import Principal
 
 log = logging.getLogger("berth.gateway")
 
@@ -78,6 +80,25 @@ class NodeGateway(grpc.GenericRpcHandler):
         self.seal = seal
         self.policy = policy
         self.tokens = tokens or TokenCache()
+        self.tokens.on_revoked = self._cut_polls
+        self._polls: dict[int, set[asyncio.Task[Any]]] = {}  # token id -> its open long polls
+        self._cut: set[asyncio.Task[Any]] = set()  # polls ended because their token was revoked
+
+    async def keep_swept(self) -> None:
+        """Sweep revocations every second even when no call comes in: an idle node's long polls last a minute,
+        and a revoked token's must end within seconds (`_cut_polls`)."""
+        while True:
+            try:
+                await self.tokens.sweep(self.sessions)
+            except (OSError, OperationalError, DBAPIError) as error:
+                log.warning("cannot sweep revoked tokens now: %s", error)
+            await asyncio.sleep(SWEEP_SECONDS)
+
+    def _cut_polls(self, revoked: set[int]) -> None:
+        for token_id in revoked & self._polls.keys():
+            for poll in self._polls.pop(token_id):
+                self._cut.add(poll)
+                poll.cancel()
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         method: str = handler_call_details.method  # type: ignore[attr-defined]
@@ -92,7 +113,8 @@ class NodeGateway(grpc.GenericRpcHandler):
         node = "?"
         try:
             metadata = context.invocation_metadata() or ()
-            node = await self._node(metadata)
+            principal = await self._principal(metadata)
+            node = principal.node or "?"
             how = handling(method)
             if how is Handling.REFUSE:
                 raise Refused(grpc.StatusCode.PERMISSION_DENIED, refusal(method))
@@ -104,7 +126,7 @@ class NodeGateway(grpc.GenericRpcHandler):
             message = self._parse(name, request)
             self._check_namespace(name, message)
             if how is Handling.POLL:
-                return await self._poll(node, method, message, metadata, context)
+                return await self._poll(principal.token_id, node, method, message, metadata, context)
             message.task_token = self._open(node, message.task_token)  # type: ignore[attr-defined]
             return await self._forward(method, message.SerializeToString(), metadata, context)
         except Refused as refused:
@@ -115,8 +137,8 @@ class NodeGateway(grpc.GenericRpcHandler):
             await context.abort(error.code(), error.details() or "", error.trailing_metadata() or ())
         raise AssertionError("unreachable: abort raises")
 
-    async def _node(self, metadata: Sequence[tuple[str, Any]]) -> str:
-        """The node whose token authorises this call; refused without a live node token."""
+    async def _principal(self, metadata: Sequence[tuple[str, Any]]) -> Principal:
+        """The node token that authorises this call; refused without a live node token."""
         token = next((str(v) for k, v in metadata if k == "authorization"), "")
         token = token.removeprefix("Bearer ").strip()
         if not token:
@@ -129,7 +151,7 @@ class NodeGateway(grpc.GenericRpcHandler):
             raise Refused(grpc.StatusCode.UNAUTHENTICATED, "the node token is unknown or revoked")
         if principal.role != "node" or principal.node is None:
             raise Refused(grpc.StatusCode.PERMISSION_DENIED, "the node gateway serves node agents: use a node token")
-        return principal.node
+        return principal
 
     def _parse(self, name: str, request: bytes) -> Message:
         message = REQUESTS[name]()
@@ -149,6 +171,7 @@ class NodeGateway(grpc.GenericRpcHandler):
 
     async def _poll(
         self,
+        token_id: int,
         node: str,
         method: str,
         request: Message,
@@ -159,12 +182,29 @@ class NodeGateway(grpc.GenericRpcHandler):
         own = node_queue(self.policy.queue_prefix, node)
         if queue != own:
             raise Refused(grpc.StatusCode.PERMISSION_DENIED, f"node {node} may poll only its own task queue {own!r}")
+        # A long poll outlives many sweeps: when its token is revoked meanwhile, the sweep cuts it (`_cut_polls`),
+        # and the agent is told to poll again (UNAVAILABLE, which the SDK retries with the token it holds now: a
+        # rotated agent carries on, a revoked one is refused).
+        poll = asyncio.current_task()
+        assert poll is not None
+        self._polls.setdefault(token_id, set()).add(poll)
+        try:
+            answered = await self._forward(method, request.SerializeToString(), metadata, context)
+        except asyncio.CancelledError:
+            if poll not in self._cut:
+                raise  # the agent went away
+            self._cut.discard(poll)
+            poll.uncancel()
+            raise Refused(grpc.StatusCode.UNAVAILABLE, "the node token was revoked: poll again") from None
+        finally:
+            open_polls = self._polls.get(token_id)
+            if open_polls is not None:
+                open_polls.discard(poll)
+                if not open_polls:
+                    del self._polls[token_id]
         answer = service.PollActivityTaskQueueResponse()
-        answer.ParseFromString(await self._forward(method, request.SerializeToString(), metadata, context))
+        answer.ParseFromString(answered)
         if answer.task_token:
-            # A long poll outlives many sweeps: the token is checked again before the task is handed over, so a
-            # node revoked while it waited gets nothing (the task times out and is retried, as for a dead host).
-            await self._node(metadata)
             answer.task_token = self.seal.seal(node, answer.task_token)
         return answer.SerializeToString()
 

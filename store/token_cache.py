@@ -25,8 +25,11 @@ STALE_SECONDS = 2.5 * SWEEP_SECONDS
 
 
 class TokenCache:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, on_revoked: Callable[[set[int]], None] | None = None
+    ) -> None:
         self._clock = clock
+        self.on_revoked = on_revoked  # told the ids revoked within the TTL after each sweep (the gateway cuts polls)
         self._entries: dict[str, tuple[Principal, float]] = {}  # digest -> (principal, until)
         self._swept_at = float("-inf")
         self._sweeping = asyncio.Lock()
@@ -42,7 +45,7 @@ class TokenCache:
 
     async def principal(self, sessions: async_sessionmaker[AsyncSession], token: str) -> Principal | None:
         """Whom `token` stands for (None: unknown or revoked), from the cache when its sweep is fresh."""
-        await self._sweep(sessions)
+        await self.sweep(sessions)
         found = self.cached(token)
         if found is not None:
             return found
@@ -52,7 +55,8 @@ class TokenCache:
             self._entries[digest(token)] = (found, self._clock() + TTL_SECONDS)
         return found
 
-    async def _sweep(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    async def sweep(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        """Forget tokens revoked lately, at most once per `SWEEP_SECONDS` (callers in between return at once)."""
         if self._clock() - self._swept_at < SWEEP_SECONDS:
             return
         async with self._sweeping:
@@ -63,4 +67,6 @@ class TokenCache:
                 revoked = await revoked_within(session, TTL_SECONDS + 60)
             if revoked:
                 self._entries = {k: v for k, v in self._entries.items() if v[0].token_id not in revoked}
+                if self.on_revoked is not None:
+                    self.on_revoked(revoked)
             self._swept_at = started

@@ -96,15 +96,18 @@ async def rotate_dev_stack_tokens(session: AsyncSession) -> tuple[str, dict[str,
     return admin, {tenant: await create_token(session, "tenant", tenant, label=DEV_STACK_LABEL) for tenant in tenants}
 
 
-async def revoke_tokens(session: AsyncSession, *, node: str | None = None, token_id: int | None = None) -> list[int]:
-    """Revoke a node's live tokens, or one token by id; the ids revoked. The caller commits. Every API process and
-    node gateway stops honouring them within `store.token_cache.SWEEP_SECONDS` of the commit."""
+async def revoke_tokens(
+    session: AsyncSession, *, node: str | None = None, token_id: int | None = None, keep: int | None = None
+) -> list[int]:
+    """Revoke a node's live tokens (but `keep`, a rotation's new one), or one token by id; the ids revoked. The
+    caller commits. Every API process and node gateway refuses them within a few seconds of the commit
+    (store/token_cache.py)."""
     if (node is None) == (token_id is None):
         raise ValueError("revoke a node's tokens or one token by id")
     where = ApiTokenRow.node == node if node is not None else ApiTokenRow.id == token_id
     revoked = await session.scalars(
         update(ApiTokenRow)
-        .where(where, ApiTokenRow.revoked_at.is_(None))
+        .where(where, ApiTokenRow.revoked_at.is_(None), ApiTokenRow.id != (keep if keep is not None else -1))
         .values(revoked_at=func.now())
         .returning(ApiTokenRow.id)
     )

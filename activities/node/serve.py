@@ -123,7 +123,7 @@ async def run_node(
         if reporter is not None:
             background.append(asyncio.create_task(reporter.run()))
         if credential is not None:
-            background.append(asyncio.create_task(credential.watch(*_token_uses(client, reporter))))
+            background.append(asyncio.create_task(credential.watch(*token_uses(client, reporter))))
         await run_until_signalled([node_worker(client, agent, executor, task_queue)], background)
 
 
@@ -149,7 +149,7 @@ async def run_nodes(
     with ThreadPoolExecutor(max_workers=max(16, 8 * len(nodes)), thread_name_prefix="agents") as executor:
         background = [asyncio.create_task(reap_leases(node.agent)) for node in nodes]
         background.extend(
-            asyncio.create_task(node.credential.watch(*_token_uses(node.client, node.reporter)))
+            asyncio.create_task(node.credential.watch(*token_uses(node.client, node.reporter)))
             for node in nodes
             if node.credential is not None
         )
@@ -159,7 +159,7 @@ async def run_nodes(
         await run_until_signalled(workers, background, ready)
 
 
-def _token_uses(client: Client, reporter: NodeReporter | None) -> list[Callable[[str], None]]:
+def token_uses(client: Client, reporter: NodeReporter | None) -> list[Callable[[str], None]]:
     """Where a rotated token goes: the client's bearer credential (every later call to the gateway carries it) and
     the reporter's HTTP sink."""
 

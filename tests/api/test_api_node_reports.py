@@ -11,7 +11,7 @@ import yaml
 
 from activities.node.host.sysfs import discover_host
 from scheduler.host.report import AgentInfo, NodeReport
-from store.tokens import create_token
+from store.tokens import create_token, revoke_tokens
 from tests.api.stack import Stack, api_fleet, bearer
 from tests.hosts import sysfs_tree
 
@@ -97,3 +97,30 @@ async def test_text_postgresql_cannot_store_is_422_not_500(stack: Stack) -> None
             "/v1/nodes/small/report", content=body % hostname, headers=stack.admin | JSON
         )  # fmt: skip
         assert answer.status_code == 422, answer.text
+
+
+async def test_a_revoked_node_token_is_refused_within_five_seconds_even_for_steady_heartbeats(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The heartbeat path answers from memory (api/steady_reports.py); revocation must reach it all the same."""
+    async with stack.lab.sessions.begin() as session:
+        token = await create_token(session, "node", node="small", label="test")
+    small = bearer(token)
+    host = discover_host(sysfs_tree.gpu_on_nvidia().write(tmp_path))
+    first = await stack.http.post(
+        "/v1/nodes/small/report", content=_body(NodeReport(agent=AGENT, topology=host.topology_hash(), host=host)),
+        headers=small | JSON,
+    )  # fmt: skip
+    beat = _body(NodeReport(agent=AGENT, topology=host.topology_hash(), approved=first.json()["approved"]))
+    assert (await stack.http.post("/v1/nodes/small/report", content=beat, headers=small | JSON)).status_code == 200
+    async with stack.lab.sessions.begin() as session:
+        assert await revoke_tokens(session, node="small")
+    revoked_at = asyncio.get_running_loop().time()
+    while True:
+        answer = await stack.http.post("/v1/nodes/small/report", content=beat, headers=small | JSON)
+        if answer.status_code == 401:
+            assert answer.json()["error"]["code"] == "invalid_token"
+            break
+        assert answer.status_code == 200, answer.text
+        assert asyncio.get_running_loop().time() - revoked_at < 5, "the revoked node token still reported after 5 s"
+        await asyncio.sleep(0.1)

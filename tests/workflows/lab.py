@@ -306,9 +306,11 @@ async def running_lab(
     queues = Queues(control=f"test-{tag}.control", node_prefix=f"test-{tag}.node.")
     upstream = upstream_channel(worker_client.service_client.config.target_host, Settings())
     policy = GatewayPolicy(namespace=worker_client.namespace, queue_prefix=queues.node_prefix)
-    gateway, port = await start_gateway("127.0.0.1:0", upstream, sessions, os.urandom(32), policy)
+    gateway = await start_gateway("127.0.0.1:0", upstream, sessions, os.urandom(32), policy)
     with ThreadPoolExecutor(max_workers=32) as executor:
-        lab = Lab(starter, worker_client, sessions, home, fleet_file, queues, executor, gateway=f"127.0.0.1:{port}")
+        lab = Lab(
+            starter, worker_client, sessions, home, fleet_file, queues, executor, gateway=f"127.0.0.1:{gateway.port}"
+        )
         if control:
             lab.start_control()
         every_node = [n.name for pool in fleet.host_pools() for n in pool.nodes]
