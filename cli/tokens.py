@@ -57,6 +57,14 @@ def create(
             "file that already holds a token is kept and no token is created for it (safe to re-run).",
         ),
     ] = None,
+    dir_per_node: Annotated[
+        bool,
+        typer.Option(
+            "--dir-per-node",
+            help="With --to-dir: write DIR/<node>/token instead, one directory per node, so that each agent can be "
+            "given its own directory (a volume, a Secret) and no other node's token.",
+        ),
+    ] = False,
     output: OutputOption = OutputFormat.TEXT,
 ) -> None:
     """Create a token for a tenant, a node agent, or an admin, and print it (the only time it is shown)."""
@@ -65,8 +73,10 @@ def create(
     if to_dir is not None or (nodes and len(nodes) > 1):
         if not nodes or to_dir is None:
             fail("--to-dir writes node tokens: give --node NAME (one or more) with --to-dir DIR")
-        _write_node_tokens(nodes, to_dir, label)
+        _write_node_tokens(nodes, to_dir, label, dir_per_node)
         return
+    if dir_per_node:
+        fail("--dir-per-node goes with --to-dir DIR")
     node = nodes[0] if nodes else None
     role: Role = "admin" if admin else "tenant" if tenant is not None else "node"
     try:
@@ -88,12 +98,13 @@ def create(
     typer.echo(token)
 
 
-def _write_node_tokens(nodes: list[str], directory: Path, label: str | None) -> None:
+def _write_node_tokens(nodes: list[str], directory: Path, label: str | None, per_node: bool = False) -> None:
     """One token file per node agent, as a deployment hands them out (docker-compose.yml's berth-node-tokens)."""
     url = database_url(Settings())
     directory.mkdir(parents=True, exist_ok=True)
     for node in nodes:
-        path = directory / node
+        path = directory / node / "token" if per_node else directory / node
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if path.is_file() and path.read_text().strip():
             console.print(f"{path} already holds a token; kept", highlight=False)
             continue
@@ -184,3 +195,20 @@ async def _revoke_others(url: str, node: str, keep: int) -> list[int]:
             return await revoke_tokens(session, node=node, keep=keep)
     finally:
         await engine.dispose()
+
+
+@app.command("gateway-key")
+def gateway_key(
+    to: Annotated[Path, typer.Option("--to", help="The key file the node gateway reads (BERTH_GATEWAY_KEY_FILE).")],
+) -> None:
+    """Write a new task-token sealing key for the node gateway (mode 0600), unless the file already holds one: every
+    gateway replica shares it, and it must survive their restarts."""
+    from gateway.seal import ensure_key_file
+
+    try:
+        written = ensure_key_file(to)
+    except OSError as error:
+        fail(f"cannot write {to}: {error.strerror}")
+    console.print(
+        f"node gateway key written to {to}" if written else f"{to} already holds a key; kept", highlight=False
+    )

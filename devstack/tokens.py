@@ -4,10 +4,10 @@ a token on a command line would be readable by every user through /proc."""
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 from config.context import write_private
+from gateway.seal import ensure_key_file
 from store.db import create_engine, session_factory
 from store.tokens import DEV_STACK_LABEL, create_token, rotate_dev_stack_tokens
 
@@ -36,9 +36,8 @@ def write_token_files(directory: Path, tokens: dict[str, str]) -> Path:
 
 
 def gateway_key(state: Path) -> Path:
-    """The node gateway's sealing key, made once per state directory (mode 0600): a gateway restarted by the
-    supervisor keeps accepting the answers to tasks it handed out before it died."""
+    """The node gateway's sealing key, made once per state directory: a gateway restarted by the supervisor keeps
+    accepting the answers to tasks it handed out before it died."""
     path = state / "gateway.key"
-    if not path.is_file() or len(path.read_bytes().strip()) < 32:
-        write_private(path, secrets.token_urlsafe(48) + "\n")
+    ensure_key_file(path)
     return path

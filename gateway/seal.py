@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
+from pathlib import Path
+
+from config.context import write_private
 
 VERSION = b"\x01"
 DIGEST = hashlib.sha256
@@ -48,3 +52,13 @@ class TaskTokenSeal:
         if name != node.encode():
             raise SealError("the task was issued to another node")
         return token
+
+
+def ensure_key_file(path: Path) -> bool:
+    """Give `path` a new random key (mode 0600) unless it holds one already; True when one was written. Every
+    gateway replica reads the same file, and a restarted gateway must keep the key its tasks were sealed with."""
+    if path.is_file() and len(path.read_bytes().strip()) >= 32:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_private(path, secrets.token_urlsafe(48) + "\n")
+    return True

@@ -219,6 +219,14 @@ def test_each_berth_service_environment_is_valid_settings(
                 settings = Settings()
             except ValidationError as error:
                 pytest.fail(f"service {service.name!r}: its BERTH_* environment is not valid settings: {error}")
+        if service.argv[:3] == ["berth", "worker", "node"]:
+            # A GPU host's agent knows the API and the node gateway, nothing else of the control plane (issue 22).
+            assert settings.node_gateway and settings.api_url, f"agent {service.name!r} needs the gateway and the API"
+            assert not (settings.database_url or settings.temporal_address), (
+                f"agent {service.name!r} is given the database or Temporal: a compromised host would have them"
+            )
+            assert settings.node_gateway.rsplit(":", 1)[0] in by_name(services)
+            continue
         assert settings.database_url and settings.temporal_address, (
             f"service {service.name!r} must set BERTH_DATABASE_URL and BERTH_TEMPORAL_ADDRESS: in a container there "
             "is no `berth up` context to fall back on"
@@ -475,3 +483,55 @@ def test_every_file_a_container_names_exists(services: list[Service]) -> None:
             if IMAGE_ROOT in PurePosixPath(word).parents and service.spec.get("build"):
                 relative = path.relative_to(REPO)
                 assert not _dockerignored(relative), f"service {service.name!r} needs {word}; .dockerignore drops it"
+
+
+def _networks(service: Service) -> set[str]:
+    networks = service.spec.get("networks") or ["default"]
+    return set(networks if isinstance(networks, list) else networks.keys())
+
+
+def test_temporal_and_postgresql_stay_on_the_internal_network(services: list[Service]) -> None:
+    """Whoever reaches Temporal's frontend can start, signal, cancel, terminate and read every workflow; whoever
+    reaches PostgreSQL has the fleet: neither is published or reachable from where GPU hosts are."""
+    declared = yaml.safe_load(COMPOSE_FILE.read_text()).get("networks") or {}
+    named = by_name(services)
+    for name in ("temporal", "postgres"):
+        assert not list(_published_ports(named[name])), f"{name} publishes a port on the host"
+        for network in _networks(named[name]):
+            assert (declared.get(network) or {}).get("internal") is True, f"{name} is on non-internal {network!r}"
+    for address, port, _ in _published_ports(named["temporal-ui"]):
+        assert address == "127.0.0.1", f"the Temporal UI (no authentication) is published on {address}:{port}"
+    agents = _agents(services)
+    for node, agent in agents.items():
+        shared = {n for n in _networks(agent) if n in _networks(named["temporal"]) | _networks(named["postgres"])}
+        assert not shared, f"the agent of {node} shares network(s) {shared} with Temporal or PostgreSQL"
+        gateway = agent.environment["BERTH_NODE_GATEWAY"].rsplit(":", 1)[0]
+        assert _networks(agent) & _networks(named[gateway]), f"the agent of {node} cannot reach the gateway"
+        assert _networks(agent) & _networks(named["berth-api"]), f"the agent of {node} cannot reach the API"
+
+
+def _volumes(service: Service) -> dict[str, str]:
+    """named volume -> where the service mounts it (bind mounts left out)."""
+    mounts = {}
+    for entry in service.spec.get("volumes") or []:
+        source, target = str(entry).split(":")[:2]
+        if not source.startswith((".", "/")):
+            mounts[source] = target
+    return mounts
+
+
+def test_each_agent_mounts_its_own_token_and_state_and_no_other_node_s(services: list[Service]) -> None:
+    agents = _agents(services)
+    owners: dict[str, str] = {}
+    for node, agent in agents.items():
+        for volume in _volumes(agent):
+            assert volume not in owners, f"agents of {owners[volume]} and {node} share volume {volume!r}"
+            owners[volume] = node
+        token_file = PurePosixPath(agent.environment["BERTH_NODE_TOKEN_FILE"])
+        holders = [v for v, target in _volumes(agent).items() if PurePosixPath(target) in token_file.parents]
+        assert holders == [f"token-{node}"], f"the agent of {node} reads its token from {holders}"
+        writer = next(
+            s for s in services if _volumes(s).get(f"token-{node}") and s.argv[:3] == ["berth", "tokens", "create"]
+        )
+        written = PurePosixPath(_volumes(writer)[f"token-{node}"]) / "token"
+        assert written.parent.name == node and "--dir-per-node" in writer.argv, f"{writer.name} writes {written}"
