@@ -1,7 +1,11 @@
 """Every simulated node agent of a fleet file in one process: stands in, for benchmarks, for the GPU hosts that in
 production run their agents on their own machines (so agent work does not compete with the control worker).
 
-    python -m bench.agent_host FLEET STATE_DIR TEMPORAL_ADDRESS NODE_QUEUE_PREFIX
+    python -m bench.agent_host FLEET STATE_DIR ADDRESS NODE_QUEUE_PREFIX [TOKEN_DIR]
+
+Without TOKEN_DIR the agents poll Temporal at ADDRESS directly (how agents ran before the node gateway: the
+benchmark's "before"); with it, ADDRESS is the node gateway and each host connects with its own token from
+TOKEN_DIR/<node>, as `berth worker agents` does.
 """
 
 from __future__ import annotations
@@ -19,12 +23,21 @@ from activities.serving import run_until_signalled
 from fleet.loader import load_fleet
 
 
-async def main(fleet_file: Path, state_dir: Path, address: str, prefix: str) -> None:
-    client = await Client.connect(address, data_converter=pydantic_data_converter)
+async def _client(address: str, token_dir: Path | None, node: str, shared: Client | None) -> Client:
+    if token_dir is None:
+        assert shared is not None
+        return shared
+    token = (token_dir / node).read_text().strip()
+    return await Client.connect(address, data_converter=pydantic_data_converter, api_key=token, tls=False)
+
+
+async def main(fleet_file: Path, state_dir: Path, address: str, prefix: str, token_dir: Path | None) -> None:
+    shared = None if token_dir else await Client.connect(address, data_converter=pydantic_data_converter)
     nodes = [n.name for pool in load_fleet([fleet_file]).host_pools() for n in pool.nodes]
+    clients = {node: await _client(address, token_dir, node, shared) for node in nodes}
     with ThreadPoolExecutor(max_workers=32) as executor:
         workers = [
-            node_worker(client, simulated_agent(fleet_file, node, state_dir), executor, f"{prefix}{node}")
+            node_worker(clients[node], simulated_agent(fleet_file, node, state_dir), executor, f"{prefix}{node}")
             for node in nodes
         ]
         print("ready", flush=True)
@@ -32,4 +45,6 @@ async def main(fleet_file: Path, state_dir: Path, address: str, prefix: str) -> 
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]))
+    arguments = sys.argv[1:]
+    tokens = Path(arguments[4]) if len(arguments) > 4 else None
+    asyncio.run(main(Path(arguments[0]), Path(arguments[1]), arguments[2], arguments[3], tokens))

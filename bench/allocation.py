@@ -1,7 +1,7 @@
 """Allocation benchmarks against a real Temporal dev server and a real PostgreSQL, started by the benchmark.
 
     python -m bench.allocation [--rounds 3] [--batch 150] [--contention 1000] [--snapshot-nodes 1000,10000]
-                               [--latency 30]
+                               [--latency 30] [--agents gateway|direct|both]
     python -m bench.allocation --rounds 0 --latency 0 --snapshot-nodes '' --contention 1000   # the burst alone
 
 1. Throughput: a batch of 1-GPU slice allocations driven to `active` (simulated hosts, zero boot delay), against
@@ -17,6 +17,10 @@
    be 0), how long decisions waited for and held the region's placement lock, the time to settle, and the CPU each
    process of the stack spent meanwhile.
 4. Snapshot: the cost of building the scheduler's inventory snapshot from PostgreSQL at several fleet sizes.
+
+The agents reach Temporal through the node gateway (`berth gateway` in its own process, each host with its own
+token), as every deployment runs them; `--agents both` measures throughput and latency with the agents polling
+Temporal directly too (how they ran before the gateway, issue 22), in the same run, for a before/after.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import statistics
 import subprocess
 import sys
@@ -46,7 +51,9 @@ from activities.control.placement import LOCK_TIMES
 from api.app import create_app
 from bench.actions import Actions, count_actions
 from bench.baseline_workflow import BaselineInput, BaselineWorkflow, noop
+from devstack.ports import free_port
 from devstack.postgres import EmbeddedPostgres
+from devstack.ready import is_marked_ready
 from devstack.reports import report_hosts
 from devstack.temporal import DevTemporal
 from fleet.loader import parse_fleet
@@ -87,6 +94,7 @@ class Stack:
         self.temporal = DevTemporal(home / "temporal").start()
         self.workers: list[Worker] = []
         self.agent_hosts: list[subprocess.Popen[str]] = []
+        self.gateways: list[subprocess.Popen[bytes]] = []
 
     async def connect(self) -> None:
         self.client = await Client.connect(self.temporal.address, data_converter=pydantic_data_converter)
@@ -103,20 +111,64 @@ class Stack:
         await report_hosts(self.sessions, parse_fleet([(str(path), text_)]))  # the agents' start reports
         return path
 
+    def stop_agents(self) -> None:
+        """End this phase's agent hosts and gateways (each phase has its own queues, tokens and gateway)."""
+        for process in [*self.agent_hosts, *self.gateways]:
+            process.terminate()
+            process.wait(30)
+        self.agent_hosts.clear()
+        self.gateways.clear()
+
     def close(self) -> None:
         for agents in self.agent_hosts:
             agents.terminate()
             agents.wait(30)
+        for gateway in self.gateways:
+            gateway.terminate()
+            gateway.wait(30)
         self.temporal.stop()
         self.postgres.stop()
 
 
-async def _run_workers(stack: Stack, fleet_file: Path, queues: Queues) -> list[Worker]:
-    """The control worker in this process; the simulated hosts' agents in another, as on real hosts."""
+async def gateway_process(stack: Stack, fleet_file: Path, queues: Queues) -> tuple[str, Path]:
+    """`berth gateway` in its own process for these queues, and a directory with a node token per host."""
+    tokens = stack.home / f"{queues.control}-tokens"
+    tokens.mkdir()
+    nodes = [
+        n.name for pool in parse_fleet([(str(fleet_file), fleet_file.read_text())]).host_pools() for n in pool.nodes
+    ]
+    async with stack.sessions.begin() as session:
+        for node in nodes:
+            (tokens / node).write_text(await create_token(session, "node", node=node, label="bench"))
+    address = f"127.0.0.1:{free_port()}"
+    ready = stack.home / f"{queues.control}-gateway.ready"
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("BERTH_")},
+        "BERTH_DATABASE_URL": stack.postgres.url, "BERTH_TEMPORAL_ADDRESS": stack.temporal.address,
+        "BERTH_GATEWAY_LISTEN": address, "BERTH_NODE_TASK_QUEUE_PREFIX": queues.node_prefix,
+        "BERTH_STATE_DIR": str(stack.home / "gateway-state"),
+    }  # fmt: skip
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "gateway", "--ready-file", str(ready)], env=environment,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    stack.gateways.append(gateway)
+    while not is_marked_ready(ready, gateway.pid):
+        if gateway.poll() is not None:
+            raise RuntimeError(f"the node gateway exited with {gateway.returncode}")
+        await asyncio.sleep(0.05)
+    return address, tokens
+
+
+async def _run_workers(stack: Stack, fleet_file: Path, queues: Queues, via_gateway: bool = True) -> list[Worker]:
+    """The control worker in this process; the simulated hosts' agents in another, as on real hosts, through the
+    node gateway (a third process) unless `via_gateway` is False."""
+    arguments = [str(fleet_file), str(stack.home / queues.control), stack.temporal.address, queues.node_prefix]
+    if via_gateway:
+        address, tokens = await gateway_process(stack, fleet_file, queues)
+        arguments[2:] = [address, queues.node_prefix, str(tokens)]
     agents = subprocess.Popen(
-        [sys.executable, "-m", "bench.agent_host", str(fleet_file), str(stack.home / queues.control),
-         stack.temporal.address, queues.node_prefix],
-        stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "bench.agent_host", *arguments], stdout=subprocess.PIPE, text=True
     )  # fmt: skip
     assert agents.stdout is not None
     await asyncio.to_thread(agents.stdout.readline)  # "ready"
@@ -189,6 +241,7 @@ class CpuMeter:
             "temporal": tree(self.stack.temporal.process.pid if self.stack.temporal.process else None),
             "postgres": tree(self.stack.postgres.process.pid if self.stack.postgres.process else None),
             "agents": [p for host in self.stack.agent_hosts for p in tree(host.pid)],
+            "gateway": [p for gateway in self.stack.gateways for p in tree(gateway.pid)],
         }
 
     def read(self) -> dict[str, float]:
@@ -226,11 +279,12 @@ async def _allocation_batch(stack: Stack, queues: Queues, batch: int, ids: list[
     await _settled(stack, ids, ("active",))
 
 
-async def throughput(stack: Stack, rounds: int, batch: int) -> dict[str, dict[str, object]]:
+async def throughput(stack: Stack, rounds: int, batch: int, via_gateway: bool = True) -> dict[str, dict[str, object]]:
     """Rounds of: a strict baseline batch, a visibility baseline batch, an allocation batch (then released)."""
     fleet_file = await stack.load_fleet(max(8, batch // 4))  # twice the GPUs the batch asks for
-    queues = Queues(control="bench.control", node_prefix="bench.node.")
-    workers = await _run_workers(stack, fleet_file, queues)
+    tag = "gw" if via_gateway else "direct"
+    queues = Queues(control=f"bench-{tag}.control", node_prefix=f"bench-{tag}.node.")
+    workers = await _run_workers(stack, fleet_file, queues, via_gateway)
     baseline_worker = Worker(stack.client, task_queue="bench.baseline", workflows=[BaselineWorkflow], activities=[noop])
     asyncio.create_task(baseline_worker.run())
     stack.workers.append(baseline_worker)
@@ -252,6 +306,7 @@ async def throughput(stack: Stack, rounds: int, batch: int) -> dict[str, dict[st
 
     for w in [*workers, baseline_worker]:
         await w.shutdown()
+    stack.stop_agents()
     result: dict[str, dict[str, object]] = {}
     for name, measured in runs.items():
         rates = [rate for rate, _cpu in measured]
@@ -288,12 +343,13 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
     return {"p50": statistics.median(ordered), "p99": ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]}
 
 
-async def latency(stack: Stack, count: int) -> dict[str, dict[str, float]]:
+async def latency(stack: Stack, count: int, via_gateway: bool = True) -> dict[str, dict[str, float]]:
     """Sequential, on an idle stack: POST /v1/allocations -> `active`, and the strict baseline started -> completed,
     interleaved one for one so both see the same machine. Milliseconds."""
     fleet_file = await stack.load_fleet(8)
-    queues = Queues(control="latency.control", node_prefix="latency.node.")
-    workers = await _run_workers(stack, fleet_file, queues)
+    tag = "gw" if via_gateway else "direct"
+    queues = Queues(control=f"latency-{tag}.control", node_prefix=f"latency-{tag}.node.")
+    workers = await _run_workers(stack, fleet_file, queues, via_gateway)
     baseline_worker = Worker(
         stack.client, task_queue="latency.baseline", workflows=[BaselineWorkflow], activities=[noop]
     )
@@ -328,6 +384,7 @@ async def latency(stack: Stack, count: int) -> dict[str, dict[str, float]]:
                 samples["strict"].append(1000 * (time.perf_counter() - started))
     for w in [*workers, baseline_worker]:
         await w.shutdown()
+    stack.stop_agents()
     return {name: _percentiles(values) for name, values in samples.items()}
 
 
@@ -416,18 +473,20 @@ async def snapshot_cost(stack: Stack, sizes: list[int], runs: int = 5) -> list[t
     return results
 
 
-async def _print_throughput(stack: Stack, args: argparse.Namespace) -> None:
-    result = await throughput(stack, args.rounds, args.batch)
+async def _print_throughput(stack: Stack, args: argparse.Namespace, via_gateway: bool) -> None:
+    result = await throughput(stack, args.rounds, args.batch, via_gateway)
     allocation = result["allocation"]
+    print(f"\nagents {'through the node gateway' if via_gateway else 'polling Temporal directly'}:")
     print("\n| baseline | baseline wf/s | allocations to active /s | ratio (median of rounds) |")
     print("|---|---:|---:|---:|")
     for name in ("strict", "visibility"):
         print(f"| {name} | {result[name]['per_s']:.1f} | {allocation['per_s']:.1f} | {result[name]['ratio']:.2f} |")
-    print("\n| workflow | CPU ms per workflow: control process | Temporal server | node agents | PostgreSQL | total |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("\n| workflow | CPU ms per workflow: control process | Temporal server | node agents | node gateway "
+          "| PostgreSQL | total |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name in ("strict", "visibility", "allocation"):
         cpu = result[name]["cpu_ms"]
-        groups = ("control", "temporal", "agents", "postgres")
+        groups = ("control", "temporal", "agents", "gateway", "postgres")
         cells = " | ".join(f"{max(cpu[g], 0.0):.0f}" for g in groups)  # type: ignore[index]
         print(f"| {name} | {cells} | {sum(max(cpu[g], 0.0) for g in groups):.0f} |")  # type: ignore[index]
     a = result["actions"]
@@ -440,11 +499,12 @@ async def main(args: argparse.Namespace) -> None:
         stack = Stack(Path(home))
         try:
             await stack.connect()
-            if args.rounds:
-                await _print_throughput(stack, args)
-            if args.latency:
-                lat = await latency(stack, args.latency)
-                print("\n| sequential, idle | p50 ms | p99 ms |")
+            modes = {"gateway": [True], "direct": [False], "both": [False, True]}[args.agents]
+            for via_gateway in modes if args.rounds else ():
+                await _print_throughput(stack, args, via_gateway)
+            for via_gateway in modes if args.latency else ():
+                lat = await latency(stack, args.latency, via_gateway)
+                print(f"\n| sequential, idle, agents {'via gateway' if via_gateway else 'direct'} | p50 ms | p99 ms |")
                 print("|---|---:|---:|")
                 print(
                     f"| POST /v1/allocations -> active | {lat['allocation']['p50']:.0f} | {lat['allocation']['p99']:.0f} |"
@@ -487,4 +547,8 @@ if __name__ == "__main__":
     parser.add_argument("--contention", type=int, default=1000, help="requests in the burst (0: skip)")
     parser.add_argument("--snapshot-nodes", default="1000,10000")
     parser.add_argument("--latency", type=int, default=30, help="sequential requests (0: skip)")
+    parser.add_argument(
+        "--agents", choices=("gateway", "direct", "both"), default="gateway",
+        help="how agents reach Temporal in the throughput and latency phases (both: a before/after in one run)",
+    )  # fmt: skip
     asyncio.run(main(parser.parse_args()))

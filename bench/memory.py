@@ -47,18 +47,20 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 import worker
-from bench.allocation import Stack, fleet_yaml
+from bench.allocation import Stack, fleet_yaml, gateway_process
 from devstack.ports import free_port
 from fleet.loader import parse_fleet
 from store.apply import apply_fleet
 from store.db import create_engine, session_factory
 from store.inventory import InventoryCache
 from store.models import NodeAgentRow
-from store.tokens import create_token
+from workflows.task_queues import Queues
 
 REPO = Path(__file__).resolve().parent.parent
 LIBVIRT_HOST = REPO / "tests" / "hosts" / "libvirt" / "host.xml"
 NODE_QUEUE_PREFIX = "memory.node."
+
+
 SETTLE_SECONDS = 5.0  # serving on after the first report before the figure is read: the reporter's next check
 
 
@@ -225,12 +227,17 @@ async def measure_agent(
         return Memory.of(agent.pid)
     finally:
         agent.terminate()
-        agent.wait(30)
+        try:
+            agent.wait(30)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            raise RuntimeError(f"the agent did not stop on SIGTERM: {log.read_text()[-3000:]}") from None
 
 
-async def _node_token(stack: Stack, node: str) -> str:
-    async with stack.sessions.begin() as session:
-        return await create_token(session, "node", node=node, label="bench.memory")
+async def _through_gateway(stack: Stack, fleet_file: Path, node: str, name: str) -> tuple[str, dict[str, str]]:
+    """A node gateway (its own process) for the agent of `node`: the agent's --token-file and its environment."""
+    address, tokens = await gateway_process(stack, fleet_file, Queues(control=name, node_prefix=NODE_QUEUE_PREFIX))
+    return str(tokens / node), {"BERTH_NODE_GATEWAY": address}
 
 
 async def simulated_agent(stack: Stack, home: Path, nodes: int, api: Api) -> Memory:
@@ -238,9 +245,11 @@ async def simulated_agent(stack: Stack, home: Path, nodes: int, api: Api) -> Mem
     fleet_text, node = one_host_fleet(nodes)
     fleet_file = home / "one.yaml"
     fleet_file.write_text(fleet_text)
+    token_file, gateway = await _through_gateway(stack, fleet_file, node, "memory-simulated")
     command = [*_berth(), "worker", "node", "--node-id", node, "--fleet", str(fleet_file), "--api", api.url,
-               "--token", await _node_token(stack, node)]  # fmt: skip
-    return await measure_agent(stack, command, node, _agent_environment(stack, home / "agent"), home / "agent.log")
+               "--token-file", token_file]  # fmt: skip
+    environment = _agent_environment(stack, home / "agent") | gateway
+    return await measure_agent(stack, command, node, environment, home / "agent.log")
 
 
 async def libvirt_agent(stack: Stack, home: Path, api: Api) -> Memory | str:
@@ -258,14 +267,17 @@ async def libvirt_agent(stack: Stack, home: Path, api: Api) -> Memory | str:
     fleet_text = fixture_fleet([host.node])
     async with stack.sessions.begin() as session:  # beside the bench fleet, which stays as it is
         await apply_fleet(session, parse_fleet([("fixture.yaml", fleet_text)]), prune=False)
+    fixture_file = home / "fixture.yaml"
+    fixture_file.write_text(fleet_text)
+    token_file, gateway = await _through_gateway(stack, fixture_file, host.name, "memory-libvirt")
     catalogue = home / "images.yaml"
     base = "/var/lib/berth/pool/ubuntu-24.04.qcow2"  # the base image host.xml's storage pool holds
     catalogue.write_text(yaml.safe_dump({"images": {"ubuntu-24.04": base}, "default": "ubuntu-24.04"}))
     command = [*_berth(), "worker", "node", "--node-id", host.name, "--topology", "host", "--host-root", str(root),
                "--runtime", "libvirt", "--libvirt-uri", f"test://{LIBVIRT_HOST}", "--storage-pool", "berth",
                "--network", "berth-net", "--image-catalogue", str(catalogue), "--api", api.url,
-               "--token", await _node_token(stack, host.name)]  # fmt: skip
-    environment = _agent_environment(stack, home / "libvirt-agent")
+               "--token-file", token_file]  # fmt: skip
+    environment = _agent_environment(stack, home / "libvirt-agent") | gateway
     return await measure_agent(stack, command, host.name, environment, home / "libvirt-agent.log")
 
 
@@ -289,8 +301,8 @@ async def agent_host(stack: Stack, home: Path, nodes: int) -> Memory:
 
 
 def _agent_environment(stack: Stack, state_dir: Path) -> dict[str, str]:
+    del stack  # an agent knows the API and the node gateway (given with the command), nothing else of the stack
     return {
-        "BERTH_TEMPORAL_ADDRESS": stack.temporal.address,
         "BERTH_STATE_DIR": str(state_dir),
         "BERTH_NODE_TASK_QUEUE_PREFIX": NODE_QUEUE_PREFIX,
         "BERTH_REPORT_INTERVAL_SECONDS": "60",
