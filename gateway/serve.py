@@ -25,10 +25,13 @@ from store.db import create_engine, session_factory
 
 log = logging.getLogger("berth.gateway")
 
-# Polls are long (Temporal answers an empty poll after about a minute) and payloads are a few KiB; Temporal's own
-# frontend takes up to 4 MiB per message by default, and so does the gateway.
+# Temporal's frontend takes up to 4 MiB per message by default: so do the gateway's answers to agents (a task's
+# input) and its channel to Temporal. What an agent sends (a task's result or failure, a heartbeat) is a few KiB;
+# the gateway takes at most 1 MiB of it, so that a compromised host cannot fill workflow histories.
 MAX_MESSAGE = 4 * 1024 * 1024
+MAX_FROM_AGENT = 1024 * 1024
 OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE), ("grpc.max_receive_message_length", MAX_MESSAGE)]
+SERVER_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE), ("grpc.max_receive_message_length", MAX_FROM_AGENT)]
 
 
 @dataclass
@@ -76,7 +79,7 @@ async def start_gateway(
 ) -> RunningGateway:
     """A started gateway (`listen` may end in `:0` for a free port); `tls` is the gateway's (private key,
     certificate chain) for serving agents over TLS."""
-    server = grpc.aio.server(options=OPTIONS)
+    server = grpc.aio.server(options=SERVER_OPTIONS)
     gateway = NodeGateway(upstream, sessions, TaskTokenSeal(key), policy)
     server.add_generic_rpc_handlers([gateway])
     if tls is None:
