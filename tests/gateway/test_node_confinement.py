@@ -163,6 +163,9 @@ async def test_a_node_polls_only_its_own_queue_and_answers_only_the_tasks_it_was
             tampered = sealed[:-1] + bytes([sealed[-1] ^ 1])
             assert "not issued by the node gateway" in await refused(lambda: complete(small, tampered, "tampered"))
 
+            flood = "x" * (2 * 1024 * 1024)  # a host that tries to fill the workflow's history
+            await refused(lambda: complete(small, sealed, flood), RPCStatusCode.RESOURCE_EXHAUSTED)
+
             await heartbeat(small, sealed)  # its own task: heartbeats and completes
             await complete(small, sealed, "from small")
             assert await run.result() == "from small"
