@@ -108,8 +108,13 @@ class Stack:
         path.write_text(text_)
         async with self.sessions.begin() as session:
             await apply_fleet(session, parse_fleet([(str(path), text_)]), prune=True)
-        await report_hosts(self.sessions, parse_fleet([(str(path), text_)]))  # the agents' start reports
+        await self.report(path)  # the agents' start reports
         return path
+
+    async def report(self, fleet_file: Path) -> None:
+        """Every host's report, as its agent sends one on start and then every interval (the bench's agents do
+        not report): a phase longer than three intervals would otherwise find every node down."""
+        await report_hosts(self.sessions, parse_fleet([(str(fleet_file), fleet_file.read_text())]))
 
     def stop_agents(self) -> None:
         """End this phase's agent hosts and gateways (each phase has its own queues, tokens and gateway)."""
@@ -214,8 +219,15 @@ async def _settled(stack: Stack, ids: list[str], states: tuple[str, ...], limit:
             )
         if sum(by_state.get(s, 0) for s in states) == len(ids):
             return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"allocations did not settle in {limit:.0f}s: {by_state}")
+        if time.monotonic() > deadline or ("failed" in by_state and "failed" not in states):
+            async with stack.sessions() as session:
+                reasons = (
+                    await session.execute(
+                        text("SELECT failure_reason, count(*) FROM allocations WHERE id = ANY(:ids) AND "
+                             "state = 'failed' GROUP BY failure_reason"), {"ids": ids},
+                    )
+                ).all()  # fmt: skip
+            raise RuntimeError(f"allocations did not settle as {states}: {by_state}; failures: {reasons}")
         await asyncio.sleep(0.05)
 
 
@@ -293,6 +305,7 @@ async def throughput(stack: Stack, rounds: int, batch: int, via_gateway: bool = 
     runs: dict[str, list[tuple[float, dict[str, float]]]] = {"strict": [], "visibility": [], "allocation": []}
     actions: list[Actions] = []
     for _ in range(rounds):
+        await stack.report(fleet_file)
         for shape in ("strict", "visibility"):
             runs[shape].append(await _measured(meter, batch, _baseline_batch(stack, batch, shape)))
 

@@ -27,6 +27,8 @@ def _show(context: StackContext, settings: Settings) -> None:
     table.add_row("Database", context.database_url)
     if context.api_url:
         table.add_row("API", context.api_url)
+    if context.gateway_address:
+        table.add_row("Node gateway", f"{context.gateway_address} (node agents reach Temporal only through it)")
     if context.admin_token:
         table.add_row("Admin token", context.admin_token)
     for tenant, token in sorted(context.tenant_tokens.items()):

@@ -69,11 +69,15 @@ async def test_control_worker_killed_mid_saga_then_restarted_completes_without_l
             control.wait(timeout=30)
 
 
-def _agent_process(lab, node: str, address: str) -> subprocess.Popen[bytes]:
-    """The node's agent as its own process (`worker.py node`, simulated host, the lab's state and queues)."""
+async def _agent_process(lab, node: str) -> subprocess.Popen[bytes]:
+    """The node's agent as its own process (`worker.py node`, simulated host, the lab's state and queues), through
+    the lab's node gateway with its own token, as on a host: it is given no Temporal address."""
+    token_file = lab.home / f"{node}.token"
+    token_file.write_text(await lab.node_token(node) + "\n")
     env = {
-        **os.environ,
-        "BERTH_TEMPORAL_ADDRESS": address,
+        **{name: value for name, value in os.environ.items() if not name.startswith("BERTH_")},
+        "BERTH_NODE_GATEWAY": lab.gateway,
+        "BERTH_NODE_TOKEN_FILE": str(token_file),
         "BERTH_NODE_TASK_QUEUE_PREFIX": lab.queues.node_prefix,
         "BERTH_STATE_DIR": str(lab.home),
     }
@@ -117,18 +121,17 @@ async def test_an_agent_killed_mid_create_is_retried_when_it_returns_not_after_t
     """Issue 21's 277 s: an agent killed while it created the VM left the step to its start-to-close timeout
     (5 min), whose retry then found the lease expired. The agent heartbeats every step it runs, so the kill shows
     as a heartbeat timeout within 10 s and the create is retried, on the same node, by the agent that came back."""
-    address = temporal_client.service_client.config.target_host
     hosts = {"h1": {"gpus": 2, "simulation": {"createSeconds": 8}}}
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts), agents=[]) as lab:
         await NodeReporter(lab.agent("h1"), StoreSink(lab.sessions)).report_once()  # live and validated
-        agent = _agent_process(lab, "h1", address)
+        agent = await _agent_process(lab, "h1")
         try:
             await _serving(temporal_client, lab.queues.node("h1"), agent)
             handle = await lab.allocate("agent-kill-1", gpus=2)
             await _started(handle, "create_vm")  # on the agent, which takes 8 s over it
             agent.send_signal(signal.SIGKILL)  # mid-create, no goodbye
             agent.wait()
-            agent = _agent_process(lab, "h1", address)
+            agent = await _agent_process(lab, "h1")
             await _serving(temporal_client, lab.queues.node("h1"), agent)
             status = await lab.wait_for_state(handle, "active", timeout=90)
             assert [(a.node, a.outcome) for a in status.attempts] == [("h1", "succeeded")]
