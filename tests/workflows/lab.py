@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +29,7 @@ from activities.node.liveness import HeartbeatWhileRunning
 from activities.node.reporter import NodeReporter
 from config.settings import Settings
 from fleet.loader import load_fleet
-from gateway.serve import start_gateway, upstream_channel
+from gateway.serve import RunningGateway, start_gateway, upstream_channel
 from gateway.server import GatewayPolicy
 from scheduler.host.report import NodeReport, ReportReply
 from scheduler.request import CapacityShape, PlacementRequest
@@ -147,6 +147,8 @@ class Lab:
     queues: Queues
     executor: ThreadPoolExecutor
     gateway: str = ""  # the node gateway's address: every agent reaches Temporal through it, with its own token
+    gateway_server: RunningGateway | None = None
+    gateway_start: Callable[[str], Awaitable[RunningGateway]] | None = None
     agents: dict[str, tuple[Worker, asyncio.Task[None]]] = field(default_factory=dict)
     control: tuple[Worker, asyncio.Task[None]] | None = None
     node_tokens: dict[str, str] = field(default_factory=dict)
@@ -185,6 +187,13 @@ class Lab:
             tls=False,
             data_converter=pydantic_data_converter,
         )
+
+    async def restart_gateway(self, down_seconds: float) -> None:
+        """Stop the node gateway, as a kill would (no grace), and start a new one on the same address and key."""
+        assert self.gateway_server is not None and self.gateway_start is not None
+        await self.gateway_server.stop(None)
+        await asyncio.sleep(down_seconds)
+        self.gateway_server = await self.gateway_start(self.gateway)
 
     async def stop_agent(self, node: str) -> None:
         node_worker, task = self.agents.pop(node)
@@ -306,11 +315,17 @@ async def running_lab(
     queues = Queues(control=f"test-{tag}.control", node_prefix=f"test-{tag}.node.")
     upstream = upstream_channel(worker_client.service_client.config.target_host, Settings())
     policy = GatewayPolicy(namespace=worker_client.namespace, queue_prefix=queues.node_prefix)
-    gateway = await start_gateway("127.0.0.1:0", upstream, sessions, os.urandom(32), policy)
+    key = os.urandom(32)
+
+    def gateway_start(listen: str) -> Awaitable[RunningGateway]:
+        return start_gateway(listen, upstream, sessions, key, policy)
+
+    gateway = await gateway_start("127.0.0.1:0")
     with ThreadPoolExecutor(max_workers=32) as executor:
         lab = Lab(
-            starter, worker_client, sessions, home, fleet_file, queues, executor, gateway=f"127.0.0.1:{gateway.port}"
-        )
+            starter, worker_client, sessions, home, fleet_file, queues, executor, gateway=f"127.0.0.1:{gateway.port}",
+            gateway_server=gateway, gateway_start=gateway_start,
+        )  # fmt: skip
         if control:
             lab.start_control()
         every_node = [n.name for pool in fleet.host_pools() for n in pool.nodes]
@@ -324,5 +339,6 @@ async def running_lab(
             if lab.control is not None:
                 await lab.control[0].shutdown()
                 await lab.control[1]
-            await gateway.stop(grace=None)
+            if lab.gateway_server is not None:
+                await lab.gateway_server.stop(grace=None)
             await upstream.close()

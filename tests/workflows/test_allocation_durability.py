@@ -149,7 +149,7 @@ async def test_an_agent_killed_mid_create_is_retried_when_it_returns_not_after_t
             assert lab.vm_records() == [] and lab.lease_files() == []
         finally:
             agent.send_signal(signal.SIGTERM)
-            agent.wait(timeout=30)
+            await asyncio.to_thread(agent.wait, 30)  # the lab's gateway runs in this loop: never block it
 
 
 async def test_agent_dying_after_vm_create_quarantines_its_slots_until_it_returns(
