@@ -152,28 +152,42 @@ def revoke(
 def rotate(
     node: Annotated[str, typer.Option("--node", help="The node whose token is replaced.")],
     to_dir: Annotated[Path, typer.Option("--to-dir", help="The directory holding DIR/<node>, which the agent reads.")],
+    dir_per_node: Annotated[
+        bool,
+        typer.Option("--dir-per-node", help="The token is DIR/<node>/token (as `create --dir-per-node` wrote it)."),
+    ] = False,
     grace: Annotated[
         float, typer.Option("--grace", min=0, help="Seconds the old token keeps working while the agent rereads.")
     ] = 10.0,
 ) -> None:
-    """Replace a node's token without restarting its agent: write a new token over DIR/<node> (the agent rereads it
+    """Replace a node's token without restarting its agent: write a new token over its file (the agent rereads it
     every 2 s), wait `--grace` seconds, then revoke the node's older tokens."""
+    path = to_dir / node / "token" if dir_per_node else to_dir / node
+    if path.is_dir():
+        fail(f"{path} is a directory: tokens written with `create --dir-per-node` are rotated with --dir-per-node")
+    if not path.parent.is_dir():
+        fail(f"{path.parent} does not exist: give the directory the agent's token file is in")
     url = database_url(Settings())
     try:
         fresh = asyncio.run(_create(url, "node", None, "rotated", node))
         keep = asyncio.run(_token_id(url, fresh))
-        write_private(to_dir / node, fresh + "\n")
-        console.print(
-            f"new token for {node} written to {to_dir / node}; old ones revoked in {grace:g} s", highlight=False
-        )
-        time.sleep(grace)
-        revoked = asyncio.run(_revoke_others(url, node, keep))
     except NotConfigured as error:
         fail(str(error))
     except ValueError as error:
         fail(str(error))
     except (OSError, OperationalError, DBAPIError) as error:
         fail(f"cannot reach the database: {error}")
+    try:
+        write_private(path, fresh + "\n")
+    except OSError as error:
+        asyncio.run(_revoke(url, None, keep))  # never leave a live token that nobody holds
+        fail(f"cannot write {path}: {error.strerror}; the new token was revoked, the old one still works")
+    console.print(f"new token for {node} written to {path}; older ones revoked in {grace:g} s", highlight=False)
+    time.sleep(grace)
+    try:
+        revoked = asyncio.run(_revoke_others(url, node, keep))
+    except (OSError, OperationalError, DBAPIError) as error:
+        fail(f"cannot reach the database to revoke the older tokens ({error}): `berth tokens revoke --id ID` them")
     console.print(f"revoked the older token(s) of {node}: {', '.join(map(str, revoked)) or 'none'}", highlight=False)
 
 

@@ -23,8 +23,10 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError, Message
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.api.enums.v1 import TaskQueueKind
+from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice import v1 as service
 
 from gateway.rules import SERVICE, Handling, handling, node_queue, refusal
@@ -48,7 +50,9 @@ ANSWERED_HERE: dict[str, bytes] = {
     "RecordWorkerHeartbeat": service.RecordWorkerHeartbeatResponse().SerializeToString(),
 }
 # Client metadata passed on to Temporal (the SDK's name and version, which the server checks); never the node token.
-FORWARDED_METADATA = ("client-name", "client-version", "supported-server-versions", "temporal-namespace")
+FORWARDED_METADATA = ("client-name", "client-version", "supported-server-versions")
+MAX_POLLS_PER_NODE = 16  # an agent's worker keeps 5 open (the SDK's default); several workers a few more
+MAX_IDENTITY = 120  # the SDK's worker identity (`pid@host`), kept after the node's name for operators to read
 
 
 class Refused(Exception):
@@ -86,11 +90,12 @@ class NodeGateway(grpc.GenericRpcHandler):
 
     async def keep_swept(self) -> None:
         """Sweep revocations every second even when no call comes in: an idle node's long polls last a minute,
-        and a revoked token's must end within seconds (`_cut_polls`)."""
+        and a revoked token's must end within seconds (`_cut_polls`). Nothing ends this loop but its cancellation:
+        a sweep that fails is tried again a second later (calls meanwhile find the cache stale and fail closed)."""
         while True:
             try:
                 await self.tokens.sweep(self.sessions)
-            except (OSError, OperationalError, DBAPIError) as error:
+            except Exception as error:  # noqa: BLE001 - the database down, its pool exhausted: keep sweeping
                 log.warning("cannot sweep revoked tokens now: %s", error)
             await asyncio.sleep(SWEEP_SECONDS)
 
@@ -120,15 +125,16 @@ class NodeGateway(grpc.GenericRpcHandler):
                 raise Refused(grpc.StatusCode.PERMISSION_DENIED, refusal(method))
             if how is Handling.ANSWER_HERE:
                 return ANSWERED_HERE[name]
-            if how is Handling.FORWARD:
-                self._check_namespace(name, request)
-                return await self._forward(method, request, metadata, context)
-            message = self._parse(name, request)
-            self._check_namespace(name, message)
+            received = None if name == "GetSystemInfo" else self._parse(name, request)
+            if received is not None and getattr(received, "namespace", None) != self.policy.namespace:
+                namespace = getattr(received, "namespace", None)
+                raise Refused(
+                    grpc.StatusCode.PERMISSION_DENIED, f"namespace {namespace!r} is not served to node agents"
+                )
+            passed = self._rebuilt(name, node, received)
             if how is Handling.POLL:
-                return await self._poll(principal.token_id, node, method, message, metadata, context)
-            message.task_token = self._open(node, message.task_token)  # type: ignore[attr-defined]
-            return await self._forward(method, message.SerializeToString(), metadata, context)
+                return await self._poll(principal.token_id, node, method, passed, context)
+            return await self._forward(method, passed.SerializeToString(), context)
         except Refused as refused:
             if refused.code is not grpc.StatusCode.UNAVAILABLE:
                 log.warning("refused %s from node %s: %s", name, node, refused.message)
@@ -145,7 +151,7 @@ class NodeGateway(grpc.GenericRpcHandler):
             raise Refused(grpc.StatusCode.UNAUTHENTICATED, "send this node's token (`authorization: Bearer ...`)")
         try:
             principal = await self.tokens.principal(self.sessions, token)
-        except (OSError, OperationalError, DBAPIError) as error:
+        except (OSError, SQLAlchemyError) as error:  # down, or its connection pool exhausted
             raise Refused(grpc.StatusCode.UNAVAILABLE, f"cannot verify the node token now: {error}") from None
         if principal is None:
             raise Refused(grpc.StatusCode.UNAUTHENTICATED, "the node token is unknown or revoked")
@@ -161,13 +167,43 @@ class NodeGateway(grpc.GenericRpcHandler):
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: the request does not decode") from None
         return message
 
-    def _check_namespace(self, name: str, request: bytes | Message) -> None:
-        if name == "GetSystemInfo":
-            return
-        message = request if isinstance(request, Message) else self._parse(name, request)
-        namespace = getattr(message, "namespace", None)
-        if namespace != self.policy.namespace:
-            raise Refused(grpc.StatusCode.PERMISSION_DENIED, f"namespace {namespace!r} is not served to node agents")
+    def _rebuilt(self, name: str, node: str, received: Message | None) -> Message:
+        """The request passed on to Temporal, built afresh from the fields Berth's agents need: nothing else a node
+        sends (worker deployment options, versioning, another worker's name, fields this gateway does not know)
+        reaches Temporal, and the worker identity always names the node."""
+        if received is None:
+            return service.GetSystemInfoRequest()
+        identity = f"{node}:{getattr(received, 'identity', '')[:MAX_IDENTITY]}"
+        namespace = self.policy.namespace
+        if isinstance(received, service.DescribeNamespaceRequest):
+            return service.DescribeNamespaceRequest(namespace=namespace)
+        if isinstance(received, service.PollActivityTaskQueueRequest):
+            own = node_queue(self.policy.queue_prefix, node)
+            if received.task_queue.name != own:
+                raise Refused(
+                    grpc.StatusCode.PERMISSION_DENIED, f"node {node} may poll only its own task queue {own!r}"
+                )
+            queue = TaskQueue(name=own, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL)
+            return service.PollActivityTaskQueueRequest(namespace=namespace, task_queue=queue, identity=identity)
+        token = self._open(node, received.task_token)  # type: ignore[attr-defined]
+        if isinstance(received, service.RecordActivityTaskHeartbeatRequest):
+            return service.RecordActivityTaskHeartbeatRequest(
+                namespace=namespace, task_token=token, details=received.details, identity=identity
+            )
+        if isinstance(received, service.RespondActivityTaskCompletedRequest):
+            return service.RespondActivityTaskCompletedRequest(
+                namespace=namespace, task_token=token, result=received.result, identity=identity
+            )
+        if isinstance(received, service.RespondActivityTaskFailedRequest):
+            return service.RespondActivityTaskFailedRequest(
+                namespace=namespace, task_token=token, failure=received.failure, identity=identity,
+                last_heartbeat_details=received.last_heartbeat_details,
+            )  # fmt: skip
+        if isinstance(received, service.RespondActivityTaskCanceledRequest):
+            return service.RespondActivityTaskCanceledRequest(
+                namespace=namespace, task_token=token, details=received.details, identity=identity
+            )
+        raise Refused(grpc.StatusCode.PERMISSION_DENIED, f"{name} is not passed on")
 
     async def _poll(
         self,
@@ -175,33 +211,33 @@ class NodeGateway(grpc.GenericRpcHandler):
         node: str,
         method: str,
         request: Message,
-        metadata: Sequence[tuple[str, Any]],
         context: grpc.aio.ServicerContext[bytes, bytes],
     ) -> bytes:
-        queue = request.task_queue.name  # type: ignore[attr-defined]
-        own = node_queue(self.policy.queue_prefix, node)
-        if queue != own:
-            raise Refused(grpc.StatusCode.PERMISSION_DENIED, f"node {node} may poll only its own task queue {own!r}")
+        polls = self._polls.setdefault(token_id, set())
+        if len(polls) >= MAX_POLLS_PER_NODE:  # one host must not hold the namespace's pollers (Temporal limits them)
+            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, f"node {node} has {len(polls)} polls open already")
         # A long poll outlives many sweeps: when its token is revoked meanwhile, the sweep cuts it (`_cut_polls`),
         # and the agent is told to poll again (UNAVAILABLE, which the SDK retries with the token it holds now: a
-        # rotated agent carries on, a revoked one is refused).
+        # rotated agent carries on, a revoked one is refused). A task that arrived just as the cut did is handed
+        # over all the same: Temporal has started it, and dropping it would leave it to its timeout.
         poll = asyncio.current_task()
         assert poll is not None
-        self._polls.setdefault(token_id, set()).add(poll)
+        polls.add(poll)
+        call = self._call(method, request.SerializeToString(), context)
         try:
-            answered = await self._forward(method, request.SerializeToString(), metadata, context)
+            answered = await call
         except asyncio.CancelledError:
             if poll not in self._cut:
                 raise  # the agent went away
             self._cut.discard(poll)
             poll.uncancel()
-            raise Refused(grpc.StatusCode.UNAVAILABLE, "the node token was revoked: poll again") from None
+            if not call.done() or call.cancelled():
+                raise Refused(grpc.StatusCode.UNAVAILABLE, "the node token was revoked: poll again") from None
+            answered = await call  # Temporal had answered: the task (or an empty poll) goes to the agent
         finally:
-            open_polls = self._polls.get(token_id)
-            if open_polls is not None:
-                open_polls.discard(poll)
-                if not open_polls:
-                    del self._polls[token_id]
+            polls.discard(poll)
+            if not polls:
+                self._polls.pop(token_id, None)
         answer = service.PollActivityTaskQueueResponse()
         answer.ParseFromString(answered)
         if answer.task_token:
@@ -214,13 +250,14 @@ class NodeGateway(grpc.GenericRpcHandler):
         except SealError as error:
             raise Refused(grpc.StatusCode.PERMISSION_DENIED, f"node {node}: {error}") from None
 
-    async def _forward(
-        self,
-        method: str,
-        request: bytes,
-        metadata: Sequence[tuple[str, Any]],
-        context: grpc.aio.ServicerContext[bytes, bytes],
-    ) -> bytes:
-        passed = tuple((k, v) for k, v in metadata if k in FORWARDED_METADATA)
-        call = self.upstream.unary_unary(method)
-        return await call(request, metadata=passed, timeout=context.time_remaining())  # type: ignore[no-any-return]
+    def _call(
+        self, method: str, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
+    ) -> grpc.aio.UnaryUnaryCall[bytes, bytes]:
+        """The call to Temporal, with the SDK's name and version (which the server checks) and Berth's namespace;
+        never the node's token or any other header it sent."""
+        received = dict((k, v) for k, v in (context.invocation_metadata() or ()) if k in FORWARDED_METADATA)
+        metadata = (*((k, str(v)) for k, v in received.items()), ("temporal-namespace", self.policy.namespace))
+        return self.upstream.unary_unary(method)(request, metadata=metadata, timeout=context.time_remaining())
+
+    async def _forward(self, method: str, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        return await self._call(method, request, context)  # type: ignore[no-any-return]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from store.tokens import Principal, digest, revoked_within, verify
+from store.tokens import Principal, digest, plausible, still_live, verify
 
 TTL_SECONDS = 600.0
 SWEEP_SECONDS = 1.0
@@ -29,7 +29,7 @@ class TokenCache:
         self, clock: Callable[[], float] = time.monotonic, on_revoked: Callable[[set[int]], None] | None = None
     ) -> None:
         self._clock = clock
-        self.on_revoked = on_revoked  # told the ids revoked within the TTL after each sweep (the gateway cuts polls)
+        self.on_revoked = on_revoked  # told the ids no longer live after a sweep (the gateway cuts their polls)
         self._entries: dict[str, tuple[Principal, float]] = {}  # digest -> (principal, until)
         self._swept_at = float("-inf")
         self._sweeping = asyncio.Lock()
@@ -45,6 +45,8 @@ class TokenCache:
 
     async def principal(self, sessions: async_sessionmaker[AsyncSession], token: str) -> Principal | None:
         """Whom `token` stands for (None: unknown or revoked), from the cache when its sweep is fresh."""
+        if not plausible(token):
+            return None
         await self.sweep(sessions)
         found = self.cached(token)
         if found is not None:
@@ -56,17 +58,20 @@ class TokenCache:
         return found
 
     async def sweep(self, sessions: async_sessionmaker[AsyncSession]) -> None:
-        """Forget tokens revoked lately, at most once per `SWEEP_SECONDS` (callers in between return at once)."""
+        """Forget cached tokens that are no longer live, at most once per `SWEEP_SECONDS` (callers in between return
+        at once)."""
         if self._clock() - self._swept_at < SWEEP_SECONDS:
             return
         async with self._sweeping:
             if self._clock() - self._swept_at < SWEEP_SECONDS:
                 return  # another caller swept while this one waited
             started = self._clock()
+            cached = {principal.token_id for principal, _until in self._entries.values()}
             async with sessions() as session:
-                revoked = await revoked_within(session, TTL_SECONDS + 60)
-            if revoked:
-                self._entries = {k: v for k, v in self._entries.items() if v[0].token_id not in revoked}
+                live = await still_live(session, cached)
+            gone = cached - live
+            if gone:
+                self._entries = {k: v for k, v in self._entries.items() if v[0].token_id not in gone}
                 if self.on_revoked is not None:
-                    self.on_revoked(revoked)
+                    self.on_revoked(gone)
             self._swept_at = started

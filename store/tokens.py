@@ -13,13 +13,14 @@ import secrets
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import func, select, update
+from sqlalchemy import ARRAY, Integer, any_, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from store.models import ApiTokenRow, NodeRow, TenantRow
 
 Role = Literal["admin", "tenant", "node"]
 TOKEN_PREFIX = "berth_"  # makes a leaked token recognisable to secret scanners and to people
+TOKEN_LENGTH = len(TOKEN_PREFIX) + 43  # secrets.token_urlsafe(32)
 
 
 class Principal(BaseModel):
@@ -114,11 +115,18 @@ async def revoke_tokens(
     return sorted(revoked.all())
 
 
-async def revoked_within(session: AsyncSession, seconds: float) -> set[int]:
-    """The ids of tokens revoked in the last `seconds` (by the database's clock): what a token cache must forget."""
+async def still_live(session: AsyncSession, token_ids: set[int]) -> set[int]:
+    """Which of `token_ids` are still live: neither revoked nor deleted (a node removed from the fleet takes its
+    tokens with it). What a token cache must keep; everything else it must forget."""
+    if not token_ids:
+        return set()
+    ids = literal(sorted(token_ids), ARRAY(Integer))  # one array parameter, however many agents are cached
     rows = await session.scalars(
-        select(ApiTokenRow.id).where(
-            ApiTokenRow.revoked_at > func.now() - func.make_interval(0, 0, 0, 0, 0, 0, seconds)
-        )
+        select(ApiTokenRow.id).where(ApiTokenRow.id == any_(ids), ApiTokenRow.revoked_at.is_(None))
     )
     return set(rows.all())
+
+
+def plausible(token: str) -> bool:
+    """Whether `token` could be one `create_token` made: anything else is refused without a database query."""
+    return token.startswith(TOKEN_PREFIX) and len(token) <= 2 * TOKEN_LENGTH and token.isascii()

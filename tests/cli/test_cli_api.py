@@ -313,3 +313,37 @@ def test_an_unreachable_or_unconfigured_api_is_one_line(tmp_path: Path) -> None:
         assert line.startswith("error: no Berth API configured: pass --api, set BERTH_API_URL, or start the dev stack")
     no_token = runner.invoke(app, ["capacity", "--api", url], env=nothing)
     assert one_error_line(no_token).startswith("error: no API token: pass --token, set BERTH_TOKEN")
+
+
+def test_a_node_token_rotated_and_revoked_from_the_command_line(terminal: Terminal, tmp_path: Path) -> None:
+    """The compose layout (one directory per node, so each agent mounts only its own): rotation writes the file the
+    agent rereads and revokes the old token after the grace period; revocation refuses a node's every token."""
+    tokens = tmp_path / "tokens"
+    terminal.ok("tokens", "create", "--node", "small", "--to-dir", str(tokens), "--dir-per-node")
+    old = (tokens / "small" / "token").read_text().strip()
+    assert (tokens / "small" / "token").stat().st_mode & 0o777 == 0o600
+
+    wrong_layout = terminal.berth("tokens", "rotate", "--node", "small", "--to-dir", str(tokens), "--grace", "0")
+    assert "is a directory" in one_error_line(wrong_layout) and (tokens / "small" / "token").read_text().strip() == old
+
+    rotated = terminal.ok(
+        "tokens", "rotate", "--node", "small", "--to-dir", str(tokens), "--dir-per-node", "--grace", "0"
+    )
+    assert "revoked the older token(s) of small" in rotated
+    new = (tokens / "small" / "token").read_text().strip()
+    assert new != old and new.startswith("berth_")
+
+    def answer(token: str) -> str:
+        return one_error_line(terminal.berth("nodes", "list", "--token", token))
+
+    def refused_within_five_seconds(token: str) -> None:
+        deadline = time.monotonic() + 5  # the API's token cache re-checks its tokens every second
+        while "HTTP 401" not in (said := answer(token)):
+            assert time.monotonic() < deadline, f"still accepted after 5 s: {said}"
+            time.sleep(0.1)
+
+    refused_within_five_seconds(old)
+    assert "a node token can only report for its own node" in answer(new)  # live, and still only a node's
+    assert "refused everywhere within seconds" in terminal.ok("tokens", "revoke", "--node", "small")
+    refused_within_five_seconds(new)
+    assert one_error_line(terminal.berth("tokens", "revoke", "--node", "small")) == "error: no live token of node small"

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 from temporalio import activity, workflow
 from temporalio.api.common.v1 import Payloads
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice import v1 as service
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError
 from temporalio.service import RPCError, RPCStatusCode
@@ -225,6 +226,19 @@ async def test_a_revoked_node_token_stops_working_within_five_seconds(
         await refused(lambda: _poll(small, lab.queues.node("small")), RPCStatusCode.UNAUTHENTICATED)
         await big.workflow_service.get_system_info(system_info)  # another node's token is untouched
 
+        # A node removed from the fleet takes its tokens with it (ON DELETE CASCADE): as good as revoked.
+        async with lab.sessions.begin() as session:
+            await session.execute(text("DELETE FROM api_tokens WHERE node = 'big'"))
+        deleted_at = time.monotonic()
+        while True:
+            try:
+                await big.workflow_service.get_system_info(system_info)
+            except RPCError as error:
+                assert error.status == RPCStatusCode.UNAUTHENTICATED, error
+                break
+            assert time.monotonic() - deleted_at < 5, "a deleted node token still worked after 5 s"
+            await asyncio.sleep(0.1)
+
 
 async def test_only_a_live_node_token_gets_through_the_gateway(
     temporal_env, temporal_client, sessions, tmp_path: Path, hosts
@@ -239,3 +253,48 @@ async def test_only_a_live_node_token_gets_through_the_gateway(
                               ("berth_unknown", "unknown or revoked"), ("", "Unauthenticated")):  # fmt: skip
             with pytest.raises(RuntimeError, match=answer):
                 await lab.node_client("small", token=token or " ")
+
+
+async def test_a_node_holds_at_most_sixteen_polls_and_its_requests_are_rebuilt(
+    temporal_env, temporal_client, sessions, tmp_path: Path, hosts
+) -> None:
+    """One host must not take the namespace's pollers, nor pass Temporal fields of its choosing."""
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts), agents=[], control=False
+    ) as lab:
+        small = await lab.node_client("small")
+        request = service.PollActivityTaskQueueRequest(
+            namespace=small.namespace, task_queue=TaskQueue(name=lab.queues.node("small")), identity="big-pretender"
+        )
+
+        async def poll() -> str:
+            try:
+                await small.workflow_service.poll_activity_task_queue(request, timeout=timedelta(seconds=5))
+            except RPCError as error:
+                return error.status.name
+            return "answered"
+
+        outcomes = await asyncio.gather(*(poll() for _ in range(20)))  # all in flight together: each waits 5 s
+        assert outcomes.count("RESOURCE_EXHAUSTED") == 4, outcomes
+
+        async with Worker(temporal_client, task_queue=lab.queues.control, workflows=[Probe]):
+            run = await temporal_client.start_workflow(
+                Probe.run, lab.queues.node("small"), id=f"probe-{uuid.uuid4().hex[:8]}", task_queue=lab.queues.control
+            )
+            task = await _poll(small, lab.queues.node("small"))
+            answer = service.RespondActivityTaskFailedRequest(
+                namespace=small.namespace, task_token=task.task_token, identity="someone-else"
+            )
+            answer.failure.message = "refused by the host"
+            answer.failure.application_failure_info.non_retryable = True
+            answer.deployment_options.deployment_name = "intruder"  # would register a worker deployment
+            await small.workflow_service.respond_activity_task_failed(answer)
+            with pytest.raises(WorkflowFailureError) as failed:
+                await run.result()
+            assert "refused by the host" in str(failed.value.cause.cause)
+            started = next(
+                e.activity_task_started_event_attributes
+                for e in (await run.fetch_history()).events
+                if e.HasField("activity_task_started_event_attributes")
+            )
+            assert started.identity == "small:probe"  # the gateway's identity: the node's name, then the SDK's
