@@ -139,8 +139,9 @@ class NodeGateway(grpc.GenericRpcHandler):
             if refused.code is not grpc.StatusCode.UNAVAILABLE:
                 log.warning("refused %s from node %s: %s", name, node, refused.message)
             await context.abort(refused.code, refused.message)
-        except grpc.aio.AioRpcError as error:  # Temporal's own answer (NotFound for a finished task, ...): as it is
-            await context.abort(error.code(), error.details() or "", error.trailing_metadata() or ())
+        except grpc.aio.AioRpcError as error:  # Temporal's own answer (NotFound for a finished task, ...): as it is,
+            # with its status details (the SDK reads them); grpc's server wants the trailers as a tuple of pairs
+            await context.abort(error.code(), error.details() or "", tuple(error.trailing_metadata() or ()))
         raise AssertionError("unreachable: abort raises")
 
     async def _principal(self, metadata: Sequence[tuple[str, Any]]) -> Principal:

@@ -170,6 +170,9 @@ async def test_a_node_polls_only_its_own_queue_and_answers_only_the_tasks_it_was
             await heartbeat(small, sealed)  # its own task: heartbeats and completes
             await complete(small, sealed, "from small")
             assert await run.result() == "from small"
+            # Temporal's own answers come back as Temporal gave them (the SDK acts on NOT_FOUND: the task is gone).
+            await refused(lambda: complete(small, sealed, "again"), RPCStatusCode.NOT_FOUND)
+            await refused(lambda: heartbeat(small, sealed), RPCStatusCode.NOT_FOUND)
 
 
 async def test_cancellation_reaches_a_running_node_activity_through_the_gateway(

@@ -89,7 +89,8 @@ async def _agent_process(lab, node: str) -> subprocess.Popen[bytes]:
 
 
 async def _serving(client, queue: str, agent: subprocess.Popen[bytes]) -> None:
-    """Until the agent process polls its queue (a worker's identity is `<pid>@<host>`)."""
+    """Until the agent process polls its queue (a worker's identity is `<pid>@<host>`, which the node gateway passes
+    on after the node's name: `h1:<pid>@<host>`)."""
     request = DescribeTaskQueueRequest(
         namespace=client.namespace,
         task_queue=TaskQueue(name=queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
@@ -97,7 +98,7 @@ async def _serving(client, queue: str, agent: subprocess.Popen[bytes]) -> None:
     )
     for _ in range(600):
         pollers = (await client.workflow_service.describe_task_queue(request)).pollers
-        if any(p.identity.startswith(f"{agent.pid}@") for p in pollers):
+        if any(p.identity.split(":", 1)[-1].startswith(f"{agent.pid}@") for p in pollers):
             return
         assert agent.poll() is None, agent.stderr.read().decode() if agent.stderr else "the agent exited"
         await asyncio.sleep(0.1)
