@@ -122,14 +122,14 @@ async def test_an_agent_killed_mid_create_is_retried_when_it_returns_not_after_t
     """Issue 21's 277 s: an agent killed while it created the VM left the step to its start-to-close timeout
     (5 min), whose retry then found the lease expired. The agent heartbeats every step it runs, so the kill shows
     as a heartbeat timeout within 10 s and the create is retried, on the same node, by the agent that came back."""
-    hosts = {"h1": {"gpus": 2, "simulation": {"createSeconds": 8}}}
+    hosts = {"h1": {"gpus": 2, "simulation": {"createSeconds": 5}}}
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts), agents=[]) as lab:
         await NodeReporter(lab.agent("h1"), StoreSink(lab.sessions)).report_once()  # live and validated
         agent = await _agent_process(lab, "h1")
         try:
             await _serving(temporal_client, lab.queues.node("h1"), agent)
             handle = await lab.allocate("agent-kill-1", gpus=2)
-            await _started(handle, "create_vm")  # on the agent, which takes 8 s over it
+            await _started(handle, "create_vm")  # on the agent, which takes 5 s over it
             agent.send_signal(signal.SIGKILL)  # mid-create, no goodbye
             agent.wait()
             agent = await _agent_process(lab, "h1")
