@@ -32,7 +32,7 @@ def running(tmp_path: Path) -> Iterator[tuple[DevStack, StackContext]]:
 def test_killing_each_part_loses_duplicates_and_leaks_nothing(running: tuple[DevStack, StackContext]) -> None:
     stack, context = running
     report: ChaosReport = asyncio.run(
-        run_chaos(stack, context, clients=3, in_flight=10, dwell=2.0, say=lambda line: None)
+        run_chaos(stack, context, clients=3, in_flight=10, dwell=1.5, say=lambda line: None)
     )
     assert [fault.part for fault in report.faults] == list(KILLABLE)
     assert report.created > 0 and sum(fault.in_flight for fault in report.faults) > 0, report
