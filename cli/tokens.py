@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from cli.client import OutputOption
 from cli.output import OutputFormat, console, fail, print_json
@@ -26,18 +28,33 @@ from config.settings import Settings
 from store.db import create_engine, session_factory
 from store.tokens import Role, create_token, revoke_tokens, verify
 
+T = TypeVar("T")
+
 app = typer.Typer(
     help="API bearer tokens (writes to the database directly).", no_args_is_help=True, add_completion=False
 )
 
 
-async def _create(url: str, role: Role, tenant: str | None, label: str | None, node: str | None) -> str:
-    engine = create_engine(url, pool_size=1)
-    try:
-        async with session_factory(engine).begin() as session:
-            return await create_token(session, role, tenant, label, node=node)
-    finally:
-        await engine.dispose()
+def _in_database(url: str, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+    """Run `work` in one transaction on the database at `url` (each command is one short connection)."""
+
+    async def run() -> T:
+        engine = create_engine(url, pool_size=1)
+        try:
+            async with session_factory(engine).begin() as session:
+                return await work(session)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
+def _create(url: str, role: Role, tenant: str | None, label: str | None, node: str | None) -> str:
+    return _in_database(url, lambda session: create_token(session, role, tenant, label, node=node))
+
+
+def _revoke(url: str, node: str | None = None, token_id: int | None = None, keep: int | None = None) -> list[int]:
+    return _in_database(url, lambda session: revoke_tokens(session, node=node, token_id=token_id, keep=keep))
 
 
 @app.command("create")
@@ -80,7 +97,7 @@ def create(
     node = nodes[0] if nodes else None
     role: Role = "admin" if admin else "tenant" if tenant is not None else "node"
     try:
-        token = asyncio.run(_create(database_url(Settings()), role, tenant, label, node))
+        token = _create(database_url(Settings()), role, tenant, label, node)
     except NotConfigured as error:
         fail(str(error))
     except ValueError as error:  # an unknown tenant or node
@@ -109,22 +126,13 @@ def _write_node_tokens(nodes: list[str], directory: Path, label: str | None, per
             console.print(f"{path} already holds a token; kept", highlight=False)
             continue
         try:
-            token = asyncio.run(_create(url, "node", None, label, node))
+            token = _create(url, "node", None, label, node)
         except ValueError as error:
             fail(str(error))
         except (OSError, OperationalError, DBAPIError) as error:
             fail(f"cannot reach the database: {error}")
         write_private(path, token + "\n")  # 0600 from its first byte, even over a leftover file
         console.print(f"node token for {node} written to {path}", highlight=False)
-
-
-async def _revoke(url: str, node: str | None, token_id: int | None) -> list[int]:
-    engine = create_engine(url, pool_size=1)
-    try:
-        async with session_factory(engine).begin() as session:
-            return await revoke_tokens(session, node=node, token_id=token_id)
-    finally:
-        await engine.dispose()
 
 
 @app.command("revoke")
@@ -136,7 +144,7 @@ def revoke(
     if (node is None) == (token_id is None):
         fail("give --node NAME or --id ID")
     try:
-        revoked = asyncio.run(_revoke(database_url(Settings()), node, token_id))
+        revoked = _revoke(database_url(Settings()), node, token_id)
     except NotConfigured as error:
         fail(str(error))
     except (OSError, OperationalError, DBAPIError) as error:
@@ -146,6 +154,14 @@ def revoke(
     console.print(
         f"revoked token(s) {', '.join(map(str, revoked))}; refused everywhere within seconds", highlight=False
     )
+
+
+async def _new_node_token(session: AsyncSession, node: str) -> tuple[str, int]:
+    """A new token of `node` (plaintext, id): the id is what a rotation keeps when it revokes the others."""
+    token = await create_token(session, "node", label="rotated", node=node)
+    found = await verify(session, token)
+    assert found is not None
+    return token, found.token_id
 
 
 @app.command("rotate")
@@ -169,8 +185,7 @@ def rotate(
         fail(f"{path.parent} does not exist: give the directory the agent's token file is in")
     url = database_url(Settings())
     try:
-        fresh = asyncio.run(_create(url, "node", None, "rotated", node))
-        keep = asyncio.run(_token_id(url, fresh))
+        fresh, keep = _in_database(url, lambda session: _new_node_token(session, node))
     except NotConfigured as error:
         fail(str(error))
     except ValueError as error:
@@ -180,35 +195,15 @@ def rotate(
     try:
         write_private(path, fresh + "\n")
     except OSError as error:
-        asyncio.run(_revoke(url, None, keep))  # never leave a live token that nobody holds
+        _revoke(url, token_id=keep)  # never leave a live token that nobody holds
         fail(f"cannot write {path}: {error.strerror}; the new token was revoked, the old one still works")
     console.print(f"new token for {node} written to {path}; older ones revoked in {grace:g} s", highlight=False)
     time.sleep(grace)
     try:
-        revoked = asyncio.run(_revoke_others(url, node, keep))
+        revoked = _revoke(url, node=node, keep=keep)
     except (OSError, OperationalError, DBAPIError) as error:
         fail(f"cannot reach the database to revoke the older tokens ({error}): `berth tokens revoke --id ID` them")
     console.print(f"revoked the older token(s) of {node}: {', '.join(map(str, revoked)) or 'none'}", highlight=False)
-
-
-async def _token_id(url: str, token: str) -> int:
-    engine = create_engine(url, pool_size=1)
-    try:
-        async with session_factory(engine)() as session:
-            found = await verify(session, token)
-            assert found is not None
-            return found.token_id
-    finally:
-        await engine.dispose()
-
-
-async def _revoke_others(url: str, node: str, keep: int) -> list[int]:
-    engine = create_engine(url, pool_size=1)
-    try:
-        async with session_factory(engine).begin() as session:
-            return await revoke_tokens(session, node=node, keep=keep)
-    finally:
-        await engine.dispose()
 
 
 @app.command("gateway-key")
