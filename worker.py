@@ -1,15 +1,8 @@
-"""Berth's Temporal workers.
+"""The control worker: the workflows and the control activities on `berth.control` (`berth worker control`).
 
-    python worker.py control                 workflows and control activities on `berth.control`
-    python worker.py node --node-id NODE     one GPU host's agent on `berth.node.NODE` (activities only), reporting
-                                             its host to the API (`--topology host|simulated`)
-
-(also `berth worker control` and `berth worker node --node-id NODE`). Both stop gracefully on SIGTERM or Ctrl-C:
-running activities get time to finish before the process leaves.
-
-This module is the control worker's. The node agent lives in `activities/node/serve.py`, which must not import the
-control plane this module needs (SQLAlchemy, the workflows, the cluster drivers); its names are re-exported here
-for callers that reach them through `worker`.
+It stops gracefully on SIGTERM or Ctrl-C: running activities get time to finish before the process leaves. The
+node agent is its own deployable (`agent/`, `berth worker node`), which imports nothing of this module's stack
+(SQLAlchemy, the workflows, the cluster drivers).
 """
 
 from __future__ import annotations
@@ -34,10 +27,9 @@ from activities.control.claims import ClaimActivities
 from activities.control.deployments import DeploymentActivities
 from activities.control.placement import PlacementActivities
 from activities.control.records import RecordActivities
-from activities.node.agent import NodeAgent
-from activities.node.serve import host_agent, node_worker, reap_leases, run_node, run_nodes, simulated_agent
-from activities.serving import run_until_signalled
+from agent.serving import run_until_signalled
 from config.settings import get_settings
+from contracts.task_queues import CONTROL_QUEUE, Queues
 from workflows import code_cache
 from workflows.allocation import AllocationWorkflow
 from workflows.deployment import DeploymentWorkflow
@@ -46,23 +38,14 @@ from workflows.reconcile_client import ensure_schedule
 from workflows.recovery import SlotRecoveryWorkflow
 from workflows.replica import ReplicaWorkflow
 from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
-from workflows.task_queues import CONTROL_QUEUE, Queues
 
 __all__ = [
     "MissingSearchAttributes",
-    "NodeAgent",
     "check_search_attributes",
     "cluster_drivers",
     "control_activities",
     "control_worker",
-    "host_agent",
-    "node_worker",
-    "reap_leases",
     "run_control",
-    "run_node",
-    "run_nodes",
-    "run_until_signalled",
-    "simulated_agent",
     "simulated_clusters",
 ]
 
@@ -144,9 +127,3 @@ async def run_control(
     await check_search_attributes(client)
     await ensure_schedule(client, Queues(control=task_queue, node_prefix=get_settings().node_task_queue_prefix))
     await run_until_signalled([control_worker(client, sessions, task_queue)], ready=ready)
-
-
-if __name__ == "__main__":
-    from cli.worker import app
-
-    app()

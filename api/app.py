@@ -28,11 +28,11 @@ from api.temporal import ControlPlane, TemporalTimeouts
 from config.context import database_url
 from config.settings import Settings, get_settings
 from config.temporal import connect
+from contracts.task_queues import Queues
 from fleet.deployment import ModelDeployment
 from store.db import create_engine, session_factory
 from workflows.allocation_messages import Timing
 from workflows.deployment_messages import DeploymentTiming
-from workflows.task_queues import Queues
 
 
 def _version() -> str:

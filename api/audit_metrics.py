@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import CounterMetricFamily
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from activities.audit_contracts import FindingKind
+from contracts.audit import FindingKind
 from store.audit import findings_by_kind, repairs_by_kind
 
 

@@ -24,10 +24,10 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import ApiError, conflict, unavailable
+from contracts.task_queues import Queues
 from workflows import allocation_client
 from workflows.allocation_messages import AllocationInput, AllocationStatus, RetryAccepted
 from workflows.client_calls import Rejected, WorkerUnavailable
-from workflows.task_queues import Queues
 
 
 class TemporalTimeouts(BaseModel):

@@ -18,8 +18,8 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.node.serve import node_worker, simulated_agent
-from activities.serving import run_until_signalled
+from agent.serve import node_worker, simulated_agent
+from agent.serving import run_until_signalled
 from fleet.loader import load_fleet
 
 

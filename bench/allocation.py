@@ -51,6 +51,7 @@ from activities.control.placement import LOCK_TIMES
 from api.app import create_app
 from bench.actions import Actions, count_actions
 from bench.baseline_workflow import BaselineInput, BaselineWorkflow, noop
+from contracts.task_queues import Queues
 from devstack.ports import free_port
 from devstack.postgres import EmbeddedPostgres
 from devstack.ready import is_marked_ready
@@ -66,7 +67,6 @@ from store.snapshot import load_snapshot
 from store.tokens import create_token
 from workflows import allocation_client
 from workflows.allocation_messages import AllocationInput, Timing
-from workflows.task_queues import Queues
 
 FAST = Timing(agent_pickup_seconds=10, readiness_poll_seconds=0.05, readiness_window_seconds=0.5)
 

@@ -46,8 +46,8 @@ from pydantic import BaseModel, Field
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from activities.node.leases import LeaseStore
-from activities.node.simulated import SimulatedVmDriver
+from agent.leases import LeaseStore
+from agent.simulated import SimulatedVmDriver
 from config.context import StackContext
 from config.settings import Settings
 from devstack.stack import DevStack

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from activities.node.host.sysfs import discover_host
+from agent.host.sysfs import discover_host
 from fleet.node import Node
 from tests.hosts.sysfs_tree import hgx_h200
 

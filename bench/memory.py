@@ -48,13 +48,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 import worker
 from bench.allocation import Stack, fleet_yaml, gateway_process
+from contracts.task_queues import Queues
 from devstack.ports import free_port
 from fleet.loader import parse_fleet
 from store.apply import apply_fleet
 from store.db import create_engine, session_factory
 from store.inventory import InventoryCache
 from store.models import NodeAgentRow
-from workflows.task_queues import Queues
 
 REPO = Path(__file__).resolve().parent.parent
 LIBVIRT_HOST = REPO / "tests" / "hosts" / "libvirt" / "host.xml"

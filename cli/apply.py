@@ -15,6 +15,7 @@ from cli.plan import capability_list
 from config.context import NotConfigured, database_url
 from config.settings import Settings
 from config.temporal import connect
+from contracts.task_queues import Queues
 from fleet.byo import adopt_node_lists
 from fleet.errors import FleetError
 from fleet.fleet import Fleet
@@ -23,7 +24,6 @@ from store.apply import ApplyRefused, ApplyResult, apply_fleet, refuse_non_inven
 from store.db import create_engine, session_factory
 from store.tokens import ensure_tenant_tokens
 from workflows.deployment_client import notify_inventory_changed
-from workflows.task_queues import Queues
 
 
 async def _tell_deployments(settings: Settings, summary: str) -> int | None:

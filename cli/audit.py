@@ -14,10 +14,10 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from activities.audit_contracts import AuditReport
 from api.routes.audit import AuditView
 from cli.client import ApiOption, OutputOption, TokenOption, api_client
 from cli.output import OutputFormat, console, fail, print_json, styled
+from contracts.audit import AuditReport
 
 REPAIR_STYLES = {"done": "green", "skipped": "yellow", "failed": "red"}
 

@@ -1,6 +1,6 @@
 """`berth nodes discover`: what this host has, which approved slots validate against it, and a suggested slot block.
 
-Runs on the host itself with no services: the same discovery (`activities.node.host.sysfs`) and the same pure checks
+Runs on the host itself with no services: the same discovery (`agent.host.sysfs`) and the same pure checks
 (`scheduler.host.validate`) the node agent reports with. The approved slots come from a fleet file (`--fleet` and
 `--node-id`); without them it only describes the host and suggests slots.
 """
@@ -15,8 +15,8 @@ import yaml
 from rich.table import Table
 from rich.text import Text
 
-from activities.node.host.gpu_details import GpuDetails, NvmlDetails, RecordedNvidiaSmi
-from activities.node.host.sysfs import discover_host
+from agent.host.gpu_details import GpuDetails, NvmlDetails, RecordedNvidiaSmi
+from agent.host.sysfs import discover_host
 from cli.client import OutputOption
 from cli.output import OutputFormat, console, fail, print_json, styled
 from fleet.errors import FleetError

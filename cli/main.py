@@ -3,7 +3,7 @@ no error reaches a person as a traceback.
 
 A command's module is imported only when that command runs (or when `berth --help` lists them all): together the
 modules import the API, SQLAlchemy and the whole control plane, and a GPU host running `berth worker node` must not
-carry them (activities/node/serve.py).
+carry them (agent/serve.py).
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from fleet.errors import FleetError
 from fleet.fleet import Fleet
 from fleet.inference_cluster import ClusterStatus, Condition, Gateway
 from fleet.loader import load_fleet
-from fleet.planning import plan_deployment
 from scheduler.fleet import FleetPlan, Phase, manifest_dict, replica_manifest
+from scheduler.fleet.planning import plan_deployment
 
 
 def plan(

@@ -3,7 +3,7 @@ foreground.
 
 The node commands are what a GPU host runs, so this module imports at its top only what they need; the control
 worker's stack (worker.py: SQLAlchemy, the workflows, the cluster drivers) is imported inside `control`, and the
-agents' (activities/node/serve.py) inside `node` and `agents`, libvirt's only with `--runtime libvirt`.
+agents' (agent/serve.py) inside `node` and `agents`, libvirt's only with `--runtime libvirt`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from devstack.ready import mark_ready
 from fleet.errors import FleetError
 
 if TYPE_CHECKING:
-    from activities.node.credential import NodeCredential
-    from activities.node.libvirt.driver import LibvirtSettings
+    from agent.credential import NodeCredential
+    from agent.libvirt.driver import LibvirtSettings
 
 app = typer.Typer(help="Run Berth's Temporal workers.", no_args_is_help=True, add_completion=False)
 
@@ -112,9 +112,9 @@ def node(
 ) -> None:
     """A node agent on `berth.node.<node-id>`: reports its host to the API with its node token, plans, runs VMs.
     It reaches Temporal only through the node gateway, with the same token (never an argument: see --token-file)."""
-    from activities.node import serve
-    from activities.node.credential import CredentialError
-    from activities.node.reporter import HttpReportSink, NodeReporter
+    from agent import serve
+    from agent.credential import CredentialError
+    from agent.reporter import HttpReportSink, NodeReporter
 
     settings = Settings()
     if gateway is not None:
@@ -182,9 +182,9 @@ def agents(
 ) -> None:
     """Simulated node agents for several hosts of a fleet in one process, each on `berth.node.<node>` with its own
     leases and reports (what `berth up` runs; a real host runs `berth worker node`)."""
-    from activities.node import serve
-    from activities.node.credential import CredentialError, NodeCredential
-    from activities.node.reporter import HttpReportSink, NodeReporter
+    from agent import serve
+    from agent.credential import CredentialError, NodeCredential
+    from agent.reporter import HttpReportSink, NodeReporter
     from devstack.agents import reporting
     from fleet.loader import load_fleet
 
@@ -241,7 +241,7 @@ def _default_fleet(settings: Settings) -> Path:
 def _credential(path: Path | None, token: str | None) -> NodeCredential:
     """The node's token from its file, else from BERTH_NODE_TOKEN: never from an argument, which every user of the
     host could read in /proc."""
-    from activities.node.credential import CredentialError, NodeCredential
+    from agent.credential import CredentialError, NodeCredential
 
     if path is not None:
         return NodeCredential(path=path)
@@ -267,7 +267,7 @@ def _libvirt_settings(
     settings: Settings, uri: str | None, pool: str | None, network: str | None, bridge: str | None,
     catalogue_file: Path | None,
 ) -> LibvirtSettings:  # fmt: skip
-    from activities.node.libvirt.driver import ImageCatalogue, LibvirtSettings
+    from agent.libvirt.driver import ImageCatalogue, LibvirtSettings
 
     catalogue_file = catalogue_file or settings.image_catalogue
     if catalogue_file is None:

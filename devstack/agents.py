@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from activities.node.reporter import NodeReporter, ReportRefused
+from agent.reporter import NodeReporter, ReportRefused
 from devstack.ready import mark_ready
 
 log = logging.getLogger("berth.agent")

@@ -3,7 +3,7 @@ fleet and run its agents (or none) without the HTTP API.
 
 A node is placed on only once its agent has reported its host (live, slots validated). This says what the fleet's
 simulated agents would say on start:
-each host as its fleet entry describes it (`activities.node.simulated.simulated_host`), taken in through the same
+each host as its fleet entry describes it (`agent.simulated.simulated_host`), taken in through the same
 `store.node_reports.record_report` the API's report route calls. Nodes the fleet simulates as `agentDown` report
 nothing, as on the dev stack.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from activities.node.simulated import simulated_host
+from agent.simulated import simulated_host
 from fleet.fleet import Fleet
 from fleet.node import Node
 from scheduler.host.report import AgentInfo, NodeReport

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from activities.cluster.connection import connection_of
+from contracts.cluster import connection_of
 from fleet.fleet import Fleet
 from fleet.inference_cluster import PoolShape
 from store.models import (

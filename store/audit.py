@@ -17,7 +17,7 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
-from activities.audit_contracts import (
+from contracts.audit import (
     AllocationFact,
     AuditReport,
     ClaimFact,

@@ -6,8 +6,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from activities.cluster.connection import ClusterConnection, ClusterTarget
-from activities.cluster.k8s_status import Toleration
+from contracts.cluster import ClusterConnection, ClusterTarget, Toleration
 from store.models import ClusterRow, PoolRow
 
 

@@ -181,7 +181,7 @@ async def delete_deployment(session: AsyncSession, namespace: str, name: str) ->
 def _published_nodes(pool: PoolRow, cluster_status: dict[str, Any] | None) -> int:
     """What the scheduler counts as the pool's nodes: the status's published count when it lists pools, else the
     Kubernetes pool's maxNodeCount when it autoscales, or its nodeCount (slice and bare-metal pools serve no
-    replicas). The same count `fleet.planning` plans with, so the ledger never refuses what the plan placed."""
+    replicas). The same count `scheduler.fleet.planning` plans with, so the ledger never refuses what the plan placed."""
     published = (cluster_status or {}).get("gpuPools") or []
     if published:
         entry = next((p for p in published if p.get("name") == pool.name), None)

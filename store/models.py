@@ -101,7 +101,7 @@ class ClusterRow(Base):
     labels: Mapped[dict[str, str]] = mapped_column(JSONB, nullable=False, default=dict)
     taints: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, nullable=False, default=list)
     status: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
-    # How the control worker reaches a real cluster (activities/cluster/connection.py; a reference to a mounted
+    # How the control worker reaches a real cluster (contracts/cluster.py; a reference to a mounted
     # Secret, never its content); NULL: simulated (migration 0007).
     connection: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
 

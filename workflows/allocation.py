@@ -39,13 +39,14 @@ from temporalio.exceptions import (
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import (
+    from contracts.allocation import (
         AllocationRecord,
         AuditTrail,
         CandidateList,
         ClaimInput,
         FindCandidatesInput,
         LeaseRef,
+        PlacementChoice,
         PlanInput,
         PlanOutcome,
         QuarantineInput,
@@ -59,7 +60,6 @@ with workflow.unsafe.imports_passed_through():
         VmInfo,
         VmSpec,
     )
-    from activities.control.choice import PlacementChoice
     from fleet.deadlines import format_duration
     from scheduler.nodes import Candidate
     from workflows import search_attributes as sa
@@ -97,7 +97,7 @@ QUOTA_EXCEEDED = "QuotaExceeded"
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 
 NODE_RETRY_INTERVAL = timedelta(seconds=5)  # the longest backoff between tries of a node call
-# Every node call's heartbeat timeout: the agent heartbeats while any step runs (activities/node/liveness.py), so an
+# Every node call's heartbeat timeout: the agent heartbeats while any step runs (agent/liveness.py), so an
 # agent killed or cut off mid-step is noticed within this and the step retried, not after its start-to-close.
 NODE_HEARTBEAT = timedelta(seconds=10)
 CREATE_VM_TIMEOUT = timedelta(minutes=5)

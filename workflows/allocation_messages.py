@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
 
+from contracts.task_queues import Queues
 from scheduler.bundles import Bundle
 from scheduler.request import PlacementRequest
-from workflows.task_queues import Queues
 
 STATES = (
     "pending", "placing", "planning", "claiming", "provisioning", "waiting_ready", "active", "releasing", "released",

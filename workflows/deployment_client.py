@@ -24,6 +24,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from contracts.task_queues import Queues
 from fleet.meta import DEFAULT_NAMESPACE
 from workflows.client_calls import Rejected, WorkerUnavailable, bounded
 from workflows.deployment import DeploymentWorkflow, initial_search_attributes
@@ -36,7 +37,6 @@ from workflows.deployment_messages import (
     SpecUpdate,
     qualified_name,
 )
-from workflows.task_queues import Queues
 
 DEFAULT_TIMEOUT = 10.0
 

@@ -6,9 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
-from activities.deployment_contracts import EngineUsage
+from contracts.deployment import EngineUsage
+from contracts.task_queues import Queues
 from fleet.meta import DEFAULT_NAMESPACE
-from workflows.task_queues import Queues
 
 # The deployment workflow's own state (BerthState while it runs); the scheduling phase is separate.
 DEPLOYMENT_STATES = ("pending", "reconciling", "steady", "deleting", "deleted")

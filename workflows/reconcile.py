@@ -28,7 +28,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.audit_contracts import (
+    from contracts.allocation import LeaseRef, TeardownInput, TeardownResult
+    from contracts.audit import (
         ApplyRepair,
         AssessInput,
         AuditReport,
@@ -42,8 +43,7 @@ with workflow.unsafe.imports_passed_through():
         WipeRequest,
         WipeResult,
     )
-    from activities.contracts import LeaseRef, TeardownInput, TeardownResult
-    from workflows.task_queues import Queues
+    from contracts.task_queues import Queues
 
 CONTROL_CALL = {
     "start_to_close_timeout": timedelta(seconds=30),

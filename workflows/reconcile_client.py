@@ -24,9 +24,9 @@ from temporalio.client import (
     ScheduleSpec,
 )
 
-from activities.audit_contracts import AuditReport
+from contracts.audit import AuditReport
+from contracts.task_queues import Queues
 from workflows.reconcile import ReconcileInput, ReconcileWorkflow
-from workflows.task_queues import Queues
 
 SCHEDULE_ID = "berth-reconciler"
 

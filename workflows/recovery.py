@@ -14,8 +14,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import SlotsInput, TeardownInput, TeardownResult
-    from workflows.task_queues import Queues
+    from contracts.allocation import SlotsInput, TeardownInput, TeardownResult
+    from contracts.task_queues import Queues
 
 
 class SlotRecoveryInput(BaseModel):
@@ -40,7 +40,7 @@ class SlotRecoveryWorkflow:
             task_queue=input.queues.node(teardown.node),
             schedule_to_close_timeout=timedelta(hours=input.wait_for_agent_hours),
             start_to_close_timeout=timedelta(minutes=2),
-            heartbeat_timeout=timedelta(seconds=10),  # the agent heartbeats while it wipes (activities/node/liveness)
+            heartbeat_timeout=timedelta(seconds=10),  # the agent heartbeats while it wipes (agent/liveness)
             retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=1)),
             summary=f"destroy_vm on {teardown.node}",
         )

@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     # imports it afresh under its restrictions and the import fails (`platform.python_implementation`).
     import jsonschema  # noqa: F401
 
-    from activities.deployment_contracts import (
+    from contracts.deployment import (
         LEDGER_CONFLICT,
         REPLICA_NOT_READY,
         ApplyWorkloadInput,

@@ -13,11 +13,12 @@ import time
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.cluster.driver import ClusterDriver, WorkloadReadiness
+from activities.cluster.driver import ClusterDriver
 from activities.cluster.k8s_objects import WorkloadNotRenderable
 from activities.cluster.kubernetes import WorkloadRejected
 from activities.cluster.workload import render_workload
-from activities.deployment_contracts import ApplyWorkloadInput, WaitWorkloadInput, WorkloadRef
+from contracts.cluster import WorkloadReadiness
+from contracts.deployment import ApplyWorkloadInput, WaitWorkloadInput, WorkloadRef
 from fleet.replica import ModelReplica
 
 

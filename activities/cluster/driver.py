@@ -9,35 +9,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from activities.cluster.k8s_status import PoolObservation
 from activities.cluster.workload import Workload
+from contracts.cluster import ClusterObservation, WorkloadReadiness
 from fleet.meta import DEFAULT_NAMESPACE
-
-
-class ClusterObservation(BaseModel):
-    """What the fleet scheduler reads of a cluster's health: Ready, and the address its gateway serves on."""
-
-    model_config = ConfigDict(frozen=True)
-
-    cluster: str
-    ready: bool
-    gateway_address: str | None = None
-    message: str = ""
-    pools: list[PoolObservation] | None = Field(
-        default=None, description="Per pool, the nodes that can take work (a real cluster); None: not observed."
-    )
-
-
-class WorkloadReadiness(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    exists: bool
-    ready: bool
-    pods_ready: int = 0
-    pods_total: int = 0
-    message: str = ""
 
 
 class ClusterDriver(Protocol):

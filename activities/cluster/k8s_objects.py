@@ -22,7 +22,8 @@ import hashlib
 import re
 from typing import Any
 
-from activities.cluster.workload import POOL_LABEL, Pod, ResourceClaim, Toleration, Workload, WorkloadNotRenderable
+from activities.cluster.workload import POOL_LABEL, Pod, ResourceClaim, Workload, WorkloadNotRenderable
+from contracts.cluster import Toleration
 from fleet.deployment import Role
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
-from activities.cluster.workload import POOL_LABEL, Toleration
-
-__all__ = ["Toleration"]  # a pod toleration; defined beside the workload that carries them
+from activities.cluster.workload import POOL_LABEL
+from contracts.cluster import PoolObservation, Toleration
 
 Manifest = dict[str, Any]
 
@@ -27,19 +26,6 @@ _LIFECYCLE_TAINTS = {
     "node.kubernetes.io/unreachable",
     "node.kubernetes.io/unschedulable",
 }
-
-
-class PoolObservation(BaseModel):
-    """One pool as the cluster shows it: nodes carrying its label, and of them those that can take work."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    nodes: int = Field(description="Nodes carrying the pool label.")
-    schedulable: int = Field(description="Of them, Ready, not cordoned and without an untolerated taint.")
-    autoscaled: bool = False
-    excluded: list[str] = Field(default_factory=list, description="`<node>: <why>` for every node left out.")
-    message: str = ""
 
 
 def node_problem(node: Manifest, tolerations: list[Toleration]) -> str | None:

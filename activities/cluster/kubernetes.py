@@ -36,11 +36,17 @@ from lightkube.core.exceptions import ConfigError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import CascadeType
 
-from activities.cluster.connection import ClusterConnection, ClusterTarget, ConnectionUnavailable
-from activities.cluster.driver import ClusterDriver, ClusterObservation, WorkloadReadiness
+from activities.cluster.driver import ClusterDriver
 from activities.cluster.k8s_objects import MANAGER, REPLICA_LABEL, render_objects
 from activities.cluster.k8s_status import object_readiness, observe_pools
 from activities.cluster.workload import Workload
+from contracts.cluster import (
+    ClusterConnection,
+    ClusterObservation,
+    ClusterTarget,
+    ConnectionUnavailable,
+    WorkloadReadiness,
+)
 from fleet.meta import DEFAULT_NAMESPACE
 
 DeploymentResource = create_namespaced_resource("apps", "v1", "Deployment", "deployments")

@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from activities.cluster.driver import ClusterObservation, WorkloadReadiness
 from activities.cluster.workload import Workload
+from contracts.cluster import ClusterObservation, WorkloadReadiness
 from fleet.meta import DEFAULT_NAMESPACE
 
 DEFAULT_BOOT_SECONDS = 1.0

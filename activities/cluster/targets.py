@@ -14,7 +14,7 @@ import time
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from activities.cluster.connection import ClusterTarget
+from contracts.cluster import ClusterTarget
 from store.cluster_targets import load_target
 
 

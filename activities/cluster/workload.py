@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from contracts.cluster import Toleration
 from fleet.deployment import Role
 from fleet.meta import DEFAULT_NAMESPACE
 from fleet.replica import ModelReplica
@@ -32,30 +33,6 @@ class WorkloadNotRenderable(ValueError):
 
 class Model(BaseModel):
     model_config = ConfigDict(frozen=True)
-
-
-class Toleration(BaseModel):
-    """A pod toleration as Kubernetes matches it (operator Exists or Equal; an empty key with Exists tolerates all)."""
-
-    model_config = ConfigDict(frozen=True, populate_by_name=True)
-
-    key: str | None = None
-    operator: str = "Equal"
-    value: str | None = None
-    effect: str | None = None
-
-    def tolerates(self, taint: dict[str, Any]) -> bool:
-        if self.effect and self.effect != taint.get("effect"):
-            return False
-        if not self.key:
-            return self.operator == "Exists"
-        if self.key != taint.get("key"):
-            return False
-        return self.operator == "Exists" or (self.value or "") == (taint.get("value") or "")
-
-    def manifest(self) -> dict[str, str]:
-        """As a pod spec writes it: unset fields left out."""
-        return self.model_dump(exclude_none=True)
 
 
 class DeviceClaimRequest(Model):

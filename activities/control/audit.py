@@ -25,7 +25,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.audit_contracts import (
+from activities.control.drift import assess
+from contracts.audit import (
     ApplyRepair,
     AssessInput,
     AuditReport,
@@ -35,7 +36,6 @@ from activities.audit_contracts import (
     Repair,
     RepairAction,
 )
-from activities.control.drift import assess
 from store import audit as records
 from store.models import AllocationRow, ClaimRow, SlotRow
 

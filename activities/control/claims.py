@@ -13,8 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.contracts import ClaimInput, QuarantineInput, ReleaseClaimsInput, SlotsInput
 from activities.control.records import write_trail
+from contracts.allocation import ClaimInput, QuarantineInput, ReleaseClaimsInput, SlotsInput
 from store.models import ClaimRow, SlotRow, TenantRow
 from store.snapshot import tenant_usage
 

@@ -16,8 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.cluster.driver import ClusterDriver, ClusterObservation
-from activities.deployment_contracts import (
+from activities.cluster.driver import ClusterDriver
+from contracts.cluster import ClusterObservation
+from contracts.deployment import (
     LEDGER_CONFLICT,
     DeploymentRef,
     DeploymentStatusRecord,
@@ -28,9 +29,9 @@ from activities.deployment_contracts import (
     ReplicaStateInput,
 )
 from fleet.deployment import ModelDeployment
-from fleet.planning import plan_deployment
 from fleet.replica import ModelReplica
 from scheduler.fleet import manifest_dict, replica_manifest
+from scheduler.fleet.planning import plan_deployment
 from store import deployments as store
 from store.deployments import Health, LedgerOvercommit, Usage
 

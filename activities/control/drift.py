@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
-from activities.audit_contracts import ControlFacts, Finding, FindingKind, HostState, RepairAction, VmFact
+from contracts.audit import ControlFacts, Finding, FindingKind, HostState, RepairAction, VmFact
 
 IN_FLIGHT = "its allocation's workflow is still open"
 

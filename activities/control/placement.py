@@ -29,9 +29,8 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.contracts import AuditTrail, CandidateList, FindCandidatesInput, RegionChoice
-from activities.control.choice import PlacementChoice
 from activities.control.records import write_trail
+from contracts.allocation import AuditTrail, CandidateList, FindCandidatesInput, PlacementChoice, RegionChoice
 from scheduler import cluster, region
 from scheduler.breaker import BreakerPolicy
 from scheduler.cel import RequestBudget, SelectorCostExceeded, request_budget

@@ -19,7 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.contracts import AllocationRecord, AuditTrail, StateChange
+from contracts.allocation import AllocationRecord, AuditTrail, StateChange
 from store.liveness import mark_down
 
 AGENT_UNREACHABLE = "agent_unreachable"

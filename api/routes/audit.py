@@ -15,10 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
-from activities.audit_contracts import AuditReport, Finding
 from api.auth import Admin
 from api.errors import error_responses, unavailable
 from api.services import Services, services
+from contracts.audit import AuditReport, Finding
 from store.audit import latest_run, report_of
 from workflows.reconcile import ReconcileInput
 from workflows.reconcile_client import ReconcilerSettings, run_now

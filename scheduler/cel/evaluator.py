@@ -30,8 +30,9 @@ from celpy import evaluation as _celpy_evaluation
 from celpy.evaluation import Activation, CELEvalError, Evaluator
 
 from scheduler.cel.cost import charge, charge_text
-from scheduler.cel.library import PARSERS, RUNTIME_FUNCTIONS, type_name
+from scheduler.cel.library import PARSERS, RUNTIME_FUNCTIONS
 from scheduler.cel.syntax import PASS_THROUGH, arguments, is_cel_bind, plain_name, unwrap
+from scheduler.cel.values import type_name
 
 # cel-python recurses through its syntax tree, about three Python frames per level; checker.MAX_DEPTH
 # keeps expressions well inside this. cel-python's own Environment raises the limit the same way.

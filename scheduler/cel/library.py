@@ -50,6 +50,7 @@ from scheduler.cel.types import (
     CelType,
     list_of,
 )
+from scheduler.cel.values import type_name
 
 LIST_OF_STRING = list_of(STRING)
 
@@ -74,30 +75,6 @@ def _member(result: CelType, *args: CelType) -> Overload:
 # ---------------------------------------------------------------------------------------------------------
 # Run-time helpers
 
-
-def type_name(value: Any) -> str:
-    """The CEL name of a run-time value's type, for messages."""
-    for cel_class, name in _TYPE_NAMES:
-        if isinstance(value, cel_class):
-            return name
-    return "null_type" if value is None else type(value).__name__
-
-
-_TYPE_NAMES: tuple[tuple[type, str], ...] = (
-    (celtypes.BoolType, "bool"),
-    (celtypes.IntType, "int"),
-    (celtypes.UintType, "uint"),
-    (celtypes.DoubleType, "double"),
-    (celtypes.StringType, "string"),
-    (celtypes.BytesType, "bytes"),
-    (celtypes.ListType, "list"),
-    (celtypes.MapType, "map"),
-    (celtypes.TimestampType, "google.protobuf.Timestamp"),
-    (celtypes.DurationType, "google.protobuf.Duration"),
-    (Quantity, "kubernetes.Quantity"),
-    (Semver, "kubernetes.Semver"),
-    (type, "type"),
-)
 _NUMERIC_NAMES = frozenset({"int", "uint", "double"})
 
 

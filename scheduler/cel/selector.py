@@ -37,8 +37,8 @@ from scheduler.cel.cost import (
 from scheduler.cel.device import Device, prepare_device
 from scheduler.cel.errors import DeviceError, SelectorCostExceeded, SelectorRuntimeError
 from scheduler.cel.evaluator import evaluate
-from scheduler.cel.library import type_name
 from scheduler.cel.syntax import parse
+from scheduler.cel.values import type_name
 
 MAX_REMEMBERED_DEVICES = 65536  # per selector; far above the distinct devices of any fleet
 MAX_COMPILED = 4096  # compiled selectors kept, least recently used dropped first

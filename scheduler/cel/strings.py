@@ -23,6 +23,7 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
 from scheduler.cel.cost import charge, charge_length, charge_text
+from scheduler.cel.values import type_name
 
 # Go's unicode.IsSpace: the Latin-1 spaces plus Unicode's White_Space property.
 _GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
@@ -172,8 +173,6 @@ def quote(text: Any) -> Any:
 
 
 def _kind(value: Any) -> str:
-    from scheduler.cel.library import type_name  # the library imports this module
-
     return type_name(value)
 
 

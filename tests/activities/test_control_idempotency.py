@@ -8,9 +8,9 @@ from sqlalchemy import func, select
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.contracts import AllocationRecord, ClaimInput, ReleaseClaimsInput, StateChange
 from activities.control.claims import ClaimActivities
 from activities.control.records import RecordActivities
+from contracts.allocation import AllocationRecord, ClaimInput, ReleaseClaimsInput, StateChange
 from devstack.reports import report_hosts
 from fleet.loader import load_fleet
 from scheduler.bundles import Bundle

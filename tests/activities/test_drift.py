@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from activities.audit_contracts import (
+from activities.control.drift import IN_FLIGHT, assess
+from contracts.audit import (
     AllocationFact,
     ClaimFact,
     ControlFacts,
@@ -17,7 +18,6 @@ from activities.audit_contracts import (
     SlotFact,
     VmFact,
 )
-from activities.control.drift import IN_FLIGHT, assess
 
 NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 GRACE = 600.0

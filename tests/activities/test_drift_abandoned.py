@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from activities.audit_contracts import AllocationFact, ControlFacts, FindingKind, HostState, RepairAction
 from activities.control.drift import assess
+from contracts.audit import AllocationFact, ControlFacts, FindingKind, HostState, RepairAction
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 

@@ -15,16 +15,16 @@ from typing import Any
 import httpx
 import pytest
 
-from activities.cluster.connection import ClusterConnection, ClusterTarget, connection_of
 from activities.cluster.k8s_objects import WorkloadNotRenderable, dns_name, render_objects
-from activities.cluster.k8s_status import Toleration, observe_pools
+from activities.cluster.k8s_status import observe_pools
 from activities.cluster.kubernetes import KubernetesClusterDriver, WorkloadRejected
 from activities.cluster.simulated import SimulatedClusterDriver
 from activities.cluster.workload import Workload, render_workload
+from contracts.cluster import ClusterConnection, ClusterTarget, Toleration, connection_of
 from fleet.loader import load_fleet
-from fleet.planning import plan_deployment
 from fleet.replica import ModelReplica
 from scheduler.fleet import manifest_dict, replica_manifest
+from scheduler.fleet.planning import plan_deployment
 from tests.kube_fake import FakeKubernetes, matches, node, node_list, validate_object
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "modelplane"

@@ -13,8 +13,8 @@ import asyncio
 from sqlalchemy import func, select
 from temporalio.testing import ActivityEnvironment
 
-from activities.contracts import AllocationRecord, AuditTrail, FindCandidatesInput, StateChange
 from activities.control.placement import PlacementActivities
+from contracts.allocation import AllocationRecord, AuditTrail, FindCandidatesInput, StateChange
 from devstack.reports import report_hosts
 from fleet.loader import load_fleet
 from scheduler.cel import REQUEST_BUDGET

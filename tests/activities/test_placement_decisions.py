@@ -7,9 +7,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.testing import ActivityEnvironment
 
-from activities.contracts import AllocationRecord, AuditTrail, FindCandidatesInput, StateChange
 from activities.control.placement import PlacementActivities
 from activities.control.records import RecordActivities
+from contracts.allocation import AllocationRecord, AuditTrail, FindCandidatesInput, StateChange
 from devstack.reports import report_hosts
 from fleet.loader import load_fleet
 from scheduler.request import PlacementRequest

@@ -23,9 +23,9 @@ from temporalio.client import Client
 from api.app import create_app
 from api.temporal import TemporalTimeouts
 from config.settings import Settings
+from contracts.task_queues import Queues
 from tests.workflows.lab import FAST, Lab, lab_fleet
 from workflows.allocation_messages import FINAL_STATES
-from workflows.task_queues import Queues
 
 HOSTS = {"slow": {"gpus": 1, "simulation": {"bootSeconds": 3600}}, "small": {"gpus": 2}, "big": {"gpus": 4}}
 GLOBEX = {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant", "metadata": {"name": "globex"},

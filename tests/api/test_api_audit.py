@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 from temporalio.client import Client
 
-from activities.node.drivers import VmRecord
+from agent.drivers import VmRecord
 from api.temporal import TemporalTimeouts
+from contracts.task_queues import Queues
 from tests.api.stack import Stack, app_for, http_client
-from workflows.task_queues import Queues
 
 
 def plant_orphan_vm(stack: Stack, node: str = "big", allocation: str = "stray") -> None:

@@ -126,7 +126,7 @@ async def test_put_without_a_worker_is_503_and_starts_nothing(temporal_client: C
     (tmp_path / "fleet.yaml").write_text(k8s_fleet({"east": 1}))
     async with sessions.begin() as session:
         admin = await create_token(session, "admin", label="tests")
-    from workflows.task_queues import Queues
+    from contracts.task_queues import Queues
 
     app = create_app(Settings(), sessions=sessions, temporal=temporal_client, queues=Queues(control="nobody-polls"),
                      timeouts=FAST_CALLS)  # fmt: skip

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from activities.node.host.sysfs import discover_host
+from agent.host.sysfs import discover_host
 from scheduler.host.report import AgentInfo, NodeReport
 from store.tokens import create_token, revoke_tokens
 from tests.api.stack import Stack, api_fleet, bearer

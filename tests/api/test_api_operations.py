@@ -7,9 +7,9 @@ from sqlalchemy import func, select
 from temporalio.client import Client
 
 from api.temporal import TemporalTimeouts
+from contracts.task_queues import Queues
 from store.models import AllocationRow
 from tests.api.stack import Stack, app_for, http_client
-from workflows.task_queues import Queues
 
 
 async def test_cancel_while_placing_gives_everything_back(stack: Stack) -> None:

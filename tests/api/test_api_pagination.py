@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.testing import WorkflowEnvironment
 
 from api import cursor
+from contracts.task_queues import Queues
 from fleet.loader import load_fleet
 from store.apply import apply_fleet
 from store.db import create_engine, session_factory
@@ -29,7 +30,6 @@ from store.models import AllocationRow, ModelDeploymentRow
 from store.tokens import create_token, ensure_tenant_tokens
 from tests.api.stack import api_fleet, app_for, bearer, http_client
 from tests.cli.test_cli_api import open_terminal
-from workflows.task_queues import Queues
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from sqlalchemy import update
 
-from activities.node.host.sysfs import discover_host
+from agent.host.sysfs import discover_host
 from scheduler.host.inventory import (
     MAX_CPUS,
     MAX_GPUS,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from activities.node.drivers import VmRecord
+from agent.drivers import VmRecord
 from tests.api.stack import api_fleet
 from tests.cli.test_cli_api import Terminal, one_error_line, open_terminal
 

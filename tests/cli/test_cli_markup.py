@@ -22,7 +22,7 @@ from sqlalchemy import update
 from temporalio.testing import WorkflowEnvironment
 
 import cli
-from activities.node.simulated import simulated_host
+from agent.simulated import simulated_host
 from cli.output import make_console, styled
 from fleet.loader import parse_fleet
 from scheduler.host.report import AgentInfo, NodeReport

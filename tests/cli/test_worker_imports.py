@@ -26,8 +26,7 @@ EXAMPLE_FLEET = REPO / "examples" / "fleet.yaml"
 # sub-commands of `berth` (and with them their dependencies).
 CONTROL_PLANE = (
     "sqlalchemy", "asyncpg", "alembic", "fastapi", "starlette", "uvicorn", "kubernetes", "lightkube",
-    "worker", "store", "api", "devstack.stack", "devstack.supervisor", "activities.control", "activities.cluster",
-    "workflows.allocation", "workflows.deployment", "workflows.replica", "workflows.reconcile", "scheduler.fleet",
+    "worker", "store", "api", "devstack.stack", "devstack.supervisor", "activities", "workflows", "scheduler.fleet",
     # the placement side's CEL stack and the manifest checker: about 13 MB an agent never uses
     "scheduler.cel", "celpy", "lark", "jsonschema",
     # an HTTP client with its command-line extras (the report is posted with the standard library): about 5 MB
@@ -36,9 +35,9 @@ CONTROL_PLANE = (
 # The fleet's documents beyond a node's own: only an agent that reads a fleet file (a simulated host's) loads them;
 # a real host's agent plans on views made of fleet.vocabulary's enumerations (about 2 MB).
 FLEET_DOCUMENTS = ("fleet.fleet", "fleet.inference_cluster", "fleet.inference_class", "fleet.openapi", "fleet.loader")
-ALLOWED_WORKFLOWS = {"workflows", "workflows.task_queues"}  # the queue names are all an agent needs of workflows/
+ALLOWED_WORKFLOWS = {"workflows", "contracts.task_queues"}  # the queue names are all an agent needs of workflows/
 ALLOWED_CLI = {"cli", "cli.main", "cli.output", "cli.worker"}
-LIBVIRT = ("libvirt", "activities.node.libvirt")
+LIBVIRT = ("libvirt", "agent.libvirt")
 
 
 def _under(module: str, packages: tuple[str, ...]) -> bool:
@@ -51,7 +50,6 @@ def heavy_modules(modules: set[str], libvirt_asked: bool = False, fleet_file: bo
         module
         for module in modules
         if _under(module, CONTROL_PLANE)
-        or (_under(module, ("workflows",)) and module not in ALLOWED_WORKFLOWS)
         or (_under(module, ("cli",)) and module not in ALLOWED_CLI)
         or (not libvirt_asked and _under(module, LIBVIRT))
         or (not fleet_file and _under(module, FLEET_DOCUMENTS))
@@ -83,11 +81,11 @@ def _example_node() -> str:
 
 def test_the_agent_module_imports_nothing_of_the_control_plane() -> None:
     done = subprocess.run(
-        [sys.executable, "-c", "import sys, activities.node.serve; print('\\n'.join(sys.modules))"],
+        [sys.executable, "-c", "import sys, agent.serve; print('\\n'.join(sys.modules))"],
         capture_output=True, text=True, check=True, cwd=REPO,
     )  # fmt: skip
     modules = set(done.stdout.split())
-    assert "activities.node.serve" in modules
+    assert "agent.serve" in modules
     assert_lean(modules)
 
 
@@ -104,7 +102,7 @@ def test_berth_worker_node_builds_its_agent_without_the_control_plane(tmp_path: 
                      "--api", "http://127.0.0.1:9", "--token-file", str(token)]  # fmt: skip
     modules, done = imported_by(["-m", "cli.main", "worker", "node", *arguments], tmp_path / "state")
     assert done.returncode == 1 and "only through the node gateway" in done.stderr, done.stderr[-2000:]
-    assert {"activities.node.agent", "temporalio.worker"} <= modules  # it got as far as its agent and worker
+    assert {"agent.activities", "temporalio.worker"} <= modules  # it got as far as its agent and worker
     assert_lean(modules, fleet_file=topology == "simulated")
 
 
@@ -116,7 +114,7 @@ def test_berth_worker_agents_builds_its_agents_without_the_control_plane(tmp_pat
                "--token-dir", str(tmp_path / "tokens")]  # fmt: skip
     modules, done = imported_by(command, tmp_path / "state")
     assert done.returncode == 1 and "only through the node gateway" in done.stderr, done.stderr[-2000:]
-    assert {"activities.node.agent", "temporalio.worker"} <= modules
+    assert {"agent.activities", "temporalio.worker"} <= modules
     assert_lean(modules, fleet_file=True)
 
 

@@ -10,10 +10,10 @@ from temporalio.api.workflowservice import v1 as service
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from activities.node.credential import NodeCredential
-from activities.node.liveness import HeartbeatWhileRunning
-from activities.node.reporter import NodeReporter
-from activities.node.serve import token_uses
+from agent.credential import NodeCredential
+from agent.liveness import HeartbeatWhileRunning
+from agent.reporter import NodeReporter
+from agent.serve import token_uses
 from config.context import write_private
 from store.tokens import create_token, revoke_tokens, verify
 from tests.workflows.lab import StoreSink, lab_fleet, running_lab

@@ -20,17 +20,17 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.worker import Worker
 
 import worker
-from activities.cluster.connection import DEFAULT_GATEWAY
 from activities.cluster.driver import ClusterDriver
 from activities.cluster.kubernetes import KubernetesClusterDriver
 from activities.cluster.simulated import SimulatedClusterDriver
 from activities.cluster.targets import ClusterTargets
+from contracts.cluster import DEFAULT_GATEWAY
+from contracts.task_queues import Queues
 from fleet.loader import load_fleet
 from store.apply import apply_fleet
 from tests.kube_fake import FakeKubernetes, node, node_list
 from workflows import deployment_client
 from workflows.deployment_messages import DeploymentStatus, DeploymentTiming
-from workflows.task_queues import Queues
 
 FAST = DeploymentTiming(
     resync_seconds=3600,

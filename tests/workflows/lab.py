@@ -25,9 +25,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 import worker
-from activities.node.liveness import HeartbeatWhileRunning
-from activities.node.reporter import NodeReporter
+from agent.liveness import HeartbeatWhileRunning
+from agent.reporter import NodeReporter
+from agent.serve import simulated_agent
 from config.settings import Settings
+from contracts.task_queues import Queues
 from fleet.loader import load_fleet
 from gateway.serve import RunningGateway, start_gateway, upstream_channel
 from gateway.server import GatewayPolicy
@@ -39,7 +41,6 @@ from store.node_reports import record_report
 from store.tokens import create_token
 from workflows import allocation_client
 from workflows.allocation_messages import AllocationInput, AllocationStatus, Timing
-from workflows.task_queues import Queues
 
 FAST = Timing(
     agent_pickup_seconds=2.0,
@@ -154,7 +155,7 @@ class Lab:
     node_tokens: dict[str, str] = field(default_factory=dict)
 
     def agent(self, node: str) -> Any:
-        return worker.simulated_agent(self.fleet_file, node, self.home, lease_seconds=60)
+        return simulated_agent(self.fleet_file, node, self.home, lease_seconds=60)
 
     async def start_agent(self, node: str, activities: list[object] | None = None, report: bool = True) -> None:
         """Start the node's agent worker and, like a real agent on start, have it report its host (so the node is

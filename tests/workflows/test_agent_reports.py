@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-import worker
-from activities.node.reporter import NodeReporter
+from agent.reporter import NodeReporter
+from agent.serve import host_agent
 from devstack.reports import report_hosts
 from fleet.loader import load_fleet
 from scheduler.placement import schedule
@@ -36,7 +36,7 @@ async def test_a_report_decides_what_is_ranked_and_a_fixed_slot_comes_back(
     root = broken.write(tmp_path / "host")
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path / "lab",
                            _fleet_with(broken.node), agents=[]) as lab:  # fmt: skip
-        agent = worker.host_agent(broken.name, lab.home, root)
+        agent = host_agent(broken.name, lab.home, root)
         await lab.start_agent(broken.name, activities=agent.activities(), report=False)
         reporter = NodeReporter(agent, StoreSink(sessions))
         reply = await reporter.report_once()

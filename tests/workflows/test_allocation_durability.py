@@ -14,7 +14,7 @@ from temporalio.api.enums.v1 import PendingActivityState, TaskQueueKind, TaskQue
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
-from activities.node.reporter import NodeReporter
+from agent.reporter import NodeReporter
 from store.models import SlotRow
 from tests.workflows.lab import FAST, StoreSink, lab_fleet, running_lab
 from workflows import allocation_client
@@ -31,7 +31,7 @@ def _control_process(lab, database_url: str, address: str) -> subprocess.Popen[b
         "BERTH_STATE_DIR": str(lab.home),
     }
     return subprocess.Popen(
-        [sys.executable, str(REPO / "worker.py"), "control"], env=env, cwd=REPO,
+        [sys.executable, "-m", "cli.main", "worker", "control"], env=env, cwd=REPO,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
 
@@ -70,7 +70,7 @@ async def test_control_worker_killed_mid_saga_then_restarted_completes_without_l
 
 
 async def _agent_process(lab, node: str) -> subprocess.Popen[bytes]:
-    """The node's agent as its own process (`worker.py node`, simulated host, the lab's state and queues), through
+    """The node's agent as its own process (`berth worker node`, simulated host, the lab's state and queues), through
     the lab's node gateway with its own token, as on a host: it is given no Temporal address."""
     token_file = lab.home / f"{node}.token"
     token_file.write_text(await lab.node_token(node) + "\n")
@@ -82,7 +82,7 @@ async def _agent_process(lab, node: str) -> subprocess.Popen[bytes]:
         "BERTH_STATE_DIR": str(lab.home),
     }
     return subprocess.Popen(
-        [sys.executable, str(REPO / "worker.py"), "node", "--node-id", node, "--topology", "simulated",
+        [sys.executable, "-m", "cli.main", "worker", "node", "--node-id", node, "--topology", "simulated",
          "--fleet", str(lab.fleet_file)],
         env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip

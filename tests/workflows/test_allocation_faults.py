@@ -12,7 +12,7 @@ from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from activities.contracts import PlanInput, PlanOutcome
+from contracts.allocation import PlanInput, PlanOutcome
 from store.models import AllocationRow, ClaimRow, NodeAgentRow, SlotRow
 from tests.workflows.lab import FAST, lab_fleet, running_lab
 from workflows import allocation_client

@@ -161,7 +161,7 @@ async def test_ledger_refuses_an_overcommit_in_the_transaction(sessions, tmp_pat
     """Two plans that both saw the last node: the second recording is a non-retryable LedgerConflict."""
     from activities.cluster.simulated import SimulatedClusterDriver
     from activities.control.deployments import DeploymentActivities
-    from activities.deployment_contracts import EngineUsage, PlanDeploymentInput, RecordReplicaInput
+    from contracts.deployment import EngineUsage, PlanDeploymentInput, RecordReplicaInput
     from fleet.loader import load_fleet
     from store.apply import apply_fleet
 

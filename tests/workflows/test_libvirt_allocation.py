@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-import worker
-from activities.node.approved import ApprovedSlots
-from activities.node.host.wipe import Ran, RecordingRunner
-from activities.node.leases import LeaseStore
-from activities.node.libvirt.guest import Recorded, RecordedGuestAgent
-from activities.node.reporter import NodeReporter
-from activities.node.simulated import SimulatedTopology
+from agent.activities import NodeAgent
+from agent.approved import ApprovedSlots
+from agent.host.wipe import Ran, RecordingRunner
+from agent.leases import LeaseStore
+from agent.libvirt.guest import Recorded, RecordedGuestAgent
+from agent.reporter import NodeReporter
+from agent.simulated import SimulatedTopology
 from fleet.loader import load_fleet
 from tests.libvirt_required import libvirt_module
 from tests.workflows.lab import FAST, StoreSink, lab_fleet, running_lab
@@ -27,8 +27,8 @@ from workflows import allocation_client
 
 libvirt = libvirt_module()
 
-from activities.node.libvirt.domain import parse_domain  # noqa: E402
-from activities.node.libvirt.driver import LibvirtSettings, LibvirtVmDriver  # noqa: E402
+from agent.libvirt.domain import parse_domain  # noqa: E402
+from agent.libvirt.driver import LibvirtSettings, LibvirtVmDriver  # noqa: E402
 
 HOST = Path(__file__).resolve().parent.parent / "hosts" / "libvirt" / "host.xml"
 READY = {
@@ -65,7 +65,7 @@ def _libvirt_agent(lab, connection, guest: RecordedGuestAgent, ssh_port: int, tm
     vms = LibvirtVmDriver(settings, {0: list(range(56)), 1: list(range(56, 112))}, connection, guest,
                           runner=worker_runner())  # fmt: skip
     home = tmp_path / "agent"
-    return worker.NodeAgent(node.name, SimulatedTopology(node), vms, LeaseStore(home / "leases"),
+    return NodeAgent(node.name, SimulatedTopology(node), vms, LeaseStore(home / "leases"),
                             approved=ApprovedSlots(node.slots))  # fmt: skip
 
 

@@ -16,15 +16,15 @@ from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleOverl
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from activities.audit_contracts import AuditReport, FindingKind
-from activities.node.drivers import VmRecord
-from activities.node.leases import Lease
+from agent.drivers import VmRecord
+from agent.leases import Lease
+from contracts.audit import AuditReport, FindingKind
+from contracts.task_queues import Queues
 from store.audit import AuditRepairRow
 from store.models import AllocationRow, ClaimRow, SlotRow
 from tests.workflows.lab import Lab, lab_fleet, running_lab
 from workflows.reconcile import ReconcileInput, ReconcileWorkflow
 from workflows.reconcile_client import ReconcilerSettings, ensure_schedule, run_now
-from workflows.task_queues import Queues
 
 HOSTS = {"n1": {"gpus": 4}, "n2": {"gpus": 4}, "n3": {"gpus": 1}}
 

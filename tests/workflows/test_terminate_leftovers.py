@@ -29,7 +29,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
-from activities.contracts import VmInfo, VmSpec
+from contracts.allocation import VmInfo, VmSpec
 from store.models import AllocationRow
 from tests.workflows.lab import Lab, lab_fleet, running_lab
 from tests.workflows.test_reconcile import audit, found

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from activities.node.host.gpu_details import GpuDetail, GpuDetails, GpuDetailsError
-from activities.node.host.rootfs import HostRoot
+from agent.host.gpu_details import GpuDetail, GpuDetails, GpuDetailsError
+from agent.host.rootfs import HostRoot
 from scheduler.host.inventory import (
     MAX_MESSAGE,
     MAX_NAME,

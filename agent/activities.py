@@ -16,8 +16,10 @@ from datetime import UTC, datetime, timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.audit_contracts import HostState, LeaseFact, VmFact, WipeRequest, WipeResult
-from activities.contracts import (
+from agent.approved import ApprovedSlots
+from agent.drivers import ImageNotFound, TopologyDriver, VmCreateError, VmDriver
+from agent.leases import Lease, LeaseStore
+from contracts.allocation import (
     LeaseRef,
     PlanInput,
     PlanOutcome,
@@ -28,9 +30,7 @@ from activities.contracts import (
     VmInfo,
     VmSpec,
 )
-from activities.node.approved import ApprovedSlots
-from activities.node.drivers import ImageNotFound, TopologyDriver, VmCreateError, VmDriver
-from activities.node.leases import Lease, LeaseStore
+from contracts.audit import HostState, LeaseFact, VmFact, WipeRequest, WipeResult
 from fleet.vocabulary import NodeStatus
 from scheduler.bundles import plan_bundles
 from scheduler.host.checks import NodeValidation, ValidationState

@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import select
 from temporalio.testing import WorkflowEnvironment
 
-import worker
-from activities.node import serve
-from activities.node.reporter import HttpReportSink, NodeReporter, ReportRefused
+from agent import serve
+from agent.reporter import HttpReportSink, NodeReporter, ReportRefused
+from agent.serve import host_agent
 from fleet.loader import load_fleet
 from store.apply import apply_fleet
 from store.models import NodeAgentRow, SlotRow
@@ -39,7 +39,7 @@ async def test_a_rebound_gpu_is_reported_before_the_interval(sessions, tmp_path:
     (tmp_path / "fleet.yaml").write_text(fixture_fleet([fixture.node]))
     async with sessions.begin() as session:
         await apply_fleet(session, load_fleet([tmp_path / "fleet.yaml"]))
-    agent = worker.host_agent(fixture.name, tmp_path / "state", root)
+    agent = host_agent(fixture.name, tmp_path / "state", root)
     reporter = NodeReporter(agent, StoreSink(sessions), interval_seconds=3600)  # no heartbeat during the test
     running = asyncio.create_task(reporter.run())
     try:

@@ -21,7 +21,7 @@ import urllib.parse
 import urllib.request
 from typing import Protocol
 
-from activities.node.agent import NodeAgent
+from agent.activities import NodeAgent
 from scheduler.host.inventory import HostInventory
 from scheduler.host.report import AgentInfo, NodeReport, ReportReply
 
@@ -54,7 +54,7 @@ class HttpReportSink:
 
     def __init__(self, api_url: str, token: str, timeout: float = 10.0) -> None:
         self._api = api_url.rstrip("/")
-        self.token = token  # replaced when the agent rereads a rotated token (activities/node/credential.py)
+        self.token = token  # replaced when the agent rereads a rotated token (agent/credential.py)
         self._timeout = timeout
 
     async def send(self, node: str, report: NodeReport) -> ReportReply:

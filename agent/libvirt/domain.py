@@ -45,7 +45,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from activities.contracts import VmSpec
+from contracts.allocation import VmSpec
 from scheduler.bundles import Bundle
 from scheduler.host.inventory import normalise_pci
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from activities.cluster.driver import WorkloadReadiness
+from contracts.cluster import WorkloadReadiness
 from fleet.meta import DEFAULT_NAMESPACE
 from scheduler.fleet.results import FleetPlan
 

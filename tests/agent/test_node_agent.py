@@ -12,11 +12,11 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.contracts import LeaseRef, PlanInput, ReadinessInput, TeardownInput, VmSpec
-from activities.node.agent import NodeAgent
-from activities.node.approved import ApprovedSlots
-from activities.node.leases import LeaseStore
-from activities.node.simulated import SimulatedTopology, SimulatedVmDriver
+from agent.activities import NodeAgent
+from agent.approved import ApprovedSlots
+from agent.leases import LeaseStore
+from agent.simulated import SimulatedTopology, SimulatedVmDriver
+from contracts.allocation import LeaseRef, PlanInput, ReadinessInput, TeardownInput, VmSpec
 from fleet.node import Node, Simulation
 from scheduler.request import CapacityShape
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from activities.node.host.gpu_details import RecordedNvidiaSmi
-from activities.node.host.sysfs import discover_host
+from agent.host.gpu_details import RecordedNvidiaSmi
+from agent.host.sysfs import discover_host
 from fleet.node import Node
 from scheduler.host.checks import SlotCheck, ValidationState
 from scheduler.host.validate import validate_slots

@@ -7,7 +7,7 @@
 
 This is what `berth worker node` runs on every GPU host (and `berth worker agents` for the dev stack's simulated
 hosts), and every module it imports is resident memory on every host, so it must stay lean: it imports the node
-side (activities.node.*), temporalio, pydantic and the reporter's HTTP client; the fleet file's loader only for a
+side (agent.*), temporalio, pydantic and the reporter's HTTP client; the fleet file's loader only for a
 simulated host, and libvirt only when the libvirt runtime is asked for. Never the control plane (worker.py, the
 workflows, store/SQLAlchemy, the API/FastAPI, the cluster drivers): through worker.py an agent took 121 MB
 (issue 14, target 6: 80 MB; `python -m bench.memory` measures it). `tests/cli/test_worker_imports.py` fails when
@@ -27,22 +27,22 @@ from typing import TYPE_CHECKING
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.node.agent import NodeAgent
-from activities.node.approved import ApprovedSlots
-from activities.node.credential import NodeCredential
-from activities.node.drivers import VmDriver
-from activities.node.host.gpu_details import GpuDetails
-from activities.node.host.topology import HostTopology
-from activities.node.leases import LeaseStore
-from activities.node.liveness import HeartbeatWhileRunning
-from activities.node.reporter import HttpReportSink, NodeReporter
-from activities.node.simulated import SimulatedTopology, SimulatedVmDriver
-from activities.serving import run_until_signalled
+from agent.activities import NodeAgent
+from agent.approved import ApprovedSlots
+from agent.credential import NodeCredential
+from agent.drivers import VmDriver
+from agent.host.gpu_details import GpuDetails
+from agent.host.topology import HostTopology
+from agent.leases import LeaseStore
+from agent.liveness import HeartbeatWhileRunning
+from agent.reporter import HttpReportSink, NodeReporter
+from agent.serving import run_until_signalled
+from agent.simulated import SimulatedTopology, SimulatedVmDriver
+from contracts.task_queues import NODE_QUEUE_PREFIX
 from fleet.node import Simulation
-from workflows.task_queues import NODE_QUEUE_PREFIX
 
 if TYPE_CHECKING:  # the libvirt runtime's modules are imported only when it is asked for (host_agent)
-    from activities.node.libvirt.driver import LibvirtSettings
+    from agent.libvirt.driver import LibvirtSettings
 
 
 def simulated_agent(fleet_file: Path, node_id: str, state_dir: Path, lease_seconds: float = 120.0) -> NodeAgent:
@@ -79,7 +79,7 @@ def host_agent(
     if libvirt is None:
         vms: VmDriver = SimulatedVmDriver(home, Simulation())
     else:
-        from activities.node.libvirt.driver import LibvirtVmDriver  # needs libvirt-python (the `host` extra)
+        from agent.libvirt.driver import LibvirtVmDriver  # needs libvirt-python (the `host` extra)
 
         cpus = {cell.id: cell.cpus for cell in topology.discover().numa}
         vms = LibvirtVmDriver(libvirt, cpus)

@@ -12,8 +12,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from activities.contracts import Readiness, VmSpec
-from activities.node.host.wipe import SlotWipe
+from agent.host.wipe import SlotWipe
+from contracts.allocation import Readiness, VmSpec
 from fleet.node import Slot
 from scheduler.host.inventory import HostInventory
 

@@ -10,11 +10,11 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.audit_contracts import WipeRequest
-from activities.contracts import VmSpec
-from activities.node.agent import SLOT_IN_USE, WIPE_FAILED
+from agent.activities import SLOT_IN_USE, WIPE_FAILED
+from contracts.allocation import VmSpec
+from contracts.audit import WipeRequest
 from fleet.node import Simulation
-from tests.activities.test_node_agent import _agent, _host, _plan
+from tests.agent.test_node_agent import _agent, _host, _plan
 
 
 def test_host_state_lists_vms_and_leases_as_the_agent_sees_them(tmp_path: Path) -> None:

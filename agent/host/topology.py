@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from activities.node.host.gpu_details import GpuDetails, NvmlDetails
-from activities.node.host.sysfs import discover_host
+from agent.host.gpu_details import GpuDetails, NvmlDetails
+from agent.host.sysfs import discover_host
 from scheduler.host.inventory import HostInventory
 
 

@@ -11,7 +11,7 @@ import pycdlib
 import pytest
 import yaml
 
-from activities.node.libvirt.seed import (
+from agent.libvirt.seed import (
     GuestInterface,
     SeedConfig,
     build_seed_iso,

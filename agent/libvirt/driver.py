@@ -25,13 +25,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field, model_validator
 
-from activities.contracts import Readiness, VmSpec
-from activities.node.drivers import ImageNotFound, VmCreateError, VmRecord
-from activities.node.host.wipe import HostRunner, SlotWipe, SubprocessRunner, wipe_slot
-from activities.node.libvirt.domain import DomainConfig, domain_name, domain_xml
-from activities.node.libvirt.guest import GuestAgent, LibvirtGuestAgent
-from activities.node.libvirt.readiness import Gates, GateState
-from activities.node.libvirt.seed import GuestInterface, SeedConfig, write_seed_iso
+from agent.drivers import ImageNotFound, VmCreateError, VmRecord
+from agent.host.wipe import HostRunner, SlotWipe, SubprocessRunner, wipe_slot
+from agent.libvirt.domain import DomainConfig, domain_name, domain_xml
+from agent.libvirt.guest import GuestAgent, LibvirtGuestAgent
+from agent.libvirt.readiness import Gates, GateState
+from agent.libvirt.seed import GuestInterface, SeedConfig, write_seed_iso
+from contracts.allocation import Readiness, VmSpec
 from fleet.node import Slot
 
 METADATA_NS = "https://berth.dev/xmlns/allocation/1"

@@ -1,4 +1,4 @@
-"""The node agent's liveness heartbeat (activities/node/liveness.py), on a real Temporal server.
+"""The node agent's liveness heartbeat (agent/liveness.py), on a real Temporal server.
 
 A step that blocks in a driver call for longer than its heartbeat timeout, without heartbeating itself, must not be
 taken for a dead agent: the interceptor heartbeats for it, so it completes on its first try. The details the step
@@ -19,7 +19,7 @@ from temporalio.common import RetryPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
-from activities.node.liveness import HeartbeatWhileRunning
+from agent.liveness import HeartbeatWhileRunning
 
 HEARTBEAT = timedelta(seconds=2)
 BLOCKED_FOR = 3 * HEARTBEAT  # three heartbeat timeouts without a beat of its own

@@ -1,4 +1,6 @@
-"""How Berth reaches a real cluster's API server: a reference to credentials, never the credentials themselves.
+"""The cluster side's contracts: how Berth reaches a real cluster, and what a driver reports of it.
+
+How Berth reaches a real cluster's API server: a reference to credentials, never the credentials themselves.
 
 An InferenceCluster declares it the way Modelplane does, and Berth adds a few optional annotations:
 
@@ -25,8 +27,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from activities.cluster.k8s_status import Toleration
 
 KUBECONFIG_SECRET_ANNOTATION = "berth.dev/kubeconfig-secret"
 CONTEXT_ANNOTATION = "berth.dev/kube-context"
@@ -95,6 +95,30 @@ def connection_of(cluster: Any, annotations: dict[str, str]) -> ClusterConnectio
     )  # fmt: skip
 
 
+class Toleration(BaseModel):
+    """A pod toleration as Kubernetes matches it (operator Exists or Equal; an empty key with Exists tolerates all)."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    key: str | None = None
+    operator: str = "Equal"
+    value: str | None = None
+    effect: str | None = None
+
+    def tolerates(self, taint: dict[str, Any]) -> bool:
+        if self.effect and self.effect != taint.get("effect"):
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.get("key"):
+            return False
+        return self.operator == "Exists" or (self.value or "") == (taint.get("value") or "")
+
+    def manifest(self) -> dict[str, str]:
+        """As a pod spec writes it: unset fields left out."""
+        return self.model_dump(exclude_none=True)
+
+
 class ClusterTarget(BaseModel):
     """What the driver needs to know of a real cluster, read from PostgreSQL (no secret in it): the connection,
     the taints its workloads tolerate (the InferenceCluster's `spec.taints`, which Modelplane's workloads carry
@@ -105,3 +129,40 @@ class ClusterTarget(BaseModel):
     connection: ClusterConnection
     tolerations: list[Toleration] = Field(default_factory=list)
     autoscaled: dict[str, int | None] = Field(default_factory=dict, description="pool -> maxNodeCount")
+
+
+class PoolObservation(BaseModel):
+    """One pool as the cluster shows it: nodes carrying its label, and of them those that can take work."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    nodes: int = Field(description="Nodes carrying the pool label.")
+    schedulable: int = Field(description="Of them, Ready, not cordoned and without an untolerated taint.")
+    autoscaled: bool = False
+    excluded: list[str] = Field(default_factory=list, description="`<node>: <why>` for every node left out.")
+    message: str = ""
+
+
+class ClusterObservation(BaseModel):
+    """What the fleet scheduler reads of a cluster's health: Ready, and the address its gateway serves on."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cluster: str
+    ready: bool
+    gateway_address: str | None = None
+    message: str = ""
+    pools: list[PoolObservation] | None = Field(
+        default=None, description="Per pool, the nodes that can take work (a real cluster); None: not observed."
+    )
+
+
+class WorkloadReadiness(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    exists: bool
+    ready: bool
+    pods_ready: int = 0
+    pods_total: int = 0
+    message: str = ""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from activities.node.host.wipe import Ran, RecordingRunner, SubprocessRunner, wipe_slot
+from agent.host.wipe import Ran, RecordingRunner, SubprocessRunner, wipe_slot
 from fleet.node import Slot
 
 DEVICE = "/dev/disk/by-id/nvme-slot1"

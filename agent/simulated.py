@@ -18,9 +18,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from activities.contracts import Readiness, VmSpec
-from activities.node.drivers import VmCreateError, VmRecord
-from activities.node.host.wipe import SlotWipe
+from agent.drivers import VmCreateError, VmRecord
+from agent.host.wipe import SlotWipe
+from contracts.allocation import Readiness, VmSpec
 from fleet.node import Node, Simulation, Slot
 from scheduler.host.inventory import FabricDevice, FabricRole, Gpu, HostInventory, NumaCell, NvmeNamespace
 

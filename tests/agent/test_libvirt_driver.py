@@ -13,15 +13,15 @@ import pycdlib
 import pytest
 import yaml
 
-from activities.contracts import VmSpec
-from activities.node.drivers import VmCreateError
-from activities.node.libvirt.guest import Recorded, RecordedGuestAgent
+from agent.drivers import VmCreateError
+from agent.libvirt.guest import Recorded, RecordedGuestAgent
+from contracts.allocation import VmSpec
 from tests.libvirt_required import libvirt_module
 
 libvirt = libvirt_module()
 
-from activities.node.libvirt.domain import domain_name, parse_domain  # noqa: E402
-from activities.node.libvirt.driver import ImageNotFound, LibvirtSettings, LibvirtVmDriver  # noqa: E402
+from agent.libvirt.domain import domain_name, parse_domain  # noqa: E402
+from agent.libvirt.driver import ImageNotFound, LibvirtSettings, LibvirtVmDriver  # noqa: E402
 from scheduler.bundles import Bundle  # noqa: E402
 
 HOST = Path(__file__).resolve().parent.parent / "hosts" / "libvirt" / "host.xml"

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from activities.node.host.gpu_details import NvmlDetails, RecordedNvidiaSmi
-from activities.node.host.sysfs import discover_host
+from agent.host.gpu_details import NvmlDetails, RecordedNvidiaSmi
+from agent.host.sysfs import discover_host
 from fleet.node import FabricClaimMode, Node
 from scheduler.host.inventory import FabricRole, GpuDetailSource, HostInventory
 from tests.hosts.materialise import materialise

@@ -1,8 +1,8 @@
 """Serving Temporal workers until the process is told to stop, for the control worker (worker.py) and the node agent
-(activities/node/serve.py) alike.
+(agent/serve.py) alike.
 
 It sits apart from both so that each can import it without the other: a node agent must not pull in the control
-plane for it (activities/node/serve.py says why), so this module imports nothing of Berth's and only temporalio's
+plane for it (agent/serve.py says why), so this module imports nothing of Berth's and only temporalio's
 Worker.
 """
 

@@ -219,3 +219,22 @@ class TeardownInput(Model):
 class TeardownResult(Model):
     vm_destroyed: bool
     wiped_slots: list[int]
+
+
+class PlacementChoice(Model):
+    """Both decisions of one `choose_placement` step. `candidates` is None when the region level refused: the
+    cluster level never ran, and the workflow records only the region's step."""
+
+    region: RegionChoice
+    candidates: CandidateList | None = None
+    # The step refused and recorded the allocation's final step itself (the input's `final`): the workflow ends
+    # failed without writing it again. Replay reads it from the step's recorded result.
+    final_recorded: bool = False
+
+    def refusal(self) -> RegionChoice | CandidateList | None:
+        """The level that refused, if one did."""
+        if self.region.region is None:
+            return self.region
+        if self.candidates is not None and self.candidates.refusal_code is not None:
+            return self.candidates
+        return None

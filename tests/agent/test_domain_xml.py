@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from activities.contracts import VmSpec
-from activities.node.libvirt.domain import (
+from agent.libvirt.domain import (
     BlockDisk,
     DomainConfig,
     PciHostdev,
@@ -23,6 +22,7 @@ from activities.node.libvirt.domain import (
     parse_cpuset,
     parse_domain,
 )
+from contracts.allocation import VmSpec
 from scheduler.bundles import Bundle
 from tests.libvirt_required import tools
 

@@ -16,7 +16,7 @@ import socket
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from activities.node.libvirt.guest import GuestAgent, GuestAgentError, poll, start
+from agent.libvirt.guest import GuestAgent, GuestAgentError, poll, start
 
 log = logging.getLogger("berth.agent")
 
