@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, String, Text, delete, func, select
+from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, String, Text, delete, func, select, update
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
@@ -109,6 +109,15 @@ async def control_facts(session: AsyncSession) -> ControlFacts:
     )
 
 
+async def assessment_facts(session: AsyncSession) -> tuple[ControlFacts, list[Finding]]:
+    """The control facts and the previous run's findings, read in one REPEATABLE READ transaction of `session`'s (a
+    claim and its slot are seen as one moment). Call first thing in a fresh session: the isolation level applies to
+    the transaction this begins."""
+    async with session.begin():
+        await session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+        return await control_facts(session), await previous_findings(session)
+
+
 # Runs and findings ----------------------------------------------------------------------------------------------------
 
 
@@ -202,6 +211,52 @@ async def record_repair(session: AsyncSession, run_id: int | None, repair: Repai
         .values(values)
         .on_conflict_do_nothing(index_elements=[events.c.allocation_id, events.c.event_key])
     )
+
+
+async def release_stale_claims(session: AsyncSession, allocation_id: str | None, node: str | None) -> int:
+    """A teardown's control half: release the allocation's claims still active on the node and free their slots
+    that are still reserved; how many claims were released. A claim released meanwhile is not counted again."""
+    released = (
+        (
+            await session.execute(
+                update(ClaimRow)
+                .where(ClaimRow.allocation_id == allocation_id, ClaimRow.node_id == node)
+                .where(ClaimRow.released_at.is_(None))
+                .values(released_at=func.now())
+                .returning(ClaimRow.slot_id)
+            )
+        )
+        .scalars()
+        .all()
+    )
+    freed = [slot_id for slot_id in released if slot_id is not None]
+    await session.execute(
+        update(SlotRow).where(SlotRow.id.in_(freed), SlotRow.state == "reserved").values(state="available")
+    )
+    return len(released)
+
+
+async def make_available(session: AsyncSession, node: str | None, indexes: list[int], wanted: str) -> int:
+    """Make the node's slots available again if they are still `wanted` (`reserved` with no active claim, or
+    `quarantined`), clearing any quarantine reason; how many changed. The state is re-checked in the statement, so
+    a slot that a workflow claimed or freed meanwhile is left alone."""
+    query = update(SlotRow).where(SlotRow.node_id == node, SlotRow.slot_index.in_(indexes), SlotRow.state == wanted)
+    if wanted == "reserved":
+        active = select(ClaimRow.id).where(ClaimRow.slot_id == SlotRow.id, ClaimRow.released_at.is_(None))
+        query = query.where(~active.exists())
+    return (await session.execute(query.values(state="available", quarantine_reason=None))).rowcount or 0
+
+
+async def locked_allocation(session: AsyncSession, allocation_id: str) -> AllocationRow | None:
+    """The allocation's row, locked until the transaction ends, so that closing it cannot race its workflow's own
+    last write."""
+    return await session.get(AllocationRow, allocation_id, with_for_update=True)
+
+
+async def close_allocation(session: AsyncSession, row: AllocationRow, state: str, reason: str | None) -> None:
+    """Make a row that `locked_allocation` returned final: `state`, `reason`, updated now."""
+    row.state, row.failure_reason, row.updated_at = state, reason, func.now()
+    await session.flush()
 
 
 async def repairs_of(session: AsyncSession, run_id: int) -> list[Repair]:

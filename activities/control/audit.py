@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -37,7 +36,6 @@ from contracts.audit import (
     RepairAction,
 )
 from store import audit as records
-from store.models import AllocationRow, ClaimRow, SlotRow
 
 ALLOCATION_PREFIX = "allocation/"
 RECOVERY_PREFIX = "recovery/"
@@ -66,10 +64,8 @@ class AuditActivities:
 
     @activity.defn(name="audit_assess")
     async def audit_assess(self, request: AssessInput) -> AuditReport:
-        async with self.sessions() as session, session.begin():
-            await session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-            facts = await records.control_facts(session)
-            previous = await records.previous_findings(session)
+        async with self.sessions() as session:
+            facts, previous = await records.assessment_facts(session)
         in_flight = await self._open_allocations(request.control_queue)
         mentioned = {c.allocation_id for c in facts.claims} | {a.allocation_id for a in facts.allocations}
         for host in request.hosts:
@@ -155,34 +151,10 @@ class AuditActivities:
         if finding.repair is RepairAction.RELEASE_LEASE:
             return "done", f"released the lease of {finding.allocation_id} on {node}"
         if finding.repair is RepairAction.TEARDOWN:
-            released = (
-                (
-                    await session.execute(
-                        update(ClaimRow)
-                        .where(ClaimRow.allocation_id == finding.allocation_id, ClaimRow.node_id == node)
-                        .where(ClaimRow.released_at.is_(None))
-                        .values(released_at=func.now())
-                        .returning(ClaimRow.slot_id)
-                    )
-                )
-                .scalars()
-                .all()
-            )
-            freed = [slot_id for slot_id in released if slot_id is not None]
-            await session.execute(
-                update(SlotRow).where(SlotRow.id.in_(freed), SlotRow.state == "reserved").values(state="available")
-            )
-            return (
-                "done",
-                f"wiped slots {indexes} of {node}, released {len(released)} stale claim(s) and freed the slots",
-            )
+            released = await records.release_stale_claims(session, finding.allocation_id, node)
+            return "done", f"wiped slots {indexes} of {node}, released {released} stale claim(s) and freed the slots"
         wanted = "reserved" if finding.repair is RepairAction.FREE_SLOT else "quarantined"
-        query = update(SlotRow).where(SlotRow.node_id == node, SlotRow.slot_index.in_(indexes), SlotRow.state == wanted)
-        if wanted == "reserved":
-            active = select(ClaimRow.id).where(ClaimRow.slot_id == SlotRow.id, ClaimRow.released_at.is_(None))
-            query = query.where(~active.exists())
-        changed = (await session.execute(query.values(state="available", quarantine_reason=None))).rowcount or 0
-        if not changed:
+        if not await records.make_available(session, node, indexes, wanted):
             return "skipped", f"slots {indexes} of {node} were no longer {wanted} without a claim; nothing changed"
         verb = "freed" if wanted == "reserved" else "lifted the quarantine of"
         return "done", f"the agent wiped slots {indexes} of {node}; {verb} them"
@@ -194,7 +166,7 @@ class AuditActivities:
         A workflow that ended any way but completing never wrote its final state: the row becomes `failed`, its
         reason saying how the workflow ended and in which state (`workflow_terminated: ... while provisioning`). One
         that completed returned its final status, and the row takes that (its own last write was lost)."""
-        row = await session.get(AllocationRow, allocation_id, with_for_update=True)
+        row = await records.locked_allocation(session, allocation_id)
         if row is None or row.state in records.FINISHED_STATES:
             return "skipped", f"allocation {allocation_id} is {row.state if row else 'gone'}; nothing changed"
         status = await self._status(allocation_id)
@@ -206,8 +178,7 @@ class AuditActivities:
             result = await self.client.get_workflow_handle(f"{ALLOCATION_PREFIX}{allocation_id}").result()
             if isinstance(result, dict) and result.get("state") in records.FINISHED_STATES:
                 state, reason = result["state"], result.get("failure_reason")
-        row.state, row.failure_reason, row.updated_at = state, reason, func.now()
-        await session.flush()
+        await records.close_allocation(session, row, state, reason)
         return "done", f"closed allocation {allocation_id}: {before} -> {state}" + (f" ({reason})" if reason else "")
 
     @staticmethod

@@ -29,7 +29,6 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.control.records import write_trail
 from contracts.allocation import AuditTrail, CandidateList, FindCandidatesInput, PlacementChoice, RegionChoice
 from scheduler import cluster, region
 from scheduler.breaker import BreakerPolicy
@@ -40,6 +39,7 @@ from scheduler.snapshot import Snapshot
 from store.decisions import lock_region, record_first_choice
 from store.inventory import InventoryCache
 from store.snapshot import pending_plans, with_pending_plans
+from store.trail import write_trail
 
 Plans = dict[str, list[tuple[str, int]]]
 T = TypeVar("T")

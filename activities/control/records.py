@@ -4,154 +4,19 @@ Temporal's history is the source of truth while an allocation is in flight, but 
 retention; `allocation_events` keeps the story for as long as the platform team needs it.
 
 The workflow hands over its steps as an `AuditTrail`: usually inside the input of the next control activity, which
-calls `write_trail` before its own work, and as the local activity `record_trail` before a wait that no control
-step follows (readiness, holding an active allocation, the end of the run). `open_allocation` and `record_state`
-are the per-step activities of workflows started before the trail existed; they stay registered so those runs
-replay and finish.
+calls `write_trail` (store/trail.py: one statement per trail) before its own work, and as the local activity
+`record_trail` before a wait that no control step follows (readiness, holding an active allocation, the end of the
+run). `open_allocation` and `record_state` are the per-step activities of workflows started before the trail
+existed; they stay registered so those runs replay and finish.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from contracts.allocation import AllocationRecord, AuditTrail, StateChange
-from store.liveness import mark_down
-
-AGENT_UNREACHABLE = "agent_unreachable"
-
-
-# A trail in one statement, whatever it holds: the row opened (already at its newest state) if the workflow says so
-# and it is not there yet, brought to its newest state if it was, the steps appended once each, and the steps the
-# writer retracts removed. A row inserted by the same statement is invisible to its UPDATE (one snapshot), which is
-# why the INSERT carries the newest state itself; the events' foreign key is checked at the end of the statement,
-# when the row exists. Written out once: a
-# statement built from SQLAlchemy expressions per trail cost the control worker more CPU than PostgreSQL spent on it
-# (docs/benchmarks.md, "Performance (issue 14)").
-_WRITE_TRAIL = text(
-    "WITH opened AS ("
-    " INSERT INTO allocations (id, tenant, state, shape, gpu_count, gpu_product, request, workflow_id,"
-    "  idempotency_key, region, node_id, pool_id, failure_reason, updated_at)"
-    " SELECT :id, :tenant, :state, :shape, :gpu_count, :gpu_product, CAST(:request AS jsonb), :workflow_id,"
-    "  :idempotency_key, :region, :node, (SELECT p.id FROM pools AS p WHERE p.cluster = :cluster AND p.name = :pool),"
-    "  :failure_reason, coalesce(:at, now())"
-    " WHERE :opening"
-    " ON CONFLICT DO NOTHING RETURNING 1"  # the API wrote it first (by id), or with the same Idempotency-Key
-    "), mirrored AS ("
-    " UPDATE allocations SET state = :state, updated_at = coalesce(:at, now()),"
-    "  region = CASE WHEN :set_region THEN :region ELSE region END,"
-    "  node_id = CASE WHEN :set_node THEN :node ELSE node_id END,"
-    "  pool_id = CASE WHEN :set_pool"
-    "   THEN (SELECT p.id FROM pools AS p WHERE p.cluster = :cluster AND p.name = :pool) ELSE pool_id END,"
-    "  failure_reason = CASE WHEN :set_reason THEN :failure_reason ELSE failure_reason END"
-    " WHERE id = :id AND :mirror RETURNING 1"
-    "), appended AS ("
-    " INSERT INTO allocation_events (allocation_id, event_key, at, state, step, attempt, node_id, reason, detail)"
-    " SELECT :id, e.event_key, coalesce(e.at, now()), e.state, e.step, e.attempt, e.node_id, e.reason, e.detail"
-    " FROM jsonb_to_recordset(CAST(:events AS jsonb)) AS e(event_key text, at timestamptz, state text, step text,"
-    "  attempt integer, node_id text, reason text, detail jsonb)"
-    " ON CONFLICT (allocation_id, event_key) DO NOTHING"  # the key makes a trail written twice change nothing
-    "), retracted AS ("
-    " DELETE FROM allocation_events WHERE allocation_id = :id AND event_key = ANY(CAST(:retract AS text[]))"
-    ") SELECT (SELECT count(*) FROM opened), (SELECT count(*) FROM mirrored)"
-)
-
-
-async def write_trail(
-    sessions: async_sessionmaker[AsyncSession], trail: AuditTrail, retract: StateChange | None = None
-) -> None:
-    """Write a trail in one transaction of its own, so that a step refused afterwards (a claim conflict, say) cannot
-    roll its story back. One statement, however long the trail; nothing to write costs nothing.
-
-    `retract`: a step an earlier try of the same activity may have written before its result was lost (a worker
-    that crashed before the workflow task completed), and that this try may not take: it is removed with the write.
-    It must not be one of the trail's own steps."""
-    if not trail:
-        return
-    parameters = _trail_parameters(trail) | {"retract": [event_key(retract)] if retract is not None else []}
-    async with sessions.begin() as session:
-        opened, mirrored = (await session.execute(_WRITE_TRAIL, parameters)).one()
-        if trail.changes and opened == 0 and mirrored == 0:
-            raise ValueError(f"allocation {trail.changes[-1].allocation_id} has no row; its trail must open it first")
-        await _mark_unreachable_agents_down(session, trail.changes)
-
-
-def _trail_parameters(trail: AuditTrail) -> dict[str, Any]:
-    """The statement's parameters: the row as the newest change leaves it (each field as the last change that set
-    it), the opening's columns, and the steps as one JSON array."""
-    opening, changes = trail.opening, trail.changes
-    latest = changes[-1] if changes else None
-    region = node = pool = reason = None
-    set_region = set_node = set_pool = set_reason = False
-    for change in changes:
-        if change.region is not None:
-            region, set_region = change.region, True
-        if change.node is not None:
-            node, set_node = change.node, True
-        if change.pool is not None:
-            pool, set_pool = change.pool, True
-        if change.state == "failed" and change.reason:
-            reason, set_reason = change.reason, True
-        elif change.state != "failed":
-            reason, set_reason = None, True  # a failed allocation retried: the reason was the previous run's
-    cluster, _, pool_name = (pool or "").partition("/")
-    request = opening.request if opening is not None else None
-    events = [
-        {
-            "event_key": event_key(change),
-            "at": change.at.isoformat() if change.at else None,
-            "state": change.state,
-            "step": change.step,
-            "attempt": change.attempt,
-            "node_id": change.node,
-            "reason": change.reason,
-            "detail": change.detail,
-        }
-        for change in changes
-    ]
-    return {
-        "id": opening.allocation_id if opening is not None else changes[0].allocation_id,
-        "opening": opening is not None,
-        "mirror": latest is not None,
-        "tenant": opening.tenant if opening is not None else None,
-        "state": latest.state if latest is not None else "pending",
-        "shape": request.shape.value if request is not None else None,
-        "gpu_count": request.gpu_count if request is not None else None,
-        "gpu_product": request.gpu_product if request is not None else None,
-        "request": json.dumps(
-            (opening.request_body or request.model_dump(mode="json")) if opening and request else None
-        ),
-        "workflow_id": opening.workflow_id if opening is not None else None,
-        "idempotency_key": opening.idempotency_key if opening is not None else None,
-        "at": latest.at if latest is not None else None,
-        "region": region,
-        "node": node,
-        "cluster": cluster,
-        "pool": pool_name,
-        "failure_reason": reason,
-        "set_region": set_region,
-        "set_node": set_node,
-        "set_pool": set_pool,
-        "set_reason": set_reason,
-        "events": json.dumps(events),
-    }
-
-
-def event_key(change: StateChange) -> str:
-    """A step's identity within its allocation: the same step written again is the same event."""
-    return f"{change.run_id}:{change.step}:{change.state}:{change.attempt or 0}:{change.node or '-'}"
-
-
-async def _mark_unreachable_agents_down(session: AsyncSession, changes: list[StateChange]) -> None:
-    """An agent that let a task sit past its pickup timeout is taken out of ranking at once (not after its reports
-    expire), so the next allocation does not pay the same timeout; its next report brings it back."""
-    for change in changes:
-        if change.step == "attempt_failed" and change.node and (change.reason or "").startswith(AGENT_UNREACHABLE):
-            await mark_down(session, change.node, change.reason or AGENT_UNREACHABLE, at=change.at)
+from store.trail import write_trail
 
 
 class RecordActivities:

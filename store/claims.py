@@ -1,0 +1,139 @@
+"""Claims: the durable record of which allocation holds which slots (`allocation_resource_claims`), and the slot
+states that go with them (`reserved`, `quarantined`, `available`).
+
+Each function is one transaction's work and idempotent by (allocation, attempt): a retried call finds its own work
+done and changes nothing. A double claim is impossible at three depths: the scheduler skips claimed slots,
+`record_claims` locks and checks the slot rows, and the partial unique index refuses a second active claim outright.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from contracts.allocation import ClaimInput
+from store.models import ClaimRow, SlotRow, TenantRow
+from store.snapshot import tenant_usage
+
+
+class ClaimConflict(Exception):
+    """Another allocation holds (or the inventory lacks) a slot of the claim: the workflow moves on to another node."""
+
+
+class QuotaExceeded(Exception):
+    """The tenant's quota no longer has room for the claim (or the tenant is gone)."""
+
+
+async def record_claims(sessions: async_sessionmaker[AsyncSession], claim: ClaimInput) -> list[int]:
+    """Insert the claims and mark the slots reserved, re-checking the tenant's quota, in one transaction; the slots'
+    ids. The transaction is opened here because the partial unique index's refusal (a concurrent claim that passed
+    every check) surfaces only at the flush or the commit, and is the same `ClaimConflict` as one seen earlier."""
+    try:
+        async with sessions.begin() as session:
+            return await _record(session, claim)
+    except IntegrityError as exc:
+        raise ClaimConflict(f"slots on {claim.node} were claimed concurrently by another allocation") from exc
+
+
+async def _record(session: AsyncSession, claim: ClaimInput) -> list[int]:
+    done = (
+        await session.scalars(
+            select(ClaimRow.slot_id).where(
+                ClaimRow.allocation_id == claim.allocation_id, ClaimRow.attempt == claim.attempt
+            )
+        )
+    ).all()
+    if done:
+        return sorted(s for s in done if s is not None)
+
+    # Serialise quota checks per tenant: two allocations of one tenant cannot both take the last headroom.
+    tenant = await session.get(TenantRow, claim.tenant, with_for_update=True)
+    if tenant is None:
+        raise QuotaExceeded(f"tenant {claim.tenant!r} does not exist")
+    active, in_flight = (await tenant_usage(session, exclude_allocation=claim.allocation_id)).get(claim.tenant, (0, 0))
+    if active + in_flight + claim.gpu_count > tenant.gpu_quota:
+        raise QuotaExceeded(
+            f"tenant {claim.tenant} holds {active} GPUs and has {in_flight} in flight; {claim.gpu_count} more would "
+            f"exceed its quota of {tenant.gpu_quota}"
+        )
+
+    indexes = sorted(b.slot_index for b in claim.bundles)
+    slots = (
+        await session.scalars(
+            select(SlotRow)
+            .where(SlotRow.node_id == claim.node, SlotRow.slot_index.in_(indexes))
+            .order_by(SlotRow.slot_index)
+            .with_for_update()
+        )
+    ).all()
+    if [s.slot_index for s in slots] != indexes:
+        missing = sorted(set(indexes) - {s.slot_index for s in slots})
+        raise ClaimConflict(f"slots {missing} of {claim.node} are not in the inventory")
+    taken = [s.slot_index for s in slots if s.state != "available"]
+    if taken:
+        raise ClaimConflict(f"slots {taken} of {claim.node} are already reserved or quarantined")
+    by_index = {b.slot_index: b for b in claim.bundles}
+    for slot in slots:
+        slot.state = "reserved"
+        session.add(
+            ClaimRow(
+                allocation_id=claim.allocation_id,
+                attempt=claim.attempt,
+                slot_id=slot.id,
+                node_id=claim.node,
+                bundle=by_index[slot.slot_index].model_dump(mode="json"),
+            )
+        )
+    await session.flush()
+    return [s.id for s in slots]
+
+
+async def release_claims(session: AsyncSession, allocation_id: str, attempt: int | None) -> int:
+    """Release the allocation's active claims (of one attempt, or all) and free their reserved slots; how many were
+    released. Quarantined slots stay quarantined: only the node agent's confirmed wipe lifts that."""
+    query = select(ClaimRow).where(ClaimRow.allocation_id == allocation_id, ClaimRow.released_at.is_(None))
+    if attempt is not None:
+        query = query.where(ClaimRow.attempt == attempt)
+    claims = (await session.scalars(query.with_for_update())).all()
+    slot_ids = [c.slot_id for c in claims if c.slot_id is not None]
+    for claim in claims:
+        claim.released_at = func.now()
+    if slot_ids:
+        await session.execute(
+            update(SlotRow).where(SlotRow.id.in_(slot_ids), SlotRow.state == "reserved").values(state="available")
+        )
+    return len(claims)
+
+
+async def quarantine_slots(
+    session: AsyncSession, allocation_id: str, attempt: int, node: str, slot_indexes: list[int], reason: str
+) -> int:
+    """The node could not confirm a wipe: keep its slots out of circulation (the reason names the allocation, which
+    the reconciler reads back) and release the attempt's claims; how many slots."""
+    await session.execute(
+        update(SlotRow)
+        .where(SlotRow.node_id == node, SlotRow.slot_index.in_(slot_indexes))
+        .values(state="quarantined", quarantine_reason=f"{allocation_id}: {reason}")
+    )
+    claims = (
+        await session.scalars(
+            select(ClaimRow).where(
+                ClaimRow.allocation_id == allocation_id, ClaimRow.attempt == attempt, ClaimRow.released_at.is_(None)
+            )
+        )
+    ).all()
+    for claim in claims:
+        claim.released_at = func.now()
+    return len(slot_indexes)
+
+
+async def unquarantine_slots(session: AsyncSession, node: str, slot_indexes: list[int]) -> int:
+    """The node agent confirmed the wipe: the slots still quarantined may be handed out again; how many were."""
+    result = await session.execute(
+        update(SlotRow)
+        .where(SlotRow.node_id == node, SlotRow.slot_index.in_(slot_indexes))
+        .where(SlotRow.state == "quarantined")
+        .values(state="available", quarantine_reason=None)
+    )
+    return result.rowcount or 0
