@@ -28,6 +28,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The tolerations a cluster's workloads carry are the ModelDeployment's one model (re-exported here), matched by
+# `scheduler.fleet.tolerations.tolerates`, Kubernetes' rule; serialized as before: key, operator, value, effect.
+from fleet.deployment import Toleration
+
 KUBECONFIG_SECRET_ANNOTATION = "berth.dev/kubeconfig-secret"
 CONTEXT_ANNOTATION = "berth.dev/kube-context"
 CONNECTION_ANNOTATION = "berth.dev/cluster-connection"
@@ -93,30 +97,6 @@ def connection_of(cluster: Any, annotations: dict[str, str]) -> ClusterConnectio
         method="kubeconfig", secret_name=ref["name"], secret_key=ref.get("key") or DEFAULT_SECRET_KEY,
         context=context, gateway=gateway,
     )  # fmt: skip
-
-
-class Toleration(BaseModel):
-    """A pod toleration as Kubernetes matches it (operator Exists or Equal; an empty key with Exists tolerates all)."""
-
-    model_config = ConfigDict(frozen=True, populate_by_name=True)
-
-    key: str | None = None
-    operator: str = "Equal"
-    value: str | None = None
-    effect: str | None = None
-
-    def tolerates(self, taint: dict[str, Any]) -> bool:
-        if self.effect and self.effect != taint.get("effect"):
-            return False
-        if not self.key:
-            return self.operator == "Exists"
-        if self.key != taint.get("key"):
-            return False
-        return self.operator == "Exists" or (self.value or "") == (taint.get("value") or "")
-
-    def manifest(self) -> dict[str, str]:
-        """As a pod spec writes it: unset fields left out."""
-        return self.model_dump(exclude_none=True)
 
 
 class ClusterTarget(BaseModel):

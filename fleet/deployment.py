@@ -173,6 +173,9 @@ class Engine(Spec):
 
 
 class Toleration(Spec):
+    """A toleration as a ModelDeployment and a pod spec write it; the one model of it in Berth (the cluster driver's
+    `contracts.cluster.Toleration` is this class). Kubernetes' matching rule is `scheduler.fleet.tolerations`."""
+
     key: str | None = None
     operator: Literal["Exists", "Equal"] = "Equal"
     value: str | None = None
@@ -185,6 +188,10 @@ class Toleration(Spec):
         if self.operator == "Exists" and self.value is not None:
             raise rule_broken("an Exists toleration must not set a value")
         return self
+
+    def manifest(self) -> dict[str, str]:
+        """As a pod spec writes it: unset fields left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 class ClusterSelector(Spec):

@@ -33,6 +33,11 @@ class Taint(Spec):
     value: str | None = None
     effect: TaintEffect
 
+    @classmethod
+    def from_api(cls, taint: dict[str, Any]) -> Taint:
+        """A node's taint as the API server returns it (its `timeAdded` is not needed to match it)."""
+        return cls(key=taint.get("key") or "", value=taint.get("value"), effect=taint["effect"])
+
 
 class NodePool(Spec):
     name: PoolName

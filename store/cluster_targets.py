@@ -18,9 +18,11 @@ async def load_target(session: AsyncSession, cluster: str) -> ClusterTarget | No
     pools = (await session.scalars(select(PoolRow).where(PoolRow.cluster == cluster))).all()
     return ClusterTarget(
         connection=ClusterConnection.model_validate(row.connection),
+        # An Equal toleration of each taint (a keyless taint, which Kubernetes does not allow, none can tolerate).
         tolerations=[
-            Toleration(key=t.get("key"), operator="Equal", value=t.get("value"), effect=t.get("effect"))
+            Toleration(key=t["key"], operator="Equal", value=t.get("value"), effect=t.get("effect"))
             for t in row.taints or []
+            if t.get("key")
         ],
         autoscaled={p.name: p.max_node_count for p in pools if p.max_node_count is not None},
     )

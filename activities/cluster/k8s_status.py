@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict
 
 from activities.cluster.workload import POOL_LABEL
 from contracts.cluster import PoolObservation, Toleration
+from fleet.inference_cluster import Taint
+from scheduler.fleet.tolerations import BLOCKS_NEW, describe, untolerated
 
 Manifest = dict[str, Any]
 
@@ -38,13 +40,13 @@ def node_problem(node: Manifest, tolerations: list[Toleration]) -> str | None:
     spec = node.get("spec") or {}
     if spec.get("unschedulable"):
         return "cordoned"
-    for taint in spec.get("taints") or []:
-        if taint.get("effect") not in ("NoSchedule", "NoExecute") or taint.get("key") in _LIFECYCLE_TAINTS:
-            continue
-        if not any(t.tolerates(taint) for t in tolerations):
-            value = f"={taint['value']}" if taint.get("value") else ""
-            return f"tainted {taint.get('key')}{value}:{taint.get('effect')}"
-    return None
+    taints = [
+        Taint.from_api(taint)
+        for taint in spec.get("taints") or []
+        if taint.get("effect") in BLOCKS_NEW and taint.get("key") not in _LIFECYCLE_TAINTS
+    ]
+    blocking = untolerated(taints, tolerations, BLOCKS_NEW)
+    return f"tainted {describe(blocking[:1])}" if blocking else None
 
 
 def observe_pools(

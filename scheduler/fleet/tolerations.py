@@ -1,4 +1,8 @@
-"""Taints and tolerations between a ModelDeployment and an InferenceCluster, with Kubernetes' matching rules.
+"""Taints and tolerations, with Kubernetes' matching rules: the one place Berth matches a toleration to a taint.
+
+Two callers: the fleet scheduler, between a ModelDeployment's tolerations and an InferenceCluster's taints, and the
+cluster driver, between the taints an InferenceCluster declares and the taints on its nodes as the API server
+returns them (read with `Taint.from_api`), to tell which nodes count toward their pool.
 
 A NoSchedule taint keeps new replicas off a cluster; a NoExecute taint also evicts the replicas already there.
 PreferNoSchedule is a preference, and the fleet scheduler has no preferences, so it never blocks.
@@ -16,13 +20,17 @@ EVICTS = frozenset({TaintEffect.NO_EXECUTE})
 
 
 def tolerates(toleration: Toleration, taint: Taint) -> bool:
-    """A keyless Exists tolerates every taint; Exists with a key any value of that key; Equal the key and value.
-    A toleration with an effect covers only that effect, so a NoSchedule toleration leaves NoExecute uncovered."""
-    if toleration.effect is not None and toleration.effect != taint.effect:
+    """Kubernetes' `ToleratesTaint` (k8s.io/api/core/v1/toleration.go): an effect, when set, must be the taint's (a
+    NoSchedule toleration leaves NoExecute uncovered); a key, when set, must be the taint's (so a keyless Exists
+    tolerates every taint); then Exists matches any value and Equal the taint's value (unset and empty alike). Any
+    other operator tolerates nothing."""
+    if toleration.effect and toleration.effect != taint.effect:
+        return False
+    if toleration.key and toleration.key != taint.key:
         return False
     if toleration.operator == "Exists":
-        return not toleration.key or toleration.key == taint.key
-    return toleration.key == taint.key and (toleration.value or None) == (taint.value or None)
+        return True
+    return toleration.operator == "Equal" and (toleration.value or "") == (taint.value or "")
 
 
 def untolerated(

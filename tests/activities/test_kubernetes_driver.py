@@ -198,6 +198,10 @@ def test_a_malformed_tolerations_annotation_is_refused_not_retried() -> None:
     manifest["metadata"]["annotations"]["berth.dev/tolerations"] = "{not json"
     with pytest.raises(WorkloadNotRenderable, match="berth.dev/tolerations"):
         render_workload(ModelReplica.model_validate(manifest))
+    # A toleration Kubernetes would not match (an operator it does not know) is not rendered onto pods either.
+    manifest["metadata"]["annotations"]["berth.dev/tolerations"] = '[{"key":"gpu","operator":"Gt","value":"4"}]'
+    with pytest.raises(WorkloadNotRenderable, match="berth.dev/tolerations"):
+        render_workload(ModelReplica.model_validate(manifest))
 
 
 def test_names_stay_dns_labels() -> None:
@@ -354,6 +358,25 @@ def test_pool_counts_only_nodes_that_can_take_work() -> None:
     assert (by_name["b200"].nodes, by_name["b200"].schedulable) == (0, 0)
     # Without the toleration, the GPU taint keeps h200-e out too.
     assert observe_pools(nodes, [])[1].schedulable == 2
+
+
+def test_node_taints_are_matched_by_kubernetes_rules() -> None:
+    """A node's taints as the API server returns them (a NoExecute one with its `timeAdded`) are read into the one
+    Taint model and matched by the one rule: an Equal toleration of the cluster's declared taint covers the same
+    key, value and effect, a keyless Exists covers every taint."""
+    taints = [
+        {"key": "dedicated", "value": "inference", "effect": "NoExecute", "timeAdded": "2025-01-01T00:00:00Z"},
+        {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+    ]
+    nodes = node_list(node("h200-a", "h200", taints=taints))["items"]
+    declared = Toleration(key="dedicated", operator="Equal", value="inference", effect="NoExecute")
+    assert observe_pools(nodes, [declared])[0].excluded == ["h200-a: tainted nvidia.com/gpu:NoSchedule"]
+    assert observe_pools(nodes, [])[0].excluded == ["h200-a: tainted dedicated=inference:NoExecute"]
+    assert observe_pools(nodes, [Toleration(operator="Exists")])[0].schedulable == 1
+    other_value = Toleration(key="dedicated", operator="Equal", value="training", effect="NoExecute")
+    assert observe_pools(nodes, [other_value, Toleration(key="nvidia.com/gpu", operator="Exists")])[0].excluded == [
+        "h200-a: tainted dedicated=inference:NoExecute"
+    ]
 
 
 def test_observe_a_real_cluster(fake: FakeKubernetes, tmp_path: Path) -> None:
