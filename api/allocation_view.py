@@ -10,25 +10,20 @@ waited for.
 
 from __future__ import annotations
 
-from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.errors import not_found
 from api.models import AllocationDetail, AllocationSummary, AttemptView, EventView
 from scheduler.bundles import Bundle
-from store.models import AllocationEventRow, AllocationRow, ClaimRow, PoolRow
+from store import allocations as store
+from store.models import AllocationEventRow, AllocationRow
 from store.tokens import Principal
 from workflows.allocation_messages import FINAL_STATES, AllocationStatus
 
 
-def with_pool() -> Select:
-    """Allocation rows with their pool's cluster and name (the row keeps only the pool's id)."""
-    return select(AllocationRow, PoolRow.cluster, PoolRow.name).outerjoin(PoolRow, PoolRow.id == AllocationRow.pool_id)
-
-
 async def visible_allocation(session: AsyncSession, allocation_id: str, caller: Principal) -> AllocationRow:
     """The allocation if the caller may see it; otherwise 404, whether it exists or belongs to someone else."""
-    row = await session.get(AllocationRow, allocation_id)
+    row = await store.load_allocation(session, allocation_id)
     if row is None or not (caller.is_admin or caller.tenant == row.tenant):
         raise not_found("allocation", allocation_id)
     return row
@@ -90,16 +85,8 @@ def attempts(events: list[AllocationEventRow], ended: bool, live: AllocationStat
 
 
 async def detail(session: AsyncSession, row: AllocationRow, live: AllocationStatus | None) -> AllocationDetail:
-    events = list(
-        (
-            await session.scalars(
-                select(AllocationEventRow)
-                .where(AllocationEventRow.allocation_id == row.id)
-                .order_by(AllocationEventRow.id)
-            )
-        ).all()
-    )
-    pool = (await session.execute(select(PoolRow.cluster, PoolRow.name).where(PoolRow.id == row.pool_id))).first()
+    events = await store.events_of(session, row.id)
+    pool = await store.pool_name(session, row.pool_id)
     base = summary(row, *(pool or (None, None)))
     if live is not None:
         base = base.model_copy(
@@ -113,12 +100,7 @@ async def detail(session: AsyncSession, row: AllocationRow, live: AllocationStat
         )
         bundles = list(live.bundles)
     else:
-        claimed = await session.scalars(
-            select(ClaimRow.bundle)
-            .where(ClaimRow.allocation_id == row.id, ClaimRow.released_at.is_(None))
-            .order_by(ClaimRow.id)
-        )
-        bundles = [Bundle.model_validate(bundle) for bundle in claimed]
+        bundles = [Bundle.model_validate(bundle) for bundle in await store.held_bundles(session, row.id)]
     return AllocationDetail(
         **base.model_dump(),
         step=live.step if live is not None else None,

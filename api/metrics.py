@@ -17,12 +17,12 @@ from __future__ import annotations
 import re
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.audit_metrics import AuditMetrics
-from store.models import ALLOCATION_STATES, AllocationRow
+from store.allocations import count_by_state, failures_by_reason
+from store.models import ALLOCATION_STATES
 
 _REASON_CODE = re.compile(r"^[a-z][a-z_]*$")
 
@@ -58,20 +58,11 @@ class Metrics:
 
     async def render(self, session: AsyncSession) -> bytes:
         """Refresh the PostgreSQL-backed gauges, then the text exposition of everything."""
-        by_state = dict(
-            (await session.execute(select(AllocationRow.state, func.count()).group_by(AllocationRow.state))).all()
-        )
+        by_state = await count_by_state(session)
         for state in ALLOCATION_STATES:
             self.allocations.labels(state).set(by_state.get(state, 0))
-        failures = (
-            await session.execute(
-                select(AllocationRow.failure_reason, func.count())
-                .where(AllocationRow.state == "failed")
-                .group_by(AllocationRow.failure_reason)
-            )
-        ).all()
         refusals: dict[str, int] = {}
-        for reason, count in failures:
+        for reason, count in await failures_by_reason(session):
             refusals[reason_code(reason)] = refusals.get(reason_code(reason), 0) + count
         self.allocation_refusals.clear()
         for code, count in refusals.items():

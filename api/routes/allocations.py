@@ -33,8 +33,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Response
 from pydantic import ValidationError
-from sqlalchemy import select, tuple_, update
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import allocation_view, cursor
@@ -54,8 +52,9 @@ from api.models import (
 )
 from api.request_checks import check_request
 from api.services import Services, services
+from api.temporal import Refused
 from fleet.meta import Name
-from store.models import AllocationRow, TenantRow
+from store import allocations as store
 from store.outage import is_database_outage
 from workflows.allocation_client import workflow_id
 from workflows.allocation_messages import FINAL_STATES, PLACING_STATES, AllocationInput
@@ -106,9 +105,7 @@ def _input(
 
 async def _replay(session: AsyncSession, tenant: str, key: str, body: dict[str, object]) -> AllocationAccepted | None:
     """The allocation an earlier request with this Idempotency-Key created, if any; 409 if its body differed."""
-    row = await session.scalar(
-        select(AllocationRow).where(AllocationRow.tenant == tenant, AllocationRow.idempotency_key == key)
-    )
+    row = await store.by_idempotency_key(session, tenant, key)
     if row is None:
         return None
     if row.request != body:
@@ -144,7 +141,7 @@ async def create_allocation(
     body = body.model_copy(update={"tenant": tenant})
     recorded = body.model_dump(mode="json")
     async with app.sessions() as session:
-        tenant_row = await session.get(TenantRow, tenant)
+        tenant_row = await store.load_tenant(session, tenant)
         if tenant_row is None:
             problem = {"field": "body.tenant", "message": "is not a tenant of the fleet", "type": "unknown"}
             raise ApiError(422, "unknown_tenant", f"tenant {tenant!r} does not exist", [problem])
@@ -175,25 +172,19 @@ async def _record(
 ) -> str:
     """Write the allocation's row so that reads find it at once; its state. Best effort: the workflow is already
     running and writes the same row as its first step, so an outage here costs only that head start."""
+    assert body.tenant is not None  # the recorded body always names its tenant
     try:
         async with app.sessions.begin() as session:
-            await session.execute(
-                insert(AllocationRow)
-                .values(
-                    id=allocation_id,
-                    tenant=body.tenant,
-                    state="pending",
-                    shape=body.shape.value,
-                    gpu_count=body.gpu_count,
-                    gpu_product=body.gpu_product,
-                    request=recorded,
-                    idempotency_key=key,
-                    workflow_id=workflow_id(allocation_id),
-                )
-                .on_conflict_do_nothing()
-            )
-            return (
-                await session.scalar(select(AllocationRow.state).where(AllocationRow.id == allocation_id)) or "pending"
+            return await store.record_accepted(
+                session,
+                allocation_id=allocation_id,
+                tenant=body.tenant,
+                shape=body.shape.value,
+                gpu_count=body.gpu_count,
+                gpu_product=body.gpu_product,
+                request=recorded,
+                idempotency_key=key,
+                workflow_id=workflow_id(allocation_id),
             )
     except Exception as error:
         if not is_database_outage(error):
@@ -224,23 +215,21 @@ async def list_allocations(
 ) -> AllocationList:
     """Allocations, newest first, a page at a time: follow `next_cursor` until it is null for every one. A tenant
     token lists only its own tenant's."""
-    query = allocation_view.with_pool()
-    for column, value in (
-        (AllocationRow.state, state),
-        (AllocationRow.region, region),
-        (AllocationRow.node_id, node),
-        (AllocationRow.tenant, tenant),
-    ):
-        if value is not None:
-            query = query.where(column == value)
-    if not caller.is_admin:
-        query = query.where(AllocationRow.tenant == caller.tenant)
+    before = None
     if cursor_ is not None:
         at, last = cursor.decode(cursor_, "allocations", 2)
-        query = query.where(tuple_(AllocationRow.created_at, AllocationRow.id) < (cursor.timestamp(cursor_, at), last))
-    query = query.order_by(AllocationRow.created_at.desc(), AllocationRow.id.desc()).limit(limit + 1)
+        before = (cursor.timestamp(cursor_, at), last)
     async with app.sessions() as session:
-        rows = (await session.execute(query)).all()
+        rows = await store.allocation_page(
+            session,
+            state=state,
+            region=region,
+            node=node,
+            tenant=tenant,
+            visible_to=None if caller.is_admin else caller.tenant or "",  # no tenant: no allocation is its
+            before=before,
+            limit=limit + 1,
+        )
     page = [allocation_view.summary(*row) for row in rows[:limit]]
     more = len(rows) > limit
     return AllocationList(allocations=page, next_cursor=_position(page[-1].created_at, page[-1].id) if more else None)
@@ -283,12 +272,17 @@ async def retry_allocation(
     exclude_nodes = body.exclude_nodes if body is not None else []
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
-    if row.state in PLACING_STATES:
-        await app.control.require_worker()
-        await app.control.retry(allocation_id, exclude_nodes)
-        return AllocationAccepted(id=row.id, state=row.state, workflow_id=row.workflow_id)
     if row.state != "failed":
-        raise conflict(f"allocation {allocation_id} is {row.state}; only one being placed or failed can be retried")
+        if row.state in FINAL_STATES:  # released or cancelled: its workflow has ended and takes no update
+            raise _not_retryable(allocation_id, row.state)
+        await app.control.require_worker()
+        try:
+            await app.control.retry(allocation_id, exclude_nodes)  # the workflow's validator decides
+        except Refused as refused:
+            if refused.state is None:
+                raise
+            raise _not_retryable(allocation_id, refused.state) from refused
+        return AllocationAccepted(id=row.id, state=row.state, workflow_id=row.workflow_id)
     try:
         request = AllocationCreate.model_validate(row.request)
     except ValidationError as error:
@@ -299,11 +293,7 @@ async def retry_allocation(
     await app.control.restart(_input(app, allocation_id, request, exclude_nodes, row.idempotency_key))
     try:
         async with app.sessions.begin() as session:
-            await session.execute(
-                update(AllocationRow)
-                .where(AllocationRow.id == allocation_id, AllocationRow.state == "failed")
-                .values(state="pending", failure_reason=None, node_id=None, pool_id=None)
-            )
+            await store.record_restarted(session, allocation_id)
     except Exception as error:
         if not is_database_outage(error):
             raise
@@ -321,9 +311,27 @@ async def release_allocation(allocation_id: IdPath, caller: Caller, app: App) ->
     """Release an active allocation: its VM is destroyed, its GPUs wiped and returned; it ends `released`."""
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
-    if row.state != "active":
-        hint = " (cancel it instead)" if row.state in PLACING_STATES else ""
-        raise conflict(f"allocation {allocation_id} is {row.state}; only an active one can be released{hint}")
+    if row.state in FINAL_STATES:  # its workflow has ended and takes no update: the row is the answer
+        raise _not_releasable(allocation_id, row.state)
     await app.control.require_worker()
-    status = await app.control.release(allocation_id)
+    try:
+        status = await app.control.release(allocation_id)  # the workflow's validator decides
+    except Refused as refused:
+        if refused.state is None:
+            raise
+        raise _not_releasable(allocation_id, refused.state) from refused
     return AllocationAccepted(id=row.id, state=status.state, workflow_id=row.workflow_id)
+
+
+# Retry and release are the workflow's to refuse (its update validators know its state; the row may trail it by a
+# step). A refusal is answered in the API's own words, naming the state the workflow refused in; an allocation whose
+# workflow has ended is answered from its row, since an ended workflow takes no update.
+
+
+def _not_retryable(allocation_id: str, state: str) -> ApiError:
+    return conflict(f"allocation {allocation_id} is {state}; only one being placed or failed can be retried")
+
+
+def _not_releasable(allocation_id: str, state: str) -> ApiError:
+    hint = " (cancel it instead)" if state in PLACING_STATES else ""
+    return conflict(f"allocation {allocation_id} is {state}; only an active one can be released{hint}")
