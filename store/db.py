@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 
@@ -12,3 +13,8 @@ def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+async def ping(session: AsyncSession) -> None:
+    """Ask PostgreSQL for the smallest answer (`SELECT 1`): raises whatever keeps it from answering."""
+    await session.execute(text("SELECT 1"))

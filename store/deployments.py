@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -157,6 +157,24 @@ async def save_deployment(
             set_={"spec": spec, "replicas": replicas, "updated_at": func.now()},
         )
     )
+
+
+async def load_deployment(session: AsyncSession, namespace: str, name: str) -> ModelDeploymentRow | None:
+    """The deployment's row (its spec, desired replicas and last recorded status); None if it has none."""
+    return await session.get(ModelDeploymentRow, (namespace, name))
+
+
+async def deployment_page(
+    session: AsyncSession, *, namespace: str | None = None, after: tuple[str, str] | None = None, limit: int
+) -> list[ModelDeploymentRow]:
+    """Up to `limit` deployments' rows (of one namespace, when given) by namespace and name, after the position
+    `after` (a keyset page on the primary key)."""
+    query = select(ModelDeploymentRow).order_by(ModelDeploymentRow.namespace, ModelDeploymentRow.name)
+    if namespace is not None:
+        query = query.where(ModelDeploymentRow.namespace == namespace)
+    if after is not None:
+        query = query.where(tuple_(ModelDeploymentRow.namespace, ModelDeploymentRow.name) > after)
+    return list((await session.scalars(query.limit(limit))).all())
 
 
 def _deployment(namespace: str, name: str) -> Any:

@@ -21,7 +21,6 @@ from typing import Annotated, Any
 
 import yaml
 from fastapi import APIRouter, Depends, Path, Query, Request
-from sqlalchemy import select, tuple_
 
 from api import cursor, deployment_control
 from api.auth import Admin
@@ -30,7 +29,7 @@ from api.deployment_models import DeploymentAccepted, DeploymentList, Deployment
 from api.errors import ApiError, error_responses, not_found
 from api.services import Services, services
 from fleet.meta import DEFAULT_NAMESPACE, Name
-from store.models import ModelDeploymentRow
+from store.deployments import deployment_page, load_deployment
 from workflows.deployment_client import workflow_id
 from workflows.deployment_messages import DeploymentStatus, qualified_name
 from workflows.deployment_spec import InvalidSpec, check_manifest, normalised
@@ -107,7 +106,7 @@ async def _get(namespace: str, name: str, app: Services) -> DeploymentView:
     if live is not None and live.state != "deleted":
         return _view(live, live=True)
     async with app.sessions() as session:
-        row = await session.get(ModelDeploymentRow, (namespace, name))
+        row = await load_deployment(session, namespace, name)
     if row is None:
         raise _not_found(namespace, name)
     recorded = DeploymentStatus.model_validate(
@@ -175,14 +174,12 @@ async def list_deployments(
 ) -> DeploymentList:
     """Every deployment (of every namespace, unless one is given) with the status its workflow last recorded, by
     namespace and name, a page at a time (keyset on the primary key): follow `next_cursor` until it is null."""
-    query = select(ModelDeploymentRow).order_by(ModelDeploymentRow.namespace, ModelDeploymentRow.name)
-    if namespace is not None:
-        query = query.where(ModelDeploymentRow.namespace == namespace)
+    after = None
     if cursor_ is not None:
-        after = tuple(cursor.decode(cursor_, "deployments", 2))
-        query = query.where(tuple_(ModelDeploymentRow.namespace, ModelDeploymentRow.name) > after)
+        after_namespace, after_name = cursor.decode(cursor_, "deployments", 2)
+        after = (after_namespace, after_name)
     async with app.sessions() as session:
-        found = (await session.scalars(query.limit(limit + 1))).all()
+        found = await deployment_page(session, namespace=namespace, after=after, limit=limit + 1)
     rows = found[:limit]
     more = len(found) > limit
     return DeploymentList(

@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from sqlalchemy import text
 
 from api.errors import ApiError, error_responses
 from api.models import Health
 from api.services import Services, services
+from store.db import ping
 
 router = APIRouter(tags=["operations"])
 App = Annotated[Services, Depends(services)]
@@ -19,7 +19,7 @@ App = Annotated[Services, Depends(services)]
 async def _database_ok(app: Services) -> bool:
     try:
         async with app.sessions() as session:
-            await session.execute(text("SELECT 1"))
+            await ping(session)
         return True
     except Exception:  # any failure to answer SELECT 1 is "unreachable" to a health check
         return False

@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Response
-from sqlalchemy import Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import cursor
@@ -26,7 +25,8 @@ from api.services import Services, services
 from fleet.meta import Name
 from fleet.node import NodeStatus
 from scheduler.host.report import NodeReport, ReportReply
-from store.models import ClusterRow, NodeAgentRow, NodeRow, PoolRow, SlotRow
+from store import nodes as store
+from store.models import NodeAgentRow, NodeRow, PoolRow
 from store.node_reports import ReportTooLarge, TopologyMismatch, UnstorableReport, record_report
 
 log = logging.getLogger("berth.api")
@@ -34,30 +34,6 @@ log = logging.getLogger("berth.api")
 router = APIRouter(prefix="/v1/nodes", tags=["admin"])
 App = Annotated[Services, Depends(services)]
 NodePath = Annotated[Name, Path(description="The node's name.")]
-
-
-def _nodes() -> Select:
-    slots = (
-        select(
-            SlotRow.node_id,
-            func.count().label("gpus"),
-            func.count().filter(SlotRow.state == "available").label("available"),
-            func.count().filter(SlotRow.state == "reserved").label("reserved"),
-            func.count().filter(SlotRow.state == "quarantined").label("quarantined"),
-            func.count().filter(SlotRow.validation.in_(("valid", "raw_only"))).label("validated"),
-            func.count().filter(SlotRow.validation == "valid").label("compatible"),
-        )
-        .group_by(SlotRow.node_id)
-        .subquery()
-    )
-    return (
-        select(NodeRow, PoolRow, ClusterRow.region, NodeAgentRow, *slots.c[1:])
-        .join(PoolRow, PoolRow.id == NodeRow.pool_id)
-        .join(ClusterRow, ClusterRow.name == PoolRow.cluster)
-        .outerjoin(NodeAgentRow, NodeAgentRow.node == NodeRow.name)
-        .outerjoin(slots, slots.c.node_id == NodeRow.name)
-        .order_by(NodeRow.name)
-    )
 
 
 def _agent(agent: NodeAgentRow | None) -> AgentState:
@@ -102,11 +78,8 @@ def _info(
 
 async def _invalid_slots(session: AsyncSession, nodes: list[str] | None = None) -> dict[str, list[SlotValidation]]:
     """Every slot that is not `valid`, by node: what an operator has to fix."""
-    query = select(SlotRow).where(SlotRow.validation != "valid").order_by(SlotRow.node_id, SlotRow.slot_index)
-    if nodes is not None:
-        query = query.where(SlotRow.node_id.in_(nodes))
     result: dict[str, list[SlotValidation]] = {}
-    for slot in (await session.scalars(query)).all():
+    for slot in await store.unvalidated_slots(session, nodes):
         result.setdefault(slot.node_id, []).append(
             SlotValidation(
                 index=slot.slot_index, gpu_pci=slot.gpu_pci_address, approved=slot.approved,
@@ -118,17 +91,14 @@ async def _invalid_slots(session: AsyncSession, nodes: list[str] | None = None) 
 
 
 async def _quarantined(session: AsyncSession, nodes: list[str] | None = None) -> dict[str, list[QuarantinedSlot]]:
-    query = select(SlotRow.node_id, SlotRow.slot_index, SlotRow.quarantine_reason).where(SlotRow.state == "quarantined")
-    if nodes is not None:
-        query = query.where(SlotRow.node_id.in_(nodes))
     result: dict[str, list[QuarantinedSlot]] = {}
-    for node, index, reason in (await session.execute(query.order_by(SlotRow.node_id, SlotRow.slot_index))).all():
+    for node, index, reason in await store.quarantined_slots(session, nodes):
         result.setdefault(node, []).append(QuarantinedSlot(index=index, reason=reason))
     return result
 
 
 async def _one(session: AsyncSession, name: str) -> NodeInfo:
-    row = (await session.execute(_nodes().where(NodeRow.name == name))).first()
+    row = await store.node_summary(session, name)
     if row is None:
         raise not_found("node", name)
     invalid, quarantined = await _invalid_slots(session, [name]), await _quarantined(session, [name])
@@ -146,15 +116,11 @@ async def list_nodes(
 ) -> NodeList:
     """Every node with its pool, status, slot usage, agent liveness and the slots that do not validate, by name, a
     page at a time (keyset on the name): follow `next_cursor` until it is null."""
-    query = _nodes()
-    if region is not None:
-        query = query.where(ClusterRow.region == region)
-    if status is not None:
-        query = query.where(NodeRow.status == status.value)
-    if cursor_ is not None:
-        query = query.where(NodeRow.name > cursor.decode(cursor_, "nodes", 1)[0])
+    after = cursor.decode(cursor_, "nodes", 1)[0] if cursor_ is not None else None
     async with app.sessions() as session:
-        found = (await session.execute(query.limit(limit + 1))).all()
+        found = await store.node_page(
+            session, region=region, status=status.value if status is not None else None, after=after, limit=limit + 1
+        )
         rows, more = found[:limit], len(found) > limit
         names = [row[0].name for row in rows]
         invalid, quarantined = await _invalid_slots(session, names), await _quarantined(session, names)
@@ -175,13 +141,12 @@ async def get_node(node: NodePath, caller: Admin, app: App) -> NodeInfo:
 
 async def _set_status(app: Services, name: str, wanted: str) -> NodeInfo:
     async with app.sessions.begin() as session:
-        node = await session.get(NodeRow, name, with_for_update=True)
+        node = await store.locked_node(session, name)
         if node is None:
             raise not_found("node", name)
         if node.status in (NodeStatus.DOWN.value, NodeStatus.DRAINING.value):
             raise conflict(f"node {name} is {node.status}; only a READY or CORDONED node can be (un)cordoned")
-        node.status = wanted
-        await session.flush()
+        await store.set_status(session, node, wanted)
         return await _one(session, name)
 
 

@@ -1,0 +1,98 @@
+"""What the API reads of the GPU hosts for operators (`nodes` with their pool, region, agent and slot counts; the
+slots that do not validate or are quarantined), and the one thing it writes: a node's operator status (cordon).
+
+Slot counts are one grouped subquery joined to the nodes, so a page of nodes costs one statement whatever the size
+of the fleet, plus one for the page's slots that need an operator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Row, Select, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from store.models import ClusterRow, NodeAgentRow, NodeRow, PoolRow, SlotRow
+
+# A node with its pool, its cluster's region, its agent (None: never reported), and its slots counted: all, available,
+# reserved, quarantined, validated (`valid` or `raw_only`) and compatible (`valid`); a count is None for no slots.
+NodeSummary = Row[tuple[Any, ...]]
+
+
+def _nodes() -> Select[tuple[Any, ...]]:
+    slots = (
+        select(
+            SlotRow.node_id,
+            func.count().label("gpus"),
+            func.count().filter(SlotRow.state == "available").label("available"),
+            func.count().filter(SlotRow.state == "reserved").label("reserved"),
+            func.count().filter(SlotRow.state == "quarantined").label("quarantined"),
+            func.count().filter(SlotRow.validation.in_(("valid", "raw_only"))).label("validated"),
+            func.count().filter(SlotRow.validation == "valid").label("compatible"),
+        )
+        .group_by(SlotRow.node_id)
+        .subquery()
+    )
+    return (
+        select(NodeRow, PoolRow, ClusterRow.region, NodeAgentRow, *slots.c[1:])
+        .join(PoolRow, PoolRow.id == NodeRow.pool_id)
+        .join(ClusterRow, ClusterRow.name == PoolRow.cluster)
+        .outerjoin(NodeAgentRow, NodeAgentRow.node == NodeRow.name)
+        .outerjoin(slots, slots.c.node_id == NodeRow.name)
+        .order_by(NodeRow.name)
+    )
+
+
+async def node_summary(session: AsyncSession, name: str) -> NodeSummary | None:
+    """One node's summary; None for a node the fleet does not have."""
+    return (await session.execute(_nodes().where(NodeRow.name == name))).first()
+
+
+async def node_page(
+    session: AsyncSession,
+    *,
+    region: str | None = None,
+    status: str | None = None,
+    after: str | None = None,
+    limit: int,
+) -> Sequence[NodeSummary]:
+    """Up to `limit` node summaries by name, of the region and status when given, after the name `after` (a keyset
+    page)."""
+    query = _nodes()
+    if region is not None:
+        query = query.where(ClusterRow.region == region)
+    if status is not None:
+        query = query.where(NodeRow.status == status)
+    if after is not None:
+        query = query.where(NodeRow.name > after)
+    return (await session.execute(query.limit(limit))).all()
+
+
+async def unvalidated_slots(session: AsyncSession, nodes: list[str] | None = None) -> list[SlotRow]:
+    """Every slot (of `nodes`, when given) whose validation is not `valid`, by node and index: what an operator has
+    to fix."""
+    query = select(SlotRow).where(SlotRow.validation != "valid").order_by(SlotRow.node_id, SlotRow.slot_index)
+    if nodes is not None:
+        query = query.where(SlotRow.node_id.in_(nodes))
+    return list((await session.scalars(query)).all())
+
+
+async def quarantined_slots(session: AsyncSession, nodes: list[str] | None = None) -> list[tuple[str, int, str | None]]:
+    """(node, slot index, quarantine reason) of every quarantined slot (of `nodes`, when given), by node and index."""
+    query = select(SlotRow.node_id, SlotRow.slot_index, SlotRow.quarantine_reason).where(SlotRow.state == "quarantined")
+    if nodes is not None:
+        query = query.where(SlotRow.node_id.in_(nodes))
+    rows = await session.execute(query.order_by(SlotRow.node_id, SlotRow.slot_index))
+    return [(node, index, reason) for node, index, reason in rows.all()]
+
+
+async def locked_node(session: AsyncSession, name: str) -> NodeRow | None:
+    """The node's row, locked until the transaction ends, so that two operators' status changes serialise."""
+    return await session.get(NodeRow, name, with_for_update=True)
+
+
+async def set_status(session: AsyncSession, node: NodeRow, status: str) -> None:
+    """Set a node's operator status (a node that `locked_node` returned); a fleet re-apply keeps it."""
+    node.status = status
+    await session.flush()
