@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHistory
+from temporalio.client import Client, WorkflowHistory
 
 KINDS = {
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED: "start",
@@ -40,12 +40,28 @@ class Actions:
         return sum(n for kind, n in kinds.items() if kind not in NOT_ACTIONS)
 
 
-def count_actions(history: WorkflowHistory) -> Actions:
-    """`to_active` stops at the first update, signal or cancel request after the start: for an allocation held
-    until released, that is the release (the happy path to `active` makes none)."""
+async def run_histories(client: Client, workflow_id: str) -> list[WorkflowHistory]:
+    """Every run of the workflow, from its first: an allocation that reached `active` continued as new into its hold
+    run (revision 2), so its story is two histories."""
+    description = await client.get_workflow_handle(workflow_id).describe()
+    run_id: str | None = description.raw_description.workflow_execution_info.first_run_id or description.run_id
+    histories: list[WorkflowHistory] = []
+    while run_id:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        histories.append(history)
+        last = history.events[-1]
+        continued = last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+        run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id if continued else None
+    return histories
+
+
+def count_actions(histories: list[WorkflowHistory]) -> Actions:
+    """The actions of a workflow's runs together (a continue-as-new is the next run's start). `to_active` stops at
+    the first update, signal or cancel request after the start: for an allocation held until released, that is the
+    release (the happy path to `active` makes none)."""
     actions = Actions()
     holding = True
-    for event in history.events:
+    for event in (event for history in histories for event in history.events):
         if event.event_type in (
             EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
             EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,

@@ -49,7 +49,7 @@ from temporalio.worker import Worker
 import worker
 from activities.control.placement import LOCK_TIMES
 from api.app import create_app
-from bench.actions import Actions, count_actions
+from bench.actions import Actions, count_actions, run_histories
 from bench.baseline_workflow import BaselineInput, BaselineWorkflow, noop
 from contracts.task_queues import Queues
 from devstack.ports import free_port
@@ -314,8 +314,7 @@ async def throughput(stack: Stack, rounds: int, batch: int, via_gateway: bool = 
         await asyncio.gather(*(allocation_client.release(stack.client, i) for i in ids))
         await _settled(stack, ids, ("released",))
         for i in ids[:5]:
-            history = await stack.client.get_workflow_handle(allocation_client.workflow_id(i)).fetch_history()
-            actions.append(count_actions(history))
+            actions.append(count_actions(await run_histories(stack.client, allocation_client.workflow_id(i))))
 
     for w in [*workers, baseline_worker]:
         await w.shutdown()

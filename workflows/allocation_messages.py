@@ -65,10 +65,14 @@ class Timing(BaseModel):
 # The allocation workflow's revision that runs started now get (`AllocationInput.revision`), and what each one
 # changed. A run keeps the revision it was started with, so a history replays the way it was made; unlike a
 # `workflow.patched` marker, a revision costs no history event and no search-attribute upsert.
-#   1: the control steps are local activities without the `lean-control-steps` patch; `placing` is published with
-#      the placement decision (a refused request goes from `pending` straight to `failed`), and a refusal is
-#      recorded by the placement step itself.
-REVISION = 1
+#   1: the control steps are local activities; `placing` is published with the placement decision (a refused
+#      request goes from `pending` straight to `failed`), and a refusal is recorded by the placement step itself.
+#   2: the run that reaches `active` continues as new into its hold run (`AllocationInput.held`), which waits for
+#      release or cancellation and tears down: the long-lived history holds only the hold.
+# The workflow keeps the branches of the previous revision only (docs/design.md, "Upgrading the allocation
+# workflow"): a placement phase in flight drains within its per-state deadlines, and a revision-1 run holding an
+# active allocation keeps its hold in the same run.
+REVISION = 2
 
 
 class AllocationInput(BaseModel):
@@ -87,6 +91,7 @@ class AllocationInput(BaseModel):
     revision: int = Field(
         default=0, ge=0, description="The workflow revision the run was started with (`REVISION`); 0: before them."
     )
+    held: Held | None = Field(default=None, description="A hold run's start: the active allocation it holds.")
 
 
 class Attempt(BaseModel):
@@ -109,6 +114,18 @@ class AllocationStatus(BaseModel):
     bundles: list[Bundle] = Field(default_factory=list)
     attempts: list[Attempt] = Field(default_factory=list)
     failure_reason: str | None = None
+
+
+class Held(BaseModel):
+    """What a hold run takes over from the run that placed the allocation (revision 2, continue-as-new)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: AllocationStatus
+    deadlines: Deadlines = Field(description="The chosen pool's: `releasing` bounds the teardown.")
+
+
+AllocationInput.model_rebuild()
 
 
 class RetryRequest(BaseModel):

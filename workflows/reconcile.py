@@ -20,7 +20,9 @@ A Temporal Schedule (`reconcile_client.ensure_schedule`, id `berth-reconciler`, 
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
@@ -28,12 +30,12 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from contracts.allocation import LeaseRef, TeardownInput, TeardownResult
+    from contracts import steps
+    from contracts.allocation import LeaseRef, TeardownInput
     from contracts.audit import (
         ApplyRepair,
         AssessInput,
         AuditReport,
-        AuditTargets,
         Finding,
         FinishAudit,
         HostState,
@@ -41,9 +43,11 @@ with workflow.unsafe.imports_passed_through():
         Repair,
         RepairAction,
         WipeRequest,
-        WipeResult,
     )
     from contracts.task_queues import Queues
+    from workflows import node_calls
+
+R = TypeVar("R")
 
 CONTROL_CALL = {
     "start_to_close_timeout": timedelta(seconds=30),
@@ -72,11 +76,11 @@ class ReconcileWorkflow:
     async def run(self, input: ReconcileInput) -> AuditReport:
         self.input = input
         workflow.set_current_details("asking every live agent for its VMs and leases")
-        targets: AuditTargets = await self.control("audit_targets", None, AuditTargets)
+        targets = await self.control(steps.audit_targets)
         hosts = list(await asyncio.gather(*(self.host_state(node) for node in targets.nodes)))
         workflow.set_current_details(f"comparing {len(hosts)} host(s) with PostgreSQL and the open workflows")
-        report: AuditReport = await self.control(
-            "audit_assess",
+        report = await self.control(
+            steps.audit_assess,
             AssessInput(
                 workflow_id=workflow.info().workflow_id,
                 trigger=input.trigger,
@@ -85,7 +89,6 @@ class ReconcileWorkflow:
                 orphan_grace_seconds=input.orphan_grace_seconds,
                 hosts=hosts,
             ),  # fmt: skip
-            AuditReport,
         )
         assert report.run_id is not None
         repairs: list[Repair] = []
@@ -94,15 +97,14 @@ class ReconcileWorkflow:
                 if finding.repairable:
                     workflow.set_current_details(f"repairing: {finding.message}")
                     repairs.append(await self.repair(report.run_id, finding))
-        finished = await self.control("audit_finish", FinishAudit(run_id=report.run_id), datetime)
+        finished = await self.control(steps.audit_finish, FinishAudit(run_id=report.run_id))
         done = report.model_copy(update={"repairs": repairs, "finished_at": finished})
         workflow.set_current_details(self.story(done))
         return done
 
     async def host_state(self, node: str) -> HostState:
         try:
-            state: HostState = await self.on_node(node, "host_state", None, HostState)
-            return state
+            return await self.on_node(node, steps.host_state)
         except ActivityError as error:
             cause = error.cause or error
             return HostState(node=node, reachable=False, error=str(getattr(cause, "message", None) or cause))
@@ -113,48 +115,36 @@ class ReconcileWorkflow:
         error: str | None = None
         try:
             if finding.repair in (RepairAction.DESTROY_VM, RepairAction.RELEASE_LEASE, RepairAction.TEARDOWN):
-                await self.control("audit_confirm_idle", IdleCheck(allocation_id=allocation,
-                                                                   control_queue=self.input.queues.control), type(None))  # fmt: skip
+                idle = IdleCheck(allocation_id=allocation, control_queue=self.input.queues.control)
+                await self.control(steps.audit_confirm_idle, idle)
             if finding.repair in (RepairAction.DESTROY_VM, RepairAction.TEARDOWN):
                 teardown = TeardownInput(allocation_id=allocation, node=node, slot_indexes=finding.slot_indexes)
-                await self.on_node(node, "destroy_vm", teardown, TeardownResult, start_to_close=timedelta(minutes=2))
+                await self.on_node(node, steps.destroy_vm, teardown, start_to_close=timedelta(minutes=2))
             elif finding.repair is RepairAction.RELEASE_LEASE:
-                await self.on_node(node, "release_lease", LeaseRef(allocation_id=allocation, node=node), bool)
+                await self.on_node(node, steps.release_lease, LeaseRef(allocation_id=allocation, node=node))
             elif finding.repair in (RepairAction.FREE_SLOT, RepairAction.LIFT_QUARANTINE):
-                await self.on_node(node, "wipe_slots", WipeRequest(node=node, slot_indexes=finding.slot_indexes),
-                                   WipeResult, start_to_close=timedelta(minutes=10))  # fmt: skip
+                wipe = WipeRequest(node=node, slot_indexes=finding.slot_indexes)
+                await self.on_node(node, steps.wipe_slots, wipe, start_to_close=timedelta(minutes=10))
             # close_allocation has no node half: audit_apply_repair re-checks the workflow and closes the row.
         except ActivityError as failure:
             cause = failure.cause or failure
             error = str(getattr(cause, "message", None) or cause)
-        result: Repair = await self.control(
-            "audit_apply_repair",
-            ApplyRepair(run_id=run_id, finding=finding, control_queue=self.input.queues.control, node_error=error),
-            Repair,
-        )
-        return result
+        applied = ApplyRepair(run_id=run_id, finding=finding, control_queue=self.input.queues.control, node_error=error)
+        return await self.control(steps.audit_apply_repair, applied)
 
-    async def control(self, activity: str, argument: BaseModel | None, result_type: type) -> object:
-        args = [] if argument is None else [argument]
+    async def control(self, step: Callable[..., Awaitable[R]], *args: BaseModel) -> R:
         return await workflow.execute_activity(
-            activity, args=args, result_type=result_type, task_queue=self.input.queues.control, **CONTROL_CALL
+            step,
+            args=list(args),
+            task_queue=self.input.queues.control,
+            **CONTROL_CALL,  # type: ignore[arg-type]
         )
 
-    async def on_node(
-        self, node: str, activity: str, argument: BaseModel | None, result_type: type,
-        start_to_close: timedelta = timedelta(seconds=30),
-    ) -> object:  # fmt: skip
-        """An agent that does not pick the task up in time is unreachable (schedule-to-start is never retried)."""
-        args = [] if argument is None else [argument]
-        return await workflow.execute_activity(
-            activity,
-            args=args,
-            result_type=result_type,
-            task_queue=self.input.queues.node(node),
-            schedule_to_start_timeout=timedelta(seconds=self.input.agent_pickup_seconds),
-            start_to_close_timeout=start_to_close,
-            retry_policy=RetryPolicy(maximum_attempts=2, maximum_interval=timedelta(seconds=5)),
-            summary=f"{activity} on {node}",
+    async def on_node(self, node: str, step: Callable[..., R], *args: BaseModel, **options: Any) -> R:
+        """Two tries; an agent that does not pick the task up in time is unreachable (workflows/node_calls.py)."""
+        pickup = timedelta(seconds=self.input.agent_pickup_seconds)
+        return await node_calls.on_node(
+            self.input.queues, node, step, *args, pickup=pickup, heartbeat=None, attempts=2, **options
         )
 
     @staticmethod

@@ -11,11 +11,12 @@ from datetime import timedelta
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from contracts import steps
     from contracts.allocation import SlotsInput, TeardownInput, TeardownResult
     from contracts.task_queues import Queues
+    from workflows import node_calls
 
 
 class SlotRecoveryInput(BaseModel):
@@ -33,19 +34,14 @@ class SlotRecoveryWorkflow:
             f"waiting for the node agent of **{teardown.node}** to destroy the VM of {teardown.allocation_id} and "
             f"wipe slots {teardown.slot_indexes}; those slots stay quarantined until then"
         )
-        result: TeardownResult = await workflow.execute_activity(
-            "destroy_vm",
-            teardown,
-            result_type=TeardownResult,
-            task_queue=input.queues.node(teardown.node),
-            schedule_to_close_timeout=timedelta(hours=input.wait_for_agent_hours),
-            start_to_close_timeout=timedelta(minutes=2),
-            heartbeat_timeout=timedelta(seconds=10),  # the agent heartbeats while it wipes (agent/liveness)
-            retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=1)),
-            summary=f"destroy_vm on {teardown.node}",
-        )
+        # No pickup timeout: the agent may be back in an hour or in days; the whole wait is bounded instead.
+        result = await node_calls.on_node(
+            input.queues, teardown.node, steps.destroy_vm, teardown, pickup=None,
+            deadline=timedelta(hours=input.wait_for_agent_hours), start_to_close=timedelta(minutes=2),
+            attempts=0, retry_interval=timedelta(minutes=1),
+        )  # fmt: skip
         await workflow.execute_activity(
-            "unquarantine_slots",
+            steps.unquarantine_slots,
             SlotsInput(node=teardown.node, slot_indexes=teardown.slot_indexes),
             task_queue=input.queues.control,
             start_to_close_timeout=timedelta(seconds=30),

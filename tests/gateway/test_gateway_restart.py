@@ -14,6 +14,7 @@ from pathlib import Path
 
 from temporalio.client import WorkflowHandle
 
+from bench.actions import run_histories
 from tests.workflows.lab import lab_fleet, running_lab
 
 
@@ -37,7 +38,7 @@ async def test_a_gateway_restarted_mid_create_loses_nothing_and_runs_nothing_twi
         )  # the agent's heartbeats and polls fail meanwhile; its create goes on
         status = await lab.wait_for_state(handle, "active", timeout=60)
         assert [(a.node, a.outcome) for a in status.attempts] == [("h1", "succeeded")]
-        events = (await handle.fetch_history()).events
+        events = (await run_histories(temporal_client, handle.id))[0].events  # the placement run
         scheduled = {
             e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
             for e in events

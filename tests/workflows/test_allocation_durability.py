@@ -15,6 +15,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
 from agent.reporter import NodeReporter
+from bench.actions import run_histories
 from store.models import SlotRow
 from tests.workflows.lab import FAST, StoreSink, lab_fleet, running_lab
 from workflows import allocation_client
@@ -138,7 +139,7 @@ async def test_an_agent_killed_mid_create_is_retried_when_it_returns_not_after_t
             assert [(a.node, a.outcome) for a in status.attempts] == [("h1", "succeeded")]
             creates = [
                 e.activity_task_started_event_attributes
-                for e in (await handle.fetch_history()).events
+                for e in (await run_histories(temporal_client, handle.id))[0].events  # the placement run
                 if e.HasField("activity_task_started_event_attributes")
                 and e.activity_task_started_event_attributes.attempt > 1
             ]

@@ -1,8 +1,12 @@
 """Determinism: recorded allocation histories must replay on the current workflow code.
 
 The files in histories/ were recorded from real runs (happy path with release, a fallthrough after a failed
-create, a cancellation while provisioning). A change that would break running workflows fails here; such a change
-needs `workflow.patched(...)`. Re-record with BERTH_RECORD_HISTORIES=1 after an intended, patched change.
+create, a cancellation while provisioning, a refusal), for the current revision (`allocation_replay-*`; since
+revision 2 an allocation that reached `active` is two runs, the placement and its hold, `_1` and `_2`) and for the
+previous one (`allocation_revision1-*`). The workflow keeps exactly those two revisions' branches (docs/design.md,
+"Upgrading the allocation workflow"): when a revision retires, its files go with its branches. A change that would
+break running workflows fails here; it needs a new revision (or `workflow.patched(...)`). Re-record the current
+revision's files with BERTH_RECORD_HISTORIES=1.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from bench.actions import run_histories
 from tests.workflows.lab import lab_fleet, running_lab
 from workflows import allocation_client
 from workflows.allocation import AllocationWorkflow
@@ -61,9 +66,14 @@ async def test_fresh_histories_replay(temporal_client, sessions, tmp_path: Path)
         await allocation_client.release(temporal_client, "replay-holder")
         await holder.result()
 
-        histories = [await happy.fetch_history(), await fallthrough.fetch_history(), await refused.fetch_history()]
-    for history in histories:
-        await _replayer().replay_workflow(history)
-    if os.environ.get("BERTH_RECORD_HISTORIES"):
+        runs = {handle.id: await run_histories(temporal_client, handle.id) for handle in (happy, fallthrough, refused)}
+    # The released allocation was placed in one run and held in the next; the others never reached `active`.
+    assert [len(runs[handle.id]) for handle in (happy, fallthrough, refused)] == [2, 1, 1]
+    for histories in runs.values():
         for history in histories:
-            (HISTORIES / f"{history.workflow_id.replace('/', '_')}.json").write_text(history.to_json())
+            await _replayer().replay_workflow(history)
+    if os.environ.get("BERTH_RECORD_HISTORIES"):
+        for workflow_id, histories in runs.items():
+            for number, history in enumerate(histories, start=1):
+                name = workflow_id.replace("/", "_") + (f"_{number}" if len(histories) > 1 else "")
+                (HISTORIES / f"{name}.json").write_text(history.to_json())

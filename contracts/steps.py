@@ -1,0 +1,173 @@
+"""The activities the allocation, recovery and reconcile workflows call, declared once: name, argument, result.
+
+A workflow calls an activity by one of these functions (`workflow.execute_activity(steps.create_vm, spec, ...)`),
+so the call is typed (the result type comes from the declaration) and "go to definition" lands here, where each
+declaration names the module that implements it. The implementations live in two processes that a workflow module
+must not import: the control worker's activities (`activities/control/`, with SQLAlchemy) and the node agent's
+(`agent/activities.py`, on the GPU host). Each implementation is registered under the same name with the same
+types; `tests/workflows/test_step_declarations.py` holds every declaration against its implementation.
+
+The bodies never run: a worker registers the implementations, never these.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from temporalio import activity
+
+from contracts.allocation import (
+    AuditTrail,
+    CandidateList,
+    ClaimInput,
+    FindCandidatesInput,
+    LeaseRef,
+    PlacementChoice,
+    PlanInput,
+    PlanOutcome,
+    QuarantineInput,
+    Readiness,
+    ReadinessInput,
+    ReleaseClaimsInput,
+    SlotsInput,
+    TeardownInput,
+    TeardownResult,
+    VmInfo,
+    VmSpec,
+)
+from contracts.audit import (
+    ApplyRepair,
+    AssessInput,
+    AuditReport,
+    AuditTargets,
+    FinishAudit,
+    HostState,
+    IdleCheck,
+    Repair,
+    WipeRequest,
+    WipeResult,
+)
+
+_DECLARATION = "a declaration: the worker runs the implementation registered under this name"
+
+# -- control steps: the control worker (activities/control/), local activities of the allocation workflow ----------
+
+
+@activity.defn(name="choose_placement")
+async def choose_placement(request: FindCandidatesInput) -> PlacementChoice:
+    """Region and cluster levels on one snapshot (activities/control/placement.py)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="find_candidates")
+async def find_candidates(request: FindCandidatesInput) -> CandidateList:
+    """The cluster level alone, in the chosen region: the re-plan (activities/control/placement.py)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="record_claims")
+async def record_claims(claim: ClaimInput) -> list[int]:
+    """Claim the planned slots in PostgreSQL, within quota (activities/control/claims.py)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="release_claims")
+async def release_claims(request: ReleaseClaimsInput) -> int:
+    """Give an attempt's claims (or all of them) back (activities/control/claims.py)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="quarantine_slots")
+async def quarantine_slots(request: QuarantineInput) -> int:
+    """Keep slots out of placement until their wipe is confirmed (activities/control/claims.py)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="unquarantine_slots")
+async def unquarantine_slots(request: SlotsInput) -> int:
+    """Return wiped slots to placement (activities/control/claims.py)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="record_trail")
+async def record_trail(trail: AuditTrail) -> None:
+    """Write the allocation's unwritten audit steps (activities/control/records.py)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+# -- reconciler steps: the control worker (activities/control/audit.py) -----------------------------------------------
+
+
+@activity.defn(name="audit_targets")
+async def audit_targets() -> AuditTargets:
+    """The hosts to audit and the reconciler's settings."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="audit_assess")
+async def audit_assess(request: AssessInput) -> AuditReport:
+    """Compare the hosts' state with the claims and record the findings."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="audit_confirm_idle")
+async def audit_confirm_idle(check: IdleCheck) -> None:
+    """Refuse a repair when the allocation has come back to life since the assessment."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="audit_apply_repair")
+async def audit_apply_repair(request: ApplyRepair) -> Repair:
+    """Record a repair's outcome (and what it changed in PostgreSQL)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="audit_finish")
+async def audit_finish(request: FinishAudit) -> datetime | None:
+    """Close the audit run."""
+    raise NotImplementedError(_DECLARATION)
+
+
+# -- node steps: the node agent of one host (agent/activities.py), on the node's own task queue ----------------------
+
+
+@activity.defn(name="plan_bundles")
+def plan_bundles(request: PlanInput) -> PlanOutcome:
+    """Plan bundles on the host's slots and take the host-local lease."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="release_lease")
+def release_lease(ref: LeaseRef) -> bool:
+    """Give the host-local lease back."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="create_vm")
+def create_vm(spec: VmSpec) -> VmInfo:
+    """Create the VM with the bundles' devices passed through (idempotent per allocation)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="wait_ready")
+def wait_ready(request: ReadinessInput) -> Readiness:
+    """Watch the readiness gates for one window."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="destroy_vm")
+def destroy_vm(request: TeardownInput) -> TeardownResult:
+    """Destroy the VM and wipe its slots."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="host_state")
+def host_state() -> HostState:
+    """What the host runs and holds now, for the reconciler."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="wipe_slots")
+def wipe_slots(request: WipeRequest) -> WipeResult:
+    """Wipe slots that nothing holds (a reconciler repair)."""
+    raise NotImplementedError(_DECLARATION)
