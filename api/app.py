@@ -1,4 +1,4 @@
-"""The Berth HTTP API (DESIGN.md section 6) as a FastAPI application.
+"""The Berth HTTP API (docs/design.md section 6) as a FastAPI application.
 
     uvicorn --factory api.app:create_app        production: settings from BERTH_* variables (or `berth up`'s context)
     create_app(settings, sessions=..., temporal=..., queues=..., timing=...)   tests and embedders inject their own

@@ -1,4 +1,4 @@
-"""What goes over the wire: request bodies and responses of the HTTP API (DESIGN.md section 6).
+"""What goes over the wire: request bodies and responses of the HTTP API (docs/design.md section 6).
 
 Request fields are constrained tightly (names, lengths, no control characters) so that anything that passes
 validation can be stored and scheduled; a bad value is a 422 naming the field, never a database error.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -64,18 +63,14 @@ NO_WORKER = (
 
 
 # What an allocation workflow's update validator says when it refuses: "allocation is <state>; only ...".
-_REFUSED_IN = re.compile(r"^allocation is (?P<state>[a-z_]+);")
-
-
 class Refused(ApiError):
     """409 `invalid_state`: the workflow refused the action, with its own words. `state`: the allocation's state as
     the workflow's update validator saw it when it refused (None when the refusal names none), so that a route can
     answer in its own words, naming the state the workflow, not a row a step behind it, was in."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, state: str | None) -> None:
         super().__init__(409, "invalid_state", message)
-        named = _REFUSED_IN.match(message)
-        self.state = named["state"] if named else None
+        self.state = state
 
 
 class ControlPlane:
@@ -144,7 +139,7 @@ class ControlPlane:
         except (WorkerUnavailable, TimeoutError, RPCTimeoutOrCancelledError) as error:
             raise await self._no_answer() from error
         except Rejected as error:
-            raise Refused(str(error)) from error
+            raise Refused(str(error), error.state) from error
         except WorkflowAlreadyStartedError as error:
             raise conflict(f"workflow {error.workflow_id} is already running or has completed") from error
         except RPCError as error:

@@ -105,7 +105,7 @@ def _berth() -> None:
 
 def main() -> None:
     """Entry point. Whatever happens, the process leaves through `os._exit` after flushing its output: commands that
-    held a Temporal client can otherwise abort with exit 134 after succeeding (sdk-python#300, TEMPORAL.md). An
+    held a Temporal client can otherwise abort with exit 134 after succeeding (sdk-python#300, docs/design.md "Temporal practice"). An
     unexpected error becomes one line (set BERTH_DEBUG=1 for the traceback)."""
     code = 0
     try:

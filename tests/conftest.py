@@ -92,7 +92,7 @@ def sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
 
 @pytest.fixture(scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
-    """One dev server for the session, with per-workflow time skipping available (TEMPORAL.md: v2). Workflows
+    """One dev server for the session, with per-workflow time skipping available (docs/design.md, "Temporal practice"). Workflows
     started through `temporal_env.client` skip timers; those started through `temporal_client` run in real time."""
     env = await WorkflowEnvironment.start_time_skipping_v2(
         dev_server_existing_path=temporal_binary(),

@@ -10,11 +10,9 @@
                            cancellation, then tears down (destroy_vm and wipe, release_claims)
     5. no candidate left   fail with a non-retryable SkuUnavailable naming every attempt's node and reason
 
-Every state change is mirrored to PostgreSQL (the allocation's row and its events) and to the Temporal UI (search
-attributes and the current-details story). The PostgreSQL side travels as an audit trail with the next control
-activity, and is written on its own only before a wait that no control step follows (see `AuditTrail`). Control
-steps run as local activities on the worker that runs the workflow, and search attributes move only for the states
-the UI filters on (`UI_STATES`): each is a Temporal action a production namespace pays for (docs/benchmarks.md).
+Every state change is mirrored to PostgreSQL (the allocation's row and its events) and to the Temporal UI
+(workflows/allocation_mirror.py); each state has a deadline (workflows/state_deadlines.py). Control steps run as
+local activities on the worker that runs the workflow: no task-queue round trip, no activity task on the server.
 Compensations run even when the workflow is being cancelled, and a node that cannot be reached for teardown gets
 its slots quarantined rather than blocking the allocation forever.
 
@@ -33,7 +31,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, is_cancelled_exception
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
@@ -51,16 +49,13 @@ with workflow.unsafe.imports_passed_through():
         ReadinessInput,
         RegionChoice,
         ReleaseClaimsInput,
-        StateChange,
         TeardownInput,
         VmSpec,
     )
-    from fleet.deadlines import format_duration
     from scheduler.nodes import Candidate
     from workflows import node_calls
     from workflows import search_attributes as sa
     from workflows.allocation_failures import (
-        DEADLINE_EXCEEDED,
         PLACEMENT_REFUSED,
         QUOTA_EXCEEDED,
         SKU_UNAVAILABLE,
@@ -80,23 +75,18 @@ with workflow.unsafe.imports_passed_through():
         RetryAccepted,
         RetryRequest,
     )
+    from workflows.allocation_mirror import CONTROL_CALL, Mirror
     from workflows.cancellation import wait_unless_cancelled
     from workflows.recovery import SlotRecoveryInput, SlotRecoveryWorkflow
     from workflows.saga import Saga, shielded
+    from workflows.state_deadlines import StateClock
 
 R = TypeVar("R")
 
-# The states worth a search-attribute upsert: long enough for the UI to filter on. `waiting_ready` only once a boot
-# turns out not to be immediate (see `wait_until_ready`); planning and claiming last milliseconds.
-UI_STATES = frozenset({"placing", "provisioning", "waiting_ready", "active", "releasing", *FINAL_STATES})
 HOLD_REVISION = 2  # from this revision on, the run that reaches `active` continues as new into its hold run
 
 CREATE_VM_TIMEOUT = timedelta(minutes=5)
 CREATE_VM_ATTEMPTS = 3
-CONTROL_CALL = {
-    "start_to_close_timeout": timedelta(seconds=30),
-    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10)),
-}
 
 
 @workflow.defn(name="Allocation")
@@ -115,12 +105,12 @@ class AllocationWorkflow:
         self.tried: set[str] = set()  # never the same node twice in one run
         self.retry_requested = False
         self.release_requested = False
-        self.trail = AuditTrail()  # steps not yet written to PostgreSQL
-        # The search attribute values as they stand (set when the run was started), so only changes are upserted.
-        self.published: dict[str, object] = self.search_values(self.status.state, input.request.region)
-        self.deadlines = held.deadlines if held is not None else input.timing.deadlines  # the chosen pool's, later
+        self.mirror = Mirror(input, self.status)
+        deadlines = held.deadlines if held is not None else input.timing.deadlines
+        self.clock = StateClock(
+            lambda: self.status.state, deadlines, timedelta(seconds=input.timing.agent_pickup_seconds)
+        )
         self.pool_deadlines: dict[str, dict[str, float]] = {}
-        self.entered = workflow.now()  # when the current state's clock started
         self.final_recorded = False  # the placement step refused and recorded the final step itself
 
     # -- the flow ---------------------------------------------------------------------------------------------------
@@ -129,21 +119,21 @@ class AllocationWorkflow:
     async def run(self, input: AllocationInput) -> AllocationStatus:
         try:
             if input.held is None:
-                self.trail = AuditTrail(opening=self.opening())
+                self.mirror.trail = AuditTrail(opening=self.opening())
                 region, first = await self.choose_placement()  # 1, 2
                 await self.place(region, first)  # 3 (and 5 when nothing works)
                 if input.revision >= HOLD_REVISION:
                     await self.continue_into_hold()  # 4, in the hold run
             else:
-                workflow.set_current_details(self.story())
+                workflow.set_current_details(self.mirror.story())
             await self.hold_until_released()  # 4
             await shielded(self.teardown("released", "release"))
         except BaseException as error:
             if is_cancelled_exception(error) and self.status.state not in FINAL_STATES:
                 await shielded(self.teardown("cancelled", "cancel"))
             elif isinstance(error, ApplicationError):
-                await self.set_state("failed", "failed", reason=error.message, recorded=self.final_recorded)
-                await shielded(self.write_trail())
+                self.set_state("failed", "failed", reason=error.message, recorded=self.final_recorded)
+                await shielded(self.mirror.write_trail())
             raise
         return self.status
 
@@ -153,15 +143,15 @@ class AllocationWorkflow:
         The UI learns `placing` with the decision (and its region) rather than before it, and the step records a
         refusal as the allocation's final step: a request refused here costs one local activity, one search-attribute
         upsert (`failed`) and one write."""
-        await self.set_state("placing", "select_region", publish=False)
-        placement = self.placement_input("").model_copy(update={"final": self.state_change("failed", "failed")})
+        self.set_state("placing", "select_region", publish=False)
+        placement = self.placement_input("").model_copy(update={"final": self.mirror.state_change("failed", "failed")})
         try:
-            choice = await self.on_control(steps.choose_placement, placement, deadline=self.time_left())
+            choice = await self.on_control(steps.choose_placement, placement, deadline=self.clock.time_left())
         except AttemptFailed as failure:
             raise failure.ending() from failure
         self.final_recorded = choice.final_recorded  # a refusal: the step recorded its decisions and the end
         region = self.accept_region(choice.region)
-        await self.set_state(
+        self.set_state(
             "placing", "find_candidates", region=region, publish=not self.final_recorded, recorded=self.final_recorded
         )
         assert choice.candidates is not None  # the region level chose one, so the cluster level ran
@@ -178,10 +168,10 @@ class AllocationWorkflow:
 
     async def find_candidates(self, region: str) -> list[Candidate]:
         """The re-plan: the cluster level alone, on a fresh snapshot of the chosen region."""
-        self.entered = workflow.now()  # a new list: compensating the last attempt had its own bounds
+        self.clock.restart()  # a new list: compensating the last attempt had its own bounds
         try:
             found = await self.on_control(
-                steps.find_candidates, self.placement_input(region), deadline=self.time_left()
+                steps.find_candidates, self.placement_input(region), deadline=self.clock.time_left()
             )
         except AttemptFailed as failure:
             raise failure.ending() from failure
@@ -202,7 +192,7 @@ class AllocationWorkflow:
             if plan_round == 0:
                 candidates = first
             else:
-                await self.set_state("placing", "find_candidates", region=region)
+                self.set_state("placing", "find_candidates", region=region)
                 candidates = await self.find_candidates(region)
             for candidate in candidates:
                 if candidate.node in self.tried or candidate.node in self.excluded:
@@ -221,7 +211,7 @@ class AllocationWorkflow:
     async def try_candidate(self, candidate: Candidate) -> bool:
         """Run one attempt, racing it against an operator's `retry`; compensate whatever it leaves undone."""
         attempt = Attempt(number=len(self.status.attempts) + 1, node=candidate.node, pool=candidate.pool)
-        self.deadlines = self.input.timing.deadlines.with_overrides(self.pool_deadlines.get(candidate.pool, {}))
+        self.clock.deadlines = self.input.timing.deadlines.with_overrides(self.pool_deadlines.get(candidate.pool, {}))
         self.status.attempts.append(attempt)
         self.status.node, self.status.pool = candidate.node, candidate.pool
         saga = Saga()
@@ -241,7 +231,7 @@ class AllocationWorkflow:
             attempt.reason = failure.reason
             # A failure that ends the allocation keeps its state while it compensates: there is no next candidate.
             state = self.status.state if failure.final else "placing"
-            await self.set_state(state, "attempt_failed", node=candidate.node, attempt=attempt, reason=attempt.reason)
+            self.set_state(state, "attempt_failed", node=candidate.node, attempt=attempt, reason=attempt.reason)
             await saga.compensate()
             self.status.node = self.status.pool = None
             self.status.bundles = []
@@ -263,22 +253,22 @@ class AllocationWorkflow:
     async def attempt(self, attempt: Attempt, saga: Saga) -> None:
         """Step 3 on one node: plan under the node's lease, claim, create the VM, wait until it is ready."""
         node, request, allocation_id = attempt.node, self.input.request, self.input.allocation_id
-        await self.set_state("planning", "plan_bundles", node=node, attempt=attempt)
+        self.set_state("planning", "plan_bundles", node=node, attempt=attempt)
         asked = PlanInput(allocation_id=allocation_id, attempt=attempt.number, gpu_count=request.gpu_count,
                           shape=request.shape, numa_policy=request.numa_policy, gpus=sorted(request.gpus))  # fmt: skip
         try:
-            plan = await self.on_node(node, steps.plan_bundles, asked, deadline=self.time_left(node))
+            plan = await self.on_node(node, steps.plan_bundles, asked, deadline=self.clock.time_left(node))
         except ActivityError as error:
-            raise self.failure_on(error, node) from error
+            raise self.clock.failure_on(error, node) from error
         if plan.refusal_code is not None:
             raise AttemptFailed(plan.refusal_code, plan.refusal_message or "the node refused the plan")
         saga.add("release_lease", lambda: self.release_lease(node))
 
-        await self.set_state("claiming", "record_claims", node=node, attempt=attempt)
+        self.set_state("claiming", "record_claims", node=node, attempt=attempt)
         claim = ClaimInput(allocation_id=allocation_id, attempt=attempt.number, node=node, tenant=self.input.tenant,
                            gpu_count=request.gpu_count, bundles=plan.bundles)  # fmt: skip
         try:
-            await self.on_control(steps.record_claims, claim, deadline=self.time_left(node))
+            await self.on_control(steps.record_claims, claim, deadline=self.clock.time_left(node))
         except ActivityError as error:
             cause = error.cause
             if isinstance(cause, ApplicationError) and cause.type == "QuotaExceeded":
@@ -290,7 +280,7 @@ class AllocationWorkflow:
         saga.add("release_claims", lambda: self.release_claims(attempt.number))
         self.status.bundles = plan.bundles
 
-        await self.set_state("provisioning", "create_vm", node=node, attempt=attempt)
+        self.set_state("provisioning", "create_vm", node=node, attempt=attempt)
         # Registered before the create: a create cut short by a failure or a cancel may still have made a VM.
         saga.add("destroy_vm", lambda: self.destroy_vm(node, attempt.number, plan.slot_indexes))
         spec = VmSpec(allocation_id=allocation_id, node=node, bundles=plan.bundles, image=self.input.image,
@@ -298,14 +288,14 @@ class AllocationWorkflow:
         create = self.on_node(node, steps.create_vm, spec, start_to_close=CREATE_VM_TIMEOUT, attempts=CREATE_VM_ATTEMPTS,
                               cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)  # fmt: skip
         try:
-            await self.within_deadline(node, create, self.longest_node_call(CREATE_VM_TIMEOUT, CREATE_VM_ATTEMPTS))
+            await self.clock.race(node, create, self.clock.longest_node_call(CREATE_VM_TIMEOUT, CREATE_VM_ATTEMPTS))
         except ActivityError as error:
             raise node_failure(error, node) from error
 
-        await self.set_state("waiting_ready", "wait_ready", node=node, attempt=attempt)
+        self.set_state("waiting_ready", "wait_ready", node=node, attempt=attempt)
         await self.wait_until_ready(node)
         attempt.outcome = "succeeded"
-        await self.set_state("active", "ready", node=node, attempt=attempt)
+        self.set_state("active", "ready", node=node, attempt=attempt)
 
     async def wait_until_ready(self, node: str) -> None:
         """Probe the readiness gates a window at a time until every gate passes; a gate that failed for good, or no
@@ -316,17 +306,17 @@ class AllocationWorkflow:
         give_up = workflow.now() + timedelta(seconds=timing.readiness_timeout_seconds)
         while True:
             try:
-                report = await self.on_node(node, steps.wait_ready, probe, deadline=self.time_left(node),
+                report = await self.on_node(node, steps.wait_ready, probe, deadline=self.clock.time_left(node),
                                             start_to_close=timedelta(seconds=timing.readiness_window_seconds + 30))  # fmt: skip
             except ActivityError as error:
-                raise self.failure_on(error, node) from error
+                raise self.clock.failure_on(error, node) from error
             if report.ready:
                 return
-            if self.published.get(sa.STATE.name) != "waiting_ready":
+            if self.mirror.published.get(sa.STATE.name) != "waiting_ready":
                 # Not ready at the first look: this boot takes a while, so the UI and the audit trail show the wait
                 # (a boot that is ready at once never pays for either).
-                self.publish(self.search_values("waiting_ready"))
-                await self.write_trail()
+                self.mirror.publish(self.mirror.search_values("waiting_ready"))
+                await self.mirror.write_trail()
             if report.failed_gate is not None:  # failed for good: no point waiting out the timeout
                 raise AttemptFailed("readiness_failed", f"{report.failed_gate}: {report.failure or 'failed'}")
             remaining = (give_up - workflow.now()).total_seconds()
@@ -335,7 +325,7 @@ class AllocationWorkflow:
                     "readiness_timeout",
                     f"not ready after {timing.readiness_timeout_seconds:g}s: waiting for {', '.join(report.pending())}",
                 )
-            left = self.time_left(node)  # past the state's deadline: the allocation fails
+            left = self.clock.time_left(node)  # past the state's deadline: the allocation fails
             pause = min(timing.readiness_poll_seconds, remaining)
             await workflow.sleep(pause if left is None else min(pause, left.total_seconds()))
 
@@ -344,30 +334,33 @@ class AllocationWorkflow:
     async def continue_into_hold(self) -> None:
         """Hand the active allocation to a fresh run that only holds it, so the history that lives for the
         allocation's lifetime is small. A release taken while this run finished its work is served here instead."""
-        await self.write_trail()
+        await self.mirror.write_trail()
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self.release_requested:
             return
-        held = Held(status=self.status, deadlines=self.deadlines)
+        held = Held(status=self.status, deadlines=self.clock.deadlines)
         workflow.continue_as_new(self.input.model_copy(update={"held": held}))
 
     async def hold_until_released(self) -> None:
-        await self.write_trail()
+        await self.mirror.write_trail()
         await wait_unless_cancelled(lambda: self.release_requested)
 
     async def teardown(self, final_state: str, step: str) -> None:
         """Give everything back: destroy the VM and wipe its slots, release the claims. Runs to completion even
         when the workflow is being cancelled."""
         if self.status.state == "active":
-            await self.set_state("releasing", step)
+            self.set_state("releasing", step)
             attempt = self.status.attempts[-1]
             await self.destroy_vm(
-                attempt.node, attempt.number, [b.slot_index for b in self.status.bundles], deadline=self.time_left()
+                attempt.node,
+                attempt.number,
+                [b.slot_index for b in self.status.bundles],
+                deadline=self.clock.time_left(),
             )
             await self.release_claims(None)
         self.status.bundles = []
-        await self.set_state(final_state, final_state)
-        await self.write_trail()
+        self.set_state(final_state, final_state)
+        await self.mirror.write_trail()
 
     # -- control and node calls, compensations ------------------------------------------------------------------------
 
@@ -378,7 +371,7 @@ class AllocationWorkflow:
         it the unwritten audit trail to write before its own work. If the call fails the trail goes back in line for
         the next write (writing a step twice changes nothing). `deadline`: what is left of the state's deadline;
         past it, with every retry, the state's deadline has passed."""
-        trail = self.take_trail()
+        trail = self.mirror.take_trail()
         try:
             try:
                 return await workflow.execute_local_activity(
@@ -388,11 +381,9 @@ class AllocationWorkflow:
             except (ApplicationError, TimeoutError) as bare:
                 raise as_activity_error(step.__name__) from bare
         except BaseException as error:
-            self.trail = AuditTrail(
-                opening=trail.opening or self.trail.opening, changes=[*trail.changes, *self.trail.changes]
-            )
+            self.mirror.put_back(trail)
             if deadline is not None and isinstance(error, ActivityError) and past_overall_timeout(error):
-                raise self.deadline_passed(self.status.node) from error
+                raise self.clock.passed(self.status.node) from error
             raise
 
     async def on_node(self, node: str, step: Callable[[Any], R], argument: BaseModel, **options: Any) -> R:
@@ -422,7 +413,7 @@ class AllocationWorkflow:
                                start_to_close=timedelta(minutes=2), deadline=deadline)  # fmt: skip
             return
         except ActivityError as error:
-            failure = self.failure_on(error, node) if deadline is not None else node_failure(error, node)
+            failure = self.clock.failure_on(error, node) if deadline is not None else node_failure(error, node)
         quarantine = QuarantineInput(allocation_id=self.input.allocation_id, attempt=attempt, node=node,
                                      slot_indexes=slot_indexes, reason=f"wipe not confirmed: {failure.reason}")  # fmt: skip
         await self.on_control(steps.quarantine_slots, quarantine)
@@ -434,53 +425,6 @@ class AllocationWorkflow:
             parent_close_policy=ParentClosePolicy.ABANDON,
             static_summary=f"wipe {len(slot_indexes)} slot(s) of {node} when its agent returns",
         )
-
-    # -- deadlines ---------------------------------------------------------------------------------------------------
-
-    def time_left(self, node: str | None = None) -> timedelta | None:
-        """What is left of the current state's deadline; None for a state without one. Already past it: the
-        deadline's failure."""
-        limit = self.deadlines.of(self.status.state)
-        if limit is None:
-            return None
-        left = self.entered + timedelta(seconds=limit) - workflow.now()
-        if left <= timedelta(0):
-            raise self.deadline_passed(node)
-        return left
-
-    def longest_node_call(self, start_to_close: timedelta, attempts: int) -> timedelta:
-        """The longest a node call can take with every retry (each try waits for its pickup and runs for at most
-        `start_to_close`; retries back off by at most NODE_RETRY_INTERVAL)."""
-        pickup = timedelta(seconds=self.input.timing.agent_pickup_seconds)
-        return attempts * (pickup + start_to_close) + (attempts - 1) * node_calls.NODE_RETRY_INTERVAL
-
-    def deadline_passed(self, node: str | None) -> AttemptFailed:
-        state = "placing" if self.status.state == "pending" else self.status.state
-        limit = self.deadlines.of(state) or 0.0
-        where = f" on node {node}" if node else ""
-        return AttemptFailed(
-            "deadline_exceeded", f"{state} took longer than {format_duration(limit)}{where}", final=DEADLINE_EXCEEDED
-        )
-
-    def failure_on(self, error: ActivityError, node: str) -> AttemptFailed:
-        """A node call's failure: the state's deadline when that is what ended it, else the node's own reason."""
-        return self.deadline_passed(node) if past_overall_timeout(error) else node_failure(error, node)
-
-    async def within_deadline(self, node: str, call: Awaitable[R], longest: timedelta) -> R:
-        """Race a step that may create something (a VM) against the state's deadline. Past it the step is cancelled
-        and waited for (`WAIT_CANCELLATION_COMPLETED`), so the compensation never races a create still running.
-        `longest`: the most the step can take with all its retries; where the deadline is further away than that,
-        the race is already decided and its timer, an action of its own, is not started."""
-        left = self.time_left(node)
-        if left is None or longest < left:
-            return await call
-        running = asyncio.ensure_future(call)
-        await workflow.wait([running], timeout=left.total_seconds())
-        if running.done():
-            return running.result()
-        running.cancel()
-        await asyncio.gather(running, return_exceptions=True)
-        raise self.deadline_passed(node)
 
     # -- state, UI and audit ----------------------------------------------------------------------------------------
 
@@ -499,98 +443,11 @@ class AllocationWorkflow:
         request = self.input.request.model_copy(update={"exclude_nodes": excluded, "seed": seed})
         return FindCandidatesInput(allocation_id=self.input.allocation_id, request=request, region=region)
 
-    async def set_state(
-        self,
-        state: str,
-        step: str,
-        *,
-        node: str | None = None,
-        attempt: Attempt | None = None,
-        region: str | None = None,
-        reason: str | None = None,
-        publish: bool = True,
-        recorded: bool = False,
-    ) -> None:
-        """Move to a state: the status, the UI (search attributes for the states it filters on, unless `publish` is
-        off; the current details always) and the audit trail (unless a control step `recorded` the step already)."""
+    def set_state(self, state: str, step: str, **details: Any) -> None:
+        """Move to a state: its deadline's clock, and what the world sees of it (workflows/allocation_mirror.py)."""
         if state != self.status.state:
-            self.entered = workflow.now()
-        self.status.state, self.status.step = state, step
-        if state == "failed":
-            self.status.failure_reason = reason
-        if publish and state in UI_STATES and state != "waiting_ready":
-            self.publish(self.search_values(state, region, node))
-        workflow.set_current_details(self.story())
-        if not recorded:
-            change = self.state_change(state, step, node=node, attempt=attempt, region=region, reason=reason)
-            self.trail = AuditTrail(opening=self.trail.opening, changes=[*self.trail.changes, change])
-
-    def state_change(
-        self,
-        state: str,
-        step: str,
-        *,
-        node: str | None = None,
-        attempt: Attempt | None = None,
-        region: str | None = None,
-        reason: str | None = None,
-    ) -> StateChange:
-        """The step as the audit trail records it."""
-        return StateChange(
-            allocation_id=self.input.allocation_id,
-            run_id=workflow.info().run_id,
-            state=state,
-            step=step,
-            attempt=attempt.number if attempt else None,
-            node=node,
-            region=region or self.status.region,
-            pool=attempt.pool if attempt else None,
-            reason=reason,
-            at=workflow.now(),
-        )
-
-    def search_values(self, state: str, region: str | None = None, node: str | None = None) -> dict[str, str]:
-        return {
-            sa.STATE.name: state,
-            sa.REGION.name: region or self.status.region or "",
-            sa.NODE.name: node or self.status.node or "",
-        }
-
-    def publish(self, values: dict[str, str]) -> None:
-        """Upsert the search attributes that changed, once per change of state: each upsert is a visibility write on
-        the server, so a step that keeps the state (finding candidates after choosing the region) waits for the next."""
-        if self.published.get(sa.STATE.name) == values[sa.STATE.name]:
-            return
-        keys = {sa.STATE.name: sa.STATE, sa.REGION.name: sa.REGION, sa.NODE.name: sa.NODE}
-        changed = [keys[name].value_set(value) for name, value in values.items() if self.published.get(name) != value]
-        if changed:
-            workflow.upsert_search_attributes(changed)
-            self.published.update(values)
-
-    def take_trail(self) -> AuditTrail:
-        """Hand the unwritten steps to the activity about to run, which writes them first."""
-        trail, self.trail = self.trail, AuditTrail()
-        return trail
-
-    async def write_trail(self) -> None:
-        """Write the unwritten steps now: the workflow is about to wait with no control step ahead."""
-        if self.trail:
-            await workflow.execute_local_activity(steps.record_trail, self.take_trail(), **CONTROL_CALL)  # type: ignore[arg-type]
-
-    def story(self) -> str:
-        """The markdown the Temporal UI shows as this allocation's current details."""
-        s = self.status
-        lines = [
-            f"**{s.state}** ({s.step}) - {self.input.request.describe()} for tenant {s.tenant}",
-            "",
-            f"region: {s.region or '-'} | pool: {s.pool or '-'} | node: {s.node or '-'}",
-        ]
-        if s.attempts:
-            lines += ["", "| attempt | node | outcome | reason |", "| --- | --- | --- | --- |"]
-            lines += [f"| {a.number} | {a.node} | {a.outcome} | {a.reason or ''} |" for a in s.attempts]
-        if s.failure_reason:
-            lines += ["", f"failure: {s.failure_reason}"]
-        return "\n".join(lines)
+            self.clock.restart()
+        self.mirror.move(state, step, **details)
 
     # -- operator messages ------------------------------------------------------------------------------------------
 
@@ -609,7 +466,7 @@ class AllocationWorkflow:
     @retry.validator
     def validate_retry(self, request: RetryRequest) -> None:
         if self.status.state not in PLACING_STATES:
-            raise ValueError(f"allocation is {self.status.state}; only an allocation being placed can be retried")
+            raise self.invalid_state("only an allocation being placed can be retried")
 
     @workflow.update
     async def release(self, request: ReleaseRequest) -> AllocationStatus:
@@ -620,7 +477,13 @@ class AllocationWorkflow:
     def validate_release(self, request: ReleaseRequest) -> None:
         if self.status.state != "active":
             hint = " (cancel it instead)" if self.status.state in PLACING_STATES else ""
-            raise ValueError(f"allocation is {self.status.state}; only an active allocation can be released{hint}")
+            raise self.invalid_state(f"only an active allocation can be released{hint}")
+
+    def invalid_state(self, rule: str) -> ApplicationError:
+        """An update refused in this state (a validator's refusal is not recorded in the history); the state travels
+        as the failure's detail, so the API answers naming it without reading the words."""
+        state = self.status.state
+        return ApplicationError(f"allocation is {state}; {rule}", state, type="InvalidState", non_retryable=True)
 
 
 def initial_search_attributes(input: AllocationInput) -> TypedSearchAttributes:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import QueryRejectCondition, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from workflows.allocation import AllocationWorkflow, initial_search_attributes
 from workflows.allocation_messages import (
@@ -19,7 +19,7 @@ from workflows.allocation_messages import (
     RetryAccepted,
     RetryRequest,
 )
-from workflows.client_calls import Rejected, bounded
+from workflows.client_calls import Rejected, bounded, refusal
 
 DEFAULT_TIMEOUT = 10.0
 
@@ -93,7 +93,7 @@ async def retry(
             wait_seconds,
         )
     except WorkflowUpdateFailedError as exc:
-        raise Rejected(_cause(exc)) from exc
+        raise refusal(exc) from exc
 
 
 async def release(client: Client, allocation_id: str, wait_seconds: float = DEFAULT_TIMEOUT) -> AllocationStatus:
@@ -102,7 +102,7 @@ async def release(client: Client, allocation_id: str, wait_seconds: float = DEFA
             handle(client, allocation_id).execute_update(AllocationWorkflow.release, ReleaseRequest()), wait_seconds
         )
     except WorkflowUpdateFailedError as exc:
-        raise Rejected(_cause(exc)) from exc
+        raise refusal(exc) from exc
 
 
 async def cancel(client: Client, allocation_id: str) -> None:
@@ -124,10 +124,3 @@ async def restart_failed(
         raise Rejected(
             f"allocation {input.allocation_id} is running or has finished; only a failed one restarts"
         ) from exc
-
-
-def _cause(error: WorkflowUpdateFailedError) -> str:
-    cause = error.cause
-    while cause is not None and not isinstance(cause, ApplicationError) and cause.__cause__ is not None:
-        cause = cause.__cause__
-    return getattr(cause, "message", None) or str(cause or error)

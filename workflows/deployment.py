@@ -1,5 +1,5 @@
 """The ModelDeployment workflow: owns one deployment's spec and keeps its replicas where the fleet scheduler says
-(DESIGN.md section 3; Modelplane's retain -> scale down -> fill, as a pure function of observed state).
+(docs/design.md section 3; Modelplane's retain -> scale down -> fill, as a pure function of observed state).
 
     loop, one reconcile at a time, woken by
       a spec update (`apply_spec`, validated first), an inventory change (`inventory_changed` signal),

@@ -21,12 +21,11 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts.task_queues import Queues
 from fleet.meta import DEFAULT_NAMESPACE
-from workflows.client_calls import Rejected, WorkerUnavailable, bounded
+from workflows.client_calls import Rejected, WorkerUnavailable, bounded, refusal
 from workflows.deployment import DeploymentWorkflow, initial_search_attributes
 from workflows.deployment_messages import (
     DeleteRequest,
@@ -99,7 +98,7 @@ async def apply(
             wait_seconds,
         )
     except WorkflowUpdateFailedError as error:
-        raise Rejected(_cause(error)) from error
+        raise refusal(error) from error
     return created
 
 
@@ -118,14 +117,7 @@ async def delete(
             handle(client, name, namespace).execute_update(DeploymentWorkflow.delete, DeleteRequest()), wait_seconds
         )
     except WorkflowUpdateFailedError as error:
-        raise Rejected(_cause(error)) from error
-
-
-def _cause(error: WorkflowUpdateFailedError) -> str:
-    cause = error.cause
-    while cause is not None and not isinstance(cause, ApplicationError) and cause.__cause__ is not None:
-        cause = cause.__cause__
-    return getattr(cause, "message", None) or str(cause or error)
+        raise refusal(error) from error
 
 
 async def notify_inventory_changed(client: Client, queues: Queues, reason: str) -> int:

@@ -1,4 +1,4 @@
-"""One replica of a ModelDeployment, from ledger to ready workload and back (DESIGN.md section 3).
+"""One replica of a ModelDeployment, from ledger to ready workload and back (docs/design.md section 3).
 
     1. record_replica        the replica's row and its pool ledger rows, one transaction, re-checked under lock;
                              a pool it would overcommit is a LedgerConflict: report it, the deployment re-plans

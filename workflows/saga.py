@@ -1,4 +1,4 @@
-"""Undo steps that survive cancellation (TEMPORAL.md, saga rules), shared by the allocation, deployment and replica
+"""Undo steps that survive cancellation (docs/design.md, "Temporal practice": sagas), shared by the allocation, deployment and replica
 workflows."""
 
 from __future__ import annotations

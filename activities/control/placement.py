@@ -10,8 +10,8 @@ claims, slot states, tenant usage, plans in progress and the node breaker's rece
 candidates travel with their pools' deadlines, which the workflow applies from then on.
 
 `choose_placement` takes the region and cluster decisions in one step on one read (the allocation workflow runs it
-as a local activity); `select_region` and `find_candidates` stay for runs started before it, and
-`find_candidates` for the one re-plan a run makes when its list runs out.
+as a local activity); `find_candidates` is the cluster level alone, for the one re-plan a run makes when its list
+runs out.
 
 The scheduler's levels run in a worker thread (`asyncio.to_thread`), never on the worker's event loop: a request's
 CEL selectors may cost up to their budget of CPU, and meanwhile the loop must go on running other allocations'
@@ -196,14 +196,6 @@ class PlacementActivities:
         await write_trail(self.sessions, AuditTrail(changes=steps))
         return choice.model_copy(update={"final_recorded": True})
 
-    @activity.defn(name="select_region")
-    async def select_region(self, request: FindCandidatesInput) -> RegionChoice:
-        """Region level of seed 004: tenant policy, quota headroom, region status, product and price."""
-        await write_trail(self.sessions, request.trail)
-        async with self.sessions() as session:
-            snapshot = await self.inventory.snapshot(session, exclude_allocation=request.allocation_id)
-        return await _region_choice(snapshot, request.request, RequestBudget())
-
     @activity.defn(name="find_candidates")
     async def find_candidates(self, request: FindCandidatesInput) -> CandidateList:
         """Cluster level: pool eligibility and ranked candidate nodes (the chosen one plus alternates)."""
@@ -214,4 +206,4 @@ class PlacementActivities:
         )
 
     def activities(self) -> list[object]:
-        return [self.choose_placement, self.select_region, self.find_candidates]
+        return [self.choose_placement, self.find_candidates]

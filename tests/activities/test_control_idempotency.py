@@ -10,7 +10,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.control.claims import ClaimActivities
 from activities.control.records import RecordActivities
-from contracts.allocation import AllocationRecord, ClaimInput, ReleaseClaimsInput, StateChange
+from contracts.allocation import AllocationRecord, AuditTrail, ClaimInput, ReleaseClaimsInput, StateChange
 from devstack.reports import report_hosts
 from fleet.loader import load_fleet
 from scheduler.bundles import Bundle
@@ -33,13 +33,13 @@ async def test_claims_and_records_are_idempotent_and_conflicts_are_typed(session
     for allocation in ("a", "b"):
         record = AllocationRecord(allocation_id=allocation, tenant="acme", workflow_id=f"allocation/{allocation}",
                                   request=PlacementRequest(gpu_count=2))  # fmt: skip
-        await env.run(records.open_allocation, record)
-        await env.run(records.open_allocation, record)
+        await env.run(records.record_trail, AuditTrail(opening=record))
+        await env.run(records.record_trail, AuditTrail(opening=record))
     change = StateChange(
         allocation_id="a", run_id="r1", state="claiming", step="record_claims", attempt=1, node="j22u05"
     )
-    await env.run(records.record_state, change)
-    await env.run(records.record_state, change)
+    await env.run(records.record_trail, AuditTrail(changes=[change]))
+    await env.run(records.record_trail, AuditTrail(changes=[change]))
 
     claim = ClaimInput(allocation_id="a", attempt=1, node="j22u05", tenant="acme", gpu_count=2,
                        bundles=[_bundle(0), _bundle(1)])  # fmt: skip
@@ -64,8 +64,8 @@ async def test_quota_is_rechecked_when_claiming(sessions, examples_dir) -> None:
         await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
     await report_hosts(sessions, load_fleet([examples_dir / "fleet.yaml"]))
     env, records, claims = ActivityEnvironment(), RecordActivities(sessions), ClaimActivities(sessions)
-    await env.run(records.open_allocation, AllocationRecord(allocation_id="big", tenant="globex", workflow_id="w",
-                                                            request=PlacementRequest(gpu_count=9)))  # fmt: skip
+    big = AllocationRecord(allocation_id="big", tenant="globex", workflow_id="w", request=PlacementRequest(gpu_count=9))
+    await env.run(records.record_trail, AuditTrail(opening=big))
     with pytest.raises(ApplicationError, match="exceed its quota of 8") as refused:
         await env.run(claims.record_claims, ClaimInput(allocation_id="big", attempt=1, node="j22u05", tenant="globex",
                                                        gpu_count=9, bundles=[_bundle(0)]))  # fmt: skip

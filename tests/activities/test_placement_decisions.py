@@ -26,8 +26,8 @@ async def test_a_tentative_choice_steers_the_next_decision(sessions, examples_di
     request = PlacementRequest(gpu_count=8, gpu_product="H200", tenant="acme")
     firsts = []
     for allocation in ("first", "second"):
-        await env.run(records.open_allocation, AllocationRecord(allocation_id=allocation, tenant="acme",
-                                                                request=request, workflow_id=allocation))  # fmt: skip
+        opening = AllocationRecord(allocation_id=allocation, tenant="acme", request=request, workflow_id=allocation)
+        await env.run(records.record_trail, AuditTrail(opening=opening))
         found = await env.run(placement.find_candidates, FindCandidatesInput(allocation_id=allocation, request=request,
                                                                               region="us-east"))  # fmt: skip
         firsts.append(found.candidates[0].node)

@@ -15,7 +15,7 @@ that names no tenant. The API refuses those with codes (and, under
 still fails the run.
 
 `use_after_free` is left out: it expects a resource to be gone after a successful DELETE, while `DELETE
-/v1/allocations/{id}` releases the allocation, which stays readable as `released` (DESIGN.md section 6).
+/v1/allocations/{id}` releases the allocation, which stays readable as `released` (docs/design.md section 6).
 """
 
 from __future__ import annotations

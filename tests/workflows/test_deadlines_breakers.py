@@ -27,6 +27,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from bench.actions import run_histories
 from store.models import SlotRow, TenantRow
 from store.tokens import create_token
 from tests.api.stack import app_for, bearer, control_worker_seen, http_client
@@ -37,13 +38,17 @@ from workflows.allocation import AllocationWorkflow
 HISTORIES = Path(__file__).parent / "histories"
 
 
-async def replays(handle: WorkflowHandle[Any, Any]) -> None:
-    """The run's history replays on the current code (and is kept under histories/ with BERTH_RECORD_HISTORIES=1,
-    so later changes must keep replaying it)."""
-    history = await handle.fetch_history()
-    await Replayer(workflows=[AllocationWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
+async def replays(client: Client, handle: WorkflowHandle[Any, Any]) -> None:
+    """The run's histories (the placement run, and the hold run of an allocation that became active) replay on the
+    current code, and are kept under histories/ with BERTH_RECORD_HISTORIES=1, so later changes must keep replaying
+    them."""
+    histories = await run_histories(client, handle.id)
+    for history in histories:
+        await Replayer(workflows=[AllocationWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
     if os.environ.get("BERTH_RECORD_HISTORIES"):
-        (HISTORIES / f"{history.workflow_id.replace('/', '_')}.json").write_text(history.to_json())
+        for number, history in enumerate(histories, start=1):
+            name = history.workflow_id.replace("/", "_") + (f"_{number}" if len(histories) > 1 else "")
+            (HISTORIES / f"{name}.json").write_text(history.to_json())
 
 
 def with_pool_deadlines(fleet_text: str, deadlines: dict[str, str]) -> str:
@@ -91,7 +96,7 @@ async def test_a_vm_that_never_gets_ready_fails_at_its_pools_waiting_ready_deadl
         # Compensated: no VM, no claim, no lease, every slot free again.
         reason = await failed_and_undone(lab, http, admin, "deadline-waiting-ready")
         assert reason == "deadline_exceeded: waiting_ready took longer than 15m0s on node slow"
-        await replays(handle)
+        await replays(temporal_client, handle)
 
 
 async def test_without_pool_deadlines_the_defaults_leave_the_readiness_timeout_in_charge(
@@ -132,7 +137,7 @@ async def test_a_quota_refusal_at_claim_time_is_a_failed_attempt_with_the_quota_
         assert allocation["state"] == "failed" and allocation["failure_reason"] == reason
         assert [(a["node"], a["outcome"], a["reason"]) for a in allocation["attempts"]] == [("h1", "failed", reason)]
         assert lab.lease_files() == [] and await lab.active_claims() == {}
-        await replays(handle)
+        await replays(temporal_client, handle)
 
 
 async def test_a_node_whose_attempts_keep_failing_cools_off_and_explain_says_so(

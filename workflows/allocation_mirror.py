@@ -1,0 +1,136 @@
+"""What the world sees of an allocation run: its status (the workflow's query), the Temporal UI (search attributes
+and the current-details story) and PostgreSQL (the audit trail).
+
+The trail is not written step by step: it travels with the next control step, which writes it before its own work,
+and is written on its own only before a wait that no control step follows. Search attributes move only for the
+states the UI filters on (`UI_STATES`): each upsert is a visibility write, a Temporal action a production namespace
+pays for (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from contracts import steps
+    from contracts.allocation import AuditTrail, StateChange
+    from workflows import search_attributes as sa
+    from workflows.allocation_messages import FINAL_STATES, AllocationInput, AllocationStatus, Attempt
+
+# The states worth a search-attribute upsert: long enough for the UI to filter on. `waiting_ready` only once a boot
+# turns out not to be immediate (the workflow publishes it then); planning and claiming last milliseconds.
+UI_STATES = frozenset({"placing", "provisioning", "waiting_ready", "active", "releasing", *FINAL_STATES})
+CONTROL_CALL = {
+    "start_to_close_timeout": timedelta(seconds=30),
+    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10)),
+}
+
+
+class Mirror:
+    def __init__(self, input: AllocationInput, status: AllocationStatus) -> None:
+        self.input = input
+        self.status = status
+        self.trail = AuditTrail()  # steps not yet written to PostgreSQL
+        # The search attribute values as they stand (set when the run was started), so only changes are upserted.
+        self.published: dict[str, object] = self.search_values(status.state, input.request.region)
+
+    def move(
+        self,
+        state: str,
+        step: str,
+        *,
+        node: str | None = None,
+        attempt: Attempt | None = None,
+        region: str | None = None,
+        reason: str | None = None,
+        publish: bool = True,
+        recorded: bool = False,
+    ) -> None:
+        """Move to a state: the status, the UI (search attributes for the states it filters on, unless `publish` is
+        off; the current details always) and the audit trail (unless a control step `recorded` the step already)."""
+        self.status.state, self.status.step = state, step
+        if state == "failed":
+            self.status.failure_reason = reason
+        if publish and state in UI_STATES and state != "waiting_ready":
+            self.publish(self.search_values(state, region, node))
+        workflow.set_current_details(self.story())
+        if not recorded:
+            change = self.state_change(state, step, node=node, attempt=attempt, region=region, reason=reason)
+            self.trail = AuditTrail(opening=self.trail.opening, changes=[*self.trail.changes, change])
+
+    def state_change(
+        self,
+        state: str,
+        step: str,
+        *,
+        node: str | None = None,
+        attempt: Attempt | None = None,
+        region: str | None = None,
+        reason: str | None = None,
+    ) -> StateChange:
+        """The step as the audit trail records it."""
+        return StateChange(
+            allocation_id=self.input.allocation_id,
+            run_id=workflow.info().run_id,
+            state=state,
+            step=step,
+            attempt=attempt.number if attempt else None,
+            node=node,
+            region=region or self.status.region,
+            pool=attempt.pool if attempt else None,
+            reason=reason,
+            at=workflow.now(),
+        )
+
+    def search_values(self, state: str, region: str | None = None, node: str | None = None) -> dict[str, str]:
+        return {
+            sa.STATE.name: state,
+            sa.REGION.name: region or self.status.region or "",
+            sa.NODE.name: node or self.status.node or "",
+        }
+
+    def publish(self, values: dict[str, str]) -> None:
+        """Upsert the search attributes that changed, once per change of state: a step that keeps the state (finding
+        candidates after choosing the region) waits for the next."""
+        if self.published.get(sa.STATE.name) == values[sa.STATE.name]:
+            return
+        keys = {sa.STATE.name: sa.STATE, sa.REGION.name: sa.REGION, sa.NODE.name: sa.NODE}
+        changed = [keys[name].value_set(value) for name, value in values.items() if self.published.get(name) != value]
+        if changed:
+            workflow.upsert_search_attributes(changed)
+            self.published.update(values)
+
+    def take_trail(self) -> AuditTrail:
+        """Hand the unwritten steps to the control step about to run, which writes them first."""
+        trail, self.trail = self.trail, AuditTrail()
+        return trail
+
+    def put_back(self, trail: AuditTrail) -> None:
+        """A control step that failed did not write its trail: it goes back in line for the next write (writing a
+        step twice changes nothing)."""
+        self.trail = AuditTrail(
+            opening=trail.opening or self.trail.opening, changes=[*trail.changes, *self.trail.changes]
+        )
+
+    async def write_trail(self) -> None:
+        """Write the unwritten steps now: the workflow is about to wait with no control step ahead."""
+        if self.trail:
+            await workflow.execute_local_activity(steps.record_trail, self.take_trail(), **CONTROL_CALL)  # type: ignore[arg-type]
+
+    def story(self) -> str:
+        """The markdown the Temporal UI shows as this allocation's current details."""
+        s = self.status
+        lines = [
+            f"**{s.state}** ({s.step}) - {self.input.request.describe()} for tenant {s.tenant}",
+            "",
+            f"region: {s.region or '-'} | pool: {s.pool or '-'} | node: {s.node or '-'}",
+        ]
+        if s.attempts:
+            lines += ["", "| attempt | node | outcome | reason |", "| --- | --- | --- | --- |"]
+            lines += [f"| {a.number} | {a.node} | {a.outcome} | {a.reason or ''} |" for a in s.attempts]
+        if s.failure_reason:
+            lines += ["", f"failure: {s.failure_reason}"]
+        return "\n".join(lines)
