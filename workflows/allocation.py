@@ -31,15 +31,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from contracts import steps
     from contracts.allocation import (
-        AllocationRecord,
-        AuditTrail,
         CandidateList,
         ClaimInput,
         FindCandidatesInput,
@@ -60,7 +57,6 @@ with workflow.unsafe.imports_passed_through():
         QUOTA_EXCEEDED,
         SKU_UNAVAILABLE,
         AttemptFailed,
-        as_activity_error,
         node_failure,
         past_overall_timeout,
     )
@@ -75,7 +71,7 @@ with workflow.unsafe.imports_passed_through():
         RetryAccepted,
         RetryRequest,
     )
-    from workflows.allocation_mirror import CONTROL_CALL, Mirror
+    from workflows.allocation_mirror import Mirror
     from workflows.cancellation import wait_unless_cancelled
     from workflows.recovery import SlotRecoveryInput, SlotRecoveryWorkflow
     from workflows.saga import Saga, shielded
@@ -119,7 +115,7 @@ class AllocationWorkflow:
     async def run(self, input: AllocationInput) -> AllocationStatus:
         try:
             if input.held is None:
-                self.mirror.trail = AuditTrail(opening=self.opening())
+                self.mirror.open()
                 region, first = await self.choose_placement()  # 1, 2
                 await self.place(region, first)  # 3 (and 5 when nothing works)
                 if input.revision >= HOLD_REVISION:
@@ -367,22 +363,12 @@ class AllocationWorkflow:
     async def on_control(
         self, step: Callable[[Any], Awaitable[R]], argument: BaseModel, *, deadline: timedelta | None = None
     ) -> R:
-        """Run a control step (a local activity: no task-queue round trip, no activity task on the server), handing
-        it the unwritten audit trail to write before its own work. If the call fails the trail goes back in line for
-        the next write (writing a step twice changes nothing). `deadline`: what is left of the state's deadline;
-        past it, with every retry, the state's deadline has passed."""
-        trail = self.mirror.take_trail()
+        """Run a control step with the unwritten audit trail (workflows/allocation_mirror.py). `deadline`: what is
+        left of the state's deadline; past it, with every retry, the state's deadline has passed."""
         try:
-            try:
-                return await workflow.execute_local_activity(
-                    step, argument.model_copy(update={"trail": trail}), schedule_to_close_timeout=deadline,
-                    **CONTROL_CALL,  # type: ignore[arg-type]
-                )  # fmt: skip
-            except (ApplicationError, TimeoutError) as bare:
-                raise as_activity_error(step.__name__) from bare
-        except BaseException as error:
-            self.mirror.put_back(trail)
-            if deadline is not None and isinstance(error, ActivityError) and past_overall_timeout(error):
+            return await self.mirror.control_step(step, argument, deadline)
+        except ActivityError as error:
+            if deadline is not None and past_overall_timeout(error):
                 raise self.clock.passed(self.status.node) from error
             raise
 
@@ -427,13 +413,6 @@ class AllocationWorkflow:
         )
 
     # -- state, UI and audit ----------------------------------------------------------------------------------------
-
-    def opening(self) -> AllocationRecord:
-        """The allocation's row, written with the first step of its trail."""
-        input = self.input
-        return AllocationRecord(allocation_id=input.allocation_id, tenant=input.tenant, request=input.request,
-                                workflow_id=workflow.info().workflow_id, request_body=input.request_body,
-                                idempotency_key=input.idempotency_key)  # fmt: skip
 
     def placement_input(self, region: str) -> FindCandidatesInput:
         # A per-allocation seed rotates equally ranked nodes, so a burst of identical requests fans out.
@@ -486,17 +465,4 @@ class AllocationWorkflow:
         return ApplicationError(f"allocation is {state}; {rule}", state, type="InvalidState", non_retryable=True)
 
 
-def initial_search_attributes(input: AllocationInput) -> TypedSearchAttributes:
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(sa.KIND, "allocation"),
-            SearchAttributePair(sa.STATE, "pending"),
-            SearchAttributePair(sa.TENANT, input.tenant),
-            SearchAttributePair(sa.GPU_COUNT, input.request.gpu_count),
-            SearchAttributePair(sa.REGION, input.request.region or ""),
-            SearchAttributePair(sa.NODE, ""),
-        ]
-    )
-
-
-__all__ = ["FINAL_STATES", "AllocationWorkflow", "initial_search_attributes"]
+__all__ = ["FINAL_STATES", "AllocationWorkflow"]

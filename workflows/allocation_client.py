@@ -10,7 +10,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, W
 from temporalio.common import QueryRejectCondition, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from workflows.allocation import AllocationWorkflow, initial_search_attributes
+from workflows.allocation import AllocationWorkflow
 from workflows.allocation_messages import (
     REVISION,
     AllocationInput,
@@ -19,6 +19,7 @@ from workflows.allocation_messages import (
     RetryAccepted,
     RetryRequest,
 )
+from workflows.allocation_mirror import initial_search_attributes
 from workflows.client_calls import Rejected, bounded, refusal
 
 DEFAULT_TIMEOUT = 10.0

@@ -9,16 +9,23 @@ pays for (docs/benchmarks.md).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import steps
-    from contracts.allocation import AuditTrail, StateChange
+    from contracts.allocation import AllocationRecord, AuditTrail, StateChange
     from workflows import search_attributes as sa
+    from workflows.allocation_failures import as_activity_error
     from workflows.allocation_messages import FINAL_STATES, AllocationInput, AllocationStatus, Attempt
+
+R = TypeVar("R")
 
 # The states worth a search-attribute upsert: long enough for the UI to filter on. `waiting_ready` only once a boot
 # turns out not to be immediate (the workflow publishes it then); planning and claiming last milliseconds.
@@ -103,6 +110,34 @@ class Mirror:
             workflow.upsert_search_attributes(changed)
             self.published.update(values)
 
+    def open(self) -> None:
+        """Start the trail with the allocation's row, written with the first step."""
+        input = self.input
+        opening = AllocationRecord(allocation_id=input.allocation_id, tenant=input.tenant, request=input.request,
+                                   workflow_id=workflow.info().workflow_id, request_body=input.request_body,
+                                   idempotency_key=input.idempotency_key)  # fmt: skip
+        self.trail = AuditTrail(opening=opening)
+
+    async def control_step(
+        self, step: Callable[[Any], Awaitable[R]], argument: BaseModel, deadline: timedelta | None
+    ) -> R:
+        """Run a control step as a local activity (no task-queue round trip, no activity task on the server), handing
+        it the unwritten trail to write before its own work. If the step fails the trail goes back in line for the
+        next write (writing a step twice changes nothing). A local activity's failure is raised as an activity's, as
+        every caller reads `ActivityError.cause`."""
+        trail = self.take_trail()
+        try:
+            try:
+                return await workflow.execute_local_activity(
+                    step, argument.model_copy(update={"trail": trail}), schedule_to_close_timeout=deadline,
+                    **CONTROL_CALL,  # type: ignore[arg-type]
+                )  # fmt: skip
+            except (ApplicationError, TimeoutError) as bare:
+                raise as_activity_error(step.__name__) from bare
+        except BaseException:
+            self.put_back(trail)
+            raise
+
     def take_trail(self) -> AuditTrail:
         """Hand the unwritten steps to the control step about to run, which writes them first."""
         trail, self.trail = self.trail, AuditTrail()
@@ -134,3 +169,17 @@ class Mirror:
         if s.failure_reason:
             lines += ["", f"failure: {s.failure_reason}"]
         return "\n".join(lines)
+
+
+def initial_search_attributes(input: AllocationInput) -> TypedSearchAttributes:
+    """What the UI shows of an allocation from its start (the client sets them when it starts the workflow)."""
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(sa.KIND, "allocation"),
+            SearchAttributePair(sa.STATE, "pending"),
+            SearchAttributePair(sa.TENANT, input.tenant),
+            SearchAttributePair(sa.GPU_COUNT, input.request.gpu_count),
+            SearchAttributePair(sa.REGION, input.request.region or ""),
+            SearchAttributePair(sa.NODE, ""),
+        ]
+    )
