@@ -226,8 +226,18 @@ def known_variables() -> frozenset[str]:
     return frozenset(names)
 
 
+@functools.cache
+def read_by_tests_only() -> frozenset[str]:
+    """Variables only the tests read (re-recording replay histories, say): a document may name them, the Settings
+    table need not list them."""
+    names: set[str] = set()
+    for path in (REPO / "tests").rglob("*.py"):
+        names.update(READ_BY_NAME.findall(path.read_text()))
+    return frozenset(names)
+
+
 def stale_variables(text: str) -> Iterator[str]:
-    known = known_variables()
+    known = known_variables() | read_by_tests_only()
     for name in dict.fromkeys(VARIABLE.findall(text)):
         if name.endswith(("*", "_")):
             if not any(k.startswith(name.rstrip("*")) for k in known):
