@@ -1,6 +1,6 @@
 """The agent's liveness, told to Temporal while any of its activities runs: a background heartbeat.
 
-A node call is scheduled with a heartbeat timeout (`workflows.allocation.NODE_HEARTBEAT`) so that an agent killed,
+A node call is scheduled with a heartbeat timeout (`workflows.node_calls.NODE_HEARTBEAT`) so that an agent killed,
 or cut off with the Temporal server, while it runs a step is noticed within seconds and the step retried on the
 agent that comes back, instead of when the step's start-to-close timeout passes (minutes for a VM create: the
 277 s one allocation waited after a chaos run's agent kill, issue 21). A step's own code cannot heartbeat while it

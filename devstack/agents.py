@@ -36,7 +36,7 @@ async def _report(reporter: NodeReporter, answered: asyncio.Event) -> None:
 
 
 def reporting(reporters: list[NodeReporter], ready_file: Path | None) -> Callable[[], None]:
-    """The `ready` callback for worker.run_nodes: starts every host's reports, and writes the ready file once each
+    """The `ready` callback for agent.serve.run_nodes: starts every host's reports, and writes the ready file once each
     host's first report was answered (the first request then finds every node live)."""
     tasks: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references to tasks
 

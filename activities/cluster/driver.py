@@ -1,8 +1,8 @@
 """What the control plane needs from a Kubernetes cluster that serves ModelDeployments, as one small interface.
 
-A real driver talks to the cluster's API server (apply Pods/ResourceClaims with server-side apply, delete them by
-the replica's label, read pod readiness, read node and gateway status); the simulated one (simulated.py) keeps the
-same state in files. Every method is idempotent: activities are retried, and a retry must change nothing twice.
+A real driver talks to the cluster's API server (apply the replica's Deployment or LeaderWorkerSet and its
+ResourceClaimTemplates with server-side apply, delete them by the replica's label, read pod readiness, read node
+and gateway status); the simulated one (simulated.py) keeps the same state in files. Every method is idempotent: activities are retried, and a retry must change nothing twice.
 """
 
 from __future__ import annotations

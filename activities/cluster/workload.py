@@ -3,8 +3,9 @@
 Rendering is a pure function of the ModelReplica the fleet scheduler stamped: one pod per copy of each Standalone
 or Leader member and one per node of each Worker member, every pod pinned to its member's pool through the
 `modelplane.ai/pool` node label (Modelplane's pinning: the pool choice is enforced, not advisory, so the per-pool
-ledger matches where pods really run), and one DRA ResourceClaim per pod from the member's device requests. A real
-Kubernetes driver turns these into Pods (or a LeaderWorkerSet) and ResourceClaims; the simulated driver stores them.
+ledger matches where pods really run), and one DRA ResourceClaim per pod from the member's device requests. The
+Kubernetes driver turns these into a Deployment (or a LeaderWorkerSet for a multi-node member) with
+ResourceClaimTemplates (activities/cluster/k8s_objects.py); the simulated driver stores them.
 
 The deployment's `spec.template.spec.tolerations` travel on the replica as the `berth.dev/tolerations` annotation
 (the ModelReplica XRD has no field for them; written by `replica_manifest`) and land on every pod: they are what
