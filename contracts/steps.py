@@ -1,10 +1,10 @@
-"""The activities the allocation, recovery and reconcile workflows call, declared once: name, argument, result.
+"""The activities the workflows call, declared once: name, argument, result.
 
 A workflow calls an activity by one of these functions (`workflow.execute_activity(steps.create_vm, spec, ...)`),
 so the call is typed (the result type comes from the declaration) and "go to definition" lands here, where each
 declaration names the module that implements it. The implementations live in two processes that a workflow module
 must not import: the control worker's activities (`activities/control/`, with SQLAlchemy) and the node agent's
-(`agent/activities.py`, on the GPU host). Each implementation is registered under the same name with the same
+(`agent/activities.py`, on the GPU host), and the cluster drivers' (`activities/cluster/`). Each implementation is registered under the same name with the same
 types; `tests/workflows/test_step_declarations.py` holds every declaration against its implementation.
 
 The bodies never run: a worker registers the implementations, never these.
@@ -46,6 +46,19 @@ from contracts.audit import (
     Repair,
     WipeRequest,
     WipeResult,
+)
+from contracts.cluster import WorkloadReadiness
+from contracts.deployment import (
+    ApplyWorkloadInput,
+    DeploymentRef,
+    DeploymentStatusRecord,
+    PlanDeploymentInput,
+    PlannedDeployment,
+    RecordReplicaInput,
+    ReplicaRef,
+    ReplicaStateInput,
+    WaitWorkloadInput,
+    WorkloadRef,
 )
 
 _DECLARATION = "a declaration: the worker runs the implementation registered under this name"
@@ -125,6 +138,64 @@ async def audit_apply_repair(request: ApplyRepair) -> Repair:
 @activity.defn(name="audit_finish")
 async def audit_finish(request: FinishAudit) -> datetime | None:
     """Close the audit run."""
+    raise NotImplementedError(_DECLARATION)
+
+
+# -- deployment steps: the control worker (activities/control/deployments.py, the ledger; activities/cluster/, the
+# cluster drivers), for the ModelDeployment and replica workflows ---------------------------------------------------
+
+
+@activity.defn(name="plan_deployment")
+async def plan_deployment(input: PlanDeploymentInput) -> PlannedDeployment:
+    """The fleet scheduler's plan for the deployment on the fleet as PostgreSQL has it."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="record_deployment_status")
+async def record_deployment_status(record: DeploymentStatusRecord) -> None:
+    """The deployment's status, for the API and `berth deploy`."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="delete_deployment_record")
+async def delete_deployment_record(ref: DeploymentRef) -> None:
+    """The deployment's row, once every replica is gone."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="record_replica")
+async def record_replica(input: RecordReplicaInput) -> bool:
+    """Charge the replica to the pools' ledger; False when the ledger has no room (it never overcommits)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="set_replica_state")
+async def set_replica_state(input: ReplicaStateInput) -> None:
+    """The replica's state in its row."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="release_replica")
+async def release_replica(ref: ReplicaRef) -> bool:
+    """Give the replica's ledger charge back."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="apply_workload")
+async def apply_workload(input: ApplyWorkloadInput) -> int:
+    """Render the replica and apply its objects to its cluster (activities/cluster/activities.py)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="delete_workload")
+async def delete_workload(ref: WorkloadRef) -> bool:
+    """Delete everything of the replica's workload on its cluster."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="wait_workload_ready")
+async def wait_workload_ready(input: WaitWorkloadInput) -> WorkloadReadiness:
+    """Probe the workload's readiness for one window."""
     raise NotImplementedError(_DECLARATION)
 
 

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     # imports it afresh under its restrictions and the import fails (`platform.python_implementation`).
     import jsonschema  # noqa: F401
 
+    from contracts import steps
     from contracts.deployment import (
         DeploymentRef,
         DeploymentStatusRecord,
@@ -136,9 +137,8 @@ class DeploymentWorkflow:
         self.status.reconciles += 1
         await self.publish("reconciling")
         planned: PlannedDeployment = await workflow.execute_activity(
-            "plan_deployment",
+            steps.plan_deployment,
             PlanDeploymentInput(deployment=self.manifest, own_replicas=[r.manifest for r in self.live_replicas()]),
-            result_type=PlannedDeployment,
             task_queue=self.input.queues.control,
             summary=f"plan {self.qualified_name}",
             **CONTROL_CALL,
@@ -203,11 +203,11 @@ class DeploymentWorkflow:
             except TimeoutError:
                 workflow.logger.warning("replica %s did not report its teardown; cleaning up", replica.name)
         await workflow.execute_activity(
-            "delete_workload", WorkloadRef(namespace=self.namespace, cluster=replica.cluster, name=replica.name),
+            steps.delete_workload, WorkloadRef(namespace=self.namespace, cluster=replica.cluster, name=replica.name),
             task_queue=self.input.queues.control, summary=f"delete {replica.name}", **CONTROL_CALL,
         )  # fmt: skip
         await workflow.execute_activity(
-            "release_replica", ReplicaRef(namespace=self.namespace, name=replica.name),
+            steps.release_replica, ReplicaRef(namespace=self.namespace, name=replica.name),
             task_queue=self.input.queues.control,
             summary=f"release ledger of {replica.name}", **CONTROL_CALL,
         )  # fmt: skip
@@ -218,7 +218,7 @@ class DeploymentWorkflow:
         await self.publish("deleting")
         await asyncio.gather(*(self.remove_replica(r, "deployment deleted") for r in list(self.replicas.values())))
         await workflow.execute_activity(
-            "delete_deployment_record", DeploymentRef(namespace=self.namespace, name=self.name),
+            steps.delete_deployment_record, DeploymentRef(namespace=self.namespace, name=self.name),
             task_queue=self.input.queues.control,
             **CONTROL_CALL,
         )  # fmt: skip
@@ -257,7 +257,7 @@ class DeploymentWorkflow:
         workflow.set_current_details(self.story())
         if record:
             await workflow.execute_activity(
-                "record_deployment_status",
+                steps.record_deployment_status,
                 DeploymentStatusRecord(
                     namespace=self.namespace, name=self.name, status=self.status.model_dump(mode="json")
                 ),

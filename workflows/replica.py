@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     # imports it afresh under its restrictions and the import fails (`platform.python_implementation`).
     import jsonschema  # noqa: F401
 
+    from contracts import steps
     from contracts.deployment import (
         LEDGER_CONFLICT,
         REPLICA_NOT_READY,
@@ -102,7 +103,7 @@ class ReplicaWorkflow:
         # Registered first: the transaction may commit and its activity still time out.
         saga.add("release_replica", self.release)
         await workflow.execute_activity(
-            "record_replica",
+            steps.record_replica,
             RecordReplicaInput(namespace=i.namespace, deployment=i.deployment, name=i.name, cluster=i.cluster,
                                index=i.index, manifest=i.manifest, usage=i.usage),
             task_queue=i.queues.control, summary=f"ledger for {i.name}", **CONTROL_CALL,
@@ -113,7 +114,7 @@ class ReplicaWorkflow:
         i = self.input
         saga.add("delete_workload", self.delete_workload)  # before the apply: a cut-short apply may have created it
         await workflow.execute_activity(
-            "apply_workload",
+            steps.apply_workload,
             ApplyWorkloadInput(manifest=i.manifest),
             task_queue=i.queues.control,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
@@ -127,11 +128,10 @@ class ReplicaWorkflow:
         deadline = workflow.now() + timedelta(seconds=timing.readiness_timeout_seconds)
         while True:
             readiness: WorkloadReadiness = await workflow.execute_activity(
-                "wait_workload_ready",
+                steps.wait_workload_ready,
                 WaitWorkloadInput(namespace=i.namespace, cluster=i.cluster, name=i.name,
                                   window_seconds=timing.readiness_window_seconds,
                                   poll_seconds=timing.readiness_poll_seconds),
-                result_type=WorkloadReadiness,
                 task_queue=i.queues.control,
                 start_to_close_timeout=timedelta(seconds=timing.readiness_window_seconds + 30),
                 heartbeat_timeout=timedelta(seconds=10),
@@ -155,14 +155,14 @@ class ReplicaWorkflow:
 
     async def release(self) -> None:
         await workflow.execute_activity(
-            "release_replica", ReplicaRef(namespace=self.input.namespace, name=self.input.name),
+            steps.release_replica, ReplicaRef(namespace=self.input.namespace, name=self.input.name),
             task_queue=self.input.queues.control,
             summary=f"release ledger of {self.input.name}", **CONTROL_CALL,
         )  # fmt: skip
 
     async def delete_workload(self) -> None:
         await workflow.execute_activity(
-            "delete_workload",
+            steps.delete_workload,
             WorkloadRef(namespace=self.input.namespace, cluster=self.input.cluster, name=self.input.name),
             task_queue=self.input.queues.control, summary=f"delete {self.input.name}", **CONTROL_CALL,
         )  # fmt: skip
@@ -189,7 +189,7 @@ class ReplicaWorkflow:
         )
         if db_state is not None:
             await workflow.execute_activity(
-                "set_replica_state",
+                steps.set_replica_state,
                 ReplicaStateInput(namespace=self.input.namespace, name=self.input.name, state=db_state),
                 task_queue=self.input.queues.control, **CONTROL_CALL,
             )  # fmt: skip

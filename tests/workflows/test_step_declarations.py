@@ -14,14 +14,23 @@ from typing import Any
 import pytest
 from temporalio import activity
 
+from activities.cluster.activities import ClusterActivities
 from activities.control.audit import AuditActivities
 from activities.control.claims import ClaimActivities
+from activities.control.deployments import DeploymentActivities
 from activities.control.placement import PlacementActivities
 from activities.control.records import RecordActivities
 from agent.activities import NodeAgent
 from contracts import steps
 
-CONTROL = (PlacementActivities, ClaimActivities, RecordActivities, AuditActivities)
+CONTROL = (
+    PlacementActivities,
+    ClaimActivities,
+    RecordActivities,
+    AuditActivities,
+    DeploymentActivities,
+    ClusterActivities,
+)
 
 
 def _registered(*classes: type) -> dict[str, Callable[..., Any]]:
@@ -61,9 +70,11 @@ def test_each_declared_step_is_implemented_with_the_same_name_and_types(declared
     assert (name in node_side) == (not inspect.iscoroutinefunction(declared))
 
 
-@pytest.mark.parametrize("module", ["allocation", "reconcile", "recovery", "node_calls"])
+@pytest.mark.parametrize(
+    "module", ["allocation", "allocation_mirror", "reconcile", "recovery", "node_calls", "deployment", "replica"]
+)
 def test_the_workflows_call_no_activity_by_a_string_name(module: str) -> None:
-    """What the allocation, reconcile and recovery workflows run is a declaration of contracts/steps.py, never a
+    """What the workflows run is a declaration of contracts/steps.py, never a
     name in a string (which "go to definition" cannot follow and no type checker can hold against the result)."""
     tree = ast.parse((Path(__file__).parents[2] / "workflows" / f"{module}.py").read_text())
     callers = {"execute_activity", "execute_local_activity", "on_node", "on_control", "control"}
