@@ -329,9 +329,10 @@ class AllocationWorkflow:
 
     async def continue_into_hold(self) -> None:
         """Hand the active allocation to a fresh run that only holds it, so the history that lives for the
-        allocation's lifetime is small. A release taken while this run finished its work is served here instead."""
+        allocation's lifetime is small. A release taken while this run finished its work is served here instead,
+        and so is a cancellation (one the SDK swallowed included: the hold run would never hear of it)."""
         await self.mirror.write_trail()
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await wait_unless_cancelled(workflow.all_handlers_finished)
         if self.release_requested:
             return
         held = Held(status=self.status, deadlines=self.clock.deadlines)

@@ -30,10 +30,8 @@ R = TypeVar("R")
 # The states worth a search-attribute upsert: long enough for the UI to filter on. `waiting_ready` only once a boot
 # turns out not to be immediate (the workflow publishes it then); planning and claiming last milliseconds.
 UI_STATES = frozenset({"placing", "provisioning", "waiting_ready", "active", "releasing", *FINAL_STATES})
-CONTROL_CALL = {
-    "start_to_close_timeout": timedelta(seconds=30),
-    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10)),
-}
+CONTROL_TIMEOUT = timedelta(seconds=30)  # each try of a control step
+CONTROL_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10))
 
 
 class Mirror:
@@ -42,7 +40,7 @@ class Mirror:
         self.status = status
         self.trail = AuditTrail()  # steps not yet written to PostgreSQL
         # The search attribute values as they stand (set when the run was started), so only changes are upserted.
-        self.published: dict[str, object] = self.search_values(status.state, input.request.region)
+        self.published: dict[str, str] = self.search_values(status.state, input.request.region)
 
     def move(
         self,
@@ -130,7 +128,7 @@ class Mirror:
             try:
                 return await workflow.execute_local_activity(
                     step, argument.model_copy(update={"trail": trail}), schedule_to_close_timeout=deadline,
-                    **CONTROL_CALL,  # type: ignore[arg-type]
+                    start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
                 )  # fmt: skip
             except (ApplicationError, TimeoutError) as bare:
                 raise as_activity_error(step.__name__) from bare
@@ -153,7 +151,12 @@ class Mirror:
     async def write_trail(self) -> None:
         """Write the unwritten steps now: the workflow is about to wait with no control step ahead."""
         if self.trail:
-            await workflow.execute_local_activity(steps.record_trail, self.take_trail(), **CONTROL_CALL)  # type: ignore[arg-type]
+            await workflow.execute_local_activity(
+                steps.record_trail,
+                self.take_trail(),
+                start_to_close_timeout=CONTROL_TIMEOUT,
+                retry_policy=CONTROL_RETRY,
+            )
 
     def story(self) -> str:
         """The markdown the Temporal UI shows as this allocation's current details."""

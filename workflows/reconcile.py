@@ -49,10 +49,8 @@ with workflow.unsafe.imports_passed_through():
 
 R = TypeVar("R")
 
-CONTROL_CALL = {
-    "start_to_close_timeout": timedelta(seconds=30),
-    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5),
-}
+CONTROL_TIMEOUT = timedelta(seconds=30)
+CONTROL_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5)
 
 
 class ReconcileInput(BaseModel):
@@ -137,7 +135,8 @@ class ReconcileWorkflow:
             step,
             args=list(args),
             task_queue=self.input.queues.control,
-            **CONTROL_CALL,  # type: ignore[arg-type]
+            start_to_close_timeout=CONTROL_TIMEOUT,
+            retry_policy=CONTROL_RETRY,
         )
 
     async def on_node(self, node: str, step: Callable[..., R], *args: BaseModel, **options: Any) -> R:
