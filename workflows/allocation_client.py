@@ -6,7 +6,13 @@ otherwise wait for a worker for ever (sdk-python#514): the caller gets `WorkerUn
 
 from __future__ import annotations
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import QueryRejectCondition, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
@@ -76,11 +82,20 @@ def handle(client: Client, allocation_id: str) -> WorkflowHandle[AllocationWorkf
 async def status(client: Client, allocation_id: str, wait_seconds: float = DEFAULT_TIMEOUT) -> AllocationStatus:
     """The running workflow's own account. Only an open run answers: a closed one (released, failed, or terminated
     in the Temporal UI, which skips the compensation) would replay its last state, `active` for a terminated hold,
-    while the row and the reconciler know better (`WorkflowQueryRejectedError`)."""
-    query = handle(client, allocation_id).query(
-        AllocationWorkflow.status_query, reject_condition=QueryRejectCondition.NOT_OPEN
-    )
-    return await bounded(query, wait_seconds)
+    while the row and the reconciler know better (`WorkflowQueryRejectedError`). A query that reached the placement
+    run as it continued into its hold run is asked again: the hold run answers it."""
+
+    async def ask() -> AllocationStatus:
+        while True:
+            try:
+                return await handle(client, allocation_id).query(
+                    AllocationWorkflow.status_query, reject_condition=QueryRejectCondition.NOT_OPEN
+                )
+            except WorkflowQueryRejectedError as rejected:
+                if rejected.status != WorkflowExecutionStatus.CONTINUED_AS_NEW:
+                    raise
+
+    return await bounded(ask(), wait_seconds)
 
 
 async def retry(
