@@ -62,7 +62,6 @@ NO_WORKER = (
 )
 
 
-# What an allocation workflow's update validator says when it refuses: "allocation is <state>; only ...".
 class Refused(ApiError):
     """409 `invalid_state`: the workflow refused the action, with its own words. `state`: the allocation's state as
     the workflow's update validator saw it when it refused (None when the refusal names none), so that a route can
