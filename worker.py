@@ -22,6 +22,7 @@ from activities.cluster.driver import ClusterDriver
 from activities.cluster.kubernetes import KubernetesClusterDriver
 from activities.cluster.simulated import SimulatedClusterDriver
 from activities.cluster.targets import ClusterTargets
+from activities.control.admission import AdmissionActivities
 from activities.control.audit import AuditActivities
 from activities.control.claims import ClaimActivities
 from activities.control.deployments import DeploymentActivities
@@ -85,12 +86,16 @@ def cluster_drivers(sessions: async_sessionmaker[AsyncSession], fallback: Cluste
 
 
 def control_activities(
-    sessions: async_sessionmaker[AsyncSession], clusters: ClusterDriver | None = None
+    sessions: async_sessionmaker[AsyncSession], client: Client, clusters: ClusterDriver | None = None
 ) -> list[object]:
     clusters = clusters or cluster_drivers(sessions)
+    placement = PlacementActivities(sessions)
+    admission = AdmissionActivities(sessions, client, placement.inventory)
     return [
-        *PlacementActivities(sessions).activities(),
-        *ClaimActivities(sessions).activities(),
+        *placement.activities(),
+        *admission.activities(),
+        *AuditActivities(sessions, client).activities(),
+        *ClaimActivities(sessions, admission).activities(),
         *RecordActivities(sessions).activities(),
         *DeploymentActivities(sessions, clusters).activities(),
         *ClusterActivities(clusters).activities(),
@@ -109,7 +114,7 @@ def control_worker(
         client,
         task_queue=task_queue,
         workflows=[AllocationWorkflow, SlotRecoveryWorkflow, DeploymentWorkflow, ReplicaWorkflow, ReconcileWorkflow],
-        activities=[*control_activities(sessions, clusters), *AuditActivities(sessions, client).activities()],
+        activities=control_activities(sessions, client, clusters),
         # The control steps are local activities, each holding its workflow task and a database connection while it
         # runs: more at once than the engine's pool (10 + 10 overflow by default) would only queue inside the pool,
         # where a burst waits out the pool timeout and the workflow task its own; here they wait their turn.

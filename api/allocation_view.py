@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api import queue_view
 from api.errors import not_found
 from api.models import AllocationDetail, AllocationSummary, AttemptView, EventView
 from scheduler.bundles import Bundle
 from store import allocations as store
+from store.inventory import InventoryCache
 from store.models import AllocationEventRow, AllocationRow
 from store.tokens import Principal
 from workflows.allocation_messages import FINAL_STATES, AllocationStatus
@@ -84,7 +86,22 @@ def attempts(events: list[AllocationEventRow], ended: bool, live: AllocationStat
     return result
 
 
-async def detail(session: AsyncSession, row: AllocationRow, live: AllocationStatus | None) -> AllocationDetail:
+def _shown_to(caller: Principal | None, row: AllocationRow) -> str | None:
+    """Whose eyes the queue's reasons are written for: None for an admin (every id), else a tenant."""
+    if caller is None:
+        return row.tenant
+    return None if caller.is_admin else caller.tenant
+
+
+async def detail(
+    session: AsyncSession,
+    row: AllocationRow,
+    live: AllocationStatus | None,
+    caller: Principal | None = None,
+    inventory: InventoryCache | None = None,
+) -> AllocationDetail:
+    """`caller`: whose read it is (a tenant is not shown other tenants' ids in the queue's reasons; None reads as
+    the allocation's own tenant). `inventory`: the app's cache, when the caller has it."""
     events = await store.events_of(session, row.id)
     pool = await store.pool_name(session, row.pool_id)
     base = summary(row, *(pool or (None, None)))
@@ -111,4 +128,5 @@ async def detail(session: AsyncSession, row: AllocationRow, live: AllocationStat
             EventView(at=e.at, state=e.state, step=e.step, attempt=e.attempt, node=e.node_id, reason=e.reason)
             for e in events
         ],
+        queue=await queue_view.place_of(session, row.id, _shown_to(caller, row), inventory),
     )

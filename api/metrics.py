@@ -7,7 +7,9 @@
 - `berth_allocation_refusals{reason}`: failed allocations by the reason code their workflow failed with
   (`sku_unavailable`, `quota_exceeded`, `insufficient_capacity`, ...), also from PostgreSQL;
 - `berth_explain_refusals_total{reason}`: dry-run explanations that ended in a refusal, by reason code;
-- `berth_audit_findings{kind}`, `berth_audit_repairs_total{kind, outcome}`: the reconciler's (api/audit_metrics.py).
+- `berth_audit_findings{kind}`, `berth_audit_repairs_total{kind, outcome}`: the reconciler's (api/audit_metrics.py);
+- `berth_queue_length{region, tenant, priority}`, `berth_queue_longest_wait_seconds{region, tenant, priority}`:
+  requests waiting for capacity and the longest wait among them (issue 24), from PostgreSQL at scrape time.
 
 Each application has its own registry, so several apps in one process (tests) never collide.
 """
@@ -21,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.audit_metrics import AuditMetrics
+from store import queue
 from store.allocations import count_by_state, failures_by_reason
 from store.models import ALLOCATION_STATES
 
@@ -55,6 +58,16 @@ class Metrics:
             registry=self.registry,
         )
         self.audit = AuditMetrics(self.registry)  # the reconciler's findings and repairs
+        queued = ["region", "tenant", "priority"]
+        self.queue_length = Gauge(
+            "berth_queue_length", "Requests waiting for capacity (PostgreSQL).", queued, registry=self.registry
+        )
+        self.queue_longest_wait = Gauge(
+            "berth_queue_longest_wait_seconds",
+            "How long the longest-waiting of those requests has waited (PostgreSQL).",
+            queued,
+            registry=self.registry,
+        )
 
     async def render(self, session: AsyncSession) -> bytes:
         """Refresh the PostgreSQL-backed gauges, then the text exposition of everything."""
@@ -68,6 +81,11 @@ class Metrics:
         for code, count in refusals.items():
             self.allocation_refusals.labels(code).set(count)
         await self.audit.refresh(session)
+        self.queue_length.clear()  # a queue that emptied is gone from the scrape, not stuck at its last length
+        self.queue_longest_wait.clear()
+        for region, tenant, priority, count, longest in await queue.queue_lengths(session):
+            self.queue_length.labels(region, tenant, str(priority)).set(count)
+            self.queue_longest_wait.labels(region, tenant, str(priority)).set(round(longest, 3))
         return generate_latest(self.registry)
 
 

@@ -21,6 +21,7 @@ from pydantic import (
 )
 from pydantic.functional_serializers import SerializerFunctionWrapHandler
 
+from fleet.deadlines import parse_duration
 from fleet.meta import Name
 from scheduler.bundles import Bundle
 from scheduler.capacity import PoolCapacity
@@ -76,6 +77,17 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# A wait as long as a tenant could ever be allowed (a year); 0 never waits. Published as seconds (the Field first, so
+# the schema carries minimum and maximum); a duration string such as `30m` is accepted as well.
+QueueTimeout = Annotated[float, Field(ge=0, le=365 * 24 * 3600), BeforeValidator(parse_duration)]
+
+
+class QueueRequest(Strict):
+    """How long the request may wait in its region's queue (issue 24), as Go and Kubernetes write durations."""
+
+    timeout: QueueTimeout = Field(description="`30m`, `2h`, `90s` or seconds; 0 never waits.")
+
+
 class AllocationCreate(Strict):
     """The allocation request (`POST /v1/allocations` and `POST /v1/explain`)."""
 
@@ -112,6 +124,17 @@ class AllocationCreate(Strict):
         "these, as many as `gpu_count`; refused with the reason, never placed elsewhere, when any is not free.",
     )
 
+    queue: QueueRequest | None = Field(
+        default=None,
+        description="Wait for capacity instead of failing when no node can take the request now: `{timeout: 30m}`. "
+        "Unset: the tenant's `queue.defaultTimeout` applies (no waiting when it has none); `timeout: 0` never waits.",
+    )
+    priority_class: Name | None = Field(
+        default=None,
+        description="A PriorityClass of the fleet (one the tenant may use): a waiting request of a higher class is "
+        "placed first. Unset: the fleet's default class, or priority 0.",
+    )
+
     @model_serializer(mode="wrap")
     def _recorded(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, object]:
         """Leave the newer fields out while unset, so a body recorded before they existed keeps its fingerprint
@@ -137,7 +160,7 @@ class AllocationCreate(Strict):
         )
 
 
-_NEWER_FIELDS = ("selectors", "cluster_selector", "nodes", "gpus")
+_NEWER_FIELDS = ("selectors", "cluster_selector", "nodes", "gpus", "queue", "priority_class")
 
 
 class AllocationAccepted(BaseModel):
@@ -192,6 +215,9 @@ class AllocationDetail(AllocationSummary):
     bundles: list[Bundle]
     attempts: list[AttemptView] = Field(description="Every attempt of every run, oldest first.")
     events: list[EventView]
+    queue: QueuePlace | None = Field(
+        default=None, description="Its place in its region's queue while it waits for capacity; null otherwise."
+    )
 
 
 class AllocationList(BaseModel):
@@ -273,3 +299,47 @@ class Health(BaseModel):
     database: Literal["ok", "unreachable"]
     temporal: Literal["ok", "unreachable"]
     control_workers: int = Field(description="Control workers polling the control task queue recently.")
+
+
+class QueuePlace(BaseModel):
+    """A waiting request's place in its region's queue (issue 24), and why it is not placed yet."""
+
+    position: int = Field(description="1-based, in admission order, counting every tenant's requests in the region.")
+    region: str
+    priority: int
+    priority_class: str | None
+    waited_seconds: float = Field(description="Since it entered the queue (its place is kept when it is woken).")
+    enqueued_at: datetime
+    deadline_at: datetime = Field(description="It fails `queue_timeout` if it is still waiting then.")
+    reason: str | None = Field(description="Why the last admission pass did not place it; null before any pass.")
+    code: str | None = Field(description="The reason's code: `insufficient_capacity`, `quota_exceeded`, ...")
+    node: str | None = Field(description="The node the last pass set aside for it: it is being placed there.")
+    reserved_node: str | None = Field(
+        description="The node held for it as the head of the queue: nothing behind it may be placed there."
+    )
+    status: str = Field(description="All of the above in one line, as `berth queue` shows it.")
+
+
+class QueueItem(QueuePlace):
+    """One request of `GET /v1/queues`."""
+
+    allocation_id: str
+    tenant: str
+    gpu_count: int
+    gpu_product: str | None
+    shape: str
+    share: float = Field(
+        description="Its tenant's weighted dominant share of the fleet's GPUs (held, over capacity, over its weight): "
+        "at equal priority the smaller goes first."
+    )
+
+
+class RegionQueue(BaseModel):
+    region: str
+    strategy: str | None = Field(description="StrictFIFO or BestEffortFIFO; null for a region no longer in the fleet.")
+    length: int = Field(description="Requests waiting in the region, every tenant's.")
+    entries: list[QueueItem] = Field(description="In admission order; a tenant token is shown its own only.")
+
+
+class QueueList(BaseModel):
+    regions: list[RegionQueue]

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from api.models import AllocationAccepted, AllocationDetail, AllocationList, AllocationSummary
+from cli import queue as queue_view
 from cli.client import (
     ApiOption,
     BerthClient,
@@ -35,7 +36,7 @@ app = typer.Typer(help="Request, follow and give back GPU allocations.", no_args
 IdArgument = Annotated[str, typer.Argument(help="The allocation's id.", show_default=False)]
 POLL_SECONDS = 0.5
 KEY_PREFIXES = ("ssh-", "ecdsa-", "sk-")
-STATE_STYLES = {"active": "green", "failed": "red", "released": "dim", "cancelled": "dim"}
+STATE_STYLES = {"active": "green", "failed": "red", "released": "dim", "cancelled": "dim", "queued": "cyan"}
 OUTCOME_STYLES = {"succeeded": "green", "failed": "red", "abandoned": "yellow", "cancelled": "dim"}
 
 
@@ -149,6 +150,20 @@ def _render_detail(allocation: AllocationDetail) -> None:
     summary.add_row("Workflow", styled("{}" if allocation.live else "{} [dim](not running)[/]", allocation.workflow_id))
     if allocation.failure_reason:
         summary.add_row("Failure", Text(allocation.failure_reason, style="red"))
+    if allocation.queue is not None:
+        place = allocation.queue
+        summary.add_row(
+            "Queue",
+            styled(
+                "position [bold]{}[/] in {}, priority {}, waited {}, deadline {}",
+                place.position,
+                place.region,
+                queue_view.priority(place),
+                queue_view.waited(place.waited_seconds),
+                queue_view.local_time(place.deadline_at),
+            ),
+        )
+        summary.add_row("Waiting", queue_view.status(place))
     console.print(summary)
 
     if allocation.bundles:
@@ -251,6 +266,17 @@ def create(
     idempotency_key: Annotated[
         str | None, typer.Option("--idempotency-key", help="Repeat the request safely: same key, same allocation.")
     ] = None,
+    queue_timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--queue-timeout",
+            help="Wait this long for capacity (30m, 2h, 90s) instead of failing when nothing can take it now; "
+            "0 never waits. Unset: the tenant's default.",
+        ),
+    ] = None,
+    priority_class: Annotated[
+        str | None, typer.Option("--priority-class", help="A PriorityClass of the fleet: who waits is placed first.")
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until it is active; exit 1 if it fails.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", min=0, help="Seconds --wait waits at most.")] = 600,
     output: OutputOption = OutputFormat.TEXT,
@@ -258,7 +284,8 @@ def create(
     token: TokenOption = None,
 ) -> None:
     """Request GPUs: a VM on GPU slices, or a whole bare-metal host, optionally constrained by DRA CEL selectors over
-    the GPU device, cluster labels, or pinned nodes."""
+    the GPU device, cluster labels, or pinned nodes. With --queue-timeout it waits in its region's queue when no
+    node can take it now (`berth queue` shows its place)."""
     if tenant is None and token is None:
         tenant = default_tenant()
         if tenant is not None and output is OutputFormat.TEXT:
@@ -277,6 +304,8 @@ def create(
         "ssh_public_keys": [_ssh_key(key) for key in ssh_keys or []],
         "labels": key_values(labels or [], "--label"),
         **placement_fields(selector, cluster_selector, node, gpu),
+        "queue": {"timeout": queue_timeout} if queue_timeout is not None else None,
+        "priority_class": priority_class,
     }
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
     with api_client(api, token, tenant) as client:

@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("cli.audit", "audit"),
     "plan": ("cli.plan", "plan"),
     "alloc": ("cli.alloc", "app"),
+    "queue": ("cli.queue", "queue"),
     "nodes": ("cli.nodes", "app"),
     "deploy": ("cli.deploy", "app"),
     "tokens": ("cli.tokens", "app"),

@@ -91,6 +91,14 @@ class CandidateList(Refusal):
     deadlines: dict[str, dict[str, float]] = Field(default_factory=dict)
 
 
+class QueueTicket(Model):
+    """A request that may wait for capacity: how it is ordered, and whether it is in its region's queue already."""
+
+    priority: int = 0
+    priority_class: str | None = None
+    queued: bool = False
+
+
 class FindCandidatesInput(Model):
     allocation_id: str
     request: PlacementRequest
@@ -99,6 +107,9 @@ class FindCandidatesInput(Model):
     # The allocation's final step if this one refuses (`choose_placement` only): the step records it with the
     # refusal's reason, so a refused allocation needs no second write. None: the workflow records it itself.
     final: StateChange | None = None
+    # Waiting for capacity (issue 24, `choose_placement` only): whether the request may wait, at what priority, and
+    # whether it is in its region's queue already (then a placement chosen takes it out of the queue).
+    wait: QueueTicket | None = None
 
 
 class ClaimInput(Model):
@@ -114,6 +125,9 @@ class ClaimInput(Model):
 class ReleaseClaimsInput(Model):
     allocation_id: str
     attempt: int | None = None  # None: every active claim of the allocation
+    # The region whose queue to walk once the claims are released (issue 24): capacity freed is offered to the
+    # requests waiting for it in the same step, at no extra cost to the workflow. None: no queue is walked.
+    walk_region: str | None = None
     trail: AuditTrail = Field(default_factory=AuditTrail)
 
 
@@ -230,6 +244,11 @@ class PlacementChoice(Model):
     # The step refused and recorded the allocation's final step itself (the input's `final`): the workflow ends
     # failed without writing it again. Replay reads it from the step's recorded result.
     final_recorded: bool = False
+    # Refused, but freed capacity could cure it (a request that may wait waits in `queue_region`'s queue): the
+    # cluster level's insufficient_capacity, the tenant's quota when the request alone fits in it, or a StrictFIFO
+    # queue that has requests ahead of it (`queued_behind`).
+    waitable: bool = False
+    queue_region: str | None = None
 
     def refusal(self) -> RegionChoice | CandidateList | None:
         """The level that refused, if one did."""
@@ -238,3 +257,35 @@ class PlacementChoice(Model):
         if self.candidates is not None and self.candidates.refusal_code is not None:
             return self.candidates
         return None
+
+
+class EnterQueueInput(Model):
+    """Wait in `region`'s queue until `deadline_at` (issue 24); `reason`/`code`: why it is not placed now."""
+
+    allocation_id: str
+    tenant: str
+    region: str
+    request: PlacementRequest
+    ticket: QueueTicket
+    deadline_at: datetime
+    reason: str
+    code: str
+    trail: AuditTrail = Field(default_factory=AuditTrail)
+
+
+class LeaveQueueInput(Model):
+    allocation_id: str
+    region: str | None = None  # the region whose queue to walk again after it left (None: none)
+    trail: AuditTrail = Field(default_factory=AuditTrail)
+
+
+class AdmitInput(Model):
+    """Walk these regions' queues now (None: every region with a queue)."""
+
+    regions: list[str] | None = None
+    trail: AuditTrail = Field(default_factory=AuditTrail)
+
+
+class AdmitResult(Model):
+    woken: list[str] = Field(default_factory=list)  # allocations woken to place themselves
+    waiting: int = 0

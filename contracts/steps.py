@@ -17,11 +17,15 @@ from datetime import datetime
 from temporalio import activity
 
 from contracts.allocation import (
+    AdmitInput,
+    AdmitResult,
     AuditTrail,
     CandidateList,
     ClaimInput,
+    EnterQueueInput,
     FindCandidatesInput,
     LeaseRef,
+    LeaveQueueInput,
     PlacementChoice,
     PlanInput,
     PlanOutcome,
@@ -75,6 +79,24 @@ async def choose_placement(request: FindCandidatesInput) -> PlacementChoice:
 @activity.defn(name="find_candidates")
 async def find_candidates(request: FindCandidatesInput) -> CandidateList:
     """The cluster level alone, in the chosen region: the re-plan (activities/control/placement.py)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="enter_queue")
+async def enter_queue(request: EnterQueueInput) -> AdmitResult:
+    """Wait in a region's queue, keeping its place on a re-entry, and walk it (activities/control/admission.py)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="leave_queue")
+async def leave_queue(request: LeaveQueueInput) -> AdmitResult:
+    """Out of the queue, and the region's queue walked again (activities/control/admission.py)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="admit_queued")
+async def admit_queued(request: AdmitInput) -> AdmitResult:
+    """The admission pass over regions' queues, waking who can be placed (activities/control/admission.py)."""
     raise NotImplementedError(_DECLARATION)
 
 

@@ -14,6 +14,7 @@ from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster, NodePool, PoolShape
 from fleet.model_cache import ModelCache
 from fleet.node import Node
+from fleet.priority_class import PriorityClass
 from fleet.region import Region
 from fleet.replica import ModelReplica
 from fleet.slot_state import SlotStateDocument
@@ -34,6 +35,7 @@ class PoolHosts:
 class Fleet:
     regions: dict[str, Region] = field(default_factory=dict)
     tenants: dict[str, Tenant] = field(default_factory=dict)
+    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     classes: dict[str, InferenceClass] = field(default_factory=dict)
     clusters: dict[str, InferenceCluster] = field(default_factory=dict)
     # Namespaced kinds are keyed by name in the "default" namespace and by "<namespace>/<name>" elsewhere.

@@ -8,6 +8,7 @@ from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
 from fleet.model_cache import ModelCache
+from fleet.priority_class import PriorityClass
 from fleet.region import Region
 from fleet.replica import ModelReplica
 from fleet.slot_state import SlotStateDocument
@@ -16,6 +17,7 @@ from fleet.tenant import Tenant
 KINDS: dict[str, type[BaseModel]] = {
     "Region": Region,
     "Tenant": Tenant,
+    "PriorityClass": PriorityClass,
     "InferenceClass": InferenceClass,
     "InferenceCluster": InferenceCluster,
     "ModelDeployment": ModelDeployment,

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, PositiveFloat
 
 from fleet.meta import ObjectMeta, Spec
-from fleet.vocabulary import RegionStatus
+from fleet.vocabulary import QueueingStrategy, RegionStatus
 
 
 class RegionSpec(Spec):
@@ -15,6 +15,10 @@ class RegionSpec(Spec):
     jurisdiction: str | None = Field(default=None, description="Data-residency jurisdiction, e.g. 'us' or 'eu'.")
     prices: dict[str, PositiveFloat] = Field(
         default_factory=dict, description="Price per GPU-hour by GPU product (e.g. H200: 3.2)."
+    )
+    queueing_strategy: QueueingStrategy = Field(
+        default=QueueingStrategy.BEST_EFFORT_FIFO,
+        description="How the region's queue of waiting requests is walked: StrictFIFO or BestEffortFIFO.",
     )
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
+from fleet.deadlines import Duration, format_duration
 from fleet.meta import Name, ObjectMeta, Spec
+
+DEFAULT_MAX_QUEUE_SECONDS = 7 * 24 * 3600.0  # the longest wait a request may ask for when the tenant sets none
 
 
 class TenantRateLimit(Spec):
@@ -20,6 +23,27 @@ class TenantRateLimit(Spec):
     burst: PositiveInt = Field(le=1_000_000, description="The bucket's size: creates allowed at once after a pause.")
 
 
+class TenantQueue(Spec):
+    """How this tenant's requests wait for capacity (issue 24). A request asks to wait with `queue: {timeout}`; with
+    `defaultTimeout` set, a request that says nothing waits that long (one that asks `timeout: 0` does not wait)."""
+
+    default_timeout: Duration | None = Field(
+        default=None, description="How long a request that does not say waits; unset: it does not wait."
+    )
+    max_timeout: Duration = Field(
+        default=DEFAULT_MAX_QUEUE_SECONDS, description="The longest wait a request may ask for (default 7 days)."
+    )
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> TenantQueue:
+        if self.default_timeout is not None and self.default_timeout > self.max_timeout:
+            raise ValueError(
+                f"defaultTimeout {format_duration(self.default_timeout)} is longer than maxTimeout "
+                f"{format_duration(self.max_timeout)}"
+            )
+        return self
+
+
 class TenantSpec(Spec):
     allowed_regions: list[Name] | None = Field(
         default=None, description="Regions this tenant may use; unset means every region."
@@ -31,6 +55,16 @@ class TenantSpec(Spec):
     rate_limit: TenantRateLimit | None = Field(
         default=None, description="Creates per second and burst for this tenant; unset means no limit."
     )
+    weight: PositiveFloat = Field(
+        default=1.0,
+        le=1_000_000,
+        description="Fair-share weight: among queued requests of equal priority, the tenant whose GPUs in use, "
+        "divided by its weight, are the smallest share of the fleet goes first.",
+    )
+    priority_classes: list[Name] | None = Field(
+        default=None, description="PriorityClasses this tenant's requests may name; unset means every class."
+    )
+    queue: TenantQueue = Field(default_factory=TenantQueue, description="Waiting for capacity.")
 
 
 class Tenant(Spec):

@@ -18,6 +18,7 @@ from fleet.inference_cluster import InferenceCluster
 from fleet.meta import DEFAULT_NAMESPACE, ObjectMeta
 from fleet.model_cache import ModelCache
 from fleet.node import Node
+from fleet.priority_class import PriorityClass
 from fleet.region import Region
 from fleet.replica import ModelReplica
 from fleet.slot_state import SlotStateDocument
@@ -27,6 +28,7 @@ from fleet.tenant import Tenant
 _COLLECTIONS: dict[type[BaseModel], str] = {
     Region: "regions",
     Tenant: "tenants",
+    PriorityClass: "priority_classes",
     InferenceClass: "classes",
     InferenceCluster: "clusters",
     ModelDeployment: "deployments",
@@ -168,4 +170,12 @@ def check_fleet(objects: Iterable[tuple[FleetProblem, BaseModel]]) -> tuple[Flee
                             }
                         )
                     )
+            for i, name in enumerate(obj.spec.priority_classes or []):
+                if name not in fleet.priority_classes:
+                    message = f"PriorityClass {name!r} is not defined"
+                    problems.append(where.model_copy(update={"path": f"spec.priorityClasses[{i}]", "message": message}))
+    defaults = [(where, obj) for where, obj in placed if isinstance(obj, PriorityClass) and obj.spec.default]
+    for where, _ in defaults[1:]:
+        message = f"PriorityClass {defaults[0][1].metadata.name!r} is already the default; only one class may be"
+        problems.append(where.model_copy(update={"path": "spec.default", "message": message}))
     return fleet, problems

@@ -1,4 +1,5 @@
-"""The fleet's enumerations: what a node's status, a slot's fabric claim, a pool's shape and a region's status may be.
+"""The fleet's enumerations: what a node's status, a slot's fabric claim, a pool's shape, a region's status and
+its queueing strategy may be.
 
 Apart from the documents that use them (pydantic models) because the scheduler's views are made of them, and the
 node agent plans on those views: an agent that imported them from the documents loaded the whole fleet schema
@@ -34,3 +35,10 @@ class RegionStatus(StrEnum):
     AVAILABLE = "available"
     DEGRADED = "degraded"  # still placeable, ranked after available regions
     UNAVAILABLE = "unavailable"  # never chosen; a request naming it is refused with region_unavailable
+
+
+class QueueingStrategy(StrEnum):
+    """Kueue's names for how a queue's head treats those behind it (issue 24)."""
+
+    STRICT_FIFO = "StrictFIFO"  # the head blocks everyone behind it until it is placed
+    BEST_EFFORT_FIFO = "BestEffortFIFO"  # a head that does not fit lets those behind it be placed

@@ -64,6 +64,7 @@ def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) 
             required_jurisdiction=tenant.spec.required_jurisdiction,
             active_gpus=active[name],
             in_flight_gpus=in_flight[name],
+            weight=tenant.spec.weight,
         )
         for name, tenant in fleet.tenants.items()
     ]
@@ -73,6 +74,7 @@ def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) 
             status=region.spec.status,
             jurisdiction=region.spec.jurisdiction,
             prices=dict(region.spec.prices),
+            queueing_strategy=region.spec.queueing_strategy,
         )
         for name, region in fleet.regions.items()
     ]

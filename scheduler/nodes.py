@@ -68,10 +68,13 @@ def rank_nodes(
     node of these pools could ever take the request (its hardware fits, whatever its current state)."""
     judge = Judge(request.shape, request.gpu_count, request.numa_policy)
     tally = Tally(Level.NODE, "nodes", f"can take {request.describe()}", request.gpu_count, detail)
-    excluded: dict[tuple[str, int], set[str]] = {}
-    for name in request.exclude_nodes:
-        for pool in snapshot.pools_of(name):
-            excluded.setdefault((pool.key, snapshot.profile_key(name)), set()).add(name)
+    # Nodes this request may not use, by pool and profile group: those tried already, then those set aside for the
+    # head of a queue (a node both tried and reserved counts as tried).
+    excluded: dict[tuple[str, int], dict[str, Reason]] = {}
+    for names, why in ((request.reserved_nodes, Reason.NODE_RESERVED), (request.exclude_nodes, Reason.NODE_EXCLUDED)):
+        for name in names:
+            for pool in snapshot.pools_of(name):
+                excluded.setdefault((pool.key, snapshot.profile_key(name)), {})[name] = why
 
     pins = request.nodes
     scores: dict[int, tuple[int, ...]] = {}
@@ -89,7 +92,9 @@ def rank_nodes(
                     continue
             skip = excluded.get((pool.key, group.key))
             if skip:
-                tally.record(Reason.NODE_EXCLUDED, sorted(skip), describe, profile, pool)
+                for why in (Reason.NODE_EXCLUDED, Reason.NODE_RESERVED):
+                    if left_out := sorted(name for name in names if skip.get(name) is why):
+                        tally.record(why, left_out, describe, profile, pool)
                 names = tuple(name for name in names if name not in skip)
             if request.gpus and names:  # pinned GPUs: the one pinned node is judged on those slots alone
                 profile = pinned_profile(snapshot.nodes[names[0]], request.gpus)

@@ -117,6 +117,8 @@ def _reason(
         return f"is in region {', '.join(sorted({p.region for p in pools}))}, not {region}"
     if name in request.exclude_nodes:
         return clause(Reason.NODE_EXCLUDED, request.gpu_count) + " (already tried in this run)"
+    if name in request.reserved_nodes:
+        return clause(Reason.NODE_RESERVED, request.gpu_count)
     mine = [pool for pool in pools if region is None or pool.region == region]
     usable = [pool for pool in mine if pool.key in serving]
     if not usable:

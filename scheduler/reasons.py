@@ -37,6 +37,7 @@ class Reason(StrEnum):
     AGENT_DOWN = "agent_down"
     NODE_COOLING_OFF = "node_cooling_off"
     NODE_EXCLUDED = "node_excluded"
+    NODE_RESERVED = "node_reserved"
     NODE_NOT_PINNED = "node_not_pinned"
     NODE_TOO_SMALL = "node_too_small"
     NODE_SIZE_MISMATCH = "node_size_mismatch"
@@ -94,6 +95,10 @@ _PHRASES: dict[Reason, tuple[str, str]] = {
         "are cooling off after repeated failed attempts",
     ),
     Reason.NODE_EXCLUDED: ("was excluded by the request", "were excluded by the request"),
+    Reason.NODE_RESERVED: (
+        "is reserved for the request at the head of its queue",
+        "are reserved for the request at the head of its queue",
+    ),
     Reason.NODE_NOT_PINNED: ("is not one of the pinned nodes", "are not among the pinned nodes"),
     Reason.NO_PINNED_NODE: ("holds none of the pinned nodes", "hold none of the pinned nodes"),
     Reason.NODE_TOO_SMALL: ("has fewer than {g} GPUs", "have fewer than {g} GPUs"),

@@ -66,6 +66,10 @@ class PlacementRequest(BaseModel):
         "`pinned_nodes_unavailable` naming each GPU that cannot be had and why.",
     )
     exclude_nodes: frozenset[str] = Field(default_factory=frozenset, description="Nodes already tried in this run.")
+    reserved_nodes: frozenset[str] = Field(
+        default_factory=frozenset,
+        description="Nodes set aside for the request at the head of a queue (scheduler/queueing.py): not for this one.",
+    )
     seed: int | None = Field(default=None, description="Rotates the order of equally ranked nodes.")
 
     @model_validator(mode="after")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from fleet.vocabulary import FabricClaimMode, NodeStatus, PoolShape, RegionStatus
+from fleet.vocabulary import FabricClaimMode, NodeStatus, PoolShape, QueueingStrategy, RegionStatus
 from scheduler.breaker import Cooling
 from scheduler.host.checks import ValidationState
 
@@ -71,6 +71,7 @@ class RegionView:
     status: RegionStatus
     jurisdiction: str | None = None
     prices: Mapping[str, float] = field(default_factory=dict)  # per GPU-hour, by product
+    queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO  # how its queue is walked (issue 24)
 
     def price(self, product: str) -> float | None:
         wanted = product.casefold()
@@ -103,6 +104,7 @@ class TenantView:
     required_jurisdiction: str | None = None
     active_gpus: int = 0
     in_flight_gpus: int = 0
+    weight: float = 1.0  # fair-share weight among queued requests (issue 24)
 
 
 def slot_id(node: str, index: int) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, Literal
 
 from pydantic import BaseModel
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.cluster import connection_of
@@ -26,6 +26,7 @@ from store.models import (
     ModelCacheRow,
     NodeRow,
     PoolRow,
+    PriorityClassRow,
     RegionRow,
     SlotRow,
     TenantRow,
@@ -106,8 +107,13 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
             "jurisdiction": r.spec.jurisdiction,
             "prices": dict(r.spec.prices),
             "labels": dict(r.metadata.labels),
+            "queueing_strategy": r.spec.queueing_strategy.value,
         }
         for name, r in fleet.regions.items()
+    }
+    priority_classes = {
+        name: {"name": name, "value": c.spec.value, "is_default": c.spec.default, "description": c.spec.description}
+        for name, c in fleet.priority_classes.items()
     }
     classes = {
         name: {
@@ -124,6 +130,9 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
             "allowed_regions": list(t.spec.allowed_regions) if t.spec.allowed_regions is not None else None,
             "required_jurisdiction": t.spec.required_jurisdiction,
             "rate_limit": t.spec.rate_limit.model_dump(mode="json") if t.spec.rate_limit is not None else None,
+            "weight": t.spec.weight,
+            "priority_classes": list(t.spec.priority_classes) if t.spec.priority_classes is not None else None,
+            "queue": t.spec.queue.model_dump(mode="json"),
         }
         for name, t in fleet.tenants.items()
     }
@@ -196,7 +205,7 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
         for c in fleet.caches.values()
     }
     return {"regions": regions, "classes": classes, "tenants": tenants, "clusters": clusters, "pools": pools,
-            "nodes": nodes, "slots": slots, "caches": caches}  # fmt: skip
+            "nodes": nodes, "slots": slots, "caches": caches, "priority_classes": priority_classes}  # fmt: skip
 
 
 def _connection(cluster: Any, annotations: dict[str, str]) -> dict[str, Any] | None:
@@ -268,6 +277,26 @@ async def apply_fleet(session: AsyncSession, fleet: Fleet, prune: bool = False) 
 
     await sync("Region", RegionRow, lambda r: r.name, desired["regions"])
     await sync("InferenceClass", InferenceClassRow, lambda r: r.name, desired["classes"])
+    # The default class may move from one class to another in one apply: step down the old one first, so the
+    # one-default index never sees two.
+    defaults = [name for name, values in desired["priority_classes"].items() if values["is_default"]]
+    stepped_down = set(
+        (
+            await session.scalars(
+                update(PriorityClassRow)
+                .where(PriorityClassRow.is_default, PriorityClassRow.name.not_in(defaults))
+                .values(is_default=False)
+                .returning(PriorityClassRow.name)
+            )
+        ).all()
+    )
+    before = len(changes)
+    await sync("PriorityClass", PriorityClassRow, lambda r: r.name, desired["priority_classes"])
+    # A class stepped down above reads as unchanged to sync, but this apply did change it.
+    reported = {change.name for change in changes[before:]}
+    for name in sorted((stepped_down & desired["priority_classes"].keys()) - reported):
+        changes.append(ApplyChange(kind="PriorityClass", name=name, action="updated"))
+        unchanged -= 1
     await sync("Tenant", TenantRow, lambda r: r.name, desired["tenants"])
     await sync("InferenceCluster", ClusterRow, lambda r: r.name, desired["clusters"])
     await sync("NodePool", PoolRow, lambda r: (r.cluster, r.name), desired["pools"], lambda k: f"{k[0]}/{k[1]}")
@@ -307,7 +336,8 @@ async def _prune(
         "NodePool": lambda r: f"{r.cluster}/{r.name}",
         "ModelCache": lambda r: f"{r.namespace}/{r.name}",
     }
-    order = ["Slot", "Node", "NodePool", "InferenceCluster", "InferenceClass", "Tenant", "Region", "ModelCache"]
+    order = ["Slot", "Node", "NodePool", "InferenceCluster", "InferenceClass", "Tenant", "Region", "ModelCache",
+             "PriorityClass"]  # fmt: skip
     if not prune:
         # Slots and nodes of objects that stay are part of those objects: report only top-level leftovers.
         for kind in order:

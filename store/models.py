@@ -18,6 +18,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     ForeignKeyConstraint,
+    Identity,
     Index,
     Integer,
     MetaData,
@@ -46,8 +47,10 @@ SLOT_STATES = ("available", "reserved", "quarantined")
 VALIDATION_STATES = ("valid", "raw_only", "invalid", "unvalidated")
 AGENT_STATES = ("live", "down")
 TOKEN_ROLES = ("admin", "tenant", "node")
+QUEUEING_STRATEGIES = ("StrictFIFO", "BestEffortFIFO")
 ALLOCATION_STATES = (
     "pending",
+    "queued",
     "placing",
     "planning",
     "claiming",
@@ -75,13 +78,32 @@ class Base(DeclarativeBase):
 
 class RegionRow(Base):
     __tablename__ = "regions"
-    __table_args__ = (CheckConstraint(_one_of("status", REGION_STATUSES), name="status"),)
+    __table_args__ = (
+        CheckConstraint(_one_of("status", REGION_STATUSES), name="status"),
+        CheckConstraint(_one_of("queueing_strategy", QUEUEING_STRATEGIES), name="queueing_strategy"),
+    )
 
     name: Mapped[str] = mapped_column(String(253), primary_key=True)
     status: Mapped[str] = mapped_column(String(16), nullable=False)
     jurisdiction: Mapped[str | None] = mapped_column(String(64))
     prices: Mapped[dict[str, float]] = mapped_column(JSONB, nullable=False, default=dict)
     labels: Mapped[dict[str, str]] = mapped_column(JSONB, nullable=False, default=dict)
+    # How the region's queue of waiting requests is walked (migration 0010, issue 24).
+    queueing_strategy: Mapped[str] = mapped_column(String(16), nullable=False, server_default="BestEffortFIFO")
+
+
+class PriorityClassRow(Base):
+    """A fleet file's PriorityClass (migration 0010): the integer a queued request of that class is ordered by."""
+
+    __tablename__ = "priority_classes"
+    __table_args__ = (
+        Index("uq_priority_classes_default", "is_default", unique=True, postgresql_where=text("is_default")),
+    )
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    value: Mapped[int] = mapped_column(Integer, nullable=False)
+    is_default: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    description: Mapped[str | None] = mapped_column(Text)
 
 
 class InferenceClassRow(Base):
@@ -236,6 +258,11 @@ class TenantRow(Base):
     required_jurisdiction: Mapped[str | None] = mapped_column(String(64))
     # {"creates_per_second", "burst"} (fleet.tenant.TenantRateLimit); NULL: no limit. Read by the API's create path.
     rate_limit: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # Waiting for capacity (migration 0010, issue 24): the fair-share weight, the PriorityClasses the tenant may name
+    # (NULL: every class), and {"default_timeout", "max_timeout"} in seconds (fleet.tenant.TenantQueue).
+    weight: Mapped[float] = mapped_column(Float, nullable=False, server_default="1")
+    priority_classes: Mapped[list[str] | None] = mapped_column(JSONB)
+    queue: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
 
 
 class ApiTokenRow(Base):
@@ -454,3 +481,35 @@ class InventoryChangesPrunedRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     through: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class QueueEntryRow(Base):
+    """An allocation waiting for capacity in a region's queue (migration 0010, issue 24). It holds nothing: the row
+    keeps the request's place (`arrival`, never renewed while it waits) and what the last admission pass decided
+    for it: `node`, the node the pass set aside for it (counted as a plan in progress until the allocation's own
+    placement takes it or the next pass moves it), or `reason`, why it is not placed yet, and `reserved_node`, the
+    node held for it while it is the head that does not fit."""
+
+    __tablename__ = "queue_entries"
+    __table_args__ = (
+        CheckConstraint("gpu_count > 0", name="gpu_count"),
+        Index("ix_queue_entries_region_arrival", "region", "arrival"),
+    )
+
+    allocation_id: Mapped[str] = mapped_column(ForeignKey("allocations.id", ondelete="CASCADE"), primary_key=True)
+    arrival: Mapped[int] = mapped_column(BigInteger, Identity(always=True), nullable=False, unique=True)
+    tenant: Mapped[str] = mapped_column(String(253), nullable=False)
+    region: Mapped[str] = mapped_column(String(253), nullable=False)
+    priority: Mapped[int] = mapped_column(Integer, nullable=False)
+    priority_class: Mapped[str | None] = mapped_column(String(253))
+    gpu_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    request: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)  # scheduler.request.PlacementRequest
+    enqueued_at: Mapped[datetime] = _now()
+    deadline_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    node: Mapped[str | None] = mapped_column(String(253))
+    reserved_node: Mapped[str | None] = mapped_column(String(253))  # held for it as the head (scheduler/queueing.py)
+    reason: Mapped[str | None] = mapped_column(Text)
+    code: Mapped[str | None] = mapped_column(
+        String(64)
+    )  # the reason's code: quota_exceeded, insufficient_capacity, ...
+    woken_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # last signalled to place itself

@@ -14,25 +14,42 @@ from datetime import UTC, datetime
 from sys import intern
 from typing import Any
 
-from sqlalchemy import JSON, Row, Select, exists, func, select, text, tuple_
+from sqlalchemy import (
+    JSON,
+    ColumnElement,
+    CompoundSelect,
+    Row,
+    and_,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    tuple_,
+    union_all,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.inference_cluster import ClusterStatus, PoolShape
 from fleet.node import FabricClaimMode, NodeStatus
-from fleet.region import RegionStatus
+from fleet.region import QueueingStrategy, RegionStatus
 from scheduler.breaker import BreakerPolicy, Cooling, cooling_nodes
 from scheduler.host.checks import ValidationState
+from scheduler.pending import with_pending_plans
 from scheduler.snapshot import Snapshot
 from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView, slot_id
 from store.liveness import Liveness, load_liveness
 from store.models import (
     AllocationRow,
+    ClaimRow,
     ClusterRow,
     InferenceClassRow,
     InventoryVersionRow,
     NodeAgentRow,
     NodeRow,
     PoolRow,
+    QueueEntryRow,
     RegionRow,
     SlotRow,
     TenantRow,
@@ -45,13 +62,31 @@ PLANNING_STATES = ("planning", "claiming")  # a node lease may exist that no cla
 NOT_THE_NODES_FAULT = ("operator_retry", "claim_conflict", "quota_exceeded")
 
 
-def _usage_query(exclude_allocation: str | None) -> Select[tuple[str, str, int]]:
-    return (
+def holds_gpus() -> ColumnElement[bool]:
+    """An allocation counts against its tenant's quota while it is being placed, active, or releasing with claims
+    still held: the moment its release frees the slots, the queue's admission pass (run in that step) and every
+    decision after it see the GPUs back."""
+    still_claimed = exists().where(ClaimRow.allocation_id == AllocationRow.id, ClaimRow.released_at.is_(None))
+    return or_(
+        AllocationRow.state.in_((*IN_FLIGHT_STATES, "active")),
+        and_(AllocationRow.state == "releasing", still_claimed),
+    )
+
+
+def _usage_query(exclude_allocation: str | None) -> CompoundSelect:
+    """GPUs per tenant and state; a queued request a pass set a node aside for counts as in flight."""
+    holding = (
         select(AllocationRow.tenant, AllocationRow.state, func.sum(AllocationRow.gpu_count))
-        .where(AllocationRow.state.in_((*IN_FLIGHT_STATES, "active", "releasing")))
+        .where(holds_gpus())
         .where(AllocationRow.id != (exclude_allocation or ""))
         .group_by(AllocationRow.tenant, AllocationRow.state)
     )
+    admitted = (
+        select(QueueEntryRow.tenant, literal("placing"), func.sum(QueueEntryRow.gpu_count))
+        .where(QueueEntryRow.node.is_not(None), QueueEntryRow.allocation_id != (exclude_allocation or ""))
+        .group_by(QueueEntryRow.tenant)
+    )
+    return union_all(holding, admitted)
 
 
 def _usage(rows: Iterable[Sequence[Any]]) -> dict[str, tuple[int, int]]:
@@ -66,13 +101,17 @@ async def tenant_usage(session: AsyncSession, exclude_allocation: str | None = N
     return _usage(await session.execute(_usage_query(exclude_allocation)))
 
 
-def _plans_query(exclude_allocation: str | None) -> Select[tuple[str, str, int]]:
-    return (
+def _plans_query(exclude_allocation: str | None) -> CompoundSelect:
+    """Allocations being planned on a node, and queued ones an admission pass set a node aside for."""
+    planning = (
         select(AllocationRow.node_id, AllocationRow.id, AllocationRow.gpu_count)
         .where(AllocationRow.state.in_(PLANNING_STATES), AllocationRow.node_id.is_not(None))
         .where(AllocationRow.id != (exclude_allocation or ""))
-        .order_by(AllocationRow.id)
     )
+    admitted = select(QueueEntryRow.node, QueueEntryRow.allocation_id, QueueEntryRow.gpu_count).where(
+        QueueEntryRow.node.is_not(None), QueueEntryRow.allocation_id != (exclude_allocation or "")
+    )
+    return union_all(planning, admitted).order_by("id")
 
 
 def _plans(rows: Iterable[Sequence[Any]]) -> dict[str, list[tuple[str, int]]]:
@@ -87,19 +126,6 @@ async def pending_plans(
 ) -> dict[str, list[tuple[str, int]]]:
     """node -> [(allocation, GPUs)] being planned there: a node lease may exist that no claim records yet."""
     return _plans(await session.execute(_plans_query(exclude_allocation)))
-
-
-def with_pending_plans(snapshot: Snapshot, plans: dict[str, list[tuple[str, int]]]) -> Snapshot:
-    """Count allocations being planned on a node as leasing that many of its free slots, so the next decision sees
-    the last one and concurrent requests spread out instead of all trying the same node."""
-    changed = [
-        dataclasses.replace(
-            snapshot.nodes[node], slots=tuple(_with_pending_leases(list(snapshot.nodes[node].slots), leases))
-        )
-        for node, leases in plans.items()
-        if node in snapshot.nodes
-    ]
-    return snapshot.with_nodes(changed) if changed else snapshot
 
 
 @dataclass(frozen=True)
@@ -167,7 +193,13 @@ def with_liveness(inventory: Inventory, liveness: Liveness) -> Inventory:
 async def load_inventory(session: AsyncSession) -> Inventory:
     version = int(await session.scalar(select(InventoryVersionRow.version)) or 0)  # first: the data is newer
     regions = [
-        RegionView(name=r.name, status=RegionStatus(r.status), jurisdiction=r.jurisdiction, prices=dict(r.prices))
+        RegionView(
+            name=r.name,
+            status=RegionStatus(r.status),
+            jurisdiction=r.jurisdiction,
+            prices=dict(r.prices),
+            queueing_strategy=QueueingStrategy(r.queueing_strategy),
+        )
         for r in (await session.scalars(select(RegionRow))).all()
     ]
     classes = {c.name: c.spec for c in (await session.scalars(select(InferenceClassRow))).all()}
@@ -212,6 +244,7 @@ async def load_inventory(session: AsyncSession) -> Inventory:
             gpu_quota=t.gpu_quota,
             allowed_regions=frozenset(t.allowed_regions) if t.allowed_regions is not None else None,
             required_jurisdiction=t.required_jurisdiction,
+            weight=t.weight,
         )
         for t in (await session.scalars(select(TenantRow))).all()
     ]
@@ -354,11 +387,18 @@ _LIVE_STATE = text(
     " FROM node_resource_slots AS s WHERE s.state <> 'available'), "
     "(SELECT coalesce(json_agg(json_build_array(u.tenant, u.state, u.gpus)), '[]') FROM "
     " (SELECT a.tenant, a.state, sum(a.gpu_count) AS gpus FROM allocations AS a "
-    f"  WHERE a.state IN ({_sql_list((*IN_FLIGHT_STATES, 'active', 'releasing'))}) AND a.id <> :exclude "
-    "  GROUP BY a.tenant, a.state) AS u), "
-    "(SELECT coalesce(json_agg(json_build_array(a.node_id, a.id, a.gpu_count) ORDER BY a.id), '[]') "
-    f" FROM allocations AS a WHERE :pending AND a.state IN ({_sql_list(PLANNING_STATES)}) "
-    "  AND a.node_id IS NOT NULL AND a.id <> :exclude), "
+    f"  WHERE (a.state IN ({_sql_list((*IN_FLIGHT_STATES, 'active'))}) OR (a.state = 'releasing' AND EXISTS "
+    "   (SELECT 1 FROM allocation_resource_claims AS h WHERE h.allocation_id = a.id AND h.released_at IS NULL))) "
+    "   AND a.id <> :exclude "
+    "  GROUP BY a.tenant, a.state "
+    "  UNION ALL SELECT q.tenant, 'placing', sum(q.gpu_count) FROM queue_entries AS q "
+    "  WHERE q.node IS NOT NULL AND q.allocation_id <> :exclude GROUP BY q.tenant) AS u), "
+    "(SELECT coalesce(json_agg(json_build_array(p.node, p.id, p.gpus) ORDER BY p.id), '[]') FROM "
+    " (SELECT a.node_id AS node, a.id, a.gpu_count AS gpus "
+    f"  FROM allocations AS a WHERE :pending AND a.state IN ({_sql_list(PLANNING_STATES)}) "
+    "   AND a.node_id IS NOT NULL AND a.id <> :exclude "
+    "  UNION ALL SELECT q.node, q.allocation_id, q.gpu_count FROM queue_entries AS q "
+    "   WHERE :pending AND q.node IS NOT NULL AND q.allocation_id <> :exclude) AS p), "
     "(SELECT coalesce(json_agg(json_build_array(e.node_id, e.at)), '[]') FROM allocation_events AS e "
     " WHERE :breaker AND e.step = 'attempt_failed' AND e.at > :since AND e.node_id IS NOT NULL "
     "  AND (e.reason IS NULL OR e.reason NOT LIKE ALL (:not_the_node)))"
@@ -462,18 +502,3 @@ def current_snapshot(inventory: Inventory, live: LiveState) -> Snapshot:
     """The inventory with the live state laid over it: claimed, reserved and quarantined slots, tenant usage and
     the plans in progress, and the breaker's cool-offs. Only the nodes with such slots, or cooling off, are rebuilt."""
     return with_usage(overlay(inventory, live).snapshot, live)
-
-
-def _with_pending_leases(slots: list[SlotView], leases: list[tuple[str, int]]) -> list[SlotView]:
-    """Mark free slots as leased for allocations being planned on the node (which slots is the node's decision;
-    for ranking only the count matters). An allocation that already holds claims here needs no placeholder."""
-    holding = {s.holder for s in slots if s.holder is not None}
-    free = [i for i, s in enumerate(slots) if s.state is SlotState.FREE]
-    result = list(slots)
-    for allocation, gpus in leases:
-        if allocation in holding:
-            continue
-        for i in free[:gpus]:
-            result[i] = dataclasses.replace(result[i], state=SlotState.LEASED, holder=allocation)
-        free = free[gpus:]
-    return result

@@ -3,12 +3,17 @@
     1. select_region       tenant policy, quota, region status, product and price
     2. find_candidates     a pool and ranked candidate nodes from a fresh snapshot
                            (1 and 2 are one local activity, `choose_placement`, recording both steps)
+       queued              a request that may wait and could fit once capacity frees waits in its region's queue,
+                           holding nothing, until an admission pass wakes it (then 1 and 2 again) or its timeout
+                           passes (failed, queue_timeout)
     3. for each candidate  plan_bundles (node lease) -> record_claims -> create_vm -> wait_ready;
                            a failure compensates what the attempt did, in reverse, and moves to the next node;
                            when the list runs out, the cluster level re-plans once (`find_candidates`)
     4. active              the run continues as new into its hold run, which holds the capacity until `release` or
                            cancellation, then tears down (destroy_vm and wipe, release_claims)
     5. no candidate left   fail with a non-retryable SkuUnavailable naming every attempt's node and reason
+    6. capacity freed      releasing claims (a release, a cancel, a failed attempt's undo) walks the region's queue
+                           in the same step
 
 Every state change is mirrored to PostgreSQL (the allocation's row and its events) and to the Temporal UI
 (workflows/allocation_mirror.py); each state has a deadline (workflows/state_deadlines.py). Control steps run as
@@ -18,7 +23,7 @@ its slots quarantined rather than blocking the allocation forever.
 
 Revisions (`AllocationInput.revision`, workflows/allocation_messages.py): a run keeps the revision it started with.
 The code keeps the current revision and the previous one; a placement phase drains within its per-state deadlines,
-and since revision 2 a held allocation's long-lived run is the small hold run (docs/design.md, "Upgrading").
+and a held allocation's long-lived run is the small hold run (docs/design.md, "Upgrading").
 """
 
 from __future__ import annotations
@@ -39,21 +44,27 @@ with workflow.unsafe.imports_passed_through():
     from contracts.allocation import (
         CandidateList,
         ClaimInput,
+        EnterQueueInput,
         FindCandidatesInput,
         LeaseRef,
+        LeaveQueueInput,
+        PlacementChoice,
         PlanInput,
         QuarantineInput,
+        QueueTicket,
         ReadinessInput,
         RegionChoice,
         ReleaseClaimsInput,
         TeardownInput,
         VmSpec,
     )
+    from fleet.deadlines import format_duration
     from scheduler.nodes import Candidate
     from workflows import node_calls
     from workflows import search_attributes as sa
     from workflows.allocation_failures import (
         PLACEMENT_REFUSED,
+        QUEUE_TIMEOUT,
         QUOTA_EXCEEDED,
         SKU_UNAVAILABLE,
         AttemptFailed,
@@ -79,7 +90,6 @@ with workflow.unsafe.imports_passed_through():
 
 R = TypeVar("R")
 
-HOLD_REVISION = 2  # from this revision on, the run that reaches `active` continues as new into its hold run
 
 CREATE_VM_TIMEOUT = timedelta(minutes=5)
 CREATE_VM_ATTEMPTS = 3
@@ -108,6 +118,11 @@ class AllocationWorkflow:
         )
         self.pool_deadlines: dict[str, dict[str, float]] = {}
         self.final_recorded = False  # the placement step refused and recorded the final step itself
+        self.queue_deadline = (
+            workflow.now() + timedelta(seconds=input.queue.timeout_seconds) if input.queue is not None else None
+        )
+        self.woken = False  # an admission pass set a node aside for it: place again
+        self.in_queue = False  # its entry is in the region's queue (the placement step takes it out when it places)
 
     # -- the flow ---------------------------------------------------------------------------------------------------
 
@@ -116,18 +131,17 @@ class AllocationWorkflow:
         try:
             if input.held is None:
                 self.mirror.open()
-                region, first = await self.choose_placement()  # 1, 2
+                region, first = await self.choose_placement()  # 1, 2 (queued between them and here, if it waits)
                 await self.place(region, first)  # 3 (and 5 when nothing works)
-                if input.revision >= HOLD_REVISION:
-                    await self.continue_into_hold()  # 4, in the hold run
-            else:
-                workflow.set_current_details(self.mirror.story())
+                await self.continue_into_hold()  # 4, in the hold run
+            workflow.set_current_details(self.mirror.story())
             await self.hold_until_released()  # 4
             await shielded(self.teardown("released", "release"))
         except BaseException as error:
             if is_cancelled_exception(error) and self.status.state not in FINAL_STATES:
                 await shielded(self.teardown("cancelled", "cancel"))
             elif isinstance(error, ApplicationError):
+                await shielded(self.leave_queue())  # refused for good after a wake: the entry goes
                 self.set_state("failed", "failed", reason=error.message, recorded=self.final_recorded)
                 await shielded(self.mirror.write_trail())
             raise
@@ -140,11 +154,23 @@ class AllocationWorkflow:
         refusal as the allocation's final step: a request refused here costs one local activity, one search-attribute
         upsert (`failed`) and one write."""
         self.set_state("placing", "select_region", publish=False)
-        placement = self.placement_input("").model_copy(update={"final": self.mirror.state_change("failed", "failed")})
-        try:
-            choice = await self.on_control(steps.choose_placement, placement, deadline=self.clock.time_left())
-        except AttemptFailed as failure:
-            raise failure.ending() from failure
+        fruitless = 0  # wakes in a row after which it could not be placed after all
+        while True:
+            final = self.mirror.state_change("failed", "failed")
+            placement = self.placement_input("").model_copy(update={"final": final, "wait": self.queue_ticket()})
+            try:
+                choice = await self.on_control(steps.choose_placement, placement, deadline=self.clock.time_left())
+            except AttemptFailed as failure:
+                raise failure.ending() from failure
+            if not (choice.waitable and self.input.queue is not None):
+                if choice.refusal() is None:
+                    self.in_queue = False  # the step took it out of the queue with its first choice
+                break
+            fruitless += 1 if self.status.step == "woken" else 0
+            await self.wait_in_queue(choice)
+            if fruitless >= 2:  # a pass and this placement keep disagreeing: never a busy loop, whatever the cause
+                await workflow.sleep(min(2.0**fruitless, 60.0))
+            self.set_state("placing", "woken", region=self.status.region)  # a pass set a node aside: decide again
         self.final_recorded = choice.final_recorded  # a refusal: the step recorded its decisions and the end
         region = self.accept_region(choice.region)
         self.set_state(
@@ -152,6 +178,47 @@ class AllocationWorkflow:
         )
         assert choice.candidates is not None  # the region level chose one, so the cluster level ran
         return region, self.accept_candidates(choice.candidates)
+
+    def queue_ticket(self) -> QueueTicket | None:
+        """What the placement step needs to know of a request that may wait: its priority, and whether it is in its
+        region's queue already."""
+        wait = self.input.queue
+        if wait is None:
+            return None
+        return QueueTicket(priority=wait.priority, priority_class=wait.priority_class, queued=self.in_queue)
+
+    async def wait_in_queue(self, choice: PlacementChoice) -> None:
+        """Queued: in the region's queue (keeping its place when it comes back), holding nothing, until a pass
+        wakes it; past the queue timeout the allocation fails with the last reason it could not be placed."""
+        refusal = choice.refusal()
+        assert refusal is not None and self.queue_deadline is not None and choice.queue_region is not None
+        region = choice.queue_region
+        reason = refusal.refusal_message or refusal.refusal_code or "no room now"
+        self.status.region = region
+        self.set_state("queued", "enter_queue", region=region, reason=reason)
+        self.woken = False  # a wake from before this entry is answered by the next pass
+        entry = EnterQueueInput(allocation_id=self.input.allocation_id, tenant=self.input.tenant, region=region,
+                                request=self.placement_input(region).request, ticket=self.queue_ticket(),
+                                deadline_at=self.queue_deadline, reason=reason, code=refusal.refusal_code or "")  # fmt: skip
+        await self.on_control(steps.enter_queue, entry)
+        self.in_queue = True
+        left = (self.queue_deadline - workflow.now()).total_seconds()
+        try:
+            await workflow.wait_condition(lambda: self.woken, timeout=max(left, 0.001))
+        except TimeoutError:
+            waited = format_duration(self.input.queue.timeout_seconds) if self.input.queue else "its timeout"
+            self.set_state("queued", "queue_timeout", region=region, reason=reason)
+            await self.leave_queue()
+            message = f"queue_timeout: not placed within {waited}; last: {reason}"
+            raise ApplicationError(message, type=QUEUE_TIMEOUT, non_retryable=True) from None
+
+    async def leave_queue(self) -> None:
+        """Out of the region's queue (timed out, cancelled, refused for good), if it is in one; a StrictFIFO queue
+        may let those behind it pass now, so the step walks the queue again."""
+        if self.in_queue:
+            leave = LeaveQueueInput(allocation_id=self.input.allocation_id, region=self.status.region)
+            await self.on_control(steps.leave_queue, leave)
+            self.in_queue = False
 
     def accept_region(self, choice: RegionChoice) -> str:
         """The region level's answer: the region, or the allocation's failure with the explanation."""
@@ -345,6 +412,7 @@ class AllocationWorkflow:
     async def teardown(self, final_state: str, step: str) -> None:
         """Give everything back: destroy the VM and wipe its slots, release the claims. Runs to completion even
         when the workflow is being cancelled."""
+        await self.leave_queue()  # cancelled while waiting: nothing is held, only the queue's entry
         if self.status.state == "active":
             self.set_state("releasing", step)
             attempt = self.status.attempts[-1]
@@ -385,9 +453,10 @@ class AllocationWorkflow:
             pass  # an unreachable agent cannot free its lease; the lease expires and the agent reaps it
 
     async def release_claims(self, attempt: int | None) -> None:
-        await self.on_control(
-            steps.release_claims, ReleaseClaimsInput(allocation_id=self.input.allocation_id, attempt=attempt)
-        )
+        """6: the step that frees the capacity walks the region's queue too."""
+        release = ReleaseClaimsInput(allocation_id=self.input.allocation_id, attempt=attempt,
+                                     walk_region=self.status.region)  # fmt: skip
+        await self.on_control(steps.release_claims, release)
 
     async def destroy_vm(
         self, node: str, attempt: int, slot_indexes: list[int], *, deadline: timedelta | None = None
@@ -435,6 +504,11 @@ class AllocationWorkflow:
     def status_query(self) -> AllocationStatus:
         return self.status
 
+    @workflow.signal(name="wake")
+    def wake(self) -> None:
+        """An admission pass set a node aside for this queued request (activities/control/admission.py)."""
+        self.woken = True
+
     @workflow.update
     async def retry(self, request: RetryRequest) -> RetryAccepted:
         """Abandon the running attempt (compensating it) and go on with the next candidate."""
@@ -456,7 +530,7 @@ class AllocationWorkflow:
     @release.validator
     def validate_release(self, request: ReleaseRequest) -> None:
         if self.status.state != "active":
-            hint = " (cancel it instead)" if self.status.state in PLACING_STATES else ""
+            hint = " (cancel it instead)" if self.status.state in (*PLACING_STATES, "queued") else ""
             raise self.invalid_state(f"only an active allocation can be released{hint}")
 
     def invalid_state(self, rule: str) -> ApplicationError:

@@ -9,7 +9,7 @@ from scheduler.bundles import Bundle
 from scheduler.request import PlacementRequest
 
 STATES = (
-    "pending", "placing", "planning", "claiming", "provisioning", "waiting_ready", "active", "releasing", "released",
+    "pending", "queued", "placing", "planning", "claiming", "provisioning", "waiting_ready", "active", "releasing", "released",
     "failed", "cancelled",
 )  # fmt: skip
 PLACING_STATES = ("pending", "placing", "planning", "claiming", "provisioning", "waiting_ready")
@@ -69,10 +69,12 @@ class Timing(BaseModel):
 #      request goes from `pending` straight to `failed`), and a refusal is recorded by the placement step itself.
 #   2: the run that reaches `active` continues as new into its hold run (`AllocationInput.held`), which waits for
 #      release or cancellation and tears down: the long-lived history holds only the hold.
+#   3: a request that may wait (`AllocationInput.queue`) waits in its region's queue (`queued`) instead of failing.
+#      (Releasing claims walks the region's queue in every revision: the pass rides on the step, adding no command.)
 # The workflow keeps the branches of the previous revision only (docs/design.md, "Upgrading the allocation
-# workflow"): a placement phase in flight drains within its per-state deadlines, and a revision-1 run holding an
-# active allocation keeps its hold in the same run.
-REVISION = 2
+# workflow"): a placement phase in flight drains within its per-state deadlines; revision 2 differs only in never
+# being queued, which needs no branch (revision 1's hold in the placement run is gone).
+REVISION = 3
 
 
 class AllocationInput(BaseModel):
@@ -92,6 +94,17 @@ class AllocationInput(BaseModel):
         default=0, ge=0, description="The workflow revision the run was started with (`REVISION`); 0: before them."
     )
     held: Held | None = Field(default=None, description="A hold run's start: the active allocation it holds.")
+    queue: QueueWait | None = Field(default=None, description="Wait for capacity instead of failing (issue 24).")
+
+
+class QueueWait(BaseModel):
+    """A request that may wait in its region's queue when no node can take it now (revision 3)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    timeout_seconds: PositiveFloat = Field(description="How long it may wait, in all; past it: failed, queue_timeout.")
+    priority: int = Field(default=0, description="Its PriorityClass's value: higher is placed first.")
+    priority_class: str | None = None
 
 
 class Attempt(BaseModel):

@@ -12,6 +12,8 @@
                                           terminated in the Temporal UI) gets a final row: failed, with the reason
        every repair, done or not, is recorded (audit_repairs; allocation_events for an allocation's own)
     5. audit_finish
+    6. admit_queued              walk every region's queue: capacity a repair freed, a fleet change or a lost wake
+                                 since the last pass (activities/control/admission.py)
 
 A Temporal Schedule (`reconcile_client.ensure_schedule`, id `berth-reconciler`, overlap SKIP) runs it every minute;
 `POST /v1/audit` and `berth audit` run one now. One run is short and starts fresh each time: no continue-as-new.
@@ -31,7 +33,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import steps
-    from contracts.allocation import LeaseRef, TeardownInput
+    from contracts.allocation import AdmitInput, LeaseRef, TeardownInput
     from contracts.audit import (
         ApplyRepair,
         AssessInput,
@@ -96,6 +98,9 @@ class ReconcileWorkflow:
                     workflow.set_current_details(f"repairing: {finding.message}")
                     repairs.append(await self.repair(report.run_id, finding))
         finished = await self.control(steps.audit_finish, FinishAudit(run_id=report.run_id))
+        if workflow.patched("walk-queues"):  # 6, since issue 24; the marker keeps a run in flight at upgrade replaying
+            workflow.set_current_details("walking the queues of requests waiting for capacity")
+            await self.control(steps.admit_queued, AdmitInput())
         done = report.model_copy(update={"repairs": repairs, "finished_at": finished})
         workflow.set_current_details(self.story(done))
         return done

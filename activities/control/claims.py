@@ -8,11 +8,13 @@ claim outright. A refused claim reaches the workflow as a non-retryable `ClaimCo
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from contracts.allocation import ClaimInput, QuarantineInput, ReleaseClaimsInput, SlotsInput
+from contracts.allocation import AdmitResult, ClaimInput, QuarantineInput, ReleaseClaimsInput, SlotsInput
 from store import claims as store
 from store.trail import write_trail
 
@@ -20,9 +22,16 @@ CLAIM_CONFLICT = "ClaimConflict"
 QUOTA_EXCEEDED = "QuotaExceeded"
 
 
+class QueueWalker(Protocol):
+    async def walk(self, regions: list[str] | None) -> AdmitResult: ...
+
+
 class ClaimActivities:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], queues: QueueWalker | None = None) -> None:
+        """`queues`: the admission pass (activities/control/admission.py), run when claims are released or slots
+        come back from quarantine; None: no queue is walked (the reconciler's pass still is)."""
         self.sessions = sessions
+        self.queues = queues
 
     @activity.defn(name="record_claims")
     async def record_claims(self, claim: ClaimInput) -> list[int]:
@@ -44,7 +53,10 @@ class ClaimActivities:
         """Release active claims and free their slots (quarantined slots stay quarantined). Idempotent."""
         await write_trail(self.sessions, request.trail)
         async with self.sessions.begin() as session:
-            return await store.release_claims(session, request.allocation_id, request.attempt)
+            released = await store.release_claims(session, request.allocation_id, request.attempt)
+        if request.walk_region is not None:  # also on a retry that finds the claims released: the pass may not have run
+            await self._walk([request.walk_region])
+        return released
 
     @activity.defn(name="quarantine_slots")
     async def quarantine_slots(self, request: QuarantineInput) -> int:
@@ -59,7 +71,21 @@ class ClaimActivities:
     async def unquarantine_slots(self, request: SlotsInput) -> int:
         """The node agent confirmed the wipe: the slots may be handed out again."""
         async with self.sessions.begin() as session:
-            return await store.unquarantine_slots(session, request.node, request.slot_indexes)
+            freed = await store.unquarantine_slots(session, request.node, request.slot_indexes)
+        if freed:
+            await self._walk(None)
+        return freed
+
+    async def _walk(self, regions: list[str] | None) -> None:
+        """Offer freed capacity to the queues. A pass that fails here must not fail the release that freed it (the
+        release would be retried and the allocation held up): it is logged, and the reconciler's pass, every
+        minute, walks every queue."""
+        if self.queues is None:
+            return
+        try:
+            await self.queues.walk(regions)
+        except Exception:
+            activity.logger.warning("admission pass after freeing capacity failed", exc_info=True)
 
     def activities(self) -> list[object]:
         return [self.record_claims, self.release_claims, self.quarantine_slots, self.unquarantine_slots]

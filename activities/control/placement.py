@@ -21,6 +21,7 @@ the step refuses with `selector_cost_exceeded`, naming the selector (issue 21)."
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable
@@ -29,22 +30,33 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from contracts.allocation import AuditTrail, CandidateList, FindCandidatesInput, PlacementChoice, RegionChoice
+from contracts.allocation import (
+    AuditTrail,
+    CandidateList,
+    FindCandidatesInput,
+    PlacementChoice,
+    QueueTicket,
+    RegionChoice,
+)
+from fleet.vocabulary import QueueingStrategy
 from scheduler import cluster, region
 from scheduler.breaker import BreakerPolicy
 from scheduler.cel import RequestBudget, SelectorCostExceeded, request_budget
 from scheduler.explanation import Explanation
+from scheduler.pending import Plans, with_pending_plans
+from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
+from store import queue
 from store.decisions import lock_region, record_first_choice
 from store.inventory import InventoryCache
-from store.snapshot import pending_plans, with_pending_plans
+from store.snapshot import pending_plans
 from store.trail import write_trail
 
-Plans = dict[str, list[tuple[str, int]]]
 T = TypeVar("T")
 R = TypeVar("R", RegionChoice, CandidateList)
 SELECTOR_COST_EXCEEDED = SelectorCostExceeded.code
+QUEUED_BEHIND = "queued_behind"
 
 
 class RegionLockTimes:
@@ -111,6 +123,35 @@ def _candidate_list(snapshot: Snapshot, decision: cluster.CandidateDecision) -> 
     )
 
 
+async def _quota_wait(
+    choice: PlacementChoice, snapshot: Snapshot, request: PlacementRequest, budget: RequestBudget
+) -> PlacementChoice:
+    """A request refused by its tenant's quota may wait when it alone fits in the quota: in the region it would be
+    given if the tenant held nothing (the queue it waits in)."""
+    tenant = snapshot.tenants.get(request.tenant or "")
+    if tenant is None or request.gpu_count > tenant.gpu_quota:
+        return choice
+    idle = dataclasses.replace(tenant, active_gpus=0, in_flight_gpus=0)
+    others = [view for name, view in snapshot.tenants.items() if name != tenant.name]
+    unused = await _region_choice(snapshot.with_tenants([*others, idle]), request, budget)
+    if unused.region is None:
+        return choice
+    return choice.model_copy(update={"waitable": True, "queue_region": unused.region})
+
+
+def _behind(region_choice: RegionChoice, ahead: int) -> PlacementChoice:
+    """Refused for now: the region's StrictFIFO queue has `ahead` requests to place first."""
+    message = f"{region_choice.region}: behind {ahead} queued request(s) (StrictFIFO)"
+    candidates = CandidateList(
+        refusal_code=QUEUED_BEHIND,
+        refusal_message=message,
+        explanation=Explanation(summary=message, levels=[]),
+    )
+    return PlacementChoice(
+        region=region_choice, candidates=candidates, waitable=True, queue_region=region_choice.region
+    )
+
+
 class PlacementActivities:
     def __init__(
         self,
@@ -123,10 +164,12 @@ class PlacementActivities:
         self.sessions = sessions
         self.inventory = inventory or InventoryCache(breaker=breaker)
 
-    async def _read(self, allocation_id: str) -> tuple[Snapshot, Plans]:
-        """The snapshot without plans in progress, and those plans as they are now (both without the lock)."""
+    async def _read(self, allocation_id: str) -> tuple[Snapshot, Plans, frozenset[str]]:
+        """The snapshot without plans in progress, those plans as they are now (both without the lock), and the
+        nodes held for the head of a queue other than this allocation (issue 24)."""
         async with self.sessions() as session:
-            return await self.inventory.snapshot_and_plans(session, exclude_allocation=allocation_id)
+            base, plans = await self.inventory.snapshot_and_plans(session, exclude_allocation=allocation_id)
+            return base, plans, await queue.reserved_nodes(session, allocation_id)
 
     async def _candidates(
         self,
@@ -136,6 +179,7 @@ class PlacementActivities:
         region_name: str,
         allocation_id: str,
         budget: RequestBudget,
+        leaves_queue: bool = False,
     ) -> CandidateList:
         """Cluster level. Decisions in one region are taken one at a time: each overlays what is being planned right
         now on the inventory and marks its first choice as being planned before the next one looks, so requests that
@@ -161,6 +205,8 @@ class PlacementActivities:
                     decision = await _off_loop(budget, lambda: cluster.find_candidates(moved, request, region_name))
                 if decision.candidates:
                     await record_first_choice(session, allocation_id, decision.candidates[0].node)
+                    if leaves_queue:  # placed at last: its entry (and the node a pass set aside for it) goes
+                        await queue.leave(session, allocation_id)
         except SelectorCostExceeded as error:
             return _too_costly(error, CandidateList())
         LOCK_TIMES.waited.append(1000 * (locked - asked))
@@ -176,18 +222,37 @@ class PlacementActivities:
         and one local activity. An earlier try of this step may have recorded a refusal that this try does not
         make (the worker crashed before the workflow took the answer): the trail's write retracts it first."""
         await write_trail(self.sessions, request.trail, retract=request.final)
-        base, plans = await self._read(request.allocation_id)
+        base, plans, reserved = await self._read(request.allocation_id)
+        asked = request.request.model_copy(update={"reserved_nodes": reserved}) if reserved else request.request
         budget = RequestBudget()  # one for both levels: the cluster level pays nothing for pairs the region level paid
-        region_choice = await _region_choice(with_pending_plans(base, plans), request.request, budget)
+        known = with_pending_plans(base, plans)
+        region_choice = await _region_choice(known, asked, budget)
+        wait = request.wait
         if region_choice.region is None:
             choice = PlacementChoice(region=region_choice)
+            if wait is not None and region_choice.refusal_code == Reason.QUOTA_EXCEEDED:
+                choice = await _quota_wait(choice, known, asked, budget)
+        elif (
+            wait is not None
+            and not wait.queued
+            and (ahead := await self._queue_ahead(known, region_choice.region, wait))
+        ):
+            choice = _behind(region_choice, ahead)
         else:
             candidates = await self._candidates(
-                base, plans, request.request, region_choice.region, request.allocation_id, budget
+                base,
+                plans,
+                asked,
+                region_choice.region,
+                request.allocation_id,
+                budget,
+                wait is not None and wait.queued,
             )
             choice = PlacementChoice(region=region_choice, candidates=candidates)
+            if candidates.refusal_code == Reason.INSUFFICIENT_CAPACITY:
+                choice = choice.model_copy(update={"waitable": True, "queue_region": region_choice.region})
         refusal = choice.refusal()
-        if refusal is None or request.final is None:
+        if refusal is None or request.final is None or (wait is not None and choice.waitable):
             return choice
         final = request.final.model_copy(update={"reason": refusal.reason, "region": region_choice.region})
         steps = [final]
@@ -200,10 +265,18 @@ class PlacementActivities:
     async def find_candidates(self, request: FindCandidatesInput) -> CandidateList:
         """Cluster level: pool eligibility and ranked candidate nodes (the chosen one plus alternates)."""
         await write_trail(self.sessions, request.trail)
-        base, plans = await self._read(request.allocation_id)
-        return await self._candidates(
-            base, plans, request.request, request.region, request.allocation_id, RequestBudget()
-        )
+        base, plans, reserved = await self._read(request.allocation_id)
+        asked = request.request.model_copy(update={"reserved_nodes": reserved}) if reserved else request.request
+        return await self._candidates(base, plans, asked, request.region, request.allocation_id, RequestBudget())
+
+    async def _queue_ahead(self, snapshot: Snapshot, region_name: str, wait: QueueTicket) -> int:
+        """How many queued requests a newcomer that may wait must let go first: in a StrictFIFO region, those of
+        its priority or higher that no pass has placed yet; in a BestEffortFIFO region, none."""
+        view = snapshot.regions.get(region_name)
+        if view is None or view.queueing_strategy is not QueueingStrategy.STRICT_FIFO:
+            return 0
+        async with self.sessions() as session:
+            return await queue.waiting_ahead(session, region_name, wait.priority)
 
     def activities(self) -> list[object]:
         return [self.choose_placement, self.find_candidates]

@@ -50,6 +50,7 @@ from api.models import (
     IdempotencyKey,
     RetryBody,
 )
+from api.queueing import queue_wait
 from api.request_checks import check_request
 from api.services import Services, services
 from api.temporal import Refused
@@ -57,7 +58,7 @@ from fleet.meta import Name
 from store import allocations as store
 from store.outage import is_database_outage
 from workflows.allocation_client import workflow_id
-from workflows.allocation_messages import FINAL_STATES, PLACING_STATES, AllocationInput
+from workflows.allocation_messages import FINAL_STATES, PLACING_STATES, AllocationInput, QueueWait
 
 log = logging.getLogger("berth.api")
 router = APIRouter(prefix="/v1/allocations", tags=["allocations"])
@@ -85,7 +86,12 @@ def _key_reused(key: str, allocation_id: str) -> ApiError:
 
 
 def _input(
-    app: Services, allocation_id: str, body: AllocationCreate, exclude_nodes: list[str], key: str | None = None
+    app: Services,
+    allocation_id: str,
+    body: AllocationCreate,
+    exclude_nodes: list[str],
+    key: str | None = None,
+    wait: QueueWait | None = None,
 ) -> AllocationInput:
     tenant = body.tenant
     assert tenant is not None  # the recorded body always names its tenant
@@ -100,6 +106,7 @@ def _input(
         idempotency_key=key,
         timing=app.timing,
         queues=app.control.queues,
+        queue=wait,
     )
 
 
@@ -152,12 +159,14 @@ async def create_allocation(
         await check_request(session, app.inventory, body, caller)  # 422 before anything exists: no row, no workflow
         snapshot = (await app.inventory.inventory(session)).snapshot
         check_admissible(snapshot, body)  # no host that big: 422 as well
-        await check_quota(session, snapshot, body)  # over quota now: 409 (a request that waits will skip this)
+        wait = await queue_wait(session, tenant_row, body)  # its queue timeout and priority: 422 if not allowed
+        if wait is None or body.gpu_count > tenant_row.gpu_quota:
+            await check_quota(session, snapshot, body)  # over quota now: 409 (one that waits and fits it waits)
     await app.control.require_worker()
 
     allocation_id = keyed_allocation_id(tenant, idempotency_key) if idempotency_key else uuid.uuid4().hex[:16]
     request = fingerprint(recorded)
-    outcome = await app.control.start(_input(app, allocation_id, body, [], idempotency_key), request)
+    outcome = await app.control.start(_input(app, allocation_id, body, [], idempotency_key, wait), request)
     if not outcome.started:  # this key's workflow already exists: an earlier request's answer was lost
         assert idempotency_key is not None  # a random id never collides
         if outcome.fingerprint and outcome.fingerprint != request:
@@ -199,7 +208,7 @@ async def get_allocation(allocation_id: IdPath, caller: Caller, app: App) -> All
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
         live = await app.control.live_status(allocation_id) if row.state not in FINAL_STATES else None
-        return await allocation_view.detail(session, row, live)
+        return await allocation_view.detail(session, row, live, caller, app.inventory)
 
 
 @router.get("", response_model=AllocationList, responses=error_responses(401, 422))
@@ -290,7 +299,10 @@ async def retry_allocation(
     await app.control.require_worker()
     # The workflow id is the lock, as for create: of two retries racing, Temporal starts one new run and refuses the
     # other (409). Once it has accepted the run the answer is 202; the row follows, here or from the run's own trail.
-    await app.control.restart(_input(app, allocation_id, request, exclude_nodes, row.idempotency_key))
+    async with app.sessions() as session:  # it waits again as its body asked, under today's fleet file
+        tenant_row = await store.load_tenant(session, row.tenant)
+        wait = await queue_wait(session, tenant_row, request) if tenant_row is not None else None
+    await app.control.restart(_input(app, allocation_id, request, exclude_nodes, row.idempotency_key, wait))
     try:
         async with app.sessions.begin() as session:
             await store.record_restarted(session, allocation_id)

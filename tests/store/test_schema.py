@@ -17,7 +17,7 @@ TABLES = {
     "regions", "clusters", "pools", "inference_classes", "nodes", "node_resource_slots", "tenants", "api_tokens",
     "allocations", "allocation_resource_claims", "allocation_events", "model_deployments", "model_replicas",
     "replica_pool_usage", "inventory_version", "node_agents", "liveness_version", "audit_runs", "audit_findings",
-    "audit_repairs", "model_caches", "inventory_changes", "inventory_changes_pruned",
+    "audit_repairs", "model_caches", "inventory_changes", "inventory_changes_pruned", "priority_classes", "queue_entries",
 }  # fmt: skip
 
 
@@ -32,7 +32,7 @@ async def test_migration_creates_every_table_from_empty(empty_database_url: str)
     finally:
         await engine.dispose()
     assert TABLES <= tables
-    assert version == "0009"
+    assert version == "0010"
 
 
 async def _fleet_with_allocation(

@@ -40,7 +40,7 @@ from store.models import AllocationEventRow, ClaimRow, SlotRow
 from store.node_reports import record_report
 from store.tokens import create_token
 from workflows import allocation_client
-from workflows.allocation_messages import AllocationInput, AllocationStatus, Timing
+from workflows.allocation_messages import AllocationInput, AllocationStatus, QueueWait, Timing
 
 FAST = Timing(
     agent_pickup_seconds=2.0,
@@ -51,8 +51,18 @@ FAST = Timing(
 )
 
 
-def lab_fleet(hosts: dict[str, dict[str, Any]], metal: int = 0, quota: int = 512) -> str:
-    """A one-region fleet. `hosts` maps node name to {"gpus": n, "simulation": {...}} for the slice pool."""
+def lab_fleet(
+    hosts: dict[str, dict[str, Any]],
+    metal: int = 0,
+    quota: int = 512,
+    *,
+    tenants: dict[str, dict[str, Any]] | None = None,
+    region: dict[str, Any] | None = None,
+    extra: list[dict[str, Any]] | None = None,
+) -> str:
+    """A one-region fleet. `hosts` maps node name to {"gpus": n, "simulation": {...}} for the slice pool; `tenants`
+    (name -> spec) replaces the one tenant `acme` with `quota`; `region` is added to the region's spec; `extra`
+    documents (PriorityClasses, say) are appended."""
     nodes = []
     for n, (name, spec) in enumerate(sorted(hosts.items())):
         gpus = spec.get("gpus", 4)
@@ -93,14 +103,12 @@ def lab_fleet(hosts: dict[str, dict[str, Any]], metal: int = 0, quota: int = 512
             "apiVersion": "berth.dev/v1alpha1",
             "kind": "Region",
             "metadata": {"name": "lab"},
-            "spec": {"prices": {"H200": 3.0}},
+            "spec": {"prices": {"H200": 3.0}, **(region or {})},
         },
-        {
-            "apiVersion": "berth.dev/v1alpha1",
-            "kind": "Tenant",
-            "metadata": {"name": "acme"},
-            "spec": {"gpuQuota": quota},
-        },
+        *(
+            {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant", "metadata": {"name": name}, "spec": spec}
+            for name, spec in (tenants or {"acme": {"gpuQuota": quota}}).items()
+        ),
         {
             "apiVersion": "modelplane.ai/v1alpha1",
             "kind": "InferenceClass",
@@ -122,6 +130,7 @@ def lab_fleet(hosts: dict[str, dict[str, Any]], metal: int = 0, quota: int = 512
             "metadata": {"name": "lab-1"},
             "spec": {"region": "lab", "nodePools": pools},
         },
+        *(extra or []),
     ]
     return yaml.safe_dump_all(documents, sort_keys=False)
 
@@ -212,17 +221,19 @@ class Lab:
 
     async def allocate(
         self, allocation_id: str | None = None, gpus: int = 2, timing: Timing = FAST,
-        shape: CapacityShape = CapacityShape.GPU_SLICE, **request: Any,
+        shape: CapacityShape = CapacityShape.GPU_SLICE, tenant: str = "acme", queue: QueueWait | None = None,
+        **request: Any,
     ) -> WorkflowHandle[Any, AllocationStatus]:  # fmt: skip
         allocation_id = allocation_id or f"a-{uuid.uuid4().hex[:8]}"
         return await allocation_client.start_allocation(
             self.starter,
             AllocationInput(
                 allocation_id=allocation_id,
-                tenant="acme",
-                request=PlacementRequest(gpu_count=gpus, shape=shape, tenant="acme", **request),
+                tenant=tenant,
+                request=PlacementRequest(gpu_count=gpus, shape=shape, tenant=tenant, **request),
                 timing=timing,
                 queues=self.queues,
+                queue=queue,
             ),
         )
 

@@ -1,9 +1,9 @@
 """Determinism: recorded allocation histories must replay on the current workflow code.
 
 The files in histories/ were recorded from real runs (happy path with release, a fallthrough after a failed
-create, a cancellation while provisioning, a refusal), for the current revision (`allocation_replay-*`; since
-revision 2 an allocation that reached `active` is two runs, the placement and its hold, `_1` and `_2`) and for the
-previous one (`allocation_revision1-*`). The workflow keeps exactly those two revisions' branches (docs/design.md,
+create, a cancellation while provisioning, a refusal, and since revision 3 a request that waited in its queue and
+was woken), for the current revision (`allocation_replay-*`; an allocation that reached `active` is two runs, the
+placement and its hold, `_1` and `_2`) and for the previous one (`allocation_revision2-*`). The workflow keeps exactly those two revisions' branches (docs/design.md,
 "Upgrading the allocation workflow"): when a revision retires, its files go with its branches. A change that would
 break running workflows fails here; it needs a new revision (or `workflow.patched(...)`). Re-record the current
 revision's files with BERTH_RECORD_HISTORIES=1.
@@ -23,6 +23,7 @@ from bench.actions import run_histories
 from tests.workflows.lab import lab_fleet, running_lab
 from workflows import allocation_client
 from workflows.allocation import AllocationWorkflow
+from workflows.allocation_messages import QueueWait
 from workflows.recovery import SlotRecoveryWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -63,12 +64,19 @@ async def test_fresh_histories_replay(temporal_client, sessions, tmp_path: Path)
         refused = await lab.allocate("replay-refused", gpus=4)
         with pytest.raises(Exception):  # noqa: B017 - the run ends failed: insufficient capacity
             await refused.result()
+        # A request that may wait: queued behind the holder, woken by its release, placed, then released.
+        waiting = await lab.allocate("replay-queued", gpus=4, queue=QueueWait(timeout_seconds=600))
+        await lab.wait_for_state(waiting, "queued")
         await allocation_client.release(temporal_client, "replay-holder")
         await holder.result()
+        await lab.wait_for_state(waiting, "active")
+        await allocation_client.release(temporal_client, "replay-queued")
+        await waiting.result()
 
-        runs = {handle.id: await run_histories(temporal_client, handle.id) for handle in (happy, fallthrough, refused)}
-    # The released allocation was placed in one run and held in the next; the others never reached `active`.
-    assert [len(runs[handle.id]) for handle in (happy, fallthrough, refused)] == [2, 1, 1]
+        handles = (happy, fallthrough, refused, waiting)
+        runs = {handle.id: await run_histories(temporal_client, handle.id) for handle in handles}
+    # The released allocations were placed in one run and held in the next; the others never reached `active`.
+    assert [len(runs[handle.id]) for handle in handles] == [2, 1, 1, 2]
     for histories in runs.values():
         for history in histories:
             await _replayer().replay_workflow(history)

@@ -15,6 +15,7 @@ import pytest
 from temporalio import activity
 
 from activities.cluster.activities import ClusterActivities
+from activities.control.admission import AdmissionActivities
 from activities.control.audit import AuditActivities
 from activities.control.claims import ClaimActivities
 from activities.control.deployments import DeploymentActivities
@@ -25,6 +26,7 @@ from contracts import steps
 
 CONTROL = (
     PlacementActivities,
+    AdmissionActivities,
     ClaimActivities,
     RecordActivities,
     AuditActivities,

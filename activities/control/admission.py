@@ -1,0 +1,167 @@
+"""Control-side queue activities (issue 24): entering and leaving a region's queue, and the admission pass.
+
+    enter_queue    the allocation's trail (`queued`), then its entry (a re-entry keeps its place), then a pass
+    leave_queue    the trail, then the entry goes (timed out, cancelled)
+    admit_queued   for each region, under the region's placement lock, in one transaction:
+                     forget what the last pass set aside (it is judged again) -> read the queue, the snapshot and
+                     who holds what -> scheduler.queueing.admission_pass -> record each entry's verdict
+                   then signal `wake` to each allocation given a node: it places itself (its own choose_placement,
+                   which finds the node set aside for it and nobody else's)
+
+A pass decides nothing durable but the entries' verdicts, and places nothing itself: a crash anywhere in it loses
+nothing (the entries are in PostgreSQL, their arrival kept) and places nothing twice (the woken workflow's own
+placement and claims are exactly-once as ever). A request woken whose signal was lost is signalled again by a later
+pass once its set-aside is older than `RESIGNAL_AFTER` (the reconciler runs a pass every minute).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from contracts.allocation import AdmitInput, AdmitResult, EnterQueueInput, LeaveQueueInput
+from scheduler.pending import with_pending_plans
+from scheduler.queueing import PassResult, Verdict, admission_pass, usage_by_product
+from store import queue
+from store.decisions import lock_region
+from store.inventory import InventoryCache
+from store.trail import write_trail
+
+WAKE_SIGNAL = "wake"
+RESIGNAL_AFTER = timedelta(seconds=10)  # a woken request places itself well within this
+
+
+class PassTimes:
+    """How long admission passes took (milliseconds, per process): the benchmark reports them."""
+
+    def __init__(self) -> None:
+        self.held: deque[float] = deque(maxlen=20_000)
+
+
+PASS_TIMES = PassTimes()
+
+
+class AdmissionActivities:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], client: Client, inventory: InventoryCache | None = None
+    ) -> None:
+        """`inventory`: the placement activities' cache, shared so the worker keeps one copy of the fleet."""
+        self.sessions = sessions
+        self.client = client
+        self.inventory = inventory or InventoryCache()
+
+    @activity.defn(name="enter_queue")
+    async def enter_queue(self, request: EnterQueueInput) -> AdmitResult:
+        """In the queue, then the region's queue walked: capacity may have freed since the request was refused
+        (its pass found nobody to wake), and a new head needs its reservation before anyone takes its node."""
+        await write_trail(self.sessions, request.trail)
+        ticket = request.ticket
+        async with self.sessions.begin() as session:
+            await queue.enter(
+                session,
+                allocation_id=request.allocation_id,
+                tenant=request.tenant,
+                region=request.region,
+                priority=ticket.priority,
+                priority_class=ticket.priority_class,
+                request=request.request.model_dump(mode="json"),
+                gpu_count=request.request.gpu_count,
+                deadline_at=request.deadline_at,
+                reason=request.reason,
+                code=request.code,
+            )
+        return await self.walk([request.region])
+
+    @activity.defn(name="leave_queue")
+    async def leave_queue(self, request: LeaveQueueInput) -> AdmitResult:
+        """Out of the queue; in a StrictFIFO region those behind it may pass now, so the region is walked again."""
+        await write_trail(self.sessions, request.trail)
+        async with self.sessions.begin() as session:
+            left = await queue.leave(session, request.allocation_id)
+        if not left or request.region is None:
+            return AdmitResult()
+        return await self.walk([request.region])
+
+    @activity.defn(name="admit_queued")
+    async def admit_queued(self, request: AdmitInput) -> AdmitResult:
+        """Walk the queues of these regions (every region with a queue when None) and wake who can be placed."""
+        await write_trail(self.sessions, request.trail)
+        return await self.walk(request.regions)
+
+    async def walk(self, regions: list[str] | None) -> AdmitResult:
+        """Walk these regions' queues (every region with a queue when None) and wake who can be placed."""
+        if regions is None:
+            async with self.sessions() as session:
+                regions = await queue.queued_regions(session)
+        woken: list[str] = []
+        waiting = 0
+        for region in regions:
+            admitted, left = await self._pass(region)
+            woken += admitted
+            waiting += left
+        for allocation_id in woken:
+            await self._wake(allocation_id)
+        if woken:
+            async with self.sessions.begin() as session:
+                await queue.mark_woken(session, woken, datetime.now(UTC))
+        return AdmitResult(woken=woken, waiting=waiting)
+
+    async def _pass(self, region: str) -> tuple[list[str], int]:
+        """One region's pass: (allocations to wake, entries left waiting)."""
+        async with self.sessions.begin() as session:
+            await lock_region(session, region)
+            started = time.perf_counter()
+            entries = await queue.region_entries(session, region)
+            if not entries:
+                return [], 0
+            before = {e.allocation_id: (e.node, e.woken_at) for e in entries}
+            await queue.forget_set_asides(session, region)
+            base, plans = await self.inventory.snapshot_and_plans(session)
+            snapshot = with_pending_plans(base, plans)
+            strategy = snapshot.regions[region].queueing_strategy if region in snapshot.regions else None
+            usage = usage_by_product(snapshot, await queue.holdings(session))
+            queued = [e.queued() for e in entries]
+            if strategy is None:  # the region left the fleet: its requests wait until they time out
+                verdicts = PassResult()
+            else:
+                verdicts = admission_pass(snapshot, queued, usage, strategy)
+            now = datetime.now(UTC)
+            await queue.record_pass(session, [_record(v) for v in verdicts.verdicts])
+            PASS_TIMES.held.append(1000 * (time.perf_counter() - started))
+        woken = [v.allocation_id for v in verdicts.admitted if _needs_signal(before.get(v.allocation_id), v.node, now)]
+        return woken, len(entries) - len(verdicts.admitted)
+
+    async def _wake(self, allocation_id: str) -> None:
+        try:
+            await self.client.get_workflow_handle(f"allocation/{allocation_id}").signal(WAKE_SIGNAL)
+        except RPCError as error:
+            if error.status is not RPCStatusCode.NOT_FOUND:
+                raise
+            # The workflow ended meanwhile (cancelled, timed out): its entry goes with its last step.
+
+    def activities(self) -> list[object]:
+        return [self.enter_queue, self.leave_queue, self.admit_queued]
+
+
+def _record(verdict: Verdict) -> queue.PassRecord:
+    return queue.PassRecord(
+        allocation_id=verdict.allocation_id,
+        node=verdict.node,
+        reserved_node=verdict.reserved,
+        reason=verdict.reason,
+        code=verdict.code,
+    )
+
+
+def _needs_signal(before: tuple[str | None, datetime | None] | None, node: str | None, now: datetime) -> bool:
+    """Newly given a node, or woken long enough ago that its wake may have been lost."""
+    if before is None or before[0] is None:
+        return True
+    woken = before[1]
+    return woken is None or now - woken > RESIGNAL_AFTER

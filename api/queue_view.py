@@ -1,0 +1,160 @@
+"""The queues as the API shows them (issue 24): `GET /v1/queues` and an allocation's `queue` place.
+
+    queue_entries (store.queue)  +  the inventory's snapshot (capacity per product, tenants' weights)
+      + who holds what (store.queue.holdings)
+      -> scheduler.queueing.ordered: admission order per region (priority, weighted dominant share, arrival)
+      -> each entry's position, share, wait, and why it is not placed yet (what the last admission pass recorded)
+
+Positions count every tenant's requests of the region, whoever asks. A tenant token is shown its own requests only,
+and never another tenant's allocation id: a pass's reason may name the head it waits behind, and that id is
+replaced by "a request of another tenant". Shares are those `ordered` computes over the whole fleet (a tenant's
+share of the fleet's GPUs, not of the part it may see).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.errors import ApiError
+from api.models import QueueItem, QueueList, QueuePlace, RegionQueue
+from api.request_checks import fleet_for
+from scheduler.queueing import ordered, usage_by_product
+from scheduler.snapshot import Snapshot
+from store import queue
+from store.inventory import InventoryCache
+from store.queue import QueueEntry
+from store.tokens import Principal
+
+HIDDEN = "a request of another tenant"
+MESSAGE_CHOICES = 12
+
+# For readers that are not given the app's cache (allocation_view.detail without one): kept per process, as the
+# app's own is, so it reads the inventory whole only when the fleet changes.
+_inventory = InventoryCache()
+
+
+def status_line(entry: QueueEntry) -> str:
+    """Why it is not placed yet, in one line."""
+    if entry.node is not None:
+        return f"being placed on {entry.node}"
+    if entry.reserved_node is not None:
+        held = f"head of the queue: node {entry.reserved_node} is reserved for it"
+        return f"{held}; {entry.reason}" if entry.reason else held
+    return entry.reason or "waiting for the next admission pass"
+
+
+def _redacted(text: str | None, hidden: frozenset[str]) -> str | None:
+    if text is None:
+        return None
+    for allocation_id in hidden:
+        text = text.replace(allocation_id, HIDDEN)
+    return text
+
+
+def _place(entry: QueueEntry, position: int, now: datetime, hidden: frozenset[str]) -> dict[str, Any]:
+    return {
+        "position": position,
+        "region": entry.region,
+        "priority": entry.priority,
+        "priority_class": entry.priority_class,
+        "waited_seconds": round(max(0.0, (now - entry.enqueued_at).total_seconds()), 1),
+        "enqueued_at": entry.enqueued_at,
+        "deadline_at": entry.deadline_at,
+        "reason": _redacted(entry.reason, hidden),
+        "code": entry.code,
+        "node": entry.node,
+        "reserved_node": entry.reserved_node,
+        "status": _redacted(status_line(entry), hidden) or "",
+    }
+
+
+async def _snapshot(session: AsyncSession, inventory: InventoryCache | None) -> Snapshot:
+    """The inventory's snapshot: pools, capacity and tenants' weights are all the order needs."""
+    return (await (inventory or _inventory).inventory(session)).snapshot
+
+
+def _in_order(
+    entries: list[QueueEntry], snapshot: Snapshot, holdings: list[tuple[str, str, int]]
+) -> dict[str, list[tuple[QueueEntry, float]]]:
+    """region -> its entries in admission order, with their tenant's weighted share."""
+    usage = usage_by_product(snapshot, holdings)
+    by_id = {entry.allocation_id: entry for entry in entries}
+    regions: dict[str, list[QueueEntry]] = {}
+    for entry in entries:
+        regions.setdefault(entry.region, []).append(entry)
+    return {
+        region: [
+            (by_id[request.allocation_id], share)
+            for request, share in ordered((e.queued() for e in queued), snapshot, usage)
+        ]
+        for region, queued in sorted(regions.items())
+    }
+
+
+def _unknown_region(region: str, choices: list[str]) -> ApiError:
+    shown = ", ".join(choices[:MESSAGE_CHOICES]) if choices else "none"
+    more = f" (and {len(choices) - MESSAGE_CHOICES} more)" if len(choices) > MESSAGE_CHOICES else ""
+    detail = {"field": "query.region", "value": region, "choices": choices}
+    return ApiError(
+        422, "unknown_region", f"region {region!r} does not exist in the fleet; choose one of: {shown}{more}", [detail]
+    )
+
+
+async def queues(
+    session: AsyncSession, inventory: InventoryCache | None, caller: Principal, region: str | None = None
+) -> QueueList:
+    """Every region's queue (or `region`'s) as `caller` may see it. A region that neither exists in the fleet the
+    caller may use nor holds a request of the caller is 422 `unknown_region`, as it is on a create."""
+    snapshot = await _snapshot(session, inventory)
+    entries = await queue.entries(session, region=region)
+    own = [e for e in entries if caller.is_admin or e.tenant == caller.tenant]
+    visible_regions = set(fleet_for(snapshot, caller).regions)
+    if region is not None and region not in visible_regions and not any(e.region == region for e in own):
+        raise _unknown_region(region, sorted(visible_regions))
+    shown_regions = {e.region for e in own} | ({e.region for e in entries} & visible_regions)
+    if region is not None:
+        shown_regions = {region}
+    in_order = _in_order(entries, snapshot, await queue.holdings(session))
+    now = datetime.now(UTC)
+    result: list[RegionQueue] = []
+    for name in sorted(shown_regions):
+        line = in_order.get(name, [])
+        hidden = frozenset(e.allocation_id for e, _ in line if not caller.is_admin and e.tenant != caller.tenant)
+        items = [
+            QueueItem(
+                **_place(entry, position, now, hidden),
+                allocation_id=entry.allocation_id,
+                tenant=entry.tenant,
+                gpu_count=entry.gpu_count,
+                gpu_product=entry.request.get("gpu_product"),
+                shape=str(entry.request.get("shape") or "gpu_slice"),
+                share=round(share, 6),
+            )
+            for position, (entry, share) in enumerate(line, start=1)
+            if entry.allocation_id not in hidden
+        ]
+        view = snapshot.regions.get(name)
+        strategy = view.queueing_strategy.value if view is not None else None
+        result.append(RegionQueue(region=name, strategy=strategy, length=len(line), entries=items))
+    return QueueList(regions=result)
+
+
+async def place_of(
+    session: AsyncSession, allocation_id: str, shown_to: str | None, inventory: InventoryCache | None = None
+) -> QueuePlace | None:
+    """The allocation's place in its region's queue, or None when it is not waiting in one. `shown_to`: the tenant
+    reading it (other tenants' ids are left out of the reason), None for an admin."""
+    entry = await queue.entry(session, allocation_id)
+    if entry is None:
+        return None
+    snapshot = await _snapshot(session, inventory)
+    line = _in_order(await queue.entries(session, region=entry.region), snapshot, await queue.holdings(session))
+    ranked = line.get(entry.region, [])
+    position = next((n for n, (e, _) in enumerate(ranked, start=1) if e.allocation_id == allocation_id), None)
+    if position is None:  # it left the queue between the two reads
+        return None
+    hidden = frozenset(e.allocation_id for e, _ in ranked if shown_to is not None and e.tenant != shown_to)
+    return QueuePlace(**_place(entry, position, datetime.now(UTC), hidden))

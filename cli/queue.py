@@ -1,0 +1,110 @@
+"""`berth queue [--region R]`: the requests waiting for capacity, per region, in admission order (issue 24).
+
+One call to `GET /v1/queues`. Each region is a table: position (among every tenant's requests of the region),
+allocation, tenant, priority, the request, the tenant's weighted share, how long it has waited, its deadline and why
+it is not placed yet. A tenant (`--tenant`, or a tenant token) sees its own requests at their places in the whole
+queue; an admin sees everyone's.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from api.models import QueueItem, QueueList, QueuePlace, RegionQueue
+from cli.client import ApiOption, OutputOption, TenantOption, TokenOption, api_client
+from cli.output import OutputFormat, console, print_json, styled
+
+
+def waited(seconds: float) -> str:
+    """90.4 -> "1m30s", 7260 -> "2h1m", 5 -> "5s": how long, to the second (to the minute past an hour)."""
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def local_time(at: datetime) -> str:
+    return at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def status(place: QueuePlace) -> Text:
+    """Why it waits, coloured by what it waits for: green when being placed, yellow when the head holds a node."""
+    if place.node is not None:
+        return Text(place.status, style="green")
+    if place.reserved_node is not None:
+        return Text(place.status, style="yellow")
+    return Text(place.status)
+
+
+def priority(place: QueuePlace) -> str:
+    return f"{place.priority} ({place.priority_class})" if place.priority_class else str(place.priority)
+
+
+def _request(item: QueueItem) -> str:
+    product = f" {item.gpu_product}" if item.gpu_product else ""
+    return f"{item.gpu_count}{product} GPU{'s' if item.gpu_count != 1 else ''}, {item.shape}"
+
+
+def _render_region(region: RegionQueue) -> None:
+    strategy = region.strategy or "no longer in the fleet"
+    if not region.length:
+        console.print(styled("[bold]{}[/] ({}): nothing waits", region.region, strategy))
+        return
+    yours = len(region.entries)
+    shown = "" if yours == region.length else f", {yours or 'none'} of them yours"
+    title = styled("[bold]{}[/] ({}): {} waiting{}", region.region, strategy, region.length, shown)
+    if not region.entries:
+        console.print(title)
+        return
+    table = Table(title=title, title_justify="left")
+    numbers = ("#", "share", "waited")
+    for column in ("#", "allocation", "tenant", "priority", "request", "share", "waited", "deadline", "why"):
+        table.add_column(column, justify="right" if column in numbers else "left", no_wrap=column == "allocation")
+    for item in region.entries:
+        table.add_row(
+            str(item.position),
+            item.allocation_id,
+            item.tenant,
+            priority(item),
+            _request(item),
+            f"{item.share:.1%}",
+            waited(item.waited_seconds),
+            local_time(item.deadline_at),
+            status(item),
+        )
+    console.print(table)
+
+
+def render(queues: QueueList) -> None:
+    if not queues.regions:
+        console.print("no queued requests", style="dim")
+        return
+    for region in queues.regions:
+        _render_region(region)
+    console.print("share: the tenant's GPUs in use over the fleet's, divided by its weight", style="dim")
+
+
+def queue(
+    region: Annotated[str | None, typer.Option("--region", help="Only this region's queue.")] = None,
+    tenant: TenantOption = None,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
+    """The requests waiting for capacity, per region, in the order they will be placed: priority, then the
+    tenant's weighted share, then arrival; with how long each has waited and why it is not placed yet."""
+    with api_client(api, token, tenant) as client:
+        data = client.call("GET", "/v1/queues", params={"region": region})
+        if output is OutputFormat.JSON:
+            print_json(data)
+            return
+        render(QueueList.model_validate(data))

@@ -1,0 +1,296 @@
+"""Queues: who among the requests waiting for capacity in a region is placed next (issue 24).
+
+A request that asked to wait and could fit once capacity frees waits in its region's queue, holding nothing. Each
+admission pass walks the queue in order on the capacity as it is now:
+
+    queued requests of one region (arrival order kept in PostgreSQL)
+      -> order    priority (higher first), then fair share (the tenant's dominant share of the fleet's GPUs, over
+                  its weight: smaller first), then arrival; shares move as the pass places requests
+      -> for the next request in that order:
+           quota           the tenant's active + in-flight GPUs + this request within its quota
+           cluster level   `cluster.find_candidates` on what is left (plans in progress and the pass's own
+                           admissions counted, nodes reserved for the head left out)
+           placed   -> the first choice is set aside for it (a plan in progress) and the walk goes on
+           refused  -> StrictFIFO: the walk stops; everyone behind waits "behind" it (a request held back by its
+                       own tenant's quota waits alone: it blocks no other tenant)
+                       BestEffortFIFO: the first request refused for capacity gets a reservation (below), and the
+                       walk goes on around it
+      -> verdicts: position, share, and the node set aside or the reason it waits
+
+The head's reservation is Slurm's backfill rule without runtime estimates: of the nodes that could ever hold the
+head, the one that needs the fewest GPUs freed (then the name) is set aside for it. Nothing behind the head may be
+placed there, and neither may a request that never queued (`reserved_nodes`), so the node only empties, and the head
+is placed the moment it has room; smaller requests fill the other nodes meanwhile.
+
+Fair share is Kueue's dominant-resource share over GPU products: for each product, the GPUs the tenant holds over
+the fleet's GPUs of that product; the largest of those, divided by the tenant's weight. A tenant holding nothing has
+share 0 and goes before one that holds something, at equal priority.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from fleet.vocabulary import NodeStatus, PoolShape, QueueingStrategy
+from scheduler import cluster
+from scheduler.node_filters import Judge
+from scheduler.pending import with_pending_plans
+from scheduler.pools import filter_pools
+from scheduler.reasons import Reason
+from scheduler.region import quota_refusal
+from scheduler.request import CapacityShape, PlacementRequest
+from scheduler.snapshot import Snapshot
+from scheduler.views import SlotState, TenantView
+
+Usage = dict[str, dict[str, int]]  # tenant -> GPU product (casefolded) -> GPUs held
+
+
+@dataclass(frozen=True)
+class QueuedRequest:
+    """One waiting request as its queue entry keeps it: the request (tenant set), its place and its priority."""
+
+    allocation_id: str
+    tenant: str
+    region: str
+    priority: int
+    arrival: int
+    request: PlacementRequest
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a pass decided for one queued request. `node`: set aside for it, so it is woken to place itself;
+    otherwise `reason` says why it still waits, and `reserved` names the node held for it when it is the head."""
+
+    allocation_id: str
+    position: int  # 1-based, in the pass's order
+    share: float  # its tenant's weighted dominant share when its turn came
+    node: str | None = None
+    reason: str | None = None
+    code: str | None = None  # the refusal's code: quota_exceeded, insufficient_capacity, queued_behind, ...
+    reserved: str | None = None
+
+
+@dataclass
+class PassResult:
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    @property
+    def admitted(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.node is not None]
+
+    @property
+    def reservations(self) -> dict[str, str]:
+        """allocation -> the node reserved for it."""
+        return {v.allocation_id: v.reserved for v in self.verdicts if v.reserved is not None}
+
+
+def capacity_by_product(snapshot: Snapshot) -> dict[str, int]:
+    """The fleet's GPUs per product (casefolded), slices and bare metal alike: what fair shares are shares of."""
+    capacity: dict[str, int] = defaultdict(int)
+    seen: set[str] = set()
+    for pool in snapshot.pools:
+        if pool.shape is PoolShape.KUBERNETES or not pool.gpu_product:
+            continue
+        for name in pool.nodes:
+            if name not in seen:
+                seen.add(name)
+                capacity[pool.gpu_product.casefold()] += len(snapshot.nodes[name].slots)
+    return dict(capacity)
+
+
+def usage_by_product(snapshot: Snapshot, holdings: Iterable[tuple[str, str, int]]) -> Usage:
+    """tenant -> product -> GPUs, from (tenant, node, GPUs) of the allocations holding or planning GPUs on a node."""
+    usage: Usage = defaultdict(lambda: defaultdict(int))
+    for tenant, node, gpus in holdings:
+        product = next((p.gpu_product for p in snapshot.pools_of(node) if p.gpu_product), None)
+        if product is not None:
+            usage[tenant][product.casefold()] += gpus
+    return usage
+
+
+def dominant_share(used: Mapping[str, int], capacity: Mapping[str, int], weight: float) -> float:
+    shares = [gpus / capacity[product] for product, gpus in used.items() if capacity.get(product)]
+    return max(shares, default=0.0) / weight
+
+
+def order_key(entry: QueuedRequest, share: float) -> tuple[int, float, int]:
+    """Smaller first: higher priority, then smaller weighted share, then earlier arrival."""
+    return (-entry.priority, share, entry.arrival)
+
+
+def ordered(queue: Iterable[QueuedRequest], snapshot: Snapshot, usage: Usage) -> list[tuple[QueuedRequest, float]]:
+    """The queue in admission order as it stands (no placements): for showing positions."""
+    queue = list(queue)
+    capacity = capacity_by_product(snapshot)
+    shares = {t: dominant_share(usage.get(t, {}), capacity, _weight(snapshot, t)) for t in {e.tenant for e in queue}}
+    return sorted(((e, shares[e.tenant]) for e in queue), key=lambda pair: order_key(*pair))
+
+
+def admission_pass(
+    snapshot: Snapshot,
+    queue: Iterable[QueuedRequest],
+    usage: Usage,
+    strategy: QueueingStrategy,
+) -> PassResult:
+    """Walk one region's queue in order on `snapshot` (usage, plans in progress and reservations of requests that
+    are not queued already applied) and decide, for each queued request, whether it is placed now."""
+    capacity = capacity_by_product(snapshot)
+    walk = _Walk(snapshot, usage, capacity)
+    result = PassResult()
+    blocked_by: QueuedRequest | None = None
+    reserved: set[str] = set()
+    for position, (entry, share) in enumerate(walk.in_order(list(queue)), start=1):
+        if blocked_by is not None:
+            reason = (
+                f"behind {position - 1} request(s): the head, {blocked_by.allocation_id}, does not fit (StrictFIFO)"
+            )
+            result.verdicts.append(Verdict(entry.allocation_id, position, share, reason=reason, code="queued_behind"))
+            continue
+        request = entry.request.model_copy(update={"reserved_nodes": frozenset(reserved)})
+        refusal = walk.refusal(entry, request)
+        if refusal is None:
+            node = walk.place(entry, request)
+            if node is not None:
+                result.verdicts.append(Verdict(entry.allocation_id, position, share, node=node))
+                continue
+            refusal = walk.last_refusal
+        code, reason = refusal
+        verdict = Verdict(entry.allocation_id, position, share, reason=reason, code=code)
+        if strategy is QueueingStrategy.STRICT_FIFO and code != Reason.QUOTA_EXCEEDED:
+            blocked_by = entry  # a head held back by its own tenant's quota blocks nobody else
+        elif code == Reason.INSUFFICIENT_CAPACITY and not reserved:
+            node = soonest_node(walk.snapshot, entry.request, entry.region)
+            if node is not None:
+                reserved.add(node)
+                verdict = dataclasses.replace(verdict, reserved=node)
+        result.verdicts.append(verdict)
+    return result
+
+
+def soonest_node(snapshot: Snapshot, request: PlacementRequest, region: str) -> str | None:
+    """The node that will hold `request` soonest: of the READY nodes with a live agent in its matching pools whose
+    hardware could ever take it (pinned ones only, if it pins), the one with the most free slots (the fewest GPUs
+    to free), then the name."""
+    pools, _ = filter_pools(snapshot, request, region)
+    judge = Judge(request.shape, request.gpu_count, request.numa_policy)
+    best: tuple[int, str] | None = None
+    for pool in pools:
+        for group in snapshot.groups(pool):
+            if not judge.could_ever_fit(group):
+                continue
+            for name in group.nodes:
+                node = snapshot.nodes[name]
+                if node.status is not NodeStatus.READY or not node.agent_live or name in request.exclude_nodes:
+                    continue
+                if request.nodes and name not in request.nodes:
+                    continue
+                free = sum(1 for slot in node.slots if slot.state is SlotState.FREE)
+                if best is None or (-free, name) < best:
+                    best = (-free, name)
+    return best[1] if best is not None else None
+
+
+def _weight(snapshot: Snapshot, tenant: str) -> float:
+    view = snapshot.tenants.get(tenant)
+    return view.weight if view is not None else 1.0
+
+
+class _Walk:
+    """The pass's moving state: the snapshot with its own admissions set aside, tenants' usage and shares."""
+
+    def __init__(self, snapshot: Snapshot, usage: Usage, capacity: Mapping[str, int]) -> None:
+        self.snapshot = snapshot
+        self.usage: Usage = defaultdict(lambda: defaultdict(int), {t: defaultdict(int, u) for t, u in usage.items()})
+        self.capacity = capacity
+        # Requests alike but for their size: once one is refused for capacity, a larger one is refused too.
+        self.refused: dict[tuple[object, ...], tuple[int, tuple[str, str]]] = {}
+        self.last_refusal: tuple[str, str] = ("", "")
+
+    def share(self, tenant: str) -> float:
+        return dominant_share(self.usage.get(tenant, {}), self.capacity, _weight(self.snapshot, tenant))
+
+    def in_order(self, queue: list[QueuedRequest]) -> Iterable[tuple[QueuedRequest, float]]:
+        """The queue in admission order, re-judging shares as the pass places requests: each tenant's own
+        requests in (priority, arrival) order, and the best of the tenants' next requests each time."""
+        by_tenant: dict[str, list[QueuedRequest]] = defaultdict(list)
+        for entry in sorted(queue, key=lambda e: (-e.priority, e.arrival)):
+            by_tenant[entry.tenant].append(entry)
+        nexts = {tenant: 0 for tenant in by_tenant}
+        heap = [(order_key(entries[0], self.share(t)), t) for t, entries in by_tenant.items()]
+        heapq.heapify(heap)
+        while heap:
+            _, tenant = heapq.heappop(heap)
+            share = self.share(tenant)
+            entry = by_tenant[tenant][nexts[tenant]]
+            yield entry, share
+            nexts[tenant] += 1
+            if nexts[tenant] < len(by_tenant[tenant]):
+                following = by_tenant[tenant][nexts[tenant]]
+                heapq.heappush(heap, (order_key(following, self.share(tenant)), tenant))
+
+    def refusal(self, entry: QueuedRequest, request: PlacementRequest) -> tuple[str, str] | None:
+        """(code, reason) when the tenant's quota, or an alike request refused earlier in this pass, rules it out."""
+        quota = quota_refusal(self.snapshot, request)
+        if quota is not None:
+            return (str(quota.code), f"quota: {quota.message}")
+        alike = self.refused.get(_alike(entry, request))
+        if alike is not None and alike[0] <= request.gpu_count:
+            code, _ = alike[1]
+            return (
+                code,
+                f"{entry.region}: no node can take {request.describe()} now ({alike[0]} GPUs alike do not fit)",
+            )
+        return None
+
+    def place(self, entry: QueuedRequest, request: PlacementRequest) -> str | None:
+        """The node the cluster level would choose first, set aside for the request; None (and `last_refusal`)
+        when it does not fit on what is left."""
+        decision = cluster.find_candidates(self.snapshot, request, entry.region)
+        if decision.refusal is not None or not decision.candidates:
+            code = str(decision.refusal.code) if decision.refusal else str(Reason.INSUFFICIENT_CAPACITY)
+            message = decision.refusal.message if decision.refusal else "no candidate node"
+            self.last_refusal = (code, message)
+            key = _alike(entry, request)
+            if code == Reason.INSUFFICIENT_CAPACITY and request.gpu_count < self.refused.get(key, (1 << 30,))[0]:
+                self.refused[key] = (request.gpu_count, self.last_refusal)
+            return None
+        node = decision.candidates[0].node
+        self.snapshot = with_pending_plans(self.snapshot, {node: [(entry.allocation_id, request.gpu_count)]})
+        self._charge(entry, node, request.gpu_count)
+        return node
+
+    def _charge(self, entry: QueuedRequest, node: str, gpus: int) -> None:
+        """The tenant now holds these GPUs in flight: for its quota and its share in the rest of the pass."""
+        tenant = self.snapshot.tenants.get(entry.tenant)
+        if tenant is not None:
+            more = dataclasses.replace(tenant, in_flight_gpus=tenant.in_flight_gpus + gpus)
+            self.snapshot = self.snapshot.with_tenants([*_others(self.snapshot, entry.tenant), more])
+        product = next((p.gpu_product for p in self.snapshot.pools_of(node) if p.gpu_product), None)
+        if product is not None:
+            self.usage[entry.tenant][product.casefold()] += gpus
+
+
+def _others(snapshot: Snapshot, tenant: str) -> list[TenantView]:
+    return [view for name, view in snapshot.tenants.items() if name != tenant]
+
+
+def _alike(entry: QueuedRequest, request: PlacementRequest) -> tuple[object, ...]:
+    """What decides whether a request fits, but for its size and tenant (the quota is judged on its own)."""
+    return (
+        entry.region,
+        request.gpu_product and request.gpu_product.casefold(),
+        request.shape,
+        tuple(request.selectors),
+        tuple(sorted(request.cluster_selector.items())),
+        request.nodes,
+        request.gpus,
+        request.numa_policy,
+        request.exclude_nodes,
+        request.reserved_nodes,
+        request.gpu_count if request.shape is CapacityShape.BAREMETAL else None,  # bare metal: exactly its size
+    )

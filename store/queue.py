@@ -1,0 +1,232 @@
+"""The queues of requests waiting for capacity (issue 24): entries, what each admission pass decided, reservations.
+
+    allocation workflow --enter--> queue_entries (arrival kept on every re-entry: a woken request that no longer
+                                   fits goes back to its place, not to the end)
+    admission pass --region_entries, holdings--> scheduler.queueing --record_pass--> node set aside / reason /
+                                   reserved node per entry
+    placement --reserved_nodes, leave--> nodes held for a head left out; the entry goes when a placement is chosen
+    API --entries--> GET /v1/queues, an allocation's place
+
+An entry holds nothing: its set-aside node counts as a plan in progress (`store.snapshot`) only until the woken
+allocation's own placement decision replaces it, or the next pass moves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import bindparam, delete, func, or_, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from scheduler.queueing import QueuedRequest
+from scheduler.request import PlacementRequest
+from store.models import AllocationRow, PriorityClassRow, QueueEntryRow
+from store.snapshot import holds_gpus
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    allocation_id: str
+    tenant: str
+    region: str
+    priority: int
+    priority_class: str | None
+    gpu_count: int
+    request: dict[str, Any]  # scheduler.request.PlacementRequest, as JSON
+    arrival: int
+    enqueued_at: datetime
+    deadline_at: datetime
+    node: str | None
+    reserved_node: str | None
+    reason: str | None
+    code: str | None
+    woken_at: datetime | None
+
+    def queued(self) -> QueuedRequest:
+        """The entry as the scheduler's queue holds it (the request with its tenant)."""
+        request = PlacementRequest.model_validate(self.request).model_copy(update={"tenant": self.tenant})
+        return QueuedRequest(
+            allocation_id=self.allocation_id,
+            tenant=self.tenant,
+            region=self.region,
+            priority=self.priority,
+            arrival=self.arrival,
+            request=request,
+        )
+
+
+@dataclass(frozen=True)
+class PassRecord:
+    """One entry's verdict from a pass, as stored."""
+
+    allocation_id: str
+    node: str | None
+    reserved_node: str | None
+    reason: str | None
+    code: str | None
+
+
+_COLUMNS = (
+    QueueEntryRow.allocation_id, QueueEntryRow.tenant, QueueEntryRow.region, QueueEntryRow.priority,
+    QueueEntryRow.priority_class, QueueEntryRow.gpu_count, QueueEntryRow.request, QueueEntryRow.arrival,
+    QueueEntryRow.enqueued_at, QueueEntryRow.deadline_at, QueueEntryRow.node, QueueEntryRow.reserved_node,
+    QueueEntryRow.reason, QueueEntryRow.code, QueueEntryRow.woken_at,
+)  # fmt: skip
+
+
+async def enter(
+    session: AsyncSession,
+    *,
+    allocation_id: str,
+    tenant: str,
+    region: str,
+    priority: int,
+    priority_class: str | None,
+    request: dict[str, Any],
+    gpu_count: int,
+    deadline_at: datetime,
+    reason: str,
+    code: str,
+) -> None:
+    """Put the allocation in its region's queue, or, if it is there already (woken, and it did not fit after all),
+    keep its place and forget the node set aside for it. Idempotent."""
+    values = {"allocation_id": allocation_id, "tenant": tenant, "region": region, "priority": priority,
+              "priority_class": priority_class, "request": request, "gpu_count": gpu_count,
+              "deadline_at": deadline_at, "reason": reason, "code": code}  # fmt: skip
+    statement = insert(QueueEntryRow).values(**values)
+    await session.execute(
+        statement.on_conflict_do_update(
+            index_elements=[QueueEntryRow.allocation_id],
+            set_={"node": None, "reason": statement.excluded.reason, "code": statement.excluded.code},
+        )
+    )
+
+
+async def leave(session: AsyncSession, allocation_id: str) -> bool:
+    """Take the allocation out of its queue (placed, timed out or cancelled); whether it was there."""
+    result = await session.execute(delete(QueueEntryRow).where(QueueEntryRow.allocation_id == allocation_id))
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def region_entries(session: AsyncSession, region: str) -> list[QueueEntry]:
+    """The region's queue in order of arrival."""
+    rows = await session.execute(
+        select(*_COLUMNS).where(QueueEntryRow.region == region).order_by(QueueEntryRow.arrival)
+    )
+    return [QueueEntry(*row) for row in rows]
+
+
+async def entries(session: AsyncSession, *, region: str | None = None) -> list[QueueEntry]:
+    """Every queue (or one region's), in order of arrival."""
+    query = select(*_COLUMNS).order_by(QueueEntryRow.arrival)
+    if region is not None:
+        query = query.where(QueueEntryRow.region == region)
+    return [QueueEntry(*row) for row in await session.execute(query)]
+
+
+async def entry(session: AsyncSession, allocation_id: str) -> QueueEntry | None:
+    row = (await session.execute(select(*_COLUMNS).where(QueueEntryRow.allocation_id == allocation_id))).first()
+    return QueueEntry(*row) if row is not None else None
+
+
+async def queued_regions(session: AsyncSession) -> list[str]:
+    return list((await session.scalars(select(QueueEntryRow.region).distinct().order_by(QueueEntryRow.region))).all())
+
+
+async def forget_set_asides(session: AsyncSession, region: str) -> None:
+    """A pass judges the whole queue again: what the last one set aside or reserved is forgotten first (in the
+    pass's transaction, under the region's lock, so nobody sees the queue without them)."""
+    await session.execute(
+        update(QueueEntryRow).where(QueueEntryRow.region == region).values(node=None, reserved_node=None)
+    )
+
+
+async def record_pass(session: AsyncSession, records: Iterable[PassRecord]) -> None:
+    """What a pass decided for each entry it judged (an entry that left the queue meanwhile matches nothing)."""
+    rows = [
+        {"key": r.allocation_id, "node": r.node, "reserved_node": r.reserved_node, "reason": r.reason, "code": r.code}
+        for r in records
+    ]
+    if not rows:
+        return
+    table = QueueEntryRow.__table__
+    statement = (
+        update(table)  # a Core statement: one executemany
+        .where(table.c.allocation_id == bindparam("key"))
+        .values(
+            node=bindparam("node"),
+            reserved_node=bindparam("reserved_node"),
+            reason=bindparam("reason"),
+            code=bindparam("code"),
+        )
+    )
+    await session.execute(statement, rows)
+
+
+async def mark_woken(session: AsyncSession, allocation_ids: list[str], at: datetime) -> None:
+    if allocation_ids:
+        await session.execute(
+            update(QueueEntryRow).where(QueueEntryRow.allocation_id.in_(allocation_ids)).values(woken_at=at)
+        )
+
+
+async def reserved_nodes(session: AsyncSession, allocation_id: str | None = None) -> frozenset[str]:
+    """Nodes held for the head of a queue that a decision about `allocation_id` must leave alone: every one but its
+    own, and none at all when a pass set a node aside for it (it comes before the head in its queue's order)."""
+    rows = await session.execute(
+        select(QueueEntryRow.allocation_id, QueueEntryRow.node, QueueEntryRow.reserved_node).where(
+            or_(QueueEntryRow.reserved_node.is_not(None), QueueEntryRow.allocation_id == (allocation_id or ""))
+        )
+    )
+    reserved: set[str] = set()
+    for entry, node, held in rows:
+        if entry == allocation_id:
+            if node is not None:
+                return frozenset()
+        elif held is not None:
+            reserved.add(held)
+    return frozenset(reserved)
+
+
+async def holdings(session: AsyncSession) -> list[tuple[str, str, int]]:
+    """(tenant, node, GPUs) of every allocation holding or being placed on a node, and of every queued request a
+    pass set a node aside for: what fair shares are computed from."""
+    placed = select(AllocationRow.tenant, AllocationRow.node_id, AllocationRow.gpu_count).where(
+        holds_gpus(), AllocationRow.node_id.is_not(None)
+    )
+    admitted = select(QueueEntryRow.tenant, QueueEntryRow.node, QueueEntryRow.gpu_count).where(
+        QueueEntryRow.node.is_not(None)
+    )
+    return [(tenant, node, int(gpus)) for tenant, node, gpus in await session.execute(placed.union_all(admitted))]
+
+
+async def queue_lengths(session: AsyncSession) -> list[tuple[str, str, int, int, float]]:
+    """(region, tenant, priority, entries, longest wait in seconds) for the metrics."""
+    wait = func.max(func.extract("epoch", func.now() - QueueEntryRow.enqueued_at))
+    rows = await session.execute(
+        select(QueueEntryRow.region, QueueEntryRow.tenant, QueueEntryRow.priority, func.count(), wait).group_by(
+            QueueEntryRow.region, QueueEntryRow.tenant, QueueEntryRow.priority
+        )
+    )
+    return [(region, tenant, int(priority), int(count), float(w or 0)) for region, tenant, priority, count, w in rows]
+
+
+async def priority_classes(session: AsyncSession) -> dict[str, tuple[int, bool]]:
+    """name -> (value, whether it is the default)."""
+    rows = await session.execute(select(PriorityClassRow.name, PriorityClassRow.value, PriorityClassRow.is_default))
+    return {name: (int(value), bool(is_default)) for name, value, is_default in rows}
+
+
+async def waiting_ahead(session: AsyncSession, region: str, priority: int) -> int:
+    """Entries of the region's queue that a newcomer of `priority` would wait behind: as high or higher, and not
+    yet given a node by a pass (a StrictFIFO queue lets nobody pass them)."""
+    count = await session.scalar(
+        select(func.count()).where(
+            QueueEntryRow.region == region, QueueEntryRow.priority >= priority, QueueEntryRow.node.is_(None)
+        )
+    )
+    return int(count or 0)

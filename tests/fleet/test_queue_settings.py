@@ -1,0 +1,163 @@
+"""The fleet file's queueing settings (issue 24): PriorityClass documents, a tenant's weight, priorityClasses and
+queue, a region's queueingStrategy; their defaults, and the problems an operator is shown for each mistake."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.errors import FleetError
+from fleet.loader import load_fleet, parse_fleet
+from fleet.tenant import DEFAULT_MAX_QUEUE_SECONDS
+from fleet.vocabulary import QueueingStrategy
+from scheduler.from_fleet import snapshot_from_fleet
+
+REGION = """
+apiVersion: berth.dev/v1alpha1
+kind: Region
+metadata: {name: r1}
+spec: {status: available}
+"""
+
+SETTINGS = """
+apiVersion: berth.dev/v1alpha1
+kind: Region
+metadata: {name: r1}
+spec: {status: available, queueingStrategy: StrictFIFO}
+---
+apiVersion: berth.dev/v1alpha1
+kind: Region
+metadata: {name: r2}
+spec: {status: available}
+---
+apiVersion: berth.dev/v1alpha1
+kind: PriorityClass
+metadata: {name: urgent}
+spec: {value: 1000, description: production inference}
+---
+apiVersion: berth.dev/v1alpha1
+kind: PriorityClass
+metadata: {name: batch}
+spec: {value: -10, default: true}
+---
+apiVersion: berth.dev/v1alpha1
+kind: Tenant
+metadata: {name: acme}
+spec:
+  gpuQuota: 16
+  weight: 2.5
+  priorityClasses: [urgent, batch]
+  queue: {defaultTimeout: 30m, maxTimeout: 1h30m}
+---
+apiVersion: berth.dev/v1alpha1
+kind: Tenant
+metadata: {name: globex}
+spec: {gpuQuota: 8}
+"""
+
+
+def parse(text: str) -> object:
+    return parse_fleet([("fleet.yaml", text)])
+
+
+def problems(text: str) -> list[tuple[str, str | None, str]]:
+    """(object, field path, message) of each problem the fleet file has."""
+    with pytest.raises(FleetError) as caught:
+        parse(text)
+    return [(f"{p.kind}/{p.name}", p.path, p.message) for p in caught.value.problems]
+
+
+def tenant(spec: str, name: str = "acme") -> str:
+    return f"---\napiVersion: berth.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: {name}}}\nspec: {spec}\n"
+
+
+def priority_class(name: str, spec: str) -> str:
+    return f"---\napiVersion: berth.dev/v1alpha1\nkind: PriorityClass\nmetadata: {{name: {name}}}\nspec: {spec}\n"
+
+
+def test_the_settings_are_read_with_durations_in_seconds() -> None:
+    fleet = parse(SETTINGS)
+    assert fleet.regions["r1"].spec.queueing_strategy is QueueingStrategy.STRICT_FIFO
+    urgent, batch = fleet.priority_classes["urgent"].spec, fleet.priority_classes["batch"].spec
+    assert (urgent.value, urgent.default, urgent.description) == (1000, False, "production inference")
+    assert (batch.value, batch.default, batch.description) == (-10, True, None)
+    acme = fleet.tenants["acme"].spec
+    assert acme.weight == 2.5
+    assert acme.priority_classes == ["urgent", "batch"]
+    assert (acme.queue.default_timeout, acme.queue.max_timeout) == (1800.0, 5400.0)
+
+
+def test_unset_settings_take_their_defaults() -> None:
+    fleet = parse(SETTINGS)
+    assert fleet.regions["r2"].spec.queueing_strategy is QueueingStrategy.BEST_EFFORT_FIFO
+    globex = fleet.tenants["globex"].spec
+    assert globex.weight == 1.0
+    assert globex.priority_classes is None  # every class
+    assert globex.queue.default_timeout is None  # a request that does not ask does not wait
+    assert globex.queue.max_timeout == DEFAULT_MAX_QUEUE_SECONDS == 7 * 24 * 3600
+    assert parse(REGION + tenant("{gpuQuota: 1}")).priority_classes == {}
+
+
+def test_the_snapshot_carries_weights_and_strategies() -> None:
+    snapshot = snapshot_from_fleet(parse(SETTINGS))
+    assert snapshot.tenants["acme"].weight == 2.5 and snapshot.tenants["globex"].weight == 1.0
+    assert snapshot.regions["r1"].queueing_strategy is QueueingStrategy.STRICT_FIFO
+    assert snapshot.regions["r2"].queueing_strategy is QueueingStrategy.BEST_EFFORT_FIFO
+
+
+def test_the_settings_load_from_a_file(tmp_path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(SETTINGS)
+    assert load_fleet([path]).tenants["acme"].spec.queue.default_timeout == 1800.0
+
+
+def test_a_second_default_priority_class_is_refused_naming_the_first() -> None:
+    text = (
+        REGION
+        + priority_class("high", "{value: 10, default: true}")
+        + priority_class("low", "{value: 1, default: true}")
+    )
+    assert problems(text) == [
+        ("PriorityClass/low", "spec.default", "PriorityClass 'high' is already the default; only one class may be")
+    ]
+
+
+def test_a_tenant_naming_an_undefined_priority_class_is_refused() -> None:
+    text = REGION + priority_class("urgent", "{value: 10}") + tenant("{gpuQuota: 4, priorityClasses: [urgent, gold]}")
+    assert problems(text) == [("Tenant/acme", "spec.priorityClasses[1]", "PriorityClass 'gold' is not defined")]
+
+
+def test_a_default_timeout_longer_than_the_maximum_is_refused() -> None:
+    text = REGION + tenant("{gpuQuota: 4, queue: {defaultTimeout: 2h, maxTimeout: 30m}}")
+    assert problems(text) == [("Tenant/acme", "spec.queue", "defaultTimeout 2h0m0s is longer than maxTimeout 30m0s")]
+    # Without a maximum, the default may be up to 7 days.
+    assert parse(REGION + tenant("{gpuQuota: 4, queue: {defaultTimeout: 168h}}")).tenants["acme"].spec.queue
+    assert problems(REGION + tenant("{gpuQuota: 4, queue: {defaultTimeout: 169h}}")) == [
+        ("Tenant/acme", "spec.queue", "defaultTimeout 169h0m0s is longer than maxTimeout 168h0m0s")
+    ]
+
+
+def test_an_unknown_queueing_strategy_is_refused_with_the_known_ones() -> None:
+    text = REGION.replace("{status: available}", "{status: available, queueingStrategy: FIFO}")
+    assert problems(text) == [
+        ("Region/r1", "spec.queueingStrategy", "Input should be 'StrictFIFO' or 'BestEffortFIFO'")
+    ]
+
+
+@pytest.mark.parametrize("weight", ["0", "-1"])
+def test_a_weight_that_is_not_positive_is_refused(weight: str) -> None:
+    assert problems(REGION + tenant(f"{{gpuQuota: 4, weight: {weight}}}")) == [
+        ("Tenant/acme", "spec.weight", "Input should be greater than 0")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "path"),
+    [
+        ("{default: true}", "spec.value"),  # a class needs its value
+        ("{value: 2000000000}", "spec.value"),  # above the user range
+        ("{value: 1, preemption: Never}", "spec.preemption"),  # unknown fields are typos
+    ],
+)
+def test_a_priority_class_without_a_usable_value_is_refused(spec: str, path: str) -> None:
+    found = problems(REGION + priority_class("p", spec))
+    assert [(where, at) for where, at, _ in found] == [("PriorityClass/p", path)]

@@ -1,0 +1,352 @@
+"""The admission pass over a region's queue (issue 24, `scheduler.queueing`), on small fleets written as an operator
+writes them: who is placed next and where, in which position, and why the others still wait.
+
+Every fleet here has one region, `r1`, with one cluster; nodes are named `<prefix><NN>` (e.g. `a01`), and a hold
+claims a node's next free slots for a tenant outside the queue.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.loader import parse_fleet
+from fleet.slot_state import SlotStateDocument
+from fleet.vocabulary import QueueingStrategy
+from scheduler import queueing
+from scheduler.from_fleet import snapshot_from_fleet
+from scheduler.queueing import (
+    PassResult,
+    QueuedRequest,
+    admission_pass,
+    capacity_by_product,
+    dominant_share,
+    ordered,
+    soonest_node,
+    usage_by_product,
+)
+from scheduler.request import PlacementRequest
+from scheduler.snapshot import Snapshot
+
+BEST_EFFORT = QueueingStrategy.BEST_EFFORT_FIFO
+STRICT = QueueingStrategy.STRICT_FIFO
+
+Pool = tuple[str, str, int, int, str]  # name, GPU product, GPUs per node, node count, name prefix
+Hold = tuple[str, str, int]  # tenant, node, GPUs (its first slots)
+
+
+def _fleet(pools: list[Pool], tenants: dict[str, tuple[int, float]], strategy: str | None, shape: str) -> str:
+    region_spec = "{status: available" + (f", queueingStrategy: {strategy}" if strategy else "") + "}"
+    docs = [f"kind: Region\nmetadata: {{name: r1}}\nspec: {region_spec}"]
+    docs += [
+        f"kind: Tenant\nmetadata: {{name: {name}}}\nspec: {{gpuQuota: {quota}, weight: {weight}}}"
+        for name, (quota, weight) in tenants.items()
+    ]
+    for product in sorted({pool[1] for pool in pools}):
+        docs.append(
+            f"kind: InferenceClass\nmetadata: {{name: {product.lower()}}}\nspec:\n  devices:\n  - name: gpu\n"
+            f"    driver: gpu.nvidia.com\n    attributes: {{productName: {{string: NVIDIA {product}}}}}"
+        )
+    node_pools = "".join(
+        f"  - name: {name}\n    className: {product.lower()}\n    shape: {shape}\n    gpuProduct: {product}\n"
+        f"    nodeTemplate: {{count: {count}, namePrefix: {prefix}, gpusPerNode: {gpus}, numaNodes: 2}}\n"
+        for name, product, gpus, count, prefix in pools
+    )
+    docs.append(f"kind: InferenceCluster\nmetadata: {{name: c1}}\nspec:\n  region: r1\n  nodePools:\n{node_pools}")
+    return "\n---\n".join(f"apiVersion: berth.dev/v1alpha1\n{doc}" for doc in docs)
+
+
+def world(
+    pools: list[Pool],
+    *holds: Hold,
+    tenants: dict[str, tuple[int, float]] | None = None,
+    strategy: str | None = None,
+    shape: str = "gpu_slice",
+) -> Snapshot:
+    """The fleet with `holds` claimed; tenants are {name: (gpuQuota, weight)}, default a and b with 64 GPUs each."""
+    tenants = tenants if tenants is not None else {"a": (64, 1), "b": (64, 1)}
+    allocations, taken = [], dict.fromkeys((node for _, node, _ in holds), 0)
+    for i, (tenant, node, gpus) in enumerate(holds):
+        slots = [f"{node}/{s}" for s in range(taken[node], taken[node] + gpus)]
+        allocations.append({"id": f"held-{i}", "tenant": tenant, "slots": slots})
+        taken[node] += gpus
+    state = SlotStateDocument.model_validate(
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "SlotState",
+            "metadata": {"name": "holds"},
+            "spec": {"allocations": allocations},
+        }
+    )
+    fleet = parse_fleet([("fleet.yaml", _fleet(pools, tenants, strategy, shape))])
+    return snapshot_from_fleet(fleet, [state])
+
+
+def usage(snapshot: Snapshot, *holds: Hold) -> dict[str, dict[str, int]]:
+    return usage_by_product(snapshot, holds)
+
+
+def queued(
+    allocation: str,
+    tenant: str,
+    arrival: int,
+    gpus: int,
+    *,
+    priority: int = 0,
+    product: str = "H100",
+    shape: str = "gpu_slice",
+) -> QueuedRequest:
+    request = PlacementRequest(gpu_count=gpus, gpu_product=product, shape=shape, tenant=tenant, region="r1")
+    return QueuedRequest(allocation, tenant, "r1", priority, arrival, request)
+
+
+def run(snapshot: Snapshot, queue: list[QueuedRequest], used: dict[str, dict[str, int]] | None = None) -> PassResult:
+    """One pass with the region's own strategy, as the fleet file sets it."""
+    return admission_pass(snapshot, queue, used or {}, snapshot.regions["r1"].queueing_strategy)
+
+
+def placements(result: PassResult) -> list[tuple[str, str]]:
+    return [(v.allocation_id, v.node) for v in result.admitted]
+
+
+ONE_H100_NODE: list[Pool] = [("h100", "H100", 8, 1, "a")]
+
+
+# Priority.
+
+
+def test_a_later_request_of_higher_priority_is_admitted_before_an_earlier_one_when_only_one_fits() -> None:
+    fleet = world(ONE_H100_NODE, ("b", "a01", 6))  # 2 GPUs free
+    queue = [queued("low", "a", 1, 2, priority=0), queued("high", "a", 2, 2, priority=100)]
+    result = run(fleet, queue)
+    by_id = {v.allocation_id: v for v in result.verdicts}
+    assert placements(result) == [("high", "a01")]
+    assert (by_id["high"].position, by_id["low"].position) == (1, 2)
+    assert by_id["low"].node is None and by_id["low"].code == "insufficient_capacity"
+    assert by_id["low"].reason is not None and by_id["low"].reason.startswith("r1: ")
+
+    # The same queue at equal priority: arrival decides.
+    same = run(fleet, [queued("low", "a", 1, 2), queued("high", "a", 2, 2)])
+    assert placements(same) == [("low", "a01")]
+
+
+def test_priority_goes_before_fair_share() -> None:
+    fleet = world(ONE_H100_NODE, ("a", "a01", 6))  # a holds 6 of 8: a far larger share than b's 0
+    queue = [queued("b-1", "b", 1, 2), queued("a-urgent", "a", 2, 2, priority=10)]
+    result = run(fleet, queue, usage(fleet, ("a", "a01", 6)))
+    assert placements(result) == [("a-urgent", "a01")]
+    assert [(v.allocation_id, v.position, v.share) for v in result.verdicts] == [("a-urgent", 1, 0.75), ("b-1", 2, 0.0)]
+
+
+# Fair share.
+
+
+def test_at_equal_priority_the_tenant_with_the_smaller_weighted_share_goes_first() -> None:
+    tenants = {"a": (64, 1), "b": (64, 2)}
+    fleet = world(ONE_H100_NODE, ("a", "a01", 2), ("b", "a01", 4), tenants=tenants)  # 2 free
+    held = usage(fleet, ("a", "a01", 2), ("b", "a01", 4))
+    # a: 2/8 = 0.25; b: 4/8 / 2 = 0.25, tied, arrival decides; with b's weight 4 b's share is 0.125 and b goes first.
+    queue = [queued("a-1", "a", 1, 2), queued("b-1", "b", 2, 2)]
+    assert placements(run(fleet, queue, held)) == [("a-1", "a01")]
+
+    heavier = world(ONE_H100_NODE, ("a", "a01", 2), ("b", "a01", 4), tenants={"a": (64, 1), "b": (64, 4)})
+    result = run(heavier, queue, held)
+    assert placements(result) == [("b-1", "a01")]
+    assert [(v.allocation_id, v.position, v.share) for v in result.verdicts] == [("b-1", 1, 0.125), ("a-1", 2, 0.25)]
+
+
+def test_shares_move_as_the_pass_places_so_weighted_tenants_take_turns() -> None:
+    # 6 free GPUs; a (weight 2) and b (weight 1) hold nothing and queue six 1-GPU requests each, a's all first.
+    tenants = {"a": (64, 2), "b": (64, 1), "c": (64, 1)}
+    fleet = world(ONE_H100_NODE, ("c", "a01", 2), tenants=tenants)
+    queue = [queued(f"a-{i}", "a", i, 1) for i in range(1, 7)] + [queued(f"b-{i}", "b", 6 + i, 1) for i in range(1, 7)]
+    result = run(fleet, queue, usage(fleet, ("c", "a01", 2)))
+    # Were shares judged once, before the pass, a's earlier arrivals would take all six.
+    assert [allocation for allocation, _ in placements(result)] == ["a-1", "b-1", "a-2", "a-3", "b-2", "a-4"]
+    assert {node for _, node in placements(result)} == {"a01"}
+    assert [v.share for v in result.admitted] == [0.0, 0.0, 1 / 16, 2 / 16, 1 / 8, 3 / 16]
+    assert [v.position for v in result.verdicts] == list(range(1, 13))
+    waiting = result.verdicts[6:]
+    assert {v.code for v in waiting} == {"insufficient_capacity"} and all(v.node is None for v in waiting)
+
+
+def test_the_share_is_dominant_over_products_so_holding_h100s_counts_when_asking_for_h200() -> None:
+    pools: list[Pool] = [("h100", "H100", 8, 1, "a"), ("h200", "H200", 8, 1, "h")]
+    holds: tuple[Hold, ...] = (("big", "a01", 6), ("small", "h01", 1), ("other", "h01", 5))
+    tenants = {"big": (64, 1), "small": (64, 1), "other": (64, 1)}
+    fleet = world(pools, *holds, tenants=tenants)  # h01 (H200) has 2 free
+    held = usage(fleet, *holds)
+    assert capacity_by_product(fleet) == {"h100": 8, "h200": 8}
+    assert held == {"big": {"h100": 6}, "small": {"h200": 1}, "other": {"h200": 5}}
+    assert dominant_share(held["big"], capacity_by_product(fleet), 1) == 0.75
+
+    queue = [queued("big-1", "big", 1, 2, product="H200"), queued("small-1", "small", 2, 2, product="H200")]
+    result = run(fleet, queue, held)
+    assert placements(result) == [("small-1", "h01")]
+    assert [(v.allocation_id, v.share) for v in result.verdicts] == [("small-1", 0.125), ("big-1", 0.75)]
+    assert result.verdicts[1].code == "insufficient_capacity"
+
+
+# StrictFIFO.
+
+
+def test_strict_fifo_a_head_that_does_not_fit_blocks_everyone_behind_it() -> None:
+    two_nodes: list[Pool] = [("h100", "H100", 8, 2, "a")]
+    fleet = world(two_nodes, ("b", "a01", 4), ("b", "a02", 5), strategy="StrictFIFO")  # 4 and 3 free
+    assert fleet.regions["r1"].queueing_strategy is STRICT
+    queue = [queued("head", "a", 1, 8), queued("small-1", "a", 2, 1), queued("small-2", "a", 3, 2)]
+    result = run(fleet, queue)
+    assert result.admitted == [] and result.reservations == {}
+    head, first, second = result.verdicts
+    assert (head.allocation_id, head.position, head.code) == ("head", 1, "insufficient_capacity")
+    assert (first.allocation_id, first.position, first.code) == ("small-1", 2, "queued_behind")
+    assert (second.allocation_id, second.position, second.code) == ("small-2", 3, "queued_behind")
+    assert first.reason is not None and "head" in first.reason and "behind 1 request" in first.reason
+    assert second.reason is not None and "head" in second.reason and "behind 2 request" in second.reason
+
+    # BestEffortFIFO on the same fleet sets a01 aside for the head and places both small ones on a02.
+    best_effort = admission_pass(fleet, queue, {}, BEST_EFFORT)
+    assert placements(best_effort) == [("small-1", "a02"), ("small-2", "a02")]
+    assert best_effort.reservations == {"head": "a01"}
+
+
+def test_strict_fifo_places_in_order_until_the_first_that_does_not_fit() -> None:
+    fleet = world(ONE_H100_NODE, ("b", "a01", 4), strategy="StrictFIFO")  # 4 free
+    queue = [queued("first", "a", 1, 3), queued("second", "a", 2, 2), queued("third", "a", 3, 1)]
+    result = run(fleet, queue)
+    assert placements(result) == [("first", "a01")]
+    assert [(v.allocation_id, v.code) for v in result.verdicts] == [
+        ("first", None),
+        ("second", "insufficient_capacity"),
+        ("third", "queued_behind"),
+    ]
+    assert result.verdicts[2].reason is not None and "second" in result.verdicts[2].reason
+
+
+# BestEffortFIFO: the head's reservation and backfill around it.
+
+# Two 8-GPU nodes (a01: 2 free, a02: 3 free) and a 4-GPU node (s01: 4 free, the most, but it can never hold 8).
+BACKFILL_POOLS: list[Pool] = [("eights", "H100", 8, 2, "a"), ("fours", "H100", 4, 1, "s")]
+BACKFILL_HOLDS: tuple[Hold, ...] = (("b", "a01", 6), ("b", "a02", 5))
+
+
+def test_best_effort_reserves_the_node_that_will_hold_the_head_soonest_and_backfills_elsewhere() -> None:
+    fleet = world(BACKFILL_POOLS, *BACKFILL_HOLDS)
+    assert fleet.regions["r1"].queueing_strategy is BEST_EFFORT  # the default
+    head = queued("head", "a", 1, 8)
+    assert soonest_node(fleet, head.request, "r1") == "a02"  # not s01: its hardware could never take 8
+    # Without a head, a 3-GPU request goes on a02, the tightest fit.
+    assert placements(run(fleet, [queued("three", "a", 2, 3)])) == [("three", "a02")]
+
+    queue = [head, queued("three", "a", 2, 3), queued("two", "a", 3, 2), queued("one", "a", 4, 1)]
+    result = run(fleet, queue)
+    assert result.reservations == {"head": "a02"}
+    verdicts = {v.allocation_id: v for v in result.verdicts}
+    assert (verdicts["head"].code, verdicts["head"].node) == ("insufficient_capacity", None)
+    assert placements(result) == [("three", "s01"), ("two", "a01"), ("one", "s01")]
+    assert all(v.reserved is None for v in result.verdicts if v.allocation_id != "head")
+
+
+def test_nothing_behind_the_head_goes_on_its_reserved_node_even_when_nothing_else_fits() -> None:
+    queue = [queued("head", "a", 1, 8), queued("three", "a", 2, 3)]
+    fleet = world(BACKFILL_POOLS, *BACKFILL_HOLDS, ("b", "s01", 2))  # s01: 2 free; only a02 has 3
+    result = run(fleet, queue)
+    assert result.admitted == [] and result.reservations == {"head": "a02"}
+    three = result.verdicts[1]
+    assert three.code == "insufficient_capacity" and three.reserved is None
+    assert three.reason == (
+        "r1: 0/3 nodes can take 3 H100 GPU slices: 2 have fewer than 3 compatible free bundles, "
+        "1 is reserved for the request at the head of its queue"
+    )
+
+
+def test_a_request_alike_but_larger_than_one_refused_for_capacity_is_refused_without_being_tried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tried: list[int] = []
+    real = queueing.cluster.find_candidates
+
+    def find_candidates(snapshot, request, region, **options):  # type: ignore[no-untyped-def]
+        tried.append(request.gpu_count)
+        return real(snapshot, request, region, **options)
+
+    monkeypatch.setattr(queueing.cluster, "find_candidates", find_candidates)
+    fleet = world(BACKFILL_POOLS, *BACKFILL_HOLDS, ("b", "s01", 2))
+    queue = [
+        queued("head", "a", 1, 8),
+        queued("three", "a", 2, 3),  # refused: only the reserved a02 has 3
+        queued("four", "b", 3, 4),  # alike (another tenant, same shape and product) and larger: not tried
+        queued("two", "b", 4, 2),  # smaller: tried, and placed
+    ]
+    result = run(fleet, queue)
+    verdicts = {v.allocation_id: v for v in result.verdicts}
+    assert placements(result) == [("two", "a01")]
+    assert verdicts["four"].code == "insufficient_capacity" and verdicts["four"].node is None
+    assert tried == [8, 3, 2]  # head, three, two; never four
+
+
+def test_baremetal_requests_of_another_size_are_not_alike() -> None:
+    # Bare metal takes a whole host of exactly its size: a 4-GPU host being busy says nothing of a free 8-GPU host.
+    pools: list[Pool] = [("big", "H100", 8, 1, "m"), ("small", "H100", 4, 1, "q")]
+    fleet = world(pools, ("b", "q01", 1), shape="baremetal")
+    queue = [
+        queued("four", "a", 1, 4, shape="baremetal"),
+        queued("four-too", "a", 2, 4, shape="baremetal"),
+        queued("eight", "a", 3, 8, shape="baremetal"),
+    ]
+    result = run(fleet, queue)
+    assert placements(result) == [("eight", "m01")]
+    assert [v.code for v in result.verdicts[:2]] == ["insufficient_capacity"] * 2
+    assert result.reservations == {"four": "q01"}
+
+
+# Quota.
+
+
+def test_a_tenant_at_its_quota_waits_with_the_quota_reason_and_others_go_on() -> None:
+    tenants = {"a": (4, 1), "b": (64, 1)}
+    fleet = world(ONE_H100_NODE, ("a", "a01", 4), tenants=tenants)  # a at its quota of 4; 4 GPUs free
+    held = usage(fleet, ("a", "a01", 4))
+    queue = [queued("a-1", "a", 1, 1, priority=5), queued("b-1", "b", 2, 2)]
+    result = run(fleet, queue, held)
+    assert placements(result) == [("b-1", "a01")]
+    waiting = result.verdicts[0]
+    assert (waiting.allocation_id, waiting.code, waiting.reserved) == ("a-1", "quota_exceeded", None)
+    assert (
+        waiting.reason == "quota: tenant a would exceed its GPU quota: 4 active + 0 in flight + 1 requested > quota 4"
+    )
+
+
+def test_admissions_in_the_pass_count_against_the_quota() -> None:
+    fleet = world(ONE_H100_NODE, tenants={"a": (6, 1)})  # 8 GPUs free, a may use 6
+    result = run(fleet, [queued("a-1", "a", 1, 4), queued("a-2", "a", 2, 4)])
+    assert placements(result) == [("a-1", "a01")]
+    second = result.verdicts[1]
+    assert second.code == "quota_exceeded"
+    assert second.reason == "quota: tenant a would exceed its GPU quota: 0 active + 4 in flight + 4 requested > quota 6"
+
+
+# Positions as shown.
+
+
+def test_ordered_gives_positions_by_priority_then_share_then_arrival() -> None:
+    tenants = {"a": (64, 1), "b": (64, 2), "c": (64, 1)}
+    fleet = world(ONE_H100_NODE, ("a", "a01", 4), ("b", "a01", 4), tenants=tenants)
+    held = usage(fleet, ("a", "a01", 4), ("b", "a01", 4))  # a: 0.5; b: 0.25 (weight 2); c: 0
+    queue = [
+        queued("a-early", "a", 1, 1),
+        queued("b-early", "b", 2, 1),
+        queued("c-late", "c", 3, 1),
+        queued("a-urgent", "a", 4, 1, priority=10),
+        queued("c-later", "c", 5, 1),
+        queued("b-low", "b", 6, 1, priority=-1),
+    ]
+    shown = ordered(queue, fleet, held)
+    assert [(entry.allocation_id, share) for entry, share in shown] == [
+        ("a-urgent", 0.5),
+        ("c-late", 0.0),
+        ("c-later", 0.0),
+        ("b-early", 0.25),
+        ("a-early", 0.5),
+        ("b-low", 0.25),
+    ]
+    assert ordered(list(reversed(queue)), fleet, held) == shown

@@ -1,0 +1,214 @@
+"""Waiting for capacity (issue 24): requests that may wait are queued instead of failing, and the admission pass
+that runs when capacity frees places the right one next, against real PostgreSQL and Temporal."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowFailureError
+
+from store import queue
+from tests.workflows.lab import Lab, lab_fleet, running_lab
+from workflows import allocation_client
+from workflows.allocation_messages import QueueWait
+from workflows.search_attributes import STATE
+
+WAIT = QueueWait(timeout_seconds=600)
+
+
+async def _entries(lab: Lab) -> dict[str, queue.QueueEntry]:
+    async with lab.sessions() as session:
+        return {e.allocation_id: e for e in await queue.entries(session)}
+
+
+async def _release(lab: Lab, allocation_id: str) -> None:
+    await allocation_client.release(lab.starter, allocation_id)
+    assert (await allocation_client.handle(lab.starter, allocation_id).result()).state == "released"
+
+
+def _namer() -> Callable[[str], str]:
+    """Allocation ids unique to one test: the Temporal server outlives it, and a released id is not reused."""
+    tag = uuid.uuid4().hex[:6]
+    return lambda name: f"{name}-{tag}"
+
+
+def _fleet(hosts: dict[str, dict[str, Any]], **options: Any) -> str:
+    return lab_fleet(hosts, **options)
+
+
+async def test_a_request_that_may_wait_is_queued_then_placed_when_capacity_frees(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    n = _namer()
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, _fleet({"only": {"gpus": 4}})) as lab:
+        holder = await lab.allocate(n("holder"), gpus=4)
+        await lab.wait_for_state(holder, "active")
+        waiting = await lab.allocate(n("waiter"), gpus=2, queue=WAIT)
+        status = await lab.wait_for_state(waiting, "queued")
+        assert status.region == "lab" and status.bundles == [] and status.node is None
+        assert (await waiting.describe()).typed_search_attributes.get(STATE) == "queued"
+        entry = (await _entries(lab))[n("waiter")]
+        assert entry.code == "insufficient_capacity" and "lab" in (entry.reason or "")
+        assert await lab.active_claims() == {n("holder"): ["only/0", "only/1", "only/2", "only/3"]}  # it holds nothing
+
+        await _release(lab, n("holder"))
+        status = await lab.wait_for_state(waiting, "active")
+        assert status.node == "only"
+        assert await _entries(lab) == {}
+        steps = [(step, state) for step, state, _node, _reason in await lab.events(n("waiter"))]
+        assert steps[:4] == [
+            ("select_region", "placing"), ("enter_queue", "queued"), ("woken", "placing"), ("find_candidates", "placing"),
+        ]  # fmt: skip
+        await _release(lab, n("waiter"))
+
+
+async def test_a_request_that_does_not_ask_to_wait_still_fails_at_once(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    n = _namer()
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, _fleet({"only": {"gpus": 4}})) as lab:
+        holder = await lab.allocate(n("holder"), gpus=4)
+        await lab.wait_for_state(holder, "active")
+        refused = await lab.allocate(n("impatient"), gpus=2)
+        with pytest.raises(WorkflowFailureError):
+            await refused.result()
+        _step, state, _node, reason = (await lab.events(n("impatient")))[-1]
+        assert state == "failed" and (reason or "").startswith("insufficient_capacity: lab: ")
+        assert await _entries(lab) == {}
+        await _release(lab, n("holder"))
+
+
+async def test_the_queue_timeout_fails_it_with_the_last_reason_and_leaves_nothing(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    n = _namer()
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, _fleet({"only": {"gpus": 4}})) as lab:
+        holder = await lab.allocate(n("holder"), gpus=4)
+        await lab.wait_for_state(holder, "active")
+        waiting = await lab.allocate(n("short"), gpus=2, queue=QueueWait(timeout_seconds=2))
+        with pytest.raises(WorkflowFailureError) as failure:
+            await waiting.result()
+        assert getattr(failure.value.cause, "type", None) == "QueueTimeout"
+        events = await lab.events(n("short"))
+        assert [(step, state) for step, state, _node, _reason in events[-2:]] == [
+            ("queue_timeout", "queued"), ("failed", "failed"),
+        ]  # fmt: skip
+        assert (events[-1][3] or "").startswith("queue_timeout: not placed within 2s; last: lab: ")
+        assert await _entries(lab) == {}
+        await _release(lab, n("holder"))
+
+
+async def test_cancel_while_queued_compensates_nothing_and_leaves_the_queue(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    n = _namer()
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, _fleet({"only": {"gpus": 4}})) as lab:
+        holder = await lab.allocate(n("holder"), gpus=4)
+        await lab.wait_for_state(holder, "active")
+        waiting = await lab.allocate(n("changed-mind"), gpus=2, queue=WAIT)
+        await lab.wait_for_state(waiting, "queued")
+        await waiting.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await waiting.result()
+        assert (await lab.events(n("changed-mind")))[-1][:2] == ("cancelled", "cancelled")
+        assert await _entries(lab) == {}
+        assert [p.name for p in lab.vm_records()] == [f"{n('holder')}.json"]  # only the holder ever had a VM
+        await _release(lab, n("holder"))
+
+
+async def test_a_higher_priority_request_that_came_later_is_placed_first(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    n = _namer()
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, _fleet({"only": {"gpus": 4}})) as lab:
+        holder = await lab.allocate(n("holder"), gpus=4)
+        await lab.wait_for_state(holder, "active")
+        low = await lab.allocate(n("low"), gpus=4, queue=WAIT)
+        await lab.wait_for_state(low, "queued")
+        high = await lab.allocate(n("high"), gpus=4, queue=QueueWait(timeout_seconds=600, priority=100))
+        await lab.wait_for_state(high, "queued")
+
+        await _release(lab, n("holder"))
+        await lab.wait_for_state(high, "active")
+        assert (await allocation_client.status(lab.starter, n("low"))).state == "queued"
+        await _release(lab, n("high"))
+        await lab.wait_for_state(low, "active")  # its turn came with the next release
+        await _release(lab, n("low"))
+
+
+async def test_at_equal_priority_the_tenant_holding_the_smaller_share_goes_first(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    n = _namer()
+    tenants = {"big-user": {"gpuQuota": 64}, "small-user": {"gpuQuota": 64}}
+    fleet = _fleet({"one": {"gpus": 2}, "two": {"gpus": 2}}, tenants=tenants)
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
+        holding = await lab.allocate(n("big-holds"), gpus=2, tenant="big-user")
+        blocking = await lab.allocate(n("small-holds"), gpus=2, tenant="small-user")
+        await lab.wait_for_state(holding, "active")
+        await lab.wait_for_state(blocking, "active")
+        first = await lab.allocate(n("big-asks-first"), gpus=2, tenant="big-user", queue=WAIT)
+        await lab.wait_for_state(first, "queued")
+        second = await lab.allocate(n("small-asks-later"), gpus=2, tenant="small-user", queue=WAIT)
+        await lab.wait_for_state(second, "queued")
+
+        # Two GPUs come back: small-user then holds nothing (share 0), big-user half the fleet.
+        await _release(lab, n("small-holds"))
+        await lab.wait_for_state(second, "active")
+        assert (await allocation_client.status(lab.starter, n("big-asks-first"))).state == "queued"
+        await _release(lab, n("small-asks-later"))
+        await lab.wait_for_state(first, "active")
+        await _release(lab, n("big-asks-first"))
+        await _release(lab, n("big-holds"))
+
+
+@pytest.mark.parametrize("strategy", ["BestEffortFIFO", "StrictFIFO"])
+async def test_the_head_keeps_its_node_and_smaller_requests_pass_it_only_under_best_effort(
+    temporal_client, sessions, tmp_path: Path, strategy: str
+) -> None:
+    n = _namer()
+    # `wide` (4 GPUs) is the only node that could ever hold the 4-GPU head; `narrow` (2) cannot.
+    fleet = _fleet({"narrow": {"gpus": 2}, "wide": {"gpus": 4}}, region={"queueingStrategy": strategy})
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
+        holder = await lab.allocate(n("holder"), gpus=2, nodes=frozenset({"wide"}))
+        await lab.wait_for_state(holder, "active")
+        head = await lab.allocate(n("head"), gpus=4, queue=WAIT)
+        await lab.wait_for_state(head, "queued")
+        entry = (await _entries(lab))[n("head")]
+        assert entry.reserved_node == ("wide" if strategy == "BestEffortFIFO" else None)
+
+        small = await lab.allocate(n("small"), gpus=1, queue=WAIT)
+        if strategy == "BestEffortFIFO":
+            status = await lab.wait_for_state(small, "active")
+            assert status.node == "narrow"  # backfilled outside the head's reservation, though `wide` had room
+        else:
+            await lab.wait_for_state(small, "queued")
+            assert (await _entries(lab))[n("small")].code == "queued_behind"
+
+        await _release(lab, n("holder"))
+        assert (await lab.wait_for_state(head, "active")).node == "wide"
+        assert (await lab.wait_for_state(small, "active")).node == "narrow"
+        await _release(lab, n("head"))
+        await _release(lab, n("small"))
+
+
+async def test_a_request_over_its_tenants_quota_waits_for_the_tenants_own_gpus(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    n = _namer()
+    fleet = _fleet({"one": {"gpus": 4}, "two": {"gpus": 4}}, quota=4)
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
+        holder = await lab.allocate(n("holder"), gpus=4)
+        await lab.wait_for_state(holder, "active")
+        waiting = await lab.allocate(n("over-quota"), gpus=2, queue=WAIT)
+        await lab.wait_for_state(waiting, "queued")
+        entry = (await _entries(lab))[n("over-quota")]
+        assert entry.code == "quota_exceeded" and "quota 4" in (entry.reason or "")
+
+        await _release(lab, n("holder"))
+        await lab.wait_for_state(waiting, "active")
+        await _release(lab, n("over-quota"))
