@@ -43,6 +43,7 @@ def summary(row: AllocationRow, cluster: str | None, pool: str | None) -> Alloca
         pool=f"{cluster}/{pool}" if cluster and pool else None,
         node=row.node_id,
         failure_reason=row.failure_reason,
+        borrowed_gpus=row.borrowed_gpus,
         workflow_id=row.workflow_id,
         created_at=row.created_at,
         updated_at=row.updated_at,

@@ -204,6 +204,9 @@ class AllocationSummary(BaseModel):
     pool: str | None  # cluster/pool
     node: str | None
     failure_reason: str | None
+    borrowed_gpus: int = Field(
+        default=0, description="GPUs it holds beyond its tenant's gpuQuota, lent by the tenant's cohort (reclaimable)."
+    )
     workflow_id: str
     created_at: datetime
     updated_at: datetime

@@ -7,8 +7,9 @@
                                                                    `priority_class_not_allowed`
     -> workflows.allocation_messages.QueueWait (None: fails when nothing fits, as ever)
 
-A request that waits skips the create's quota check when it alone fits in the tenant's quota (it waits for the
-tenant's own GPUs to come back); a larger one is refused 409 as before, since waiting could never admit it.
+A request that waits skips the create's quota check when it alone could fit in the tenant's quota, borrowing from
+an idle cohort included (it waits for GPUs to come back); a larger one is refused 409 as before, since waiting could
+never admit it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from api.errors import ApiError
 from api.models import AllocationCreate
 from fleet.deadlines import format_duration
 from fleet.tenant import DEFAULT_MAX_QUEUE_SECONDS
+from scheduler import quota
+from scheduler.snapshot import Snapshot
 from store import queue
 from store.models import TenantRow
 from workflows.allocation_messages import QueueWait
@@ -60,3 +63,10 @@ async def _priority(session: AsyncSession, tenant: TenantRow, asked: str | None)
             422, "priority_class_not_allowed", f"tenant {tenant.name} may not use PriorityClass {asked!r}", [problem]
         )
     return classes[asked][0], asked
+
+
+def queue_ceiling(snapshot: Snapshot, tenant: TenantRow) -> int:
+    """The most GPUs the tenant could ever hold (its quota, plus what an idle cohort could lend it): a request that
+    waits and is larger than this is refused at once, since waiting could never admit it."""
+    view = snapshot.tenants.get(tenant.name)
+    return quota.ceiling(view, snapshot.tenants.values()) if view is not None else tenant.gpu_quota

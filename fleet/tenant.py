@@ -65,6 +65,17 @@ class TenantSpec(Spec):
         default=None, description="PriorityClasses this tenant's requests may name; unset means every class."
     )
     queue: TenantQueue = Field(default_factory=TenantQueue, description="Waiting for capacity.")
+    cohort: Name | None = Field(
+        default=None,
+        description="Tenants of one cohort lend each other the part of their gpuQuota they do not use; unset: the "
+        "quota is a hard cap.",
+    )
+    borrowing_limit: NonNegativeInt | None = Field(
+        default=None, description="Most GPUs beyond its gpuQuota it may borrow from its cohort; unset: no limit."
+    )
+    lending_limit: NonNegativeInt | None = Field(
+        default=None, description="Most of its unused gpuQuota the rest of its cohort may borrow; unset: all of it."
+    )
 
 
 class Tenant(Spec):

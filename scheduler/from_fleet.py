@@ -65,6 +65,9 @@ def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) 
             active_gpus=active[name],
             in_flight_gpus=in_flight[name],
             weight=tenant.spec.weight,
+            cohort=tenant.spec.cohort,
+            borrowing_limit=tenant.spec.borrowing_limit,
+            lending_limit=tenant.spec.lending_limit,
         )
         for name, tenant in fleet.tenants.items()
     ]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from fleet.region import RegionStatus
+from scheduler import quota
 from scheduler.capacity import AllocationCount
 from scheduler.explanation import Level, LevelExplanation, Refusal, Tally
 from scheduler.pinning import pinned_refusal, regions_of_pins
@@ -132,15 +133,17 @@ def _admit_tenant(
     if tenant is None:
         tally.record(Reason.UNKNOWN_TENANT, [name], lambda: "not in the inventory")
         return None, Refusal(code=Reason.UNKNOWN_TENANT, message=f"tenant {name!r} is not known"), tally.explanation()
-    used = tenant.active_gpus + tenant.in_flight_gpus
-    over = used + request.gpu_count > tenant.gpu_quota
-    sums = (
-        f"{tenant.active_gpus} active + {tenant.in_flight_gpus} in flight + {request.gpu_count} requested "
-        f"{'>' if over else '<='} quota {tenant.gpu_quota}"
+    decision = quota.decide(tenant, request.gpu_count, snapshot.tenants.values())
+    sums = f"{tenant.active_gpus} active + {tenant.in_flight_gpus} in flight + {request.gpu_count} requested"
+    within = f"{sums} <= quota {tenant.gpu_quota}"
+    if decision.borrowed:
+        within = f"{sums}, {decision.borrowed} borrowed from cohort {tenant.cohort}"
+    tally.record(
+        None if decision.fits else Reason.QUOTA_EXCEEDED, [name], lambda: within if decision.fits else decision.message
     )
-    tally.record(Reason.QUOTA_EXCEEDED if over else None, [name], lambda: sums)
-    refusal = Refusal(code=Reason.QUOTA_EXCEEDED, message=f"tenant {name} would exceed its GPU quota: {sums}")
-    return tenant, refusal if over else None, tally.explanation()
+    if decision.fits:
+        return tenant, None, tally.explanation()
+    return tenant, Refusal(code=Reason.QUOTA_EXCEEDED, message=decision.message), tally.explanation()
 
 
 def quota_refusal(snapshot: Snapshot, request: PlacementRequest) -> Refusal | None:

@@ -105,6 +105,9 @@ class TenantView:
     active_gpus: int = 0
     in_flight_gpus: int = 0
     weight: float = 1.0  # fair-share weight among queued requests (issue 24)
+    cohort: str | None = None  # tenants of one cohort lend each other unused quota (scheduler/quota.py)
+    borrowing_limit: int | None = None  # None: unlimited
+    lending_limit: int | None = None  # None: all of its unused quota
 
 
 def slot_id(node: str, index: int) -> str:

@@ -133,6 +133,9 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
             "weight": t.spec.weight,
             "priority_classes": list(t.spec.priority_classes) if t.spec.priority_classes is not None else None,
             "queue": t.spec.queue.model_dump(mode="json"),
+            "cohort": t.spec.cohort,
+            "borrowing_limit": t.spec.borrowing_limit,
+            "lending_limit": t.spec.lending_limit,
         }
         for name, t in fleet.tenants.items()
     }

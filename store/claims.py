@@ -13,7 +13,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from contracts.allocation import ClaimInput
-from store.models import ClaimRow, SlotRow, TenantRow
+from scheduler import quota
+from scheduler.views import TenantView
+from store.models import AllocationRow, ClaimRow, SlotRow, TenantRow
 from store.snapshot import tenant_usage
 
 
@@ -47,16 +49,7 @@ async def _record(session: AsyncSession, claim: ClaimInput) -> list[int]:
     if done:
         return sorted(s for s in done if s is not None)
 
-    # Serialise quota checks per tenant: two allocations of one tenant cannot both take the last headroom.
-    tenant = await session.get(TenantRow, claim.tenant, with_for_update=True)
-    if tenant is None:
-        raise QuotaExceeded(f"tenant {claim.tenant!r} does not exist")
-    active, in_flight = (await tenant_usage(session, exclude_allocation=claim.allocation_id)).get(claim.tenant, (0, 0))
-    if active + in_flight + claim.gpu_count > tenant.gpu_quota:
-        raise QuotaExceeded(
-            f"tenant {claim.tenant} holds {active} GPUs and has {in_flight} in flight; {claim.gpu_count} more would "
-            f"exceed its quota of {tenant.gpu_quota}"
-        )
+    borrowed = await _check_quota(session, claim)
 
     indexes = sorted(b.slot_index for b in claim.bundles)
     slots = (
@@ -85,8 +78,52 @@ async def _record(session: AsyncSession, claim: ClaimInput) -> list[int]:
                 bundle=by_index[slot.slot_index].model_dump(mode="json"),
             )
         )
+    if borrowed:  # it runs on quota its cohort lent: marked, for preemption to reclaim
+        await session.execute(
+            update(AllocationRow).where(AllocationRow.id == claim.allocation_id).values(borrowed_gpus=borrowed)
+        )
     await session.flush()
     return [s.id for s in slots]
+
+
+async def _check_quota(session: AsyncSession, claim: ClaimInput) -> int:
+    """The tenant's quota, re-checked under lock: how many of its GPUs would then be borrowed from its cohort.
+
+    Quota checks are serialised per tenant, and per cohort when the tenant is in one (every member's row locked,
+    in name order): two allocations cannot both take the last headroom, nor the last GPUs a cohort lends."""
+    tenant = await session.get(TenantRow, claim.tenant, with_for_update=True)
+    if tenant is None:
+        raise QuotaExceeded(f"tenant {claim.tenant!r} does not exist")
+    members = [tenant]
+    if tenant.cohort is not None:
+        members = list(
+            (
+                await session.scalars(
+                    select(TenantRow)
+                    .where(TenantRow.cohort == tenant.cohort)
+                    .order_by(TenantRow.name)
+                    .with_for_update()
+                )
+            ).all()
+        )
+    usage = await tenant_usage(session, exclude_allocation=claim.allocation_id)
+    views = [_view(member, usage.get(member.name, (0, 0))) for member in members]
+    decision = quota.decide(next(v for v in views if v.name == tenant.name), claim.gpu_count, views)
+    if not decision.fits:
+        raise QuotaExceeded(decision.message)
+    return decision.borrowed
+
+
+def _view(row: TenantRow, usage: tuple[int, int]) -> TenantView:
+    return TenantView(
+        name=row.name,
+        gpu_quota=row.gpu_quota,
+        active_gpus=usage[0],
+        in_flight_gpus=usage[1],
+        cohort=row.cohort,
+        borrowing_limit=row.borrowing_limit,
+        lending_limit=row.lending_limit,
+    )
 
 
 async def release_claims(session: AsyncSession, allocation_id: str, attempt: int | None) -> int:

@@ -263,6 +263,10 @@ class TenantRow(Base):
     weight: Mapped[float] = mapped_column(Float, nullable=False, server_default="1")
     priority_classes: Mapped[list[str] | None] = mapped_column(JSONB)
     queue: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # Borrowing and lending unused quota within a cohort (scheduler/quota.py); NULL limits: unlimited.
+    cohort: Mapped[str | None] = mapped_column(String(253))
+    borrowing_limit: Mapped[int | None] = mapped_column(Integer)
+    lending_limit: Mapped[int | None] = mapped_column(Integer)
 
 
 class ApiTokenRow(Base):
@@ -310,6 +314,9 @@ class AllocationRow(Base):
     node_id: Mapped[str | None] = mapped_column(String(253))
     workflow_id: Mapped[str] = mapped_column(String(255), nullable=False)
     failure_reason: Mapped[str | None] = mapped_column(Text)
+    # GPUs beyond its tenant's nominal quota when its claims were recorded: it runs on quota borrowed from the
+    # tenant's cohort (migration 0010), which preemption may reclaim.
+    borrowed_gpus: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
 

@@ -245,6 +245,9 @@ async def load_inventory(session: AsyncSession) -> Inventory:
             allowed_regions=frozenset(t.allowed_regions) if t.allowed_regions is not None else None,
             required_jurisdiction=t.required_jurisdiction,
             weight=t.weight,
+            cohort=t.cohort,
+            borrowing_limit=t.borrowing_limit,
+            lending_limit=t.lending_limit,
         )
         for t in (await session.scalars(select(TenantRow))).all()
     ]

@@ -39,7 +39,7 @@ from contracts.allocation import (
     RegionChoice,
 )
 from fleet.vocabulary import QueueingStrategy
-from scheduler import cluster, region
+from scheduler import cluster, quota, region
 from scheduler.breaker import BreakerPolicy
 from scheduler.cel import RequestBudget, SelectorCostExceeded, request_budget
 from scheduler.explanation import Explanation
@@ -126,10 +126,10 @@ def _candidate_list(snapshot: Snapshot, decision: cluster.CandidateDecision) -> 
 async def _quota_wait(
     choice: PlacementChoice, snapshot: Snapshot, request: PlacementRequest, budget: RequestBudget
 ) -> PlacementChoice:
-    """A request refused by its tenant's quota may wait when it alone fits in the quota: in the region it would be
-    given if the tenant held nothing (the queue it waits in)."""
+    """A request refused by its tenant's quota may wait when it alone could ever fit in it (borrowing from an idle
+    cohort included): in the region it would be given if the tenant held nothing (the queue it waits in)."""
     tenant = snapshot.tenants.get(request.tenant or "")
-    if tenant is None or request.gpu_count > tenant.gpu_quota:
+    if tenant is None or request.gpu_count > quota.ceiling(tenant, snapshot.tenants.values()):
         return choice
     idle = dataclasses.replace(tenant, active_gpus=0, in_flight_gpus=0)
     others = [view for name, view in snapshot.tenants.items() if name != tenant.name]

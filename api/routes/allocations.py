@@ -50,7 +50,7 @@ from api.models import (
     IdempotencyKey,
     RetryBody,
 )
-from api.queueing import queue_wait
+from api.queueing import queue_ceiling, queue_wait
 from api.request_checks import check_request
 from api.services import Services, services
 from api.temporal import Refused
@@ -160,8 +160,8 @@ async def create_allocation(
         snapshot = (await app.inventory.inventory(session)).snapshot
         check_admissible(snapshot, body)  # no host that big: 422 as well
         wait = await queue_wait(session, tenant_row, body)  # its queue timeout and priority: 422 if not allowed
-        if wait is None or body.gpu_count > tenant_row.gpu_quota:
-            await check_quota(session, snapshot, body)  # over quota now: 409 (one that waits and fits it waits)
+        if wait is None or body.gpu_count > queue_ceiling(snapshot, tenant_row):
+            await check_quota(session, snapshot, body)  # over quota now: 409 (one that waits and could fit waits)
     await app.control.require_worker()
 
     allocation_id = keyed_allocation_id(tenant, idempotency_key) if idempotency_key else uuid.uuid4().hex[:16]

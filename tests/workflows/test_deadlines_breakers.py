@@ -133,7 +133,9 @@ async def test_a_quota_refusal_at_claim_time_is_a_failed_attempt_with_the_quota_
         with pytest.raises(WorkflowFailureError):
             await handle.result()
         allocation = await get(http, admin, "quota-at-claim")
-        reason = "quota_exceeded: tenant acme holds 0 GPUs and has 0 in flight; 2 more would exceed its quota of 1"
+        reason = (
+            "quota_exceeded: tenant acme would exceed its GPU quota: 0 active + 0 in flight + 2 requested > quota 1"
+        )
         assert allocation["state"] == "failed" and allocation["failure_reason"] == reason
         assert [(a["node"], a["outcome"], a["reason"]) for a in allocation["attempts"]] == [("h1", "failed", reason)]
         assert lab.lease_files() == [] and await lab.active_claims() == {}

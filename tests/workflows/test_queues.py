@@ -12,6 +12,7 @@ import pytest
 from temporalio.client import WorkflowFailureError
 
 from store import queue
+from store.models import AllocationRow
 from tests.workflows.lab import Lab, lab_fleet, running_lab
 from workflows import allocation_client
 from workflows.allocation_messages import QueueWait
@@ -212,3 +213,33 @@ async def test_a_request_over_its_tenants_quota_waits_for_the_tenants_own_gpus(
         await _release(lab, n("holder"))
         await lab.wait_for_state(waiting, "active")
         await _release(lab, n("over-quota"))
+
+
+async def test_a_tenant_borrows_its_cohorts_unused_quota_is_marked_so_and_waits_when_the_cohort_has_none_left(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    n = _namer()
+    tenants = {
+        "small-team": {"gpuQuota": 2, "cohort": "research"},
+        "big-team": {"gpuQuota": 4, "cohort": "research", "lendingLimit": 2},
+    }
+    fleet = _fleet({"one": {"gpus": 4}, "two": {"gpus": 4}}, tenants=tenants)
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
+        borrower = await lab.allocate(n("borrower"), gpus=4, tenant="small-team")  # 2 of its own, 2 lent
+        await lab.wait_for_state(borrower, "active")
+        async with lab.sessions() as session:
+            row = await session.get(AllocationRow, n("borrower"))
+            assert row is not None and row.borrowed_gpus == 2
+
+        more = await lab.allocate(n("more"), gpus=2, tenant="small-team", queue=WAIT)
+        await lab.wait_for_state(more, "queued")  # big-team lends at most 2: none left
+        entry = (await _entries(lab))[n("more")]
+        assert entry.code == "quota_exceeded"
+        assert "cohort research has 0 GPUs left to lend (2 needed)" in (entry.reason or "")
+
+        await _release(lab, n("borrower"))
+        await lab.wait_for_state(more, "active")
+        async with lab.sessions() as session:
+            row = await session.get(AllocationRow, n("more"))
+            assert row is not None and row.borrowed_gpus == 0  # within its own quota now
+        await _release(lab, n("more"))

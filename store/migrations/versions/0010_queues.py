@@ -4,7 +4,8 @@
   order of arrival, kept while it waits), priority, deadline, and what the last admission pass decided for it.
 - `priority_classes`: the fleet file's PriorityClasses; at most one default (a partial unique index).
 - `tenants.weight`, `tenants.priority_classes`, `tenants.queue`: fair-share weight, the classes a tenant may name,
-  and its waiting defaults; `regions.queueing_strategy`: StrictFIFO or BestEffortFIFO.
+  and its waiting defaults; `tenants.cohort`, `borrowing_limit`, `lending_limit`: quota lent within a cohort;
+  `allocations.borrowed_gpus`: GPUs it holds beyond its tenant's quota; `regions.queueing_strategy`.
 - `allocations.state` may be `queued`.
 
 Revision ID: 0010
@@ -36,6 +37,10 @@ def upgrade() -> None:
     op.add_column("tenants", sa.Column("weight", sa.Float(), nullable=False, server_default="1"))
     op.add_column("tenants", sa.Column("priority_classes", postgresql.JSONB()))
     op.add_column("tenants", sa.Column("queue", postgresql.JSONB()))
+    op.add_column("tenants", sa.Column("cohort", sa.String(253)))
+    op.add_column("tenants", sa.Column("borrowing_limit", sa.Integer()))
+    op.add_column("tenants", sa.Column("lending_limit", sa.Integer()))
+    op.add_column("allocations", sa.Column("borrowed_gpus", sa.Integer(), nullable=False, server_default="0"))
     op.add_column(
         "regions", sa.Column("queueing_strategy", sa.String(16), nullable=False, server_default="BestEffortFIFO")
     )
@@ -87,6 +92,10 @@ def downgrade() -> None:
     op.drop_table("priority_classes")
     op.drop_constraint(op.f("ck_regions_queueing_strategy"), "regions", type_="check")
     op.drop_column("regions", "queueing_strategy")
+    op.drop_column("allocations", "borrowed_gpus")
+    op.drop_column("tenants", "lending_limit")
+    op.drop_column("tenants", "borrowing_limit")
+    op.drop_column("tenants", "cohort")
     op.drop_column("tenants", "queue")
     op.drop_column("tenants", "priority_classes")
     op.drop_column("tenants", "weight")
