@@ -170,6 +170,7 @@ class AllocationWorkflow:
             await self.wait_in_queue(choice)
             if fruitless >= 2:  # a pass and this placement keep disagreeing: never a busy loop, whatever the cause
                 await workflow.sleep(min(2.0**fruitless, 60.0))
+            self.status.waiting_reason = None
             self.set_state("placing", "woken", region=self.status.region)  # a pass set a node aside: decide again
         self.final_recorded = choice.final_recorded  # a refusal: the step recorded its decisions and the end
         region = self.accept_region(choice.region)
@@ -194,7 +195,7 @@ class AllocationWorkflow:
         assert refusal is not None and self.queue_deadline is not None and choice.queue_region is not None
         region = choice.queue_region
         reason = refusal.refusal_message or refusal.refusal_code or "no room now"
-        self.status.region = region
+        self.status.region, self.status.waiting_reason = region, reason
         self.set_state("queued", "enter_queue", region=region, reason=reason)
         self.woken = False  # a wake from before this entry is answered by the next pass
         entry = EnterQueueInput(allocation_id=self.input.allocation_id, tenant=self.input.tenant, region=region,

@@ -127,6 +127,7 @@ class AllocationStatus(BaseModel):
     bundles: list[Bundle] = Field(default_factory=list)
     attempts: list[Attempt] = Field(default_factory=list)
     failure_reason: str | None = None
+    waiting_reason: str | None = None  # queued: why it is not placed yet (the refusal it waits on)
 
 
 class Held(BaseModel):

@@ -169,6 +169,8 @@ class Mirror:
         if s.attempts:
             lines += ["", "| attempt | node | outcome | reason |", "| --- | --- | --- | --- |"]
             lines += [f"| {a.number} | {a.node} | {a.outcome} | {a.reason or ''} |" for a in s.attempts]
+        if s.state == "queued" and s.waiting_reason:
+            lines += ["", f"waiting in {s.region}'s queue: {s.waiting_reason}"]
         if s.failure_reason:
             lines += ["", f"failure: {s.failure_reason}"]
         return "\n".join(lines)

@@ -255,11 +255,14 @@ def _position(created_at: datetime, allocation_id: str) -> str:
     responses=error_responses(401, 404, 409, 422, 503),
 )
 async def cancel_allocation(allocation_id: IdPath, caller: Caller, app: App) -> AllocationAccepted:
-    """Cancel an allocation being placed or active: its workflow undoes everything and ends `cancelled`."""
+    """Cancel an allocation waiting in a queue, being placed or active: its workflow undoes everything and ends
+    `cancelled`."""
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
-    if row.state not in (*PLACING_STATES, "active"):
-        raise conflict(f"allocation {allocation_id} is {row.state}; only one being placed or active can be cancelled")
+    if row.state not in (*PLACING_STATES, "queued", "active"):
+        raise conflict(
+            f"allocation {allocation_id} is {row.state}; only one queued, being placed or active can be cancelled"
+        )
     await app.control.require_worker()
     # The row trails the workflow by a step (its trail rides with the next control step), so answer with the state
     # the workflow itself reports, as a read does.
@@ -345,5 +348,5 @@ def _not_retryable(allocation_id: str, state: str) -> ApiError:
 
 
 def _not_releasable(allocation_id: str, state: str) -> ApiError:
-    hint = " (cancel it instead)" if state in PLACING_STATES else ""
+    hint = " (cancel it instead)" if state in (*PLACING_STATES, "queued") else ""
     return conflict(f"allocation {allocation_id} is {state}; only an active one can be released{hint}")
