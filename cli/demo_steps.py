@@ -202,6 +202,27 @@ class Demo:
         self.expect(refused["error"]["code"] == "unsatisfiable", f"expected unsatisfiable, got {refused['error']}")
         self.say(f"  POST /v1/allocations: 422 {refused['error']['code']}: {refused['error']['message']}")
 
+    def waiting_for_capacity(self) -> None:
+        self.say(
+            "Both H100 hosts busy (step 4 holds one, a second bare-metal request takes the other), a third request "
+            "asks to wait up to 10 minutes instead of failing: it is queued, holding nothing, and placed the moment "
+            "a host is released."
+        )
+        body = {"gpu_count": 8, "gpu_product": "H100", "shape": "baremetal"}
+        second = self.create(body)
+        self.expect(self.settle(second)["state"] == "active", "expected the second H100 host to be taken")
+        waiting = self.create({**body, "queue": {"timeout": "10m"}})
+        queued = self.wait(waiting, lambda a: a["state"] == "queued", "was queued")
+        place = queued["queue"] or {}
+        self.say(f"  queued in {place.get('region')}, position {place.get('position')}: {place.get('reason')}")
+        self.call("DELETE", f"/v1/allocations/{second}", 202)
+        active = self.wait(waiting, lambda a: a["state"] in ("active", *FINAL), "was placed")
+        self.expect(
+            active["state"] == "active", f"expected active, got {active['state']}: {active.get('failure_reason')}"
+        )
+        self.say(f"  {second} released; the queued request woke and is active on {active['node']}")
+        self.held.append(waiting)
+
     def deployment(self) -> None:
         self.say(
             "A ModelDeployment in Modelplane's shape: 3 replicas of a prefill gang and a decode engine, in the "
@@ -269,7 +290,8 @@ class Demo:
             ("4. A bare-metal host", self.bare_metal),
             ("5. A request that cannot be placed, and why", self.unplaceable),
             ("Capacity after (steps 2 and 4 still hold their GPUs)", lambda: self.capacity("Capacity after")),
-            ("6. A ModelDeployment: spread over clusters, scaled past capacity, deleted", self.deployment),
+            ("6. Waiting for capacity instead of failing", self.waiting_for_capacity),
+            ("7. A ModelDeployment: spread over clusters, scaled past capacity, deleted", self.deployment),
             ("Cleaning up", self.release_held),
         ]
         for title, step in steps:

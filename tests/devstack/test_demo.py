@@ -26,12 +26,14 @@ def test_berth_demo_walks_every_case_and_exits_0(tmp_path: Path) -> None:
         "4. A bare-metal host",
         "5. A request that cannot be placed, and why",
         "Capacity after",
-        "6. A ModelDeployment: spread over clusters, scaled past capacity, deleted",
+        "6. Waiting for capacity instead of failing",
+        "7. A ModelDeployment: spread over clusters, scaled past capacity, deleted",
     ):
         assert heading in output
     assert "explain: j22u11 agent_down" in output and "attempt on j22u11" not in output
     assert "POST /v1/allocations: 422 unsatisfiable: no gpu_slice host has 16 H200 GPUs" in output
-    assert output.count("  Temporal UI: http://127.0.0.1:") == 5  # one per allocation created, one for the deployment
+    assert output.count("  Temporal UI: http://127.0.0.1:") == 7  # one per allocation created, one for the deployment
+    assert "  queued in us-east, position 1: " in output and "the queued request woke and is active on" in output
     assert "PartiallyScheduled: 3 of 9 replicas scheduled" in output
     assert "not as narrated" not in output
     assert "Every step behaved as narrated" in output
