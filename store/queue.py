@@ -141,7 +141,10 @@ async def forget_set_asides(session: AsyncSession, region: str) -> None:
     """A pass judges the whole queue again: what the last one set aside or reserved is forgotten first (in the
     pass's transaction, under the region's lock, so nobody sees the queue without them)."""
     await session.execute(
-        update(QueueEntryRow).where(QueueEntryRow.region == region).values(node=None, reserved_node=None)
+        update(QueueEntryRow)
+        .where(QueueEntryRow.region == region)
+        .where(or_(QueueEntryRow.node.is_not(None), QueueEntryRow.reserved_node.is_not(None)))
+        .values(node=None, reserved_node=None)
     )
 
 

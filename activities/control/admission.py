@@ -121,6 +121,10 @@ class AdmissionActivities:
             if not entries:
                 return [], 0
             before = {e.allocation_id: (e.node, e.woken_at) for e in entries}
+            # As the forget below leaves each entry: only the verdicts that differ from it are written.
+            standing = {
+                e.allocation_id: queue.PassRecord(e.allocation_id, None, None, e.reason, e.code) for e in entries
+            }
             await queue.forget_set_asides(session, region)
             base, plans = await self.inventory.snapshot_and_plans(session)
             snapshot = with_pending_plans(base, plans)
@@ -132,7 +136,8 @@ class AdmissionActivities:
             else:
                 verdicts = admission_pass(snapshot, queued, usage, strategy)
             now = datetime.now(UTC)
-            await queue.record_pass(session, [_record(v) for v in verdicts.verdicts])
+            changed = [r for r in map(_record, verdicts.verdicts) if r != standing.get(r.allocation_id)]
+            await queue.record_pass(session, changed)
             PASS_TIMES.held.append(1000 * (time.perf_counter() - started))
         woken = [v.allocation_id for v in verdicts.admitted if _needs_signal(before.get(v.allocation_id), v.node, now)]
         return woken, len(entries) - len(verdicts.admitted)
