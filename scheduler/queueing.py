@@ -13,14 +13,17 @@ admission pass walks the queue in order on the capacity as it is now:
            placed   -> the first choice is set aside for it (a plan in progress) and the walk goes on
            refused  -> StrictFIFO: the walk stops; everyone behind waits "behind" it (a request held back by its
                        own tenant's quota waits alone: it blocks no other tenant)
-                       BestEffortFIFO: the first request refused for capacity gets a reservation (below), and the
-                       walk goes on around it
+                       BestEffortFIFO: each tenant's first request refused for capacity gets a reservation
+                       (below), and the walk goes on around it
       -> verdicts: position, share, and the node set aside or the reason it waits
 
-The head's reservation is Slurm's backfill rule without runtime estimates: of the nodes that could ever hold the
-head, the one that needs the fewest GPUs freed (then the name) is set aside for it. Nothing behind the head may be
-placed there, and neither may a request that never queued (`reserved_nodes`), so the node only empties, and the head
-is placed the moment it has room; smaller requests fill the other nodes meanwhile.
+A head's reservation is Slurm's backfill rule without runtime estimates: of the nodes that could ever hold the
+head, the one that needs the fewest GPUs freed (then the name; not one held for a head before it) is set aside for
+it. Nothing behind the head may be placed there, and neither may a request that never queued (`reserved_nodes`), so
+the node only empties, and the head is placed the moment it has room; smaller requests fill the other nodes
+meanwhile. Each tenant's head gets one (the first refused for capacity among its requests): with one reservation in
+all, a tenant whose waiting requests are mostly large ones saw small requests of the others fill every node that
+emptied, and stayed far below its weighted share (bench/queues.py).
 
 Fair share is Kueue's dominant-resource share over GPU products: for each product, the GPUs the tenant holds over
 the fleet's GPUs of that product; the largest of those, divided by the tenant's weight. A tenant holding nothing has
@@ -144,6 +147,7 @@ def admission_pass(
     result = PassResult()
     blocked_by: QueuedRequest | None = None
     reserved: set[str] = set()
+    heads: set[str] = set()  # tenants whose first request refused for capacity holds a node
     for position, (entry, share) in enumerate(walk.in_order(list(queue)), start=1):
         if blocked_by is not None:
             reason = (
@@ -163,10 +167,11 @@ def admission_pass(
         verdict = Verdict(entry.allocation_id, position, share, reason=reason, code=code)
         if strategy is QueueingStrategy.STRICT_FIFO and code != Reason.QUOTA_EXCEEDED:
             blocked_by = entry  # a head held back by its own tenant's quota blocks nobody else
-        elif code == Reason.INSUFFICIENT_CAPACITY and not reserved:
-            node = soonest_node(walk.snapshot, entry.request, entry.region)
+        elif code == Reason.INSUFFICIENT_CAPACITY and entry.tenant not in heads:
+            node = soonest_node(walk.snapshot, request, entry.region)
             if node is not None:
                 reserved.add(node)
+                heads.add(entry.tenant)
                 verdict = dataclasses.replace(verdict, reserved=node)
         result.verdicts.append(verdict)
     return result
@@ -186,6 +191,8 @@ def soonest_node(snapshot: Snapshot, request: PlacementRequest, region: str) -> 
             for name in group.nodes:
                 node = snapshot.nodes[name]
                 if node.status is not NodeStatus.READY or not node.agent_live or name in request.exclude_nodes:
+                    continue
+                if name in request.reserved_nodes:  # held for a head before it
                     continue
                 if request.nodes and name not in request.nodes:
                     continue

@@ -13,7 +13,7 @@ allocation's own placement decision replaces it, or the next pass moves it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -137,15 +137,24 @@ async def queued_regions(session: AsyncSession) -> list[str]:
     return list((await session.scalars(select(QueueEntryRow.region).distinct().order_by(QueueEntryRow.region))).all())
 
 
-async def forget_set_asides(session: AsyncSession, region: str) -> None:
-    """A pass judges the whole queue again: what the last one set aside or reserved is forgotten first (in the
-    pass's transaction, under the region's lock, so nobody sees the queue without them)."""
+async def forget_set_asides(session: AsyncSession, region: str, keep: Collection[str] = ()) -> None:
+    """A pass judges the queue again: what the last one set aside or reserved is forgotten first (in the pass's
+    transaction, under the region's lock, so nobody sees the queue without them), but for the entries in `keep`
+    (woken lately: placing themselves on their node)."""
     await session.execute(
         update(QueueEntryRow)
-        .where(QueueEntryRow.region == region)
+        .where(QueueEntryRow.region == region, QueueEntryRow.allocation_id.not_in(list(keep)))
         .where(or_(QueueEntryRow.node.is_not(None), QueueEntryRow.reserved_node.is_not(None)))
         .values(node=None, reserved_node=None)
     )
+
+
+async def has_reservation(session: AsyncSession, region: str) -> bool:
+    """Whether a node of the region is held for the head of its queue."""
+    held = select(QueueEntryRow.allocation_id).where(
+        QueueEntryRow.region == region, QueueEntryRow.reserved_node.is_not(None)
+    )
+    return bool(await session.scalar(select(held.exists())))
 
 
 async def record_pass(session: AsyncSession, records: Iterable[PassRecord]) -> None:

@@ -136,9 +136,17 @@ def _trail_parameters(trail: AuditTrail) -> dict[str, Any]:
     }
 
 
+# Steps a run may take more than once (a queued request woken, refused after all, queued again): told apart by
+# the workflow's time of the step, which a retried write of the same step repeats.
+REPEATABLE_STEPS = frozenset({"enter_queue", "woken"})
+
+
 def event_key(change: StateChange) -> str:
     """A step's identity within its allocation: the same step written again is the same event."""
-    return f"{change.run_id}:{change.step}:{change.state}:{change.attempt or 0}:{change.node or '-'}"
+    key = f"{change.run_id}:{change.step}:{change.state}:{change.attempt or 0}:{change.node or '-'}"
+    if change.step in REPEATABLE_STEPS and change.at is not None:
+        key += f":{change.at.isoformat()}"
+    return key
 
 
 async def _mark_unreachable_agents_down(session: AsyncSession, changes: list[StateChange]) -> None:

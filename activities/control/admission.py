@@ -1,10 +1,12 @@
 """Control-side queue activities (issue 24): entering and leaving a region's queue, and the admission pass.
 
     enter_queue    the allocation's trail (`queued`), then its entry (a re-entry keeps its place), then a pass
+                   (unless it waits behind others or behind a head that holds its node)
     leave_queue    the trail, then the entry goes (timed out, cancelled)
     admit_queued   for each region, under the region's placement lock, in one transaction:
-                     forget what the last pass set aside (it is judged again) -> read the queue, the snapshot and
-                     who holds what -> scheduler.queueing.admission_pass -> record each entry's verdict
+                     forget what the last pass set aside (it is judged again; not for requests woken lately, which
+                     are placing themselves) -> read the queue, the snapshot and who holds what ->
+                     scheduler.queueing.admission_pass -> record each verdict that changed, mark the woken
                    then signal `wake` to each allocation given a node: it places itself (its own choose_placement,
                    which finds the node set aside for it and nobody else's)
 
@@ -34,6 +36,7 @@ from store.inventory import InventoryCache
 from store.trail import write_trail
 
 WAKE_SIGNAL = "wake"
+QUEUED_BEHIND = "queued_behind"  # activities/control/placement.py
 RESIGNAL_AFTER = timedelta(seconds=10)  # a woken request places itself well within this
 
 
@@ -59,7 +62,9 @@ class AdmissionActivities:
     @activity.defn(name="enter_queue")
     async def enter_queue(self, request: EnterQueueInput) -> AdmitResult:
         """In the queue, then the region's queue walked: capacity may have freed since the request was refused
-        (its pass found nobody to wake), and a new head needs its reservation before anyone takes its node."""
+        (its pass found nobody to wake), and a new head needs its reservation before anyone takes its node. Not when
+        it waits behind others (StrictFIFO) or the queue's head already holds a node: then no pass could place it
+        now, and a pass per arrival would make filling a long queue cost its length squared."""
         await write_trail(self.sessions, request.trail)
         ticket = request.ticket
         async with self.sessions.begin() as session:
@@ -76,6 +81,9 @@ class AdmissionActivities:
                 reason=request.reason,
                 code=request.code,
             )
+            held = await queue.has_reservation(session, request.region)
+        if request.code == QUEUED_BEHIND or held:
+            return AdmitResult()  # behind others, or behind a head holding its node: no pass could place it now
         return await self.walk([request.region])
 
     @activity.defn(name="leave_queue")
@@ -107,40 +115,41 @@ class AdmissionActivities:
             waiting += left
         for allocation_id in woken:
             await self._wake(allocation_id)
-        if woken:
-            async with self.sessions.begin() as session:
-                await queue.mark_woken(session, woken, datetime.now(UTC))
         return AdmitResult(woken=woken, waiting=waiting)
 
     async def _pass(self, region: str) -> tuple[list[str], int]:
-        """One region's pass: (allocations to wake, entries left waiting)."""
+        """One region's pass, in one transaction under the region's lock: (allocations to wake, entries left
+        waiting). The entries given a node are marked woken in the same transaction, so the next pass (which may
+        start the moment this one commits) neither signals them again nor takes their nodes back while they place
+        themselves; a signal lost to a crash after the commit is sent again once `RESIGNAL_AFTER` has passed."""
         async with self.sessions.begin() as session:
             await lock_region(session, region)
             started = time.perf_counter()
             entries = await queue.region_entries(session, region)
             if not entries:
                 return [], 0
-            before = {e.allocation_id: (e.node, e.woken_at) for e in entries}
-            # As the forget below leaves each entry: only the verdicts that differ from it are written.
+            now = datetime.now(UTC)
+            placing = {e.allocation_id for e in entries if e.node and e.woken_at and now - e.woken_at <= RESIGNAL_AFTER}
+            judged = [e for e in entries if e.allocation_id not in placing]
+            # As the forget below leaves each judged entry: only the verdicts that differ from it are written.
             standing = {
-                e.allocation_id: queue.PassRecord(e.allocation_id, None, None, e.reason, e.code) for e in entries
+                e.allocation_id: queue.PassRecord(e.allocation_id, None, None, e.reason, e.code) for e in judged
             }
-            await queue.forget_set_asides(session, region)
+            await queue.forget_set_asides(session, region, keep=placing)
             base, plans = await self.inventory.snapshot_and_plans(session)
             snapshot = with_pending_plans(base, plans)
             strategy = snapshot.regions[region].queueing_strategy if region in snapshot.regions else None
             usage = usage_by_product(snapshot, await queue.holdings(session))
-            queued = [e.queued() for e in entries]
             if strategy is None:  # the region left the fleet: its requests wait until they time out
                 verdicts = PassResult()
             else:
-                verdicts = admission_pass(snapshot, queued, usage, strategy)
-            now = datetime.now(UTC)
+                verdicts = admission_pass(snapshot, [e.queued() for e in judged], usage, strategy)
             changed = [r for r in map(_record, verdicts.verdicts) if r != standing.get(r.allocation_id)]
             await queue.record_pass(session, changed)
+            woken = [v.allocation_id for v in verdicts.admitted]
+            await queue.mark_woken(session, woken, now)
             PASS_TIMES.held.append(1000 * (time.perf_counter() - started))
-        woken = [v.allocation_id for v in verdicts.admitted if _needs_signal(before.get(v.allocation_id), v.node, now)]
-        return woken, len(entries) - len(verdicts.admitted)
+        return woken, len(judged) - len(woken)
 
     async def _wake(self, allocation_id: str) -> None:
         try:
@@ -162,11 +171,3 @@ def _record(verdict: Verdict) -> queue.PassRecord:
         reason=verdict.reason,
         code=verdict.code,
     )
-
-
-def _needs_signal(before: tuple[str | None, datetime | None] | None, node: str | None, now: datetime) -> bool:
-    """Newly given a node, or woken long enough ago that its wake may have been lost."""
-    if before is None or before[0] is None:
-        return True
-    woken = before[1]
-    return woken is None or now - woken > RESIGNAL_AFTER

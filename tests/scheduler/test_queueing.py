@@ -279,7 +279,10 @@ def test_a_request_alike_but_larger_than_one_refused_for_capacity_is_refused_wit
     ]
     result = run(fleet, queue)
     verdicts = {v.allocation_id: v for v in result.verdicts}
-    assert placements(result) == [("two", "a01")]
+    # b's first request refused for capacity, `four`, is b's head: it holds a01 (a's head holds a02), so `two`
+    # backfills onto s01.
+    assert placements(result) == [("two", "s01")]
+    assert result.reservations == {"head": "a02", "four": "a01"}
     assert verdicts["four"].code == "insufficient_capacity" and verdicts["four"].node is None
     assert tried == [8, 3, 2]  # head, three, two; never four
 
