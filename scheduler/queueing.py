@@ -21,9 +21,11 @@ A head's reservation is Slurm's backfill rule without runtime estimates: of the 
 head, the one that needs the fewest GPUs freed (then the name; not one held for a head before it) is set aside for
 it. Nothing behind the head may be placed there, and neither may a request that never queued (`reserved_nodes`), so
 the node only empties, and the head is placed the moment it has room; smaller requests fill the other nodes
-meanwhile. Each tenant's head gets one (the first refused for capacity among its requests): with one reservation in
-all, a tenant whose waiting requests are mostly large ones saw small requests of the others fill every node that
-emptied, and stayed far below its weighted share (bench/queues.py).
+meanwhile. Each tenant's head gets one (the first refused for capacity among its requests), and a tenant below its
+fair share (equal weighted shares among the tenants with waiting requests) gets one for each further request refused
+for capacity until, counting the held nodes' GPUs, it would reach that share: with one reservation in all, a tenant
+whose waiting requests are mostly large ones saw the small requests of others fill every node that emptied, and
+stayed far below its weighted share (bench/queues.py).
 
 Fair share is Kueue's dominant-resource share over GPU products: for each product, the GPUs the tenant holds over
 the fleet's GPUs of that product; the largest of those, divided by the tenant's weight. A tenant holding nothing has
@@ -142,13 +144,18 @@ def admission_pass(
 ) -> PassResult:
     """Walk one region's queue in order on `snapshot` (usage, plans in progress and reservations of requests that
     are not queued already applied) and decide, for each queued request, whether it is placed now."""
+    queue = list(queue)
     capacity = capacity_by_product(snapshot)
     walk = _Walk(snapshot, usage, capacity)
     result = PassResult()
     blocked_by: QueuedRequest | None = None
     reserved: set[str] = set()
-    heads: set[str] = set()  # tenants whose first request refused for capacity holds a node
-    for position, (entry, share) in enumerate(walk.in_order(list(queue)), start=1):
+    heads: set[str] = set()  # tenants with a request that holds a node
+    # The weighted dominant share each tenant with waiting requests would hold were shares equal: a tenant below it
+    # gets nodes held for its requests until, counting them, it would reach it (alone in the queue: its head only).
+    waiting = {e.tenant for e in queue}
+    fair = 1.0 / sum(_weight(snapshot, tenant) for tenant in waiting) if len(waiting) > 1 else 0.0
+    for position, (entry, share) in enumerate(walk.in_order(queue), start=1):
         if blocked_by is not None:
             reason = (
                 f"behind {position - 1} request(s): the head, {blocked_by.allocation_id}, does not fit (StrictFIFO)"
@@ -167,11 +174,14 @@ def admission_pass(
         verdict = Verdict(entry.allocation_id, position, share, reason=reason, code=code)
         if strategy is QueueingStrategy.STRICT_FIFO and code != Reason.QUOTA_EXCEEDED:
             blocked_by = entry  # a head held back by its own tenant's quota blocks nobody else
-        elif code == Reason.INSUFFICIENT_CAPACITY and entry.tenant not in heads:
+        elif code == Reason.INSUFFICIENT_CAPACITY and (
+            entry.tenant not in heads or walk.share(entry.tenant, promised=True) < fair
+        ):
             node = soonest_node(walk.snapshot, request, entry.region)
             if node is not None:
                 reserved.add(node)
                 heads.add(entry.tenant)
+                walk.promise(entry.tenant, node, entry.request.gpu_count)
                 verdict = dataclasses.replace(verdict, reserved=node)
         result.verdicts.append(verdict)
     return result
@@ -214,12 +224,23 @@ class _Walk:
         self.snapshot = snapshot
         self.usage: Usage = defaultdict(lambda: defaultdict(int), {t: defaultdict(int, u) for t, u in usage.items()})
         self.capacity = capacity
+        self.promised: Usage = defaultdict(lambda: defaultdict(int))  # GPUs of the nodes held for each tenant
         # Requests alike but for their size: once one is refused for capacity, a larger one is refused too.
         self.refused: dict[tuple[object, ...], tuple[int, tuple[str, str]]] = {}
         self.last_refusal: tuple[str, str] = ("", "")
 
-    def share(self, tenant: str) -> float:
-        return dominant_share(self.usage.get(tenant, {}), self.capacity, _weight(self.snapshot, tenant))
+    def share(self, tenant: str, *, promised: bool = False) -> float:
+        """The tenant's weighted dominant share; `promised`: counting the nodes held for its requests too."""
+        used = self.usage.get(tenant, {})
+        if promised and tenant in self.promised:
+            used = {p: used.get(p, 0) + self.promised[tenant].get(p, 0) for p in {*used, *self.promised[tenant]}}
+        return dominant_share(used, self.capacity, _weight(self.snapshot, tenant))
+
+    def promise(self, tenant: str, node: str, gpus: int) -> None:
+        """A node is held for one of the tenant's requests (not yet its GPUs: only for judging further holds)."""
+        product = next((p.gpu_product for p in self.snapshot.pools_of(node) if p.gpu_product), None)
+        if product is not None:
+            self.promised[tenant][product.casefold()] += gpus
 
     def in_order(self, queue: list[QueuedRequest]) -> Iterable[tuple[QueuedRequest, float]]:
         """The queue in admission order, re-judging shares as the pass places requests: each tenant's own

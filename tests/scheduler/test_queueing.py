@@ -274,17 +274,31 @@ def test_a_request_alike_but_larger_than_one_refused_for_capacity_is_refused_wit
     queue = [
         queued("head", "a", 1, 8),
         queued("three", "a", 2, 3),  # refused: only the reserved a02 has 3
-        queued("four", "b", 3, 4),  # alike (another tenant, same shape and product) and larger: not tried
-        queued("two", "b", 4, 2),  # smaller: tried, and placed
+        queued("four", "a", 3, 4),  # alike (same shape and product) and larger: not tried
+        queued("two", "a", 4, 2),  # smaller: tried, and placed
     ]
     result = run(fleet, queue)
     verdicts = {v.allocation_id: v for v in result.verdicts}
-    # b's first request refused for capacity, `four`, is b's head: it holds a01 (a's head holds a02), so `two`
-    # backfills onto s01.
-    assert placements(result) == [("two", "s01")]
-    assert result.reservations == {"head": "a02", "four": "a01"}
+    assert placements(result) == [("two", "a01")]
+    assert result.reservations == {"head": "a02"}  # one tenant waiting: its head alone holds a node
     assert verdicts["four"].code == "insufficient_capacity" and verdicts["four"].node is None
     assert tried == [8, 3, 2]  # head, three, two; never four
+
+
+def test_a_tenant_below_its_fair_share_gets_nodes_held_for_more_of_its_requests() -> None:
+    # Four empty 8-GPU nodes, half of each taken by `c` (over its share, waiting with nothing) and 4-GPU holes left.
+    pools: list[Pool] = [("h100", "H100", 8, 4, "n")]
+    fleet = world(pools, *(("c", f"n0{i}", 6) for i in range(1, 5)), tenants={"a": (64, 1), "c": (64, 1)})
+    used = {"c": {"h100": 24}}
+    queue = [
+        queued("a-1", "a", 1, 8), queued("a-2", "a", 2, 8), queued("a-3", "a", 3, 8),
+        queued("c-1", "c", 4, 8), queued("c-2", "c", 5, 8),
+    ]  # fmt: skip
+    result = run(fleet, queue, used)
+    # a (share 0, fair 1/2 of 32 GPUs = 16) gets a node for two of its requests; c, over its share, for its head.
+    assert result.admitted == []
+    assert sorted(result.reservations) == ["a-1", "a-2", "c-1"]
+    assert len(set(result.reservations.values())) == 3
 
 
 def test_baremetal_requests_of_another_size_are_not_alike() -> None:
