@@ -177,7 +177,7 @@ def admission_pass(
         elif code == Reason.INSUFFICIENT_CAPACITY and (
             entry.tenant not in heads or walk.share(entry.tenant, promised=True) < fair
         ):
-            node = soonest_node(walk.snapshot, request, entry.region)
+            node = walk.soonest(entry, request)
             if node is not None:
                 reserved.add(node)
                 heads.add(entry.tenant)
@@ -225,6 +225,7 @@ class _Walk:
         self.usage: Usage = defaultdict(lambda: defaultdict(int), {t: defaultdict(int, u) for t, u in usage.items()})
         self.capacity = capacity
         self.promised: Usage = defaultdict(lambda: defaultdict(int))  # GPUs of the nodes held for each tenant
+        self.unholdable: dict[tuple[object, ...], int] = {}  # alike requests: the smallest no node could be held for
         # Requests alike but for their size: once one is refused for capacity, a larger one is refused too.
         self.refused: dict[tuple[object, ...], tuple[int, tuple[str, str]]] = {}
         self.last_refusal: tuple[str, str] = ("", "")
@@ -235,6 +236,17 @@ class _Walk:
         if promised and tenant in self.promised:
             used = {p: used.get(p, 0) + self.promised[tenant].get(p, 0) for p in {*used, *self.promised[tenant]}}
         return dominant_share(used, self.capacity, _weight(self.snapshot, tenant))
+
+    def soonest(self, entry: QueuedRequest, request: PlacementRequest) -> str | None:
+        """`soonest_node` for the request, unless a request alike and no larger found no node left to hold: the
+        nodes held only grow during a pass, so it would find none either."""
+        key = _alike(entry, request.model_copy(update={"reserved_nodes": frozenset()}))
+        if self.unholdable.get(key, 1 << 30) <= request.gpu_count:
+            return None
+        node = soonest_node(self.snapshot, request, entry.region)
+        if node is None:
+            self.unholdable[key] = min(request.gpu_count, self.unholdable.get(key, 1 << 30))
+        return node
 
     def promise(self, tenant: str, node: str, gpus: int) -> None:
         """A node is held for one of the tenant's requests (not yet its GPUs: only for judging further holds)."""

@@ -18,6 +18,7 @@ pass once its set-aside is older than `RESIGNAL_AFTER` (the reconciler runs a pa
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from datetime import UTC, datetime, timedelta
@@ -58,6 +59,7 @@ class AdmissionActivities:
         self.sessions = sessions
         self.client = client
         self.inventory = inventory or InventoryCache()
+        self._waiting: dict[str, asyncio.Future[tuple[list[str], int]]] = {}  # passes not yet holding the lock
 
     @activity.defn(name="enter_queue")
     async def enter_queue(self, request: EnterQueueInput) -> AdmitResult:
@@ -110,12 +112,36 @@ class AdmissionActivities:
         woken: list[str] = []
         waiting = 0
         for region in regions:
-            admitted, left = await self._pass(region)
+            admitted, left = await self._coalesced(region)
             woken += admitted
             waiting += left
         for allocation_id in woken:
             await self._wake(allocation_id)
         return AdmitResult(woken=woken, waiting=waiting)
+
+    async def _coalesced(self, region: str) -> tuple[list[str], int]:
+        """The region's pass, or a share in one of this process's that is still waiting for the region's lock: that
+        one reads the queue and the capacity only once it holds the lock, so it sees whatever this caller freed
+        (committed before it asked), and a burst of releases makes one pass instead of one each, queued on the
+        lock. Only the pass's own caller sends its signals."""
+        pending = self._waiting.get(region)
+        if pending is not None:
+            _, left = await asyncio.shield(pending)
+            return [], left
+        pending = asyncio.get_running_loop().create_future()
+        self._waiting[region] = pending
+        try:
+            result = await self._pass(region)
+        except BaseException as error:
+            if not pending.done():
+                pending.set_exception(error)
+                pending.exception()  # retrieved here: a failure nobody shared is no "never retrieved" warning
+            raise
+        finally:
+            if self._waiting.get(region) is pending:
+                del self._waiting[region]
+        pending.set_result(result)
+        return result
 
     async def _pass(self, region: str) -> tuple[list[str], int]:
         """One region's pass, in one transaction under the region's lock: (allocations to wake, entries left
@@ -124,6 +150,8 @@ class AdmissionActivities:
         themselves; a signal lost to a crash after the commit is sent again once `RESIGNAL_AFTER` has passed."""
         async with self.sessions.begin() as session:
             await lock_region(session, region)
+            if self._waiting.get(region) is not None:  # from here on, a new caller starts a pass of its own
+                del self._waiting[region]
             started = time.perf_counter()
             entries = await queue.region_entries(session, region)
             if not entries:
