@@ -48,7 +48,6 @@ with workflow.unsafe.imports_passed_through():
         FindCandidatesInput,
         LeaseRef,
         LeaveQueueInput,
-        PlacementChoice,
         PlanInput,
         QuarantineInput,
         QueueTicket,
@@ -123,6 +122,7 @@ class AllocationWorkflow:
         )
         self.woken = False  # an admission pass set a node aside for it: place again
         self.in_queue = False  # its entry is in the region's queue (the placement step takes it out when it places)
+        self.fruitless = 0  # times it was woken (or placed) and could not be placed after all
 
     # -- the flow ---------------------------------------------------------------------------------------------------
 
@@ -132,7 +132,8 @@ class AllocationWorkflow:
             if input.held is None:
                 self.mirror.open()
                 region, first = await self.choose_placement()  # 1, 2 (queued between them and here, if it waits)
-                await self.place(region, first)  # 3 (and 5 when nothing works)
+                while not await self.place_or_wait(region, first):  # 3 (and 5 when nothing works)
+                    region, first = await self.choose_placement(woken=True)
                 await self.continue_into_hold()  # 4, in the hold run
             workflow.set_current_details(self.mirror.story())
             await self.hold_until_released()  # 4
@@ -147,14 +148,33 @@ class AllocationWorkflow:
             raise
         return self.status
 
-    async def choose_placement(self) -> tuple[str, list[Candidate]]:
+    async def place_or_wait(self, region: str, first: list[Candidate]) -> bool:
+        """Step 3; for a request that may wait, every candidate failing for now (another allocation took the slots
+        first, say) sends it back to its queue with the reason, rather than failing: False, then woken to decide
+        again. Past its queue timeout it fails as any queued request does."""
+        try:
+            await self.place(region, first)
+            return True
+        except ApplicationError as error:
+            if error.type != SKU_UNAVAILABLE or self.input.queue is None:
+                raise
+            self.tried.clear()  # a new round after the wait: every node may be tried again
+            self.fruitless += 1
+            await self.wait_in_queue(region, error.message, "sku_unavailable")
+            if self.fruitless >= 2:  # never a busy loop of failing rounds, whatever the cause
+                await workflow.sleep(min(2.0**self.fruitless, 60.0))
+            self.status.waiting_reason = None
+            self.set_state("placing", "woken", region=region)
+            return False
+
+    async def choose_placement(self, *, woken: bool = False) -> tuple[str, list[Candidate]]:
         """Steps 1 and 2 as one control step on one snapshot; the trail still records each decision as its step.
 
         The UI learns `placing` with the decision (and its region) rather than before it, and the step records a
         refusal as the allocation's final step: a request refused here costs one local activity, one search-attribute
-        upsert (`failed`) and one write."""
-        self.set_state("placing", "select_region", publish=False)
-        fruitless = 0  # wakes in a row after which it could not be placed after all
+        upsert (`failed`) and one write. `woken`: a queued request deciding again (its state is set already)."""
+        if not woken:
+            self.set_state("placing", "select_region", publish=False)
         while True:
             final = self.mirror.state_change("failed", "failed")
             placement = self.placement_input("").model_copy(update={"final": final, "wait": self.queue_ticket()})
@@ -166,10 +186,13 @@ class AllocationWorkflow:
                 if choice.refusal() is None:
                     self.in_queue = False  # the step took it out of the queue with its first choice
                 break
-            fruitless += 1 if self.status.step == "woken" else 0
-            await self.wait_in_queue(choice)
-            if fruitless >= 2:  # a pass and this placement keep disagreeing: never a busy loop, whatever the cause
-                await workflow.sleep(min(2.0**fruitless, 60.0))
+            self.fruitless += 1 if self.status.step == "woken" else 0
+            refusal = choice.refusal()
+            assert refusal is not None and choice.queue_region is not None
+            reason = refusal.refusal_message or refusal.refusal_code or "no room now"
+            await self.wait_in_queue(choice.queue_region, reason, refusal.refusal_code or "")
+            if self.fruitless >= 2:  # a pass and this placement keep disagreeing: never a busy loop, whatever the cause
+                await workflow.sleep(min(2.0**self.fruitless, 60.0))
             self.status.waiting_reason = None
             self.set_state("placing", "woken", region=self.status.region)  # a pass set a node aside: decide again
         self.final_recorded = choice.final_recorded  # a refusal: the step recorded its decisions and the end
@@ -188,19 +211,16 @@ class AllocationWorkflow:
             return None
         return QueueTicket(priority=wait.priority, priority_class=wait.priority_class, queued=self.in_queue)
 
-    async def wait_in_queue(self, choice: PlacementChoice) -> None:
+    async def wait_in_queue(self, region: str, reason: str, code: str) -> None:
         """Queued: in the region's queue (keeping its place when it comes back), holding nothing, until a pass
         wakes it; past the queue timeout the allocation fails with the last reason it could not be placed."""
-        refusal = choice.refusal()
-        assert refusal is not None and self.queue_deadline is not None and choice.queue_region is not None
-        region = choice.queue_region
-        reason = refusal.refusal_message or refusal.refusal_code or "no room now"
+        assert self.queue_deadline is not None
         self.status.region, self.status.waiting_reason = region, reason
         self.set_state("queued", "enter_queue", region=region, reason=reason)
         self.woken = False  # a wake from before this entry is answered by the next pass
         entry = EnterQueueInput(allocation_id=self.input.allocation_id, tenant=self.input.tenant, region=region,
                                 request=self.placement_input(region).request, ticket=self.queue_ticket(),
-                                deadline_at=self.queue_deadline, reason=reason, code=refusal.refusal_code or "")  # fmt: skip
+                                deadline_at=self.queue_deadline, reason=reason, code=code)  # fmt: skip
         await self.on_control(steps.enter_queue, entry)
         self.in_queue = True
         left = (self.queue_deadline - workflow.now()).total_seconds()

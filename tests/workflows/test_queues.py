@@ -243,3 +243,27 @@ async def test_a_tenant_borrows_its_cohorts_unused_quota_is_marked_so_and_waits_
             row = await session.get(AllocationRow, n("more"))
             assert row is not None and row.borrowed_gpus == 0  # within its own quota now
         await _release(lab, n("more"))
+
+
+async def test_a_waiting_request_whose_every_candidate_fails_goes_back_to_its_queue_instead_of_failing(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    n = _namer()
+    # `broken` fails every VM create; `sound` is taken. A request that may wait is tried on `broken`, and with no
+    # candidate left it waits again (the reason says why) until `sound` frees.
+    fleet = _fleet({"broken": {"gpus": 4, "simulation": {"failCreate": True}}, "sound": {"gpus": 4}})
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
+        holder = await lab.allocate(n("holder"), gpus=4, nodes=frozenset({"sound"}))
+        await lab.wait_for_state(holder, "active")
+        waiting = await lab.allocate(n("persistent"), gpus=4, queue=WAIT)
+        status = await lab.wait_for_state(waiting, "queued")
+        # It may be woken onto `broken` again (the node is free) before the breaker cools it off, each round after
+        # a longer pause: every attempt so far is one on `broken`, failed.
+        assert status.attempts and {(a.node, a.outcome) for a in status.attempts} == {("broken", "failed")}
+        requeued = [r for step, _s, _n, r in await lab.events(n("persistent")) if step == "enter_queue" and r]
+        assert any(r.startswith("sku_unavailable: ") and "could not be placed in lab (broken: " in r for r in requeued)
+
+        await _release(lab, n("holder"))
+        status = await lab.wait_for_state(waiting, "active", timeout=60)
+        assert status.node == "sound"
+        await _release(lab, n("persistent"))
