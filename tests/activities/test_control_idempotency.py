@@ -66,7 +66,7 @@ async def test_quota_is_rechecked_when_claiming(sessions, examples_dir) -> None:
     env, records, claims = ActivityEnvironment(), RecordActivities(sessions), ClaimActivities(sessions)
     big = AllocationRecord(allocation_id="big", tenant="globex", workflow_id="w", request=PlacementRequest(gpu_count=9))
     await env.run(records.record_trail, AuditTrail(opening=big))
-    with pytest.raises(ApplicationError, match="exceed its quota of 8") as refused:
+    with pytest.raises(ApplicationError, match=r"would exceed its GPU quota: .* > quota 8") as refused:
         await env.run(claims.record_claims, ClaimInput(allocation_id="big", attempt=1, node="j22u05", tenant="globex",
                                                        gpu_count=9, bundles=[_bundle(0)]))  # fmt: skip
     assert refused.value.type == "QuotaExceeded"

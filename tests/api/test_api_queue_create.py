@@ -2,7 +2,7 @@
 checked against the fleet file before anything exists, and the tenant's waiting default.
 
 The lab fleet (tests/api/stack.py): `globex` has a quota of 2 GPUs; host `small` (2 GPUs) makes a 2-GPU request
-active in about a second. PriorityClasses and the tenants' queue settings are written straight into PostgreSQL, as
+active in about a second; host `slow` never finishes booting. PriorityClasses and the tenants' queue settings are written straight into PostgreSQL, as
 `berth apply` would write them.
 """
 
@@ -38,7 +38,9 @@ async def test_a_waiting_request_over_the_tenants_quota_is_queued_then_placed(st
     assert status == 202
     await stack.wait_for(first["id"], "active")
 
-    status, waiting = await _create(stack, {"gpu_count": 1, "queue": {"timeout": "10m"}}, stack.globex)
+    # Pinned to `small` (host `slow` never boots): placed the moment globex's GPUs come back.
+    body = {"gpu_count": 1, "queue": {"timeout": "10m"}, "nodes": ["small"]}
+    status, waiting = await _create(stack, body, stack.globex)
     assert status == 202, waiting  # no 409: it waits for globex's own GPUs to come back
     queued = await stack.wait_for(waiting["id"], "queued")
     place = queued["queue"]
