@@ -108,13 +108,18 @@ def capacity_by_product(snapshot: Snapshot) -> dict[str, int]:
     return dict(capacity)
 
 
+def product_of(snapshot: Snapshot, node: str) -> str | None:
+    """The GPU product (casefolded) of the node's pool: what its GPUs count towards in shares."""
+    return next((p.gpu_product.casefold() for p in snapshot.pools_of(node) if p.gpu_product), None)
+
+
 def usage_by_product(snapshot: Snapshot, holdings: Iterable[tuple[str, str, int]]) -> Usage:
     """tenant -> product -> GPUs, from (tenant, node, GPUs) of the allocations holding or planning GPUs on a node."""
     usage: Usage = defaultdict(lambda: defaultdict(int))
     for tenant, node, gpus in holdings:
-        product = next((p.gpu_product for p in snapshot.pools_of(node) if p.gpu_product), None)
+        product = product_of(snapshot, node)
         if product is not None:
-            usage[tenant][product.casefold()] += gpus
+            usage[tenant][product] += gpus
     return usage
 
 
@@ -160,7 +165,9 @@ def admission_pass(
             reason = (
                 f"behind {position - 1} request(s): the head, {blocked_by.allocation_id}, does not fit (StrictFIFO)"
             )
-            result.verdicts.append(Verdict(entry.allocation_id, position, share, reason=reason, code="queued_behind"))
+            result.verdicts.append(
+                Verdict(entry.allocation_id, position, share, reason=reason, code=Reason.QUEUED_BEHIND)
+            )
             continue
         request = entry.request.model_copy(update={"reserved_nodes": frozenset(reserved)})
         refusal = walk.refusal(entry, request)
@@ -250,9 +257,9 @@ class _Walk:
 
     def promise(self, tenant: str, node: str, gpus: int) -> None:
         """A node is held for one of the tenant's requests (not yet its GPUs: only for judging further holds)."""
-        product = next((p.gpu_product for p in self.snapshot.pools_of(node) if p.gpu_product), None)
+        product = product_of(self.snapshot, node)
         if product is not None:
-            self.promised[tenant][product.casefold()] += gpus
+            self.promised[tenant][product] += gpus
 
     def in_order(self, queue: list[QueuedRequest]) -> Iterable[tuple[QueuedRequest, float]]:
         """The queue in admission order, re-judging shares as the pass places requests: each tenant's own
@@ -310,9 +317,9 @@ class _Walk:
         if tenant is not None:
             more = dataclasses.replace(tenant, in_flight_gpus=tenant.in_flight_gpus + gpus)
             self.snapshot = self.snapshot.with_tenants([*_others(self.snapshot, entry.tenant), more])
-        product = next((p.gpu_product for p in self.snapshot.pools_of(node) if p.gpu_product), None)
+        product = product_of(self.snapshot, node)
         if product is not None:
-            self.usage[entry.tenant][product.casefold()] += gpus
+            self.usage[entry.tenant][product] += gpus
 
 
 def _others(snapshot: Snapshot, tenant: str) -> list[TenantView]:

@@ -9,6 +9,7 @@ most room, then the name.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -151,6 +152,18 @@ def quota_refusal(snapshot: Snapshot, request: PlacementRequest) -> Refusal | No
     early with the same code and message (api/admission.py), from the same arithmetic."""
     _, refusal, _ = _admit_tenant(snapshot, request, detail=False)
     return refusal if refusal is not None and refusal.code is Reason.QUOTA_EXCEEDED else None
+
+
+def waiting_region(snapshot: Snapshot, request: PlacementRequest) -> str | None:
+    """Where a request refused by its tenant's quota waits for it (issue 24): the region it would be given were the
+    quota no object (the tenant's other policy still holds); None when it could never fit in the quota, even with
+    everything an idle cohort could lend (`quota.ceiling`), so waiting cannot help."""
+    tenant = snapshot.tenants.get(request.tenant or "")
+    if tenant is None or request.gpu_count > quota.ceiling(tenant, snapshot.tenants.values()):
+        return None
+    unbounded = dataclasses.replace(tenant, gpu_quota=request.gpu_count, active_gpus=0, in_flight_gpus=0, cohort=None)
+    others = [view for name, view in snapshot.tenants.items() if name != tenant.name]
+    return select_region(snapshot.with_tenants([*others, unbounded]), request).region
 
 
 def select_region(snapshot: Snapshot, request: PlacementRequest, *, detail: bool = False) -> RegionDecision:

@@ -14,9 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from contracts.allocation import ClaimInput
 from scheduler import quota
-from scheduler.views import TenantView
 from store.models import AllocationRow, ClaimRow, SlotRow, TenantRow
-from store.snapshot import tenant_usage
+from store.snapshot import tenant_usage, tenant_view
 
 
 class ClaimConflict(Exception):
@@ -107,23 +106,11 @@ async def _check_quota(session: AsyncSession, claim: ClaimInput) -> int:
             ).all()
         )
     usage = await tenant_usage(session, exclude_allocation=claim.allocation_id)
-    views = [_view(member, usage.get(member.name, (0, 0))) for member in members]
+    views = [tenant_view(member, usage.get(member.name, (0, 0))) for member in members]
     decision = quota.decide(next(v for v in views if v.name == tenant.name), claim.gpu_count, views)
     if not decision.fits:
         raise QuotaExceeded(decision.message)
     return decision.borrowed
-
-
-def _view(row: TenantRow, usage: tuple[int, int]) -> TenantView:
-    return TenantView(
-        name=row.name,
-        gpu_quota=row.gpu_quota,
-        active_gpus=usage[0],
-        in_flight_gpus=usage[1],
-        cohort=row.cohort,
-        borrowing_limit=row.borrowing_limit,
-        lending_limit=row.lending_limit,
-    )
 
 
 async def release_claims(session: AsyncSession, allocation_id: str, attempt: int | None) -> int:

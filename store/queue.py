@@ -2,7 +2,7 @@
 
     allocation workflow --enter--> queue_entries (arrival kept on every re-entry: a woken request that no longer
                                    fits goes back to its place, not to the end)
-    admission pass --region_entries, holdings--> scheduler.queueing --record_pass--> node set aside / reason /
+    admission pass --entries, holdings--> scheduler.queueing --record_pass--> node set aside / reason /
                                    reserved node per entry
     placement --reserved_nodes, leave--> nodes held for a head left out; the entry goes when a placement is chosen
     API --entries--> GET /v1/queues, an allocation's place
@@ -110,14 +110,6 @@ async def leave(session: AsyncSession, allocation_id: str) -> bool:
     """Take the allocation out of its queue (placed, timed out or cancelled); whether it was there."""
     result = await session.execute(delete(QueueEntryRow).where(QueueEntryRow.allocation_id == allocation_id))
     return bool(result.rowcount)  # type: ignore[attr-defined]
-
-
-async def region_entries(session: AsyncSession, region: str) -> list[QueueEntry]:
-    """The region's queue in order of arrival."""
-    rows = await session.execute(
-        select(*_COLUMNS).where(QueueEntryRow.region == region).order_by(QueueEntryRow.arrival)
-    )
-    return [QueueEntry(*row) for row in rows]
 
 
 async def entries(session: AsyncSession, *, region: str | None = None) -> list[QueueEntry]:

@@ -62,6 +62,22 @@ PLANNING_STATES = ("planning", "claiming")  # a node lease may exist that no cla
 NOT_THE_NODES_FAULT = ("operator_retry", "claim_conflict", "quota_exceeded")
 
 
+def tenant_view(row: TenantRow, usage: tuple[int, int] = (0, 0)) -> TenantView:
+    """A tenant's policy as the scheduler sees it, with its (active, in-flight) GPUs."""
+    return TenantView(
+        name=row.name,
+        gpu_quota=row.gpu_quota,
+        allowed_regions=frozenset(row.allowed_regions) if row.allowed_regions is not None else None,
+        required_jurisdiction=row.required_jurisdiction,
+        active_gpus=usage[0],
+        in_flight_gpus=usage[1],
+        weight=row.weight,
+        cohort=row.cohort,
+        borrowing_limit=row.borrowing_limit,
+        lending_limit=row.lending_limit,
+    )
+
+
 def holds_gpus() -> ColumnElement[bool]:
     """An allocation counts against its tenant's quota while it is being placed, active, or releasing with claims
     still held: the moment its release frees the slots, the queue's admission pass (run in that step) and every
@@ -238,19 +254,7 @@ async def load_inventory(session: AsyncSession) -> Inventory:
             )
         )
 
-    tenants = [
-        TenantView(
-            name=t.name,
-            gpu_quota=t.gpu_quota,
-            allowed_regions=frozenset(t.allowed_regions) if t.allowed_regions is not None else None,
-            required_jurisdiction=t.required_jurisdiction,
-            weight=t.weight,
-            cohort=t.cohort,
-            borrowing_limit=t.borrowing_limit,
-            lending_limit=t.lending_limit,
-        )
-        for t in (await session.scalars(select(TenantRow))).all()
-    ]
+    tenants = [tenant_view(t) for t in (await session.scalars(select(TenantRow))).all()]
     snapshot = Snapshot(regions=regions, pools=pools, nodes=nodes, tenants=tenants)
     return Inventory(version=version, snapshot=snapshot, slots=positions, rows_of=_rows_of(positions))
 

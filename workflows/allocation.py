@@ -161,10 +161,6 @@ class AllocationWorkflow:
             self.tried.clear()  # a new round after the wait: every node may be tried again
             self.fruitless += 1
             await self.wait_in_queue(region, error.message, "sku_unavailable")
-            if self.fruitless >= 2:  # never a busy loop of failing rounds, whatever the cause
-                await workflow.sleep(min(2.0**self.fruitless, 60.0))
-            self.status.waiting_reason = None
-            self.set_state("placing", "woken", region=region)
             return False
 
     async def choose_placement(self, *, woken: bool = False) -> tuple[str, list[Candidate]]:
@@ -191,10 +187,6 @@ class AllocationWorkflow:
             assert refusal is not None and choice.queue_region is not None
             reason = refusal.refusal_message or refusal.refusal_code or "no room now"
             await self.wait_in_queue(choice.queue_region, reason, refusal.refusal_code or "")
-            if self.fruitless >= 2:  # a pass and this placement keep disagreeing: never a busy loop, whatever the cause
-                await workflow.sleep(min(2.0**self.fruitless, 60.0))
-            self.status.waiting_reason = None
-            self.set_state("placing", "woken", region=self.status.region)  # a pass set a node aside: decide again
         self.final_recorded = choice.final_recorded  # a refusal: the step recorded its decisions and the end
         region = self.accept_region(choice.region)
         self.set_state(
@@ -213,7 +205,8 @@ class AllocationWorkflow:
 
     async def wait_in_queue(self, region: str, reason: str, code: str) -> None:
         """Queued: in the region's queue (keeping its place when it comes back), holding nothing, until a pass
-        wakes it; past the queue timeout the allocation fails with the last reason it could not be placed."""
+        wakes it, then `placing` again; past the queue timeout the allocation fails with the last reason it could
+        not be placed."""
         assert self.queue_deadline is not None
         self.status.region, self.status.waiting_reason = region, reason
         self.set_state("queued", "enter_queue", region=region, reason=reason)
@@ -232,6 +225,10 @@ class AllocationWorkflow:
             await self.leave_queue()
             message = f"queue_timeout: not placed within {waited}; last: {reason}"
             raise ApplicationError(message, type=QUEUE_TIMEOUT, non_retryable=True) from None
+        if self.fruitless >= 2:  # woken (or placed) in vain again and again: never a busy loop, whatever the cause
+            await workflow.sleep(min(2.0**self.fruitless, 60.0))
+        self.status.waiting_reason = None
+        self.set_state("placing", "woken", region=region)  # a pass set a node aside: decide again
 
     async def leave_queue(self) -> None:
         """Out of the region's queue (timed out, cancelled, refused for good), if it is in one; a StrictFIFO queue

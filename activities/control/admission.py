@@ -31,13 +31,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from contracts.allocation import AdmitInput, AdmitResult, EnterQueueInput, LeaveQueueInput
 from scheduler.pending import with_pending_plans
 from scheduler.queueing import PassResult, Verdict, admission_pass, usage_by_product
+from scheduler.reasons import Reason
 from store import queue
 from store.decisions import lock_region
 from store.inventory import InventoryCache
 from store.trail import write_trail
 
 WAKE_SIGNAL = "wake"
-QUEUED_BEHIND = "queued_behind"  # activities/control/placement.py
 RESIGNAL_AFTER = timedelta(seconds=10)  # a woken request places itself well within this
 
 
@@ -84,7 +84,7 @@ class AdmissionActivities:
                 code=request.code,
             )
             held = await queue.has_reservation(session, request.region)
-        if request.code == QUEUED_BEHIND or held:
+        if request.code == Reason.QUEUED_BEHIND or held:
             return AdmitResult()  # behind others, or behind a head holding its node: no pass could place it now
         return await self.walk([request.region])
 
@@ -153,7 +153,7 @@ class AdmissionActivities:
             if self._waiting.get(region) is not None:  # from here on, a new caller starts a pass of its own
                 del self._waiting[region]
             started = time.perf_counter()
-            entries = await queue.region_entries(session, region)
+            entries = await queue.entries(session, region=region)
             if not entries:
                 return [], 0
             now = datetime.now(UTC)

@@ -21,7 +21,6 @@ the step refuses with `selector_cost_exceeded`, naming the selector (issue 21)."
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable
@@ -39,7 +38,7 @@ from contracts.allocation import (
     RegionChoice,
 )
 from fleet.vocabulary import QueueingStrategy
-from scheduler import cluster, quota, region
+from scheduler import cluster, region
 from scheduler.breaker import BreakerPolicy
 from scheduler.cel import RequestBudget, SelectorCostExceeded, request_budget
 from scheduler.explanation import Explanation
@@ -56,7 +55,6 @@ from store.trail import write_trail
 T = TypeVar("T")
 R = TypeVar("R", RegionChoice, CandidateList)
 SELECTOR_COST_EXCEEDED = SelectorCostExceeded.code
-QUEUED_BEHIND = "queued_behind"
 
 
 class RegionLockTimes:
@@ -126,24 +124,21 @@ def _candidate_list(snapshot: Snapshot, decision: cluster.CandidateDecision) -> 
 async def _quota_wait(
     choice: PlacementChoice, snapshot: Snapshot, request: PlacementRequest, budget: RequestBudget
 ) -> PlacementChoice:
-    """A request refused by its tenant's quota may wait when it alone could ever fit in it (borrowing from an idle
-    cohort included): in the region it would be given if the tenant held nothing (the queue it waits in)."""
-    tenant = snapshot.tenants.get(request.tenant or "")
-    if tenant is None or request.gpu_count > quota.ceiling(tenant, snapshot.tenants.values()):
+    """A request refused by its tenant's quota may wait, in the region `scheduler.region.waiting_region` gives."""
+    try:
+        waits_in = await _off_loop(budget, lambda: region.waiting_region(snapshot, request))
+    except SelectorCostExceeded:
         return choice
-    idle = dataclasses.replace(tenant, active_gpus=0, in_flight_gpus=0)
-    others = [view for name, view in snapshot.tenants.items() if name != tenant.name]
-    unused = await _region_choice(snapshot.with_tenants([*others, idle]), request, budget)
-    if unused.region is None:
+    if waits_in is None:
         return choice
-    return choice.model_copy(update={"waitable": True, "queue_region": unused.region})
+    return choice.model_copy(update={"waitable": True, "queue_region": waits_in})
 
 
 def _behind(region_choice: RegionChoice, ahead: int) -> PlacementChoice:
     """Refused for now: the region's StrictFIFO queue has `ahead` requests to place first."""
     message = f"{region_choice.region}: behind {ahead} queued request(s) (StrictFIFO)"
     candidates = CandidateList(
-        refusal_code=QUEUED_BEHIND,
+        refusal_code=str(Reason.QUEUED_BEHIND),
         refusal_message=message,
         explanation=Explanation(summary=message, levels=[]),
     )

@@ -7,12 +7,14 @@ claims a node's next free slots for a tenant outside the queue.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from fleet.loader import parse_fleet
 from fleet.slot_state import SlotStateDocument
 from fleet.vocabulary import QueueingStrategy
-from scheduler import queueing
+from scheduler import queueing, region
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.queueing import (
     PassResult,
@@ -367,3 +369,21 @@ def test_ordered_gives_positions_by_priority_then_share_then_arrival() -> None:
         ("b-low", 0.25),
     ]
     assert ordered(list(reversed(queue)), fleet, held) == shown
+
+
+# Where a request refused by its quota waits (scheduler.region.waiting_region).
+
+
+def test_a_request_over_its_quota_waits_in_its_region_unless_it_could_never_fit_in_it() -> None:
+    fleet = world(ONE_H100_NODE, ("a", "a01", 4), tenants={"a": (4, 1)})
+    assert region.waiting_region(fleet, queued("more", "a", 1, 2).request) == "r1"  # waits for a's own GPUs
+    assert region.waiting_region(fleet, queued("huge", "a", 1, 5).request) is None  # never within a quota of 4
+
+
+def test_a_cohort_member_waits_for_lent_quota_even_while_the_cohort_lends_none() -> None:
+    fleet = world(ONE_H100_NODE, ("a", "a01", 2), ("b", "a01", 4), tenants={"a": (2, 1), "b": (4, 1)})
+    members = [dataclasses.replace(t, cohort="research") for t in fleet.tenants.values()]
+    fleet = fleet.with_tenants(members)
+    # a uses its 2, b all of its 4: nothing to lend now, but b could lend up to 4 once idle.
+    assert region.waiting_region(fleet, queued("borrow", "a", 1, 4).request) == "r1"
+    assert region.waiting_region(fleet, queued("beyond", "a", 1, 7).request) is None

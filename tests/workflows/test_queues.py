@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from temporalio.client import WorkflowFailureError
@@ -31,23 +30,25 @@ async def _release(lab: Lab, allocation_id: str) -> None:
     assert (await allocation_client.handle(lab.starter, allocation_id).result()).state == "released"
 
 
+async def _hold(lab: Lab, allocation_id: str, gpus: int, **request: object) -> None:
+    """An allocation that takes capacity, active before the test goes on."""
+    await lab.wait_for_state(await lab.allocate(allocation_id, gpus=gpus, **request), "active")  # type: ignore[arg-type]
+
+
 def _namer() -> Callable[[str], str]:
     """Allocation ids unique to one test: the Temporal server outlives it, and a released id is not reused."""
     tag = uuid.uuid4().hex[:6]
     return lambda name: f"{name}-{tag}"
 
 
-def _fleet(hosts: dict[str, dict[str, Any]], **options: Any) -> str:
-    return lab_fleet(hosts, **options)
-
-
 async def test_a_request_that_may_wait_is_queued_then_placed_when_capacity_frees(
     temporal_client, sessions, tmp_path: Path
 ) -> None:
     n = _namer()
-    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, _fleet({"only": {"gpus": 4}})) as lab:
-        holder = await lab.allocate(n("holder"), gpus=4)
-        await lab.wait_for_state(holder, "active")
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet({"only": {"gpus": 4}})
+    ) as lab:
+        await _hold(lab, n("holder"), gpus=4)
         waiting = await lab.allocate(n("waiter"), gpus=2, queue=WAIT)
         status = await lab.wait_for_state(waiting, "queued")
         assert status.region == "lab" and status.bundles == [] and status.node is None
@@ -71,9 +72,10 @@ async def test_a_request_that_does_not_ask_to_wait_still_fails_at_once(
     temporal_client, sessions, tmp_path: Path
 ) -> None:
     n = _namer()
-    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, _fleet({"only": {"gpus": 4}})) as lab:
-        holder = await lab.allocate(n("holder"), gpus=4)
-        await lab.wait_for_state(holder, "active")
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet({"only": {"gpus": 4}})
+    ) as lab:
+        await _hold(lab, n("holder"), gpus=4)
         refused = await lab.allocate(n("impatient"), gpus=2)
         with pytest.raises(WorkflowFailureError):
             await refused.result()
@@ -87,9 +89,10 @@ async def test_the_queue_timeout_fails_it_with_the_last_reason_and_leaves_nothin
     temporal_client, sessions, tmp_path: Path
 ) -> None:
     n = _namer()
-    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, _fleet({"only": {"gpus": 4}})) as lab:
-        holder = await lab.allocate(n("holder"), gpus=4)
-        await lab.wait_for_state(holder, "active")
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet({"only": {"gpus": 4}})
+    ) as lab:
+        await _hold(lab, n("holder"), gpus=4)
         waiting = await lab.allocate(n("short"), gpus=2, queue=QueueWait(timeout_seconds=2))
         with pytest.raises(WorkflowFailureError) as failure:
             await waiting.result()
@@ -107,9 +110,10 @@ async def test_cancel_while_queued_compensates_nothing_and_leaves_the_queue(
     temporal_client, sessions, tmp_path: Path
 ) -> None:
     n = _namer()
-    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, _fleet({"only": {"gpus": 4}})) as lab:
-        holder = await lab.allocate(n("holder"), gpus=4)
-        await lab.wait_for_state(holder, "active")
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet({"only": {"gpus": 4}})
+    ) as lab:
+        await _hold(lab, n("holder"), gpus=4)
         waiting = await lab.allocate(n("changed-mind"), gpus=2, queue=WAIT)
         await lab.wait_for_state(waiting, "queued")
         await waiting.cancel()
@@ -125,9 +129,10 @@ async def test_a_higher_priority_request_that_came_later_is_placed_first(
     temporal_client, sessions, tmp_path: Path
 ) -> None:
     n = _namer()
-    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, _fleet({"only": {"gpus": 4}})) as lab:
-        holder = await lab.allocate(n("holder"), gpus=4)
-        await lab.wait_for_state(holder, "active")
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet({"only": {"gpus": 4}})
+    ) as lab:
+        await _hold(lab, n("holder"), gpus=4)
         low = await lab.allocate(n("low"), gpus=4, queue=WAIT)
         await lab.wait_for_state(low, "queued")
         high = await lab.allocate(n("high"), gpus=4, queue=QueueWait(timeout_seconds=600, priority=100))
@@ -146,7 +151,7 @@ async def test_at_equal_priority_the_tenant_holding_the_smaller_share_goes_first
 ) -> None:
     n = _namer()
     tenants = {"big-user": {"gpuQuota": 64}, "small-user": {"gpuQuota": 64}}
-    fleet = _fleet({"one": {"gpus": 2}, "two": {"gpus": 2}}, tenants=tenants)
+    fleet = lab_fleet({"one": {"gpus": 2}, "two": {"gpus": 2}}, tenants=tenants)
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
         holding = await lab.allocate(n("big-holds"), gpus=2, tenant="big-user")
         blocking = await lab.allocate(n("small-holds"), gpus=2, tenant="small-user")
@@ -173,10 +178,9 @@ async def test_the_head_keeps_its_node_and_smaller_requests_pass_it_only_under_b
 ) -> None:
     n = _namer()
     # `wide` (4 GPUs) is the only node that could ever hold the 4-GPU head; `narrow` (2) cannot.
-    fleet = _fleet({"narrow": {"gpus": 2}, "wide": {"gpus": 4}}, region={"queueingStrategy": strategy})
+    fleet = lab_fleet({"narrow": {"gpus": 2}, "wide": {"gpus": 4}}, region={"queueingStrategy": strategy})
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
-        holder = await lab.allocate(n("holder"), gpus=2, nodes=frozenset({"wide"}))
-        await lab.wait_for_state(holder, "active")
+        await _hold(lab, n("holder"), gpus=2, nodes=frozenset({"wide"}))
         head = await lab.allocate(n("head"), gpus=4, queue=WAIT)
         await lab.wait_for_state(head, "queued")
         entry = (await _entries(lab))[n("head")]
@@ -201,7 +205,7 @@ async def test_a_request_over_its_tenants_quota_waits_for_the_tenants_own_gpus(
     temporal_client, sessions, tmp_path: Path
 ) -> None:
     n = _namer()
-    fleet = _fleet({"one": {"gpus": 4}, "two": {"gpus": 4}}, quota=4)
+    fleet = lab_fleet({"one": {"gpus": 4}, "two": {"gpus": 4}}, quota=4)
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
         holder = await lab.allocate(n("holder"), gpus=4)
         await lab.wait_for_state(holder, "active")
@@ -223,7 +227,7 @@ async def test_a_tenant_borrows_its_cohorts_unused_quota_is_marked_so_and_waits_
         "small-team": {"gpuQuota": 2, "cohort": "research"},
         "big-team": {"gpuQuota": 4, "cohort": "research", "lendingLimit": 2},
     }
-    fleet = _fleet({"one": {"gpus": 4}, "two": {"gpus": 4}}, tenants=tenants)
+    fleet = lab_fleet({"one": {"gpus": 4}, "two": {"gpus": 4}}, tenants=tenants)
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
         borrower = await lab.allocate(n("borrower"), gpus=4, tenant="small-team")  # 2 of its own, 2 lent
         await lab.wait_for_state(borrower, "active")
@@ -251,10 +255,9 @@ async def test_a_waiting_request_whose_every_candidate_fails_goes_back_to_its_qu
     n = _namer()
     # `broken` fails every VM create; `sound` is taken. A request that may wait is tried on `broken`, and with no
     # candidate left it waits again (the reason says why) until `sound` frees.
-    fleet = _fleet({"broken": {"gpus": 4, "simulation": {"failCreate": True}}, "sound": {"gpus": 4}})
+    fleet = lab_fleet({"broken": {"gpus": 4, "simulation": {"failCreate": True}}, "sound": {"gpus": 4}})
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
-        holder = await lab.allocate(n("holder"), gpus=4, nodes=frozenset({"sound"}))
-        await lab.wait_for_state(holder, "active")
+        await _hold(lab, n("holder"), gpus=4, nodes=frozenset({"sound"}))
         waiting = await lab.allocate(n("persistent"), gpus=4, queue=WAIT)
         status = await lab.wait_for_state(waiting, "queued")
         # It may be woken onto `broken` again (the node is free) before the breaker cools it off, each round after

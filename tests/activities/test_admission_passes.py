@@ -1,0 +1,58 @@
+"""The admission pass as the control worker runs it (activities/control/admission.py, issue 24), on real PostgreSQL:
+a burst of releases in one worker makes one pass of the region's queue, not one each queued on its lock."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import func, select, text
+
+from activities.control.admission import PASS_TIMES, AdmissionActivities
+from fleet.loader import load_fleet
+from scheduler.request import PlacementRequest
+from store import queue
+from store.allocations import record_accepted
+from store.apply import apply_fleet
+from store.decisions import lock_region
+
+
+async def _waiting_for_the_lock(sessions) -> bool:  # type: ignore[no-untyped-def]
+    async with sessions() as session:
+        waiting = await session.scalar(
+            select(func.count()).select_from(text("pg_locks")).where(text("locktype = 'advisory' AND NOT granted"))
+        )
+    return bool(waiting)
+
+
+async def test_releases_while_a_pass_waits_for_the_lock_share_it(sessions, temporal_client, examples_dir) -> None:
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+        request = PlacementRequest(gpu_count=1000, tenant="acme", region="us-east")  # never placed: nobody is woken
+        await record_accepted(session, allocation_id="huge", tenant="acme", shape="gpu_slice", gpu_count=1000,
+                              gpu_product=None, request={}, idempotency_key=None, workflow_id="allocation/huge")  # fmt: skip
+        await session.execute(text("UPDATE allocations SET state = 'queued' WHERE id = 'huge'"))
+        await queue.enter(session, allocation_id="huge", tenant="acme", region="us-east", priority=0,
+                          priority_class=None, request=request.model_dump(mode="json"), gpu_count=1000,
+                          deadline_at=datetime.now(UTC) + timedelta(hours=1), reason="", code="")  # fmt: skip
+    admission = AdmissionActivities(sessions, temporal_client)
+    passes = len(PASS_TIMES.held)
+
+    async with sessions.begin() as holding:  # another decision in the region holds its lock
+        await lock_region(holding, "us-east")
+        first = asyncio.create_task(admission.walk(["us-east"]))
+        while not await _waiting_for_the_lock(sessions):
+            await asyncio.sleep(0.01)
+        later = [asyncio.create_task(admission.walk(["us-east"])) for _ in range(3)]
+        await asyncio.sleep(0)  # they find the pass still waiting and join it
+    results = await asyncio.gather(first, *later)
+
+    assert len(PASS_TIMES.held) == passes + 1  # one pass for four releases
+    assert [(r.woken, r.waiting) for r in results] == [([], 1)] * 4
+    async with sessions() as session:
+        entry = await queue.entry(session, "huge")
+    assert entry is not None and entry.code == "quota_exceeded"  # the pass judged it, once
+    assert (
+        entry.reason
+        == "quota: tenant acme would exceed its GPU quota: 0 active + 0 in flight + 1000 requested > quota 32"
+    )
