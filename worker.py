@@ -34,6 +34,7 @@ from contracts.task_queues import CONTROL_QUEUE, Queues
 from workflows import code_cache
 from workflows.allocation import AllocationWorkflow
 from workflows.deployment import DeploymentWorkflow
+from workflows.queue_walk import QueueWalkWorkflow
 from workflows.reconcile import ReconcileWorkflow
 from workflows.reconcile_client import ensure_schedule
 from workflows.recovery import SlotRecoveryWorkflow
@@ -113,7 +114,14 @@ def control_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[AllocationWorkflow, SlotRecoveryWorkflow, DeploymentWorkflow, ReplicaWorkflow, ReconcileWorkflow],
+        workflows=[
+            AllocationWorkflow,
+            SlotRecoveryWorkflow,
+            DeploymentWorkflow,
+            ReplicaWorkflow,
+            ReconcileWorkflow,
+            QueueWalkWorkflow,
+        ],
         activities=control_activities(sessions, client, clusters),
         # The control steps are local activities, each holding its workflow task and a database connection while it
         # runs: more at once than the engine's pool (10 + 10 overflow by default) would only queue inside the pool,

@@ -28,7 +28,7 @@ from api.errors import ApiError
 from api.models import AllocationCreate
 from scheduler.region import quota_refusal
 from scheduler.snapshot import Snapshot
-from store.snapshot import tenant_usage
+from store.snapshot import NO_USAGE, tenant_usage
 
 Shape = tuple[str, str, str]  # (region, product casefolded, shape)
 
@@ -86,26 +86,34 @@ def check_admissible(snapshot: Snapshot, body: AllocationCreate) -> None:
 
 
 async def check_quota(session: AsyncSession, snapshot: Snapshot, body: AllocationCreate) -> None:
-    """409 `quota_exceeded` when the tenant's quota cannot admit the request now. `snapshot` gives the tenants'
+    """409 `quota_exceeded` when the tenant's quotas cannot admit the request now. `snapshot` gives the tenants'
     policy (the inventory cache's, which a fleet apply refreshes); their usage is read here, in the caller's session.
 
-    Every create asks this today: the request has no way to say it would rather wait. Once queues exist, a request
-    that asks to wait must skip this check and be queued instead, so the route calls it only for requests that do
-    not wait; keep the decision in this one function so that bypass stays one condition at the call site."""
+    The create route asks this of a request that does not wait, and of one that waits but could never fit its
+    quotas; one that waits and could fit later is queued instead."""
     tenant = body.tenant
     view = snapshot.tenants.get(tenant or "")
     if view is None:
         return  # a tenant the cache does not know yet: placement reads it fresh and decides
-    active, in_flight = (await tenant_usage(session)).get(view.name, (0, 0))
-    current = snapshot.with_tenants([dataclasses.replace(view, active_gpus=active, in_flight_gpus=in_flight)])
+    usage = await tenant_usage(session)
+    current = snapshot.with_tenants(
+        dataclasses.replace(
+            other,
+            active_gpus=(held := usage.get(other.name, NO_USAGE)).active,
+            in_flight_gpus=held.in_flight,
+            held=held.held,
+        )
+        for other in snapshot.tenants.values()
+    )
     refusal = quota_refusal(current, body.placement_request(tenant))
     if refusal is None:
         return
+    mine = usage.get(view.name, NO_USAGE)
     details = {
         "tenant": view.name,
         "gpu_quota": view.gpu_quota,
-        "active_gpus": active,
-        "in_flight_gpus": in_flight,
+        "active_gpus": mine.active,
+        "in_flight_gpus": mine.in_flight,
         "requested_gpus": body.gpu_count,
     }
     raise ApiError(409, refusal.code.value, refusal.message, details)

@@ -67,11 +67,13 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if services.database is not None:
             yield
+            await services.queue_walks.close()
             return
         engine = create_engine(database_url(settings))
         services.database = session_factory(engine)
         try:
             yield
+            await services.queue_walks.close()
         finally:
             await engine.dispose()
 

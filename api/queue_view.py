@@ -21,8 +21,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api.errors import ApiError
 from api.models import QueueItem, QueueList, QueuePlace, RegionQueue
 from api.request_checks import fleet_for
+from scheduler.pools import ProductFilter, ShapeFilter
 from scheduler.queueing import ordered, usage_by_product
+from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
+from scheduler.views import PoolView
 from store import queue
 from store.inventory import InventoryCache
 from store.queue import QueueEntry
@@ -103,12 +106,48 @@ def _unknown_region(region: str, choices: list[str]) -> ApiError:
     )
 
 
+def _pool(snapshot: Snapshot, caller: Principal, key: str, region: str | None) -> PoolView:
+    """The pool `<cluster>/<pool>` the caller may use: 422 `unknown_pool` otherwise, or when it is not in `region`."""
+    pools = {pool.key: pool for pool in fleet_for(snapshot, caller).pools}
+    found = pools.get(key)
+    if found is None:
+        choices = sorted(pools)
+        shown = ", ".join(choices[:MESSAGE_CHOICES]) if choices else "none"
+        more = f" (and {len(choices) - MESSAGE_CHOICES} more)" if len(choices) > MESSAGE_CHOICES else ""
+        detail = {"field": "query.pool", "value": key, "choices": choices}
+        raise ApiError(
+            422, "unknown_pool", f"pool {key!r} does not exist in the fleet; choose one of: {shown}{more}", [detail]
+        )
+    if region is not None and found.region != region:
+        detail = {"field": "query.pool", "value": key}
+        raise ApiError(422, "invalid_request", f"pool {key} is in region {found.region}, not {region}", [detail])
+    return found
+
+
+def _for_pool(pool: PoolView, entry: QueueEntry) -> bool:
+    """Whether the pool could serve the waiting request (its shape and product), or holds a node set aside or
+    reserved for it."""
+    if entry.node in pool.nodes or entry.reserved_node in pool.nodes:
+        return True
+    request = PlacementRequest.model_validate(entry.request)
+    return ShapeFilter(request).check(pool) is None and ProductFilter(request).check(pool) is None
+
+
 async def queues(
-    session: AsyncSession, inventory: InventoryCache | None, caller: Principal, region: str | None = None
+    session: AsyncSession,
+    inventory: InventoryCache | None,
+    caller: Principal,
+    region: str | None = None,
+    pool: str | None = None,
 ) -> QueueList:
     """Every region's queue (or `region`'s) as `caller` may see it. A region that neither exists in the fleet the
-    caller may use nor holds a request of the caller is 422 `unknown_region`, as it is on a create."""
+    caller may use nor holds a request of the caller is 422 `unknown_region`, as it is on a create. With `pool`
+    (`<cluster>/<pool>`), its region's queue, with only the requests that pool could serve, at their places in the
+    whole queue: one queue per region, pools of a region share its placement lock and its admission order."""
     snapshot = await _snapshot(session, inventory)
+    serving = _pool(snapshot, caller, pool, region) if pool is not None else None
+    if serving is not None:
+        region = serving.region
     entries = await queue.entries(session, region=region)
     own = [e for e in entries if caller.is_admin or e.tenant == caller.tenant]
     visible_regions = set(fleet_for(snapshot, caller).regions)
@@ -134,7 +173,7 @@ async def queues(
                 share=round(share, 6),
             )
             for position, (entry, share) in enumerate(line, start=1)
-            if entry.allocation_id not in hidden
+            if entry.allocation_id not in hidden and (serving is None or _for_pool(serving, entry))
         ]
         view = snapshot.regions.get(name)
         strategy = view.queueing_strategy.value if view is not None else None

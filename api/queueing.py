@@ -21,6 +21,7 @@ from api.models import AllocationCreate
 from fleet.deadlines import format_duration
 from fleet.tenant import DEFAULT_MAX_QUEUE_SECONDS
 from scheduler import quota
+from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from store import queue
 from store.models import TenantRow
@@ -65,8 +66,11 @@ async def _priority(session: AsyncSession, tenant: TenantRow, asked: str | None)
     return classes[asked][0], asked
 
 
-def queue_ceiling(snapshot: Snapshot, tenant: TenantRow) -> int:
-    """The most GPUs the tenant could ever hold (its quota, plus what an idle cohort could lend it): a request that
-    waits and is larger than this is refused at once, since waiting could never admit it."""
+def queue_ceiling(snapshot: Snapshot, tenant: TenantRow, request: PlacementRequest) -> int:
+    """The most GPUs the tenant could ever hold of what the request wants (its quotas, plus what an idle cohort
+    could lend it): a request that waits and is larger than this is refused at once, since waiting could never
+    admit it."""
     view = snapshot.tenants.get(tenant.name)
-    return quota.ceiling(view, snapshot.tenants.values()) if view is not None else tenant.gpu_quota
+    if view is None:
+        return tenant.gpu_quota
+    return quota.ceiling(view, snapshot.tenants.values(), request.wants_product)

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.heartbeats import Heartbeats
 from api.metrics import Metrics
+from api.queue_walks import QueueWalks
 from api.rate_limit import CreateLimits
 from api.temporal import ControlPlane
 from store.inventory import InventoryCache
@@ -29,6 +30,10 @@ class Services:
     heartbeats: Heartbeats = field(default_factory=Heartbeats)  # agents' steady reports, written in batches
     tokens: TokenCache = field(default_factory=TokenCache)  # verified node tokens; revocations swept within seconds
     create_limits: CreateLimits = field(default_factory=CreateLimits)  # per-tenant create buckets, this process's
+    queue_walks: QueueWalks = field(init=False)  # asks for an admission pass when capacity may have grown
+
+    def __post_init__(self) -> None:
+        self.queue_walks = QueueWalks(self.control)
 
     @property
     def sessions(self) -> async_sessionmaker[AsyncSession]:

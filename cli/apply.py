@@ -24,15 +24,17 @@ from store.apply import ApplyRefused, ApplyResult, apply_fleet, refuse_non_inven
 from store.db import create_engine, session_factory
 from store.tokens import ensure_tenant_tokens
 from workflows.deployment_client import notify_inventory_changed
+from workflows.queue_walk_client import walk_queues
 
 
 async def _tell_deployments(settings: Settings, summary: str) -> int | None:
-    """Best effort, after the apply committed: running deployments re-plan now instead of at their next resync
-    (what `PUT /v1/fleet` does too). None when Temporal cannot be reached in a few seconds."""
+    """Best effort, after the apply committed: the queues of waiting requests are walked and running deployments
+    re-plan now, instead of at the reconciler's next walk and their next resync (what `PUT /v1/fleet` does too). None when Temporal cannot be reached in a few seconds."""
     try:
         async with asyncio.timeout(5):
             client = await connect(settings)
             queues = Queues(control=settings.control_task_queue, node_prefix=settings.node_task_queue_prefix)
+            await walk_queues(client, queues, f"fleet applied: {summary}")  # waiting requests may fit now
             return await notify_inventory_changed(client, queues, f"fleet applied: {summary}")
     except NotConfigured:
         return 0  # no control plane configured: no deployment to tell

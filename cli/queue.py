@@ -95,6 +95,9 @@ def render(queues: QueueList) -> None:
 
 def queue(
     region: Annotated[str | None, typer.Option("--region", help="Only this region's queue.")] = None,
+    pool: Annotated[
+        str | None, typer.Option("--pool", help="<cluster>/<pool>: only the requests it could serve, in place.")
+    ] = None,
     tenant: TenantOption = None,
     output: OutputOption = OutputFormat.TEXT,
     api: ApiOption = None,
@@ -103,7 +106,7 @@ def queue(
     """The requests waiting for capacity, per region, in the order they will be placed: priority, then the
     tenant's weighted share, then arrival; with how long each has waited and why it is not placed yet."""
     with api_client(api, token, tenant) as client:
-        data = client.call("GET", "/v1/queues", params={"region": region})
+        data = client.call("GET", "/v1/queues", params={"region": region, "pool": pool})
         if output is OutputFormat.JSON:
             print_json(data)
             return

@@ -44,6 +44,27 @@ class TenantQueue(Spec):
         return self
 
 
+class FlavorQuota(Spec):
+    """A nominal quota for one GPU product, in one region or in every region (issue 24): Kueue's nominalQuota of
+    one resource flavor. A tenant with `quotas` may be placed only on a product (and region) one of them names."""
+
+    product: str = Field(min_length=1, max_length=64, description="The GPU product, as pools name it (`gpuProduct`).")
+    region: Name | None = Field(default=None, description="The region it applies to; unset: every region, together.")
+    nominal: NonNegativeInt = Field(description="GPUs of this product (in this region) the tenant may hold at once.")
+    borrowing_limit: NonNegativeInt | None = Field(
+        default=None, description="Most GPUs of it beyond `nominal` it may borrow from its cohort; unset: no limit."
+    )
+    lending_limit: NonNegativeInt | None = Field(
+        default=None, description="Most of its unused `nominal` the rest of its cohort may borrow; unset: all of it."
+    )
+
+    def covers(self, product: str, region: str) -> bool:
+        return self.product.casefold() == product.casefold() and self.region in (None, region)
+
+    def describe(self) -> str:
+        return f"{self.product} in {self.region}" if self.region else f"{self.product} (every region)"
+
+
 class TenantSpec(Spec):
     allowed_regions: list[Name] | None = Field(
         default=None, description="Regions this tenant may use; unset means every region."
@@ -76,6 +97,28 @@ class TenantSpec(Spec):
     lending_limit: NonNegativeInt | None = Field(
         default=None, description="Most of its unused gpuQuota the rest of its cohort may borrow; unset: all of it."
     )
+    quotas: list[FlavorQuota] | None = Field(
+        default=None,
+        description="Nominal quotas per GPU product (and region), within gpuQuota; unset: gpuQuota alone. With them "
+        "set, a product (or region) none of them names is not the tenant's to use.",
+    )
+
+    @model_validator(mode="after")
+    def _one_quota_per_flavor(self) -> TenantSpec:
+        """A product has one quota over every region, or one per region: never both, never two for one place, so
+        each placement is charged to exactly one of them."""
+        seen: dict[str, set[str | None]] = {}
+        for quota in self.quotas or []:
+            regions = seen.setdefault(quota.product.casefold(), set())
+            if quota.region in regions:
+                raise ValueError(f"quotas: {quota.describe()} is given twice")
+            if regions and (quota.region is None or None in regions):
+                raise ValueError(
+                    f"quotas: {quota.product} has a quota for every region and one for a single region; give one "
+                    "or the other"
+                )
+            regions.add(quota.region)
+        return self
 
 
 class Tenant(Spec):

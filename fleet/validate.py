@@ -170,6 +170,10 @@ def check_fleet(objects: Iterable[tuple[FleetProblem, BaseModel]]) -> tuple[Flee
                             }
                         )
                     )
+            for i, flavor in enumerate(obj.spec.quotas or []):
+                if flavor.region is not None and flavor.region not in fleet.regions:
+                    message = f"region {flavor.region!r} is not defined"
+                    problems.append(where.model_copy(update={"path": f"spec.quotas[{i}].region", "message": message}))
             for i, name in enumerate(obj.spec.priority_classes or []):
                 if name not in fleet.priority_classes:
                     message = f"PriorityClass {name!r} is not defined"

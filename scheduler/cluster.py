@@ -30,12 +30,15 @@ class CandidateDecision(BaseModel):
 def find_candidates(
     snapshot: Snapshot, request: PlacementRequest, region: str, *, detail: bool = False
 ) -> CandidateDecision:
-    """Refusals: `no_matching_pool` when no pool of the region serves the request; `no_compatible_bundles` when no
+    """Refusals: `no_matching_pool` when no pool of the region serves the request (`quota_exceeded` when some would
+    but for the tenant's quota for their product); `no_compatible_bundles` when no
     node of the matching pools could ever take it as built; `insufficient_capacity` when some could, but not now;
     `pinned_nodes_unavailable` instead of any of these when the request pins nodes."""
     pools, pool_level = filter_pools(snapshot, request, region, detail=detail)
     if not pools:
-        refusal = Refusal(code=Reason.NO_MATCHING_POOL, message=f"{region}: {pool_level.summary}")
+        # Pools that only the tenant's per-product quota refused: the request may wait for that quota.
+        code = Reason.QUOTA_EXCEEDED if pool_level.dropped.get(Reason.QUOTA_EXCEEDED) else Reason.NO_MATCHING_POOL
+        refusal = Refusal(code=code, message=f"{region}: {pool_level.summary}")
         if request.nodes:
             refusal = _pinned_refusal(snapshot, request, region, pools)
         return CandidateDecision(candidates=[], refusal=refusal, levels=[pool_level])

@@ -16,7 +16,7 @@ from fleet.inference_class import ClaimKind
 from fleet.node import Node
 from fleet.slot_state import SlotStateDocument
 from scheduler.snapshot import Snapshot
-from scheduler.views import NodeView, PoolView, RegionView, SlotState, TenantView, slot_id, slot_view
+from scheduler.views import FlavorQuotaView, NodeView, PoolView, RegionView, SlotState, TenantView, slot_id, slot_view
 
 # slot id -> (state, allocation id, tenant)
 Holds = dict[str, tuple[SlotState, str | None, str | None]]
@@ -50,11 +50,16 @@ def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) 
         nodes.extend(node_view(node, holds) for node in hosts.nodes)
 
     known = {slot.id for node in nodes for slot in node.slots}
+    place = {node: (pool.gpu_product, pool.region) for pool in pools if pool.gpu_product for node in pool.nodes}
+    held: Counter[tuple[str, str, str]] = Counter()  # (tenant, product, region) -> GPUs
     for slot, (state, _, tenant) in holds.items():
         if slot not in known:
             raise ValueError(f"SlotState: slot {slot!r} is not in the fleet (slot ids are <node>/<index>)")
         if tenant is not None:
             (active if state is SlotState.CLAIMED else in_flight)[tenant] += 1
+            product, region = place.get(str(slot).rpartition("/")[0], (None, None))
+            if product is not None and region is not None:
+                held[(tenant, product, region)] += 1
 
     tenants = [
         TenantView(
@@ -68,6 +73,13 @@ def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) 
             cohort=tenant.spec.cohort,
             borrowing_limit=tenant.spec.borrowing_limit,
             lending_limit=tenant.spec.lending_limit,
+            quotas=tuple(
+                FlavorQuotaView(q.product, q.region, q.nominal, q.borrowing_limit, q.lending_limit)
+                for q in tenant.spec.quotas
+            )
+            if tenant.spec.quotas is not None
+            else None,
+            held=tuple((product, region, gpus) for (who, product, region), gpus in sorted(held.items()) if who == name),
         )
         for name, tenant in fleet.tenants.items()
     ]

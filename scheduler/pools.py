@@ -1,8 +1,8 @@
 """Pool feasibility (cluster scheduler, first half): which pools of the chosen region can serve the request.
 
 Filter plugins (see `scheduler.plugins`), each returning the reason it drops a pool: capacity shape, GPU product,
-cluster matchLabels, cluster readiness, and DRA CEL selectors over the GPU devices the pool's InferenceClass
-publishes. A pool passes the selectors when one of its claimable devices satisfies all of them (DRA semantics: the
+cluster matchLabels, cluster readiness, DRA CEL selectors over the GPU devices the pool's InferenceClass
+publishes, and the tenant's quota for the pool's product in its region. A pool passes the selectors when one of its claimable devices satisfies all of them (DRA semantics: the
 selectors of one request apply to the same device).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from scheduler import cel
+from scheduler import cel, quota
 from scheduler.explanation import Level, LevelExplanation, Tally
 from scheduler.plugins import Filter, first_failure
 from scheduler.reasons import Reason
@@ -90,6 +90,30 @@ class DeviceSelectorFilter:
             return str(exc)
 
 
+@dataclass
+class QuotaFilter:
+    """A tenant with per-product quotas (issue 24) may be placed only on pools whose product, in their region, its
+    quota (with what its cohort lends) still has room for: Kueue's flavor assignment, pool by pool."""
+
+    snapshot: Snapshot
+    request: PlacementRequest
+    messages: dict[str, str] = field(default_factory=dict)  # pool key -> why its quota refuses
+
+    def __post_init__(self) -> None:
+        self._tenant = self.snapshot.tenants.get(self.request.tenant or "")
+
+    def check(self, pool: PoolView) -> Reason | None:
+        if self._tenant is None or self._tenant.quotas is None or pool.gpu_product is None:
+            return None
+        decision = quota.decide_flavor(
+            self._tenant, pool.gpu_product, pool.region, self.request.gpu_count, self.snapshot.tenants.values()
+        )
+        if decision.fits:
+            return None
+        self.messages[pool.key] = decision.message
+        return Reason.QUOTA_EXCEEDED
+
+
 def filter_pools(
     snapshot: Snapshot, request: PlacementRequest, region: str, *, detail: bool = False
 ) -> tuple[list[PoolView], LevelExplanation]:
@@ -99,12 +123,14 @@ def filter_pools(
     a placement outcome.
     """
     selectors = DeviceSelectorFilter(snapshot, request.selectors)
+    quotas = QuotaFilter(snapshot, request)
     plugins: list[Filter[PoolView]] = [
         ShapeFilter(request),
         ProductFilter(request),
         ClusterLabelsFilter(request),
         ClusterReadyFilter(),
         selectors,
+        quotas,  # last: a pool refused only by the quota is one the request may wait for
     ]
     tally = Tally(Level.POOL, "pools", "match", request.gpu_count, detail)
     passed: list[PoolView] = []
@@ -112,7 +138,7 @@ def filter_pools(
         reason = first_failure(pool, plugins)
         if reason is None:
             passed.append(pool)
-        tally.record(reason, [pool.key], _describe, pool, reason, selectors.errors)
+        tally.record(reason, [pool.key], _describe, pool, reason, {**selectors.errors, **quotas.messages})
     return passed, tally.explanation()
 
 
@@ -120,6 +146,6 @@ def _describe(pool: PoolView, reason: Reason | None, errors: dict[str, str]) -> 
     text = f"{pool.shape} {pool.gpu_product or 'unknown product'}, cluster {pool.cluster}"
     if not pool.cluster_ready:
         text += " (not Ready)"
-    if reason is Reason.SELECTOR_ERROR:
+    if reason in (Reason.SELECTOR_ERROR, Reason.QUOTA_EXCEEDED):
         text += f": {errors.get(pool.key, '')}"
     return text

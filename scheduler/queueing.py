@@ -314,10 +314,12 @@ class _Walk:
     def _charge(self, entry: QueuedRequest, node: str, gpus: int) -> None:
         """The tenant now holds these GPUs in flight: for its quota and its share in the rest of the pass."""
         tenant = self.snapshot.tenants.get(entry.tenant)
-        if tenant is not None:
-            more = dataclasses.replace(tenant, in_flight_gpus=tenant.in_flight_gpus + gpus)
-            self.snapshot = self.snapshot.with_tenants([*_others(self.snapshot, entry.tenant), more])
         product = product_of(self.snapshot, node)
+        if tenant is not None:
+            pool = next((p for p in self.snapshot.pools_of(node) if p.gpu_product), None)
+            held = (*tenant.held, (pool.gpu_product, pool.region, gpus)) if pool and pool.gpu_product else tenant.held
+            more = dataclasses.replace(tenant, in_flight_gpus=tenant.in_flight_gpus + gpus, held=held)
+            self.snapshot = self.snapshot.with_tenants([*_others(self.snapshot, entry.tenant), more])
         if product is not None:
             self.usage[entry.tenant][product] += gpus
 

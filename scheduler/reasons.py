@@ -70,7 +70,7 @@ class Reason(StrEnum):
 # insufficient_capacity, no_compatible_bundles) summarise a whole level and need no clause.
 _PHRASES: dict[Reason, tuple[str, str]] = {
     Reason.UNKNOWN_TENANT: ("is not a known tenant", "are not known tenants"),
-    Reason.QUOTA_EXCEEDED: ("would exceed its GPU quota", "would exceed their GPU quota"),
+    Reason.QUOTA_EXCEEDED: ("would exceed the tenant's quota", "would exceed the tenant's quota"),
     Reason.UNKNOWN_REGION: ("is not a known region", "are not known regions"),
     Reason.REGION_NOT_ALLOWED: ("is not allowed for the tenant", "are not allowed for the tenant"),
     Reason.JURISDICTION_MISMATCH: ("is outside the required jurisdiction", "are outside the required jurisdiction"),

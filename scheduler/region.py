@@ -134,7 +134,7 @@ def _admit_tenant(
     if tenant is None:
         tally.record(Reason.UNKNOWN_TENANT, [name], lambda: "not in the inventory")
         return None, Refusal(code=Reason.UNKNOWN_TENANT, message=f"tenant {name!r} is not known"), tally.explanation()
-    decision = quota.decide(tenant, request.gpu_count, snapshot.tenants.values())
+    decision = _tenant_quota(snapshot, tenant, request)
     sums = f"{tenant.active_gpus} active + {tenant.in_flight_gpus} in flight + {request.gpu_count} requested"
     within = f"{sums} <= quota {tenant.gpu_quota}"
     if decision.borrowed:
@@ -145,6 +145,47 @@ def _admit_tenant(
     if decision.fits:
         return tenant, None, tally.explanation()
     return tenant, Refusal(code=Reason.QUOTA_EXCEEDED, message=decision.message), tally.explanation()
+
+
+def _tenant_quota(snapshot: Snapshot, tenant: TenantView, request: PlacementRequest) -> quota.QuotaDecision:
+    """The tenant's total quota, then, when it has per-product quotas, whether one of those the request could be
+    placed on (a product it wants, a region it may use) has room: which pools may take it is the pool level's
+    (`scheduler.pools.QuotaFilter`)."""
+    tenants = snapshot.tenants.values()
+    decision = quota.decide(tenant, request.gpu_count, tenants)
+    if not decision.fits or tenant.quotas is None:
+        return decision
+    places = _quota_places(snapshot, tenant, request)
+    if not places:
+        named = ", ".join(q.describe() for q in tenant.quotas) or "none"
+        return quota.QuotaDecision(
+            False, 0, f"tenant {tenant.name} has no quota for {request.describe()} (its quotas: {named})"
+        )
+    refusals = []
+    for product, region in places:
+        flavor = quota.decide_flavor(tenant, product, region, request.gpu_count, tenants)
+        if flavor.fits:
+            return decision
+        refusals.append(flavor.message)
+    return quota.QuotaDecision(False, 0, "; ".join(dict.fromkeys(refusals)))
+
+
+def _quota_places(snapshot: Snapshot, tenant: TenantView, request: PlacementRequest) -> list[tuple[str, str]]:
+    """(product, region) of the pools the request could be placed on, as far as its product, shape, region and the
+    tenant's regions say, that one of the tenant's per-product quotas covers."""
+    regions = [request.region] if request.region else list(snapshot.regions)
+    return sorted(
+        {
+            (pool.gpu_product, pool.region)
+            for region in regions
+            if tenant.allowed_regions is None or region in tenant.allowed_regions
+            for pool in snapshot.pools_in(region)
+            if pool.shape == request.shape
+            and pool.gpu_product
+            and request.wants_product(pool.gpu_product)
+            and quota.flavor_of(tenant, pool.gpu_product, pool.region) is not None
+        }
+    )
 
 
 def quota_refusal(snapshot: Snapshot, request: PlacementRequest) -> Refusal | None:
@@ -159,9 +200,17 @@ def waiting_region(snapshot: Snapshot, request: PlacementRequest) -> str | None:
     quota no object (the tenant's other policy still holds); None when it could never fit in the quota, even with
     everything an idle cohort could lend (`quota.ceiling`), so waiting cannot help."""
     tenant = snapshot.tenants.get(request.tenant or "")
-    if tenant is None or request.gpu_count > quota.ceiling(tenant, snapshot.tenants.values()):
+    if tenant is None or request.gpu_count > quota.ceiling(tenant, snapshot.tenants.values(), request.wants_product):
         return None
-    unbounded = dataclasses.replace(tenant, gpu_quota=request.gpu_count, active_gpus=0, in_flight_gpus=0, cohort=None)
+    unbounded = dataclasses.replace(
+        tenant,
+        gpu_quota=request.gpu_count,
+        active_gpus=0,
+        in_flight_gpus=0,
+        cohort=None,
+        held=(),
+        quotas=quota.unbounded_flavors(tenant, request.gpu_count, snapshot.tenants.values()),
+    )
     others = [view for name, view in snapshot.tenants.items() if name != tenant.name]
     return select_region(snapshot.with_tenants([*others, unbounded]), request).region
 

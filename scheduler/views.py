@@ -97,6 +97,23 @@ class PoolView:
 
 
 @dataclass(frozen=True, slots=True)
+class FlavorQuotaView:
+    """A tenant's nominal quota of one GPU product, in one region or (region None) in all of them together."""
+
+    product: str
+    region: str | None
+    nominal: int
+    borrowing_limit: int | None = None  # None: unlimited
+    lending_limit: int | None = None  # None: all of its unused nominal quota
+
+    def covers(self, product: str, region: str) -> bool:
+        return self.product.casefold() == product.casefold() and self.region in (None, region)
+
+    def describe(self) -> str:
+        return f"{self.product} in {self.region}" if self.region else self.product
+
+
+@dataclass(frozen=True, slots=True)
 class TenantView:
     name: str
     gpu_quota: int
@@ -108,6 +125,8 @@ class TenantView:
     cohort: str | None = None  # tenants of one cohort lend each other unused quota (scheduler/quota.py)
     borrowing_limit: int | None = None  # None: unlimited
     lending_limit: int | None = None  # None: all of its unused quota
+    quotas: tuple[FlavorQuotaView, ...] | None = None  # per product (and region); None: gpu_quota alone
+    held: tuple[tuple[str, str, int], ...] = ()  # (product, region, GPUs) of its placed GPUs, for `quotas`
 
 
 def slot_id(node: str, index: int) -> str:

@@ -136,6 +136,7 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
             "cohort": t.spec.cohort,
             "borrowing_limit": t.spec.borrowing_limit,
             "lending_limit": t.spec.lending_limit,
+            "quotas": [q.model_dump(mode="json") for q in t.spec.quotas] if t.spec.quotas is not None else None,
         }
         for name, t in fleet.tenants.items()
     }

@@ -8,14 +8,14 @@ done and changes nothing. A double claim is impossible at three depths: the sche
 
 from __future__ import annotations
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from contracts.allocation import ClaimInput
 from scheduler import quota
 from store.models import AllocationRow, ClaimRow, SlotRow, TenantRow
-from store.snapshot import tenant_usage, tenant_view
+from store.snapshot import NO_USAGE, tenant_usage, tenant_view
 
 
 class ClaimConflict(Exception):
@@ -85,8 +85,15 @@ async def _record(session: AsyncSession, claim: ClaimInput) -> list[int]:
     return [s.id for s in slots]
 
 
+_PLACE_OF_NODE = text(
+    "SELECT p.gpu_product, c.region FROM nodes AS n JOIN pools AS p ON p.id = n.pool_id "
+    "JOIN clusters AS c ON c.name = p.cluster WHERE n.name = :node"
+)
+
+
 async def _check_quota(session: AsyncSession, claim: ClaimInput) -> int:
-    """The tenant's quota, re-checked under lock: how many of its GPUs would then be borrowed from its cohort.
+    """The tenant's quotas, re-checked under lock (its total, and its quota for the node's product and region):
+    how many of its GPUs would then be borrowed from its cohort.
 
     Quota checks are serialised per tenant, and per cohort when the tenant is in one (every member's row locked,
     in name order): two allocations cannot both take the last headroom, nor the last GPUs a cohort lends."""
@@ -106,8 +113,10 @@ async def _check_quota(session: AsyncSession, claim: ClaimInput) -> int:
             ).all()
         )
     usage = await tenant_usage(session, exclude_allocation=claim.allocation_id)
-    views = [tenant_view(member, usage.get(member.name, (0, 0))) for member in members]
-    decision = quota.decide(next(v for v in views if v.name == tenant.name), claim.gpu_count, views)
+    views = [tenant_view(member, usage.get(member.name, NO_USAGE)) for member in members]
+    product, region = (await session.execute(_PLACE_OF_NODE, {"node": claim.node})).one_or_none() or (None, None)
+    view = next(v for v in views if v.name == tenant.name)
+    decision = quota.decide_placement(view, product, region or "", claim.gpu_count, views)
     if not decision.fits:
         raise QuotaExceeded(decision.message)
     return decision.borrowed

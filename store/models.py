@@ -267,6 +267,9 @@ class TenantRow(Base):
     cohort: Mapped[str | None] = mapped_column(String(253))
     borrowing_limit: Mapped[int | None] = mapped_column(Integer)
     lending_limit: Mapped[int | None] = mapped_column(Integer)
+    # Nominal quotas per GPU product and region (migration 0011): [{"product", "region", "nominal",
+    # "borrowing_limit", "lending_limit"}] (fleet.tenant.FlavorQuota); NULL: gpu_quota alone.
+    quotas: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
 
 
 class ApiTokenRow(Base):

@@ -19,6 +19,7 @@ from sqlalchemy import (
     ColumnElement,
     CompoundSelect,
     Row,
+    Select,
     and_,
     exists,
     func,
@@ -38,7 +39,16 @@ from scheduler.breaker import BreakerPolicy, Cooling, cooling_nodes
 from scheduler.host.checks import ValidationState
 from scheduler.pending import with_pending_plans
 from scheduler.snapshot import Snapshot
-from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView, slot_id
+from scheduler.views import (
+    FlavorQuotaView,
+    NodeView,
+    PoolView,
+    RegionView,
+    SlotState,
+    SlotView,
+    TenantView,
+    slot_id,
+)
 from store.liveness import Liveness, load_liveness
 from store.models import (
     AllocationRow,
@@ -62,19 +72,50 @@ PLANNING_STATES = ("planning", "claiming")  # a node lease may exist that no cla
 NOT_THE_NODES_FAULT = ("operator_retry", "claim_conflict", "quota_exceeded")
 
 
-def tenant_view(row: TenantRow, usage: tuple[int, int] = (0, 0)) -> TenantView:
-    """A tenant's policy as the scheduler sees it, with its (active, in-flight) GPUs."""
+@dataclass(frozen=True)
+class TenantUsage:
+    """What a tenant holds: GPUs active (and releasing with claims) and in flight, and of those placed on a node,
+    how many of which product in which region (for per-product quotas)."""
+
+    active: int = 0
+    in_flight: int = 0
+    held: tuple[tuple[str, str, int], ...] = ()  # (product, region, GPUs)
+
+
+NO_USAGE = TenantUsage()
+
+
+def tenant_view(row: TenantRow, usage: TenantUsage = NO_USAGE) -> TenantView:
+    """A tenant's policy as the scheduler sees it, with what it holds."""
     return TenantView(
         name=row.name,
         gpu_quota=row.gpu_quota,
         allowed_regions=frozenset(row.allowed_regions) if row.allowed_regions is not None else None,
         required_jurisdiction=row.required_jurisdiction,
-        active_gpus=usage[0],
-        in_flight_gpus=usage[1],
+        active_gpus=usage.active,
+        in_flight_gpus=usage.in_flight,
         weight=row.weight,
         cohort=row.cohort,
         borrowing_limit=row.borrowing_limit,
         lending_limit=row.lending_limit,
+        quotas=flavor_quotas(row.quotas),
+        held=usage.held,
+    )
+
+
+def flavor_quotas(rows: list[dict[str, Any]] | None) -> tuple[FlavorQuotaView, ...] | None:
+    """`tenants.quotas` (the fleet file's `quotas`, as `store.apply` writes them) as the scheduler sees them."""
+    if rows is None:
+        return None
+    return tuple(
+        FlavorQuotaView(
+            product=q["product"],
+            region=q.get("region"),
+            nominal=q["nominal"],
+            borrowing_limit=q.get("borrowing_limit"),
+            lending_limit=q.get("lending_limit"),
+        )
+        for q in rows
     )
 
 
@@ -89,31 +130,54 @@ def holds_gpus() -> ColumnElement[bool]:
     )
 
 
-def _usage_query(exclude_allocation: str | None) -> CompoundSelect:
-    """GPUs per tenant and state; a queued request a pass set a node aside for counts as in flight."""
+def _usage_query(exclude_allocation: str | None) -> Select[Any]:
+    """GPUs per tenant, state and the product and region of the node they are placed on (none yet: NULL); a
+    queued request a pass set a node aside for counts as in flight."""
     holding = (
-        select(AllocationRow.tenant, AllocationRow.state, func.sum(AllocationRow.gpu_count))
+        select(
+            AllocationRow.tenant.label("tenant"),
+            AllocationRow.state.label("state"),
+            AllocationRow.node_id.label("node"),
+            func.sum(AllocationRow.gpu_count).label("gpus"),
+        )
         .where(holds_gpus())
         .where(AllocationRow.id != (exclude_allocation or ""))
-        .group_by(AllocationRow.tenant, AllocationRow.state)
+        .group_by(AllocationRow.tenant, AllocationRow.state, AllocationRow.node_id)
     )
     admitted = (
-        select(QueueEntryRow.tenant, literal("placing"), func.sum(QueueEntryRow.gpu_count))
+        select(QueueEntryRow.tenant, literal("placing"), QueueEntryRow.node, func.sum(QueueEntryRow.gpu_count))
         .where(QueueEntryRow.node.is_not(None), QueueEntryRow.allocation_id != (exclude_allocation or ""))
-        .group_by(QueueEntryRow.tenant)
+        .group_by(QueueEntryRow.tenant, QueueEntryRow.node)
     )
-    return union_all(holding, admitted)
+    usage = union_all(holding, admitted).subquery()
+    return (
+        select(usage.c.tenant, usage.c.state, PoolRow.gpu_product, ClusterRow.region, usage.c.gpus)
+        .outerjoin(NodeRow, NodeRow.name == usage.c.node)
+        .outerjoin(PoolRow, PoolRow.id == NodeRow.pool_id)
+        .outerjoin(ClusterRow, ClusterRow.name == PoolRow.cluster)
+    )
 
 
-def _usage(rows: Iterable[Sequence[Any]]) -> dict[str, tuple[int, int]]:
-    usage: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for tenant, state, gpus in rows:
-        usage[tenant][0 if state in ("active", "releasing") else 1] += int(gpus)
-    return {tenant: (a, b) for tenant, (a, b) in usage.items()}
+def _usage(rows: Iterable[Sequence[Any]]) -> dict[str, TenantUsage]:
+    """Rows of (tenant, state, product, region, GPUs) -> each tenant's usage."""
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    held: dict[str, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
+    for tenant, state, product, region, gpus in rows:
+        counts[tenant][0 if state in ("active", "releasing") else 1] += int(gpus)
+        if product is not None and region is not None:
+            held[tenant][(product, region)] += int(gpus)
+    return {
+        tenant: TenantUsage(
+            active=active,
+            in_flight=in_flight,
+            held=tuple((product, region, gpus) for (product, region), gpus in sorted(held[tenant].items())),
+        )
+        for tenant, (active, in_flight) in counts.items()
+    }
 
 
-async def tenant_usage(session: AsyncSession, exclude_allocation: str | None = None) -> dict[str, tuple[int, int]]:
-    """tenant -> (active GPUs, in-flight GPUs). Releasing allocations still hold their GPUs until released."""
+async def tenant_usage(session: AsyncSession, exclude_allocation: str | None = None) -> dict[str, TenantUsage]:
+    """tenant -> what it holds. Releasing allocations still hold their GPUs until released."""
     return _usage(await session.execute(_usage_query(exclude_allocation)))
 
 
@@ -167,7 +231,7 @@ class LiveState:
 
     holders: dict[int, str]  # slot row id -> the allocation with an active claim on it
     unavailable: dict[int, str]  # slot row id -> its row state, where that is not `available`
-    usage: dict[str, tuple[int, int]]  # tenant -> (active GPUs, in-flight GPUs)
+    usage: dict[str, TenantUsage]  # tenant -> what it holds
     plans: dict[str, list[tuple[str, int]]]  # node -> allocations being planned there (empty when not asked for)
     cooling: dict[str, Cooling] = field(default_factory=dict)  # node -> its breaker's cool-off, where it has one
 
@@ -392,14 +456,16 @@ _LIVE_STATE = text(
     " FROM allocation_resource_claims AS c WHERE c.released_at IS NULL), "
     "(SELECT coalesce(json_agg(json_build_array(s.id, s.state)), '[]') "
     " FROM node_resource_slots AS s WHERE s.state <> 'available'), "
-    "(SELECT coalesce(json_agg(json_build_array(u.tenant, u.state, u.gpus)), '[]') FROM "
-    " (SELECT a.tenant, a.state, sum(a.gpu_count) AS gpus FROM allocations AS a "
+    "(SELECT coalesce(json_agg(json_build_array(u.tenant, u.state, p.gpu_product, c.region, u.gpus)), '[]') FROM "
+    " (SELECT a.tenant, a.state, a.node_id AS node, sum(a.gpu_count) AS gpus FROM allocations AS a "
     f"  WHERE (a.state IN ({_sql_list((*IN_FLIGHT_STATES, 'active'))}) OR (a.state = 'releasing' AND EXISTS "
     "   (SELECT 1 FROM allocation_resource_claims AS h WHERE h.allocation_id = a.id AND h.released_at IS NULL))) "
     "   AND a.id <> :exclude "
-    "  GROUP BY a.tenant, a.state "
-    "  UNION ALL SELECT q.tenant, 'placing', sum(q.gpu_count) FROM queue_entries AS q "
-    "  WHERE q.node IS NOT NULL AND q.allocation_id <> :exclude GROUP BY q.tenant) AS u), "
+    "  GROUP BY a.tenant, a.state, a.node_id "
+    "  UNION ALL SELECT q.tenant, 'placing', q.node, sum(q.gpu_count) FROM queue_entries AS q "
+    "  WHERE q.node IS NOT NULL AND q.allocation_id <> :exclude GROUP BY q.tenant, q.node) AS u "
+    " LEFT JOIN nodes AS n ON n.name = u.node LEFT JOIN pools AS p ON p.id = n.pool_id "
+    " LEFT JOIN clusters AS c ON c.name = p.cluster), "
     "(SELECT coalesce(json_agg(json_build_array(p.node, p.id, p.gpus) ORDER BY p.id), '[]') FROM "
     " (SELECT a.node_id AS node, a.id, a.gpu_count AS gpus "
     f"  FROM allocations AS a WHERE :pending AND a.state IN ({_sql_list(PLANNING_STATES)}) "
@@ -497,8 +563,9 @@ def with_usage(snapshot: Snapshot, live: LiveState) -> Snapshot:
     snapshot = snapshot.with_tenants(
         dataclasses.replace(
             tenant,
-            active_gpus=live.usage.get(tenant.name, (0, 0))[0],
-            in_flight_gpus=live.usage.get(tenant.name, (0, 0))[1],
+            active_gpus=(usage := live.usage.get(tenant.name, NO_USAGE)).active,
+            in_flight_gpus=usage.in_flight,
+            held=usage.held,
         )
         for tenant in snapshot.tenants.values()
     )

@@ -160,7 +160,7 @@ async def create_allocation(
         snapshot = (await app.inventory.inventory(session)).snapshot
         check_admissible(snapshot, body)  # no host that big: 422 as well
         wait = await queue_wait(session, tenant_row, body)  # its queue timeout and priority: 422 if not allowed
-        if wait is None or body.gpu_count > queue_ceiling(snapshot, tenant_row):
+        if wait is None or body.gpu_count > queue_ceiling(snapshot, tenant_row, body.placement_request(tenant)):
             await check_quota(session, snapshot, body)  # over quota now: 409 (one that waits and could fit waits)
     await app.control.require_worker()
 

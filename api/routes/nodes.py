@@ -159,7 +159,9 @@ async def cordon(node: NodePath, caller: Admin, app: App) -> NodeInfo:
 @router.post("/{node}/uncordon", response_model=NodeInfo, responses=error_responses(401, 403, 404, 409, 422))
 async def uncordon(node: NodePath, caller: Admin, app: App) -> NodeInfo:
     """Let the node take allocations again. Uncordoning a READY node changes nothing."""
-    return await _set_status(app, node, NodeStatus.READY.value)
+    info = await _set_status(app, node, NodeStatus.READY.value)
+    app.queue_walks.ask(f"node {node} uncordoned")
+    return info
 
 
 @router.post(
@@ -196,4 +198,6 @@ async def report(node: NodePath, body: NodeReport, caller: Reporter, app: App) -
     if not reply.send_host:
         app.heartbeats.confirm(node, body.topology, reply.approved)
     await app.heartbeats.maybe_flush(app.sessions)
+    # Not a heartbeat: the agent (re)started, or its host or approval changed, so its node may take work again.
+    app.queue_walks.ask(f"node {node} reported")
     return reply

@@ -28,8 +28,16 @@ async def list_queues(
     caller: Caller,
     app: App,
     region: Annotated[Name | None, Query(description="Only this region's queue.")] = None,
+    pool: Annotated[
+        str | None,
+        Query(
+            max_length=507,
+            description="`<cluster>/<pool>`: only the requests this pool could serve, at their places in its "
+            "region's queue.",
+        ),
+    ] = None,
 ) -> QueueList:
     """Every region's queue (regions with waiting requests, or the one asked for), in admission order: priority,
     then the tenant's weighted share, then arrival. A tenant sees its own requests only, placed among everyone's."""
     async with app.sessions() as session:
-        return await queue_view.queues(session, app.inventory, caller, region)
+        return await queue_view.queues(session, app.inventory, caller, region, pool)

@@ -4,7 +4,7 @@ must change nothing. Against the real database."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
@@ -16,7 +16,7 @@ from fleet.loader import load_fleet
 from scheduler.bundles import Bundle
 from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
-from store.models import AllocationEventRow, ClaimRow, SlotRow
+from store.models import AllocationEventRow, ClaimRow, SlotRow, TenantRow
 
 
 def _bundle(index: int) -> Bundle:
@@ -25,11 +25,20 @@ def _bundle(index: int) -> Bundle:
                   private_ip=None)  # fmt: skip
 
 
-async def test_claims_and_records_are_idempotent_and_conflicts_are_typed(sessions, examples_dir) -> None:
+async def _example_fleet(
+    sessions, examples_dir, **acme: object
+) -> tuple[ActivityEnvironment, RecordActivities, ClaimActivities]:  # type: ignore[no-untyped-def]
+    """The example fleet applied (tenant acme's row changed by `acme`), its hosts reported, and the activities."""
     async with sessions.begin() as session:
         await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+        if acme:
+            await session.execute(update(TenantRow).where(TenantRow.name == "acme").values(**acme))
     await report_hosts(sessions, load_fleet([examples_dir / "fleet.yaml"]))
-    env, records, claims = ActivityEnvironment(), RecordActivities(sessions), ClaimActivities(sessions)
+    return ActivityEnvironment(), RecordActivities(sessions), ClaimActivities(sessions)
+
+
+async def test_claims_and_records_are_idempotent_and_conflicts_are_typed(sessions, examples_dir) -> None:
+    env, records, claims = await _example_fleet(sessions, examples_dir)
     for allocation in ("a", "b"):
         record = AllocationRecord(allocation_id=allocation, tenant="acme", workflow_id=f"allocation/{allocation}",
                                   request=PlacementRequest(gpu_count=2))  # fmt: skip
@@ -60,13 +69,33 @@ async def test_claims_and_records_are_idempotent_and_conflicts_are_typed(session
 
 
 async def test_quota_is_rechecked_when_claiming(sessions, examples_dir) -> None:
-    async with sessions.begin() as session:
-        await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
-    await report_hosts(sessions, load_fleet([examples_dir / "fleet.yaml"]))
-    env, records, claims = ActivityEnvironment(), RecordActivities(sessions), ClaimActivities(sessions)
+    env, records, claims = await _example_fleet(sessions, examples_dir)
     big = AllocationRecord(allocation_id="big", tenant="globex", workflow_id="w", request=PlacementRequest(gpu_count=9))
     await env.run(records.record_trail, AuditTrail(opening=big))
     with pytest.raises(ApplicationError, match=r"would exceed its GPU quota: .* > quota 8") as refused:
         await env.run(claims.record_claims, ClaimInput(allocation_id="big", attempt=1, node="j22u05", tenant="globex",
                                                        gpu_count=9, bundles=[_bundle(0)]))  # fmt: skip
     assert refused.value.type == "QuotaExceeded"
+
+
+async def test_a_products_quota_in_a_region_is_rechecked_when_claiming(sessions, examples_dir) -> None:
+    """Two placements decided on one snapshot cannot both take the last of a tenant's H200 quota in us-east: the
+    claim re-checks it under the tenant's lock, against the claims' node's product and region."""
+    quota = {"product": "H200", "region": "us-east", "nominal": 3, "borrowing_limit": None, "lending_limit": None}
+    env, records, claims = await _example_fleet(sessions, examples_dir, quotas=[quota])
+    for allocation, slots in (("first", [0, 1]), ("second", [2, 3])):
+        record = AllocationRecord(allocation_id=allocation, tenant="acme", workflow_id=f"allocation/{allocation}",
+                                  request=PlacementRequest(gpu_count=2))  # fmt: skip
+        await env.run(records.record_trail, AuditTrail(opening=record))
+        change = StateChange(
+            allocation_id=allocation, run_id="r1", state="claiming", step="record_claims", attempt=1, node="j22u05"
+        )
+        await env.run(records.record_trail, AuditTrail(changes=[change]))
+        claim = ClaimInput(allocation_id=allocation, attempt=1, node="j22u05", tenant="acme", gpu_count=2,
+                           bundles=[_bundle(i) for i in slots])  # fmt: skip
+        if allocation == "first":
+            await env.run(claims.record_claims, claim)
+    with pytest.raises(ApplicationError) as refused:
+        await env.run(claims.record_claims, claim)
+    assert refused.value.type == "QuotaExceeded"
+    assert refused.value.message == "tenant acme would exceed its H200 in us-east quota: 2 held + 2 requested > quota 3"

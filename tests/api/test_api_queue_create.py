@@ -89,3 +89,38 @@ async def test_the_tenants_default_timeout_makes_a_request_wait_and_the_default_
     assert (await stack.http.post(f"/v1/allocations/{waiting['id']}/cancel", headers=stack.globex)).status_code == 202
     assert (await stack.wait_for(waiting["id"], "cancelled"))["queue"] is None
     assert (await stack.http.delete(f"/v1/allocations/{first['id']}", headers=stack.globex)).status_code == 202
+
+
+async def test_a_fleet_apply_that_raises_the_quota_places_a_waiting_request_without_waiting_for_a_release(
+    stack: Stack,
+) -> None:
+    """The apply asks for a walk of the queues (`queue-walk/<control queue>`): nothing else would place it here (no
+    release comes, and the tests run no reconciler schedule)."""
+    status, holder = await _create(stack, {"gpu_count": 2, "nodes": ["small"]}, stack.globex)
+    assert status == 202
+    await stack.wait_for(holder["id"], "active")
+    status, waiting = await _create(
+        stack, {"gpu_count": 1, "queue": {"timeout": "10m"}, "nodes": ["big"]}, stack.globex
+    )
+    assert status == 202
+    assert (await stack.wait_for(waiting["id"], "queued"))["queue"]["code"] == "quota_exceeded"
+
+    raised = "apiVersion: berth.dev/v1alpha1\nkind: Tenant\nmetadata: {name: globex}\nspec: {gpuQuota: 3}\n"
+    applied = await stack.http.put("/v1/fleet", content=raised, headers=stack.admin)
+    assert applied.status_code == 200, applied.text
+    assert (await stack.wait_for(waiting["id"], "active"))["node"] == "big"
+    for allocation in (holder, waiting):
+        assert (await stack.http.delete(f"/v1/allocations/{allocation['id']}", headers=stack.globex)).status_code == 202
+
+
+async def test_uncordoning_a_node_places_a_request_waiting_for_capacity_on_it(stack: Stack) -> None:
+    assert (await stack.http.post("/v1/nodes/big/cordon", headers=stack.admin)).status_code == 200
+    holder = await stack.create(2, nodes=["small"])
+    await stack.wait_for(holder, "active")
+    waiting = await stack.create(2, queue={"timeout": "10m"})  # small is full, big cordoned, slow too small
+    assert (await stack.wait_for(waiting, "queued"))["queue"]["code"] == "insufficient_capacity"
+
+    assert (await stack.http.post("/v1/nodes/big/uncordon", headers=stack.admin)).status_code == 200
+    assert (await stack.wait_for(waiting, "active"))["node"] == "big"
+    for allocation in (holder, waiting):
+        assert (await stack.http.delete(f"/v1/allocations/{allocation}", headers=stack.acme)).status_code == 202

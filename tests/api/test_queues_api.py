@@ -54,8 +54,15 @@ def _doc(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def queue_fleet() -> str:
-    """Region `lab` (the lab fleet's `small` and `big`), region `east` (`e1`), three tenants, two PriorityClasses."""
+    """Region `lab` (the lab fleet's `small` and `big`, and an empty A100 pool), region `east` (`e1`), three
+    tenants, two PriorityClasses."""
     lab = lab_fleet({"small": {"gpus": 2}, "big": {"gpus": 4}})
+    lab_documents = list(yaml.safe_load_all(lab))
+    for document in lab_documents:  # and a pool of another product with no node yet: it serves none of the queue
+        if document["kind"] == "InferenceCluster":
+            a100 = {"name": "a100", "className": "h200", "shape": "gpu_slice", "gpuProduct": "A100", "nodes": []}
+            document["spec"]["nodePools"].append(a100)
+    lab = yaml.safe_dump_all(lab_documents, sort_keys=False)
     east = [d for d in yaml.safe_load_all(lab_fleet({"e1": {"gpus": 4}})) if d["kind"] == "InferenceCluster"]
     cluster = east[0]
     cluster["metadata"]["name"], cluster["spec"]["region"] = "east-1", "east"
@@ -238,6 +245,30 @@ async def test_the_region_filter_and_an_unknown_region(api: tuple[httpx.AsyncCli
     assert hidden.status_code == 422 and hidden.json()["error"]["details"][0]["choices"] == ["lab"]
     unauthenticated = await http.get("/v1/queues")
     assert unauthenticated.status_code == 401
+
+
+async def test_the_pool_filter_shows_what_a_pool_could_serve_at_its_places_in_the_regions_queue(
+    api: tuple[httpx.AsyncClient, Who],
+) -> None:
+    http, who = api
+    slices = (await _queues(http, who["admin"], pool="lab-1/slices"))["regions"]
+    assert [(r["region"], r["length"]) for r in slices] == [("lab", 5)]
+    assert [e["allocation_id"] for e in slices[0]["entries"]] == LAB_ORDER
+    a100 = (await _queues(http, who["admin"], pool="lab-1/a100"))["regions"]
+    assert [(r["region"], r["length"], r["entries"]) for r in a100] == [("lab", 5, [])]  # every request wants H200
+    mine = (await _queues(http, who["globex"], pool="lab-1/slices"))["regions"][0]["entries"]
+    assert [(e["position"], e["allocation_id"]) for e in mine] == [(3, "g-first"), (4, "g-second")]
+
+    response = await http.get("/v1/queues", params={"pool": "lab-1/gpus"}, headers=who["admin"])
+    assert response.status_code == 422 and response.json()["error"]["code"] == "unknown_pool"
+    assert response.json()["error"]["message"] == (
+        "pool 'lab-1/gpus' does not exist in the fleet; choose one of: east-1/slices, lab-1/a100, lab-1/slices"
+    )
+    response = await http.get("/v1/queues", params={"pool": "east-1/slices"}, headers=who["initech"])
+    assert response.status_code == 422 and response.json()["error"]["code"] == "unknown_pool"  # not its region
+    response = await http.get("/v1/queues", params={"pool": "east-1/slices", "region": "lab"}, headers=who["admin"])
+    assert response.status_code == 422
+    assert response.json()["error"]["message"] == "pool east-1/slices is in region east, not lab"
 
 
 async def test_an_allocation_tells_its_place_in_the_queue(api: tuple[httpx.AsyncClient, Who]) -> None:

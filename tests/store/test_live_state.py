@@ -11,7 +11,7 @@ from fleet.loader import parse_fleet
 from scheduler.breaker import BreakerPolicy
 from store.apply import apply_fleet
 from store.models import AllocationEventRow, AllocationRow, ClaimRow, SlotRow, TenantRow
-from store.snapshot import load_live_state
+from store.snapshot import TenantUsage, load_live_state
 from tests.workflows.lab import lab_fleet
 
 
@@ -59,9 +59,13 @@ async def test_one_read_returns_every_part_of_the_live_state(sessions) -> None:
 
     assert live.holders == {slots[("h1", 0)]: "held", slots[("h1", 1)]: "held"}  # released claims are not held
     assert live.unavailable == {slots[("h2", 3)]: "quarantined"}
-    assert live.usage == {"acme": (2, 3), "other": (0, 3)}  # `me` is left out of its own request's usage
+    # `me` is left out of its own request's usage; GPUs placed on a node count for its product and region
+    assert live.usage == {
+        "acme": TenantUsage(active=2, in_flight=3, held=(("H200", "lab", 5),)),
+        "other": TenantUsage(active=0, in_flight=3),
+    }
     assert live.plans == {"h2": [("planning-a", 2), ("planning-b", 1)]}  # in id order, without `me`
     # h1: its own failure and one whose reason only looks like a claim conflict; h2: the unexplained one only
     assert {node: c.failures for node, c in live.cooling.items()} == {"h1": 2}
     assert without_plans.plans == {} and without_plans.cooling == {}
-    assert without_plans.usage == {"acme": (2, 4), "other": (0, 3)}
+    assert {t: (u.active, u.in_flight) for t, u in without_plans.usage.items()} == {"acme": (2, 4), "other": (0, 3)}

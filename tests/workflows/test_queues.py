@@ -219,6 +219,25 @@ async def test_a_request_over_its_tenants_quota_waits_for_the_tenants_own_gpus(
         await _release(lab, n("over-quota"))
 
 
+async def test_a_request_over_its_products_quota_waits_for_that_products_gpus(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    n = _namer()
+    tenants = {"acme": {"gpuQuota": 64, "quotas": [{"product": "H200", "region": "lab", "nominal": 3}]}}
+    fleet = lab_fleet({"one": {"gpus": 4}, "two": {"gpus": 4}}, tenants=tenants)
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
+        await _hold(lab, n("holder"), gpus=2)
+        waiting = await lab.allocate(n("over-h200"), gpus=2, queue=WAIT)
+        await lab.wait_for_state(waiting, "queued")  # the fleet has room: the H200 quota in lab has not
+        entry = (await _entries(lab))[n("over-h200")]
+        assert entry.code == "quota_exceeded"
+        assert "would exceed its H200 in lab quota: 2 held + 2 requested > quota 3" in (entry.reason or "")
+
+        await _release(lab, n("holder"))
+        await lab.wait_for_state(waiting, "active")
+        await _release(lab, n("over-h200"))
+
+
 async def test_a_tenant_borrows_its_cohorts_unused_quota_is_marked_so_and_waits_when_the_cohort_has_none_left(
     temporal_client, sessions, tmp_path: Path
 ) -> None:
