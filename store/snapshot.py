@@ -131,30 +131,28 @@ def holds_gpus() -> ColumnElement[bool]:
 
 
 def _usage_query(exclude_allocation: str | None) -> Select[Any]:
-    """GPUs per tenant, state and the product and region of the node they are placed on (none yet: NULL); a
+    """GPUs per tenant, state, and the product and region of the nodes they are placed on (none yet: NULL); a
     queued request a pass set a node aside for counts as in flight."""
     holding = (
         select(
             AllocationRow.tenant.label("tenant"),
             AllocationRow.state.label("state"),
             AllocationRow.node_id.label("node"),
-            func.sum(AllocationRow.gpu_count).label("gpus"),
+            AllocationRow.gpu_count.label("gpus"),
         )
         .where(holds_gpus())
         .where(AllocationRow.id != (exclude_allocation or ""))
-        .group_by(AllocationRow.tenant, AllocationRow.state, AllocationRow.node_id)
     )
-    admitted = (
-        select(QueueEntryRow.tenant, literal("placing"), QueueEntryRow.node, func.sum(QueueEntryRow.gpu_count))
-        .where(QueueEntryRow.node.is_not(None), QueueEntryRow.allocation_id != (exclude_allocation or ""))
-        .group_by(QueueEntryRow.tenant, QueueEntryRow.node)
+    admitted = select(QueueEntryRow.tenant, literal("placing"), QueueEntryRow.node, QueueEntryRow.gpu_count).where(
+        QueueEntryRow.node.is_not(None), QueueEntryRow.allocation_id != (exclude_allocation or "")
     )
     usage = union_all(holding, admitted).subquery()
     return (
-        select(usage.c.tenant, usage.c.state, PoolRow.gpu_product, ClusterRow.region, usage.c.gpus)
+        select(usage.c.tenant, usage.c.state, PoolRow.gpu_product, ClusterRow.region, func.sum(usage.c.gpus))
         .outerjoin(NodeRow, NodeRow.name == usage.c.node)
         .outerjoin(PoolRow, PoolRow.id == NodeRow.pool_id)
         .outerjoin(ClusterRow, ClusterRow.name == PoolRow.cluster)
+        .group_by(usage.c.tenant, usage.c.state, PoolRow.gpu_product, ClusterRow.region)
     )
 
 
@@ -456,16 +454,17 @@ _LIVE_STATE = text(
     " FROM allocation_resource_claims AS c WHERE c.released_at IS NULL), "
     "(SELECT coalesce(json_agg(json_build_array(s.id, s.state)), '[]') "
     " FROM node_resource_slots AS s WHERE s.state <> 'available'), "
-    "(SELECT coalesce(json_agg(json_build_array(u.tenant, u.state, p.gpu_product, c.region, u.gpus)), '[]') FROM "
-    " (SELECT a.tenant, a.state, a.node_id AS node, sum(a.gpu_count) AS gpus FROM allocations AS a "
-    f"  WHERE (a.state IN ({_sql_list((*IN_FLIGHT_STATES, 'active'))}) OR (a.state = 'releasing' AND EXISTS "
-    "   (SELECT 1 FROM allocation_resource_claims AS h WHERE h.allocation_id = a.id AND h.released_at IS NULL))) "
-    "   AND a.id <> :exclude "
-    "  GROUP BY a.tenant, a.state, a.node_id "
-    "  UNION ALL SELECT q.tenant, 'placing', q.node, sum(q.gpu_count) FROM queue_entries AS q "
-    "  WHERE q.node IS NOT NULL AND q.allocation_id <> :exclude GROUP BY q.tenant, q.node) AS u "
-    " LEFT JOIN nodes AS n ON n.name = u.node LEFT JOIN pools AS p ON p.id = n.pool_id "
-    " LEFT JOIN clusters AS c ON c.name = p.cluster), "
+    "(SELECT coalesce(json_agg(json_build_array(g.tenant, g.state, g.product, g.region, g.gpus)), '[]') FROM "
+    " (SELECT u.tenant, u.state, p.gpu_product AS product, c.region, sum(u.gpus) AS gpus FROM "
+    "  (SELECT a.tenant, a.state, a.node_id AS node, a.gpu_count AS gpus FROM allocations AS a "
+    f"   WHERE (a.state IN ({_sql_list((*IN_FLIGHT_STATES, 'active'))}) OR (a.state = 'releasing' AND EXISTS "
+    "    (SELECT 1 FROM allocation_resource_claims AS h WHERE h.allocation_id = a.id AND h.released_at IS NULL))) "
+    "    AND a.id <> :exclude "
+    "   UNION ALL SELECT q.tenant, 'placing', q.node, q.gpu_count FROM queue_entries AS q "
+    "   WHERE q.node IS NOT NULL AND q.allocation_id <> :exclude) AS u "
+    "  LEFT JOIN nodes AS n ON n.name = u.node LEFT JOIN pools AS p ON p.id = n.pool_id "
+    "  LEFT JOIN clusters AS c ON c.name = p.cluster "
+    "  GROUP BY u.tenant, u.state, p.gpu_product, c.region) AS g), "
     "(SELECT coalesce(json_agg(json_build_array(p.node, p.id, p.gpus) ORDER BY p.id), '[]') FROM "
     " (SELECT a.node_id AS node, a.id, a.gpu_count AS gpus "
     f"  FROM allocations AS a WHERE :pending AND a.state IN ({_sql_list(PLANNING_STATES)}) "

@@ -9,12 +9,18 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowFailureError
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 
+from fleet.loader import parse_fleet
 from store import queue
+from store.apply import apply_fleet
 from store.models import AllocationRow
 from tests.workflows.lab import Lab, lab_fleet, running_lab
 from workflows import allocation_client
 from workflows.allocation_messages import QueueWait
+from workflows.queue_walk import QueueWalkWorkflow
+from workflows.queue_walk_client import walk_queues
 from workflows.search_attributes import STATE
 
 WAIT = QueueWait(timeout_seconds=600)
@@ -236,6 +242,31 @@ async def test_a_request_over_its_products_quota_waits_for_that_products_gpus(
         await _release(lab, n("holder"))
         await lab.wait_for_state(waiting, "active")
         await _release(lab, n("over-h200"))
+
+
+async def test_a_walk_asked_for_from_outside_places_what_now_fits_and_its_history_replays(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    """`walk_queues` (what the API and `berth apply` call after a change): here the change is a quota raised by an
+    apply written straight to PostgreSQL, which nothing else announces (no release comes; the tests run no
+    reconciler schedule)."""
+    n = _namer()
+    fleet = lab_fleet({"one": {"gpus": 4}}, quota=2)
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
+        await _hold(lab, n("holder"), gpus=2)
+        waiting = await lab.allocate(n("over-quota"), gpus=2, queue=WAIT)
+        await lab.wait_for_state(waiting, "queued")
+        async with lab.sessions.begin() as session:
+            await apply_fleet(session, parse_fleet([("fleet.yaml", lab_fleet({"one": {"gpus": 4}}, quota=4))]))
+
+        await walk_queues(temporal_client, lab.queues, "quota raised")
+        await lab.wait_for_state(waiting, "active")
+        walk = temporal_client.get_workflow_handle(f"queue-walk/{lab.queues.control}")
+        assert await walk.result() >= 1
+        history = await walk.fetch_history()
+        await _release(lab, n("holder"))
+        await _release(lab, n("over-quota"))
+    await Replayer(workflows=[QueueWalkWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
 
 
 async def test_a_tenant_borrows_its_cohorts_unused_quota_is_marked_so_and_waits_when_the_cohort_has_none_left(
