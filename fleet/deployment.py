@@ -47,6 +47,13 @@ class PlacementStrategy(StrEnum):
     SPREAD = "spread"  # the fitting pool left with the most free nodes
 
 
+class ScaleDownOrder(StrEnum):
+    """Which replicas a scale-down removes first."""
+
+    MODELPLANE = "Modelplane"  # the most loaded cluster, then the later cluster name, then the highest index
+    HEALTH = "Health"  # in error, then starting, then ready; each by Modelplane's order (GPUStack's)
+
+
 class CelSelector(Spec):
     cel: str = Field(min_length=1, description="A DRA CEL expression evaluated against one device.")
 
@@ -236,6 +243,12 @@ class TemplateSpec(Spec):
         default=False,
         description="Berth addition (seed 003's NodeGroupSizeFilter): every replica's engine on one node group "
         "(pool) of one cluster with enough free nodes for all replicas (or minReplicas of them).",
+    )
+    scale_down_order: ScaleDownOrder = Field(
+        default=ScaleDownOrder.MODELPLANE,
+        description="Berth addition (seed 001, GPUStack's order): `Health` removes replicas in error first, then "
+        "those still starting, then ready ones, each by Modelplane's order; `Modelplane` (the default) by its order "
+        "alone.",
     )
     model_cache_ref: ModelCacheRef | None = None
     serving: Serving | None = None

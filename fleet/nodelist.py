@@ -7,7 +7,9 @@ device of driver gpu.nvidia.com with the GPU count, a `productName` attribute an
 missing any of the three labels, or carrying one that is not a number where a number belongs, is reported, not
 guessed: it joins no pool. MIG-partitioned nodes (GFD's `nvidia.com/mig.strategy`, `nvidia.com/mig-<profile>.count`
 labels, or a product ending in `-MIG-<profile>`) form groups of their own whose classes publish MIG devices, never
-whole GPUs. Capabilities (vllm, sglang, ...) come from `capabilities.berth.dev/<name>: "true"` node labels and from
+whole GPUs. Where the GPU operator's MIG manager labels the node (`nvidia.com/mig.config`,
+`nvidia.com/mig.config.state`), it decides, as KAITO reads it: MIG only once a layout other than a disabled one is
+applied (`success`); `pending`, `rebooting` and `failed` are not MIG yet, and the node offers whole GPUs. Capabilities (vllm, sglang, ...) come from `capabilities.berth.dev/<name>: "true"` node labels and from
 the operator (`--capabilities`).
 """
 
@@ -33,6 +35,12 @@ GPU_DRIVER = "gpu.nvidia.com"
 CAPABILITY_PREFIX = "capabilities.berth.dev/"
 # GPU Feature Discovery's MIG labels: the strategy, and per MIG profile its device count and memory (MiB).
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+# The GPU operator's MIG manager: the layout asked for (`all-1g.5gb`, `all-balanced`, `all-disabled`, ...) and how
+# applying it went. KAITO reads a node as MIG-partitioned only once a non-disabled layout is applied (`success`);
+# while it is `pending`, `rebooting` or `failed` the node is not (yet) MIG.
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
+MIG_CONFIG_STATES = ("success", "pending", "rebooting", "failed")
 MIG_PROFILE_LABEL = re.compile(r"^nvidia\.com/mig-(?P<profile>[^/]+)\.(?P<field>count|memory)$")
 
 
@@ -190,10 +198,30 @@ def _group_key(labels: Mapping[str, Any]) -> NodeGroupKey | str:
     if not memory.isdigit() or int(memory) == 0:
         return f"{MEMORY_LABEL}={memory!r} is not a positive whole number of MiB"
     product = str(labels[PRODUCT_LABEL])
-    mig = _mig_devices(labels, product, int(count), int(memory))
+    layout = _mig_layout(labels)
+    if isinstance(layout, str):
+        return layout
+    mig = _mig_devices(labels, product, int(count), int(memory)) if layout is not False else ()
     if isinstance(mig, str):
         return mig
+    if layout is True and not mig:
+        return (
+            f"{MIG_CONFIG_LABEL}={labels[MIG_CONFIG_LABEL]!r} is applied, but GPU Feature Discovery publishes no MIG "
+            f"device ({MIG_STRATEGY_LABEL}, nvidia.com/mig-<profile>.count)"
+        )
     return NodeGroupKey(product=product, count=int(count), memory_mib=int(memory), mig=mig)
+
+
+def _mig_layout(labels: Mapping[str, Any]) -> bool | None | str:
+    """What the MIG manager says: True (a MIG layout is applied), False (none: disabled, or not applied yet), None
+    (no MIG manager label: GFD's labels alone decide), or why its labels cannot be read."""
+    layout = labels.get(MIG_CONFIG_LABEL)
+    if layout is None:
+        return None
+    state = str(labels.get(MIG_CONFIG_STATE_LABEL, ""))
+    if state not in MIG_CONFIG_STATES:
+        return f"{MIG_CONFIG_STATE_LABEL}={state!r} is not one of {', '.join(MIG_CONFIG_STATES)}"
+    return "disabled" not in str(layout).lower() and state == "success"
 
 
 def _mig_product(product: str, profile: str) -> str:

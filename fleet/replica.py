@@ -19,6 +19,7 @@ would cost: a member without device requests claims nothing and costs no nodes.
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import (
@@ -39,6 +40,24 @@ DEPLOYMENT_LABEL = "modelplane.ai/deployment"
 CLUSTER_LABEL = "modelplane.ai/cluster"
 INDEX_LABEL = "modelplane.ai/replica-index"
 MEMBER_NODES_ANNOTATION = "berth.dev/member-nodes"
+
+
+class ReplicaHealth(StrEnum):
+    ERROR = "error"
+    STARTING = "starting"
+    READY = "ready"
+
+
+# Crossplane's condition reasons for a composite that failed (crossplane-runtime's ReasonReconcileError) or was
+# available and is no longer (ReasonUnavailable); `Creating` and `Deleting` are neither.
+ERROR_REASONS = frozenset({"ReconcileError", "Unavailable"})
+
+
+def ready_status(ready: bool) -> dict[str, Any]:
+    """The `status` Berth writes on the replicas it records: Ready True once its workload is ready, else Creating."""
+    condition = {"type": "Ready", "status": "True", "reason": "Available"} if ready else {
+        "type": "Ready", "status": "False", "reason": "Creating"}  # fmt: skip
+    return {"conditions": [condition]}
 
 
 class Observed(BaseModel):
@@ -168,6 +187,22 @@ class ModelReplica(Observed):
     @property
     def cluster(self) -> str | None:
         return self.spec.cluster_name or self.metadata.labels.get(CLUSTER_LABEL)
+
+    @property
+    def health(self) -> ReplicaHealth:
+        """From `status.conditions`, as a Crossplane composite (Modelplane's ModelReplica) publishes them: `Ready`
+        True is ready; a `Synced` or `Ready` condition False with an error reason (`ReconcileError`, `Unavailable`)
+        is in error; anything else (no condition yet, `Ready` False while `Creating`, Unknown) is still starting."""
+        conditions = (self.status or {}).get("conditions") or []
+        by_type = {c.get("type"): c for c in conditions if isinstance(c, dict)}
+        if any(
+            by_type.get(kind, {}).get("status") == "False" and by_type[kind].get("reason") in ERROR_REASONS
+            for kind in ("Synced", "Ready")
+        ):
+            return ReplicaHealth.ERROR
+        if by_type.get("Ready", {}).get("status") == "True":
+            return ReplicaHealth.READY
+        return ReplicaHealth.STARTING
 
     @property
     def index(self) -> int:

@@ -23,7 +23,7 @@ from fleet.cache import cache_key
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
 from fleet.model_cache import ModelCache
-from fleet.replica import DEPLOYMENT_LABEL, ModelReplica
+from fleet.replica import DEPLOYMENT_LABEL, ModelReplica, ready_status
 from store.models import (
     ClusterRow,
     InferenceClassRow,
@@ -138,12 +138,17 @@ async def load_caches(session: AsyncSession) -> dict[str, ModelCache]:
 async def recorded_replicas(
     session: AsyncSession, exclude_deployment: tuple[str, str] | None = None
 ) -> list[ModelReplica]:
-    """Every recorded replica (but those of the excluded (namespace, name) deployment): capacity they hold."""
-    query = select(ModelReplicaRow.spec)
+    """Every recorded replica (but those of the excluded (namespace, name) deployment): capacity they hold, with its
+    readiness as its replica workflow last recorded it (Ready True once ready; a replica in error is removed by its
+    workflow, so none is recorded as one)."""
+    query = select(ModelReplicaRow.spec, ModelReplicaRow.state)
     if exclude_deployment is not None:
         namespace, name = exclude_deployment
         query = query.where(~((ModelReplicaRow.namespace == namespace) & (ModelReplicaRow.deployment == name)))
-    return [ModelReplica.model_validate(spec) for spec in (await session.scalars(query)).all()]
+    return [
+        ModelReplica.model_validate({**spec, "status": ready_status(state == "ready")})
+        for spec, state in (await session.execute(query)).all()
+    ]
 
 
 async def save_deployment(

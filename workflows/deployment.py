@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         ReplicaRef,
         WorkloadRef,
     )
+    from fleet.replica import ready_status
     from scheduler.fleet.results import FleetPlan, ReplicaPlacement
     from workflows import search_attributes as sa
     from workflows.cancellation import wait_unless_cancelled
@@ -138,7 +139,11 @@ class DeploymentWorkflow:
         await self.publish("reconciling")
         planned: PlannedDeployment = await workflow.execute_activity(
             steps.plan_deployment,
-            PlanDeploymentInput(deployment=self.manifest, own_replicas=[r.manifest for r in self.live_replicas()]),
+            PlanDeploymentInput(
+                deployment=self.manifest,
+                # with each replica's readiness, for a scale-down that removes those still starting first
+                own_replicas=[{**r.manifest, "status": ready_status(r.phase == "ready")} for r in self.live_replicas()],
+            ),
             task_queue=self.input.queues.control,
             summary=f"plan {self.qualified_name}",
             **CONTROL_CALL,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleet.deployment import DeviceRequest, ModelDeployment, PlacementStrategy, Role, Toleration
+from fleet.deployment import DeviceRequest, ModelDeployment, PlacementStrategy, Role, ScaleDownOrder, Toleration
 from scheduler.cel.quantity import Quantity, QuantityError, parse_quantity
 
 
@@ -55,6 +55,7 @@ class Demand:
     engines: tuple[EngineDemand, ...]
     single_cluster: bool = False  # every replica on one cluster (seed 002)
     homogeneous: bool = False  # each engine of every replica on one node group (pool) of one cluster (seed 003)
+    scale_down_order: ScaleDownOrder = ScaleDownOrder.MODELPLANE  # which replicas a scale-down removes first
 
     @property
     def together(self) -> bool:
@@ -106,6 +107,7 @@ def compile_demand(deployment: ModelDeployment) -> Demand:
         engines=tuple(engines),
         single_cluster=template.single_cluster,
         homogeneous=template.homogeneous,
+        scale_down_order=template.scale_down_order,
     )
 
 

@@ -63,7 +63,7 @@ def schedule_deployment(
 
     selected = SelectedPools(by_name, demand.match_labels)
     retention = retain(demand, ours, by_name, selected, matcher)
-    scaled = scale_down(retention.kept, demand.replicas)
+    scaled = scale_down(retention.kept, demand.replicas, demand.scale_down_order)
     filled = Filled(placed=[], refusals={})
     kept_replicas, moved, refused = scaled.kept, [], None
     if demand.together:

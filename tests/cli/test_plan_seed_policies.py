@@ -339,3 +339,41 @@ def test_mig_partitioned_nodes_are_grouped_apart_and_never_count_as_whole_gpus(t
     code, fitted = plan_json(nodes, write(tmp_path, "mem.yaml", model("mem", replicas=3, members=by_memory)),
                              extra=("--cluster", "byo", "--gateway", "10.0.0.9"))  # fmt: skip
     assert [r["engines"][0]["pool"] for r in fitted["plans"][0]["replicas"]] == ["nvidia-a100-sxm4-40gb-8x40960mi"]
+
+
+def test_the_mig_managers_labels_decide_whether_a_node_is_mig_as_kaito_reads_them(tmp_path: Path) -> None:
+    """Seed 003 (KAITO): a node is MIG-partitioned when `nvidia.com/mig.config` names a layout other than a disabled
+    one and `nvidia.com/mig.config.state` is `success`; `pending` is not MIG yet."""
+    mixed = {"nvidia.com/mig.strategy": "mixed",
+             "nvidia.com/mig-1g.5gb.count": "56", "nvidia.com/mig-1g.5gb.memory": "4864"}  # fmt: skip
+
+    def manager(layout: str, state: str) -> dict[str, str]:
+        return {"nvidia.com/mig.config": layout, "nvidia.com/mig.config.state": state}
+
+    nodes = write(
+        tmp_path, "nodes.yaml",
+        node_list(
+            gfd_node("applied", A100, 8, 40960, **mixed, **manager("all-1g.5gb", "success")),
+            gfd_node("pending", A100, 8, 40960, **manager("all-1g.5gb", "pending")),
+            gfd_node("disabled", A100, 8, 40960, **manager("all-disabled", "success")),
+            gfd_node("unknown-state", A100, 8, 40960, **manager("all-1g.5gb", "done")),
+            gfd_node("unlabelled", A100, 8, 40960, **manager("all-1g.5gb", "success")),
+        ),
+    )  # fmt: skip
+    product = f'device.attributes["gpu.nvidia.com"].productName == "{A100}"'
+    members = [{"role": "Standalone",
+                "nodeSelector": {"devices": [{"name": "gpu", "count": 8, "selectors": [{"cel": product}]}]}}]  # fmt: skip
+    deployment = write(tmp_path, "d.yaml", model("m", replicas=3, members=members))
+    code, out = run("-f", nodes, "-f", deployment, "--cluster", "byo", "--gateway", "10.0.0.9", "--output", "json")
+    assert code == 0
+    reports, _, answer = out.partition("\n{")  # the skipped nodes (stderr, wrapped to the width), then the JSON
+    assert " ".join(reports.split()) == (
+        "skipped node unknown-state: nvidia.com/mig.config.state='done' is not one of success, pending, rebooting, "
+        "failed skipped node unlabelled: nvidia.com/mig.config='all-1g.5gb' is applied, but GPU Feature Discovery "
+        "publishes no MIG device (nvidia.com/mig.strategy, nvidia.com/mig-<profile>.count)"
+    )
+    plan = json.loads("{" + answer)["plans"][0]
+    # the pending and the disabled node offer whole GPUs (one replica each); the applied layout is MIG
+    assert [r["engines"][0]["pool"] for r in plan["replicas"]] == ["nvidia-a100-sxm4-40gb-8x40960mi"] * 2
+    message = plan["status"]["clusters"][0]["message"]
+    assert "pool nvidia-a100-sxm4-40gb-mig-56x1g-5gb: member 0 (Standalone): request 'gpu': no device" in message

@@ -122,6 +122,7 @@ def deployment(
     tolerations: Sequence[dict[str, str]] = (),
     requirements: Sequence[str] = (),
     strategy: str | None = None,
+    scale_down_order: str | None = None,
 ) -> ModelDeployment:
     spec: dict[str, Any] = {
         "engines": list(engines),
@@ -132,6 +133,8 @@ def deployment(
         spec["clusterSelector"] = {"matchLabels": match_labels}
     if strategy is not None:
         spec["placementStrategy"] = strategy
+    if scale_down_order is not None:
+        spec["scaleDownOrder"] = scale_down_order
     body: dict[str, Any] = {"replicas": replicas, "template": {"spec": spec}}
     if min_replicas is not None:
         body["minReplicas"] = min_replicas
@@ -148,8 +151,9 @@ def replica(
     *,
     name: str | None = None,
     worker_nodes: int = 1,
+    conditions: Sequence[dict[str, str]] | None = None,
 ) -> ModelReplica:
-    """engines: (engine name, copies, [(role, pinned pool, claims devices)])."""
+    """engines: (engine name, copies, [(role, pinned pool, claims devices)]); `conditions`: its status's."""
     return ModelReplica.model_validate(
         {
             "apiVersion": API,
@@ -181,6 +185,7 @@ def replica(
                     for engine_name, copies, members in engines
                 ],
             },
+            **({"status": {"conditions": list(conditions)}} if conditions is not None else {}),
         }
     )
 

@@ -152,6 +152,54 @@ def test_rule3_scale_down_drops_from_the_most_loaded_cluster_then_the_later_name
     assert where(result) == [("a", 0, "retained"), ("b", 0, "retained")]
 
 
+# Seed 001 (GPUStack's order, `scaleDownOrder: Health`): replicas in error first, then starting, then ready; among
+# equals Modelplane's rule 3. Health is read from the status conditions a Crossplane composite publishes.
+READY = [{"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
+         {"type": "Ready", "status": "True", "reason": "Available"}]  # fmt: skip
+STARTING = [{"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
+            {"type": "Ready", "status": "False", "reason": "Creating"}]  # fmt: skip
+ERROR = [{"type": "Synced", "status": "False", "reason": "ReconcileError"},
+         {"type": "Ready", "status": "False", "reason": "Creating"}]  # fmt: skip
+
+
+def test_scale_down_by_health_removes_replicas_in_error_then_starting_then_ready() -> None:
+    clusters = [cluster(n, [("h100", "h100-8x", 8)]) for n in ("a", "b", "c")]
+    existing = [
+        kept_replica("a", 0, conditions=READY),
+        kept_replica("a", 1, conditions=READY),
+        kept_replica("b", 0, conditions=STARTING),
+        kept_replica("c", 0, conditions=ERROR),
+    ]
+    by_health = plan(one_gpu_deployment(replicas=2, scale_down_order="Health"), clusters, KNOWN, existing)
+    assert [(d.name, d.message) for d in by_health.dropped] == [
+        ("llama-c-0", "scaled down to 2 replicas (error replicas first)"),
+        ("llama-b-0", "scaled down to 2 replicas (starting replicas first)"),
+    ]
+    assert where(by_health) == [("a", 0, "retained"), ("a", 1, "retained")]
+    # Modelplane's order (the default) removes the most loaded cluster's highest index first, whatever the health.
+    default = plan(one_gpu_deployment(replicas=2), clusters, KNOWN, existing)
+    assert [d.name for d in default.dropped] == ["llama-a-1", "llama-c-0"]
+
+
+def test_scale_down_by_health_among_equals_follows_modelplanes_order() -> None:
+    clusters = [cluster(n, [("h100", "h100-8x", 8)]) for n in ("a", "b")]
+    existing = [
+        kept_replica("a", 0, conditions=STARTING),
+        kept_replica("a", 1, conditions=STARTING),
+        kept_replica("b", 0, conditions=STARTING),
+        kept_replica("b", 1),  # no status yet: starting
+        kept_replica("b", 2, conditions=READY),
+    ]
+    result = plan(one_gpu_deployment(replicas=3, scale_down_order="Health"), clusters, KNOWN, existing)
+    # b holds three: its starting one of highest index goes first, then a and b hold two each: the later name, b
+    assert [d.name for d in result.dropped] == ["llama-b-1", "llama-b-0"]
+
+
+def test_an_unknown_scale_down_order_is_refused() -> None:
+    with pytest.raises(ValueError, match="scaleDownOrder"):
+        one_gpu_deployment(scale_down_order="Newest")
+
+
 # Rule 4: the ledger.
 
 
