@@ -93,13 +93,15 @@ def apply(
         fail(f"the database refused the apply: {exc.orig}")
     except (OSError, OperationalError, DBAPIError) as exc:
         fail(f"cannot reach the database: {exc}")
-    changed = any(change.action != "kept" for change in result.changes)
+    changed = result.changed()
     told = asyncio.run(_tell_deployments(Settings(), result.summary())) if changed else 0
     if output is OutputFormat.JSON:
         print_json({**result.model_dump(), "tenant_tokens": tokens, "deployments_told": told})
         return
     for change in result.changes:
-        style = {"created": "green", "updated": "yellow", "deleted": "red", "kept": "dim"}[change.action]
+        style = {"created": "green", "updated": "yellow", "deleted": "red", "kept": "dim", "carried": "dim"}[
+            change.action
+        ]
         console.print(styled("  {} {}/{}", Text(f"{change.action:>7}", style=style), change.kind, change.name))
     console.print(f"applied: {result.summary()}", highlight=False)
     if told is None:

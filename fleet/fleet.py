@@ -13,6 +13,7 @@ from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster, NodePool, PoolShape
 from fleet.model_cache import ModelCache
+from fleet.model_service import ModelService
 from fleet.node import Node
 from fleet.priority_class import PriorityClass
 from fleet.region import Region
@@ -44,6 +45,8 @@ class Fleet:
     replicas: dict[str, ModelReplica] = field(default_factory=dict)
     # ModelCaches, which constrain where a deployment with a modelCacheRef places new replicas (fleet/cache.py).
     caches: dict[str, ModelCache] = field(default_factory=dict)
+    # Modelplane's ModelServices (traffic routing): checked against the XRD and carried, never placed or applied.
+    services: dict[str, ModelService] = field(default_factory=dict)
     # What-if slot holds for offline `berth explain -f`; never applied to a database.
     slot_states: dict[str, SlotStateDocument] = field(default_factory=dict)
     # Kubernetes NodeLists of bring-your-own clusters (seed 003), as read; `fleet.byo` turns them into pools.

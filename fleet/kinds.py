@@ -8,6 +8,7 @@ from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
 from fleet.model_cache import ModelCache
+from fleet.model_service import ModelService
 from fleet.priority_class import PriorityClass
 from fleet.region import Region
 from fleet.replica import ModelReplica
@@ -23,5 +24,6 @@ KINDS: dict[str, type[BaseModel]] = {
     "ModelDeployment": ModelDeployment,
     "ModelReplica": ModelReplica,
     "ModelCache": ModelCache,
+    "ModelService": ModelService,
     "SlotState": SlotStateDocument,
 }

@@ -144,8 +144,11 @@ def parse_fleet(sources: Iterable[tuple[str | None, str]]) -> Fleet:
     return fleet
 
 
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
 def load_fleet(paths: Iterable[Path | str]) -> Fleet:
-    """Read and validate fleet files from disk (`-` is standard input)."""
+    """Read and validate fleet files from disk (`-` is standard input; a directory: its manifest files)."""
     sources: list[tuple[str | None, str]] = []
     for path in paths:
         if str(path) == "-":
@@ -154,10 +157,22 @@ def load_fleet(paths: Iterable[Path | str]) -> Fleet:
             sources.append(("<stdin>", sys.stdin.read()))
             continue
         file = Path(path)
-        try:
-            sources.append((str(file), file.read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            raise FleetError([FleetProblem(source=str(file), message="no such file")]) from None
-        except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-            raise FleetError([FleetProblem(source=str(file), message=f"cannot be read: {exc}")]) from None
+        if file.is_dir():  # as `kubectl apply -f DIR`: its .yaml, .yml and .json files, in name order, not recursive
+            files = sorted(p for p in file.iterdir() if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
+            if not files:
+                raise FleetError(
+                    [FleetProblem(source=str(file), message="is a directory with no .yaml, .yml or .json file")]
+                )
+            sources.extend(_read(f) for f in files)
+            continue
+        sources.append(_read(file))
     return parse_fleet(sources)
+
+
+def _read(file: Path) -> tuple[str, str]:
+    try:
+        return str(file), file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FleetError([FleetProblem(source=str(file), message="no such file")]) from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise FleetError([FleetProblem(source=str(file), message=f"cannot be read: {exc}")]) from None

@@ -31,6 +31,7 @@ FILES: dict[str, str] = {
     "ModelDeployment": "modeldeployments.json",
     "ModelReplica": "modelreplicas.json",
     "ModelCache": "modelcaches.json",
+    "ModelService": "modelservices.json",
 }
 
 

@@ -17,6 +17,7 @@ from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
 from fleet.meta import DEFAULT_NAMESPACE, ObjectMeta
 from fleet.model_cache import ModelCache
+from fleet.model_service import ModelService
 from fleet.node import Node
 from fleet.priority_class import PriorityClass
 from fleet.region import Region
@@ -34,11 +35,12 @@ _COLLECTIONS: dict[type[BaseModel], str] = {
     ModelDeployment: "deployments",
     ModelReplica: "replicas",
     ModelCache: "caches",
+    ModelService: "services",
     SlotStateDocument: "slot_states",
 }
 
 
-NAMESPACED = (ModelDeployment, ModelReplica, ModelCache)
+NAMESPACED = (ModelDeployment, ModelReplica, ModelCache, ModelService)
 
 
 def object_key(obj: BaseModel) -> str:

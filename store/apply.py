@@ -33,7 +33,8 @@ from store.models import (
 )
 from store.node_reports import revalidate
 
-Action = Literal["created", "updated", "deleted", "kept"]
+# "carried": read and checked, not inventory, so not written (a ModelService: Modelplane's routing, not capacity).
+Action = Literal["created", "updated", "deleted", "kept", "carried"]
 
 
 class ApplyChange(BaseModel):
@@ -56,7 +57,14 @@ class ApplyResult(BaseModel):
         kept = self.count("kept")
         if kept:
             text += f"; {kept} not in the file were kept (apply with --prune to delete them)"
+        carried = self.count("carried")
+        if carried:
+            text += f"; {carried} ModelService{'s' if carried != 1 else ''} checked and not written (routing, not inventory)"
         return text
+
+    def changed(self) -> bool:
+        """Whether the inventory changed (what was kept or only carried did not change it)."""
+        return any(c.action not in ("kept", "carried") for c in self.changes)
 
 
 class ApplyRefused(Exception):
@@ -328,6 +336,7 @@ async def apply_fleet(session: AsyncSession, fleet: Fleet, prune: bool = False) 
     # reported (and its approval hash moves, so its agent learns the new slots at its next report).
     changed_nodes = [c.name.rsplit("/", 1)[0] for c in changes if c.kind == "Slot" and c.action != "kept"]
     await revalidate(session, changed_nodes)
+    changes += [ApplyChange(kind="ModelService", name=name, action="carried") for name in sorted(fleet.services)]
     return ApplyResult(changes=changes, unchanged=unchanged)
 
 

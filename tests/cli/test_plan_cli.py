@@ -163,3 +163,34 @@ def test_files_without_a_deployment_are_refused() -> None:
     code, out = run(FLEET)
     assert code == 2
     assert "no ModelDeployment" in out
+
+
+def test_a_directory_of_modelplane_manifests_plans_with_its_model_service_checked_and_carried(tmp_path: Path) -> None:
+    """Issue 25: a Modelplane example directory holds ModelServices beside the deployments; they are checked against
+    Modelplane's XRD and carried (they place nothing), and a directory is read as `kubectl apply -f DIR` reads it."""
+    code, out = run(str(EXAMPLES), output="json")
+    assert code == 0, out
+    document = json.loads(out)
+    assert [(p["deployment"], p["status"]["phase"]) for p in document["plans"]] == [
+        ("llama-70b", "FullyScheduled"), ("qwen-32b", "FullyScheduled")]  # fmt: skip
+    # The same plan as without the service: it changes no placement.
+    without = tmp_path / "without"
+    without.mkdir()
+    for name in ("fleet.yaml", "deployment.yaml", "deployment-memory.yaml", "replicas.yaml"):
+        (without / name).write_text((EXAMPLES / name).read_text())
+    assert json.loads(run(str(without), output="json")[1])["plans"] == document["plans"]
+
+
+def test_a_model_service_that_breaks_modelplanes_schema_is_refused_with_its_path(tmp_path: Path) -> None:
+    service = yaml.safe_load((EXAMPLES / "service.yaml").read_text())
+    service["spec"]["endpoints"][1]["weight"] = 0  # Modelplane: remove the entry instead of weighting it 0
+    (tmp_path / "service.yaml").write_text(yaml.safe_dump(service))
+    code, out = run(FLEET, DEPLOYMENT, str(tmp_path / "service.yaml"))
+    assert code == 2
+    assert "ModelService/llama-70b: spec: endpoints[1].weight: 0 is less than the minimum of 1" in out
+
+
+def test_a_directory_without_manifests_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not a manifest")
+    code, out = run(str(tmp_path))
+    assert code == 2 and "is a directory with no .yaml, .yml or .json file" in out

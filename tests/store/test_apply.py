@@ -114,3 +114,17 @@ async def test_two_slots_can_swap_fabric_vfs_in_one_apply(sessions, examples_dir
     async with sessions.begin() as session:
         result = await apply_fleet(session, parse_fleet([("fleet.yaml", swapped)]))
     assert {c.name for c in result.changes} == {"j22u05/0", "j22u05/1", "j22u11/0", "j22u11/1"}
+
+
+async def test_a_model_service_beside_the_inventory_is_carried_not_written(sessions, examples_dir: Path) -> None:
+    """Issue 25: Modelplane's directories hold ModelServices; an apply checks them and says it did not write them,
+    rather than refusing the whole file set."""
+    fleet = load_fleet([examples_dir / "fleet.yaml", examples_dir / "modelplane" / "service.yaml"])
+    async with sessions.begin() as session:
+        result = await apply_fleet(session, fleet)
+    assert [(c.kind, c.name, c.action) for c in result.changes if c.kind == "ModelService"] == [
+        ("ModelService", "ml/llama-70b", "carried")
+    ]
+    assert result.summary().endswith("; 1 ModelService checked and not written (routing, not inventory)")
+    assert await _counts(sessions) == {
+        "regions": 2, "tenants": 2, "clusters": 5, "pools": 8, "nodes": 9, "node_resource_slots": 60}  # fmt: skip
