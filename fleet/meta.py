@@ -54,12 +54,14 @@ class ObjectMeta(BaseModel):
     are. `namespace` matters for namespaced kinds (ModelDeployment, ModelReplica, ModelCache); cluster-scoped kinds
     ignore it, as the API server does."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
     name: Name
     namespace: Name | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
+    # Set by the API server once deletion is asked for while finalizers hold the object: it is being deleted.
+    deletion_timestamp: str | None = Field(default=None, alias="deletionTimestamp")
 
     @property
     def namespace_or_default(self) -> str:

@@ -192,8 +192,12 @@ class ModelReplica(Observed):
     def health(self) -> ReplicaHealth:
         """From `status.conditions`, as a Crossplane composite (Modelplane's ModelReplica) publishes them: `Ready`
         True is ready; a `Synced` or `Ready` condition False with an error reason (`ReconcileError`, `Unavailable`)
-        is in error; anything else (no condition yet, `Ready` False while `Creating`, Unknown) is still starting."""
-        conditions = (self.status or {}).get("conditions") or []
+        is in error; anything else (no condition yet, `Ready` False while `Creating`, Unknown) is still starting. A
+        replica with no `status` at all, as written in a file for `berth plan`, is taken as ready: it says nothing is
+        wrong (Berth's own replicas always carry their readiness)."""
+        if self.status is None:
+            return ReplicaHealth.READY
+        conditions = self.status.get("conditions") or []
         by_type = {c.get("type"): c for c in conditions if isinstance(c, dict)}
         if any(
             by_type.get(kind, {}).get("status") == "False" and by_type[kind].get("reason") in ERROR_REASONS

@@ -21,6 +21,7 @@ from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica
 from scheduler.fleet import tolerations
 from scheduler.fleet.demand import Demand
+from scheduler.fleet.draining import cluster_draining
 from scheduler.fleet.engines import EngineChoice, Refusal, place_engines
 from scheduler.fleet.ledger import Ledger
 from scheduler.fleet.matching import Matcher
@@ -48,6 +49,9 @@ def ineligibility(cluster: InferenceCluster, demand: Demand) -> Refusal | None:
         return Refusal(ClusterReason.NOT_READY, "the cluster is not Ready" + (f": {why}" if why else ""))
     if gateway_address(cluster) is None:
         return Refusal(ClusterReason.NO_GATEWAY_ADDRESS, "the cluster has no gateway address")
+    draining = cluster_draining(cluster)
+    if draining is not None:
+        return Refusal(ClusterReason.DRAINING, draining)
     blocking = tolerations.untolerated(cluster.spec.taints, demand.tolerations, tolerations.BLOCKS_NEW)
     if blocking:
         return Refusal(ClusterReason.UNTOLERATED_TAINT, f"untolerated taint {tolerations.describe(blocking)}")
@@ -61,8 +65,10 @@ def fill(
     kept: Sequence[ModelReplica],
     ledger: Ledger,
     matcher: Matcher,
+    replacements: int = 0,
 ) -> Filled:
-    shortfall = demand.replicas - len(kept)
+    """`replacements`: replicas to place beyond the shortfall, for kept ones that are moving off draining capacity."""
+    shortfall = demand.replicas - len(kept) + replacements
     load: dict[str, int] = {}
     held: dict[str, set[int]] = {}
     for replica in kept:

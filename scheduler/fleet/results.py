@@ -37,6 +37,7 @@ class ClusterReason(StrEnum):
     NOT_READY = "NotReady"
     NO_GATEWAY_ADDRESS = "NoGatewayAddress"
     UNTOLERATED_TAINT = "UntoleratedTaint"
+    DRAINING = "Draining"  # being deleted, or marked draining (scheduler/fleet/draining.py)
     NO_MATCHING_POOL = "NoMatchingPool"  # some engine fits no pool, whatever the capacity
     INSUFFICIENT_NODES = "InsufficientNodes"  # some engine fits a pool that lacks free nodes
 
@@ -52,6 +53,7 @@ class DropReason(StrEnum):
     POOL_NO_LONGER_MATCHES = "PoolNoLongerMatches"
     DUPLICATE_INDEX = "DuplicateIndex"
     SCALED_DOWN = "ScaledDown"
+    DRAINED = "Drained"  # its cluster or pool drains and a ready replica elsewhere took its place
     SINGLE_CLUSTER = "SingleCluster"  # singleCluster: the deployment runs on another cluster
     OTHER_NODE_GROUP = "OtherNodeGroup"  # homogeneous: the deployment runs on another node group
 

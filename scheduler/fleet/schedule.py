@@ -22,9 +22,11 @@ from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica
 from scheduler.cel import SelectorCompileError
 from scheduler.fleet.demand import compile_demand
+from scheduler.fleet.draining import WithoutDrainingPools, split
 from scheduler.fleet.fill import Filled, fill
 from scheduler.fleet.ledger import build_ledger
 from scheduler.fleet.matching import Matcher
+from scheduler.fleet.moves import plan_moves, with_moves
 from scheduler.fleet.placements import PlacementRecords
 from scheduler.fleet.pools import SelectedPools, gateway_address
 from scheduler.fleet.results import FleetPlan
@@ -63,16 +65,20 @@ def schedule_deployment(
 
     selected = SelectedPools(by_name, demand.match_labels)
     retention = retain(demand, ours, by_name, selected, matcher)
-    scaled = scale_down(retention.kept, demand.replicas, demand.scale_down_order)
+    open_pools = WithoutDrainingPools(selected, by_name)  # where new replicas may go
+    staying, moving = split(retention.kept, by_name)
+    scaled = scale_down(staying, demand.replicas, demand.scale_down_order)
+    moves = plan_moves(demand, scaled.kept, moving)
+    survivors = [*scaled.kept, *moves.kept]
     filled = Filled(placed=[], refusals={})
-    kept_replicas, moved, refused = scaled.kept, [], None
+    kept_replicas, moved, refused = survivors, [], None
     if demand.together:
-        ledger = build_ledger(demand.deployment, scaled.kept, observed)
-        together = fill_together(demand, by_name, selected, scaled.kept, ledger, matcher)
+        ledger = build_ledger(demand.deployment, survivors, observed)
+        together = fill_together(demand, by_name, open_pools, survivors, ledger, matcher)
         kept_replicas, moved, filled, refused = together.kept, together.dropped, together.filled, together.refused
-    elif len(scaled.kept) < demand.replicas:
-        ledger = build_ledger(demand.deployment, scaled.kept, observed)
-        filled = fill(demand, by_name, selected, scaled.kept, ledger, matcher)
+    elif len(survivors) < demand.replicas + moves.replacements:
+        ledger = build_ledger(demand.deployment, survivors, observed)
+        filled = fill(demand, by_name, open_pools, survivors, ledger, matcher, moves.replacements)
     held_back = 0
     if demand.min_replicas and len(kept_replicas) + len(filled.placed) < demand.min_replicas:
         # Seed 002: partial scheduling only above minReplicas. Below it, place nothing new (retained replicas stay).
@@ -84,6 +90,8 @@ def schedule_deployment(
         deployment=demand.deployment,
         replicas=[records.retained(r, gateways[r.cluster or ""]) for r in kept]
         + [records.new(r, gateways[r.cluster]) for r in new],
-        dropped=retention.dropped + scaled.dropped + moved,
-        status=deployment_status(demand, len(kept), len(new), len(selected), filled.refusals, held_back, refused),
+        dropped=retention.dropped + moves.dropped + scaled.dropped + moved,
+        status=with_moves(
+            deployment_status(demand, len(kept), len(new), len(selected), filled.refusals, held_back, refused), moves
+        ),
     )

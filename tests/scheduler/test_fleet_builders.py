@@ -61,12 +61,17 @@ def cluster(
     gateway: str | None = "10.0.0.1",
     taints: Sequence[dict[str, str]] = (),
     status: bool = True,
+    annotations: dict[str, str] | None = None,
+    deletion_timestamp: str | None = None,
 ) -> InferenceCluster:
     """pools: (pool name, class name, node count) in published order."""
+    metadata: dict[str, Any] = {"name": name, "labels": labels or {}, "annotations": annotations or {}}
+    if deletion_timestamp is not None:
+        metadata["deletionTimestamp"] = deletion_timestamp
     document: dict[str, Any] = {
         "apiVersion": API,
         "kind": "InferenceCluster",
-        "metadata": {"name": name, "labels": labels or {}},
+        "metadata": metadata,
         "spec": {
             "taints": list(taints),
             "nodePools": [

@@ -187,7 +187,7 @@ def test_scale_down_by_health_among_equals_follows_modelplanes_order() -> None:
         kept_replica("a", 0, conditions=STARTING),
         kept_replica("a", 1, conditions=STARTING),
         kept_replica("b", 0, conditions=STARTING),
-        kept_replica("b", 1),  # no status yet: starting
+        kept_replica("b", 1, conditions=[]),  # a status without conditions yet: starting
         kept_replica("b", 2, conditions=READY),
     ]
     result = plan(one_gpu_deployment(replicas=3, scale_down_order="Health"), clusters, KNOWN, existing)
