@@ -157,6 +157,8 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
             "taints": [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in c.spec.taints],
             "status": c.status.model_dump(mode="json", by_alias=True, exclude_none=True) if c.status else None,
             "connection": _connection(c.spec.cluster, c.metadata.annotations),
+            "annotations": dict(c.metadata.annotations),
+            "deletion_timestamp": c.metadata.deletion_timestamp,
         }
         for name, c in fleet.clusters.items()
     }

@@ -61,7 +61,8 @@ async def cluster_names(session: AsyncSession) -> list[str]:
 
 
 async def load_clusters(session: AsyncSession, health: dict[str, Health]) -> list[InferenceCluster]:
-    """Every cluster as the fleet scheduler reads it: labels, taints, pools in published order, and a status whose
+    """Every cluster as the fleet scheduler reads it: labels, annotations and deletionTimestamp (draining), taints,
+    pools in published order, and a status whose
     Ready condition and gateway come from the driver's observation (published pool counts from the fleet file's
     status, when it gave one; an autoscaling pool's maxNodeCount, which the planner counts as Modelplane does)."""
     pools: dict[str, list[PoolRow]] = {}
@@ -99,7 +100,12 @@ async def load_clusters(session: AsyncSession, health: dict[str, Health]) -> lis
                 {
                     "apiVersion": row.api_version,
                     "kind": "InferenceCluster",
-                    "metadata": {"name": row.name, "labels": row.labels},
+                    "metadata": {
+                        "name": row.name,
+                        "labels": row.labels,
+                        "annotations": row.annotations,
+                        "deletionTimestamp": row.deletion_timestamp,
+                    },
                     "spec": {"region": row.region, "taints": row.taints, "nodePools": node_pools},
                     "status": status,
                 }

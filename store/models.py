@@ -126,6 +126,10 @@ class ClusterRow(Base):
     # How the control worker reaches a real cluster (contracts/cluster.py; a reference to a mounted
     # Secret, never its content); NULL: simulated (migration 0007).
     connection: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # The fleet file's metadata the fleet scheduler reads besides labels (migration 0012): annotations
+    # (`berth.dev/draining`, `berth.dev/draining-pools`) and the Kubernetes deletionTimestamp: a draining cluster.
+    annotations: Mapped[dict[str, str]] = mapped_column(JSONB, nullable=False, server_default="{}")
+    deletion_timestamp: Mapped[str | None] = mapped_column(String(64))
 
 
 class PoolRow(Base):

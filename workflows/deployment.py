@@ -90,6 +90,7 @@ class DeploymentWorkflow:
         self.dirty = input.reconcile_pending
         self.replan_after_conflict = False
         self.report_pending = False  # a replica reported since the status was last published
+        self.moving = False  # the last plan moves replicas off draining capacity: a replica ready re-plans
         self.delete_requested = input.delete_requested
         self.reconciles_this_run = 0
 
@@ -149,6 +150,8 @@ class DeploymentWorkflow:
             **CONTROL_CALL,
         )
         plan = planned.plan
+        # Set before the awaits below: a replacement may report ready before its start is even confirmed here.
+        self.moving = bool(plan.status.moving)
         for dropped in plan.dropped:
             replica = self.replicas.get(dropped.name)
             if replica is not None:
@@ -308,7 +311,7 @@ class DeploymentWorkflow:
                 "replicas": list(self.replicas.values()),
                 "status": self.status,
                 "delete_requested": self.delete_requested,
-                "reconcile_pending": self.dirty or self.report_pending,
+                "reconcile_pending": self.dirty or self.report_pending or self.moving,
             }
         )
 
@@ -360,6 +363,8 @@ class DeploymentWorkflow:
             if report.conflict:
                 self.replan_after_conflict = True
                 self.dirty = True
+        elif report.phase == "ready" and self.moving:
+            self.dirty = True  # a replacement is ready: the next replica may move
         self.report_pending = True
         self.refresh_replicas()
         workflow.set_current_details(self.story())

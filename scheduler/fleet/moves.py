@@ -54,4 +54,5 @@ def with_moves(status: DeploymentStatus, moves: Moves) -> DeploymentStatus:
     note = f"moving {len(moves.kept)} replica{'s' if len(moves.kept) != 1 else ''} one at a time: " + "; ".join(parts)
     if not moves.kept:
         note = "moved every replica off draining capacity"
-    return status.model_copy(update={"message": f"{status.message}; {note}"})
+    moving = sorted(r.metadata.name for r in moves.kept)
+    return status.model_copy(update={"message": f"{status.message}; {note}", "moving": moving})

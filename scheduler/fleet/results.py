@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from fleet.deployment import Role
@@ -128,6 +128,7 @@ class DeploymentStatus(Output):
     clusters_checked: int  # clusters matching clusterSelector
     clusters: list[ClusterVerdict]  # per cluster, why it took no more; given whenever the plan falls short
     selector_error: SelectorProblem | None = None
+    moving: list[str] = Field(default_factory=list)  # replicas moving off draining capacity (scheduler/fleet/moves.py)
 
 
 class FleetPlan(Output):

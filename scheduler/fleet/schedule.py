@@ -92,6 +92,16 @@ def schedule_deployment(
         + [records.new(r, gateways[r.cluster]) for r in new],
         dropped=retention.dropped + moves.dropped + scaled.dropped + moved,
         status=with_moves(
-            deployment_status(demand, len(kept), len(new), len(selected), filled.refusals, held_back, refused), moves
+            deployment_status(
+                # the replicas moving still serve, but are not counted: those staying and the new ones are
+                demand,
+                max(0, len(kept) - len(moves.kept)),
+                len(new),
+                len(selected),
+                filled.refusals,
+                held_back,
+                refused,
+            ),
+            moves,
         ),
     )

@@ -8,14 +8,18 @@ import asyncio
 from pathlib import Path
 
 import pytest
+import yaml
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
+from fleet.loader import parse_fleet
+from store.apply import apply_fleet
 from tests.workflows.deployment_lab import CLUSTER_DRIVERS, deployment, deployment_lab, k8s_fleet
 from workflows import deployment_client
 from workflows.deployment import DeploymentWorkflow
+from workflows.deployment_messages import DeploymentStatus
 from workflows.replica import ReplicaWorkflow
 from workflows.search_attributes import KIND, STATE
 
@@ -205,3 +209,37 @@ async def test_continue_as_new_keeps_replicas(temporal_client, sessions, tmp_pat
         await lab.apply(deployment("long", 1), timing=timing)
         status = await lab.settled("long", 1)
         assert placed(status) == [("east", 0)] and lab.workloads() == ["east/long-east-0"]
+
+
+async def test_replicas_move_off_a_cluster_marked_draining_one_at_a_time(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    """Issue 25 (seed 002): an operator marks `east` draining with an apply; its replicas move to `west`, each
+    removed only once its replacement is ready, so two replicas serve throughout."""
+    fleet = k8s_fleet({"east": 2, "west": 2})
+    async with deployment_lab(temporal_client, sessions, tmp_path, fleet) as lab:
+        await lab.apply(deployment("llama", 2))
+        status = await lab.settled("llama", 2)
+        assert placed(status) == [("east", 0), ("west", 0)]
+
+        documents = list(yaml.safe_load_all(fleet))
+        east = next(d for d in documents if d["kind"] == "InferenceCluster" and d["metadata"]["name"] == "east")
+        east["metadata"]["annotations"] = {"berth.dev/draining": "true"}
+        async with sessions.begin() as session:
+            await apply_fleet(session, parse_fleet([("fleet.yaml", yaml.safe_dump_all(documents))]))
+        await lab.handle("llama").signal("inventory_changed", {"reason": "east drains"})
+
+        serving: list[int] = []  # ready replicas, at each look while they move
+
+        def moved(s: DeploymentStatus) -> bool:
+            serving.append(sum(1 for r in s.replicas if r.phase == "ready"))
+            return placed(s) == [("west", 0), ("west", 1)]
+
+        status = await lab.wait_until("llama", moved)
+        assert min(serving) == 2
+        assert [(r.cluster, r.index, r.phase) for r in status.replicas] == [("west", 0, "ready"), ("west", 1, "ready")]
+        assert status.message.endswith("moved every replica off draining capacity")
+        assert lab.workloads() == ["west/llama-west-0", "west/llama-west-1"]
+        assert await lab.overcommitted_pools() == []
+        await deployment_client.delete(temporal_client, "llama")
+        await lab.handle("llama").result()
