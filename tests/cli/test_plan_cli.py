@@ -91,7 +91,7 @@ def test_json_output_is_the_documented_stable_document() -> None:
     assert set(llama) == {"deployment", "replicas", "dropped", "status", "newReplicas"}
     assert set(llama["status"]) == {
         "desired", "minReplicas", "available", "retained", "new", "phase", "reason", "message",
-        "clustersChecked", "clusters", "selectorError",
+        "clustersChecked", "clusters", "selectorError", "moving",
     }  # fmt: skip
     assert [(r["name"], r["origin"]) for r in llama["replicas"]] == [
         ("llama-70b-us-east-1-0", "retained"),

@@ -12,7 +12,7 @@ from pathlib import Path
 from fleet.openapi import xrd_schema
 
 ROOT = Path(__file__).resolve().parents[2]
-KINDS = ("InferenceClass", "InferenceCluster", "ModelDeployment", "ModelReplica", "ModelCache")
+KINDS = ("InferenceClass", "InferenceCluster", "ModelDeployment", "ModelReplica", "ModelCache", "ModelService")
 
 
 def test_every_schema_file_is_declared_package_data() -> None:
