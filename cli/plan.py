@@ -25,6 +25,7 @@ from cli.output import OutputFormat, errors, fail, print_json, styled
 from fleet.byo import adopt_node_lists
 from fleet.errors import FleetError
 from fleet.fleet import Fleet
+from fleet.gguf import GgufError, MemoryEstimate, with_estimates
 from fleet.inference_cluster import ClusterStatus, Condition, Gateway
 from fleet.loader import load_fleet
 from scheduler.fleet import FleetPlan, Phase, manifest_dict, replica_manifest
@@ -67,18 +68,38 @@ def plan(
         fail("the files hold no ModelDeployment to plan", code=2)
 
     results: list[tuple[FleetPlan, list[dict[str, Any]]]] = []
+    estimates: dict[str, dict[str, MemoryEstimate]] = {}  # deployment -> member -> its GGUF estimate
     for deployment in sorted(deployments, key=lambda d: (d.metadata.name, d.namespace)):
+        try:
+            deployment, estimates[deployment.metadata.name] = with_estimates(deployment)
+        except GgufError as exc:
+            fail(f"ModelDeployment {deployment.metadata.name}: {exc}", code=2)
         result = plan_deployment(deployment, fleet.clusters.values(), fleet.classes, replicas, fleet.caches)
         manifests = [replica_manifest(deployment, placement) for placement in result.new]
         replicas = [*replicas, *manifests]
         results.append((result, [manifest_dict(m) for m in manifests]))
 
     if output is OutputFormat.JSON:
-        print_json({"plans": [{**r.model_dump(mode="json", by_alias=True), "newReplicas": m} for r, m in results]})
+        print_json({"plans": [_plan_json(r, m, estimates[r.deployment]) for r, m in results]})
     else:
+        for name, found in estimates.items():
+            for member, estimate in found.items():
+                errors.print(f"# {name} {member}: GGUF estimate {estimate.describe()}", markup=False, highlight=False)
         typer.echo(_render_text(results), nl=False)
     if any(r.status.phase is Phase.SCHEDULE_FAILED for r, _ in results):
         raise typer.Exit(1)
+
+
+def _plan_json(result: FleetPlan, manifests: list[dict[str, Any]], estimates: dict[str, MemoryEstimate]) -> Any:
+    document = {**result.model_dump(mode="json", by_alias=True), "newReplicas": manifests}
+    if estimates:  # only for a deployment with GGUF members: the stable document is unchanged otherwise
+        document["memoryEstimates"] = {
+            member: {"file": e.file, "contextLength": e.context_length, "cacheType": e.cache_type,
+                     "weights": e.weights, "kvCache": e.kv_cache, "compute": e.compute, "total": e.total,
+                     "gpuMemory": e.quantity}
+            for member, e in estimates.items()
+        }  # fmt: skip
+    return document
 
 
 def capability_list(text: str | None) -> list[str]:

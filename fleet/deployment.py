@@ -18,6 +18,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from fleet.inference_class import QUANTITY_PATTERN
@@ -83,23 +84,64 @@ class WorkerSpec(Spec):
     nodes: PositiveInt = Field(default=1, description="Nodes a Worker member spans, one worker pod per node.")
 
 
-class ModelResources(Spec):
-    """Seed 001: the model's GPU memory need; the scheduler derives the device request per pool."""
+def quantity_text(value: object, example: str) -> object:
+    """A field validator's body: a string that is not a Kubernetes quantity is refused with an example."""
+    if isinstance(value, str) and not QUANTITY_PATTERN.match(value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (for example {example})")
+    return value
 
-    gpu_memory: str = Field(
+
+class GgufModel(Spec):
+    """Seed 001 (GPUStack estimates a GGUF model's need from the file): the memory need read from a GGUF file's
+    metadata and tensor table by `berth plan` (fleet/gguf.py), instead of a figure."""
+
+    file: str = Field(min_length=1, description="Path of the .gguf file (relative: to the current directory).")
+    context_length: PositiveInt | None = Field(
+        default=None, le=10_000_000, description="Tokens of context to hold; unset: the model's own context_length."
+    )
+    cache_type: Literal["f32", "f16", "bf16", "q8_0", "q4_0"] = Field(
+        default="f16", description="The KV cache's element type (llama.cpp's --cache-type-k/-v)."
+    )
+    compute_buffer: str = Field(
+        default="1Gi",
+        description="Allowance for the compute buffers and runtime beside weights and KV cache, as a quantity.",
+        json_schema_extra={"pattern": QUANTITY_PATTERN.pattern},
+    )
+
+    _quantity = field_validator("compute_buffer", mode="before")(lambda value: quantity_text(value, "1Gi"))
+
+
+def _gpu_memory_published_as_required(schema: dict[str, Any]) -> None:
+    schema["required"] = [*schema.get("required", []), "gpuMemory"]
+
+
+class ModelResources(Spec):
+    """Seed 001: the model's GPU memory need, given (`gpuMemory`) or estimated from a GGUF file (`gguf`); the
+    scheduler derives the device request per pool."""
+
+    model_config = ConfigDict(json_schema_extra=_gpu_memory_published_as_required)
+
+    gpu_memory: str | SkipJsonSchema[None] = Field(
+        default=None,
         description="GPU memory one copy of the model needs, as a quantity (e.g. 60Gi).",
         json_schema_extra={"pattern": QUANTITY_PATTERN.pattern},
+    )
+    # `berth plan` only (the control plane reads no file a manifest names): left out of the published schema, which
+    # therefore requires gpuMemory, as the API does.
+    gguf: SkipJsonSchema[GgufModel | None] = Field(
+        default=None, description="Estimate gpuMemory from a GGUF file instead (`berth plan` only)."
     )
     backend: str | None = Field(
         default=None, description="Serving backend (vllm, sglang, mindie, voxbox, custom): decides the fallbacks."
     )
 
-    @field_validator("gpu_memory", mode="before")
-    @classmethod
-    def _quantity(cls, value: object) -> object:
-        if isinstance(value, str) and not QUANTITY_PATTERN.match(value):
-            raise ValueError(f"{value!r} is not a Kubernetes quantity (for example 60Gi)")
-        return value
+    _quantity = field_validator("gpu_memory", mode="before")(lambda value: quantity_text(value, "60Gi"))
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelResources:
+        if (self.gpu_memory is None) == (self.gguf is None):
+            raise ValueError("give exactly one of gpuMemory and gguf")
+        return self
 
     @field_validator("backend")
     @classmethod

@@ -87,10 +87,25 @@ def check_manifest(manifest: Any, name: str | None = None, namespace: str | None
     if namespace is not None and deployment.namespace != namespace:
         message = f"is {deployment.namespace!r} but the deployment addressed is in namespace {namespace!r}"
         raise InvalidSpec([SpecProblem(field="metadata.namespace", message=message, type="namespace_mismatch")])
-    problems = _selector_problems(deployment)
+    problems = _selector_problems(deployment) + _gguf_problems(deployment)
     if problems:
         raise InvalidSpec(problems)
     return deployment
+
+
+def _gguf_problems(deployment: ModelDeployment) -> list[SpecProblem]:
+    """A member's `resources.gguf` names a file on the machine that plans it: `berth plan` reads it there; the
+    control plane reads no file a manifest names. The member gives the estimate `berth plan` prints instead."""
+    return [
+        SpecProblem(
+            field=f"spec.template.spec.engines[{e}].members[{m}].resources.gguf",
+            message="is read by `berth plan` only; give resources.gpuMemory (the estimate `berth plan` prints)",
+            type="unsupported",
+        )
+        for e, engine in enumerate(deployment.spec.template.spec.engines)
+        for m, member in enumerate(engine.members)
+        if member.resources is not None and member.resources.gguf is not None
+    ]
 
 
 def normalised(deployment: ModelDeployment) -> dict[str, Any]:

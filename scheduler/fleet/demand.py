@@ -77,9 +77,11 @@ def compile_demand(deployment: ModelDeployment) -> Demand:
             memory = None
             capabilities = requirements
             if member.resources is not None:
+                # A GGUF member not estimated yet (only `berth plan` reads the file, fleet/gguf.py) fits no pool.
+                text = member.resources.gpu_memory or "an unestimated GGUF model"
                 memory = MemoryNeed(
-                    text=member.resources.gpu_memory,
-                    amount=_quantity_or_none(member.resources.gpu_memory),
+                    text=text,
+                    amount=_quantity_or_none(text),
                     backend=member.resources.backend,
                 )
                 if memory.backend is not None:

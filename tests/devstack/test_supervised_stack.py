@@ -13,6 +13,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -210,15 +211,21 @@ def test_kill_9_of_berth_up_takes_every_part_with_it(tmp_path: Path) -> None:
         [sys.executable, "-m", "cli.main", "up", "--fleet", str(fleet), "--state-dir", str(state)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
+    lines: list[str] = []  # what `berth up` prints, read as it comes: its table follows the context file
+    reader = threading.Thread(target=lambda: lines.extend(iter(up.stdout.readline, "")) if up.stdout else None)
+    reader.start()
     try:
         deadline = time.monotonic() + 90
-        while not (state / "context.json").exists():
-            assert up.poll() is None and time.monotonic() < deadline, up.stdout.read() if up.stdout else ""
+        # The whole table is printed (its last row names the supervisor log) before berth up is killed.
+        while not any(line.split()[:2] == ["Supervisor", "log"] for line in list(lines)):
+            assert up.poll() is None and time.monotonic() < deadline, "".join(lines)
             time.sleep(0.2)
         processes = json.loads((state / "context.json").read_text())["processes"]
     finally:
         up.kill()
-        printed, _ = up.communicate(timeout=30)
+        up.wait(timeout=30)
+        reader.join(timeout=30)
+    printed = "".join(lines)
     assert list(processes) == ["postgres", "temporal", "control-worker", "api", "gateway", "agents"]
     for part, pid in processes.items():
         assert any(line.split() == [part, "pid", str(pid)] for line in printed.splitlines()), printed
