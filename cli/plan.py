@@ -25,10 +25,11 @@ from cli.output import OutputFormat, errors, fail, print_json, styled
 from fleet.byo import adopt_node_lists
 from fleet.errors import FleetError
 from fleet.fleet import Fleet
-from fleet.gguf import GgufError, MemoryEstimate, with_estimates
+from fleet.gguf import GgufError, read_facts
 from fleet.inference_cluster import ClusterStatus, Condition, Gateway
 from fleet.loader import load_fleet
 from scheduler.fleet import FleetPlan, Phase, manifest_dict, replica_manifest
+from scheduler.fleet.estimate import MemoryEstimate, estimate, gguf_members, with_estimates
 from scheduler.fleet.planning import plan_deployment
 
 
@@ -70,10 +71,11 @@ def plan(
     results: list[tuple[FleetPlan, list[dict[str, Any]]]] = []
     estimates: dict[str, dict[str, MemoryEstimate]] = {}  # deployment -> member -> its GGUF estimate
     for deployment in sorted(deployments, key=lambda d: (d.metadata.name, d.namespace)):
-        try:
-            deployment, estimates[deployment.metadata.name] = with_estimates(deployment)
+        try:  # the files are read here; the estimate itself is the scheduler's arithmetic
+            found = {key: estimate(read_facts(Path(model.file)), model) for key, model in gguf_members(deployment)}
         except GgufError as exc:
             fail(f"ModelDeployment {deployment.metadata.name}: {exc}", code=2)
+        deployment, estimates[deployment.metadata.name] = with_estimates(deployment, found), found
         result = plan_deployment(deployment, fleet.clusters.values(), fleet.classes, replicas, fleet.caches)
         manifests = [replica_manifest(deployment, placement) for placement in result.new]
         replicas = [*replicas, *manifests]
@@ -82,9 +84,9 @@ def plan(
     if output is OutputFormat.JSON:
         print_json({"plans": [_plan_json(r, m, estimates[r.deployment]) for r, m in results]})
     else:
-        for name, found in estimates.items():
-            for member, estimate in found.items():
-                errors.print(f"# {name} {member}: GGUF estimate {estimate.describe()}", markup=False, highlight=False)
+        for name, made in estimates.items():
+            for member, need in made.items():
+                errors.print(f"# {name} {member}: GGUF estimate {need.describe()}", markup=False, highlight=False)
         typer.echo(_render_text(results), nl=False)
     if any(r.status.phase is Phase.SCHEDULE_FAILED for r, _ in results):
         raise typer.Exit(1)

@@ -108,7 +108,12 @@ class GgufModel(Spec):
         json_schema_extra={"pattern": QUANTITY_PATTERN.pattern},
     )
 
-    _quantity = field_validator("compute_buffer", mode="before")(lambda value: quantity_text(value, "1Gi"))
+    @field_validator("compute_buffer", mode="before")
+    @classmethod
+    def _quantity(cls, value: object) -> object:
+        if isinstance(value, str) and value.startswith("-"):
+            raise ValueError(f"{value!r} is negative: an allowance is 0 or more")
+        return quantity_text(value, "1Gi")
 
 
 def _gpu_memory_published_as_required(schema: dict[str, Any]) -> None:

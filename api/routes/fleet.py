@@ -114,7 +114,7 @@ async def put_fleet(
         raise _invalid(f"PostgreSQL refused a value of the fleet file: {error.orig}") from error
     if result.changed():  # a quota, a node, a region: any may admit a waiting request
         app.queue_walks.ask("fleet applied: " + result.summary())
-    if any(change.kind in PLACEMENT_INPUTS and change.action not in ("kept", "carried") for change in result.changes):
+    if any(change.kind in PLACEMENT_INPUTS and change.action != "kept" for change in result.changes):
         await deployment_control.inventory_changed(app.control, "fleet applied: " + result.summary())
     return FleetApplied(
         summary=result.summary(), changes=result.changes, unchanged=result.unchanged, tenant_tokens=tokens

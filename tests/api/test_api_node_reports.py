@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import yaml
+from temporalio.service import RPCError
 
 from agent.host.sysfs import discover_host
 from scheduler.host.report import AgentInfo, NodeReport
@@ -124,3 +125,27 @@ async def test_a_revoked_node_token_is_refused_within_five_seconds_even_for_stea
         assert answer.status_code == 200, answer.text
         assert asyncio.get_running_loop().time() - revoked_at < 5, "the revoked node token still reported after 5 s"
         await asyncio.sleep(0.1)
+
+
+async def test_a_report_that_is_not_a_heartbeat_asks_for_a_walk_of_the_queues(stack: Stack, tmp_path: Path) -> None:
+    """An agent that (re)starts or reports a changed host may have brought capacity back: the API asks the control
+    plane for an admission pass (the `queue-walk/<control queue>` workflow, in the Temporal UI with its reason)."""
+    small = await _node_token(stack, "small")
+    host = discover_host(sysfs_tree.gpu_on_nvidia().write(tmp_path))
+    report = NodeReport(agent=AGENT, topology=host.topology_hash(), host=host)
+    assert (await stack.http.post("/v1/nodes/small/report", content=_body(report), headers=small | JSON)).is_success
+
+    walk = stack.lab.starter.get_workflow_handle(f"queue-walk/{stack.lab.queues.control}")
+    for _ in range(100):  # the ask is sent after the answer, best effort: give it a moment to reach Temporal
+        try:
+            await walk.describe()
+            break
+        except RPCError:
+            await asyncio.sleep(0.1)
+    assert await walk.result() >= 1
+    reasons = [
+        e.workflow_execution_signaled_event_attributes.input.payloads[0].data
+        for e in (await walk.fetch_history()).events
+        if e.HasField("workflow_execution_signaled_event_attributes")
+    ]
+    assert b'"node small reported"' in reasons

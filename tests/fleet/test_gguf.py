@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from cli.plan import plan
 from fleet.deployment import GgufModel
-from fleet.gguf import GgufError, estimate, read_facts
+from fleet.gguf import GgufError, read_facts
+from scheduler.fleet.estimate import estimate
 from workflows.deployment_spec import InvalidSpec, check_manifest
 
 app = typer.Typer(add_completion=False)
@@ -50,14 +51,14 @@ def test_the_estimate_is_weights_plus_kv_cache_for_the_context_plus_the_compute_
     facts = read_facts(write_gguf(tmp_path / "m.gguf"))
     assert (facts.architecture, facts.layers, facts.kv_heads, facts.key_length, facts.weight_bytes) == (
         "llama", 2, 2, 8, 4096 + 16384)  # fmt: skip
-    found = estimate(facts, GgufModel(file="m.gguf"), "m.gguf")
+    found = estimate(facts, GgufModel(file="m.gguf"))
     # KV: 2 layers x 4,096 tokens (the model's own context) x 2 KV heads x (8 + 8) head lengths x 2 bytes (f16)
     assert (found.weights, found.kv_cache, found.compute) == (20480, 2 * 4096 * 2 * 16 * 2, 1024**3)
     assert found.total == 20480 + 524288 + 1024**3
     assert found.quantity == "1025Mi"  # rounded up to whole MiB
     # A longer context and a q8_0 cache (32 values in 34 bytes); an explicit key length.
     longer = estimate(read_facts(write_gguf(tmp_path / "k.gguf", key_length=32)),
-                      GgufModel(file="k.gguf", contextLength=32768, cacheType="q8_0", computeBuffer="0"), "k.gguf")  # fmt: skip
+                      GgufModel(file="k.gguf", contextLength=32768, cacheType="q8_0", computeBuffer="0"))  # fmt: skip
     assert longer.kv_cache == int(2 * 32768 * 2 * (32 + 32) * 34 / 32)
     assert longer.compute == 0
 
@@ -134,6 +135,12 @@ def test_the_control_plane_refuses_a_gguf_member_and_says_what_to_give_instead()
         "spec.template.spec.engines[0].members[0].resources.gguf",
         "is read by `berth plan` only; give resources.gpuMemory (the estimate `berth plan` prints)",
     )]  # fmt: skip
+
+
+def test_a_negative_compute_allowance_is_refused() -> None:
+    with pytest.raises(InvalidSpec) as refused:
+        check_manifest(_deployment({"file": "m.gguf", "computeBuffer": "-1Gi"}))
+    assert "'-1Gi' is negative: an allowance is 0 or more" in refused.value.problems[0].message
 
 
 def test_a_member_gives_exactly_one_of_gpu_memory_and_gguf() -> None:
