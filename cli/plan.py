@@ -31,6 +31,7 @@ from fleet.loader import load_fleet
 from scheduler.fleet import FleetPlan, Phase, manifest_dict, replica_manifest
 from scheduler.fleet.estimate import MemoryEstimate, estimate, gguf_members, with_estimates
 from scheduler.fleet.planning import plan_deployment
+from scheduler.fleet.results import EnginePlacement
 
 
 def plan(
@@ -132,6 +133,18 @@ def _render_text(results: list[tuple[FleetPlan, list[dict[str, Any]]]]) -> str:
     return header + yaml.safe_dump_all(documents, sort_keys=False, explicit_start=True)
 
 
+def _gpus(engine: EnginePlacement) -> str:
+    """fitGranularity Gpu: what each GPU-level member holds, e.g. `2 x gpu on node 0` (per pod, on the ledger's node
+    numbers of the pool)."""
+    held = []
+    for member in engine.members:
+        if member.gpus is not None:
+            nodes = member.gpus.nodes
+            where = f"node {nodes[0]}" if len(nodes) == 1 else "nodes " + ",".join(str(n) for n in nodes)
+            held.append(f"{member.gpus.per_pod} x {member.gpus.device} on {where}")
+    return "; ".join(held) or "-"
+
+
 def _summary(result: FleetPlan) -> list[str]:
     status = result.status
     lines = [
@@ -141,11 +154,13 @@ def _summary(result: FleetPlan) -> list[str]:
     ]
     if status.reason is not None:
         lines.append(f"reason: {status.reason}")
-    rows = [("REPLICA", "CLUSTER", "INDEX", "ORIGIN", "ENGINE", "POOL", "NODES")]
+    gpu_level = any(m.gpus for r in result.replicas for e in r.engines for m in e.members)
+    rows = [("REPLICA", "CLUSTER", "INDEX", "ORIGIN", "ENGINE", "POOL", "NODES", *(("GPUS",) if gpu_level else ()))]
     for replica in result.replicas:
         for position, engine in enumerate(replica.engines):
             head = (replica.name, replica.cluster, str(replica.index), replica.origin) if position == 0 else ("",) * 4
-            rows.append((*head, engine.name, engine.pool or "-", str(engine.nodes)))
+            gpus = (_gpus(engine),) if gpu_level else ()
+            rows.append((*head, engine.name, engine.pool or "-", str(engine.nodes), *gpus))
     if len(rows) > 1:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines.extend("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows)

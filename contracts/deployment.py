@@ -50,7 +50,8 @@ class DeploymentRef(Model):
 class EngineUsage(Model):
     engine: str
     pool: str
-    nodes: int
+    nodes: int  # whole nodes
+    gpus: int = 0  # devices held on nodes shared with other instances (fitGranularity Gpu)
 
 
 class RecordReplicaInput(Model):

@@ -55,6 +55,13 @@ class ScaleDownOrder(StrEnum):
     HEALTH = "Health"  # in error, then starting, then ready; each by Modelplane's order (GPUStack's)
 
 
+class FitGranularity(StrEnum):
+    """What the fleet ledger charges a member sized by model memory (`resources`) for."""
+
+    NODE = "Node"  # a whole node per pod, as Modelplane charges every member (the default)
+    GPU = "Gpu"  # only the GPUs each pod claims: instances share a node's GPUs (seed 001, GPUStack's GPU-level fit)
+
+
 class CelSelector(Spec):
     cel: str = Field(min_length=1, description="A DRA CEL expression evaluated against one device.")
 
@@ -138,6 +145,13 @@ class ModelResources(Spec):
     )
     backend: str | None = Field(
         default=None, description="Serving backend (vllm, sglang, mindie, voxbox, custom): decides the fallbacks."
+    )
+    gpu_memory_utilization: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="The share of each GPU's memory the instance may use (vLLM's --gpu-memory-utilization); "
+        "unset: 0.9 for vllm and sglang under fitGranularity Gpu (GPUStack's default), else 1.",
     )
 
     _quantity = field_validator("gpu_memory", mode="before")(lambda value: quantity_text(value, "60Gi"))
@@ -296,6 +310,12 @@ class TemplateSpec(Spec):
         description="Berth addition (seed 001, GPUStack's order): `Health` removes replicas in error first, then "
         "those still starting, then ready ones, each by Modelplane's order; `Modelplane` (the default) by its order "
         "alone.",
+    )
+    fit_granularity: FitGranularity = Field(
+        default=FitGranularity.NODE,
+        description="Berth addition (seed 001, GPUStack's GPU-level fit): `Gpu` charges a member sized by "
+        "`resources` only the GPUs its pods claim, so instances share a node's GPUs; `Node` (the default, "
+        "Modelplane's ledger) charges a whole node per pod.",
     )
     model_cache_ref: ModelCacheRef | None = None
     serving: Serving | None = None

@@ -40,6 +40,7 @@ DEPLOYMENT_LABEL = "modelplane.ai/deployment"
 CLUSTER_LABEL = "modelplane.ai/cluster"
 INDEX_LABEL = "modelplane.ai/replica-index"
 MEMBER_NODES_ANNOTATION = "berth.dev/member-nodes"
+MEMBER_GPUS_ANNOTATION = "berth.dev/member-gpus"
 
 
 class ReplicaHealth(StrEnum):
@@ -82,6 +83,13 @@ class ReplicaDeviceRequest(Observed):
     )
 
 
+class MemberGpus(Observed):
+    """Seed 001's GPU-level fit: the pool's node (by the ledger's number) each pod's GPUs were charged on."""
+
+    device: str = Field(min_length=1, description="The InferenceClass device the pods claim.")
+    nodes: list[NonNegativeInt] = Field(description="One node number per pod, copies after one another.")
+
+
 class ReplicaMember(Observed):
     role: Role = Role.STANDALONE
     worker: WorkerSpec | None = None
@@ -95,6 +103,12 @@ class ReplicaMember(Observed):
         exclude=True,
         description="Berth: nodes each copy spans when the resource fit (seed 001) spread it out; written as the "
         "berth.dev/member-nodes annotation.",
+    )
+    gpus: MemberGpus | None = Field(
+        default=None,
+        exclude=True,
+        description="Berth: charged by GPU, not by node (fitGranularity Gpu); written as the berth.dev/member-gpus "
+        "annotation.",
     )
 
     @property
@@ -128,27 +142,38 @@ class ModelReplica(Observed):
 
     @model_validator(mode="before")
     @classmethod
-    def _member_nodes_from_annotation(cls, data: Any) -> Any:
-        """Put the berth.dev/member-nodes annotation back on the members it describes."""
+    def _members_from_annotations(cls, data: Any) -> Any:
+        """Put the berth.dev/member-nodes and berth.dev/member-gpus annotations back on the members they describe."""
         if not isinstance(data, dict) or not isinstance(data.get("metadata"), dict):
             return data  # built in code, not read from a document: the members carry their spans themselves
         annotations = data["metadata"].get("annotations") or {}
-        raw = annotations.get(MEMBER_NODES_ANNOTATION) if isinstance(annotations, dict) else None
         spec = data.get("spec")
-        if not raw or not isinstance(spec, dict) or not isinstance(spec.get("engines"), list):
+        if not isinstance(annotations, dict) or not isinstance(spec, dict) or not isinstance(spec.get("engines"), list):
             return data
-        try:
-            spans = json.loads(raw)
-        except ValueError:
-            raise ValueError(f"metadata.annotations[{MEMBER_NODES_ANNOTATION}] is not JSON") from None
+        given: dict[str, Any] = {}
+        for field, annotation in (("nodes", MEMBER_NODES_ANNOTATION), ("gpus", MEMBER_GPUS_ANNOTATION)):
+            raw = annotations.get(annotation)
+            if not raw:
+                continue
+            try:
+                given[field] = json.loads(raw)
+            except ValueError:
+                raise ValueError(f"metadata.annotations[{annotation}] is not JSON") from None
+            if not isinstance(given[field], dict):
+                raise ValueError(f"metadata.annotations[{annotation}] is not a JSON object")
+        if not given:
+            return data
         engines = []
         for engine in spec["engines"]:
-            given = spans.get(engine.get("name")) if isinstance(engine, dict) and isinstance(spans, dict) else None
-            if given and isinstance(engine.get("members"), list):
-                members = [
-                    {**m, "nodes": given[str(i)]} if isinstance(m, dict) and str(i) in given else m
-                    for i, m in enumerate(engine["members"])
-                ]
+            if isinstance(engine, dict) and isinstance(engine.get("members"), list):
+                members = []
+                for i, member in enumerate(engine["members"]):
+                    if isinstance(member, dict):
+                        for field, by_engine in given.items():
+                            value = (by_engine.get(engine.get("name")) or {}).get(str(i))
+                            if value is not None:
+                                member = {**member, field: value}
+                    members.append(member)
                 engine = {**engine, "members": members}
             engines.append(engine)
         return {**data, "spec": {**spec, "engines": engines}}
@@ -165,15 +190,22 @@ class ModelReplica(Observed):
             engine.name: {str(i): m.nodes for i, m in enumerate(engine.members) if m.nodes is not None}
             for engine in self.spec.engines
         }
-        spans = {name: given for name, given in spans.items() if given}
+        gpus = {
+            engine.name: {
+                str(i): m.gpus.model_dump(mode="json") for i, m in enumerate(engine.members) if m.gpus is not None
+            }
+            for engine in self.spec.engines
+        }
         if not self.metadata.annotations:
             (data.get("metadata") or {}).pop("annotations", None)
-        if spans:
-            metadata = data.setdefault("metadata", {})
-            metadata["annotations"] = {
-                **(metadata.get("annotations") or {}),
-                MEMBER_NODES_ANNOTATION: json.dumps(spans, sort_keys=True),
-            }
+        for annotation, by_engine in ((MEMBER_NODES_ANNOTATION, spans), (MEMBER_GPUS_ANNOTATION, gpus)):
+            by_engine = {name: given for name, given in by_engine.items() if given}
+            if by_engine:
+                metadata = data.setdefault("metadata", {})
+                metadata["annotations"] = {
+                    **(metadata.get("annotations") or {}),
+                    annotation: json.dumps(by_engine, sort_keys=True),
+                }
         return data
 
     @property
@@ -217,5 +249,6 @@ class ModelReplica(Observed):
 
 
 def stamped_member_cost(member: ReplicaMember, copies: int) -> int:
-    """Nodes a placed member holds: pods x copies when it claims devices, else 0 (it rides on its gang's nodes)."""
-    return member.pods * copies if member.device_requests else 0
+    """Whole nodes a placed member holds: pods x copies when it claims devices, else 0 (it rides on its gang's
+    nodes); a GPU-level member holds GPUs of shared nodes instead (`scheduler/fleet/ledger.py` charges them)."""
+    return member.pods * copies if member.device_requests and member.gpus is None else 0

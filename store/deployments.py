@@ -12,6 +12,7 @@ Deployments are namespaced as Modelplane's are: a deployment, its replicas and t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,8 @@ from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
 from fleet.model_cache import ModelCache
 from fleet.replica import DEPLOYMENT_LABEL, ModelReplica, ready_status
+from scheduler.fleet.ledger import build_ledger, overcommitted
+from scheduler.fleet.pools import Pool
 from store.models import (
     ClusterRow,
     InferenceClassRow,
@@ -273,6 +276,7 @@ async def record_replica(
                 f"pool {cluster}/{pool_name} has {capacity - taken} free node(s) of {capacity}; "
                 f"replica {name} needs {nodes}"
             )
+    await _check_shared_nodes(session, cluster, pools, cluster_row, manifest)
     session.add(
         ModelReplicaRow(
             namespace=namespace,
@@ -293,6 +297,33 @@ async def record_replica(
         )
     await session.flush()
     return True
+
+
+async def _check_shared_nodes(
+    session: AsyncSession,
+    cluster: str,
+    pools: Sequence[PoolRow],
+    cluster_row: ClusterRow | None,
+    manifest: dict[str, Any],
+) -> None:
+    """The GPU-level half of the re-check (seed 001, fitGranularity Gpu): the usage rows count whole nodes only, so
+    the pools' ledger is rebuilt from every replica recorded on the cluster plus this one, which is what the plan
+    did, and refused when a node would give out more GPUs than it has or more nodes would be taken than published.
+    Runs under the pools' row locks, like the node count."""
+    rows = (await session.scalars(select(ModelReplicaRow.spec).where(ModelReplicaRow.cluster == cluster))).all()
+    replicas = [ModelReplica.model_validate(spec) for spec in (*rows, manifest)]
+    if not any(m.gpus is not None for r in replicas for e in r.spec.engines for m in e.members):
+        return
+    ledger = build_ledger("", (), replicas)
+    classes = await load_classes(session)
+    for pool in pools:
+        capacity = _published_nodes(pool, cluster_row.status if cluster_row else None)
+        devices = classes[pool.class_name].spec.devices if pool.class_name in classes else []
+        problem = overcommitted(
+            ledger, Pool(cluster, pool.name, pool.class_name, capacity), {d.name: d.count for d in devices}
+        )
+        if problem is not None:
+            raise LedgerOvercommit(problem)
 
 
 async def set_replica_state(session: AsyncSession, namespace: str, name: str, state: str) -> None:

@@ -166,7 +166,15 @@ class DeploymentWorkflow:
 
     async def start_replica(self, placement: ReplicaPlacement, manifest: dict[str, object]) -> None:
         child_id = replica_workflow_id(self.name, placement.cluster, placement.index, self.namespace)
-        usage = [EngineUsage(engine=e.name, pool=e.pool or "", nodes=e.nodes) for e in placement.engines]
+        usage = [
+            EngineUsage(
+                engine=e.name,
+                pool=e.pool or "",
+                nodes=e.nodes,
+                gpus=sum(len(m.gpus.nodes) * m.gpus.per_pod for m in e.members if m.gpus is not None),
+            )
+            for e in placement.engines
+        ]
         replica = ReplicaView(
             name=placement.name, cluster=placement.cluster, index=placement.index, workflow_id=child_id,
             gateway_address=placement.gateway_address, engines=usage, manifest=manifest,

@@ -184,7 +184,11 @@ class ReplicaWorkflow:
         workflow.set_current_details(
             f"**{phase}** - replica `{self.input.name}` of deployment `{self.input.deployment}` on cluster "
             f"`{self.input.cluster}` (index {self.input.index})\n\n"
-            + "\n".join(f"- engine {u.engine}: pool {u.pool}, {u.nodes} node(s)" for u in self.input.usage)
+            + "\n".join(
+                f"- engine {u.engine}: pool {u.pool}, {u.nodes} node(s)"
+                + (f", {u.gpus} GPU(s) of shared nodes" if u.gpus else "")
+                for u in self.input.usage
+            )
             + f"\n\n{detail}"
         )
         if db_state is not None:

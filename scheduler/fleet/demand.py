@@ -7,8 +7,18 @@ the pass key on small integers (engine and member positions) instead of model ob
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
-from fleet.deployment import DeviceRequest, ModelDeployment, PlacementStrategy, Role, ScaleDownOrder, Toleration
+from fleet.deployment import (
+    DeviceRequest,
+    FitGranularity,
+    ModelDeployment,
+    ModelResources,
+    PlacementStrategy,
+    Role,
+    ScaleDownOrder,
+    Toleration,
+)
 from scheduler.cel.quantity import Quantity, QuantityError, parse_quantity
 
 
@@ -19,6 +29,14 @@ class MemoryNeed:
     text: str
     amount: Quantity | None  # None: the text matches the quantity syntax but does not parse (e.g. 1e999)
     backend: str | None
+    utilization: Fraction = Fraction(1)  # the share of each GPU's memory the instance may use
+    per_gpu: bool = False  # fitGranularity Gpu: charged the GPUs its pods claim, not whole nodes
+
+
+# GPUStack starts these with vLLM's --gpu-memory-utilization 0.9 (SGLang's --mem-fraction-static is alike), so an
+# instance may count on 90% of each GPU it is given; the others may use all of it.
+HEADROOM_BACKENDS = frozenset({"vllm", "sglang"})
+DEFAULT_HEADROOM = Fraction(9, 10)
 
 
 @dataclass(frozen=True)
@@ -77,13 +95,7 @@ def compile_demand(deployment: ModelDeployment) -> Demand:
             memory = None
             capabilities = requirements
             if member.resources is not None:
-                # A GGUF member not estimated yet (only `berth plan` reads the file, fleet/gguf.py) fits no pool.
-                text = member.resources.gpu_memory or "an unestimated GGUF model"
-                memory = MemoryNeed(
-                    text=text,
-                    amount=_quantity_or_none(text),
-                    backend=member.resources.backend,
-                )
+                memory = _memory_need(member.resources, template.fit_granularity)
                 if memory.backend is not None:
                     capabilities = requirements | {memory.backend}
             members.append(
@@ -110,6 +122,25 @@ def compile_demand(deployment: ModelDeployment) -> Demand:
         single_cluster=template.single_cluster,
         homogeneous=template.homogeneous,
         scale_down_order=template.scale_down_order,
+    )
+
+
+def _memory_need(resources: ModelResources, granularity: FitGranularity) -> MemoryNeed:
+    # A GGUF member not estimated yet (only `berth plan` reads the file, fleet/gguf.py) fits no pool.
+    text = resources.gpu_memory or "an unestimated GGUF model"
+    per_gpu = granularity is FitGranularity.GPU
+    if resources.gpu_memory_utilization is not None:
+        utilization = Fraction(resources.gpu_memory_utilization).limit_denominator(1000)
+    elif per_gpu and resources.backend in HEADROOM_BACKENDS:
+        utilization = DEFAULT_HEADROOM
+    else:
+        utilization = Fraction(1)
+    return MemoryNeed(
+        text=text,
+        amount=_quantity_or_none(text),
+        backend=resources.backend,
+        utilization=utilization,
+        per_gpu=per_gpu,
     )
 
 

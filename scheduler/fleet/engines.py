@@ -1,7 +1,8 @@
 """Rule 6: put every engine of one new replica on a pool of one cluster, never splitting an engine across pools.
 
 Engines are placed in order. Each takes the first pool, in published order, that hosts all its members (see
-`matching.py`) and still has free nodes for its whole cost; a pool taken by an earlier engine of the same replica
+`matching.py`) and still has room for its whole cost (free nodes; for GPU-level members, GPUs on one node per pod:
+`ledger.py`); a pool taken by an earlier engine of the same replica
 shows the nodes that engine used. Two refinements come from seed 001 and apply only when asked for: pools where a
 member's memory need fits at an earlier resource-fit step are preferred, and `placementStrategy` picks among the
 fitting pools the one left with the fewest (binpack) or the most (spread) free nodes. Greedy, like Modelplane: it
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from fleet.deployment import PlacementStrategy
 from scheduler.fleet.demand import Demand, EngineDemand
-from scheduler.fleet.ledger import Ledger
+from scheduler.fleet.ledger import Charge, Ledger
 from scheduler.fleet.matching import EngineFit, Matcher
 from scheduler.fleet.pools import Pool
 from scheduler.fleet.results import ClusterReason
@@ -26,6 +27,7 @@ class EngineChoice:
     engine: EngineDemand
     pool: Pool
     fit: EngineFit
+    charge: Charge  # what it takes of the pool: whole nodes, and the GPU-level pods' nodes
 
 
 @dataclass(frozen=True)
@@ -37,31 +39,32 @@ class Refusal:
 def place_engines(
     pools: Sequence[Pool], demand: Demand, matcher: Matcher, ledger: Ledger, pins: Mapping[str, str] | None = None
 ) -> list[EngineChoice] | Refusal:
-    """`pins` (engine name -> pool name) restricts each engine to one pool, as homogeneous placement needs."""
-    taken: dict[str, int] = {}  # nodes earlier engines of this replica took, by pool
+    """`pins` (engine name -> pool name) restricts each engine to one pool, as homogeneous placement needs. Nothing
+    is charged to `ledger`: the caller applies the choices' charges (`Ledger.apply`) once the replica is kept."""
+    scratch = ledger.fork()  # the engines placed so far for this replica, so later ones see what they took
     choices: list[EngineChoice] = []
     for engine in demand.engines:
-        best: tuple[tuple[int, int, int], Pool, EngineFit] | None = None
+        best: tuple[tuple[int, int, int], Pool, EngineFit, Charge] | None = None
         for position, pool in enumerate(pools):
             if pins is not None and pins.get(engine.name) != pool.name:
                 continue
             fit = matcher.engine(engine, pool.class_name)
             if isinstance(fit, str):
                 continue
-            free = ledger.free(pool) - taken.get(pool.name, 0)
-            if free < fit.nodes:
+            charge = scratch.plan(pool, fit.nodes, fit.gpus, demand.strategy)
+            if isinstance(charge, str):
                 continue
-            key = (fit.rank, strategy_key(demand.strategy, free - fit.nodes), position)
+            key = (fit.rank, strategy_key(demand.strategy, charge.left), position)
             if best is None or key < best[0]:
-                best = (key, pool, fit)
+                best = (key, pool, fit, charge)
             if demand.strategy is None and fit.rank == 0:
                 break
         if best is None:
             allowed = pools if pins is None else [p for p in pools if p.name == pins.get(engine.name)]
-            return _refusal(engine, allowed, ledger, taken, matcher)
-        _, pool, fit = best
-        taken[pool.name] = taken.get(pool.name, 0) + fit.nodes
-        choices.append(EngineChoice(engine=engine, pool=pool, fit=fit))
+            return _refusal(engine, allowed, scratch, matcher, demand.strategy)
+        _, pool, fit, charge = best
+        scratch.apply(pool, charge)
+        choices.append(EngineChoice(engine=engine, pool=pool, fit=fit, charge=charge))
     return choices
 
 
@@ -74,7 +77,11 @@ def strategy_key(strategy: PlacementStrategy | None, remaining: int) -> int:
 
 
 def _refusal(
-    engine: EngineDemand, pools: Sequence[Pool], ledger: Ledger, taken: dict[str, int], matcher: Matcher
+    engine: EngineDemand,
+    pools: Sequence[Pool],
+    ledger: Ledger,
+    matcher: Matcher,
+    strategy: PlacementStrategy | None,
 ) -> Refusal:
     """Why no pool hosts the engine, pool by pool. Built only on refusal, so placement itself stays cheap."""
     if not pools:
@@ -87,7 +94,7 @@ def _refusal(
             reasons.append(f"pool {pool.name}: {fit}")
         else:
             short = True
-            free = ledger.free(pool) - taken.get(pool.name, 0)
-            reasons.append(f"pool {pool.name}: needs {fit.nodes} free node{'s' if fit.nodes != 1 else ''}, has {free}")
+            charge = ledger.plan(pool, fit.nodes, fit.gpus, strategy)
+            reasons.append(f"pool {pool.name}: {charge if isinstance(charge, str) else 'fits'}")
     reason = ClusterReason.INSUFFICIENT_NODES if short else ClusterReason.NO_MATCHING_POOL
     return Refusal(reason, f"engine {engine.name}: " + "; ".join(reasons))

@@ -97,7 +97,7 @@ def fill(
         index = next(i for i in range(len(indices) + 1) if i not in indices)
         indices.add(index)
         for choice in choices:
-            ledger.charge(name, choice.pool.name, choice.fit.nodes)
+            ledger.apply(choice.pool, choice.charge)
         placed.append(NewReplica(cluster=name, index=index, engines=choices))
         heapq.heappush(heap, (count + 1, name))
     return Filled(placed=placed, refusals=refusals if len(placed) < shortfall else {})

@@ -18,6 +18,7 @@ from fleet.replica import (
     CLUSTER_LABEL,
     DEPLOYMENT_LABEL,
     INDEX_LABEL,
+    MemberGpus,
     ModelReplica,
     ModelReplicaSpec,
     ReplicaDeviceRequest,
@@ -61,6 +62,9 @@ def replica_manifest(deployment: ModelDeployment, placement: ReplicaPlacement) -
                 ],
                 template=member.template or {},
                 nodes=placed_member.span,
+                gpus=MemberGpus(device=placed_member.gpus.device, nodes=placed_member.gpus.nodes)
+                if placed_member.gpus is not None
+                else None,
             )
             for member, placed_member in zip(engine.members, placed.members, strict=True)
         ]

@@ -14,6 +14,7 @@ from fleet.inference_class import InferenceClass
 from scheduler.fleet.capabilities import missing_capabilities
 from scheduler.fleet.demand import EngineDemand, MemberDemand
 from scheduler.fleet.devices import Claim, match_requests
+from scheduler.fleet.ledger import GpuPods
 from scheduler.fleet.resource_fit import FitStep, MemoryFit, fit_memory
 from scheduler.fleet.selectors import DeviceSelectors
 
@@ -23,13 +24,15 @@ class MemberFit:
     claims: tuple[Claim, ...]  # empty: the member claims nothing and rides on its gang's nodes at no cost
     pods: int  # pods of one copy
     fit: MemoryFit | None = None  # how seed 001's resource fit derived the claim, for members that gave memory
+    per_gpu: bool = False  # fitGranularity Gpu, within one node: charged the GPUs it claims, not whole nodes
 
 
 @dataclass(frozen=True)
 class EngineFit:
     members: tuple[MemberFit, ...]
-    nodes: int  # node cost on one pool: pods x copies of every member that claims devices
+    nodes: int  # whole nodes on one pool: pods x copies of every member that claims devices, except GPU-level ones
     rank: int  # seed 001 step reached (0 when no member states a memory need); lower is preferred
+    gpus: tuple[GpuPods, ...] = ()  # what the GPU-level members claim, pod by pod (`ledger.py` finds them a node)
 
 
 class Matcher:
@@ -71,7 +74,8 @@ class Matcher:
             name = "cpu" if fit.step is FitStep.CPU else "gpu"
             through = next((d.claimed_through for d in inference_class.spec.devices if d.name == fit.device), None)
             claim = Claim(name=name, count=fit.count, device=fit.device, device_class_name=through)
-            return MemberFit(claims=(claim,), pods=fit.nodes, fit=fit)
+            per_gpu = member.memory.per_gpu and fit.step in (FitStep.ONE_GPU, FitStep.GPUS_OF_ONE_NODE)
+            return MemberFit(claims=(claim,), pods=fit.nodes, fit=fit, per_gpu=per_gpu)
         claims = match_requests(member.requests, inference_class, self._selectors)
         if isinstance(claims, str):
             return claims
@@ -88,6 +92,18 @@ class Matcher:
             return "no member claims a DRA device there (only Synthetic devices matched)"
         return EngineFit(
             members=tuple(fits),
-            nodes=sum(fit.pods * engine.copies for fit in fits if fit.claims),
+            nodes=sum(fit.pods * engine.copies for fit in fits if fit.claims and not fit.per_gpu),
             rank=max((fit.fit.step.rank for fit in fits if fit.fit is not None), default=0),
+            gpus=tuple(
+                GpuPods(
+                    member=m,
+                    label=engine.members[m].label,
+                    device=fit.fit.device,
+                    count=fit.fit.count,
+                    per_node=fit.fit.per_node,
+                    pods=fit.pods * engine.copies,
+                )  # fmt: skip
+                for m, fit in enumerate(fits)
+                if fit.per_gpu and fit.fit is not None
+            ),
         )

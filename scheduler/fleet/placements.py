@@ -14,7 +14,13 @@ from fleet.replica import ModelReplica, ReplicaEngine, ReplicaMember, stamped_me
 from scheduler.fleet.engines import EngineChoice
 from scheduler.fleet.fill import NewReplica
 from scheduler.fleet.resource_fit import FitStep
-from scheduler.fleet.results import EnginePlacement, MemberPlacement, ReplicaPlacement, RequestPlacement
+from scheduler.fleet.results import (
+    EnginePlacement,
+    GpuPlacement,
+    MemberPlacement,
+    ReplicaPlacement,
+    RequestPlacement,
+)
 
 Source = TypeVar("Source")
 
@@ -35,7 +41,10 @@ class PlacementRecords:
             index=replica.index,
             origin="new",
             gateway_address=gateway,
-            engines=[self._shared((c.engine.position, c.pool.name, c.fit), self._chosen, c) for c in replica.engines],
+            engines=[
+                self._shared((c.engine.position, c.pool.name, c.fit, c.charge.gpus), self._chosen, c)
+                for c in replica.engines
+            ],
         )
 
     def retained(self, replica: ModelReplica, gateway: str | None) -> ReplicaPlacement:
@@ -58,12 +67,14 @@ class PlacementRecords:
     @staticmethod
     def _chosen(choice: EngineChoice) -> EnginePlacement:
         members = []
+        gpus = {g.member: g for g in choice.charge.gpus}
         for member, fit in zip(choice.engine.members, choice.fit.members, strict=True):
+            held = gpus.get(member.position)
             members.append(
                 MemberPlacement(
                     role=member.role,
                     pool=choice.pool.name,
-                    nodes=fit.pods * choice.engine.copies if fit.claims else 0,
+                    nodes=fit.pods * choice.engine.copies if fit.claims and held is None else 0,
                     device_requests=[
                         RequestPlacement(
                             name=c.name,
@@ -76,6 +87,7 @@ class PlacementRecords:
                     ],
                     fit=fit.fit.step if fit.fit else None,
                     span=fit.fit.nodes if fit.fit and fit.fit.step is FitStep.SEVERAL_NODES else None,
+                    gpus=GpuPlacement(device=held.device, per_pod=held.count, nodes=list(held.nodes)) if held else None,
                 )
             )
         return EnginePlacement(name=choice.engine.name, pool=choice.pool.name, nodes=choice.fit.nodes, members=members)
@@ -101,6 +113,7 @@ def _observed_key(engine: ReplicaEngine) -> Hashable:
                 m.node_pool_name,
                 m.pods,
                 tuple((r.name, r.count, r.device, tuple(s.cel for s in r.selectors)) for r in m.device_requests),
+                (m.gpus.device, tuple(m.gpus.nodes)) if m.gpus is not None else None,
             )
             for m in engine.members
         ),
@@ -123,4 +136,11 @@ def _observed_member(member: ReplicaMember, copies: int) -> MemberPlacement:
             for r in member.device_requests
         ],
         span=member.nodes,
+        gpus=GpuPlacement(
+            device=member.gpus.device,
+            per_pod=sum(r.count for r in member.device_requests),
+            nodes=list(member.gpus.nodes),
+        )
+        if member.gpus is not None
+        else None,
     )

@@ -52,42 +52,49 @@ class MemoryFit:
     device: str
     count: int  # devices each pod claims on its node
     nodes: int  # nodes one copy spans (one pod per node)
+    per_node: int = 1  # devices of this kind one node has (what a GPU-level ledger shares among instances)
 
 
 def fit_memory(need: MemoryNeed, inference_class: InferenceClass) -> MemoryFit | str:
-    amount = need.amount
-    if amount is None or _magnitude(amount) is None:
+    """`need.utilization` below 1 (vLLM's headroom) makes each GPU hold that share of its memory for the model."""
+    amount = _magnitude(need.amount) if need.amount is not None else None
+    if amount is None:
         return f"gpuMemory {need.text!r} is not a positive, finite quantity, so no device can be sized for it"
     devices = inference_class.spec.devices
-    gpus = [(d, m) for d in devices if d.claim is ClaimKind.DRA and d.count > 0 and (m := _memory(d)) is not None]
-    for device, memory in gpus:
-        if memory.compare(amount) >= 0:
-            return MemoryFit(FitStep.ONE_GPU, device.name, count=1, nodes=1)
+    gpus = [
+        (d, m * need.utilization)
+        for d in devices
+        if d.claim is ClaimKind.DRA and d.count > 0 and (m := _usable(d)) is not None
+    ]
+    for device, usable in gpus:
+        if usable >= amount:
+            return MemoryFit(FitStep.ONE_GPU, device.name, count=1, nodes=1, per_node=device.count)
     whole = [(d, m) for d, m in gpus if MIG_ATTRIBUTE not in d.attributes]  # MIG instances do not combine
-    for device, memory in whole:
-        count = _multiples(amount, memory)
+    for device, usable in whole:
+        count = _multiples(amount, usable)
         if count <= device.count:
-            return MemoryFit(FitStep.GPUS_OF_ONE_NODE, device.name, count=count, nodes=1)
+            return MemoryFit(FitStep.GPUS_OF_ONE_NODE, device.name, count=count, nodes=1, per_node=device.count)
     if whole and need.backend in DISTRIBUTED_BACKENDS:
-        device, memory = whole[0]
-        nodes = _multiples(amount, memory, per_node=device.count)
-        return MemoryFit(FitStep.SEVERAL_NODES, device.name, count=device.count, nodes=nodes)
+        device, usable = whole[0]
+        nodes = _multiples(amount, usable * device.count)
+        return MemoryFit(FitStep.SEVERAL_NODES, device.name, count=device.count, nodes=nodes, per_node=device.count)
     if need.backend in CPU_BACKENDS:
         for device in devices:
-            memory = _memory(device)
-            if device.claim is ClaimKind.SYNTHETIC and memory is not None and memory.compare(amount) >= 0:
+            memory = _usable(device)
+            if device.claim is ClaimKind.SYNTHETIC and memory is not None and memory >= amount:
                 return MemoryFit(FitStep.CPU, device.name, count=1, nodes=1)
-    return _refusal(need, inference_class, gpus)
+    return _refusal(need, inference_class, [d for d, _ in gpus])
 
 
-def _refusal(need: MemoryNeed, inference_class: InferenceClass, gpus: list[tuple[Device, Quantity]]) -> str:
+def _refusal(need: MemoryNeed, inference_class: InferenceClass, gpus: list[Device]) -> str:
     """Only reached when steps 1 and 2 failed and step 3 did not apply, so each clause says why."""
     backend = repr(need.backend) if need.backend else "not given"
     if gpus:
-        largest = max(gpus, key=lambda gpu: gpu[1].as_approximate_float())[0]
+        largest = max(gpus, key=lambda gpu: _usable(gpu) or 0)
+        share = "" if need.utilization == 1 else f" ({_percent(need.utilization)} of it usable: gpuMemoryUtilization)"
         steps = [
-            f"one GPU: the largest holds {_memory_text(largest)}",
-            "GPUs of one node: " + ", ".join(f"{d.count} x {_memory_text(d)}" for d, _ in gpus),
+            f"one GPU: the largest holds {_memory_text(largest)}{share}",
+            "GPUs of one node: " + ", ".join(f"{d.count} x {_memory_text(d)}" for d in gpus),
             f"several nodes: backend {backend} does not serve across nodes ({_names(DISTRIBUTED_BACKENDS)} do)",
         ]
     else:
@@ -98,11 +105,15 @@ def _refusal(need: MemoryNeed, inference_class: InferenceClass, gpus: list[tuple
         if (text := _memory_text(d)) is not None and (problem := _unusable(text)) is not None
     ]
     if need.backend in CPU_BACKENDS:
-        hosts = [_memory_text(d) for d in inference_class.spec.devices if d.claim is ClaimKind.SYNTHETIC and _memory(d)]
+        hosts = [_memory_text(d) for d in inference_class.spec.devices if d.claim is ClaimKind.SYNTHETIC and _usable(d)]
         steps.append(f"CPU: host memory {', '.join(hosts)} is too small" if hosts else "CPU: no host memory published")
     else:
         steps.append(f"CPU: backend {backend} does not run on CPU ({_names(CPU_BACKENDS)} do)")
     return f"needs {need.text} of GPU memory: " + "; ".join(steps)
+
+
+def _percent(share: Fraction) -> str:
+    return f"{float(share) * 100:g}%"
 
 
 def _memory_text(device: Device) -> str | None:
@@ -113,13 +124,13 @@ def _memory_text(device: Device) -> str | None:
     return None
 
 
-def _memory(device: Device) -> Quantity | None:
-    """The device's memory when it is usable for sizing; a missing, unparsable, zero, negative or infinite memory
-    is None, so the device is never sized against (and the refusal names it) instead of dividing by it."""
+def _usable(device: Device) -> Fraction | None:
+    """The device's memory in bytes when it is usable for sizing; a missing, unparsable, zero, negative or infinite
+    memory is None, so the device is never sized against (and the refusal names it) instead of dividing by it."""
     text = _memory_text(device)
     if text is None or _unusable(text) is not None:
         return None
-    return parse_quantity(text)
+    return _magnitude(parse_quantity(text))
 
 
 def _unusable(text: str) -> str | None:
@@ -141,12 +152,10 @@ def _magnitude(quantity: Quantity) -> Fraction | None:
     return Fraction(value)
 
 
-def _multiples(need: Quantity, unit: Quantity, per_node: int = 1) -> int:
-    """How many units (or nodes of `per_node` units) hold `need`: exact, since byte counts are whole floats. Both
-    were checked positive and finite (`_memory`, `fit_memory`), so this never divides by zero."""
-    need_amount, unit_amount = _magnitude(need), _magnitude(unit)
-    assert need_amount is not None and unit_amount is not None
-    return max(1, math.ceil(need_amount / (unit_amount * per_node)))
+def _multiples(need: Fraction, unit: Fraction) -> int:
+    """How many units hold `need`, exactly (byte counts are whole; a utilization share is a small fraction). Both
+    were checked positive (`_usable`, `fit_memory`), so this never divides by zero."""
+    return max(1, math.ceil(need / unit))
 
 
 def _names(backends: frozenset[str]) -> str:

@@ -70,13 +70,22 @@ class RequestPlacement(Output):
     device_class_name: str | None = None  # the DRA DeviceClass it is claimed through
 
 
+class GpuPlacement(Output):
+    """fitGranularity Gpu: the member is charged `perPod` devices on one node per pod, not whole nodes."""
+
+    device: str
+    per_pod: int
+    nodes: list[int]  # the pool's node (the ledger's number, 0, 1, ...) each pod's devices were charged on
+
+
 class MemberPlacement(Output):
     role: Role
     pool: str | None
-    nodes: int  # node cost: pods x copies when the member claims devices, else 0
+    nodes: int  # whole-node cost: pods x copies when the member claims devices and is not GPU-level, else 0
     device_requests: list[RequestPlacement]
     fit: FitStep | None = None  # seed 001: the resource-fit step that derived the request
     span: int | None = None  # seed 001 SeveralNodes: nodes one copy spans
+    gpus: GpuPlacement | None = None  # seed 001 GPU-level fit: the devices it holds of shared nodes
 
 
 class EnginePlacement(Output):

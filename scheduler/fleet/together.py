@@ -26,13 +26,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from fleet.deployment import PlacementStrategy
 from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica, ReplicaEngine
 from scheduler.fleet.demand import Demand
 from scheduler.fleet.engines import Refusal, place_engines, strategy_key
 from scheduler.fleet.fill import Filled, NewReplica, ineligibility
 from scheduler.fleet.ledger import Ledger
-from scheduler.fleet.matching import Matcher
+from scheduler.fleet.matching import EngineFit, Matcher
 from scheduler.fleet.pools import Pool
 from scheduler.fleet.results import ClusterReason, DroppedReplica, DropReason, StatusReason
 
@@ -145,7 +146,7 @@ def _try(
         index = next(i for i in range(len(held) + 1) if i not in held)
         held.add(index)
         for choice in choices:
-            fork.charge(name, choice.pool.name, choice.fit.nodes)
+            fork.apply(choice.pool, choice.charge)
         attempt.placed.append(NewReplica(cluster=name, index=index, engines=choices))
     return attempt
 
@@ -155,19 +156,18 @@ def _node_groups(
 ) -> dict[str, str] | Refusal:
     """Per engine, the node group (pool) all `need` new replicas use: the first (by resource-fit rank, then
     placementStrategy, then published order) with room for all of them, else the one with room for the most."""
-    taken: dict[str, int] = {}
+    scratch = ledger.fork()  # what the groups chosen for earlier engines will take
     pins: dict[str, str] = {}
     for engine in demand.engines:
-        best: tuple[tuple[int, int, int, int], Pool, int] | None = None  # (rank key, group, nodes it takes)
+        best: tuple[tuple[int, int, int, int], Pool, Ledger] | None = None  # (rank key, group, ledger with it taken)
         for position, pool in enumerate(pools):
             fit = matcher.engine(engine, pool.class_name)
             if isinstance(fit, str):
                 continue
-            free = ledger.free(pool) - taken.get(pool.name, 0)
-            room = max(0, min(free // fit.nodes, need)) if fit.nodes else need
-            key = (-room, fit.rank, strategy_key(demand.strategy, free - room * fit.nodes), position)
+            room, left, taken = _room(scratch, pool, fit, need, demand.strategy)
+            key = (-room, fit.rank, strategy_key(demand.strategy, left), position)
             if best is None or key < best[0]:
-                best = (key, pool, room * fit.nodes)
+                best = (key, pool, taken)
         if best is None:
             why = "; ".join(
                 f"pool {p.name}: {f}" for p in pools if isinstance(f := matcher.engine(engine, p.class_name), str)
@@ -175,10 +175,29 @@ def _node_groups(
             return Refusal(
                 ClusterReason.NO_MATCHING_POOL, f"engine {engine.name}: {why or 'the cluster publishes no pools'}"
             )
-        _, pool, nodes = best
-        taken[pool.name] = taken.get(pool.name, 0) + nodes
+        _, pool, scratch = best
         pins[engine.name] = pool.name
     return pins
+
+
+def _room(ledger: Ledger, pool: Pool, fit: EngineFit, need: int, strategy: PlacementStrategy | None) -> tuple[
+        int, int, Ledger]:  # fmt: skip
+    """How many of `need` copies of the engine the group holds, what it has left then, and a ledger with them
+    taken. Whole-node engines divide; GPU-level ones are placed one after another, as the fill would."""
+    taken = ledger.fork()
+    if not fit.gpus:
+        free = ledger.free(pool)
+        room = max(0, min(free // fit.nodes, need)) if fit.nodes else need
+        taken.charge(pool.cluster, pool.name, room * fit.nodes)
+        return room, free - room * fit.nodes, taken
+    room, left = 0, 0
+    while room < need:
+        charge = taken.plan(pool, fit.nodes, fit.gpus, strategy)
+        if isinstance(charge, str):
+            break
+        taken.apply(pool, charge)
+        room, left = room + 1, charge.left
+    return room, left, taken
 
 
 def _pool_of(engine: ReplicaEngine) -> str | None:

@@ -79,6 +79,24 @@ def test_example_deployment_renders_objects_that_validate_offline() -> None:
         )
 
 
+def test_a_gpu_level_replica_claims_exactly_its_gpus_per_pod() -> None:
+    """Seed 001's GPU-level fit (examples/gpustack): a 140Gi vLLM instance holds 2 of a worker's 8 H100s, so its
+    pod's ResourceClaimTemplate asks for exactly 2 GPUs, and the pod shares the worker with other instances."""
+    gpustack = EXAMPLES.parent / "gpustack"
+    fleet = load_fleet([gpustack / "fleet.yaml", gpustack / "deployments.yaml"])
+    deployment = fleet.deployments["llama-70b"]
+    plan = plan_deployment(deployment, fleet.clusters.values(), fleet.classes, [], fleet.caches)
+    on_h100 = next(p for p in plan.new if p.engines[0].pool == "h100")
+    replica = ModelReplica.model_validate(manifest_dict(replica_manifest(deployment, on_h100)))
+    objects = render_objects(render_workload(replica))
+    assert [o["kind"] for o in objects].count("ResourceClaimTemplate") == 1
+    for obj in objects:
+        assert validate_object(obj) == [], obj["kind"]
+    claim = next(o for o in objects if o["kind"] == "ResourceClaimTemplate")
+    request = claim["spec"]["spec"]["devices"]["requests"][0]
+    assert (request["exactly"]["count"], request["exactly"]["deviceClassName"]) == (2, "gpu.nvidia.com")
+
+
 def test_the_offline_validators_refuse_what_a_server_refuses() -> None:
     objects = render_objects(render_workload(example_replicas()[0]))
     lws = copy.deepcopy(next(o for o in objects if o["kind"] == "LeaderWorkerSet"))

@@ -9,6 +9,7 @@ Idempotency-Key can ever have.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,16 +148,18 @@ async def test_a_key_reused_with_another_body_while_the_row_is_missing_is_409(fa
 
 
 async def test_database_down_before_the_start_creates_nothing(faulty: Faulty) -> None:
+    # A key no other test uses: the Temporal server is shared by the session, and `berth request` tests use "k1".
+    key = f"outage-{uuid.uuid4()}"
     await faulty.database.cut()
     answer = await faulty.http.post(
-        "/v1/allocations", json={"gpu_count": 2}, headers=faulty.acme | {"Idempotency-Key": "k1"}
+        "/v1/allocations", json={"gpu_count": 2}, headers=faulty.acme | {"Idempotency-Key": key}
     )
     assert answer.status_code == 503, answer.text
     assert answer.json()["error"]["code"] == "database_unavailable"
     assert answer.headers["retry-after"]
     await faulty.database.restore()
     with pytest.raises(RPCError) as missing:
-        await faulty.temporal_client.get_workflow_handle(workflow_id(keyed_allocation_id("acme", "k1"))).describe()
+        await faulty.temporal_client.get_workflow_handle(workflow_id(keyed_allocation_id("acme", key))).describe()
     assert missing.value.status == RPCStatusCode.NOT_FOUND
     assert await faulty.rows() == []
 

@@ -377,3 +377,35 @@ def test_the_mig_managers_labels_decide_whether_a_node_is_mig_as_kaito_reads_the
     assert [r["engines"][0]["pool"] for r in plan["replicas"]] == ["nvidia-a100-sxm4-40gb-8x40960mi"] * 2
     message = plan["status"]["clusters"][0]["message"]
     assert "pool nvidia-a100-sxm4-40gb-mig-56x1g-5gb: member 0 (Standalone): request 'gpu': no device" in message
+
+
+GPUSTACK = Path(__file__).resolve().parents[2] / "examples" / "gpustack"
+
+
+def test_a_gpustack_style_fleet_shows_gpu_level_placements_and_refusals_and_the_plan_reads_back(
+    tmp_path: Path,
+) -> None:
+    """Seed 001's GPU-level fit (fitGranularity Gpu) on examples/gpustack: instances share workers, each row says
+    which GPUs it holds, the refusal names every worker's free GPUs, and the written plan charges the same GPUs."""
+    files = ["-f", str(GPUSTACK / "fleet.yaml"), "-f", str(GPUSTACK / "deployments.yaml")]
+    shown = runner.invoke(app, files)
+    assert shown.exit_code == 0, shown.output
+    assert "GPUS" in shown.output
+    assert "llama-70b-lab-1  lab      1      new     serve   h100  0      2 x gpu on node 0" in shown.output
+    assert (
+        "lab: InsufficientNodes: engine serve: pool h100: member 0 (Standalone) needs 1 x gpu on one node: "
+        "node 0: 0 of 8 free (8 held by other instances); node 1: 0 of 8 free (8 held by other instances); "
+        "no node is wholly free"
+    ) in shown.output
+    as_json = json.loads(runner.invoke(app, [*files, "--output", "json"]).output)
+    member = as_json["plans"][0]["replicas"][1]["engines"][0]["members"][0]
+    assert (member["fit"], member["nodes"], member["gpus"]) == (
+        "GpusOfOneNode",
+        0,
+        {"device": "gpu", "perPod": 2, "nodes": [0]},
+    )
+    written = tmp_path / "placed.yaml"
+    written.write_text(shown.output)
+    again = json.loads(runner.invoke(app, [*files, "-f", str(written), "--output", "json"]).output)
+    assert [p["status"]["new"] for p in again["plans"]] == [0, 0]  # every GPU is charged as it was placed
+    assert [p["status"]["retained"] for p in again["plans"]] == [8, 2]

@@ -128,6 +128,7 @@ def deployment(
     requirements: Sequence[str] = (),
     strategy: str | None = None,
     scale_down_order: str | None = None,
+    fit_granularity: str | None = None,
 ) -> ModelDeployment:
     spec: dict[str, Any] = {
         "engines": list(engines),
@@ -140,6 +141,8 @@ def deployment(
         spec["placementStrategy"] = strategy
     if scale_down_order is not None:
         spec["scaleDownOrder"] = scale_down_order
+    if fit_granularity is not None:
+        spec["fitGranularity"] = fit_granularity
     body: dict[str, Any] = {"replicas": replicas, "template": {"spec": spec}}
     if min_replicas is not None:
         body["minReplicas"] = min_replicas

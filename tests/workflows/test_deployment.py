@@ -190,6 +190,51 @@ async def test_ledger_refuses_an_overcommit_in_the_transaction(sessions, tmp_pat
     assert replanned.plan.status.phase == "ScheduleFailed" and replanned.new_replicas == []
 
 
+async def test_ledger_refuses_gpus_two_plans_both_gave_out_in_the_transaction(sessions, tmp_path: Path) -> None:
+    """fitGranularity Gpu (seed 001): two plans that both put 5 of the one node's 8 GPUs on it, and a whole-node
+    plan that saw the node free: only the first is recorded; the others are LedgerConflicts naming the node."""
+    from activities.cluster.simulated import SimulatedClusterDriver
+    from activities.control.deployments import DeploymentActivities
+    from contracts.deployment import EngineUsage, PlanDeploymentInput, RecordReplicaInput
+    from fleet.loader import load_fleet
+    from store.apply import apply_fleet
+
+    (tmp_path / "fleet.yaml").write_text(k8s_fleet({"east": 1}))
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([tmp_path / "fleet.yaml"]))
+    acts = DeploymentActivities(sessions, SimulatedClusterDriver(tmp_path / "clusters"))
+
+    def by_memory(name: str) -> dict:
+        manifest = deployment(name, 1)
+        spec = manifest["spec"]["template"]["spec"]
+        spec["fitGranularity"] = "Gpu"
+        spec["engines"][0]["members"][0] = {"role": "Standalone", "resources": {"gpuMemory": "600Gi"}}  # 5 x 141Gi
+        return manifest
+
+    plans = [await acts.plan_deployment(PlanDeploymentInput(deployment=by_memory(n))) for n in ("p", "q")]
+    whole = await acts.plan_deployment(PlanDeploymentInput(deployment=deployment("r", 1)))
+    assert [len(p.new_replicas) for p in (*plans, whole)] == [1, 1, 1]  # each saw the node free
+
+    def record(name: str, manifest: dict, nodes: int) -> RecordReplicaInput:
+        usage = [EngineUsage(engine="serve", pool="serve", nodes=nodes)]
+        return RecordReplicaInput(deployment=name, name=f"{name}-east-0", cluster="east", index=0,
+                                  manifest=manifest, usage=usage)  # fmt: skip
+
+    assert await acts.record_replica(record("p", plans[0].new_replicas[0], 0)) is True
+    with pytest.raises(ApplicationError, match="node 0 of pool east/serve would give out 10 x gpu; a node has 8"):
+        await acts.record_replica(record("q", plans[1].new_replicas[0], 0))
+    with pytest.raises(ApplicationError, match="1 would be charged whole and 1 would hold GPU-level pods") as refused:
+        await acts.record_replica(record("r", whole.new_replicas[0], 1))
+    assert refused.value.type == "LedgerConflict" and refused.value.non_retryable
+    replanned = await acts.plan_deployment(PlanDeploymentInput(deployment=by_memory("q")))
+    assert replanned.new_replicas == []
+    assert "node 0: 3 of 8 free (5 held by other instances)" in replanned.plan.status.clusters[0].message
+    small = by_memory("s")
+    small["spec"]["template"]["spec"]["engines"][0]["members"][0]["resources"]["gpuMemory"] = "400Gi"  # 3 GPUs
+    fits = await acts.plan_deployment(PlanDeploymentInput(deployment=small))
+    assert await acts.record_replica(record("s", fits.new_replicas[0], 0)) is True
+
+
 async def test_continue_as_new_keeps_replicas(temporal_client, sessions, tmp_path: Path) -> None:
     async with deployment_lab(temporal_client, sessions, tmp_path, k8s_fleet({"east": 2, "west": 2})) as lab:
         timing = lab.timing.model_copy(update={"reconciles_per_run": 1})
