@@ -129,6 +129,7 @@ def deployment(
     strategy: str | None = None,
     scale_down_order: str | None = None,
     fit_granularity: str | None = None,
+    homogeneous: bool = False,
 ) -> ModelDeployment:
     spec: dict[str, Any] = {
         "engines": list(engines),
@@ -143,6 +144,8 @@ def deployment(
         spec["scaleDownOrder"] = scale_down_order
     if fit_granularity is not None:
         spec["fitGranularity"] = fit_granularity
+    if homogeneous:
+        spec["homogeneous"] = True
     body: dict[str, Any] = {"replicas": replicas, "template": {"spec": spec}}
     if min_replicas is not None:
         body["minReplicas"] = min_replicas

@@ -1,10 +1,12 @@
-"""Seed 001 (GPUStack), GPU-level resource fit: `fitGranularity: Gpu` charges a member sized by model memory only
-the GPUs its pods claim, so instances share a worker's GPUs, and the ledger never gives a GPU out twice.
+"""Seed 001 (GPUStack, 001_dc474b146061fe86.txt), GPU-level resource fit: `fitGranularity: Gpu` charges a member
+sized by model memory only the GPUs its pods claim, so instances share a worker's GPUs, and the ledger never gives a
+GPU out twice.
 
-The rules follow seed 001's resource-fit section: candidates in the order one GPU, several GPUs of one worker,
-several workers, CPU; binpack takes the bin with the least room left, spread distributes over workers; a vLLM-class
-backend counts on 90% of each GPU (GPUStack starts vLLM with --gpu-memory-utilization 0.9); a GPU already given to
-another instance is not free. Every plan is fed back as the next plan's input, as `berth plan` output is.
+The rules follow the seed's "Resource Fit Policy" and "Placement Strategy Policy": candidates in the order single
+GPU, several GPUs of one worker, across workers, CPU; binpack places an instance "in the bin with the least
+remaining space", spread distributes instances over workers; and, from issue 25, a vLLM-class backend counts on 90%
+of each GPU (GPUStack starts vLLM with --gpu-memory-utilization 0.9). Every plan is fed back as the next plan's
+input, as `berth plan` output is.
 """
 
 from __future__ import annotations

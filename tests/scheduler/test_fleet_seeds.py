@@ -231,3 +231,43 @@ def test_seed003_derived_pools_are_scheduled_like_any_other_with_selectors_and_t
 def test_seed003_anything_but_a_node_list_is_refused() -> None:
     with pytest.raises(ValueError, match="NodeList"):
         pools_from_node_list({"kind": "ConfigMap"})
+
+
+def test_seed003_the_proposals_node_group_table_leaves_only_the_group_with_a_node_per_replica() -> None:
+    """Seed 003 (003_27606a75b8dbdcdf.txt), "Examples": node groups A100 4 x 40960 (2 nodes), A100 8 x 81920 (1
+    node), A10 1 x 24576 (1 node); a preset of 8GB per replica with 2 replicas. NodeGroupSizeFilter drops the groups
+    with fewer nodes than replicas (KAITO places one replica per node, no bin-packing), so only A100 4 x 40 GB, which
+    has 2 nodes, remains: Berth's `homogeneous` placement picks it, and refuses with KAITO's denial when it is gone."""
+    a100_40 = {"product": "NVIDIA-A100-SXM4-40GB", "count": "4", "memory": "40960"}
+    items = [
+        node("a100-40-a", **a100_40),
+        node("a100-40-b", **a100_40),
+        node("a100-80", product="NVIDIA-A100-SXM4-80GB", count="8", memory="81920"),
+        node("a10", product="NVIDIA-A10", count="1", memory="24576"),
+    ]
+
+    def byo(nodes: list[dict[str, object]]) -> tuple[InferenceCluster, dict[str, object]]:
+        derived = pools_from_node_list({"kind": "NodeList", "items": nodes})
+        pools = [p.model_dump(by_alias=True, exclude_none=True) for p in derived.pools]
+        document = {
+            "apiVersion": API,
+            "kind": "InferenceCluster",
+            "metadata": {"name": "byo"},
+            "spec": {"nodePools": pools},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "gateway": {"address": "10.1.0.1"}},
+        }
+        return InferenceCluster.model_validate(document), classes(*derived.classes(API))
+
+    serve = engine("serve", member("Standalone", resources={"gpuMemory": "8Gi"}))
+    preset = deployment("phi-4-mini", serve, replicas=2, homogeneous=True)
+    cluster_all, known = byo(items)
+    result = plan(preset, [cluster_all], known)
+    assert [(r.engines[0].pool, r.engines[0].members[0].fit) for r in result.replicas] == [
+        ("nvidia-a100-sxm4-40gb-4x40960mi", "OneGpu")
+    ] * 2
+    cluster_without, known = byo(items[2:])  # the A100 4 x 40 GB group gone: no group has 2 nodes
+    refused = plan(preset, [cluster_without], known)
+    assert refused.replicas == [] and refused.status.reason == "NoSuitableNodeGroup"
+    assert refused.status.message.startswith(
+        "No suitable node group found: insufficient capacity or no matching configurations after filtering."
+    )
