@@ -66,7 +66,8 @@ async def check_search_attributes(client: Client) -> None:
         raise MissingSearchAttributes(
             f"the Temporal namespace {client.namespace!r} lacks the search attributes {', '.join(missing)}; register "
             "them, e.g. `temporal operator search-attribute create --name BerthState --type Keyword` (BerthGpuCount "
-            "is Int, the others Keyword)"
+            "is Int, BerthEndsAt Datetime, BerthExpiring Bool, the others Keyword; deploy/temporal/setup-namespace.sh "
+            "registers them all)"
         )
 
 

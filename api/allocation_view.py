@@ -44,6 +44,7 @@ def summary(row: AllocationRow, cluster: str | None, pool: str | None) -> Alloca
         node=row.node_id,
         failure_reason=row.failure_reason,
         borrowed_gpus=row.borrowed_gpus,
+        ends_at=row.ends_at,
         workflow_id=row.workflow_id,
         created_at=row.created_at,
         updated_at=row.updated_at,
@@ -114,6 +115,7 @@ async def detail(
                 "pool": live.pool,
                 "node": live.node,
                 "failure_reason": live.failure_reason or base.failure_reason,
+                "ends_at": live.ends_at if live.state == "active" else base.ends_at,
             }
         )
         bundles = list(live.bundles)

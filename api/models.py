@@ -6,10 +6,11 @@ validation can be stored and scheduled; a bad value is a 422 naming the field, n
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from pydantic import (
+    AwareDatetime,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -18,6 +19,7 @@ from pydantic import (
     StringConstraints,
     WithJsonSchema,
     model_serializer,
+    model_validator,
 )
 from pydantic.functional_serializers import SerializerFunctionWrapHandler
 
@@ -27,7 +29,7 @@ from scheduler.bundles import Bundle
 from scheduler.capacity import PoolCapacity
 from scheduler.request import CapacityShape, PciAddress, PlacementRequest
 from store.apply import ApplyChange
-from workflows.allocation_messages import STATES
+from workflows.allocation_messages import STATES, Lease
 
 AllocationState = Literal[STATES]  # type: ignore[valid-type]
 AllocationId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
@@ -82,6 +84,9 @@ class Strict(BaseModel):
 QueueTimeout = Annotated[float, Field(ge=0, le=365 * 24 * 3600), BeforeValidator(parse_duration)]
 
 
+LeaseDuration = Annotated[float, Field(gt=0, le=10 * 365 * 24 * 3600), BeforeValidator(parse_duration)]
+
+
 class QueueRequest(Strict):
     """How long the request may wait in its region's queue (issue 24), as Go and Kubernetes write durations."""
 
@@ -90,6 +95,8 @@ class QueueRequest(Strict):
 
 class AllocationCreate(Strict):
     """The allocation request (`POST /v1/allocations` and `POST /v1/explain`)."""
+
+    model_config = ConfigDict(json_schema_extra={"not": {"required": ["duration", "ends_at"]}})
 
     gpu_count: int = Field(ge=1, le=1024, description="GPUs wanted.")
     gpu_product: Product | None = Field(default=None, description="e.g. H200; unset takes any product.")
@@ -134,6 +141,21 @@ class AllocationCreate(Strict):
         description="A PriorityClass of the fleet (one the tenant may use): a waiting request of a higher class is "
         "placed first. Unset: the fleet's default class, or priority 0.",
     )
+    duration: LeaseDuration | None = Field(
+        default=None,
+        description="How long it is held once active (`48h`, `90m` or seconds); at its end it is released and ends "
+        "`expired`. Only pools whose `maxLease` is as long take it. Unset (and no `ends_at`): no end, unless its pool "
+        "has a `maxLease`, which then is its end.",
+    )
+    ends_at: AwareDatetime | None = Field(
+        default=None, description="When it ends (RFC 3339, with an offset); the alternative to `duration`."
+    )
+
+    @model_validator(mode="after")
+    def _one_end(self) -> AllocationCreate:
+        if self.duration is not None and self.ends_at is not None:
+            raise ValueError("give duration or ends_at, not both")
+        return self
 
     @model_serializer(mode="wrap")
     def _recorded(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, object]:
@@ -144,6 +166,17 @@ class AllocationCreate(Strict):
             if name in data and not data[name]:
                 del data[name]
         return data
+
+    def lease(self) -> Lease | None:
+        if self.duration is not None:
+            return Lease(duration_seconds=self.duration)
+        return Lease(ends_at=self.ends_at) if self.ends_at is not None else None
+
+    def lease_seconds(self) -> float | None:
+        """How long it would be held if it became active now: what a pool's `maxLease` is compared with."""
+        if self.ends_at is not None:
+            return max((self.ends_at - datetime.now(UTC)).total_seconds(), 0.001)
+        return self.duration
 
     def placement_request(self, tenant: str | None, exclude_nodes: frozenset[str] = frozenset()) -> PlacementRequest:
         return PlacementRequest(
@@ -157,10 +190,11 @@ class AllocationCreate(Strict):
             nodes=frozenset(self.nodes),
             gpus=frozenset(self.gpus),
             exclude_nodes=exclude_nodes,
+            lease_seconds=self.lease_seconds(),
         )
 
 
-_NEWER_FIELDS = ("selectors", "cluster_selector", "nodes", "gpus", "queue", "priority_class")
+_NEWER_FIELDS = ("selectors", "cluster_selector", "nodes", "gpus", "queue", "priority_class", "duration", "ends_at")
 
 
 class AllocationAccepted(BaseModel):
@@ -169,6 +203,29 @@ class AllocationAccepted(BaseModel):
     id: str
     state: str
     workflow_id: str
+
+
+class AllocationEnd(BaseModel):
+    """An allocation's end after an extension."""
+
+    id: str
+    state: str
+    ends_at: datetime | None
+
+
+class ExtendBody(Strict):
+    """Move an active allocation's end later: `by` a duration from its current end, or `until` a time."""
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["by"]}, {"required": ["until"]}]})
+
+    by: LeaseDuration | None = Field(default=None, description="`2h`, `30m` or seconds, added to the current end.")
+    until: AwareDatetime | None = Field(default=None, description="The new end (RFC 3339, with an offset).")
+
+    @model_validator(mode="after")
+    def _one(self) -> ExtendBody:
+        if (self.by is None) == (self.until is None):
+            raise ValueError("give exactly one of by and until")
+        return self
 
 
 class RetryBody(Strict):
@@ -207,6 +264,7 @@ class AllocationSummary(BaseModel):
     borrowed_gpus: int = Field(
         default=0, description="GPUs it holds beyond its tenant's gpuQuota, lent by the tenant's cohort (reclaimable)."
     )
+    ends_at: datetime | None = Field(default=None, description="When its lease ends (then `expired`); null: no end.")
     workflow_id: str
     created_at: datetime
     updated_at: datetime

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -113,12 +114,19 @@ def check_selectors(body: AllocationCreate) -> None:
             raise ApiError(422, "invalid_selector", message, [detail]) from None
 
 
-def _invalid(field: str, message: str) -> ApiError:
-    """The shape of a schema error (`invalid_request`), for rules between fields that no single field can check."""
+def _invalid(field: str, message: str, problem: str = "gpu_pins") -> ApiError:
+    """The shape of a schema error (`invalid_request`), for rules no schema can state: between fields, or against
+    the clock."""
     return ApiError(
         422, "invalid_request", f"the request is not valid: {field}: {message}",
-        [{"field": field, "message": message, "type": "gpu_pins"}],
+        [{"field": field, "message": message, "type": problem}],
     )  # fmt: skip
+
+
+def check_lease(body: AllocationCreate) -> None:
+    """An end in the past (or now) would release the allocation as soon as it is placed: refused instead."""
+    if body.ends_at is not None and body.ends_at <= datetime.now(UTC):
+        raise _invalid("body.ends_at", f"ends_at {body.ends_at.isoformat()} is not in the future", "ends_at_past")
 
 
 def check_gpu_pins(body: AllocationCreate) -> None:
@@ -187,6 +195,7 @@ async def check_request(
     ApiError (422)."""
     await asyncio.to_thread(check_selectors, body)  # parsing a long selector takes ~0.25 s: off the event loop
     check_gpu_pins(body)
+    check_lease(body)
     snapshot = (await inventory.inventory(session)).snapshot
     check_names(_remembered.names_of(snapshot, viewer), body)
     check_gpus(snapshot, body)

@@ -26,7 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.errors import ApiError, conflict, unavailable
 from contracts.task_queues import Queues
 from workflows import allocation_client
-from workflows.allocation_messages import AllocationInput, AllocationStatus, RetryAccepted
+from workflows.allocation_messages import AllocationInput, AllocationStatus, ExtendRequest, RetryAccepted
 from workflows.client_calls import Rejected, WorkerUnavailable
 
 
@@ -220,6 +220,11 @@ class ControlPlane:
         client = await self.client()
         async with self.call(_gone(allocation_id)):
             return await allocation_client.release(client, allocation_id, self.timeouts.call_seconds)
+
+    async def extend(self, allocation_id: str, request: ExtendRequest) -> AllocationStatus:
+        client = await self.client()
+        async with self.call(_gone(allocation_id)):
+            return await allocation_client.extend(client, allocation_id, request, self.timeouts.call_seconds)
 
     async def live_status(self, allocation_id: str) -> AllocationStatus | None:
         """The running workflow's own account, or None when it cannot answer quickly (reads then rely on

@@ -36,7 +36,14 @@ app = typer.Typer(help="Request, follow and give back GPU allocations.", no_args
 IdArgument = Annotated[str, typer.Argument(help="The allocation's id.", show_default=False)]
 POLL_SECONDS = 0.5
 KEY_PREFIXES = ("ssh-", "ecdsa-", "sk-")
-STATE_STYLES = {"active": "green", "failed": "red", "released": "dim", "cancelled": "dim", "queued": "cyan"}
+STATE_STYLES = {
+    "active": "green",
+    "failed": "red",
+    "released": "dim",
+    "cancelled": "dim",
+    "expired": "dim",
+    "queued": "cyan",
+}
 OUTCOME_STYLES = {"succeeded": "green", "failed": "red", "abandoned": "yellow", "cancelled": "dim"}
 
 
@@ -150,6 +157,8 @@ def _render_detail(allocation: AllocationDetail) -> None:
     summary.add_row("Workflow", styled("{}" if allocation.live else "{} [dim](not running)[/]", allocation.workflow_id))
     if allocation.failure_reason:
         summary.add_row("Failure", Text(allocation.failure_reason, style="red"))
+    if allocation.ends_at is not None:
+        summary.add_row("Ends", allocation.ends_at.isoformat())
     if allocation.queue is not None:
         place = allocation.queue
         summary.add_row(
@@ -277,6 +286,13 @@ def create(
     priority_class: Annotated[
         str | None, typer.Option("--priority-class", help="A PriorityClass of the fleet: who waits is placed first.")
     ] = None,
+    duration: Annotated[
+        str | None,
+        typer.Option("--duration", help="Hold it this long once active (48h, 90m), then release it (`expired`)."),
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Hold it until this time (RFC 3339, e.g. 2026-12-01T09:00:00Z).")
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until it is active; exit 1 if it fails.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", min=0, help="Seconds --wait waits at most.")] = 600,
     output: OutputOption = OutputFormat.TEXT,
@@ -306,6 +322,8 @@ def create(
         **placement_fields(selector, cluster_selector, node, gpu),
         "queue": {"timeout": queue_timeout} if queue_timeout is not None else None,
         "priority_class": priority_class,
+        "duration": duration,
+        "ends_at": until,
     }
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
     with api_client(api, token, tenant) as client:
@@ -406,6 +424,28 @@ def retry(
     with api_client(api, token, tenant) as client:
         data = client.call("POST", _path(allocation_id, "/retry"), json={"exclude_nodes": exclude or []})
         _show_accepted(data, output, "Retrying")
+
+
+@app.command("extend")
+def extend(
+    allocation_id: IdArgument,
+    by: Annotated[str | None, typer.Option("--by", help="Move the end later by this much (2h, 30m).")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="The new end (RFC 3339).")] = None,
+    tenant: TenantOption = None,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Move an active allocation's end later; refused past its pool's maxLease."""
+    if (by is None) == (until is None):
+        fail("give exactly one of --by and --until")
+    body = {"by": by} if by is not None else {"until": until}
+    with api_client(api, token, tenant) as client:
+        data = client.call("POST", _path(allocation_id, "/extend"), json=body)
+    if output is OutputFormat.JSON:
+        print_json(data)
+        return
+    console.print(styled("Allocation [bold]{}[/] now ends at {}", data["id"], data["ends_at"]))
 
 
 @app.command("release")

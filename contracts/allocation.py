@@ -48,6 +48,7 @@ class StateChange(Model):
     reason: str | None = None
     detail: dict[str, object] = Field(default_factory=dict)
     at: datetime | None = None  # when the workflow changed state; None: when it is written
+    ends_at: datetime | None = None  # the allocation's end as of this step (active, extended), mirrored to its row
 
 
 class AuditTrail(Model):
@@ -89,6 +90,8 @@ class CandidateList(Refusal):
     candidates: list[Candidate] = Field(default_factory=list)
     # pool (cluster/pool) -> the per-state deadlines in seconds it sets (fleet `deadlines`); absent: the defaults
     deadlines: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # pool (cluster/pool) -> the longest lease it grants in seconds (fleet `maxLease`); absent: no maximum
+    max_leases: dict[str, float] = Field(default_factory=dict)
 
 
 class QueueTicket(Model):

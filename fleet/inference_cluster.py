@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from fleet.deadlines import PoolDeadlines
+from fleet.deadlines import Duration, PoolDeadlines
 from fleet.inference_class import Device
 from fleet.meta import Carried, Name, ObjectMeta, PoolName, Spec
 from fleet.node import Node, NodeTemplate
@@ -61,6 +61,11 @@ class NodePool(Spec):
     deadlines: PoolDeadlines | None = Field(
         default=None, description="Berth: per-state deadlines of allocations on this pool (slice and bare metal)."
     )
+    max_lease: Duration | None = Field(
+        default=None,
+        description="Berth: the longest lease an allocation on this pool may have (`168h`, `90m`, or seconds); a "
+        "request asking for longer is not placed here, and an allocation with no end gets this one.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -103,6 +108,8 @@ class NodePool(Spec):
             raise ValueError(f"a {self.shape.value} pool needs gpuProduct (for example H200)")
         if self.shape is PoolShape.KUBERNETES and self.deadlines is not None:
             raise ValueError("deadlines apply to allocations: only gpu_slice and baremetal pools take them")
+        if self.shape is PoolShape.KUBERNETES and self.max_lease is not None:
+            raise ValueError("maxLease applies to allocations: only gpu_slice and baremetal pools take it")
         return self
 
 

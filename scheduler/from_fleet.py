@@ -45,6 +45,7 @@ def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) 
                 cluster_labels=dict(cluster.metadata.labels),
                 cluster_ready=cluster.status is None or cluster.status.ready,
                 deadlines=pool.deadlines.seconds() if pool.deadlines else {},
+                max_lease_seconds=pool.max_lease,
             )
         )
         nodes.extend(node_view(node, holds) for node in hosts.nodes)

@@ -2,7 +2,7 @@
 
 Filter plugins (see `scheduler.plugins`), each returning the reason it drops a pool: capacity shape, GPU product,
 cluster matchLabels, cluster readiness, DRA CEL selectors over the GPU devices the pool's InferenceClass
-publishes, and the tenant's quota for the pool's product in its region. A pool passes the selectors when one of its claimable devices satisfies all of them (DRA semantics: the
+publishes, the pool's longest lease (`maxLease`) against the request's, and the tenant's quota for the pool's product in its region. A pool passes the selectors when one of its claimable devices satisfies all of them (DRA semantics: the
 selectors of one request apply to the same device).
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from fleet.deadlines import format_duration
 from scheduler import cel, quota
 from scheduler.explanation import Level, LevelExplanation, Tally
 from scheduler.plugins import Filter, first_failure
@@ -91,6 +92,21 @@ class DeviceSelectorFilter:
 
 
 @dataclass
+class LeaseFilter:
+    """A request with an end (issue 26) goes only to pools whose `maxLease` is at least as long."""
+
+    request: PlacementRequest
+    messages: dict[str, str] = field(default_factory=dict)  # pool key -> the two durations
+
+    def check(self, pool: PoolView) -> Reason | None:
+        wanted, most = self.request.lease_seconds, pool.max_lease_seconds
+        if wanted is None or most is None or wanted <= most:
+            return None
+        self.messages[pool.key] = f"leases of at most {format_duration(most)}; asked {format_duration(wanted)}"
+        return Reason.LEASE_TOO_LONG
+
+
+@dataclass
 class QuotaFilter:
     """A tenant with per-product quotas (issue 24) may be placed only on pools whose product, in their region, its
     quota (with what its cohort lends) still has room for: Kueue's flavor assignment, pool by pool."""
@@ -124,12 +140,14 @@ def filter_pools(
     """
     selectors = DeviceSelectorFilter(snapshot, request.selectors)
     quotas = QuotaFilter(snapshot, request)
+    leases = LeaseFilter(request)
     plugins: list[Filter[PoolView]] = [
         ShapeFilter(request),
         ProductFilter(request),
         ClusterLabelsFilter(request),
         ClusterReadyFilter(),
         selectors,
+        leases,
         quotas,  # last: a pool refused only by the quota is one the request may wait for
     ]
     tally = Tally(Level.POOL, "pools", "match", request.gpu_count, detail)
@@ -138,7 +156,8 @@ def filter_pools(
         reason = first_failure(pool, plugins)
         if reason is None:
             passed.append(pool)
-        tally.record(reason, [pool.key], _describe, pool, reason, {**selectors.errors, **quotas.messages})
+        messages = {**selectors.errors, **leases.messages, **quotas.messages}
+        tally.record(reason, [pool.key], _describe, pool, reason, messages)
     return passed, tally.explanation()
 
 
@@ -146,6 +165,6 @@ def _describe(pool: PoolView, reason: Reason | None, errors: dict[str, str]) -> 
     text = f"{pool.shape} {pool.gpu_product or 'unknown product'}, cluster {pool.cluster}"
     if not pool.cluster_ready:
         text += " (not Ready)"
-    if reason in (Reason.SELECTOR_ERROR, Reason.QUOTA_EXCEEDED):
+    if reason in (Reason.SELECTOR_ERROR, Reason.QUOTA_EXCEEDED, Reason.LEASE_TOO_LONG):
         text += f": {errors.get(pool.key, '')}"
     return text

@@ -31,6 +31,7 @@ class Reason(StrEnum):
     CLUSTER_NOT_READY = "cluster_not_ready"
     SELECTOR_MISMATCH = "selector_mismatch"
     SELECTOR_ERROR = "selector_error"
+    LEASE_TOO_LONG = "lease_too_long"  # the request's lease is longer than the pool grants (fleet `maxLease`)
     NO_MATCHING_POOL = "no_matching_pool"
     # node
     NODE_NOT_READY = "node_not_ready"
@@ -89,6 +90,7 @@ _PHRASES: dict[Reason, tuple[str, str]] = {
     Reason.CLUSTER_NOT_READY: ("is in a cluster that is not Ready", "are in clusters that are not Ready"),
     Reason.SELECTOR_MISMATCH: ("has no GPU device matching the selectors", "have no GPU device matching the selectors"),
     Reason.SELECTOR_ERROR: ("failed to evaluate the selectors", "failed to evaluate the selectors"),
+    Reason.LEASE_TOO_LONG: ("grants shorter leases than asked", "grant shorter leases than asked"),
     Reason.NODE_NOT_READY: ("is not READY", "are not READY"),
     Reason.AGENT_DOWN: ("has no live node agent", "have no live node agent"),
     Reason.NODE_COOLING_OFF: (

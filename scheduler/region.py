@@ -90,7 +90,13 @@ class PoolsMatch:
     offer: dict[str, RegionOffer]
 
     def check(self, region: RegionView) -> Reason | None:
-        return None if self.offer[region.name].pools else Reason.NO_POOL_MATCHES
+        offer = self.offer[region.name]
+        if offer.pools:
+            return None
+        if offer.pool_reasons - {Reason.SHAPE_MISMATCH, Reason.PRODUCT_MISMATCH} == {Reason.LEASE_TOO_LONG}:
+            # the pools of the product and shape asked for fail on the length alone: say so
+            return Reason.LEASE_TOO_LONG
+        return Reason.NO_POOL_MATCHES
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,7 @@ class RegionOffer:
     pools: int  # pools the cluster scheduler would accept for this request
     price: float | None
     room: int  # allocations of the requested size its matching pools could take now
+    pool_reasons: frozenset[Reason] = frozenset()  # why the cluster scheduler would drop the others
 
     @classmethod
     def of(
@@ -113,9 +120,10 @@ class RegionOffer:
         ]
         products = tuple(sorted({pool.gpu_product for pool in pools if pool.gpu_product}))
         prices = [price for price in (region.price(product) for product in products) if price is not None]
-        matching, _ = filter_pools(snapshot, request, region.name)
+        matching, level = filter_pools(snapshot, request, region.name)
         room = sum(count.of_pool(snapshot, pool) for pool in matching)
-        return cls(products=products, pools=len(matching), price=min(prices, default=None), room=room)
+        return cls(products=products, pools=len(matching), price=min(prices, default=None), room=room,
+                   pool_reasons=frozenset(level.dropped))  # fmt: skip
 
     def describe(self, region: RegionView) -> str:
         offered = ", ".join(self.products) or "no matching product"

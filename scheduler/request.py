@@ -71,6 +71,9 @@ class PlacementRequest(BaseModel):
         description="Nodes set aside for the request at the head of a queue (scheduler/queueing.py): not for this one.",
     )
     seed: int | None = Field(default=None, description="Rotates the order of equally ranked nodes.")
+    lease_seconds: float | None = Field(
+        default=None, gt=0, description="How long the allocation will be held (issue 26): only pools granting as long."
+    )
 
     @model_validator(mode="after")
     def _gpus_pin_one_node(self) -> PlacementRequest:

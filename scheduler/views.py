@@ -90,6 +90,7 @@ class PoolView:
     cluster_labels: Mapping[str, str] = field(default_factory=dict)
     cluster_ready: bool = True
     deadlines: Mapping[str, float] = field(default_factory=dict)  # seconds by state the pool sets (fleet/deadlines.py)
+    max_lease_seconds: float | None = None  # the longest lease the pool grants (fleet `maxLease`); None: no maximum
 
     @property
     def key(self) -> str:

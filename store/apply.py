@@ -179,6 +179,7 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
             "max_node_count": pool.max_node_count if pool.shape is PoolShape.KUBERNETES else None,
             "node_template": pool.node_template.model_dump(mode="json", by_alias=True) if pool.node_template else None,
             "deadlines": pool.deadlines.seconds() or None if pool.deadlines else None,
+            "max_lease_seconds": pool.max_lease,
         }
         for node in hosts.nodes:
             nodes[node.name] = {

@@ -61,6 +61,7 @@ ALLOCATION_STATES = (
     "released",
     "failed",
     "cancelled",
+    "expired",
 )
 
 
@@ -140,6 +141,7 @@ class PoolRow(Base):
         CheckConstraint("node_count >= 0", name="node_count"),
         CheckConstraint("max_node_count IS NULL OR max_node_count >= 1", name="max_node_count"),
         CheckConstraint("shape = 'kubernetes' OR gpu_product IS NOT NULL", name="gpu_product"),
+        CheckConstraint("max_lease_seconds IS NULL OR max_lease_seconds > 0", name="max_lease_seconds"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -154,6 +156,8 @@ class PoolRow(Base):
     node_template: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # Per-state overall deadlines in seconds (fleet file `deadlines`); NULL: Timing's defaults (migration 0004).
     deadlines: Mapped[dict[str, float] | None] = mapped_column(JSONB)
+    # The longest lease an allocation on this pool may have (fleet file `maxLease`); NULL: none (migration 0013).
+    max_lease_seconds: Mapped[float | None] = mapped_column(Float)
 
 
 class NodeRow(Base):
@@ -324,6 +328,8 @@ class AllocationRow(Base):
     # GPUs beyond its tenant's nominal quota when its claims were recorded: it runs on quota borrowed from the
     # tenant's cohort (migration 0010), which preemption may reclaim.
     borrowed_gpus: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    # When its lease ends and its release saga runs (issue 26, migration 0013); NULL: no end.
+    ends_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
 

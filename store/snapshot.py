@@ -313,6 +313,7 @@ async def load_inventory(session: AsyncSession) -> Inventory:
                 cluster_labels=dict(cluster.labels),
                 cluster_ready=status is None or status.ready,
                 deadlines=dict(p.deadlines or {}),
+                max_lease_seconds=p.max_lease_seconds,
             )
         )
 

@@ -42,7 +42,8 @@ _WRITE_TRAIL = text(
     "  node_id = CASE WHEN :set_node THEN :node ELSE node_id END,"
     "  pool_id = CASE WHEN :set_pool"
     "   THEN (SELECT p.id FROM pools AS p WHERE p.cluster = :cluster AND p.name = :pool) ELSE pool_id END,"
-    "  failure_reason = CASE WHEN :set_reason THEN :failure_reason ELSE failure_reason END"
+    "  failure_reason = CASE WHEN :set_reason THEN :failure_reason ELSE failure_reason END,"
+    "  ends_at = CASE WHEN :set_ends_at THEN CAST(:ends_at AS timestamptz) ELSE ends_at END"
     " WHERE id = :id AND :mirror RETURNING 1"
     "), appended AS ("
     " INSERT INTO allocation_events (allocation_id, event_key, at, state, step, attempt, node_id, reason, detail)"
@@ -80,9 +81,11 @@ def _trail_parameters(trail: AuditTrail) -> dict[str, Any]:
     it), the opening's columns, and the steps as one JSON array."""
     opening, changes = trail.opening, trail.changes
     latest = changes[-1] if changes else None
-    region = node = pool = reason = None
-    set_region = set_node = set_pool = set_reason = False
+    region = node = pool = reason = ends_at = None
+    set_region = set_node = set_pool = set_reason = set_ends_at = False
     for change in changes:
+        if change.ends_at is not None:
+            ends_at, set_ends_at = change.ends_at, True
         if change.region is not None:
             region, set_region = change.region, True
         if change.node is not None:
@@ -132,13 +135,16 @@ def _trail_parameters(trail: AuditTrail) -> dict[str, Any]:
         "set_node": set_node,
         "set_pool": set_pool,
         "set_reason": set_reason,
+        "ends_at": ends_at,
+        "set_ends_at": set_ends_at,
         "events": json.dumps(events),
     }
 
 
-# Steps a run may take more than once (a queued request woken, refused after all, queued again): told apart by
+# Steps a run may take more than once (a queued request woken, refused after all, queued again; an end extended and
+# warned of again): told apart by
 # the workflow's time of the step, which a retried write of the same step repeats.
-REPEATABLE_STEPS = frozenset({"enter_queue", "woken"})
+REPEATABLE_STEPS = frozenset({"enter_queue", "woken", "extended", "expiring"})
 
 
 def event_key(change: StateChange) -> str:

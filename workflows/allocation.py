@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -76,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
         AllocationInput,
         AllocationStatus,
         Attempt,
+        ExtendRequest,
         Held,
         ReleaseRequest,
         RetryAccepted,
@@ -123,6 +124,10 @@ class AllocationWorkflow:
         self.woken = False  # an admission pass set a node aside for it: place again
         self.in_queue = False  # its entry is in the region's queue (the placement step takes it out when it places)
         self.fruitless = 0  # times it was woken (or placed) and could not be placed after all
+        self.pool_max_leases: dict[str, float] = {}  # pool -> its maxLease in seconds, of the candidates seen
+        self.active_since = held.active_since if held is not None else None
+        self.max_lease = held.max_lease_seconds if held is not None else None
+        self.end_moved = False  # an extension came: the hold re-reads the end
 
     # -- the flow ---------------------------------------------------------------------------------------------------
 
@@ -136,8 +141,8 @@ class AllocationWorkflow:
                     region, first = await self.choose_placement(woken=True)
                 await self.continue_into_hold()  # 4, in the hold run
             workflow.set_current_details(self.mirror.story())
-            await self.hold_until_released()  # 4
-            await shielded(self.teardown("released", "release"))
+            ending = await self.hold_until_released()  # 4
+            await shielded(self.teardown(*ending))
         except BaseException as error:
             if is_cancelled_exception(error) and self.status.state not in FINAL_STATES:
                 await shielded(self.teardown("cancelled", "cancel"))
@@ -261,6 +266,7 @@ class AllocationWorkflow:
     def accept_candidates(self, found: CandidateList) -> list[Candidate]:
         """The cluster level's answer: the candidates, or (before any attempt) the allocation's failure."""
         self.pool_deadlines.update(found.deadlines)
+        self.pool_max_leases.update(found.max_leases)
         if found.refusal_code is not None and not self.status.attempts:
             explanation = found.explanation.model_dump(mode="json") if found.explanation else None
             raise ApplicationError(found.reason, explanation, type=PLACEMENT_REFUSED, non_retryable=True)
@@ -376,7 +382,9 @@ class AllocationWorkflow:
         self.set_state("waiting_ready", "wait_ready", node=node, attempt=attempt)
         await self.wait_until_ready(node)
         attempt.outcome = "succeeded"
-        self.set_state("active", "ready", node=node, attempt=attempt)
+        self.begin_lease(attempt.pool)
+        self.set_state("active", "ready", node=node, attempt=attempt, ends_at=self.status.ends_at)
+        self.mirror.publish_end(self.status.ends_at, expiring=False)
 
     async def wait_until_ready(self, node: str) -> None:
         """Probe the readiness gates a window at a time until every gate passes; a gate that failed for good, or no
@@ -420,12 +428,53 @@ class AllocationWorkflow:
         await wait_unless_cancelled(workflow.all_handlers_finished)
         if self.release_requested:
             return
-        held = Held(status=self.status, deadlines=self.clock.deadlines)
+        held = Held(status=self.status, deadlines=self.clock.deadlines, active_since=self.active_since,
+                    max_lease_seconds=self.max_lease)  # fmt: skip
         workflow.continue_as_new(self.input.model_copy(update={"held": held}))
 
-    async def hold_until_released(self) -> None:
-        await self.mirror.write_trail()
-        await wait_unless_cancelled(lambda: self.release_requested)
+    def begin_lease(self, pool: str) -> None:
+        """Active now: the end it asked for (`duration_seconds` from now, or `ends_at`), else its pool's `maxLease`
+        from now, else none. The pool's maximum was checked when the pool was chosen (`scheduler.pools`)."""
+        now = workflow.now()
+        self.active_since, self.max_lease = now, self.pool_max_leases.get(pool)
+        lease = self.input.lease
+        if lease is not None and lease.ends_at is not None:
+            self.status.ends_at = lease.ends_at
+        elif lease is not None and lease.duration_seconds is not None:
+            self.status.ends_at = now + timedelta(seconds=lease.duration_seconds)
+        elif self.max_lease is not None:
+            self.status.ends_at = now + timedelta(seconds=self.max_lease)
+
+    async def hold_until_released(self) -> tuple[str, str]:
+        """Hold until a release or, for an allocation with an end, the end (`expired`); its owner is warned
+        `Timing.expiry_warning_seconds` before it. An extension moves the end and the warning with it."""
+        while True:
+            await self.mirror.write_trail()
+            ends_at = self.status.ends_at
+            if ends_at is None:
+                await wait_unless_cancelled(lambda: self.release_requested)
+                return "released", "release"
+            warn_at = ends_at - timedelta(seconds=self.input.timing.expiry_warning_seconds)
+            now = workflow.now()
+            if now >= ends_at:
+                return "expired", "expire"
+            if now >= warn_at and not self.status.expiry_warned:
+                self.warn_of_end(ends_at)
+                continue
+            instant = ends_at if self.status.expiry_warned else warn_at
+            self.end_moved = False
+            try:
+                await wait_unless_cancelled(lambda: self.release_requested or self.end_moved, instant - now)
+            except TimeoutError:
+                continue
+            if self.release_requested:
+                return "released", "release"
+
+    def warn_of_end(self, ends_at: datetime) -> None:
+        """`expiring`: the owner sees it in the allocation's events, `berth alloc get` and the Temporal UI."""
+        self.status.expiry_warned = True
+        self.set_state("active", "expiring", reason=f"ends at {ends_at.isoformat()}; extend it to keep it")
+        self.mirror.publish_end(ends_at, expiring=True)
 
     async def teardown(self, final_state: str, step: str) -> None:
         """Give everything back: destroy the VM and wipe its slots, release the claims. Runs to completion even
@@ -550,6 +599,42 @@ class AllocationWorkflow:
         if self.status.state != "active":
             hint = " (cancel it instead)" if self.status.state in (*PLACING_STATES, "queued") else ""
             raise self.invalid_state(f"only an active allocation can be released{hint}")
+
+    @workflow.update
+    async def extend(self, request: ExtendRequest) -> AllocationStatus:
+        """Move the end later (issue 26): the warning is given again before the new end."""
+        ends_at = self.extended_end(request)
+        self.status.ends_at, self.status.expiry_warned, self.end_moved = ends_at, False, True
+        self.set_state("active", "extended", reason=f"ends at {ends_at.isoformat()}", ends_at=ends_at)
+        self.mirror.publish_end(ends_at, expiring=False)
+        return self.status
+
+    @extend.validator
+    def validate_extend(self, request: ExtendRequest) -> None:
+        if self.status.state != "active":
+            raise self.invalid_state("only an active allocation can be extended")
+        if self.status.ends_at is None:
+            raise self.invalid_state("it has no end to extend")
+        self.extended_end(request)
+
+    def extended_end(self, request: ExtendRequest) -> datetime:
+        """The new end, or the refusal: not later than the current end, or past the pool's `maxLease`."""
+        current = self.status.ends_at
+        assert current is not None
+        wanted = request.ends_at if request.ends_at is not None else current + timedelta(seconds=request.seconds or 0)
+        if wanted <= current:
+            raise ApplicationError(
+                f"the new end {wanted.isoformat()} is not later than the current end {current.isoformat()}",
+                type="ExtendRefused", non_retryable=True,
+            )  # fmt: skip
+        if self.max_lease is not None and self.active_since is not None:
+            latest = self.active_since + timedelta(seconds=self.max_lease)
+            if wanted > latest:
+                raise ApplicationError(
+                    f"the pool grants leases of at most {format_duration(self.max_lease)}: it can end at "
+                    f"{latest.isoformat()} at the latest", type="ExtendRefused", non_retryable=True,
+                )  # fmt: skip
+        return wanted
 
     def invalid_state(self, rule: str) -> ApplicationError:
         """An update refused in this state (a validator's refusal is not recorded in the history); the state travels

@@ -21,6 +21,7 @@ from workflows.allocation_messages import (
     REVISION,
     AllocationInput,
     AllocationStatus,
+    ExtendRequest,
     ReleaseRequest,
     RetryAccepted,
     RetryRequest,
@@ -117,6 +118,17 @@ async def release(client: Client, allocation_id: str, wait_seconds: float = DEFA
         return await bounded(
             handle(client, allocation_id).execute_update(AllocationWorkflow.release, ReleaseRequest()), wait_seconds
         )
+    except WorkflowUpdateFailedError as exc:
+        raise refusal(exc) from exc
+
+
+async def extend(
+    client: Client, allocation_id: str, request: ExtendRequest, wait_seconds: float = DEFAULT_TIMEOUT
+) -> AllocationStatus:
+    """Move an active allocation's end later; the workflow's validator refuses what it may not do."""
+    try:
+        return await bounded(handle(client, allocation_id).execute_update(AllocationWorkflow.extend, request),
+                             wait_seconds)  # fmt: skip
     except WorkflowUpdateFailedError as exc:
         raise refusal(exc) from exc
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
+from datetime import datetime
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PositiveFloat, model_validator
 
 from contracts.task_queues import Queues
 from scheduler.bundles import Bundle
@@ -10,10 +12,10 @@ from scheduler.request import PlacementRequest
 
 STATES = (
     "pending", "queued", "placing", "planning", "claiming", "provisioning", "waiting_ready", "active", "releasing", "released",
-    "failed", "cancelled",
+    "failed", "cancelled", "expired",
 )  # fmt: skip
 PLACING_STATES = ("pending", "placing", "planning", "claiming", "provisioning", "waiting_ready")
-FINAL_STATES = ("released", "failed", "cancelled")
+FINAL_STATES = ("released", "failed", "cancelled", "expired")
 
 
 class Deadlines(BaseModel):
@@ -60,6 +62,9 @@ class Timing(BaseModel):
         default=3, ge=1, description="Tries to reach a node for teardown before its slots are quarantined."
     )
     deadlines: Deadlines = Field(default_factory=Deadlines, description="Per state; a pool may override them.")
+    expiry_warning_seconds: PositiveFloat = Field(
+        default=900.0, description="How long before an allocation's end its owner is warned (`expiring`)."
+    )
 
 
 # The allocation workflow's revision that runs started now get (`AllocationInput.revision`), and what each one
@@ -95,6 +100,22 @@ class AllocationInput(BaseModel):
     )
     held: Held | None = Field(default=None, description="A hold run's start: the active allocation it holds.")
     queue: QueueWait | None = Field(default=None, description="Wait for capacity instead of failing (issue 24).")
+    lease: Lease | None = Field(default=None, description="An end for the allocation (issue 26); None: no end.")
+
+
+class Lease(BaseModel):
+    """When an allocation ends by itself: `duration_seconds` after it becomes active, or at `ends_at`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    duration_seconds: PositiveFloat | None = None
+    ends_at: AwareDatetime | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Lease:
+        if (self.duration_seconds is None) == (self.ends_at is None):
+            raise ValueError("a lease gives exactly one of duration_seconds and ends_at")
+        return self
 
 
 class QueueWait(BaseModel):
@@ -128,6 +149,8 @@ class AllocationStatus(BaseModel):
     attempts: list[Attempt] = Field(default_factory=list)
     failure_reason: str | None = None
     waiting_reason: str | None = None  # queued: why it is not placed yet (the refusal it waits on)
+    ends_at: datetime | None = None  # active with an end: when its release saga runs (issue 26)
+    expiry_warned: bool = False  # its owner has been told it ends soon (`expiring`)
 
 
 class Held(BaseModel):
@@ -137,6 +160,8 @@ class Held(BaseModel):
 
     status: AllocationStatus
     deadlines: Deadlines = Field(description="The chosen pool's: `releasing` bounds the teardown.")
+    active_since: datetime | None = Field(default=None, description="When it became active (a lease counts from it).")
+    max_lease_seconds: float | None = Field(default=None, description="The pool's `maxLease`: extensions stop there.")
 
 
 AllocationInput.model_rebuild()
@@ -153,3 +178,16 @@ class RetryAccepted(BaseModel):
 
 class ReleaseRequest(BaseModel):
     reason: str | None = None
+
+
+class ExtendRequest(BaseModel):
+    """Move an active allocation's end later: by `seconds` from its current end, or to `ends_at`."""
+
+    seconds: PositiveFloat | None = None
+    ends_at: AwareDatetime | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> ExtendRequest:
+        if (self.seconds is None) == (self.ends_at is None):
+            raise ValueError("an extension gives exactly one of seconds and ends_at")
+        return self

@@ -10,7 +10,7 @@ pays for (docs/benchmarks.md).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -53,6 +53,7 @@ class Mirror:
         reason: str | None = None,
         publish: bool = True,
         recorded: bool = False,
+        ends_at: datetime | None = None,
     ) -> None:
         """Move to a state: the status, the UI (search attributes for the states it filters on, unless `publish` is
         off; the current details always) and the audit trail (unless a control step `recorded` the step already)."""
@@ -64,6 +65,7 @@ class Mirror:
         workflow.set_current_details(self.story())
         if not recorded:
             change = self.state_change(state, step, node=node, attempt=attempt, region=region, reason=reason)
+            change = change.model_copy(update={"ends_at": ends_at}) if ends_at is not None else change
             self.trail = AuditTrail(opening=self.trail.opening, changes=[*self.trail.changes, change])
 
     def state_change(
@@ -107,6 +109,11 @@ class Mirror:
         if changed:
             workflow.upsert_search_attributes(changed)
             self.published.update(values)
+
+    def publish_end(self, ends_at: datetime | None, expiring: bool) -> None:
+        """The allocation's end and whether its owner was warned, for the UI to sort and filter on (issue 26)."""
+        if ends_at is not None:
+            workflow.upsert_search_attributes([sa.ENDS_AT.value_set(ends_at), sa.EXPIRING.value_set(expiring)])
 
     def open(self) -> None:
         """Start the trail with the allocation's row, written with the first step."""
@@ -169,6 +176,11 @@ class Mirror:
         if s.attempts:
             lines += ["", "| attempt | node | outcome | reason |", "| --- | --- | --- | --- |"]
             lines += [f"| {a.number} | {a.node} | {a.outcome} | {a.reason or ''} |" for a in s.attempts]
+        if s.ends_at is not None and s.state == "active":
+            lines += [
+                "",
+                f"ends at {s.ends_at.isoformat()}" + (" (its owner has been warned)" if s.expiry_warned else ""),
+            ]
         if s.state == "queued" and s.waiting_reason:
             lines += ["", f"waiting in {s.region}'s queue: {s.waiting_reason}"]
         if s.failure_reason:

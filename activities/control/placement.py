@@ -112,8 +112,10 @@ async def _region_choice(snapshot: Snapshot, request: PlacementRequest, budget: 
 def _candidate_list(snapshot: Snapshot, decision: cluster.CandidateDecision) -> CandidateList:
     if decision.refusal is None:
         pools = {pool.key: pool for pool in snapshot.pools}
-        deadlines = {c.pool: dict(pools[c.pool].deadlines) for c in decision.candidates if pools[c.pool].deadlines}
-        return CandidateList(candidates=decision.candidates, deadlines=deadlines)
+        chosen = [pools[c.pool] for c in decision.candidates]
+        deadlines = {pool.key: dict(pool.deadlines) for pool in chosen if pool.deadlines}
+        max_leases = {pool.key: pool.max_lease_seconds for pool in chosen if pool.max_lease_seconds is not None}
+        return CandidateList(candidates=decision.candidates, deadlines=deadlines, max_leases=max_leases)
     return CandidateList(
         refusal_code=str(decision.refusal.code),
         refusal_message=decision.refusal.message,

@@ -44,9 +44,11 @@ from api.models import (
     AllocationAccepted,
     AllocationCreate,
     AllocationDetail,
+    AllocationEnd,
     AllocationId,
     AllocationList,
     AllocationState,
+    ExtendBody,
     IdempotencyKey,
     RetryBody,
 )
@@ -58,7 +60,7 @@ from fleet.meta import Name
 from store import allocations as store
 from store.outage import is_database_outage
 from workflows.allocation_client import workflow_id
-from workflows.allocation_messages import FINAL_STATES, PLACING_STATES, AllocationInput, QueueWait
+from workflows.allocation_messages import FINAL_STATES, PLACING_STATES, AllocationInput, ExtendRequest, QueueWait
 
 log = logging.getLogger("berth.api")
 router = APIRouter(prefix="/v1/allocations", tags=["allocations"])
@@ -107,6 +109,7 @@ def _input(
         timing=app.timing,
         queues=app.control.queues,
         queue=wait,
+        lease=body.lease(),
     )
 
 
@@ -336,6 +339,33 @@ async def release_allocation(allocation_id: IdPath, caller: Caller, app: App) ->
             raise
         raise _not_releasable(allocation_id, refused.state) from refused
     return AllocationAccepted(id=row.id, state=status.state, workflow_id=row.workflow_id)
+
+
+@router.post(
+    "/{allocation_id}/extend",
+    response_model=AllocationEnd,
+    responses=error_responses(401, 404, 409, 422, 503),
+)
+async def extend_allocation(
+    allocation_id: IdPath, body: Annotated[ExtendBody, Body()], caller: Caller, app: App
+) -> AllocationEnd:
+    """Move an active allocation's end later (`by` a duration, or `until` a time). 409 `invalid_state` when it is
+    not active or has no end; 409 `extend_refused` when the new end is not later, or past its pool's `maxLease`."""
+    async with app.sessions() as session:
+        row = await allocation_view.visible_allocation(session, allocation_id, caller)
+    if row.state in FINAL_STATES:
+        raise conflict(f"allocation {allocation_id} is {row.state}; only an active one can be extended")
+    await app.control.require_worker()
+    request = ExtendRequest(seconds=body.by, ends_at=body.until)
+    try:
+        status = await app.control.extend(allocation_id, request)  # the workflow's validator decides
+    except Refused as refused:
+        if refused.state is None:
+            raise ApiError(409, "extend_refused", refused.message) from refused
+        raise conflict(
+            f"allocation {allocation_id} is {refused.state}; {refused.message.split('; ', 1)[-1]}"
+        ) from refused
+    return AllocationEnd(id=row.id, state=status.state, ends_at=status.ends_at)
 
 
 # Retry and release are the workflow's to refuse (its update validators know its state; the row may trail it by a

@@ -43,3 +43,5 @@ ensure_search_attribute BerthRegion Keyword
 ensure_search_attribute BerthNode Keyword
 ensure_search_attribute BerthTenant Keyword
 ensure_search_attribute BerthGpuCount Int
+ensure_search_attribute BerthEndsAt Datetime
+ensure_search_attribute BerthExpiring Bool

@@ -45,3 +45,46 @@ async def test_create_becomes_active_and_release_returns_the_gpus(stack: Stack) 
     assert again.status_code == 409
     assert again.json()["error"]["code"] == "invalid_state"
     assert "released" in again.json()["error"]["message"]
+
+
+async def test_an_allocation_with_an_end_shows_it_and_is_extended_within_the_api(stack: Stack) -> None:
+    """Issue 26, item 1, as a client sees it: `duration` or `ends_at` on create (one of them, in the future), the end
+    in every read, `POST .../extend` moving it, and the refusals in the API's words."""
+    both = await stack.http.post(
+        "/v1/allocations",
+        json={"gpu_count": 2, "duration": "2h", "ends_at": "2099-01-01T00:00:00Z"},
+        headers=stack.acme,
+    )
+    assert both.status_code == 422 and "give duration or ends_at, not both" in both.text
+    past = await stack.http.post(
+        "/v1/allocations", json={"gpu_count": 2, "ends_at": "2020-01-01T00:00:00Z"}, headers=stack.acme
+    )
+    assert past.status_code == 422, past.text
+    assert "ends_at 2020-01-01T00:00:00+00:00 is not in the future" in past.json()["error"]["message"]
+    naive = await stack.http.post(
+        "/v1/allocations", json={"gpu_count": 2, "ends_at": "2099-01-01T00:00:00"}, headers=stack.acme
+    )
+    assert naive.status_code == 422  # a time without an offset names no instant
+
+    created = await stack.http.post("/v1/allocations", json={"gpu_count": 2, "duration": "2h"}, headers=stack.acme)
+    assert created.status_code == 202, created.text
+    allocation_id = created.json()["id"]
+    active = await stack.wait_for(allocation_id, "active")
+    assert active["ends_at"] is not None
+    extend = f"/v1/allocations/{allocation_id}/extend"
+    moved = await stack.http.post(extend, json={"by": "30m"}, headers=stack.acme)
+    assert moved.status_code == 200, moved.text
+    assert moved.json()["ends_at"] > active["ends_at"]
+    earlier = await stack.http.post(extend, json={"until": active["ends_at"]}, headers=stack.acme)
+    assert earlier.status_code == 409 and earlier.json()["error"]["code"] == "extend_refused"
+    assert "is not later than the current end" in earlier.json()["error"]["message"]
+    neither = await stack.http.post(extend, json={}, headers=stack.acme)
+    assert neither.status_code == 422
+    read = (await stack.http.get(f"/v1/allocations/{allocation_id}", headers=stack.acme)).json()
+    assert read["ends_at"] == moved.json()["ends_at"]
+    assert [e["step"] for e in read["events"]][-1] == "extended"
+
+    assert (await stack.http.delete(f"/v1/allocations/{allocation_id}", headers=stack.acme)).status_code == 202
+    await stack.wait_for(allocation_id, "released")
+    gone = await stack.http.post(extend, json={"by": "1h"}, headers=stack.acme)
+    assert gone.status_code == 409 and gone.json()["error"]["code"] == "invalid_state"

@@ -40,7 +40,7 @@ from store.models import AllocationEventRow, ClaimRow, SlotRow
 from store.node_reports import record_report
 from store.tokens import create_token
 from workflows import allocation_client
-from workflows.allocation_messages import AllocationInput, AllocationStatus, QueueWait, Timing
+from workflows.allocation_messages import AllocationInput, AllocationStatus, Lease, QueueWait, Timing
 
 FAST = Timing(
     agent_pickup_seconds=2.0,
@@ -59,10 +59,11 @@ def lab_fleet(
     tenants: dict[str, dict[str, Any]] | None = None,
     region: dict[str, Any] | None = None,
     extra: list[dict[str, Any]] | None = None,
+    slices: dict[str, Any] | None = None,
 ) -> str:
     """A one-region fleet. `hosts` maps node name to {"gpus": n, "simulation": {...}} for the slice pool; `tenants`
     (name -> spec) replaces the one tenant `acme` with `quota`; `region` is added to the region's spec; `extra`
-    documents (PriorityClasses, say) are appended."""
+    documents (PriorityClasses, say) are appended; `slices` is added to the slice pool's spec (`maxLease`, say)."""
     nodes = []
     for n, (name, spec) in enumerate(sorted(hosts.items())):
         gpus = spec.get("gpus", 4)
@@ -86,7 +87,14 @@ def lab_fleet(
             }
         )
     pools: list[dict[str, Any]] = [
-        {"name": "slices", "className": "h200", "shape": "gpu_slice", "gpuProduct": "H200", "nodes": nodes}
+        {
+            "name": "slices",
+            "className": "h200",
+            "shape": "gpu_slice",
+            "gpuProduct": "H200",
+            "nodes": nodes,
+            **(slices or {}),
+        }  # fmt: skip
     ]
     if metal:
         pools.append(
@@ -222,7 +230,7 @@ class Lab:
     async def allocate(
         self, allocation_id: str | None = None, gpus: int = 2, timing: Timing = FAST,
         shape: CapacityShape = CapacityShape.GPU_SLICE, tenant: str = "acme", queue: QueueWait | None = None,
-        **request: Any,
+        lease: Lease | None = None, **request: Any,
     ) -> WorkflowHandle[Any, AllocationStatus]:  # fmt: skip
         allocation_id = allocation_id or f"a-{uuid.uuid4().hex[:8]}"
         return await allocation_client.start_allocation(
@@ -234,6 +242,7 @@ class Lab:
                 timing=timing,
                 queues=self.queues,
                 queue=queue,
+                lease=lease,
             ),
         )
 
