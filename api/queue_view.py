@@ -22,8 +22,9 @@ from api.errors import ApiError
 from api.models import QueueItem, QueueList, QueuePlace, RegionQueue
 from api.request_checks import fleet_for
 from scheduler.pools import ProductFilter, ShapeFilter
-from scheduler.queueing import ordered, usage_by_product
+from scheduler.queueing import ordered
 from scheduler.request import PlacementRequest
+from scheduler.shares import usage_by_product
 from scheduler.snapshot import Snapshot
 from scheduler.views import PoolView
 from store import queue

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from fleet.deadlines import Duration
 from fleet.meta import ObjectMeta, Spec
 
 # Kubernetes reserves values above 1,000,000,000 for system classes; Berth keeps to the user range.
@@ -30,6 +31,15 @@ class PriorityClassSpec(Spec):
         default=False, description="The class of requests that name none (at most one class may be the default)."
     )
     description: str | None = Field(default=None, max_length=1024)
+    preemptible: bool = Field(
+        default=False,
+        description="Spot: a running allocation of this class may be displaced by any queued request that is not "
+        "preemptible itself (issue 26).",
+    )
+    grace_period: Duration = Field(
+        default=30.0,
+        description="How long an allocation of this class keeps running after its preemption notice (`30s`, `5m`).",
+    )
 
 
 class PriorityClass(Spec):

@@ -8,6 +8,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_va
 
 from fleet.deadlines import Duration, format_duration
 from fleet.meta import Name, ObjectMeta, Spec
+from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
 
 DEFAULT_MAX_QUEUE_SECONDS = 7 * 24 * 3600.0  # the longest wait a request may ask for when the tenant sets none
 
@@ -65,6 +66,33 @@ class FlavorQuota(Spec):
         return f"{self.product} in {self.region}" if self.region else f"{self.product} (every region)"
 
 
+class BorrowWithinCohortSpec(Spec):
+    policy: BorrowWithinCohort = Field(default=BorrowWithinCohort.NEVER)
+    max_priority_threshold: int | None = Field(
+        default=None, description="Only allocations of at most this priority may be displaced while borrowing."
+    )
+
+
+class TenantPreemption(Spec):
+    """What this tenant's queued requests may displace to be placed (Kueue's ClusterQueue `preemption`). Nothing
+    by default; a `preemptible` PriorityClass's allocations may be displaced by anyone whatever this says."""
+
+    within_tenant: WithinTenant = Field(
+        default=WithinTenant.NEVER,
+        description="The tenant's own running allocations: `LowerPriority`, or `LowerOrNewerEqualPriority` (also "
+        "equal priorities started after the request).",
+    )
+    reclaim_within_cohort: ReclaimWithinCohort = Field(
+        default=ReclaimWithinCohort.NEVER,
+        description="Other tenants' allocations that borrow in its cohort: `LowerPriority` or `Any`.",
+    )
+    borrow_within_cohort: BorrowWithinCohortSpec = Field(
+        default_factory=BorrowWithinCohortSpec,
+        description="When the request would still borrow once placed: `LowerPriority` lets it displace lower "
+        "priorities (up to maxPriorityThreshold); `Never` (the default) does not.",
+    )
+
+
 class TenantSpec(Spec):
     allowed_regions: list[Name] | None = Field(
         default=None, description="Regions this tenant may use; unset means every region."
@@ -101,6 +129,9 @@ class TenantSpec(Spec):
         default=None,
         description="Nominal quotas per GPU product (and region), within gpuQuota; unset: gpuQuota alone. With them "
         "set, a product (or region) none of them names is not the tenant's to use.",
+    )
+    preemption: TenantPreemption = Field(
+        default_factory=TenantPreemption, description="What its queued requests may displace (issue 26)."
     )
 
     @model_validator(mode="after")

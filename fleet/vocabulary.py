@@ -42,3 +42,27 @@ class QueueingStrategy(StrEnum):
 
     STRICT_FIFO = "StrictFIFO"  # the head blocks everyone behind it until it is placed
     BEST_EFFORT_FIFO = "BestEffortFIFO"  # a head that does not fit lets those behind it be placed
+
+
+class WithinTenant(StrEnum):
+    """Whether a tenant's queued request may displace the tenant's own running allocations (Kueue's
+    withinClusterQueue)."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+
+
+class ReclaimWithinCohort(StrEnum):
+    """Whether it may take back quota lent to other tenants of its cohort from their borrowing allocations."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    ANY = "Any"
+
+
+class BorrowWithinCohort(StrEnum):
+    """Whether a request that would still borrow once admitted may displace others' borrowing allocations."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"

@@ -15,8 +15,19 @@ from fleet.fleet import Fleet
 from fleet.inference_class import ClaimKind
 from fleet.node import Node
 from fleet.slot_state import SlotStateDocument
+from fleet.tenant import TenantPreemption
 from scheduler.snapshot import Snapshot
-from scheduler.views import FlavorQuotaView, NodeView, PoolView, RegionView, SlotState, TenantView, slot_id, slot_view
+from scheduler.views import (
+    FlavorQuotaView,
+    NodeView,
+    PoolView,
+    PreemptionPolicy,
+    RegionView,
+    SlotState,
+    TenantView,
+    slot_id,
+    slot_view,
+)
 
 # slot id -> (state, allocation id, tenant)
 Holds = dict[str, tuple[SlotState, str | None, str | None]]
@@ -81,6 +92,7 @@ def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) 
             if tenant.spec.quotas is not None
             else None,
             held=tuple((product, region, gpus) for (who, product, region), gpus in sorted(held.items()) if who == name),
+            preemption=preemption_policy(tenant.spec.preemption),
         )
         for name, tenant in fleet.tenants.items()
     ]
@@ -126,4 +138,12 @@ def node_view(node: Node, holds: Holds | None = None) -> NodeView:
         labels=dict(node.labels),
         numa_nodes=node.numa_nodes,
         agent_live=not node.simulation.agent_down,
+    )
+
+
+def preemption_policy(spec: TenantPreemption) -> PreemptionPolicy:
+    """A tenant's `preemption` (fleet file, or `tenants.preemption` read back) as the scheduler weighs it."""
+    borrow = spec.borrow_within_cohort
+    return PreemptionPolicy(
+        spec.within_tenant, spec.reclaim_within_cohort, borrow.policy, borrow.max_priority_threshold
     )

@@ -40,7 +40,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from fleet.vocabulary import NodeStatus, PoolShape, QueueingStrategy
+from fleet.vocabulary import NodeStatus, QueueingStrategy
 from scheduler import cluster
 from scheduler.node_filters import Judge
 from scheduler.pending import with_pending_plans
@@ -48,10 +48,9 @@ from scheduler.pools import filter_pools
 from scheduler.reasons import Reason
 from scheduler.region import quota_refusal
 from scheduler.request import CapacityShape, PlacementRequest
+from scheduler.shares import Usage, capacity_by_product, dominant_share, product_of
 from scheduler.snapshot import Snapshot
 from scheduler.views import SlotState, TenantView
-
-Usage = dict[str, dict[str, int]]  # tenant -> GPU product (casefolded) -> GPUs held
 
 
 @dataclass(frozen=True)
@@ -92,40 +91,6 @@ class PassResult:
     def reservations(self) -> dict[str, str]:
         """allocation -> the node reserved for it."""
         return {v.allocation_id: v.reserved for v in self.verdicts if v.reserved is not None}
-
-
-def capacity_by_product(snapshot: Snapshot) -> dict[str, int]:
-    """The fleet's GPUs per product (casefolded), slices and bare metal alike: what fair shares are shares of."""
-    capacity: dict[str, int] = defaultdict(int)
-    seen: set[str] = set()
-    for pool in snapshot.pools:
-        if pool.shape is PoolShape.KUBERNETES or not pool.gpu_product:
-            continue
-        for name in pool.nodes:
-            if name not in seen:
-                seen.add(name)
-                capacity[pool.gpu_product.casefold()] += len(snapshot.nodes[name].slots)
-    return dict(capacity)
-
-
-def product_of(snapshot: Snapshot, node: str) -> str | None:
-    """The GPU product (casefolded) of the node's pool: what its GPUs count towards in shares."""
-    return next((p.gpu_product.casefold() for p in snapshot.pools_of(node) if p.gpu_product), None)
-
-
-def usage_by_product(snapshot: Snapshot, holdings: Iterable[tuple[str, str, int]]) -> Usage:
-    """tenant -> product -> GPUs, from (tenant, node, GPUs) of the allocations holding or planning GPUs on a node."""
-    usage: Usage = defaultdict(lambda: defaultdict(int))
-    for tenant, node, gpus in holdings:
-        product = product_of(snapshot, node)
-        if product is not None:
-            usage[tenant][product] += gpus
-    return usage
-
-
-def dominant_share(used: Mapping[str, int], capacity: Mapping[str, int], weight: float) -> float:
-    shares = [gpus / capacity[product] for product, gpus in used.items() if capacity.get(product)]
-    return max(shares, default=0.0) / weight
 
 
 def order_key(entry: QueuedRequest, share: float) -> tuple[int, float, int]:

@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from fleet.vocabulary import FabricClaimMode, NodeStatus, PoolShape, QueueingStrategy, RegionStatus
+from fleet.vocabulary import (
+    BorrowWithinCohort,
+    FabricClaimMode,
+    NodeStatus,
+    PoolShape,
+    QueueingStrategy,
+    ReclaimWithinCohort,
+    RegionStatus,
+    WithinTenant,
+)
 from scheduler.breaker import Cooling
 from scheduler.host.checks import ValidationState
 
@@ -115,6 +124,16 @@ class FlavorQuotaView:
 
 
 @dataclass(frozen=True, slots=True)
+class PreemptionPolicy:
+    """A tenant's `preemption` (issue 26): Kueue's ClusterQueue preemption, per tenant. Nothing by default."""
+
+    within_tenant: WithinTenant = WithinTenant.NEVER
+    reclaim_within_cohort: ReclaimWithinCohort = ReclaimWithinCohort.NEVER
+    borrow_within_cohort: BorrowWithinCohort = BorrowWithinCohort.NEVER
+    max_priority_threshold: int | None = None  # borrowWithinCohort: only victims of at most this priority
+
+
+@dataclass(frozen=True, slots=True)
 class TenantView:
     name: str
     gpu_quota: int
@@ -128,6 +147,7 @@ class TenantView:
     lending_limit: int | None = None  # None: all of its unused quota
     quotas: tuple[FlavorQuotaView, ...] | None = None  # per product (and region); None: gpu_quota alone
     held: tuple[tuple[str, str, int], ...] = ()  # (product, region, GPUs) of its placed GPUs, for `quotas`
+    preemption: PreemptionPolicy = PreemptionPolicy()  # what its queued requests may displace (issue 26)
 
 
 def slot_id(node: str, index: int) -> str:

@@ -120,7 +120,14 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
         for name, r in fleet.regions.items()
     }
     priority_classes = {
-        name: {"name": name, "value": c.spec.value, "is_default": c.spec.default, "description": c.spec.description}
+        name: {
+            "name": name,
+            "value": c.spec.value,
+            "is_default": c.spec.default,
+            "description": c.spec.description,
+            "preemptible": c.spec.preemptible,
+            "grace_seconds": c.spec.grace_period,
+        }  # fmt: skip
         for name, c in fleet.priority_classes.items()
     }
     classes = {
@@ -145,6 +152,7 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
             "borrowing_limit": t.spec.borrowing_limit,
             "lending_limit": t.spec.lending_limit,
             "quotas": [q.model_dump(mode="json") for q in t.spec.quotas] if t.spec.quotas is not None else None,
+            "preemption": t.spec.preemption.model_dump(mode="json"),
         }
         for name, t in fleet.tenants.items()
     }

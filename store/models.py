@@ -62,6 +62,8 @@ ALLOCATION_STATES = (
     "failed",
     "cancelled",
     "expired",
+    "preempting",
+    "preempted",
 )
 
 
@@ -105,6 +107,9 @@ class PriorityClassRow(Base):
     value: Mapped[int] = mapped_column(Integer, nullable=False)
     is_default: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     description: Mapped[str | None] = mapped_column(Text)
+    # Preemption (migration 0014, issue 26): spot, anyone may displace it; the notice before its release.
+    preemptible: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
+    grace_seconds: Mapped[float] = mapped_column(Float, nullable=False, server_default="30")
 
 
 class InferenceClassRow(Base):
@@ -278,6 +283,8 @@ class TenantRow(Base):
     # Nominal quotas per GPU product and region (migration 0011): [{"product", "region", "nominal",
     # "borrowing_limit", "lending_limit"}] (fleet.tenant.FlavorQuota); NULL: gpu_quota alone.
     quotas: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
+    # What its queued requests may displace (migration 0014, issue 26): fleet.tenant.TenantPreemption, snake_case.
+    preemption: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
 
 
 class ApiTokenRow(Base):
@@ -533,3 +540,7 @@ class QueueEntryRow(Base):
         String(64)
     )  # the reason's code: quota_exceeded, insufficient_capacity, ...
     woken_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # last signalled to place itself
+    # Preemption (migration 0014, issue 26): the node the pass nominated for it and the allocations told to leave it
+    # (or, when quota decided, only those), kept across passes until it is placed or leaves the queue.
+    nominated_node: Mapped[str | None] = mapped_column(String(253))
+    victims: Mapped[list[str] | None] = mapped_column(JSONB)

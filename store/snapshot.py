@@ -35,7 +35,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from fleet.inference_cluster import ClusterStatus, PoolShape
 from fleet.node import FabricClaimMode, NodeStatus
 from fleet.region import QueueingStrategy, RegionStatus
+from fleet.tenant import TenantPreemption
 from scheduler.breaker import BreakerPolicy, Cooling, cooling_nodes
+from scheduler.from_fleet import preemption_policy
 from scheduler.host.checks import ValidationState
 from scheduler.pending import with_pending_plans
 from scheduler.snapshot import Snapshot
@@ -100,6 +102,7 @@ def tenant_view(row: TenantRow, usage: TenantUsage = NO_USAGE) -> TenantView:
         lending_limit=row.lending_limit,
         quotas=flavor_quotas(row.quotas),
         held=usage.held,
+        preemption=preemption_policy(TenantPreemption.model_validate(row.preemption or {})),
     )
 
 

@@ -30,8 +30,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from contracts.allocation import AdmitInput, AdmitResult, EnterQueueInput, LeaveQueueInput
 from scheduler.pending import with_pending_plans
-from scheduler.queueing import PassResult, Verdict, admission_pass, usage_by_product
+from scheduler.queueing import PassResult, Verdict, admission_pass
 from scheduler.reasons import Reason
+from scheduler.shares import usage_by_product
 from store import queue
 from store.decisions import lock_region
 from store.inventory import InventoryCache

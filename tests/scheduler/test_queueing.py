@@ -16,17 +16,9 @@ from fleet.slot_state import SlotStateDocument
 from fleet.vocabulary import QueueingStrategy
 from scheduler import queueing, region
 from scheduler.from_fleet import snapshot_from_fleet
-from scheduler.queueing import (
-    PassResult,
-    QueuedRequest,
-    admission_pass,
-    capacity_by_product,
-    dominant_share,
-    ordered,
-    soonest_node,
-    usage_by_product,
-)
+from scheduler.queueing import PassResult, QueuedRequest, admission_pass, ordered, soonest_node
 from scheduler.request import PlacementRequest
+from scheduler.shares import capacity_by_product, dominant_share, usage_by_product
 from scheduler.snapshot import Snapshot
 
 BEST_EFFORT = QueueingStrategy.BEST_EFFORT_FIFO
