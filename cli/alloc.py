@@ -38,6 +38,8 @@ POLL_SECONDS = 0.5
 KEY_PREFIXES = ("ssh-", "ecdsa-", "sk-")
 STATE_STYLES = {
     "active": "green",
+    "preempting": "yellow",
+    "preempted": "dim",
     "failed": "red",
     "released": "dim",
     "cancelled": "dim",

@@ -282,6 +282,16 @@ class LeaveQueueInput(Model):
     trail: AuditTrail = Field(default_factory=AuditTrail)
 
 
+class PreemptNotice(Model):
+    """Sent to an active allocation an admission pass chose to preempt (issue 26): who displaces it, by priority
+    only (never by tenant), the rule that allows it, and how long it keeps running."""
+
+    priority: int
+    priority_class: str | None = None
+    grace_seconds: float = 30.0
+    rule: str = ""
+
+
 class AdmitInput(Model):
     """Walk these regions' queues now (None: every region with a queue)."""
 

@@ -45,6 +45,7 @@ from scheduler import cluster
 from scheduler.node_filters import Judge
 from scheduler.pending import with_pending_plans
 from scheduler.pools import filter_pools
+from scheduler.preemption import Preemptor, Running, plan_preemption
 from scheduler.reasons import Reason
 from scheduler.region import quota_refusal
 from scheduler.request import CapacityShape, PlacementRequest
@@ -63,6 +64,17 @@ class QueuedRequest:
     priority: int
     arrival: int
     request: PlacementRequest
+    enqueued: float = 0.0  # when it entered the queue (seconds since the epoch): preemption's "newer" compares it
+    preemptible: bool = False  # of a preemptible PriorityClass: it displaces nobody
+
+
+@dataclass(frozen=True)
+class Nomination:
+    """What an earlier pass decided to preempt for a queued request: the node freed for it (None when its quota
+    decided) and the allocations told to leave. Kept until the request is placed or leaves the queue."""
+
+    node: str | None
+    victims: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,8 @@ class Verdict:
     reason: str | None = None
     code: str | None = None  # the refusal's code: quota_exceeded, insufficient_capacity, queued_behind, ...
     reserved: str | None = None
+    nomination: Nomination | None = None  # preemption: the node freed for it and the allocations told to leave
+    preempt_reasons: Mapping[str, str] = field(default_factory=dict)  # victim -> the rule, for new victims only
 
 
 @dataclass
@@ -111,10 +125,18 @@ def admission_pass(
     queue: Iterable[QueuedRequest],
     usage: Usage,
     strategy: QueueingStrategy,
+    running: Iterable[Running] = (),
+    nominations: Mapping[str, Nomination] | None = None,
 ) -> PassResult:
     """Walk one region's queue in order on `snapshot` (usage, plans in progress and reservations of requests that
-    are not queued already applied) and decide, for each queued request, whether it is placed now."""
+    are not queued already applied) and decide, for each queued request, whether it is placed now.
+
+    Preemption (issue 26): `running` are the region's active allocations a request might displace; `nominations`
+    what earlier passes decided to preempt. A nominated node is held for its request alone; a request refused for
+    capacity or quota with no preemption under way gets one when its tenant's policy (or a preemptible class)
+    allows (`scheduler.preemption`), and the node it frees is held for it from then on."""
     queue = list(queue)
+    preempting = _Preempting(snapshot, running, nominations or {})
     capacity = capacity_by_product(snapshot)
     walk = _Walk(snapshot, usage, capacity)
     result = PassResult()
@@ -134,7 +156,8 @@ def admission_pass(
                 Verdict(entry.allocation_id, position, share, reason=reason, code=Reason.QUEUED_BEHIND)
             )
             continue
-        request = entry.request.model_copy(update={"reserved_nodes": frozenset(reserved)})
+        held = frozenset(reserved | preempting.held_for_others(entry.allocation_id))
+        request = entry.request.model_copy(update={"reserved_nodes": held})
         refusal = walk.refusal(entry, request)
         if refusal is None:
             node = walk.place(entry, request)
@@ -144,6 +167,10 @@ def admission_pass(
             refusal = walk.last_refusal
         code, reason = refusal
         verdict = Verdict(entry.allocation_id, position, share, reason=reason, code=code)
+        preempted = preempting.decide(walk.snapshot, entry, request, code)
+        if preempted is not None:
+            result.verdicts.append(dataclasses.replace(verdict, **preempted))
+            continue
         if strategy is QueueingStrategy.STRICT_FIFO and code != Reason.QUOTA_EXCEEDED:
             blocked_by = entry  # a head held back by its own tenant's quota blocks nobody else
         elif code == Reason.INSUFFICIENT_CAPACITY and (
@@ -157,6 +184,56 @@ def admission_pass(
                 verdict = dataclasses.replace(verdict, reserved=node)
         result.verdicts.append(verdict)
     return result
+
+
+class _Preempting:
+    """The pass's preemptions: nominations kept from earlier passes, and new ones decided in this one, never two
+    for the same victim or node."""
+
+    def __init__(self, snapshot: Snapshot, running: Iterable[Running], nominations: Mapping[str, Nomination]) -> None:
+        holders = {s.holder for node in snapshot.nodes.values() for s in node.slots if s.holder is not None}
+        # A nomination stands while its victims still hold GPUs; once they have left, the node stays held for the
+        # request until it is placed (the next pass places it there) or it leaves the queue.
+        self.kept = dict(nominations)
+        self.alive = {a: tuple(v for v in n.victims if v in holders) for a, n in nominations.items()}
+        taken = {v for n in nominations.values() for v in n.victims}
+        self.running = [r for r in running if r.allocation_id not in taken]
+        self.nodes = {a: n.node for a, n in nominations.items() if n.node is not None}
+
+    def held_for_others(self, allocation_id: str) -> set[str]:
+        return {node for owner, node in self.nodes.items() if owner != allocation_id}
+
+    def decide(
+        self, snapshot: Snapshot, entry: QueuedRequest, request: PlacementRequest, code: str
+    ) -> dict[str, object] | None:
+        """The verdict's preemption fields when the refused request has (or now gets) one, else None."""
+        standing = self.kept.get(entry.allocation_id)
+        if standing is not None and (self.alive.get(entry.allocation_id) or standing.node is not None):
+            left = self.alive.get(entry.allocation_id, ())
+            where = f" on node {standing.node}" if standing.node else ""
+            why = (f"preempting {len(left)} allocation(s){where}: waiting for them to leave" if left
+                   else f"node {standing.node} is held for it: its preempted allocations have left")  # fmt: skip
+            return {"nomination": standing, "reason": why, "code": Reason.PREEMPTING, "reserved": standing.node}
+        if code not in (Reason.INSUFFICIENT_CAPACITY, Reason.QUOTA_EXCEEDED):
+            return None
+        preemptor = Preemptor(entry.allocation_id, entry.tenant, entry.priority, entry.enqueued, request,
+                              preemptible=entry.preemptible)  # fmt: skip
+        outcome = plan_preemption(snapshot, entry.region, preemptor, self.running, code)
+        if isinstance(outcome, str):
+            return None
+        gone = {v.allocation_id for v in outcome.victims}
+        self.running = [r for r in self.running if r.allocation_id not in gone]
+        nomination = Nomination(outcome.node, tuple(sorted(gone)))
+        if outcome.node is not None:
+            self.nodes[entry.allocation_id] = outcome.node
+        where = f" on node {outcome.node}" if outcome.node else " for its quota"
+        return {
+            "nomination": nomination,
+            "reason": f"preempting {len(gone)} allocation(s){where}: {', '.join(sorted(gone))}",
+            "code": Reason.PREEMPTING,
+            "reserved": outcome.node,
+            "preempt_reasons": dict(outcome.reasons),
+        }
 
 
 def soonest_node(snapshot: Snapshot, request: PlacementRequest, region: str) -> str | None:

@@ -53,6 +53,7 @@ class Reason(StrEnum):
     INSUFFICIENT_CAPACITY = "insufficient_capacity"
     NO_COMPATIBLE_BUNDLES = "no_compatible_bundles"
     PINNED_NODES_UNAVAILABLE = "pinned_nodes_unavailable"
+    PREEMPTING = "preempting"  # running allocations were told to leave for it (scheduler/preemption.py)
     QUEUED_BEHIND = "queued_behind"  # a StrictFIFO queue has requests to place first (scheduler/queueing.py)
     # slot (bundle level, inside the node scheduler)
     SLOT_UNAPPROVED = "slot_unapproved"

@@ -19,12 +19,13 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, delete, func, or_, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from scheduler.queueing import QueuedRequest
+from scheduler.preemption import Running
+from scheduler.queueing import Nomination, QueuedRequest
 from scheduler.request import PlacementRequest
-from store.models import AllocationRow, PriorityClassRow, QueueEntryRow
+from store.models import AllocationRow, ClaimRow, PriorityClassRow, QueueEntryRow
 from store.snapshot import holds_gpus
 
 
@@ -45,8 +46,10 @@ class QueueEntry:
     reason: str | None
     code: str | None
     woken_at: datetime | None
+    nominated_node: str | None = None
+    victims: list[str] | None = None
 
-    def queued(self) -> QueuedRequest:
+    def queued(self, preemptible: bool = False) -> QueuedRequest:
         """The entry as the scheduler's queue holds it (the request with its tenant)."""
         request = PlacementRequest.model_validate(self.request).model_copy(update={"tenant": self.tenant})
         return QueuedRequest(
@@ -56,7 +59,16 @@ class QueueEntry:
             priority=self.priority,
             arrival=self.arrival,
             request=request,
+            enqueued=self.enqueued_at.timestamp(),
+            preemptible=preemptible,
         )
+
+    @property
+    def nomination(self) -> Nomination | None:
+        """What an earlier pass decided to preempt for it (issue 26), if anything."""
+        if not self.victims:
+            return None
+        return Nomination(self.nominated_node, tuple(self.victims))
 
 
 @dataclass(frozen=True)
@@ -68,13 +80,16 @@ class PassRecord:
     reserved_node: str | None
     reason: str | None
     code: str | None
+    nominated_node: str | None = None
+    victims: tuple[str, ...] | None = None  # None: no preemption for it
 
 
 _COLUMNS = (
     QueueEntryRow.allocation_id, QueueEntryRow.tenant, QueueEntryRow.region, QueueEntryRow.priority,
     QueueEntryRow.priority_class, QueueEntryRow.gpu_count, QueueEntryRow.request, QueueEntryRow.arrival,
     QueueEntryRow.enqueued_at, QueueEntryRow.deadline_at, QueueEntryRow.node, QueueEntryRow.reserved_node,
-    QueueEntryRow.reason, QueueEntryRow.code, QueueEntryRow.woken_at,
+    QueueEntryRow.reason, QueueEntryRow.code, QueueEntryRow.woken_at, QueueEntryRow.nominated_node,
+    QueueEntryRow.victims,
 )  # fmt: skip
 
 
@@ -152,9 +167,10 @@ async def has_reservation(session: AsyncSession, region: str) -> bool:
 async def record_pass(session: AsyncSession, records: Iterable[PassRecord]) -> None:
     """What a pass decided for each entry it judged (an entry that left the queue meanwhile matches nothing)."""
     rows = [
-        {"key": r.allocation_id, "node": r.node, "reserved_node": r.reserved_node, "reason": r.reason, "code": r.code}
+        {"key": r.allocation_id, "node": r.node, "reserved_node": r.reserved_node, "reason": r.reason, "code": r.code,
+         "nominated_node": r.nominated_node, "victims": list(r.victims) if r.victims is not None else None}
         for r in records
-    ]
+    ]  # fmt: skip
     if not rows:
         return
     table = QueueEntryRow.__table__
@@ -166,6 +182,8 @@ async def record_pass(session: AsyncSession, records: Iterable[PassRecord]) -> N
             reserved_node=bindparam("reserved_node"),
             reason=bindparam("reason"),
             code=bindparam("code"),
+            nominated_node=bindparam("nominated_node"),
+            victims=bindparam("victims", type_=JSONB),
         )
     )
     await session.execute(statement, rows)
@@ -217,6 +235,66 @@ async def queue_lengths(session: AsyncSession) -> list[tuple[str, str, int, int,
         )
     )
     return [(region, tenant, int(priority), int(count), float(w or 0)) for region, tenant, priority, count, w in rows]
+
+
+@dataclass(frozen=True)
+class PriorityClassFacts:
+    value: int
+    preemptible: bool
+    grace_seconds: float
+
+
+async def class_facts(session: AsyncSession) -> tuple[dict[str, PriorityClassFacts], str | None]:
+    """Every PriorityClass's value, whether it is preemptible and its grace period; and the default class's name."""
+    rows = await session.execute(
+        select(
+            PriorityClassRow.name,
+            PriorityClassRow.value,
+            PriorityClassRow.preemptible,
+            PriorityClassRow.grace_seconds,
+            PriorityClassRow.is_default,
+        )  # fmt: skip
+    )
+    facts, default = {}, None
+    for name, value, preemptible, grace, is_default in rows:
+        facts[name] = PriorityClassFacts(int(value), bool(preemptible), float(grace))
+        default = name if is_default else default
+    return facts, default
+
+
+@dataclass(frozen=True)
+class ActiveAllocation:
+    """A running allocation as preemption weighs it, with the facts its notice needs."""
+
+    running: Running
+    priority_class: str | None
+    grace_seconds: float
+
+
+async def active_allocations(session: AsyncSession, region: str) -> list[ActiveAllocation]:
+    """The region's active allocations (not those already told to leave), each with its PriorityClass (the one its
+    request named, else the default) and when it started holding (its first live claim)."""
+    facts, default = await class_facts(session)
+    started = (
+        select(ClaimRow.allocation_id, func.min(ClaimRow.claimed_at).label("since"))
+        .where(ClaimRow.released_at.is_(None))
+        .group_by(ClaimRow.allocation_id)
+        .subquery()
+    )
+    rows = await session.execute(
+        select(AllocationRow.id, AllocationRow.tenant, AllocationRow.node_id, AllocationRow.gpu_count,
+               AllocationRow.borrowed_gpus, AllocationRow.request["priority_class"].astext, started.c.since)
+        .join(started, started.c.allocation_id == AllocationRow.id)
+        .where(AllocationRow.region == region, AllocationRow.state == "active", AllocationRow.node_id.is_not(None))
+    )  # fmt: skip
+    result = []
+    for allocation_id, tenant, node, gpus, borrowed, named, since in rows:
+        name = named if named in facts else default
+        fact = facts.get(name) if name is not None else None
+        running = Running(allocation_id, tenant, node, int(gpus), fact.value if fact else 0, since.timestamp(),
+                          borrowed=int(borrowed), preemptible=bool(fact and fact.preemptible))  # fmt: skip
+        result.append(ActiveAllocation(running, name, fact.grace_seconds if fact else 30.0))
+    return result
 
 
 async def priority_classes(session: AsyncSession) -> dict[str, tuple[int, bool]]:

@@ -68,6 +68,7 @@ from store.models import (
 )
 
 IN_FLIGHT_STATES = ("pending", "placing", "planning", "claiming", "provisioning", "waiting_ready")
+HELD_STATES = ("active", "preempting")  # placed and running (a preempted one until its grace period ends)
 PLANNING_STATES = ("planning", "claiming")  # a node lease may exist that no claim records yet
 # Failed attempts that say nothing about the node: an operator abandoned it, another allocation won the slots, or
 # the tenant's quota ran out. The breaker does not count them.
@@ -128,7 +129,7 @@ def holds_gpus() -> ColumnElement[bool]:
     decision after it see the GPUs back."""
     still_claimed = exists().where(ClaimRow.allocation_id == AllocationRow.id, ClaimRow.released_at.is_(None))
     return or_(
-        AllocationRow.state.in_((*IN_FLIGHT_STATES, "active")),
+        AllocationRow.state.in_((*IN_FLIGHT_STATES, *HELD_STATES)),
         and_(AllocationRow.state == "releasing", still_claimed),
     )
 
@@ -164,7 +165,7 @@ def _usage(rows: Iterable[Sequence[Any]]) -> dict[str, TenantUsage]:
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     held: dict[str, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
     for tenant, state, product, region, gpus in rows:
-        counts[tenant][0 if state in ("active", "releasing") else 1] += int(gpus)
+        counts[tenant][0 if state in (*HELD_STATES, "releasing") else 1] += int(gpus)
         if product is not None and region is not None:
             held[tenant][(product, region)] += int(gpus)
     return {
@@ -461,7 +462,7 @@ _LIVE_STATE = text(
     "(SELECT coalesce(json_agg(json_build_array(g.tenant, g.state, g.product, g.region, g.gpus)), '[]') FROM "
     " (SELECT u.tenant, u.state, p.gpu_product AS product, c.region, sum(u.gpus) AS gpus FROM "
     "  (SELECT a.tenant, a.state, a.node_id AS node, a.gpu_count AS gpus FROM allocations AS a "
-    f"   WHERE (a.state IN ({_sql_list((*IN_FLIGHT_STATES, 'active'))}) OR (a.state = 'releasing' AND EXISTS "
+    f"   WHERE (a.state IN ({_sql_list((*IN_FLIGHT_STATES, *HELD_STATES))}) OR (a.state = 'releasing' AND EXISTS "
     "    (SELECT 1 FROM allocation_resource_claims AS h WHERE h.allocation_id = a.id AND h.released_at IS NULL))) "
     "    AND a.id <> :exclude "
     "   UNION ALL SELECT q.tenant, 'placing', q.node, q.gpu_count FROM queue_entries AS q "

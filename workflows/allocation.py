@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         LeaseRef,
         LeaveQueueInput,
         PlanInput,
+        PreemptNotice,
         QuarantineInput,
         QueueTicket,
         ReadinessInput,
@@ -72,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.allocation_messages import (
         FINAL_STATES,
+        HOLDING_STATES,
         PLACING_STATES,
         AllocationInput,
         AllocationStatus,
@@ -128,6 +130,7 @@ class AllocationWorkflow:
         self.active_since = held.active_since if held is not None else None
         self.max_lease = held.max_lease_seconds if held is not None else None
         self.end_moved = False  # an extension came: the hold re-reads the end
+        self.notice: PreemptNotice | None = None  # told to leave for a queued request (issue 26)
 
     # -- the flow ---------------------------------------------------------------------------------------------------
 
@@ -452,8 +455,8 @@ class AllocationWorkflow:
             await self.mirror.write_trail()
             ends_at = self.status.ends_at
             if ends_at is None:
-                await wait_unless_cancelled(lambda: self.release_requested)
-                return "released", "release"
+                await wait_unless_cancelled(lambda: self.release_requested or self.notice is not None)
+                return ("released", "release") if self.release_requested else await self.serve_notice()
             warn_at = ends_at - timedelta(seconds=self.input.timing.expiry_warning_seconds)
             now = workflow.now()
             if now >= ends_at:
@@ -464,11 +467,33 @@ class AllocationWorkflow:
             instant = ends_at if self.status.expiry_warned else warn_at
             self.end_moved = False
             try:
-                await wait_unless_cancelled(lambda: self.release_requested or self.end_moved, instant - now)
+                await wait_unless_cancelled(self.interrupted, instant - now)
             except TimeoutError:
                 continue
             if self.release_requested:
                 return "released", "release"
+            if self.notice is not None:
+                return await self.serve_notice()
+
+    def interrupted(self) -> bool:
+        return self.release_requested or self.end_moved or self.notice is not None
+
+    async def serve_notice(self) -> tuple[str, str]:
+        """Preempted (issue 26): `preempting` for the grace period its PriorityClass gives, then the release saga,
+        final state `preempted`. Its owner sees the preemptor's priority, never its tenant; a release meanwhile
+        ends it at once, as `released`."""
+        notice = self.notice
+        assert notice is not None
+        of = f" (class {notice.priority_class})" if notice.priority_class else ""
+        reason = (f"preempted for a request of priority {notice.priority}{of} ({notice.rule}); released after "
+                  f"{format_duration(notice.grace_seconds)}")  # fmt: skip
+        self.set_state("preempting", "preempt_notice", reason=reason)
+        await self.mirror.write_trail()
+        try:
+            await wait_unless_cancelled(lambda: self.release_requested, timedelta(seconds=notice.grace_seconds))
+        except TimeoutError:
+            return "preempted", "preempt"
+        return "released", "release"
 
     def warn_of_end(self, ends_at: datetime) -> None:
         """`expiring`: the owner sees it in the allocation's events, `berth alloc get` and the Temporal UI."""
@@ -480,7 +505,7 @@ class AllocationWorkflow:
         """Give everything back: destroy the VM and wipe its slots, release the claims. Runs to completion even
         when the workflow is being cancelled."""
         await self.leave_queue()  # cancelled while waiting: nothing is held, only the queue's entry
-        if self.status.state == "active":
+        if self.status.state in HOLDING_STATES:
             self.set_state("releasing", step)
             attempt = self.status.attempts[-1]
             await self.destroy_vm(
@@ -576,6 +601,13 @@ class AllocationWorkflow:
         """An admission pass set a node aside for this queued request (activities/control/admission.py)."""
         self.woken = True
 
+    @workflow.signal(name="preempt")
+    def preempt(self, notice: PreemptNotice) -> None:
+        """An admission pass chose this active allocation to make room for a queued request; a second notice (sent
+        again after a lost one) changes nothing."""
+        if self.status.state == "active" and self.notice is None:
+            self.notice = notice
+
     @workflow.update
     async def retry(self, request: RetryRequest) -> RetryAccepted:
         """Abandon the running attempt (compensating it) and go on with the next candidate."""
@@ -596,7 +628,7 @@ class AllocationWorkflow:
 
     @release.validator
     def validate_release(self, request: ReleaseRequest) -> None:
-        if self.status.state != "active":
+        if self.status.state not in HOLDING_STATES:
             hint = " (cancel it instead)" if self.status.state in (*PLACING_STATES, "queued") else ""
             raise self.invalid_state(f"only an active allocation can be released{hint}")
 

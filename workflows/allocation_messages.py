@@ -12,10 +12,11 @@ from scheduler.request import PlacementRequest
 
 STATES = (
     "pending", "queued", "placing", "planning", "claiming", "provisioning", "waiting_ready", "active", "releasing", "released",
-    "failed", "cancelled", "expired",
+    "failed", "cancelled", "expired", "preempting", "preempted",
 )  # fmt: skip
 PLACING_STATES = ("pending", "placing", "planning", "claiming", "provisioning", "waiting_ready")
-FINAL_STATES = ("released", "failed", "cancelled", "expired")
+FINAL_STATES = ("released", "failed", "cancelled", "expired", "preempted")
+HOLDING_STATES = ("active", "preempting")  # placed and running: release and cancel tear it down
 
 
 class Deadlines(BaseModel):

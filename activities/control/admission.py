@@ -28,7 +28,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from contracts.allocation import AdmitInput, AdmitResult, EnterQueueInput, LeaveQueueInput
+from contracts.allocation import AdmitInput, AdmitResult, EnterQueueInput, LeaveQueueInput, PreemptNotice
 from scheduler.pending import with_pending_plans
 from scheduler.queueing import PassResult, Verdict, admission_pass
 from scheduler.reasons import Reason
@@ -39,6 +39,7 @@ from store.inventory import InventoryCache
 from store.trail import write_trail
 
 WAKE_SIGNAL = "wake"
+PREEMPT_SIGNAL = "preempt"
 RESIGNAL_AFTER = timedelta(seconds=10)  # a woken request places itself well within this
 
 
@@ -111,24 +112,28 @@ class AdmissionActivities:
             async with self.sessions() as session:
                 regions = await queue.queued_regions(session)
         woken: list[str] = []
+        notices: list[tuple[str, PreemptNotice]] = []
         waiting = 0
         for region in regions:
-            admitted, left = await self._coalesced(region)
+            admitted, left, told = await self._coalesced(region)
             woken += admitted
+            notices += told
             waiting += left
+        for victim, notice in notices:  # first: the sooner a victim hears, the sooner its grace period ends
+            await self._signal(victim, PREEMPT_SIGNAL, notice)
         for allocation_id in woken:
-            await self._wake(allocation_id)
+            await self._signal(allocation_id, WAKE_SIGNAL)
         return AdmitResult(woken=woken, waiting=waiting)
 
-    async def _coalesced(self, region: str) -> tuple[list[str], int]:
+    async def _coalesced(self, region: str) -> tuple[list[str], int, list[tuple[str, PreemptNotice]]]:
         """The region's pass, or a share in one of this process's that is still waiting for the region's lock: that
         one reads the queue and the capacity only once it holds the lock, so it sees whatever this caller freed
         (committed before it asked), and a burst of releases makes one pass instead of one each, queued on the
         lock. Only the pass's own caller sends its signals."""
         pending = self._waiting.get(region)
         if pending is not None:
-            _, left = await asyncio.shield(pending)
-            return [], left
+            _, left, _ = await asyncio.shield(pending)
+            return [], left, []
         pending = asyncio.get_running_loop().create_future()
         self._waiting[region] = pending
         try:
@@ -144,7 +149,7 @@ class AdmissionActivities:
         pending.set_result(result)
         return result
 
-    async def _pass(self, region: str) -> tuple[list[str], int]:
+    async def _pass(self, region: str) -> tuple[list[str], int, list[tuple[str, PreemptNotice]]]:
         """One region's pass, in one transaction under the region's lock: (allocations to wake, entries left
         waiting). The entries given a node are marked woken in the same transaction, so the next pass (which may
         start the moment this one commits) neither signals them again nor takes their nodes back while they place
@@ -156,33 +161,42 @@ class AdmissionActivities:
             started = time.perf_counter()
             entries = await queue.entries(session, region=region)
             if not entries:
-                return [], 0
+                return [], 0, []
             now = datetime.now(UTC)
             placing = {e.allocation_id for e in entries if e.node and e.woken_at and now - e.woken_at <= RESIGNAL_AFTER}
             judged = [e for e in entries if e.allocation_id not in placing]
             # As the forget below leaves each judged entry: only the verdicts that differ from it are written.
             standing = {
-                e.allocation_id: queue.PassRecord(e.allocation_id, None, None, e.reason, e.code) for e in judged
-            }
+                e.allocation_id: queue.PassRecord(e.allocation_id, None, None, e.reason, e.code, e.nominated_node,
+                                                  tuple(e.victims) if e.victims is not None else None)
+                for e in judged
+            }  # fmt: skip
             await queue.forget_set_asides(session, region, keep=placing)
             base, plans = await self.inventory.snapshot_and_plans(session)
             snapshot = with_pending_plans(base, plans)
             strategy = snapshot.regions[region].queueing_strategy if region in snapshot.regions else None
             usage = usage_by_product(snapshot, await queue.holdings(session))
+            facts, _ = await queue.class_facts(session)
+            active = {a.running.allocation_id: a for a in await queue.active_allocations(session, region)}
+            nominations = {e.allocation_id: e.nomination for e in entries if e.nomination is not None}
             if strategy is None:  # the region left the fleet: its requests wait until they time out
                 verdicts = PassResult()
             else:
-                verdicts = admission_pass(snapshot, [e.queued() for e in judged], usage, strategy)
+                queued = [e.queued(_preemptible(facts, e.priority_class)) for e in judged]
+                running = [a.running for a in active.values()]
+                verdicts = admission_pass(snapshot, queued, usage, strategy, running, nominations)
             changed = [r for r in map(_record, verdicts.verdicts) if r != standing.get(r.allocation_id)]
             await queue.record_pass(session, changed)
             woken = [v.allocation_id for v in verdicts.admitted]
             await queue.mark_woken(session, woken, now)
             PASS_TIMES.held.append(1000 * (time.perf_counter() - started))
-        return woken, len(judged) - len(woken)
+        by_id = {e.allocation_id: e for e in entries}
+        return woken, len(judged) - len(woken), _notices(verdicts.verdicts, by_id, active)
 
-    async def _wake(self, allocation_id: str) -> None:
+    async def _signal(self, allocation_id: str, signal: str, argument: object = None) -> None:
+        handle = self.client.get_workflow_handle(f"allocation/{allocation_id}")
         try:
-            await self.client.get_workflow_handle(f"allocation/{allocation_id}").signal(WAKE_SIGNAL)
+            await (handle.signal(signal) if argument is None else handle.signal(signal, argument))
         except RPCError as error:
             if error.status is not RPCStatusCode.NOT_FOUND:
                 raise
@@ -192,11 +206,40 @@ class AdmissionActivities:
         return [self.enter_queue, self.leave_queue, self.admit_queued]
 
 
+def _preemptible(facts: dict[str, queue.PriorityClassFacts], name: str | None) -> bool:
+    fact = facts.get(name) if name is not None else None
+    return fact is not None and fact.preemptible
+
+
+def _notices(
+    verdicts: list[Verdict], entries: dict[str, queue.QueueEntry], active: dict[str, queue.ActiveAllocation]
+) -> list[tuple[str, PreemptNotice]]:
+    """The preemption notices to send: to every victim of a nomination that is still active (a new victim, or one
+    whose notice was lost: the workflow takes a second notice as the first). The notice names the preemptor's
+    priority and class, never its tenant."""
+    notices = []
+    for verdict in verdicts:
+        if verdict.nomination is None:
+            continue
+        entry = entries[verdict.allocation_id]
+        for victim in verdict.nomination.victims:
+            if victim not in active:
+                continue
+            why = verdict.preempt_reasons.get(victim) or "its preemption was decided by an earlier admission pass"
+            notice = PreemptNotice(priority=entry.priority, priority_class=entry.priority_class,
+                                   grace_seconds=active[victim].grace_seconds, rule=why)  # fmt: skip
+            notices.append((victim, notice))
+    return notices
+
+
 def _record(verdict: Verdict) -> queue.PassRecord:
+    nomination = verdict.nomination
     return queue.PassRecord(
         allocation_id=verdict.allocation_id,
         node=verdict.node,
         reserved_node=verdict.reserved,
         reason=verdict.reason,
         code=verdict.code,
+        nominated_node=nomination.node if nomination is not None else None,
+        victims=nomination.victims if nomination is not None else None,
     )

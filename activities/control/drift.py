@@ -154,7 +154,7 @@ class _Audit:
         instead, and its claims found stale)."""
         for allocation in self.facts.allocations:
             host = self.hosts.get(allocation.node or "")
-            if allocation.state != "active" or host is None or allocation.allocation_id not in self.in_flight:
+            if allocation.state not in ("active", "preempting") or host is None or allocation.allocation_id not in self.in_flight:
                 continue
             if any(vm.allocation_id == allocation.allocation_id for vm in host.vms):
                 continue

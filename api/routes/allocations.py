@@ -262,7 +262,7 @@ async def cancel_allocation(allocation_id: IdPath, caller: Caller, app: App) -> 
     `cancelled`."""
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
-    if row.state not in (*PLACING_STATES, "queued", "active"):
+    if row.state not in (*PLACING_STATES, "queued", "active", "preempting"):
         raise conflict(
             f"allocation {allocation_id} is {row.state}; only one queued, being placed or active can be cancelled"
         )

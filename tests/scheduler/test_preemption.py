@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from test_queueing import ONE_H100_NODE, Pool, world
+from test_queueing import BEST_EFFORT, ONE_H100_NODE, Pool, queued, world
 
 from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
 from scheduler.preemption import Preemption, Preemptor, Running, plan_preemption
+from scheduler.queueing import Nomination, admission_pass
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import PreemptionPolicy
@@ -180,3 +181,33 @@ def test_fair_sharing_never_leaves_the_victims_tenant_below_the_preemptors_share
     borrowing = [running("held-1", "b", "a02", 4, 0, 10.0, borrowed=4), running("held-2", "b", "a02", 4, 0, 11.0)]
     outcome = plan_preemption(fleet, "r1", preemptor("a", 4, 10), borrowing, "insufficient_capacity")
     assert isinstance(outcome, str)
+
+
+# In the admission pass: a nomination is made once, holds its node, and places its request there.
+
+
+def test_a_pass_nominates_a_node_holds_it_while_its_victims_leave_and_places_the_preemptor_there() -> None:
+    fleet = world(TWO_H100_NODES, ("b", "a01", 8), ("b", "a02", 6))
+    spot = [running("held-0", "b", "a01", 8, 0, 10.0, preemptible=True), running("held-1", "b", "a02", 6, 0, 5.0)]
+    urgent = queued("urgent", "a", 1, 8, priority=100)
+    small = queued("small", "c", 2, 2)  # fits a02's 2 free GPUs, never a01
+    first = admission_pass(fleet, [urgent, small], {}, BEST_EFFORT, spot)
+    by_id = {v.allocation_id: v for v in first.verdicts}
+    assert by_id["urgent"].code == "preempting" and by_id["urgent"].nomination == Nomination("a01", ("held-0",))
+    assert by_id["urgent"].preempt_reasons == {"held-0": "of a preemptible PriorityClass"}
+    assert by_id["urgent"].reason == "preempting 1 allocation(s) on node a01: held-0"
+    assert by_id["small"].node == "a02"
+
+    # The next pass, held-0 still leaving: the nomination stands (no second preemption), a01 stays held for it.
+    kept = {"urgent": by_id["urgent"].nomination}
+    latecomer = queued("late", "c", 3, 8, priority=1000)
+    second = admission_pass(fleet, [urgent, latecomer], {}, BEST_EFFORT, spot, kept)
+    again = {v.allocation_id: v for v in second.verdicts}
+    assert again["urgent"].reason == "preempting 1 allocation(s) on node a01: waiting for them to leave"
+    assert again["urgent"].preempt_reasons == {}
+    assert again["late"].node is None and again["late"].nomination is None  # held-0 is taken; a01 is not its
+
+    # held-0 has left: a01 is free and the preemptor, alone allowed there, is placed on it before the latecomer.
+    freed = world(TWO_H100_NODES, ("b", "a02", 6))
+    third = admission_pass(freed, [urgent, latecomer], {}, BEST_EFFORT, spot[1:], kept)
+    assert [(v.allocation_id, v.node) for v in third.admitted] == [("urgent", "a01")]

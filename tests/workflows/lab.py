@@ -230,7 +230,7 @@ class Lab:
     async def allocate(
         self, allocation_id: str | None = None, gpus: int = 2, timing: Timing = FAST,
         shape: CapacityShape = CapacityShape.GPU_SLICE, tenant: str = "acme", queue: QueueWait | None = None,
-        lease: Lease | None = None, **request: Any,
+        lease: Lease | None = None, request_body: dict[str, Any] | None = None, **request: Any,
     ) -> WorkflowHandle[Any, AllocationStatus]:  # fmt: skip
         allocation_id = allocation_id or f"a-{uuid.uuid4().hex[:8]}"
         return await allocation_client.start_allocation(
@@ -243,6 +243,7 @@ class Lab:
                 queues=self.queues,
                 queue=queue,
                 lease=lease,
+                request_body=request_body or {},
             ),
         )
 

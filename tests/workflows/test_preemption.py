@@ -1,0 +1,67 @@
+"""Preemption (issue 26) against real PostgreSQL and Temporal: a queued request of a higher class displaces a
+preemptible allocation; the victim is told (`preempting`, with the preemptor's priority and never its tenant), keeps
+its grace period, then releases as a release does (`preempted`); the freed node is held for the preemptor, which is
+placed there, and a request that came meanwhile does not take it."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from store import queue
+from store.models import AllocationRow
+from tests.workflows.lab import lab_fleet, running_lab
+from workflows import allocation_client
+from workflows.allocation_messages import QueueWait
+from workflows.search_attributes import STATE
+
+CLASSES = [
+    {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "spot"},
+     "spec": {"value": 0, "preemptible": True, "gracePeriod": "2s"}},
+    {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
+     "spec": {"value": 100}},
+]  # fmt: skip
+
+
+async def test_a_preemptible_allocation_is_told_keeps_its_grace_then_leaves_its_node_to_the_preemptor(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    spot, urgent, other = f"spot-{tag}", f"urgent-{tag}", f"other-{tag}"
+    fleet = lab_fleet({"only": {"gpus": 4}}, extra=CLASSES)
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
+        victim = await lab.allocate(spot, gpus=4, request_body={"priority_class": "spot"})
+        await lab.wait_for_state(victim, "active")
+
+        waiting = QueueWait(timeout_seconds=600, priority=100, priority_class="urgent")
+        preemptor = await lab.allocate(urgent, gpus=4, queue=waiting)
+        told = await lab.wait_for_state(victim, "preempting")
+        assert told.step == "preempt_notice"
+        # The notice the owner reads: the preemptor's priority and class, the rule, the grace; never its tenant.
+        notice = next(reason for step, _s, _n, reason in await lab.events(spot) if step == "preempt_notice")
+        assert notice == (
+            "preempted for a request of priority 100 (class urgent) (of a preemptible PriorityClass); released after 2s"
+        )
+        assert "acme" not in notice
+        async with sessions() as session:  # what `berth queue` shows of it
+            entry = await queue.entry(session, urgent)
+        assert entry is not None and (entry.code, entry.nominated_node, entry.victims) == ("preempting", "only", [spot])
+        assert entry.reason == f"preempting 1 allocation(s) on node only: {spot}"
+        assert (await victim.describe()).typed_search_attributes.get(STATE) == "preempting"
+
+        # A request that never queued comes while the victim leaves: the node is held for the preemptor.
+        latecomer = await lab.allocate(other, gpus=4)
+        assert (await lab.wait_for_state(latecomer, "failed")).failure_reason is not None
+
+        assert (await victim.result()).state == "preempted"
+        placed = await lab.wait_for_state(preemptor, "active")
+        assert placed.node == "only"
+        steps = [(step, state) for step, state, _node, _reason in await lab.events(spot)]
+        assert steps[-4:] == [("ready", "active"), ("preempt_notice", "preempting"), ("preempt", "releasing"),
+                              ("preempted", "preempted")]  # fmt: skip
+        assert await lab.double_claims() == 0
+        assert await lab.active_claims() == {urgent: ["only/0", "only/1", "only/2", "only/3"]}
+        async with sessions() as session:
+            assert (await session.get(AllocationRow, spot)).state == "preempted"
+        await allocation_client.release(temporal_client, urgent)
+        assert (await preemptor.result()).state == "released"
