@@ -5,16 +5,23 @@ placed there, and a request that came meanwhile does not take it."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from bench.actions import run_histories
 from store import queue
 from store.models import AllocationRow
 from tests.workflows.lab import lab_fleet, running_lab
 from workflows import allocation_client
+from workflows.allocation import AllocationWorkflow
 from workflows.allocation_messages import QueueWait
 from workflows.search_attributes import STATE
 
+HISTORIES = Path(__file__).parent / "histories"
 CLASSES = [
     {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "spot"},
      "spec": {"value": 0, "preemptible": True, "gracePeriod": "2s"}},
@@ -65,3 +72,10 @@ async def test_a_preemptible_allocation_is_told_keeps_its_grace_then_leaves_its_
             assert (await session.get(AllocationRow, spot)).state == "preempted"
         await allocation_client.release(temporal_client, urgent)
         assert (await preemptor.result()).state == "released"
+        histories = await run_histories(temporal_client, f"allocation/{spot}")
+    assert len(histories) == 2  # placed, then held until preempted
+    for history in histories:
+        await Replayer(workflows=[AllocationWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
+    if os.environ.get("BERTH_RECORD_HISTORIES"):
+        for number, history in enumerate(histories, start=1):
+            (HISTORIES / f"allocation_preempted_{number}.json").write_text(history.to_json())
