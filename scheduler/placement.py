@@ -33,10 +33,36 @@ class PlacementResult(BaseModel):
     # Who holds the held slots of the pinned and the chosen nodes. Never set by `schedule`: its text and this result
     # reach tenants, who may not learn others' allocation ids; the API adds it for admins (api/routes/placement.py).
     holders: list[HeldSlot] | None = None
+    # A dry run of preemption (issue 26): what a queued request of this priority would displace to be placed; the
+    # API adds it to a refusal for capacity or quota (api/routes/placement.py). None: nothing would be.
+    preemption: PreemptionPreview | None = None
 
     @property
     def chosen(self) -> Candidate | None:
         return self.candidates[0] if self.candidates else None
+
+
+class PreemptionVictim(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    allocation_id: str | None  # shown to admins and to its own tenant only
+    node: str
+    gpus: int
+    priority: int
+    rule: str
+
+
+class PreemptionPreview(BaseModel):
+    """What a preemption would take: `case` quota or capacity, the node it would free (capacity), the victims."""
+
+    model_config = ConfigDict(frozen=True)
+
+    case: str
+    node: str | None
+    victims: list[PreemptionVictim]
+
+
+PlacementResult.model_rebuild()
 
 
 def _refused(region: str | None, refusal: Refusal, levels: list[LevelExplanation]) -> PlacementResult:

@@ -13,6 +13,7 @@ claimed, leased or quarantined, and who holds which slot is the structured `hold
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Query
@@ -26,8 +27,11 @@ from api.services import Services, services
 from fleet.meta import Name
 from scheduler.bundles import held_slots
 from scheduler.capacity import capacity
-from scheduler.placement import PlacementResult
+from scheduler.placement import PlacementResult, PreemptionPreview, PreemptionVictim
+from scheduler.preemption import Preemptor, plan_preemption
+from scheduler.reasons import Reason
 from scheduler.snapshot import Snapshot
+from store import queue
 from store.tokens import Principal
 
 router = APIRouter(prefix="/v1", tags=["placement"])
@@ -62,7 +66,42 @@ async def explain(
     result = await explain_off_loop(body, snapshot, body.placement_request(tenant), detail)  # CEL: in a thread
     if result.refusal is not None:
         app.metrics.explain_refusals.labels(str(result.refusal.code)).inc()
+        result = await _with_preemption(app, caller, body, tenant, snapshot, result)
     return _shown_to(caller, result, snapshot, body.nodes)
+
+
+async def _with_preemption(
+    app: Services, caller: Principal, body: AllocationCreate, tenant: str | None, snapshot: Snapshot,
+    result: PlacementResult,
+) -> PlacementResult:  # fmt: skip
+    """A dry run of what a queued request like this one would preempt to be placed (issue 26): the same rules as the
+    admission pass, over the region's active allocations now. Nothing is told or held."""
+    region = result.region or body.region
+    code = str(result.refusal.code) if result.refusal is not None else ""
+    if tenant is None or region is None or code not in (Reason.INSUFFICIENT_CAPACITY, Reason.QUOTA_EXCEEDED):
+        return result
+    async with app.sessions() as session:
+        facts, default = await queue.class_facts(session)
+        active = await queue.active_allocations(session, region)
+    named = body.priority_class or default
+    fact = facts.get(named) if named is not None else None
+    preemptor = Preemptor("explain", tenant, fact.value if fact else 0, time.time(), body.placement_request(tenant),
+                          preemptible=bool(fact and fact.preemptible))  # fmt: skip
+    outcome = plan_preemption(snapshot, region, preemptor, [a.running for a in active], code)
+    if isinstance(outcome, str):
+        return result
+    shown = [
+        PreemptionVictim(
+            allocation_id=v.allocation_id if caller.is_admin or v.tenant == tenant else None,
+            node=v.node,
+            gpus=v.gpus,
+            priority=v.priority,
+            rule=outcome.reasons[v.allocation_id],
+        )  # fmt: skip
+        for v in outcome.victims
+    ]
+    return result.model_copy(update={"preemption": PreemptionPreview(case=outcome.case, node=outcome.node,
+                                                                      victims=shown)})  # fmt: skip
 
 
 @router.get("/capacity", response_model=CapacityReport, responses=error_responses(401, 422))

@@ -5,7 +5,8 @@ The lab fleet has three hosts in one slice pool, so each test can pick its scena
 - `slow` (1 GPU) never boots: a 1-GPU request stays `waiting_ready` there until retried or cancelled;
 - `small` (2 GPUs) is where best fit puts a 2-GPU request, which becomes active in about a second;
 - `big` (4 GPUs) takes a 4-GPU request.
-Tenants: `acme` (the lab's) and `globex` (quota 2).
+Tenants: `acme` (the lab's) and `globex` (quota 2). PriorityClasses: `spot` (preemptible, a 1s grace period) and
+`urgent` (100); a request naming none has priority 0.
 """
 
 from __future__ import annotations
@@ -33,8 +34,16 @@ GLOBEX = {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant", "metadata": {"na
 FAST_CALLS = TemporalTimeouts(call_seconds=3.0, status_seconds=1.0, worker_cache_seconds=0.5)
 
 
+CLASSES = [
+    {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "spot"},
+     "spec": {"value": 0, "preemptible": True, "gracePeriod": "1s"}},
+    {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
+     "spec": {"value": 100}},
+]  # fmt: skip
+
+
 def api_fleet() -> str:
-    return lab_fleet(HOSTS) + "---\n" + yaml.safe_dump(GLOBEX, sort_keys=False)
+    return lab_fleet(HOSTS) + "---\n" + yaml.safe_dump_all([GLOBEX, *CLASSES], sort_keys=False)
 
 
 def app_for(

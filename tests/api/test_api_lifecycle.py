@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from tests.api.stack import Stack
 
 
@@ -18,6 +20,11 @@ async def test_create_becomes_active_and_release_returns_the_gpus(stack: Stack) 
     assert accepted["workflow_id"] == f"allocation/{accepted['id']}"
 
     allocation = await stack.wait_for(accepted["id"], "active")
+    for _ in range(50):  # `live` is best effort (a status query bounded by a second): a busy worker may miss one
+        if allocation["live"]:
+            break
+        await asyncio.sleep(0.1)
+        allocation = await stack.get(accepted["id"])
     assert (allocation["tenant"], allocation["region"], allocation["pool"], allocation["node"]) == (
         "acme", "lab", "lab-1/slices", "small",
     )  # fmt: skip
@@ -88,3 +95,25 @@ async def test_an_allocation_with_an_end_shows_it_and_is_extended_within_the_api
     await stack.wait_for(allocation_id, "released")
     gone = await stack.http.post(extend, json={"by": "1h"}, headers=stack.acme)
     assert gone.status_code == 409 and gone.json()["error"]["code"] == "invalid_state"
+
+
+async def test_explain_says_what_a_request_would_preempt_before_anything_is(stack: Stack) -> None:
+    """Issue 26's dry run: a request that does not fit now is told which allocations a preemption would displace
+    (the admission pass's own rules), and nothing is told or held. Its own allocations are named by id."""
+    spot = await stack.create(4, priority_class="spot")
+    await stack.wait_for(spot, "active")  # on `big`, the only 4-GPU host
+    asked = {"gpu_count": 4, "priority_class": "urgent", "region": "lab"}
+    own = await stack.http.post("/v1/explain", json=asked, headers=stack.acme)
+    assert own.status_code == 200, own.text
+    preview = own.json()
+    assert preview["placed"] is False and preview["refusal"]["code"] == "insufficient_capacity"
+    assert preview["preemption"] == {
+        "case": "capacity",
+        "node": "big",
+        "victims": [
+            {"allocation_id": spot, "node": "big", "gpus": 4, "priority": 0, "rule": "of a preemptible PriorityClass"}
+        ],
+    }
+    assert (await stack.get(spot))["state"] == "active"  # a dry run: nothing was told
+    assert (await stack.http.delete(f"/v1/allocations/{spot}", headers=stack.acme)).status_code == 202
+    await stack.wait_for(spot, "released")
