@@ -134,8 +134,8 @@ class Probe:
     def install(self) -> None:
         probe = self
         logging.getLogger("temporalio").addHandler(self.failures)
-        walk, wake, lock, decide = (
-            AdmissionActivities.walk, AdmissionActivities._wake, admission.lock_region, admission.admission_pass,
+        walk, signal, lock, decide = (
+            AdmissionActivities.walk, AdmissionActivities._signal, admission.lock_region, admission.admission_pass,
         )  # fmt: skip
 
         async def timed_walk(self: AdmissionActivities, regions: list[str] | None) -> Any:
@@ -154,11 +154,11 @@ class Probe:
                 probe.walks.append(record)
                 probe.current.reset(token)
 
-        async def timed_wake(self: AdmissionActivities, allocation_id: str) -> None:
+        async def timed_signal(self: AdmissionActivities, allocation_id: str, name: str, argument: Any = None) -> None:
             sent = time.time()
-            await wake(self, allocation_id)
+            await signal(self, allocation_id, name, argument)
             record = probe.current.get()
-            if record is not None:
+            if record is not None and name == admission.WAKE_SIGNAL:
                 record.signals[allocation_id] = (sent, time.time())
 
         async def timed_lock(session: Any, region: str) -> None:
@@ -179,7 +179,7 @@ class Probe:
             return result
 
         AdmissionActivities.walk = timed_walk  # type: ignore[method-assign]
-        AdmissionActivities._wake = timed_wake  # type: ignore[method-assign]
+        AdmissionActivities._signal = timed_signal  # type: ignore[method-assign]
         admission.lock_region = timed_lock  # type: ignore[assignment]
         admission.admission_pass = seen_pass  # type: ignore[assignment]
 

@@ -1,0 +1,235 @@
+"""Preemption under load (issue 26): how long from the admission pass's decision to preempt to the preemptor's plan,
+against a real Temporal dev server and a real PostgreSQL started by the benchmark, with the same path without
+preemption measured in the same run as the baseline.
+
+    python -m bench.preemption [--nodes 16] [--seed 1]
+
+    baseline   the fleet (N nodes x 8 GPUs) is filled with 8-GPU allocations of priority 0, N requests of 8 GPUs
+               queue behind them, and the holders are released one at a time: release -> the queued request's
+               `woken` step (its plan starts), as issue 24's figure
+    preempt    the fleet is filled with 8-GPU allocations of a preemptible class whose grace period is 1 ms, and N
+               requests of a higher class queue one at a time: each first pass decides a preemption (its victims
+               and the node held for it) and tells the victim; the victim's grace period passes and it releases;
+               its release's pass wakes the preemptor
+
+Reported, p50 and p99, wall clock on this machine (PostgreSQL, Temporal and this process share its clock):
+
+- decision -> preemptor woken, less the grace period: the pass that nominated (seen in this process: the control
+  worker runs here) to the preemptor's `woken` event;
+- where it goes: decision -> the victim's `preempt_notice` event (the signal and the victim's workflow task), notice ->
+  the victim's claims released (the grace period, then destroy_vm on the host and release_claims), release -> woken
+  (the pass in release_claims and the wake signal);
+- the baseline's release -> woken, and a release's own teardown (the update asked -> its claims released), for
+  comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+from sqlalchemy import text
+
+from activities.control import admission
+from bench.allocation import FAST, Stack, _run_workers
+from bench.queues import Request, _release, _start, _until
+from contracts.task_queues import Queues
+from fleet.loader import parse_fleet
+from scheduler.request import PlacementRequest
+from store.apply import apply_fleet
+from workflows import allocation_client
+from workflows.allocation_messages import AllocationInput, QueueWait
+
+GRACE_S = 0.001
+
+
+def fleet_yaml(nodes: int) -> str:
+    tenant = {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant"}
+    documents = [
+        {"apiVersion": "berth.dev/v1alpha1", "kind": "Region", "metadata": {"name": "bench"},
+         "spec": {"prices": {"H200": 3.0}}},
+        {**tenant, "metadata": {"name": "spot"}, "spec": {"gpuQuota": 10**6}},
+        {**tenant, "metadata": {"name": "urgent"}, "spec": {"gpuQuota": 10**6}},
+        {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "spot"},
+         "spec": {"value": 0, "preemptible": True, "gracePeriod": "1ms"}},
+        {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
+         "spec": {"value": 100}},
+        {"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceClass", "metadata": {"name": "h200"},
+         "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": 8}]}},
+        {"apiVersion": "berth.dev/v1alpha1", "kind": "InferenceCluster", "metadata": {"name": "bench-1"},
+         "spec": {"region": "bench", "nodePools": [{"name": "slices", "className": "h200", "shape": "gpu_slice",
+                  "gpuProduct": "H200", "nodeTemplate": {"count": nodes, "namePrefix": "p-", "gpusPerNode": 8,
+                                                          "numaNodes": 2}}]}},
+    ]  # fmt: skip
+    return yaml.safe_dump_all(documents, sort_keys=False)
+
+
+class Decisions:
+    """When each nomination was decided: the admission pass is wrapped in this process (the control worker's)."""
+
+    def __init__(self) -> None:
+        self.at: dict[str, tuple[float, tuple[str, ...]]] = {}  # preemptor -> (decided, victims)
+
+    def install(self) -> None:
+        decide = admission.admission_pass
+
+        def seen(*args: Any, **kwargs: Any) -> Any:
+            result = decide(*args, **kwargs)
+            now = time.time()
+            for verdict in result.verdicts:
+                if verdict.preempt_reasons and verdict.nomination is not None:
+                    self.at.setdefault(verdict.allocation_id, (now, verdict.nomination.victims))
+            return result
+
+        admission.admission_pass = seen  # type: ignore[assignment]
+
+
+async def _events(stack: Stack, steps: tuple[str, ...]) -> dict[tuple[str, str], float]:
+    async with stack.sessions() as session:
+        rows = await session.execute(
+            text("SELECT allocation_id, step, min(at) FROM allocation_events WHERE step = ANY(:steps) GROUP BY 1, 2"),
+            {"steps": list(steps)},
+        )
+        return {(a, step): at.timestamp() for a, step, at in rows}
+
+
+async def _freed(stack: Stack, ids: list[str]) -> dict[str, float]:
+    async with stack.sessions() as session:
+        rows = await session.execute(
+            text("SELECT allocation_id, max(released_at) FROM allocation_resource_claims "
+                 "WHERE allocation_id = ANY(:ids) GROUP BY 1"), {"ids": ids},
+        )  # fmt: skip
+        return {a: at.timestamp() for a, at in rows if at is not None}
+
+
+def _body(priority_class: str) -> dict[str, Any]:
+    return {"priority_class": priority_class}
+
+
+async def run(stack: Stack, nodes: int, decisions: Decisions) -> dict[str, list[float]]:
+    path = stack.home / "fleet.yaml"
+    path.write_text(fleet_yaml(nodes))
+    async with stack.sessions.begin() as session:
+        await apply_fleet(session, parse_fleet([(str(path), path.read_text())]), prune=True)
+    await stack.report(path)
+    queues = Queues(control="preempt.control", node_prefix="preempt.node.")
+    await _run_workers(stack, path, queues)
+    wait = QueueWait(timeout_seconds=3600, priority=100, priority_class="urgent")
+
+    # Baseline: holders of priority 0 (not preemptible), requests queued behind them, holders released one by one.
+    holders = [Request(f"hold-{uuid.uuid4().hex[:8]}", "spot", 8) for _ in range(nodes)]
+    await asyncio.gather(*(_start(stack, queues, h, None) for h in holders))
+    await _until(stack, [h.allocation_id for h in holders], ("active",), 300, "baseline fill")
+    waiting = [Request(f"wait-{uuid.uuid4().hex[:8]}", "urgent", 8) for _ in range(nodes)]
+    for request in waiting:
+        await _start(stack, queues, request, QueueWait(timeout_seconds=3600))
+    await _until(stack, [r.allocation_id for r in waiting], ("queued",), 300, "baseline queue")
+    asked: dict[str, float] = {}
+    for holder in holders:
+        asked[holder.allocation_id] = time.time()
+        await _release(stack, holder.allocation_id)
+        await asyncio.sleep(0.3)
+    await _until(stack, [r.allocation_id for r in waiting], ("active",), 300, "baseline placed")
+    freed = await _freed(stack, [h.allocation_id for h in holders])
+    woken = await _events(stack, ("woken",))
+    woke = sorted(at for (a, step), at in woken.items() if a in {r.allocation_id for r in waiting})
+    baseline = [w - f for f, w in zip(sorted(freed.values()), woke, strict=False)]
+    teardown = [freed[a] - at for a, at in asked.items() if a in freed]
+    for request in waiting:
+        await _release(stack, request.allocation_id)
+    await _until(stack, [r.allocation_id for r in waiting], ("released",), 300, "baseline released")
+
+    # Preemption: spot holders, then urgent requests queued one at a time, each preempting one node's holder.
+    spots = [f"spot-{uuid.uuid4().hex[:8]}" for _ in range(nodes)]
+    await asyncio.gather(*(_start_with(stack, queues, a, "spot", None) for a in spots))
+    await _until(stack, spots, ("active",), 300, "spot fill")
+    urgent = [f"urgent-{uuid.uuid4().hex[:8]}" for _ in range(nodes)]
+    for allocation_id in urgent:
+        await _start_with(stack, queues, allocation_id, "urgent", wait)
+        await asyncio.sleep(0.3)
+    await _until(stack, urgent, ("active",), 300, "preemptors placed")
+    await _until(stack, spots, ("preempted",), 300, "victims preempted")
+    events = await _events(stack, ("woken", "preempt_notice", "preempt"))
+    victims_freed = await _freed(stack, spots)
+    total, notice, leave, grace, wake = [], [], [], [], []
+    for preemptor in urgent:
+        decided, victims = decisions.at[preemptor]
+        told = max(events[(v, "preempt_notice")] for v in victims)
+        gone = max(victims_freed[v] for v in victims)
+        up = events[(preemptor, "woken")]
+        total.append(up - decided - GRACE_S)
+        notice.append(told - decided)
+        leave.append(gone - told - GRACE_S)
+        grace.append(max(events[(v, "preempt")] for v in victims) - told - GRACE_S)
+        wake.append(up - gone)
+    for allocation_id in urgent:
+        await _release(stack, allocation_id)
+    return {
+        "baseline": baseline,
+        "teardown": teardown,
+        "total": total,
+        "notice": notice,
+        "leave": leave,
+        "grace": grace,
+        "wake": wake,
+    }
+
+
+async def _start_with(stack: Stack, queues: Queues, allocation_id: str, priority_class: str,
+                      wait: QueueWait | None) -> None:  # fmt: skip
+    tenant = priority_class
+    await allocation_client.start_allocation(
+        stack.client,
+        AllocationInput(allocation_id=allocation_id, tenant=tenant, request=PlacementRequest(gpu_count=8, tenant=tenant),
+                        timing=FAST, queues=queues, queue=wait, request_body=_body(priority_class)),
+    )  # fmt: skip
+
+
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def report(figures: dict[str, list[float]], nodes: int) -> None:
+    print(f"preemption, {nodes} nodes x 8 GPUs, {nodes} preemptions (ms, p50 / p99):")
+    names = {
+        "baseline": "baseline: release -> queued request woken (no preemption)",
+        "teardown": "baseline: release asked -> its claims released",
+        "total": "decision -> preemptor woken, grace period excluded",
+        "notice": "  decision -> victim's preempt_notice",
+        "leave": "  notice -> victim's claims released (less the grace period)",
+        "grace": "    of which notice -> its teardown starts (the grace timer)",
+        "wake": "  release -> preemptor woken",
+    }
+    for key, name in names.items():
+        samples = [1000 * s for s in figures[key]]
+        median = statistics.median(samples) if samples else float("nan")
+        print(f"  {name:60} {median:8.0f} / {_pct(samples, 0.99):8.0f}  (n={len(samples)})")
+
+
+async def main(args: argparse.Namespace) -> None:
+    decisions = Decisions()
+    decisions.install()
+    with tempfile.TemporaryDirectory(prefix="berth-bench-") as home:
+        stack = Stack(Path(home))
+        try:
+            await stack.connect()
+            report(await run(stack, args.nodes, decisions), args.nodes)
+        finally:
+            await asyncio.gather(*(w.shutdown() for w in stack.workers), return_exceptions=True)
+            await stack.engine.dispose()
+            stack.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=16, help="8-GPU nodes, and preemptions")
+    parser.add_argument("--seed", type=int, default=1)
+    asyncio.run(main(parser.parse_args()))
