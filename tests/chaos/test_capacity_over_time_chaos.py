@@ -1,0 +1,80 @@
+"""Ends and preemption under kill -9 of the control worker (issue 26): an allocation in its preemption grace period
+and an allocation reaching its end each survive a SIGKILL of `berth worker control` (its own process, as `berth up`
+runs it): the victim is preempted once and its node goes to the preemptor alone, the leased allocation expires once,
+and nothing is claimed twice or left behind. The hold's timers are Temporal's: a new worker picks them up."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from tests.chaos.test_queue_chaos import _entries, _namer, _release_and_wait, _until, control_process
+from tests.workflows.lab import FAST, Lab, lab_fleet, running_lab
+from workflows.allocation_messages import Lease, QueueWait
+
+CLASSES = [
+    {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "spot"},
+     "spec": {"value": 0, "preemptible": True, "gracePeriod": "1s"}},
+    {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
+     "spec": {"value": 100}},
+]  # fmt: skip
+FLEET = lab_fleet({"only": {"gpus": 6}}, extra=CLASSES)
+WARNED_AT_ONCE = FAST.model_copy(update={"expiry_warning_seconds": 60})
+
+
+async def _holding_exactly(lab: Lab, holders: set[str]) -> None:
+    """Exactly `holders` claim GPUs, each its own and placed once (one `ready` in its story); no slot is claimed
+    twice; the busy slots are theirs, and so are the VMs."""
+    claims = await lab.active_claims()
+    assert set(claims) == holders, claims
+    for allocation_id in holders:
+        trail = [step for step, _state, _node, _reason in await lab.events(allocation_id)]
+        assert trail.count("ready") == 1, trail
+    assert await lab.double_claims() == 0
+    busy = sorted(slot for slot, state in (await lab.slot_states()).items() if state != "available")
+    assert busy == sorted(slot for slots in claims.values() for slot in slots)
+    assert sorted(p.stem for p in lab.vm_records()) == sorted(holders)
+
+
+async def test_a_preemption_in_its_grace_period_and_an_end_survive_kill_9_of_the_control_worker(
+    temporal_client: Client, sessions: async_sessionmaker[AsyncSession], database_url: str, tmp_path: Path
+) -> None:
+    n = _namer()
+    spot, urgent, leased = n("spot"), n("urgent"), n("leased")
+    async with (
+        running_lab(temporal_client, temporal_client, sessions, tmp_path, FLEET, control=False) as lab,
+        control_process(lab, database_url, reconcile_every=3600) as control,
+    ):
+        await lab.allocate(spot, gpus=4, request_body={"priority_class": "spot"})
+        await _until(lab, spot, ("active",))
+        await lab.allocate(leased, gpus=2, timing=WARNED_AT_ONCE, lease=Lease(duration_seconds=15))
+        await _until(lab, leased, ("active",))
+
+        # 1. The victim in its grace period when the worker dies: it is preempted once, after its grace.
+        await lab.allocate(urgent, gpus=4, queue=QueueWait(timeout_seconds=600, priority=100, priority_class="urgent"))
+        await _until(lab, spot, ("preempting",))
+        await control.kill()
+        await control.start()
+        assert (await _until(lab, spot, ("preempted",))).state == "preempted"
+        await _until(lab, urgent, ("active",))
+        await _holding_exactly(lab, {urgent, leased})
+        steps = [step for step, _state, _node, _reason in await lab.events(spot)]
+        assert steps.count("preempt_notice") == 1 and steps.count("preempted") == 1, steps
+
+        # 2. The leased allocation's end passes while no worker runs: the new one expires it, once.
+        status = await _until(lab, leased, ("active",))
+        assert status.ends_at is not None
+        await control.kill()
+        await asyncio.sleep(max(0.0, (status.ends_at - datetime.now(UTC)).total_seconds()) + 0.5)
+        await control.start()
+        assert (await _until(lab, leased, ("expired",))).state == "expired"
+        trail = [step for step, _state, _node, _reason in await lab.events(leased)]
+        assert trail.count("expire") == 1 and trail.count("expired") == 1, trail
+        await _holding_exactly(lab, {urgent})
+        assert await _entries(lab) == {}
+        await _release_and_wait(lab, urgent)
+        assert await lab.active_claims() == {} and lab.vm_records() == []
