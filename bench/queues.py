@@ -64,7 +64,7 @@ from workflows.allocation_messages import AllocationInput, QueueWait
 TENANTS = {"alpha": 1, "bravo": 1, "charlie": 2, "delta": 4}  # name -> fair-share weight
 SIZES = (1, 2, 4, 8)
 FILL = "fill"
-FINAL = ("released", "failed", "cancelled")
+FINAL = ("released", "failed", "cancelled", "expired", "preempted")
 
 
 def fleet_yaml(nodes: int) -> str:

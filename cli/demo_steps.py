@@ -26,7 +26,7 @@ from cli.placement import render_capacity  # the same table `berth capacity` pri
 from config.context import StackContext
 from scheduler.capacity import PoolCapacity
 
-FINAL = ("active", "failed", "cancelled", "released")
+FINAL = ("active", "failed", "cancelled", "released", "expired", "preempted")
 
 
 def _gang(count: int, selector: str) -> dict[str, Any]:

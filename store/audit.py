@@ -31,7 +31,7 @@ from contracts.audit import (
 from store.models import AllocationEventRow, AllocationRow, Base, ClaimRow, NodeAgentRow, SlotRow
 
 KEEP_RUNS_DAYS = 14
-FINISHED_STATES = ("released", "failed", "cancelled")  # workflows.allocation_messages.FINAL_STATES (store is below it)
+FINISHED_STATES = ("released", "failed", "cancelled", "expired", "preempted")  # FINAL_STATES (store is below workflows)
 
 
 class AuditRunRow(Base):

@@ -107,3 +107,14 @@ async def test_shared_parent_slots_may_repeat_the_parent_but_not_a_vf(sessions, 
             await session.scalars(select(SlotRow.fabric_parent_pci_address).where(SlotRow.node_id == "j22u15"))
         ).all()
     assert set(parents) == {"0000:1a:00.0"} and len(parents) == 8
+
+
+def test_the_store_knows_every_state_the_workflow_ends_in_and_the_schema_takes_every_state() -> None:
+    """`store` sits below `workflows`, so it keeps its own list of final states: an allocation ended `expired` or
+    `preempted` (issue 26) must not look unfinished to the reconciler (it would be reported abandoned)."""
+    from store.audit import FINISHED_STATES
+    from store.models import ALLOCATION_STATES
+    from workflows.allocation_messages import FINAL_STATES, STATES
+
+    assert set(FINISHED_STATES) == set(FINAL_STATES)
+    assert set(ALLOCATION_STATES) == set(STATES)
