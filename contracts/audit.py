@@ -29,6 +29,7 @@ class FindingKind(StrEnum):
     QUARANTINE_WIPED = "quarantine_wiped"
     AGENT_UNREACHABLE = "agent_unreachable"
     ABANDONED_ALLOCATION = "abandoned_allocation"  # unfinished in PostgreSQL, its workflow ended (say, terminated)
+    NOMINATION_TAKEN = "nomination_taken"  # a node held for a preemptor was given to another allocation (issue 26)
 
 
 class RepairAction(StrEnum):
@@ -86,6 +87,16 @@ class ClaimFact(Model):
     node: str
     slot_id: int
     slot_index: int
+    claimed_at: datetime | None = None
+
+
+class NominationFact(Model):
+    """A node an admission pass holds for a queued request whose preemption it decided (issue 26)."""
+
+    allocation_id: str  # the preemptor
+    node: str
+    victims: list[str]
+    nominated_at: datetime
 
 
 class SlotFact(Model):
@@ -109,6 +120,7 @@ class ControlFacts(Model):
     slots: list[SlotFact] = Field(default_factory=list)  # reserved and quarantined ones
     allocations: list[AllocationFact] = Field(default_factory=list)  # unfinished ones (not released/failed/cancelled)
     in_flight: list[str] = Field(default_factory=list)  # allocation ids whose allocation or recovery workflow is open
+    nominations: list[NominationFact] = Field(default_factory=list)  # nodes held for preemptors
 
 
 # What comes out -------------------------------------------------------------------------------------------------------

@@ -24,11 +24,12 @@ from contracts.audit import (
     ControlFacts,
     Finding,
     FindingKind,
+    NominationFact,
     Repair,
     RepairAction,
     SlotFact,
 )
-from store.models import AllocationEventRow, AllocationRow, Base, ClaimRow, NodeAgentRow, SlotRow
+from store.models import AllocationEventRow, AllocationRow, Base, ClaimRow, NodeAgentRow, QueueEntryRow, SlotRow
 
 KEEP_RUNS_DAYS = 14
 FINISHED_STATES = ("released", "failed", "cancelled", "expired", "preempted")  # FINAL_STATES (store is below workflows)
@@ -88,10 +89,15 @@ async def control_facts(session: AsyncSession) -> ControlFacts:
     """Active claims, unavailable slots and unfinished allocations. Call in one REPEATABLE READ transaction, so that a
     claim and its slot are seen as one moment (they always change together)."""
     claims = await session.execute(
-        select(ClaimRow.allocation_id, ClaimRow.node_id, SlotRow.id, SlotRow.slot_index)
+        select(ClaimRow.allocation_id, ClaimRow.node_id, SlotRow.id, SlotRow.slot_index, ClaimRow.claimed_at)
         .join(SlotRow, SlotRow.id == ClaimRow.slot_id)
         .where(ClaimRow.released_at.is_(None))
     )
+    nominations = await session.execute(
+        select(QueueEntryRow.allocation_id, QueueEntryRow.nominated_node, QueueEntryRow.victims,
+               QueueEntryRow.nominated_at)
+        .where(QueueEntryRow.nominated_node.is_not(None), QueueEntryRow.nominated_at.is_not(None))
+    )  # fmt: skip
     slots = await session.execute(
         select(SlotRow.node_id, SlotRow.id, SlotRow.slot_index, SlotRow.state, SlotRow.quarantine_reason)
         .where(SlotRow.state != "available")
@@ -103,7 +109,13 @@ async def control_facts(session: AsyncSession) -> ControlFacts:
         )
     )
     return ControlFacts(
-        claims=[ClaimFact(allocation_id=a, node=n, slot_id=s, slot_index=i) for a, n, s, i in claims],
+        claims=[
+            ClaimFact(allocation_id=a, node=n, slot_id=s, slot_index=i, claimed_at=at) for a, n, s, i, at in claims
+        ],
+        nominations=[
+            NominationFact(allocation_id=a, node=n, victims=list(v or []), nominated_at=at)
+            for a, n, v, at in nominations
+        ],  # fmt: skip
         slots=[SlotFact(node=n, slot_id=s, slot_index=i, state=st, quarantine_reason=r) for n, s, i, st, r in slots],
         allocations=[AllocationFact(allocation_id=a, state=st, node=n) for a, st, n in allocations],
     )

@@ -544,3 +544,4 @@ class QueueEntryRow(Base):
     # (or, when quota decided, only those), kept across passes until it is placed or leaves the queue.
     nominated_node: Mapped[str | None] = mapped_column(String(253))
     victims: Mapped[list[str] | None] = mapped_column(JSONB)
+    nominated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # when the pass decided it

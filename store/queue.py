@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, delete, func, or_, select, update
+from sqlalchemy import Boolean, bindparam, case, delete, func, null, or_, select, update
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -168,7 +168,8 @@ async def record_pass(session: AsyncSession, records: Iterable[PassRecord]) -> N
     """What a pass decided for each entry it judged (an entry that left the queue meanwhile matches nothing)."""
     rows = [
         {"key": r.allocation_id, "node": r.node, "reserved_node": r.reserved_node, "reason": r.reason, "code": r.code,
-         "nominated_node": r.nominated_node, "victims": list(r.victims) if r.victims is not None else None}
+         "nominated_node": r.nominated_node, "victims": list(r.victims) if r.victims is not None else None,
+         "nominating": r.victims is not None}
         for r in records
     ]  # fmt: skip
     if not rows:
@@ -184,6 +185,12 @@ async def record_pass(session: AsyncSession, records: Iterable[PassRecord]) -> N
             code=bindparam("code"),
             nominated_node=bindparam("nominated_node"),
             victims=bindparam("victims", type_=JSONB),
+            # When the nomination was first decided: kept while it stands, gone with it.
+            nominated_at=case(
+                (bindparam("nominating", type_=Boolean).is_(False), null()),
+                (table.c.nominated_at.is_(None), func.now()),
+                else_=table.c.nominated_at,
+            ),
         )
     )
     await session.execute(statement, rows)

@@ -77,6 +77,7 @@ class _Audit:
             *self.missing_vms(),
             *self.slots(),
             *self.abandoned_allocations(),
+            *self.nominations_taken(),
         ]
         return sorted(found, key=lambda f: (f.kind.value, f.node or "", f.allocation_id or "", f.slot_indexes))
 
@@ -154,7 +155,11 @@ class _Audit:
         instead, and its claims found stale)."""
         for allocation in self.facts.allocations:
             host = self.hosts.get(allocation.node or "")
-            if allocation.state not in ("active", "preempting") or host is None or allocation.allocation_id not in self.in_flight:
+            if (
+                allocation.state not in ("active", "preempting")
+                or host is None
+                or allocation.allocation_id not in self.in_flight
+            ):
                 continue
             if any(vm.allocation_id == allocation.allocation_id for vm in host.vms):
                 continue
@@ -203,3 +208,24 @@ class _Audit:
                 "closing it records it as failed with the reason",
                 allocation=allocation.allocation_id, repair=RepairAction.CLOSE_ALLOCATION,
             )  # fmt: skip
+
+    def nominations_taken(self) -> Iterable[Finding]:
+        """A node held for a preemptor must go to it alone: an allocation other than its victims and itself that
+        claimed slots there after the nomination broke that promise. Reported, never repaired: the allocation holds
+        the slots now, and the preemptor waits for a later pass."""
+        for nomination in self.facts.nominations:
+            allowed = {nomination.allocation_id, *nomination.victims}
+            taken: dict[str, list[int]] = defaultdict(list)
+            for claim in self.facts.claims:
+                if claim.node != nomination.node or claim.allocation_id in allowed or claim.claimed_at is None:
+                    continue
+                if claim.claimed_at > nomination.nominated_at:
+                    taken[claim.allocation_id].append(claim.slot_index)
+            for allocation, slots in sorted(taken.items()):
+                yield self.finding(
+                    FindingKind.NOMINATION_TAKEN,
+                    f"{nomination.node} is held for queued request {nomination.allocation_id} (its preemption was "
+                    f"decided at {nomination.nominated_at:%Y-%m-%d %H:%M:%S} UTC), but allocation {allocation} "
+                    f"claimed slots {sorted(slots)} there after that",
+                    node=nomination.node, allocation=allocation, slots=slots,
+                )  # fmt: skip

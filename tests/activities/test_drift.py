@@ -14,6 +14,7 @@ from contracts.audit import (
     FindingKind,
     HostState,
     LeaseFact,
+    NominationFact,
     RepairAction,
     SlotFact,
     VmFact,
@@ -162,3 +163,22 @@ def test_a_stale_claim_with_its_vm_still_there_waits_for_the_grace_period() -> N
 def test_an_expired_lease_is_left_to_the_reaper() -> None:
     lease = LeaseFact(allocation_id="x", slot_indexes=[0], expires_at=NOW - timedelta(seconds=1))
     assert assess(ControlFacts(), [HostState(node="n", leases=[lease])], [], NOW, GRACE) == []
+
+
+def test_a_node_held_for_a_preemptor_and_taken_by_another_allocation_is_reported() -> None:
+    """Issue 26, item 4: a nominated node goes to its preemptor alone. Claims there of its victims, of the preemptor
+    and of allocations that held slots before the nomination are fine; one claimed after it by anyone else is not."""
+    decided = NOW - timedelta(seconds=60)
+
+    def at(allocation: str, index: int, seconds_ago: float) -> ClaimFact:
+        return claim(allocation, "n", index).model_copy(update={"claimed_at": NOW - timedelta(seconds=seconds_ago)})
+
+    facts = ControlFacts(
+        claims=[at("victim", 0, 300), at("before", 1, 300), at("preemptor", 2, 10), at("intruder", 3, 10)],
+        nominations=[NominationFact(allocation_id="preemptor", node="n", victims=["victim"], nominated_at=decided)],
+        in_flight=["victim", "before", "preemptor", "intruder"],
+    )
+    found = [f for f in assess(facts, [], [], NOW, GRACE) if f.kind is FindingKind.NOMINATION_TAKEN]
+    assert kinds(found) == [("nomination_taken", "n", "intruder", [3])]
+    assert found[0].repair is None  # reported, never repaired
+    assert "held for queued request preemptor" in found[0].message

@@ -2,8 +2,9 @@
 
 - `tenants.preemption`: what the tenant's queued requests may displace (fleet.tenant.TenantPreemption).
 - `priority_classes.preemptible`, `grace_seconds`: spot classes anyone may displace; the notice before a release.
-- `queue_entries.nominated_node`, `victims`: the node an admission pass freed for a queued request and the
-  allocations it told to leave, kept until the request is placed or leaves the queue.
+- `queue_entries.nominated_node`, `victims`, `nominated_at`: the node an admission pass freed for a queued request,
+  the allocations it told to leave and when it decided, kept until the request is placed or leaves the queue (the
+  reconciler reports a node held so that another allocation took).
 - `allocations.state` may be `preempting` (told to leave, in its grace period) and `preempted`.
 
 Revision ID: 0014
@@ -35,6 +36,7 @@ def upgrade() -> None:
     op.add_column("priority_classes", sa.Column("grace_seconds", sa.Float(), nullable=False, server_default="30"))
     op.add_column("queue_entries", sa.Column("nominated_node", sa.String(253)))
     op.add_column("queue_entries", sa.Column("victims", postgresql.JSONB()))
+    op.add_column("queue_entries", sa.Column("nominated_at", sa.DateTime(timezone=True)))
     op.drop_constraint(op.f("ck_allocations_state"), "allocations", type_="check")
     op.create_check_constraint(
         op.f("ck_allocations_state"), "allocations", _one_of("state", (*STATES, "preempting", "preempted"))
@@ -46,6 +48,7 @@ def downgrade() -> None:
     op.execute("UPDATE allocations SET state = 'released' WHERE state = 'preempted'")
     op.drop_constraint(op.f("ck_allocations_state"), "allocations", type_="check")
     op.create_check_constraint(op.f("ck_allocations_state"), "allocations", _one_of("state", STATES))
+    op.drop_column("queue_entries", "nominated_at")
     op.drop_column("queue_entries", "victims")
     op.drop_column("queue_entries", "nominated_node")
     op.drop_column("priority_classes", "grace_seconds")
