@@ -28,6 +28,7 @@ from activities.control.claims import ClaimActivities
 from activities.control.deployments import DeploymentActivities
 from activities.control.placement import PlacementActivities
 from activities.control.records import RecordActivities
+from activities.control.reservations import ReservationActivities
 from agent.serving import run_until_signalled
 from config.settings import get_settings
 from contracts.task_queues import CONTROL_QUEUE, Queues
@@ -39,6 +40,7 @@ from workflows.reconcile import ReconcileWorkflow
 from workflows.reconcile_client import ensure_schedule
 from workflows.recovery import SlotRecoveryWorkflow
 from workflows.replica import ReplicaWorkflow
+from workflows.reservation import ReservationWorkflow
 from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 
 __all__ = [
@@ -101,6 +103,7 @@ def control_activities(
         *RecordActivities(sessions).activities(),
         *DeploymentActivities(sessions, clusters).activities(),
         *ClusterActivities(clusters).activities(),
+        *ReservationActivities(sessions).activities(),
     ]
 
 
@@ -122,6 +125,7 @@ def control_worker(
             ReplicaWorkflow,
             ReconcileWorkflow,
             QueueWalkWorkflow,
+            ReservationWorkflow,
         ],
         activities=control_activities(sessions, client, clusters),
         # The control steps are local activities, each holding its workflow task and a database connection while it

@@ -292,6 +292,20 @@ class PreemptNotice(Model):
     rule: str = ""
 
 
+class ReservationStart(Model):
+    """A reservation's start (issue 26): its allocation's id, and the preemptible allocations on its node to tell
+    to leave so it has room, each with its grace period."""
+
+    allocation_id: str
+    victims: list[tuple[str, float]] = Field(default_factory=list)
+
+
+class ReservationRef(Model):
+    reservation_id: str
+    state: str = ""  # for `finish_reservation`: ended, cancelled or failed
+    reason: str | None = None
+
+
 class AdmitInput(Model):
     """Walk these regions' queues now (None: every region with a queue)."""
 

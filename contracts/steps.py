@@ -33,6 +33,8 @@ from contracts.allocation import (
     Readiness,
     ReadinessInput,
     ReleaseClaimsInput,
+    ReservationRef,
+    ReservationStart,
     SlotsInput,
     TeardownInput,
     TeardownResult,
@@ -103,6 +105,18 @@ async def admit_queued(request: AdmitInput) -> AdmitResult:
 @activity.defn(name="record_claims")
 async def record_claims(claim: ClaimInput) -> list[int]:
     """Claim the planned slots in PostgreSQL, within quota (activities/control/claims.py)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="start_reservation")
+async def start_reservation(reservation: ReservationRef) -> ReservationStart:
+    """A reservation's start: `started`, and who must leave its node (activities/control/reservations.py)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name="finish_reservation")
+async def finish_reservation(reservation: ReservationRef) -> None:
+    """A reservation's end: ended, cancelled or failed (activities/control/reservations.py)."""
     raise NotImplementedError(_DECLARATION)
 
 

@@ -74,6 +74,9 @@ class PlacementRequest(BaseModel):
     lease_seconds: float | None = Field(
         default=None, gt=0, description="How long the allocation will be held (issue 26): only pools granting as long."
     )
+    reservation_id: str | None = Field(
+        default=None, description="The reservation this allocation is the start of: its own hold is not in its way."
+    )
 
     @model_validator(mode="after")
     def _gpus_pin_one_node(self) -> PlacementRequest:

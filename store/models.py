@@ -545,3 +545,35 @@ class QueueEntryRow(Base):
     nominated_node: Mapped[str | None] = mapped_column(String(253))
     victims: Mapped[list[str] | None] = mapped_column(JSONB)
     nominated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # when the pass decided it
+
+
+RESERVATION_STATES = ("reserved", "started", "ended", "cancelled", "failed")
+
+
+class ReservationRow(Base):
+    """GPUs promised to a tenant on one node for a window (migration 0015, issue 26): `reserved` until its start
+    (its GPUs held from requests that would overlap it, `scheduler.reservations.with_holds`), `started` once its
+    allocation was asked for (held until that allocation claims them), then `ended`, `cancelled` or `failed`."""
+
+    __tablename__ = "reservations"
+    __table_args__ = (
+        CheckConstraint("gpu_count > 0", name="gpu_count"),
+        CheckConstraint("ends_at > starts_at", name="window"),
+        CheckConstraint(_one_of("state", RESERVATION_STATES), name="state"),
+        Index("ix_reservations_state_node", "state", "node_id"),
+        Index("ix_reservations_tenant_starts_at", "tenant", "starts_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name", ondelete="RESTRICT"), nullable=False)
+    region: Mapped[str] = mapped_column(String(253), nullable=False)
+    node_id: Mapped[str] = mapped_column(String(253), nullable=False)
+    gpu_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    gpu_product: Mapped[str | None] = mapped_column(String(64))
+    shape: Mapped[str] = mapped_column(String(16), nullable=False)
+    starts_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    ends_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    state: Mapped[str] = mapped_column(String(16), nullable=False)
+    allocation_id: Mapped[str | None] = mapped_column(String(64))
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()

@@ -32,8 +32,9 @@ from contracts.allocation import AdmitInput, AdmitResult, EnterQueueInput, Leave
 from scheduler.pending import with_pending_plans
 from scheduler.queueing import PassResult, Verdict, admission_pass
 from scheduler.reasons import Reason
+from scheduler.reservations import with_holds
 from scheduler.shares import usage_by_product
-from store import queue
+from store import queue, reservations
 from store.decisions import lock_region
 from store.inventory import InventoryCache
 from store.trail import write_trail
@@ -173,7 +174,8 @@ class AdmissionActivities:
             }  # fmt: skip
             await queue.forget_set_asides(session, region, keep=placing)
             base, plans = await self.inventory.snapshot_and_plans(session)
-            snapshot = with_pending_plans(base, plans)
+            held = await reservations.holds(session, only_reserved=True)  # a started one's allocation goes first
+            snapshot = with_holds(with_pending_plans(base, plans), held, None, preemptible=False, own=None)
             strategy = snapshot.regions[region].queueing_strategy if region in snapshot.regions else None
             usage = usage_by_product(snapshot, await queue.holdings(session))
             facts, _ = await queue.class_facts(session)

@@ -45,8 +45,9 @@ from scheduler.explanation import Explanation
 from scheduler.pending import Plans, with_pending_plans
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
+from scheduler.reservations import with_holds
 from scheduler.snapshot import Snapshot
-from store import queue
+from store import queue, reservations
 from store.decisions import lock_region, record_first_choice
 from store.inventory import InventoryCache
 from store.snapshot import pending_plans
@@ -161,12 +162,19 @@ class PlacementActivities:
         self.sessions = sessions
         self.inventory = inventory or InventoryCache(breaker=breaker)
 
-    async def _read(self, allocation_id: str) -> tuple[Snapshot, Plans, frozenset[str]]:
+    async def _read(self, allocation_id: str, request: PlacementRequest) -> tuple[Snapshot, Plans, frozenset[str]]:
         """The snapshot without plans in progress, those plans as they are now (both without the lock), and the
-        nodes held for the head of a queue other than this allocation (issue 24)."""
+        nodes held for the head of a queue other than this allocation (issue 24). The GPUs of reservations this
+        request would overlap are held from it (issue 26): a request with no end, or one ending after a window
+        starts, does not see them as free."""
         async with self.sessions() as session:
             base, plans = await self.inventory.snapshot_and_plans(session, exclude_allocation=allocation_id)
-            return base, plans, await queue.reserved_nodes(session, allocation_id)
+            held = await reservations.holds(session)
+            nodes = await queue.reserved_nodes(session, allocation_id)
+        if held:
+            ends = time.time() + request.lease_seconds if request.lease_seconds is not None else None
+            base = with_holds(base, held, ends, preemptible=False, own=request.reservation_id)
+        return base, plans, nodes
 
     async def _candidates(
         self,
@@ -219,7 +227,7 @@ class PlacementActivities:
         and one local activity. An earlier try of this step may have recorded a refusal that this try does not
         make (the worker crashed before the workflow took the answer): the trail's write retracts it first."""
         await write_trail(self.sessions, request.trail, retract=request.final)
-        base, plans, reserved = await self._read(request.allocation_id)
+        base, plans, reserved = await self._read(request.allocation_id, request.request)
         asked = request.request.model_copy(update={"reserved_nodes": reserved}) if reserved else request.request
         budget = RequestBudget()  # one for both levels: the cluster level pays nothing for pairs the region level paid
         known = with_pending_plans(base, plans)
@@ -246,7 +254,11 @@ class PlacementActivities:
                 wait is not None and wait.queued,
             )
             choice = PlacementChoice(region=region_choice, candidates=candidates)
-            if candidates.refusal_code == Reason.INSUFFICIENT_CAPACITY:
+            # A reservation's allocation waits for its own node (pinned) to empty, as its start preempted for it.
+            for_reservation = (
+                asked.reservation_id is not None and candidates.refusal_code == Reason.PINNED_NODES_UNAVAILABLE
+            )
+            if candidates.refusal_code == Reason.INSUFFICIENT_CAPACITY or for_reservation:
                 choice = choice.model_copy(update={"waitable": True, "queue_region": region_choice.region})
         refusal = choice.refusal()
         if refusal is None or request.final is None or (wait is not None and choice.waitable):
@@ -262,7 +274,7 @@ class PlacementActivities:
     async def find_candidates(self, request: FindCandidatesInput) -> CandidateList:
         """Cluster level: pool eligibility and ranked candidate nodes (the chosen one plus alternates)."""
         await write_trail(self.sessions, request.trail)
-        base, plans, reserved = await self._read(request.allocation_id)
+        base, plans, reserved = await self._read(request.allocation_id, request.request)
         asked = request.request.model_copy(update={"reserved_nodes": reserved}) if reserved else request.request
         return await self._candidates(base, plans, asked, request.region, request.allocation_id, RequestBudget())
 

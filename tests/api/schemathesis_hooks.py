@@ -34,10 +34,10 @@ NAMED_REFUSALS = frozenset({
 # Problem types under `invalid_request` that no schema can state: a deployment manifest naming another deployment or
 # namespace than its address, a CEL selector in it that does not compile, a rule between a manifest's fields
 # (`manifest_rule`: unique names, a serving unit's roles; fleet/deployment.py), pinned GPUs that are not as many as
-# `gpu_count` on exactly one pinned node (a rule between fields), an allocation's end that is not in the future (a
-# rule against the clock).
+# `gpu_count` on exactly one pinned node (a rule between fields), an allocation's end or a reservation's window that
+# is not in the future (rules against the clock).
 NAMED_PROBLEMS = frozenset({"name_mismatch", "namespace_mismatch", "cel_compile_error", "manifest_rule", "gpu_pins",
-                            "ends_at_past"})  # fmt: skip
+                            "ends_at_past", "window"})  # fmt: skip
 # `invalid_request` on these fields alone depends on the token, not the body: an admin must name the tenant.
 TOKEN_DEPENDENT_FIELDS = frozenset({"body.tenant"})
 

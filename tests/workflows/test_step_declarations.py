@@ -21,6 +21,7 @@ from activities.control.claims import ClaimActivities
 from activities.control.deployments import DeploymentActivities
 from activities.control.placement import PlacementActivities
 from activities.control.records import RecordActivities
+from activities.control.reservations import ReservationActivities
 from agent.activities import NodeAgent
 from contracts import steps
 
@@ -32,6 +33,7 @@ CONTROL = (
     AuditActivities,
     DeploymentActivities,
     ClusterActivities,
+    ReservationActivities,
 )
 
 

@@ -1,0 +1,51 @@
+"""Control-side reservation steps (issue 26): a reservation's start and its end, recorded in PostgreSQL.
+
+start_reservation    `started`, its allocation's id recorded (so its hold lasts until that allocation claims
+                     the GPUs), and the preemptible allocations on its node that must leave for it: the newest
+                     first, as few as give it room
+finish_reservation   ended, cancelled or failed, with the reason
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from contracts.allocation import ReservationRef, ReservationStart
+from store import reservations
+from store.models import SlotRow
+
+
+class ReservationActivities:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.sessions = sessions
+
+    @activity.defn(name="start_reservation")
+    async def start_reservation(self, reservation: ReservationRef) -> ReservationStart:
+        async with self.sessions.begin() as session:
+            row = await reservations.get(session, reservation.reservation_id)
+            if row is None:
+                raise ApplicationError(f"reservation {reservation.reservation_id} does not exist", non_retryable=True)
+            allocation_id = row.allocation_id or f"{row.id}-a"
+            await reservations.mark(session, row.id, "started", allocation_id=allocation_id)
+            free = await session.scalar(
+                select(func.count()).where(SlotRow.node_id == row.node_id, SlotRow.state == "available")
+            )
+            victims: list[tuple[str, float]] = []
+            room = int(free or 0)
+            for victim, gpus, grace, _since in await reservations.preemptible_on(session, row.node_id):
+                if room >= row.gpu_count:
+                    break
+                victims.append((victim, grace))
+                room += gpus
+        return ReservationStart(allocation_id=allocation_id, victims=victims)
+
+    @activity.defn(name="finish_reservation")
+    async def finish_reservation(self, reservation: ReservationRef) -> None:
+        async with self.sessions.begin() as session:
+            await reservations.mark(session, reservation.reservation_id, reservation.state, reason=reservation.reason)
+
+    def activities(self) -> list[object]:
+        return [self.start_reservation, self.finish_reservation]

@@ -1,0 +1,188 @@
+"""`/v1/reservations`: GPUs promised for a future window (issue 26), as AWS Capacity Blocks and GCP calendar-mode
+reservations promise them.
+
+A create is admitted only when one node of the region's pools for its shape can hold it in the window, counting
+running allocations that still hold their GPUs at its start (a preemptible one does not: it is preempted then) and
+every other reservation (scheduler/reservations.py), decided under the region's placement lock so two creates
+cannot both take the last GPUs of a window. Otherwise 409 `window_full` with what the window lacks and the nearest
+windows that would fit. An admitted reservation is a durable workflow of its own (`reservation/<id>`,
+workflows/reservation.py): `reserved` until its start, then its allocation, which expires at the window's end.
+A tenant sees and cancels only its own.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Path
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from api.auth import Caller, acting_tenant
+from api.errors import ApiError, error_responses, not_found
+from api.models import LeaseDuration, Product, Strict
+from api.services import Services, services
+from fleet.meta import Name
+from scheduler.request import CapacityShape, PlacementRequest
+from scheduler.reservations import Admitted, Window, admit
+from store import reservations
+from store.decisions import lock_region
+from store.models import ReservationRow
+from store.tokens import Principal
+from workflows.reservation import ReservationInput, ReservationWorkflow
+
+router = APIRouter(prefix="/v1/reservations", tags=["reservations"])
+App = Annotated[Services, Depends(services)]
+IdPath = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", description="The reservation's id.")]
+
+
+class ReservationCreate(Strict):
+    """GPUs of one node for `[starts_at, ends_at)` (or `duration` from `starts_at`)."""
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["ends_at"]}, {"required": ["duration"]}]})
+
+    gpu_count: int = Field(ge=1, le=1024)
+    gpu_product: Product | None = None
+    shape: CapacityShape = CapacityShape.GPU_SLICE
+    region: Name
+    starts_at: AwareDatetime = Field(description="RFC 3339 with an offset; in the future.")
+    ends_at: AwareDatetime | None = Field(default=None, description="After starts_at.")
+    duration: LeaseDuration | None = Field(default=None, description="`48h`, `90m` or seconds: the alternative.")
+    tenant: Name | None = Field(default=None, description="Required with an admin token; a tenant token's own.")
+
+    @model_validator(mode="after")
+    def _one_end(self) -> ReservationCreate:
+        if (self.ends_at is None) == (self.duration is None):
+            raise ValueError("give exactly one of ends_at and duration")
+        return self
+
+    def end(self) -> datetime:
+        return self.ends_at if self.ends_at is not None else self.starts_at + timedelta(seconds=self.duration or 0)
+
+
+class ReservationView(BaseModel):
+    id: str
+    tenant: str
+    state: str  # reserved, started, ended, cancelled, failed
+    region: str
+    node: str
+    gpu_count: int
+    gpu_product: str | None
+    starts_at: datetime
+    ends_at: datetime
+    allocation_id: str | None = Field(description="The allocation it became at its start.")
+    reason: str | None
+    workflow_id: str
+
+
+class ReservationList(BaseModel):
+    reservations: list[ReservationView]
+
+
+def _view(row: ReservationRow) -> ReservationView:
+    return ReservationView(
+        id=row.id, tenant=row.tenant, state=row.state, region=row.region, node=row.node_id, gpu_count=row.gpu_count,
+        gpu_product=row.gpu_product, starts_at=row.starts_at, ends_at=row.ends_at, allocation_id=row.allocation_id,
+        reason=row.reason, workflow_id=f"reservation/{row.id}",
+    )  # fmt: skip
+
+
+def _invalid(field: str, message: str) -> ApiError:
+    return ApiError(422, "invalid_request", f"the request is not valid: {field}: {message}",
+                    [{"field": field, "message": message, "type": "window"}])  # fmt: skip
+
+
+@router.post("", status_code=201, response_model=ReservationView, responses=error_responses(401, 403, 409, 422, 503))
+async def create_reservation(body: Annotated[ReservationCreate, Body()], caller: Caller, app: App) -> ReservationView:
+    """Promise GPUs for a window: 201 when a node can hold them then, 409 `window_full` (with the nearest windows
+    that fit) when none can."""
+    tenant = acting_tenant(caller, body.tenant)
+    starts, ends = body.starts_at, body.end()
+    if starts <= datetime.now(UTC):
+        raise _invalid("body.starts_at", f"starts_at {starts.isoformat()} is not in the future")
+    if ends <= starts:
+        raise _invalid("body.ends_at", "ends_at is not after starts_at")
+    request = PlacementRequest(gpu_count=body.gpu_count, gpu_product=body.gpu_product, shape=body.shape,
+                               region=body.region, tenant=tenant)  # fmt: skip
+    await app.control.require_worker()
+    window = Window(starts.timestamp(), ends.timestamp())
+    async with app.sessions.begin() as session:
+        snapshot = await app.inventory.snapshot(session)
+        if body.region not in snapshot.regions:
+            known = ", ".join(sorted(snapshot.regions)) or "none"
+            raise ApiError(422, "unknown_region", f"region {body.region!r} does not exist (regions: {known})")
+        await lock_region(session, body.region)
+        holdings, reserved = await reservations.window_facts(session, body.region)
+        decision = admit(snapshot, request, body.region, window, holdings, reserved)
+        if not isinstance(decision, Admitted):
+            suggestions = [
+                {"starts_at": _at(w.start), "ends_at": _at(w.end)} for w in decision.suggestions
+            ]  # fmt: skip
+            raise ApiError(409, "window_full", decision.message, {"nearest_windows": suggestions})
+        row = ReservationRow(
+            id=uuid.uuid4().hex[:16], tenant=tenant, region=body.region, node_id=decision.node,
+            gpu_count=body.gpu_count, gpu_product=body.gpu_product, shape=body.shape.value, starts_at=starts,
+            ends_at=ends, state="reserved",
+        )  # fmt: skip
+        await reservations.create(session, row)
+        view = _view(row)
+    pinned = request.model_copy(
+        update={
+            "nodes": frozenset({decision.node}),
+            "reservation_id": row.id,
+            "lease_seconds": ends.timestamp() - starts.timestamp(),
+        }  # fmt: skip
+    )
+    client: Client = await app.control.client()
+    start = ReservationInput(reservation_id=row.id, tenant=tenant, request=pinned, starts_at=starts, ends_at=ends,
+                             timing=app.timing, queues=app.control.queues)  # fmt: skip
+    await client.start_workflow(
+        ReservationWorkflow.run, start, id=view.workflow_id, task_queue=app.control.queues.control
+    )
+    return view
+
+
+@router.get("", response_model=ReservationList, responses=error_responses(401))
+async def list_reservations(caller: Caller, app: App) -> ReservationList:
+    """Reservations by start; a tenant token sees its own tenant's."""
+    async with app.sessions() as session:
+        rows = await reservations.listed(session, None if caller.is_admin else caller.tenant or "")
+    return ReservationList(reservations=[_view(row) for row in rows])
+
+
+@router.get("/{reservation_id}", response_model=ReservationView, responses=error_responses(401, 404))
+async def get_reservation(reservation_id: IdPath, caller: Caller, app: App) -> ReservationView:
+    async with app.sessions() as session:
+        return _view(await _visible(session, reservation_id, caller))
+
+
+@router.delete("/{reservation_id}", status_code=202, response_model=ReservationView,
+               responses=error_responses(401, 404, 409, 503))  # fmt: skip
+async def cancel_reservation(reservation_id: IdPath, caller: Caller, app: App) -> ReservationView:
+    """Cancel a reservation: before its start it holds nothing more; after, its allocation gives everything back."""
+    async with app.sessions() as session:
+        row = await _visible(session, reservation_id, caller)
+    if row.state not in reservations.OPEN_STATES:
+        raise ApiError(409, "invalid_state", f"reservation {reservation_id} is {row.state}; it cannot be cancelled")
+    await app.control.require_worker()
+    client: Client = await app.control.client()
+    try:
+        await client.get_workflow_handle(f"reservation/{reservation_id}").cancel()
+    except RPCError as error:
+        if error.status is not RPCStatusCode.NOT_FOUND:
+            raise
+    return _view(row)
+
+
+async def _visible(session: object, reservation_id: str, caller: Principal) -> ReservationRow:
+    row = await reservations.get(session, reservation_id)  # type: ignore[arg-type]
+    if row is None or (not caller.is_admin and row.tenant != caller.tenant):
+        raise not_found("reservation", reservation_id)
+    return row
+
+
+def _at(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat()

@@ -1,0 +1,115 @@
+"""Reservations (issue 26): GPUs promised to a tenant on one node for a future window, and what holds a node's GPUs
+over time (running allocations and their ends, other reservations), as `scheduler.reservations` reads them.
+
+    API create --region lock--> window_facts -> scheduler.reservations.admit -> create (state reserved)
+    placement  --holds--> the GPUs of reservations not yet held by their allocation (scheduler.reservations.with_holds)
+    ReservationWorkflow --start / finish--> started (its allocation asked for) -> ended | cancelled | failed
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import and_, exists, func, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from scheduler.reservations import Holding, Reserved, Window
+from store.models import AllocationRow, ClaimRow, ReservationRow
+from store.queue import class_facts
+from store.snapshot import HELD_STATES
+
+OPEN_STATES = ("reserved", "started")
+
+
+def _window(row: ReservationRow) -> Window:
+    return Window(row.starts_at.timestamp(), row.ends_at.timestamp())
+
+
+async def holds(session: AsyncSession, *, only_reserved: bool = False) -> list[Reserved]:
+    """The reservations whose GPUs are still held for them: not started yet, or started but their allocation holds
+    no claim yet (`only_reserved`: the first kind alone, for queued requests)."""
+    claimed = exists().where(ClaimRow.allocation_id == ReservationRow.allocation_id, ClaimRow.released_at.is_(None))
+    waiting = and_(ReservationRow.state == "started", ~claimed)
+    condition = (
+        ReservationRow.state == "reserved" if only_reserved else or_(ReservationRow.state == "reserved", waiting)
+    )
+    rows = (await session.scalars(select(ReservationRow).where(condition))).all()
+    return [Reserved(r.id, r.node_id, r.gpu_count, _window(r)) for r in rows]
+
+
+async def window_facts(session: AsyncSession, region: str) -> tuple[list[Holding], list[Reserved]]:
+    """What holds the region's nodes over time: its running allocations (with their ends, preemptible or not), and
+    its open reservations not yet held by their allocation (one that is, is among the running allocations)."""
+    facts, default = await class_facts(session)
+    rows = await session.execute(
+        select(AllocationRow.id, AllocationRow.node_id, AllocationRow.gpu_count, AllocationRow.ends_at,
+               AllocationRow.request["priority_class"].astext)
+        .where(AllocationRow.region == region, AllocationRow.state.in_(HELD_STATES), AllocationRow.node_id.is_not(None))
+    )  # fmt: skip
+    holdings = []
+    for allocation_id, node, gpus, ends_at, named in rows:
+        name = named if named in facts else default
+        preemptible = bool(name is not None and name in facts and facts[name].preemptible)
+        until = ends_at.timestamp() if ends_at is not None else None
+        holdings.append(Holding(allocation_id, node, int(gpus), until, preemptible))
+    mine = set(await _in_region(session, region))
+    return holdings, [r for r in await holds(session) if r.reservation_id in mine]
+
+
+async def _in_region(session: AsyncSession, region: str) -> Sequence[str]:
+    rows = await session.scalars(
+        select(ReservationRow.id).where(ReservationRow.region == region, ReservationRow.state.in_(OPEN_STATES))
+    )
+    return rows.all()
+
+
+async def create(session: AsyncSession, row: ReservationRow) -> None:
+    session.add(row)
+    await session.flush()
+
+
+async def get(session: AsyncSession, reservation_id: str) -> ReservationRow | None:
+    return await session.get(ReservationRow, reservation_id)
+
+
+async def listed(session: AsyncSession, tenant: str | None) -> list[ReservationRow]:
+    query = select(ReservationRow).order_by(ReservationRow.starts_at, ReservationRow.id)
+    if tenant is not None:
+        query = query.where(ReservationRow.tenant == tenant)
+    return list((await session.scalars(query)).all())
+
+
+async def mark(
+    session: AsyncSession, reservation_id: str, state: str, *, allocation_id: str | None = None,
+    reason: str | None = None,
+) -> None:  # fmt: skip
+    values: dict[str, object] = {"state": state}
+    if allocation_id is not None:
+        values["allocation_id"] = allocation_id
+    if reason is not None:
+        values["reason"] = reason
+    await session.execute(update(ReservationRow).where(ReservationRow.id == reservation_id).values(**values))
+
+
+async def preemptible_on(session: AsyncSession, node: str) -> list[tuple[str, int, float, datetime]]:
+    """The active allocations of a preemptible class on the node: (id, GPUs, grace seconds, since), newest first."""
+    facts, default = await class_facts(session)
+    since = (
+        select(ClaimRow.allocation_id, func.min(ClaimRow.claimed_at).label("at"))
+        .where(ClaimRow.released_at.is_(None))
+        .group_by(ClaimRow.allocation_id)
+        .subquery()
+    )
+    rows = await session.execute(
+        select(AllocationRow.id, AllocationRow.gpu_count, AllocationRow.request["priority_class"].astext, since.c.at)
+        .join(since, since.c.allocation_id == AllocationRow.id)
+        .where(AllocationRow.node_id == node, AllocationRow.state == "active")
+    )  # fmt: skip
+    found = []
+    for allocation_id, gpus, named, at in rows:
+        name = named if named in facts else default
+        fact = facts.get(name) if name is not None else None
+        if fact is not None and fact.preemptible:
+            found.append((allocation_id, int(gpus), fact.grace_seconds, at))
+    return sorted(found, key=lambda row: row[3], reverse=True)

@@ -1,0 +1,66 @@
+"""Reservations through the API against a real stack (issue 26, item 3): a window admitted on the node that can hold
+it then, a full window refused with the nearest windows that fit, the reserved GPUs held from requests that would
+overlap it, and at its start the reservation becomes an allocation on its node (a preemptible allocation there
+preempted), which expires at its end."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from tests.api.stack import Stack
+
+
+def _at(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+async def _reservation(stack: Stack, reservation_id: str, *states: str, timeout: float = 30) -> dict:
+    for _ in range(int(timeout * 10)):
+        seen = (await stack.http.get(f"/v1/reservations/{reservation_id}", headers=stack.acme)).json()
+        if seen["state"] in states:
+            return seen
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"reservation {reservation_id} stayed {seen['state']} (wanted {states}): {seen['reason']}")
+
+
+async def test_a_reservation_holds_its_window_preempts_spot_at_its_start_and_expires_at_its_end(stack: Stack) -> None:
+    spot = await stack.create(4, priority_class="spot")
+    await stack.wait_for(spot, "active")  # `big`'s 4 GPUs, preemptible
+    window = {"region": "lab", "starts_at": _at(4), "duration": "3s"}
+
+    # 2 GPUs: `small` (2 free) is left with the least room; `big`'s spot allocation would not count, 4 left there.
+    first = await stack.http.post("/v1/reservations", json={"gpu_count": 2, **window}, headers=stack.acme)
+    assert first.status_code == 201, first.text
+    assert (first.json()["node"], first.json()["state"]) == ("small", "reserved")
+    # 4 GPUs: only `big`, whose spot allocation will be preempted at the start.
+    second = await stack.http.post("/v1/reservations", json={"gpu_count": 4, **window}, headers=stack.acme)
+    assert second.status_code == 201 and second.json()["node"] == "big"
+    # The window is full now: refused, with the nearest 3-second window that fits (when the first ones end).
+    full = await stack.http.post("/v1/reservations", json={"gpu_count": 4, **window}, headers=stack.acme)
+    assert full.status_code == 409 and full.json()["error"]["code"] == "window_full"
+    assert "no node has 4 GPUs free in [" in full.json()["error"]["message"]
+    nearest = full.json()["error"]["details"]["nearest_windows"]
+    assert nearest and _instant(nearest[0]["starts_at"]) == _instant(second.json()["ends_at"])
+
+    # Before the start, `small`'s 2 GPUs are held from a request with no end: it finds nowhere to go.
+    held = await stack.create(2)
+    failed = await stack.wait_for(held, "failed")
+    assert "insufficient_capacity" in failed["failure_reason"] or "no_compatible" in failed["failure_reason"]
+
+    # At the start: each reservation becomes an allocation on its node; the spot allocation is preempted first.
+    for reservation in (first.json(), second.json()):
+        started = await _reservation(stack, reservation["id"], "started", "ended")
+        allocation = await stack.wait_for(started["allocation_id"], "active", timeout=30)
+        assert allocation["node"] == reservation["node"] and allocation["ends_at"] is not None
+    assert (await stack.wait_for(spot, "preempted"))["state"] == "preempted"
+
+    # At the end: each allocation expires and its reservation has ended.
+    for reservation in (first.json(), second.json()):
+        ended = await _reservation(stack, reservation["id"], "ended")
+        assert (await stack.get(ended["allocation_id"]))["state"] == "expired"
+    assert await stack.lab.active_claims() == {}
