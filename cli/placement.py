@@ -110,11 +110,30 @@ def render_capacity(pools: list[PoolCapacity], title: str = "Capacity") -> None:
 def capacity(
     region: Annotated[str | None, typer.Option("--region", help="Only pools in this region.")] = None,
     product: Annotated[str | None, typer.Option("--product", help="Only pools of this GPU product.")] = None,
+    at: Annotated[
+        str | None,
+        typer.Option("--at", help="An instant (RFC 3339): GPUs held, reserved and free then, by pool (issue 26)."),
+    ] = None,
     output: OutputOption = OutputFormat.TEXT,
     api: ApiOption = None,
     token: TokenOption = None,
 ) -> None:
-    """Per pool: raw free GPUs, and how many 1, 2, 4 and 8-GPU slices or whole bare-metal hosts would fit now."""
+    """Per pool: raw free GPUs, and how many 1, 2, 4 and 8-GPU slices or whole bare-metal hosts would fit now; with
+    --at, what running allocations that have not ended by then and reservations covering it leave free."""
+    if at is not None:
+        with api_client(api, token) as client:
+            data = client.call("GET", "/v1/capacity/at", params={"at": at, "region": region})
+        if output is OutputFormat.JSON:
+            print_json(data)
+            return
+        table = Table("POOL", "REGION", "PRODUCT", "GPUS", "HELD", "RESERVED", "FREE", "MOST ON ONE NODE",
+                      title=f"capacity at {data['at']}")  # fmt: skip
+        for pool in data["pools"]:
+            if product is None or (pool["gpu_product"] or "").casefold() == product.casefold():
+                table.add_row(pool["pool"], pool["region"], pool["gpu_product"] or "-", str(pool["gpus"]),
+                              str(pool["held"]), str(pool["reserved"]), str(pool["free"]), str(pool["largest_free"]))  # fmt: skip
+        console.print(table)
+        return
     with api_client(api, token) as client:
         data = client.call("GET", "/v1/capacity", params={"region": region, "gpu_product": product})
         if output is OutputFormat.JSON:

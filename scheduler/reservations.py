@@ -177,3 +177,45 @@ def _nearest(
 
 def _text(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat()
+
+
+@dataclass(frozen=True)
+class PoolAt:
+    """A pool's GPUs at one instant: held by running allocations that still hold them then, promised to reservations
+    whose window covers it, and free (in all, and the most on one node: the largest request it could take)."""
+
+    pool: str
+    region: str
+    gpu_product: str | None
+    gpus: int
+    held: int
+    reserved: int
+    free: int
+    largest_free: int
+
+
+def capacity_at(
+    snapshot: Snapshot, at: float, holdings: Iterable[Holding], reserved: Iterable[Reserved]
+) -> list[PoolAt]:
+    """Every slice and bare-metal pool's GPUs at `at` (a preemptible allocation counts as holding its GPUs: it does
+    until something preempts it)."""
+    holdings, reserved = list(holdings), list(reserved)
+    result = []
+    for pool in snapshot.pools:
+        if not pool.nodes:
+            continue
+        held = promised = free = largest = total = 0
+        for name in pool.nodes:
+            node_total = sum(1 for slot in snapshot.nodes[name].slots if slot.approved)
+            node_held = sum(h.gpus for h in holdings if h.node == name and (h.until is None or h.until > at))
+            node_promised = sum(r.gpus for r in reserved if r.node == name and r.window.start <= at < r.window.end)
+            node_free = max(0, node_total - node_held - node_promised)
+            total, held, promised, free = (
+                total + node_total,
+                held + node_held,
+                promised + node_promised,
+                free + node_free,
+            )
+            largest = max(largest, node_free)
+        result.append(PoolAt(pool.key, pool.region, pool.gpu_product, total, held, promised, free, largest))
+    return result

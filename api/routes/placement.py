@@ -14,9 +14,11 @@ claimed, leased or quarantined, and who holds which slot is the structured `hold
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Query
+from pydantic import AwareDatetime, BaseModel
 
 from api.auth import Caller, acting_tenant
 from api.cel_budget import explain_off_loop
@@ -30,8 +32,9 @@ from scheduler.capacity import capacity
 from scheduler.placement import PlacementResult, PreemptionPreview, PreemptionVictim
 from scheduler.preemption import Preemptor, plan_preemption
 from scheduler.reasons import Reason
+from scheduler.reservations import PoolAt, capacity_at
 from scheduler.snapshot import Snapshot
-from store import queue
+from store import queue, reservations
 from store.tokens import Principal
 
 router = APIRouter(prefix="/v1", tags=["placement"])
@@ -116,3 +119,30 @@ async def get_capacity(
     async with app.sessions() as session:
         snapshot = fleet_for(await app.inventory.snapshot(session), caller)
     return CapacityReport(pools=capacity(snapshot, region=region, gpu_product=gpu_product))
+
+
+class CapacityAt(BaseModel):
+    at: datetime
+    pools: list[PoolAt]
+
+
+@router.get("/capacity/at", response_model=CapacityAt, responses=error_responses(401, 422))
+async def get_capacity_at(
+    caller: Caller,
+    app: App,
+    at: Annotated[AwareDatetime, Query(description="The instant (RFC 3339, with an offset).")],
+    region: Name | None = None,
+) -> CapacityAt:
+    """Per pool at an instant (issue 26): GPUs held then by running allocations that have not ended by it, promised
+    to reservations whose window covers it, and free (in all, and the most on one node). A tenant sees only the
+    pools of the regions it may use."""
+    async with app.sessions() as session:
+        snapshot = fleet_for(await app.inventory.snapshot(session), caller)
+        holdings, reserved = [], []
+        for name in sorted(snapshot.regions):
+            if region is None or name == region:
+                found = await reservations.window_facts(session, name)
+                holdings += found[0]
+                reserved += found[1]
+    pools = [p for p in capacity_at(snapshot, at.timestamp(), holdings, reserved) if region in (None, p.region)]
+    return CapacityAt(at=at, pools=pools)

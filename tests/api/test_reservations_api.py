@@ -47,6 +47,14 @@ async def test_a_reservation_holds_its_window_preempts_spot_at_its_start_and_exp
     nearest = full.json()["error"]["details"]["nearest_windows"]
     assert nearest and _instant(nearest[0]["starts_at"]) == _instant(second.json()["ends_at"])
 
+    # The capacity view over time: now the spot allocation holds `big`; in the window, the reservations hold 6 GPUs.
+    now = (await stack.http.get("/v1/capacity/at", params={"at": _at(0)}, headers=stack.acme)).json()
+    slices = next(p for p in now["pools"] if p["pool"] == "lab-1/slices")
+    assert (slices["gpus"], slices["held"], slices["reserved"], slices["free"]) == (7, 4, 0, 3)
+    during = (await stack.http.get("/v1/capacity/at", params={"at": _at(5)}, headers=stack.acme)).json()
+    slices = next(p for p in during["pools"] if p["pool"] == "lab-1/slices")
+    assert (slices["reserved"], slices["largest_free"]) == (6, 1)  # `slow`'s 1 GPU is all that is left
+
     # Before the start, `small`'s 2 GPUs are held from a request with no end: it finds nowhere to go.
     held = await stack.create(2)
     failed = await stack.wait_for(held, "failed")

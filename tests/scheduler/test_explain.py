@@ -109,7 +109,16 @@ def test_levels_refuse_counts_that_do_not_add_up() -> None:
 def test_result_json_has_a_stable_shape() -> None:
     result = schedule(crowded(free_on_busy=3), PlacementRequest(gpu_count=2, tenant="acme"), detail=True)
     document = json.loads(result.model_dump_json())
-    assert set(document) == {"placed", "region", "candidates", "plan", "refusal", "explanation", "holders"}
+    assert set(document) == {
+        "placed",
+        "region",
+        "candidates",
+        "plan",
+        "refusal",
+        "explanation",
+        "holders",
+        "preemption",
+    }
     assert set(document["candidates"][0]) == {"node", "pool", "cluster", "region", "free_bundles"}
     assert set(document["plan"]) == {"node", "capacity_shape", "gpu_count", "bundles"}
     assert set(document["explanation"]) == {"summary", "levels"}

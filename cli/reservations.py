@@ -1,0 +1,84 @@
+"""`berth reservations create|list|cancel`: GPUs promised for a future window (issue 26), through the HTTP API.
+
+`create` is admitted when one node can hold the GPUs in the window; a full window is refused with the nearest
+windows that would fit (`window_full`). A reservation is `reserved` until its start, `started` once it has become an
+allocation on its node (`berth alloc get` follows that one), then `ended`, `cancelled` or `failed`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from cli.client import ApiOption, OutputOption, TenantOption, TokenOption, api_client
+from cli.output import OutputFormat, console, print_json, styled
+from cli.queue import local_time
+from scheduler.request import CapacityShape
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="GPUs promised for a future window.")
+
+
+@app.command("create")
+def create(
+    gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs wanted, on one node.")],
+    region: Annotated[str, typer.Option("--region", help="The region.")],
+    start: Annotated[str, typer.Option("--start", help="When the window starts (RFC 3339, e.g. 2026-12-01T09:00Z).")],
+    end: Annotated[str | None, typer.Option("--end", help="When it ends (RFC 3339).")] = None,
+    duration: Annotated[str | None, typer.Option("--duration", help="Or how long it lasts (48h, 90m).")] = None,
+    product: Annotated[str | None, typer.Option("--product", help="GPU product, e.g. H100; unset: any.")] = None,
+    shape: Annotated[CapacityShape, typer.Option("--shape", help="gpu_slice or baremetal.")] = CapacityShape.GPU_SLICE,
+    tenant: TenantOption = None,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Reserve GPUs of one node for a window."""
+    body = {"gpu_count": gpus, "region": region, "starts_at": start, "ends_at": end, "duration": duration,
+            "gpu_product": product, "shape": shape.value, "tenant": tenant}  # fmt: skip
+    with api_client(api, token, tenant) as client:
+        data = client.call("POST", "/v1/reservations", json={k: v for k, v in body.items() if v is not None})
+    if output is OutputFormat.JSON:
+        print_json(data)
+        return
+    console.print(styled("Reservation [bold]{}[/] on {}: {} GPUs from {} to {}", data["id"], data["node"],
+                         data["gpu_count"], data["starts_at"], data["ends_at"]))  # fmt: skip
+
+
+@app.command("list")
+def list_(
+    tenant: TenantOption = None, output: OutputOption = OutputFormat.TEXT, api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:  # fmt: skip
+    """Reservations by start (a tenant token: its own)."""
+    with api_client(api, token, tenant) as client:
+        data = client.call("GET", "/v1/reservations")
+    if output is OutputFormat.JSON:
+        print_json(data)
+        return
+    table = Table("RESERVATION", "TENANT", "STATE", "REGION", "NODE", "GPUS", "STARTS", "ENDS", "ALLOCATION")
+    for r in data["reservations"]:
+        table.add_row(r["id"], r["tenant"], r["state"], r["region"], r["node"], str(r["gpu_count"]),
+                      _local(r["starts_at"]), _local(r["ends_at"]), r["allocation_id"] or "-")  # fmt: skip
+    console.print(table)
+
+
+@app.command("cancel")
+def cancel(
+    reservation_id: Annotated[str, typer.Argument(help="The reservation's id.", show_default=False)],
+    tenant: TenantOption = None, output: OutputOption = OutputFormat.TEXT, api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:  # fmt: skip
+    """Cancel a reservation (after its start, its allocation gives everything back)."""
+    with api_client(api, token, tenant) as client:
+        data = client.call("DELETE", f"/v1/reservations/{reservation_id}")
+    if output is OutputFormat.JSON:
+        print_json(data)
+        return
+    console.print(styled("Cancelling reservation [bold]{}[/]", data["id"]))
+
+
+def _local(text: Any) -> str:
+    return local_time(datetime.fromisoformat(str(text).replace("Z", "+00:00")))
