@@ -12,18 +12,31 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from store.models import AllocationRow
 from tests.chaos.test_queue_chaos import _entries, _namer, _release_and_wait, _until, control_process
 from tests.workflows.lab import FAST, Lab, lab_fleet, running_lab
 from workflows.allocation_messages import Lease, QueueWait
 
 CLASSES = [
     {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "spot"},
-     "spec": {"value": 0, "preemptible": True, "gracePeriod": "1s"}},
+     "spec": {"value": 0, "preemptible": True, "gracePeriod": "3s"}},
     {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
      "spec": {"value": 100}},
 ]  # fmt: skip
 FLEET = lab_fleet({"only": {"gpus": 6}}, extra=CLASSES)
 WARNED_AT_ONCE = FAST.model_copy(update={"expiry_warning_seconds": 60})
+
+
+async def _row_until(lab: Lab, allocation_id: str, state: str, timeout: float = 45.0) -> AllocationRow:
+    """Wait until the allocation's row is in `state` (a closed workflow answers no status query: the row does)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        async with lab.sessions() as session:
+            row = await session.get(AllocationRow, allocation_id)
+        if row is not None and row.state == state:
+            return row
+        assert asyncio.get_running_loop().time() < deadline, f"{allocation_id} is {row and row.state}, not {state}"
+        await asyncio.sleep(0.1)
 
 
 async def _holding_exactly(lab: Lab, holders: set[str]) -> None:
@@ -54,23 +67,24 @@ async def test_a_preemption_in_its_grace_period_and_an_end_survive_kill_9_of_the
 
         # 1. The victim in its grace period when the worker dies: it is preempted once, after its grace.
         await lab.allocate(urgent, gpus=4, queue=QueueWait(timeout_seconds=600, priority=100, priority_class="urgent"))
-        await _until(lab, spot, ("preempting",))
+        await _row_until(lab, spot, "preempting")
         await control.kill()
         await control.start()
-        assert (await _until(lab, spot, ("preempted",))).state == "preempted"
+        await _row_until(lab, spot, "preempted")
         await _until(lab, urgent, ("active",))
         await _holding_exactly(lab, {urgent})
         steps = [step for step, _state, _node, _reason in await lab.events(spot)]
         assert steps.count("preempt_notice") == 1 and steps.count("preempted") == 1, steps
 
-        # 2. An allocation's end passes while no worker runs: the new one expires it, once.
-        await lab.allocate(leased, gpus=2, timing=WARNED_AT_ONCE, lease=Lease(duration_seconds=2))
-        status = await _until(lab, leased, ("active",))
-        assert status.ends_at is not None
+        # 2. An allocation's end passes while no worker runs: the new one expires it, once. Read from PostgreSQL: a
+        # short lease may end before a status query would see it active.
+        await lab.allocate(leased, gpus=2, timing=WARNED_AT_ONCE, lease=Lease(duration_seconds=4))
+        ends_at = (await _row_until(lab, leased, "active")).ends_at
+        assert ends_at is not None
         await control.kill()
-        await asyncio.sleep(max(0.0, (status.ends_at - datetime.now(UTC)).total_seconds()) + 0.5)
+        await asyncio.sleep(max(0.0, (ends_at - datetime.now(UTC)).total_seconds()) + 0.5)
         await control.start()
-        assert (await _until(lab, leased, ("expired",))).state == "expired"
+        await _row_until(lab, leased, "expired")
         trail = [step for step, _state, _node, _reason in await lab.events(leased)]
         assert trail.count("expire") == 1 and trail.count("expired") == 1, trail
         await _holding_exactly(lab, {urgent})
