@@ -2,8 +2,8 @@
 end, the end runs the release saga and the allocation ends `expired`; an extension moves the end, up to the pool's
 `maxLease`; a pool with a `maxLease` takes no request for longer, and gives an allocation with no end its own.
 
-Durations are seconds here, as the hold's timers are real (the time-skipping test server is a separate download
-this machine cannot make); the rule under test does not depend on the scale."""
+The expiry runs in the session's time-skipping dev server (started through `temporal_env.client`): a 48-hour lease
+with the default 15-minute warning passes in moments. The others use real seconds."""
 
 from __future__ import annotations
 
@@ -24,20 +24,20 @@ from workflows.allocation_messages import ExtendRequest, Lease
 from workflows.search_attributes import ENDS_AT, EXPIRING, STATE
 
 HISTORIES = Path(__file__).parent / "histories"
-WARNED_EARLY = FAST.model_copy(update={"expiry_warning_seconds": 1.5})
 
 
 async def test_an_allocation_is_warned_then_expires_and_gives_everything_back(
-    temporal_client, sessions, tmp_path: Path
+    temporal_env, temporal_client, sessions, tmp_path: Path
 ) -> None:
-    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet({"n1": {"gpus": 2}})) as lab:
-        handle = await lab.allocate("short", gpus=2, timing=WARNED_EARLY, lease=Lease(duration_seconds=3))
+    fleet = lab_fleet({"n1": {"gpus": 2}})
+    async with running_lab(temporal_env.client, temporal_client, sessions, tmp_path, fleet) as lab:
+        handle = await lab.allocate("short", gpus=2, timing=FAST, lease=Lease(duration_seconds=48 * 3600))
         active = await lab.wait_for_state(handle, "active")
         assert active.ends_at is not None and not active.expiry_warned
         described = (await handle.describe()).typed_search_attributes
         assert described.get(ENDS_AT) == active.ends_at and described.get(EXPIRING) is False
-        extended = await allocation_client.extend(temporal_client, "short", ExtendRequest(seconds=1))
-        assert extended.ends_at == active.ends_at + timedelta(seconds=1)
+        extended = await allocation_client.extend(temporal_client, "short", ExtendRequest(seconds=3600))
+        assert extended.ends_at == active.ends_at + timedelta(hours=1)
         result = await handle.result()
         assert result.state == "expired"
         steps = [(step, state) for step, state, _node, _reason in await lab.events("short")]
