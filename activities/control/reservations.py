@@ -1,8 +1,8 @@
 """Control-side reservation steps (issue 26): a reservation's start and its end, recorded in PostgreSQL.
 
-start_reservation    `started`, its allocation's id recorded (so its hold lasts until that allocation claims
-                     the GPUs), and the preemptible allocations on its node that must leave for it: the newest
-                     first, as few as give it room
+start_reservation    `started`, its allocation's id and row recorded (so its hold lasts until that allocation
+                     claims the GPUs, and a read finds the allocation at once), and the preemptible allocations on its
+                     node that must leave for it: the newest first, as few as give it room
 finish_reservation   ended, cancelled or failed, with the reason
 """
 
@@ -14,7 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from contracts.allocation import ReservationRef, ReservationStart
-from store import reservations
+from store import allocations, reservations
 from store.models import SlotRow
 
 
@@ -30,6 +30,12 @@ class ReservationActivities:
                 raise ApplicationError(f"reservation {reservation.reservation_id} does not exist", non_retryable=True)
             allocation_id = row.allocation_id or f"{row.id}-a"
             await reservations.mark(session, row.id, "started", allocation_id=allocation_id)
+            # The allocation's row now, as the API writes a create's: `started` names an allocation a read can find.
+            await allocations.record_accepted(
+                session, allocation_id=allocation_id, tenant=row.tenant, shape=row.shape, gpu_count=row.gpu_count,
+                gpu_product=row.gpu_product, request={"reservation": row.id}, idempotency_key=None,
+                workflow_id=f"allocation/{allocation_id}",
+            )  # fmt: skip
             free = await session.scalar(
                 select(func.count()).where(SlotRow.node_id == row.node_id, SlotRow.state == "available")
             )
