@@ -31,7 +31,7 @@ async def _reservation(stack: Stack, reservation_id: str, *states: str, timeout:
 async def test_a_reservation_holds_its_window_preempts_spot_at_its_start_and_expires_at_its_end(stack: Stack) -> None:
     spot = await stack.create(4, priority_class="spot")
     await stack.wait_for(spot, "active")  # `big`'s 4 GPUs, preemptible
-    window = {"region": "lab", "starts_at": _at(4), "duration": "3s"}
+    window = {"region": "lab", "starts_at": _at(8), "duration": "3s"}
 
     # 2 GPUs: `small` (2 free) is left with the least room; `big`'s spot allocation would not count, 4 left there.
     first = await stack.http.post("/v1/reservations", json={"gpu_count": 2, **window}, headers=stack.acme)
@@ -51,7 +51,7 @@ async def test_a_reservation_holds_its_window_preempts_spot_at_its_start_and_exp
     now = (await stack.http.get("/v1/capacity/at", params={"at": _at(0)}, headers=stack.acme)).json()
     slices = next(p for p in now["pools"] if p["pool"] == "lab-1/slices")
     assert (slices["gpus"], slices["held"], slices["reserved"], slices["free"]) == (7, 4, 0, 3)
-    during = (await stack.http.get("/v1/capacity/at", params={"at": _at(5)}, headers=stack.acme)).json()
+    during = (await stack.http.get("/v1/capacity/at", params={"at": _at(9)}, headers=stack.acme)).json()
     slices = next(p for p in during["pools"] if p["pool"] == "lab-1/slices")
     assert (slices["reserved"], slices["largest_free"]) == (6, 1)  # `slow`'s 1 GPU is all that is left
 

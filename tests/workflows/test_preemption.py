@@ -24,7 +24,7 @@ from workflows.search_attributes import STATE
 HISTORIES = Path(__file__).parent / "histories"
 CLASSES = [
     {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "spot"},
-     "spec": {"value": 0, "preemptible": True, "gracePeriod": "2s"}},
+     "spec": {"value": 0, "preemptible": True, "gracePeriod": "5s"}},
     {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
      "spec": {"value": 100}},
 ]  # fmt: skip
@@ -47,7 +47,7 @@ async def test_a_preemptible_allocation_is_told_keeps_its_grace_then_leaves_its_
         # The notice the owner reads: the preemptor's priority and class, the rule, the grace; never its tenant.
         notice = next(reason for step, _s, _n, reason in await lab.events(spot) if step == "preempt_notice")
         assert notice == (
-            "preempted for a request of priority 100 (class urgent) (of a preemptible PriorityClass); released after 2s"
+            "preempted for a request of priority 100 (class urgent) (of a preemptible PriorityClass); released after 5s"
         )
         assert "acme" not in notice
         async with sessions() as session:  # what `berth queue` shows of it
