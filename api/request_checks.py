@@ -114,7 +114,7 @@ def check_selectors(body: AllocationCreate) -> None:
             raise ApiError(422, "invalid_selector", message, [detail]) from None
 
 
-def _invalid(field: str, message: str, problem: str = "gpu_pins") -> ApiError:
+def invalid_request(field: str, message: str, problem: str = "gpu_pins") -> ApiError:
     """The shape of a schema error (`invalid_request`), for rules no schema can state: between fields, or against
     the clock."""
     return ApiError(
@@ -126,7 +126,9 @@ def _invalid(field: str, message: str, problem: str = "gpu_pins") -> ApiError:
 def check_lease(body: AllocationCreate) -> None:
     """An end in the past (or now) would release the allocation as soon as it is placed: refused instead."""
     if body.ends_at is not None and body.ends_at <= datetime.now(UTC):
-        raise _invalid("body.ends_at", f"ends_at {body.ends_at.isoformat()} is not in the future", "ends_at_past")
+        raise invalid_request(
+            "body.ends_at", f"ends_at {body.ends_at.isoformat()} is not in the future", "ends_at_past"
+        )
 
 
 def check_gpu_pins(body: AllocationCreate) -> None:
@@ -135,16 +137,16 @@ def check_gpu_pins(body: AllocationCreate) -> None:
     if not body.gpus:
         return
     if len(body.nodes) != 1:
-        raise _invalid("body.gpus", f"gpus need exactly one pinned node in `nodes`, not {len(body.nodes)}")
+        raise invalid_request("body.gpus", f"gpus need exactly one pinned node in `nodes`, not {len(body.nodes)}")
     if body.shape is not CapacityShape.GPU_SLICE:
-        raise _invalid(
+        raise invalid_request(
             "body.shape", "gpus can be pinned only for gpu_slice: a bare-metal allocation takes the whole host"
         )
     distinct = len(set(body.gpus))
     if distinct != len(body.gpus):
-        raise _invalid("body.gpus", "a GPU is pinned twice")
+        raise invalid_request("body.gpus", "a GPU is pinned twice")
     if distinct != body.gpu_count:
-        raise _invalid(
+        raise invalid_request(
             "body.gpu_count", f"gpu_count is {body.gpu_count} but {distinct} GPUs are pinned: they must be equal"
         )
 

@@ -2,7 +2,7 @@
 against a real Temporal dev server and a real PostgreSQL started by the benchmark, with the same path without
 preemption measured in the same run as the baseline.
 
-    python -m bench.preemption [--nodes 16] [--seed 1]
+    python -m bench.preemption [--nodes 16]
 
     baseline   the fleet (N nodes x 8 GPUs) is filled with 8-GPU allocations of priority 0, N requests of 8 GPUs
                queue behind them, and the holders are released one at a time: release -> the queued request's
@@ -39,7 +39,7 @@ from sqlalchemy import text
 
 from activities.control import admission
 from bench.allocation import FAST, Stack, _run_workers
-from bench.queues import Request, _release, _start, _until
+from bench.queues import Request, _pct, _release, _start, _until
 from contracts.task_queues import Queues
 from fleet.loader import parse_fleet
 from scheduler.request import PlacementRequest
@@ -107,10 +107,6 @@ async def _freed(stack: Stack, ids: list[str]) -> dict[str, float]:
                  "WHERE allocation_id = ANY(:ids) GROUP BY 1"), {"ids": ids},
         )  # fmt: skip
         return {a: at.timestamp() for a, at in rows if at is not None}
-
-
-def _body(priority_class: str) -> dict[str, Any]:
-    return {"priority_class": priority_class}
 
 
 async def run(stack: Stack, nodes: int, decisions: Decisions) -> dict[str, list[float]]:
@@ -188,13 +184,8 @@ async def _start_with(stack: Stack, queues: Queues, allocation_id: str, priority
     await allocation_client.start_allocation(
         stack.client,
         AllocationInput(allocation_id=allocation_id, tenant=tenant, request=PlacementRequest(gpu_count=8, tenant=tenant),
-                        timing=FAST, queues=queues, queue=wait, request_body=_body(priority_class)),
+                        timing=FAST, queues=queues, queue=wait, request_body={"priority_class": priority_class}),
     )  # fmt: skip
-
-
-def _pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def report(figures: dict[str, list[float]], nodes: int) -> None:
@@ -231,5 +222,4 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=16, help="8-GPU nodes, and preemptions")
-    parser.add_argument("--seed", type=int, default=1)
     asyncio.run(main(parser.parse_args()))

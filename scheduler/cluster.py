@@ -7,16 +7,20 @@ order, so alternates make a node that changed under us cost one attempt, not a w
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from pydantic import BaseModel, ConfigDict
 
+from fleet.vocabulary import NodeStatus
 from scheduler.explanation import LevelExplanation, Refusal
+from scheduler.node_filters import Judge
 from scheduler.nodes import Candidate, rank_nodes
 from scheduler.pinning import pinned_refusal
 from scheduler.pools import filter_pools
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
-from scheduler.views import PoolView
+from scheduler.views import NodeView, PoolView
 
 
 class CandidateDecision(BaseModel):
@@ -57,3 +61,26 @@ def _pinned_refusal(snapshot: Snapshot, request: PlacementRequest, region: str, 
     _, detailed = filter_pools(snapshot, request, region, detail=True)
     reasons = {item.name: item.reason for item in detailed.items or [] if item.reason is not None}
     return pinned_refusal(snapshot, request, region, pools, reasons)
+
+
+def nodes_that_could_hold(
+    snapshot: Snapshot, request: PlacementRequest, region: str, *, now: bool = True
+) -> Iterator[NodeView]:
+    """The READY nodes of the pools serving `request` whose hardware could ever take it (only the pinned ones, if it
+    pins). `now`: also with a live agent, and neither excluded nor held for a queue's head (a node for a decision
+    now, not for a future window). For the queue's reservations, preemption and reservations' admission."""
+    pools, _ = filter_pools(snapshot, request, region)
+    judge = Judge(request.shape, request.gpu_count, request.numa_policy)
+    seen: set[str] = set()
+    for pool in pools:
+        for group in snapshot.groups(pool):
+            if not judge.could_ever_fit(group):
+                continue
+            for name in group.nodes:
+                node = snapshot.nodes[name]
+                if name in seen or node.status is not NodeStatus.READY or (request.nodes and name not in request.nodes):
+                    continue
+                if now and (not node.agent_live or name in request.exclude_nodes or name in request.reserved_nodes):
+                    continue
+                seen.add(name)
+                yield node

@@ -32,10 +32,8 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from fleet.vocabulary import BorrowWithinCohort, NodeStatus, ReclaimWithinCohort, WithinTenant
+from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
 from scheduler import cluster, quota
-from scheduler.node_filters import Judge
-from scheduler.pools import filter_pools
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.shares import capacity_by_product, dominant_share
@@ -188,36 +186,26 @@ def _for_quota(snapshot: Snapshot, region: str, preemptor: Preemptor, running: l
 
 def _for_capacity(snapshot: Snapshot, region: str, preemptor: Preemptor, running: list[Running]) -> Preemption | str:
     request = preemptor.request
-    pools, _ = filter_pools(snapshot, request, region)
-    judge = Judge(request.shape, request.gpu_count, request.numa_policy)
     by_node: dict[str, list[Running]] = {}
     for allocation in running:
         by_node.setdefault(allocation.node, []).append(allocation)
     best: tuple[tuple[int, int, float], str, list[Running], dict[Running, str]] | None = None
-    for pool in pools:
-        for group in snapshot.groups(pool):
-            if not judge.could_ever_fit(group):
-                continue
-            for name in group.nodes:
-                node = snapshot.nodes[name]
-                if node.status is not NodeStatus.READY or not node.agent_live or name in request.exclude_nodes:
-                    continue
-                if name in request.reserved_nodes or (request.nodes and name not in request.nodes):
-                    continue
-                candidates = _candidates(snapshot, preemptor, by_node.get(name, []))
-                if not candidates:
-                    continue
-                pinned = request.model_copy(update={"nodes": frozenset({name}), "gpus": frozenset()})
+    for node in cluster.nodes_that_could_hold(snapshot, request, region):
+        name = node.name
+        candidates = _candidates(snapshot, preemptor, by_node.get(name, []))
+        if not candidates:
+            continue
+        pinned = request.model_copy(update={"nodes": frozenset({name}), "gpus": frozenset()})
 
-                def fits(victims: Sequence[Running], pinned: PlacementRequest = pinned) -> bool:
-                    return not cluster.find_candidates(without(snapshot, victims), pinned, region).refusal
+        def fits(victims: Sequence[Running], pinned: PlacementRequest = pinned) -> bool:
+            return not cluster.find_candidates(without(snapshot, victims), pinned, region).refusal
 
-                victims = _take_and_minimise(candidates, fits)
-                if victims is None:
-                    continue
-                key = (max(v.priority for v in victims), len(victims), -max(v.started for v in victims))
-                if best is None or (key, name) < (best[0], best[1]):
-                    best = (key, name, victims, candidates)
+        victims = _take_and_minimise(candidates, fits)
+        if victims is None:
+            continue
+        key = (max(v.priority for v in victims), len(victims), -max(v.started for v in victims))
+        if best is None or (key, name) < (best[0], best[1]):
+            best = (key, name, victims, candidates)
     if best is None:
         return "no node would have room for it even with every allocation its policy allows displaced"
     _, name, victims, candidates = best

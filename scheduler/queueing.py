@@ -40,11 +40,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from fleet.vocabulary import NodeStatus, QueueingStrategy
+from fleet.vocabulary import QueueingStrategy
 from scheduler import cluster
-from scheduler.node_filters import Judge
 from scheduler.pending import with_pending_plans
-from scheduler.pools import filter_pools
 from scheduler.preemption import Preemptor, Running, plan_preemption
 from scheduler.reasons import Reason
 from scheduler.region import quota_refusal
@@ -240,24 +238,11 @@ def soonest_node(snapshot: Snapshot, request: PlacementRequest, region: str) -> 
     """The node that will hold `request` soonest: of the READY nodes with a live agent in its matching pools whose
     hardware could ever take it (pinned ones only, if it pins), the one with the most free slots (the fewest GPUs
     to free), then the name."""
-    pools, _ = filter_pools(snapshot, request, region)
-    judge = Judge(request.shape, request.gpu_count, request.numa_policy)
     best: tuple[int, str] | None = None
-    for pool in pools:
-        for group in snapshot.groups(pool):
-            if not judge.could_ever_fit(group):
-                continue
-            for name in group.nodes:
-                node = snapshot.nodes[name]
-                if node.status is not NodeStatus.READY or not node.agent_live or name in request.exclude_nodes:
-                    continue
-                if name in request.reserved_nodes:  # held for a head before it
-                    continue
-                if request.nodes and name not in request.nodes:
-                    continue
-                free = sum(1 for slot in node.slots if slot.state is SlotState.FREE)
-                if best is None or (-free, name) < best:
-                    best = (-free, name)
+    for node in cluster.nodes_that_could_hold(snapshot, request, region):
+        free = sum(1 for slot in node.slots if slot.state is SlotState.FREE)
+        if best is None or (-free, node.name) < best:
+            best = (-free, node.name)
     return best[1] if best is not None else None
 
 

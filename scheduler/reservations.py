@@ -22,9 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from fleet.vocabulary import NodeStatus
-from scheduler.node_filters import Judge
-from scheduler.pools import filter_pools
+from scheduler import cluster
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import SlotState, SlotView
@@ -124,17 +122,8 @@ def with_holds(
 
 
 def _candidate_nodes(snapshot: Snapshot, request: PlacementRequest, region: str) -> list[str]:
-    """The nodes of the pools serving the request whose hardware could ever take it, READY, in name order."""
-    pools, _ = filter_pools(snapshot, request, region)
-    judge = Judge(request.shape, request.gpu_count, request.numa_policy)
-    names = set()
-    for pool in pools:
-        for group in snapshot.groups(pool):
-            if judge.could_ever_fit(group):
-                names.update(n for n in group.nodes if snapshot.nodes[n].status is NodeStatus.READY)
-    if request.nodes:
-        names &= set(request.nodes)
-    return sorted(names)
+    """The nodes that could ever take the request, whatever they hold or whoever is live now, in name order."""
+    return sorted(node.name for node in cluster.nodes_that_could_hold(snapshot, request, region, now=False))
 
 
 def _room(snapshot: Snapshot, node: str, window: Window, holdings: list[Holding], reserved: list[Reserved]) -> int:

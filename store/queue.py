@@ -251,7 +251,19 @@ class PriorityClassFacts:
     grace_seconds: float
 
 
-async def class_facts(session: AsyncSession) -> tuple[dict[str, PriorityClassFacts], str | None]:
+@dataclass(frozen=True)
+class PriorityClasses:
+    facts: dict[str, PriorityClassFacts]
+    default: str | None
+
+    def of(self, named: str | None) -> tuple[str | None, PriorityClassFacts | None]:
+        """The class a request that named `named` has (the default when it named none, or one no longer defined)
+        and its facts; (None, None) when there is no such class."""
+        name = named if named in self.facts else self.default
+        return name, self.facts.get(name) if name is not None else None
+
+
+async def class_facts(session: AsyncSession) -> PriorityClasses:
     """Every PriorityClass's value, whether it is preemptible and its grace period; and the default class's name."""
     rows = await session.execute(
         select(
@@ -266,7 +278,7 @@ async def class_facts(session: AsyncSession) -> tuple[dict[str, PriorityClassFac
     for name, value, preemptible, grace, is_default in rows:
         facts[name] = PriorityClassFacts(int(value), bool(preemptible), float(grace))
         default = name if is_default else default
-    return facts, default
+    return PriorityClasses(facts, default)
 
 
 @dataclass(frozen=True)
@@ -281,7 +293,7 @@ class ActiveAllocation:
 async def active_allocations(session: AsyncSession, region: str) -> list[ActiveAllocation]:
     """The region's active allocations (not those already told to leave), each with its PriorityClass (the one its
     request named, else the default) and when it started holding (its first live claim)."""
-    facts, default = await class_facts(session)
+    classes = await class_facts(session)
     started = (
         select(ClaimRow.allocation_id, func.min(ClaimRow.claimed_at).label("since"))
         .where(ClaimRow.released_at.is_(None))
@@ -296,8 +308,7 @@ async def active_allocations(session: AsyncSession, region: str) -> list[ActiveA
     )  # fmt: skip
     result = []
     for allocation_id, tenant, node, gpus, borrowed, named, since in rows:
-        name = named if named in facts else default
-        fact = facts.get(name) if name is not None else None
+        name, fact = classes.of(named)
         running = Running(allocation_id, tenant, node, int(gpus), fact.value if fact else 0, since.timestamp(),
                           borrowed=int(borrowed), preemptible=bool(fact and fact.preemptible))  # fmt: skip
         result.append(ActiveAllocation(running, name, fact.grace_seconds if fact else 30.0))

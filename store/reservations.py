@@ -9,9 +9,8 @@ over time (running allocations and their ends, other reservations), as `schedule
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 
-from sqlalchemy import and_, exists, func, or_, select, update
+from sqlalchemy import and_, exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from scheduler.reservations import Holding, Reserved, Window
@@ -41,7 +40,7 @@ async def holds(session: AsyncSession, *, only_reserved: bool = False) -> list[R
 async def window_facts(session: AsyncSession, region: str) -> tuple[list[Holding], list[Reserved]]:
     """What holds the region's nodes over time: its running allocations (with their ends, preemptible or not), and
     its open reservations not yet held by their allocation (one that is, is among the running allocations)."""
-    facts, default = await class_facts(session)
+    classes = await class_facts(session)
     rows = await session.execute(
         select(AllocationRow.id, AllocationRow.node_id, AllocationRow.gpu_count, AllocationRow.ends_at,
                AllocationRow.request["priority_class"].astext)
@@ -49,8 +48,8 @@ async def window_facts(session: AsyncSession, region: str) -> tuple[list[Holding
     )  # fmt: skip
     holdings = []
     for allocation_id, node, gpus, ends_at, named in rows:
-        name = named if named in facts else default
-        preemptible = bool(name is not None and name in facts and facts[name].preemptible)
+        _, fact = classes.of(named)
+        preemptible = fact is not None and fact.preemptible
         until = ends_at.timestamp() if ends_at is not None else None
         holdings.append(Holding(allocation_id, node, int(gpus), until, preemptible))
     mine = set(await _in_region(session, region))
@@ -90,26 +89,3 @@ async def mark(
     if reason is not None:
         values["reason"] = reason
     await session.execute(update(ReservationRow).where(ReservationRow.id == reservation_id).values(**values))
-
-
-async def preemptible_on(session: AsyncSession, node: str) -> list[tuple[str, int, float, datetime]]:
-    """The active allocations of a preemptible class on the node: (id, GPUs, grace seconds, since), newest first."""
-    facts, default = await class_facts(session)
-    since = (
-        select(ClaimRow.allocation_id, func.min(ClaimRow.claimed_at).label("at"))
-        .where(ClaimRow.released_at.is_(None))
-        .group_by(ClaimRow.allocation_id)
-        .subquery()
-    )
-    rows = await session.execute(
-        select(AllocationRow.id, AllocationRow.gpu_count, AllocationRow.request["priority_class"].astext, since.c.at)
-        .join(since, since.c.allocation_id == AllocationRow.id)
-        .where(AllocationRow.node_id == node, AllocationRow.state == "active")
-    )  # fmt: skip
-    found = []
-    for allocation_id, gpus, named, at in rows:
-        name = named if named in facts else default
-        fact = facts.get(name) if name is not None else None
-        if fact is not None and fact.preemptible:
-            found.append((allocation_id, int(gpus), fact.grace_seconds, at))
-    return sorted(found, key=lambda row: row[3], reverse=True)

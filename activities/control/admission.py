@@ -178,7 +178,7 @@ class AdmissionActivities:
             snapshot = with_holds(with_pending_plans(base, plans), held, None, preemptible=False, own=None)
             strategy = snapshot.regions[region].queueing_strategy if region in snapshot.regions else None
             usage = usage_by_product(snapshot, await queue.holdings(session))
-            facts, _ = await queue.class_facts(session)
+            facts = (await queue.class_facts(session)).facts
             active = {a.running.allocation_id: a for a in await queue.active_allocations(session, region)}
             nominations = {e.allocation_id: e.nomination for e in entries if e.nomination is not None}
             if strategy is None:  # the region left the fleet: its requests wait until they time out

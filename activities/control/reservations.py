@@ -14,7 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from contracts.allocation import ReservationRef, ReservationStart
-from store import allocations, reservations
+from store import allocations, queue, reservations
 from store.models import SlotRow
 
 
@@ -41,11 +41,13 @@ class ReservationActivities:
             )
             victims: list[tuple[str, float]] = []
             room = int(free or 0)
-            for victim, gpus, grace, _since in await reservations.preemptible_on(session, row.node_id):
+            on_node = [a for a in await queue.active_allocations(session, row.region) if a.running.node == row.node_id]
+            for active in sorted(on_node, key=lambda a: a.running.started, reverse=True):  # the newest first
                 if room >= row.gpu_count:
                     break
-                victims.append((victim, grace))
-                room += gpus
+                if active.running.preemptible:
+                    victims.append((active.running.allocation_id, active.grace_seconds))
+                    room += active.running.gpus
         return ReservationStart(allocation_id=allocation_id, victims=victims)
 
     @activity.defn(name="finish_reservation")

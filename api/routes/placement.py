@@ -84,10 +84,9 @@ async def _with_preemption(
     if tenant is None or region is None or code not in (Reason.INSUFFICIENT_CAPACITY, Reason.QUOTA_EXCEEDED):
         return result
     async with app.sessions() as session:
-        facts, default = await queue.class_facts(session)
+        classes = await queue.class_facts(session)
         active = await queue.active_allocations(session, region)
-    named = body.priority_class or default
-    fact = facts.get(named) if named is not None else None
+    _, fact = classes.of(body.priority_class)
     preemptor = Preemptor("explain", tenant, fact.value if fact else 0, time.time(), body.placement_request(tenant),
                           preemptible=bool(fact and fact.preemptible))  # fmt: skip
     outcome = plan_preemption(snapshot, region, preemptor, [a.running for a in active], code)

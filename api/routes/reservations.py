@@ -24,6 +24,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.auth import Caller, acting_tenant
 from api.errors import ApiError, error_responses, not_found
 from api.models import LeaseDuration, Product, Strict
+from api.request_checks import invalid_request
 from api.services import Services, services
 from fleet.meta import Name
 from scheduler.request import CapacityShape, PlacementRequest
@@ -90,11 +91,6 @@ def _view(row: ReservationRow) -> ReservationView:
     )  # fmt: skip
 
 
-def _invalid(field: str, message: str) -> ApiError:
-    return ApiError(422, "invalid_request", f"the request is not valid: {field}: {message}",
-                    [{"field": field, "message": message, "type": "window"}])  # fmt: skip
-
-
 @router.post("", status_code=201, response_model=ReservationView, responses=error_responses(401, 403, 409, 422, 503))
 async def create_reservation(body: Annotated[ReservationCreate, Body()], caller: Caller, app: App) -> ReservationView:
     """Promise GPUs for a window: 201 when a node can hold them then, 409 `window_full` (with the nearest windows
@@ -102,9 +98,9 @@ async def create_reservation(body: Annotated[ReservationCreate, Body()], caller:
     tenant = acting_tenant(caller, body.tenant)
     starts, ends = body.starts_at, body.end()
     if starts <= datetime.now(UTC):
-        raise _invalid("body.starts_at", f"starts_at {starts.isoformat()} is not in the future")
+        raise invalid_request("body.starts_at", f"starts_at {starts.isoformat()} is not in the future", "window")
     if ends <= starts:
-        raise _invalid("body.ends_at", "ends_at is not after starts_at")
+        raise invalid_request("body.ends_at", "ends_at is not after starts_at", "window")
     request = PlacementRequest(gpu_count=body.gpu_count, gpu_product=body.gpu_product, shape=body.shape,
                                region=body.region, tenant=tenant)  # fmt: skip
     await app.control.require_worker()

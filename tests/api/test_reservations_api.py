@@ -72,3 +72,27 @@ async def test_a_reservation_holds_its_window_preempts_spot_at_its_start_and_exp
         ended = await _reservation(stack, reservation["id"], "ended")
         assert (await stack.get(ended["allocation_id"]))["state"] == "expired"
     assert await stack.lab.active_claims() == {}
+
+
+async def test_a_reservation_is_its_tenants_alone_and_cancelled_before_its_start_holds_nothing(stack: Stack) -> None:
+    window = {"gpu_count": 2, "region": "lab", "starts_at": _at(3600), "duration": "1h"}
+    created = await stack.http.post("/v1/reservations", json=window, headers=stack.acme)
+    assert created.status_code == 201, created.text
+    reservation = created.json()["id"]
+    # Another tenant neither sees it, nor can cancel it.
+    assert (await stack.http.get(f"/v1/reservations/{reservation}", headers=stack.globex)).status_code == 404
+    assert (await stack.http.delete(f"/v1/reservations/{reservation}", headers=stack.globex)).status_code == 404
+    assert reservation not in [r["id"] for r in (await stack.http.get("/v1/reservations", headers=stack.globex)).json()
+                               ["reservations"]]  # fmt: skip
+    in_the_past = await stack.http.post("/v1/reservations", json={**window, "starts_at": _at(-60)}, headers=stack.acme)
+    assert in_the_past.status_code == 422 and "is not in the future" in in_the_past.json()["error"]["message"]
+
+    assert (await stack.http.delete(f"/v1/reservations/{reservation}", headers=stack.acme)).status_code == 202
+    assert (await _reservation(stack, reservation, "cancelled"))["allocation_id"] is None
+    again = await stack.http.delete(f"/v1/reservations/{reservation}", headers=stack.acme)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "invalid_state"
+    # Its hold is gone: a request with no end takes `small` again.
+    placed = await stack.create(2)
+    assert (await stack.wait_for(placed, "active"))["node"] == "small"
+    assert (await stack.http.delete(f"/v1/allocations/{placed}", headers=stack.acme)).status_code == 202
+    await stack.wait_for(placed, "released")
