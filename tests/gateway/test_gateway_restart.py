@@ -29,7 +29,9 @@ async def _running(handle: WorkflowHandle, activity: str) -> None:
 async def test_a_gateway_restarted_mid_create_loses_nothing_and_runs_nothing_twice(
     temporal_env, temporal_client, sessions, tmp_path: Path
 ) -> None:
-    fleet = lab_fleet({"h1": {"gpus": 2, "simulation": {"createSeconds": 3}}})
+    # The create lasts well past the restart even on a loaded machine: with 3 s, a slow poll of `describe` let the
+    # create finish while the gateway was down (its answer then has no connection to go through), a different case.
+    fleet = lab_fleet({"h1": {"gpus": 2, "simulation": {"createSeconds": 8}}})
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
         handle = await lab.allocate("through-restart", gpus=1)
         await asyncio.wait_for(_running(handle, "create_vm"), 30)
