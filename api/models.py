@@ -93,10 +93,16 @@ class QueueRequest(Strict):
     timeout: QueueTimeout = Field(description="`30m`, `2h`, `90s` or seconds; 0 never waits.")
 
 
+def given(field: str) -> dict[str, object]:
+    """JSON Schema for "`field` is present and not null", so that a schema saying "one of two ends" counts an
+    explicit null as absent, as the models' validators do."""
+    return {"required": [field], "properties": {field: {"not": {"type": "null"}}}}
+
+
 class AllocationCreate(Strict):
     """The allocation request (`POST /v1/allocations` and `POST /v1/explain`)."""
 
-    model_config = ConfigDict(json_schema_extra={"not": {"required": ["duration", "ends_at"]}})
+    model_config = ConfigDict(json_schema_extra={"not": {"allOf": [given("duration"), given("ends_at")]}})
 
     gpu_count: int = Field(ge=1, le=1024, description="GPUs wanted.")
     gpu_product: Product | None = Field(default=None, description="e.g. H200; unset takes any product.")

@@ -23,7 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import Caller, acting_tenant
 from api.errors import ApiError, error_responses, not_found
-from api.models import LeaseDuration, Product, Strict
+from api.models import LeaseDuration, Product, Strict, given
 from api.request_checks import invalid_request
 from api.services import Services, services
 from fleet.meta import Name
@@ -43,7 +43,7 @@ IdPath = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", descr
 class ReservationCreate(Strict):
     """GPUs of one node for `[starts_at, ends_at)` (or `duration` from `starts_at`)."""
 
-    model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["ends_at"]}, {"required": ["duration"]}]})
+    model_config = ConfigDict(json_schema_extra={"oneOf": [given("ends_at"), given("duration")]})
 
     gpu_count: int = Field(ge=1, le=1024)
     gpu_product: Product | None = None
