@@ -30,6 +30,7 @@ class FindingKind(StrEnum):
     AGENT_UNREACHABLE = "agent_unreachable"
     ABANDONED_ALLOCATION = "abandoned_allocation"  # unfinished in PostgreSQL, its workflow ended (say, terminated)
     NOMINATION_TAKEN = "nomination_taken"  # a node held for a preemptor was given to another allocation (issue 26)
+    RESERVATION_OVERBOOKED = "reservation_overbooked"  # a node cannot give its reservations their GPUs (issue 26)
 
 
 class RepairAction(StrEnum):
@@ -97,6 +98,18 @@ class NominationFact(Model):
     node: str
     victims: list[str]
     nominated_at: datetime
+    gpus: int = 0  # the preemptor's
+
+
+class ReservationFact(Model):
+    """A reservation whose GPUs are held for it: not started, or started and its allocation holds no claim yet."""
+
+    reservation_id: str
+    node: str
+    gpus: int
+    starts_at: datetime
+    ends_at: datetime
+    node_gpus: int  # its node's GPUs that can be given out (approved, not quarantined)
 
 
 class SlotFact(Model):
@@ -113,6 +126,8 @@ class AllocationFact(Model):
     allocation_id: str
     state: str
     node: str | None = None
+    ends_at: datetime | None = None  # its lease's end; None: no end
+    preemptible: bool = False  # of a preemptible PriorityClass: a reservation's start preempts it
 
 
 class ControlFacts(Model):
@@ -121,6 +136,7 @@ class ControlFacts(Model):
     allocations: list[AllocationFact] = Field(default_factory=list)  # unfinished ones (not released/failed/cancelled)
     in_flight: list[str] = Field(default_factory=list)  # allocation ids whose allocation or recovery workflow is open
     nominations: list[NominationFact] = Field(default_factory=list)  # nodes held for preemptors
+    reservations: list[ReservationFact] = Field(default_factory=list)  # GPUs held for reservations' windows
 
 
 # What comes out -------------------------------------------------------------------------------------------------------

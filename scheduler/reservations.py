@@ -7,6 +7,8 @@ GCP calendar-mode reservations and Slurm reservations.
              reservation whose window overlaps. Of the nodes that can, the one left with the least room (binpack).
     refuse   otherwise the refusal says what the window lacks (the most any node has then) and the nearest windows of
              the same length that would fit, starting when a running allocation ends or another reservation does.
+    extend   an allocation's end moves later only as far as the reservations of its node allow: up to the start of
+             the first one that would otherwise not find its GPUs free (`latest_end`).
     hold     until its allocation holds the GPUs, the reservation holds them for every request that would overlap its
              window: a request with no end, or one ending after the window starts, sees those slots as taken; one
              ending before it, or of a preemptible class, may use them (`with_holds`).
@@ -119,6 +121,39 @@ def with_holds(
             slots[i] = dataclasses.replace(slots[i], state=SlotState.LEASED, holder="reservation")
         changed.append(dataclasses.replace(node, slots=tuple(slots)))
     return snapshot.with_nodes(changed) if changed else snapshot
+
+
+@dataclass(frozen=True)
+class LatestEnd:
+    """The latest an allocation may hold its GPUs until, and why."""
+
+    at: float
+    reason: str
+
+
+def latest_end(
+    snapshot: Snapshot, allocation_id: str, holdings: Sequence[Holding], reserved: Sequence[Reserved]
+) -> LatestEnd | None:
+    """The latest end the reservations of the allocation's node allow it, or None when they allow any: the start of
+    the first reservation, starting at or after its current end, that would not find its GPUs free at its start were
+    the allocation still holding them then. A preemptible allocation has no such limit (it is preempted at the
+    reservation's start), nor one without an end (it was counted as holding when each reservation was admitted).
+    The reservation is named by its node and start only: it may be another tenant's."""
+    mine = next((h for h in holdings if h.allocation_id == allocation_id), None)
+    if mine is None or mine.preemptible or mine.until is None or mine.node not in snapshot.nodes:
+        return None
+    current = mine.until
+    held_on = [dataclasses.replace(h, until=None) if h is mine else h for h in holdings]
+    blocking = [
+        r for r in reserved
+        if r.node == mine.node and r.window.start >= current
+        and _room(snapshot, mine.node, r.window, held_on, [o for o in reserved if o is not r]) < r.gpus
+    ]  # fmt: skip
+    if not blocking:
+        return None
+    first = min(blocking, key=lambda r: r.window.start)
+    start = _text(first.window.start)
+    return LatestEnd(first.window.start, f"a reservation needs {first.gpus} GPUs of {mine.node} from {start}")
 
 
 def _candidate_nodes(snapshot: Snapshot, request: PlacementRequest, region: str) -> list[str]:

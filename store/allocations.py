@@ -76,6 +76,16 @@ async def record_restarted(session: AsyncSession, allocation_id: str) -> None:
     )
 
 
+async def record_end(session: AsyncSession, allocation_id: str, ends_at: datetime) -> None:
+    """An extension its workflow accepted, written under the placement lock it was decided under (its trail writes
+    the same end a moment later), so that a reservation admitted next counts the allocation until its new end."""
+    await session.execute(
+        update(AllocationRow)
+        .where(AllocationRow.id == allocation_id, AllocationRow.state.in_(("active", "expiring")))
+        .values(ends_at=ends_at)
+    )
+
+
 async def load_allocation(session: AsyncSession, allocation_id: str) -> AllocationRow | None:
     return await session.get(AllocationRow, allocation_id)
 

@@ -9,7 +9,7 @@ the allocation's own story says what the reconciler did to it. Old runs (and the
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, String, Text, delete, func, select, update
@@ -27,9 +27,12 @@ from contracts.audit import (
     NominationFact,
     Repair,
     RepairAction,
+    ReservationFact,
     SlotFact,
 )
+from store import reservations
 from store.models import AllocationEventRow, AllocationRow, Base, ClaimRow, NodeAgentRow, QueueEntryRow, SlotRow
+from store.queue import PriorityClasses, class_facts
 
 KEEP_RUNS_DAYS = 14
 FINISHED_STATES = ("released", "failed", "cancelled", "expired", "preempted")  # FINAL_STATES (store is below workflows)
@@ -95,7 +98,8 @@ async def control_facts(session: AsyncSession) -> ControlFacts:
     )
     nominations = await session.execute(
         select(QueueEntryRow.allocation_id, QueueEntryRow.nominated_node, QueueEntryRow.victims,
-               QueueEntryRow.nominated_at)
+               QueueEntryRow.nominated_at, AllocationRow.gpu_count)
+        .join(AllocationRow, AllocationRow.id == QueueEntryRow.allocation_id)
         .where(QueueEntryRow.nominated_node.is_not(None), QueueEntryRow.nominated_at.is_not(None))
     )  # fmt: skip
     slots = await session.execute(
@@ -104,21 +108,54 @@ async def control_facts(session: AsyncSession) -> ControlFacts:
         .order_by(SlotRow.node_id, SlotRow.slot_index)
     )
     allocations = await session.execute(
-        select(AllocationRow.id, AllocationRow.state, AllocationRow.node_id).where(
-            AllocationRow.state.not_in(FINISHED_STATES)
-        )
-    )
+        select(AllocationRow.id, AllocationRow.state, AllocationRow.node_id, AllocationRow.ends_at,
+               AllocationRow.request["priority_class"].astext)
+        .where(AllocationRow.state.not_in(FINISHED_STATES))
+    )  # fmt: skip
+    classes = await class_facts(session)
     return ControlFacts(
         claims=[
             ClaimFact(allocation_id=a, node=n, slot_id=s, slot_index=i, claimed_at=at) for a, n, s, i, at in claims
         ],
         nominations=[
-            NominationFact(allocation_id=a, node=n, victims=list(v or []), nominated_at=at)
-            for a, n, v, at in nominations
+            NominationFact(allocation_id=a, node=n, victims=list(v or []), nominated_at=at, gpus=g)
+            for a, n, v, at, g in nominations
         ],  # fmt: skip
+        reservations=await _reservation_facts(session),
         slots=[SlotFact(node=n, slot_id=s, slot_index=i, state=st, quarantine_reason=r) for n, s, i, st, r in slots],
-        allocations=[AllocationFact(allocation_id=a, state=st, node=n) for a, st, n in allocations],
+        allocations=[
+            AllocationFact(allocation_id=a, state=st, node=n, ends_at=end, preemptible=_preemptible(classes, named))
+            for a, st, n, end, named in allocations
+        ],
     )
+
+
+def _preemptible(classes: PriorityClasses, named: str | None) -> bool:
+    _, fact = classes.of(named)
+    return fact is not None and fact.preemptible
+
+
+async def _reservation_facts(session: AsyncSession) -> list[ReservationFact]:
+    """The reservations whose GPUs are held for them (store.reservations.holds), with their nodes' usable GPUs."""
+    held = await reservations.holds(session)
+    usable = dict(
+        (await session.execute(
+            select(SlotRow.node_id, func.count())
+            .where(SlotRow.approved.is_(True), SlotRow.state != "quarantined")
+            .group_by(SlotRow.node_id)
+        )).tuples().all()
+    )  # fmt: skip
+    return [
+        ReservationFact(
+            reservation_id=r.reservation_id,
+            node=r.node,
+            gpus=r.gpus,
+            node_gpus=usable.get(r.node, 0),
+            starts_at=datetime.fromtimestamp(r.window.start, UTC),
+            ends_at=datetime.fromtimestamp(r.window.end, UTC),
+        )  # fmt: skip
+        for r in held
+    ]
 
 
 async def assessment_facts(session: AsyncSession) -> tuple[ControlFacts, list[Finding]]:

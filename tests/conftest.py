@@ -1,4 +1,5 @@
-"""Session-scoped real services for the tests: an embedded PostgreSQL and a Temporal dev server.
+"""Session-scoped real services for the tests: an embedded PostgreSQL and a Temporal dev server, one of each per
+pytest-xdist worker (the suite runs on two), so the workers share nothing but the machine.
 
 Each test that touches the database gets its own database, cloned from a migrated template (a file copy inside
 PostgreSQL, a few tens of milliseconds), so tests never see each other's rows. Temporal tests use unique task
@@ -8,6 +9,7 @@ queues and workflow ids on the one shared server.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -23,6 +25,11 @@ from devstack.temporal import dev_server_dynamic_config, temporal_binary
 from store.db import create_engine, session_factory
 from store.migrate import upgrade
 from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
+
+# pytest-xdist's workers (the suite runs as two, `-n 2` in pyproject.toml) inherit COLUMNS=80 from the controller,
+# and the CLI's console reads its width once, at import: without this, a worker's CLI tests would print tables cut to
+# 80 columns where a run without xdist prints them as any piped output is printed (cli/output.py).
+os.environ.pop("COLUMNS", None)
 
 TEMPLATE = "berth_template"
 _database_numbers = itertools.count(1)

@@ -650,7 +650,8 @@ class AllocationWorkflow:
         self.extended_end(request)
 
     def extended_end(self, request: ExtendRequest) -> datetime:
-        """The new end, or the refusal: not later than the current end, or past the pool's `maxLease`."""
+        """The new end, or the refusal: not later than the current end, past what its node's reservations allow, or past
+        the pool's `maxLease`."""
         current = self.status.ends_at
         assert current is not None
         wanted = request.ends_at if request.ends_at is not None else current + timedelta(seconds=request.seconds or 0)
@@ -658,6 +659,11 @@ class AllocationWorkflow:
             raise ApplicationError(
                 f"the new end {wanted.isoformat()} is not later than the current end {current.isoformat()}",
                 type="ExtendRefused", non_retryable=True,
+            )  # fmt: skip
+        if request.not_after is not None and wanted > request.not_after:
+            raise ApplicationError(
+                f"{request.not_after_reason or 'a reservation needs its GPUs'}: it can end at "
+                f"{request.not_after.isoformat()} at the latest", type="ExtendRefused", non_retryable=True,
             )  # fmt: skip
         if self.max_lease is not None and self.active_since is not None:
             latest = self.active_since + timedelta(seconds=self.max_lease)

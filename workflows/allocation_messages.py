@@ -186,6 +186,10 @@ class ExtendRequest(BaseModel):
 
     seconds: PositiveFloat | None = None
     ends_at: AwareDatetime | None = None
+    # The latest end the reservations of its node allow, as the API read them under the region's placement lock
+    # (scheduler.reservations.latest_end), and why; None: no reservation limits it.
+    not_after: AwareDatetime | None = None
+    not_after_reason: str | None = None
 
     @model_validator(mode="after")
     def _one(self) -> ExtendRequest:

@@ -12,6 +12,9 @@ The rules that keep repair safe live here, in one place:
 - a VM is destroyed only once it was already found in the previous audit or is older than the grace period, and
   never when one of its slots is held by another allocation (destroying it wipes its slots);
 - a slot is freed or un-quarantined only when no VM or live lease on its host uses it (the agent wipes it first);
+- a node's GPUs are promised at most once at any instant: to the allocations holding them (until their ends), a
+  preemptor nominated there, and the reservations whose windows cover it; a node that promised more is reported,
+  never repaired (which promise to break is an operator's call);
 - an allocation is closed (its row made final) only when its workflow is no longer running: terminated from the
   Temporal UI, say, which skips the compensation that gives capacity back. What it held is found by the other rules
   (`stale_claim`, `orphan_lease`, `orphan_vm`) and repaired by them; closing it only stops its row from claiming that
@@ -78,6 +81,7 @@ class _Audit:
             *self.slots(),
             *self.abandoned_allocations(),
             *self.nominations_taken(),
+            *self.reservations_overbooked(),
         ]
         return sorted(found, key=lambda f: (f.kind.value, f.node or "", f.allocation_id or "", f.slot_indexes))
 
@@ -229,3 +233,41 @@ class _Audit:
                     f"claimed slots {sorted(slots)} there after that",
                     node=nomination.node, allocation=allocation, slots=slots,
                 )  # fmt: skip
+
+    def reservations_overbooked(self) -> Iterable[Finding]:
+        """No GPU is held by two of an active allocation, a nomination and a reservation's window: at each held
+        reservation's start, its node's allocations still holding then (not preemptible: those are preempted at the
+        start; not a nominated preemptor's victims: the preemptor takes their place), its nominated preemptors and
+        the other reservations overlapping it leave the reservation its GPUs. One finding per node, naming every
+        reservation short and what holds the node then."""
+        allocations = {a.allocation_id: a for a in self.facts.allocations}
+        by_node: dict[str, list[str]] = defaultdict(list)
+        for reservation in sorted(self.facts.reservations, key=lambda r: (r.node, r.starts_at, r.reservation_id)):
+            node, start = reservation.node, reservation.starts_at
+            victims = {v for n in self.facts.nominations if n.node == node for v in n.victims}
+            holders: list[tuple[str, int]] = []
+            for (allocation_id, claim_node), slots in sorted(self.claims.items()):
+                fact = allocations.get(allocation_id)
+                if claim_node != node or allocation_id in victims or (fact is not None and fact.preemptible):
+                    continue
+                if fact is None or fact.ends_at is None or fact.ends_at > start:
+                    until = "no end" if fact is None or fact.ends_at is None else f"until {fact.ends_at:%Y-%m-%d %H:%M}"
+                    holders.append((f"allocation {allocation_id} ({until})", len(slots)))
+            holders += [(f"preemptor {n.allocation_id}, nominated", n.gpus) for n in self.facts.nominations
+                        if n.node == node]  # fmt: skip
+            holders += [
+                (f"reservation {other.reservation_id}", other.gpus) for other in self.facts.reservations
+                if other is not reservation and other.node == node
+                and other.starts_at < reservation.ends_at and reservation.starts_at < other.ends_at
+            ]  # fmt: skip
+            held = sum(gpus for _, gpus in holders)
+            if held + reservation.gpus > reservation.node_gpus:
+                named = ", ".join(f"{who}: {gpus}" for who, gpus in holders)
+                by_node[node].append(
+                    f"reservation {reservation.reservation_id} ({reservation.gpus} GPUs from {start:%Y-%m-%d %H:%M:%S} "
+                    f"UTC) finds {max(reservation.node_gpus - held, 0)} of {reservation.node_gpus} free then ({named})"
+                )
+        for node, short in sorted(by_node.items()):
+            yield self.finding(
+                FindingKind.RESERVATION_OVERBOOKED, f"{node} promised GPUs twice: " + "; ".join(short), node=node
+            )

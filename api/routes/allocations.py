@@ -28,7 +28,7 @@ import hashlib
 import json
 import logging
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Response
@@ -57,7 +57,10 @@ from api.request_checks import check_request
 from api.services import Services, services
 from api.temporal import Refused
 from fleet.meta import Name
+from scheduler.reservations import latest_end
 from store import allocations as store
+from store import reservations
+from store.decisions import lock_region
 from store.outage import is_database_outage
 from workflows.allocation_client import workflow_id
 from workflows.allocation_messages import FINAL_STATES, PLACING_STATES, AllocationInput, ExtendRequest, QueueWait
@@ -350,22 +353,43 @@ async def extend_allocation(
     allocation_id: IdPath, body: Annotated[ExtendBody, Body()], caller: Caller, app: App
 ) -> AllocationEnd:
     """Move an active allocation's end later (`by` a duration, or `until` a time). 409 `invalid_state` when it is
-    not active or has no end; 409 `extend_refused` when the new end is not later, or past its pool's `maxLease`."""
+    not active or has no end; 409 `extend_refused` when the new end is not later, past its pool's `maxLease`, or
+    past the start of a reservation that needs its node's GPUs then."""
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
     if row.state in FINAL_STATES:
         raise conflict(f"allocation {allocation_id} is {row.state}; only an active one can be extended")
     await app.control.require_worker()
-    request = ExtendRequest(seconds=body.by, ends_at=body.until)
-    try:
-        status = await app.control.extend(allocation_id, request)  # the workflow's validator decides
-    except Refused as refused:
-        if refused.state is None:
-            raise ApiError(409, "extend_refused", refused.message) from refused
-        raise conflict(
-            f"allocation {allocation_id} is {refused.state}; {refused.message.split('; ', 1)[-1]}"
-        ) from refused
+    # Decided under the region's placement lock, as a reservation's admission is: the limit its node's reservations
+    # set goes with the update (its workflow knows its own end and decides), and the new end is on its row before
+    # the lock is let go, so neither can promise the other's GPUs.
+    async with app.sessions.begin() as session:
+        limit = await _reservations_limit(session, app, row.id, row.region)
+        request = ExtendRequest(seconds=body.by, ends_at=body.until, not_after=limit[0], not_after_reason=limit[1])
+        try:
+            status = await app.control.extend(allocation_id, request)  # the workflow's validator decides
+        except Refused as refused:
+            if refused.state is None:
+                raise ApiError(409, "extend_refused", refused.message) from refused
+            raise conflict(
+                f"allocation {allocation_id} is {refused.state}; {refused.message.split('; ', 1)[-1]}"
+            ) from refused
+        if status.ends_at is not None:
+            await store.record_end(session, allocation_id, status.ends_at)
     return AllocationEnd(id=row.id, state=status.state, ends_at=status.ends_at)
+
+
+async def _reservations_limit(
+    session: AsyncSession, app: Services, allocation_id: str, region: str | None
+) -> tuple[datetime | None, str | None]:
+    """The latest end the reservations of the allocation's node allow it (scheduler.reservations.latest_end)."""
+    if region is None:
+        return None, None
+    await lock_region(session, region)
+    snapshot = await app.inventory.snapshot(session)
+    holdings, reserved = await reservations.window_facts(session, region)
+    limit = latest_end(snapshot, allocation_id, holdings, reserved)
+    return (datetime.fromtimestamp(limit.at, UTC), limit.reason) if limit is not None else (None, None)
 
 
 # Retry and release are the workflow's to refuse (its update validators know its state; the row may trail it by a

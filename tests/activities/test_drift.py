@@ -16,6 +16,7 @@ from contracts.audit import (
     LeaseFact,
     NominationFact,
     RepairAction,
+    ReservationFact,
     SlotFact,
     VmFact,
 )
@@ -182,3 +183,47 @@ def test_a_node_held_for_a_preemptor_and_taken_by_another_allocation_is_reported
     assert kinds(found) == [("nomination_taken", "n", "intruder", [3])]
     assert found[0].repair is None  # reported, never repaired
     assert "held for queued request preemptor" in found[0].message
+
+
+def test_a_node_that_promised_a_reservations_gpus_twice_is_reported_naming_what_holds_them() -> None:
+    """Node `n` has 4 GPUs; a reservation wants 2 of them from an hour on. Held then: `forever` (1 GPU, no end),
+    the preemptor nominated there (1 GPU, its victim `victim` does not count: it leaves), and reservation `r2` (1 GPU,
+    overlapping): 3, so only 1 is left. `ends` (its lease over before the start) and `spot` (preemptible: preempted
+    at the start) hold nothing then. A reservation on `m` with room is not reported."""
+    start = NOW + timedelta(hours=1)
+
+    def reservation(name: str, node: str, gpus: int, hours: float = 2) -> ReservationFact:
+        return ReservationFact(reservation_id=name, node=node, gpus=gpus, starts_at=start,
+                               ends_at=start + timedelta(hours=hours), node_gpus=4)  # fmt: skip
+
+    facts = ControlFacts(
+        claims=[
+            claim("forever", "n", 0),
+            claim("ends", "n", 1),
+            claim("spot", "n", 2),
+            claim("victim", "n", 3),
+            claim("other", "m", 0),
+        ],  # fmt: skip
+        allocations=[
+            AllocationFact(allocation_id="forever", state="active", node="n"),
+            AllocationFact(allocation_id="ends", state="active", node="n", ends_at=start - timedelta(minutes=1)),
+            AllocationFact(allocation_id="spot", state="active", node="n", preemptible=True),
+            AllocationFact(allocation_id="victim", state="preempting", node="n"),
+            AllocationFact(allocation_id="other", state="active", node="m"),
+        ],
+        nominations=[NominationFact(allocation_id="preemptor", node="n", victims=["victim"], nominated_at=NOW, gpus=1)],
+        reservations=[reservation("r1", "n", 2), reservation("r2", "n", 1), reservation("fits", "m", 3)],
+    )
+    found = [f for f in assess(facts, [], [], NOW, GRACE) if f.kind is FindingKind.RESERVATION_OVERBOOKED]
+    assert kinds(found) == [("reservation_overbooked", "n", None, [])]
+    assert found[0].repair is None  # reported, never repaired
+    message = found[0].message
+    assert "reservation r1 (2 GPUs from 2025-01-01 13:00:00 UTC) finds 1 of 4 free then" in message
+    assert "allocation forever (no end): 1" in message and "preemptor preemptor, nominated: 1" in message
+    assert "reservation r2: 1" in message
+    assert "ends" not in message and "spot" not in message and "victim" not in message and "fits" not in message
+
+    # The reservation alone on `n` with the allocations that do not hold at its start: no finding.
+    fine = facts.model_copy(update={"nominations": [], "reservations": [reservation("r1", "n", 2)]})
+    fine = fine.model_copy(update={"claims": [c for c in facts.claims if c.allocation_id != "forever"]})
+    assert not [f for f in assess(fine, [], [], NOW, GRACE) if f.kind is FindingKind.RESERVATION_OVERBOOKED]

@@ -96,3 +96,37 @@ async def test_a_reservation_is_its_tenants_alone_and_cancelled_before_its_start
     assert (await stack.wait_for(placed, "active"))["node"] == "small"
     assert (await stack.http.delete(f"/v1/allocations/{placed}", headers=stack.acme)).status_code == 202
     await stack.wait_for(placed, "released")
+
+
+async def test_an_allocation_is_extended_only_up_to_the_start_of_a_reservation_that_needs_its_gpus(
+    stack: Stack,
+) -> None:
+    leased = await stack.create(4, duration="30m")
+    active = await stack.wait_for(leased, "active")  # `big`'s 4 GPUs, the only node with 4
+    assert active["node"] == "big"
+    starts = datetime.now(UTC) + timedelta(hours=2)
+    window = {"gpu_count": 4, "region": "lab", "starts_at": starts.isoformat(), "duration": "1h"}
+    created = await stack.http.post("/v1/reservations", json=window, headers=stack.acme)
+    assert created.status_code == 201 and created.json()["node"] == "big"  # the allocation ends before it starts
+
+    # An hour more still ends before the window: granted.
+    extend = f"/v1/allocations/{leased}/extend"
+    longer = await stack.http.post(extend, json={"by": "1h"}, headers=stack.acme)
+    assert longer.status_code == 200, longer.text
+    # Past the window's start: refused, saying how late it may end, never whose reservation it is.
+    past = await stack.http.post(extend, json={"by": "1h"}, headers=stack.acme)
+    assert past.status_code == 409 and past.json()["error"]["code"] == "extend_refused"
+    message = past.json()["error"]["message"]
+    assert message.startswith("a reservation needs 4 GPUs of big from ") and "at the latest" in message
+    assert "acme" not in message and created.json()["id"] not in message
+    # Up to the start itself: granted; the allocation's end is what the API shows, and what admission counts.
+    until = await stack.http.post(extend, json={"until": starts.isoformat()}, headers=stack.acme)
+    assert until.status_code == 200, until.text
+    assert _instant((await stack.get(leased))["ends_at"]) == starts
+    before = {**window, "starts_at": (starts - timedelta(minutes=15)).isoformat(), "duration": "10m"}
+    overlapping = await stack.http.post("/v1/reservations", json=before, headers=stack.acme)
+    assert overlapping.status_code == 409 and overlapping.json()["error"]["code"] == "window_full"
+
+    assert (await stack.http.delete(f"/v1/reservations/{created.json()['id']}", headers=stack.acme)).status_code == 202
+    assert (await stack.http.delete(f"/v1/allocations/{leased}", headers=stack.acme)).status_code == 202
+    await stack.wait_for(leased, "released")
