@@ -91,7 +91,7 @@ def acting_tenant(caller: Principal, named: str | None) -> str:
             raise ApiError(
                 422,
                 "invalid_request",
-                "an admin token must name the tenant the allocation is for",
+                "an admin token must name the tenant it acts for (`tenant`)",
                 [{"field": "body.tenant", "message": "is required with an admin token", "type": "missing"}],
             )
         return named

@@ -124,6 +124,12 @@ class Stack:
         self.agent_hosts.clear()
         self.gateways.clear()
 
+    async def shutdown(self) -> None:
+        """Stop this process's workers, then everything `close` stops."""
+        await asyncio.gather(*(w.shutdown() for w in self.workers), return_exceptions=True)
+        await self.engine.dispose()
+        self.close()
+
     def close(self) -> None:
         for agents in self.agent_hosts:
             agents.terminate()
@@ -547,9 +553,7 @@ async def main(args: argparse.Namespace) -> None:
             for size, full, cached in await snapshot_cost(stack, sizes):
                 print(f"| {size} | {size * 8} | {full:.0f} | {cached:.1f} |")
         finally:
-            await asyncio.gather(*(w.shutdown() for w in stack.workers), return_exceptions=True)
-            await stack.engine.dispose()
-            stack.close()
+            await stack.shutdown()
 
 
 if __name__ == "__main__":

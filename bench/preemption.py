@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import tempfile
 import time
 import uuid
@@ -39,7 +38,7 @@ from sqlalchemy import text
 
 from activities.control import admission
 from bench.allocation import FAST, Stack, _run_workers
-from bench.queues import Request, _pct, _release, _start, _until
+from bench.queues import Request, _release, _start, _until, print_figures
 from contracts.task_queues import Queues
 from fleet.loader import parse_fleet
 from scheduler.request import PlacementRequest
@@ -199,10 +198,7 @@ def report(figures: dict[str, list[float]], nodes: int) -> None:
         "grace": "    of which notice -> its teardown starts (the grace timer)",
         "wake": "  release -> preemptor woken",
     }
-    for key, name in names.items():
-        samples = [1000 * s for s in figures[key]]
-        median = statistics.median(samples) if samples else float("nan")
-        print(f"  {name:60} {median:8.0f} / {_pct(samples, 0.99):8.0f}  (n={len(samples)})")
+    print_figures(figures, names, 60)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -214,9 +210,7 @@ async def main(args: argparse.Namespace) -> None:
             await stack.connect()
             report(await run(stack, args.nodes, decisions), args.nodes)
         finally:
-            await asyncio.gather(*(w.shutdown() for w in stack.workers), return_exceptions=True)
-            await stack.engine.dispose()
-            stack.close()
+            await stack.shutdown()
 
 
 if __name__ == "__main__":

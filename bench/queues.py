@@ -396,6 +396,14 @@ async def stories(stack: Stack) -> tuple[dict[str, Story], list[tuple[str, str, 
     return dict(by_id), spans
 
 
+def print_figures(figures: dict[str, list[float]], names: dict[str, str], width: int) -> None:
+    """One line per figure: its name, then the p50 and p99 of its samples (seconds) in ms, and how many."""
+    for key, name in names.items():
+        samples = [1000 * s for s in figures[key]]
+        median = statistics.median(samples) if samples else float("nan")
+        print(f"  {name:{width}} {median:8.0f} / {_pct(samples, 0.99):8.0f}  (n={len(samples)})")
+
+
 def _pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
@@ -641,9 +649,7 @@ async def main(args: argparse.Namespace) -> None:
                 _dump(Path(args.dump), result, by_id, spans)
             report(result, by_id, spans, args)
         finally:
-            await asyncio.gather(*(w.shutdown() for w in stack.workers), return_exceptions=True)
-            await stack.engine.dispose()
-            stack.close()
+            await stack.shutdown()
 
 
 if __name__ == "__main__":

@@ -23,11 +23,11 @@ from cli.client import (
     OutputOption,
     TenantOption,
     TokenOption,
+    acting_tenant,
     api_client,
-    default_tenant,
     segment,
 )
-from cli.output import OutputFormat, console, errors, fail, print_json, styled
+from cli.output import OutputFormat, console, fail, print_json, styled
 from scheduler.request import CapacityShape
 from workflows.allocation_messages import FINAL_STATES
 
@@ -304,14 +304,7 @@ def create(
     """Request GPUs: a VM on GPU slices, or a whole bare-metal host, optionally constrained by DRA CEL selectors over
     the GPU device, cluster labels, or pinned nodes. With --queue-timeout it waits in its region's queue when no
     node can take it now (`berth queue` shows its place)."""
-    if tenant is None and token is None:
-        tenant = default_tenant()
-        if tenant is not None and output is OutputFormat.TEXT:
-            errors.print(
-                f"acting for tenant {tenant}, the first in `berth up`'s context (choose with --tenant)",
-                style="dim",
-                highlight=False,
-            )
+    tenant = acting_tenant(tenant, token, announce=output is OutputFormat.TEXT)
     body = {
         "gpu_count": gpus,
         "gpu_product": product,

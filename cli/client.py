@@ -21,7 +21,7 @@ import httpx
 import typer
 from pydantic import ValidationError
 
-from cli.output import OutputFormat, fail
+from cli.output import OutputFormat, errors, fail
 from config.context import read_context
 from config.settings import Settings
 
@@ -85,6 +85,18 @@ def default_tenant() -> str | None:
     tenant of `context.json`, so `berth alloc create --gpus 2` works right after `berth up`."""
     context = read_context(Settings())
     return min(context.tenant_tokens) if context and context.tenant_tokens else None
+
+
+def acting_tenant(tenant: str | None, token: str | None, announce: bool) -> str | None:
+    """The tenant a create is for: the one named, else (no token named either) `default_tenant`, announced on
+    stderr when `announce` so that nobody acts for a tenant unawares."""
+    if tenant is not None or token is not None:
+        return tenant
+    tenant = default_tenant()
+    if tenant is not None and announce:
+        errors.print(f"acting for tenant {tenant}, the first in `berth up`'s context (choose with --tenant)",
+                     style="dim", highlight=False)  # fmt: skip
+    return tenant
 
 
 def segment(value: str) -> str:

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from cli.client import ApiOption, OutputOption, TenantOption, TokenOption, api_client
+from cli.client import ApiOption, OutputOption, TenantOption, TokenOption, acting_tenant, api_client
 from cli.output import OutputFormat, console, print_json, styled
 from cli.queue import local_time
 from scheduler.request import CapacityShape
@@ -36,6 +36,7 @@ def create(
     token: TokenOption = None,
 ) -> None:
     """Reserve GPUs of one node for a window."""
+    tenant = acting_tenant(tenant, token, announce=output is OutputFormat.TEXT)
     body = {"gpu_count": gpus, "region": region, "starts_at": start, "ends_at": end, "duration": duration,
             "gpu_product": product, "shape": shape.value, "tenant": tenant}  # fmt: skip
     with api_client(api, token, tenant) as client:

@@ -31,6 +31,7 @@ class FindingKind(StrEnum):
     ABANDONED_ALLOCATION = "abandoned_allocation"  # unfinished in PostgreSQL, its workflow ended (say, terminated)
     NOMINATION_TAKEN = "nomination_taken"  # a node held for a preemptor was given to another allocation (issue 26)
     RESERVATION_OVERBOOKED = "reservation_overbooked"  # a node cannot give its reservations their GPUs (issue 26)
+    ABANDONED_RESERVATION = "abandoned_reservation"  # open in PostgreSQL, its workflow ended (say, terminated)
 
 
 class RepairAction(StrEnum):
@@ -112,6 +113,14 @@ class ReservationFact(Model):
     node_gpus: int  # its node's GPUs that can be given out (approved, not quarantined)
 
 
+class OpenReservationFact(Model):
+    """A reservation that is `reserved` or `started` in PostgreSQL, whose workflow should be running."""
+
+    reservation_id: str
+    node: str
+    state: str
+
+
 class SlotFact(Model):
     """A slot that is not available (reserved or quarantined): available ones cannot drift this way."""
 
@@ -137,6 +146,8 @@ class ControlFacts(Model):
     in_flight: list[str] = Field(default_factory=list)  # allocation ids whose allocation or recovery workflow is open
     nominations: list[NominationFact] = Field(default_factory=list)  # nodes held for preemptors
     reservations: list[ReservationFact] = Field(default_factory=list)  # GPUs held for reservations' windows
+    open_reservations: list[OpenReservationFact] = Field(default_factory=list)
+    reservations_in_flight: list[str] = Field(default_factory=list)  # reservation ids whose workflow is open
 
 
 # What comes out -------------------------------------------------------------------------------------------------------

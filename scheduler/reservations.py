@@ -94,7 +94,10 @@ def admit(
         return found
     best_room, best_node = found
     lacks = f"no node has {request.gpu_count} GPUs free in {window.describe()}: the most is {best_room} on {best_node}"
-    return Refused(lacks, tuple(_nearest(snapshot, nodes, request.gpu_count, window, holdings, reserved)))
+    nearest = tuple(_nearest(snapshot, nodes, request.gpu_count, window, holdings, reserved))
+    if nearest:
+        lacks += "; the nearest windows that fit: " + ", ".join(w.describe() for w in nearest)
+    return Refused(lacks, nearest)
 
 
 def with_holds(

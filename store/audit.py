@@ -25,6 +25,7 @@ from contracts.audit import (
     Finding,
     FindingKind,
     NominationFact,
+    OpenReservationFact,
     Repair,
     RepairAction,
     ReservationFact,
@@ -122,6 +123,10 @@ async def control_facts(session: AsyncSession) -> ControlFacts:
             for a, n, v, at, g in nominations
         ],  # fmt: skip
         reservations=await _reservation_facts(session),
+        open_reservations=[
+            OpenReservationFact(reservation_id=r.id, node=r.node_id, state=r.state)
+            for r in await reservations.open_rows(session)
+        ],
         slots=[SlotFact(node=n, slot_id=s, slot_index=i, state=st, quarantine_reason=r) for n, s, i, st, r in slots],
         allocations=[
             AllocationFact(allocation_id=a, state=st, node=n, ends_at=end, preemptible=_preemptible(classes, named))
@@ -138,13 +143,12 @@ def _preemptible(classes: PriorityClasses, named: str | None) -> bool:
 async def _reservation_facts(session: AsyncSession) -> list[ReservationFact]:
     """The reservations whose GPUs are held for them (store.reservations.holds), with their nodes' usable GPUs."""
     held = await reservations.holds(session)
-    usable = dict(
-        (await session.execute(
-            select(SlotRow.node_id, func.count())
-            .where(SlotRow.approved.is_(True), SlotRow.state != "quarantined")
-            .group_by(SlotRow.node_id)
-        )).tuples().all()
-    )  # fmt: skip
+    counted = await session.execute(
+        select(SlotRow.node_id, func.count())
+        .where(SlotRow.approved.is_(True), SlotRow.state != "quarantined")
+        .group_by(SlotRow.node_id)
+    )
+    usable = {node: int(count) for node, count in counted}
     return [
         ReservationFact(
             reservation_id=r.reservation_id,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import and_, exists, or_, select, update
+from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from scheduler.reservations import Holding, Reserved, Window
@@ -27,13 +27,14 @@ def _window(row: ReservationRow) -> Window:
 
 async def holds(session: AsyncSession, *, only_reserved: bool = False) -> list[Reserved]:
     """The reservations whose GPUs are still held for them: not started yet, or started but their allocation holds
-    no claim yet (`only_reserved`: the first kind alone, for queued requests)."""
+    no claim yet (`only_reserved`: the first kind alone, for queued requests), and whose window has not ended."""
     claimed = exists().where(ClaimRow.allocation_id == ReservationRow.allocation_id, ClaimRow.released_at.is_(None))
     waiting = and_(ReservationRow.state == "started", ~claimed)
     condition = (
         ReservationRow.state == "reserved" if only_reserved else or_(ReservationRow.state == "reserved", waiting)
     )
-    rows = (await session.scalars(select(ReservationRow).where(condition))).all()
+    # A window that has ended holds nothing, even if its row was never closed (its workflow terminated, say).
+    rows = (await session.scalars(select(ReservationRow).where(condition, ReservationRow.ends_at > func.now()))).all()
     return [Reserved(r.id, r.node_id, r.gpu_count, _window(r)) for r in rows]
 
 
@@ -54,6 +55,20 @@ async def window_facts(session: AsyncSession, region: str) -> tuple[list[Holding
         holdings.append(Holding(allocation_id, node, int(gpus), until, preemptible))
     mine = set(await _in_region(session, region))
     return holdings, [r for r in await holds(session) if r.reservation_id in mine]
+
+
+async def close_open(session: AsyncSession, reservation_id: str, state: str, reason: str) -> None:
+    """Close a reservation that is still open (a closed one is left as it is)."""
+    await session.execute(
+        update(ReservationRow)
+        .where(ReservationRow.id == reservation_id, ReservationRow.state.in_(OPEN_STATES))
+        .values(state=state, reason=reason)
+    )
+
+
+async def open_rows(session: AsyncSession) -> Sequence[ReservationRow]:
+    """Every reservation still `reserved` or `started`: its workflow should be running."""
+    return (await session.scalars(select(ReservationRow).where(ReservationRow.state.in_(OPEN_STATES)))).all()
 
 
 async def _in_region(session: AsyncSession, region: str) -> Sequence[str]:

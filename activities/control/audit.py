@@ -39,6 +39,7 @@ from store import audit as records
 
 ALLOCATION_PREFIX = "allocation/"
 RECOVERY_PREFIX = "recovery/"
+RESERVATION_PREFIX = "reservation/"
 IN_FLIGHT = "InFlight"
 
 
@@ -66,7 +67,7 @@ class AuditActivities:
     async def audit_assess(self, request: AssessInput) -> AuditReport:
         async with self.sessions() as session:
             facts, previous = await records.assessment_facts(session)
-        in_flight = await self._open_allocations(request.control_queue)
+        in_flight, reservations_in_flight = await self._open_workflows(request.control_queue)
         mentioned = {c.allocation_id for c in facts.claims} | {a.allocation_id for a in facts.allocations}
         for host in request.hosts:
             mentioned |= {vm.allocation_id for vm in host.vms} | {lease.allocation_id for lease in host.leases}
@@ -74,7 +75,9 @@ class AuditActivities:
         for allocation in sorted(mentioned - in_flight - {""}):
             if await self._running(allocation):
                 in_flight.add(allocation)
-        facts = facts.model_copy(update={"in_flight": sorted(in_flight)})
+        facts = facts.model_copy(
+            update={"in_flight": sorted(in_flight), "reservations_in_flight": sorted(reservations_in_flight)}
+        )
         now = datetime.now(UTC)
         findings = assess(facts, request.hosts, previous, now, request.orphan_grace_seconds)
         nodes = sorted(host.node for host in request.hosts)
@@ -87,15 +90,19 @@ class AuditActivities:
             started_at=started_at, nodes_checked=nodes, findings=findings,
         )  # fmt: skip
 
-    async def _open_allocations(self, control_queue: str) -> set[str]:
-        """Allocations whose allocation or slot-recovery workflow runs on this deployment's control queue."""
+    async def _open_workflows(self, control_queue: str) -> tuple[set[str], set[str]]:
+        """Allocations whose allocation or slot-recovery workflow, and reservations whose workflow, runs on this
+        deployment's control queue."""
         query = f"ExecutionStatus = 'Running' AND TaskQueue = '{control_queue}'"
-        found: set[str] = set()
+        allocations: set[str] = set()
+        reservations: set[str] = set()
         async for execution in self.client.list_workflows(query):
             allocation = allocation_of(execution.id)
             if allocation is not None:
-                found.add(allocation)
-        return found
+                allocations.add(allocation)
+            elif execution.id.startswith(RESERVATION_PREFIX):
+                reservations.add(execution.id.removeprefix(RESERVATION_PREFIX))
+        return allocations, reservations
 
     async def _running(self, allocation_id: str) -> bool:
         return await self._status(allocation_id) == WorkflowExecutionStatus.RUNNING

@@ -82,6 +82,7 @@ class _Audit:
             *self.abandoned_allocations(),
             *self.nominations_taken(),
             *self.reservations_overbooked(),
+            *self.abandoned_reservations(),
         ]
         return sorted(found, key=lambda f: (f.kind.value, f.node or "", f.allocation_id or "", f.slot_indexes))
 
@@ -271,3 +272,19 @@ class _Audit:
             yield self.finding(
                 FindingKind.RESERVATION_OVERBOOKED, f"{node} promised GPUs twice: " + "; ".join(short), node=node
             )
+
+    def abandoned_reservations(self) -> Iterable[Finding]:
+        """A reservation open in PostgreSQL whose workflow ended (terminated from the Temporal UI, say) holds its
+        window's GPUs until the window's end with nothing to start or end it. Reported, not repaired: cancelling it
+        (`berth reservations cancel`) records it as cancelled, which is the operator's call to make."""
+        running = set(self.facts.reservations_in_flight)
+        for reservation in self.facts.open_reservations:
+            if reservation.reservation_id in running:
+                continue
+            yield self.finding(
+                FindingKind.ABANDONED_RESERVATION,
+                f"reservation {reservation.reservation_id} is {reservation.state} in PostgreSQL, but its workflow is no "
+                "longer running (terminated, timed out or gone): nothing will start or end it, and its GPUs stay "
+                f"promised until its window ends; `berth reservations cancel {reservation.reservation_id}` closes it",
+                node=reservation.node,
+            )  # fmt: skip

@@ -18,7 +18,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Path
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import Caller, acting_tenant
@@ -33,7 +33,7 @@ from store import reservations
 from store.decisions import lock_region
 from store.models import ReservationRow
 from store.tokens import Principal
-from workflows.reservation import ReservationInput, ReservationWorkflow
+from workflows.reservation_client import start_reservation, workflow_id
 
 router = APIRouter(prefix="/v1/reservations", tags=["reservations"])
 App = Annotated[Services, Depends(services)]
@@ -87,7 +87,7 @@ def _view(row: ReservationRow) -> ReservationView:
     return ReservationView(
         id=row.id, tenant=row.tenant, state=row.state, region=row.region, node=row.node_id, gpu_count=row.gpu_count,
         gpu_product=row.gpu_product, starts_at=row.starts_at, ends_at=row.ends_at, allocation_id=row.allocation_id,
-        reason=row.reason, workflow_id=f"reservation/{row.id}",
+        reason=row.reason, workflow_id=workflow_id(row.id),
     )  # fmt: skip
 
 
@@ -125,19 +125,12 @@ async def create_reservation(body: Annotated[ReservationCreate, Body()], caller:
         )  # fmt: skip
         await reservations.create(session, row)
         view = _view(row)
-    pinned = request.model_copy(
-        update={
-            "nodes": frozenset({decision.node}),
-            "reservation_id": row.id,
-            "lease_seconds": ends.timestamp() - starts.timestamp(),
-        }  # fmt: skip
-    )
-    client: Client = await app.control.client()
-    start = ReservationInput(reservation_id=row.id, tenant=tenant, request=pinned, starts_at=starts, ends_at=ends,
-                             timing=app.timing, queues=app.control.queues)  # fmt: skip
-    await client.start_workflow(
-        ReservationWorkflow.run, start, id=view.workflow_id, task_queue=app.control.queues.control
-    )
+        # The workflow starts before the row commits: a start that fails rolls the row back, so no reservation holds
+        # GPUs without a workflow to end it. A commit that fails after the start leaves a workflow without a row,
+        # which holds nothing and fails at its start time (`start_reservation` finds no row).
+        client: Client = await app.control.client()
+        await start_reservation(client, row.id, tenant, row.node_id, request, starts, ends, app.timing,
+                                app.control.queues)  # fmt: skip
     return view
 
 
@@ -165,11 +158,21 @@ async def cancel_reservation(reservation_id: IdPath, caller: Caller, app: App) -
         raise ApiError(409, "invalid_state", f"reservation {reservation_id} is {row.state}; it cannot be cancelled")
     await app.control.require_worker()
     client: Client = await app.control.client()
+    handle = client.get_workflow_handle(workflow_id(reservation_id))
     try:
-        await client.get_workflow_handle(f"reservation/{reservation_id}").cancel()
+        running = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
     except RPCError as error:
         if error.status is not RPCStatusCode.NOT_FOUND:
             raise
+        running = False
+    if running:
+        await handle.cancel()  # the workflow records it (and cancels its allocation, once started)
+    else:
+        # No workflow runs to record the cancel (terminated from the Temporal UI, say: the reconciler reports it as
+        # `abandoned_reservation`): the row is closed here, so that it promises its GPUs no longer.
+        async with app.sessions.begin() as session:
+            await reservations.close_open(session, reservation_id, "cancelled", "cancelled; its workflow had ended")
+            row = await _visible(session, reservation_id, caller)
     return _view(row)
 
 

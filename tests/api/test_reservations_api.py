@@ -130,3 +130,25 @@ async def test_an_allocation_is_extended_only_up_to_the_start_of_a_reservation_t
     assert (await stack.http.delete(f"/v1/reservations/{created.json()['id']}", headers=stack.acme)).status_code == 202
     assert (await stack.http.delete(f"/v1/allocations/{leased}", headers=stack.acme)).status_code == 202
     await stack.wait_for(leased, "released")
+
+
+async def test_a_reservation_whose_workflow_was_terminated_is_reported_and_closed_by_a_cancel(stack: Stack) -> None:
+    window = {"gpu_count": 4, "region": "lab", "starts_at": _at(3600), "duration": "1h"}
+    created = (await stack.http.post("/v1/reservations", json=window, headers=stack.acme)).json()
+    reservation = created["id"]
+    assert (await stack.http.post("/v1/audit", headers=stack.admin)).json()["counts"] == {}
+
+    # Terminated from the Temporal UI: nothing will start or end it, and its row still promises `big`.
+    await stack.lab.starter.get_workflow_handle(created["workflow_id"]).terminate("an operator's mistake")
+    audit = (await stack.http.post("/v1/audit", headers=stack.admin)).json()
+    assert audit["counts"] == {"abandoned_reservation": 1}
+    [finding] = audit["report"]["findings"]
+    assert (finding["node"], finding["repair"]) == ("big", None)  # reported, not repaired
+    assert f"berth reservations cancel {reservation}" in finding["message"]
+
+    # The cancel closes the row itself (no workflow runs to do it), and the window is free again.
+    cancelled = await stack.http.delete(f"/v1/reservations/{reservation}", headers=stack.acme)
+    assert cancelled.status_code == 202 and cancelled.json()["state"] == "cancelled"
+    assert (await stack.http.post("/v1/audit", headers=stack.admin)).json()["counts"] == {}
+    again = await stack.http.post("/v1/reservations", json=window, headers=stack.acme)
+    assert again.status_code == 201 and again.json()["node"] == "big"

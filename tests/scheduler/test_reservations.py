@@ -48,9 +48,10 @@ def test_a_full_window_is_refused_with_what_it_lacks_and_the_nearest_windows_tha
     refused = admit(fleet, asked(8), "r1", WINDOW, running, [other])
     assert isinstance(refused, Refused)
     assert refused.message.startswith("no node has 8 GPUs free in [")
-    assert refused.message.endswith("the most is 0 on a01")
     # a02 frees at +10h, but the other reservation takes it until +20h: the nearest 48-hour window starts then.
-    assert refused.suggestions == (Window(WINDOW.start + 20 * HOUR, WINDOW.start + 68 * HOUR),)
+    nearest = Window(WINDOW.start + 20 * HOUR, WINDOW.start + 68 * HOUR)
+    assert refused.suggestions == (nearest,)
+    assert refused.message.endswith(f"the most is 0 on a01; the nearest windows that fit: {nearest.describe()}")
 
 
 def test_overlapping_reservations_share_a_node_only_as_far_as_it_has_room() -> None:
