@@ -263,6 +263,15 @@ class PriorityClasses:
         return name, self.facts.get(name) if name is not None else None
 
 
+async def is_preemptible(session: AsyncSession, allocation_id: str) -> bool:
+    """Whether the allocation asked for a preemptible PriorityClass (by name, or as its tenant's default class)."""
+    named = await session.scalar(
+        select(AllocationRow.request["priority_class"].astext).where(AllocationRow.id == allocation_id)
+    )
+    _, fact = (await class_facts(session)).of(named)
+    return fact is not None and fact.preemptible
+
+
 async def class_facts(session: AsyncSession) -> PriorityClasses:
     """Every PriorityClass's value, whether it is preemptible and its grace period; and the default class's name."""
     rows = await session.execute(

@@ -166,14 +166,15 @@ class PlacementActivities:
         """The snapshot without plans in progress, those plans as they are now (both without the lock), and the
         nodes held for the head of a queue other than this allocation (issue 24). The GPUs of reservations this
         request would overlap are held from it (issue 26): a request with no end, or one ending after a window
-        starts, does not see them as free."""
+        starts, does not see them as free, unless it is of a preemptible class (the reservation's start preempts it)."""
         async with self.sessions() as session:
             base, plans = await self.inventory.snapshot_and_plans(session, exclude_allocation=allocation_id)
             held = await reservations.holds(session)
             nodes = await queue.reserved_nodes(session, allocation_id)
+            preemptible = bool(held) and await queue.is_preemptible(session, allocation_id)
         if held:
             ends = time.time() + request.lease_seconds if request.lease_seconds is not None else None
-            base = with_holds(base, held, ends, preemptible=False, own=request.reservation_id)
+            base = with_holds(base, held, ends, preemptible=preemptible, own=request.reservation_id)
         return base, plans, nodes
 
     async def _candidates(

@@ -152,3 +152,20 @@ async def test_a_reservation_whose_workflow_was_terminated_is_reported_and_close
     assert (await stack.http.post("/v1/audit", headers=stack.admin)).json()["counts"] == {}
     again = await stack.http.post("/v1/reservations", json=window, headers=stack.acme)
     assert again.status_code == 201 and again.json()["node"] == "big"
+
+
+async def test_a_spot_allocation_may_use_reserved_gpus_until_the_start_preempts_it(stack: Stack) -> None:
+    window = {"gpu_count": 4, "region": "lab", "starts_at": _at(10), "duration": "3s"}
+    created = await stack.http.post("/v1/reservations", json=window, headers=stack.acme)
+    assert created.status_code == 201 and created.json()["node"] == "big"
+    # `big`'s 4 GPUs are promised from the start: a request with no end finds no node with 4 free...
+    plain = await stack.create(4)
+    assert "insufficient_capacity" in (await stack.wait_for(plain, "failed"))["failure_reason"]
+    # ...but a preemptible one may use them until then: the start preempts it.
+    spot = await stack.create(4, priority_class="spot")
+    assert (await stack.wait_for(spot, "active"))["node"] == "big"
+    started = await _reservation(stack, created.json()["id"], "started", "ended")
+    assert (await stack.wait_for(spot, "preempted"))["state"] == "preempted"
+    assert (await stack.wait_for(started["allocation_id"], "active", "expired"))["node"] == "big"
+    await _reservation(stack, created.json()["id"], "ended")
+    assert await stack.lab.active_claims() == {}
