@@ -29,6 +29,9 @@ def create(
     end: Annotated[str | None, typer.Option("--end", help="When it ends (RFC 3339).")] = None,
     duration: Annotated[str | None, typer.Option("--duration", help="Or how long it lasts (48h, 90m).")] = None,
     product: Annotated[str | None, typer.Option("--product", help="GPU product, e.g. H100; unset: any.")] = None,
+    pool: Annotated[
+        str | None, typer.Option("--pool", help="One pool (cluster/pool); unset: any that serves it.")
+    ] = None,
     shape: Annotated[CapacityShape, typer.Option("--shape", help="gpu_slice or baremetal.")] = CapacityShape.GPU_SLICE,
     tenant: TenantOption = None,
     output: OutputOption = OutputFormat.TEXT,
@@ -38,7 +41,7 @@ def create(
     """Reserve GPUs of one node for a window."""
     tenant = acting_tenant(tenant, token, announce=output is OutputFormat.TEXT)
     body = {"gpu_count": gpus, "region": region, "starts_at": start, "ends_at": end, "duration": duration,
-            "gpu_product": product, "shape": shape.value, "tenant": tenant}  # fmt: skip
+            "gpu_product": product, "pool": pool, "shape": shape.value, "tenant": tenant}  # fmt: skip
     with api_client(api, token, tenant) as client:
         data = client.call("POST", "/v1/reservations", json={k: v for k, v in body.items() if v is not None})
     if output is OutputFormat.JSON:

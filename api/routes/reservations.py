@@ -49,6 +49,12 @@ class ReservationCreate(Strict):
     gpu_product: Product | None = None
     shape: CapacityShape = CapacityShape.GPU_SLICE
     region: Name
+    pool: str | None = Field(
+        default=None,
+        max_length=507,
+        pattern=r"^[a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9.-]*$",
+        description="One pool of the region (`cluster/pool`, as `berth capacity` names it); unset: any that serves it.",
+    )
     starts_at: AwareDatetime = Field(description="RFC 3339 with an offset; in the future.")
     ends_at: AwareDatetime | None = Field(default=None, description="After starts_at.")
     duration: LeaseDuration | None = Field(default=None, description="`48h`, `90m` or seconds: the alternative.")
@@ -110,6 +116,14 @@ async def create_reservation(body: Annotated[ReservationCreate, Body()], caller:
         if body.region not in snapshot.regions:
             known = ", ".join(sorted(snapshot.regions)) or "none"
             raise ApiError(422, "unknown_region", f"region {body.region!r} does not exist (regions: {known})")
+        if body.pool is not None:
+            pool = next((p for p in snapshot.pools if p.key == body.pool and p.region == body.region), None)
+            if pool is None:
+                known = ", ".join(sorted(p.key for p in snapshot.pools if p.region == body.region)) or "none"
+                raise ApiError(
+                    422, "unknown_pool", f"region {body.region!r} has no pool {body.pool!r} (pools: {known})"
+                )
+            request = request.model_copy(update={"nodes": frozenset(pool.nodes)})
         await lock_region(session, body.region)
         holdings, reserved = await reservations.window_facts(session, body.region)
         decision = admit(snapshot, request, body.region, window, holdings, reserved)

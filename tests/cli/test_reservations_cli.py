@@ -14,8 +14,8 @@ def _in(hours: float) -> str:
 
 
 def test_a_reservation_is_made_listed_seen_in_the_capacity_then_and_cancelled(terminal: Terminal) -> None:  # noqa: F811
-    made = terminal.ok("reservations", "create", "--gpus", "4", "--region", "lab", "--start", _in(2),
-                       "--duration", "1h")  # fmt: skip
+    made = terminal.ok("reservations", "create", "--gpus", "4", "--region", "lab", "--pool", "lab-1/slices",
+                       "--start", _in(2), "--duration", "1h")  # fmt: skip
     assert made.startswith("Reservation ") and " on big: 4 GPUs from " in made  # `big` is the only 4-GPU node
     reservation = made.split()[1]
     listed = terminal.json("reservations", "list")["reservations"]
@@ -52,4 +52,6 @@ def test_bad_reservation_input_is_refused_in_one_line(terminal: Terminal) -> Non
     nowhere = terminal.berth("reservations", "create", "--gpus", "2", "--region", "mars", "--start", _in(1),
                              "--duration", "1h")  # fmt: skip
     assert "region 'mars' does not exist" in one_error_line(nowhere)
+    no_pool = terminal.berth(*base, "--pool", "lab-1/gpus", "--start", _in(1), "--duration", "1h")
+    assert "region 'lab' has no pool 'lab-1/gpus' (pools: lab-1/" in one_error_line(no_pool)
     assert terminal.json("reservations", "list")["reservations"] == []
