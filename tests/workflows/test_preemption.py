@@ -1,7 +1,7 @@
 """Preemption (issue 26) against real PostgreSQL and Temporal: a queued request of a higher class displaces a
 preemptible allocation; the victim is told (`preempting`, with the preemptor's priority and never its tenant), keeps
 its grace period, then releases as a release does (`preempted`); the freed node is held for the preemptor, which is
-placed there, and a request that came meanwhile does not take it."""
+placed there, and none of a stream of requests that came meanwhile takes any of it."""
 
 from __future__ import annotations
 
@@ -56,9 +56,14 @@ async def test_a_preemptible_allocation_is_told_keeps_its_grace_then_leaves_its_
         assert entry.reason == f"preempting 1 allocation(s) on node only: {spot}"
         assert (await victim.describe()).typed_search_attributes.get(STATE) == "preempting"
 
-        # A request that never queued comes while the victim leaves: the node is held for the preemptor.
-        latecomer = await lab.allocate(other, gpus=4)
-        assert (await lab.wait_for_state(latecomer, "failed")).failure_reason is not None
+        # A stream of requests comes while the victim leaves, of every size, placed at once or queued at a lower
+        # priority: the node is held for the preemptor, so none of them takes any of its GPUs.
+        latecomers = [await lab.allocate(f"{other}-{gpus}", gpus=gpus) for gpus in (1, 2, 4)]
+        queued = [await lab.allocate(f"{other}-q{n}", gpus=1, queue=QueueWait(timeout_seconds=600)) for n in (1, 2)]
+        for latecomer in latecomers:
+            assert (await lab.wait_for_state(latecomer, "failed")).failure_reason is not None
+        for waiter in queued:
+            await lab.wait_for_state(waiter, "queued")
 
         assert (await victim.result()).state == "preempted"
         placed = await lab.wait_for_state(preemptor, "active")
@@ -70,8 +75,14 @@ async def test_a_preemptible_allocation_is_told_keeps_its_grace_then_leaves_its_
         assert await lab.active_claims() == {urgent: ["only/0", "only/1", "only/2", "only/3"]}
         async with sessions() as session:
             assert (await session.get(AllocationRow, spot)).state == "preempted"
+        for n in (1, 2):
+            assert (await allocation_client.status(temporal_client, f"{other}-q{n}")).state == "queued"
         await allocation_client.release(temporal_client, urgent)
         assert (await preemptor.result()).state == "released"
+        for n, waiter in zip((1, 2), queued, strict=True):  # the preemptor gone, the queue's requests get the node
+            await lab.wait_for_state(waiter, "active")
+            await allocation_client.release(temporal_client, f"{other}-q{n}")
+            assert (await waiter.result()).state == "released"
         histories = await run_histories(temporal_client, f"allocation/{spot}")
     assert len(histories) == 2  # placed, then held until preempted
     for history in histories:
