@@ -1,0 +1,222 @@
+"""A slot's health (issue 27): what its host can see of its devices, judged by one pure function.
+
+    agent (agent/host/health.py)            reads, per approved slot, every report interval, in use or not:
+                                            the GPU, the fabric VF and the NVMe controller still at their addresses
+                                            and bound to vfio-pci; their PCIe AER counters; their links' trained
+                                            speed and width against the maximum; Xids where a driver or the guest
+                                            saw them; a wipe's failed function-level reset
+        -> assess(now, before)              this module: a verdict and reasons a person can read
+        -> the agent's report               (`NodeReport.health`, sent when a verdict changes)
+        -> the control plane                keeps the worst verdict since the slot's last repair
+
+Verdicts: `healthy`; `degraded` (what runs keeps running, no new work is placed); `failed` (the slot is quarantined
+once free, and its allocation's owner is told now); `unknown` (nothing could be read: never taken for healthy).
+
+A GPU bound to vfio-pci is invisible to the host's NVIDIA driver, so a slice host judges it by what PCI itself shows
+(AER, the link, presence); Xids come from the guest or, where the host driver holds the GPU, from NVML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# A burst of correctable errors between two reports that says the link is marginal (one a minute is noise; DCGM's
+# PCIe replay watch uses the same idea). Fatal and non-fatal errors count from one.
+CORRECTABLE_BURST = 100
+
+
+class HealthState(StrEnum):
+    HEALTHY = "healthy"
+    UNKNOWN = "unknown"
+    DEGRADED = "degraded"
+    FAILED = "failed"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+    @property
+    def placeable(self) -> bool:
+        """Whether new work may be placed on a slot in this state."""
+        return self is HealthState.HEALTHY
+
+
+_RANK = {HealthState.HEALTHY: 0, HealthState.UNKNOWN: 1, HealthState.DEGRADED: 2, HealthState.FAILED: 3}
+
+
+def worst(*states: HealthState) -> HealthState:
+    return max(states, key=lambda s: s.rank, default=HealthState.HEALTHY)
+
+
+class Bucket(StrEnum):
+    """NVIDIA's resolution buckets (immediate action) of the Xid catalog."""
+
+    IGNORE = "IGNORE"
+    RESTART_APP = "RESTART_APP"
+    RESET_GPU = "RESET_GPU"
+    RESTART_BM = "RESTART_BM"  # reboot the node
+    CONTACT_SUPPORT = "CONTACT_SUPPORT"
+
+
+@dataclass(frozen=True)
+class XidPolicy:
+    mnemonic: str
+    bucket: Bucket
+    verdict: HealthState  # Berth's: what the bucket means for placing work on the GPU
+
+
+# NVIDIA's Xid catalog for Ampere and newer (docs.nvidia.com/deploy/xid-errors, "Analyzing Xid Errors with the Xid
+# Catalog", resolution bucket, immediate action), and its page-retirement notes (Xid 48, 63, 64). The verdict is
+# Berth's reading of the bucket: an application's own fault (RESTART_APP) leaves the GPU healthy unless the catalog
+# says a reset is pending to repair memory; a reset or a reboot to recover is `failed`, since a passed-through GPU
+# can be reset only once free; a reset wanted "when convenient" to activate a remap is `degraded`.
+XID_CATALOG: dict[int, XidPolicy] = {
+    13: XidPolicy("Graphics engine exception", Bucket.RESTART_APP, HealthState.HEALTHY),
+    31: XidPolicy("GPU memory page fault", Bucket.RESTART_APP, HealthState.HEALTHY),
+    43: XidPolicy("GPU stopped processing", Bucket.RESTART_APP, HealthState.HEALTHY),
+    45: XidPolicy("Preemptive cleanup, due to previous errors", Bucket.IGNORE, HealthState.HEALTHY),
+    48: XidPolicy("Double bit ECC error", Bucket.RESET_GPU, HealthState.FAILED),
+    61: XidPolicy("Internal micro-controller breakpoint/warning", Bucket.RESET_GPU, HealthState.FAILED),
+    62: XidPolicy("Internal micro-controller halt", Bucket.RESET_GPU, HealthState.FAILED),
+    63: XidPolicy("ECC page retirement or row remapping recording event", Bucket.RESET_GPU, HealthState.DEGRADED),
+    64: XidPolicy("ECC page retirement or row remapper recording failure", Bucket.RESET_GPU, HealthState.FAILED),
+    74: XidPolicy("NVLink error", Bucket.RESET_GPU, HealthState.FAILED),
+    79: XidPolicy("GPU has fallen off the bus", Bucket.RESTART_BM, HealthState.FAILED),
+    92: XidPolicy("High single-bit ECC error rate", Bucket.CONTACT_SUPPORT, HealthState.DEGRADED),
+    94: XidPolicy("Contained ECC error", Bucket.RESTART_APP, HealthState.DEGRADED),
+    95: XidPolicy("Uncontained ECC error", Bucket.RESET_GPU, HealthState.FAILED),
+    119: XidPolicy("GSP RPC timeout", Bucket.RESET_GPU, HealthState.FAILED),
+    120: XidPolicy("GSP error", Bucket.RESET_GPU, HealthState.FAILED),
+}
+
+
+class NvmeWarning(IntEnum):
+    """The NVMe SMART/Health log's Critical Warning bits (NVM Express Base Specification, Get Log Page 02h)."""
+
+    SPARE_BELOW_THRESHOLD = 0
+    TEMPERATURE = 1
+    RELIABILITY_DEGRADED = 2
+    READ_ONLY = 3
+    VOLATILE_BACKUP_FAILED = 4
+
+
+_NVME_FAILED = {NvmeWarning.RELIABILITY_DEGRADED, NvmeWarning.READ_ONLY, NvmeWarning.VOLATILE_BACKUP_FAILED}
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PcieSignals(Model):
+    """One PCI function as sysfs shows it now (Linux: sysfs-bus-pci, sysfs-bus-pci-devices-aer_stats)."""
+
+    address: str = Field(max_length=16)
+    present: bool
+    driver: str | None = Field(default=None, max_length=64)
+    aer_fatal: int | None = Field(default=None, ge=0)  # TOTAL_ERR_FATAL of aer_dev_fatal
+    aer_nonfatal: int | None = Field(default=None, ge=0)  # TOTAL_ERR_NONFATAL of aer_dev_nonfatal
+    aer_correctable: int | None = Field(default=None, ge=0)  # TOTAL_ERR_COR of aer_dev_correctable
+    link_speed: float | None = Field(default=None, ge=0)  # GT/s, current_link_speed
+    max_link_speed: float | None = Field(default=None, ge=0)
+    link_width: int | None = Field(default=None, ge=0)  # lanes, current_link_width
+    max_link_width: int | None = Field(default=None, ge=0)
+
+
+class SlotSignals(Model):
+    """Everything read of one slot's devices in one report interval."""
+
+    index: int = Field(ge=0)
+    gpu: PcieSignals | None = None
+    fabric: PcieSignals | None = None  # the per-slot VF, where the slot has one
+    nvme: PcieSignals | None = None  # the NVMe controller's function
+    nvme_critical_warning: int | None = Field(default=None, ge=0, le=255)
+    xids: list[int] = Field(default_factory=list, max_length=64)  # seen since the last report (guest or NVML)
+    wipe_failed: str | None = Field(default=None, max_length=512)  # a function-level reset that failed, and why
+
+
+class SlotHealth(Model):
+    """A slot's verdict and why, most severe reason first."""
+
+    index: int = Field(ge=0)
+    state: HealthState
+    reasons: list[str] = Field(default_factory=list, max_length=32)
+
+    @property
+    def reason(self) -> str | None:
+        return self.reasons[0] if self.reasons else None
+
+
+def assess(now: SlotSignals, before: SlotSignals | None = None) -> SlotHealth:
+    """The slot's verdict from this interval's signals; counters are judged by how far they rose since `before`
+    (the previous interval's reading of the same slot), so a counter that merely stands high is not news."""
+    found: list[tuple[HealthState, str]] = []
+    for role, signals, previous in (
+        ("GPU", now.gpu, before.gpu if before else None),
+        ("fabric VF", now.fabric, before.fabric if before else None),
+        ("NVMe controller", now.nvme, before.nvme if before else None),
+    ):
+        if signals is not None:
+            found.extend(_pcie(role, signals, previous))
+    if now.nvme_critical_warning:
+        found.extend(_nvme_warning(now.nvme_critical_warning))
+    for xid in sorted(set(now.xids)):
+        policy = XID_CATALOG.get(xid)
+        if policy is None:
+            found.append((HealthState.DEGRADED, f"Xid {xid}, not in NVIDIA's catalog: held from new work"))
+        elif policy.verdict is not HealthState.HEALTHY:
+            found.append((policy.verdict, f"Xid {xid} ({policy.mnemonic}): NVIDIA says {policy.bucket.value}"))
+    if now.wipe_failed:
+        found.append((HealthState.FAILED, f"the wipe's function-level reset failed: {now.wipe_failed}"))
+    if now.gpu is None:
+        found.append((HealthState.UNKNOWN, "the GPU's PCI function could not be read"))
+    found.sort(key=lambda pair: -pair[0].rank)
+    return SlotHealth(
+        index=now.index, state=worst(*(state for state, _ in found)), reasons=[reason for _, reason in found]
+    )
+
+
+def _pcie(role: str, now: PcieSignals, before: PcieSignals | None) -> list[tuple[HealthState, str]]:
+    if not now.present:
+        return [(HealthState.FAILED, f"the {role} {now.address} is gone from the PCI bus")]
+    found: list[tuple[HealthState, str]] = []  # its binding is validation's (scheduler/host/validate.py)
+    rises = (
+        ("aer_fatal", "fatal", 1, HealthState.FAILED),
+        ("aer_nonfatal", "non-fatal", 1, HealthState.DEGRADED),
+        ("aer_correctable", "correctable", CORRECTABLE_BURST, HealthState.DEGRADED),
+    )
+    for field, words, at_least, state in rises:
+        rise = _rise(getattr(now, field), getattr(before, field) if before else None)
+        if rise >= at_least:
+            found.append((state, f"the {role} {now.address} logged {rise} {words} PCIe errors (AER) since the last "
+                                 "report"))  # fmt: skip
+    if _below(now.link_speed, now.max_link_speed) or _below(now.link_width, now.max_link_width):
+        found.append((HealthState.DEGRADED, f"the {role} {now.address}'s link trained at {_link(now.link_speed, now.link_width)}, "
+                                            f"below its {_link(now.max_link_speed, now.max_link_width)}"))  # fmt: skip
+    return found
+
+
+def _nvme_warning(bits: int) -> list[tuple[HealthState, str]]:
+    found = []
+    for warning in NvmeWarning:
+        if bits & (1 << warning.value):
+            state = HealthState.FAILED if warning in _NVME_FAILED else HealthState.DEGRADED
+            found.append((state, f"the NVMe reports a critical warning: {warning.name.lower().replace('_', ' ')}"))
+    return found
+
+
+def _rise(now: int | None, before: int | None) -> int:
+    """How far a counter rose; a counter that went down was reset (a reboot, a driver rebind): no news."""
+    if now is None or before is None or now < before:
+        return 0
+    return now - before
+
+
+def _below(value: float | None, maximum: float | None) -> bool:
+    return value is not None and maximum is not None and value < maximum
+
+
+def _link(speed: float | None, width: int | None) -> str:
+    return f"{speed if speed is not None else '?'} GT/s x{width if width is not None else '?'}"
