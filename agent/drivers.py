@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from agent.host.wipe import SlotWipe
 from contracts.allocation import Readiness, VmSpec
 from fleet.node import Slot
+from scheduler.host.health import SlotSignals
 from scheduler.host.inventory import HostInventory
 
 
@@ -39,6 +40,11 @@ class VmRecord(BaseModel):
 class TopologyDriver(Protocol):
     def discover(self) -> HostInventory:
         """What the host has now. Never raises for a fact it cannot read: that is a `HostProblem` in the result."""
+        ...
+
+    def signals(self, slots: list[Slot], host: HostInventory) -> list[SlotSignals]:
+        """What the host can see of each approved slot's devices now (issue 27): presence, AER counters, links.
+        Never raises: an unreadable fact is an absent signal."""
         ...
 
 

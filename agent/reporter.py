@@ -1,10 +1,11 @@
 """The node agent's report loop: tell the control plane the agent is alive and what its host is, and learn the
 node's approved slots in return.
 
-    start ─► discover ─► report (whole host) ─► reply: approved slots? keep them
-                 ▲                                              │
-                 └── every few seconds: rediscover; the whole host at once when its topology hash moved,
-                     a heartbeat when the interval has passed, nothing otherwise
+    start ─► discover ─► report (whole host, every slot's health) ─► reply: approved slots? keep them
+                 ▲                                                            │
+                 └── every few seconds: rediscover and judge each slot's health (scheduler.host.health); the whole
+                     host at once when its topology hash moved, the verdicts at once when one changed, a heartbeat
+                     when the interval has passed, nothing otherwise
 
 A report that fails (API down, network) is retried sooner than the interval and never stops the agent: its
 activities keep serving whatever the control plane sends. The transport is a `ReportSink`; `HttpReportSink` posts
@@ -22,6 +23,7 @@ import urllib.request
 from typing import Protocol
 
 from agent.activities import NodeAgent
+from scheduler.host.health import SlotHealth, SlotSignals, assess
 from scheduler.host.inventory import HostInventory
 from scheduler.host.report import AgentInfo, NodeReport, ReportReply
 
@@ -85,27 +87,54 @@ class NodeReporter:
         self.interval = interval_seconds
         self._sent_topology: str | None = None  # the topology the control plane has from us
         self.last_reply: ReportReply | None = None
+        self._signals: dict[int, SlotSignals] = {}  # each slot's last reading, to judge counters by their rise
+        self._unsent: dict[int, SlotHealth] = {}  # the worst verdict per slot not yet delivered
+        self.sent_health: list[SlotHealth] | None = None  # the verdicts the control plane has from us
+
+    def judge_health(self, host: HostInventory) -> list[SlotHealth]:
+        """Each approved slot's verdict now (`scheduler.host.health.assess`), kept at its worst until a report
+        delivers it: a counter that rose between two looks is news once, and a failed report must not lose it."""
+        signals = self.agent.topology.signals(self.agent.approved.slots, host)
+        verdicts = []
+        for now in signals:
+            verdict = assess(now, self._signals.get(now.index))
+            pending = self._unsent.get(now.index)
+            if pending is not None and pending.state.rank > verdict.state.rank:
+                verdict = pending
+            self._unsent[now.index] = verdict
+            verdicts.append(verdict)
+        self._signals = {s.index: s for s in signals}
+        return verdicts
 
     async def report_once(self, host: HostInventory | None = None) -> ReportReply:
-        """One report: the whole host the first time and whenever it changed, a heartbeat otherwise."""
+        """One report: the whole host the first time and whenever it changed, the slots' health the first time and
+        whenever a verdict changed, a heartbeat otherwise."""
         host = host or await asyncio.to_thread(self.agent.topology.discover)
+        health = await asyncio.to_thread(self.judge_health, host)
         topology = host.topology_hash()
         info = AgentInfo(version=AGENT_VERSION, interval_seconds=self.interval)
+        changed = health if health != self.sent_health else None
 
         def report(with_host: bool) -> NodeReport:
-            return NodeReport(
-                agent=info, topology=topology, approved=self.agent.approved.hash, host=host if with_host else None
-            )
+            return NodeReport(agent=info, topology=topology, approved=self.agent.approved.hash,
+                              host=host if with_host else None, health=changed)  # fmt: skip
 
         reply = await self.sink.send(self.agent.node, report(topology != self._sent_topology))
         if reply.send_host:
             reply = await self.sink.send(self.agent.node, report(True))
         self._sent_topology = topology
+        if changed is not None:
+            self.sent_health = changed
+        self._unsent.clear()
         if reply.slots is not None:
             self.agent.approved.replace(reply.slots, reply.approved)
             log.info("node %s: %d approved slots (approval %s)", self.agent.node, len(reply.slots), reply.approved)
         self.last_reply = reply
         return reply
+
+    def _health_moved(self, host: HostInventory) -> bool:
+        """Whether a slot's verdict differs from the one the control plane has: judged now, reported at once."""
+        return self.judge_health(host) != self.sent_health
 
     async def run(self) -> None:
         """Report until cancelled: a changed host at once (discovery is cheap: a few milliseconds), a heartbeat
@@ -116,7 +145,8 @@ class NodeReporter:
             try:
                 host = await asyncio.to_thread(self.agent.topology.discover)
                 due = time.monotonic() - reported_at >= self.interval
-                if due or host.topology_hash() != self._sent_topology:
+                sick = self.sent_health is not None and await asyncio.to_thread(self._health_moved, host)
+                if due or sick or host.topology_hash() != self._sent_topology:
                     await self.report_once(host)
                     reported_at = time.monotonic()
             except ReportRefused as refused:

@@ -57,7 +57,7 @@ def simulated_agent(fleet_file: Path, node_id: str, state_dir: Path, lease_secon
     home = state_dir / "nodes" / node_id
     return NodeAgent(
         node_id,
-        SimulatedTopology(node),
+        SimulatedTopology(node, home / "health.json"),
         SimulatedVmDriver(home, node.simulation),
         LeaseStore(home / "leases"),
         lease_seconds=lease_seconds,

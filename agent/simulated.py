@@ -22,6 +22,7 @@ from agent.drivers import VmCreateError, VmRecord
 from agent.host.wipe import SlotWipe
 from contracts.allocation import Readiness, VmSpec
 from fleet.node import Node, Simulation, Slot
+from scheduler.host.health import SlotSignals
 from scheduler.host.inventory import FabricDevice, FabricRole, Gpu, HostInventory, NumaCell, NvmeNamespace
 
 
@@ -33,14 +34,44 @@ class SimulatedTopology:
     `simulation.refusePlans` plays a host that changed after its agent started: the first discovery (the agent's
     start report) finds the fabric VFs, every later one finds them gone, as after a driver reload."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, health_file: Path | None = None) -> None:
         self.node = node
+        self.health_file = health_file
         self._discoveries = 0
 
     def discover(self) -> HostInventory:
         self._discoveries += 1
         vfs_gone = self.node.simulation.refuse_plans and self._discoveries > 1
         return simulated_host(self.node, with_vfs=not vfs_gone)
+
+    def signals(self, slots: list[Slot], host: HostInventory) -> list[SlotSignals]:
+        """Every approved slot's devices present, with no errors and their links at their maximum, unless
+        `health_file` (the agent's `<state>/nodes/<node>/health.json`, read at each look) says otherwise for a
+        slot: `{"<index>": {"gpu": {...PcieSignals...}, "xids": [79], ...}}`, as sysfs would show it on a host
+        whose GPU failed. A file that cannot be read or parsed leaves every slot clean."""
+        overrides: dict[str, dict[str, object]] = {}
+        if self.health_file is not None and self.health_file.exists():
+            try:
+                overrides = json.loads(self.health_file.read_text())
+            except (OSError, ValueError):
+                overrides = {}
+        found = []
+        for slot in slots:
+            if not slot.approved:
+                continue
+            clean = {"index": slot.index, "gpu": _clean_pcie(slot.gpu_pci),
+                     "fabric": _clean_pcie(slot.fabric_vf_pci) if slot.fabric_vf_pci else None}  # fmt: skip
+            try:
+                found.append(SlotSignals.model_validate({**clean, **overrides.get(str(slot.index), {})}))
+            except ValidationError:
+                found.append(SlotSignals.model_validate(clean))
+        return found
+
+
+def _clean_pcie(address: str) -> dict[str, object]:
+    return {"address": address, "present": True, "driver": "vfio-pci", "aer_fatal": 0, "aer_nonfatal": 0,
+            "aer_correctable": 0, "link_speed": 32.0, "max_link_speed": 32.0, "link_width": 16,
+            "max_link_width": 16}  # fmt: skip
 
 
 def simulated_host(node: Node, *, with_vfs: bool = True) -> HostInventory:

@@ -36,7 +36,11 @@ class Heartbeats:
         self.flushes = 0
 
     def steady(self, node: str, report: NodeReport) -> bool:
-        return report.host is None and self._known.get(node) == (report.topology, report.approved)
+        return (
+            report.host is None
+            and report.health is None
+            and self._known.get(node) == (report.topology, report.approved)
+        )
 
     def confirm(self, node: str, topology: str, approved: str) -> None:
         self._known[node] = (topology, approved)

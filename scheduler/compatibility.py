@@ -57,9 +57,10 @@ def hardware_defect(slot: SlotView, vf_counts: Counter[str]) -> Reason | None:
 
 def state_defect(slot: SlotView, holder: str | None = None) -> Reason | None:
     """Why the slot is not free for `holder` (None: it is). Slots `holder` already claims or leases count as free,
-    so a node agent re-planning the same allocation gets the same answer; quarantine binds everyone."""
+    so a node agent re-planning the same allocation gets the same answer; quarantine binds everyone. A free slot
+    whose GPU is not healthy takes no new work (issue 27)."""
     if slot.state is SlotState.FREE:
-        return None
+        return None if slot.health.placeable else Reason.SLOT_UNHEALTHY
     if holder is not None and slot.holder == holder and slot.state is not SlotState.QUARANTINED:
         return None
     return _STATE_DEFECTS[slot.state]
@@ -81,6 +82,7 @@ class NodeProfile:
     compatible_free: int
     compatible_leased: int
     compatible_quarantined: int
+    compatible_unhealthy: int  # compatible bundles free but for their GPU's health
     raw_free: int  # usable slots no one holds, compatible or not: raw free GPUs
     numa_free: tuple[int, ...]  # compatible free bundles per NUMA node, largest first
     numa_compatible: int  # most compatible bundles (whatever their state) on one NUMA node
@@ -105,7 +107,7 @@ class NodeProfile:
 
 def profile_of(node: NodeView, holder: str | None = None) -> NodeProfile:
     vf_counts = vf_usage(node)
-    approved = declared = raw_usable = compatible = free = leased = quarantined = raw_free = 0
+    approved = declared = raw_usable = compatible = free = leased = quarantined = unhealthy = raw_free = 0
     free_per_numa: Counter[int] = Counter()
     compatible_per_numa: Counter[int] = Counter()
     for slot in node.slots:
@@ -126,6 +128,8 @@ def profile_of(node: NodeView, holder: str | None = None) -> NodeProfile:
             leased += 1
         elif state is Reason.SLOT_QUARANTINED:
             quarantined += 1
+        elif state is Reason.SLOT_UNHEALTHY:
+            unhealthy += 1
     return NodeProfile(
         status=node.status,
         agent_live=node.agent_live,
@@ -138,6 +142,7 @@ def profile_of(node: NodeView, holder: str | None = None) -> NodeProfile:
         compatible_free=free,
         compatible_leased=leased,
         compatible_quarantined=quarantined,
+        compatible_unhealthy=unhealthy,
         raw_free=raw_free,
         numa_free=tuple(sorted(free_per_numa.values(), reverse=True)),
         numa_compatible=max(compatible_per_numa.values(), default=0),

@@ -132,8 +132,22 @@ class FreeBundles:
     static = False
 
     def check(self, node: NodeProfile) -> Reason | None:
-        unclaimed = node.compatible_free + node.compatible_leased + node.compatible_quarantined
+        unclaimed = (
+            node.compatible_free + node.compatible_leased + node.compatible_quarantined + node.compatible_unhealthy
+        )
         return None if unclaimed >= self.gpus else Reason.INSUFFICIENT_BUNDLES
+
+
+@dataclass(frozen=True)
+class Healthy:
+    """Bundles free but for their GPU's health (issue 27): degraded, failed or unknown slots take no new work."""
+
+    gpus: int
+    static = False
+
+    def check(self, node: NodeProfile) -> Reason | None:
+        usable = node.compatible_free + node.compatible_leased + node.compatible_quarantined
+        return None if usable >= self.gpus else Reason.GPU_UNHEALTHY
 
 
 @dataclass(frozen=True)
@@ -187,7 +201,7 @@ def node_filters(shape: CapacityShape, gpus: int, numa_policy: NumaPolicy) -> tu
     ]
     if numa_policy is NumaPolicy.REQUIRED:
         chain.append(NumaTopology(gpus))
-    chain += [FreeBundles(gpus), NoQuarantine(gpus), NoLeases(gpus)]
+    chain += [FreeBundles(gpus), Healthy(gpus), NoQuarantine(gpus), NoLeases(gpus)]
     if numa_policy is NumaPolicy.REQUIRED:
         chain.append(NumaFree(gpus))
     return tuple(chain)

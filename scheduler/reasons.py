@@ -48,6 +48,7 @@ class Reason(StrEnum):
     NUMA_UNSATISFIABLE = "numa_unsatisfiable"
     INSUFFICIENT_BUNDLES = "insufficient_bundles"
     SLOTS_QUARANTINED = "slots_quarantined"
+    GPU_UNHEALTHY = "gpu_unhealthy"  # would fit but for slots whose GPU health is not `healthy` (issue 27)
     SLOTS_LEASED = "slots_leased"
     NODE_IN_USE = "node_in_use"
     INSUFFICIENT_CAPACITY = "insufficient_capacity"
@@ -65,6 +66,7 @@ class Reason(StrEnum):
     SLOT_CLAIMED = "slot_claimed"
     SLOT_LEASED = "slot_leased"
     SLOT_QUARANTINED = "slot_quarantined"
+    SLOT_UNHEALTHY = "slot_unhealthy"  # its GPU's health is degraded, failed or unknown (issue 27)
     SLOT_NOT_CHOSEN = "slot_not_chosen"
 
 
@@ -122,6 +124,7 @@ _PHRASES: dict[Reason, tuple[str, str]] = {
         "have fewer than {g} compatible free bundles",
     ),
     Reason.SLOTS_QUARANTINED: ("would fit but for quarantined slots", "would fit but for quarantined slots"),
+    Reason.GPU_UNHEALTHY: ("would fit but for unhealthy GPUs", "would fit but for unhealthy GPUs"),
     Reason.SLOTS_LEASED: (
         "would fit but for slots leased to in-flight allocations",
         "would fit but for slots leased to in-flight allocations",
@@ -139,6 +142,7 @@ _PHRASES: dict[Reason, tuple[str, str]] = {
     Reason.SLOT_CLAIMED: ("is claimed by another allocation", "are claimed by other allocations"),
     Reason.SLOT_LEASED: ("is leased to another allocation", "are leased to other allocations"),
     Reason.SLOT_QUARANTINED: ("is quarantined", "are quarantined"),
+    Reason.SLOT_UNHEALTHY: ("has an unhealthy GPU", "have unhealthy GPUs"),
     Reason.SLOT_NOT_CHOSEN: ("is usable but was not chosen", "are usable but were not chosen"),
 }
 

@@ -24,6 +24,7 @@ from fleet.vocabulary import (
 )
 from scheduler.breaker import Cooling
 from scheduler.host.checks import ValidationState
+from scheduler.host.health import HealthState
 
 if TYPE_CHECKING:
     from fleet.node import Slot
@@ -61,6 +62,9 @@ class SlotView:
     # there is no agent to ask, and the operator's approval is all there is.
     validation: ValidationState = ValidationState.VALID
     validation_reason: str | None = None  # the first failed check (`scheduler.host.checks.SlotCheck`)
+    # Its agent's health verdict (issue 27): only a healthy slot takes new work; what holds it keeps it.
+    health: HealthState = HealthState.HEALTHY
+    health_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ NODE_STATUSES = ("READY", "CORDONED", "DRAINING", "DOWN")
 FABRIC_MODES = ("per_slot_vf", "shared_parent", "none")
 SLOT_STATES = ("available", "reserved", "quarantined")
 VALIDATION_STATES = ("valid", "raw_only", "invalid", "unvalidated")
+HEALTH_STATES = ("healthy", "unknown", "degraded", "failed")  # scheduler.host.health.HealthState
 AGENT_STATES = ("live", "down")
 TOKEN_ROLES = ("admin", "tenant", "node")
 QUEUEING_STRATEGIES = ("StrictFIFO", "BestEffortFIFO")
@@ -202,6 +203,7 @@ class SlotRow(Base):
         CheckConstraint(_one_of("state", SLOT_STATES), name="state"),
         CheckConstraint(_one_of("fabric_claim_mode", FABRIC_MODES), name="fabric_claim_mode"),
         CheckConstraint(_one_of("validation", VALIDATION_STATES), name="validation"),
+        CheckConstraint(_one_of("health", HEALTH_STATES), name="health"),
         CheckConstraint("slot_index >= 0 AND numa_node >= 0 AND vcpus > 0 AND memory_mib > 0", name="resources"),
     )
 
@@ -227,6 +229,13 @@ class SlotRow(Base):
     validation_reason: Mapped[str | None] = mapped_column(String(32))
     validation_message: Mapped[str | None] = mapped_column(Text)
     validated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Its health as its agent judged it (issue 27, scheduler/host/health.py), kept at its worst since `repaired_at`:
+    # only `healthy` slots are ranked; `health_reason` is the first of `health_reasons`.
+    health: Mapped[str] = mapped_column(String(16), nullable=False, server_default="healthy")
+    health_reason: Mapped[str | None] = mapped_column(Text)
+    health_reasons: Mapped[list[str]] = mapped_column(JSONB, nullable=False, server_default=text("'[]'::jsonb"))
+    health_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    repaired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class NodeAgentRow(Base):

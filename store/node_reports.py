@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.node import Slot
 from scheduler.host.checks import NodeValidation, SlotVerdict, ValidationState
+from scheduler.host.health import STICKY, HealthState, SlotHealth
 from scheduler.host.inventory import MAX_HOST_BYTES, HostInventory
 from scheduler.host.report import NodeReport, ReportReply, approved_hash
 from scheduler.host.validate import validate_slots
@@ -99,6 +100,8 @@ async def record_report(
         agent.topology, agent.host, agent.host_reported_at = report.topology, report.host.model_dump(mode="json"), now
         validation = await _store_validation(session, list(rows), slots, report.host, now)
         agent.slices_blocked = validation.slices_blocked
+    if report.health is not None:
+        _write_health(list(rows), report.health, now)
     await session.flush()
     return ReportReply(
         node=node,
@@ -166,6 +169,23 @@ async def _store_validation(
             execution_options={"synchronize_session": False},
         )
     return validation
+
+
+def _write_health(rows: list[SlotRow], verdicts: list[SlotHealth], now: datetime) -> None:
+    """Take in the agent's health verdicts (issue 27). `degraded` and `failed` stand until the slot is repaired
+    (`berth nodes repair`): a counter that rose once, or a GPU that fell off the bus and came back, is not trusted
+    again on its own; a worse verdict replaces them. `healthy` and `unknown` follow the agent."""
+    by_index = {verdict.index: verdict for verdict in verdicts}
+    for row in rows:
+        verdict = by_index.get(row.slot_index)
+        if verdict is None:
+            continue
+        stored = HealthState(row.health)
+        if stored in STICKY and verdict.state.rank <= stored.rank:
+            continue
+        if (row.health, row.health_reasons) != (verdict.state.value, verdict.reasons):
+            row.health, row.health_reason, row.health_reasons = verdict.state.value, verdict.reason, verdict.reasons
+            row.health_at = now
 
 
 def _write_verdicts(rows: list[SlotRow], verdicts: dict[int, SlotVerdict], now: datetime) -> None:

@@ -39,6 +39,7 @@ from fleet.tenant import TenantPreemption
 from scheduler.breaker import BreakerPolicy, Cooling, cooling_nodes
 from scheduler.from_fleet import preemption_policy
 from scheduler.host.checks import ValidationState
+from scheduler.host.health import HealthState
 from scheduler.pending import with_pending_plans
 from scheduler.snapshot import Snapshot
 from scheduler.views import (
@@ -331,10 +332,11 @@ _SLOT_COLUMNS = (
     SlotRow.id, SlotRow.node_id, SlotRow.slot_index, SlotRow.approved, SlotRow.fabric_claim_mode,
     SlotRow.fabric_vf_pci_address, SlotRow.numa_node, SlotRow.gpu_pci_address, SlotRow.fabric_parent_pci_address,
     SlotRow.nvme_device, SlotRow.vcpus, SlotRow.memory_mib, SlotRow.mac_address, SlotRow.private_ip,
-    SlotRow.validation, SlotRow.validation_reason,
+    SlotRow.validation, SlotRow.validation_reason, SlotRow.health, SlotRow.health_reason,
 )  # fmt: skip
 _MODES = {m.value: m for m in FabricClaimMode}
 _VALIDATIONS = {v.value: v for v in ValidationState}
+_HEALTH = {h.value: h for h in HealthState}
 
 
 _SLOT_BATCH = 20_000  # rows decoded at a time when every slot is read
@@ -359,7 +361,8 @@ async def _read_slots(
 
     def take(rows: Iterable[Row[Any]]) -> None:
         for row in rows:
-            ident, node, index, approved, mode, vf, numa, gpu, parent, nvme, vcpus, memory, mac, ip, valid, why = row
+            (ident, node, index, approved, mode, vf, numa, gpu, parent, nvme, vcpus, memory, mac, ip, valid, why,
+             health, sick) = row  # fmt: skip
             node, held = intern(node), slots_by_node[node]
             positions[ident] = (node, len(held))
             held.append(
@@ -368,7 +371,7 @@ async def _read_slots(
                     fabric_vf_pci=_interned(vf) or None, numa_node=numa, state=SlotState.FREE, holder=None,
                     gpu_pci=intern(gpu), fabric_parent_pci=_interned(parent), nvme_device=_interned(nvme),
                     vcpus=vcpus, memory_mib=memory, mac=mac, private_ip=ip, validation=_VALIDATIONS[valid],
-                    validation_reason=_interned(why),
+                    validation_reason=_interned(why), health=_HEALTH[health], health_reason=sick,
                 )
             )  # fmt: skip
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.host.gpu_details import GpuDetails, NvmlDetails
+from agent.host.health import read_signals
+from agent.host.rootfs import HostRoot
 from agent.host.sysfs import discover_host
+from fleet.node import Slot
+from scheduler.host.health import SlotSignals
 from scheduler.host.inventory import HostInventory
 
 
@@ -19,3 +23,6 @@ class HostTopology:
 
     def discover(self) -> HostInventory:
         return discover_host(self.root, gpu_details=self.gpu_details)
+
+    def signals(self, slots: list[Slot], host: HostInventory) -> list[SlotSignals]:
+        return read_signals(HostRoot(self.root), slots, host)

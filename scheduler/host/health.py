@@ -47,6 +47,10 @@ class HealthState(StrEnum):
 _RANK = {HealthState.HEALTHY: 0, HealthState.UNKNOWN: 1, HealthState.DEGRADED: 2, HealthState.FAILED: 3}
 
 
+# Verdicts that stand until the slot is repaired: the control plane keeps them whatever the agent says next.
+STICKY = frozenset({HealthState.DEGRADED, HealthState.FAILED})
+
+
 def worst(*states: HealthState) -> HealthState:
     return max(states, key=lambda s: s.rank, default=HealthState.HEALTHY)
 

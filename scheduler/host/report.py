@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fleet.node import Slot
 from scheduler.host.checks import NodeValidation
-from scheduler.host.inventory import HostInventory
+from scheduler.host.health import SlotHealth
+from scheduler.host.inventory import MAX_GPUS, HostInventory
 
 HASH = r"^[0-9a-f]{1,16}$"
 
@@ -43,6 +44,10 @@ class NodeReport(BaseModel):
     host: HostInventory | None = Field(
         default=None, description="The whole inventory: on start, when the topology changed, or when asked for it."
     )
+    health: list[SlotHealth] | None = Field(
+        default=None, max_length=MAX_GPUS,
+        description="Each approved slot's health verdict (issue 27): on start, and whenever one changed.",
+    )  # fmt: skip
 
 
 class ReportReply(BaseModel):
