@@ -126,6 +126,8 @@ class NodeReporter:
         if changed is not None:
             self.sent_health = changed
         self._unsent.clear()
+        if reply.send_health:  # a slot was repaired: the control plane wants every verdict again
+            self.sent_health = None
         if reply.slots is not None:
             self.agent.approved.replace(reply.slots, reply.approved)
             log.info("node %s: %d approved slots (approval %s)", self.agent.node, len(reply.slots), reply.approved)
@@ -145,7 +147,7 @@ class NodeReporter:
             try:
                 host = await asyncio.to_thread(self.agent.topology.discover)
                 due = time.monotonic() - reported_at >= self.interval
-                sick = self.sent_health is not None and await asyncio.to_thread(self._health_moved, host)
+                sick = self.sent_health is None or await asyncio.to_thread(self._health_moved, host)
                 if due or sick or host.topology_hash() != self._sent_topology:
                     await self.report_once(host)
                     reported_at = time.monotonic()

@@ -45,6 +45,10 @@ class Heartbeats:
     def confirm(self, node: str, topology: str, approved: str) -> None:
         self._known[node] = (topology, approved)
 
+    def forget(self, node: str) -> None:
+        """The node's next report goes the full way through `record_report` (after a repair, say)."""
+        self._known.pop(node, None)
+
     def add(self, node: str, seen: datetime, interval: float) -> None:
         self._pending[node] = (seen, interval)
 

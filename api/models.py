@@ -326,6 +326,35 @@ class SlotValidation(BaseModel):
     validated_at: datetime | None = None
 
 
+class UnhealthySlot(BaseModel):
+    """A slot whose GPU its agent judged not healthy (issue 27): it takes no new work until repaired."""
+
+    index: int
+    gpu_pci: str
+    health: str = Field(description="unknown, degraded (what runs keeps running) or failed (its holder was told).")
+    reasons: list[str] = Field(default_factory=list, description="Most severe first, in the agent's words.")
+    since: datetime | None = None
+
+
+class RepairBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    slots: list[Annotated[int, Field(ge=0, le=1023)]] = Field(
+        min_length=1, max_length=1024, description="The slot indexes repaired."
+    )
+
+
+class RepairedSlot(BaseModel):
+    index: int
+    was: str = Field(description="Its health before the repair.")
+    reason: str | None = None
+
+
+class RepairResult(BaseModel):
+    node: str
+    repaired: list[RepairedSlot]
+
+
 class QuarantinedSlot(BaseModel):
     index: int
     reason: str | None = Field(default=None, description="Why: a wipe not confirmed, and what failed.")
@@ -353,6 +382,9 @@ class NodeInfo(BaseModel):
     )
     quarantined: list[QuarantinedSlot] = Field(
         default_factory=list, description="Slots held back until a wipe is confirmed, with the reason."
+    )
+    unhealthy: list[UnhealthySlot] = Field(
+        default_factory=list, description="Slots whose GPU is not healthy (issue 27), until `berth nodes repair`."
     )
 
 

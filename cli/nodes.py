@@ -1,7 +1,8 @@
-"""`berth nodes list|get|cordon|uncordon` (admin) and `berth nodes discover` (on a host, no services).
+"""`berth nodes list|get|cordon|uncordon|repair` (admin) and `berth nodes discover` (on a host, no services).
 
 A cordoned node takes no new allocations and keeps the ones it has; uncordon makes it READY again. `list` and `get`
-show each agent's liveness and the slots its host did not validate. `discover` reads this machine (or a tree shaped
+show each agent's liveness, the slots its host did not validate and those whose GPU is not healthy (issue 27);
+`repair` marks slots repaired once their GPU is fixed. `discover` reads this machine (or a tree shaped
 like /sys) and prints what it has, which approved slots validate, and a suggested slot block for the fleet file.
 """
 
@@ -109,6 +110,29 @@ def get(
     for slot in info.invalid_slots:
         console.print(f"  slot {slot.index} ({slot.gpu_pci}): {slot.validation} {slot.reason or ''}: "
                       f"{slot.message or 'no report from its agent yet'}", highlight=False)  # fmt: skip
+    for sick in info.unhealthy:
+        health = Text(sick.health, style="red" if sick.health == "failed" else "yellow")
+        console.print(styled("  slot {} ({}): {} since {}: {}", sick.index, sick.gpu_pci, health, sick.since or "-",
+                             "; ".join(sick.reasons) or "no reason given"))  # fmt: skip
+
+
+@app.command("repair")
+def repair(
+    node: NodeArgument,
+    slots: Annotated[list[int], typer.Option("--slot", help="A repaired slot's index (repeat for several).")],
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Mark slots repaired after their GPU was fixed or replaced: they take work again until their agent judges
+    otherwise (recorded in the audit trail)."""
+    with api_client(api, token) as client:
+        data = client.call("POST", f"/v1/nodes/{segment(node)}/repair", json={"slots": slots})
+    if output is OutputFormat.JSON:
+        print_json(data)
+        return
+    for slot in data["repaired"]:
+        console.print(styled("slot {} of [bold]{}[/] repaired (was {})", slot["index"], data["node"], slot["was"]))
 
 
 app.command("discover")(discover)

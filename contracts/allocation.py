@@ -292,6 +292,13 @@ class PreemptNotice(Model):
     rule: str = ""
 
 
+class HealthNotice(Model):
+    """Sent to an allocation holding a slot whose GPU its agent judged failed (issue 27): which slot, and why."""
+
+    slot: str  # "<node>/<index>"
+    reason: str
+
+
 class ReservationStart(Model):
     """A reservation's start (issue 26): its allocation's id, and the preemptible allocations on its node to tell
     to leave so it has room, each with its grace period."""

@@ -32,6 +32,8 @@ class FindingKind(StrEnum):
     NOMINATION_TAKEN = "nomination_taken"  # a node held for a preemptor was given to another allocation (issue 26)
     RESERVATION_OVERBOOKED = "reservation_overbooked"  # a node cannot give its reservations their GPUs (issue 26)
     ABANDONED_RESERVATION = "abandoned_reservation"  # open in PostgreSQL, its workflow ended (say, terminated)
+    GPU_FAILURE_UNTOLD = "gpu_failure_untold"  # an active allocation holds a failed GPU and was not told (issue 27)
+    GPU_REPAIRED = "gpu_repaired"  # an operator's repair of a slot's GPU (`berth nodes repair`), for the trail
 
 
 class RepairAction(StrEnum):
@@ -43,6 +45,8 @@ class RepairAction(StrEnum):
     LIFT_QUARANTINE = "lift_quarantine"  # node: wipe the slot; control: quarantined -> available
     RELEASE_LEASE = "release_lease"  # node: delete the lease file
     CLOSE_ALLOCATION = "close_allocation"  # control only: the row becomes final (failed, saying why)
+    TELL_ALLOCATION = "tell_allocation"  # control only: signal the allocation that its GPU failed (`degraded`)
+    MARK_REPAIRED = "mark_repaired"  # an operator's: the slot is healthy again until its agent judges otherwise
 
 
 # What a node agent holds -------------------------------------------------------------------------------------------
@@ -121,6 +125,14 @@ class OpenReservationFact(Model):
     state: str
 
 
+class FailedSlotFact(Model):
+    """A slot whose GPU its agent judged failed (issue 27)."""
+
+    node: str
+    slot_index: int
+    reason: str | None = None
+
+
 class SlotFact(Model):
     """A slot that is not available (reserved or quarantined): available ones cannot drift this way."""
 
@@ -148,6 +160,7 @@ class ControlFacts(Model):
     reservations: list[ReservationFact] = Field(default_factory=list)  # GPUs held for reservations' windows
     open_reservations: list[OpenReservationFact] = Field(default_factory=list)
     reservations_in_flight: list[str] = Field(default_factory=list)  # reservation ids whose workflow is open
+    failed_slots: list[FailedSlotFact] = Field(default_factory=list)  # slots whose GPU failed
 
 
 # What comes out -------------------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from contracts.audit import (
     AuditReport,
     ClaimFact,
     ControlFacts,
+    FailedSlotFact,
     Finding,
     FindingKind,
     NominationFact,
@@ -84,6 +85,12 @@ class AuditRepairRow(Base):
 # Facts ----------------------------------------------------------------------------------------------------------------
 
 
+async def health_reason(session: AsyncSession, node: str, index: int) -> str | None:
+    return await session.scalar(
+        select(SlotRow.health_reason).where(SlotRow.node_id == node, SlotRow.slot_index == index)
+    )
+
+
 async def live_agent_nodes(session: AsyncSession) -> list[str]:
     """The nodes whose agent is live: the ones the audit asks for their VMs and leases."""
     return list((await session.scalars(select(NodeAgentRow.node).where(NodeAgentRow.state == "live"))).all())
@@ -123,6 +130,12 @@ async def control_facts(session: AsyncSession) -> ControlFacts:
             for a, n, v, at, g in nominations
         ],  # fmt: skip
         reservations=await _reservation_facts(session),
+        failed_slots=[
+            FailedSlotFact(node=n, slot_index=i, reason=r)
+            for n, i, r in await session.execute(
+                select(SlotRow.node_id, SlotRow.slot_index, SlotRow.health_reason).where(SlotRow.health == "failed")
+            )
+        ],
         open_reservations=[
             OpenReservationFact(reservation_id=r.id, node=r.node_id, state=r.state)
             for r in await reservations.open_rows(session)

@@ -170,3 +170,19 @@ async def unquarantine_slots(session: AsyncSession, node: str, slot_indexes: lis
         .values(state="available", quarantine_reason=None)
     )
     return result.rowcount or 0
+
+
+async def untold_failures(session: AsyncSession, node: str) -> list[tuple[str, int, str]]:
+    """The active allocations of `node` that hold a slot whose GPU its agent judged failed (issue 27) and have not
+    been told yet (they are still `active`, not `degraded`): (allocation, slot index, reason), one per slot."""
+    rows = await session.execute(
+        select(ClaimRow.allocation_id, SlotRow.slot_index, SlotRow.health_reason)
+        .join(SlotRow, SlotRow.id == ClaimRow.slot_id)
+        .join(AllocationRow, AllocationRow.id == ClaimRow.allocation_id)
+        .where(
+            SlotRow.node_id == node, SlotRow.health == "failed", ClaimRow.released_at.is_(None),
+            AllocationRow.state == "active",
+        )
+        .order_by(ClaimRow.allocation_id, SlotRow.slot_index)
+    )  # fmt: skip
+    return [(allocation, index, reason or "failed") for allocation, index, reason in rows]

@@ -65,6 +65,7 @@ ALLOCATION_STATES = (
     "expired",
     "preempting",
     "preempted",
+    "degraded",  # active on a slot whose GPU failed; its owner was told (issue 27)
 )
 
 

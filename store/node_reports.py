@@ -102,6 +102,9 @@ async def record_report(
         agent.slices_blocked = validation.slices_blocked
     if report.health is not None:
         _write_health(list(rows), report.health, now)
+    repaired = any(
+        row.repaired_at is not None and row.repaired_at >= (row.health_at or row.repaired_at) for row in rows
+    )
     await session.flush()
     return ReportReply(
         node=node,
@@ -110,6 +113,7 @@ async def record_report(
         approved=current,
         slots=[slot.model_dump(mode="json", by_alias=True) for slot in slots] if report.approved != current else None,
         validation=validation,
+        send_health=True if report.health is None and repaired else None,
     )
 
 
@@ -183,7 +187,10 @@ def _write_health(rows: list[SlotRow], verdicts: list[SlotHealth], now: datetime
         stored = HealthState(row.health)
         if stored in STICKY and verdict.state.rank <= stored.rank:
             continue
-        if (row.health, row.health_reasons) != (verdict.state.value, verdict.reasons):
+        if (row.health, row.health_reasons) != (
+            verdict.state.value,
+            verdict.reasons,
+        ) or row.repaired_at == row.health_at:
             row.health, row.health_reason, row.health_reasons = verdict.state.value, verdict.reason, verdict.reasons
             row.health_at = now
 

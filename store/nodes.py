@@ -8,6 +8,7 @@ of the fleet, plus one for the page's slots that need an operator.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, Select, func, select
@@ -85,6 +86,41 @@ async def quarantined_slots(session: AsyncSession, nodes: list[str] | None = Non
         query = query.where(SlotRow.node_id.in_(nodes))
     rows = await session.execute(query.order_by(SlotRow.node_id, SlotRow.slot_index))
     return [(node, index, reason) for node, index, reason in rows.all()]
+
+
+async def unhealthy_slots(session: AsyncSession, nodes: list[str] | None = None) -> list[SlotRow]:
+    """Every slot (of `nodes`, when given) whose health is not `healthy` (issue 27), by node and index."""
+    query = select(SlotRow).where(SlotRow.health != "healthy").order_by(SlotRow.node_id, SlotRow.slot_index)
+    if nodes is not None:
+        query = query.where(SlotRow.node_id.in_(nodes))
+    return list((await session.scalars(query)).all())
+
+
+async def repair_slots(
+    session: AsyncSession, node: str, indexes: list[int], now: datetime
+) -> list[tuple[int, str, str | None]]:
+    """An operator repaired these slots (issue 27): each is healthy again until its agent judges otherwise, and its
+    agent is asked for its verdicts again (`repaired_at`). Returns (index, health before, its reason) per slot;
+    raises LookupError naming an index the node does not have."""
+    rows = {
+        row.slot_index: row
+        for row in (
+            await session.scalars(
+                select(SlotRow).where(SlotRow.node_id == node, SlotRow.slot_index.in_(indexes)).with_for_update()
+            )
+        ).all()
+    }
+    missing = sorted(set(indexes) - set(rows))
+    if missing:
+        raise LookupError(", ".join(map(str, missing)))
+    repaired = []
+    for index in sorted(set(indexes)):
+        row = rows[index]
+        repaired.append((index, row.health, row.health_reason))
+        row.health, row.health_reason, row.health_reasons = "healthy", None, []
+        row.health_at, row.repaired_at = now, now
+    await session.flush()
+    return repaired
 
 
 async def locked_node(session: AsyncSession, name: str) -> NodeRow | None:

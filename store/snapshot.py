@@ -69,7 +69,7 @@ from store.models import (
 )
 
 IN_FLIGHT_STATES = ("pending", "placing", "planning", "claiming", "provisioning", "waiting_ready")
-HELD_STATES = ("active", "preempting")  # placed and running (a preempted one until its grace period ends)
+HELD_STATES = ("active", "preempting", "degraded")  # placed and running (a preempted one until its grace period ends)
 PLANNING_STATES = ("planning", "claiming")  # a node lease may exist that no claim records yet
 # Failed attempts that say nothing about the node: an operator abandoned it, another allocation won the slots, or
 # the tenant's quota ran out. The breaker does not count them.

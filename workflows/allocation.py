@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         ClaimInput,
         EnterQueueInput,
         FindCandidatesInput,
+        HealthNotice,
         LeaseRef,
         LeaveQueueInput,
         PlanInput,
@@ -131,6 +132,7 @@ class AllocationWorkflow:
         self.max_lease = held.max_lease_seconds if held is not None else None
         self.end_moved = False  # an extension came: the hold re-reads the end
         self.notice: PreemptNotice | None = None  # told to leave for a queued request (issue 26)
+        self.gpu_failure: HealthNotice | None = None  # a GPU it holds failed, not yet told (issue 27)
 
     # -- the flow ---------------------------------------------------------------------------------------------------
 
@@ -455,7 +457,9 @@ class AllocationWorkflow:
             await self.mirror.write_trail()
             ends_at = self.status.ends_at
             if ends_at is None:
-                await wait_unless_cancelled(lambda: self.release_requested or self.notice is not None)
+                await wait_unless_cancelled(self.interrupted)
+                if self.tell_gpu_failure():
+                    continue
                 return ("released", "release") if self.release_requested else await self.serve_notice()
             warn_at = ends_at - timedelta(seconds=self.input.timing.expiry_warning_seconds)
             now = workflow.now()
@@ -470,13 +474,25 @@ class AllocationWorkflow:
                 await wait_unless_cancelled(self.interrupted, instant - now)
             except TimeoutError:
                 continue
+            if self.tell_gpu_failure():
+                continue
             if self.release_requested:
                 return "released", "release"
             if self.notice is not None:
                 return await self.serve_notice()
 
     def interrupted(self) -> bool:
-        return self.release_requested or self.end_moved or self.notice is not None
+        return self.release_requested or self.end_moved or self.notice is not None or self.gpu_failure is not None
+
+    def tell_gpu_failure(self) -> bool:
+        """`degraded` (issue 27): a GPU it holds failed. It keeps running, as its owner decides: the event, the
+        state and the Temporal UI say which slot and why. True when it was told now (the hold writes the trail)."""
+        failure, self.gpu_failure = self.gpu_failure, None
+        if failure is None:
+            return False
+        self.set_state("degraded", "gpu_failed", reason=f"the GPU of slot {failure.slot} failed ({failure.reason}); "
+                       "the allocation keeps running: release it and ask again for healthy GPUs")  # fmt: skip
+        return True
 
     async def serve_notice(self) -> tuple[str, str]:
         """Preempted (issue 26): `preempting` for the grace period its PriorityClass gives, then the release saga,
@@ -498,7 +514,7 @@ class AllocationWorkflow:
     def warn_of_end(self, ends_at: datetime) -> None:
         """`expiring`: the owner sees it in the allocation's events, `berth alloc get` and the Temporal UI."""
         self.status.expiry_warned = True
-        self.set_state("active", "expiring", reason=f"ends at {ends_at.isoformat()}; extend it to keep it")
+        self.set_state(self.status.state, "expiring", reason=f"ends at {ends_at.isoformat()}; extend it to keep it")
         self.mirror.publish_end(ends_at, expiring=True)
 
     async def teardown(self, final_state: str, step: str) -> None:
@@ -605,8 +621,15 @@ class AllocationWorkflow:
     def preempt(self, notice: PreemptNotice) -> None:
         """An admission pass chose this active allocation to make room for a queued request; a second notice (sent
         again after a lost one) changes nothing."""
-        if self.status.state == "active" and self.notice is None:
+        if self.status.state in ("active", "degraded") and self.notice is None:
             self.notice = notice
+
+    @workflow.signal(name="gpu_failed")
+    def gpu_failed(self, notice: HealthNotice) -> None:
+        """Its agent judged a GPU of one of its slots failed (issue 27; sent by the API on the agent's report). Told
+        once: a second notice while degraded changes nothing."""
+        if self.status.state == "active" and self.gpu_failure is None:
+            self.gpu_failure = notice
 
     @workflow.update
     async def retry(self, request: RetryRequest) -> RetryAccepted:
@@ -637,13 +660,13 @@ class AllocationWorkflow:
         """Move the end later (issue 26): the warning is given again before the new end."""
         ends_at = self.extended_end(request)
         self.status.ends_at, self.status.expiry_warned, self.end_moved = ends_at, False, True
-        self.set_state("active", "extended", reason=f"ends at {ends_at.isoformat()}", ends_at=ends_at)
+        self.set_state(self.status.state, "extended", reason=f"ends at {ends_at.isoformat()}", ends_at=ends_at)
         self.mirror.publish_end(ends_at, expiring=False)
         return self.status
 
     @extend.validator
     def validate_extend(self, request: ExtendRequest) -> None:
-        if self.status.state != "active":
+        if self.status.state not in ("active", "degraded"):
             raise self.invalid_state("only an active allocation can be extended")
         if self.status.ends_at is None:
             raise self.invalid_state("it has no end to extend")

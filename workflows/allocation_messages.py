@@ -12,11 +12,12 @@ from scheduler.request import PlacementRequest
 
 STATES = (
     "pending", "queued", "placing", "planning", "claiming", "provisioning", "waiting_ready", "active", "releasing", "released",
-    "failed", "cancelled", "expired", "preempting", "preempted",
+    "failed", "cancelled", "expired", "preempting", "preempted", "degraded",
 )  # fmt: skip
 PLACING_STATES = ("pending", "placing", "planning", "claiming", "provisioning", "waiting_ready")
 FINAL_STATES = ("released", "failed", "cancelled", "expired", "preempted")
-HOLDING_STATES = ("active", "preempting")  # placed and running: release and cancel tear it down
+# placed and running: release and cancel tear it down (`degraded`: a GPU of it failed, its owner told; issue 27)
+HOLDING_STATES = ("active", "preempting", "degraded")
 
 
 class Deadlines(BaseModel):

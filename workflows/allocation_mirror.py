@@ -30,7 +30,17 @@ R = TypeVar("R")
 # The states worth a search-attribute upsert: long enough for the UI to filter on. `waiting_ready` only once a boot
 # turns out not to be immediate (the workflow publishes it then); planning and claiming last milliseconds.
 UI_STATES = frozenset(
-    {"queued", "placing", "provisioning", "waiting_ready", "active", "preempting", "releasing", *FINAL_STATES}
+    {
+        "queued",
+        "placing",
+        "provisioning",
+        "waiting_ready",
+        "active",
+        "preempting",
+        "degraded",
+        "releasing",
+        *FINAL_STATES,
+    }
 )
 CONTROL_TIMEOUT = timedelta(seconds=30)  # each try of a control step
 CONTROL_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10))

@@ -25,11 +25,13 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.control.drift import assess
+from contracts.allocation import HealthNotice
 from contracts.audit import (
     ApplyRepair,
     AssessInput,
     AuditReport,
     AuditTargets,
+    Finding,
     FinishAudit,
     IdleCheck,
     Repair,
@@ -153,6 +155,8 @@ class AuditActivities:
         node, indexes = finding.node, finding.slot_indexes
         if finding.repair is RepairAction.CLOSE_ALLOCATION:
             return await self._close(session, finding.allocation_id or "")
+        if finding.repair is RepairAction.TELL_ALLOCATION:
+            return await self._tell(session, finding)
         if finding.repair is RepairAction.DESTROY_VM:
             return "done", f"destroyed the VM of {finding.allocation_id} on {node} and wiped slots {indexes}"
         if finding.repair is RepairAction.RELEASE_LEASE:
@@ -165,6 +169,19 @@ class AuditActivities:
             return "skipped", f"slots {indexes} of {node} were no longer {wanted} without a claim; nothing changed"
         verb = "freed" if wanted == "reserved" else "lifted the quarantine of"
         return "done", f"the agent wiped slots {indexes} of {node}; {verb} them"
+
+    async def _tell(self, session: AsyncSession, finding: Finding) -> tuple[str, str]:
+        """Signal the allocation that a GPU of it failed (the `gpu_failed` signal its workflow takes once)."""
+        node, index = finding.node or "", finding.slot_indexes[0]
+        allocation, slot = finding.allocation_id or "", f"{node}/{index}"
+        reason = await records.health_reason(session, node, index) or "failed"
+        try:
+            await self.client.get_workflow_handle(f"{ALLOCATION_PREFIX}{allocation}").signal(
+                "gpu_failed", HealthNotice(slot=slot, reason=reason)
+            )
+        except RPCError as error:
+            return "failed", f"allocation {allocation} was not told that slot {slot} failed: {error.message}"
+        return "done", f"told allocation {allocation} that the GPU of slot {slot} failed"
 
     async def _close(self, session: AsyncSession, allocation_id: str) -> tuple[str, str]:
         """Make an abandoned allocation's row final. The row is locked and re-read, and the workflow described,

@@ -83,6 +83,7 @@ class _Audit:
             *self.nominations_taken(),
             *self.reservations_overbooked(),
             *self.abandoned_reservations(),
+            *self.gpu_failures_untold(),
         ]
         return sorted(found, key=lambda f: (f.kind.value, f.node or "", f.allocation_id or "", f.slot_indexes))
 
@@ -161,7 +162,7 @@ class _Audit:
         for allocation in self.facts.allocations:
             host = self.hosts.get(allocation.node or "")
             if (
-                allocation.state not in ("active", "preempting")
+                allocation.state not in ("active", "preempting", "degraded")
                 or host is None
                 or allocation.allocation_id not in self.in_flight
             ):
@@ -287,4 +288,19 @@ class _Audit:
                 "longer running (terminated, timed out or gone): nothing will start or end it, and its GPUs stay "
                 f"promised until its window ends; `berth reservations cancel {reservation.reservation_id}` closes it",
                 node=reservation.node,
+            )  # fmt: skip
+
+    def gpu_failures_untold(self) -> Iterable[Finding]:
+        """An allocation still `active` on a slot whose GPU failed was not told (the API's signal was lost): the
+        repair tells it, and it goes `degraded` (issue 27)."""
+        states = {a.allocation_id: a.state for a in self.facts.allocations}
+        for failed in self.facts.failed_slots:
+            holder = self.claimed.get((failed.node, failed.slot_index))
+            if holder is None or states.get(holder) != "active":
+                continue
+            yield self.finding(
+                FindingKind.GPU_FAILURE_UNTOLD,
+                f"allocation {holder} is active on slot {failed.slot_index} of {failed.node}, whose GPU failed "
+                f"({failed.reason or 'no reason recorded'}), and was not told: telling it makes it degraded",
+                node=failed.node, allocation=holder, slots=[failed.slot_index], repair=RepairAction.TELL_ALLOCATION,
             )  # fmt: skip

@@ -63,7 +63,14 @@ from store import reservations
 from store.decisions import lock_region
 from store.outage import is_database_outage
 from workflows.allocation_client import workflow_id
-from workflows.allocation_messages import FINAL_STATES, PLACING_STATES, AllocationInput, ExtendRequest, QueueWait
+from workflows.allocation_messages import (
+    FINAL_STATES,
+    HOLDING_STATES,
+    PLACING_STATES,
+    AllocationInput,
+    ExtendRequest,
+    QueueWait,
+)
 
 log = logging.getLogger("berth.api")
 router = APIRouter(prefix="/v1/allocations", tags=["allocations"])
@@ -265,7 +272,7 @@ async def cancel_allocation(allocation_id: IdPath, caller: Caller, app: App) -> 
     `cancelled`."""
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
-    if row.state not in (*PLACING_STATES, "queued", "active", "preempting"):
+    if row.state not in (*PLACING_STATES, "queued", *HOLDING_STATES):
         raise conflict(
             f"allocation {allocation_id} is {row.state}; only one queued, being placed or active can be cancelled"
         )

@@ -20,11 +20,25 @@ from api import cursor
 from api.auth import Admin, Reporter
 from api.cursor import CursorParam
 from api.errors import ApiError, conflict, error_responses, not_found
-from api.models import AgentState, NodeInfo, NodeList, QuarantinedSlot, SlotValidation
+from api.models import (
+    AgentState,
+    NodeInfo,
+    NodeList,
+    QuarantinedSlot,
+    RepairBody,
+    RepairedSlot,
+    RepairResult,
+    SlotValidation,
+    UnhealthySlot,
+)
 from api.services import Services, services
+from contracts.allocation import HealthNotice
+from contracts.audit import FindingKind, Repair, RepairAction
 from fleet.meta import Name
 from fleet.node import NodeStatus
 from scheduler.host.report import NodeReport, ReportReply
+from store import audit as audit_records
+from store import claims
 from store import nodes as store
 from store.models import NodeAgentRow, NodeRow, PoolRow
 from store.node_reports import ReportTooLarge, TopologyMismatch, UnstorableReport, record_report
@@ -52,6 +66,7 @@ def _agent(agent: NodeAgentRow | None) -> AgentState:
 def _info(
     node: NodeRow, pool: PoolRow, region: str | None, agent: NodeAgentRow | None, *counts: int | None,
     invalid: list[SlotValidation] | None = None, quarantined: list[QuarantinedSlot] | None = None,
+    unhealthy: list[UnhealthySlot] | None = None,
 ) -> NodeInfo:  # fmt: skip
     gpus, available, reserved, quarantined_count, validated, compatible = (count or 0 for count in counts)
     return NodeInfo(
@@ -73,6 +88,7 @@ def _info(
         compatible_gpus=compatible,
         invalid_slots=invalid or [],
         quarantined=quarantined or [],
+        unhealthy=unhealthy or [],
     )
 
 
@@ -97,12 +113,28 @@ async def _quarantined(session: AsyncSession, nodes: list[str] | None = None) ->
     return result
 
 
+async def _unhealthy(session: AsyncSession, nodes: list[str] | None = None) -> dict[str, list[UnhealthySlot]]:
+    result: dict[str, list[UnhealthySlot]] = {}
+    for slot in await store.unhealthy_slots(session, nodes):
+        result.setdefault(slot.node_id, []).append(
+            UnhealthySlot(
+                index=slot.slot_index,
+                gpu_pci=slot.gpu_pci_address,
+                health=slot.health,
+                reasons=list(slot.health_reasons),
+                since=slot.health_at,
+            )  # fmt: skip
+        )
+    return result
+
+
 async def _one(session: AsyncSession, name: str) -> NodeInfo:
     row = await store.node_summary(session, name)
     if row is None:
         raise not_found("node", name)
     invalid, quarantined = await _invalid_slots(session, [name]), await _quarantined(session, [name])
-    return _info(*row, invalid=invalid.get(name), quarantined=quarantined.get(name))
+    unhealthy = await _unhealthy(session, [name])
+    return _info(*row, invalid=invalid.get(name), quarantined=quarantined.get(name), unhealthy=unhealthy.get(name))
 
 
 @router.get("", response_model=NodeList, responses=error_responses(401, 403, 422))
@@ -124,9 +156,16 @@ async def list_nodes(
         rows, more = found[:limit], len(found) > limit
         names = [row[0].name for row in rows]
         invalid, quarantined = await _invalid_slots(session, names), await _quarantined(session, names)
+        unhealthy = await _unhealthy(session, names)
         return NodeList(
             nodes=[
-                _info(*row, invalid=invalid.get(row[0].name), quarantined=quarantined.get(row[0].name)) for row in rows
+                _info(
+                    *row,
+                    invalid=invalid.get(row[0].name),
+                    quarantined=quarantined.get(row[0].name),
+                    unhealthy=unhealthy.get(row[0].name),
+                )  # fmt: skip
+                for row in rows
             ],
             next_cursor=cursor.encode("nodes", names[-1]) if more else None,
         )
@@ -164,6 +203,42 @@ async def uncordon(node: NodePath, caller: Admin, app: App) -> NodeInfo:
     return info
 
 
+@router.post("/{node}/repair", response_model=RepairResult, responses=error_responses(401, 403, 404, 422))
+async def repair(node: NodePath, body: RepairBody, caller: Admin, app: App) -> RepairResult:
+    """An operator repaired these slots' GPUs (issue 27): each is healthy and takes work again until its agent
+    judges otherwise (the agent is asked for its verdicts again at its next report). Recorded in the audit trail."""
+    now = datetime.now(UTC)
+    async with app.sessions.begin() as session:
+        if await store.locked_node(session, node) is None:
+            raise not_found("node", node)
+        try:
+            repaired = await store.repair_slots(session, node, body.slots, now)
+        except LookupError as missing:
+            raise ApiError(404, "not_found", f"node {node} has no slot {missing}") from None
+        for index, was, reason in repaired:
+            message = f"slot {index} of {node} marked repaired by admin token {caller.token_id} (was {was}"
+            await audit_records.record_repair(session, None, Repair(
+                kind=FindingKind.GPU_REPAIRED, action=RepairAction.MARK_REPAIRED, node=node, slot_indexes=[index],
+                outcome="done", message=message + (f": {reason})" if reason else ")"), at=now,
+            ))  # fmt: skip
+    app.heartbeats.forget(node)  # its next report goes the full way and is asked for the verdicts again
+    app.queue_walks.ask(f"node {node} repaired")
+    return RepairResult(node=node, repaired=[RepairedSlot(index=i, was=w, reason=r) for i, w, r in repaired])
+
+
+async def _tell_failures(app: Services, node: str) -> None:
+    """Tell each active allocation holding a slot of `node` whose GPU failed (issue 27): its workflow goes
+    `degraded`. Best effort: a report is never refused for it, and one not told now is told on the node's next
+    report that carries health, or by the reconciler (`gpu_failure_untold`)."""
+    async with app.sessions() as session:
+        untold = await claims.untold_failures(session, node)
+    for allocation_id, index, reason in untold:
+        try:
+            await app.control.tell_gpu_failure(allocation_id, HealthNotice(slot=f"{node}/{index}", reason=reason))
+        except Exception as error:  # noqa: BLE001 - Temporal unreachable or the workflow gone: the reconciler retells
+            log.warning("allocation %s was not told that %s/%d failed: %s", allocation_id, node, index, error)
+
+
 @router.post(
     "/{node}/report",
     response_model=ReportReply,
@@ -198,6 +273,8 @@ async def report(node: NodePath, body: NodeReport, caller: Reporter, app: App) -
     if not reply.send_host:
         app.heartbeats.confirm(node, body.topology, reply.approved)
     await app.heartbeats.maybe_flush(app.sessions)
+    if body.health is not None:
+        await _tell_failures(app, node)
     # Not a heartbeat: the agent (re)started, or its host or approval changed, so its node may take work again.
     app.queue_walks.ask(f"node {node} reported")
     return reply

@@ -56,6 +56,7 @@ class ReportReply(BaseModel):
     node: str
     live: bool
     send_host: bool = False  # the control plane lacks this topology: report again with `host`
+    send_health: bool | None = None  # True: a slot was repaired since the agent's last verdicts: send them again
     approved: str  # the hash of the node's approved slots now
     slots: list[dict[str, Any]] | None = None  # the approved slots (fleet-file form), when the agent's hash differs
     validation: NodeValidation | None = None  # the verdicts stored, when this report computed them

@@ -6,6 +6,9 @@ severe first), `health_at` (when the verdict last changed) and `repaired_at`. A 
 reason logs the node in `inventory_changes`, as a change of validation does, so placement stops choosing the slot
 within one report: the slots trigger of migration 0008 is recreated with the two columns added.
 
+`allocations.state` may be `degraded`: active on a slot whose GPU failed; its owner was told (a hold state, as
+`active` is).
+
 Revision ID: 0016
 Revises: 0015
 """
@@ -27,6 +30,15 @@ OLD_COLUMNS = (
     "validation", "validation_reason",
 )  # fmt: skip
 NEW_COLUMNS = (*OLD_COLUMNS, "health", "health_reason")
+STATES = ("pending", "queued", "placing", "planning", "claiming", "provisioning", "waiting_ready", "active",
+          "releasing", "released", "failed", "cancelled", "expired", "preempting", "preempted")  # fmt: skip
+
+
+def _states(states: tuple[str, ...]) -> None:
+    op.drop_constraint(op.f("ck_allocations_state"), "allocations", type_="check")
+    op.create_check_constraint(
+        op.f("ck_allocations_state"), "allocations", f"state IN ({', '.join(repr(s) for s in states)})"
+    )
 
 
 def _trigger(columns: tuple[str, ...]) -> str:
@@ -52,9 +64,12 @@ def upgrade() -> None:
     )
     op.execute("DROP TRIGGER node_resource_slots_changed ON node_resource_slots")
     op.execute(_trigger(NEW_COLUMNS))
+    _states((*STATES, "degraded"))
 
 
 def downgrade() -> None:
+    op.execute("UPDATE allocations SET state = 'active' WHERE state = 'degraded'")
+    _states(STATES)
     op.execute("DROP TRIGGER node_resource_slots_changed ON node_resource_slots")
     op.execute(_trigger(OLD_COLUMNS))
     op.drop_constraint(op.f("ck_node_resource_slots_health"), "node_resource_slots", type_="check")

@@ -1,0 +1,127 @@
+"""A GPU that fails under an active allocation, end to end through the API (issue 27): the node's agent (simulated
+host, its real report loop) reports the slot `failed` with its own token; the allocation holding it goes `degraded`
+with the reason and keeps running; the slot takes no new work, even once free, until an operator repairs it; the
+repair is in the audit trail and the agent is asked for its verdicts again. A failure whose signal was lost is found
+by the reconciler and told."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import select, update
+
+from agent.reporter import NodeReporter
+from scheduler.host.report import NodeReport, ReportReply
+from store.audit import AuditRepairRow
+from store.models import SlotRow
+from tests.api.stack import Stack, bearer
+
+
+class ApiSink:
+    """The agent's reports through the API's report route, with the node's own token (as HttpReportSink sends
+    them, without the HTTP hop)."""
+
+    def __init__(self, stack: Stack, token: str) -> None:
+        self.stack, self.headers = stack, bearer(token)
+
+    async def send(self, node: str, report: NodeReport) -> ReportReply:
+        response = await self.stack.http.post(
+            f"/v1/nodes/{node}/report", content=report.model_dump_json(exclude_none=True),
+            headers={**self.headers, "Content-Type": "application/json"},
+        )  # fmt: skip
+        assert response.status_code == 200, response.text
+        return ReportReply.model_validate(response.json())
+
+
+def _fail_gpu(stack: Stack, node: str, index: int, gpu: str) -> None:
+    """The simulated host's sysfs for that slot: its GPU gone from the bus (agent/simulated.py reads this file)."""
+    path = stack.lab.home / "nodes" / node / "health.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({str(index): {"gpu": {"address": gpu, "present": False}}}))
+
+
+async def _node(stack: Stack, node: str) -> dict[str, Any]:
+    response = await stack.http.get(f"/v1/nodes/{node}", headers=stack.admin)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def test_a_failed_gpu_degrades_its_allocation_and_its_slot_waits_for_a_repair(stack: Stack) -> None:
+    held = await stack.create(4)
+    active = await stack.wait_for(held, "active")
+    assert active["node"] == "big"  # the only node with 4 GPUs
+    reporter = NodeReporter(stack.lab.agent("big"), ApiSink(stack, await stack.lab.node_token("big")))
+    await reporter.report_once()  # every slot healthy
+    assert (await _node(stack, "big"))["unhealthy"] == []
+
+    gpu = next(b["gpu_pci"] for b in active["bundles"] if b["slot_id"] == "big/1")
+    _fail_gpu(stack, "big", 1, gpu)
+    await reporter.report_once()
+    degraded = await stack.wait_for(held, "degraded")
+    event = degraded["events"][-1]
+    assert (event["step"], event["state"]) == ("gpu_failed", "degraded")
+    assert event["reason"].startswith(f"the GPU of slot big/1 failed (the GPU {gpu} is gone from the PCI bus)")
+    [sick] = (await _node(stack, "big"))["unhealthy"]
+    assert (sick["index"], sick["health"], sick["reasons"]) == (
+        1,
+        "failed",
+        [f"the GPU {gpu} is gone from the PCI bus"],
+    )
+
+    # Released, the slot is free but takes no new work: no node has 4 healthy GPUs now.
+    assert (await stack.http.delete(f"/v1/allocations/{held}", headers=stack.acme)).status_code == 202
+    await stack.wait_for(held, "released")
+    refused = await stack.wait_for(await stack.create(4), "failed")
+    assert "unhealthy GPUs" in refused["failure_reason"]
+
+    # Marked repaired while the GPU is still gone: the agent is asked for its verdicts again, and the slot fails again.
+    forbidden = await stack.http.post("/v1/nodes/big/repair", json={"slots": [1]}, headers=stack.acme)
+    assert forbidden.status_code == 403
+    unknown = await stack.http.post("/v1/nodes/big/repair", json={"slots": [9]}, headers=stack.admin)
+    assert unknown.status_code == 404 and unknown.json()["error"]["message"] == "node big has no slot 9"
+    too_soon = await stack.http.post("/v1/nodes/big/repair", json={"slots": [1]}, headers=stack.admin)
+    assert too_soon.status_code == 200, too_soon.text
+    assert too_soon.json() == {"node": "big", "repaired": [{"index": 1, "was": "failed", "reason": (
+        f"the GPU {gpu} is gone from the PCI bus")}]}  # fmt: skip
+    assert (await _node(stack, "big"))["unhealthy"] == []
+    assert (await reporter.report_once()).send_health  # the agent's verdict did not change: asked for it again
+    await reporter.report_once()
+    assert [s["health"] for s in (await _node(stack, "big"))["unhealthy"]] == ["failed"]
+
+    # The GPU replaced: the agent sees it again, but a failed slot waits for the operator; then it takes work.
+    (stack.lab.home / "nodes" / "big" / "health.json").unlink()
+    await reporter.report_once()
+    assert [s["health"] for s in (await _node(stack, "big"))["unhealthy"]] == ["failed"]
+    assert (await stack.http.post("/v1/nodes/big/repair", json={"slots": [1]}, headers=stack.admin)).status_code == 200
+    await reporter.report_once()
+    await reporter.report_once()
+    assert (await _node(stack, "big"))["unhealthy"] == []
+    async with stack.lab.sessions() as session:
+        trail = (await session.scalars(select(AuditRepairRow).where(AuditRepairRow.kind == "gpu_repaired"))).all()
+    assert [(r.node, r.slot_indexes, r.action) for r in trail] == [("big", [1], "mark_repaired")] * 2
+    again = await stack.create(4)
+    assert (await stack.wait_for(again, "active"))["node"] == "big"
+    assert (await stack.http.delete(f"/v1/allocations/{again}", headers=stack.acme)).status_code == 202
+    await stack.wait_for(again, "released")
+
+
+async def test_a_failure_whose_signal_was_lost_is_told_by_the_reconciler(stack: Stack) -> None:
+    held = await stack.create(2)
+    node = (await stack.wait_for(held, "active"))["node"]
+    async with stack.lab.sessions.begin() as session:  # the verdict stored, the API's signal lost
+        await session.execute(
+            update(SlotRow).where(SlotRow.node_id == node, SlotRow.slot_index == 0)
+            .values(health="failed", health_reason="Xid 79 (GPU has fallen off the bus): NVIDIA says RESTART_BM")
+        )  # fmt: skip
+    found = (await stack.http.post("/v1/audit", headers=stack.admin)).json()
+    assert found["counts"] == {"gpu_failure_untold": 1}
+    [finding] = found["report"]["findings"]
+    assert (finding["allocation_id"], finding["repair"]) == (held, "tell_allocation")
+    repaired = (await stack.http.post("/v1/audit", json={"repair": True}, headers=stack.admin)).json()
+    assert [(r["action"], r["outcome"]) for r in repaired["report"]["repairs"]] == [("tell_allocation", "done")]
+    degraded = await stack.wait_for(held, "degraded")
+    assert "Xid 79 (GPU has fallen off the bus)" in degraded["events"][-1]["reason"]
+    assert (await stack.http.post("/v1/audit", headers=stack.admin)).json()["counts"] == {}
+    assert (await stack.http.delete(f"/v1/allocations/{held}", headers=stack.acme)).status_code == 202
+    await stack.wait_for(held, "released")
