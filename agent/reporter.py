@@ -103,7 +103,7 @@ class NodeReporter:
                 verdict = pending
             self._unsent[now.index] = verdict
             verdicts.append(verdict)
-        self._signals = {s.index: s for s in signals}
+        self._signals = {s.index: _seen(s, self._signals.get(s.index)) for s in signals}
         return verdicts
 
     async def report_once(self, host: HostInventory | None = None) -> ReportReply:
@@ -159,3 +159,17 @@ class NodeReporter:
             except Exception as error:  # noqa: BLE001 - the API being down must not stop the agent
                 log.warning("node %s: report failed (%s); retrying", self.agent.node, error)
             await asyncio.sleep(check_every)
+
+
+def _seen(now: SlotSignals, before: SlotSignals | None) -> SlotSignals:
+    """The reading the next look is judged against: this one, except that a device gone from the bus is compared
+    with its last reading while present, so it stays `failed` for as long as this agent runs, not for one look."""
+    if before is None:
+        return now
+    kept = {
+        role: getattr(before, role)
+        for role in ("gpu", "fabric", "nvme")
+        if getattr(now, role) is not None and not getattr(now, role).present
+        and getattr(before, role) is not None and getattr(before, role).present
+    }  # fmt: skip
+    return now.model_copy(update=kept) if kept else now

@@ -9,7 +9,9 @@
 - `berth_explain_refusals_total{reason}`: dry-run explanations that ended in a refusal, by reason code;
 - `berth_audit_findings{kind}`, `berth_audit_repairs_total{kind, outcome}`: the reconciler's (api/audit_metrics.py);
 - `berth_queue_length{region, tenant, priority}`, `berth_queue_longest_wait_seconds{region, tenant, priority}`:
-  requests waiting for capacity and the longest wait among them (issue 24), from PostgreSQL at scrape time.
+  requests waiting for capacity and the longest wait among them (issue 24), from PostgreSQL at scrape time;
+- `berth_gpu_health{pool, health, reason}`: approved slots by their GPU's health and the first word of its reason
+  (`aer`, `link`, `gone`, `xid`, ...; issue 27), from PostgreSQL at scrape time.
 
 Each application has its own registry, so several apps in one process (tests) never collide.
 """
@@ -26,6 +28,7 @@ from api.audit_metrics import AuditMetrics
 from store import queue
 from store.allocations import count_by_state, failures_by_reason
 from store.models import ALLOCATION_STATES
+from store.nodes import slot_health
 
 _REASON_CODE = re.compile(r"^[a-z][a-z_]*$")
 
@@ -62,6 +65,12 @@ class Metrics:
         self.queue_length = Gauge(
             "berth_queue_length", "Requests waiting for capacity (PostgreSQL).", queued, registry=self.registry
         )
+        self.gpu_health = Gauge(
+            "berth_gpu_health",
+            "Approved slots by their GPU's health and the kind of its reason (PostgreSQL).",
+            ["pool", "health", "reason"],
+            registry=self.registry,
+        )
         self.queue_longest_wait = Gauge(
             "berth_queue_longest_wait_seconds",
             "How long the longest-waiting of those requests has waited (PostgreSQL).",
@@ -86,6 +95,9 @@ class Metrics:
         for region, tenant, priority, count, longest in await queue.queue_lengths(session):
             self.queue_length.labels(region, tenant, str(priority)).set(count)
             self.queue_longest_wait.labels(region, tenant, str(priority)).set(round(longest, 3))
+        self.gpu_health.clear()
+        for pool, health, reason, count in await slot_health(session):
+            self.gpu_health.labels(pool, health, reason).set(count)
         return generate_latest(self.registry)
 
 

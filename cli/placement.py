@@ -80,10 +80,11 @@ def render_capacity(pools: list[PoolCapacity], title: str = "Capacity") -> None:
         title_justify="left",
         caption="validated: GPUs the node agents validated on their hosts / of those, whole slice bundles; "
         "cooling off: nodes skipped after repeated failed attempts (the node breaker); "
+        "unhealthy: GPUs degraded / failed, which take no new work until repaired; "
         "slices: allocations of that size that would fit now, each size counted alone",
         caption_justify="left",
     )
-    numbers = ("ready nodes", "cooling off", "GPUs", "validated", "raw free")
+    numbers = ("ready nodes", "cooling off", "GPUs", "validated", "raw free", "unhealthy")
     for column in ("pool", "region", "shape", "product", *numbers):
         table.add_column(column, justify="right" if column in numbers else "left")
     for size in SLICE_SIZES:
@@ -101,6 +102,7 @@ def render_capacity(pools: list[PoolCapacity], title: str = "Capacity") -> None:
             str(pool.gpus),
             f"{pool.validated_gpus}/{pool.compatible_gpus}",
             str(pool.raw_free_gpus),
+            f"{pool.degraded_gpus}/{pool.failed_gpus}",
             *(str(pool.slices.get(size, 0)) if slices else "-" for size in SLICE_SIZES),
             str(pool.baremetal_nodes) if metal else "-",
         )

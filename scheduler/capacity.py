@@ -68,6 +68,8 @@ class PoolCapacity(BaseModel):
     validated_gpus: int  # slots whose GPU the node agents validated on the host (raw GPUs that really exist)
     compatible_gpus: int  # slots that are slice bundles: approved, own VF, validated (node-scheduler capacity)
     raw_free_gpus: int  # validated slots no one holds on ready nodes, compatible or not
+    degraded_gpus: int = 0  # slots whose GPU its agent judged degraded or could not read: no new work (issue 27)
+    failed_gpus: int = 0  # slots whose GPU failed, until repaired
     slices: dict[int, int]  # GPUs per slice -> slice allocations of that size that would fit now
     baremetal_nodes: int  # whole hosts a bare-metal request could take now
 
@@ -110,6 +112,8 @@ def capacity(
                 validated_gpus=sum(group.profile.raw_usable * len(group.nodes) for group in groups),
                 compatible_gpus=sum(group.profile.compatible * len(group.nodes) for group in groups),
                 raw_free_gpus=sum(group.profile.raw_free * len(group.nodes) for group in ready),
+                degraded_gpus=sum(group.profile.degraded * len(group.nodes) for group in groups),
+                failed_gpus=sum(group.profile.failed * len(group.nodes) for group in groups),
                 slices={size: counts[size].of_pool(snapshot, pool) for size in SLICE_SIZES},
                 baremetal_nodes=baremetal,
             )

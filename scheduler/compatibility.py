@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from fleet.vocabulary import FabricClaimMode, NodeStatus
 from scheduler.breaker import Cooling
 from scheduler.host.checks import ValidationState
+from scheduler.host.health import HealthState
 from scheduler.reasons import Reason
 from scheduler.views import NodeView, SlotState, SlotView
 
@@ -83,6 +84,8 @@ class NodeProfile:
     compatible_leased: int
     compatible_quarantined: int
     compatible_unhealthy: int  # compatible bundles free but for their GPU's health
+    degraded: int  # slots whose GPU is degraded (or unknown), whatever their state: no new work on them
+    failed: int  # slots whose GPU failed, whatever their state
     raw_free: int  # usable slots no one holds, compatible or not: raw free GPUs
     numa_free: tuple[int, ...]  # compatible free bundles per NUMA node, largest first
     numa_compatible: int  # most compatible bundles (whatever their state) on one NUMA node
@@ -108,12 +111,15 @@ class NodeProfile:
 def profile_of(node: NodeView, holder: str | None = None) -> NodeProfile:
     vf_counts = vf_usage(node)
     approved = declared = raw_usable = compatible = free = leased = quarantined = unhealthy = raw_free = 0
+    degraded = failed = 0
     free_per_numa: Counter[int] = Counter()
     compatible_per_numa: Counter[int] = Counter()
     for slot in node.slots:
         hardware = hardware_defect(slot, vf_counts)
         state = state_defect(slot, holder)
         approved += slot.approved
+        failed += slot.health is HealthState.FAILED
+        degraded += slot.health in (HealthState.DEGRADED, HealthState.UNKNOWN)
         declared += declared_defect(slot, vf_counts) is None
         raw_usable += slot.validation.counts_raw
         raw_free += state is None and slot.validation.counts_raw
@@ -143,6 +149,8 @@ def profile_of(node: NodeView, holder: str | None = None) -> NodeProfile:
         compatible_leased=leased,
         compatible_quarantined=quarantined,
         compatible_unhealthy=unhealthy,
+        degraded=degraded,
+        failed=failed,
         raw_free=raw_free,
         numa_free=tuple(sorted(free_per_numa.values(), reverse=True)),
         numa_compatible=max(compatible_per_numa.values(), default=0),

@@ -88,6 +88,33 @@ async def quarantined_slots(session: AsyncSession, nodes: list[str] | None = Non
     return [(node, index, reason) for node, index, reason in rows.all()]
 
 
+# The kind of a health reason, for a metric label of few values (scheduler/host/health.py writes the reasons).
+_REASON_KINDS = (("AER", "aer"), ("link trained", "link"), ("gone from the PCI bus", "gone"), ("Xid", "xid"),
+                 ("NVMe", "nvme"), ("function-level reset", "reset"), ("could not be read", "unreadable"))  # fmt: skip
+
+
+def reason_kind(reason: str | None) -> str:
+    if reason is None:
+        return "none"
+    return next((kind for needle, kind in _REASON_KINDS if needle in reason), "other")
+
+
+async def slot_health(session: AsyncSession) -> list[tuple[str, str, str, int]]:
+    """(pool `cluster/name`, health, reason kind, approved slots) over the fleet."""
+    rows = await session.execute(
+        select(PoolRow.cluster, PoolRow.name, SlotRow.health, SlotRow.health_reason, func.count())
+        .join(NodeRow, NodeRow.name == SlotRow.node_id)
+        .join(PoolRow, PoolRow.id == NodeRow.pool_id)
+        .where(SlotRow.approved.is_(True))
+        .group_by(PoolRow.cluster, PoolRow.name, SlotRow.health, SlotRow.health_reason)
+    )
+    counted: dict[tuple[str, str, str], int] = {}
+    for cluster, name, health, reason, count in rows:
+        key = (f"{cluster}/{name}", health, reason_kind(reason))
+        counted[key] = counted.get(key, 0) + int(count)
+    return [(*key, count) for key, count in sorted(counted.items())]
+
+
 async def unhealthy_slots(session: AsyncSession, nodes: list[str] | None = None) -> list[SlotRow]:
     """Every slot (of `nodes`, when given) whose health is not `healthy` (issue 27), by node and index."""
     query = select(SlotRow).where(SlotRow.health != "healthy").order_by(SlotRow.node_id, SlotRow.slot_index)

@@ -26,10 +26,11 @@ from store.db import create_engine, session_factory
 from store.migrate import upgrade
 from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 
-# pytest-xdist's workers (the suite runs as two, `-n 2` in pyproject.toml) inherit COLUMNS=80 from the controller,
-# and the CLI's console reads its width once, at import: without this, a worker's CLI tests would print tables cut to
-# 80 columns where a run without xdist prints them as any piped output is printed (cli/output.py).
-os.environ.pop("COLUMNS", None)
+# The CLI's console reads its width once, at import (cli/output.py), so the width the CLI tests' terminals ask for
+# (COLUMNS=200, their CliRunner env) holds only if it is set before any test imports the CLI: set here for the whole
+# run. Otherwise a test's tables would be as wide as whichever import came first, and pytest-xdist's workers inherit
+# COLUMNS=80 from the controller besides.
+os.environ["COLUMNS"] = "200"
 
 TEMPLATE = "berth_template"
 _database_numbers = itertools.count(1)

@@ -184,7 +184,11 @@ def assess(now: SlotSignals, before: SlotSignals | None = None) -> SlotHealth:
 
 def _pcie(role: str, now: PcieSignals, before: PcieSignals | None) -> list[tuple[HealthState, str]]:
     if not now.present:
-        return [(HealthState.FAILED, f"the {role} {now.address} is gone from the PCI bus")]
+        if before is not None and before.present:  # it fell off the bus: Xid 79's host-side face
+            return [(HealthState.FAILED, f"the {role} {now.address} is gone from the PCI bus")]
+        # Never seen by this agent: a slot approved for a GPU the host does not have is validation's (`gpu_absent`),
+        # not a failure; unknown, so never taken for healthy.
+        return [(HealthState.UNKNOWN, f"the {role} {now.address} is not on the PCI bus")]
     found: list[tuple[HealthState, str]] = []  # its binding is validation's (scheduler/host/validate.py)
     rises = (
         ("aer_fatal", "fatal", 1, HealthState.FAILED),

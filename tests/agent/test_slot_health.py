@@ -79,14 +79,20 @@ def test_a_link_trained_down_degrades_the_slot(tmp_path: Path) -> None:
     assert verdict.reasons == [f"the fabric VF {vf}'s link trained at 16.0 GT/s x8, below its 32.0 GT/s x16"]
 
 
-def test_a_gpu_gone_from_the_bus_fails_its_slot(tmp_path: Path) -> None:
+def test_a_gpu_gone_from_the_bus_fails_its_slot_and_one_never_there_is_unknown(tmp_path: Path) -> None:
     root, node = _host(tmp_path)
     gpu = node.slots[5].gpu_pci
+    before = _read(root, node)
     device = (root / "sys/bus/pci/devices" / gpu).resolve()
     (root / "sys/bus/pci/devices" / gpu).unlink()  # the kernel removes the function when the device drops
     shutil.rmtree(device)
-    verdict = assess(_read(root, node)[5])
+    now = _read(root, node)
+    verdict = assess(now[5], before[5])
     assert verdict.state is HealthState.FAILED and verdict.reason == f"the GPU {gpu} is gone from the PCI bus"
+    # An agent that never saw it (it started after the GPU fell off, or the slot names a GPU the host never had):
+    # validation says `gpu_absent`; health says unknown, never healthy, and no failure of its own.
+    first = assess(now[5])
+    assert first.state is HealthState.UNKNOWN and first.reason == f"the GPU {gpu} is not on the PCI bus"
 
 
 @pytest.mark.parametrize(

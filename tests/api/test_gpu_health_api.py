@@ -69,6 +69,12 @@ async def test_a_failed_gpu_degrades_its_allocation_and_its_slot_waits_for_a_rep
         [f"the GPU {gpu} is gone from the PCI bus"],
     )
 
+    [pool] = (await stack.http.get("/v1/capacity", headers=stack.admin)).json()["pools"]
+    assert (pool["degraded_gpus"], pool["failed_gpus"]) == (0, 1)
+    metrics = (await stack.http.get("/metrics")).text
+    assert 'berth_gpu_health{health="failed",pool="lab-1/slices",reason="gone"} 1.0' in metrics
+    assert 'berth_gpu_health{health="healthy",pool="lab-1/slices",reason="none"} 6.0' in metrics
+
     # Released, the slot is free but takes no new work: no node has 4 healthy GPUs now.
     assert (await stack.http.delete(f"/v1/allocations/{held}", headers=stack.acme)).status_code == 202
     await stack.wait_for(held, "released")

@@ -208,7 +208,7 @@ def test_capacity_per_pool(terminal: Terminal) -> None:
     assert pool["slices"] == {"1": 7, "2": 3, "4": 1, "8": 0}
     table = terminal.ok("capacity", "--region", "lab", "--product", "H200")
     assert (
-        "│ lab-1/slices │ lab    │ gpu_slice │ H200    │         3/3 │           0 │    7 │       7/7 │        7 │     7 │     3 │     1 │"
+        "│ lab-1/slices │ lab    │ gpu_slice │ H200    │         3/3 │           0 │    7 │       7/7 │        7 │       0/0 │     7 │     3 │"
         in table
     )
 
