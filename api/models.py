@@ -388,6 +388,12 @@ class NodeInfo(BaseModel):
     )
 
 
+class DrainResult(BaseModel):
+    node: NodeInfo
+    told: list[str] = Field(description="The allocations on it whose owners were told.")
+    not_told: list[str] = Field(default_factory=list, description="Those whose workflow could not be reached now.")
+
+
 class NodeList(BaseModel):
     nodes: list[NodeInfo]
     next_cursor: str | None = Field(default=None, description="Pass as `cursor` for the next page; null on the last.")

@@ -24,7 +24,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import ApiError, conflict, unavailable
-from contracts.allocation import HealthNotice
+from contracts.allocation import DrainNotice, HealthNotice
 from contracts.task_queues import Queues
 from workflows import allocation_client
 from workflows.allocation_messages import AllocationInput, AllocationStatus, ExtendRequest, RetryAccepted
@@ -230,6 +230,10 @@ class ControlPlane:
     async def tell_gpu_failure(self, allocation_id: str, notice: HealthNotice) -> None:
         client = await self.client()
         await allocation_client.handle(client, allocation_id).signal("gpu_failed", notice)
+
+    async def tell_drain(self, allocation_id: str, notice: DrainNotice) -> None:
+        client = await self.client()
+        await allocation_client.handle(client, allocation_id).signal("drain", notice)
 
     async def live_status(self, allocation_id: str) -> AllocationStatus | None:
         """The running workflow's own account, or None when it cannot answer quickly (reads then rely on

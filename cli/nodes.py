@@ -1,4 +1,4 @@
-"""`berth nodes list|get|cordon|uncordon|repair` (admin) and `berth nodes discover` (on a host, no services).
+"""`berth nodes list|get|cordon|uncordon|drain|repair` (admin) and `berth nodes discover` (on a host, no services).
 
 A cordoned node takes no new allocations and keeps the ones it has; uncordon makes it READY again. `list` and `get`
 show each agent's liveness, the slots its host did not validate and those whose GPU is not healthy (issue 27);
@@ -114,6 +114,21 @@ def get(
         health = Text(sick.health, style="red" if sick.health == "failed" else "yellow")
         console.print(styled("  slot {} ({}): {} since {}: {}", sick.index, sick.gpu_pci, health, sick.since or "-",
                              "; ".join(sick.reasons) or "no reason given"))  # fmt: skip
+
+
+@app.command("drain")
+def drain(
+    node: NodeArgument, output: OutputOption = OutputFormat.TEXT, api: ApiOption = None, token: TokenOption = None
+) -> None:
+    """Cordon the node and tell each allocation on it to move: its owner releases it when ready."""
+    with api_client(api, token) as client:
+        data = client.call("POST", f"/v1/nodes/{segment(node)}/drain")
+    if output is OutputFormat.JSON:
+        print_json(data)
+        return
+    console.print(styled("node [bold]{}[/] is {}; told {} allocation(s){}", node, data["node"]["status"],
+                         len(data["told"]), f", could not tell {', '.join(data['not_told'])}" if data["not_told"]
+                         else ""))  # fmt: skip
 
 
 @app.command("repair")

@@ -299,6 +299,13 @@ class HealthNotice(Model):
     reason: str
 
 
+class DrainNotice(Model):
+    """Sent to each allocation of a node an operator drains (issue 27)."""
+
+    node: str
+    reason: str = "an operator's drain"
+
+
 class ReservationStart(Model):
     """A reservation's start (issue 26): its allocation's id, and the preemptible allocations on its node to tell
     to leave so it has room, each with its grace period."""

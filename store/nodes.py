@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Row, Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from store.models import ClusterRow, NodeAgentRow, NodeRow, PoolRow, SlotRow
+from store.models import ClaimRow, ClusterRow, NodeAgentRow, NodeRow, PoolRow, SlotRow
 
 # A node with its pool, its cluster's region, its agent (None: never reported), and its slots counted: all, available,
 # reserved, quarantined, validated (`valid` or `raw_only`) and compatible (`valid`); a count is None for no slots.
@@ -148,6 +148,14 @@ async def repair_slots(
         row.health_at, row.repaired_at = now, now
     await session.flush()
     return repaired
+
+
+async def holders(session: AsyncSession, node: str) -> list[str]:
+    """The allocations holding slots of `node` (active claims), by id."""
+    rows = await session.scalars(
+        select(ClaimRow.allocation_id).where(ClaimRow.node_id == node, ClaimRow.released_at.is_(None)).distinct()
+    )
+    return sorted(rows.all())
 
 
 async def locked_node(session: AsyncSession, name: str) -> NodeRow | None:

@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.allocation import (
         CandidateList,
         ClaimInput,
+        DrainNotice,
         EnterQueueInput,
         FindCandidatesInput,
         HealthNotice,
@@ -132,7 +133,8 @@ class AllocationWorkflow:
         self.max_lease = held.max_lease_seconds if held is not None else None
         self.end_moved = False  # an extension came: the hold re-reads the end
         self.notice: PreemptNotice | None = None  # told to leave for a queued request (issue 26)
-        self.gpu_failure: HealthNotice | None = None  # a GPU it holds failed, not yet told (issue 27)
+        # What its owner must be told while it holds (issue 27): (state to take, None to keep; step; reason).
+        self.untold: list[tuple[str | None, str, str]] = []
 
     # -- the flow ---------------------------------------------------------------------------------------------------
 
@@ -458,7 +460,7 @@ class AllocationWorkflow:
             ends_at = self.status.ends_at
             if ends_at is None:
                 await wait_unless_cancelled(self.interrupted)
-                if self.tell_gpu_failure():
+                if self.tell_owner():
                     continue
                 return ("released", "release") if self.release_requested else await self.serve_notice()
             warn_at = ends_at - timedelta(seconds=self.input.timing.expiry_warning_seconds)
@@ -474,7 +476,7 @@ class AllocationWorkflow:
                 await wait_unless_cancelled(self.interrupted, instant - now)
             except TimeoutError:
                 continue
-            if self.tell_gpu_failure():
+            if self.tell_owner():
                 continue
             if self.release_requested:
                 return "released", "release"
@@ -482,17 +484,16 @@ class AllocationWorkflow:
                 return await self.serve_notice()
 
     def interrupted(self) -> bool:
-        return self.release_requested or self.end_moved or self.notice is not None or self.gpu_failure is not None
+        return self.release_requested or self.end_moved or self.notice is not None or bool(self.untold)
 
-    def tell_gpu_failure(self) -> bool:
-        """`degraded` (issue 27): a GPU it holds failed. It keeps running, as its owner decides: the event, the
-        state and the Temporal UI say which slot and why. True when it was told now (the hold writes the trail)."""
-        failure, self.gpu_failure = self.gpu_failure, None
-        if failure is None:
-            return False
-        self.set_state("degraded", "gpu_failed", reason=f"the GPU of slot {failure.slot} failed ({failure.reason}); "
-                       "the allocation keeps running: release it and ask again for healthy GPUs")  # fmt: skip
-        return True
+    def tell_owner(self) -> bool:
+        """Record what its owner must be told (issue 27): a failed GPU (`degraded`) or its node being drained. It
+        keeps running, as its owner decides: the event, the state and the Temporal UI say why. True when something
+        was told now (the hold then writes the trail)."""
+        told, self.untold = self.untold, []
+        for state, step, reason in told:
+            self.set_state(state or self.status.state, step, reason=reason)
+        return bool(told)
 
     async def serve_notice(self) -> tuple[str, str]:
         """Preempted (issue 26): `preempting` for the grace period its PriorityClass gives, then the release saga,
@@ -628,8 +629,19 @@ class AllocationWorkflow:
     def gpu_failed(self, notice: HealthNotice) -> None:
         """Its agent judged a GPU of one of its slots failed (issue 27; sent by the API on the agent's report). Told
         once: a second notice while degraded changes nothing."""
-        if self.status.state == "active" and self.gpu_failure is None:
-            self.gpu_failure = notice
+        if self.status.state == "active" and not any(step == "gpu_failed" for _, step, _ in self.untold):
+            self.untold.append((
+                "degraded", "gpu_failed", f"the GPU of slot {notice.slot} failed ({notice.reason}); the allocation "
+                "keeps running: release it and ask again for healthy GPUs",
+            ))  # fmt: skip
+
+    @workflow.signal(name="drain")
+    def drain(self, notice: DrainNotice) -> None:
+        """An operator drains its node (`berth nodes drain`): its owner is told, it keeps running until released."""
+        if self.status.state in ("active", "degraded") and not self.status.drain_told:
+            self.status.drain_told = True
+            self.untold.append((None, "drain_notice", f"node {notice.node} is being drained ({notice.reason}): "
+                                "release this allocation and ask again; it keeps running until then"))  # fmt: skip
 
     @workflow.update
     async def retry(self, request: RetryRequest) -> RetryAccepted:

@@ -153,6 +153,7 @@ class AllocationStatus(BaseModel):
     waiting_reason: str | None = None  # queued: why it is not placed yet (the refusal it waits on)
     ends_at: datetime | None = None  # active with an end: when its release saga runs (issue 26)
     expiry_warned: bool = False  # its owner has been told it ends soon (`expiring`)
+    drain_told: bool = False  # its owner has been told its node is being drained (issue 27)
 
 
 class Held(BaseModel):

@@ -22,6 +22,7 @@ from api.cursor import CursorParam
 from api.errors import ApiError, conflict, error_responses, not_found
 from api.models import (
     AgentState,
+    DrainResult,
     NodeInfo,
     NodeList,
     QuarantinedSlot,
@@ -32,7 +33,7 @@ from api.models import (
     UnhealthySlot,
 )
 from api.services import Services, services
-from contracts.allocation import HealthNotice
+from contracts.allocation import DrainNotice, HealthNotice
 from contracts.audit import FindingKind, Repair, RepairAction
 from fleet.meta import Name
 from fleet.node import NodeStatus
@@ -201,6 +202,24 @@ async def uncordon(node: NodePath, caller: Admin, app: App) -> NodeInfo:
     info = await _set_status(app, node, NodeStatus.READY.value)
     app.queue_walks.ask(f"node {node} uncordoned")
     return info
+
+
+@router.post("/{node}/drain", response_model=DrainResult, responses=error_responses(401, 403, 404, 409, 422))
+async def drain(node: NodePath, caller: Admin, app: App) -> DrainResult:
+    """Cordon the node and tell each allocation on it (issue 27): its owner sees `drain_notice` with the reason and
+    releases it when ready; nothing is torn down. Draining again tells nobody twice."""
+    info = await _set_status(app, node, NodeStatus.CORDONED.value)
+    async with app.sessions() as session:
+        holding = await store.holders(session, node)
+    told, not_told = [], []
+    for allocation_id in holding:
+        try:
+            await app.control.tell_drain(allocation_id, DrainNotice(node=node))
+            told.append(allocation_id)
+        except Exception as error:  # noqa: BLE001 - the workflow gone or Temporal unreachable: said in the answer
+            log.warning("allocation %s was not told that node %s drains: %s", allocation_id, node, error)
+            not_told.append(allocation_id)
+    return DrainResult(node=info, told=told, not_told=not_told)
 
 
 @router.post("/{node}/repair", response_model=RepairResult, responses=error_responses(401, 403, 404, 422))

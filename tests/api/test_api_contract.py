@@ -64,7 +64,7 @@ async def test_openapi_documents_every_route(stack: Stack) -> None:
         ("GET", "/v1/reservations/{reservation_id}"), ("DELETE", "/v1/reservations/{reservation_id}"), ("POST", "/v1/explain"), ("GET", "/v1/capacity"),
         ("PUT", "/v1/fleet"), ("GET", "/v1/queues"), ("GET", "/v1/nodes"), ("GET", "/v1/nodes/{node}"), ("POST", "/v1/nodes/{node}/cordon"),
         ("POST", "/v1/nodes/{node}/report"),
-        ("POST", "/v1/nodes/{node}/uncordon"), ("POST", "/v1/nodes/{node}/repair"), ("GET", "/healthz"), ("GET", "/metrics"),
+        ("POST", "/v1/nodes/{node}/uncordon"), ("POST", "/v1/nodes/{node}/repair"), ("POST", "/v1/nodes/{node}/drain"), ("GET", "/healthz"), ("GET", "/metrics"),
         ("PUT", "/v1/deployments/{name}"), ("GET", "/v1/deployments/{name}"), ("DELETE", "/v1/deployments/{name}"),
         ("GET", "/v1/deployments"), ("GET", "/v1/audit"), ("POST", "/v1/audit"),
         ("PUT", "/v1/namespaces/{namespace}/deployments/{name}"),

@@ -6,6 +6,7 @@ by the reconciler and told."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -131,3 +132,27 @@ async def test_a_failure_whose_signal_was_lost_is_told_by_the_reconciler(stack: 
     assert (await stack.http.post("/v1/audit", headers=stack.admin)).json()["counts"] == {}
     assert (await stack.http.delete(f"/v1/allocations/{held}", headers=stack.acme)).status_code == 202
     await stack.wait_for(held, "released")
+
+
+async def test_a_drain_cordons_the_node_and_tells_each_allocation_on_it_once(stack: Stack) -> None:
+    held = await stack.create(4)
+    assert (await stack.wait_for(held, "active"))["node"] == "big"
+    assert (await stack.http.post("/v1/nodes/big/drain", headers=stack.acme)).status_code == 403
+    drained = await stack.http.post("/v1/nodes/big/drain", headers=stack.admin)
+    assert drained.status_code == 200, drained.text
+    assert (drained.json()["node"]["status"], drained.json()["told"]) == ("CORDONED", [held])
+    await stack.http.post("/v1/nodes/big/drain", headers=stack.admin)  # again: the owner is not told twice
+    for _ in range(100):
+        events = (await stack.get(held))["events"]
+        if any(e["step"] == "drain_notice" for e in events):
+            break
+        await asyncio.sleep(0.1)
+    notices = [e for e in (await stack.get(held))["events"] if e["step"] == "drain_notice"]
+    assert len(notices) == 1 and notices[0]["state"] == "active"
+    assert notices[0]["reason"].startswith("node big is being drained (an operator's drain): release this allocation")
+    other = await stack.create(2)
+    assert (await stack.wait_for(other, "active"))["node"] != "big"  # cordoned: no new work
+    for allocation in (held, other):
+        assert (await stack.http.delete(f"/v1/allocations/{allocation}", headers=stack.acme)).status_code == 202
+        await stack.wait_for(allocation, "released")
+    assert (await stack.http.post("/v1/nodes/big/uncordon", headers=stack.admin)).status_code == 200
