@@ -34,7 +34,7 @@ from contracts.audit import (
 )
 from store import reservations
 from store.models import AllocationEventRow, AllocationRow, Base, ClaimRow, NodeAgentRow, QueueEntryRow, SlotRow
-from store.queue import PriorityClasses, class_facts
+from store.queue import class_facts
 
 KEEP_RUNS_DAYS = 14
 FINISHED_STATES = ("released", "failed", "cancelled", "expired", "preempted")  # FINAL_STATES (store is below workflows)
@@ -142,15 +142,10 @@ async def control_facts(session: AsyncSession) -> ControlFacts:
         ],
         slots=[SlotFact(node=n, slot_id=s, slot_index=i, state=st, quarantine_reason=r) for n, s, i, st, r in slots],
         allocations=[
-            AllocationFact(allocation_id=a, state=st, node=n, ends_at=end, preemptible=_preemptible(classes, named))
+            AllocationFact(allocation_id=a, state=st, node=n, ends_at=end, preemptible=classes.preemptible(named))
             for a, st, n, end, named in allocations
         ],
     )
-
-
-def _preemptible(classes: PriorityClasses, named: str | None) -> bool:
-    _, fact = classes.of(named)
-    return fact is not None and fact.preemptible
 
 
 async def _reservation_facts(session: AsyncSession) -> list[ReservationFact]:

@@ -262,14 +262,18 @@ class PriorityClasses:
         name = named if named in self.facts else self.default
         return name, self.facts.get(name) if name is not None else None
 
+    def preemptible(self, named: str | None) -> bool:
+        """Whether a request that named `named` is of a preemptible class (issue 26)."""
+        _, fact = self.of(named)
+        return fact is not None and fact.preemptible
+
 
 async def is_preemptible(session: AsyncSession, allocation_id: str) -> bool:
     """Whether the allocation asked for a preemptible PriorityClass (by name, or as its tenant's default class)."""
     named = await session.scalar(
         select(AllocationRow.request["priority_class"].astext).where(AllocationRow.id == allocation_id)
     )
-    _, fact = (await class_facts(session)).of(named)
-    return fact is not None and fact.preemptible
+    return (await class_facts(session)).preemptible(named)
 
 
 async def class_facts(session: AsyncSession) -> PriorityClasses:

@@ -49,8 +49,7 @@ async def window_facts(session: AsyncSession, region: str) -> tuple[list[Holding
     )  # fmt: skip
     holdings = []
     for allocation_id, node, gpus, ends_at, named in rows:
-        _, fact = classes.of(named)
-        preemptible = fact is not None and fact.preemptible
+        preemptible = classes.preemptible(named)
         until = ends_at.timestamp() if ends_at is not None else None
         holdings.append(Holding(allocation_id, node, int(gpus), until, preemptible))
     mine = set(await _in_region(session, region))
