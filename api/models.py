@@ -21,6 +21,7 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
+from pydantic import Strict as StrictMode
 from pydantic.functional_serializers import SerializerFunctionWrapHandler
 
 from fleet.deadlines import parse_duration
@@ -73,6 +74,10 @@ SshPublicKey = Annotated[
 ]
 
 
+# A whole number in a request body: JSON's `true` is not 1 (pydantic's lax mode would take it as 1).
+Count = Annotated[int, StrictMode()]
+
+
 class Strict(BaseModel):
     """Unknown fields are errors: a misspelt `gpu_prodcut` must not silently schedule any product."""
 
@@ -104,7 +109,7 @@ class AllocationCreate(Strict):
 
     model_config = ConfigDict(json_schema_extra={"not": {"allOf": [given("duration"), given("ends_at")]}})
 
-    gpu_count: int = Field(ge=1, le=1024, description="GPUs wanted.")
+    gpu_count: Count = Field(ge=1, le=1024, description="GPUs wanted.")
     gpu_product: Product | None = Field(default=None, description="e.g. H200; unset takes any product.")
     shape: CapacityShape = Field(
         default=CapacityShape.GPU_SLICE, description="`gpu_slice` (a VM from per-GPU bundles) or `baremetal`."
@@ -222,7 +227,7 @@ class AllocationEnd(BaseModel):
 class ExtendBody(Strict):
     """Move an active allocation's end later: `by` a duration from its current end, or `until` a time."""
 
-    model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["by"]}, {"required": ["until"]}]})
+    model_config = ConfigDict(json_schema_extra={"oneOf": [given("by"), given("until")]})
 
     by: LeaseDuration | None = Field(default=None, description="`2h`, `30m` or seconds, added to the current end.")
     until: AwareDatetime | None = Field(default=None, description="The new end (RFC 3339, with an offset).")
@@ -339,7 +344,7 @@ class UnhealthySlot(BaseModel):
 class RepairBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    slots: list[Annotated[int, Field(ge=0, le=1023)]] = Field(
+    slots: list[Annotated[Count, Field(ge=0, le=1023)]] = Field(
         min_length=1, max_length=1024, description="The slot indexes repaired."
     )
 

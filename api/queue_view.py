@@ -120,7 +120,7 @@ def _pool(snapshot: Snapshot, caller: Principal, key: str, region: str | None) -
             422, "unknown_pool", f"pool {key!r} does not exist in the fleet; choose one of: {shown}{more}", [detail]
         )
     if region is not None and found.region != region:
-        detail = {"field": "query.pool", "value": key}
+        detail = {"field": "query.pool", "value": key, "type": "pool_region"}
         raise ApiError(422, "invalid_request", f"pool {key} is in region {found.region}, not {region}", [detail])
     return found
 

@@ -28,6 +28,8 @@ _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
 def parse_duration(value: object) -> object:
     """`"1h30m"` -> 5400.0; a number is seconds already. Anything else is left for pydantic to refuse."""
+    if isinstance(value, bool):  # JSON's true is no number of seconds, though Python counts it as 1
+        raise ValueError(f"{str(value).lower()} is not a duration (for example 90s, 15m or 1h30m)")
     if isinstance(value, str):
         text = value.strip()
         if re.fullmatch(r"\d+(\.\d+)?", text):

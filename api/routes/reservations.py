@@ -23,7 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import Caller, acting_tenant
 from api.errors import ApiError, error_responses, not_found
-from api.models import LeaseDuration, Product, Strict, given
+from api.models import Count, LeaseDuration, Product, Strict, given
 from api.request_checks import invalid_request
 from api.services import Services, services
 from fleet.meta import Name
@@ -45,7 +45,7 @@ class ReservationCreate(Strict):
 
     model_config = ConfigDict(json_schema_extra={"oneOf": [given("ends_at"), given("duration")]})
 
-    gpu_count: int = Field(ge=1, le=1024)
+    gpu_count: Count = Field(ge=1, le=1024)
     gpu_product: Product | None = None
     shape: CapacityShape = CapacityShape.GPU_SLICE
     region: Name

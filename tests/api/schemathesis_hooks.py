@@ -5,7 +5,7 @@ tests/api/test_api_schemathesis.py, and by hand with
         --exclude-checks positive_data_acceptance,use_after_free -H "Authorization: Bearer <token>"
 
 The built-in `positive_data_acceptance` expects every request the schema calls valid to be accepted. A schema says
-what is well formed, not what exists or fits together: a region, product, node, GPU or tenant the fleet does not
+what is well formed, not what exists or fits together: a region, pool, product, node, GPU, tenant or PriorityClass the fleet does not
 have, a selector that does not compile as CEL, a request no host could ever hold, a report for another topology, a
 cursor the API did not hand out, a manifest naming another deployment than its address, a fleet file whose
 documents do not fit together, pinned GPUs that do not match `gpu_count` and the one pinned node, an admin's create
@@ -28,16 +28,17 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 # Codes that refuse a well-formed request for what it names or how its parts fit together (api/README.md).
 NAMED_REFUSALS = frozenset({
-    "unknown_region", "unknown_product", "unknown_node", "unknown_gpu", "unknown_tenant", "invalid_selector",
-    "selector_cost_exceeded", "unsatisfiable", "topology_mismatch", "invalid_cursor", "invalid_fleet",
+    "unknown_region", "unknown_product", "unknown_node", "unknown_gpu", "unknown_tenant", "unknown_pool",
+    "unknown_priority_class", "invalid_selector", "selector_cost_exceeded", "unsatisfiable", "topology_mismatch",
+    "invalid_cursor", "invalid_fleet",
 })  # fmt: skip
 # Problem types under `invalid_request` that no schema can state: a deployment manifest naming another deployment or
 # namespace than its address, a CEL selector in it that does not compile, a rule between a manifest's fields
 # (`manifest_rule`: unique names, a serving unit's roles; fleet/deployment.py), pinned GPUs that are not as many as
 # `gpu_count` on exactly one pinned node (a rule between fields), an allocation's end or a reservation's window that
-# is not in the future (rules against the clock).
+# is not in the future (rules against the clock), a pool filter outside the region filter (`pool_region`).
 NAMED_PROBLEMS = frozenset({"name_mismatch", "namespace_mismatch", "cel_compile_error", "manifest_rule", "gpu_pins",
-                            "ends_at_past", "window"})  # fmt: skip
+                            "ends_at_past", "window", "pool_region"})  # fmt: skip
 # `invalid_request` on these fields alone depends on the token, not the body: an admin must name the tenant.
 TOKEN_DEPENDENT_FIELDS = frozenset({"body.tenant"})
 

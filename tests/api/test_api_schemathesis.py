@@ -96,11 +96,13 @@ def test_no_request_gets_a_server_error(database_url: str, temporal_env: Workflo
 def _schemathesis(served: Served, token: str, home: Path) -> subprocess.Popen[str]:
     """`schemathesis run --checks all` with one token, short form: a fixed seed, a few examples per operation, the
     fuzzing and stateful phases. The coverage phase (boundary values of every field, wrong methods) is left to a
-    run by hand: it sends some 3,300 requests per token, minutes here; its 405 finding is pinned below."""
+    run by hand: it sends some 3,300 requests per token, minutes here; its 405 finding is pinned below.
+    BERTH_SCHEMATHESIS_SEED and BERTH_SCHEMATHESIS_EXAMPLES widen a run by hand."""
     command = [
         sys.executable, "-m", "schemathesis.cli", "run", f"{served.base_url}/openapi.json",
         "--checks", "all", "--exclude-checks", "positive_data_acceptance,use_after_free",
-        "-H", f"Authorization: Bearer {token}", "--max-examples", str(CLI_EXAMPLES), "--seed", "21",
+        "-H", f"Authorization: Bearer {token}", "--seed", os.environ.get("BERTH_SCHEMATHESIS_SEED", "21"),
+        "--max-examples", os.environ.get("BERTH_SCHEMATHESIS_EXAMPLES", str(CLI_EXAMPLES)),
         "--phases", "fuzzing,stateful", "--output-truncate", "false",
     ]  # fmt: skip
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.api.schemathesis_hooks", "PYTHONPATH": str(REPO),
