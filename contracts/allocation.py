@@ -297,6 +297,7 @@ class HealthNotice(Model):
 
     slot: str  # "<node>/<index>"
     reason: str
+    replace: bool = False  # its pool's `onGpuFailure: Replace`: move to a healthy node after telling the owner
 
 
 class DrainNotice(Model):

@@ -28,6 +28,13 @@ class TaintEffect(StrEnum):
     NO_EXECUTE = "NoExecute"
 
 
+class GpuFailurePolicy(StrEnum):
+    """What Berth does with an active allocation whose GPU its agent judged failed (issue 27)."""
+
+    TELL = "Tell"  # the allocation goes `degraded` and keeps running: its owner decides
+    REPLACE = "Replace"  # the same, then it moves to a healthy node (the old one's VM destroyed, its NVMe wiped)
+
+
 class Taint(Spec):
     key: str
     value: str | None = None
@@ -65,6 +72,12 @@ class NodePool(Spec):
         default=None,
         description="Berth: the longest lease an allocation on this pool may have (`168h`, `90m`, or seconds); a "
         "request asking for longer is not placed here, and an allocation with no end gets this one.",
+    )
+    on_gpu_failure: GpuFailurePolicy = Field(
+        default=GpuFailurePolicy.TELL,
+        description="Berth: when a GPU under an active allocation fails, `Tell` its owner (the allocation goes "
+        "`degraded` and keeps running) or also `Replace` it on a healthy node (its VM destroyed and its NVMe wiped "
+        "as on any release, then placed again keeping its end).",
     )
 
     @model_validator(mode="before")
@@ -110,6 +123,8 @@ class NodePool(Spec):
             raise ValueError("deadlines apply to allocations: only gpu_slice and baremetal pools take them")
         if self.shape is PoolShape.KUBERNETES and self.max_lease is not None:
             raise ValueError("maxLease applies to allocations: only gpu_slice and baremetal pools take it")
+        if self.shape is PoolShape.KUBERNETES and self.on_gpu_failure is not GpuFailurePolicy.TELL:
+            raise ValueError("onGpuFailure applies to allocations: only gpu_slice and baremetal pools take it")
         return self
 
 

@@ -188,6 +188,7 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
             "node_template": pool.node_template.model_dump(mode="json", by_alias=True) if pool.node_template else None,
             "deadlines": pool.deadlines.seconds() or None if pool.deadlines else None,
             "max_lease_seconds": pool.max_lease,
+            "on_gpu_failure": pool.on_gpu_failure.value,
         }
         for node in hosts.nodes:
             nodes[node.name] = {

@@ -17,6 +17,7 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
+from contracts.allocation import HealthNotice
 from contracts.audit import (
     AllocationFact,
     AuditReport,
@@ -33,7 +34,17 @@ from contracts.audit import (
     SlotFact,
 )
 from store import reservations
-from store.models import AllocationEventRow, AllocationRow, Base, ClaimRow, NodeAgentRow, QueueEntryRow, SlotRow
+from store.models import (
+    AllocationEventRow,
+    AllocationRow,
+    Base,
+    ClaimRow,
+    NodeAgentRow,
+    NodeRow,
+    PoolRow,
+    QueueEntryRow,
+    SlotRow,
+)
 from store.queue import class_facts
 
 KEEP_RUNS_DAYS = 14
@@ -85,10 +96,19 @@ class AuditRepairRow(Base):
 # Facts ----------------------------------------------------------------------------------------------------------------
 
 
-async def health_reason(session: AsyncSession, node: str, index: int) -> str | None:
-    return await session.scalar(
-        select(SlotRow.health_reason).where(SlotRow.node_id == node, SlotRow.slot_index == index)
-    )
+async def gpu_failure_notice(session: AsyncSession, node: str, index: int) -> HealthNotice:
+    """What an allocation on `node`'s slot `index` is told of its failed GPU: the verdict's reason, and whether its
+    pool replaces it (`onGpuFailure`)."""
+    row = (
+        await session.execute(
+            select(SlotRow.health_reason, PoolRow.on_gpu_failure)
+            .join(NodeRow, NodeRow.name == SlotRow.node_id)
+            .join(PoolRow, PoolRow.id == NodeRow.pool_id)
+            .where(SlotRow.node_id == node, SlotRow.slot_index == index)
+        )
+    ).first()
+    reason, policy = row if row is not None else (None, "Tell")
+    return HealthNotice(slot=f"{node}/{index}", reason=reason or "failed", replace=policy == "Replace")
 
 
 async def live_agent_nodes(session: AsyncSession) -> list[str]:

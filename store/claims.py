@@ -12,9 +12,9 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from contracts.allocation import ClaimInput
+from contracts.allocation import ClaimInput, HealthNotice
 from scheduler import quota
-from store.models import AllocationRow, ClaimRow, SlotRow, TenantRow
+from store.models import AllocationRow, ClaimRow, NodeRow, PoolRow, SlotRow, TenantRow
 from store.snapshot import NO_USAGE, tenant_usage, tenant_view
 
 
@@ -172,17 +172,22 @@ async def unquarantine_slots(session: AsyncSession, node: str, slot_indexes: lis
     return result.rowcount or 0
 
 
-async def untold_failures(session: AsyncSession, node: str) -> list[tuple[str, int, str]]:
+async def untold_failures(session: AsyncSession, node: str) -> list[tuple[str, HealthNotice]]:
     """The active allocations of `node` that hold a slot whose GPU its agent judged failed (issue 27) and have not
-    been told yet (they are still `active`, not `degraded`): (allocation, slot index, reason), one per slot."""
+    been told yet (they are still `active`, not `degraded`): (allocation, what it is told), one per slot."""
     rows = await session.execute(
-        select(ClaimRow.allocation_id, SlotRow.slot_index, SlotRow.health_reason)
+        select(ClaimRow.allocation_id, SlotRow.slot_index, SlotRow.health_reason, PoolRow.on_gpu_failure)
         .join(SlotRow, SlotRow.id == ClaimRow.slot_id)
         .join(AllocationRow, AllocationRow.id == ClaimRow.allocation_id)
+        .join(NodeRow, NodeRow.name == SlotRow.node_id)
+        .join(PoolRow, PoolRow.id == NodeRow.pool_id)
         .where(
             SlotRow.node_id == node, SlotRow.health == "failed", ClaimRow.released_at.is_(None),
             AllocationRow.state == "active",
         )
         .order_by(ClaimRow.allocation_id, SlotRow.slot_index)
     )  # fmt: skip
-    return [(allocation, index, reason or "failed") for allocation, index, reason in rows]
+    return [
+        (allocation, HealthNotice(slot=f"{node}/{index}", reason=reason or "failed", replace=policy == "Replace"))
+        for allocation, index, reason, policy in rows
+    ]

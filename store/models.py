@@ -149,6 +149,7 @@ class PoolRow(Base):
         CheckConstraint("max_node_count IS NULL OR max_node_count >= 1", name="max_node_count"),
         CheckConstraint("shape = 'kubernetes' OR gpu_product IS NOT NULL", name="gpu_product"),
         CheckConstraint("max_lease_seconds IS NULL OR max_lease_seconds > 0", name="max_lease_seconds"),
+        CheckConstraint("on_gpu_failure IN ('Tell', 'Replace')", name="on_gpu_failure"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -165,6 +166,8 @@ class PoolRow(Base):
     deadlines: Mapped[dict[str, float] | None] = mapped_column(JSONB)
     # The longest lease an allocation on this pool may have (fleet file `maxLease`); NULL: none (migration 0013).
     max_lease_seconds: Mapped[float | None] = mapped_column(Float)
+    # What a failed GPU under an active allocation leads to (fleet file `onGpuFailure`; migration 0017).
+    on_gpu_failure: Mapped[str] = mapped_column(String(16), nullable=False, server_default="Tell")
 
 
 class NodeRow(Base):

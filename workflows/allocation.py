@@ -97,6 +97,7 @@ R = TypeVar("R")
 
 CREATE_VM_TIMEOUT = timedelta(minutes=5)
 CREATE_VM_ATTEMPTS = 3
+REPLACE = ("placing", "replace")  # the hold's ending when its pool replaces it off a failed GPU
 
 
 @workflow.defn(name="Allocation")
@@ -135,6 +136,7 @@ class AllocationWorkflow:
         self.notice: PreemptNotice | None = None  # told to leave for a queued request (issue 26)
         # What its owner must be told while it holds (issue 27): (state to take, None to keep; step; reason).
         self.untold: list[tuple[str | None, str, str]] = []
+        self.replacement: HealthNotice | None = None  # its pool replaces it off a failed GPU (`onGpuFailure`)
 
     # -- the flow ---------------------------------------------------------------------------------------------------
 
@@ -149,6 +151,9 @@ class AllocationWorkflow:
                 await self.continue_into_hold()  # 4, in the hold run
             workflow.set_current_details(self.mirror.story())
             ending = await self.hold_until_released()  # 4
+            if ending == REPLACE:
+                await self.move_off_failed_gpu()  # 3 again, on a healthy node, then a new hold run
+                ending = "released", "release"  # released while it moved: the new placement is given back
             await shielded(self.teardown(*ending))
         except BaseException as error:
             if is_cancelled_exception(error) and self.status.state not in FINAL_STATES:
@@ -442,6 +447,8 @@ class AllocationWorkflow:
     def begin_lease(self, pool: str) -> None:
         """Active now: the end it asked for (`duration_seconds` from now, or `ends_at`), else its pool's `maxLease`
         from now, else none. The pool's maximum was checked when the pool was chosen (`scheduler.pools`)."""
+        if self.active_since is not None:
+            return  # placed again off a failed GPU: it keeps the lease it had
         now = workflow.now()
         self.active_since, self.max_lease = now, self.pool_max_leases.get(pool)
         lease = self.input.lease
@@ -457,6 +464,8 @@ class AllocationWorkflow:
         `Timing.expiry_warning_seconds` before it. An extension moves the end and the warning with it."""
         while True:
             await self.mirror.write_trail()
+            if self.replacement is not None:
+                return REPLACE
             ends_at = self.status.ends_at
             if ends_at is None:
                 await wait_unless_cancelled(self.interrupted)
@@ -482,6 +491,30 @@ class AllocationWorkflow:
                 return "released", "release"
             if self.notice is not None:
                 return await self.serve_notice()
+
+    async def move_off_failed_gpu(self) -> None:
+        """Its pool replaces an allocation whose GPU failed (`onGpuFailure: Replace`, issue 27): the VM is destroyed
+        and its slots wiped as on any release, the claims released, and step 3 runs again on another node, keeping
+        the allocation's end. Nothing fits: it waits in its region's queue if it may, else it fails with the reason."""
+        notice, attempt = self.replacement, self.status.attempts[-1]
+        assert notice is not None
+        self.replacement = None
+        self.tell_owner()  # told first (`degraded`), when the notice came while the hold wrote its trail
+        region = self.status.region or ""
+        attempt.outcome, attempt.reason = "failed", f"the GPU of slot {notice.slot} failed: {notice.reason}"
+        self.excluded.add(attempt.node)
+        self.set_state("placing", "replace", node=attempt.node, attempt=attempt,
+                       reason=f"moving off {attempt.node}: its VM is destroyed and its slots wiped, then it is placed "
+                              "again on a healthy node, keeping its end")  # fmt: skip
+        slots = [b.slot_index for b in self.status.bundles]
+        await shielded(self.destroy_vm(attempt.node, attempt.number, slots, deadline=self.clock.time_left()))
+        await shielded(self.release_claims(attempt.number))
+        self.status.node = self.status.pool = None
+        self.status.bundles = []
+        first = await self.find_candidates(region)
+        while not await self.place_or_wait(region, first):
+            region, first = await self.choose_placement(woken=True)
+        await self.continue_into_hold()
 
     def interrupted(self) -> bool:
         return self.release_requested or self.end_moved or self.notice is not None or bool(self.untold)
@@ -630,10 +663,13 @@ class AllocationWorkflow:
         """Its agent judged a GPU of one of its slots failed (issue 27; sent by the API on the agent's report). Told
         once: a second notice while degraded changes nothing."""
         if self.status.state == "active" and not any(step == "gpu_failed" for _, step, _ in self.untold):
-            self.untold.append((
-                "degraded", "gpu_failed", f"the GPU of slot {notice.slot} failed ({notice.reason}); the allocation "
-                "keeps running: release it and ask again for healthy GPUs",
-            ))  # fmt: skip
+            then = ("its pool moves it to a healthy node" if notice.replace
+                    else "the allocation keeps running: release it and ask again for healthy GPUs")  # fmt: skip
+            self.untold.append(
+                ("degraded", "gpu_failed", f"the GPU of slot {notice.slot} failed ({notice.reason}); {then}")
+            )
+            if notice.replace:
+                self.replacement = notice
 
     @workflow.signal(name="drain")
     def drain(self, notice: DrainNotice) -> None:

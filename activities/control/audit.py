@@ -25,7 +25,6 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.control.drift import assess
-from contracts.allocation import HealthNotice
 from contracts.audit import (
     ApplyRepair,
     AssessInput,
@@ -174,11 +173,9 @@ class AuditActivities:
         """Signal the allocation that a GPU of it failed (the `gpu_failed` signal its workflow takes once)."""
         node, index = finding.node or "", finding.slot_indexes[0]
         allocation, slot = finding.allocation_id or "", f"{node}/{index}"
-        reason = await records.health_reason(session, node, index) or "failed"
+        notice = await records.gpu_failure_notice(session, node, index)
         try:
-            await self.client.get_workflow_handle(f"{ALLOCATION_PREFIX}{allocation}").signal(
-                "gpu_failed", HealthNotice(slot=slot, reason=reason)
-            )
+            await self.client.get_workflow_handle(f"{ALLOCATION_PREFIX}{allocation}").signal("gpu_failed", notice)
         except RPCError as error:
             return "failed", f"allocation {allocation} was not told that slot {slot} failed: {error.message}"
         return "done", f"told allocation {allocation} that the GPU of slot {slot} failed"

@@ -33,7 +33,7 @@ from api.models import (
     UnhealthySlot,
 )
 from api.services import Services, services
-from contracts.allocation import DrainNotice, HealthNotice
+from contracts.allocation import DrainNotice
 from contracts.audit import FindingKind, Repair, RepairAction
 from fleet.meta import Name
 from fleet.node import NodeStatus
@@ -251,11 +251,11 @@ async def _tell_failures(app: Services, node: str) -> None:
     report that carries health, or by the reconciler (`gpu_failure_untold`)."""
     async with app.sessions() as session:
         untold = await claims.untold_failures(session, node)
-    for allocation_id, index, reason in untold:
+    for allocation_id, notice in untold:
         try:
-            await app.control.tell_gpu_failure(allocation_id, HealthNotice(slot=f"{node}/{index}", reason=reason))
+            await app.control.tell_gpu_failure(allocation_id, notice)
         except Exception as error:  # noqa: BLE001 - Temporal unreachable or the workflow gone: the reconciler retells
-            log.warning("allocation %s was not told that %s/%d failed: %s", allocation_id, node, index, error)
+            log.warning("allocation %s was not told that %s failed: %s", allocation_id, notice.slot, error)
 
 
 @router.post(

@@ -12,7 +12,10 @@ Tenants: `acme` (the lab's) and `globex` (quota 2). PriorityClasses: `spot` (pre
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,7 +28,8 @@ from api.app import create_app
 from api.temporal import TemporalTimeouts
 from config.settings import Settings
 from contracts.task_queues import Queues
-from tests.workflows.lab import FAST, Lab, lab_fleet
+from store.tokens import create_token, ensure_tenant_tokens
+from tests.workflows.lab import FAST, Lab, lab_fleet, running_lab
 from workflows.allocation_messages import FINAL_STATES
 
 HOSTS = {"slow": {"gpus": 1, "simulation": {"bootSeconds": 3600}}, "small": {"gpus": 2}, "big": {"gpus": 4}}
@@ -104,3 +108,19 @@ class Stack:
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError(f"{allocation_id} stayed {allocation['state']} (wanted {states}): {allocation}")
             await asyncio.sleep(0.1)
+
+
+@asynccontextmanager
+async def running_stack(
+    temporal: Client, sessions: async_sessionmaker[AsyncSession], home: Path, fleet: str
+) -> AsyncIterator[Stack]:
+    """The API over a lab of `fleet` (api_fleet() for the `stack` fixture), with an admin and each tenant's token."""
+    async with running_lab(temporal, temporal, sessions, home, fleet) as lab:
+        async with sessions.begin() as session:
+            admin = await create_token(session, "admin", label="tests")
+            tenant_tokens = await ensure_tenant_tokens(session)
+        app = app_for(sessions, temporal, lab.queues)
+        await control_worker_seen(app)
+        async with http_client(app) as http:
+            tenants = {name: bearer(token) for name, token in tenant_tokens.items()}
+            yield Stack(http, lab, bearer(admin), tenants.get("acme", {}), tenants.get("globex", {}))

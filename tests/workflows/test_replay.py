@@ -3,7 +3,8 @@
 The files in histories/ were recorded from real runs (happy path with release, a fallthrough after a failed
 create, a cancellation while provisioning, a refusal, and since revision 3 a request that waited in its queue and
 was woken; an allocation with an end, extended, warned and expired, recorded by tests/workflows/test_leases.py; one preempted,
-by tests/workflows/test_preemption.py), for
+by tests/workflows/test_preemption.py; one moved off a failed GPU by its pool, three runs, by
+tests/api/test_gpu_failure_replace.py), for
 the current revision (`allocation_replay-*`; an allocation that reached `active` is two runs, the
 placement and its hold, `_1` and `_2`) and for the previous one (`allocation_revision2-*`). The workflow keeps exactly those two revisions' branches (docs/design.md,
 "Upgrading the allocation workflow"): when a revision retires, its files go with its branches. A change that would
