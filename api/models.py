@@ -21,7 +21,6 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
-from pydantic import Strict as StrictMode
 from pydantic.functional_serializers import SerializerFunctionWrapHandler
 
 from fleet.deadlines import parse_duration
@@ -74,8 +73,15 @@ SshPublicKey = Annotated[
 ]
 
 
-# A whole number in a request body: JSON's `true` is not 1 (pydantic's lax mode would take it as 1).
-Count = Annotated[int, StrictMode()]
+def _not_true_or_false(value: object) -> object:
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is not a number")
+    return value
+
+
+# A whole number in a request body: JSON's `true` is not 1 (pydantic's lax mode takes it as 1), while 2.0 is 2, as
+# JSON Schema's `integer` says.
+Count = Annotated[int, BeforeValidator(_not_true_or_false)]
 
 
 class Strict(BaseModel):
