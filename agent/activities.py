@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from agent.approved import ApprovedSlots
 from agent.drivers import ImageNotFound, TopologyDriver, VmCreateError, VmDriver
+from agent.host.wipe import SlotWipe
 from agent.leases import Lease, LeaseStore
 from contracts.allocation import (
     LeaseRef,
@@ -62,6 +63,9 @@ class NodeAgent:
         self.leases = leases
         self.lease_seconds = lease_seconds
         self.approved = approved or ApprovedSlots()
+        # Slots whose GPU's function-level reset failed at their last wipe (issue 27): the reporter's health signal,
+        # until a later wipe resets the GPU.
+        self.reset_failures: dict[int, str] = {}
 
     def validated(self, host: HostInventory | None = None) -> tuple[HostInventory, NodeValidation]:
         """The host as discovered now, and every approved slot checked against it."""
@@ -103,6 +107,15 @@ class NodeAgent:
             for slot in view.slots
         )
         return dataclasses.replace(view, slots=slots)
+
+    def wiped(self, outcomes: list[SlotWipe]) -> list[SlotWipe]:
+        """Note each slot whose GPU reset failed (or succeeded again) for the health reports."""
+        for outcome in outcomes:
+            if outcome.reset_error is not None:
+                self.reset_failures[outcome.index] = outcome.reset_error
+            elif outcome.gpu_reset:
+                self.reset_failures.pop(outcome.index, None)
+        return outcomes
 
     @activity.defn(name="plan_bundles")
     def plan(self, request: PlanInput) -> PlanOutcome:
@@ -204,7 +217,9 @@ class NodeAgent:
         self.leases.release(request.allocation_id)
         approved = {slot.index: slot for slot in self.approved.slots}
         unknown = [index for index in indexes if index not in approved]
-        outcomes = self.vms.wipe([approved[index] for index in indexes if index in approved]) if indexes else []
+        outcomes = self.wiped(
+            self.vms.wipe([approved[index] for index in indexes if index in approved]) if indexes else []
+        )
         failures = [f"slot {o.index}: {o.error}" for o in outcomes if not o.ok] + [
             f"slot {index}: not in this node's approved slots, so its devices are unknown" for index in unknown
         ]
@@ -247,7 +262,7 @@ class NodeAgent:
                     f"slots {sorted(unknown)} are not in {self.node}'s approved slots, so their devices are unknown",
                     type=WIPE_FAILED, non_retryable=True,
                 )  # fmt: skip
-            outcomes = self.vms.wipe([approved[i] for i in sorted(set(request.slot_indexes))])
+            outcomes = self.wiped(self.vms.wipe([approved[i] for i in sorted(set(request.slot_indexes))]))
         failures = [f"slot {o.index}: {o.error}" for o in outcomes if not o.ok]
         if failures:
             raise ApplicationError("; ".join(failures), type=WIPE_FAILED)

@@ -94,7 +94,7 @@ class NodeReporter:
     def judge_health(self, host: HostInventory) -> list[SlotHealth]:
         """Each approved slot's verdict now (`scheduler.host.health.assess`), kept at its worst until a report
         delivers it: a counter that rose between two looks is news once, and a failed report must not lose it."""
-        signals = self.agent.topology.signals(self.agent.approved.slots, host)
+        signals = self.with_agent_signals(self.agent.topology.signals(self.agent.approved.slots, host))
         verdicts = []
         for now in signals:
             verdict = assess(now, self._signals.get(now.index))
@@ -105,6 +105,17 @@ class NodeReporter:
             verdicts.append(verdict)
         self._signals = {s.index: _seen(s, self._signals.get(s.index)) for s in signals}
         return verdicts
+
+    def with_agent_signals(self, signals: list[SlotSignals]) -> list[SlotSignals]:
+        """Add what the agent itself saw to what the host shows: each active VM's guest (its driver's view of the
+        GPU) and a GPU reset that failed at the slot's last wipe."""
+        guest = self.agent.vms.guest_signals()
+        resets = self.agent.reset_failures
+        return [
+            s.model_copy(update={"guest": guest.get(s.index), "wipe_failed": resets.get(s.index) or s.wipe_failed})
+            if s.index in guest or s.index in resets else s
+            for s in signals
+        ]  # fmt: skip
 
     async def report_once(self, host: HostInventory | None = None) -> ReportReply:
         """One report: the whole host the first time and whenever it changed, the slots' health the first time and

@@ -20,9 +20,11 @@ from pydantic import ValidationError
 
 from agent.drivers import VmCreateError, VmRecord
 from agent.host.wipe import SlotWipe
+from agent.libvirt.guest import Exited
+from agent.libvirt.guest_health import guest_signals
 from contracts.allocation import Readiness, VmSpec
 from fleet.node import Node, Simulation, Slot
-from scheduler.host.health import SlotSignals
+from scheduler.host.health import GuestSignals, SlotSignals
 from scheduler.host.inventory import FabricDevice, FabricRole, Gpu, HostInventory, NumaCell, NvmeNamespace
 
 
@@ -138,6 +140,7 @@ class SimulatedVmDriver:
         self.vm_dir = state_dir / "vms"
         self.vm_dir.mkdir(parents=True, exist_ok=True)
         self.wipe_log = state_dir / "wipes.log"
+        self.guest_dir = state_dir / "guest"
         self.simulation = simulation
         self.clock = clock
 
@@ -198,6 +201,21 @@ class SimulatedVmDriver:
             return True
         except FileNotFoundError:
             return False
+
+    def guest_signals(self) -> dict[int, GuestSignals]:
+        """A simulated guest says nothing of its GPUs unless `<state>/guest/<allocation>.json` holds what its
+        commands printed, `{"nvidia_smi": {"exit_code": 0, "stdout": "..."}, "dmesg": {...}}` (recorded `nvidia-smi
+        -q` and kernel logs, tests/hosts/guest/); that is read through the same parser as a real guest's answer."""
+        found: dict[int, GuestSignals] = {}
+        for record in self.list():
+            try:
+                said = json.loads((self.guest_dir / f"{record.allocation_id}.json").read_text())
+                smi = Exited(**said["nvidia_smi"])
+                kernel = Exited(**said["dmesg"]) if "dmesg" in said else None
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            found.update(zip(record.slot_indexes, guest_signals(smi, kernel, len(record.slot_indexes)), strict=False))
+        return found
 
     def wipe(self, slots: list[Slot]) -> list[SlotWipe]:
         """Records the wipe it would do (`wipes.log`); `simulation.wipeFails` plays an NVMe whose format fails."""

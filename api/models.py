@@ -350,7 +350,7 @@ class UnhealthySlot(BaseModel):
 class RepairBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    slots: list[Annotated[Count, Field(ge=0, le=1023)]] = Field(
+    slots: list[Annotated[int, Field(ge=0, le=1023), BeforeValidator(_not_true_or_false)]] = Field(
         min_length=1, max_length=1024, description="The slot indexes repaired."
     )
 

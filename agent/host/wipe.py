@@ -86,6 +86,7 @@ class SlotWipe(BaseModel):
     nvme_method: str | None = None  # crypto_erase, user_data_erase, discard; None when the slot has no NVMe
     gpu_reset: bool = False
     error: str | None = None
+    reset_error: str | None = None  # the GPU's function-level reset failed: a health signal too (issue 27)
 
     @property
     def ok(self) -> bool:
@@ -102,7 +103,8 @@ def wipe_slot(slot: Slot, runner: HostRunner) -> SlotWipe:
     try:
         runner.write(reset, "1")
     except OSError as error:
-        return SlotWipe(index=slot.index, nvme_method=method, error=f"GPU {slot.gpu_pci} reset failed: {error}")
+        failed = f"GPU {slot.gpu_pci} reset failed: {error}"
+        return SlotWipe(index=slot.index, nvme_method=method, error=failed, reset_error=failed)
     return SlotWipe(index=slot.index, nvme_method=method, gpu_reset=True)
 
 

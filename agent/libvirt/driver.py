@@ -29,10 +29,12 @@ from agent.drivers import ImageNotFound, VmCreateError, VmRecord
 from agent.host.wipe import HostRunner, SlotWipe, SubprocessRunner, wipe_slot
 from agent.libvirt.domain import DomainConfig, domain_name, domain_xml
 from agent.libvirt.guest import GuestAgent, LibvirtGuestAgent
+from agent.libvirt.guest_health import GuestHealthWatch
 from agent.libvirt.readiness import Gates, GateState
 from agent.libvirt.seed import GuestInterface, SeedConfig, write_seed_iso
 from contracts.allocation import Readiness, VmSpec
 from fleet.node import Slot
+from scheduler.host.health import GuestSignals
 
 METADATA_NS = "https://berth.dev/xmlns/allocation/1"
 DOMAIN_PREFIX = "berth-"  # domain_name()'s default
@@ -97,7 +99,10 @@ class LibvirtVmDriver:
         self.settings = settings
         libvirt.registerErrorHandler(lambda _context, _error: None, None)  # errors are raised; libvirt need not print
         self.connection = connection or libvirt.open(settings.uri)
-        self.gates = Gates(guest_agent or LibvirtGuestAgent(self.connection), ssh_port=settings.ssh_port)
+        guest = guest_agent or LibvirtGuestAgent(self.connection)
+        self.gates = Gates(guest, ssh_port=settings.ssh_port)
+        self.guest = GuestHealthWatch(guest)
+        self._ready: set[str] = set()  # domains whose readiness gates all passed: their guest answers now
         self.clock = clock
         self.runner = runner or SubprocessRunner()
         self.domain_config = DomainConfig(
@@ -204,6 +209,8 @@ class LibvirtVmDriver:
             return Readiness(ssh=False, cloud_init=False, nvidia_smi=False, detail="no such VM")
         results = {gate.name: gate for gate in self.gates.probe(record.vm_id, _first(record.private_ips), gpu_count)}
         failed = next((gate for gate in results.values() if gate.state is GateState.FAILED), None)
+        if all(gate.state is GateState.PASSED for gate in results.values()):
+            self._ready.add(record.vm_id)
         return Readiness(
             ssh=results["ssh"].state is GateState.PASSED,
             cloud_init=results["cloud_init"].state is GateState.PASSED,
@@ -228,6 +235,8 @@ class LibvirtVmDriver:
         self._delete_volume(f"{name}.qcow2")
         (self.settings.seed_dir / f"{name}-seed.iso").unlink(missing_ok=True)
         self.gates.forget(name)
+        self.guest.forget(name)
+        self._ready.discard(name)
         return domain is not None
 
     def _lookup(self, name: str) -> Any | None:
@@ -239,6 +248,20 @@ class LibvirtVmDriver:
             if error.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
                 return None
             raise
+
+    def guest_signals(self) -> dict[int, GuestSignals]:
+        """Each VM's guest, once it has been ready (or, after an agent restart, once it is older than the guest
+        check's interval): a guest still booting is not asked, so a boot is never read as a GPU of unknown health."""
+        found: dict[int, GuestSignals] = {}
+        for record in self.list():
+            if not record.slot_indexes:
+                continue
+            booted = record.vm_id in self._ready or self.clock() - record.created_at >= self.guest.interval
+            if not booted:
+                continue
+            readings = self.guest.look(record.vm_id, len(record.slot_indexes))
+            found.update(zip(record.slot_indexes, readings, strict=False))
+        return found
 
     def wipe(self, slots: list[Slot]) -> list[SlotWipe]:
         return [wipe_slot(slot, self.runner) for slot in slots]

@@ -29,8 +29,8 @@ class GuestAgent(Protocol):
 @dataclass(frozen=True)
 class Exited:
     exit_code: int
-    stdout: str
-    stderr: str
+    stdout: str = ""
+    stderr: str = ""
 
 
 def start(agent: GuestAgent, domain: str, argv: list[str]) -> int:

@@ -129,6 +129,21 @@ class PcieSignals(Model):
     max_link_width: int | None = Field(default=None, ge=0)
 
 
+class GuestSignals(Model):
+    """What the guest of an active slice says of the slot's GPU (`nvidia-smi -q` and the kernel's Xid lines, through
+    the QEMU guest agent; agent/libvirt/guest_health.py). `answered` False: no guest agent, an image that refuses
+    it, no `nvidia-smi`: the GPU's health inside is unknown, never taken for healthy."""
+
+    answered: bool
+    detail: str | None = Field(default=None, max_length=512)  # why it did not answer
+    lost: bool = False  # the guest's driver lost the GPU (nvidia-smi: "GPU is lost"), Xid 79's face inside
+    xids: list[int] = Field(default_factory=list, max_length=64)  # in the guest's kernel log since it booted
+    ecc_uncorrectable: int | None = Field(default=None, ge=0)  # volatile uncorrectable (double-bit, DRAM) count
+    remap_pending: bool | None = None  # Remapped Rows: Pending (a reset applies the remap)
+    remap_failed: bool | None = None  # Remapped Rows: Remapping Failure Occurred
+    retirement_pending: bool | None = None  # Retired Pages: Pending Page Blacklist / Retirement (pre-Ampere)
+
+
 class SlotSignals(Model):
     """Everything read of one slot's devices in one report interval."""
 
@@ -139,6 +154,7 @@ class SlotSignals(Model):
     nvme_critical_warning: int | None = Field(default=None, ge=0, le=255)
     xids: list[int] = Field(default_factory=list, max_length=64)  # seen since the last report (guest or NVML)
     wipe_failed: str | None = Field(default=None, max_length=512)  # a function-level reset that failed, and why
+    guest: GuestSignals | None = None  # the guest's view of the GPU, while a slice holds the slot
 
 
 class SlotHealth(Model):
@@ -166,7 +182,9 @@ def assess(now: SlotSignals, before: SlotSignals | None = None) -> SlotHealth:
             found.extend(_pcie(role, signals, previous))
     if now.nvme_critical_warning:
         found.extend(_nvme_warning(now.nvme_critical_warning))
-    for xid in sorted(set(now.xids)):
+    if now.guest is not None:
+        found.extend(_guest(now.guest, before.guest if before else None))
+    for xid in sorted(set(now.xids) | set(now.guest.xids if now.guest else [])):
         policy = XID_CATALOG.get(xid)
         if policy is None:
             found.append((HealthState.DEGRADED, f"Xid {xid}, not in NVIDIA's catalog: held from new work"))
@@ -203,6 +221,26 @@ def _pcie(role: str, now: PcieSignals, before: PcieSignals | None) -> list[tuple
     if _below(now.link_speed, now.max_link_speed) or _below(now.link_width, now.max_link_width):
         found.append((HealthState.DEGRADED, f"the {role} {now.address}'s link trained at {_link(now.link_speed, now.link_width)}, "
                                             f"below its {_link(now.max_link_speed, now.max_link_width)}"))  # fmt: skip
+    return found
+
+
+def _guest(now: GuestSignals, before: GuestSignals | None) -> list[tuple[HealthState, str]]:
+    if not now.answered:
+        return [(HealthState.UNKNOWN, f"the guest did not answer for the GPU ({now.detail or 'no reply'}): its health "
+                                      "inside is unknown")]  # fmt: skip
+    found: list[tuple[HealthState, str]] = []
+    if now.lost:
+        found.append((HealthState.FAILED, "the guest's driver lost the GPU (nvidia-smi: GPU is lost)"))
+    if now.remap_failed:
+        found.append((HealthState.FAILED, "the GPU's row remapping failed (nvidia-smi -q): NVIDIA says "
+                                          "CONTACT_SUPPORT"))  # fmt: skip
+    if now.remap_pending:
+        found.append((HealthState.DEGRADED, "a row remap of the GPU's memory waits for a GPU reset (nvidia-smi -q)"))
+    if now.retirement_pending:
+        found.append((HealthState.DEGRADED, "a retired page of the GPU's memory waits for a GPU reset (nvidia-smi -q)"))
+    rise = _rise(now.ecc_uncorrectable, before.ecc_uncorrectable if before else 0)
+    if rise:
+        found.append((HealthState.DEGRADED, f"the GPU logged {rise} uncorrectable ECC errors (nvidia-smi -q)"))
     return found
 
 

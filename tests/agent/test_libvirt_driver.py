@@ -221,3 +221,27 @@ def test_list_shows_every_domain_named_for_an_allocation_for_the_reconciler(driv
     assert driver.destroy("by-hand") is True  # what the reconciler's destroy_vm does to an orphan
     assert [r.allocation_id for r in driver.list()] == ["a-1"]
     assert "someone-elses-vm" in [d.name() for d in driver.connection.listAllDomains(0)]  # never touched
+
+
+def test_the_guest_of_a_ready_vm_reports_each_gpu_by_its_slot(
+    driver: LibvirtVmDriver, agent: RecordedGuestAgent, listener: int
+) -> None:
+    """Issue 27: once its gates passed, the guest's `nvidia-smi -q` and kernel log are read (tests/hosts/guest/),
+    the guest's GPUs in PCI order being the plan's slots in order; a VM still booting is not asked."""
+    guest = Path(__file__).resolve().parent.parent / "hosts" / "guest" / "clean-two-gpus"
+    xid = "[ 88.2] NVRM: Xid (PCI:0000:08:00): 95, pid=7, name=python3, Uncontained: FBHUB. RST: Yes, D-RST: No\n"
+    agent.outcomes = {
+        "cloud-init status --wait": Recorded(exit_code=0),
+        "nvidia-smi -L": Recorded(stdout="GPU 0: NVIDIA H100\nGPU 1: NVIDIA H100\n"),
+        "nvidia-smi -q": Recorded(stdout=(guest / "nvidia-smi-q.txt").read_text()),
+        "dmesg": Recorded(stdout=(guest / "dmesg.txt").read_text() + xid),
+    }
+    _ready_driver(driver, listener)
+    assert driver.guest_signals() == {}  # booting: its guest is not asked
+    assert driver.readiness("r-1", gpu_count=2).ready
+    assert driver.guest_signals() == {}  # the commands started; they answer on the next look
+    found = driver.guest_signals()
+    assert sorted(found) == [1, 2]  # seed_plan's slots, in plan order
+    assert (found[1].answered, found[1].xids, found[2].xids) == (True, [], [95])
+    driver.destroy("r-1")
+    assert driver.guest_signals() == {}

@@ -16,6 +16,7 @@ from agent.reporter import NodeReporter
 from scheduler.host.report import NodeReport, ReportReply
 from store.audit import AuditRepairRow
 from store.models import SlotRow
+from tests.agent.test_guest_health import recorded
 from tests.api.stack import Stack, bearer
 
 
@@ -157,3 +158,28 @@ async def test_a_drain_cordons_the_node_and_tells_each_allocation_on_it_once(sta
         assert (await stack.http.delete(f"/v1/allocations/{allocation}", headers=stack.acme)).status_code == 202
         await stack.wait_for(allocation, "released")
     assert (await stack.http.post("/v1/nodes/big/uncordon", headers=stack.admin)).status_code == 200
+
+
+async def test_a_gpu_its_guest_says_is_lost_degrades_its_allocation(stack: Stack) -> None:
+    """The guest's side (issue 27): the simulated guest answers with the recorded `nvidia-smi -q` and kernel log
+    of a GPU that fell off the bus (tests/hosts/guest/xid79), read through the real parser by the agent's loop."""
+    held = await stack.create(2)
+    active = await stack.wait_for(held, "active")
+    node = active["node"]
+    reporter = NodeReporter(stack.lab.agent(node), ApiSink(stack, await stack.lab.node_token(node)))
+    await reporter.report_once()
+    smi, kernel = recorded("xid79")
+    said = {"nvidia_smi": vars(smi), "dmesg": vars(kernel)}
+    guest = stack.lab.home / "nodes" / node / "guest" / f"{held}.json"
+    guest.parent.mkdir(parents=True, exist_ok=True)
+    guest.write_text(json.dumps(said))
+    await reporter.report_once()
+    degraded = await stack.wait_for(held, "degraded")
+    [event] = [e for e in degraded["events"] if e["step"] == "gpu_failed"]
+    assert event["reason"].startswith(f"the GPU of slot {node}/0 failed (the guest's driver lost the GPU (nvidia-smi: "
+                                      "GPU is lost))")  # fmt: skip
+    unhealthy = {s["index"]: s["reasons"] for s in (await _node(stack, node))["unhealthy"]}
+    assert unhealthy[0] == ["the guest's driver lost the GPU (nvidia-smi: GPU is lost)",
+                            "Xid 79 (GPU has fallen off the bus): NVIDIA says RESTART_BM"]  # fmt: skip
+    assert (await stack.http.delete(f"/v1/allocations/{held}", headers=stack.acme)).status_code == 202
+    await stack.wait_for(held, "released")

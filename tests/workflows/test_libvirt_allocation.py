@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from sqlalchemy import select
 
 from agent.activities import NodeAgent
 from agent.approved import ApprovedSlots
@@ -21,6 +22,7 @@ from agent.libvirt.guest import Recorded, RecordedGuestAgent
 from agent.reporter import NodeReporter
 from agent.simulated import SimulatedTopology
 from fleet.loader import load_fleet
+from store.models import SlotRow
 from tests.libvirt_required import libvirt_module
 from tests.workflows.lab import FAST, StoreSink, lab_fleet, running_lab
 from workflows import allocation_client
@@ -131,4 +133,36 @@ async def test_cancelled_while_waiting_for_readiness_leaves_nothing(
         await lab.wait_for_state(handle, "cancelled", timeout=30)
         assert _left_in_libvirt(connection) == ([], ["ubuntu-24.04.qcow2"])
         assert await lab.active_claims() == {}
+    connection.close()
+
+
+async def test_a_gpu_whose_reset_fails_at_release_is_quarantined_and_reported_failed(
+    temporal_client, sessions, tmp_path: Path, ssh_port: int
+) -> None:
+    """Issue 27: the wipe's function-level reset of one GPU is refused by the kernel (as sysfs refuses a write to
+    `reset` on a device that cannot be reset). The teardown fails, the slots are quarantined with the reason, and
+    the agent's next report judges that slot `failed` for its reset: it waits for an operator's repair."""
+    connection = libvirt.open(f"test://{HOST}")
+    guest = RecordedGuestAgent(outcomes=dict(READY))
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path / "lab", _fleet(), agents=[]) as lab:
+        agent = _libvirt_agent(lab, connection, guest, ssh_port, tmp_path)
+        reset = "/sys/bus/pci/devices/0000:10:00.0/reset"
+        agent.vms.runner.refused_writes.add(reset)
+        await lab.start_agent(agent.node, activities=agent.activities(), report=False)
+        reporter = NodeReporter(agent, StoreSink(sessions))
+        await reporter.report_once()
+
+        handle = await lab.allocate("lv-3", gpus=2)
+        await lab.wait_for_state(handle, "active", timeout=30)
+        await allocation_client.release(temporal_client, "lv-3")
+        await lab.wait_for_state(handle, "released", timeout=60)
+        assert await lab.slot_states() == {"vmhost/0": "quarantined", "vmhost/1": "quarantined"}
+
+        await reporter.report_once()
+        async with sessions() as session:
+            rows = await session.execute(select(SlotRow.slot_index, SlotRow.health, SlotRow.health_reason))
+            health = {index: (state, reason) for index, state, reason in rows}
+        assert health[1] == ("healthy", None)
+        assert health[0] == ("failed", "the wipe's function-level reset failed: GPU 0000:10:00.0 reset failed: "
+                                       f"[Errno 25] Inappropriate ioctl for device: '{reset}'")  # fmt: skip
     connection.close()
