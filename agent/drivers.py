@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from agent.host.wipe import SlotWipe
 from contracts.allocation import Readiness, VmSpec
 from fleet.node import Slot
-from scheduler.host.health import GuestSignals, SlotSignals
+from scheduler.host.health import DriverSignals, SlotSignals
 from scheduler.host.inventory import HostInventory
 
 
@@ -65,7 +65,7 @@ class VmDriver(Protocol):
         """Stop and delete the VM; True if there was one. Idempotent."""
         ...
 
-    def guest_signals(self) -> dict[int, GuestSignals]:
+    def guest_signals(self) -> dict[int, DriverSignals]:
         """What each active VM's guest says of its GPUs, by slot index (issue 27; agent/libvirt/guest_health.py).
         Never blocks on a guest and never raises: a guest that does not answer is a reading that says so."""
         ...

@@ -24,7 +24,7 @@ from agent.libvirt.guest import Exited
 from agent.libvirt.guest_health import guest_signals
 from contracts.allocation import Readiness, VmSpec
 from fleet.node import Node, Simulation, Slot
-from scheduler.host.health import GuestSignals, SlotSignals
+from scheduler.host.health import DriverSignals, SlotSignals
 from scheduler.host.inventory import FabricDevice, FabricRole, Gpu, HostInventory, NumaCell, NvmeNamespace
 
 
@@ -202,11 +202,11 @@ class SimulatedVmDriver:
         except FileNotFoundError:
             return False
 
-    def guest_signals(self) -> dict[int, GuestSignals]:
+    def guest_signals(self) -> dict[int, DriverSignals]:
         """A simulated guest says nothing of its GPUs unless `<state>/guest/<allocation>.json` holds what its
         commands printed, `{"nvidia_smi": {"exit_code": 0, "stdout": "..."}, "dmesg": {...}}` (recorded `nvidia-smi
         -q` and kernel logs, tests/hosts/guest/); that is read through the same parser as a real guest's answer."""
-        found: dict[int, GuestSignals] = {}
+        found: dict[int, DriverSignals] = {}
         for record in self.list():
             try:
                 said = json.loads((self.guest_dir / f"{record.allocation_id}.json").read_text())

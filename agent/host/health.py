@@ -11,44 +11,91 @@ see it). Judged by `scheduler.host.health.assess`.
       current_link_width, max_link_width        "16"
 
 A file that is absent (AER not enabled, a function without a link of its own) reads as None: no signal, never a
-fault. The NVMe controller is the PCI function discovery found behind the slot's namespace.
+fault. The NVMe controller is the PCI function discovery found behind the slot's namespace; its SMART / Health log's
+critical-warning byte comes from `nvme smart-log <namespace> -o json` (nvme-cli), at most once a minute
+(`SmartLog`). Where the host's NVIDIA driver holds a GPU, NVML's reading of it is added (agent/host/nvml_health.py).
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 from agent.host.rootfs import HostRoot
+from agent.host.wipe import HostRunner
 from fleet.node import Slot
-from scheduler.host.health import PcieSignals, SlotSignals
-from scheduler.host.inventory import HostInventory
+from scheduler.host.health import DriverSignals, PcieSignals, SlotSignals
+from scheduler.host.inventory import HostInventory, normalise_pci
+
+SMART_SECONDS = 60.0  # a SMART log read is an admin command to the controller: once a minute is plenty
 
 _SPEED = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s")
 _TOTALS = {"aer_dev_fatal": "TOTAL_ERR_FATAL", "aer_dev_nonfatal": "TOTAL_ERR_NONFATAL",
            "aer_dev_correctable": "TOTAL_ERR_COR"}  # fmt: skip
 
 
-def read_signals(host: HostRoot, slots: Iterable[Slot], inventory: HostInventory) -> list[SlotSignals]:
-    """This interval's signals of every approved slot."""
+def read_signals(
+    host: HostRoot,
+    slots: Iterable[Slot],
+    inventory: HostInventory,
+    smart: SmartLog | None = None,
+    nvml: dict[str, DriverSignals] | None = None,
+) -> list[SlotSignals]:
+    """This interval's signals of every approved slot: sysfs, and the NVMe SMART log and NVML where given."""
     controllers = {n.name: n.controller_pci for n in inventory.nvme}
+    nvml = nvml or {}
     found = []
     for slot in slots:
         if not slot.approved:
             continue
-        nvme_pci = None
+        namespace = None
         if slot.nvme_device is not None:
             namespace = next((n for n in inventory.nvme if n.known_as(slot.nvme_device)), None)
-            nvme_pci = controllers.get(namespace.name) if namespace is not None else None
+        nvme_pci = controllers.get(namespace.name) if namespace is not None else None
         found.append(
             SlotSignals(
                 index=slot.index,
                 gpu=pcie(host, slot.gpu_pci),
                 fabric=pcie(host, slot.fabric_vf_pci) if slot.fabric_vf_pci else None,
                 nvme=pcie(host, nvme_pci) if nvme_pci else None,
+                nvme_critical_warning=smart.critical_warning(namespace.device_path) if smart and namespace else None,
+                nvml=nvml.get(normalise_pci(slot.gpu_pci)),
             )
         )
     return found
+
+
+class SmartLog:
+    """Each NVMe's SMART / Health critical-warning byte (NVM Express Base Specification, log page 02h, byte 0), read
+    with `nvme smart-log <device> -o json` at most every `interval` seconds; a failed read is no signal."""
+
+    def __init__(self, runner: HostRunner, interval: float = SMART_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.runner, self.interval, self.clock = runner, interval, clock
+        self._read: dict[str, tuple[float, int | None]] = {}
+
+    def critical_warning(self, device: str) -> int | None:
+        now = self.clock()
+        last = self._read.get(device)
+        if last is not None and now - last[0] < self.interval:
+            return last[1]
+        ran = self.runner.run(["nvme", "smart-log", device, "-o", "json"], timeout=10)
+        value = _critical_warning(ran.stdout) if ran.exit_code == 0 else None
+        self._read[device] = (now, value)
+        return value
+
+
+def _critical_warning(text: str) -> int | None:
+    """nvme-cli prints `"critical_warning": 0`; some versions an object whose `value` is the byte."""
+    try:
+        field = json.loads(text).get("critical_warning")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(field, dict):
+        field = field.get("value")
+    return field if isinstance(field, int) and not isinstance(field, bool) and 0 <= field <= 255 else None
 
 
 def pcie(host: HostRoot, address: str) -> PcieSignals:

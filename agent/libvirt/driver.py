@@ -34,7 +34,7 @@ from agent.libvirt.readiness import Gates, GateState
 from agent.libvirt.seed import GuestInterface, SeedConfig, write_seed_iso
 from contracts.allocation import Readiness, VmSpec
 from fleet.node import Slot
-from scheduler.host.health import GuestSignals
+from scheduler.host.health import DriverSignals
 
 METADATA_NS = "https://berth.dev/xmlns/allocation/1"
 DOMAIN_PREFIX = "berth-"  # domain_name()'s default
@@ -249,10 +249,10 @@ class LibvirtVmDriver:
                 return None
             raise
 
-    def guest_signals(self) -> dict[int, GuestSignals]:
+    def guest_signals(self) -> dict[int, DriverSignals]:
         """Each VM's guest, once it has been ready (or, after an agent restart, once it is older than the guest
         check's interval): a guest still booting is not asked, so a boot is never read as a GPU of unknown health."""
-        found: dict[int, GuestSignals] = {}
+        found: dict[int, DriverSignals] = {}
         for record in self.list():
             if not record.slot_indexes:
                 continue

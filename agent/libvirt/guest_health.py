@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.libvirt.guest import Exited, GuestAgent, GuestAgentError, poll, start
-from scheduler.host.health import GuestSignals
+from scheduler.host.health import DriverSignals
 
 GUEST_CHECK_SECONDS = 60.0  # a look inside costs the guest two short processes; the host-side checks run every 5 s
 NVIDIA_SMI_Q = ["nvidia-smi", "-q"]
@@ -74,25 +74,25 @@ def parse_xids(kernel_log: str) -> dict[tuple[int, int, int], list[int]]:
     return found
 
 
-def guest_signals(nvidia_smi: Exited, kernel_log: Exited | None, gpus: int) -> list[GuestSignals]:
+def guest_signals(nvidia_smi: Exited, kernel_log: Exited | None, gpus: int) -> list[DriverSignals]:
     """One reading per GPU of the plan, in plan order, from the two commands' outcomes."""
     xids = parse_xids(kernel_log.stdout) if kernel_log is not None and kernel_log.exit_code == 0 else {}
     if nvidia_smi.exit_code != 0:
         said = (nvidia_smi.stderr or nvidia_smi.stdout).strip()
         if _LOST.search(said):
             all_xids = sorted({x for seen in xids.values() for x in seen})
-            return [GuestSignals(answered=True, lost=True, xids=all_xids) for _ in range(gpus)]
+            return [DriverSignals(answered=True, lost=True, xids=all_xids) for _ in range(gpus)]
         detail = said.splitlines()[-1][:200] if said else f"exit {nvidia_smi.exit_code}"
-        return [GuestSignals(answered=False, detail=f"nvidia-smi -q failed: {detail}") for _ in range(gpus)]
+        return [DriverSignals(answered=False, detail=f"nvidia-smi -q failed: {detail}") for _ in range(gpus)]
     seen = parse_nvidia_smi_q(nvidia_smi.stdout)
     readings = []
     for position in range(gpus):
         if position >= len(seen):
-            readings.append(GuestSignals(answered=False, detail=f"nvidia-smi -q lists {len(seen)} of {gpus} GPUs"))
+            readings.append(DriverSignals(answered=False, detail=f"nvidia-smi -q lists {len(seen)} of {gpus} GPUs"))
             continue
         gpu = seen[position]
         readings.append(
-            GuestSignals(
+            DriverSignals(
                 answered=True,
                 xids=sorted(set(xids.get(gpu.bus, []))),
                 ecc_uncorrectable=_count(
@@ -130,10 +130,10 @@ class GuestHealthWatch:
     interval: float = GUEST_CHECK_SECONDS
     clock: Callable[[], float] = time.monotonic
     _started: dict[str, tuple[float, int, int | None]] = field(default_factory=dict)  # domain -> (at, pids)
-    _last: dict[str, list[GuestSignals]] = field(default_factory=dict)
+    _last: dict[str, list[DriverSignals]] = field(default_factory=dict)
     _at: dict[str, float] = field(default_factory=dict)  # when each domain's last reading was taken
 
-    def look(self, domain: str, gpus: int) -> list[GuestSignals]:
+    def look(self, domain: str, gpus: int) -> list[DriverSignals]:
         """The domain's latest reading per GPU (plan order); empty until its first check has finished."""
         now = self.clock()
         started = self._started.get(domain)
@@ -147,13 +147,13 @@ class GuestHealthWatch:
             log = poll(self.agent, domain, log_pid) if log_pid is not None else None
         except (GuestAgentError, KeyError, ValueError) as error:
             self._started.pop(domain, None)
-            return self._keep(domain, now, [GuestSignals(answered=False, detail=_short(error)) for _ in range(gpus)])
+            return self._keep(domain, now, [DriverSignals(answered=False, detail=_short(error)) for _ in range(gpus)])
         if smi is None or (log_pid is not None and log is None):
             if now - at < self.interval:
                 return self._last.get(domain, [])
             self._started.pop(domain, None)
             late = f"nvidia-smi -q did not finish within {self.interval:g}s"
-            return self._keep(domain, now, [GuestSignals(answered=False, detail=late) for _ in range(gpus)])
+            return self._keep(domain, now, [DriverSignals(answered=False, detail=late) for _ in range(gpus)])
         self._started.pop(domain, None)
         return self._keep(domain, now, guest_signals(smi, log, gpus))
 
@@ -171,7 +171,7 @@ class GuestHealthWatch:
     def _last_at(self, domain: str) -> float:
         return self._at.get(domain, float("-inf"))
 
-    def _keep(self, domain: str, now: float, readings: list[GuestSignals]) -> list[GuestSignals]:
+    def _keep(self, domain: str, now: float, readings: list[DriverSignals]) -> list[DriverSignals]:
         self._last[domain], self._at[domain] = readings, now
         return readings
 

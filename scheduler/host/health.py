@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -129,15 +130,17 @@ class PcieSignals(Model):
     max_link_width: int | None = Field(default=None, ge=0)
 
 
-class GuestSignals(Model):
-    """What the guest of an active slice says of the slot's GPU (`nvidia-smi -q` and the kernel's Xid lines, through
-    the QEMU guest agent; agent/libvirt/guest_health.py). `answered` False: no guest agent, an image that refuses
-    it, no `nvidia-smi`: the GPU's health inside is unknown, never taken for healthy."""
+class DriverSignals(Model):
+    """What an NVIDIA driver says of the slot's GPU: the guest's, while a slice holds it (`nvidia-smi -q` and the
+    kernel's Xid lines through the QEMU guest agent; agent/libvirt/guest_health.py), or the host's where it holds the
+    GPU (NVML: Xid events, remapped rows, retired pages, ECC counts; agent/host/nvml_health.py). `answered` False: no
+    guest agent, an image that refuses it, no `nvidia-smi`: the GPU's health inside is unknown, never healthy."""
 
+    via: Literal["nvidia-smi -q", "NVML"] = "nvidia-smi -q"
     answered: bool
     detail: str | None = Field(default=None, max_length=512)  # why it did not answer
     lost: bool = False  # the guest's driver lost the GPU (nvidia-smi: "GPU is lost"), Xid 79's face inside
-    xids: list[int] = Field(default_factory=list, max_length=64)  # in the guest's kernel log since it booted
+    xids: list[int] = Field(default_factory=list, max_length=64)  # the guest's kernel log since boot, NVML's events
     ecc_uncorrectable: int | None = Field(default=None, ge=0)  # volatile uncorrectable (double-bit, DRAM) count
     remap_pending: bool | None = None  # Remapped Rows: Pending (a reset applies the remap)
     remap_failed: bool | None = None  # Remapped Rows: Remapping Failure Occurred
@@ -154,7 +157,8 @@ class SlotSignals(Model):
     nvme_critical_warning: int | None = Field(default=None, ge=0, le=255)
     xids: list[int] = Field(default_factory=list, max_length=64)  # seen since the last report (guest or NVML)
     wipe_failed: str | None = Field(default=None, max_length=512)  # a function-level reset that failed, and why
-    guest: GuestSignals | None = None  # the guest's view of the GPU, while a slice holds the slot
+    guest: DriverSignals | None = None  # the guest's view of the GPU, while a slice holds the slot
+    nvml: DriverSignals | None = None  # the host driver's view, where it holds the GPU
 
 
 class SlotHealth(Model):
@@ -182,9 +186,13 @@ def assess(now: SlotSignals, before: SlotSignals | None = None) -> SlotHealth:
             found.extend(_pcie(role, signals, previous))
     if now.nvme_critical_warning:
         found.extend(_nvme_warning(now.nvme_critical_warning))
-    if now.guest is not None:
-        found.extend(_guest(now.guest, before.guest if before else None))
-    for xid in sorted(set(now.xids) | set(now.guest.xids if now.guest else [])):
+    drivers = [(now.guest, before.guest if before else None), (now.nvml, before.nvml if before else None)]
+    xids = set(now.xids)
+    for driver, previous in drivers:
+        if driver is not None:
+            found.extend(_driver(driver, previous))
+            xids.update(driver.xids)
+    for xid in sorted(xids):
         policy = XID_CATALOG.get(xid)
         if policy is None:
             found.append((HealthState.DEGRADED, f"Xid {xid}, not in NVIDIA's catalog: held from new work"))
@@ -224,23 +232,23 @@ def _pcie(role: str, now: PcieSignals, before: PcieSignals | None) -> list[tuple
     return found
 
 
-def _guest(now: GuestSignals, before: GuestSignals | None) -> list[tuple[HealthState, str]]:
+def _driver(now: DriverSignals, before: DriverSignals | None) -> list[tuple[HealthState, str]]:
+    via, who = now.via, "guest" if now.via == "nvidia-smi -q" else "host"
     if not now.answered:
-        return [(HealthState.UNKNOWN, f"the guest did not answer for the GPU ({now.detail or 'no reply'}): its health "
-                                      "inside is unknown")]  # fmt: skip
+        return [(HealthState.UNKNOWN, f"the {who} driver did not answer for the GPU ({now.detail or 'no reply'}): "
+                                      "its health is unknown")]  # fmt: skip
     found: list[tuple[HealthState, str]] = []
     if now.lost:
-        found.append((HealthState.FAILED, "the guest's driver lost the GPU (nvidia-smi: GPU is lost)"))
+        found.append((HealthState.FAILED, f"the {who}'s driver lost the GPU ({via}: GPU is lost)"))
     if now.remap_failed:
-        found.append((HealthState.FAILED, "the GPU's row remapping failed (nvidia-smi -q): NVIDIA says "
-                                          "CONTACT_SUPPORT"))  # fmt: skip
+        found.append((HealthState.FAILED, f"the GPU's row remapping failed ({via}): NVIDIA says CONTACT_SUPPORT"))
     if now.remap_pending:
-        found.append((HealthState.DEGRADED, "a row remap of the GPU's memory waits for a GPU reset (nvidia-smi -q)"))
+        found.append((HealthState.DEGRADED, f"a row remap of the GPU's memory waits for a GPU reset ({via})"))
     if now.retirement_pending:
-        found.append((HealthState.DEGRADED, "a retired page of the GPU's memory waits for a GPU reset (nvidia-smi -q)"))
+        found.append((HealthState.DEGRADED, f"a retired page of the GPU's memory waits for a GPU reset ({via})"))
     rise = _rise(now.ecc_uncorrectable, before.ecc_uncorrectable if before else 0)
     if rise:
-        found.append((HealthState.DEGRADED, f"the GPU logged {rise} uncorrectable ECC errors (nvidia-smi -q)"))
+        found.append((HealthState.DEGRADED, f"the GPU logged {rise} uncorrectable ECC errors ({via})"))
     return found
 
 

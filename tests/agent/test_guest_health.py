@@ -43,7 +43,7 @@ def verdict(case: str) -> tuple[HealthState, list[str]]:
         ("xid48", HealthState.FAILED, "Xid 48 (Double bit ECC error): NVIDIA says RESET_GPU"),
         ("xid63", HealthState.DEGRADED, "a row remap of the GPU's memory waits for a GPU reset (nvidia-smi -q)"),
         ("xid64", HealthState.FAILED, "the GPU's row remapping failed (nvidia-smi -q): NVIDIA says CONTACT_SUPPORT"),
-        ("xid79", HealthState.FAILED, "the guest's driver lost the GPU (nvidia-smi: GPU is lost)"),
+        ("xid79", HealthState.FAILED, "the guest's driver lost the GPU (nvidia-smi -q: GPU is lost)"),
         ("xid94", HealthState.DEGRADED, "a row remap of the GPU's memory waits for a GPU reset (nvidia-smi -q)"),
         ("xid95", HealthState.FAILED, "Xid 95 (Uncontained ECC error): NVIDIA says RESET_GPU"),
         ("xid119", HealthState.FAILED, "Xid 119 (GSP RPC timeout): NVIDIA says RESET_GPU"),
@@ -80,8 +80,8 @@ def test_a_guest_without_nvidia_smi_is_unknown_never_healthy() -> None:
     [reading] = guest_signals(missing, None, gpus=1)
     judged = assess(SlotSignals(index=0, gpu=GPU, guest=reading))
     assert judged.state is HealthState.UNKNOWN
-    assert judged.reasons == ["the guest did not answer for the GPU (nvidia-smi -q failed: nvidia-smi: not found): "
-                              "its health inside is unknown"]  # fmt: skip
+    assert judged.reasons == ["the guest driver did not answer for the GPU (nvidia-smi -q failed: nvidia-smi: not found): "
+                              "its health is unknown"]  # fmt: skip
 
 
 class Clock:
