@@ -19,9 +19,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from agent.drivers import VmCreateError, VmRecord
+from agent.guest_health import Exited, guest_signals
 from agent.host.wipe import SlotWipe
-from agent.libvirt.guest import Exited
-from agent.libvirt.guest_health import guest_signals
 from contracts.allocation import Readiness, VmSpec
 from fleet.node import Node, Simulation, Slot
 from scheduler.host.health import DriverSignals, SlotSignals

@@ -29,6 +29,11 @@ class DeploymentView(BaseModel):
     clusters: list[ClusterNote] = Field(description="Per cluster that took no more replicas: reason and message.")
     replicas: list[ReplicaSummary]
     recent_failures: list[str]
+    recent_removals: list[str] = Field(
+        default_factory=list,
+        description="`<replica>: <reason>: <why>` of replicas the deployment removed lately, e.g. moved off a node "
+        "tainted NoExecute (`UntoleratedNoExecuteTaint`).",
+    )
     workflow_id: str
     live: bool = Field(description="Whether the running workflow answered; false: the last status it recorded.")
 

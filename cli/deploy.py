@@ -123,6 +123,8 @@ def _render(view: DeploymentView) -> None:
         console.print(why)
     for failure in view.recent_failures[-3:]:
         console.print(styled("[red]failed:[/] {}", failure))
+    for removal in view.recent_removals[-3:]:
+        console.print(styled("[yellow]removed:[/] {}", removal))
 
 
 def _settled(view: DeploymentView) -> bool:

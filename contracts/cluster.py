@@ -136,6 +136,11 @@ class ClusterObservation(BaseModel):
     pools: list[PoolObservation] | None = Field(
         default=None, description="Per pool, the nodes that can take work (a real cluster); None: not observed."
     )
+    evicted: dict[str, str] = Field(
+        default_factory=dict,
+        description="`<namespace>/<replica>` -> why, for replicas with a pod on a node tainted NoExecute that the pod "
+        "does not tolerate: the deployment moves them (issue 27).",
+    )
 
 
 class WorkloadReadiness(BaseModel):

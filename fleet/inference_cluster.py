@@ -151,6 +151,9 @@ class GpuPoolStatus(BaseModel):
     name: str
     nodes: int | None = None
     devices: list[Device] | None = None
+    # Berth: the pool's nodes left out of `nodes` (`<node>: <why>`: NotReady, cordoned, a problem condition, a
+    # taint), as its cluster driver observed them; the deployment's status names them when the pool is short.
+    excluded: list[str] | None = None
 
 
 class ClusterStatus(BaseModel):

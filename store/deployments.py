@@ -13,7 +13,7 @@ Deployments are namespaced as Modelplane's are: a deployment, its replicas and t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import delete, func, select, tuple_, update
@@ -50,6 +50,7 @@ class Health:
     gateway_address: str | None
     pools: dict[str, int] | None = None  # a real cluster: per pool, the nodes that can take work now (issue 15)
     message: str = ""  # the driver's reason, e.g. why the cluster cannot be reached (never a credential)
+    excluded: dict[str, list[str]] = field(default_factory=dict)  # per pool, `<node>: <why>` of nodes not counted
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,12 @@ async def load_clusters(session: AsyncSession, health: dict[str, Health]) -> lis
         if observed.pools is not None:  # observed on the cluster: what its nodes can take now, not what the file says
             published = {p.get("name"): p for p in status.get("gpuPools") or []}
             status["gpuPools"] = [
-                {**published.get(p.name, {}), "name": p.name, "nodes": observed.pools.get(p.name, 0)}
+                {
+                    **published.get(p.name, {}),
+                    "name": p.name,
+                    "nodes": observed.pools.get(p.name, 0),
+                    **({"excluded": observed.excluded[p.name]} if observed.excluded.get(p.name) else {}),
+                }  # fmt: skip
                 for p in pools.get(row.name, [])
                 if p.shape == "kubernetes"
             ]

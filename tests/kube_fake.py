@@ -17,6 +17,7 @@ server-side apply and garbage-collection docs), for the part Berth uses:
 - `DELETE` with `propagationPolicy`: Background removes the object at once (and the answer is a Status Success);
   Foreground sets `deletionTimestamp` and the `foregroundDeletion` finalizer and returns the object, which goes
   away once its dependents are gone (here: after `terminate_seconds`); a missing object is a 404 Status NotFound;
+- the garbage collector: an object whose `ownerReferences` name a deleted object is deleted with it;
 - `GET`/`PATCH` (merge patch) of the `status` subresource, which is how tests play a controller; and a built-in
   controller that makes Deployments available and LeaderWorkerSet groups ready `boot_seconds` after the spec last
   changed, unless `never_ready` is set.
@@ -54,6 +55,7 @@ LWS_SCHEMA_FILE = Path(__file__).parent / "activities" / "cluster_k8s" / "lws-v1
 KINDS: dict[tuple[str, str, str], tuple[str, bool]] = {
     ("", "v1", "nodes"): ("Node", False),
     ("", "v1", "namespaces"): ("Namespace", False),
+    ("", "v1", "pods"): ("Pod", True),  # only those a test puts, playing the scheduler: this fake schedules nothing
     ("apps", "v1", "deployments"): ("Deployment", True),
     ("resource.k8s.io", "v1", "resourceclaimtemplates"): ("ResourceClaimTemplate", True),
     ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"): ("LeaderWorkerSet", True),
@@ -351,6 +353,7 @@ class FakeKubernetes:
                     self.changed_at[key] = time.monotonic()
                 return JSONResponse(copy.deepcopy(obj))
             del self.objects[key]
+            self._collect(obj["metadata"].get("uid"))
             return JSONResponse({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                  "details": {"name": key[2], "uid": obj["metadata"].get("uid")}})  # fmt: skip
 
@@ -362,6 +365,14 @@ class FakeKubernetes:
             obj["status"] = {**(obj.get("status") or {}), **(patch.get("status") or {})}
             return JSONResponse(copy.deepcopy(obj))
 
+    def _collect(self, owner_uid: str | None) -> None:
+        """The garbage collector: objects whose ownerReferences name a deleted object go with it (here, the pods a
+        test binds to a workload; the real chain runs through a ReplicaSet, which this fake does not keep)."""
+        for key, obj in list(self.objects.items()):
+            owners = {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or []}
+            if owner_uid is not None and owner_uid in owners:
+                del self.objects[key]
+
     def _reconcile(self) -> None:
         """The controllers: finish foreground deletions, and report workloads ready after their boot time."""
         now = time.monotonic()
@@ -371,6 +382,7 @@ class FakeKubernetes:
                 if obj["metadata"].get("deletionTimestamp"):
                     if since >= self.terminate_seconds:
                         del self.objects[key]
+                        self._collect(obj["metadata"].get("uid"))
                     continue
                 if not self.controller or key[0] not in ("Deployment", "LeaderWorkerSet"):
                     continue
@@ -386,8 +398,10 @@ class FakeKubernetes:
 
 
 def node(name: str, pool: str | None, *, ready: bool = True, cordoned: bool = False,
-         taints: list[dict[str, str]] | None = None) -> dict[str, Any]:  # fmt: skip
-    """A node as `kubectl get nodes -o json` prints it (the fields that matter, in their places)."""
+         taints: list[dict[str, str]] | None = None,
+         conditions: list[dict[str, str]] | None = None) -> dict[str, Any]:  # fmt: skip
+    """A node as `kubectl get nodes -o json` prints it (the fields that matter, in their places); `conditions` are
+    added as node-problem-detector adds its own (`type`, `status`, `reason`, `message`)."""
     labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
     if pool is not None:
         labels["modelplane.ai/pool"] = pool
@@ -411,6 +425,7 @@ def node(name: str, pool: str | None, *, ready: bool = True, cordoned: bool = Fa
                     "status": "True" if ready else "Unknown",
                     "reason": "KubeletReady" if ready else "NodeStatusUnknown",
                 },  # fmt: skip
+                *(conditions or []),
             ],
             "allocatable": {"cpu": "96", "memory": "1Ti", "pods": "110"},
         },

@@ -155,7 +155,9 @@ class DeploymentWorkflow:
         for dropped in plan.dropped:
             replica = self.replicas.get(dropped.name)
             if replica is not None:
-                await self.remove_replica(replica, f"{dropped.reason.value}: {dropped.message}")
+                why = f"{dropped.reason.value}: {dropped.message}"
+                self.status.recent_removals = [*self.status.recent_removals, f"{dropped.name}: {why}"][-FAILURES_KEPT:]
+                await self.remove_replica(replica, why)
         for placement, manifest in zip(plan.new, planned.new_replicas, strict=True):
             await self.start_replica(placement, manifest)
         for placement in plan.replicas:  # gateways may have changed since the replica was placed
@@ -297,6 +299,8 @@ class DeploymentWorkflow:
             lines += ["", "Why not more:"] + [f"- {c.cluster}: {c.reason}: {c.message}" for c in s.clusters]
         if s.recent_failures:
             lines += ["", "Recent failures:"] + [f"- {f}" for f in s.recent_failures[-3:]]
+        if s.recent_removals:
+            lines += ["", "Recently removed:"] + [f"- {r}" for r in s.recent_removals[-3:]]
         return "\n".join(lines)
 
     @property

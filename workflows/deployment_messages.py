@@ -90,6 +90,9 @@ class DeploymentStatus(BaseModel):
     clusters: list[ClusterNote] = Field(default_factory=list)
     replicas: list[ReplicaSummary] = Field(default_factory=list)
     recent_failures: list[str] = Field(default_factory=list)
+    # `<replica>: <reason>: <why>` of the replicas the plan removed last (moved off a node tainted NoExecute,
+    # scaled down, a cluster gone...), so the reason outlives the replica.
+    recent_removals: list[str] = Field(default_factory=list)
     reconciles: int = 0
 
 

@@ -1,9 +1,14 @@
 """What Kubernetes objects say, read as Berth needs it: pure functions over JSON as the API server returns it.
 
 - Pools: a node counts toward its pool (label `modelplane.ai/pool`) only if it can take work now: its Ready
-  condition is True, it is not cordoned (`spec.unschedulable`), and it has no NoSchedule or NoExecute taint the
-  cluster's workloads do not tolerate (Modelplane #104: cordoned nodes counted as capacity). Every node left out is
-  named with why. A pool the autoscaler grows is counted as the nodes that exist, and the message says so
+  condition is True, no problem condition is True (node-problem-detector's convention, and Kubernetes' pressure
+  conditions: any condition but Ready says a problem when True, e.g. a GPU health check's `GpuUnhealthy` or NPD's
+  `KernelDeadlock`), it is not cordoned (`spec.unschedulable`), and it has no NoSchedule or NoExecute taint the
+  cluster's workloads do not tolerate (the GPU operator's and NPD's health taints included; Modelplane #104:
+  cordoned nodes counted as capacity). Every node left out is named with why.
+- Evictions: a replica with a pod on a node tainted NoExecute that the pod does not tolerate (its own
+  `spec.tolerations`, as Kubernetes' taint manager judges it) is to be moved: the deployment deletes it and
+  creates it again where it fits (issue 27). A pool the autoscaler grows is counted as the nodes that exist, and the message says so
   (Modelplane #139): nodes it has not created yet are not capacity.
 - Readiness: a Deployment is ready when its controller has seen the latest spec and every replica is available; a
   LeaderWorkerSet when every group is ready (`status.readyReplicas`). A ResourceClaimTemplate has no status.
@@ -18,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from activities.cluster.workload import POOL_LABEL
 from contracts.cluster import PoolObservation, Toleration
 from fleet.inference_cluster import Taint
-from scheduler.fleet.tolerations import BLOCKS_NEW, describe, untolerated
+from scheduler.fleet.tolerations import BLOCKS_NEW, EVICTS, describe, untolerated
 
 Manifest = dict[str, Any]
 
@@ -37,6 +42,10 @@ def node_problem(node: Manifest, tolerations: list[Toleration]) -> str | None:
     if ready is None or ready.get("status") != "True":
         reason = (ready or {}).get("reason") or "no Ready condition"
         return f"NotReady ({reason})"
+    for kind, condition in sorted(conditions.items(), key=lambda item: str(item[0])):
+        if kind != "Ready" and condition.get("status") == "True":
+            said = ": ".join(part for part in (condition.get("reason"), condition.get("message")) if part)
+            return f"condition {kind}" + (f" ({said})" if said else "")
     spec = node.get("spec") or {}
     if spec.get("unschedulable"):
         return "cordoned"
@@ -84,6 +93,39 @@ def observe_pools(
             )
         )  # fmt: skip
     return pools
+
+
+def evictions(nodes: list[Manifest], pods: list[Manifest], label: str) -> dict[str, str]:
+    """`<namespace>/<replica>` -> why, for each replica (its pods carry `label`) with a pod on a node tainted
+    NoExecute that the pod does not tolerate."""
+    taints = {
+        (n.get("metadata") or {}).get("name"): [
+            Taint.from_api(t) for t in (n.get("spec") or {}).get("taints") or [] if t.get("effect") in EVICTS
+        ]
+        for n in nodes
+    }
+    found: dict[str, str] = {}
+    for pod in sorted(pods, key=lambda p: ((p.get("metadata") or {}).get("namespace", ""), p["metadata"]["name"])):
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        replica, node = (meta.get("labels") or {}).get(label), spec.get("nodeName")
+        key = f"{meta.get('namespace', 'default')}/{replica}"
+        if not replica or not node or key in found:
+            continue
+        evicting = untolerated(taints.get(node, []), _tolerations(spec), EVICTS)
+        if evicting:
+            found[key] = f"its pod {meta['name']} runs on node {node}, tainted {describe(evicting[:1])}"
+    return found
+
+
+def _tolerations(pod_spec: Manifest) -> list[Toleration]:
+    """The pod's tolerations as Berth's model reads them (`tolerationSeconds` only delays an eviction: left out)."""
+    found = []
+    for raw in pod_spec.get("tolerations") or []:
+        try:
+            found.append(Toleration.model_validate({k: v for k, v in raw.items() if k != "tolerationSeconds"}))
+        except ValueError:
+            continue  # one the API server would have refused (an Equal without a key): it tolerates nothing
+    return found
 
 
 class ObjectReadiness(BaseModel):

@@ -34,11 +34,12 @@ import httpx2
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.core.exceptions import ConfigError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.operators import exists
 from lightkube.types import CascadeType
 
 from activities.cluster.driver import ClusterDriver
 from activities.cluster.k8s_objects import MANAGER, REPLICA_LABEL, render_objects
-from activities.cluster.k8s_status import object_readiness, observe_pools
+from activities.cluster.k8s_status import evictions, object_readiness, observe_pools
 from activities.cluster.workload import Workload
 from contracts.cluster import (
     ClusterConnection,
@@ -58,6 +59,7 @@ ClaimTemplateResource = create_namespaced_resource(
 )
 GatewayResource = create_namespaced_resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 NodeResource = create_global_resource("", "v1", "Node", "nodes")
+PodResource = create_namespaced_resource("", "v1", "Pod", "pods")
 
 RESOURCES: dict[str, Any] = {
     "Deployment": DeploymentResource,
@@ -163,13 +165,16 @@ class KubernetesClusterDriver:
         try:
             client = self._client(cluster, target.connection)
             nodes = [n.to_dict() for n in client.list(NodeResource)]
+            pods = [p.to_dict() for p in client.list(PodResource, namespace="*", labels={REPLICA_LABEL: exists()})]
             gateway, note = self._gateway(client, target.connection.gateway)
         except (ConnectionUnavailable, ConfigError, ApiError, httpx2.HTTPError, OSError) as error:
             return ClusterObservation(cluster=cluster, ready=False, message=f"unreachable: {_describe(error)}")
         pools = observe_pools(nodes, target.tolerations, target.autoscaled)
+        notes = [note] if note else []
+        notes += [f"pool {p.name}: {p.message} ({'; '.join(p.excluded)})" for p in pools if p.excluded]
         return ClusterObservation(
             cluster=cluster, ready=True, gateway_address=gateway, pools=pools,
-            message="Ready" + (f"; {note}" if note else ""),
+            evicted=evictions(nodes, pods, REPLICA_LABEL), message="; ".join(["Ready", *notes]),
         )  # fmt: skip
 
     # -- helpers ----------------------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agent.guest_health import Exited
+
 
 class GuestAgentError(RuntimeError):
     """The guest agent did not answer (not running yet, blocked by the image, or the VM is gone)."""
@@ -24,13 +26,6 @@ class GuestAgent(Protocol):
     def command(self, domain: str, request: dict[str, Any], timeout_seconds: int = 5) -> dict[str, Any]:
         """Send one guest-agent command to the named domain; the reply's `return` value."""
         ...
-
-
-@dataclass(frozen=True)
-class Exited:
-    exit_code: int
-    stdout: str = ""
-    stderr: str = ""
 
 
 def start(agent: GuestAgent, domain: str, argv: list[str]) -> int:

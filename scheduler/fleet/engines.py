@@ -95,6 +95,7 @@ def _refusal(
         else:
             short = True
             charge = ledger.plan(pool, fit.nodes, fit.gpus, strategy)
-            reasons.append(f"pool {pool.name}: {charge if isinstance(charge, str) else 'fits'}")
+            left_out = f" (not counted: {'; '.join(pool.excluded)})" if pool.excluded else ""
+            reasons.append(f"pool {pool.name}: {charge if isinstance(charge, str) else 'fits'}{left_out}")
     reason = ClusterReason.INSUFFICIENT_NODES if short else ClusterReason.NO_MATCHING_POOL
     return Refusal(reason, f"engine {engine.name}: " + "; ".join(reasons))

@@ -76,12 +76,15 @@ def plan_deployment(
     classes: Mapping[str, InferenceClass],
     replicas: Iterable[ModelReplica],
     caches: Mapping[str, ModelCache] | None = None,
+    evicted: Mapping[str, str] | None = None,
 ) -> FleetPlan:
-    """Plan one deployment over the fleet as Modelplane would, with Berth's status notes."""
+    """Plan one deployment over the fleet as Modelplane would, with Berth's status notes; `evicted` replicas
+    (`<namespace>/<name>` -> why: a pod on a node tainted NoExecute) are moved."""
     declared = {c.metadata.name: c for c in clusters}
     effective, effective_classes = with_published_devices([_autoscaled_counts(c) for c in declared.values()], classes)
     gate = gate_on_cache(deployment, effective, caches or {})
-    plan = schedule_deployment(gate.deployment, gate.clusters, effective_classes, _as_seen_by(deployment, replicas))
+    plan = schedule_deployment(gate.deployment, gate.clusters, effective_classes, _as_seen_by(deployment, replicas),
+                               evicted)  # fmt: skip
     status = plan.status
     if gate.missing is not None:
         message = f"ModelCache {gate.missing} not found; holding replica placement ({status.available} retained)"

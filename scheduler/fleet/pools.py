@@ -20,6 +20,7 @@ class Pool(NamedTuple):
     name: str
     class_name: str | None  # None: the status publishes a pool that spec.nodePools does not declare
     nodes: int  # published node count, floored at 0 (missing or negative counts as none)
+    excluded: tuple[str, ...] = ()  # observed nodes not counted, with why (`<node>: <why>`)
 
 
 def published_pools(cluster: InferenceCluster) -> tuple[Pool, ...]:
@@ -33,6 +34,7 @@ def published_pools(cluster: InferenceCluster) -> tuple[Pool, ...]:
                 name=pool.name,
                 class_name=declared[pool.name].class_name if pool.name in declared else None,
                 nodes=max(pool.nodes or 0, 0),
+                excluded=tuple(pool.excluded or ()),
             )
             for pool in observed
         )

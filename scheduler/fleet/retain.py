@@ -2,7 +2,8 @@
 hosting the model": a replica is never moved to improve the picture, so placement does not flip-flop).
 
 A replica is kept while its cluster still exists for this deployment (present, and still matching clusterSelector,
-as Modelplane only ever sees selected clusters), carries no NoExecute taint the deployment does not tolerate, still
+as Modelplane only ever sees selected clusters), carries no NoExecute taint the deployment does not tolerate (nor
+runs a pod on a node with one its pod does not tolerate, as the cluster driver observed: `evicted`), still
 has the deployment's engines with the same member roles, and every member's pinned pool still exists and still
 satisfies the member as the spec now reads (an edited nodeSelector re-places the replica, as an edited pod template
 rolls a Deployment). Readiness and capacity are not checked: a degraded cluster keeps its replicas, and a retained
@@ -35,13 +36,17 @@ def retain(
     clusters: Mapping[str, InferenceCluster],
     selected: Mapping[str, tuple[Pool, ...]],
     matcher: Matcher,
+    evicted: Mapping[str, str] | None = None,
 ) -> Retention:
-    """`ours` must be sorted by name; `selected` holds the pools of the clusters that match clusterSelector."""
+    """`ours` must be sorted by name; `selected` holds the pools of the clusters that match clusterSelector;
+    `evicted`: `<namespace>/<replica>` -> why, for replicas with a pod on a node tainted NoExecute."""
     kept: list[ModelReplica] = []
     dropped: list[DroppedReplica] = []
     holders: dict[tuple[str, int], str] = {}
     for replica in ours:
-        problem = _problem(replica, demand, clusters, selected, matcher, holders)
+        why = (evicted or {}).get(f"{replica.namespace}/{replica.metadata.name}")
+        problem = (DropReason.NO_EXECUTE_TAINT, why) if why else _problem(replica, demand, clusters, selected, matcher,
+                                                                          holders)  # fmt: skip
         if problem is None:
             holders[(replica.cluster or "", replica.index)] = replica.metadata.name
             kept.append(replica)

@@ -42,8 +42,10 @@ def schedule_deployment(
     clusters: Iterable[InferenceCluster],
     classes: Mapping[str, InferenceClass],
     replicas: Iterable[ModelReplica],
+    evicted: Mapping[str, str] | None = None,
 ) -> FleetPlan:
-    """Where every replica of `deployment` runs: the replicas kept, the new ones, the ones to remove, and why."""
+    """Where every replica of `deployment` runs: the replicas kept, the new ones, the ones to remove, and why.
+    `evicted`: replicas (`<namespace>/<name>`) with a pod on a node tainted NoExecute, and why (moved)."""
     demand = compile_demand(deployment)
     observed = sorted(replicas, key=lambda r: r.metadata.name)
     ours = [r for r in observed if r.deployment == demand.deployment]
@@ -64,7 +66,7 @@ def schedule_deployment(
     matcher = Matcher(classes, selectors)
 
     selected = SelectedPools(by_name, demand.match_labels)
-    retention = retain(demand, ours, by_name, selected, matcher)
+    retention = retain(demand, ours, by_name, selected, matcher, evicted)
     open_pools = WithoutDrainingPools(selected, by_name)  # where new replicas may go
     staying, moving = split(retention.kept, by_name)
     scaled = scale_down(staying, demand.replicas, demand.scale_down_order)

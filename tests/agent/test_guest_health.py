@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.libvirt.guest import Exited, Recorded, RecordedGuestAgent
-from agent.libvirt.guest_health import GuestHealthWatch, guest_signals
+from agent.guest_health import Exited, guest_signals
+from agent.libvirt.guest import Recorded, RecordedGuestAgent
+from agent.libvirt.guest_health import GuestHealthWatch
 from scheduler.host.health import HealthState, PcieSignals, SlotSignals, assess
 
 GUEST = Path(__file__).resolve().parent.parent / "hosts" / "guest"

@@ -176,8 +176,8 @@ async def test_a_gpu_its_guest_says_is_lost_degrades_its_allocation(stack: Stack
     await reporter.report_once()
     degraded = await stack.wait_for(held, "degraded")
     [event] = [e for e in degraded["events"] if e["step"] == "gpu_failed"]
-    assert event["reason"].startswith(f"the GPU of slot {node}/0 failed (the guest's driver lost the GPU (nvidia-smi: "
-                                      "GPU is lost))")  # fmt: skip
+    assert event["reason"].startswith(f"the GPU of slot {node}/0 failed (the guest's driver lost the GPU (nvidia-smi "
+                                      "-q: GPU is lost))")  # fmt: skip
     unhealthy = {s["index"]: s["reasons"] for s in (await _node(stack, node))["unhealthy"]}
     assert unhealthy[0] == ["the guest's driver lost the GPU (nvidia-smi -q: GPU is lost)",
                             "Xid 79 (GPU has fallen off the bus): NVIDIA says RESTART_BM"]  # fmt: skip
