@@ -100,7 +100,7 @@ class NodeReporter:
             verdict = assess(now, self._signals.get(now.index))
             pending = self._unsent.get(now.index)
             if pending is not None and pending.state.rank > verdict.state.rank:
-                verdict = pending
+                verdict = pending.model_copy(update={"signals": verdict.signals})  # the worst verdict, today's values
             self._unsent[now.index] = verdict
             verdicts.append(verdict)
         self._signals = {s.index: _seen(s, self._signals.get(s.index)) for s in signals}
@@ -124,7 +124,7 @@ class NodeReporter:
         health = await asyncio.to_thread(self.judge_health, host)
         topology = host.topology_hash()
         info = AgentInfo(version=AGENT_VERSION, interval_seconds=self.interval)
-        changed = health if health != self.sent_health else None
+        changed = health if _verdicts(health) != _verdicts(self.sent_health) else None
 
         def report(with_host: bool) -> NodeReport:
             return NodeReport(agent=info, topology=topology, approved=self.agent.approved.hash,
@@ -147,7 +147,7 @@ class NodeReporter:
 
     def _health_moved(self, host: HostInventory) -> bool:
         """Whether a slot's verdict differs from the one the control plane has: judged now, reported at once."""
-        return self.judge_health(host) != self.sent_health
+        return _verdicts(self.judge_health(host)) != _verdicts(self.sent_health)
 
     async def run(self) -> None:
         """Report until cancelled: a changed host at once (discovery is cheap: a few milliseconds), a heartbeat
@@ -170,6 +170,10 @@ class NodeReporter:
             except Exception as error:  # noqa: BLE001 - the API being down must not stop the agent
                 log.warning("node %s: report failed (%s); retrying", self.agent.node, error)
             await asyncio.sleep(check_every)
+
+
+def _verdicts(health: list[SlotHealth] | None) -> list[tuple[object, ...]] | None:
+    return None if health is None else [h.verdict for h in health]
 
 
 def _seen(now: SlotSignals, before: SlotSignals | None) -> SlotSignals:

@@ -347,6 +347,18 @@ class UnhealthySlot(BaseModel):
     since: datetime | None = None
 
 
+class SlotSignalsView(BaseModel):
+    """A slot's health signals as its agent last reported them (issue 27): one line per device or source."""
+
+    index: int
+    health: str
+    signals: dict[str, str] = Field(
+        description="`gpu`, `fabric`, `nvme`: presence, driver, AER counts, link; `nvme smart`; `guest` and `nvml`: "
+        "what the guest's or the host's NVIDIA driver says; `xids`; `wipe`: a failed reset."
+    )
+    reported_at: datetime | None = None
+
+
 class RepairBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -393,6 +405,10 @@ class NodeInfo(BaseModel):
     )
     quarantined: list[QuarantinedSlot] = Field(
         default_factory=list, description="Slots held back until a wipe is confirmed, with the reason."
+    )
+    signals: list[SlotSignalsView] = Field(
+        default_factory=list,
+        description="Every slot's health signals with their last reported values (`GET /v1/nodes/{node}` only).",
     )
     unhealthy: list[UnhealthySlot] = Field(
         default_factory=list, description="Slots whose GPU is not healthy (issue 27), until `berth nodes repair`."

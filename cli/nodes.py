@@ -114,6 +114,16 @@ def get(
         health = Text(sick.health, style="red" if sick.health == "failed" else "yellow")
         console.print(styled("  slot {} ({}): {} since {}: {}", sick.index, sick.gpu_pci, health, sick.since or "-",
                              "; ".join(sick.reasons) or "no reason given"))  # fmt: skip
+    if info.signals:
+        table = Table(title="health signals (as the agent last reported them)", title_justify="left")
+        for column in ("slot", "health", "signal", "last value", "reported"):
+            table.add_column(column)
+        for slot in info.signals:
+            for number, (name, value) in enumerate(slot.signals.items()):
+                first = number == 0
+                table.add_row(str(slot.index) if first else "", slot.health if first else "", name, value,
+                              str(slot.reported_at or "-") if first else "")  # fmt: skip
+        console.print(table)
 
 
 @app.command("drain")

@@ -240,6 +240,9 @@ class SlotRow(Base):
     health_reasons: Mapped[list[str]] = mapped_column(JSONB, nullable=False, server_default=text("'[]'::jsonb"))
     health_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     repaired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Each signal's value in the agent's last health report, and when (migration 0017): `berth nodes get` shows them.
+    health_signals: Mapped[dict[str, str]] = mapped_column(JSONB, nullable=False, server_default=text("'{}'::jsonb"))
+    signals_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class NodeAgentRow(Base):

@@ -184,6 +184,9 @@ def _write_health(rows: list[SlotRow], verdicts: list[SlotHealth], now: datetime
         verdict = by_index.get(row.slot_index)
         if verdict is None:
             continue
+        if row.health_signals != verdict.signals:
+            row.health_signals = verdict.signals
+        row.signals_at = now
         stored = HealthState(row.health)
         if stored in STICKY and verdict.state.rank <= stored.rank:
             continue

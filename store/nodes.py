@@ -115,6 +115,13 @@ async def slot_health(session: AsyncSession) -> list[tuple[str, str, str, int]]:
     return [(*key, count) for key, count in sorted(counted.items())]
 
 
+async def node_slots(session: AsyncSession, node: str) -> list[SlotRow]:
+    """Every slot of the node, by index."""
+    return list(
+        (await session.scalars(select(SlotRow).where(SlotRow.node_id == node).order_by(SlotRow.slot_index))).all()
+    )
+
+
 async def unhealthy_slots(session: AsyncSession, nodes: list[str] | None = None) -> list[SlotRow]:
     """Every slot (of `nodes`, when given) whose health is not `healthy` (issue 27), by node and index."""
     query = select(SlotRow).where(SlotRow.health != "healthy").order_by(SlotRow.node_id, SlotRow.slot_index)

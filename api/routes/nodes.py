@@ -29,6 +29,7 @@ from api.models import (
     RepairBody,
     RepairedSlot,
     RepairResult,
+    SlotSignalsView,
     SlotValidation,
     UnhealthySlot,
 )
@@ -135,7 +136,14 @@ async def _one(session: AsyncSession, name: str) -> NodeInfo:
         raise not_found("node", name)
     invalid, quarantined = await _invalid_slots(session, [name]), await _quarantined(session, [name])
     unhealthy = await _unhealthy(session, [name])
-    return _info(*row, invalid=invalid.get(name), quarantined=quarantined.get(name), unhealthy=unhealthy.get(name))
+    info = _info(*row, invalid=invalid.get(name), quarantined=quarantined.get(name), unhealthy=unhealthy.get(name))
+    signals = [
+        SlotSignalsView(index=slot.slot_index, health=slot.health, signals=dict(slot.health_signals),
+                        reported_at=slot.signals_at)
+        for slot in await store.node_slots(session, name)
+        if slot.signals_at is not None
+    ]  # fmt: skip
+    return info.model_copy(update={"signals": signals})
 
 
 @router.get("", response_model=NodeList, responses=error_responses(401, 403, 422))

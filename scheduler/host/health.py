@@ -162,15 +162,60 @@ class SlotSignals(Model):
 
 
 class SlotHealth(Model):
-    """A slot's verdict and why, most severe reason first."""
+    """A slot's verdict and why, most severe reason first, with the signals it was judged on (`describe`): what
+    `berth nodes get` shows of each slot."""
 
     index: int = Field(ge=0)
     state: HealthState
     reasons: list[str] = Field(default_factory=list, max_length=32)
+    signals: dict[str, str] = Field(default_factory=dict, max_length=16)
 
     @property
     def reason(self) -> str | None:
         return self.reasons[0] if self.reasons else None
+
+    @property
+    def verdict(self) -> tuple[int, HealthState, tuple[str, ...]]:
+        """What a change is judged by: the signals' values move all the time (a counter ticks), the verdict rarely."""
+        return self.index, self.state, tuple(self.reasons)
+
+
+def describe(now: SlotSignals) -> dict[str, str]:
+    """Each signal's last value, as a person reads it: one line per device or source."""
+    lines: dict[str, str] = {}
+    for role, signals in (("gpu", now.gpu), ("fabric", now.fabric), ("nvme", now.nvme)):
+        if signals is not None:
+            lines[role] = _device_line(signals)
+    if now.nvme_critical_warning is not None:
+        lines["nvme smart"] = f"critical warning {now.nvme_critical_warning:#04x}"
+    for source, driver in (("guest", now.guest), ("nvml", now.nvml)):
+        if driver is not None:
+            lines[source] = _driver_line(driver)
+    if now.xids:
+        lines["xids"] = ", ".join(str(x) for x in sorted(set(now.xids)))
+    if now.wipe_failed:
+        lines["wipe"] = f"reset failed: {now.wipe_failed}"[:512]
+    return lines
+
+
+def _device_line(s: PcieSignals) -> str:
+    if not s.present:
+        return f"{s.address} not on the PCI bus"
+    aer = "/".join("?" if v is None else str(v) for v in (s.aer_fatal, s.aer_nonfatal, s.aer_correctable))
+    return (f"{s.address} on {s.driver or 'no driver'}, AER fatal/non-fatal/correctable {aer}, link "
+            f"{_link(s.link_speed, s.link_width)} of {_link(s.max_link_speed, s.max_link_width)}")  # fmt: skip
+
+
+def _driver_line(d: DriverSignals) -> str:
+    if not d.answered:
+        return f"no answer ({d.detail or 'no reply'})"[:512]
+    facts = ["GPU lost" if d.lost else "GPU present"]
+    facts.append(f"Xids {', '.join(str(x) for x in d.xids)}" if d.xids else "no Xids")
+    for name, value in (("uncorrectable ECC", d.ecc_uncorrectable), ("remap pending", d.remap_pending),
+                        ("remap failed", d.remap_failed), ("retirement pending", d.retirement_pending)):  # fmt: skip
+        if value is not None:
+            facts.append(f"{name} {'yes' if value is True else 'no' if value is False else value}")
+    return f"{d.via}: " + ", ".join(facts)
 
 
 def assess(now: SlotSignals, before: SlotSignals | None = None) -> SlotHealth:
@@ -204,8 +249,9 @@ def assess(now: SlotSignals, before: SlotSignals | None = None) -> SlotHealth:
         found.append((HealthState.UNKNOWN, "the GPU's PCI function could not be read"))
     found.sort(key=lambda pair: -pair[0].rank)
     return SlotHealth(
-        index=now.index, state=worst(*(state for state, _ in found)), reasons=[reason for _, reason in found]
-    )
+        index=now.index, state=worst(*(state for state, _ in found)), reasons=[reason for _, reason in found],
+        signals=describe(now),
+    )  # fmt: skip
 
 
 def _pcie(role: str, now: PcieSignals, before: PcieSignals | None) -> list[tuple[HealthState, str]]:

@@ -42,6 +42,12 @@ def test_a_clean_host_is_healthy_and_its_counters_are_read(tmp_path: Path) -> No
         True, "vfio-pci", 0, 32.0, 16,
     )  # fmt: skip
     assert now[0].nvme is not None and now[0].nvme.present  # the controller behind the slot's namespace
+    assert assess(now[0]).signals == {  # what `berth nodes get` shows of the slot
+        "gpu": "0000:1b:00.0 on vfio-pci, AER fatal/non-fatal/correctable 0/0/0, link 32.0 GT/s x16 of 32.0 GT/s x16",
+        "fabric": "0000:1a:00.1 on vfio-pci, AER fatal/non-fatal/correctable 0/0/0, link 32.0 GT/s x16 of 32.0 GT/s "
+                  "x16",
+        "nvme": f"{now[0].nvme.address} on nvme, AER fatal/non-fatal/correctable ?/?/?, link ? GT/s x? of ? GT/s x?",
+    }  # fmt: skip
     assert all(assess(s, s).state is HealthState.HEALTHY for s in now.values())
 
 

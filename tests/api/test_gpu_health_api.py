@@ -71,6 +71,12 @@ async def test_a_failed_gpu_degrades_its_allocation_and_its_slot_waits_for_a_rep
         [f"the GPU {gpu} is gone from the PCI bus"],
     )
 
+    signals = {s["index"]: s for s in (await _node(stack, "big"))["signals"]}
+    assert sorted(signals) == [0, 1, 2, 3]
+    assert (signals[1]["health"], signals[1]["signals"]["gpu"]) == ("failed", f"{gpu} not on the PCI bus")
+    assert signals[0]["signals"]["gpu"].endswith("on vfio-pci, AER fatal/non-fatal/correctable 0/0/0, link 32.0 "
+                                                 "GT/s x16 of 32.0 GT/s x16")  # fmt: skip
+
     [pool] = (await stack.http.get("/v1/capacity", headers=stack.admin)).json()["pools"]
     assert (pool["degraded_gpus"], pool["failed_gpus"]) == (0, 1)
     metrics = (await stack.http.get("/metrics")).text

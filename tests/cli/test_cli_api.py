@@ -225,7 +225,10 @@ def test_nodes_list_cordon_and_uncordon(terminal: Terminal) -> None:
         row = rf"│ {name:<5} │ lab-1/slices │ lab    │ gpu_slice │ H200    │ READY  │ live \d\d:\d\d:\d\d │ +{gpus} │ +{gpus}/{gpus} │"
         assert re.search(row, listed), listed
     shown = terminal.ok("nodes", "get", "big")
-    assert "agent: live, last seen" in shown and "slot" not in shown.split("agent:")[1]  # every slot validates
+    agent, signals = shown.split("agent:")[1].split("health signals")
+    assert "agent: live, last seen" in shown and "slot" not in agent  # every slot validates, none is unhealthy
+    row = r"│ 0    │ healthy │ gpu    │ 0000:10:00.0 on vfio-pci, AER fatal/non-fatal/correctable 0/0/0, link 32.0 GT/s x16"
+    assert re.search(row, signals) and "│ 3    │ healthy │ gpu" in signals, signals  # every slot's signals, by slot
 
     assert "node big is CORDONED (fleet: READY)" in terminal.ok("nodes", "cordon", "big")
     assert [n["name"] for n in terminal.json("nodes", "list", "--status", "CORDONED")["nodes"]] == ["big"]
