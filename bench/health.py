@@ -6,7 +6,11 @@ leave placement, on the 8x H200 HGX fixture host (tests/hosts) materialised on d
 cost       one look: `read_signals` (sysfs: presence, driver, AER counters, link speed and width of each slot's GPU,
            fabric VF and NVMe controller) and `assess` for the 8 slots; the agent looks every `CHECK_SECONDS`, so its
            share of one core is (one look) / CHECK_SECONDS. Beside it, in the same rounds, discovery alone (what the
-           agent already pays per look) as the baseline.
+           agent already pays per look) as the baseline; and the whole look as the agent takes it on a host whose
+           driver holds the GPUs (`HostTopology.signals`: sysfs, the SMART log within its minute, a recorded NVML
+           reading for each GPU, and `assess` with the signals' descriptions). The SMART log itself is one process
+           per NVMe per minute: its spawn is timed with `/bin/true` standing in for nvme-cli (whose own work is one
+           admin command), 8 per 60 s.
 detection  a real PostgreSQL (embedded, started here), the fleet applied, the agent's report loop running against
            it (as `StoreSink` takes a report in: `store.node_reports.record_report`); a GPU's AER fatal counter rises
            at t0; t1 is when the slot's row reads `failed`, which is when the next placement's snapshot stops
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import statistics
 import tempfile
 import time
@@ -29,8 +34,11 @@ from pathlib import Path
 from sqlalchemy import select
 
 from agent.host.health import read_signals
+from agent.host.nvml_health import RecordedNvml
 from agent.host.rootfs import HostRoot
 from agent.host.sysfs import discover_host
+from agent.host.topology import HostTopology
+from agent.host.wipe import Ran, RecordingRunner, SubprocessRunner
 from agent.reporter import CHECK_SECONDS, DEFAULT_INTERVAL_SECONDS, NodeReporter
 from agent.serve import host_agent
 from bench.host_discovery import _timed
@@ -67,7 +75,21 @@ def cost(rounds: int) -> dict[str, list[float]]:
         def look() -> object:
             return [assess(s) for s in read_signals(files, node.slots, host)]
 
-        return _timed({"look": look, "discovery": lambda: discover_host(root)}, rounds)
+        smart = (
+            Path(__file__).resolve().parent.parent / "tests" / "hosts" / "nvme" / "smart-log-clean.json"
+        ).read_text()
+        runner = RecordingRunner({f"nvme smart-log /dev/nvme{i}n1 -o json": Ran(0, smart) for i in range(8)})
+        nvml = Path(directory) / "nvml.json"
+        reading = {"answered": True, "xids": [], "ecc_uncorrectable": 0, "remap_pending": False, "remap_failed": False}
+        nvml.write_text(json.dumps({"looks": [{s.gpu_pci: reading for s in node.slots}]}))
+        topology = HostTopology(root, runner=runner, nvml=RecordedNvml(nvml))
+
+        def whole_look() -> object:
+            return [assess(s) for s in topology.signals(node.slots, host)]
+
+        spawn = SubprocessRunner()
+        return _timed({"look": look, "discovery": lambda: discover_host(root), "whole look": whole_look,
+                       "one process": lambda: spawn.run(["true"])}, rounds)  # fmt: skip
 
 
 async def detection(trials: int) -> list[float]:
@@ -128,6 +150,12 @@ def main(args: argparse.Namespace) -> None:
           f"{100 * look / 1000 / CHECK_SECONDS:.3f}%")  # fmt: skip
     print(f"baseline, discovery alone (what each look already pays), ms: median {discovery:.2f}, "
           f"p99 {_pct(samples['discovery'], 0.99):.2f}")  # fmt: skip
+    whole, spawn = statistics.median(samples["whole look"]), statistics.median(samples["one process"])
+    print(
+        f"whole look (sysfs + SMART within its minute + NVML + assess with descriptions), ms: median {whole:.2f}, "
+        f"p99 {_pct(samples['whole look'], 0.99):.2f}; one process spawned (the SMART read's cost, 8 a minute), "
+        f"ms: median {spawn:.2f}; share of one core: {100 * (whole / CHECK_SECONDS + 8 * spawn / 60) / 1000:.3f}%"
+    )
     taken = asyncio.run(detection(args.trials))
     print(f"AER fatal rise -> slot row failed, {args.trials} trials, s: median {statistics.median(taken):.2f}, "
           f"max {max(taken):.2f} (the agent looks every {CHECK_SECONDS:g} s, reports every "

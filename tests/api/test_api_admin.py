@@ -80,7 +80,7 @@ async def test_nodes_list_and_cordon(stack: Stack) -> None:
         "name": "small", "cluster": "lab-1", "pool": "lab-1/slices", "region": "lab", "shape": "gpu_slice",
         "gpu_product": "H200", "status": "READY", "declared_status": "READY", "gpus": 2, "available_slots": 0,
         "reserved_slots": 2, "quarantined_slots": 0, "labels": {}, "validated_gpus": 2, "compatible_gpus": 2,
-        "invalid_slots": [], "quarantined": [], "unhealthy": [],
+        "invalid_slots": [], "quarantined": [], "unhealthy": [], "signals": [],  # signals: `GET /v1/nodes/{node}`
     }  # fmt: skip
     assert agent["state"] == "live" and agent["seen_at"] and agent["topology"]
 
