@@ -151,4 +151,5 @@ async def run_control(
 ) -> None:
     await check_search_attributes(client)
     await ensure_schedule(client, Queues(control=task_queue, node_prefix=get_settings().node_task_queue_prefix))
-    await run_until_signalled([control_worker(client, sessions, task_queue)], ready=ready)
+    alive = get_settings().liveness_file
+    await run_until_signalled([control_worker(client, sessions, task_queue)], ready=ready, alive=alive)

@@ -115,16 +115,18 @@ async def run_node(
     task_queue: str | None = None,
     reporter: NodeReporter | None = None,
     credential: NodeCredential | None = None,
+    alive: Path | None = None,
 ) -> None:
     """Serve the node's task queue; with a reporter, report the host first and then every interval; with a
-    credential from a file, take a rotated token within seconds (the client's and the reporter's)."""
+    credential from a file, take a rotated token within seconds (the client's and the reporter's); with `alive`,
+    touch that file while the loop turns (a DaemonSet's probe)."""
     with ThreadPoolExecutor(max_workers=16, thread_name_prefix=f"agent-{agent.node}") as executor:
         background = [asyncio.create_task(reap_leases(agent))]
         if reporter is not None:
             background.append(asyncio.create_task(reporter.run()))
         if credential is not None:
             background.append(asyncio.create_task(credential.watch(*token_uses(client, reporter))))
-        await run_until_signalled([node_worker(client, agent, executor, task_queue)], background)
+        await run_until_signalled([node_worker(client, agent, executor, task_queue)], background, alive=alive)
 
 
 @dataclass

@@ -156,7 +156,7 @@ def node(
     async def main() -> None:
         client = await connect_node(settings, credential.current())
         queue = f"{settings.node_task_queue_prefix}{node_id}"
-        await serve.run_node(client, agent, queue, reporter, credential)
+        await serve.run_node(client, agent, queue, reporter, credential, alive=settings.liveness_file)
 
     _serve(main, "the node agent")
 

@@ -60,6 +60,11 @@ class Settings(BaseSettings):
     report_interval_seconds: float = Field(
         default=60.0, ge=1.0, description="How often node agents report; an agent is down after 3 missed reports."
     )
+    liveness_file: Path | None = Field(
+        default=None,
+        description="A file the control worker or a node agent touches every 10 s while it runs (a Kubernetes "
+        "liveness probe reads its age: deploy/kubernetes).",
+    )
     host_root: Path = Field(default=Path("/"), description="Where a real node agent reads sysfs from (tests: a tree).")
     libvirt_uri: str = Field(default="qemu:///system", description="The libvirt connection of a libvirt runtime.")
     libvirt_pool: str = Field(default="default", description="The storage pool VM boot overlays are made in.")

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -16,6 +18,19 @@ def alembic_config(url: str) -> Config:
     config.set_main_option("script_location", str(MIGRATIONS))
     config.set_main_option("sqlalchemy.url", url)
     return config
+
+
+def head() -> str:
+    """The newest revision this code knows."""
+    revision = ScriptDirectory.from_config(alembic_config("postgresql://")).get_current_head()
+    assert revision is not None
+    return revision
+
+
+async def current(engine: AsyncEngine) -> str | None:
+    """The database's revision; None when it has never been migrated."""
+    async with engine.connect() as connection:
+        return await connection.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
 
 
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:

@@ -1,0 +1,169 @@
+"""The Kubernetes manifests of deploy/kubernetes, as a platform team installs them: each overlay renders with
+`kubectl kustomize`, every rendered object validates against the Kubernetes schemas (kubernetes-validate, strict),
+and the rules a production install relies on hold: every container asks for resources and has probes, the control
+plane runs as non-root with nothing to escalate, pods that need the schema wait for it (the migration Job makes
+it), only the API and the node gateway take connections, and a disruption keeps one API pod serving."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
+KUBERNETES_VERSION = "1.34.0"
+KUBECTL = shutil.which("kubectl")
+if KUBECTL is None:
+    print("LOUD: kubectl is not installed: the Kubernetes manifests are not rendered nor checked (install kubectl)")
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
+
+# The fields of the Prometheus Operator's ServiceMonitor (monitoring.coreos.com/v1) these manifests use, as its API
+# reference describes them; the CRD is not a Kubernetes built-in, so kubernetes-validate does not know it.
+SERVICE_MONITOR = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "ServiceMonitor"},
+        "metadata": {"type": "object", "required": ["name"]},
+        "spec": {
+            "type": "object",
+            "required": ["selector", "endpoints"],
+            "additionalProperties": False,
+            "properties": {
+                "selector": {"type": "object", "properties": {"matchLabels": {"type": "object"}}},
+                "endpoints": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "port": {"type": "string"},
+                            "path": {"type": "string"},
+                            "interval": {"type": "string", "pattern": "^(0|(([0-9]+)(y|w|d|h|m|s|ms))+)$"},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+WORKLOADS = ("Deployment", "DaemonSet", "Job")
+
+
+def render(overlay: str) -> list[dict[str, Any]]:
+    assert KUBECTL is not None
+    done = subprocess.run([KUBECTL, "kustomize", str(DEPLOY / overlay)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr, done.stderr  # nothing deprecated
+    return [obj for obj in yaml.safe_load_all(done.stdout) if obj]
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
+    return workload["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("overlay", ["overlays/production", "overlays/production-with-prometheus", "agent"])
+def test_every_rendered_object_validates_against_the_kubernetes_schemas(overlay: str) -> None:
+    objects = render(overlay)
+    assert objects
+    for obj in objects:
+        if obj["kind"] == "ServiceMonitor":
+            jsonschema.validate(obj, SERVICE_MONITOR)
+            continue
+        try:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            raise AssertionError(f"{obj['kind']}/{obj['metadata']['name']}: {error.message}") from None
+
+
+def test_the_control_plane_runs_non_root_with_requests_and_probes_after_its_schema() -> None:
+    objects = render("overlays/production")
+    assert {o["metadata"].get("namespace") for o in objects} == {"berth"}
+    workloads = {f"{o['kind']}/{o['metadata']['name']}": o for o in objects if o["kind"] in WORKLOADS}
+    assert sorted(workloads) == ["Deployment/berth-api", "Deployment/berth-control", "Deployment/berth-gateway",
+                                 "Job/berth-migrate"]  # fmt: skip
+    for name, workload in workloads.items():
+        spec = pod_spec(workload)
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+        assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault", name
+        assert spec.get("automountServiceAccountToken") is not True, name
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            where = f"{name} {container['name']}"
+            assert container["image"] == "registry.example.com/platform/berth:0.1.0", where
+            assert {"cpu", "memory"} <= set(container["resources"]["requests"]), where
+            assert "memory" in container["resources"]["limits"], where
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False and context["readOnlyRootFilesystem"] is True, where
+            assert context["capabilities"]["drop"] == ["ALL"], where
+        if workload["kind"] == "Deployment":
+            [wait] = spec["initContainers"]
+            assert wait["command"] == ["berth", "migrate", "--wait", "600"], name  # serves only on its schema
+            for container in spec["containers"]:
+                assert "readinessProbe" in container and "livenessProbe" in container, name
+    assert pod_spec(workloads["Job/berth-migrate"])["containers"][0]["command"] == ["berth", "migrate"]
+    assert workloads["Deployment/berth-control"]["spec"]["replicas"] >= 2  # several control workers share the queue
+    assert workloads["Deployment/berth-api"]["spec"]["replicas"] >= 2
+
+    service_account = by_kind(objects, "ServiceAccount")["berth"]
+    assert service_account["automountServiceAccountToken"] is False  # Berth never calls this cluster's API
+
+
+def test_only_the_api_and_the_node_gateway_take_connections() -> None:
+    objects = render("overlays/production")
+    policies = by_kind(objects, "NetworkPolicy")
+    deny = policies["berth-default-deny-ingress"]["spec"]
+    assert deny["policyTypes"] == ["Ingress"] and "ingress" not in deny
+    assert deny["podSelector"] == {"matchLabels": {"app.kubernetes.io/part-of": "berth"}}  # every Berth pod
+    opened = {
+        policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]: [
+            port["port"] for rule in policy["spec"]["ingress"] for port in rule["ports"]
+        ]
+        for name, policy in policies.items()
+        if name != "berth-default-deny-ingress"
+    }
+    assert opened == {"api": [8000], "gateway": [7236]}
+    services = by_kind(objects, "Service")
+    assert sorted(services) == ["berth-api", "berth-gateway"]
+    budgets = by_kind(objects, "PodDisruptionBudget")
+    assert budgets["berth-api"]["spec"]["minAvailable"] == 1
+    assert budgets["berth-api"]["spec"]["selector"]["matchLabels"] == services["berth-api"]["spec"]["selector"]
+
+
+def test_prometheus_scrapes_the_api_s_metrics_and_the_agent_runs_on_gpu_hosts() -> None:
+    objects = render("overlays/production-with-prometheus")
+    monitor = by_kind(objects, "ServiceMonitor")["berth-api"]
+    service = by_kind(objects, "Service")["berth-api"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == [p["name"] for p in service["spec"]["ports"]]
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+
+    [agent] = render("agent")
+    assert agent["kind"] == "DaemonSet"
+    spec = pod_spec(agent)
+    assert spec["nodeSelector"] == {"berth.dev/gpu-host": "true"}
+    [container] = spec["containers"]
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+    assert "readinessProbe" in container and "livenessProbe" in container
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["BERTH_NODE_TOKEN_FILE"] == "/etc/berth/node-token"  # a file on the host, never in the manifest
+    assert not any(name.startswith(("BERTH_DATABASE", "BERTH_TEMPORAL")) for name in env)  # never reaches them
+
+
+def test_the_compose_file_and_the_manifests_run_the_same_processes() -> None:
+    compose = yaml.safe_load((DEPLOY.parent.parent / "docker-compose.yml").read_text())["services"]
+    workloads = [o for o in render("overlays/production") if o["kind"] in ("Deployment", "Job")]
+    commands = {tuple(pod_spec(w)["containers"][0]["command"]) for w in workloads}
+    assert commands == {tuple(compose[name]["command"]) for name in ("berth-api", "berth-control", "berth-gateway",
+                                                                    "berth-migrate")}  # fmt: skip
