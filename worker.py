@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.cluster.activities import ClusterActivities
 from activities.cluster.driver import ClusterDriver
@@ -118,6 +119,11 @@ def control_worker(
     return Worker(
         client,
         task_queue=task_queue,
+        # OpenTelemetry's context goes in and out of the workflow sandbox with temporalio's tracing interceptor,
+        # when tracing is on (config/tracing.py): it must be the one module, not a sandboxed copy.
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("opentelemetry")
+        ),
         workflows=[
             AllocationWorkflow,
             SlotRecoveryWorkflow,

@@ -26,6 +26,7 @@ from api.routes import queues as queue_routes
 from api.services import Services
 from api.steady_reports import SteadyReports
 from api.temporal import ControlPlane, TemporalTimeouts
+from config import tracing
 from config.context import database_url
 from config.settings import Settings, get_settings
 from config.temporal import connect
@@ -52,7 +53,10 @@ def create_app(
     timing: Timing | None = None,
     timeouts: TemporalTimeouts | None = None,
     deployment_timing: DeploymentTiming | None = None,
+    traced: bool | None = None,
 ) -> FastAPI:
+    """The API. `traced`: FastAPI's OpenTelemetry instrumentation (default: when OTEL_EXPORTER_OTLP_ENDPOINT is set,
+    config/tracing.py)."""
     settings = settings or get_settings()
     queues = queues or Queues(control=settings.control_task_queue, node_prefix=settings.node_task_queue_prefix)
     services = Services(
@@ -95,6 +99,8 @@ def create_app(
     for module in (nodes, allocations, deployments, placement, queue_routes, reservations, fleet, audit, health):
         app.include_router(module.router)
     _complete_openapi(app)
+    tracing.configure("berth-api")
+    tracing.instrument(app, on=traced)
     return app
 
 

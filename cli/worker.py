@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cli.output import fail
+from config import tracing
 from config.context import NotConfigured, database_url
 from config.settings import Settings
 from config.temporal import NoGateway, connect, connect_node
@@ -45,6 +46,7 @@ def control(ready_file: ReadyFileOption = None) -> None:
     settings = Settings()
 
     async def main() -> None:
+        tracing.configure("berth-control")
         engine = create_engine(database_url(settings))
         try:
             await worker.run_control(
@@ -154,6 +156,7 @@ def node(
     )
 
     async def main() -> None:
+        tracing.configure("berth-agent")
         client = await connect_node(settings, credential.current())
         queue = f"{settings.node_task_queue_prefix}{node_id}"
         await serve.run_node(client, agent, queue, reporter, credential, alive=settings.liveness_file)

@@ -11,6 +11,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import TLSConfig
 
+from config import tracing
 from config.context import temporal_target
 from config.settings import Settings
 
@@ -28,8 +29,9 @@ def _tls(settings: Settings) -> TLSConfig | bool:
 async def connect(settings: Settings) -> Client:
     address, namespace = temporal_target(settings)
     return await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter, tls=_tls(settings)
-    )
+        address, namespace=namespace, data_converter=pydantic_data_converter, tls=_tls(settings),
+        interceptors=tracing.interceptors(),
+    )  # fmt: skip
 
 
 log = logging.getLogger("berth.agent")
@@ -61,6 +63,7 @@ async def connect_node(settings: Settings, token: str) -> Client:
                 data_converter=pydantic_data_converter,
                 api_key=token,
                 tls=tls,
+                interceptors=tracing.interceptors(),
             )
         except RuntimeError as error:
             if any(word in str(error) for word in REFUSALS):

@@ -56,6 +56,7 @@ from api.queueing import queue_ceiling, queue_wait
 from api.request_checks import check_request
 from api.services import Services, services
 from api.temporal import Refused
+from config import tracing
 from fleet.meta import Name
 from scheduler.reservations import latest_end
 from store import allocations as store
@@ -178,6 +179,7 @@ async def create_allocation(
     await app.control.require_worker()
 
     allocation_id = keyed_allocation_id(tenant, idempotency_key) if idempotency_key else uuid.uuid4().hex[:16]
+    tracing.tag_allocation(allocation_id)
     request = fingerprint(recorded)
     outcome = await app.control.start(_input(app, allocation_id, body, [], idempotency_key, wait), request)
     if not outcome.started:  # this key's workflow already exists: an earlier request's answer was lost

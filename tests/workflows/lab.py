@@ -204,6 +204,7 @@ class Lab:
             api_key=token or await self.node_token(node),
             tls=False,
             data_converter=pydantic_data_converter,
+            interceptors=self.worker_client.config()["interceptors"],  # traced as the control plane is, if it is
         )
 
     async def restart_gateway(self, down_seconds: float) -> None:
