@@ -11,7 +11,13 @@
 - `berth_queue_length{region, tenant, priority}`, `berth_queue_longest_wait_seconds{region, tenant, priority}`:
   requests waiting for capacity and the longest wait among them (issue 24), from PostgreSQL at scrape time;
 - `berth_gpu_health{pool, health, reason}`: approved slots by their GPU's health and the first word of its reason
-  (`aer`, `link`, `gone`, `xid`, ...; issue 27), from PostgreSQL at scrape time.
+  (`aer`, `link`, `gone`, `xid`, ...; issue 27), from PostgreSQL at scrape time;
+- for dashboards and alerts (issue 28; deploy/grafana, deploy/prometheus), from PostgreSQL at scrape time:
+  `berth_slots{pool, state}` (free, placeable, reserved, quarantined), `berth_agents{state}` (live, down),
+  `berth_agent_down_allocations{node}` (unfinished allocations on a node whose agent is down),
+  `berth_allocation_oldest_seconds{state}` (the longest any allocation has been in each unfinished state),
+  `berth_placement_seconds{quantile}` and `berth_placements` (create to `active`, over the last hour);
+  from Temporal: `berth_control_workers` (control workers polling; -1 when Temporal does not answer).
 
 Each application has its own registry, so several apps in one process (tests) never collide.
 """
@@ -25,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.audit_metrics import AuditMetrics
-from store import queue
+from store import dashboard, queue
 from store.allocations import count_by_state, failures_by_reason
 from store.models import ALLOCATION_STATES
 from store.nodes import slot_health
@@ -77,9 +83,23 @@ class Metrics:
             queued,
             registry=self.registry,
         )
+        self.slots = Gauge("berth_slots", "Approved slots by pool and state: free, placeable, reserved, quarantined "
+                           "(PostgreSQL).", ["pool", "state"], registry=self.registry)  # fmt: skip
+        self.agents = Gauge("berth_agents", "Node agents by state (PostgreSQL).", ["state"], registry=self.registry)
+        self.down_allocations = Gauge("berth_agent_down_allocations", "Unfinished allocations on a node whose agent "
+                                      "is down (PostgreSQL).", ["node"], registry=self.registry)  # fmt: skip
+        self.oldest = Gauge("berth_allocation_oldest_seconds", "How long the longest allocation in each unfinished "
+                            "state has been in it (PostgreSQL).", ["state"], registry=self.registry)  # fmt: skip
+        self.placement = Gauge("berth_placement_seconds", "Create to active, over the allocations that became "
+                               "active in the last hour (PostgreSQL).", ["quantile"], registry=self.registry)  # fmt: skip
+        self.placements = Gauge("berth_placements", "Allocations that became active in the last hour (PostgreSQL).",
+                                registry=self.registry)  # fmt: skip
+        self.control_workers = Gauge("berth_control_workers", "Control workers polling the control task queue "
+                                     "(Temporal; -1 when it does not answer).", registry=self.registry)  # fmt: skip
 
-    async def render(self, session: AsyncSession) -> bytes:
-        """Refresh the PostgreSQL-backed gauges, then the text exposition of everything."""
+    async def render(self, session: AsyncSession, control_workers: int | None = None) -> bytes:
+        """Refresh the PostgreSQL-backed gauges (and the control workers Temporal counts, when given: None, it did
+        not answer), then the text exposition of everything."""
         by_state = await count_by_state(session)
         for state in ALLOCATION_STATES:
             self.allocations.labels(state).set(by_state.get(state, 0))
@@ -98,7 +118,27 @@ class Metrics:
         self.gpu_health.clear()
         for pool, health, reason, count in await slot_health(session):
             self.gpu_health.labels(pool, health, reason).set(count)
+        await self._operations(session)
+        self.control_workers.set(-1 if control_workers is None else control_workers)
         return generate_latest(self.registry)
+
+    async def _operations(self, session: AsyncSession) -> None:
+        """What deploy/grafana's dashboard and deploy/prometheus's alerts read."""
+        for gauge in (self.slots, self.agents, self.down_allocations, self.oldest, self.placement):
+            gauge.clear()  # a pool, node or state that went away is gone from the scrape, not stuck
+        for pool, state, count in await dashboard.slot_counts(session):
+            self.slots.labels(pool, state).set(count)
+        agents = await dashboard.agents_by_state(session)
+        for state in ("live", "down"):
+            self.agents.labels(state).set(agents.get(state, 0))
+        for node, count in await dashboard.allocations_on_down_agents(session):
+            self.down_allocations.labels(node).set(count)
+        for state, seconds in await dashboard.oldest_in_state(session):
+            self.oldest.labels(state).set(round(seconds, 3))
+        count, quantiles = await dashboard.placement_seconds(session)
+        self.placements.set(count)
+        for quantile, seconds in quantiles.items():
+            self.placement.labels(f"{quantile:g}").set(round(seconds, 3))
 
 
 class RequestCounter:

@@ -57,7 +57,12 @@ async def healthz(app: App, response: Response) -> Health:
     },
 )
 async def metrics(app: App) -> Response:
-    """Requests by route and status, allocations by state, refusals by reason code."""
+    """Requests by route and status, allocations by state, refusals by reason code, capacity, agents and placement
+    latency (api/metrics.py lists them)."""
+    try:
+        workers: int | None = await app.control.control_workers()
+    except ApiError:  # Temporal does not answer: -1, which the no-control-worker alert also catches
+        workers = None
     async with app.sessions() as session:
-        body = await app.metrics.render(session)
+        body = await app.metrics.render(session, workers)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
