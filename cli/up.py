@@ -48,6 +48,9 @@ def up(
     agent_processes: Annotated[
         int, typer.Option("--agent-processes", min=1, help="Split the simulated hosts' agents over N processes.")
     ] = 1,
+    control_workers: Annotated[
+        int, typer.Option("--control-workers", min=1, max=16, help="Run N control workers on the control queue.")
+    ] = 1,
 ) -> None:
     """Run the local stack until Ctrl-C: PostgreSQL, Temporal and its UI, workers, simulated hosts and the API."""
     settings = Settings(**({"state_dir": state_dir} if state_dir else {}))
@@ -59,6 +62,7 @@ def up(
         fleet_file,
         say=lambda line: console.print(line, style="dim", highlight=False),
         agent_processes=agent_processes,
+        control_workers=control_workers,
     )
     try:
         context = stack.start()

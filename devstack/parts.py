@@ -86,8 +86,11 @@ def _berth_part(name: str, arguments: list[str], state: Path, env: Mapping[str, 
     )
 
 
-def control_worker_part(state: Path, env: Mapping[str, str]) -> Part:
-    return _berth_part(CONTROL_WORKER, ["worker", "control"], state, env)
+def control_worker_parts(count: int, state: Path, env: Mapping[str, str]) -> list[Part]:
+    """`count` control workers on the one control task queue (Temporal shares the work out): `control-worker`,
+    then `control-worker-2`, `control-worker-3`, ..."""
+    names = [CONTROL_WORKER, *(f"{CONTROL_WORKER}-{n}" for n in range(2, count + 1))]
+    return [_berth_part(name, ["worker", "control"], state, env) for name in names]
 
 
 def gateway_part(state: Path, env: Mapping[str, str]) -> Part:

@@ -1,8 +1,9 @@
 """`berth up`: the whole development stack on this machine, each part its own supervised process.
 
     lock state dir -> postgres -> migrations + fleet applied -> temporal -> tokens (node tokens to files)
-      -> control-worker + api + gateway + agents (one process, or `agent_processes` of them; they reach
-         Temporal only through the gateway) -> context.json
+      -> control-worker (or `control_workers` of them: control-worker, control-worker-2, ...) + api + gateway
+         + agents (one process, or `agent_processes` of them; they reach Temporal only through the gateway)
+      -> context.json
 
 Every part is a child of the supervisor (supervisor.py), which restarts one that dies on the same port and data
 directory, so context.json stays true. A second `berth up` while one runs finds the lock held and reuses the
@@ -70,6 +71,7 @@ class DevStack:
     fleet_file: Path
     say: Callable[[str], None] = print
     agent_processes: int = 1
+    control_workers: int = 1
     backoff: Backoff = field(default_factory=Backoff)
     start_timeout: float = 90.0
     skipped: list[str] = field(default_factory=list)  # hosts with no agent (agentDown in the fleet)
@@ -119,14 +121,16 @@ class DevStack:
                 BERTH_GATEWAY_KEY_FILE=str(gateway_key(state)),
                 BERTH_NODE_GATEWAY=gateway,
             )
-            self.say("starting the control worker, the API and the node agents ...")
-            supervisor.add(parts.control_worker_part(state, env))
+            self.say("starting the control worker(s), the API and the node agents ...")
+            workers = parts.control_worker_parts(self.control_workers, state, env)
+            for part in workers:
+                supervisor.add(part)
             supervisor.add(parts.api_part(int(api_url.rsplit(":", 1)[1]), state, env))
             supervisor.add(parts.gateway_part(state, env))
             groups = parts.agent_groups(nodes, self.agent_processes)
             for name, group in groups.items():  # started beside the API: they report as soon as it answers
                 supervisor.add(parts.agents_part(name, group, fleet_file, token_dir, state, env))
-            self._wait(parts.CONTROL_WORKER, parts.API, parts.GATEWAY, *groups)
+            self._wait(*(part.name for part in workers), parts.API, parts.GATEWAY, *groups)
             down = f" (no agent for {', '.join(self.skipped)}: agentDown in the fleet)" if self.skipped else ""
             self.say(f"{len(nodes)} node agents running in {len(groups)} process(es){down}")
         except BaseException:

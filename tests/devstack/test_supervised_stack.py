@@ -27,7 +27,7 @@ from devstack.process import alive
 from devstack.stack import DevStack
 from tests.workflows.lab import lab_fleet
 
-PARTS = ["postgres", "temporal", "control-worker", "api", "gateway", "agents-0", "agents-1"]
+PARTS = ["postgres", "temporal", "control-worker", "control-worker-2", "api", "gateway", "agents-0", "agents-1"]
 FLEET = lab_fleet({"host-a": {"gpus": 2}, "host-b": {"gpus": 2}, "host-c": {"gpus": 2}})
 
 
@@ -51,7 +51,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, terminal: Terminal) -> Itera
     home = tmp_path_factory.mktemp("supervised")
     fleet = home / "fleet.yaml"
     fleet.write_text(FLEET)
-    stack = DevStack(Settings(state_dir=home / "state"), fleet, say=terminal, agent_processes=2)
+    stack = DevStack(Settings(state_dir=home / "state"), fleet, say=terminal, agent_processes=2, control_workers=2)
     stack.start()
     try:
         yield stack
