@@ -51,6 +51,9 @@ def up(
     control_workers: Annotated[
         int, typer.Option("--control-workers", min=1, max=16, help="Run N control workers on the control queue.")
     ] = 1,
+    api_processes: Annotated[
+        int, typer.Option("--api-processes", min=1, max=16, help="Run N API processes behind the one API address.")
+    ] = 1,
 ) -> None:
     """Run the local stack until Ctrl-C: PostgreSQL, Temporal and its UI, workers, simulated hosts and the API."""
     settings = Settings(**({"state_dir": state_dir} if state_dir else {}))
@@ -63,6 +66,7 @@ def up(
         say=lambda line: console.print(line, style="dim", highlight=False),
         agent_processes=agent_processes,
         control_workers=control_workers,
+        api_processes=api_processes,
     )
     try:
         context = stack.start()

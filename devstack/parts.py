@@ -105,14 +105,14 @@ def agents_part(
     return _berth_part(name, arguments, state, agent_env(env))
 
 
-def api_part(port: int, state: Path, env: Mapping[str, str]) -> Part:
+def api_part(port: int, state: Path, env: Mapping[str, str], name: str = API) -> Part:
     return Part(
-        API,
+        name,
         [
             sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app", "--host", "127.0.0.1",
             "--port", str(port), "--log-level", "warning", "--timeout-graceful-shutdown", "5",
         ],
-        state / "logs" / f"{API}.log",
+        state / "logs" / f"{name}.log",
         env=env,
         ready=lambda _pid: port_open("127.0.0.1", port),
     )  # fmt: skip

@@ -1,7 +1,8 @@
 """`berth up`: the whole development stack on this machine, each part its own supervised process.
 
     lock state dir -> postgres -> migrations + fleet applied -> temporal -> tokens (node tokens to files)
-      -> control-worker (or `control_workers` of them: control-worker, control-worker-2, ...) + api + gateway
+      -> control-worker (or `control_workers` of them: control-worker, control-worker-2, ...) + api (or
+         `api_processes` of them behind one loopback address: balancer.py) + gateway
          + agents (one process, or `agent_processes` of them; they reach Temporal only through the gateway)
       -> context.json
 
@@ -30,6 +31,7 @@ from typing import IO
 from config.context import StackContext, read_context, write_context
 from config.settings import Settings
 from devstack import parts
+from devstack.balancer import LoopbackBalancer
 from devstack.ports import free_port
 from devstack.postgres import EmbeddedPostgres, PostgresStartError
 from devstack.supervisor import Backoff, PartFailed, Supervisor
@@ -72,12 +74,14 @@ class DevStack:
     say: Callable[[str], None] = print
     agent_processes: int = 1
     control_workers: int = 1
+    api_processes: int = 1
     backoff: Backoff = field(default_factory=Backoff)
     start_timeout: float = 90.0
     skipped: list[str] = field(default_factory=list)  # hosts with no agent (agentDown in the fleet)
     _supervisor: Supervisor | None = None
     _context: StackContext | None = None
     _lock: IO[str] | None = None
+    _balancer: LoopbackBalancer | None = None
 
     def _take_lock(self) -> None:
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
@@ -125,12 +129,14 @@ class DevStack:
             workers = parts.control_worker_parts(self.control_workers, state, env)
             for part in workers:
                 supervisor.add(part)
-            supervisor.add(parts.api_part(int(api_url.rsplit(":", 1)[1]), state, env))
+            apis = self._apis(int(api_url.rsplit(":", 1)[1]), state, env)
+            for part in apis:
+                supervisor.add(part)
             supervisor.add(parts.gateway_part(state, env))
             groups = parts.agent_groups(nodes, self.agent_processes)
             for name, group in groups.items():  # started beside the API: they report as soon as it answers
                 supervisor.add(parts.agents_part(name, group, fleet_file, token_dir, state, env))
-            self._wait(*(part.name for part in workers), parts.API, parts.GATEWAY, *groups)
+            self._wait(*(part.name for part in workers), *(part.name for part in apis), parts.GATEWAY, *groups)
             down = f" (no agent for {', '.join(self.skipped)}: agentDown in the fleet)" if self.skipped else ""
             self.say(f"{len(nodes)} node agents running in {len(groups)} process(es){down}")
         except BaseException:
@@ -150,6 +156,16 @@ class DevStack:
         self._record_pids()
         supervisor.on_change = self._record_pids
         return self._context
+
+    def _apis(self, port: int, state: Path, env: dict[str, str]) -> list[parts.Part]:
+        """One API on `port`, or `api_processes` of them (`api`, `api-2`, ...) on ports of their own behind a
+        loopback balancer on `port`, so every client keeps the one address."""
+        if self.api_processes == 1:
+            return [parts.api_part(port, state, env)]
+        ports = [free_port() for _ in range(self.api_processes)]
+        names = [parts.API, *(f"{parts.API}-{n}" for n in range(2, self.api_processes + 1))]
+        self._balancer = LoopbackBalancer(port, ports).start()
+        return [parts.api_part(p, state, env, name) for p, name in zip(ports, names, strict=True)]
 
     def _start_postgres(self, data_dir: Path) -> EmbeddedPostgres:
         server = EmbeddedPostgres(data_dir, password_file=data_dir.parent / "postgres.password")
@@ -224,6 +240,9 @@ class DevStack:
         if self._supervisor is not None:
             self._supervisor.stop()
             self._supervisor = None
+        if self._balancer is not None:
+            self._balancer.stop()
+            self._balancer = None
         self.settings.context_file.unlink(missing_ok=True)
         if self._lock is not None:
             self._lock.close()

@@ -1,0 +1,74 @@
+"""The loopback balancer of `berth up --api-processes N`: connections to the one address go to each backend in
+turn, both ways; a backend that refuses (killed, restarting) is skipped, so a client sees no error while one is
+down; with none up, the connection is closed."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from devstack.balancer import LoopbackBalancer
+from devstack.ports import free_port
+
+
+class Backend:
+    """A TCP server on loopback that answers each connection with its name and what it was sent."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return
+            with connection:
+                sent = connection.recv(1024)
+                connection.sendall(f"{self.name}:".encode() + sent)
+
+    def stop(self) -> None:
+        if self.server.fileno() == -1:
+            return
+        with contextlib.suppress(OSError):  # Linux: shutting a listening socket down wakes the accept() it blocks in
+            self.server.shutdown(socket.SHUT_RDWR)
+        self.server.close()
+        self.thread.join(timeout=5)
+
+
+def ask(port: int, text: str) -> str:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as connection:
+        connection.sendall(text.encode())
+        connection.shutdown(socket.SHUT_WR)  # the request is whole; the answer may still be coming
+        return b"".join(iter(lambda: connection.recv(1024), b"")).decode()
+
+
+@pytest.fixture
+def backends() -> Iterator[list[Backend]]:
+    servers = [Backend("a"), Backend("b")]
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def test_connections_take_turns_and_a_refusing_backend_is_skipped(backends: list[Backend]) -> None:
+    balancer = LoopbackBalancer(free_port(), [b.port for b in backends]).start()
+    try:
+        assert [ask(balancer.port, f"q{n}") for n in range(4)] == ["a:q0", "b:q1", "a:q2", "b:q3"]
+        backends[0].stop()  # killed: its port refuses
+        assert [ask(balancer.port, f"r{n}") for n in range(3)] == ["b:r0", "b:r1", "b:r2"]
+        assert balancer.connections == [2, 5]
+        backends[1].stop()
+        assert ask(balancer.port, "s") == ""  # no API up: closed, as a load balancer with no healthy backend does
+    finally:
+        balancer.stop()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", balancer.port), timeout=1).close()  # stopped: nothing listens
