@@ -427,9 +427,13 @@ async def run_chaos(
     return report
 
 
-def chaos_stack(state_dir: Path, agent_processes: int = 2, say: Callable[[str], None] = print) -> DevStack:
+def chaos_stack(
+    state_dir: Path, agent_processes: int = 2, say: Callable[[str], None] = print, *, control_workers: int = 1,
+    api_processes: int = 1,
+) -> DevStack:  # fmt: skip
     settings = Settings(state_dir=state_dir)
-    return DevStack(settings, FLEET, say=say, agent_processes=agent_processes)
+    return DevStack(settings, FLEET, say=say, agent_processes=agent_processes, control_workers=control_workers,
+                    api_processes=api_processes)  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> int:

@@ -29,6 +29,36 @@ def running(tmp_path: Path) -> Iterator[tuple[DevStack, StackContext]]:
     assert not [part for part, pid in pids.items() if pid and alive(pid)], "a part outlived the stack"
 
 
+def test_one_of_three_control_workers_and_one_of_two_apis_killed_lose_duplicate_and_leak_nothing(
+    tmp_path: Path,
+) -> None:
+    """Issue 28: the control plane as several replicas (3 control workers on the one queue, 2 APIs behind one
+    address), one of each killed mid-flight: the checks of the short form hold, and the others carried the load."""
+    stack = chaos_stack(tmp_path / "state", agent_processes=1, say=lambda line: None, control_workers=3,
+                        api_processes=2)  # fmt: skip
+    context = stack.start()
+    pids = {part: stack.pid(part) for part in stack.parts()}
+    try:
+        report: ChaosReport = asyncio.run(
+            run_chaos(
+                stack,
+                context,
+                parts=("control-worker-2", "api"),
+                clients=3,
+                in_flight=10,
+                dwell=1.5,
+                say=lambda line: None,
+            )  # fmt: skip
+        )
+    finally:
+        stack.stop()
+    assert not [part for part, pid in pids.items() if pid and alive(pid)], "a part outlived the stack"
+    assert [fault.part for fault in report.faults] == ["control-worker-2", "api"]
+    assert report.created > 0 and sum(fault.in_flight for fault in report.faults) > 0, report
+    assert report.failures() == [], report.model_dump_json(indent=2)
+    assert all(fault.bounded for fault in report.faults), {f.part: f.settle_summary() for f in report.faults}
+
+
 def test_killing_each_part_loses_duplicates_and_leaks_nothing(running: tuple[DevStack, StackContext]) -> None:
     stack, context = running
     report: ChaosReport = asyncio.run(
