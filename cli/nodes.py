@@ -92,7 +92,8 @@ def list_(
 def get(
     node: NodeArgument, output: OutputOption = OutputFormat.TEXT, api: ApiOption = None, token: TokenOption = None
 ) -> None:
-    """One node: its agent and every slot that does not validate, with the agent's reason."""
+    """One node: its agent, every slot that does not validate or is not healthy with the agent's reason, and every
+    slot's health signals with their last reported values."""
     with api_client(api, token) as client:
         data = client.call("GET", f"/v1/nodes/{segment(node)}")
     if output is OutputFormat.JSON:

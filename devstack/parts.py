@@ -88,9 +88,17 @@ def _berth_part(name: str, arguments: list[str], state: Path, env: Mapping[str, 
 
 def control_worker_parts(count: int, state: Path, env: Mapping[str, str]) -> list[Part]:
     """`count` control workers on the one control task queue (Temporal shares the work out): `control-worker`,
-    then `control-worker-2`, `control-worker-3`, ..."""
+    then `control-worker-2`, `control-worker-3`, ...; each touches `run/<name>.alive` while it runs, as a pod does
+    for its probes (deploy/kubernetes)."""
     names = [CONTROL_WORKER, *(f"{CONTROL_WORKER}-{n}" for n in range(2, count + 1))]
-    return [_berth_part(name, ["worker", "control"], state, env) for name in names]
+    return [
+        _berth_part(name, ["worker", "control"], state, {**env, "BERTH_LIVENESS_FILE": str(alive_file(state, name))})
+        for name in names
+    ]
+
+
+def alive_file(state: Path, part: str) -> Path:
+    return state / "run" / f"{part}.alive"
 
 
 def gateway_part(state: Path, env: Mapping[str, str]) -> Part:

@@ -29,6 +29,7 @@ from scheduler.host.report import NodeReport, ReportReply, approved_hash
 from scheduler.host.validate import validate_slots
 from store.liveness import STALE_AFTER_INTERVALS
 from store.models import NodeAgentRow, NodeRow, SlotRow
+from store.nodes import node_slots
 
 
 class TopologyMismatch(ValueError):
@@ -91,7 +92,7 @@ async def record_report(
     agent.state, agent.seen_at, agent.expires_at = "live", now, expires
     agent.interval_seconds, agent.agent_version = report.agent.interval_seconds, report.agent.version
 
-    rows = (await session.scalars(select(SlotRow).where(SlotRow.node_id == node).order_by(SlotRow.slot_index))).all()
+    rows = await node_slots(session, node)
     slots = [slot_of(row) for row in rows]
     current = approved_hash(slots)
     _note_approval(agent, current, now)
@@ -139,9 +140,7 @@ async def revalidate(session: AsyncSession, nodes: list[str], now: datetime | No
     now = now or datetime.now(UTC)
     reported = select(NodeAgentRow).where(NodeAgentRow.node.in_(sorted(set(nodes))), NodeAgentRow.host.is_not(None))
     for agent in (await session.scalars(reported.with_for_update())).all():
-        rows = list(
-            await session.scalars(select(SlotRow).where(SlotRow.node_id == agent.node).order_by(SlotRow.slot_index))
-        )
+        rows = await node_slots(session, agent.node)
         slots = [slot_of(row) for row in rows]
         _note_approval(agent, approved_hash(slots), now)
         try:

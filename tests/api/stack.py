@@ -55,11 +55,13 @@ def app_for(
     temporal: Client | None,
     queues: Queues,
     timeouts: TemporalTimeouts = FAST_CALLS,
+    traced: bool | None = None,
     **settings: Any,
 ) -> FastAPI:
     return create_app(
-        Settings(**settings), sessions=sessions, temporal=temporal, queues=queues, timing=FAST, timeouts=timeouts
-    )
+        Settings(**settings), sessions=sessions, temporal=temporal, queues=queues, timing=FAST, timeouts=timeouts,
+        traced=traced,
+    )  # fmt: skip
 
 
 async def control_worker_seen(app: FastAPI, timeout: float = 10) -> None:
@@ -112,15 +114,16 @@ class Stack:
 
 @asynccontextmanager
 async def running_stack(
-    temporal: Client, sessions: async_sessionmaker[AsyncSession], home: Path, fleet: str
+    temporal: Client, sessions: async_sessionmaker[AsyncSession], home: Path, fleet: str, **app: Any
 ) -> AsyncIterator[Stack]:
-    """The API over a lab of `fleet` (api_fleet() for the `stack` fixture), with an admin and each tenant's token."""
+    """The API over a lab of `fleet` (api_fleet() for the `stack` fixture), with an admin and each tenant's token;
+    `app`: create_app's options (`traced=True`, say)."""
     async with running_lab(temporal, temporal, sessions, home, fleet) as lab:
         async with sessions.begin() as session:
             admin = await create_token(session, "admin", label="tests")
             tenant_tokens = await ensure_tenant_tokens(session)
-        app = app_for(sessions, temporal, lab.queues)
-        await control_worker_seen(app)
-        async with http_client(app) as http:
+        api = app_for(sessions, temporal, lab.queues, **app)
+        await control_worker_seen(api)
+        async with http_client(api) as http:
             tenants = {name: bearer(token) for name, token in tenant_tokens.items()}
             yield Stack(http, lab, bearer(admin), tenants.get("acme", {}), tenants.get("globex", {}))

@@ -17,9 +17,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from config import tracing
-from store.tokens import create_token, ensure_tenant_tokens
-from tests.api.stack import Stack, api_fleet, app_for, bearer, control_worker_seen, http_client
-from tests.workflows.lab import running_lab
+from tests.api.stack import api_fleet, running_stack
 
 _EXPORTER: InMemorySpanExporter | None = None
 
@@ -43,18 +41,11 @@ async def test_one_trace_runs_from_the_api_through_the_workflow_to_the_node_agen
     spans = exporter()
     traced = await Client.connect(temporal_client.service_client.config.target_host, namespace=temporal_client.namespace,
                                   data_converter=pydantic_data_converter, interceptors=tracing.interceptors(on=True))  # fmt: skip
-    async with running_lab(traced, traced, sessions, tmp_path, api_fleet()) as lab:
-        async with sessions.begin() as session:
-            admin = await create_token(session, "admin", label="tests")
-            tenant = (await ensure_tenant_tokens(session))["acme"]
-        app = app_for(sessions, traced, lab.queues, traced=True)
-        await control_worker_seen(app)
-        async with http_client(app) as http:
-            stack = Stack(http, lab, bearer(admin), bearer(tenant), {})
-            allocation = await stack.create(2)
-            assert (await stack.wait_for(allocation, "active"))["node"] == "small"
-            assert (await http.delete(f"/v1/allocations/{allocation}", headers=stack.acme)).status_code == 202
-            await stack.wait_for(allocation, "released")
+    async with running_stack(traced, sessions, tmp_path, api_fleet(), traced=True) as stack:
+        allocation = await stack.create(2)
+        assert (await stack.wait_for(allocation, "active"))["node"] == "small"
+        assert (await stack.http.delete(f"/v1/allocations/{allocation}", headers=stack.acme)).status_code == 202
+        await stack.wait_for(allocation, "released")
 
     finished: tuple[ReadableSpan, ...] = spans.get_finished_spans()
     [request] = [s for s in finished if s.name == "POST /v1/allocations"]
@@ -68,7 +59,8 @@ async def test_one_trace_runs_from_the_api_through_the_workflow_to_the_node_agen
                  "RunActivity:create_vm", "RunActivity:wait_ready"):  # fmt: skip
         assert step in names, f"{step} is not in the trace: {sorted(names)}"
     unnamed = [s.name for s in in_trace if (s.attributes or {}).get(tracing.ALLOCATION_ID) != allocation]
-    assert unnamed == ["fastapi.dependencies"], unnamed  # resolved before the request's id is made
+    # FastAPI's dependency resolution, where the instrumentation records it, runs before the request's id is made.
+    assert set(unnamed) <= {"fastapi.dependencies"}, unnamed
     # The agent's steps ran on the agent's own worker, reached through the node gateway, in the same trace.
     [plan] = [s for s in in_trace if s.name == "RunActivity:plan_bundles"]
     assert plan.parent is not None and plan.parent.trace_id == request.context.trace_id

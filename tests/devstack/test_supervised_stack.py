@@ -21,8 +21,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agent.serving import LIVENESS_SECONDS
 from config.context import read_context
 from config.settings import Settings
+from devstack.parts import alive_file
 from devstack.process import alive
 from devstack.stack import DevStack
 from tests.workflows.lab import lab_fleet
@@ -145,6 +147,18 @@ def test_agents_know_the_api_and_the_gateway_and_nothing_else_of_the_control_pla
         for secret in ("BERTH_DATABASE_URL", "BERTH_TEMPORAL_ADDRESS", "BERTH_GATEWAY_KEY_FILE"):
             assert secret not in environment, f"{part} was given {secret}"
         assert context.temporal_address not in Path(f"/proc/{pid}/environ").read_text()
+
+
+def test_each_control_worker_keeps_its_liveness_file_fresh_while_it_runs(stack: DevStack) -> None:
+    """What a Kubernetes probe reads (deploy/kubernetes): the file's age, touched every 10 s by a running worker."""
+    for part in ("control-worker", "control-worker-2"):
+        path = alive_file(stack.settings.state_dir.resolve(), part)
+        first = path.stat().st_mtime
+        assert time.time() - first < LIVENESS_SECONDS + 5, part
+        deadline = time.monotonic() + LIVENESS_SECONDS + 5
+        while path.stat().st_mtime == first:
+            assert time.monotonic() < deadline, f"{part} stopped touching {path}"
+            time.sleep(0.5)
 
 
 def test_a_killed_control_worker_is_reported_restarted_and_serves_new_allocations(
