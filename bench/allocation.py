@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import statistics
 import subprocess
@@ -37,6 +38,7 @@ import time
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -95,6 +97,7 @@ class Stack:
         self.workers: list[Worker] = []
         self.agent_hosts: list[subprocess.Popen[str]] = []
         self.gateways: list[subprocess.Popen[bytes]] = []
+        self.control_hosts: list[tuple[subprocess.Popen[str], Path]] = []  # (process, its lock-times file)
 
     async def connect(self) -> None:
         self.client = await Client.connect(self.temporal.address, data_converter=pydantic_data_converter)
@@ -124,6 +127,17 @@ class Stack:
         self.agent_hosts.clear()
         self.gateways.clear()
 
+    def stop_control_hosts(self) -> list[dict[str, Any]]:
+        """End this phase's control worker processes; the region lock's times each of them saw."""
+        for process, _ in self.control_hosts:
+            process.terminate()
+        times = []
+        for process, times_file in self.control_hosts:
+            process.wait(60)
+            times.append(json.loads(times_file.read_text()))
+        self.control_hosts.clear()
+        return times
+
     async def shutdown(self) -> None:
         """Stop this process's workers, then everything `close` stops."""
         await asyncio.gather(*(w.shutdown() for w in self.workers), return_exceptions=True)
@@ -131,6 +145,9 @@ class Stack:
         self.close()
 
     def close(self) -> None:
+        for control, _ in self.control_hosts:
+            control.terminate()
+            control.wait(30)
         for agents in self.agent_hosts:
             agents.terminate()
             agents.wait(30)
@@ -171,9 +188,12 @@ async def gateway_process(stack: Stack, fleet_file: Path, queues: Queues) -> tup
     return address, tokens
 
 
-async def _run_workers(stack: Stack, fleet_file: Path, queues: Queues, via_gateway: bool = True) -> list[Worker]:
-    """The control worker in this process; the simulated hosts' agents in another, as on real hosts, through the
-    node gateway (a third process) unless `via_gateway` is False."""
+async def _run_workers(
+    stack: Stack, fleet_file: Path, queues: Queues, via_gateway: bool = True, control_processes: int = 0
+) -> list[Worker]:
+    """The control worker in this process, or `control_processes` of them each in its own process
+    (`bench.control_host`); the simulated hosts' agents in another, as on real hosts, through the node gateway (a
+    third process) unless `via_gateway` is False."""
     arguments = [str(fleet_file), str(stack.home / queues.control), stack.temporal.address, queues.node_prefix]
     if via_gateway:
         address, tokens = await gateway_process(stack, fleet_file, queues)
@@ -184,6 +204,18 @@ async def _run_workers(stack: Stack, fleet_file: Path, queues: Queues, via_gatew
     assert agents.stdout is not None
     await asyncio.to_thread(agents.stdout.readline)  # "ready"
     stack.agent_hosts.append(agents)
+    if control_processes:
+        for n in range(control_processes):
+            times_file = stack.home / f"{queues.control}-{n}.lock-times.json"
+            control = subprocess.Popen(
+                [sys.executable, "-m", "bench.control_host", stack.postgres.url, stack.temporal.address,
+                 queues.control, str(times_file)], stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            stack.control_hosts.append((control, times_file))
+        for control, _ in stack.control_hosts:
+            assert control.stdout is not None
+            await asyncio.to_thread(control.stdout.readline)  # "ready"
+        return []
     workers = [worker.control_worker(stack.client, stack.sessions, queues.control)]
     for w in workers:
         asyncio.create_task(w.run())
@@ -254,8 +286,10 @@ class CpuMeter:
             except psutil.Error:
                 return []
 
+        hosts = [p for host, _ in self.stack.control_hosts for p in tree(host.pid)]
         return {
-            "control": [psutil.Process()],
+            "control": hosts or [psutil.Process()],  # the control workers' processes, or this one's
+            "client": [psutil.Process()] if hosts else [],  # starting the workflows and watching them settle
             "temporal": tree(self.stack.temporal.process.pid if self.stack.temporal.process else None),
             "postgres": tree(self.stack.postgres.process.pid if self.stack.postgres.process else None),
             "agents": [p for host in self.stack.agent_hosts for p in tree(host.pid)],
@@ -406,10 +440,13 @@ async def latency(stack: Stack, count: int, via_gateway: bool = True) -> dict[st
     return {name: _percentiles(values) for name, values in samples.items()}
 
 
-async def contention(stack: Stack, requests: int) -> dict[str, float]:
+async def contention(stack: Stack, requests: int, control_processes: int = 0) -> dict[str, Any]:
+    """The burst: `requests` x 2 GPUs at once for 400 GPUs, decided by the control worker in this process or by
+    `control_processes` control workers each in its own process."""
     fleet_file = await stack.load_fleet(50)  # 400 GPUs for 2,000 requested
-    queues = Queues(control="contention.control", node_prefix="contention.node.")
-    workers = await _run_workers(stack, fleet_file, queues)
+    tag = f"-{control_processes}p" if control_processes else ""
+    queues = Queues(control=f"contention{tag}.control", node_prefix=f"contention{tag}.node.")
+    workers = await _run_workers(stack, fleet_file, queues, control_processes=control_processes)
     LOCK_TIMES.clear()
     meter = CpuMeter(stack)
     cpu_before, started = meter.read(), time.perf_counter()
@@ -439,8 +476,6 @@ async def contention(stack: Stack, requests: int) -> dict[str, float]:
         reasons = dict((await session.execute(
             text("SELECT split_part(failure_reason, ':', 1), count(*) FROM allocations WHERE state = 'failed' "
                  "AND id = ANY(:ids) GROUP BY 1"), {"ids": ids})).all())  # fmt: skip
-    held, waited = _percentiles(list(LOCK_TIMES.held) or [0.0]), _percentiles(list(LOCK_TIMES.waited) or [0.0])
-    locked, fast_refusals = len(LOCK_TIMES.held), LOCK_TIMES.fast_refusals
     async with stack.sessions() as session:
         holding = (await session.execute(text("SELECT id FROM allocations WHERE state = 'active' AND id = ANY(:ids)"),
                                          {"ids": ids})).scalars().all()  # fmt: skip
@@ -448,6 +483,14 @@ async def contention(stack: Stack, requests: int) -> dict[str, float]:
     await _settled(stack, list(holding), ("released",))
     for w in workers:
         await w.shutdown()
+    times = stack.stop_control_hosts() or [
+        {"held": list(LOCK_TIMES.held), "waited": list(LOCK_TIMES.waited), "fast_refusals": LOCK_TIMES.fast_refusals,
+         "moved": LOCK_TIMES.moved, "unchecked": LOCK_TIMES.unchecked}
+    ]  # fmt: skip
+    stack.stop_agents()
+    held_all = [ms for t in times for ms in t["held"]]
+    waited_all = [ms for t in times for ms in t["waited"]]
+    held, waited = _percentiles(held_all or [0.0]), _percentiles(waited_all or [0.0])
     return {
         "requests": requests,
         "active": active,
@@ -460,8 +503,10 @@ async def contention(stack: Stack, requests: int) -> dict[str, float]:
         "failed_without_reason": unexplained,
         "failure_reasons": reasons,
         "lock": {
-            "decisions": locked,
-            "fast_refusals": fast_refusals,
+            "records": len(held_all),  # each try to record a first choice took the lock once
+            "moved": sum(t["moved"] for t in times),  # tries that found a new plan on the chosen node
+            "unchecked": sum(t["unchecked"] for t in times),
+            "fast_refusals": sum(t["fast_refusals"] for t in times),
             "held_p50": held["p50"],
             "held_p99": held["p99"],
             "waited_p50": waited["p50"],
@@ -512,6 +557,63 @@ async def _print_throughput(stack: Stack, args: argparse.Namespace, via_gateway:
           f"{a['to_active']:g} (max {a['max_to_active']:g}), through release {a['total']:g}")  # fmt: skip
 
 
+def _print_contention(c: dict[str, Any]) -> None:
+    print(
+        "\n| requests | active | double claims | failed attempts / allocation | claim conflicts / allocation | settle s |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
+    print(f"| {c['requests']} | {c['active']} | {c['double_claims']} | {c['failed_attempts_per_allocation']:.2f} | "
+          f"{c['claim_conflicts_per_allocation']:.3f} | {c['settle_seconds']:.1f} |")  # fmt: skip
+    cpu = c["cpu_seconds"]
+    print(f"\nall {c['requests']} started in {c['started_seconds']:.1f} s; CPU seconds while settling: "
+          + ", ".join(f"{group} {seconds:.1f}" for group, seconds in cpu.items()))  # fmt: skip
+    lock = c["lock"]
+    print(f"\nfailed without a reason: {c['failed_without_reason']}; failure reasons: {c['failure_reasons']}")
+    print(f"region lock: {lock['records']} records took it ({lock['moved']} found a new plan on their node and ranked "
+          f"again, {lock['unchecked']} recorded unchecked), {lock['fast_refusals']} requests refused before it; "
+          f"held p50 {lock['held_p50']:.2f} ms, p99 {lock['held_p99']:.2f} ms; "
+          f"waited p50 {lock['waited_p50']:.2f} ms, p99 {lock['waited_p99']:.2f} ms")  # fmt: skip
+
+
+async def scaled_throughput(stack: Stack, batch: int, rounds: int, control_processes: int) -> dict[str, Any]:
+    """Batches of 1-GPU allocations driven to `active` by `control_processes` control workers (each its own
+    process): the median rate of the rounds, and the CPU each group spent per allocation."""
+    fleet_file = await stack.load_fleet(max(8, batch // 4))  # twice the GPUs the batch asks for
+    queues = Queues(control=f"scale-{control_processes}p.control", node_prefix=f"scale-{control_processes}p.node.")
+    await _run_workers(stack, fleet_file, queues, control_processes=control_processes)
+    meter = CpuMeter(stack)
+    measured = []
+    for _ in range(rounds):
+        await stack.report(fleet_file)
+        ids: list[str] = []
+        measured.append(await _measured(meter, batch, _allocation_batch(stack, queues, batch, ids)))
+        await asyncio.gather(*(allocation_client.release(stack.client, i) for i in ids))
+        await _settled(stack, ids, ("released",))
+    stack.stop_control_hosts()
+    stack.stop_agents()
+    return {
+        "per_s": statistics.median(rate for rate, _ in measured),
+        "rates": [rate for rate, _ in measured],
+        "cpu_ms": {group: statistics.median(cpu[group] for _, cpu in measured) for group in measured[0][1]},
+    }
+
+
+async def _print_scale_out(stack: Stack, args: argparse.Namespace) -> None:
+    """The same throughput batches and burst with each number of control worker processes, in this one run."""
+    counts = [int(n) for n in args.control_workers.split(",")]
+    for n in counts:
+        print(f"\n### {n} control worker process(es)")
+        if args.rounds:
+            t = await scaled_throughput(stack, args.batch, args.rounds, n)
+            rates = ", ".join(f"{r:.1f}" for r in t["rates"])
+            cpu = ", ".join(f"{group} {ms:.0f}" for group, ms in t["cpu_ms"].items() if ms > 0)
+            print(
+                f"\nallocations to active per second: median {t['per_s']:.1f} ({rates}); CPU ms per allocation: {cpu}"
+            )
+        if args.contention:
+            _print_contention(await contention(stack, args.contention, control_processes=n))
+
+
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="berth-bench-") as home:
         stack = Stack(Path(home))
@@ -529,24 +631,10 @@ async def main(args: argparse.Namespace) -> None:
                 )
                 print(f"| strict baseline start -> done | {lat['strict']['p50']:.0f} | {lat['strict']['p99']:.0f} |")
                 print(f"| ratio of p50 | {lat['allocation']['p50'] / lat['strict']['p50']:.2f} | |")
-            if args.contention:
-                c = await contention(stack, args.contention)
-                print(
-                    "\n| requests | active | double claims | failed attempts / allocation | claim conflicts / allocation | settle s |"
-                )
-                print("|---:|---:|---:|---:|---:|---:|")
-                print(f"| {c['requests']} | {c['active']} | {c['double_claims']} | {c['failed_attempts_per_allocation']:.2f} | "
-                      f"{c['claim_conflicts_per_allocation']:.3f} | {c['settle_seconds']:.1f} |")  # fmt: skip
-                cpu = c["cpu_seconds"]
-                print(f"\nall {c['requests']} started in {c['started_seconds']:.1f} s; CPU seconds while settling: "
-                      + ", ".join(f"{group} {seconds:.1f}" for group, seconds in cpu.items()))  # fmt: skip
-                lock = c["lock"]
-                print(
-                    f"\nfailed without a reason: {c['failed_without_reason']}; failure reasons: {c['failure_reasons']}"
-                )
-                print(f"region lock: {lock['decisions']} decisions took it, {lock['fast_refusals']} refused before it; "
-                      f"held p50 {lock['held_p50']:.1f} ms, p99 {lock['held_p99']:.1f} ms; "
-                      f"waited p50 {lock['waited_p50']:.0f} ms, p99 {lock['waited_p99']:.0f} ms")  # fmt: skip
+            if args.contention and not args.control_workers:
+                _print_contention(await contention(stack, args.contention))
+            if args.control_workers:
+                await _print_scale_out(stack, args)
             sizes = [int(s) for s in args.snapshot_nodes.split(",") if s]
             print("\n| nodes | slots | snapshot read whole, median ms | from the inventory cache, median ms |")
             print("|---:|---:|---:|---:|")
@@ -563,6 +651,11 @@ if __name__ == "__main__":
     parser.add_argument("--contention", type=int, default=1000, help="requests in the burst (0: skip)")
     parser.add_argument("--snapshot-nodes", default="1000,10000")
     parser.add_argument("--latency", type=int, default=30, help="sequential requests (0: skip)")
+    parser.add_argument(
+        "--control-workers", default="",
+        help="e.g. 1,3: run the throughput batches (--rounds x --batch) and the burst (--contention) with that many "
+             "control worker processes each, in this run, instead of the in-process worker's burst",
+    )  # fmt: skip
     parser.add_argument(
         "--agents", choices=("gateway", "direct", "both"), default="gateway",
         help="how agents reach Temporal in the throughput and latency phases (both: a before/after in one run)",

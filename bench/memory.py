@@ -1,6 +1,6 @@
 """Resident memory of a control worker holding a large inventory, and of a node agent (issue 14, target 6).
 
-    python -m bench.memory [--nodes 10000] [--trace]
+    python -m bench.memory [--nodes 10000] [--trace] [--control-only]
 
 Starts PostgreSQL and a Temporal dev server on loopback, applies a fleet of `--nodes` 8-GPU hosts, then measures
 in processes of their own, as they run in production:
@@ -312,7 +312,7 @@ def _agent_environment(stack: Stack, state_dir: Path) -> dict[str, str]:
 # --- the run --------------------------------------------------------------------------------------------------------
 
 
-async def main(nodes: int, trace: bool) -> None:
+async def main(nodes: int, trace: bool, control_only: bool = False) -> None:
     with tempfile.TemporaryDirectory(prefix="berth-bench-memory-") as directory:
         home = Path(directory)
         stack = Stack(home)
@@ -325,6 +325,9 @@ async def main(nodes: int, trace: bool) -> None:
             out = _control_child(stack, trace=False)[0].split()
             idle, loaded, held_nodes, held_slots = Memory.parse(out[0:3]), Memory.parse(out[3:6]), out[6], out[7]
             traced = _control_child(stack, trace=True)[1:] if trace else []
+            if control_only:
+                _print_control(idle, loaded, held_nodes, held_slots, traced)
+                return
 
             api = Api(stack.postgres.url, stack.temporal.address, home / "api")
             await api.wait()
@@ -337,16 +340,22 @@ async def main(nodes: int, trace: bool) -> None:
             await stack.engine.dispose()
             stack.close()
     serving = "serving, first report answered"
-    print("\n| process | RSS MB | private (USS) MB | peak RSS MB |")
-    print("|---|---:|---:|---:|")
-    print(idle.row("control worker, polling, no inventory yet"))
-    print(loaded.row(f"control worker holding {int(held_nodes):,} nodes / {int(held_slots):,} slots"))
+    _print_control(idle, loaded, held_nodes, held_slots, [])
     print(simulated.row(f"`berth worker node`, simulated host, {serving}"))
     if isinstance(libvirt, str):
         print(f"| `berth worker node --topology host --runtime libvirt` | {libvirt} | | |")
     else:
         print(libvirt.row(f"`berth worker node --topology host --runtime libvirt` (test driver), {serving}"))
     print(bench_host.row("`bench.agent_host`, one simulated host, no reporter"))
+    if traced:
+        print("\n" + "\n".join(traced))
+
+
+def _print_control(idle: Memory, loaded: Memory, held_nodes: str, held_slots: str, traced: list[str]) -> None:
+    print("\n| process | RSS MB | private (USS) MB | peak RSS MB |")
+    print("|---|---:|---:|---:|")
+    print(idle.row("control worker, polling, no inventory yet"))
+    print(loaded.row(f"control worker holding {int(held_nodes):,} nodes / {int(held_slots):,} slots"))
     if traced:
         print("\n" + "\n".join(traced))
 
@@ -358,5 +367,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--trace", action="store_true", help="where the inventory's memory goes (tracemalloc)")
+    parser.add_argument("--control-only", action="store_true", help="the control worker alone, no agents")
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.nodes, arguments.trace))
+    asyncio.run(main(arguments.nodes, arguments.trace, arguments.control_only))

@@ -17,7 +17,6 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     ColumnElement,
-    CompoundSelect,
     Row,
     Select,
     and_,
@@ -184,31 +183,11 @@ async def tenant_usage(session: AsyncSession, exclude_allocation: str | None = N
     return _usage(await session.execute(_usage_query(exclude_allocation)))
 
 
-def _plans_query(exclude_allocation: str | None) -> CompoundSelect:
-    """Allocations being planned on a node, and queued ones an admission pass set a node aside for."""
-    planning = (
-        select(AllocationRow.node_id, AllocationRow.id, AllocationRow.gpu_count)
-        .where(AllocationRow.state.in_(PLANNING_STATES), AllocationRow.node_id.is_not(None))
-        .where(AllocationRow.id != (exclude_allocation or ""))
-    )
-    admitted = select(QueueEntryRow.node, QueueEntryRow.allocation_id, QueueEntryRow.gpu_count).where(
-        QueueEntryRow.node.is_not(None), QueueEntryRow.allocation_id != (exclude_allocation or "")
-    )
-    return union_all(planning, admitted).order_by("id")
-
-
 def _plans(rows: Iterable[Sequence[Any]]) -> dict[str, list[tuple[str, int]]]:
     plans: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for node, allocation, gpus in rows:
         plans[node].append((allocation, gpus))
     return plans
-
-
-async def pending_plans(
-    session: AsyncSession, exclude_allocation: str | None = None
-) -> dict[str, list[tuple[str, int]]]:
-    """node -> [(allocation, GPUs)] being planned there: a node lease may exist that no claim records yet."""
-    return _plans(await session.execute(_plans_query(exclude_allocation)))
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,12 @@ from activities.control.records import RecordActivities
 from contracts.allocation import AllocationRecord, AuditTrail, FindCandidatesInput, StateChange
 from devstack.reports import report_hosts
 from fleet.loader import load_fleet
+from scheduler import cluster
+from scheduler.cel import RequestBudget
+from scheduler.pending import with_pending_plans
 from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
+from store.decisions import record_first_choice
 from store.liveness import mark_down
 from store.models import AllocationEventRow, AllocationRow
 
@@ -86,3 +90,55 @@ async def _steps(session: AsyncSession, allocation: str) -> list[tuple[str, str]
         .order_by(AllocationEventRow.id)
     )
     return [(step, state) for step, state in rows]
+
+
+async def test_a_choice_whose_node_was_taken_meanwhile_is_ranked_again(sessions, examples_dir) -> None:
+    """The ranking runs outside the region's lock; the choice is recorded only if the chosen node's plans are those
+    the ranking saw. Here another decision records the same whole host between this one's read and its record:
+    this one must not be written on that host, but ranked again and recorded on another."""
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    await report_hosts(sessions, load_fleet([examples_dir / "fleet.yaml"]))
+    placement, records, env = PlacementActivities(sessions), RecordActivities(sessions), ActivityEnvironment()
+    request = PlacementRequest(gpu_count=8, gpu_product="H200", tenant="acme")
+    for allocation in ("early", "late"):
+        opening = AllocationRecord(allocation_id=allocation, tenant="acme", request=request, workflow_id=allocation)
+        await env.run(records.record_trail, AuditTrail(opening=opening))
+
+    base, stale, _ = await placement._read("late", request)  # "late" reads and ranks first...
+    best = cluster.find_candidates(with_pending_plans(base, stale), request, "us-east").candidates[0].node
+    early = await record_first_choice(sessions, "us-east", "early", best, expected=[])  # ..."early" records first
+    assert early.recorded
+
+    found = await placement._candidates(base, stale, request, "us-east", "late", RequestBudget())
+    assert found.candidates and found.candidates[0].node != best
+    async with sessions() as session:
+        rows = {a: await session.get(AllocationRow, a) for a in ("early", "late")}
+    assert (rows["early"].state, rows["early"].node_id) == ("planning", best)
+    assert (rows["late"].state, rows["late"].node_id) == ("planning", found.candidates[0].node)
+
+
+async def test_a_choice_is_recorded_only_over_the_plans_it_was_ranked_on(sessions, examples_dir) -> None:
+    """`record_first_choice` writes nothing when a plan on the node is new since the ranking read
+    them (or asks for more GPUs), counts none that ended, and without `expected` writes anyway."""
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    records, env = RecordActivities(sessions), ActivityEnvironment()
+    request = PlacementRequest(gpu_count=2, tenant="acme")
+    for allocation in ("a", "b"):
+        opening = AllocationRecord(allocation_id=allocation, tenant="acme", request=request, workflow_id=allocation)
+        await env.run(records.record_trail, AuditTrail(opening=opening))
+    node = "j22u05"
+    assert (await record_first_choice(sessions, "us-east", "a", node, expected=[])).recorded
+    moved = await record_first_choice(sessions, "us-east", "b", node, expected=[])
+    assert not moved.recorded and moved.waited_ms >= 0 and moved.held_ms >= 0
+    async with sessions() as session:
+        assert (await session.get(AllocationRow, "b")).node_id is None
+    assert (await record_first_choice(sessions, "us-east", "b", node, expected=[("a", 2)])).recorded
+    # a plan ranked on that has ended since (claimed, given up) only left more room
+    assert (await record_first_choice(sessions, "us-east", "a", node, expected=[("b", 2), ("ended", 4)])).recorded
+    assert not (await record_first_choice(sessions, "us-east", "a", node, expected=[("b", 1)])).recorded
+    assert (await record_first_choice(sessions, "us-east", "a", node, expected=None)).recorded
+    async with sessions() as session:
+        rows = {a: await session.get(AllocationRow, a) for a in ("a", "b")}
+    assert [(r.state, r.node_id) for r in rows.values()] == [("planning", node)] * 2
