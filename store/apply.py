@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from contracts.cluster import connection_of
 from fleet.fleet import Fleet
 from fleet.inference_cluster import PoolShape
+from store.db import among
 from store.models import (
     AllocationRow,
     Base,
@@ -251,7 +252,7 @@ async def _refuse_if_claimed(session: AsyncSession, slot_ids: list[int], what: s
     rows = (
         await session.execute(
             select(ClaimRow.node_id, func.count(), func.array_agg(func.distinct(ClaimRow.allocation_id)))
-            .where(ClaimRow.slot_id.in_(slot_ids), ClaimRow.released_at.is_(None))
+            .where(among(ClaimRow.slot_id, slot_ids), ClaimRow.released_at.is_(None))
             .group_by(ClaimRow.node_id)
             .order_by(ClaimRow.node_id)
         )
@@ -376,15 +377,15 @@ async def _prune(
     doomed_clusters = {r.name for r in leftovers["InferenceCluster"]}
     if doomed_clusters:
         doomed_pools |= set(
-            (await session.scalars(select(PoolRow.id).where(PoolRow.cluster.in_(doomed_clusters)))).all()
+            (await session.scalars(select(PoolRow.id).where(among(PoolRow.cluster, doomed_clusters)))).all()
         )
     if doomed_pools:
         doomed_nodes |= set(
-            (await session.scalars(select(NodeRow.name).where(NodeRow.pool_id.in_(doomed_pools)))).all()
+            (await session.scalars(select(NodeRow.name).where(among(NodeRow.pool_id, doomed_pools)))).all()
         )
     slot_ids = [r.id for r in leftovers["Slot"]]
     if doomed_nodes:
-        slot_ids += list((await session.scalars(select(SlotRow.id).where(SlotRow.node_id.in_(doomed_nodes)))).all())
+        slot_ids += list((await session.scalars(select(SlotRow.id).where(among(SlotRow.node_id, doomed_nodes)))).all())
     await _refuse_if_claimed(session, slot_ids, "capacity missing from the file")
 
     for tenant in leftovers["Tenant"]:
@@ -402,4 +403,4 @@ async def _prune(
             await session.delete(row)
         await session.flush()
     if doomed_nodes:
-        await session.execute(delete(NodeRow).where(NodeRow.name.in_(doomed_nodes)))
+        await session.execute(delete(NodeRow).where(among(NodeRow.name, doomed_nodes)))

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from sqlalchemy import text
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import ColumnElement, any_, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 
@@ -18,3 +22,9 @@ def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
 async def ping(session: AsyncSession) -> None:
     """Ask PostgreSQL for the smallest answer (`SELECT 1`): raises whatever keeps it from answering."""
     await session.execute(text("SELECT 1"))
+
+
+def among(column: ColumnElement[Any], values: Iterable[Any]) -> ColumnElement[bool]:
+    """`column = ANY(:values)`, the values bound as one array: where `IN` binds a parameter per value, and a
+    statement may carry at most 32,767 (PostgreSQL's protocol), a fleet's node names or slot ids need not fit."""
+    return column == any_(bindparam(None, list(values), type_=ARRAY(column.type)))

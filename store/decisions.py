@@ -2,10 +2,10 @@
 
 The control plane reads the inventory and the plans in progress, and ranks, without any lock. It then records its
 first choice (`planning` on that node) in one statement, `berth_record_first_choice` (migration 0018): under the
-region's transaction-scoped advisory lock, the function checks that every plan in progress on the chosen node is
-one the ranking saw and only then writes the choice. If one is new (another decision chose that node meanwhile),
-nothing is written and the caller reads and ranks again. Plans that ended since (claimed, or given up) only left
-the node more room, and do not count. The next decision in the region sees a
+region's transaction-scoped advisory lock, the function checks that the plans in progress on the chosen node that
+the ranking did not see still leave room for this request, and only then writes the choice. If they do not (other
+decisions filled the node meanwhile), nothing is written and the caller reads and ranks again. Plans that ended
+since (claimed, or given up) only left the node more room, and do not count. The next decision in the region sees a
 recorded choice (the plans in `store.snapshot.load_live_state`) and ranks around it.
 
 The lock is held inside the database for the function's work alone: no round trip of the control worker, and no
@@ -46,7 +46,7 @@ class Recorded:
 
 
 _RECORD = text(
-    "SELECT berth_record_first_choice(:key, :allocation, :node, :expected, :states, :leave_queue)"
+    "SELECT berth_record_first_choice(:key, :allocation, :node, :expected, :spare, :states, :leave_queue)"
 ).bindparams(bindparam("expected", type_=JSONB(none_as_null=True)), bindparam("states", type_=ARRAY(String)))
 
 
@@ -56,11 +56,13 @@ async def record_first_choice(
     allocation_id: str,
     node: str,
     expected: list[tuple[str, int]] | None,
+    spare: int = 0,
     leave_queue: bool = False,
 ) -> Recorded:
-    """Record `node` as the allocation's first choice, unless a plan in progress on it (another allocation's, as an
-    (allocation, GPUs) pair) is not among `expected`; `expected=None` records without looking. `leave_queue`: a
-    queued request placed at last leaves its queue in the same statement.
+    """Record `node` as the allocation's first choice, unless the plans in progress on it that are not among
+    `expected` (other allocations' plans the ranking saw, as (allocation, GPUs) pairs) ask for more than `spare` GPUs
+    (what the ranking saw free there beyond this request's own); `expected=None` records without looking.
+    `leave_queue`: a queued request placed at last leaves its queue in the same statement.
 
     One statement in its own transaction (autocommit): the region's lock is taken and released around the
     function's work, with the commit."""
@@ -73,6 +75,7 @@ async def record_first_choice(
                 "allocation": allocation_id,
                 "node": node,
                 "expected": None if expected is None else [list(pair) for pair in expected],
+                "spare": spare,
                 "states": list(PLANNING_STATES),
                 "leave_queue": leave_queue,
             },

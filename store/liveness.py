@@ -22,6 +22,7 @@ from datetime import datetime
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from store.db import among
 from store.models import LivenessVersionRow, NodeAgentRow, NodeRow
 
 STALE_AFTER_INTERVALS = 3.0  # an agent that missed this many reports in a row is down
@@ -94,5 +95,7 @@ async def record_heartbeats(
         },
     )
     nodes = [node for node, _, _ in beats]
-    rows = await session.execute(select(NodeAgentRow.node, NodeAgentRow.approved).where(NodeAgentRow.node.in_(nodes)))
+    rows = await session.execute(
+        select(NodeAgentRow.node, NodeAgentRow.approved).where(among(NodeAgentRow.node, nodes))
+    )
     return dict(rows.all())

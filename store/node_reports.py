@@ -27,6 +27,7 @@ from scheduler.host.health import STICKY, HealthState, SlotHealth
 from scheduler.host.inventory import MAX_HOST_BYTES, HostInventory
 from scheduler.host.report import NodeReport, ReportReply, approved_hash
 from scheduler.host.validate import validate_slots
+from store.db import among
 from store.liveness import STALE_AFTER_INTERVALS
 from store.models import NodeAgentRow, NodeRow, SlotRow
 from store.nodes import node_slots
@@ -138,7 +139,7 @@ async def revalidate(session: AsyncSession, nodes: list[str], now: datetime | No
     """Re-check the approved slots of `nodes` against the hosts their agents last reported (after an apply changed
     them). Slots of a node whose agent never reported a host are `unvalidated`, as they were created."""
     now = now or datetime.now(UTC)
-    reported = select(NodeAgentRow).where(NodeAgentRow.node.in_(sorted(set(nodes))), NodeAgentRow.host.is_not(None))
+    reported = select(NodeAgentRow).where(among(NodeAgentRow.node, sorted(set(nodes))), NodeAgentRow.host.is_not(None))
     for agent in (await session.scalars(reported.with_for_update())).all():
         rows = await node_slots(session, agent.node)
         slots = [slot_of(row) for row in rows]
@@ -168,7 +169,7 @@ async def _store_validation(
     _write_verdicts(rows, {verdict.index: verdict for verdict in validation.slots}, now)
     if rows:
         await session.execute(
-            update(SlotRow).where(SlotRow.id.in_([row.id for row in rows])).values(validated_at=now),
+            update(SlotRow).where(among(SlotRow.id, [row.id for row in rows])).values(validated_at=now),
             execution_options={"synchronize_session": False},
         )
     return validation

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Row, Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from store.db import among
 from store.models import ClaimRow, ClusterRow, NodeAgentRow, NodeRow, PoolRow, SlotRow
 
 # A node with its pool, its cluster's region, its agent (None: never reported), and its slots counted: all, available,
@@ -75,7 +76,7 @@ async def unvalidated_slots(session: AsyncSession, nodes: list[str] | None = Non
     to fix."""
     query = select(SlotRow).where(SlotRow.validation != "valid").order_by(SlotRow.node_id, SlotRow.slot_index)
     if nodes is not None:
-        query = query.where(SlotRow.node_id.in_(nodes))
+        query = query.where(among(SlotRow.node_id, nodes))
     return list((await session.scalars(query)).all())
 
 
@@ -83,7 +84,7 @@ async def quarantined_slots(session: AsyncSession, nodes: list[str] | None = Non
     """(node, slot index, quarantine reason) of every quarantined slot (of `nodes`, when given), by node and index."""
     query = select(SlotRow.node_id, SlotRow.slot_index, SlotRow.quarantine_reason).where(SlotRow.state == "quarantined")
     if nodes is not None:
-        query = query.where(SlotRow.node_id.in_(nodes))
+        query = query.where(among(SlotRow.node_id, nodes))
     rows = await session.execute(query.order_by(SlotRow.node_id, SlotRow.slot_index))
     return [(node, index, reason) for node, index, reason in rows.all()]
 
@@ -126,7 +127,7 @@ async def unhealthy_slots(session: AsyncSession, nodes: list[str] | None = None)
     """Every slot (of `nodes`, when given) whose health is not `healthy` (issue 27), by node and index."""
     query = select(SlotRow).where(SlotRow.health != "healthy").order_by(SlotRow.node_id, SlotRow.slot_index)
     if nodes is not None:
-        query = query.where(SlotRow.node_id.in_(nodes))
+        query = query.where(among(SlotRow.node_id, nodes))
     return list((await session.scalars(query)).all())
 
 

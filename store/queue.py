@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from scheduler.preemption import Running
 from scheduler.queueing import Nomination, QueuedRequest
 from scheduler.request import PlacementRequest
+from store.db import among
 from store.models import AllocationRow, ClaimRow, PriorityClassRow, QueueEntryRow
 from store.snapshot import holds_gpus
 
@@ -199,7 +200,7 @@ async def record_pass(session: AsyncSession, records: Iterable[PassRecord]) -> N
 async def mark_woken(session: AsyncSession, allocation_ids: list[str], at: datetime) -> None:
     if allocation_ids:
         await session.execute(
-            update(QueueEntryRow).where(QueueEntryRow.allocation_id.in_(allocation_ids)).values(woken_at=at)
+            update(QueueEntryRow).where(among(QueueEntryRow.allocation_id, allocation_ids)).values(woken_at=at)
         )
 
 

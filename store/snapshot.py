@@ -51,6 +51,7 @@ from scheduler.views import (
     TenantView,
     slot_id,
 )
+from store.db import among
 from store.liveness import Liveness, load_liveness
 from store.models import (
     AllocationRow,
@@ -355,7 +356,7 @@ async def _read_slots(
             )  # fmt: skip
 
     if nodes is not None:
-        take(await session.execute(query.where(SlotRow.node_id.in_(sorted(nodes)))))
+        take(await session.execute(query.where(among(SlotRow.node_id, sorted(nodes)))))
         return slots_by_node, positions
     after: tuple[str, int] | None = None
     while True:  # keyset pages: each one decoded and let go before the next is read
@@ -403,7 +404,7 @@ async def load_nodes(session: AsyncSession, names: Collection[str]) -> NodeChang
     live = exists().where(NodeAgentRow.node == NodeRow.name, NodeAgentRow.state == "live")
     rows = await session.execute(
         select(NodeRow.name, NodeRow.status, NodeRow.labels, NodeRow.numa_nodes, live).where(
-            NodeRow.name.in_(sorted(names))
+            among(NodeRow.name, sorted(names))
         )
     )
     slots_by_node, positions = await _read_slots(session, names)

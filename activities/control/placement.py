@@ -3,8 +3,8 @@
     read (no lock): inventory from the worker's cache + live state + plans in progress
       -> region level                                   (refused: answer now)
       -> cluster level on what is known now             (cannot fit now: answer now, without queueing for the lock)
-      -> first choice recorded in one statement, under the region's lock, if no new plan took that node
-         (moved: re-read the plans, rank again, record again)
+      -> first choice recorded in one statement, under the region's lock, if the plans made on that node since the
+         read still leave it room (if not: read again, rank again, record again)
 
 The snapshot comes from the worker's `InventoryCache`: the inventory is re-read only in the parts that changed; the
 claims, slot states, tenant usage, plans in progress and the node breaker's recent failures on every call. The
@@ -44,7 +44,7 @@ from scheduler import cluster, region
 from scheduler.breaker import BreakerPolicy
 from scheduler.cel import RequestBudget, SelectorCostExceeded, request_budget
 from scheduler.explanation import Explanation
-from scheduler.pending import Plans, with_pending_plans
+from scheduler.pending import Plans, spare_after, with_pending_plans
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.reservations import with_holds
@@ -68,8 +68,8 @@ class RegionLockTimes:
         self.waited: deque[float] = deque(maxlen=keep)
         self.held: deque[float] = deque(maxlen=keep)
         self.fast_refusals = 0  # requests refused before queueing for the lock: they could not fit anyway
-        self.moved = 0  # choices not recorded because a new plan took the chosen node since the read
-        self.unchecked = 0  # choices recorded without the check, after `MAX_RANKINGS` rankings found them moved
+        self.moved = 0  # choices not recorded: plans made on the chosen node since the read left it no room
+        self.unchecked = 0  # choices recorded without the check, after `MAX_RANKINGS` rankings found no room
 
     def clear(self) -> None:
         self.waited.clear()
@@ -197,14 +197,14 @@ class PlacementActivities:
         leaves_queue: bool = False,
     ) -> CandidateList:
         """Cluster level. Decisions in one region are recorded one at a time: each overlays what is being planned
-        right now on the inventory, ranks, and records its first choice as being planned only if no plan on that node
-        is new since it read them, so requests that arrive together spread out instead of all picking the
+        right now on the inventory, ranks, and records its first choice as being planned only if the plans made on
+        that node since it read them still leave it room, so requests that arrive together spread out instead of all picking the
         same best-ranked node (the node agent stays the authority; this only makes the first choice a good guess).
 
         A request that cannot fit on what is known now is refused before anything is recorded: waiting could only
         show it more plans in progress. The ranking runs outside the region's lock; only the check and the write are
-        under it, in one statement (`store.decisions`). When a new plan took the chosen node, the live state is read
-        again and the ranking redone (another decision took that node meanwhile: the region made progress); after
+        under it, in one statement (`store.decisions`). When they do not, the live state is read
+        again and the ranking redone (other decisions filled that node meanwhile: the region made progress); after
         `MAX_RANKINGS` the last choice is recorded without the check, a guess that the node agent still judges."""
 
         def rank(snapshot: Snapshot) -> cluster.CandidateDecision:
@@ -221,8 +221,9 @@ class PlacementActivities:
                     break
                 node = decision.candidates[0].node
                 expected = plans.get(node, []) if ranking < MAX_RANKINGS else None
+                spare = spare_after(known, node, request.gpu_count)
                 outcome = await record_first_choice(
-                    self.sessions, region_name, allocation_id, node, expected, leave_queue=leaves_queue
+                    self.sessions, region_name, allocation_id, node, expected, spare, leave_queue=leaves_queue
                 )
                 LOCK_TIMES.add(outcome)
                 if outcome.recorded:

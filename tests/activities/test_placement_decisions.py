@@ -119,8 +119,9 @@ async def test_a_choice_whose_node_was_taken_meanwhile_is_ranked_again(sessions,
 
 
 async def test_a_choice_is_recorded_only_over_the_plans_it_was_ranked_on(sessions, examples_dir) -> None:
-    """`record_first_choice` writes nothing when a plan on the node is new since the ranking read
-    them (or asks for more GPUs), counts none that ended, and without `expected` writes anyway."""
+    """`record_first_choice` writes nothing when the plans made on the node since the ranking read them ask for
+    more than the room it saw there beyond its own request (`spare`), counts none that ended, and without `expected`
+    writes anyway."""
     async with sessions.begin() as session:
         await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
     records, env = RecordActivities(sessions), ActivityEnvironment()
@@ -129,12 +130,13 @@ async def test_a_choice_is_recorded_only_over_the_plans_it_was_ranked_on(session
         opening = AllocationRecord(allocation_id=allocation, tenant="acme", request=request, workflow_id=allocation)
         await env.run(records.record_trail, AuditTrail(opening=opening))
     node = "j22u05"
-    assert (await record_first_choice(sessions, "us-east", "a", node, expected=[])).recorded
-    moved = await record_first_choice(sessions, "us-east", "b", node, expected=[])
+    assert (await record_first_choice(sessions, "us-east", "a", node, expected=[])).recorded  # "a": 2 GPUs
+    moved = await record_first_choice(sessions, "us-east", "b", node, expected=[], spare=1)
     assert not moved.recorded and moved.waited_ms >= 0 and moved.held_ms >= 0
     async with sessions() as session:
         assert (await session.get(AllocationRow, "b")).node_id is None
-    assert (await record_first_choice(sessions, "us-east", "b", node, expected=[("a", 2)])).recorded
+    assert (await record_first_choice(sessions, "us-east", "b", node, expected=[], spare=2)).recorded  # room left
+    assert (await record_first_choice(sessions, "us-east", "b", node, expected=[("a", 2)])).recorded  # seen
     # a plan ranked on that has ended since (claimed, given up) only left more room
     assert (await record_first_choice(sessions, "us-east", "a", node, expected=[("b", 2), ("ended", 4)])).recorded
     assert not (await record_first_choice(sessions, "us-east", "a", node, expected=[("b", 1)])).recorded

@@ -10,6 +10,8 @@ from sqlalchemy import func, select
 from fleet.loader import load_fleet, parse_fleet
 from store.apply import ApplyRefused, apply_fleet
 from store.models import AllocationRow, ClaimRow, ClusterRow, NodeRow, PoolRow, RegionRow, SlotRow, TenantRow
+from store.node_reports import revalidate
+from store.nodes import quarantined_slots, unvalidated_slots
 
 
 async def _counts(sessions) -> dict[str, int]:
@@ -128,3 +130,16 @@ async def test_a_model_service_beside_the_inventory_is_carried_not_written(sessi
     assert result.summary().endswith("; 1 ModelService checked and not written (routing, not inventory)")
     assert await _counts(sessions) == {
         "regions": 2, "tenants": 2, "clusters": 5, "pools": 8, "nodes": 9, "node_resource_slots": 60}  # fmt: skip
+
+
+async def test_lists_of_more_nodes_than_a_statement_has_parameters_are_read(sessions, examples_dir: Path) -> None:
+    """PostgreSQL's protocol carries at most 32,767 parameters in a statement; a fleet of 50,000 hosts once failed
+    to apply because the re-validation after it listed every node in `IN (...)`. Lists of nodes and slots are bound
+    as one array now (`store.db.among`)."""
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    many = [f"no-such-node-{i:05d}" for i in range(40_000)] + ["j22u05"]
+    async with sessions.begin() as session:
+        await revalidate(session, many)
+        assert {row.node_id for row in await unvalidated_slots(session, many)} == {"j22u05"}
+        assert await quarantined_slots(session, many) == []
