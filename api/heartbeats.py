@@ -5,7 +5,9 @@ from memory and written in batches: one statement per flush, whatever the number
 record_heartbeats`). A report is steady only if this process confirmed the same topology and approval for that node,
 and the node's approval has not changed since: each flush reads back the approval hash of the nodes it wrote and
 forgets those whose approval moved (or whose node is gone), so their next report goes the full way through
-`store.node_reports.record_report` and brings the agent its new slots. The cost follows the batch, not the fleet.
+`store.node_reports.record_report` and brings the agent its new slots. A repair voids the approval
+(`store.nodes.repair_slots`) for the same reason: every API process forgets the node, not only the one that served
+the repair, and the agent is asked for its verdicts again. The cost follows the batch, not the fleet.
 
 Flushing is lazy: the first report after `flush_every` seconds writes everything buffered, so an idle API holds no
 timer, and a busy one writes about once a second.

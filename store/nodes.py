@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, Select, func, select
+from sqlalchemy import Row, Select, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from store.db import among
@@ -154,6 +154,10 @@ async def repair_slots(
         repaired.append((index, row.health, row.health_reason))
         row.health, row.health_reason, row.health_reasons = "healthy", None, []
         row.health_at, row.repaired_at = now, now
+    # Void the approval every API process confirmed for this node's agent: each that answers its steady reports from
+    # memory reads the approval back at its next flush and forgets the node (api/heartbeats.py), so the agent's next
+    # report goes the full way, wherever it lands, is asked for its verdicts, and has the approval written again.
+    await session.execute(update(NodeAgentRow).where(NodeAgentRow.node == node).values(approved=None))
     await session.flush()
     return repaired
 

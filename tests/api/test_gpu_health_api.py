@@ -10,6 +10,7 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
 from sqlalchemy import select, update
 
 from agent.reporter import NodeReporter
@@ -17,18 +18,18 @@ from scheduler.host.report import NodeReport, ReportReply
 from store.audit import AuditRepairRow
 from store.models import SlotRow
 from tests.agent.test_guest_health import recorded
-from tests.api.stack import Stack, bearer
+from tests.api.stack import Stack, app_for, bearer, http_client
 
 
 class ApiSink:
     """The agent's reports through the API's report route, with the node's own token (as HttpReportSink sends
     them, without the HTTP hop)."""
 
-    def __init__(self, stack: Stack, token: str) -> None:
-        self.stack, self.headers = stack, bearer(token)
+    def __init__(self, stack: Stack, token: str, http: httpx.AsyncClient | None = None) -> None:
+        self.http, self.headers = http or stack.http, bearer(token)
 
     async def send(self, node: str, report: NodeReport) -> ReportReply:
-        response = await self.stack.http.post(
+        response = await self.http.post(
             f"/v1/nodes/{node}/report", content=report.model_dump_json(exclude_none=True),
             headers={**self.headers, "Content-Type": "application/json"},
         )  # fmt: skip
@@ -198,3 +199,19 @@ async def test_a_gpu_its_guest_says_is_lost_degrades_its_allocation(stack: Stack
                             "Xid 79 (GPU has fallen off the bus): NVIDIA says RESTART_BM"]  # fmt: skip
     assert (await stack.http.delete(f"/v1/allocations/{held}", headers=stack.acme)).status_code == 202
     await stack.wait_for(held, "released")
+
+
+async def test_a_repair_through_one_api_process_reaches_an_agent_reporting_to_another(stack: Stack) -> None:
+    """Several API processes (issue 28) each answer an agent's steady reports from their own memory. A repair
+    served by one must still get the agent asked for its verdicts again when its reports land on another."""
+    other = app_for(stack.lab.sessions, stack.lab.starter, stack.lab.queues)
+    other.state.services.heartbeats.flush_every = 0  # it writes (and reads back) at every steady report
+    async with http_client(other) as http:
+        reporter = NodeReporter(stack.lab.agent("big"), ApiSink(stack, await stack.lab.node_token("big"), http))
+        await reporter.report_once()  # the full way: the other process now knows the node
+        assert not (await reporter.report_once()).send_health  # steady, answered from its memory
+
+        repaired = await stack.http.post("/v1/nodes/big/repair", json={"slots": [2]}, headers=stack.admin)
+        assert repaired.status_code == 200, repaired.text
+        replies = [await reporter.report_once() for _ in range(2)]
+    assert replies[-1].send_health  # at most one steady answer more, then asked again
