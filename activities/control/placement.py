@@ -198,12 +198,13 @@ class PlacementActivities:
     ) -> CandidateList:
         """Cluster level. Decisions in one region are recorded one at a time: each overlays what is being planned
         right now on the inventory, ranks, and records its first choice as being planned only if the plans made on
-        that node since it read them still leave it room, so requests that arrive together spread out instead of all picking the
-        same best-ranked node (the node agent stays the authority; this only makes the first choice a good guess).
+        that node since it read them still leave it room, so requests that arrive together spread out instead of
+        all picking the same best-ranked node (the node agent stays the authority; this only makes the first choice
+        a good guess).
 
         A request that cannot fit on what is known now is refused before anything is recorded: waiting could only
-        show it more plans in progress. The ranking runs outside the region's lock; only the check and the write are
-        under it, in one statement (`store.decisions`). When they do not, the live state is read
+        show it more plans in progress. The ranking runs outside the region's lock; only the check and the write
+        are under it, in one statement (`store.decisions`). When the node has no room left, the live state is read
         again and the ranking redone (other decisions filled that node meanwhile: the region made progress); after
         `MAX_RANKINGS` the last choice is recorded without the check, a guess that the node agent still judges."""
 
