@@ -1,6 +1,6 @@
-"""Placement benchmark: one 2-GPU slice placement over synthetic fleets of 100, 1,000 and 10,000 8-GPU nodes.
+"""Placement benchmark: one 2-GPU slice placement over synthetic fleets of 100 to 50,000 8-GPU nodes.
 
-    python -m bench.placement [--runs N]
+    python -m bench.placement [--runs N] [--sizes 100,1000,10000,50000]
 
 The fleets are partly used, the way a busy fleet is: per node a random number of claimed slots, some leases and
 quarantined slots, a few nodes not READY and a few with a shared parent fabric device, pools of 250 nodes split
@@ -18,6 +18,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from fleet.inference_cluster import PoolShape
 from fleet.node import FabricClaimMode, NodeStatus
@@ -28,23 +29,36 @@ from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView
 
-SIZES = (100, 1_000, 10_000)
+SIZES = (100, 1_000, 10_000, 50_000)
 NODES_PER_POOL = 250
 GPUS_PER_NODE = 8
 SELECTOR = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("64Gi")) >= 0'
 
 
-def _node(name: str, rng: random.Random) -> NodeView:
-    shared = rng.random() < 0.03
-    busy = rng.choice([0, 0, 1, 2, 3, 4, 5, 6, 7, 8])
+@dataclass(frozen=True)
+class Busyness:
+    """How busy a synthetic host is, as chances: a shared fabric parent, a claimed slot leased instead, a free slot
+    quarantined, the node not READY (down or cordoned), its agent silent."""
+
+    shared: float = 0.03
+    leased: float = 0.05
+    quarantined: float = 0.01
+    not_ready: float = 0.02
+    agent_silent: float = 0.0
+
+
+def synthetic_node(name: str, rng: random.Random, busy: Busyness = Busyness()) -> NodeView:
+    """A partly used 8-GPU host: a random number of claimed slots, then the chances in `busy`."""
+    shared = rng.random() < busy.shared
+    claimed = rng.choice([0, 0, 1, 2, 3, 4, 5, 6, 7, 8])
     slots = []
     for index in range(GPUS_PER_NODE):
         state, holder = SlotState.FREE, None
-        if index < busy:
+        if index < claimed:
             state, holder = SlotState.CLAIMED, f"alloc-{name}-{index // 2}"
-            if rng.random() < 0.05:
+            if rng.random() < busy.leased:
                 state = SlotState.LEASED
-        elif rng.random() < 0.01:
+        elif rng.random() < busy.quarantined:
             state = SlotState.QUARANTINED
         slots.append(
             SlotView(
@@ -62,8 +76,10 @@ def _node(name: str, rng: random.Random) -> NodeView:
                 memory_mib=131072,
             )
         )
-    status = NodeStatus.READY if rng.random() < 0.98 else rng.choice([NodeStatus.DOWN, NodeStatus.CORDONED])
-    return NodeView(name=name, status=status, slots=tuple(slots), numa_nodes=2)
+    ready = rng.random() >= busy.not_ready
+    status = NodeStatus.READY if ready else rng.choice([NodeStatus.DOWN, NodeStatus.CORDONED])
+    live = rng.random() >= busy.agent_silent if busy.agent_silent else True
+    return NodeView(name=name, status=status, slots=tuple(slots), numa_nodes=2, agent_live=live)
 
 
 def synthetic_views(nodes: int, seed: int = 7) -> dict[str, list]:
@@ -81,7 +97,7 @@ def synthetic_views(nodes: int, seed: int = 7) -> dict[str, list]:
     pools, hosts = [], []
     for p in range(max(1, nodes // NODES_PER_POOL)):
         names = [f"p{p:02d}-n{n:04d}" for n in range(min(NODES_PER_POOL, nodes))]
-        hosts.extend(_node(name, rng) for name in names)
+        hosts.extend(synthetic_node(name, rng) for name in names)
         product = "H200" if p % 2 == 0 else "H100"
         pools.append(
             PoolView(
@@ -140,17 +156,34 @@ def measure(nodes: int, runs: int) -> dict[str, float | int]:
     }
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    sizes = tuple(int(part.replace("_", "")) for part in text.split(",") if part.strip())
+    if not sizes or any(size < 1 for size in sizes):
+        raise argparse.ArgumentTypeError(f"fleet sizes must be positive integers, got {text!r}")
+    return sizes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=300, help="placements timed per fleet size")
+    parser.add_argument(
+        "--sizes",
+        type=_sizes,
+        default=",".join(str(size) for size in SIZES),
+        help="fleet sizes in nodes, a comma list (default: %(default)s)",
+    )
     args = parser.parse_args()
-    rows = [measure(nodes, args.runs) for nodes in SIZES]
+    rows = [measure(nodes, args.runs) for nodes in args.sizes]
     columns = list(rows[0])
     print("| " + " | ".join(columns) + " |")
     print("|" + "|".join("---:" for _ in columns) + "|")
     for row in rows:
         cells = [f"{value:,.3f}" if isinstance(value, float) else f"{value:,}" for value in row.values()]
         print("| " + " | ".join(cells) + " |")
+    base = next((row for row in rows if row["nodes"] == 100), rows[0])
+    largest = max(rows, key=lambda row: row["nodes"])
+    ratio = largest["median ms"] / base["median ms"]
+    print(f"median at {largest['nodes']:,} nodes / median at {base['nodes']:,} nodes: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

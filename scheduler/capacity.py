@@ -7,6 +7,8 @@ allocations of this size alone would fit right now", computed independently per 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import BaseModel, ConfigDict
 
 from fleet.inference_cluster import PoolShape
@@ -14,7 +16,7 @@ from fleet.node import NodeStatus
 from scheduler.compatibility import NodeProfile
 from scheduler.node_filters import node_filters, verdict
 from scheduler.request import CapacityShape, NumaPolicy, same_product
-from scheduler.snapshot import NodeGroup, Snapshot
+from scheduler.snapshot import NodeGroup, PoolClass, Snapshot
 from scheduler.views import PoolView
 
 SLICE_SIZES: tuple[int, ...] = (1, 2, 4, 8)
@@ -50,6 +52,25 @@ class AllocationCount:
         if not pool.cluster_ready or pool.shape != self.shape:
             return 0
         return sum(self.of_group(group) for group in snapshot.groups(pool))
+
+    def of_class(self, snapshot: Snapshot, pool_class: PoolClass) -> int:
+        """`of_pool` summed over the class's pools, from the class's profile counts: computed once per snapshot and
+        kind of request, not once per decision over every node group."""
+        pool = pool_class.pool
+        if not pool.cluster_ready or pool.shape != self.shape:
+            return 0
+        key = (pool_class.id, "allocations", self.shape, self.gpus, self.numa_policy)
+        return snapshot.memo(key, lambda: self._of_counts(snapshot, snapshot.profile_counts(pool_class)))
+
+    def _of_counts(self, snapshot: Snapshot, counts: Mapping[int, int]) -> int:
+        kind = ("allocations", self.shape, self.gpus, self.numa_policy)
+        total = 0
+        for key, nodes in counts.items():
+            total += snapshot.profile_memo(key, kind, self._allocations_on) * nodes
+        return total
+
+    def _allocations_on(self, profile: NodeProfile) -> int:
+        return allocations_on(profile, self.shape, self.gpus, self.numa_policy)
 
 
 class PoolCapacity(BaseModel):

@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict
 from fleet.vocabulary import NodeStatus
 from scheduler.explanation import LevelExplanation, Refusal
 from scheduler.node_filters import Judge
-from scheduler.nodes import Candidate, rank_nodes
+from scheduler.nodes import Candidate, pools_of, rank_classes
 from scheduler.pinning import pinned_refusal
-from scheduler.pools import filter_pools
+from scheduler.pools import filter_pools, judge_pool_classes
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
@@ -38,21 +38,21 @@ def find_candidates(
     but for the tenant's quota for their product); `no_compatible_bundles` when no
     node of the matching pools could ever take it as built; `insufficient_capacity` when some could, but not now;
     `pinned_nodes_unavailable` instead of any of these when the request pins nodes."""
-    pools, pool_level = filter_pools(snapshot, request, region, detail=detail)
-    if not pools:
+    classes, pool_level = judge_pool_classes(snapshot, request, region, detail=detail)
+    if not classes:
         # Pools that only the tenant's per-product quota refused: the request may wait for that quota.
         code = Reason.QUOTA_EXCEEDED if pool_level.dropped.get(Reason.QUOTA_EXCEEDED) else Reason.NO_MATCHING_POOL
         refusal = Refusal(code=code, message=f"{region}: {pool_level.summary}")
         if request.nodes:
-            refusal = _pinned_refusal(snapshot, request, region, pools)
+            refusal = _pinned_refusal(snapshot, request, region, [])
         return CandidateDecision(candidates=[], refusal=refusal, levels=[pool_level])
-    candidates, node_level, could_fit = rank_nodes(snapshot, pools, request, detail=detail)
+    candidates, node_level, could_fit = rank_classes(snapshot, classes, request, detail=detail)
     refusal = None
     if not candidates:
         code = Reason.INSUFFICIENT_CAPACITY if could_fit else Reason.NO_COMPATIBLE_BUNDLES
         refusal = Refusal(code=code, message=f"{region}: {node_level.summary}")
         if request.nodes:
-            refusal = _pinned_refusal(snapshot, request, region, pools)
+            refusal = _pinned_refusal(snapshot, request, region, pools_of(snapshot, classes))
     return CandidateDecision(candidates=candidates, refusal=refusal, levels=[pool_level, node_level])
 
 

@@ -98,17 +98,26 @@ class Tally:
     ) -> None:
         """Count `names` under `reason` (None: passed). `describe(*context)` is the per-item detail, called only
         when detail was asked for (passing context rather than a closure keeps the hot loop allocation-free)."""
-        count = len(names)
-        if count == 0:
+        if not names:
             return
+        self._count(reason, len(names))
+        if self.detail:
+            text = describe(*context) if describe is not None else ""
+            self.items.extend(ItemVerdict(name=name, reason=reason, detail=text) for name in names)
+
+    def add(self, reason: Reason | None, count: int) -> None:
+        """Count `count` candidates under `reason` (None: passed) without naming them: only when no detail was asked
+        for, where `record` would look at nothing but how many names it was given."""
+        assert not self.detail, "per-item detail needs the names: use record"
+        if count > 0:
+            self._count(reason, count)
+
+    def _count(self, reason: Reason | None, count: int) -> None:
         self.considered += count
         if reason is None:
             self.passed += count
         else:
             self.dropped[reason] = self.dropped.get(reason, 0) + count
-        if self.detail:
-            text = describe(*context) if describe is not None else ""
-            self.items.extend(ItemVerdict(name=name, reason=reason, detail=text) for name in names)
 
     def explanation(self) -> LevelExplanation:
         ordered = dict(sorted(self.dropped.items(), key=lambda entry: (-entry[1], _REASON_ORDER[entry[0]])))

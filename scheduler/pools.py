@@ -17,7 +17,7 @@ from scheduler.explanation import Level, LevelExplanation, Tally
 from scheduler.plugins import Filter, first_failure
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
-from scheduler.snapshot import Snapshot
+from scheduler.snapshot import PoolClass, Snapshot
 from scheduler.views import PoolView
 
 
@@ -138,6 +138,26 @@ def filter_pools(
     Raises `scheduler.cel.SelectorCompileError` for a selector that does not compile: that is a bad request, not
     a placement outcome.
     """
+    classes, level = judge_pool_classes(snapshot, request, region, detail=detail)
+    pools = snapshot.pools_in(region)
+    if len(classes) == len(snapshot.pool_classes(region)):
+        return list(pools), level
+    if not classes:
+        return [], level
+    passed = {pool_class.id for pool_class in classes}
+    return [pool for pool in pools if snapshot.pool_class(pool).id in passed], level
+
+
+def judge_pool_classes(
+    snapshot: Snapshot, request: PlacementRequest, region: str, *, detail: bool = False
+) -> tuple[list[PoolClass], LevelExplanation]:
+    """The pool classes of `region` whose pools can serve the request, and the pool level's explanation.
+
+    Every filter looks only at what makes a pool's class (`scheduler.snapshot.PoolClass`: shape, product, cluster
+    labels and readiness, longest lease, devices by content, region), so each class is judged once, on its first
+    pool, in the order of the classes' first pools: the CEL work charged and any budget exceeded are the same as
+    judging every pool in snapshot order. A new filter must look at nothing else (or widen `_class_key`).
+    """
     selectors = DeviceSelectorFilter(snapshot, request.selectors)
     quotas = QuotaFilter(snapshot, request)
     leases = LeaseFilter(request)
@@ -151,20 +171,35 @@ def filter_pools(
         quotas,  # last: a pool refused only by the quota is one the request may wait for
     ]
     tally = Tally(Level.POOL, "pools", "match", request.gpu_count, detail)
-    passed: list[PoolView] = []
-    for pool in snapshot.pools_in(region):
-        reason = first_failure(pool, plugins)
+    classes = snapshot.pool_classes(region)
+    verdicts: dict[int, Reason | None] = {}
+    messages: dict[int, str] = {}
+    passed: list[PoolClass] = []
+    for pool_class in classes:
+        first = pool_class.pool
+        reason = verdicts[pool_class.id] = first_failure(first, plugins)
         if reason is None:
-            passed.append(pool)
-        messages = {**selectors.errors, **leases.messages, **quotas.messages}
-        tally.record(reason, [pool.key], _describe, pool, reason, messages)
+            passed.append(pool_class)
+        else:
+            message = (
+                selectors.errors.get(first.key) or leases.messages.get(first.key) or quotas.messages.get(first.key)
+            )
+            if message is not None:
+                messages[pool_class.id] = message
+        if not detail:
+            tally.add(reason, len(pool_class.pools))
+    if detail:
+        for pool in snapshot.pools_in(region):
+            class_id = snapshot.pool_class(pool).id
+            reason = verdicts[class_id]
+            tally.record(reason, [pool.key], _describe, pool, reason, messages.get(class_id, ""))
     return passed, tally.explanation()
 
 
-def _describe(pool: PoolView, reason: Reason | None, errors: dict[str, str]) -> str:
+def _describe(pool: PoolView, reason: Reason | None, message: str) -> str:
     text = f"{pool.shape} {pool.gpu_product or 'unknown product'}, cluster {pool.cluster}"
     if not pool.cluster_ready:
         text += " (not Ready)"
     if reason in (Reason.SELECTOR_ERROR, Reason.QUOTA_EXCEEDED, Reason.LEASE_TOO_LONG):
-        text += f": {errors.get(pool.key, '')}"
+        text += f": {message}"
     return text

@@ -21,7 +21,7 @@ from scheduler.capacity import AllocationCount
 from scheduler.explanation import Level, LevelExplanation, Refusal, Tally
 from scheduler.pinning import pinned_refusal, regions_of_pins
 from scheduler.plugins import Filter, first_failure
-from scheduler.pools import filter_pools
+from scheduler.pools import judge_pool_classes
 from scheduler.reasons import Reason, clause
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
@@ -113,17 +113,20 @@ class RegionOffer:
     def of(
         cls, snapshot: Snapshot, region: RegionView, request: PlacementRequest, count: AllocationCount
     ) -> RegionOffer:
+        # Per pool class (pools the cluster scheduler judges alike), not per pool: see `scheduler.snapshot`.
         pools = [
-            pool
-            for pool in snapshot.pools_in(region.name)
-            if pool.shape == request.shape and pool.gpu_product and request.wants_product(pool.gpu_product)
+            pool_class.pool
+            for pool_class in snapshot.pool_classes(region.name)
+            if (pool := pool_class.pool).shape == request.shape
+            and pool.gpu_product
+            and request.wants_product(pool.gpu_product)
         ]
         products = tuple(sorted({pool.gpu_product for pool in pools if pool.gpu_product}))
         prices = [price for price in (region.price(product) for product in products) if price is not None]
-        matching, level = filter_pools(snapshot, request, region.name)
-        room = sum(count.of_pool(snapshot, pool) for pool in matching)
-        return cls(products=products, pools=len(matching), price=min(prices, default=None), room=room,
-                   pool_reasons=frozenset(level.dropped))  # fmt: skip
+        matching, level = judge_pool_classes(snapshot, request, region.name)
+        room = sum(count.of_class(snapshot, pool_class) for pool_class in matching)
+        return cls(products=products, pools=sum(len(pool_class.pools) for pool_class in matching),
+                   price=min(prices, default=None), room=room, pool_reasons=frozenset(level.dropped))  # fmt: skip
 
     def describe(self, region: RegionView) -> str:
         offered = ", ".join(self.products) or "no matching product"

@@ -13,19 +13,51 @@ The constructor does the per-snapshot work once: each node's profile (its compat
 and per NUMA node), per pool its nodes grouped by identical profile, and each pool's devices in CEL form.
 Placement then judges and ranks groups, not nodes, and computes each verdict once per distinct profile (about a
 hundred in a busy 10,000-node fleet). `with_nodes` updates a snapshot for changed nodes only.
+
+So that one decision costs about the same on 100 or 50,000 nodes, the constructor also sorts each region's pools
+into **pool classes** (`PoolClass`: pools every pool filter treats alike, so the pool level judges a class once) and
+keeps, per class, how many of its nodes have each profile (`profile_counts`). The node level's counts, and a
+region's room, are sums over those few classes and ~150 profiles instead of over every node group; `memo` keeps what
+a request of one kind derives from a class's counts, for this snapshot. `with_nodes` updates the counts of the
+changed nodes' classes only, and keeps the memo of every other class.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from scheduler.compatibility import NodeProfile, profile_of
 from scheduler.views import NodeView, PoolView, RegionView, TenantView
 
 if TYPE_CHECKING:  # the CEL stack (celpy, lark, re2) is 10 MB that node agents, which plan bundles, never use
     from scheduler.cel import Device
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class PoolClass:
+    """Pools of one region that every pool filter (`scheduler.pools`) judges alike, for any request: the same shape,
+    GPU product, cluster labels and readiness, longest lease, and devices by content. The pool level judges
+    `pool`, the first of them, for all of them."""
+
+    id: int  # its number in this snapshot: memos index by it
+    pool: PoolView  # the first, in snapshot order
+    pools: tuple[PoolView, ...]  # in snapshot order
+
+
+@dataclass(frozen=True, slots=True)
+class Postings:
+    """Where a pool class's nodes of one profile are: the positions (in `pools_in(region)`) of the pools holding
+    some, ascending, and the running count of those nodes (`ends[i]`: in the first i of those pools)."""
+
+    positions: tuple[int, ...]
+    ends: tuple[int, ...]  # one longer than positions, from 0
+
+
+_REPOST_LIMIT = 16  # profiles of one class changed in one update past which its postings are laid out anew
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +83,15 @@ class Snapshot:
         "_devices",
         "_by_region",
         "_pools_of",
+        "_profiles",
+        "_group_at",
+        "_classes",
+        "_class_of",
+        "_counts",
+        "_position",
+        "_postings",
+        "_memo",
+        "_profile_memo",
     )
 
     def __init__(
@@ -66,20 +107,30 @@ class Snapshot:
         self.nodes: dict[str, NodeView] = {n.name: n for n in nodes}
         self.pools: tuple[PoolView, ...] = tuple(sorted(pools, key=lambda p: p.key))
         self._keys: dict[NodeProfile, int] = {}  # distinct profiles, numbered
+        self._profiles: list[NodeProfile] = []  # by number
         self._node_keys: dict[str, int] = {name: self._key(profile_of(node)) for name, node in self.nodes.items()}
         self._groups: dict[str, tuple[NodeGroup, ...]] = {}
+        self._group_at: dict[str, dict[int, int]] = {}  # pool key -> profile number -> its group's position
         self._devices: dict[str, tuple[Device | Mapping[str, object], ...]] = {}
         self._by_region: dict[str, list[PoolView]] = {}
         self._pools_of: dict[str, list[PoolView]] = {}
+        self._memo: dict[tuple[object, ...], object] = {}
+        self._profile_memo: dict[tuple[int, object], object] = {}
         for pool in self.pools:
             missing = [name for name in pool.nodes if name not in self.nodes]
             if missing:
                 raise ValueError(f"pool {pool.key} names nodes that are not in the snapshot: {', '.join(missing)}")
-            self._groups[pool.key] = self._group(pool)
+            self._set_groups(pool)
             self._devices[pool.key] = tuple(_prepared(device) for device in pool.devices)
             self._by_region.setdefault(pool.region, []).append(pool)
             for name in pool.nodes:
                 self._pools_of.setdefault(name, []).append(pool)
+        self._classes, self._class_of = _pool_classes(self._by_region, self._devices)
+        self._position = {pool.key: at for pools in self._by_region.values() for at, pool in enumerate(pools)}
+        self._counts: dict[int, dict[int, int]] = {}  # class id -> profile number -> nodes of its pools
+        self._postings: dict[int, dict[int, Postings]] = {}  # class id -> profile number -> where its nodes are
+        for pool_class in (c for classes in self._classes.values() for c in classes):
+            self._count_class(pool_class)
 
     def with_nodes(self, nodes: Iterable[NodeView]) -> Snapshot:
         """A snapshot with these nodes' status and slots replaced, sharing everything else with this one.
@@ -95,12 +146,48 @@ class Snapshot:
         new = object.__new__(Snapshot)
         new.regions, new.tenants, new.pools = self.regions, self.tenants, self.pools
         new._devices, new._by_region, new._pools_of = self._devices, self._by_region, self._pools_of
+        new._classes, new._class_of, new._position = self._classes, self._class_of, self._position
         new.nodes = {**self.nodes, **changed}
         new._keys = dict(self._keys)
+        new._profiles = list(self._profiles)
         new._node_keys = {**self._node_keys, **{name: new._key(profile_of(node)) for name, node in changed.items()}}
         new._groups = dict(self._groups)
+        new._group_at = dict(self._group_at)
         for pool in {pool.key: pool for name in changed for pool in self.pools_of(name)}.values():
-            new._groups[pool.key] = new._group(pool)
+            new._set_groups(pool)
+        # Each changed node moves from its old profile's count to its new one's, in the class of each of its pools;
+        # the postings of those two profiles in that class are laid out again (over the class's pools).
+        new._counts, new._postings = dict(self._counts), dict(self._postings)
+        touched: dict[int, tuple[PoolClass, set[int]]] = {}  # class id -> the class, profiles whose postings changed
+        for name in changed:
+            old, now = self._node_keys[name], new._node_keys[name]
+            if old == now:
+                continue
+            for pool in self.pools_of(name):
+                pool_class = self._class_of[pool.key]
+                class_id = pool_class.id
+                if class_id not in touched:
+                    touched[class_id] = (pool_class, set())
+                    new._counts[class_id] = dict(new._counts[class_id])
+                touched[class_id][1].update((old, now))
+                counts = new._counts[class_id]
+                counts[now] = counts.get(now, 0) + 1
+                counts[old] -= 1
+                if not counts[old]:
+                    del counts[old]
+        for class_id, (pool_class, keys) in touched.items():
+            if len(keys) > _REPOST_LIMIT:
+                new._count_class(pool_class, counts=False)
+                continue
+            postings = new._postings[class_id] = dict(new._postings[class_id])
+            for key in keys:
+                laid_out = new._post(pool_class, key)
+                if laid_out is None:
+                    postings.pop(key, None)
+                else:
+                    postings[key] = laid_out
+        new._memo = {key: value for key, value in self._memo.items() if key[0] not in touched}
+        new._profile_memo = dict(self._profile_memo)  # its numbers name the same profiles here; new ones follow
         return new
 
     def with_tenants(self, tenants: Iterable[TenantView]) -> Snapshot:
@@ -133,17 +220,47 @@ class Snapshot:
         new._groups = {pool.key: self._groups[pool.key] for pool in new.pools}
         new._devices = {pool.key: self._devices[pool.key] for pool in new.pools}
         new._by_region = {name: pools for name, pools in self._by_region.items() if name in new.regions}
+        new._classes = {name: classes for name, classes in self._classes.items() if name in new.regions}
         return new
 
-    def _key(self, profile: NodeProfile) -> int:
-        return self._keys.setdefault(profile, len(self._keys))
+    def _count_class(self, pool_class: PoolClass, *, counts: bool = True) -> None:
+        """The class's profile counts and postings, from its pools' groups."""
+        found: dict[int, int] = {}
+        where: dict[int, tuple[list[int], list[int]]] = {}
+        for pool in pool_class.pools:
+            at = self._position[pool.key]
+            for group in self._groups[pool.key]:
+                found[group.key] = found.get(group.key, 0) + len(group.nodes)
+                positions, ends = where.setdefault(group.key, ([], [0]))
+                positions.append(at)
+                ends.append(ends[-1] + len(group.nodes))
+        if counts:
+            self._counts[pool_class.id] = found
+        self._postings[pool_class.id] = {key: Postings(tuple(p), tuple(e)) for key, (p, e) in where.items()}
 
-    def _group(self, pool: PoolView) -> tuple[NodeGroup, ...]:
-        profiles = list(self._keys)
+    def _post(self, pool_class: PoolClass, key: int) -> Postings | None:
+        positions: list[int] = []
+        ends = [0]
+        for pool in pool_class.pools:
+            at = self._group_at[pool.key].get(key)
+            if at is not None:
+                positions.append(self._position[pool.key])
+                ends.append(ends[-1] + len(self._groups[pool.key][at].nodes))
+        return Postings(tuple(positions), tuple(ends)) if positions else None
+
+    def _key(self, profile: NodeProfile) -> int:
+        key = self._keys.setdefault(profile, len(self._keys))
+        if key == len(self._profiles):
+            self._profiles.append(profile)
+        return key
+
+    def _set_groups(self, pool: PoolView) -> None:
+        profiles = self._profiles
         by_key: dict[int, list[str]] = {}
         for name in sorted(pool.nodes):
             by_key.setdefault(self._node_keys[name], []).append(name)
-        return tuple(NodeGroup(profiles[key], key, tuple(members)) for key, members in by_key.items())
+        self._groups[pool.key] = tuple(NodeGroup(profiles[key], key, tuple(members)) for key, members in by_key.items())
+        self._group_at[pool.key] = {key: position for position, key in enumerate(by_key)}
 
     def pools_in(self, region: str) -> list[PoolView]:
         return self._by_region.get(region, [])
@@ -154,12 +271,108 @@ class Snapshot:
     def groups(self, pool: PoolView) -> tuple[NodeGroup, ...]:
         return self._groups[pool.key]
 
+    def group_positions(self, pool: PoolView) -> Mapping[int, int]:
+        """Profile number -> the position of the pool's group of that profile in `groups(pool)`."""
+        return self._group_at[pool.key]
+
+    def profile(self, key: int) -> NodeProfile:
+        return self._profiles[key]
+
+    def pool_classes(self, region: str) -> tuple[PoolClass, ...]:
+        """The region's pools by class, the classes in the order of their first pool."""
+        return self._classes.get(region, ())
+
+    def pool_class(self, pool: PoolView) -> PoolClass:
+        return self._class_of[pool.key]
+
+    def pool_class_of(self, pool_key: str) -> PoolClass:
+        return self._class_of[pool_key]
+
+    def profile_counts(self, pool_class: PoolClass) -> Mapping[int, int]:
+        """Profile number -> how many nodes of the class's pools have it (a node in two of them counts twice, as
+        it does in their groups). Profiles none of them has are absent."""
+        return self._counts[pool_class.id]
+
+    def postings(self, pool_class: PoolClass, key: int) -> Postings | None:
+        """Where the class's nodes of profile `key` are, pool by pool (None: none has it)."""
+        return self._postings[pool_class.id].get(key)
+
+    def position(self, pool: PoolView) -> int:
+        """The pool's position in `pools_in(pool.region)`."""
+        return self._position[pool.key]
+
+    def profile_memo(self, key: int, kind: object, compute: Callable[[NodeProfile], T]) -> T:
+        """`compute(profile(key))`, kept for this snapshot and those `with_nodes` derives from it, by profile number
+        and `kind` (what the value depends on besides the profile: a request's shape, size and NUMA policy)."""
+        try:
+            return self._profile_memo[(key, kind)]  # type: ignore[return-value]
+        except KeyError:
+            value = self._profile_memo[(key, kind)] = compute(self._profiles[key])
+            return value
+
+    def memo(self, key: tuple[object, ...], compute: Callable[[], T]) -> T:
+        """`compute()`, kept for this snapshot under `key`. `key[0]` must be the id of the pool class whose
+        `profile_counts` the value derives from (with the profiles themselves, which never change): `with_nodes`
+        keeps the values of the classes it leaves alone. The value must not depend on the request's anything but
+        what `key` holds. Safe across threads: at worst two compute the same value."""
+        try:
+            return self._memo[key]  # type: ignore[return-value]
+        except KeyError:
+            value = self._memo[key] = compute()
+            return value
+
     def profile_key(self, node: str) -> int:
         return self._node_keys[node]
 
     def devices(self, pool: PoolView) -> tuple[Device | Mapping[str, object], ...]:
         """The pool's GPU devices, converted for CEL once per snapshot rather than once per request."""
         return self._devices[pool.key]
+
+
+def _pool_classes(
+    by_region: Mapping[str, list[PoolView]], devices: Mapping[str, tuple[Device | Mapping[str, object], ...]]
+) -> tuple[dict[str, tuple[PoolClass, ...]], dict[str, PoolClass]]:
+    """Each region's pools by what the pool filters look at (keep in step with `scheduler.pools.filter_pools`)."""
+    classes: dict[str, tuple[PoolClass, ...]] = {}
+    class_of: dict[str, PoolClass] = {}
+    number = 0
+    for region, pools in by_region.items():
+        members: dict[object, list[PoolView]] = {}
+        for pool in pools:
+            members.setdefault(_class_key(pool, devices[pool.key]), []).append(pool)
+        found = []
+        for same in members.values():
+            pool_class = PoolClass(number, same[0], tuple(same))
+            number += 1
+            found.append(pool_class)
+            for pool in same:
+                class_of[pool.key] = pool_class
+        classes[region] = tuple(found)
+    return classes, class_of
+
+
+def _class_key(pool: PoolView, devices: tuple[Device | Mapping[str, object], ...]) -> object:
+    """What every pool filter's verdict (and message) depends on. A device that did not convert for CEL, or labels
+    that do not hash, make a class of the pool alone."""
+    if devices:
+        from scheduler.cel import Device
+
+        if not all(isinstance(device, Device) for device in devices):
+            return ("pool", pool.key)
+    key = (
+        pool.region,
+        pool.shape,
+        pool.gpu_product,
+        pool.cluster_ready,
+        pool.max_lease_seconds,
+        tuple(sorted(pool.cluster_labels.items())),
+        tuple(device.key for device in devices),  # type: ignore[union-attr]
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return ("pool", pool.key)
+    return key
 
 
 def _prepared(device: Mapping[str, object]) -> Device | Mapping[str, object]:
