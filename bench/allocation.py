@@ -299,6 +299,9 @@ class CpuMeter:
         }
 
     def read(self) -> dict[str, float]:
+        """CPU seconds per group. PostgreSQL's and Temporal's server processes also count the children they have
+        reaped: a backend whose connection closed (a control worker process that ended) takes its CPU with it."""
+        servers = {process.pid for process in (self.stack.postgres.process, self.stack.temporal.process) if process}
         totals: dict[str, float] = {}
         for name, processes in self._groups().items():
             seconds = 0.0
@@ -306,6 +309,8 @@ class CpuMeter:
                 with contextlib.suppress(psutil.Error):
                     times = process.cpu_times()
                     seconds += times.user + times.system
+                    if process.pid in servers:
+                        seconds += times.children_user + times.children_system
             totals[name] = seconds
         return totals
 
