@@ -41,10 +41,3 @@ def _with_pending_leases(slots: list[SlotView], leases: list[tuple[str, int]]) -
             result[i] = dataclasses.replace(result[i], state=SlotState.LEASED, holder=allocation)
         free = free[gpus:]
     return result
-
-
-def spare_after(snapshot: Snapshot, node: str, gpus: int) -> int:
-    """The free slots `node` would have left in `snapshot` (plans counted) after a request for `gpus` more: how many
-    GPUs plans made there since the snapshot can take before that request's choice of the node stops fitting."""
-    free = sum(1 for slot in snapshot.nodes[node].slots if slot.state is SlotState.FREE)
-    return max(0, free - gpus)

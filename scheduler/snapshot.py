@@ -186,7 +186,8 @@ class Snapshot:
                     postings.pop(key, None)
                 else:
                     postings[key] = laid_out
-        new._memo = {key: value for key, value in self._memo.items() if key[0] not in touched}
+        # Ranking threads may add to this snapshot's memo meanwhile: copy it in one step (atomic), then filter.
+        new._memo = {key: value for key, value in self._memo.copy().items() if key[0] not in touched}
         new._profile_memo = dict(self._profile_memo)  # its numbers name the same profiles here; new ones follow
         return new
 
@@ -314,7 +315,8 @@ class Snapshot:
         """`compute()`, kept for this snapshot under `key`. `key[0]` must be the id of the pool class whose
         `profile_counts` the value derives from (with the profiles themselves, which never change): `with_nodes`
         keeps the values of the classes it leaves alone. The value must not depend on the request's anything but
-        what `key` holds. Safe across threads: at worst two compute the same value."""
+        what `key` holds. Safe across threads: at worst two compute the same value (and `with_nodes` copies the memo
+        in one step before it reads it)."""
         try:
             return self._memo[key]  # type: ignore[return-value]
         except KeyError:

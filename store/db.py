@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import ColumnElement, any_, bindparam, text
+from sqlalchemy import ColumnElement, String, any_, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
@@ -27,4 +27,5 @@ async def ping(session: AsyncSession) -> None:
 def among(column: ColumnElement[Any], values: Iterable[Any]) -> ColumnElement[bool]:
     """`column = ANY(:values)`, the values bound as one array: where `IN` binds a parameter per value, and a
     statement may carry at most 32,767 (PostgreSQL's protocol), a fleet's node names or slot ids need not fit."""
-    return column == any_(bindparam(None, list(values), type_=ARRAY(column.type)))
+    element = String() if isinstance(column.type, String) else column.type  # no length: a cast would truncate
+    return column == any_(bindparam(None, list(values), type_=ARRAY(element)))

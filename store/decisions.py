@@ -2,10 +2,10 @@
 
 The control plane reads the inventory and the plans in progress, and ranks, without any lock. It then records its
 first choice (`planning` on that node) in one statement, `berth_record_first_choice` (migration 0018): under the
-region's transaction-scoped advisory lock, the function checks that the plans in progress on the chosen node that
-the ranking did not see still leave room for this request, and only then writes the choice. If they do not (other
-decisions filled the node meanwhile), nothing is written and the caller reads and ranks again. Plans that ended
-since (claimed, or given up) only left the node more room, and do not count. The next decision in the region sees a
+region's transaction-scoped advisory lock, the function checks that what allocations the ranking did not see on the
+chosen node have taken there since (planned, set aside, claimed) still leaves room for this request, and only then
+writes the choice. If it does not (other decisions filled the node meanwhile), nothing is written and the caller
+reads and ranks again. What ended since (released, given up) only left the node more room, and does not count. The next decision in the region sees a
 recorded choice (the plans in `store.snapshot.load_live_state`) and ranks around it.
 
 The lock is held inside the database for the function's work alone: no round trip of the control worker, and no
@@ -16,10 +16,11 @@ wait for its event loop, falls inside it. Decisions that cannot fit anyway never
 from __future__ import annotations
 
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from sqlalchemy import bindparam, func, select, text
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.types import String
 
@@ -46,8 +47,8 @@ class Recorded:
 
 
 _RECORD = text(
-    "SELECT berth_record_first_choice(:key, :allocation, :node, :expected, :spare, :states, :leave_queue)"
-).bindparams(bindparam("expected", type_=JSONB(none_as_null=True)), bindparam("states", type_=ARRAY(String)))
+    "SELECT berth_record_first_choice(:key, :allocation, :node, :seen, :spare, :states, :leave_queue)"
+).bindparams(bindparam("seen", type_=ARRAY(String)), bindparam("states", type_=ARRAY(String)))
 
 
 async def record_first_choice(
@@ -55,14 +56,14 @@ async def record_first_choice(
     region: str,
     allocation_id: str,
     node: str,
-    expected: list[tuple[str, int]] | None,
+    seen: Collection[str] | None,
     spare: int = 0,
     leave_queue: bool = False,
 ) -> Recorded:
-    """Record `node` as the allocation's first choice, unless the plans in progress on it that are not among
-    `expected` (other allocations' plans the ranking saw, as (allocation, GPUs) pairs) ask for more than `spare` GPUs
-    (what the ranking saw free there beyond this request's own); `expected=None` records without looking.
-    `leave_queue`: a queued request placed at last leaves its queue in the same statement.
+    """Record `node` as the allocation's first choice, unless allocations not among `seen` (those the ranking saw
+    holding or planning GPUs there) have taken more than `spare` GPUs there since (what the ranking saw free there
+    beyond this request's own); `seen=None` records without looking. `leave_queue`: a queued request placed at last
+    leaves its queue in the same statement.
 
     One statement in its own transaction (autocommit): the region's lock is taken and released around the
     function's work, with the commit."""
@@ -74,7 +75,7 @@ async def record_first_choice(
                 "key": _lock_key(region),
                 "allocation": allocation_id,
                 "node": node,
-                "expected": None if expected is None else [list(pair) for pair in expected],
+                "seen": None if seen is None else sorted(seen),
                 "spare": spare,
                 "states": list(PLANNING_STATES),
                 "leave_queue": leave_queue,

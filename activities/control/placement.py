@@ -44,7 +44,7 @@ from scheduler import cluster, region
 from scheduler.breaker import BreakerPolicy
 from scheduler.cel import RequestBudget, SelectorCostExceeded, request_budget
 from scheduler.explanation import Explanation
-from scheduler.pending import Plans, spare_after, with_pending_plans
+from scheduler.pending import Plans, with_pending_plans
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.reservations import with_holds
@@ -117,6 +117,13 @@ async def _region_choice(snapshot: Snapshot, request: PlacementRequest, budget: 
         refusal_message=decision.refusal.message,
         explanation=Explanation(summary=decision.refusal.message, levels=list(decision.levels)),
     )
+
+
+def _holders(snapshot: Snapshot, plans: Plans, node: str) -> set[str]:
+    """The allocations a ranking on `snapshot` saw on `node`: holding its slots (claims, leases) or planning there
+    (`snapshot` lays plans over free slots while there are any; `plans` has them all)."""
+    holding = {slot.holder for slot in snapshot.nodes[node].slots if slot.holder is not None}
+    return holding | {allocation for allocation, _ in plans.get(node, [])}
 
 
 def _candidate_list(snapshot: Snapshot, decision: cluster.CandidateDecision) -> CandidateList:
@@ -220,19 +227,20 @@ class PlacementActivities:
             for ranking in range(1, MAX_RANKINGS + 1):
                 if not decision.candidates:
                     break
-                node = decision.candidates[0].node
-                expected = plans.get(node, []) if ranking < MAX_RANKINGS else None
-                spare = spare_after(known, node, request.gpu_count)
+                first = decision.candidates[0]
+                seen = _holders(known, plans, first.node) if ranking < MAX_RANKINGS else None
+                spare = max(0, first.free_bundles - request.gpu_count)
                 outcome = await record_first_choice(
-                    self.sessions, region_name, allocation_id, node, expected, spare, leave_queue=leaves_queue
+                    self.sessions, region_name, allocation_id, first.node, seen, spare, leave_queue=leaves_queue
                 )
                 LOCK_TIMES.add(outcome)
                 if outcome.recorded:
-                    LOCK_TIMES.unchecked += expected is None
+                    LOCK_TIMES.unchecked += seen is None
                     break
-                # Read again, claims with plans: a plan that moved may have become a claim meanwhile. The same
-                # devices: their pairs are paid already, the budget cannot run out here.
-                base, plans, _ = await self._read(allocation_id, request)
+                # Read again, claims with plans (a plan made since may be claims now) and the nodes held for a
+                # queue's head. The same devices: their pairs are paid already, the budget cannot run out here.
+                base, plans, reserved = await self._read(allocation_id, request)
+                request = request.model_copy(update={"reserved_nodes": reserved})
                 known = with_pending_plans(base, plans)
                 decision = await _off_loop(budget, functools.partial(rank, known))
         except SelectorCostExceeded as error:

@@ -19,7 +19,7 @@ from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
 from store.decisions import record_first_choice
 from store.liveness import mark_down
-from store.models import AllocationEventRow, AllocationRow
+from store.models import AllocationEventRow, AllocationRow, ClaimRow, SlotRow
 
 
 async def test_a_tentative_choice_steers_the_next_decision(sessions, examples_dir) -> None:
@@ -107,7 +107,7 @@ async def test_a_choice_whose_node_was_taken_meanwhile_is_ranked_again(sessions,
 
     base, stale, _ = await placement._read("late", request)  # "late" reads and ranks first...
     best = cluster.find_candidates(with_pending_plans(base, stale), request, "us-east").candidates[0].node
-    early = await record_first_choice(sessions, "us-east", "early", best, expected=[])  # ..."early" records first
+    early = await record_first_choice(sessions, "us-east", "early", best, seen=[])  # ..."early" records first
     assert early.recorded
 
     found = await placement._candidates(base, stale, request, "us-east", "late", RequestBudget())
@@ -118,29 +118,35 @@ async def test_a_choice_whose_node_was_taken_meanwhile_is_ranked_again(sessions,
     assert (rows["late"].state, rows["late"].node_id) == ("planning", found.candidates[0].node)
 
 
-async def test_a_choice_is_recorded_only_over_the_plans_it_was_ranked_on(sessions, examples_dir) -> None:
-    """`record_first_choice` writes nothing when the plans made on the node since the ranking read them ask for
-    more than the room it saw there beyond its own request (`spare`), counts none that ended, and without `expected`
-    writes anyway."""
+async def test_a_choice_is_recorded_only_while_its_node_has_room_for_it(sessions, examples_dir) -> None:
+    """`record_first_choice` writes nothing when allocations the ranking did not see on the node (`seen`) have taken
+    more GPUs there since than the room it saw beyond its own request (`spare`): planned there, or already claimed
+    there. What the ranking saw, or what ended, does not count; without `seen` it writes anyway."""
     async with sessions.begin() as session:
         await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
     records, env = RecordActivities(sessions), ActivityEnvironment()
     request = PlacementRequest(gpu_count=2, tenant="acme")
-    for allocation in ("a", "b"):
+    for allocation in ("a", "b", "c"):
         opening = AllocationRecord(allocation_id=allocation, tenant="acme", request=request, workflow_id=allocation)
         await env.run(records.record_trail, AuditTrail(opening=opening))
     node = "j22u05"
-    assert (await record_first_choice(sessions, "us-east", "a", node, expected=[])).recorded  # "a": 2 GPUs
-    moved = await record_first_choice(sessions, "us-east", "b", node, expected=[], spare=1)
+    assert (await record_first_choice(sessions, "us-east", "a", node, seen=[])).recorded  # "a" plans 2 GPUs there
+    moved = await record_first_choice(sessions, "us-east", "b", node, seen=[], spare=1)
     assert not moved.recorded and moved.waited_ms >= 0 and moved.held_ms >= 0
     async with sessions() as session:
         assert (await session.get(AllocationRow, "b")).node_id is None
-    assert (await record_first_choice(sessions, "us-east", "b", node, expected=[], spare=2)).recorded  # room left
-    assert (await record_first_choice(sessions, "us-east", "b", node, expected=[("a", 2)])).recorded  # seen
-    # a plan ranked on that has ended since (claimed, given up) only left more room
-    assert (await record_first_choice(sessions, "us-east", "a", node, expected=[("b", 2), ("ended", 4)])).recorded
-    assert not (await record_first_choice(sessions, "us-east", "a", node, expected=[("b", 1)])).recorded
-    assert (await record_first_choice(sessions, "us-east", "a", node, expected=None)).recorded
+    assert (await record_first_choice(sessions, "us-east", "b", node, seen=[], spare=2)).recorded  # room left
+    assert (await record_first_choice(sessions, "us-east", "b", node, seen=["a"])).recorded  # seen: not new
+    # what the ranking saw that has ended since (released, given up) only left more room
+    assert (await record_first_choice(sessions, "us-east", "a", node, seen=["b", "ended"])).recorded
+    assert not (await record_first_choice(sessions, "us-east", "a", node, seen=[], spare=1)).recorded
+
+    async with sessions.begin() as session:  # "c" was planned since the read and has claimed a slot already
+        slot = await session.scalar(select(SlotRow.id).where(SlotRow.node_id == node, SlotRow.slot_index == 0))
+        session.add(ClaimRow(allocation_id="c", attempt=1, slot_id=slot, node_id=node, bundle={}))
+    assert not (await record_first_choice(sessions, "us-east", "a", node, seen=["b"], spare=0)).recorded
+    assert (await record_first_choice(sessions, "us-east", "a", node, seen=["b"], spare=1)).recorded
+    assert (await record_first_choice(sessions, "us-east", "a", node, seen=None)).recorded
     async with sessions() as session:
         rows = {a: await session.get(AllocationRow, a) for a in ("a", "b")}
     assert [(r.state, r.node_id) for r in rows.values()] == [("planning", node)] * 2

@@ -1,11 +1,12 @@
 """a region's placement decision recorded in one statement (issue 28, item 5)
 
 `berth_record_first_choice` takes the region's decision lock (the same transaction-scoped advisory lock every other
-region-wide step takes), checks that the plans in progress on the chosen node that are new since the decision was
-ranked still leave it room (their GPUs within `spare`, the free GPUs the ranking saw there beyond its own; plans that
-ended meanwhile, claimed or given up, only left more), and if so records the first choice (and takes a placed request out of its queue), all inside the
-database: the lock is held for one function's work, not for the control worker's round trips between statements.
-It answers whether it recorded and how long it waited for the lock and held it (`store/decisions.py`).
+region-wide step takes) and checks what allocations the ranking did not see on the chosen node have taken there
+since (planned, set aside by a queue's pass, or claimed). If that still leaves the node room (within `spare`, the
+compatible free GPUs the ranking saw there beyond its own request; what ended meanwhile only left more), it records
+the first choice (and takes a placed request out of its queue), all inside the database: the lock is held for one
+function's work, not for the control worker's round trips between statements. It answers whether it recorded and
+how long it waited for the lock and held it (`store/decisions.py`).
 
 Revision ID: 0018
 Revises: 0017
@@ -22,7 +23,7 @@ depends_on = None
 
 FUNCTION = """
 CREATE FUNCTION berth_record_first_choice(
-    lock_key bigint, allocation text, chosen text, expected jsonb, spare integer, planning_states text[],
+    lock_key bigint, allocation text, chosen text, seen text[], spare integer, planning_states text[],
     leave_queue boolean
 ) RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
@@ -31,14 +32,22 @@ DECLARE
 BEGIN
     PERFORM pg_advisory_xact_lock(lock_key);
     locked := clock_timestamp();
-    IF expected IS NOT NULL AND (
-        SELECT coalesce(sum(p.gpus), 0)
-          FROM (SELECT a.id, a.gpu_count AS gpus FROM allocations a
-                 WHERE a.state = ANY(planning_states) AND a.node_id = chosen AND a.id <> allocation
-                UNION ALL
-                SELECT q.allocation_id, q.gpu_count FROM queue_entries q
-                 WHERE q.node = chosen AND q.allocation_id <> allocation) p
-         WHERE NOT expected @> jsonb_build_array(jsonb_build_array(p.id, p.gpus))
+    -- GPUs taken on the chosen node since the ranking's read, by allocations it did not see there: planned,
+    -- set aside by a queue's pass, or already claimed (a plan made since the read may have become claims).
+    IF seen IS NOT NULL AND (
+        SELECT coalesce(sum(taken.gpus), 0)
+          FROM (SELECT holder.id, max(holder.gpus) AS gpus
+                  FROM (SELECT a.id, a.gpu_count AS gpus FROM allocations a
+                         WHERE a.state = ANY(planning_states) AND a.node_id = chosen
+                        UNION ALL
+                        SELECT q.allocation_id, q.gpu_count FROM queue_entries q WHERE q.node = chosen
+                        UNION ALL
+                        SELECT c.allocation_id, count(*) FROM node_resource_slots s
+                          JOIN allocation_resource_claims c ON c.slot_id = s.id AND c.released_at IS NULL
+                         WHERE s.node_id = chosen
+                         GROUP BY c.allocation_id) AS holder
+                 WHERE holder.id <> allocation AND NOT holder.id = ANY(seen)
+                 GROUP BY holder.id) AS taken
     ) > spare THEN
         RETURN jsonb_build_object(
             'recorded', false,
@@ -62,4 +71,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute("DROP FUNCTION berth_record_first_choice(bigint, text, text, jsonb, integer, text[], boolean)")
+    op.execute("DROP FUNCTION berth_record_first_choice(bigint, text, text, text[], integer, text[], boolean)")
