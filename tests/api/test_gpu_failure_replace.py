@@ -71,6 +71,7 @@ async def test_an_allocation_whose_gpu_fails_moves_to_a_healthy_node_keeping_its
     event = next(e for e in moved["events"] if e["step"] == "gpu_failed")
     assert event["reason"] == (f"the GPU of slot {sick_node}/0 failed (the GPU {gpu} is gone from the PCI bus); its "
                                "pool moves it to a healthy node")  # fmt: skip
+    assert len(moved["attempts"]) == 2, moved["attempts"]
     [old, new] = moved["attempts"]
     assert (old["node"], old["outcome"]) == (sick_node, "failed")
     assert old["reason"] == f"the GPU of slot {sick_node}/0 failed: the GPU {gpu} is gone from the PCI bus"

@@ -4,6 +4,7 @@ window refused in one line naming the nearest window that fits, bad input refuse
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 from tests.cli.test_cli_api import Terminal, one_error_line, terminal  # noqa: F401  (the fixture)
@@ -37,6 +38,14 @@ def test_a_reservation_is_made_listed_seen_in_the_capacity_then_and_cancelled(te
     assert "(window_full, HTTP 409)" in line
 
     assert f"Cancelling reservation {reservation}" in terminal.ok("reservations", "cancel", reservation)
+    # A cancel is accepted (202) and recorded by the reservation's workflow: once it reads cancelled, a second is
+    # refused (before that, a second is accepted too, as a repeat of the first).
+    deadline = time.monotonic() + 20
+    while [r["state"] for r in terminal.json("reservations", "list")["reservations"] if r["id"] == reservation] != [
+        "cancelled"
+    ]:
+        assert time.monotonic() < deadline, f"reservation {reservation} was never cancelled"
+        time.sleep(0.1)
     again = terminal.berth("reservations", "cancel", reservation)
     assert "(invalid_state, HTTP 409)" in one_error_line(again) or "cannot be cancelled" in again.stderr
 
