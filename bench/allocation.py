@@ -453,7 +453,7 @@ async def _record_round_trips(sessions: async_sessionmaker[AsyncSession], count:
     samples = []
     for _ in range(count):
         began = time.perf_counter()
-        await record_first_choice(sessions, "bench", "bench-no-such-allocation", "no-such-node", expected=[])
+        await record_first_choice(sessions, "bench", "bench-no-such-allocation", "no-such-node", seen=[])
         samples.append(1000 * (time.perf_counter() - began))
     return samples
 

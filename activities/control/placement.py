@@ -3,8 +3,8 @@
     read (no lock): inventory from the worker's cache + live state + plans in progress
       -> region level                                   (refused: answer now)
       -> cluster level on what is known now             (cannot fit now: answer now, without queueing for the lock)
-      -> first choice recorded in one statement, under the region's lock, if the plans made on that node since the
-         read still leave it room (if not: read again, rank again, record again)
+      -> first choice recorded in one statement, under the region's lock, if what others took on that node since the
+         read still leaves it room (if not: read again, rank again, record again)
 
 The snapshot comes from the worker's `InventoryCache`: the inventory is re-read only in the parts that changed; the
 claims, slot states, tenant usage, plans in progress and the node breaker's recent failures on every call. The
@@ -68,7 +68,7 @@ class RegionLockTimes:
         self.waited: deque[float] = deque(maxlen=keep)
         self.held: deque[float] = deque(maxlen=keep)
         self.fast_refusals = 0  # requests refused before queueing for the lock: they could not fit anyway
-        self.moved = 0  # choices not recorded: plans made on the chosen node since the read left it no room
+        self.moved = 0  # choices not recorded: what others took on the chosen node since the read left no room
         self.unchecked = 0  # choices recorded without the check, after `MAX_RANKINGS` rankings found no room
 
     def clear(self) -> None:
@@ -204,8 +204,8 @@ class PlacementActivities:
         leaves_queue: bool = False,
     ) -> CandidateList:
         """Cluster level. Decisions in one region are recorded one at a time: each overlays what is being planned
-        right now on the inventory, ranks, and records its first choice as being planned only if the plans made on
-        that node since it read them still leave it room, so requests that arrive together spread out instead of
+        right now on the inventory, ranks, and records its first choice as being planned only if what others took on
+        that node since it read it (planned, set aside, claimed) still leaves it room, so requests that arrive together spread out instead of
         all picking the same best-ranked node (the node agent stays the authority; this only makes the first choice
         a good guess).
 
