@@ -80,10 +80,16 @@ class LoopbackBalancer:
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Copy one direction until its end, then half-close the other side (the answer may still be coming back)."""
-    with contextlib.suppress(ConnectionError, OSError):
+    """Copy one direction until its end, then half-close the other side (the answer may still be coming back). If
+    this side fails instead (a backend killed mid-request resets its connection), close the other side outright:
+    nothing more can come, and the client must see the connection end, not wait for an answer forever."""
+    try:
         while data := await reader.read(65536):
             writer.write(data)
             await writer.drain()
+    except (ConnectionError, OSError):
+        writer.close()
+        return
+    with contextlib.suppress(ConnectionError, OSError):
         if writer.can_write_eof():
             writer.write_eof()

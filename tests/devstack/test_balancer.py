@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 
@@ -82,3 +83,42 @@ def test_connections_take_turns_and_a_refusing_backend_is_skipped(backends: list
         balancer.stop()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", balancer.port), timeout=1).close()  # stopped: nothing listens
+
+
+class Dying:
+    """A backend killed mid-request: it takes the connection, reads the request, and resets it unanswered (what the
+    kernel does to a killed process's connections)."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        connection, _ = self.server.accept()
+        connection.recv(1024)
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = reset
+        connection.close()
+
+    def stop(self) -> None:
+        self.server.close()
+        self.thread.join(timeout=5)
+
+
+def test_a_backend_dying_mid_request_ends_the_clients_connection() -> None:
+    """The client must see its connection end, not wait for an answer that cannot come: the request is kept open
+    (no half-close), as an HTTP client keeps it while it waits."""
+    dying = Dying()
+    balancer = LoopbackBalancer(free_port(), [dying.port]).start()
+    try:
+        with socket.create_connection(("127.0.0.1", balancer.port), timeout=5) as connection:
+            connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: berth\r\n\r\n")
+            try:
+                answer = connection.recv(1024)  # a timeout (5 s) fails the test: the client was left waiting
+            except ConnectionResetError:
+                answer = b""
+        assert answer == b""
+    finally:
+        balancer.stop()
+        dying.stop()

@@ -202,6 +202,10 @@ def test_a_killed_api_comes_back_on_the_same_url(stack: DevStack, terminal: Term
     old = stack.pid("api")
     assert old is not None
     os.kill(old, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while alive(old):  # gone, its port closed (a request sent in the instant it dies is lost with it)
+        assert time.monotonic() < deadline, f"api {old} outlived SIGKILL"
+        time.sleep(0.01)
     # The other API process answers on the one address while this one is down (the balancer skips it).
     assert httpx.get(f"{stack.context.api_url}/healthz", timeout=10).status_code == 200
     stack.wait_ready("api", 60, replacing=old)
