@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from fleet.vocabulary import NodeStatus
 from scheduler.explanation import LevelExplanation, Refusal
 from scheduler.node_filters import Judge
-from scheduler.nodes import Candidate, pools_of, rank_classes
+from scheduler.nodes import Candidate, pools_in_classes, rank_classes
 from scheduler.pinning import pinned_refusal
 from scheduler.pools import filter_pools, judge_pool_classes
 from scheduler.reasons import Reason
@@ -52,7 +52,7 @@ def find_candidates(
         code = Reason.INSUFFICIENT_CAPACITY if could_fit else Reason.NO_COMPATIBLE_BUNDLES
         refusal = Refusal(code=code, message=f"{region}: {node_level.summary}")
         if request.nodes:
-            refusal = _pinned_refusal(snapshot, request, region, pools_of(snapshot, classes))
+            refusal = _pinned_refusal(snapshot, request, region, pools_in_classes(snapshot, classes))
     return CandidateDecision(candidates=candidates, refusal=refusal, levels=[pool_level, node_level])
 
 

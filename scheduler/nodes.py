@@ -62,28 +62,18 @@ def describe(node: NodeProfile, pool: PoolView) -> str:
     return f"{pool.key}: {node.summary()}"
 
 
-def rank_nodes(
-    snapshot: Snapshot, pools: list[PoolView], request: PlacementRequest, *, detail: bool = False
-) -> tuple[list[Candidate], LevelExplanation, bool]:
-    """Up to 1 + `request.alternates` candidates in rank order, the node level's explanation, and whether any
-    node of these pools could ever take the request (its hardware fits, whatever its current state)."""
-    if not detail and not request.nodes and not request.gpus:
-        classes = _whole_classes(snapshot, pools)
-        if classes is not None:
-            return _rank_by_class(snapshot, classes, request)
-    return _rank_groups(snapshot, pools, request, detail)
-
-
 def rank_classes(
     snapshot: Snapshot, classes: list[PoolClass], request: PlacementRequest, *, detail: bool = False
 ) -> tuple[list[Candidate], LevelExplanation, bool]:
-    """`rank_nodes` over the pools of `classes`, pool classes of one region (`scheduler.pools.judge_pool_classes`)."""
+    """Up to 1 + `request.alternates` candidates in rank order over the pools of `classes` (pool classes of one
+    region that passed `scheduler.pools.judge_pool_classes`), the node level's explanation, and whether any node of
+    these pools could ever take the request (its hardware fits, whatever its current state)."""
     if not detail and not request.nodes and not request.gpus:
         return _rank_by_class(snapshot, classes, request)
-    return _rank_groups(snapshot, pools_of(snapshot, classes), request, detail)
+    return _rank_groups(snapshot, pools_in_classes(snapshot, classes), request, detail)
 
 
-def pools_of(snapshot: Snapshot, classes: list[PoolClass]) -> list[PoolView]:
+def pools_in_classes(snapshot: Snapshot, classes: list[PoolClass]) -> list[PoolView]:
     """The pools of `classes` (of one region), in snapshot order."""
     if not classes:
         return []
@@ -179,25 +169,6 @@ class _ClassVerdicts:
     feasible: dict[tuple[int, ...], tuple[int, ...]]  # score -> profile numbers
 
 
-def _whole_classes(snapshot: Snapshot, pools: list[PoolView]) -> list[PoolClass] | None:
-    """The classes `pools` are made of, when `pools` is every pool of each of them, of one region, in snapshot order
-    (what `filter_pools` returns); None otherwise."""
-    found: dict[int, PoolClass] = {}
-    seen: dict[int, int] = {}
-    last = -1
-    for pool in pools:
-        at = snapshot.position(pool)
-        if at <= last or pool.region != pools[0].region:
-            return None
-        last = at
-        pool_class = snapshot.pool_class(pool)
-        found.setdefault(pool_class.id, pool_class)
-        seen[pool_class.id] = seen.get(pool_class.id, 0) + 1
-    if any(seen[class_id] != len(pool_class.pools) for class_id, pool_class in found.items()):
-        return None
-    return list(found.values())
-
-
 def _class_verdicts(
     snapshot: Snapshot, pool_class: PoolClass, request: PlacementRequest, judge: Judge
 ) -> _ClassVerdicts:
@@ -261,7 +232,7 @@ def _rank_by_class(
         for rank in sorted(by_score):
             members = by_score[rank]
             if any((pool_class.id, key) in skipped_profiles for pool_class, keys in members for key in keys):
-                pools = pools if pools is not None else pools_of(snapshot, classes)
+                pools = pools if pools is not None else pools_in_classes(snapshot, classes)
                 keys = {key for _, keys in members for key in keys}
                 yield from _in_rank_order(_run(snapshot, pools, rank, keys, skipped), request.seed)
             else:

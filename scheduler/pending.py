@@ -41,3 +41,11 @@ def _with_pending_leases(slots: list[SlotView], leases: list[tuple[str, int]]) -
             result[i] = dataclasses.replace(result[i], state=SlotState.LEASED, holder=allocation)
         free = free[gpus:]
     return result
+
+
+def seen_on(snapshot: Snapshot, plans: Plans, node: str) -> set[str]:
+    """The allocations a ranking on `snapshot` saw on `node`: holding its slots (claims, leases) or planning there
+    (`with_pending_plans` lays plans over free slots while there are any; `plans` has them all). What others took on
+    the node since is what a first choice's record checks for room (`store.decisions.record_first_choice`)."""
+    holding = {slot.holder for slot in snapshot.nodes[node].slots if slot.holder is not None}
+    return holding | {allocation for allocation, _ in plans.get(node, [])}

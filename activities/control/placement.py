@@ -44,7 +44,7 @@ from scheduler import cluster, region
 from scheduler.breaker import BreakerPolicy
 from scheduler.cel import RequestBudget, SelectorCostExceeded, request_budget
 from scheduler.explanation import Explanation
-from scheduler.pending import Plans, with_pending_plans
+from scheduler.pending import Plans, seen_on, with_pending_plans
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.reservations import with_holds
@@ -117,13 +117,6 @@ async def _region_choice(snapshot: Snapshot, request: PlacementRequest, budget: 
         refusal_message=decision.refusal.message,
         explanation=Explanation(summary=decision.refusal.message, levels=list(decision.levels)),
     )
-
-
-def _holders(snapshot: Snapshot, plans: Plans, node: str) -> set[str]:
-    """The allocations a ranking on `snapshot` saw on `node`: holding its slots (claims, leases) or planning there
-    (`snapshot` lays plans over free slots while there are any; `plans` has them all)."""
-    holding = {slot.holder for slot in snapshot.nodes[node].slots if slot.holder is not None}
-    return holding | {allocation for allocation, _ in plans.get(node, [])}
 
 
 def _candidate_list(snapshot: Snapshot, decision: cluster.CandidateDecision) -> CandidateList:
@@ -228,8 +221,8 @@ class PlacementActivities:
                 if not decision.candidates:
                     break
                 first = decision.candidates[0]
-                seen = _holders(known, plans, first.node) if ranking < MAX_RANKINGS else None
-                spare = max(0, first.free_bundles - request.gpu_count)
+                seen = seen_on(known, plans, first.node) if ranking < MAX_RANKINGS else None
+                spare = max(0, first.free_bundles - request.gpu_count)  # its room beyond this request
                 outcome = await record_first_choice(
                     self.sessions, region_name, allocation_id, first.node, seen, spare, leave_queue=leaves_queue
                 )
