@@ -78,7 +78,7 @@ def pools_in_classes(snapshot: Snapshot, classes: list[PoolClass]) -> list[PoolV
     if not classes:
         return []
     ids = {pool_class.id for pool_class in classes}
-    return [pool for pool in snapshot.pools_in(classes[0].pool.region) if snapshot.pool_class(pool).id in ids]
+    return [pool for pool in snapshot.pools_in(classes[0].pool.region) if snapshot.pool_class(pool.key).id in ids]
 
 
 def _excluded(snapshot: Snapshot, request: PlacementRequest) -> dict[tuple[str, int], dict[str, Reason]]:
@@ -210,7 +210,7 @@ def _rank_by_class(
     skipped: dict[tuple[str, int], dict[str, Reason]] = {}
     skipped_profiles: set[tuple[int, int]] = set()  # (class id, profile number)
     for (pool_key, key), names in _excluded(snapshot, request).items():
-        class_id = snapshot.pool_class_of(pool_key).id
+        class_id = snapshot.pool_class(pool_key).id
         if class_id not in ids:
             continue
         skipped[(pool_key, key)] = names
@@ -271,7 +271,7 @@ def _walk(
         pool = region_pools[position]
         at = snapshot.group_positions(pool)
         groups = snapshot.groups(pool)
-        for index in sorted(at[key] for key in keys_of[snapshot.pool_class(pool).id] if key in at):
+        for index in sorted(at[key] for key in keys_of[snapshot.pool_class(pool.key).id] if key in at):
             group = groups[index]
             names = group.nodes
             if skip >= len(names):

@@ -145,7 +145,7 @@ def filter_pools(
     if not classes:
         return [], level
     passed = {pool_class.id for pool_class in classes}
-    return [pool for pool in pools if snapshot.pool_class(pool).id in passed], level
+    return [pool for pool in pools if snapshot.pool_class(pool.key).id in passed], level
 
 
 def judge_pool_classes(
@@ -190,7 +190,7 @@ def judge_pool_classes(
             tally.add(reason, len(pool_class.pools))
     if detail:
         for pool in snapshot.pools_in(region):
-            class_id = snapshot.pool_class(pool).id
+            class_id = snapshot.pool_class(pool.key).id
             reason = verdicts[class_id]
             tally.record(reason, [pool.key], _describe, pool, reason, messages.get(class_id, ""))
     return passed, tally.explanation()

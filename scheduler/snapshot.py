@@ -283,10 +283,8 @@ class Snapshot:
         """The region's pools by class, the classes in the order of their first pool."""
         return self._classes.get(region, ())
 
-    def pool_class(self, pool: PoolView) -> PoolClass:
-        return self._class_of[pool.key]
-
-    def pool_class_of(self, pool_key: str) -> PoolClass:
+    def pool_class(self, pool_key: str) -> PoolClass:
+        """The class of the pool `pool_key` names."""
         return self._class_of[pool_key]
 
     def profile_counts(self, pool_class: PoolClass) -> Mapping[int, int]:

@@ -281,6 +281,7 @@ def test_apply_ready_and_delete_on_the_api_server(fake: FakeKubernetes, tmp_path
     driver = driver_for(fake, tmp_path)
     workload = render_workload(example_replicas()[0])
     assert workload.cluster == "us-east-1"
+    fake.never_ready = True  # booting until told otherwise: a loaded machine must not find it ready already
     driver.apply_workload(workload)
     patches = [q for method, _, q in fake.requests if method == "PATCH"]
     assert len(patches) == 5 and all(q["fieldManager"] == "berth" and q["force"] == "true" for q in patches)
@@ -293,6 +294,7 @@ def test_apply_ready_and_delete_on_the_api_server(fake: FakeKubernetes, tmp_path
     assert "0/1 group(s) of 2 ready" in readiness.message
     driver.apply_workload(workload)  # idempotent: same spec, same generation
     assert fake.of_kind("LeaderWorkerSet")[0]["metadata"]["generation"] == 1
+    fake.never_ready = False  # booted
     deadline = time.monotonic() + 5
     while not (readiness := driver.workload_ready("us-east-1", workload.name, "ml")).ready:
         assert time.monotonic() < deadline, readiness.message

@@ -119,7 +119,7 @@ def _aggregates(snapshot: Snapshot) -> dict[str, object]:
 
 def test_pools_that_every_filter_judges_alike_form_one_class() -> None:
     snapshot = _fleet()
-    classes = {pool.key: snapshot.pool_class(pool) for pool in snapshot.pools}
+    classes = {pool.key: snapshot.pool_class(pool.key) for pool in snapshot.pools}
     # the same shape, product, labels, readiness, lease and devices in one region: one class, whatever the cluster
     assert classes["cluster-01/pool-0"] is classes["cluster-05/pool-0"]
     assert classes["cluster-02/pool-1"] is classes["cluster-06/pool-1"]
