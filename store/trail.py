@@ -71,6 +71,10 @@ async def write_trail(
     parameters = _trail_parameters(trail) | {"retract": [event_key(retract)] if retract is not None else []}
     async with sessions.begin() as session:
         opened, mirrored = (await session.execute(_WRITE_TRAIL, parameters)).one()
+        if trail.opening is not None and trail.changes and opened == 0 and mirrored == 0:
+            # The API's row (`record_accepted`) committed while this statement waited on its key: the INSERT gave
+            # way to it, but the UPDATE's snapshot, taken before, could not see it. A new statement sees it.
+            opened, mirrored = (await session.execute(_WRITE_TRAIL, parameters)).one()
         if trail.changes and opened == 0 and mirrored == 0:
             raise ValueError(f"allocation {trail.changes[-1].allocation_id} has no row; its trail must open it first")
         await _mark_unreachable_agents_down(session, trail.changes)
