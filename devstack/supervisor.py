@@ -75,6 +75,18 @@ class _Supervised:
 _END = object()
 
 
+def _last_lines(log_file: Path, count: int = 5) -> list[str]:
+    """The last non-blank lines of a part's log (read from its end: a log may be large)."""
+    try:
+        with open(log_file, "rb") as log:
+            log.seek(0, 2)
+            log.seek(max(0, log.tell() - 4096))
+            tail = log.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [line for line in tail.splitlines() if line.strip()][-count:]
+
+
 @dataclass
 class Supervisor:
     log_file: Path
@@ -164,6 +176,9 @@ class Supervisor:
             f"{name} exited ({supervised.last_exit}); restarting in {delay:g}s (restart #{supervised.restarts + 1})",
             terminal=True,
         )
+        if process.returncode > 0:  # it ended itself: say why, as its log has it
+            for line in _last_lines(supervised.part.log_file):
+                self._log(f"{name}| {line}")
         leftovers = clear_session(process.pid, self.leftover_grace)
         if leftovers:
             self._log(f"{name}: killed {len(leftovers)} leftover process(es) {leftovers} of its session")

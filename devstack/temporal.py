@@ -46,6 +46,8 @@ class DevTemporal:
     data_dir: Path
     port: int = 0
     ui_port: int = 0
+    http_port: int = 0  # its HTTP API and /metrics: picked once too, or the server picks them afresh at each start
+    metrics_port: int = 0
     namespace: str = "default"
     process: subprocess.Popen[bytes] | None = None
 
@@ -62,13 +64,17 @@ class DevTemporal:
         return self.data_dir / "server.log"
 
     def command(self) -> list[str]:
-        """The dev server on fixed ports (picked once, so a restart keeps every address valid)."""
+        """The dev server on fixed ports (picked once, so a restart keeps every address valid). Its history, matching
+        and worker services still take ports of the server's choosing at each start: the CLI has no flag for them."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
         self.ui_port = self.ui_port or free_port()
+        self.http_port = self.http_port or free_port()
+        self.metrics_port = self.metrics_port or free_port()
         return [
             temporal_binary(), "server", "start-dev",
             "--ip", "127.0.0.1", "--port", str(self.port), "--ui-port", str(self.ui_port),
+            "--http-port", str(self.http_port), "--metrics-port", str(self.metrics_port),
             "--namespace", self.namespace,
             "--db-filename", str(self.data_dir / "temporal.db"),
             "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",

@@ -70,4 +70,6 @@ def test_killing_each_part_loses_duplicates_and_leaks_nothing(running: tuple[Dev
     print(f"settle seconds after each part came back: {settle}")  # shown with -s, and in the failure below
     assert report.failures() == [], report.model_dump_json(indent=2)
     assert all(fault.bounded for fault in report.faults), settle
-    assert {stack.restarts(part) for part in KILLABLE} == {1}
+    restarts = {part: stack.restarts(part) for part in KILLABLE}
+    log = stack.settings.state_dir / "logs" / "supervisor.log"
+    assert set(restarts.values()) == {1}, (restarts, log.read_text())

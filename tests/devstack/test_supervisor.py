@@ -49,6 +49,14 @@ def test_a_part_that_keeps_failing_waits_longer_each_time_up_to_the_maximum(tmp_
     ]
 
 
+def test_a_part_that_ends_itself_leaves_the_end_of_its_log_in_the_supervisors(tmp_path: Path) -> None:
+    """Why it ended, where the operator reads the restarts (a port taken, say), not only the exit status."""
+    code = "import sys; print('starting'); print('error: [Errno 98] address already in use'); sys.exit(1)"
+    _exits(tmp_path, Backoff(initial=0.1), code, 1)
+    log = (tmp_path / "supervisor.log").read_text()
+    assert "part| error: [Errno 98] address already in use" in log and "part| starting" in log
+
+
 def test_a_part_that_stayed_up_a_while_restarts_after_the_initial_delay_again(tmp_path: Path) -> None:
     exits = _exits(tmp_path, Backoff(initial=0.1, stable_after=0.3), "import time; time.sleep(0.5)", 3)
     assert exits == [f"part exited (exited with status 0); restarting in 0.1s (restart #{n})" for n in (1, 2, 3)]
