@@ -50,7 +50,7 @@ def control(ready_file: ReadyFileOption = None) -> None:
         engine = create_engine(database_url(settings))
         try:
             await worker.run_control(
-                await connect(settings),
+                await connect(settings, patiently=True),
                 session_factory(engine),
                 settings.control_task_queue,
                 ready=(lambda: mark_ready(ready_file)) if ready_file else None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -26,15 +27,22 @@ def _tls(settings: Settings) -> TLSConfig | bool:
     )
 
 
-async def connect(settings: Settings) -> Client:
+async def connect(settings: Settings, *, patiently: bool = False) -> Client:
+    """The control plane's client. `patiently`: a Temporal that does not answer yet is waited for, saying so, as a
+    long-running process should (a control worker that starts before the server, or while it restarts), instead of
+    ending at once; a CLI command fails at once."""
     address, namespace = temporal_target(settings)
-    return await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter, tls=_tls(settings),
-        interceptors=tracing.interceptors(),
-    )  # fmt: skip
+
+    async def attempt() -> Client:
+        return await Client.connect(
+            address, namespace=namespace, data_converter=pydantic_data_converter, tls=_tls(settings),
+            interceptors=tracing.interceptors(),
+        )  # fmt: skip
+
+    return await _keep_trying(attempt, f"Temporal at {address}") if patiently else await attempt()
 
 
-log = logging.getLogger("berth.agent")
+log = logging.getLogger("berth.temporal")
 # How the gateway's refusals read in the SDK's connection error: these will not pass by waiting.
 REFUSALS = ("Unauthenticated", "PermissionDenied", "unknown or revoked")
 
@@ -45,7 +53,8 @@ class NoGateway(ValueError):
 
 async def connect_node(settings: Settings, token: str) -> Client:
     """A node agent's connection: to the node gateway, its node token as the bearer credential; TLS when the
-    gateway's CA is given (always across a network: the token travels in every call)."""
+    gateway's CA is given (always across a network: the token travels in every call). A gateway not up yet (an
+    agent may start before it, as on a host that boots first) is waited for; a refusal ends it."""
     if not settings.node_gateway:
         raise NoGateway(
             "a node agent reaches Temporal only through the node gateway: set BERTH_NODE_GATEWAY to the host:port "
@@ -54,21 +63,36 @@ async def connect_node(settings: Settings, token: str) -> Client:
     tls: TLSConfig | bool = False
     if settings.node_gateway_ca is not None:
         tls = TLSConfig(server_root_ca_cert=settings.node_gateway_ca.read_bytes())
+
+    async def attempt() -> Client:
+        return await Client.connect(
+            settings.node_gateway,
+            namespace=settings.temporal_namespace,
+            data_converter=pydantic_data_converter,
+            api_key=token,
+            tls=tls,
+            interceptors=tracing.interceptors(),
+        )
+
+    try:
+        return await _keep_trying(attempt, f"the node gateway at {settings.node_gateway}", REFUSALS)
+    except Refused as error:
+        raise RuntimeError(f"the node gateway refused this node: {error}") from None
+
+
+class Refused(RuntimeError):
+    """The server answered no: waiting will not change it."""
+
+
+async def _keep_trying(attempt: Callable[[], Awaitable[Client]], what: str, refusals: tuple[str, ...] = ()) -> Client:
+    """`attempt` until it connects, waiting a little longer each time (up to 5 s) and saying why it waits."""
     delay = 0.2
     while True:
         try:
-            return await Client.connect(
-                settings.node_gateway,
-                namespace=settings.temporal_namespace,
-                data_converter=pydantic_data_converter,
-                api_key=token,
-                tls=tls,
-                interceptors=tracing.interceptors(),
-            )
+            return await attempt()
         except RuntimeError as error:
-            if any(word in str(error) for word in REFUSALS):
-                raise RuntimeError(f"the node gateway refused this node: {error}") from None
-            # Not up yet (an agent may start before the gateway, as on a host that boots first): try again.
-            log.warning("the node gateway at %s does not answer yet (%s); trying again", settings.node_gateway, error)
+            if any(word in str(error) for word in refusals):
+                raise Refused(str(error)) from None
+            log.warning("%s does not answer yet (%s); trying again", what, error)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)

@@ -121,7 +121,7 @@ async def test_the_gateway_reaches_temporal_over_mutual_tls_and_serves_agents_ov
             # An agent not told the gateway's CA speaks plaintext to a TLS port: it never connects, and says so
             # while it keeps trying (as an agent does for a gateway that is not up yet).
             records = _Records()
-            agent_log = logging.getLogger("berth.agent")
+            agent_log = logging.getLogger("berth.temporal")
             agent_log.addHandler(records)
             plaintext = asyncio.create_task(
                 connect_node(Settings(node_gateway=address, temporal_namespace=namespace), token)
