@@ -47,12 +47,18 @@ class LoopbackBalancer:
 
         async def close() -> None:
             server.close()
+            # The connections still piped end with the balancer, as they would with a load balancer switched off.
+            piping = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in piping:
+                task.cancel()
+            await asyncio.gather(*piping, return_exceptions=True)
             await server.wait_closed()
 
         asyncio.run_coroutine_threadsafe(close(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=10)
+        loop.close()
 
     async def _handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         upstream = await self._connect()
