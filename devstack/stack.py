@@ -14,7 +14,8 @@ Tests drive the same object in-process (the chaos tests kill parts by pid):
 
     stack = DevStack(settings, fleet_file, say=..., agent_processes=2)
     context = stack.start()                       # StackContext, also written to context.json
-    stack.parts()  stack.pid(part)  stack.restarts(part)  stack.wait_ready(part, timeout)  stack.stop()
+    stack.parts()  stack.pid(part)  stack.restarts(part)  stack.ended_serving(part)
+    stack.wait_ready(part, timeout)  stack.stop()
 """
 
 from __future__ import annotations
@@ -227,6 +228,10 @@ class DevStack:
     def restarts(self, part: str) -> int:
         """How many times the supervisor restarted `part`."""
         return self._supervisor.restarts(part) if self._supervisor else 0
+
+    def ended_serving(self, part: str) -> int:
+        """How many times `part` ended after it was seen ready (not counting restarts that failed to start)."""
+        return self._supervisor.ended_serving(part) if self._supervisor else 0
 
     def wait_ready(self, part: str, timeout: float = 60.0, *, replacing: int | None = None) -> int:
         """Return `part`'s pid once it runs and is ready again. Give the pid you just killed as `replacing`, so the

@@ -67,6 +67,8 @@ class _Supervised:
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     restarts: int = 0
+    ready_pid: int | None = None  # the last of its processes seen serving (wait_ready)
+    ended_serving: int = 0  # times a process of it ended after it was seen serving (a kill, a crash)
     delay: float = 1.0
     restart_at: float | None = None
     last_exit: str | None = None
@@ -172,8 +174,12 @@ class Supervisor:
         supervised.delay = min(delay * 2, self.backoff.maximum)
         supervised.process = None
         supervised.last_exit = describe_exit(process.returncode)
+        serving = process.pid == supervised.ready_pid
+        supervised.ended_serving += serving
+        unready = " before it was ready" if supervised.ready_pid is not None and not serving else ""
         self._log(
-            f"{name} exited ({supervised.last_exit}); restarting in {delay:g}s (restart #{supervised.restarts + 1})",
+            f"{name} exited{unready} ({supervised.last_exit}); restarting in {delay:g}s"
+            f" (restart #{supervised.restarts + 1})",
             terminal=True,
         )
         if process.returncode > 0:  # it ended itself: say why, as its log has it
@@ -239,6 +245,11 @@ class Supervisor:
     def restarts(self, name: str) -> int:
         return self._supervised(name).restarts
 
+    def ended_serving(self, name: str) -> int:
+        """How many times the part ended after it was seen serving: a restart that failed to start is not counted
+        (its end is in the log, with the reason)."""
+        return self._supervised(name).ended_serving
+
     def wait_ready(
         self, name: str, timeout: float = 60.0, *, replacing: int | None = None, starting: bool = False
     ) -> int:
@@ -253,6 +264,8 @@ class Supervisor:
             process = supervised.process
             if process is not None and process.pid != replacing and alive(process.pid):
                 if supervised.part.ready(process.pid):
+                    with self._lock:
+                        supervised.ready_pid = process.pid
                     return process.pid
             elif starting and (process is None or process.poll() is not None):
                 ended = supervised.last_exit if process is None else describe_exit(process.poll() or 0)

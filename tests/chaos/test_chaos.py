@@ -70,6 +70,9 @@ def test_killing_each_part_loses_duplicates_and_leaks_nothing(running: tuple[Dev
     print(f"settle seconds after each part came back: {settle}")  # shown with -s, and in the failure below
     assert report.failures() == [], report.model_dump_json(indent=2)
     assert all(fault.bounded for fault in report.faults), settle
-    restarts = {part: stack.restarts(part) for part in KILLABLE}
+    # Each part ended once while serving, the kill: none fell over because another was killed. A restart that
+    # failed to start (the dev server's own random internal ports can be taken in the instant it picks them) is
+    # retried by the supervisor and explained in its log; it is not the stack falling over.
+    ended = {part: stack.ended_serving(part) for part in KILLABLE}
     log = stack.settings.state_dir / "logs" / "supervisor.log"
-    assert set(restarts.values()) == {1}, (restarts, log.read_text())
+    assert set(ended.values()) == {1}, (ended, log.read_text())

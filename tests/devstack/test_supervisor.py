@@ -57,6 +57,31 @@ def test_a_part_that_ends_itself_leaves_the_end_of_its_log_in_the_supervisors(tm
     assert "part| error: [Errno 98] address already in use" in log and "part| starting" in log
 
 
+def test_a_restart_that_fails_to_start_is_told_apart_from_a_part_that_ended_while_serving(tmp_path: Path) -> None:
+    """Killed once while serving; its first restart ends before it is ready (a port taken, say) and the next one
+    serves: one end while serving, two restarts, and the log says which was which."""
+    marker = tmp_path / "fail-once"
+    code = (
+        "import os, sys, time\n"
+        f"if os.path.exists({str(marker)!r}):\n    os.remove({str(marker)!r}); sys.exit(4)\n"
+        "time.sleep(60)"
+    )
+    supervisor = Supervisor(tmp_path / "supervisor.log", lambda line: None, Backoff(initial=0.1))
+    supervisor.start()
+    try:
+        supervisor.add(Part("part", _python(code), tmp_path / "part.log"))
+        first = supervisor.wait_ready("part")
+        marker.touch()
+        os.kill(first, signal.SIGKILL)
+        _wait_for(lambda: supervisor.restarts("part") == 2)
+        supervisor.wait_ready("part", replacing=first)
+        assert (supervisor.ended_serving("part"), supervisor.restarts("part")) == (1, 2)
+    finally:
+        supervisor.stop()
+    log = (tmp_path / "supervisor.log").read_text()
+    assert "part exited (killed by SIGKILL)" in log and "part exited before it was ready (exited with status 4)" in log
+
+
 def test_a_part_that_stayed_up_a_while_restarts_after_the_initial_delay_again(tmp_path: Path) -> None:
     exits = _exits(tmp_path, Backoff(initial=0.1, stable_after=0.3), "import time; time.sleep(0.5)", 3)
     assert exits == [f"part exited (exited with status 0); restarting in 0.1s (restart #{n})" for n in (1, 2, 3)]
