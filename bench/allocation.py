@@ -535,9 +535,8 @@ async def contention(stack: Stack, requests: int, control_processes: int = 0) ->
         "failure_reasons": reasons,
         "lock": {
             "records": len(held_all),  # each try to record a first choice took the lock once
-            "moved": sum(
-                t["moved"] for t in times
-            ),  # tries that found the chosen node filled by plans made since the read
+            # tries that found the chosen node filled since the read (planned, set aside or claimed by others)
+            "moved": sum(t["moved"] for t in times),
             "unchecked": sum(t["unchecked"] for t in times),
             "fast_refusals": sum(t["fast_refusals"] for t in times),
             "held_p50": held["p50"],
@@ -604,8 +603,9 @@ def _print_contention(c: dict[str, Any]) -> None:
           + ", ".join(f"{group} {seconds:.1f}" for group, seconds in cpu.items()))  # fmt: skip
     lock = c["lock"]
     print(f"\nfailed without a reason: {c['failed_without_reason']}; failure reasons: {c['failure_reasons']}")
-    print(f"region lock: {lock['records']} records took it ({lock['moved']} found their node filled since the read and ranked "
-          f"again, {lock['unchecked']} recorded unchecked), {lock['fast_refusals']} requests refused before it; "
+    print(f"region lock: {lock['records']} records took it ({lock['moved']} found their node filled since the read "
+          f"and ranked again, {lock['unchecked']} recorded unchecked), "
+          f"{lock['fast_refusals']} requests refused before it; "
           f"held p50 {lock['held_p50']:.2f} ms, p99 {lock['held_p99']:.2f} ms; "
           f"waited p50 {lock['waited_p50']:.2f} ms, p99 {lock['waited_p99']:.2f} ms; the record statement's round "
           f"trip on the idle stack, commit included, p50 {lock['idle_round_trip_p50']:.2f} ms (the benchmark's "

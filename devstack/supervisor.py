@@ -39,10 +39,6 @@ class Backoff:
     stable_after: float = 60.0  # a part up this long counts as healthy again: its next restart waits `initial`
 
 
-def _always_ready(_pid: int) -> bool:
-    return True
-
-
 @dataclass
 class Part:
     """One supervised child: how to start it, how to tell it is serving, and how to stop it."""
@@ -53,7 +49,7 @@ class Part:
     env: Mapping[str, str] | None = None
     user: str | None = None
     stop_signal: signal.Signals = signal.SIGTERM
-    ready: Callable[[int], bool] = _always_ready  # given the live pid: is it serving?
+    ready: Callable[[int], bool] | None = None  # given the live pid: is it serving? (None: once it runs)
     before_start: Callable[[], None] | None = None  # clears what a dead predecessor left (a stale pid file)
 
 
@@ -67,7 +63,8 @@ class _Supervised:
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     restarts: int = 0
-    ready_pid: int | None = None  # the last of its processes seen serving (wait_ready)
+    ready_pid: int | None = None  # the last of its processes seen serving
+    ready_checked_at: float = 0.0  # when the supervisor last asked a process not yet seen serving
     ended_serving: int = 0  # times a process of it ended after it was seen serving (a kill, a crash)
     delay: float = 1.0
     restart_at: float | None = None
@@ -75,6 +72,7 @@ class _Supervised:
 
 
 _END = object()
+READY_CHECK_SECONDS = 1.0
 
 
 def _last_lines(log_file: Path, count: int = 5) -> list[str]:
@@ -162,6 +160,8 @@ class Supervisor:
                 process = supervised.process
                 if process is not None and process.poll() is not None:
                     self._died(name, supervised, process)
+                elif process is not None and process.pid != supervised.ready_pid:
+                    self._check_ready(supervised, process.pid)
                 elif (
                     process is None and supervised.restart_at is not None and time.monotonic() >= supervised.restart_at
                 ):
@@ -189,6 +189,16 @@ class Supervisor:
         if leftovers:
             self._log(f"{name}: killed {len(leftovers)} leftover process(es) {leftovers} of its session")
         supervised.restart_at = time.monotonic() + delay
+
+    def _check_ready(self, supervised: _Supervised, pid: int) -> None:
+        """Once a second until it serves, ask whether a process of the part does: so that when it ends, the log can
+        say whether it had served (a crash) or had not yet (a start that failed), whoever waits for it or not."""
+        ready = supervised.part.ready
+        if ready is None or time.monotonic() < supervised.ready_checked_at + READY_CHECK_SECONDS:
+            return
+        supervised.ready_checked_at = time.monotonic()
+        if ready(pid):
+            supervised.ready_pid = pid
 
     def _restart(self, name: str, supervised: _Supervised) -> None:
         supervised.restart_at = None
@@ -263,7 +273,8 @@ class Supervisor:
             supervised = self._supervised(name)
             process = supervised.process
             if process is not None and process.pid != replacing and alive(process.pid):
-                if supervised.part.ready(process.pid):
+                ready = supervised.part.ready
+                if ready is None or ready(process.pid):
                     with self._lock:
                         supervised.ready_pid = process.pid
                     return process.pid

@@ -1,12 +1,12 @@
 """Placement decisions taken one at a time per region, and the tentative choice each leaves for the next.
 
-The control plane reads the inventory and the plans in progress, and ranks, without any lock. It then records its
-first choice (`planning` on that node) in one statement, `berth_record_first_choice` (migration 0018): under the
-region's transaction-scoped advisory lock, the function checks that what allocations the ranking did not see on the
-chosen node have taken there since (planned, set aside, claimed) still leaves room for this request, and only then
-writes the choice. If it does not (other decisions filled the node meanwhile), nothing is written and the caller
-reads and ranks again. What ended since (released, given up) only left the node more room, and does not count. The next decision in the region sees a
-recorded choice (the plans in `store.snapshot.load_live_state`) and ranks around it.
+The control plane reads the inventory and the plans in progress, and ranks, without any lock. It then records its first
+choice (`planning` on that node) in one statement, `berth_record_first_choice` (migration 0018): under the region's
+transaction-scoped advisory lock, the function checks that what allocations the ranking did not see on the chosen node
+have taken there since (planned, set aside, claimed) still leaves room for this request, and only then writes the
+choice. If it does not (other decisions filled the node meanwhile), nothing is written and the caller reads and ranks
+again. What ended since (released, given up) only left the node more room, and does not count. The next decision in the
+region sees a recorded choice (the plans in `store.snapshot.load_live_state`) and ranks around it.
 
 The lock is held inside the database for the function's work alone: no round trip of the control worker, and no
 wait for its event loop, falls inside it. Decisions that cannot fit anyway never take it. Other region-wide steps

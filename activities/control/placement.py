@@ -198,9 +198,9 @@ class PlacementActivities:
     ) -> CandidateList:
         """Cluster level. Decisions in one region are recorded one at a time: each overlays what is being planned
         right now on the inventory, ranks, and records its first choice as being planned only if what others took on
-        that node since it read it (planned, set aside, claimed) still leaves it room, so requests that arrive together spread out instead of
-        all picking the same best-ranked node (the node agent stays the authority; this only makes the first choice
-        a good guess).
+        that node since it read it (planned, set aside, claimed) still leaves it room, so requests that arrive together
+        spread out instead of all picking the same best-ranked node (the node agent stays the authority; this only makes
+        the first choice a good guess).
 
         A request that cannot fit on what is known now is refused before anything is recorded: waiting could only
         show it more plans in progress. The ranking runs outside the region's lock; only the check and the write

@@ -82,6 +82,33 @@ def test_a_restart_that_fails_to_start_is_told_apart_from_a_part_that_ended_whil
     assert "part exited (killed by SIGKILL)" in log and "part exited before it was ready (exited with status 4)" in log
 
 
+def test_a_restarted_part_that_ends_while_serving_counts_so_with_nobody_waiting_for_it(tmp_path: Path) -> None:
+    """As under `berth up`, where nothing waits for a restarted part: the supervisor itself sees it serve (its ready
+    check, once a second), so its later end is a second end while serving, not a start that failed."""
+    ready_file = tmp_path / "ready"
+    code = f"import os, time; open({str(ready_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+
+    def ready(pid: int) -> bool:
+        return ready_file.exists() and ready_file.read_text() == str(pid)
+
+    supervisor = Supervisor(tmp_path / "supervisor.log", lambda line: None, Backoff(initial=0.1))
+    supervisor.start()
+    try:
+        supervisor.add(Part("part", _python(code), tmp_path / "part.log", ready=ready))
+        first = supervisor.wait_ready("part")
+        os.kill(first, signal.SIGKILL)
+        _wait_for(lambda: supervisor.restarts("part") == 1 and supervisor.pid("part") not in (None, first))
+        second = supervisor.pid("part")
+        _wait_for(lambda: supervisor._supervised("part").ready_pid == second)  # seen serving by the supervisor
+        os.kill(second, signal.SIGKILL)
+        _wait_for(lambda: supervisor.restarts("part") == 2)
+        assert supervisor.ended_serving("part") == 2
+    finally:
+        supervisor.stop()
+    log = (tmp_path / "supervisor.log").read_text()
+    assert log.count("part exited (killed by SIGKILL)") == 2 and "before it was ready" not in log, log
+
+
 def test_a_part_that_stayed_up_a_while_restarts_after_the_initial_delay_again(tmp_path: Path) -> None:
     exits = _exits(tmp_path, Backoff(initial=0.1, stable_after=0.3), "import time; time.sleep(0.5)", 3)
     assert exits == [f"part exited (exited with status 0); restarting in 0.1s (restart #{n})" for n in (1, 2, 3)]
