@@ -503,6 +503,9 @@ class AllocationWorkflow:
         region = self.status.region or ""
         attempt.outcome, attempt.reason = "failed", f"the GPU of slot {notice.slot} failed: {notice.reason}"
         self.excluded.add(attempt.node)
+        # The attempt's end in the trail as every failed attempt's (`attempt_failed`): the API rebuilds attempts from
+        # the trail when the workflow does not answer its query. The same state as the step after it: no command more.
+        self.set_state("placing", "attempt_failed", node=attempt.node, attempt=attempt, reason=attempt.reason)
         self.set_state("placing", "replace", node=attempt.node, attempt=attempt,
                        reason=f"moving off {attempt.node}: its VM is destroyed and its slots wiped, then it is placed "
                               "again on a healthy node, keeping its end")  # fmt: skip

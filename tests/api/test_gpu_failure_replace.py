@@ -67,7 +67,8 @@ async def test_an_allocation_whose_gpu_fails_moves_to_a_healthy_node_keeping_its
     steps = [(e["step"], e["state"]) for e in moved["events"]]
     assert ("gpu_failed", "degraded") in steps, str(steps)
     told = steps.index(("gpu_failed", "degraded"))
-    assert steps[told + 1] == ("replace", "placing") and steps[-1] == ("ready", "active")
+    assert steps[told + 1 : told + 3] == [("attempt_failed", "placing"), ("replace", "placing")], str(steps)
+    assert steps[-1] == ("ready", "active")
     event = next(e for e in moved["events"] if e["step"] == "gpu_failed")
     assert event["reason"] == (f"the GPU of slot {sick_node}/0 failed (the GPU {gpu} is gone from the PCI bus); its "
                                "pool moves it to a healthy node")  # fmt: skip
@@ -89,8 +90,13 @@ async def test_an_allocation_whose_gpu_fails_moves_to_a_healthy_node_keeping_its
     assert "unhealthy GPUs" in refused["failure_reason"]
 
     assert (await stack.http.delete(f"/v1/allocations/{held}", headers=stack.acme)).status_code == 202
-    await stack.wait_for(held, "released")
+    released = await stack.wait_for(held, "released")
     assert stack.lab.vm_records() == []
+    # Over, its attempts are read from the trail alone (as when the workflow does not answer its query): the
+    # replaced one reads failed, with the GPU's reason, not cut short.
+    assert {"number": old["number"], "node": sick_node, "outcome": "failed", "reason": old["reason"]} in released[
+        "attempts"
+    ], released["attempts"]
 
     # Three runs: the placement, the hold that moved it (continued as new into the next), the new hold. Each replays
     # on this code; BERTH_RECORD_HISTORIES=1 keeps them for tests/workflows/test_replay.py.
