@@ -9,8 +9,9 @@
     3. for each candidate  plan_bundles (node lease) -> record_claims -> create_vm -> wait_ready;
                            a failure compensates what the attempt did, in reverse, and moves to the next node;
                            when the list runs out, the cluster level re-plans once (`find_candidates`)
-    4. active              the run continues as new into its hold run, which holds the capacity until `release` or
-                           cancellation, then tears down (destroy_vm and wipe, release_claims)
+    4. active              the run holds the capacity until `release`, cancellation, its end or a preemption, then
+                           tears down (destroy_vm and wipe, release_claims); a hold whose history grows long hands
+                           over to a fresh run of its own (continue-as-new), saying so on both
     5. no candidate left   fail with a non-retryable SkuUnavailable naming every attempt's node and reason
     6. capacity freed      releasing claims (a release, a cancel, a failed attempt's undo) walks the region's queue
                            in the same step
@@ -23,7 +24,8 @@ its slots quarantined rather than blocking the allocation forever.
 
 Revisions (`AllocationInput.revision`, workflows/allocation_messages.py): a run keeps the revision it started with.
 The code keeps the current revision and the previous one; a placement phase drains within its per-state deadlines,
-and a held allocation's long-lived run is the small hold run (docs/design.md, "Upgrading").
+and a held allocation of an older revision is handed over to a hold run on an operator's `hand_over` signal before
+an upgrade drops its revision (docs/design.md, "Upgrading").
 """
 
 from __future__ import annotations
@@ -75,18 +77,20 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.allocation_messages import (
         FINAL_STATES,
+        HOLD_IN_PLACEMENT_RUN,
         HOLDING_STATES,
         PLACING_STATES,
         AllocationInput,
         AllocationStatus,
         Attempt,
         ExtendRequest,
+        HandOverRequest,
         Held,
         ReleaseRequest,
         RetryAccepted,
         RetryRequest,
     )
-    from workflows.allocation_mirror import Mirror
+    from workflows.allocation_mirror import Mirror, search_attributes_of
     from workflows.cancellation import wait_unless_cancelled
     from workflows.recovery import SlotRecoveryInput, SlotRecoveryWorkflow
     from workflows.saga import Saga, shielded
@@ -98,6 +102,7 @@ R = TypeVar("R")
 CREATE_VM_TIMEOUT = timedelta(minutes=5)
 CREATE_VM_ATTEMPTS = 3
 REPLACE = ("placing", "replace")  # the hold's ending when its pool replaces it off a failed GPU
+HAND_OVER = ("active", "hand_over")  # the hold's ending when it goes on in a fresh run (its history grew long)
 
 
 @workflow.defn(name="Allocation")
@@ -137,6 +142,7 @@ class AllocationWorkflow:
         # What its owner must be told while it holds (issue 27): (state to take, None to keep; step; reason).
         self.untold: list[tuple[str | None, str, str]] = []
         self.replacement: HealthNotice | None = None  # its pool replaces it off a failed GPU (`onGpuFailure`)
+        self.hand_over_asked: HandOverRequest | None = None  # an operator asked the hold to go on in a fresh run
 
     # -- the flow ---------------------------------------------------------------------------------------------------
 
@@ -148,12 +154,20 @@ class AllocationWorkflow:
                 region, first = await self.choose_placement()  # 1, 2 (queued between them and here, if it waits)
                 while not await self.place_or_wait(region, first):  # 3 (and 5 when nothing works)
                     region, first = await self.choose_placement(woken=True)
-                await self.continue_into_hold()  # 4, in the hold run
+                if not self.holds_itself():
+                    await self.continue_into_hold()  # revisions 2 and 3: 4 in a hold run of its own
             workflow.set_current_details(self.mirror.story())
             ending = await self.hold_until_released()  # 4
-            if ending == REPLACE:
-                await self.move_off_failed_gpu()  # 3 again, on a healthy node, then a new hold run
-                ending = "released", "release"  # released while it moved: the new placement is given back
+            while ending in (REPLACE, HAND_OVER):
+                if ending == HAND_OVER:
+                    await self.hand_over()  # continues as new, unless a release or a notice came meanwhile
+                elif not self.holds_itself():
+                    await self.move_off_failed_gpu()  # 3 again, then a new hold run (revisions 2 and 3)
+                    ending = "released", "release"  # released while it moved: the new placement is given back
+                    break
+                else:
+                    await self.move_off_failed_gpu()  # 3 again, on a healthy node, then the hold goes on
+                ending = await self.hold_until_released()
             await shielded(self.teardown(*ending))
         except BaseException as error:
             if is_cancelled_exception(error) and self.status.state not in FINAL_STATES:
@@ -432,10 +446,16 @@ class AllocationWorkflow:
 
     # -- the hold (step 4) ------------------------------------------------------------------------------------------
 
+    def holds_itself(self) -> bool:
+        """Revision 4 on: the run that places the allocation holds it too, so its page in the Temporal UI tells the
+        whole story and `active` is answered at once. Before, the placement run continued as new at `active`, and
+        Temporal's minimum interval between runs (1 s by default) kept the hold run from answering meanwhile."""
+        return self.input.revision >= HOLD_IN_PLACEMENT_RUN
+
     async def continue_into_hold(self) -> None:
-        """Hand the active allocation to a fresh run that only holds it, so the history that lives for the
-        allocation's lifetime is small. A release taken while this run finished its work is served here instead,
-        and so is a cancellation (one the SDK swallowed included: the hold run would never hear of it)."""
+        """Revisions 2 and 3: hand the active allocation to a fresh run that only holds it. A release taken while this
+        run finished its work is served here instead, and so is a cancellation (one the SDK swallowed included: the
+        hold run would never hear of it)."""
         await self.mirror.write_trail()
         await wait_unless_cancelled(workflow.all_handlers_finished)
         if self.release_requested:
@@ -443,6 +463,44 @@ class AllocationWorkflow:
         held = Held(status=self.status, deadlines=self.clock.deadlines, active_since=self.active_since,
                     max_lease_seconds=self.max_lease)  # fmt: skip
         workflow.continue_as_new(self.input.model_copy(update={"held": held}))
+
+    def hand_over_due(self) -> str | None:
+        """Why the hold should go on in a fresh run now, or None. Its history reached `Timing.hold_history_events`
+        (or Temporal suggests it: a history too long to keep replaying), or an operator asked (`hand_over`, before
+        an upgrade that drops this run's revision). A release or a preemption under way is served first."""
+        if not self.holds_itself() or self.release_requested or self.notice is not None:
+            return None
+        info, limit = workflow.info(), self.input.timing.hold_history_events
+        if self.hand_over_asked is not None:
+            return f"asked: {self.hand_over_asked.reason or 'an operator asked'}"
+        if info.is_continue_as_new_suggested():
+            return "Temporal suggested it: the history is long"
+        if info.get_current_history_length() >= limit:
+            return f"its history reached {limit} events"
+        return None
+
+    async def hand_over(self) -> None:
+        """Go on holding in a fresh run (continue-as-new) whose input carries the allocation (node, bundles,
+        attempts, end) and says which run it continues. This run's search attributes are unset before it closes, so
+        a filter on state, region, node or tenant lists the allocation once: by its open run. Returns, holding on
+        here, when a release or a preemption came while it wrote its trail."""
+        because = self.hand_over_due()
+        assert because is not None
+        self.set_state(self.status.state, "hand_over", reason=f"the hold goes on in a fresh run: {because}")
+        await wait_unless_cancelled(workflow.all_handlers_finished)
+        while self.mirror.trail:  # a handler's step written too, before the run closes
+            await self.mirror.write_trail()
+            await wait_unless_cancelled(workflow.all_handlers_finished)
+        if self.hand_over_due() is None:
+            return  # released or preempted meanwhile: served here
+        held = Held(status=self.status, deadlines=self.clock.deadlines, active_since=self.active_since,
+                    max_lease_seconds=self.max_lease, previous_run_id=workflow.info().run_id,
+                    handed_over_because=because)  # fmt: skip
+        workflow.upsert_search_attributes([key.value_unset() for key in sa.ALL])
+        workflow.continue_as_new(
+            self.input.model_copy(update={"held": held}),
+            search_attributes=search_attributes_of(self.input, self.status, self.mirror.published),
+        )
 
     def begin_lease(self, pool: str) -> None:
         """Active now: the end it asked for (`duration_seconds` from now, or `ends_at`), else its pool's `maxLease`
@@ -466,12 +524,18 @@ class AllocationWorkflow:
             await self.mirror.write_trail()
             if self.replacement is not None:
                 return REPLACE
+            if self.hand_over_due() is not None:
+                return HAND_OVER
             ends_at = self.status.ends_at
             if ends_at is None:
                 await wait_unless_cancelled(self.interrupted)
                 if self.tell_owner():
                     continue
-                return ("released", "release") if self.release_requested else await self.serve_notice()
+                if self.release_requested:
+                    return "released", "release"
+                if self.notice is None:
+                    continue  # a hand-over is due: the loop's top
+                return await self.serve_notice()
             warn_at = ends_at - timedelta(seconds=self.input.timing.expiry_warning_seconds)
             now = workflow.now()
             if now >= ends_at:
@@ -517,10 +581,17 @@ class AllocationWorkflow:
         first = await self.find_candidates(region)
         while not await self.place_or_wait(region, first):
             region, first = await self.choose_placement(woken=True)
-        await self.continue_into_hold()
+        if not self.holds_itself():
+            await self.continue_into_hold()
 
     def interrupted(self) -> bool:
-        return self.release_requested or self.end_moved or self.notice is not None or bool(self.untold)
+        return (
+            self.release_requested
+            or self.end_moved
+            or self.notice is not None
+            or bool(self.untold)
+            or self.hand_over_due() is not None
+        )
 
     def tell_owner(self) -> bool:
         """Record what its owner must be told (issue 27): a failed GPU (`degraded`) or its node being drained. It
@@ -681,6 +752,13 @@ class AllocationWorkflow:
             self.status.drain_told = True
             self.untold.append((None, "drain_notice", f"node {notice.node} is being drained ({notice.reason}): "
                                 "release this allocation and ask again; it keeps running until then"))  # fmt: skip
+
+    @workflow.signal(name="hand_over")
+    def hand_over_signal(self, request: HandOverRequest) -> None:
+        """Go on holding in a fresh run (revision 4 on; a run still being placed does so once active). Sent to every
+        held allocation of a revision before an upgrade drops its branches (docs/design.md, "Upgrading")."""
+        if self.hand_over_asked is None:
+            self.hand_over_asked = request
 
     @workflow.update
     async def retry(self, request: RetryRequest) -> RetryAccepted:

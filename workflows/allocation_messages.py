@@ -67,6 +67,12 @@ class Timing(BaseModel):
     expiry_warning_seconds: PositiveFloat = Field(
         default=900.0, description="How long before an allocation's end its owner is warned (`expiring`)."
     )
+    hold_history_events: int = Field(
+        default=1000,
+        ge=50,
+        description="A held run whose history reaches this many events hands over to a fresh run (continue-as-new), "
+        "as it does when Temporal suggests it: the page an operator opens stays readable.",
+    )
 
 
 # The allocation workflow's revision that runs started now get (`AllocationInput.revision`), and what each one
@@ -78,10 +84,16 @@ class Timing(BaseModel):
 #      release or cancellation and tears down: the long-lived history holds only the hold.
 #   3: a request that may wait (`AllocationInput.queue`) waits in its region's queue (`queued`) instead of failing.
 #      (Releasing claims walks the region's queue in every revision: the pass rides on the step, adding no command.)
+#   4: the run that reaches `active` holds it itself: the Temporal UI's page of the allocation tells its whole story,
+#      and nothing waits for the server's minimum interval between runs (`history.continueAsNewMinInterval`, 1 s).
+#      It hands over to a hold run only when its history grows long (Temporal's suggestion, or
+#      `Timing.hold_history_events`) or an operator asks (the `hand_over` signal, before an upgrade that drops its
+#      revision), and the run it leaves keeps no Berth search attribute, so every filter lists the allocation once.
 # The workflow keeps the branches of the previous revision only (docs/design.md, "Upgrading the allocation
-# workflow"): a placement phase in flight drains within its per-state deadlines; revision 2 differs only in never
-# being queued, which needs no branch (revision 1's hold in the placement run is gone).
-REVISION = 3
+# workflow"): a placement phase in flight drains within its per-state deadlines; revision 2 differs from 3 only in
+# never being queued, which needs no branch, and its hold runs are revision 3's.
+REVISION = 4
+HOLD_IN_PLACEMENT_RUN = 4  # the first revision whose placement run holds the allocation itself
 
 
 class AllocationInput(BaseModel):
@@ -157,7 +169,8 @@ class AllocationStatus(BaseModel):
 
 
 class Held(BaseModel):
-    """What a hold run takes over from the run that placed the allocation (revision 2, continue-as-new)."""
+    """What a hold run takes over from the run before it (continue-as-new): the run that placed the allocation
+    (revisions 2 and 3, at `active`), or a hold whose history grew long (revision 4)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -165,6 +178,8 @@ class Held(BaseModel):
     deadlines: Deadlines = Field(description="The chosen pool's: `releasing` bounds the teardown.")
     active_since: datetime | None = Field(default=None, description="When it became active (a lease counts from it).")
     max_lease_seconds: float | None = Field(default=None, description="The pool's `maxLease`: extensions stop there.")
+    previous_run_id: str | None = Field(default=None, description="The run it continues (revision 4): its story.")
+    handed_over_because: str | None = Field(default=None, description="Why that run handed over (revision 4).")
 
 
 AllocationInput.model_rebuild()
@@ -198,3 +213,9 @@ class ExtendRequest(BaseModel):
         if (self.seconds is None) == (self.ends_at is None):
             raise ValueError("an extension gives exactly one of seconds and ends_at")
         return self
+
+
+class HandOverRequest(BaseModel):
+    """Ask a held allocation's run to go on in a fresh run (the `hand_over` signal)."""
+
+    reason: str | None = None

@@ -185,9 +185,20 @@ class Mirror:
             "",
             f"region: {s.region or '-'} | pool: {s.pool or '-'} | node: {s.node or '-'}",
         ]
+        if s.bundles:
+            slots = ", ".join(f"{b.slot_id} (GPU {b.gpu_pci})" for b in s.bundles)
+            lines += ["", f"bundles: {slots}"]
         if s.attempts:
             lines += ["", "| attempt | node | outcome | reason |", "| --- | --- | --- | --- |"]
             lines += [f"| {a.number} | {a.node} | {a.outcome} | {a.reason or ''} |" for a in s.attempts]
+        held = self.input.held
+        if held is not None and held.previous_run_id is not None:
+            lines += [
+                "",
+                f"This run continues the hold of run `{held.previous_run_id}` ({held.handed_over_because}). The steps "
+                "that placed it are in the first run of this workflow id: Relationships, or the allocation's events "
+                "(`berth alloc get`).",
+            ]
         if s.ends_at is not None and s.state == "active":
             lines += [
                 "",
@@ -212,3 +223,24 @@ def initial_search_attributes(input: AllocationInput) -> TypedSearchAttributes:
             SearchAttributePair(sa.NODE, ""),
         ]
     )
+
+
+def search_attributes_of(
+    input: AllocationInput, status: AllocationStatus, published: dict[str, str]
+) -> TypedSearchAttributes:
+    """What the UI shows of a held allocation, for the fresh run a hold hands over to: the values its run published,
+    its end and whether its owner was warned."""
+    pairs: list[SearchAttributePair[Any]] = [
+        SearchAttributePair(sa.KIND, "allocation"),
+        SearchAttributePair(sa.STATE, published.get(sa.STATE.name, status.state)),
+        SearchAttributePair(sa.TENANT, input.tenant),
+        SearchAttributePair(sa.GPU_COUNT, input.request.gpu_count),
+        SearchAttributePair(sa.REGION, published.get(sa.REGION.name, status.region or "")),
+        SearchAttributePair(sa.NODE, published.get(sa.NODE.name, status.node or "")),
+    ]
+    if status.ends_at is not None:
+        pairs += [
+            SearchAttributePair(sa.ENDS_AT, status.ends_at),
+            SearchAttributePair(sa.EXPIRING, status.expiry_warned),
+        ]
+    return TypedSearchAttributes(pairs)

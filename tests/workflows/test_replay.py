@@ -2,11 +2,13 @@
 
 The files in histories/ were recorded from real runs (happy path with release, a fallthrough after a failed
 create, a cancellation while provisioning, a refusal, and since revision 3 a request that waited in its queue and
-was woken; an allocation with an end, extended, warned and expired, recorded by tests/workflows/test_leases.py; one preempted,
-by tests/workflows/test_preemption.py; one moved off a failed GPU by its pool, three runs, by
-tests/api/test_gpu_failure_replace.py), for
-the current revision (`allocation_replay-*`; an allocation that reached `active` is two runs, the
-placement and its hold, `_1` and `_2`) and for the previous one (`allocation_revision2-*`). The workflow keeps exactly those two revisions' branches (docs/design.md,
+was woken; an allocation with an end, extended, warned and expired, recorded by tests/workflows/test_leases.py; one
+preempted, by tests/workflows/test_preemption.py; one moved off a failed GPU by its pool, by
+tests/api/test_gpu_failure_replace.py; a hold handed over to a fresh run, two runs `_1` and `_2`, by
+tests/workflows/test_one_story.py), for the current revision (unprefixed: one run from placement to release) and
+for the previous one (`allocation_revision3-*`, where an allocation that reached `active` is two runs, the placement
+and its hold, `_1` and `_2`). `allocation_revision2-*` are kept while revision 2's hold runs may be open: their hold
+is revision 3's. The workflow keeps the current and the previous revisions' branches (docs/design.md,
 "Upgrading the allocation workflow"): when a revision retires, its files go with its branches. A change that would
 break running workflows fails here; it needs a new revision (or `workflow.patched(...)`). Re-record the current
 revision's files with BERTH_RECORD_HISTORIES=1.
@@ -78,8 +80,8 @@ async def test_fresh_histories_replay(temporal_client, sessions, tmp_path: Path)
 
         handles = (happy, fallthrough, refused, waiting)
         runs = {handle.id: await run_histories(temporal_client, handle.id) for handle in handles}
-    # The released allocations were placed in one run and held in the next; the others never reached `active`.
-    assert [len(runs[handle.id]) for handle in handles] == [2, 1, 1, 2]
+    # Each is one run: the released allocations were placed and held in the same run.
+    assert [len(runs[handle.id]) for handle in handles] == [1, 1, 1, 1]
     for histories in runs.values():
         for history in histories:
             await _replayer().replay_workflow(history)
