@@ -28,6 +28,8 @@ from cli.client import (
     segment,
 )
 from cli.output import OutputFormat, console, fail, print_json, styled
+from config.context import read_context
+from config.settings import Settings
 from scheduler.request import CapacityShape
 from workflows.allocation_messages import FINAL_STATES
 
@@ -148,6 +150,12 @@ def _render_list(allocations: list[AllocationSummary]) -> None:
     console.print(table)
 
 
+def _ui_link(workflow_id: str) -> str | None:
+    """The allocation's page in the Temporal UI, where `berth up`'s context says the UI is."""
+    context = read_context(Settings())
+    return context.workflow_link(workflow_id) if context is not None else None
+
+
 def _render_detail(allocation: AllocationDetail) -> None:
     """The allocation's story: what it is now, the bundles it holds, each attempt, and every step with its time."""
     state = _styled(allocation.state, STATE_STYLES)
@@ -157,6 +165,8 @@ def _render_detail(allocation: AllocationDetail) -> None:
     summary.add_row("Request", _request(allocation))
     summary.add_row("Placed", " / ".join(v or "-" for v in (allocation.region, allocation.pool, allocation.node)))
     summary.add_row("Workflow", styled("{}" if allocation.live else "{} [dim](not running)[/]", allocation.workflow_id))
+    if (link := _ui_link(allocation.workflow_id)) is not None:
+        summary.add_row("Temporal UI", Text(link))
     if allocation.failure_reason:
         summary.add_row("Failure", Text(allocation.failure_reason, style="red"))
     if allocation.ends_at is not None:

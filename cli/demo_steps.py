@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,8 +79,7 @@ class Demo:
     # -- plumbing ---------------------------------------------------------------------------------------------------
 
     def ui_link(self, workflow_id: str) -> str:
-        quoted = urllib.parse.quote(workflow_id, safe="")
-        return f"{self.context.temporal_ui_url}/namespaces/{self.context.temporal_namespace}/workflows/{quoted}"
+        return self.context.workflow_link(workflow_id) or "-"
 
     def call(self, method: str, path: str, expect: int, **kwargs: Any) -> dict[str, Any]:
         kwargs.setdefault("headers", self.acme)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
@@ -25,6 +26,13 @@ class StackContext(BaseModel):
     tenant_tokens: dict[str, str] = Field(default_factory=dict)
     pid: int | None = None  # the `berth up` process that owns the stack
     processes: dict[str, int] = Field(default_factory=dict)  # each supervised part's pid (postgres, api, ...)
+
+    def workflow_link(self, workflow_id: str) -> str | None:
+        """The workflow's page in the Temporal UI: its current run, which tells the allocation's whole story."""
+        if self.temporal_ui_url is None:
+            return None
+        quoted = urllib.parse.quote(workflow_id, safe="")
+        return f"{self.temporal_ui_url}/namespaces/{self.temporal_namespace}/workflows/{quoted}"
 
 
 class NotConfigured(RuntimeError):

@@ -84,7 +84,8 @@ def open_terminal(
             time.sleep(0.05)
         settings = Settings(state_dir=tmp_path / "state")
         context = StackContext(api_url=served.base_url, temporal_address=target, database_url=database_url,
-                               admin_token=served.admin_token, tenant_tokens=served.tenant_tokens)  # fmt: skip
+                               admin_token=served.admin_token, tenant_tokens=served.tenant_tokens,
+                               temporal_ui_url="http://127.0.0.1:8233")  # fmt: skip
         write_context(settings, context)
         yield Terminal(served, settings.state_dir, {**UNSET, "BERTH_STATE_DIR": str(settings.state_dir)})
 
@@ -114,6 +115,8 @@ def test_create_wait_get_list_and_release_with_no_flags(terminal: Terminal) -> N
     assert [b["slot_id"] for b in detail["bundles"]] == ["small/0", "small/1"]
     text = terminal.ok("alloc", "get", allocation_id)
     assert "Timeline" in text and "wait_ready" in text and "small/1" in text
+    # The allocation's page in the Temporal UI: the workflow id's current run, which tells the whole story.
+    assert f"http://127.0.0.1:8233/namespaces/default/workflows/allocation%2F{allocation_id}" in text
 
     assert f"Releasing allocation {allocation_id}" in terminal.ok("alloc", "release", allocation_id)
     released = terminal.wait_for(allocation_id, "released")
