@@ -135,6 +135,12 @@ class Demo:
         self.say(
             f"  active on {active['node']} ({active['pool']}), slot {[b['slot_index'] for b in active['bundles']]}"
         )
+        node = active["node"]
+        self.say(
+            f"  Its Temporal UI page (the link above) is one run from request to release: the timeline names "
+            f"choose_placement, plan_bundles on {node}, create_vm on {node} and wait_ready on {node}; User Metadata, "
+            "Current Details, says active, with its bundle and its attempt."
+        )
         self.call("DELETE", f"/v1/allocations/{allocation}", 202)
         released = self.settle(allocation)
         self.expect(released["state"] == "released", f"expected released, got {released['state']}")

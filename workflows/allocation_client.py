@@ -49,12 +49,12 @@ def summary(input: AllocationInput) -> str:
 
 
 async def start_allocation(
-    client: Client, input: AllocationInput, fingerprint: str | None = None
+    client: Client, input: AllocationInput, fingerprint: str | None = None, revision: int = REVISION
 ) -> WorkflowHandle[AllocationWorkflow, AllocationStatus]:
     """Start the allocation's workflow. A failed allocation may be started again under the same id (a new run);
     a running or completed one may not (`WorkflowAlreadyStartedError`). The run gets the workflow's current
-    revision, which it keeps for life."""
-    input = input.model_copy(update={"revision": REVISION})
+    revision, which it keeps for life (`revision`: the previous one, for a benchmark or a test that compares)."""
+    input = input.model_copy(update={"revision": revision})
     return await client.start_workflow(
         AllocationWorkflow.run,
         input,
@@ -83,8 +83,9 @@ def handle(client: Client, allocation_id: str) -> WorkflowHandle[AllocationWorkf
 async def status(client: Client, allocation_id: str, wait_seconds: float = DEFAULT_TIMEOUT) -> AllocationStatus:
     """The running workflow's own account. Only an open run answers: a closed one (released, failed, or terminated
     in the Temporal UI, which skips the compensation) would replay its last state, `active` for a terminated hold,
-    while the row and the reconciler know better (`WorkflowQueryRejectedError`). A query that reached the placement
-    run as it continued into its hold run is asked again: the hold run answers it."""
+    while the row and the reconciler know better (`WorkflowQueryRejectedError`). A query that reached a run as it
+    continued as new (a hold handing over, or revision 3's placement run at `active`) is asked again: the new run
+    answers it."""
 
     async def ask() -> AllocationStatus:
         while True:

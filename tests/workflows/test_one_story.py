@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -17,11 +18,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from bench.actions import run_histories
+from devstack.temporal import temporal_binary
 from tests.workflows.lab import FAST, lab_fleet, running_lab
 from workflows import allocation_client
 from workflows import search_attributes as sa
 from workflows.allocation import AllocationWorkflow
-from workflows.allocation_messages import AllocationStatus, ExtendRequest, HandOverRequest, Lease
+from workflows.allocation_messages import AllocationStatus, ExtendRequest, Lease
 
 HISTORIES = Path(__file__).parent / "histories"
 CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
@@ -108,9 +110,17 @@ async def test_a_hand_over_keeps_one_row_per_allocation_and_says_what_came_befor
             await until_active(temporal_client, name, every=0.1)
         first_run = handles["once-moves"].result_run_id
         assert first_run is not None
-        # An operator asks (as before an upgrade drops this revision): the hold goes on in a fresh run.
+        # An operator asks, as docs/design.md says to before an upgrade drops this revision: the Temporal CLI's batch
+        # signal to the runs a visibility query finds. The hold goes on in a fresh run.
         current = temporal_client.get_workflow_handle(handles["once-moves"].id)
-        await current.signal("hand_over", HandOverRequest(reason="upgrade"))
+        asked = await asyncio.to_thread(
+            subprocess.run,
+            [temporal_binary(), "workflow", "signal", "--address", temporal_client.service_client.config.target_host,
+             "--namespace", temporal_client.namespace, "--name", "hand_over", "--input", '{"reason": "upgrade"}',
+             "--yes", "--query", f"WorkflowType = 'Allocation' AND ExecutionStatus = 'Running' AND WorkflowId = '{current.id}'"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert asked.returncode == 0, asked.stderr
         await _until_runs(temporal_client, "once-moves", 2)
         status = await until_active(temporal_client, "once-moves")
         ids = {handle.id for handle in handles.values()}
