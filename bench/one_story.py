@@ -6,7 +6,7 @@ of its own (revision 3: continue-as-new at `active`) and in the run that placed 
 Sequential 1-GPU allocations on an idle stack (PostgreSQL, the Temporal dev server, the control worker in this
 process, the simulated hosts' agents in another behind the node gateway, as `bench.allocation` runs them), the two
 revisions alternating one for one so both see the same machine. Each is started as the API starts it, then read
-through `GET /v1/allocations/{id}` (the API in this process) every 5 ms until it says `active`; the release is sent
+through `GET /v1/allocations/{id}` (the API in this process) every `--poll-ms` until it says `active`; the release is sent
 through the API at once, and its answer timed. With the hold in its own run, Temporal keeps that run from starting
 until `history.continueAsNewMinInterval` (1 s by default) after the placement run started: a read meanwhile falls
 back to the row, and a release waits for the run.
@@ -37,7 +37,7 @@ SLOW_MS = 500.0  # the second mode: an allocation that waited for the hold run
 
 
 async def one(
-    stack: Stack, api: httpx.AsyncClient, headers: dict[str, str], queues: Queues, revision: int
+    stack: Stack, api: httpx.AsyncClient, headers: dict[str, str], queues: Queues, revision: int, poll: float
 ) -> dict[str, float]:
     allocation_id = f"story-{uuid.uuid4().hex[:10]}"
     request = PlacementRequest(gpu_count=1, tenant="bench")
@@ -48,7 +48,7 @@ async def one(
         response = await api.get(f"/v1/allocations/{allocation_id}", headers=headers)
         if response.status_code == 200 and response.json()["state"] == "active":
             break
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(poll)
     active = 1000 * (time.perf_counter() - started)
     sent = time.perf_counter()
     response = await api.delete(f"/v1/allocations/{allocation_id}", headers=headers)
@@ -84,10 +84,11 @@ async def main(args: argparse.Namespace) -> None:
             async with httpx.AsyncClient(transport=transport, base_url="http://berth", timeout=60) as api:
                 for n in range(args.pairs + 1):  # the first pair warms both paths up and is not counted
                     for revision in revisions:
-                        sample = await one(stack, api, headers, queues, revision)
+                        sample = await one(stack, api, headers, queues, revision, args.poll_ms / 1000)
                         if n:
                             samples[revision].append(sample)
-            print(f"\n{args.pairs} sequential 1-GPU allocations per revision, alternating, idle stack (ms)\n")
+            print(f"\n{args.pairs} sequential 1-GPU allocations per revision, alternating, idle stack, read every "
+                  f"{args.poll_ms:g} ms (ms)\n")  # fmt: skip
             print(
                 "| revision | start -> GET says active: p50 / p90 / max | over 500 ms | release answered: p50 / p90 / max | over 500 ms | runs |"
             )
@@ -106,4 +107,5 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=20)
+    parser.add_argument("--poll-ms", type=float, default=5.0, help="how often the client reads the allocation")
     asyncio.run(main(parser.parse_args()))

@@ -39,7 +39,7 @@ HISTORIES = Path(__file__).parent / "histories"
 
 
 async def replays(client: Client, handle: WorkflowHandle[Any, Any]) -> None:
-    """The run's histories (the placement run, and the hold run of an allocation that became active) replay on the
+    """The workflow's histories (its one run, or two when a hold handed over) replay on the
     current code, and are kept under histories/ with BERTH_RECORD_HISTORIES=1, so later changes must keep replaying
     them."""
     histories = await run_histories(client, handle.id)
