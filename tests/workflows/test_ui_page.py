@@ -20,6 +20,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from config.context import StackContext
+from devstack.process import stop
 from devstack.temporal import DevTemporal
 from tests.workflows.lab import lab_fleet, running_lab
 from workflows import allocation_client
@@ -51,8 +52,8 @@ async def ui_server(tmp_path: Path) -> AsyncIterator[DevTemporal]:
     server = await asyncio.to_thread(DevTemporal(tmp_path / "temporal").start)
     try:
         yield server
-    finally:
-        await asyncio.to_thread(server.stop)
+    finally:  # a throwaway server: no need for the graceful stop's wait for its clients
+        await asyncio.to_thread(stop, server.process, timeout=2.0)
 
 
 @pytest.fixture
