@@ -85,7 +85,9 @@ def check_admissible(snapshot: Snapshot, body: AllocationCreate) -> None:
     )
 
 
-async def check_quota(session: AsyncSession, snapshot: Snapshot, body: AllocationCreate) -> None:
+async def check_quota(
+    session: AsyncSession, snapshot: Snapshot, body: AllocationCreate, within_nominal: bool = False
+) -> None:
     """409 `quota_exceeded` when the tenant's quotas cannot admit the request now. `snapshot` gives the tenants'
     policy (the inventory cache's, which a fleet apply refreshes); their usage is read here, in the caller's session.
 
@@ -105,7 +107,7 @@ async def check_quota(session: AsyncSession, snapshot: Snapshot, body: Allocatio
         )
         for other in snapshot.tenants.values()
     )
-    refusal = quota_refusal(current, body.placement_request(tenant))
+    refusal = quota_refusal(current, body.placement_request(tenant, within_nominal=within_nominal))
     if refusal is None:
         return
     mine = usage.get(view.name, NO_USAGE)

@@ -195,7 +195,10 @@ class AllocationCreate(Strict):
             return max((self.ends_at - datetime.now(UTC)).total_seconds(), 0.001)
         return self.duration
 
-    def placement_request(self, tenant: str | None, exclude_nodes: frozenset[str] = frozenset()) -> PlacementRequest:
+    def placement_request(
+        self, tenant: str | None, exclude_nodes: frozenset[str] = frozenset(), within_nominal: bool = False
+    ) -> PlacementRequest:
+        """`within_nominal`: its PriorityClass is non-preemptible (the route looks the class up)."""
         return PlacementRequest(
             gpu_count=self.gpu_count,
             gpu_product=self.gpu_product,
@@ -208,6 +211,7 @@ class AllocationCreate(Strict):
             gpus=frozenset(self.gpus),
             exclude_nodes=exclude_nodes,
             lease_seconds=self.lease_seconds(),
+            within_nominal=within_nominal,
         )
 
 

@@ -66,6 +66,13 @@ async def _priority(session: AsyncSession, tenant: TenantRow, asked: str | None)
     return classes[asked][0], asked
 
 
+async def within_nominal(session: AsyncSession, asked: str | None) -> bool:
+    """Whether the request's PriorityClass (the one it names, else the default) is `nonPreemptible`: such a request
+    is admitted only within its tenant's nominal quota, never on borrowed GPUs."""
+    _, fact = (await queue.class_facts(session)).of(asked)
+    return bool(fact and fact.non_preemptible)
+
+
 def queue_ceiling(snapshot: Snapshot, tenant: TenantRow, request: PlacementRequest) -> int:
     """The most GPUs the tenant could ever hold of what the request wants (its quotas, plus what an idle cohort
     could lend it): a request that waits and is larger than this is refused at once, since waiting could never

@@ -122,6 +122,7 @@ class ClaimInput(Model):
     tenant: str
     gpu_count: int
     bundles: list[Bundle]
+    within_nominal: bool = False  # of a non-preemptible class: its quota is re-checked without borrowing
     trail: AuditTrail = Field(default_factory=AuditTrail)
 
 

@@ -53,6 +53,14 @@ class WithinTenant(StrEnum):
     LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
 
 
+class ClassPreemptionPolicy(StrEnum):
+    """Whether a queued request of a PriorityClass may displace others (Kubernetes' PriorityClass
+    `preemptionPolicy`): `Never` waits for capacity without displacing anyone."""
+
+    PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+    NEVER = "Never"
+
+
 class ReclaimWithinCohort(StrEnum):
     """Whether it may take back quota lent to other tenants of its cohort from their borrowing allocations."""
 

@@ -3,18 +3,23 @@
 A queued request that does not fit may take GPUs back from running allocations when policy allows, in Kueue's terms
 (its `preemption` of a ClusterQueue, here a Tenant's) and with kube-scheduler's choice of node:
 
+    never      a request of a PriorityClass with `preemptionPolicy: Never` (Kubernetes) displaces nobody, and an
+               allocation of a `nonPreemptible` class (KAI-Scheduler) is never displaced;
     eligible   a running allocation is a candidate when one rule lets the request displace it:
                - it is of a `preemptible` (spot) PriorityClass and the request is not: anyone may displace it;
                - it is the request's own tenant's, and `withinTenant` allows it (`LowerPriority`: a lower priority;
-                 `LowerOrNewerEqualPriority`: also an equal one started after the request was made);
-               - it is another tenant's of the request's cohort that borrows, and `reclaimWithinCohort` allows it
+                 `LowerOrNewerEqualPriority`: also an equal one created after the request: Kueue compares the two
+                 workloads' creation times);
+               - it is another tenant's of the request's cohort, that tenant borrows now (uses more than its
+                 nominal quota), and `reclaimWithinCohort` allows it
                  (`LowerPriority` or `Any`); when the request would still borrow once admitted, only if
                  `borrowWithinCohort` is `LowerPriority` and the allocation's priority is below the request's and at
                  most `maxPriorityThreshold`;
-               and, for another tenant's allocation that is not preemptible, fair sharing holds: that tenant's
-               weighted share afterwards is not smaller than the request's tenant's would be.
-    order      other tenants' allocations that borrow in the cohort first, then lower priority, then the most
-               recently started (Kueue's candidate order).
+               No shares are compared: Kueue's classic preemption (fair sharing off, its default) decides by these
+               three policies alone, so a lender reclaims from a borrower whatever either holds.
+    order      allocations of other tenants of the cohort that borrow now first (their tenant's state at the
+               decision, as Kueue orders by its ClusterQueues' state), then lower priority, then the most recently
+               started (Kueue's candidate order).
     quota      (the tenant or its cohort has no quota left, the fleet has room) candidates in order are taken until
                the request fits its quota, then every victim no longer needed is given back, the last taken first;
                if all of them would not make it fit, nothing is preempted.
@@ -36,7 +41,6 @@ from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTena
 from scheduler import cluster, quota
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
-from scheduler.shares import capacity_by_product, dominant_share
 from scheduler.snapshot import Snapshot
 from scheduler.views import SlotState, TenantView
 
@@ -51,8 +55,14 @@ class Running:
     gpus: int
     priority: int
     started: float  # when it became active (seconds since the epoch): the newest goes first among equals
-    borrowed: int = 0  # GPUs beyond its tenant's quota when it was claimed (its cohort lent them)
+    borrowed: int = 0  # its own part of what its tenant borrowed when it was claimed (shown; order asks the tenant)
     preemptible: bool = False  # of a `preemptible` PriorityClass: anyone not preemptible may displace it
+    created: float | None = None  # when it was requested (None: its start): `LowerOrNewerEqualPriority` compares it
+    non_preemptible: bool = False  # of a `nonPreemptible` PriorityClass: never displaced
+
+    @property
+    def requested(self) -> float:
+        return self.created if self.created is not None else self.started
 
 
 @dataclass(frozen=True)
@@ -60,9 +70,10 @@ class Preemptor:
     allocation_id: str
     tenant: str
     priority: int
-    created: float  # when it was requested: `LowerOrNewerEqualPriority` displaces equal priorities started later
+    created: float  # when it was requested: `LowerOrNewerEqualPriority` displaces equal priorities requested later
     request: PlacementRequest
     preemptible: bool = False
+    never_preempts: bool = False  # of a class with `preemptionPolicy: Never`
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,8 @@ def plan_preemption(
 ) -> Preemption | str:
     """The preemption that places `preemptor`, refused now with code `refused` (`quota_exceeded` or
     `insufficient_capacity`), or why there is none."""
+    if preemptor.never_preempts:
+        return "its PriorityClass never preempts (preemptionPolicy: Never)"
     running = [r for r in running if r.allocation_id != preemptor.allocation_id]
     if refused == Reason.QUOTA_EXCEEDED:
         return _for_quota(snapshot, region, preemptor, running)
@@ -91,8 +104,20 @@ def plan_preemption(
 # -- who may be displaced, and in which order -------------------------------------------------------------------------
 
 
+# Kueue's names for the rules (the `Preempted` condition's reason on a preempted Workload), shown beside Berth's words.
+IN_CLUSTER_QUEUE = "InClusterQueue"  # withinTenant
+IN_COHORT_RECLAMATION = "InCohortReclamation"  # reclaimWithinCohort
+IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"  # borrowWithinCohort
+
+
+def kueue_named(words: str, rule: str) -> str:
+    return f"{words} (Kueue: {rule})"
+
+
 def eligibility(snapshot: Snapshot, preemptor: Preemptor, victim: Running) -> str | None:
-    """The rule that lets the preemptor displace `victim`, in words, or None."""
+    """The rule that lets the preemptor displace `victim`, in words (and Kueue's name for it), or None."""
+    if victim.non_preemptible:
+        return None  # KAI: a non-preemptible workload is never a victim
     if victim.preemptible and not preemptor.preemptible:
         return "of a preemptible PriorityClass"
     tenants = snapshot.tenants
@@ -103,64 +128,49 @@ def eligibility(snapshot: Snapshot, preemptor: Preemptor, victim: Running) -> st
     if victim.tenant == preemptor.tenant:
         lower = victim.priority < preemptor.priority
         if policy.within_tenant is WithinTenant.LOWER_PRIORITY and lower:
-            return f"withinTenant {policy.within_tenant}: priority {victim.priority} < {preemptor.priority}"
-        newer = victim.priority == preemptor.priority and victim.started > preemptor.created
+            words = f"withinTenant {policy.within_tenant}: priority {victim.priority} < {preemptor.priority}"
+            return kueue_named(words, IN_CLUSTER_QUEUE)
+        newer = victim.priority == preemptor.priority and victim.requested > preemptor.created
         if policy.within_tenant is WithinTenant.LOWER_OR_NEWER_EQUAL_PRIORITY and (lower or newer):
-            return f"withinTenant {policy.within_tenant}: priority {victim.priority}, started after the request"
+            words = f"withinTenant {policy.within_tenant}: priority {victim.priority}, requested after this request"
+            return kueue_named(words, IN_CLUSTER_QUEUE)
         return None
     theirs = tenants.get(victim.tenant)
-    if mine.cohort is None or theirs is None or theirs.cohort != mine.cohort or not _borrows(theirs, victim):
+    if mine.cohort is None or theirs is None or theirs.cohort != mine.cohort or not borrows(theirs):
         return None
     if policy.reclaim_within_cohort is ReclaimWithinCohort.NEVER:
         return None
     if policy.reclaim_within_cohort is ReclaimWithinCohort.LOWER_PRIORITY and victim.priority >= preemptor.priority:
         return None
+    rule = IN_COHORT_RECLAMATION
     if _would_borrow(snapshot, preemptor):
+        rule = IN_COHORT_RECLAIM_WHILE_BORROWING
         threshold = policy.max_priority_threshold
         if policy.borrow_within_cohort is not BorrowWithinCohort.LOWER_PRIORITY:
             return None
         if victim.priority >= preemptor.priority or (threshold is not None and victim.priority > threshold):
             return None
-    if not _fair(snapshot, preemptor, victim):
-        return None
-    return f"reclaimWithinCohort {policy.reclaim_within_cohort}: tenant {victim.tenant} borrows in cohort {mine.cohort}"
+    words = (
+        f"reclaimWithinCohort {policy.reclaim_within_cohort}: tenant {victim.tenant} borrows in cohort {mine.cohort}"
+    )
+    return kueue_named(words, rule)
 
 
-def candidate_order(preemptor: Preemptor, victim: Running) -> tuple[int, int, float]:
-    """Kueue's order: other tenants' borrowing allocations first, then lower priority, then the newest."""
-    other_borrower = victim.tenant != preemptor.tenant and victim.borrowed > 0
+def candidate_order(snapshot: Snapshot, preemptor: Preemptor, victim: Running) -> tuple[int, int, float]:
+    """Kueue's order: allocations of other tenants that borrow now first, then lower priority, then the newest."""
+    theirs = snapshot.tenants.get(victim.tenant)
+    other_borrower = victim.tenant != preemptor.tenant and theirs is not None and borrows(theirs)
     return (0 if other_borrower else 1, victim.priority, -victim.started)
 
 
-def _borrows(tenant: TenantView, victim: Running) -> bool:
-    return victim.borrowed > 0 or quota.used(tenant) > tenant.gpu_quota
+def borrows(tenant: TenantView) -> bool:
+    """Whether the tenant uses more than its nominal quota now: Kueue's ClusterQueue that is borrowing."""
+    return quota.used(tenant) > tenant.gpu_quota
 
 
 def _would_borrow(snapshot: Snapshot, preemptor: Preemptor) -> bool:
     tenant = snapshot.tenants[preemptor.tenant]
     return quota.used(tenant) + preemptor.request.gpu_count > tenant.gpu_quota
-
-
-def _fair(snapshot: Snapshot, preemptor: Preemptor, victim: Running) -> bool:
-    """Fair sharing: displacing `victim` never leaves its tenant with a smaller weighted share than the preemptor's
-    tenant would hold once placed."""
-    capacity = capacity_by_product(snapshot)
-    holdings = [(t.name, product, gpus) for t in snapshot.tenants.values() for product, _, gpus in t.held]
-    usage: dict[str, dict[str, int]] = {}
-    for tenant, product, gpus in holdings:
-        usage.setdefault(tenant, {})[product.casefold()] = usage.get(tenant, {}).get(product.casefold(), 0) + gpus
-    product = next((p for p in capacity if preemptor.request.wants_product(p)), None)
-    victim_product = next((p.gpu_product.casefold() for p in snapshot.pools_of(victim.node) if p.gpu_product), product)
-    mine = dict(usage.get(preemptor.tenant, {}))
-    if product is not None:
-        mine[product] = mine.get(product, 0) + preemptor.request.gpu_count
-    theirs = dict(usage.get(victim.tenant, {}))
-    if victim_product is not None:
-        theirs[victim_product] = max(0, theirs.get(victim_product, 0) - victim.gpus)
-    weight = {name: view.weight for name, view in snapshot.tenants.items()}
-    mine_share = dominant_share(mine, capacity, weight.get(preemptor.tenant, 1.0))
-    theirs_share = dominant_share(theirs, capacity, weight.get(victim.tenant, 1.0))
-    return theirs_share >= mine_share
 
 
 # -- the two cases ----------------------------------------------------------------------------------------------------
@@ -215,7 +225,7 @@ def _for_capacity(snapshot: Snapshot, region: str, preemptor: Preemptor, running
 def _candidates(snapshot: Snapshot, preemptor: Preemptor, running: Iterable[Running]) -> dict[Running, str]:
     """The allocations the preemptor may displace, in the order they are taken, each with its rule."""
     eligible = [(r, why) for r in running if (why := eligibility(snapshot, preemptor, r)) is not None]
-    eligible.sort(key=lambda pair: candidate_order(preemptor, pair[0]))
+    eligible.sort(key=lambda pair: candidate_order(snapshot, preemptor, pair[0]))
     return dict(eligible)
 
 

@@ -12,7 +12,8 @@ admission pass walks the queue in order on the capacity as it is now:
                            admissions counted, nodes reserved for the head left out)
            placed   -> the first choice is set aside for it (a plan in progress) and the walk goes on
            refused  -> StrictFIFO: the walk stops; everyone behind waits "behind" it (a request held back by its
-                       own tenant's quota waits alone: it blocks no other tenant)
+                       own tenant's quota blocks only its own tenant's requests behind it, as Kueue's StrictFIFO
+                       blocks a ClusterQueue behind its head, whatever holds the head)
                        BestEffortFIFO: each tenant's first request refused for capacity gets a reservation
                        (below), and the walk goes on around it
       -> verdicts: position, share, and the node set aside or the reason it waits
@@ -62,8 +63,10 @@ class QueuedRequest:
     priority: int
     arrival: int
     request: PlacementRequest
-    enqueued: float = 0.0  # when it entered the queue (seconds since the epoch): preemption's "newer" compares it
+    enqueued: float = 0.0  # when it entered the queue (seconds since the epoch)
     preemptible: bool = False  # of a preemptible PriorityClass: it displaces nobody
+    created: float = 0.0  # when it was requested: preemption's "newer" compares it (Kueue: creation times)
+    never_preempts: bool = False  # of a class with `preemptionPolicy: Never`: it displaces nobody
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ def admission_pass(
     walk = _Walk(snapshot, usage, capacity)
     result = PassResult()
     blocked_by: QueuedRequest | None = None
+    blocked_tenants: dict[str, QueuedRequest] = {}  # StrictFIFO: a tenant whose head its own quota holds back
     reserved: set[str] = set()
     heads: set[str] = set()  # tenants with a request that holds a node
     # The weighted dominant share each tenant with waiting requests would hold were shares equal: a tenant below it
@@ -150,6 +154,12 @@ def admission_pass(
             reason = (
                 f"behind {position - 1} request(s): the head, {blocked_by.allocation_id}, does not fit (StrictFIFO)"
             )
+            result.verdicts.append(
+                Verdict(entry.allocation_id, position, share, reason=reason, code=Reason.QUEUED_BEHIND)
+            )
+            continue
+        if (own_head := blocked_tenants.get(entry.tenant)) is not None:
+            reason = f"behind {own_head.allocation_id}, its tenant's request ahead of it, held back by its quota (StrictFIFO)"
             result.verdicts.append(
                 Verdict(entry.allocation_id, position, share, reason=reason, code=Reason.QUEUED_BEHIND)
             )
@@ -169,8 +179,10 @@ def admission_pass(
         if preempted is not None:
             result.verdicts.append(dataclasses.replace(verdict, **preempted))
             continue
-        if strategy is QueueingStrategy.STRICT_FIFO and code != Reason.QUOTA_EXCEEDED:
-            blocked_by = entry  # a head held back by its own tenant's quota blocks nobody else
+        if strategy is QueueingStrategy.STRICT_FIFO and code == Reason.QUOTA_EXCEEDED:
+            blocked_tenants.setdefault(entry.tenant, entry)  # its tenant's later requests wait behind it
+        elif strategy is QueueingStrategy.STRICT_FIFO:
+            blocked_by = entry
         elif code == Reason.INSUFFICIENT_CAPACITY and (
             entry.tenant not in heads or walk.share(entry.tenant, promised=True) < fair
         ):
@@ -214,8 +226,8 @@ class _Preempting:
             return {"nomination": standing, "reason": why, "code": Reason.PREEMPTING, "reserved": standing.node}
         if code not in (Reason.INSUFFICIENT_CAPACITY, Reason.QUOTA_EXCEEDED):
             return None
-        preemptor = Preemptor(entry.allocation_id, entry.tenant, entry.priority, entry.enqueued, request,
-                              preemptible=entry.preemptible)  # fmt: skip
+        preemptor = Preemptor(entry.allocation_id, entry.tenant, entry.priority, entry.created or entry.enqueued,
+                              request, preemptible=entry.preemptible, never_preempts=entry.never_preempts)  # fmt: skip
         outcome = plan_preemption(snapshot, entry.region, preemptor, self.running, code)
         if isinstance(outcome, str):
             return None

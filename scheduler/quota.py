@@ -1,16 +1,24 @@
 """Quotas that borrow and lend (issue 24): Kueue's cohort rules, over a tenant's GPUs and over its GPUs of one
 product (and region).
 
-Every quota is an account: a nominal figure, what the tenant holds against it, and the limits of its cohort:
+Every quota is an account: a nominal figure, what the tenant holds against it, and the limits of its cohort. As in
+Kueue, quota is a cap whatever the hardware: a cohort's members together never use more than they own, and a
+member whose quota is lent out gets it back by preemption (`reclaimWithinCohort`), not from free hardware beyond
+the cohort's sum.
 
-    used(m)      GPUs tenant m holds against the account: active, in flight, releasing with claims
-                 (store.snapshot.holds_gpus)
-    borrowed(m)  max(0, used(m) - nominal(m))                     what m uses beyond its own quota
-    lendable(m)  min(lendingLimit(m), max(0, nominal(m) - used(m)))  what m's unused quota offers the others
+    used(m)        GPUs tenant m holds against the account: active, in flight, releasing with claims
+                   (store.snapshot.holds_gpus)
+    guaranteed(m)  nominal(m) - lendingLimit(m) (0 without a lending limit)   what only m may use
+    in_cohort(m)   nominal(m) - guaranteed(m)                                 what m puts in the cohort's pool
+    drawn(m)       max(0, used(m) - guaranteed(m))                            what m draws from that pool
+    borrowed(m)    max(0, used(m) - nominal(m))                               what m uses beyond its own quota
 
-    a request of g GPUs of tenant t fits an account when used(t) + g <= nominal(t), or, t being in a cohort,
-      used(t) + g - nominal(t) <= borrowingLimit(t)                and
-      sum of borrowed over the cohort, t's with the request   <=   sum of lendable over the cohort
+    available(t) = max(0, guaranteed(t) - used(t))                            t's own, which nobody else draws
+                 + min(sum of in_cohort - sum of drawn, over the cohort,       the pool, t's own part included
+                       in_cohort(t) - drawn(t) + borrowingLimit(t))            t's reach into it, when limited
+    a request of g GPUs of tenant t fits when g <= available(t); without a cohort, when used(t) + g <= nominal(t)
+
+This is Kueue's `available` over a resource node and its cohort (pkg/cache, resource_node.go), for one level.
 
 A tenant has one account for all its GPUs (`gpuQuota`, `borrowingLimit`, `lendingLimit`), and, when its fleet file
 gives `quotas`, one per GPU product (in one region, or in every region together: Kueue's nominal quota per
@@ -18,8 +26,8 @@ resource flavor). A placement on a node must fit both: the total, and the produc
 product and region; a product (or region) none of its `quotas` names is not the tenant's to use. Within a cohort,
 an account lends only to the same account of the other members (the same product and region).
 
-An allocation placed beyond a nominal quota runs on borrowed quota and is marked so (`allocations.borrowed_gpus`),
-for preemption to reclaim later. Unset limits are unlimited; a tenant in no cohort has its nominal quotas as hard
+An allocation placed beyond a nominal quota runs on borrowed quota and records its own part of the borrowing
+(`allocations.borrowed_gpus`: of a 1-GPU allocation, at most 1); preemption asks whether its tenant borrows now. Unset limits are unlimited; a tenant in no cohort has its nominal quotas as hard
 caps, as before.
 """
 
@@ -58,14 +66,19 @@ class Account:
         return max(0, self.used - self.nominal)
 
     @property
-    def lendable(self) -> int:
-        limit = self.lending_limit if self.lending_limit is not None else UNLIMITED
-        return min(limit, max(0, self.nominal - self.used))
+    def guaranteed(self) -> int:
+        """What only this tenant may use: the part of its quota above its lending limit."""
+        return max(0, self.nominal - self.lending_limit) if self.lending_limit is not None else 0
 
     @property
-    def lendable_when_idle(self) -> int:
-        limit = self.lending_limit if self.lending_limit is not None else UNLIMITED
-        return min(limit, self.nominal)
+    def in_cohort(self) -> int:
+        """What its quota puts in the cohort's pool (all of it, or its lending limit)."""
+        return self.nominal - self.guaranteed
+
+    @property
+    def drawn(self) -> int:
+        """What it draws from the cohort's pool: its use beyond its guaranteed part."""
+        return max(0, self.used - self.guaranteed)
 
 
 def used(tenant: TenantView) -> int:
@@ -104,30 +117,54 @@ def flavor_account(tenant: TenantView, flavor: FlavorQuotaView) -> Account:
     )
 
 
-def decide_account(account: Account, gpus: int, cohort: Iterable[Account]) -> QuotaDecision:
-    """Whether `gpus` more fit `account`, borrowing from the same account of its cohort's other members."""
-    after = account.used + gpus
-    if after <= account.nominal:
-        return QuotaDecision(True, 0, "")
-    sums = f"{account.used_text} + {gpus} requested"
-    own = f"tenant {account.tenant} would exceed its {account.what}: {sums} > quota {account.nominal}"
+def available(account: Account, cohort: Iterable[Account]) -> int:
+    """How many more GPUs `account` may hold: its own unused guaranteed part, plus what its cohort's pool has left,
+    as far as its borrowing limit reaches (`cohort`: the same account of every member; its own is ignored there)."""
     if account.cohort is None:
+        return max(0, account.nominal - account.used)
+    members = [account, *(m for m in cohort if m.tenant != account.tenant)]
+    pool_left = sum(m.in_cohort for m in members) - sum(m.drawn for m in members)
+    if account.borrowing_limit is not None:
+        pool_left = min(pool_left, account.in_cohort - account.drawn + account.borrowing_limit)
+    return max(0, account.guaranteed - account.used) + max(0, pool_left)
+
+
+def decide_account(
+    account: Account, gpus: int, cohort: Iterable[Account], within_nominal: bool = False
+) -> QuotaDecision:
+    """Whether `gpus` more fit `account`, borrowing from the same account of its cohort's other members
+    (`within_nominal`: a non-preemptible request, which may not borrow)."""
+    cohort = list(cohort)
+    after = account.used + gpus
+    borrowed = max(0, after - account.nominal)
+    if within_nominal and borrowed:
+        return QuotaDecision(False, 0, (
+            f"tenant {account.tenant} would exceed its {account.what}: {account.used_text} + {gpus} requested > "
+            f"quota {account.nominal}, and a non-preemptible PriorityClass is admitted only within its nominal quota, "
+            "never on borrowed GPUs"
+        ))  # fmt: skip
+    room = available(account, cohort)
+    if gpus <= room:
+        return QuotaDecision(True, borrowed, "")
+    sums = f"{account.used_text} + {gpus} requested"
+    if account.cohort is None:
+        own = f"tenant {account.tenant} would exceed its {account.what}: {sums} > quota {account.nominal}"
         return QuotaDecision(False, 0, own)
-    over = after - account.nominal
-    limit = account.borrowing_limit if account.borrowing_limit is not None else UNLIMITED
-    if over > limit:
-        return QuotaDecision(False, 0, f"{own}, and {over} beyond it is more than its borrowingLimit {limit}")
     members = [m for m in cohort if m.tenant != account.tenant]
-    lendable = sum(m.lendable for m in members)
-    borrowed_by_others = sum(m.borrowed for m in members)
-    if borrowed_by_others + over > lendable:
-        left = max(0, lendable - borrowed_by_others - account.borrowed)
-        return QuotaDecision(
-            False,
-            0,
-            f"{own}, and cohort {account.cohort} has {left} GPUs left to lend ({over - account.borrowed} needed)",
-        )
-    return QuotaDecision(True, over, "")
+    if after <= account.nominal:
+        lent = sum(m.borrowed for m in members)
+        return QuotaDecision(False, 0, (
+            f"tenant {account.tenant} is within its {account.what} ({sums} <= quota {account.nominal}), but cohort "
+            f"{account.cohort} has lent it out: {lent} GPUs borrowed by other members; they come back as those are "
+            "released, or by preemption (reclaimWithinCohort)"
+        ))  # fmt: skip
+    own = f"tenant {account.tenant} would exceed its {account.what}: {sums} > quota {account.nominal}"
+    limit = account.borrowing_limit
+    if limit is not None and borrowed > limit:
+        return QuotaDecision(False, 0, f"{own}, and {borrowed} beyond it is more than its borrowingLimit {limit}")
+    left = max(0, room - max(0, account.nominal - account.used))
+    needed = borrowed - account.borrowed
+    return QuotaDecision(False, 0, f"{own}, and cohort {account.cohort} has {left} GPUs left to lend ({needed} needed)")
 
 
 def _members(tenant: TenantView, tenants: Iterable[TenantView]) -> list[TenantView]:
@@ -146,16 +183,17 @@ def _flavor_cohort(tenant: TenantView, flavor: FlavorQuotaView, tenants: Iterabl
     ]
 
 
-def decide(tenant: TenantView, gpus: int, tenants: Iterable[TenantView]) -> QuotaDecision:
+def decide(tenant: TenantView, gpus: int, tenants: Iterable[TenantView], within_nominal: bool = False) -> QuotaDecision:
     """Whether `gpus` more fit in `tenant`'s total quota, borrowing from its cohort (`tenants`: every tenant known,
-    usage applied) when it has one."""
+    usage applied) when it has one and the request may borrow."""
     cohort = [total_account(m) for m in _members(tenant, tenants)]
-    return decide_account(total_account(tenant), gpus, cohort)
+    return decide_account(total_account(tenant), gpus, cohort, within_nominal)
 
 
 def decide_flavor(
-    tenant: TenantView, product: str, region: str, gpus: int, tenants: Iterable[TenantView]
-) -> QuotaDecision:
+    tenant: TenantView, product: str, region: str, gpus: int, tenants: Iterable[TenantView],
+    within_nominal: bool = False,
+) -> QuotaDecision:  # fmt: skip
     """Whether `gpus` more of `product` in `region` fit the tenant's quota for them (always, for a tenant without
     per-product `quotas`), borrowing from the same quota of its cohort's members."""
     if tenant.quotas is None:
@@ -167,19 +205,20 @@ def decide_flavor(
             False, 0, f"tenant {tenant.name} has no quota for {product} in {region} (its quotas: {named})"
         )
     cohort = _flavor_cohort(tenant, flavor, tenants)
-    return decide_account(flavor_account(tenant, flavor), gpus, cohort)
+    return decide_account(flavor_account(tenant, flavor), gpus, cohort, within_nominal)
 
 
 def decide_placement(
-    tenant: TenantView, product: str | None, region: str, gpus: int, tenants: Iterable[TenantView]
-) -> QuotaDecision:
+    tenant: TenantView, product: str | None, region: str, gpus: int, tenants: Iterable[TenantView],
+    within_nominal: bool = False,
+) -> QuotaDecision:  # fmt: skip
     """Both checks for a placement on a node of `product` in `region`: the total, then the product's quota. The
     GPUs it borrows are the larger of the two."""
     tenants = list(tenants)
-    total = decide(tenant, gpus, tenants)
+    total = decide(tenant, gpus, tenants, within_nominal)
     if not total.fits or product is None:
         return total
-    flavor = decide_flavor(tenant, product, region, gpus, tenants)
+    flavor = decide_flavor(tenant, product, region, gpus, tenants, within_nominal)
     if not flavor.fits:
         return flavor
     return QuotaDecision(True, max(total.borrowed, flavor.borrowed), "")
@@ -188,7 +227,7 @@ def decide_placement(
 def _ceiling(account: Account, cohort: Iterable[Account]) -> int:
     if account.cohort is None:
         return account.nominal
-    lendable = sum(m.lendable_when_idle for m in cohort if m.tenant != account.tenant)
+    lendable = sum(m.in_cohort for m in cohort if m.tenant != account.tenant)
     limit = account.borrowing_limit if account.borrowing_limit is not None else UNLIMITED
     return account.nominal + min(limit, lendable)
 

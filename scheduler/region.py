@@ -163,7 +163,7 @@ def _tenant_quota(snapshot: Snapshot, tenant: TenantView, request: PlacementRequ
     placed on (a product it wants, a region it may use) has room: which pools may take it is the pool level's
     (`scheduler.pools.QuotaFilter`)."""
     tenants = snapshot.tenants.values()
-    decision = quota.decide(tenant, request.gpu_count, tenants)
+    decision = quota.decide(tenant, request.gpu_count, tenants, request.within_nominal)
     if not decision.fits or tenant.quotas is None:
         return decision
     places = _quota_places(snapshot, tenant, request)
@@ -174,7 +174,7 @@ def _tenant_quota(snapshot: Snapshot, tenant: TenantView, request: PlacementRequ
         )
     refusals = []
     for product, region in places:
-        flavor = quota.decide_flavor(tenant, product, region, request.gpu_count, tenants)
+        flavor = quota.decide_flavor(tenant, product, region, request.gpu_count, tenants, request.within_nominal)
         if flavor.fits:
             return decision
         refusals.append(flavor.message)

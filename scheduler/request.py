@@ -77,6 +77,11 @@ class PlacementRequest(BaseModel):
     reservation_id: str | None = Field(
         default=None, description="The reservation this allocation is the start of: its own hold is not in its way."
     )
+    within_nominal: bool = Field(
+        default=False,
+        description="Of a `nonPreemptible` PriorityClass: admitted only within its tenant's nominal quota, never on "
+        "GPUs borrowed from its cohort, which their owner may reclaim (KAI-Scheduler's non-preemptible workloads).",
+    )
 
     @model_validator(mode="after")
     def _gpus_pin_one_node(self) -> PlacementRequest:

@@ -128,6 +128,8 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
             "description": c.spec.description,
             "preemptible": c.spec.preemptible,
             "grace_seconds": c.spec.grace_period,
+            "never_preempts": c.spec.preemption_policy == "Never",
+            "non_preemptible": c.spec.non_preemptible,
         }  # fmt: skip
         for name, c in fleet.priority_classes.items()
     }

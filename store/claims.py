@@ -77,7 +77,7 @@ async def _record(session: AsyncSession, claim: ClaimInput) -> list[int]:
                 bundle=by_index[slot.slot_index].model_dump(mode="json"),
             )
         )
-    if borrowed:  # it runs on quota its cohort lent: marked, for preemption to reclaim
+    if borrowed:  # its own part of what its tenant borrows from the cohort: for the reader, and the usage reports
         await session.execute(
             update(AllocationRow).where(AllocationRow.id == claim.allocation_id).values(borrowed_gpus=borrowed)
         )
@@ -92,8 +92,9 @@ _PLACE_OF_NODE = text(
 
 
 async def _check_quota(session: AsyncSession, claim: ClaimInput) -> int:
-    """The tenant's quotas, re-checked under lock (its total, and its quota for the node's product and region):
-    how many of its GPUs would then be borrowed from its cohort.
+    """The tenant's quotas, re-checked under lock (its total, and its quota for the node's product and region): how
+    many of this allocation's GPUs are borrowed from its cohort (its own part of the tenant's excess: of 1 GPU, at
+    most 1, however much its tenant borrowed before).
 
     Quota checks are serialised per tenant, and per cohort when the tenant is in one (every member's row locked,
     in name order): two allocations cannot both take the last headroom, nor the last GPUs a cohort lends."""
@@ -116,10 +117,10 @@ async def _check_quota(session: AsyncSession, claim: ClaimInput) -> int:
     views = [tenant_view(member, usage.get(member.name, NO_USAGE)) for member in members]
     product, region = (await session.execute(_PLACE_OF_NODE, {"node": claim.node})).one_or_none() or (None, None)
     view = next(v for v in views if v.name == tenant.name)
-    decision = quota.decide_placement(view, product, region or "", claim.gpu_count, views)
+    decision = quota.decide_placement(view, product, region or "", claim.gpu_count, views, claim.within_nominal)
     if not decision.fits:
         raise QuotaExceeded(decision.message)
-    return decision.borrowed
+    return min(claim.gpu_count, decision.borrowed)
 
 
 async def release_claims(session: AsyncSession, allocation_id: str, attempt: int | None) -> int:

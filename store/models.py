@@ -112,6 +112,10 @@ class PriorityClassRow(Base):
     # Preemption (migration 0014, issue 26): spot, anyone may displace it; the notice before its release.
     preemptible: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
     grace_seconds: Mapped[float] = mapped_column(Float, nullable=False, server_default="30")
+    # Migration 0019: `preemptionPolicy: Never` (displaces nobody) and `nonPreemptible` (never displaced, admitted
+    # only within its tenant's nominal quota).
+    never_preempts: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
+    non_preemptible: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
 
 
 class InferenceClassRow(Base):

@@ -49,9 +49,10 @@ class QueueEntry:
     woken_at: datetime | None
     nominated_node: str | None = None
     victims: list[str] | None = None
+    created_at: datetime | None = None  # when the allocation was requested (preemption's "newer" compares it)
 
-    def queued(self, preemptible: bool = False) -> QueuedRequest:
-        """The entry as the scheduler's queue holds it (the request with its tenant)."""
+    def queued(self, fact: PriorityClassFacts | None = None) -> QueuedRequest:
+        """The entry as the scheduler's queue holds it (the request with its tenant; `fact`: its PriorityClass's)."""
         request = PlacementRequest.model_validate(self.request).model_copy(update={"tenant": self.tenant})
         return QueuedRequest(
             allocation_id=self.allocation_id,
@@ -61,7 +62,9 @@ class QueueEntry:
             arrival=self.arrival,
             request=request,
             enqueued=self.enqueued_at.timestamp(),
-            preemptible=preemptible,
+            created=(self.created_at or self.enqueued_at).timestamp(),
+            preemptible=fact is not None and fact.preemptible,
+            never_preempts=fact is not None and fact.never_preempts,
         )
 
     @property
@@ -91,6 +94,7 @@ _COLUMNS = (
     QueueEntryRow.enqueued_at, QueueEntryRow.deadline_at, QueueEntryRow.node, QueueEntryRow.reserved_node,
     QueueEntryRow.reason, QueueEntryRow.code, QueueEntryRow.woken_at, QueueEntryRow.nominated_node,
     QueueEntryRow.victims,
+    select(AllocationRow.created_at).where(AllocationRow.id == QueueEntryRow.allocation_id).scalar_subquery(),
 )  # fmt: skip
 
 
@@ -250,6 +254,8 @@ class PriorityClassFacts:
     value: int
     preemptible: bool
     grace_seconds: float
+    never_preempts: bool = False  # `preemptionPolicy: Never`
+    non_preemptible: bool = False  # `nonPreemptible`: never a victim, admitted within nominal quota only
 
 
 @dataclass(frozen=True)
@@ -286,11 +292,15 @@ async def class_facts(session: AsyncSession) -> PriorityClasses:
             PriorityClassRow.preemptible,
             PriorityClassRow.grace_seconds,
             PriorityClassRow.is_default,
+            PriorityClassRow.never_preempts,
+            PriorityClassRow.non_preemptible,
         )  # fmt: skip
     )
     facts, default = {}, None
-    for name, value, preemptible, grace, is_default in rows:
-        facts[name] = PriorityClassFacts(int(value), bool(preemptible), float(grace))
+    for name, value, preemptible, grace, is_default, never, non_preemptible in rows:
+        facts[name] = PriorityClassFacts(
+            int(value), bool(preemptible), float(grace), bool(never), bool(non_preemptible)
+        )
         default = name if is_default else default
     return PriorityClasses(facts, default)
 
@@ -316,15 +326,18 @@ async def active_allocations(session: AsyncSession, region: str) -> list[ActiveA
     )
     rows = await session.execute(
         select(AllocationRow.id, AllocationRow.tenant, AllocationRow.node_id, AllocationRow.gpu_count,
-               AllocationRow.borrowed_gpus, AllocationRow.request["priority_class"].astext, started.c.since)
+               AllocationRow.borrowed_gpus, AllocationRow.request["priority_class"].astext, started.c.since,
+               AllocationRow.created_at)
         .join(started, started.c.allocation_id == AllocationRow.id)
         .where(AllocationRow.region == region, AllocationRow.state == "active", AllocationRow.node_id.is_not(None))
     )  # fmt: skip
     result = []
-    for allocation_id, tenant, node, gpus, borrowed, named, since in rows:
+    for allocation_id, tenant, node, gpus, borrowed, named, since, created in rows:
         name, fact = classes.of(named)
         running = Running(allocation_id, tenant, node, int(gpus), fact.value if fact else 0, since.timestamp(),
-                          borrowed=int(borrowed), preemptible=bool(fact and fact.preemptible))  # fmt: skip
+                          borrowed=int(borrowed), preemptible=bool(fact and fact.preemptible),
+                          created=created.timestamp(),
+                          non_preemptible=bool(fact and fact.non_preemptible))  # fmt: skip
         result.append(ActiveAllocation(running, name, fact.grace_seconds if fact else 30.0))
     return result
 

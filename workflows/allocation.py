@@ -379,7 +379,8 @@ class AllocationWorkflow:
 
         self.set_state("claiming", "record_claims", node=node, attempt=attempt)
         claim = ClaimInput(allocation_id=allocation_id, attempt=attempt.number, node=node, tenant=self.input.tenant,
-                           gpu_count=request.gpu_count, bundles=plan.bundles)  # fmt: skip
+                           gpu_count=request.gpu_count, bundles=plan.bundles,
+                           within_nominal=request.within_nominal)  # fmt: skip
         try:
             await self.on_control(steps.record_claims, claim, deadline=self.clock.time_left(node))
         except ActivityError as error:

@@ -184,7 +184,7 @@ class AdmissionActivities:
             if strategy is None:  # the region left the fleet: its requests wait until they time out
                 verdicts = PassResult()
             else:
-                queued = [e.queued(_preemptible(facts, e.priority_class)) for e in judged]
+                queued = [e.queued(facts.get(e.priority_class) if e.priority_class else None) for e in judged]
                 running = [a.running for a in active.values()]
                 verdicts = admission_pass(snapshot, queued, usage, strategy, running, nominations)
             changed = [r for r in map(_record, verdicts.verdicts) if r != standing.get(r.allocation_id)]
@@ -206,11 +206,6 @@ class AdmissionActivities:
 
     def activities(self) -> list[object]:
         return [self.enter_queue, self.leave_queue, self.admit_queued]
-
-
-def _preemptible(facts: dict[str, queue.PriorityClassFacts], name: str | None) -> bool:
-    fact = facts.get(name) if name is not None else None
-    return fact is not None and fact.preemptible
 
 
 def _notices(

@@ -52,7 +52,7 @@ from api.models import (
     IdempotencyKey,
     RetryBody,
 )
-from api.queueing import queue_ceiling, queue_wait
+from api.queueing import queue_ceiling, queue_wait, within_nominal
 from api.request_checks import check_request
 from api.services import Services, services
 from api.temporal import Refused
@@ -105,13 +105,14 @@ def _input(
     exclude_nodes: list[str],
     key: str | None = None,
     wait: QueueWait | None = None,
+    nominal_only: bool = False,
 ) -> AllocationInput:
     tenant = body.tenant
     assert tenant is not None  # the recorded body always names its tenant
     return AllocationInput(
         allocation_id=allocation_id,
         tenant=tenant,
-        request=body.placement_request(tenant, frozenset(exclude_nodes)),
+        request=body.placement_request(tenant, frozenset(exclude_nodes), within_nominal=nominal_only),
         image=body.image,
         ssh_public_keys=body.ssh_public_keys,
         labels=body.labels,
@@ -174,14 +175,17 @@ async def create_allocation(
         snapshot = (await app.inventory.inventory(session)).snapshot
         check_admissible(snapshot, body)  # no host that big: 422 as well
         wait = await queue_wait(session, tenant_row, body)  # its queue timeout and priority: 422 if not allowed
+        nominal_only = await within_nominal(session, body.priority_class)  # a non-preemptible class never borrows
         if wait is None or body.gpu_count > queue_ceiling(snapshot, tenant_row, body.placement_request(tenant)):
-            await check_quota(session, snapshot, body)  # over quota now: 409 (one that waits and could fit waits)
+            await check_quota(session, snapshot, body, nominal_only)  # over quota now: 409 (one that waits may wait)
     await app.control.require_worker()
 
     allocation_id = keyed_allocation_id(tenant, idempotency_key) if idempotency_key else uuid.uuid4().hex[:16]
     tracing.tag_allocation(allocation_id)
     request = fingerprint(recorded)
-    outcome = await app.control.start(_input(app, allocation_id, body, [], idempotency_key, wait), request)
+    outcome = await app.control.start(
+        _input(app, allocation_id, body, [], idempotency_key, wait, nominal_only), request
+    )
     if not outcome.started:  # this key's workflow already exists: an earlier request's answer was lost
         assert idempotency_key is not None  # a random id never collides
         if outcome.fingerprint and outcome.fingerprint != request:
@@ -320,7 +324,10 @@ async def retry_allocation(
     async with app.sessions() as session:  # it waits again as its body asked, under today's fleet file
         tenant_row = await store.load_tenant(session, row.tenant)
         wait = await queue_wait(session, tenant_row, request) if tenant_row is not None else None
-    await app.control.restart(_input(app, allocation_id, request, exclude_nodes, row.idempotency_key, wait))
+        nominal_only = await within_nominal(session, request.priority_class)
+    await app.control.restart(
+        _input(app, allocation_id, request, exclude_nodes, row.idempotency_key, wait, nominal_only)
+    )
     try:
         async with app.sessions.begin() as session:
             await store.record_restarted(session, allocation_id)

@@ -88,7 +88,8 @@ async def _with_preemption(
         active = await queue.active_allocations(session, region)
     _, fact = classes.of(body.priority_class)
     preemptor = Preemptor("explain", tenant, fact.value if fact else 0, time.time(), body.placement_request(tenant),
-                          preemptible=bool(fact and fact.preemptible))  # fmt: skip
+                          preemptible=bool(fact and fact.preemptible),
+                          never_preempts=bool(fact and fact.never_preempts))  # fmt: skip
     outcome = plan_preemption(snapshot, region, preemptor, [a.running for a in active], code)
     if isinstance(outcome, str):
         return result

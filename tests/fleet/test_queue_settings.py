@@ -161,3 +161,28 @@ def test_a_weight_that_is_not_positive_is_refused(weight: str) -> None:
 def test_a_priority_class_without_a_usable_value_is_refused(spec: str, path: str) -> None:
     found = problems(REGION + priority_class("p", spec))
     assert [(where, at) for where, at, _ in found] == [("PriorityClass/p", path)]
+
+
+def test_a_class_that_never_preempts_and_one_never_preempted_are_read() -> None:
+    """Kubernetes' PriorityClass `preemptionPolicy` (PreemptLowerPriority, the default, or Never) and KAI's
+    non-preemptible workloads (`nonPreemptible`)."""
+    text = (
+        REGION
+        + priority_class("patient", "{value: 10, preemptionPolicy: Never}")
+        + priority_class("pinned", "{value: 20, nonPreemptible: true}")
+    )
+    classes = parse(text).priority_classes
+    assert (classes["patient"].spec.preemption_policy, classes["patient"].spec.non_preemptible) == ("Never", False)
+    assert (classes["pinned"].spec.preemption_policy, classes["pinned"].spec.non_preemptible) == (
+        "PreemptLowerPriority",
+        True,
+    )
+    assert problems(REGION + priority_class("p", "{value: 1, preemptionPolicy: Sometimes}")) == [
+        ("PriorityClass/p", "spec.preemptionPolicy", "Input should be 'PreemptLowerPriority' or 'Never'")
+    ]
+
+
+def test_a_class_both_preemptible_and_non_preemptible_is_refused() -> None:
+    assert problems(REGION + priority_class("p", "{value: 1, preemptible: true, nonPreemptible: true}")) == [
+        ("PriorityClass/p", "spec", "preemptible and nonPreemptible cannot both be true: a class is one or the other")
+    ]

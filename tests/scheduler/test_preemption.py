@@ -62,7 +62,7 @@ def test_within_tenant_lower_priority_takes_the_lowest_then_the_newest_and_only_
     # 4 GPUs: held-1 (2) is taken first, then held-0 (4); held-1 is then no longer needed and is given back.
     outcome = plan_preemption(fleet, "r1", preemptor("a", 4, 10), on_node, "insufficient_capacity")
     assert victims(outcome) == ["held-0"] and outcome.node == "a01" and outcome.case == "capacity"
-    assert outcome.reasons["held-0"] == "withinTenant LowerPriority: priority 0 < 10"
+    assert outcome.reasons["held-0"] == "withinTenant LowerPriority: priority 0 < 10 (Kueue: InClusterQueue)"
 
 
 def test_nothing_of_equal_or_higher_priority_and_nothing_without_a_policy() -> None:
@@ -117,6 +117,55 @@ def test_a_victim_whose_removal_does_not_free_a_placement_is_never_taken() -> No
     assert isinstance(outcome, str)
 
 
+def test_newer_means_requested_later_not_started_later() -> None:
+    """Kueue's LowerOrNewerEqualPriority compares the workloads' creation times: an allocation requested before the
+    preemptor is not newer, however late it started (it may have waited in its queue)."""
+    newer = PreemptionPolicy(within_tenant=WithinTenant.LOWER_OR_NEWER_EQUAL_PRIORITY)
+    fleet = policy(world(ONE_H100_NODE, ("a", "a01", 4), ("a", "a01", 4)), a=(newer, None))
+    on_node = [
+        running("held-0", "a", "a01", 4, 10, 150.0, created=50.0),  # requested before, started after: not newer
+        running("held-1", "a", "a01", 4, 10, 140.0, created=120.0),  # requested after the preemptor's 100
+    ]
+    assert victims(plan_preemption(fleet, "r1", preemptor("a", 4, 10), on_node, "insufficient_capacity")) == ["held-1"]
+
+
+def test_allocations_of_a_tenant_that_borrows_now_go_first_whatever_each_was_marked() -> None:
+    """Kueue orders candidates by their ClusterQueue's state at the decision (pkg/scheduler/preemption:
+    candidatesOrdering puts workloads of other ClusterQueues that are borrowing first, then lower priority), not by
+    what each workload borrowed when it was admitted. b borrows now (12 of a quota of 8), so its allocation on a01,
+    claimed while b was within its quota, goes before a's own lower-priority one there."""
+    fleet = world(TWO_H100_NODES, ("a", "a01", 4), ("b", "a01", 4), ("b", "a02", 8),
+                  tenants={"a": (8, 1), "b": (8, 1), "d": (8, 1)})  # fmt: skip
+    both = PreemptionPolicy(within_tenant=WithinTenant.LOWER_PRIORITY, reclaim_within_cohort=ReclaimWithinCohort.ANY)
+    fleet = policy(fleet, a=(both, "c"), b=(PreemptionPolicy(), "c"), d=(PreemptionPolicy(), "c"))
+    held = [
+        running("held-0", "a", "a01", 4, 0, 10.0),
+        running("held-1", "b", "a01", 4, 5, 20.0, borrowed=0),  # claimed within b's quota
+        running("held-2", "b", "a02", 8, 5, 5.0, borrowed=4),
+    ]
+    outcome = plan_preemption(fleet, "r1", preemptor("a", 4, 10), held, "insufficient_capacity")
+    assert victims(outcome) == ["held-1"] and outcome.node == "a01"
+    assert outcome.reasons["held-1"] == (
+        "reclaimWithinCohort Any: tenant b borrows in cohort c (Kueue: InCohortReclamation)"
+    )
+
+
+def test_a_non_preemptible_allocation_is_never_a_victim_and_a_never_class_displaces_nobody() -> None:
+    """KAI-Scheduler never preempts a non-preemptible workload; Kubernetes' `preemptionPolicy: Never` makes a class
+    whose pods wait rather than preempt."""
+    fleet = policy(world(ONE_H100_NODE, ("a", "a01", 4), ("a", "a01", 4)), a=(WITHIN, None))
+    on_node = [
+        running("held-0", "a", "a01", 4, 0, 10.0, non_preemptible=True),
+        running("held-1", "a", "a01", 4, 5, 20.0),
+    ]
+    # held-0 is the lowest priority, yet held-1 is taken: held-0 may never be.
+    assert victims(plan_preemption(fleet, "r1", preemptor("a", 4, 10), on_node, "insufficient_capacity")) == ["held-1"]
+    assert isinstance(plan_preemption(fleet, "r1", preemptor("a", 8, 10), on_node, "insufficient_capacity"), str)
+    assert plan_preemption(
+        fleet, "r1", preemptor("a", 4, 10, never_preempts=True), on_node, "insufficient_capacity"
+    ) == ("its PriorityClass never preempts (preemptionPolicy: Never)")
+
+
 # Quota decides: the tenant or its cohort has no quota left, the fleet has room.
 
 
@@ -135,7 +184,9 @@ def test_reclaiming_lent_capacity_takes_the_newest_borrower_and_only_under_the_p
     outcome = plan_preemption(fleet, "r1", preemptor("a", 4, 0), borrowing, "insufficient_capacity")
     # `Any` reclaims whatever the borrower's priority; the newest goes first, and one frees enough.
     assert victims(outcome) == ["held-1"] and outcome.node == "a01"
-    assert outcome.reasons["held-1"] == "reclaimWithinCohort Any: tenant b borrows in cohort c"
+    assert outcome.reasons["held-1"] == (
+        "reclaimWithinCohort Any: tenant b borrows in cohort c (Kueue: InCohortReclamation)"
+    )
     lower_only = policy(fleet, a=(PreemptionPolicy(reclaim_within_cohort=ReclaimWithinCohort.LOWER_PRIORITY), "c"))
     assert isinstance(plan_preemption(lower_only, "r1", preemptor("a", 4, 0), borrowing, "insufficient_capacity"), str)
 
@@ -166,21 +217,25 @@ def test_a_request_that_would_still_borrow_reclaims_only_under_borrow_within_coh
                                   max_priority_threshold=0)  # fmt: skip
     outcome = plan_preemption(policy(fleet, a=(allowed, "c")), "r1", preemptor("a", 8, 10), borrowing,
                               "insufficient_capacity")  # fmt: skip
-    # priority 0 <= threshold 0 < 10; held-0 would leave b below a's share once placed (fair sharing).
+    # priority 0 <= threshold 0 < 10: held-1 alone frees a02's 8 (4 free beside it).
     assert victims(outcome) == ["held-1"] and outcome.node == "a02"
+    assert outcome.reasons["held-1"].endswith("(Kueue: InCohortReclaimWhileBorrowing)")
     above = dataclasses.replace(allowed, max_priority_threshold=-1)
     assert isinstance(plan_preemption(policy(fleet, a=(above, "c")), "r1", preemptor("a", 8, 10), borrowing,
                                       "insufficient_capacity"), str)  # fmt: skip
 
 
-def test_fair_sharing_never_leaves_the_victims_tenant_below_the_preemptors_share() -> None:
-    # b borrows 4 GPUs of 16 (share 0.25 after losing them: 0); a would hold 12 of 16 (0.75) once placed.
-    fleet = world(TWO_H100_NODES, ("a", "a01", 8), ("b", "a02", 8), tenants={"a": (12, 1), "b": (4, 1)})
+def test_classic_preemption_compares_no_shares_a_lender_reclaims_whatever_the_borrower_keeps() -> None:
+    """Kueue without fair sharing (its default): withinClusterQueue, reclaimWithinCohort and borrowWithinCohort
+    decide, and no share is compared (pkg/scheduler/preemption: the classic strategy). b borrows 4 of a's quota;
+    a reclaims them though b keeps nothing and a would then hold 12 of 16."""
+    holds = (("a", "a01", 8), ("b", "a02", 4), ("b", "a02", 4))
+    fleet = world(TWO_H100_NODES, *holds, tenants={"a": (12, 1), "b": (4, 1)})
     fleet = policy(fleet, a=(PreemptionPolicy(reclaim_within_cohort=ReclaimWithinCohort.ANY), "c"),
                    b=(PreemptionPolicy(), "c"))  # fmt: skip
     borrowing = [running("held-1", "b", "a02", 4, 0, 10.0, borrowed=4), running("held-2", "b", "a02", 4, 0, 11.0)]
     outcome = plan_preemption(fleet, "r1", preemptor("a", 4, 10), borrowing, "insufficient_capacity")
-    assert isinstance(outcome, str)
+    assert victims(outcome) == ["held-2"] and outcome.node == "a02"  # the newest of b's, either frees enough
 
 
 # In the admission pass: a nomination is made once, holds its node, and places its request there.

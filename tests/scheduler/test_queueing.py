@@ -216,6 +216,25 @@ def test_strict_fifo_places_in_order_until_the_first_that_does_not_fit() -> None
     assert result.verdicts[2].reason is not None and "second" in result.verdicts[2].reason
 
 
+def test_strict_fifo_a_head_held_back_by_its_quota_blocks_its_own_tenant_only() -> None:
+    """Kueue's StrictFIFO blocks a ClusterQueue behind its head whatever holds the head back (its quota
+    included); another tenant's queue is not blocked by it."""
+    tenants = {"a": (4, 1), "b": (64, 1)}
+    holds = (("a", "a01", 3), ("b", "a01", 4))  # a holds 3 of its 4; b's larger share puts its request last
+    fleet = world(ONE_H100_NODE, *holds, tenants=tenants, strategy="StrictFIFO")
+    queue = [queued("a-big", "a", 1, 2), queued("a-small", "a", 2, 1), queued("b-1", "b", 3, 1)]
+    result = run(fleet, queue, usage(fleet, *holds))
+    assert [v.allocation_id for v in result.verdicts] == ["a-big", "a-small", "b-1"]
+    assert placements(result) == [("b-1", "a01")]  # another tenant is not blocked
+    verdicts = {v.allocation_id: v for v in result.verdicts}
+    assert verdicts["a-big"].code == "quota_exceeded"
+    # a-small would fit a's quota (3 + 1 <= 4), but its own head waits: it does not pass it.
+    assert verdicts["a-small"].code == "queued_behind"
+    assert verdicts["a-small"].reason == (
+        "behind a-big, its tenant's request ahead of it, held back by its quota (StrictFIFO)"
+    )
+
+
 # BestEffortFIFO: the head's reservation and backfill around it.
 
 # Two 8-GPU nodes (a01: 2 free, a02: 3 free) and a 4-GPU node (s01: 4 free, the most, but it can never hold 8).

@@ -1,0 +1,115 @@
+"""Quota as Kueue decides it, against real PostgreSQL and Temporal: a cohort never uses more than its members own
+whatever hardware is free, a lender gets its lent quota back by preemption (`reclaimWithinCohort`), and each
+allocation records its own part of what its tenant borrows."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+from sqlalchemy import select
+
+from store.models import AllocationRow
+from tests.api.stack import running_stack
+from tests.workflows.lab import lab_fleet, running_lab
+from workflows import allocation_client
+from workflows.allocation_messages import QueueWait
+
+BATCH = [
+    {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "batch"},
+     "spec": {"value": 0, "gracePeriod": "1s"}},
+]  # fmt: skip
+
+
+async def test_each_allocation_records_its_own_part_of_what_its_tenant_borrows(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    tenants = {"small": {"gpuQuota": 3, "cohort": "research"}, "big": {"gpuQuota": 8, "cohort": "research"}}
+    fleet = lab_fleet({"one": {"gpus": 4}, "two": {"gpus": 4}}, tenants=tenants)
+    tag = uuid.uuid4().hex[:6]
+    names = [f"part-{tag}-{n}" for n in range(5)]
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
+        for name in names:  # one at a time: the fourth and the fifth each borrow one GPU
+            await lab.wait_for_state(await lab.allocate(name, gpus=1, tenant="small"), "active")
+        async with sessions() as session:
+            rows = dict((await session.execute(select(AllocationRow.id, AllocationRow.borrowed_gpus))).all())
+        assert [rows[name] for name in names] == [0, 0, 0, 1, 1]
+        for name in names:
+            await allocation_client.release(temporal_client, name)
+
+
+async def test_a_lender_reclaims_its_lent_quota_by_preemption_while_free_hardware_exists(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    tenants = {
+        "lender": {"gpuQuota": 4, "cohort": "research", "preemption": {"reclaimWithinCohort": "Any"}},
+        "borrower": {"gpuQuota": 0, "cohort": "research"},
+    }
+    fleet = lab_fleet({"one": {"gpus": 4}, "two": {"gpus": 4}, "three": {"gpus": 4}}, tenants=tenants, extra=BATCH)
+    tag = uuid.uuid4().hex[:6]
+    borrowed, reclaiming = f"borrowed-{tag}", f"reclaim-{tag}"
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
+        victim = await lab.allocate(borrowed, gpus=4, tenant="borrower", request_body={"priority_class": "batch"})
+        await lab.wait_for_state(victim, "active")  # all of the lender's quota, lent
+
+        # 8 GPUs are free, but the cohort owns 4 and uses 4: the lender's request, within its own quota, is not
+        # placed on free hardware. It waits, and its queue reclaims the lent GPUs by preemption.
+        assert await lab.available_slots() == 8
+        waiting = await lab.allocate(reclaiming, gpus=2, tenant="lender", queue=QueueWait(timeout_seconds=600))
+        assert (await asyncio.wait_for(victim.result(), 60)).state == "preempted"
+        placed = await lab.wait_for_state(waiting, "active")
+        assert placed.node is not None
+
+        events = await lab.events(reclaiming)
+        queued = next(reason for step, _state, _node, reason in events if step == "enter_queue")
+        assert queued is not None and "but cohort research has lent it out: 4 GPUs borrowed by other members" in queued
+        notice = next(reason for step, _s, _n, reason in await lab.events(borrowed) if step == "preempt_notice")
+        assert notice is not None and (
+            "(reclaimWithinCohort Any: tenant borrower borrows in cohort research (Kueue: InCohortReclamation))"
+            in notice
+        )
+        claims = await lab.active_claims()
+        assert sum(len(slots) for slots in claims.values()) == 2  # never more than the cohort's 4
+        assert await lab.double_claims() == 0
+        await allocation_client.release(temporal_client, reclaiming)
+
+
+async def test_a_non_preemptible_class_is_admitted_within_nominal_quota_only_and_never_displaced(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    """KAI-Scheduler's non-preemptible workloads, through the API: never on GPUs borrowed from the cohort (409 at
+    once, the quota's message), and never a victim, even of its own tenant's higher priority under
+    `withinTenant: LowerPriority`."""
+    classes = [
+        {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "pinned"},
+         "spec": {"value": 0, "nonPreemptible": True}},
+        {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
+         "spec": {"value": 100}},
+    ]  # fmt: skip
+    tenants = {
+        "acme": {"gpuQuota": 2, "cohort": "research", "preemption": {"withinTenant": "LowerPriority"}},
+        "globex": {"gpuQuota": 8, "cohort": "research"},
+    }
+    fleet = lab_fleet({"only": {"gpus": 4}}, tenants=tenants, extra=classes)
+    async with running_stack(temporal_client, sessions, tmp_path, fleet) as stack:
+        body = {"gpu_count": 3, "priority_class": "pinned"}
+        borrowing = await stack.http.post("/v1/allocations", json=body, headers=stack.acme)
+        assert borrowing.status_code == 409, borrowing.text
+        assert borrowing.json()["error"]["message"].endswith(
+            "a non-preemptible PriorityClass is admitted only within its nominal quota, never on borrowed GPUs"
+        )
+        pinned = await stack.create(2, priority_class="pinned")  # within its quota of 2
+        held = await stack.wait_for(pinned, "active")
+        filler = await stack.create(2, who=stack.globex)  # the node's other 2 GPUs
+        await stack.wait_for(filler, "active")
+
+        # A higher priority of its own tenant may displace its lower priorities, but never this one: it waits.
+        urgent = await stack.create(2, priority_class="urgent", queue={"timeout": "10m"})
+        waiting = await stack.wait_for(urgent, "queued")
+        assert waiting["state"] == "queued"
+        assert (await stack.get(pinned))["state"] == "active"
+        assert (await stack.get(pinned))["node"] == held["node"]
+        for allocation, who in ((urgent, stack.acme), (pinned, stack.acme), (filler, stack.globex)):
+            response = await stack.http.post(f"/v1/allocations/{allocation}/cancel", headers=who)
+            assert response.status_code == 202, response.text
