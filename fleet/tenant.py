@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, ValidationInfo, field_validator, model_validator
 
 from fleet.deadlines import Duration, format_duration
 from fleet.meta import Name, ObjectMeta, Spec
 from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
 
 DEFAULT_MAX_QUEUE_SECONDS = 7 * 24 * 3600.0  # the longest wait a request may ask for when the tenant sets none
+
+
+def _within(limit: int | None, info: ValidationInfo, bound: str) -> int | None:
+    """Kueue refuses a lendingLimit above the nominal quota it lends from: it could never be reached."""
+    quota = info.data.get(bound)
+    if limit is not None and quota is not None and limit > quota:
+        name = "gpuQuota" if bound == "gpu_quota" else bound
+        raise ValueError(f"{limit} is more than the {name} it lends from ({quota})")
+    return limit
 
 
 class TenantRateLimit(Spec):
@@ -58,6 +67,8 @@ class FlavorQuota(Spec):
     lending_limit: NonNegativeInt | None = Field(
         default=None, description="Most of its unused `nominal` the rest of its cohort may borrow; unset: all of it."
     )
+
+    _lends_at_most_its_nominal = field_validator("lending_limit")(lambda limit, info: _within(limit, info, "nominal"))
 
     def covers(self, product: str, region: str) -> bool:
         return self.product.casefold() == product.casefold() and self.region in (None, region)
@@ -125,6 +136,8 @@ class TenantSpec(Spec):
     lending_limit: NonNegativeInt | None = Field(
         default=None, description="Most of its unused gpuQuota the rest of its cohort may borrow; unset: all of it."
     )
+
+    _lends_at_most_its_quota = field_validator("lending_limit")(lambda limit, info: _within(limit, info, "gpu_quota"))
     quotas: list[FlavorQuota] | None = Field(
         default=None,
         description="Nominal quotas per GPU product (and region), within gpuQuota; unset: gpuQuota alone. With them "

@@ -186,3 +186,13 @@ def test_a_class_both_preemptible_and_non_preemptible_is_refused() -> None:
     assert problems(REGION + priority_class("p", "{value: 1, preemptible: true, nonPreemptible: true}")) == [
         ("PriorityClass/p", "spec", "preemptible and nonPreemptible cannot both be true: a class is one or the other")
     ]
+
+
+def test_a_lending_limit_above_the_quota_it_lends_from_is_refused() -> None:
+    """Kueue's validation: lendingLimit may not exceed the nominal quota it bounds (it could never be reached)."""
+    text = REGION + tenant("{gpuQuota: 4, lendingLimit: 5, quotas: [{product: H100, nominal: 2, lendingLimit: 3}]}")
+    assert problems(text) == [
+        ("Tenant/acme", "spec.lendingLimit", "5 is more than the gpuQuota it lends from (4)"),
+        ("Tenant/acme", "spec.quotas[0].lendingLimit", "3 is more than the nominal it lends from (2)"),
+    ]
+    assert parse(REGION + tenant("{gpuQuota: 4, lendingLimit: 4}")).tenants["acme"].spec.lending_limit == 4
