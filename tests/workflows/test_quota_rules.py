@@ -113,3 +113,29 @@ async def test_a_non_preemptible_class_is_admitted_within_nominal_quota_only_and
         for allocation, who in ((urgent, stack.acme), (pinned, stack.acme), (filler, stack.globex)):
             response = await stack.http.post(f"/v1/allocations/{allocation}/cancel", headers=who)
             assert response.status_code == 202, response.text
+
+
+async def test_explain_names_the_kueue_rule_and_never_another_tenants_name(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    tenants = {
+        "acme": {"gpuQuota": 4, "cohort": "research", "preemption": {"reclaimWithinCohort": "Any"}},
+        "globex": {"gpuQuota": 0, "cohort": "research"},
+    }
+    fleet = lab_fleet({"one": {"gpus": 4}, "two": {"gpus": 4}}, tenants=tenants, extra=BATCH)
+    async with running_stack(temporal_client, sessions, tmp_path, fleet) as stack:
+        borrowed = await stack.create(4, who=stack.globex, priority_class="batch")  # all of acme's quota
+        await stack.wait_for(borrowed, "active")
+        asked = {"gpu_count": 2, "region": "lab"}
+        preview = (await stack.http.post("/v1/explain", json=asked, headers=stack.acme)).json()
+        assert preview["refusal"]["code"] == "quota_exceeded"
+        assert preview["preemption"]["case"] == "quota"
+        assert preview["preemption"]["victims"] == [{
+            "allocation_id": None, "node": preview["preemption"]["victims"][0]["node"], "gpus": 4, "priority": 0,
+            "rule": "reclaimWithinCohort Any: another tenant borrows in cohort research (Kueue: InCohortReclamation)",
+        }]  # fmt: skip
+        admin = (await stack.http.post("/v1/explain", json={**asked, "tenant": "acme"}, headers=stack.admin)).json()
+        assert admin["preemption"]["victims"][0]["allocation_id"] == borrowed
+        assert "tenant globex borrows" in admin["preemption"]["victims"][0]["rule"]
+        response = await stack.http.post(f"/v1/allocations/{borrowed}/cancel", headers=stack.globex)
+        assert response.status_code == 202, response.text
