@@ -1,6 +1,8 @@
 """A loopback TCP balancer for `berth up --api-processes N`: one address in front of N API processes, as a Service or
 a load balancer puts one in front of several replicas. Each connection goes to the next backend in turn; a backend
-that refuses (killed, restarting) is skipped for the next one, so clients see no error while one API is down.
+that refuses (killed, restarting) is skipped for the next one, so clients see no error while one API is down. When
+every backend refuses at once (one killed while another restarts, or its port not yet listening) the balancer tries
+them again for a moment (`patience`), as a load balancer retries a connect, before closing the client's connection.
 
 It runs in the `berth up` process, on a thread of its own, for as long as the stack runs: it holds no state beyond
 the connections it pipes.
@@ -15,8 +17,8 @@ import threading
 
 
 class LoopbackBalancer:
-    def __init__(self, port: int, backends: list[int]) -> None:
-        self.port, self.backends = port, backends
+    def __init__(self, port: int, backends: list[int], patience: float = 2.0) -> None:
+        self.port, self.backends, self.patience = port, backends, patience
         self._turn = itertools.cycle(range(len(backends)))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -74,15 +76,20 @@ class LoopbackBalancer:
                     end.close()
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        for _ in range(len(self.backends)):
-            index = next(self._turn)
-            try:
-                connected = await asyncio.open_connection("127.0.0.1", self.backends[index])
-            except OSError:
-                continue  # refused: that API is down or restarting; the next one takes it
-            self.connections[index] += 1
-            return connected
-        return None
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.patience
+        while True:
+            for _ in range(len(self.backends)):
+                index = next(self._turn)
+                try:
+                    connected = await asyncio.open_connection("127.0.0.1", self.backends[index])
+                except OSError:
+                    continue  # refused: that API is down or restarting; the next one takes it
+                self.connections[index] += 1
+                return connected
+            if loop.time() >= give_up:
+                return None
+            await asyncio.sleep(0.05)
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

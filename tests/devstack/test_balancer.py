@@ -20,9 +20,9 @@ from devstack.ports import free_port
 class Backend:
     """A TCP server on loopback that answers each connection with its name and what it was sent."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, port: int = 0) -> None:
         self.name = name
-        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server = socket.create_server(("127.0.0.1", port))
         self.port = self.server.getsockname()[1]
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -83,6 +83,31 @@ def test_connections_take_turns_and_a_refusing_backend_is_skipped(backends: list
         balancer.stop()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", balancer.port), timeout=1).close()  # stopped: nothing listens
+
+
+def test_a_connection_made_while_every_backend_restarts_waits_for_the_first_back() -> None:
+    """One API killed while the other restarts: for that moment both refuse. The balancer keeps trying for its
+    patience, so the client is answered by the first back rather than shown a closed connection."""
+    ports = [free_port(), free_port()]
+    balancer = LoopbackBalancer(free_port(), ports, patience=5.0).start()
+    late: list[Backend] = []
+    timer = threading.Timer(0.5, lambda: late.append(Backend("b", ports[1])))
+    try:
+        timer.start()
+        assert ask(balancer.port, "q") == "b:q"  # asked while nothing listened; answered once b came back
+    finally:
+        timer.join()
+        for backend in late:
+            backend.stop()
+        balancer.stop()
+
+
+def test_with_no_backend_up_for_its_patience_the_connection_is_closed() -> None:
+    balancer = LoopbackBalancer(free_port(), [free_port()], patience=0.2).start()
+    try:
+        assert ask(balancer.port, "q") == ""
+    finally:
+        balancer.stop()
 
 
 class Dying:
