@@ -13,12 +13,12 @@ from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTena
 DEFAULT_MAX_QUEUE_SECONDS = 7 * 24 * 3600.0  # the longest wait a request may ask for when the tenant sets none
 
 
-def _within(limit: int | None, info: ValidationInfo, bound: str) -> int | None:
-    """Kueue refuses a lendingLimit above the nominal quota it lends from: it could never be reached."""
+def _within(limit: int | None, info: ValidationInfo, bound: str, shown: str) -> int | None:
+    """Kueue refuses a lendingLimit above the nominal quota it lends from (`bound`, written `shown`): it could never
+    be reached."""
     quota = info.data.get(bound)
     if limit is not None and quota is not None and limit > quota:
-        name = "gpuQuota" if bound == "gpu_quota" else bound
-        raise ValueError(f"{limit} is more than the {name} it lends from ({quota})")
+        raise ValueError(f"{limit} is more than the {shown} it lends from ({quota})")
     return limit
 
 
@@ -68,7 +68,9 @@ class FlavorQuota(Spec):
         default=None, description="Most of its unused `nominal` the rest of its cohort may borrow; unset: all of it."
     )
 
-    _lends_at_most_its_nominal = field_validator("lending_limit")(lambda limit, info: _within(limit, info, "nominal"))
+    _lends_at_most_its_nominal = field_validator("lending_limit")(
+        lambda limit, info: _within(limit, info, "nominal", "nominal")
+    )
 
     def covers(self, product: str, region: str) -> bool:
         return self.product.casefold() == product.casefold() and self.region in (None, region)
@@ -137,7 +139,9 @@ class TenantSpec(Spec):
         default=None, description="Most of its unused gpuQuota the rest of its cohort may borrow; unset: all of it."
     )
 
-    _lends_at_most_its_quota = field_validator("lending_limit")(lambda limit, info: _within(limit, info, "gpu_quota"))
+    _lends_at_most_its_quota = field_validator("lending_limit")(
+        lambda limit, info: _within(limit, info, "gpu_quota", "gpuQuota")
+    )
     quotas: list[FlavorQuota] | None = Field(
         default=None,
         description="Nominal quotas per GPU product (and region), within gpuQuota; unset: gpuQuota alone. With them "

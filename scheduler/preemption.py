@@ -150,9 +150,8 @@ def eligibility(snapshot: Snapshot, preemptor: Preemptor, victim: Running) -> st
             return None
         if victim.priority >= preemptor.priority or (threshold is not None and victim.priority > threshold):
             return None
-    words = (
-        f"reclaimWithinCohort {policy.reclaim_within_cohort}: tenant {victim.tenant} borrows in cohort {mine.cohort}"
-    )
+    # No tenant is named: the words reach the preemptor's tenant too (explain, the victim's notice is the victim's).
+    words = f"reclaimWithinCohort {policy.reclaim_within_cohort}: its tenant borrows in cohort {mine.cohort}"
     return kueue_named(words, rule)
 
 

@@ -93,20 +93,13 @@ async def _with_preemption(
     outcome = plan_preemption(snapshot, region, preemptor, [a.running for a in active], code)
     if isinstance(outcome, str):
         return result
-
-    def seen(victim_tenant: str) -> bool:
-        return caller.is_admin or victim_tenant == tenant
-
     shown = [
         PreemptionVictim(
-            allocation_id=v.allocation_id if seen(v.tenant) else None,
+            allocation_id=v.allocation_id if caller.is_admin or v.tenant == tenant else None,
             node=v.node,
             gpus=v.gpus,
             priority=v.priority,
-            # A tenant is not told another tenant's name, even through the rule's words.
-            rule=outcome.reasons[v.allocation_id]
-            if seen(v.tenant)
-            else outcome.reasons[v.allocation_id].replace(f"tenant {v.tenant} ", "another tenant "),
+            rule=outcome.reasons[v.allocation_id],
         )  # fmt: skip
         for v in outcome.victims
     ]

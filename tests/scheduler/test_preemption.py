@@ -146,7 +146,7 @@ def test_allocations_of_a_tenant_that_borrows_now_go_first_whatever_each_was_mar
     outcome = plan_preemption(fleet, "r1", preemptor("a", 4, 10), held, "insufficient_capacity")
     assert victims(outcome) == ["held-1"] and outcome.node == "a01"
     assert outcome.reasons["held-1"] == (
-        "reclaimWithinCohort Any: tenant b borrows in cohort c (Kueue: InCohortReclamation)"
+        "reclaimWithinCohort Any: its tenant borrows in cohort c (Kueue: InCohortReclamation)"
     )
 
 
@@ -185,7 +185,7 @@ def test_reclaiming_lent_capacity_takes_the_newest_borrower_and_only_under_the_p
     # `Any` reclaims whatever the borrower's priority; the newest goes first, and one frees enough.
     assert victims(outcome) == ["held-1"] and outcome.node == "a01"
     assert outcome.reasons["held-1"] == (
-        "reclaimWithinCohort Any: tenant b borrows in cohort c (Kueue: InCohortReclamation)"
+        "reclaimWithinCohort Any: its tenant borrows in cohort c (Kueue: InCohortReclamation)"
     )
     lower_only = policy(fleet, a=(PreemptionPolicy(reclaim_within_cohort=ReclaimWithinCohort.LOWER_PRIORITY), "c"))
     assert isinstance(plan_preemption(lower_only, "r1", preemptor("a", 4, 0), borrowing, "insufficient_capacity"), str)
