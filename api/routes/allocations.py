@@ -373,7 +373,9 @@ async def extend_allocation(
     past the start of a reservation that needs its node's GPUs then."""
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
-    if row.state in FINAL_STATES:
+    if row.state not in ("active", "degraded"):
+        # Refused before the lock below is taken: a workflow still placing may be waiting for that same lock in a
+        # control step, and its update could then not be delivered until the API's call gave up.
         raise conflict(f"allocation {allocation_id} is {row.state}; only an active one can be extended")
     await app.control.require_worker()
     # Decided under the region's placement lock, as a reservation's admission is: the limit its node's reservations

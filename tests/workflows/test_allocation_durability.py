@@ -13,6 +13,7 @@ from sqlalchemy import select
 from temporalio.api.enums.v1 import PendingActivityState, TaskQueueKind, TaskQueueType, TimeoutType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.service import RPCError, RPCStatusCode
 
 from agent.reporter import NodeReporter
 from bench.actions import run_histories
@@ -98,7 +99,12 @@ async def _serving(client, queue: str, agent: subprocess.Popen[bytes]) -> None:
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
     )
     for _ in range(600):
-        pollers = (await client.workflow_service.describe_task_queue(request)).pollers
+        try:
+            pollers = (await client.workflow_service.describe_task_queue(request)).pollers
+        except RPCError as error:  # the dev server cancels a describe now and then when loaded: ask again
+            if error.status is not RPCStatusCode.CANCELLED:
+                raise
+            pollers = []
         if any(p.identity.split(":", 1)[-1].startswith(f"{agent.pid}@") for p in pollers):
             return
         assert agent.poll() is None, agent.stderr.read().decode() if agent.stderr else "the agent exited"
