@@ -80,4 +80,4 @@ def queue_ceiling(snapshot: Snapshot, tenant: TenantRow, request: PlacementReque
     view = snapshot.tenants.get(tenant.name)
     if view is None:
         return tenant.gpu_quota
-    return quota.ceiling(view, snapshot.tenants.values(), request.wants_product)
+    return quota.ceiling(view, snapshot.tenants.values(), request.wants_product, snapshot.cohorts)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleet.cohort import Cohort
 from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster, NodePool, PoolShape
@@ -36,6 +37,8 @@ class PoolHosts:
 class Fleet:
     regions: dict[str, Region] = field(default_factory=dict)
     tenants: dict[str, Tenant] = field(default_factory=dict)
+    # Cohort objects: a cohort tenants name without one is a root with no quota of its own (scheduler/cohorts.py).
+    cohorts: dict[str, Cohort] = field(default_factory=dict)
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     classes: dict[str, InferenceClass] = field(default_factory=dict)
     clusters: dict[str, InferenceCluster] = field(default_factory=dict)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from fleet.cohort import Cohort
 from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
@@ -18,6 +19,7 @@ from fleet.tenant import Tenant
 KINDS: dict[str, type[BaseModel]] = {
     "Region": Region,
     "Tenant": Tenant,
+    "Cohort": Cohort,
     "PriorityClass": PriorityClass,
     "InferenceClass": InferenceClass,
     "InferenceCluster": InferenceCluster,

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from fleet.deadlines import Duration, format_duration
 from fleet.meta import Name, ObjectMeta, Spec
@@ -117,11 +126,11 @@ class TenantSpec(Spec):
     rate_limit: TenantRateLimit | None = Field(
         default=None, description="Creates per second and burst for this tenant; unset means no limit."
     )
-    weight: PositiveFloat = Field(
+    weight: NonNegativeFloat = Field(
         default=1.0,
         le=1_000_000,
-        description="Fair-share weight: among queued requests of equal priority, the tenant whose GPUs in use, "
-        "divided by its weight, are the smallest share of the fleet goes first.",
+        description="Fair-sharing weight (Kueue's fairSharing.weight), where its cohort tree shares fairly: its share "
+        "of what the cohort lends, divided by this, orders and preempts; 0: always last.",
     )
     priority_classes: list[Name] | None = Field(
         default=None, description="PriorityClasses this tenant's requests may name; unset means every class."

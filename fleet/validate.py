@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
+from fleet.cohort import Cohort
 from fleet.deployment import ModelDeployment
 from fleet.errors import FleetProblem
 from fleet.fleet import Fleet
@@ -29,6 +30,7 @@ from fleet.tenant import Tenant
 _COLLECTIONS: dict[type[BaseModel], str] = {
     Region: "regions",
     Tenant: "tenants",
+    Cohort: "cohorts",
     PriorityClass: "priority_classes",
     InferenceClass: "classes",
     InferenceCluster: "clusters",
@@ -141,6 +143,25 @@ def _check_cluster(
     return problems
 
 
+def _check_cohort(cohort: Cohort, where: FleetProblem, fleet: Fleet) -> list[FleetProblem]:
+    """Its parent exists, and climbing parents never comes back to it (Kueue refuses both)."""
+    parent = cohort.spec.parent_name
+    if parent is None:
+        return []
+    if parent not in fleet.cohorts:
+        message = f"Cohort {parent!r} is not defined (a parent must be a Cohort object)"
+        return [where.model_copy(update={"path": "spec.parentName", "message": message})]
+    path = [cohort.metadata.name]
+    while parent is not None and parent in fleet.cohorts:
+        if parent in path:
+            cycle = " -> ".join([*path[path.index(parent):], parent])
+            message = f"parents form a cycle: {cycle}"
+            return [where.model_copy(update={"path": "spec.parentName", "message": message})]
+        path.append(parent)
+        parent = fleet.cohorts[parent].spec.parent_name
+    return []
+
+
 def check_fleet(objects: Iterable[tuple[FleetProblem, BaseModel]]) -> tuple[Fleet, list[FleetProblem]]:
     """Index validated objects into a Fleet and report cross-object problems."""
     fleet = Fleet()
@@ -180,6 +201,8 @@ def check_fleet(objects: Iterable[tuple[FleetProblem, BaseModel]]) -> tuple[Flee
                 if name not in fleet.priority_classes:
                     message = f"PriorityClass {name!r} is not defined"
                     problems.append(where.model_copy(update={"path": f"spec.priorityClasses[{i}]", "message": message}))
+        elif isinstance(obj, Cohort):
+            problems.extend(_check_cohort(obj, where, fleet))
     defaults = [(where, obj) for where, obj in placed if isinstance(obj, PriorityClass) and obj.spec.default]
     for where, _ in defaults[1:]:
         message = f"PriorityClass {defaults[0][1].metadata.name!r} is already the default; only one class may be"

@@ -18,6 +18,7 @@ from fleet.slot_state import SlotStateDocument
 from fleet.tenant import TenantPreemption
 from scheduler.snapshot import Snapshot
 from scheduler.views import (
+    CohortView,
     FlavorQuotaView,
     NodeView,
     PoolView,
@@ -106,7 +107,23 @@ def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) 
         )
         for name, region in fleet.regions.items()
     ]
-    return Snapshot(regions=regions, pools=pools, nodes=nodes, tenants=tenants)
+    cohorts = [
+        CohortView(
+            name=name,
+            parent=cohort.spec.parent_name,
+            gpu_quota=cohort.spec.gpu_quota,
+            borrowing_limit=cohort.spec.borrowing_limit,
+            lending_limit=cohort.spec.lending_limit,
+            quotas=tuple(
+                FlavorQuotaView(q.product, q.region, q.nominal, q.borrowing_limit, q.lending_limit)
+                for q in cohort.spec.quotas
+            ),
+            fair_sharing=cohort.spec.fair_sharing.enabled,
+            weight=cohort.spec.fair_sharing.weight,
+        )
+        for name, cohort in fleet.cohorts.items()
+    ]
+    return Snapshot(regions=regions, pools=pools, nodes=nodes, tenants=tenants, cohorts=cohorts)
 
 
 def _holds(documents: Iterable[SlotStateDocument]) -> Holds:

@@ -183,7 +183,7 @@ def _for_quota(snapshot: Snapshot, region: str, preemptor: Preemptor, running: l
     def fits(victims: Sequence[Running]) -> bool:
         freed = without(snapshot, victims)
         tenant = freed.tenants[preemptor.tenant]
-        return quota.decide(tenant, preemptor.request.gpu_count, freed.tenants.values()).fits
+        return quota.decide(tenant, preemptor.request.gpu_count, freed.tenants.values(), cohorts=freed.cohorts).fits
 
     victims = _take_and_minimise(candidates, fits)
     if victims is None:

@@ -18,7 +18,9 @@ the cohort's sum.
                        in_cohort(t) - drawn(t) + borrowingLimit(t))            t's reach into it, when limited
     a request of g GPUs of tenant t fits when g <= available(t); without a cohort, when used(t) + g <= nominal(t)
 
-This is Kueue's `available` over a resource node and its cohort (pkg/cache, resource_node.go), for one level.
+This is Kueue's `available` over a resource node and its cohort (pkg/cache, resource_node.go), for one level; a
+cohort with a parent, or a quota of its own (a Cohort object), makes a tree, and `scheduler.cohorts` computes the
+same numbers at every level of it (the one-level formula above is its case of a root cohort with no quota).
 
 A tenant has one account for all its GPUs (`gpuQuota`, `borrowingLimit`, `lendingLimit`), and, when its fleet file
 gives `quotas`, one per GPU product (in one region, or in every region together: Kueue's nominal quota per
@@ -33,12 +35,12 @@ caps, as before.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from scheduler.views import FlavorQuotaView, TenantView
-
-UNLIMITED = 1 << 62
+from scheduler.cohorts import CohortTree, Leaf, Limits, flavor_limits, total_limits, tree_members
+from scheduler.views import CohortView, FlavorQuotaView, TenantView
 
 
 @dataclass(frozen=True)
@@ -117,24 +119,30 @@ def flavor_account(tenant: TenantView, flavor: FlavorQuotaView) -> Account:
     )
 
 
-def available(account: Account, cohort: Iterable[Account]) -> int:
-    """How many more GPUs `account` may hold: its own unused guaranteed part, plus what its cohort's pool has left,
-    as far as its borrowing limit reaches (`cohort`: the same account of every member; its own is ignored there)."""
-    if account.cohort is None:
-        return max(0, account.nominal - account.used)
-    members = [account, *(m for m in cohort if m.tenant != account.tenant)]
-    pool_left = sum(m.in_cohort for m in members) - sum(m.drawn for m in members)
-    if account.borrowing_limit is not None:
-        pool_left = min(pool_left, account.in_cohort - account.drawn + account.borrowing_limit)
-    return max(0, account.guaranteed - account.used) + max(0, pool_left)
+Cohorts = Mapping[str, CohortView]
+NO_COHORTS: Cohorts = {}
 
 
-def decide_account(
-    account: Account, gpus: int, cohort: Iterable[Account], within_nominal: bool = False
-) -> QuotaDecision:
-    """Whether `gpus` more fit `account`, borrowing from the same account of its cohort's other members
-    (`within_nominal`: a non-preemptible request, which may not borrow)."""
-    cohort = list(cohort)
+def _leaf(account: Account) -> Leaf:
+    return Leaf(account.tenant, account.cohort, account.nominal, account.used, account.borrowing_limit,
+                account.lending_limit)  # fmt: skip
+
+
+def tree_of(account: Account, members: Iterable[Account], cohorts: Cohorts,
+            limits_of: Callable[[CohortView], Limits] = total_limits) -> CohortTree:  # fmt: skip
+    """The cohort tree of `account` (`members`: the same account of the other tenants of its tree)."""
+    return CohortTree([_leaf(account), *(_leaf(m) for m in members if m.tenant != account.tenant)], cohorts, limits_of)
+
+
+def available(account: Account, tree: CohortTree) -> int:
+    """How many more GPUs `account` may hold: its own unused guaranteed part, plus what its cohort tree has left,
+    as far as its borrowing limit (and each cohort's on the way up) reaches."""
+    return max(0, tree.available(("tenant", account.tenant)))
+
+
+def decide_account(account: Account, gpus: int, tree: CohortTree, within_nominal: bool = False) -> QuotaDecision:
+    """Whether `gpus` more fit `account`, borrowing through its cohort tree (`within_nominal`: a non-preemptible
+    request, which may not borrow)."""
     after = account.used + gpus
     borrowed = max(0, after - account.nominal)
     if within_nominal and borrowed:
@@ -143,20 +151,20 @@ def decide_account(
             f"quota {account.nominal}, and a non-preemptible PriorityClass is admitted only within its nominal quota, "
             "never on borrowed GPUs"
         ))  # fmt: skip
-    room = available(account, cohort)
+    room = available(account, tree)
     if gpus <= room:
         return QuotaDecision(True, borrowed, "")
     sums = f"{account.used_text} + {gpus} requested"
     if account.cohort is None:
         own = f"tenant {account.tenant} would exceed its {account.what}: {sums} > quota {account.nominal}"
         return QuotaDecision(False, 0, own)
-    members = [m for m in cohort if m.tenant != account.tenant]
+    cohort = _cohort_words(account, tree)
     if after <= account.nominal:
-        lent = sum(m.borrowed for m in members)
+        lent = sum(max(0, tree.used[n] - tree.limits[n].nominal) for n in tree.used if n[1] != account.tenant)
         return QuotaDecision(False, 0, (
-            f"tenant {account.tenant} is within its {account.what} ({sums} <= quota {account.nominal}), but cohort "
-            f"{account.cohort} has lent it out: {lent} GPUs borrowed by other members; they come back as those are "
-            "released, or by preemption (reclaimWithinCohort)"
+            f"tenant {account.tenant} is within its {account.what} ({sums} <= quota {account.nominal}), but {cohort} "
+            f"has lent it out: {lent} GPUs borrowed by other members; they come back as those are released, or by "
+            "preemption (reclaimWithinCohort)"
         ))  # fmt: skip
     own = f"tenant {account.tenant} would exceed its {account.what}: {sums} > quota {account.nominal}"
     limit = account.borrowing_limit
@@ -164,38 +172,56 @@ def decide_account(
         return QuotaDecision(False, 0, f"{own}, and {borrowed} beyond it is more than its borrowingLimit {limit}")
     left = max(0, room - max(0, account.nominal - account.used))
     needed = borrowed - account.borrowed
-    return QuotaDecision(False, 0, f"{own}, and cohort {account.cohort} has {left} GPUs left to lend ({needed} needed)")
+    return QuotaDecision(False, 0, f"{own}, and {cohort} has {left} GPUs left to lend ({needed} needed)")
 
 
-def _members(tenant: TenantView, tenants: Iterable[TenantView]) -> list[TenantView]:
-    if tenant.cohort is None:
-        return []
-    return [m for m in tenants if m.cohort == tenant.cohort and m.name != tenant.name]
+def _cohort_words(account: Account, tree: CohortTree) -> str:
+    """ "cohort research", or "cohort team-a (in org)" for a cohort with a parent."""
+    path = [name for _, name in tree.ancestors(("tenant", account.tenant))]
+    return f"cohort {path[0]}" + (f" (in {' > '.join(reversed(path[1:]))})" if len(path) > 1 else "")
 
 
-def _flavor_cohort(tenant: TenantView, flavor: FlavorQuotaView, tenants: Iterable[TenantView]) -> list[Account]:
-    """The same quota (product and region) of the tenant's cohort's other members: the ones that can lend it."""
+def _members(tenant: TenantView, tenants: Iterable[TenantView], cohorts: Cohorts) -> list[TenantView]:
+    return tree_members(tenant, tenants, cohorts) if tenant.cohort is not None else []
+
+
+def _flavor_members(tenant: TenantView, flavor: FlavorQuotaView, tenants: Iterable[TenantView],
+                    cohorts: Cohorts) -> list[Account]:  # fmt: skip
+    """The same quota (product and region) of the other tenants of the tenant's cohort tree: the ones that can lend
+    it."""
     key = (flavor.product.casefold(), flavor.region)
     return [
         flavor_account(member, same)
-        for member in _members(tenant, tenants)
+        for member in _members(tenant, tenants, cohorts)
         if (same := next((q for q in member.quotas or () if (q.product.casefold(), q.region) == key), None)) is not None
     ]
 
 
-def decide(tenant: TenantView, gpus: int, tenants: Iterable[TenantView], within_nominal: bool = False) -> QuotaDecision:
-    """Whether `gpus` more fit in `tenant`'s total quota, borrowing from its cohort (`tenants`: every tenant known,
-    usage applied) when it has one and the request may borrow."""
-    cohort = [total_account(m) for m in _members(tenant, tenants)]
-    return decide_account(total_account(tenant), gpus, cohort, within_nominal)
+def total_tree(tenant: TenantView, tenants: Iterable[TenantView], cohorts: Cohorts = NO_COHORTS) -> CohortTree:
+    """The tenant's cohort tree over its GPUs in total."""
+    members = [total_account(m) for m in _members(tenant, tenants, cohorts)]
+    return tree_of(total_account(tenant), members, cohorts)
+
+
+def flavor_tree(tenant: TenantView, flavor: FlavorQuotaView, tenants: Iterable[TenantView],
+                cohorts: Cohorts = NO_COHORTS) -> CohortTree:  # fmt: skip
+    members = _flavor_members(tenant, flavor, tenants, cohorts)
+    return tree_of(flavor_account(tenant, flavor), members, cohorts, flavor_limits(flavor.product, flavor.region))
+
+
+def decide(tenant: TenantView, gpus: int, tenants: Iterable[TenantView], within_nominal: bool = False,
+           cohorts: Cohorts = NO_COHORTS) -> QuotaDecision:  # fmt: skip
+    """Whether `gpus` more fit in `tenant`'s total quota, borrowing through its cohort tree (`tenants`: every tenant
+    known, usage applied; `cohorts`: the fleet's Cohort objects) when it has one and the request may borrow."""
+    return decide_account(total_account(tenant), gpus, total_tree(tenant, tenants, cohorts), within_nominal)
 
 
 def decide_flavor(
     tenant: TenantView, product: str, region: str, gpus: int, tenants: Iterable[TenantView],
-    within_nominal: bool = False,
+    within_nominal: bool = False, cohorts: Cohorts = NO_COHORTS,
 ) -> QuotaDecision:  # fmt: skip
     """Whether `gpus` more of `product` in `region` fit the tenant's quota for them (always, for a tenant without
-    per-product `quotas`), borrowing from the same quota of its cohort's members."""
+    per-product `quotas`), borrowing from the same quota of its cohort tree."""
     if tenant.quotas is None:
         return QuotaDecision(True, 0, "")
     flavor = flavor_of(tenant, product, region)
@@ -204,53 +230,55 @@ def decide_flavor(
         return QuotaDecision(
             False, 0, f"tenant {tenant.name} has no quota for {product} in {region} (its quotas: {named})"
         )
-    cohort = _flavor_cohort(tenant, flavor, tenants)
-    return decide_account(flavor_account(tenant, flavor), gpus, cohort, within_nominal)
+    tree = flavor_tree(tenant, flavor, tenants, cohorts)
+    return decide_account(flavor_account(tenant, flavor), gpus, tree, within_nominal)
 
 
 def decide_placement(
     tenant: TenantView, product: str | None, region: str, gpus: int, tenants: Iterable[TenantView],
-    within_nominal: bool = False,
+    within_nominal: bool = False, cohorts: Cohorts = NO_COHORTS,
 ) -> QuotaDecision:  # fmt: skip
     """Both checks for a placement on a node of `product` in `region`: the total, then the product's quota. The
     GPUs it borrows are the larger of the two."""
     tenants = list(tenants)
-    total = decide(tenant, gpus, tenants, within_nominal)
+    total = decide(tenant, gpus, tenants, within_nominal, cohorts)
     if not total.fits or product is None:
         return total
-    flavor = decide_flavor(tenant, product, region, gpus, tenants, within_nominal)
+    flavor = decide_flavor(tenant, product, region, gpus, tenants, within_nominal, cohorts)
     if not flavor.fits:
         return flavor
     return QuotaDecision(True, max(total.borrowed, flavor.borrowed), "")
 
 
-def _ceiling(account: Account, cohort: Iterable[Account]) -> int:
-    if account.cohort is None:
-        return account.nominal
-    lendable = sum(m.in_cohort for m in cohort if m.tenant != account.tenant)
-    limit = account.borrowing_limit if account.borrowing_limit is not None else UNLIMITED
-    return account.nominal + min(limit, lendable)
+def _idle(account: Account) -> Account:
+    return dataclasses.replace(account, used=0)
 
 
-def flavor_ceiling(tenant: TenantView, flavor: FlavorQuotaView, tenants: Iterable[TenantView]) -> int:
-    cohort = _flavor_cohort(tenant, flavor, tenants)
-    return _ceiling(flavor_account(tenant, flavor), cohort)
+def flavor_ceiling(tenant: TenantView, flavor: FlavorQuotaView, tenants: Iterable[TenantView],
+                   cohorts: Cohorts = NO_COHORTS) -> int:  # fmt: skip
+    members = [_idle(m) for m in _flavor_members(tenant, flavor, tenants, cohorts)]
+    limits = flavor_limits(flavor.product, flavor.region)
+    return available(_idle(flavor_account(tenant, flavor)), tree_of(_idle(flavor_account(tenant, flavor)), members,
+                                                                        cohorts, limits))  # fmt: skip
 
 
-def ceiling(tenant: TenantView, tenants: Iterable[TenantView], wants: Callable[[str], bool] | None = None) -> int:
-    """The most GPUs one request of `tenant` could ever hold: its nominal quota, plus what its cohort could lend it
-    were every other member idle (capped by its borrowing limit); with per-product quotas, no more than the largest
-    of those for a product the request `wants`. A request larger than this can never be admitted."""
+def ceiling(tenant: TenantView, tenants: Iterable[TenantView], wants: Callable[[str], bool] | None = None,
+            cohorts: Cohorts = NO_COHORTS) -> int:  # fmt: skip
+    """The most GPUs one request of `tenant` could ever hold: what it could use were every tenant of its cohort
+    tree idle (its nominal quota, plus what the tree could lend it within every borrowing limit on the way); with
+    per-product quotas, no more than the largest of those for a product the request `wants`. A request larger than
+    this can never be admitted."""
     tenants = list(tenants)
-    total = _ceiling(total_account(tenant), [total_account(m) for m in _members(tenant, tenants)])
+    own = _idle(total_account(tenant))
+    total = available(own, tree_of(own, [_idle(total_account(m)) for m in _members(tenant, tenants, cohorts)], cohorts))
     if tenant.quotas is None:
         return total
     flavors = [q for q in tenant.quotas if wants is None or wants(q.product)]
-    return min(total, max((flavor_ceiling(tenant, q, tenants) for q in flavors), default=0))
+    return min(total, max((flavor_ceiling(tenant, q, tenants, cohorts) for q in flavors), default=0))
 
 
 def unbounded_flavors(
-    tenant: TenantView, gpus: int, tenants: Iterable[TenantView]
+    tenant: TenantView, gpus: int, tenants: Iterable[TenantView], cohorts: Cohorts = NO_COHORTS
 ) -> tuple[FlavorQuotaView, ...] | None:
     """The tenant's per-product quotas as they would be were nothing held anywhere: those that could ever take
     `gpus`, each with room for it. Where a request refused by its quota would wait (`scheduler.region`)."""
@@ -260,5 +288,5 @@ def unbounded_flavors(
     return tuple(
         FlavorQuotaView(product=q.product, region=q.region, nominal=gpus)
         for q in tenant.quotas
-        if flavor_ceiling(tenant, q, tenants) >= gpus
+        if flavor_ceiling(tenant, q, tenants, cohorts) >= gpus
     )

@@ -163,7 +163,7 @@ def _tenant_quota(snapshot: Snapshot, tenant: TenantView, request: PlacementRequ
     placed on (a product it wants, a region it may use) has room: which pools may take it is the pool level's
     (`scheduler.pools.QuotaFilter`)."""
     tenants = snapshot.tenants.values()
-    decision = quota.decide(tenant, request.gpu_count, tenants, request.within_nominal)
+    decision = quota.decide(tenant, request.gpu_count, tenants, request.within_nominal, snapshot.cohorts)
     if not decision.fits or tenant.quotas is None:
         return decision
     places = _quota_places(snapshot, tenant, request)
@@ -174,7 +174,9 @@ def _tenant_quota(snapshot: Snapshot, tenant: TenantView, request: PlacementRequ
         )
     refusals = []
     for product, region in places:
-        flavor = quota.decide_flavor(tenant, product, region, request.gpu_count, tenants, request.within_nominal)
+        flavor = quota.decide_flavor(
+            tenant, product, region, request.gpu_count, tenants, request.within_nominal, snapshot.cohorts
+        )
         if flavor.fits:
             return decision
         refusals.append(flavor.message)
@@ -211,7 +213,9 @@ def waiting_region(snapshot: Snapshot, request: PlacementRequest) -> str | None:
     quota no object (the tenant's other policy still holds); None when it could never fit in the quota, even with
     everything an idle cohort could lend (`quota.ceiling`), so waiting cannot help."""
     tenant = snapshot.tenants.get(request.tenant or "")
-    if tenant is None or request.gpu_count > quota.ceiling(tenant, snapshot.tenants.values(), request.wants_product):
+    if tenant is None or request.gpu_count > quota.ceiling(
+        tenant, snapshot.tenants.values(), request.wants_product, snapshot.cohorts
+    ):
         return None
     unbounded = dataclasses.replace(
         tenant,
@@ -220,7 +224,7 @@ def waiting_region(snapshot: Snapshot, request: PlacementRequest) -> str | None:
         in_flight_gpus=0,
         cohort=None,
         held=(),
-        quotas=quota.unbounded_flavors(tenant, request.gpu_count, snapshot.tenants.values()),
+        quotas=quota.unbounded_flavors(tenant, request.gpu_count, snapshot.tenants.values(), snapshot.cohorts),
     )
     others = [view for name, view in snapshot.tenants.items() if name != tenant.name]
     return select_region(snapshot.with_tenants([*others, unbounded]), request).region

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from scheduler.compatibility import NodeProfile, profile_of
-from scheduler.views import NodeView, PoolView, RegionView, TenantView
+from scheduler.views import CohortView, NodeView, PoolView, RegionView, TenantView
 
 if TYPE_CHECKING:  # the CEL stack (celpy, lark, re2) is 10 MB that node agents, which plan bundles, never use
     from scheduler.cel import Device
@@ -75,6 +75,7 @@ class Snapshot:
     __slots__ = (
         "regions",
         "tenants",
+        "cohorts",
         "nodes",
         "pools",
         "_keys",
@@ -101,9 +102,11 @@ class Snapshot:
         pools: Iterable[PoolView],
         nodes: Iterable[NodeView],
         tenants: Iterable[TenantView] = (),
+        cohorts: Iterable[CohortView] = (),
     ) -> None:
         self.regions: dict[str, RegionView] = {r.name: r for r in sorted(regions, key=lambda r: r.name)}
         self.tenants: dict[str, TenantView] = {t.name: t for t in tenants}
+        self.cohorts: dict[str, CohortView] = {c.name: c for c in cohorts}  # Cohort objects (scheduler.cohorts)
         self.nodes: dict[str, NodeView] = {n.name: n for n in nodes}
         self.pools: tuple[PoolView, ...] = tuple(sorted(pools, key=lambda p: p.key))
         self._keys: dict[NodeProfile, int] = {}  # distinct profiles, numbered
@@ -144,7 +147,7 @@ class Snapshot:
         if unknown:
             raise ValueError(f"nodes not in the snapshot: {', '.join(unknown)}")
         new = object.__new__(Snapshot)
-        new.regions, new.tenants, new.pools = self.regions, self.tenants, self.pools
+        new.regions, new.tenants, new.cohorts, new.pools = self.regions, self.tenants, self.cohorts, self.pools
         new._devices, new._by_region, new._pools_of = self._devices, self._by_region, self._pools_of
         new._classes, new._class_of, new._position = self._classes, self._class_of, self._position
         new.nodes = {**self.nodes, **changed}

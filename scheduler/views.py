@@ -128,6 +128,21 @@ class FlavorQuotaView:
 
 
 @dataclass(frozen=True, slots=True)
+class CohortView:
+    """A Cohort object (Kueue's, with `parentName`): a quota of its own that its subtree shares, limits on what it
+    borrows from and lends to its parent, and whether fair sharing decides within its tree (set on the root)."""
+
+    name: str
+    parent: str | None = None
+    gpu_quota: int = 0
+    borrowing_limit: int | None = None  # None: unlimited
+    lending_limit: int | None = None  # None: all of its subtree's unused quota
+    quotas: tuple[FlavorQuotaView, ...] = ()  # its own quota per product (and region)
+    fair_sharing: bool = False
+    weight: float = 1.0  # its fair-sharing weight among its siblings
+
+
+@dataclass(frozen=True, slots=True)
 class PreemptionPolicy:
     """A tenant's `preemption` (issue 26): Kueue's ClusterQueue preemption, per tenant. Nothing by default."""
 
@@ -145,7 +160,7 @@ class TenantView:
     required_jurisdiction: str | None = None
     active_gpus: int = 0
     in_flight_gpus: int = 0
-    weight: float = 1.0  # fair-share weight among queued requests (issue 24)
+    weight: float = 1.0  # fair-sharing weight (0: always last), when its cohort tree shares fairly
     cohort: str | None = None  # tenants of one cohort lend each other unused quota (scheduler/quota.py)
     borrowing_limit: int | None = None  # None: unlimited
     lending_limit: int | None = None  # None: all of its unused quota

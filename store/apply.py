@@ -23,6 +23,7 @@ from store.models import (
     Base,
     ClaimRow,
     ClusterRow,
+    CohortRow,
     InferenceClassRow,
     ModelCacheRow,
     NodeRow,
@@ -159,6 +160,19 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
         }
         for name, t in fleet.tenants.items()
     }
+    cohorts = {
+        name: {
+            "name": name,
+            "parent_name": c.spec.parent_name,
+            "gpu_quota": c.spec.gpu_quota,
+            "borrowing_limit": c.spec.borrowing_limit,
+            "lending_limit": c.spec.lending_limit,
+            "quotas": [q.model_dump(mode="json") for q in c.spec.quotas],
+            "fair_sharing": c.spec.fair_sharing.enabled,
+            "weight": c.spec.fair_sharing.weight,
+        }
+        for name, c in fleet.cohorts.items()
+    }
     clusters = {
         name: {
             "name": name,
@@ -231,7 +245,8 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
         }
         for c in fleet.caches.values()
     }
-    return {"regions": regions, "classes": classes, "tenants": tenants, "clusters": clusters, "pools": pools,
+    return {"regions": regions, "classes": classes, "tenants": tenants, "cohorts": cohorts, "clusters": clusters,
+            "pools": pools,
             "nodes": nodes, "slots": slots, "caches": caches, "priority_classes": priority_classes}  # fmt: skip
 
 
@@ -325,6 +340,7 @@ async def apply_fleet(session: AsyncSession, fleet: Fleet, prune: bool = False) 
         changes.append(ApplyChange(kind="PriorityClass", name=name, action="updated"))
         unchanged -= 1
     await sync("Tenant", TenantRow, lambda r: r.name, desired["tenants"])
+    await sync("Cohort", CohortRow, lambda r: r.name, desired["cohorts"])
     await sync("InferenceCluster", ClusterRow, lambda r: r.name, desired["clusters"])
     await sync("NodePool", PoolRow, lambda r: (r.cluster, r.name), desired["pools"], lambda k: f"{k[0]}/{k[1]}")
     await sync("ModelCache", ModelCacheRow, lambda r: (r.namespace, r.name), desired["caches"],
@@ -364,8 +380,8 @@ async def _prune(
         "NodePool": lambda r: f"{r.cluster}/{r.name}",
         "ModelCache": lambda r: f"{r.namespace}/{r.name}",
     }
-    order = ["Slot", "Node", "NodePool", "InferenceCluster", "InferenceClass", "Tenant", "Region", "ModelCache",
-             "PriorityClass"]  # fmt: skip
+    order = ["Slot", "Node", "NodePool", "InferenceCluster", "InferenceClass", "Tenant", "Cohort", "Region",
+             "ModelCache", "PriorityClass"]  # fmt: skip
     if not prune:
         # Slots and nodes of objects that stay are part of those objects: report only top-level leftovers.
         for kind in order:

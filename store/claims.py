@@ -8,14 +8,17 @@ done and changes nothing. A double claim is impossible at three depths: the sche
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from contracts.allocation import ClaimInput, HealthNotice
 from scheduler import quota
-from store.models import AllocationRow, ClaimRow, NodeRow, PoolRow, SlotRow, TenantRow
-from store.snapshot import NO_USAGE, tenant_usage, tenant_view
+from scheduler.cohorts import root_of
+from store.models import AllocationRow, ClaimRow, CohortRow, NodeRow, PoolRow, SlotRow, TenantRow
+from store.snapshot import NO_USAGE, cohort_view, tenant_usage, tenant_view
 
 
 class ClaimConflict(Exception):
@@ -93,23 +96,24 @@ _PLACE_OF_NODE = text(
 
 async def _check_quota(session: AsyncSession, claim: ClaimInput) -> int:
     """The tenant's quotas, re-checked under lock (its total, and its quota for the node's product and region): how
-    many of this allocation's GPUs are borrowed from its cohort (its own part of the tenant's excess: of 1 GPU, at
-    most 1, however much its tenant borrowed before).
+    many of this allocation's GPUs are borrowed from its cohort tree (its own part of the tenant's excess: of 1 GPU,
+    at most 1, however much its tenant borrowed before).
 
-    Quota checks are serialised per tenant, and per cohort when the tenant is in one (every member's row locked,
-    in name order): two allocations cannot both take the last headroom, nor the last GPUs a cohort lends."""
+    Quota checks are serialised per tenant, and per cohort tree when the tenant is in one (every member's row
+    locked, in name order): two allocations cannot both take the last headroom, nor the last GPUs a tree lends."""
     tenant = await session.get(TenantRow, claim.tenant, with_for_update=True)
     if tenant is None:
         raise QuotaExceeded(f"tenant {claim.tenant!r} does not exist")
+    cohorts = {row.name: cohort_view(row) for row in (await session.scalars(select(CohortRow))).all()}
     members = [tenant]
     if tenant.cohort is not None:
+        root = root_of(tenant.cohort, cohorts)
+        in_cohorts = [name for name in _named_cohorts(await session.scalars(select(TenantRow.cohort).distinct()))
+                      if root_of(name, cohorts) == root]  # fmt: skip
         members = list(
             (
                 await session.scalars(
-                    select(TenantRow)
-                    .where(TenantRow.cohort == tenant.cohort)
-                    .order_by(TenantRow.name)
-                    .with_for_update()
+                    select(TenantRow).where(TenantRow.cohort.in_(in_cohorts)).order_by(TenantRow.name).with_for_update()
                 )
             ).all()
         )
@@ -117,10 +121,16 @@ async def _check_quota(session: AsyncSession, claim: ClaimInput) -> int:
     views = [tenant_view(member, usage.get(member.name, NO_USAGE)) for member in members]
     product, region = (await session.execute(_PLACE_OF_NODE, {"node": claim.node})).one_or_none() or (None, None)
     view = next(v for v in views if v.name == tenant.name)
-    decision = quota.decide_placement(view, product, region or "", claim.gpu_count, views, claim.within_nominal)
+    decision = quota.decide_placement(
+        view, product, region or "", claim.gpu_count, views, claim.within_nominal, cohorts
+    )
     if not decision.fits:
         raise QuotaExceeded(decision.message)
     return min(claim.gpu_count, decision.borrowed)
+
+
+def _named_cohorts(names: Iterable[str | None]) -> list[str]:
+    return [name for name in names if name is not None]
 
 
 async def release_claims(session: AsyncSession, allocation_id: str, attempt: int | None) -> int:

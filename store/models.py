@@ -307,6 +307,25 @@ class TenantRow(Base):
     preemption: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
 
 
+class CohortRow(Base):
+    """A Cohort object (fleet/cohort.py): a node of a tree of tenants that lend each other quota. A cohort tenants
+    name without a row here is a root with no quota of its own. No foreign key to the parent: a fleet file is
+    validated whole (a parent that does not exist, a cycle) before it is written, and rows go in name order."""
+
+    __tablename__ = "cohorts"
+    __table_args__ = (CheckConstraint("gpu_quota >= 0", name="gpu_quota"),)
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    parent_name: Mapped[str | None] = mapped_column(String(253))
+    gpu_quota: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    borrowing_limit: Mapped[int | None] = mapped_column(Integer)
+    lending_limit: Mapped[int | None] = mapped_column(Integer)
+    # [{"product", "region", "nominal", "borrowing_limit", "lending_limit"}], as tenants.quotas.
+    quotas: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, nullable=False, server_default="[]")
+    fair_sharing: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
+    weight: Mapped[float] = mapped_column(Float, nullable=False, server_default="1")
+
+
 class ApiTokenRow(Base):
     """Bearer tokens, stored as SHA-256 digests: a leaked database does not leak credentials."""
 

@@ -42,6 +42,7 @@ from scheduler.host.health import HealthState
 from scheduler.pending import with_pending_plans
 from scheduler.snapshot import Snapshot
 from scheduler.views import (
+    CohortView,
     FlavorQuotaView,
     NodeView,
     PoolView,
@@ -57,6 +58,7 @@ from store.models import (
     AllocationRow,
     ClaimRow,
     ClusterRow,
+    CohortRow,
     InferenceClassRow,
     InventoryVersionRow,
     NodeAgentRow,
@@ -105,6 +107,20 @@ def tenant_view(row: TenantRow, usage: TenantUsage = NO_USAGE) -> TenantView:
         quotas=flavor_quotas(row.quotas),
         held=usage.held,
         preemption=preemption_policy(TenantPreemption.model_validate(row.preemption or {})),
+    )
+
+
+def cohort_view(row: CohortRow) -> CohortView:
+    """A Cohort object as the scheduler sees it (scheduler/cohorts.py)."""
+    return CohortView(
+        name=row.name,
+        parent=row.parent_name,
+        gpu_quota=row.gpu_quota,
+        borrowing_limit=row.borrowing_limit,
+        lending_limit=row.lending_limit,
+        quotas=flavor_quotas(row.quotas) or (),
+        fair_sharing=row.fair_sharing,
+        weight=row.weight,
     )
 
 
@@ -303,7 +319,8 @@ async def load_inventory(session: AsyncSession) -> Inventory:
         )
 
     tenants = [tenant_view(t) for t in (await session.scalars(select(TenantRow))).all()]
-    snapshot = Snapshot(regions=regions, pools=pools, nodes=nodes, tenants=tenants)
+    cohorts = [cohort_view(c) for c in (await session.scalars(select(CohortRow))).all()]
+    snapshot = Snapshot(regions=regions, pools=pools, nodes=nodes, tenants=tenants, cohorts=cohorts)
     return Inventory(version=version, snapshot=snapshot, slots=positions, rows_of=_rows_of(positions))
 
 

@@ -143,11 +143,12 @@ def test_an_unknown_queueing_strategy_is_refused_with_the_known_ones() -> None:
     ]
 
 
-@pytest.mark.parametrize("weight", ["0", "-1"])
-def test_a_weight_that_is_not_positive_is_refused(weight: str) -> None:
-    assert problems(REGION + tenant(f"{{gpuQuota: 4, weight: {weight}}}")) == [
-        ("Tenant/acme", "spec.weight", "Input should be greater than 0")
+def test_a_negative_weight_is_refused_and_zero_means_always_last() -> None:
+    """Kueue's fairSharing.weight: 0 is allowed (a queue that borrows with weight 0 goes after every other)."""
+    assert problems(REGION + tenant("{gpuQuota: 4, weight: -1}")) == [
+        ("Tenant/acme", "spec.weight", "Input should be greater than or equal to 0")
     ]
+    assert parse(REGION + tenant("{gpuQuota: 4, weight: 0}")).tenants["acme"].spec.weight == 0
 
 
 @pytest.mark.parametrize(
@@ -196,3 +197,47 @@ def test_a_lending_limit_above_the_quota_it_lends_from_is_refused() -> None:
         ("Tenant/acme", "spec.quotas[0].lendingLimit", "3 is more than the nominal it lends from (2)"),
     ]
     assert parse(REGION + tenant("{gpuQuota: 4, lendingLimit: 4}")).tenants["acme"].spec.lending_limit == 4
+
+
+def cohort(name: str, spec: str) -> str:
+    return f"---\napiVersion: berth.dev/v1alpha1\nkind: Cohort\nmetadata: {{name: {name}}}\nspec: {spec}\n"
+
+
+def test_a_cohort_tree_loads_and_a_flat_cohort_needs_no_cohort_object() -> None:
+    """Kueue's Cohort objects with parentName; a cohort tenants name without one is a root of its own, as before."""
+    fleet = parse(
+        REGION
+        + cohort("org", "{gpuQuota: 4, fairSharing: {enabled: true}}")
+        + cohort("research", "{parentName: org, borrowingLimit: 8, lendingLimit: 0, fairSharing: {weight: 2}}")
+        + tenant("{gpuQuota: 4, cohort: research}")
+        + tenant("{gpuQuota: 4, cohort: flat}", name="other")
+    )
+    assert fleet.cohorts["research"].spec.parent_name == "org"
+    assert fleet.cohorts["org"].spec.fair_sharing.enabled and fleet.cohorts["research"].spec.fair_sharing.weight == 2
+    assert "flat" not in fleet.cohorts
+
+
+@pytest.mark.parametrize(
+    ("documents", "where", "message"),
+    [
+        (cohort("a", "{parentName: nowhere}"), ("Cohort/a", "spec.parentName"),
+         "Cohort 'nowhere' is not defined (a parent must be a Cohort object)"),
+        (cohort("a", "{parentName: b}") + cohort("b", "{parentName: c}") + cohort("c", "{parentName: a}"),
+         ("Cohort/a", "spec.parentName"), "parents form a cycle: a -> b -> c -> a"),
+        (cohort("a", "{parentName: a}"), ("Cohort/a", "spec.parentName"), "parents form a cycle: a -> a"),
+        (cohort("a", "{gpuQuota: 2, lendingLimit: 3}"), ("Cohort/a", "spec.lendingLimit"),
+         "3 is more than the gpuQuota it lends from (2)"),
+        (cohort("a", "{borrowingLimit: 3}"), ("Cohort/a", "spec.borrowingLimit"),
+         "a borrowingLimit needs a parentName: a root cohort has nothing to borrow from"),
+        (cohort("root", "{}") + cohort("a", "{parentName: root, fairSharing: {enabled: true}}"), ("Cohort/a", "spec.fairSharing"),
+         "fairSharing.enabled is set on a tree's root cohort: it decides for the whole tree, and this "
+         "cohort has parentName 'root'"),
+        (cohort("a", "{fairSharing: {weight: -1}}"), ("Cohort/a", "spec.fairSharing.weight"),
+         "Input should be greater than or equal to 0"),
+    ],
+)  # fmt: skip
+def test_a_bad_cohort_is_refused_naming_its_field(documents: str, where: tuple[str, str], message: str) -> None:
+    """Kueue's validation of Cohorts: the parent exists, no cycle, a lendingLimit within the quota it lends from,
+    a borrowingLimit only where there is a parent to borrow from."""
+    found = problems(REGION + documents)
+    assert (*where, message) in found, found
