@@ -154,7 +154,7 @@ def _check_cohort(cohort: Cohort, where: FleetProblem, fleet: Fleet) -> list[Fle
     path = [cohort.metadata.name]
     while parent is not None and parent in fleet.cohorts:
         if parent in path:
-            cycle = " -> ".join([*path[path.index(parent):], parent])
+            cycle = " -> ".join([*path[path.index(parent) :], parent])
             message = f"parents form a cycle: {cycle}"
             return [where.model_copy(update={"path": "spec.parentName", "message": message})]
         path.append(parent)

@@ -122,7 +122,11 @@ class QuotaFilter:
         if self._tenant is None or self._tenant.quotas is None or pool.gpu_product is None:
             return None
         decision = quota.decide_flavor(
-            self._tenant, pool.gpu_product, pool.region, self.request.gpu_count, self.snapshot.tenants.values(),
+            self._tenant,
+            pool.gpu_product,
+            pool.region,
+            self.request.gpu_count,
+            self.snapshot.tenants.values(),
             cohorts=self.snapshot.cohorts,
         )
         if decision.fits:
