@@ -464,9 +464,11 @@ class QueueItem(QueuePlace):
     gpu_count: int
     gpu_product: str | None
     shape: str
-    share: float = Field(
-        description="Its tenant's weighted dominant share of the fleet's GPUs (held, over capacity, over its weight): "
-        "at equal priority the smaller goes first."
+    share: float | None = Field(
+        description="Its tenant's fair-sharing share (Kueue's dominant resource share): the GPUs it uses beyond its "
+        "quota over what its cohort tree could lend it, over its weight; 0 when it borrows nothing, null for a "
+        "tenant of weight 0 that borrows (always last). It orders the queue only where the tenant's cohort tree "
+        "has fairSharing enabled."
     )
 
 

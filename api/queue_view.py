@@ -2,20 +2,22 @@
 
     queue_entries (store.queue)  +  the inventory's snapshot (capacity per product, tenants' weights)
       + who holds what (store.queue.holdings)
-      -> scheduler.queueing.ordered: admission order per region (priority, weighted dominant share, arrival)
+      -> scheduler.queueing.ordered: admission order per region, the admission pass's (Kueue's classic order, or
+         its fair-sharing tournament where a cohort tree shares fairly)
       -> each entry's position, share, wait, and why it is not placed yet (what the last admission pass recorded)
 
 Positions count every tenant's requests of the region, whoever asks. A tenant token is shown its own requests only,
 and never another tenant's allocation id: a pass's reason may name the head it waits behind, and that id is
-replaced by "a request of another tenant". Shares are those `ordered` computes over the whole fleet (a tenant's
-share of the fleet's GPUs, not of the part it may see).
+replaced by "a request of another tenant". Shares are those `ordered` computes over the tenant's whole cohort tree.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.errors import ApiError
@@ -29,6 +31,7 @@ from scheduler.snapshot import Snapshot
 from scheduler.views import PoolView
 from store import queue
 from store.inventory import InventoryCache
+from store.models import AllocationRow
 from store.queue import QueueEntry
 from store.tokens import Principal
 
@@ -58,6 +61,16 @@ def _redacted(text: str | None, hidden: frozenset[str]) -> str | None:
     return text
 
 
+async def _others_victims(session: AsyncSession, entries: list[QueueEntry], shown_to: str | None) -> frozenset[str]:
+    """The allocations these entries preempt that are not `shown_to`'s (none for an admin): a reason names each
+    victim with its rule, and a tenant never reads another tenant's allocation id."""
+    victims = {v for e in entries for v in e.victims or ()}
+    if shown_to is None or not victims:
+        return frozenset()
+    owners = await session.execute(select(AllocationRow.id, AllocationRow.tenant).where(AllocationRow.id.in_(victims)))
+    return frozenset(victims - {allocation for allocation, tenant in owners if tenant == shown_to})
+
+
 def _place(entry: QueueEntry, position: int, now: datetime, hidden: frozenset[str]) -> dict[str, Any]:
     return {
         "position": position,
@@ -82,9 +95,17 @@ async def _snapshot(session: AsyncSession, inventory: InventoryCache | None) -> 
 
 def _in_order(
     entries: list[QueueEntry], snapshot: Snapshot, holdings: list[tuple[str, str, int]]
-) -> dict[str, list[tuple[QueueEntry, float]]]:
-    """region -> its entries in admission order, with their tenant's weighted share."""
+) -> dict[str, list[tuple[QueueEntry, float | None]]]:
+    """region -> its entries in admission order, with their tenant's share. What each tenant holds goes on its
+    view: whether a request would borrow, and each share, depend on it."""
     usage = usage_by_product(snapshot, holdings)
+    held: dict[str, int] = {}
+    for tenant, _, gpus in holdings:
+        held[tenant] = held.get(tenant, 0) + gpus
+    snapshot = snapshot.with_tenants(
+        dataclasses.replace(view, active_gpus=held.get(name, 0), in_flight_gpus=0)
+        for name, view in snapshot.tenants.items()
+    )
     by_id = {entry.allocation_id: entry for entry in entries}
     regions: dict[str, list[QueueEntry]] = {}
     for entry in entries:
@@ -163,6 +184,7 @@ async def queues(
     for name in sorted(shown_regions):
         line = in_order.get(name, [])
         hidden = frozenset(e.allocation_id for e, _ in line if not caller.is_admin and e.tenant != caller.tenant)
+        hidden |= await _others_victims(session, [e for e, _ in line], None if caller.is_admin else caller.tenant)
         items = [
             QueueItem(
                 **_place(entry, position, now, hidden),
@@ -171,7 +193,7 @@ async def queues(
                 gpu_count=entry.gpu_count,
                 gpu_product=entry.request.get("gpu_product"),
                 shape=str(entry.request.get("shape") or "gpu_slice"),
-                share=round(share, 6),
+                share=round(share, 6) if share is not None else None,
             )
             for position, (entry, share) in enumerate(line, start=1)
             if entry.allocation_id not in hidden and (serving is None or _for_pool(serving, entry))
@@ -197,4 +219,5 @@ async def place_of(
     if position is None:  # it left the queue between the two reads
         return None
     hidden = frozenset(e.allocation_id for e, _ in ranked if shown_to is not None and e.tenant != shown_to)
+    hidden |= await _others_victims(session, [entry], shown_to)
     return QueuePlace(**_place(entry, position, datetime.now(UTC), hidden))

@@ -76,7 +76,7 @@ def _render_region(region: RegionQueue) -> None:
             item.tenant,
             priority(item),
             _request(item),
-            f"{item.share:.1%}",
+            f"{item.share:.1%}" if item.share is not None else "last",
             waited(item.waited_seconds),
             local_time(item.deadline_at),
             status(item),

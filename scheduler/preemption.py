@@ -10,16 +10,25 @@ A queued request that does not fit may take GPUs back from running allocations w
                - it is the request's own tenant's, and `withinTenant` allows it (`LowerPriority`: a lower priority;
                  `LowerOrNewerEqualPriority`: also an equal one created after the request: Kueue compares the two
                  workloads' creation times);
-               - it is another tenant's of the request's cohort, that tenant borrows now (uses more than its
-                 nominal quota), and `reclaimWithinCohort` allows it
-                 (`LowerPriority` or `Any`); when the request would still borrow once admitted, only if
-                 `borrowWithinCohort` is `LowerPriority` and the allocation's priority is below the request's and at
-                 most `maxPriorityThreshold`;
-               No shares are compared: Kueue's classic preemption (fair sharing off, its default) decides by these
-               three policies alone, so a lender reclaims from a borrower whatever either holds.
-    order      allocations of other tenants of the cohort that borrow now first (their tenant's state at the
-               decision, as Kueue orders by its ClusterQueues' state), then lower priority, then the most recently
-               started (Kueue's candidate order).
+               - it is another tenant's of the request's cohort tree, that tenant borrows now (uses more than its
+                 nominal quota) and so does every cohort between it and the lowest cohort it shares with the
+                 request's tenant (Kueue's hierarchical reclaim), and `reclaimWithinCohort` allows it (`LowerPriority`
+                 or `Any`). When the request fits below that shared cohort (its tenant's nominal quota, or a subtree
+                 on its side) it reclaims without borrowing; otherwise only if `borrowWithinCohort` is
+                 `LowerPriority` and the allocation's priority is below the request's and at most
+                 `maxPriorityThreshold`;
+               Without fair sharing no shares are compared: Kueue's classic preemption decides by these three
+               policies alone, so a lender reclaims from a borrower whatever either holds.
+    fair       where the tree shares fairly (`scheduler.fair_sharing`), `borrowWithinCohort` does not apply and the
+               shares decide instead (Kueue's fair-sharing strategies): the borrowing tenant with the largest
+               share is taken from first; its allocation goes when the request fits its own nominal quota, or when
+               the request's side's share with it admitted is at most the victim's side's share once the
+               allocation is gone (`LessThanOrEqualToFinalShare`), the two sides being the children of their lowest
+               common cohort; what that leaves is then taken, one allocation per tenant, where the request's side's
+               share is below the victim's side's as it is (`LessThanInitialShare`).
+    order      other tenants' allocations first (those reclaimed without borrowing before the rest), then lower
+               priority, then the most recently started (Kueue's candidate order); each is re-checked as the ones
+               before it are taken, and passed over once its tenant no longer borrows.
     quota      (the tenant or its cohort has no quota left, the fleet has room) candidates in order are taken until
                the request fits its quota, then every victim no longer needed is given back, the last taken first;
                if all of them would not make it fit, nothing is preempted.
@@ -38,11 +47,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
-from scheduler import cluster, quota
+from scheduler import cluster, fair_sharing, quota
+from scheduler.cohorts import CohortTree
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import SlotState, TenantView
+
+Node = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -114,62 +126,125 @@ def kueue_named(words: str, rule: str) -> str:
     return f"{words} (Kueue: {rule})"
 
 
-def eligibility(snapshot: Snapshot, preemptor: Preemptor, victim: Running) -> str | None:
-    """The rule that lets the preemptor displace `victim`, in words (and Kueue's name for it), or None."""
-    if victim.non_preemptible:
-        return None  # KAI: a non-preemptible workload is never a victim
-    if victim.preemptible and not preemptor.preemptible:
-        return "of a preemptible PriorityClass"
-    tenants = snapshot.tenants
-    mine = tenants.get(preemptor.tenant)
-    if mine is None:
+IN_COHORT_FAIR_SHARING = "InCohortFairSharing"  # fair sharing's strategies
+
+
+class Judge:
+    """Who the preemptor may displace on one snapshot: its tenant's cohort tree, and at each cohort above it
+    whether the preemptor fits below that cohort (Kueue's hierarchical reclaim)."""
+
+    def __init__(self, snapshot: Snapshot, preemptor: Preemptor) -> None:
+        self.snapshot, self.preemptor = snapshot, preemptor
+        self.mine = snapshot.tenants.get(preemptor.tenant)
+        self.tree = quota.total_tree(self.mine, snapshot.tenants.values(), snapshot.cohorts) if self.mine else None
+        self.fair = self.mine is not None and fair_sharing.shares_fairly(self.mine, snapshot.cohorts)
+        self.within_below = self._within_below()
+
+    def _within_below(self) -> dict[Node, bool]:
+        """cohort above the preemptor -> whether its request fits the quota of a node strictly below that cohort
+        on its own path (its tenant's nominal quota, or a cohort's subtree quota): reclaiming from a subtree beside
+        that node is then not borrowing (Kueue's hierarchical candidates, where `borrowWithinCohort` does not
+        apply)."""
+        if self.mine is None or self.tree is None:
+            return {}
+        node: Node = ("tenant", self.mine.name)
+        gpus = self.preemptor.request.gpu_count
+        fits = quota.used(self.mine) + gpus <= self.mine.gpu_quota
+        left = max(0, gpus - max(0, self.tree.guaranteed(node) - self.tree.usage(node)))
+        result: dict[Node, bool] = {}
+        for cohort in self.tree.ancestors(node):
+            result[cohort] = fits
+            fits = fits or self.tree.subtree_quota(cohort) >= self.tree.usage(cohort) + left
+            left = max(0, left - max(0, self.tree.guaranteed(cohort) - self.tree.usage(cohort)))
+        return result
+
+    def reclaimable(self, tenant: TenantView) -> Node | None:
+        """The lowest cohort above both the preemptor and `tenant` when `tenant` borrows and so does every cohort
+        between it and there (its subtree draws beyond its own quota): Kueue's condition for taking quota back
+        from another queue of the tree. None when it may not be reclaimed from."""
+        if self.mine is None or self.tree is None or tenant.cohort is None:
+            return None
+        them: Node = ("tenant", tenant.name)
+        if them not in self.tree.parent or not self.tree.borrowing(them):
+            return None
+        meeting = self.tree.lowest_common_ancestor(("tenant", self.mine.name), them)
+        if meeting is None:
+            return None
+        for cohort in self.tree.ancestors(them):
+            if cohort == meeting:
+                return meeting
+            if not self.tree.borrowing(cohort):
+                return None
         return None
-    policy = mine.preemption
-    if victim.tenant == preemptor.tenant:
-        lower = victim.priority < preemptor.priority
-        if policy.within_tenant is WithinTenant.LOWER_PRIORITY and lower:
-            words = f"withinTenant {policy.within_tenant}: priority {victim.priority} < {preemptor.priority}"
-            return kueue_named(words, IN_CLUSTER_QUEUE)
-        newer = victim.priority == preemptor.priority and victim.requested > preemptor.created
-        if policy.within_tenant is WithinTenant.LOWER_OR_NEWER_EQUAL_PRIORITY and (lower or newer):
-            words = f"withinTenant {policy.within_tenant}: priority {victim.priority}, requested after this request"
-            return kueue_named(words, IN_CLUSTER_QUEUE)
-        return None
-    theirs = tenants.get(victim.tenant)
-    if mine.cohort is None or theirs is None or theirs.cohort != mine.cohort or not borrows(theirs):
-        return None
-    if policy.reclaim_within_cohort is ReclaimWithinCohort.NEVER:
-        return None
-    if policy.reclaim_within_cohort is ReclaimWithinCohort.LOWER_PRIORITY and victim.priority >= preemptor.priority:
-        return None
-    rule = IN_COHORT_RECLAMATION
-    if _would_borrow(snapshot, preemptor):
-        rule = IN_COHORT_RECLAIM_WHILE_BORROWING
+
+    def eligibility(self, victim: Running) -> str | None:
+        """The rule that lets the preemptor displace `victim`, in words (and Kueue's name for it), or None."""
+        preemptor = self.preemptor
+        if victim.non_preemptible:
+            return None  # KAI: a non-preemptible workload is never a victim
+        if victim.preemptible and not preemptor.preemptible:
+            return "of a preemptible PriorityClass"
+        mine = self.mine
+        if mine is None:
+            return None
+        policy = mine.preemption
+        if victim.tenant == preemptor.tenant:
+            lower = victim.priority < preemptor.priority
+            if policy.within_tenant is WithinTenant.LOWER_PRIORITY and lower:
+                words = f"withinTenant {policy.within_tenant}: priority {victim.priority} < {preemptor.priority}"
+                return kueue_named(words, IN_CLUSTER_QUEUE)
+            newer = victim.priority == preemptor.priority and victim.requested > preemptor.created
+            if policy.within_tenant is WithinTenant.LOWER_OR_NEWER_EQUAL_PRIORITY and (lower or newer):
+                words = f"withinTenant {policy.within_tenant}: priority {victim.priority}, requested after this request"
+                return kueue_named(words, IN_CLUSTER_QUEUE)
+            return None
+        theirs = self.snapshot.tenants.get(victim.tenant)
+        meeting = self.reclaimable(theirs) if theirs is not None else None
+        if meeting is None or policy.reclaim_within_cohort is ReclaimWithinCohort.NEVER:
+            return None
+        if policy.reclaim_within_cohort is ReclaimWithinCohort.LOWER_PRIORITY and victim.priority >= preemptor.priority:
+            return None
+        # No tenant is named: the words reach the preemptor's tenant too (explain, the victim's notice is the victim's).
+        words = f"reclaimWithinCohort {policy.reclaim_within_cohort}: its tenant borrows in cohort {meeting[1]}"
+        if self.fair:  # borrowWithinCohort does not apply under fair sharing; the shares decide (`_fair_take`)
+            return kueue_named(words, IN_COHORT_FAIR_SHARING)
+        if self.within_below.get(meeting, False):
+            return kueue_named(words, IN_COHORT_RECLAMATION)
         threshold = policy.max_priority_threshold
         if policy.borrow_within_cohort is not BorrowWithinCohort.LOWER_PRIORITY:
             return None
         if victim.priority >= preemptor.priority or (threshold is not None and victim.priority > threshold):
             return None
-    # No tenant is named: the words reach the preemptor's tenant too (explain, the victim's notice is the victim's).
-    words = f"reclaimWithinCohort {policy.reclaim_within_cohort}: its tenant borrows in cohort {mine.cohort}"
-    return kueue_named(words, rule)
+        return kueue_named(words, IN_COHORT_RECLAIM_WHILE_BORROWING)
+
+    def order(self, victim: Running) -> tuple[int, int, float]:
+        """Kueue's candidate order: other tenants' allocations first (those reclaimed without borrowing, then the
+        rest), then lower priority, then the newest."""
+        if victim.tenant == self.preemptor.tenant:
+            group = 2
+        else:
+            theirs = self.snapshot.tenants.get(victim.tenant)
+            meeting = self.reclaimable(theirs) if theirs is not None else None
+            group = 0 if meeting is not None and self.within_below.get(meeting, False) else 1
+        return (group, victim.priority, -victim.started)
+
+    def still_eligible(self, victim: Running) -> bool:
+        """Whether a candidate may still be taken on this snapshot (earlier victims gone): its own tenant's always;
+        another's while its tenant, and its subtree up to the meeting cohort, still borrow (Kueue re-checks each
+        candidate as it takes them)."""
+        if victim.tenant == self.preemptor.tenant or (victim.preemptible and not self.preemptor.preemptible):
+            return True
+        theirs = self.snapshot.tenants.get(victim.tenant)
+        return theirs is not None and self.reclaimable(theirs) is not None
 
 
-def candidate_order(snapshot: Snapshot, preemptor: Preemptor, victim: Running) -> tuple[int, int, float]:
-    """Kueue's order: allocations of other tenants that borrow now first, then lower priority, then the newest."""
-    theirs = snapshot.tenants.get(victim.tenant)
-    other_borrower = victim.tenant != preemptor.tenant and theirs is not None and borrows(theirs)
-    return (0 if other_borrower else 1, victim.priority, -victim.started)
+def eligibility(snapshot: Snapshot, preemptor: Preemptor, victim: Running) -> str | None:
+    return Judge(snapshot, preemptor).eligibility(victim)
 
 
 def borrows(tenant: TenantView) -> bool:
     """Whether the tenant uses more than its nominal quota now: Kueue's ClusterQueue that is borrowing."""
     return quota.used(tenant) > tenant.gpu_quota
-
-
-def _would_borrow(snapshot: Snapshot, preemptor: Preemptor) -> bool:
-    tenant = snapshot.tenants[preemptor.tenant]
-    return quota.used(tenant) + preemptor.request.gpu_count > tenant.gpu_quota
 
 
 # -- the two cases ----------------------------------------------------------------------------------------------------
@@ -185,12 +260,13 @@ def _for_quota(snapshot: Snapshot, region: str, preemptor: Preemptor, running: l
         tenant = freed.tenants[preemptor.tenant]
         return quota.decide(tenant, preemptor.request.gpu_count, freed.tenants.values(), cohorts=freed.cohorts).fits
 
-    victims = _take_and_minimise(candidates, fits)
-    if victims is None:
+    chosen = _take_and_minimise(snapshot, preemptor, candidates, fits)
+    if chosen is None:
         return "displacing every allocation its policy allows would still not fit its quota"
+    victims, reasons = chosen
     if cluster.find_candidates(without(snapshot, victims), preemptor.request, region).refusal is not None:
         return "its quota would fit, but no node would have room: preempting for the quota alone would not place it"
-    return Preemption("quota", None, tuple(victims), {v.allocation_id: candidates[v] for v in victims})
+    return Preemption("quota", None, tuple(victims), reasons)
 
 
 def _for_capacity(snapshot: Snapshot, region: str, preemptor: Preemptor, running: list[Running]) -> Preemption | str:
@@ -198,7 +274,7 @@ def _for_capacity(snapshot: Snapshot, region: str, preemptor: Preemptor, running
     by_node: dict[str, list[Running]] = {}
     for allocation in running:
         by_node.setdefault(allocation.node, []).append(allocation)
-    best: tuple[tuple[int, int, float], str, list[Running], dict[Running, str]] | None = None
+    best: tuple[tuple[int, int, float], str, list[Running], dict[str, str]] | None = None
     for node in cluster.nodes_that_could_hold(snapshot, request, region):
         name = node.name
         candidates = _candidates(snapshot, preemptor, by_node.get(name, []))
@@ -209,42 +285,158 @@ def _for_capacity(snapshot: Snapshot, region: str, preemptor: Preemptor, running
         def fits(victims: Sequence[Running], pinned: PlacementRequest = pinned) -> bool:
             return not cluster.find_candidates(without(snapshot, victims), pinned, region).refusal
 
-        victims = _take_and_minimise(candidates, fits)
-        if victims is None:
+        chosen = _take_and_minimise(snapshot, preemptor, candidates, fits)
+        if chosen is None:
             continue
+        victims, reasons = chosen
         key = (max(v.priority for v in victims), len(victims), -max(v.started for v in victims))
         if best is None or (key, name) < (best[0], best[1]):
-            best = (key, name, victims, candidates)
+            best = (key, name, victims, reasons)
     if best is None:
         return "no node would have room for it even with every allocation its policy allows displaced"
-    _, name, victims, candidates = best
-    return Preemption("capacity", name, tuple(victims), {v.allocation_id: candidates[v] for v in victims})
+    _, name, victims, reasons = best
+    return Preemption("capacity", name, tuple(victims), reasons)
 
 
 def _candidates(snapshot: Snapshot, preemptor: Preemptor, running: Iterable[Running]) -> dict[Running, str]:
     """The allocations the preemptor may displace, in the order they are taken, each with its rule."""
-    eligible = [(r, why) for r in running if (why := eligibility(snapshot, preemptor, r)) is not None]
-    eligible.sort(key=lambda pair: candidate_order(snapshot, preemptor, pair[0]))
+    judge = Judge(snapshot, preemptor)
+    eligible = [(r, why) for r in running if (why := judge.eligibility(r)) is not None]
+    eligible.sort(key=lambda pair: judge.order(pair[0]))
     return dict(eligible)
 
 
 def _take_and_minimise(
-    candidates: Mapping[Running, str], fits: Callable[[Sequence[Running]], bool]
-) -> list[Running] | None:
-    """Take candidates in order until the request fits; then give back every victim it fits without, the last
-    taken first. None when all of them would not do."""
-    taken: list[Running] = []
-    for candidate in candidates:
-        taken.append(candidate)
-        if fits(taken):
-            break
+    snapshot: Snapshot, preemptor: Preemptor, candidates: Mapping[Running, str],
+    fits: Callable[[Sequence[Running]], bool],
+) -> tuple[list[Running], dict[str, str]] | None:  # fmt: skip
+    """The victims and why each: taken until the request fits, then every victim it fits without given back, the
+    last taken first. None when all of them would not do."""
+    if Judge(snapshot, preemptor).fair:
+        taken = _fair_take(snapshot, preemptor, candidates, fits)
     else:
+        taken = _classic_take(snapshot, preemptor, candidates, fits)
+    if taken is None:
         return None
-    for victim in reversed(list(taken)):
-        rest = [v for v in taken if v is not victim]
+    victims = list(taken)
+    for victim in reversed(list(victims)):
+        rest = [v for v in victims if v is not victim]
         if fits(rest):
-            taken = rest
-    return taken
+            victims = rest
+    return victims, {v.allocation_id: taken[v] for v in victims}
+
+
+def _classic_take(
+    snapshot: Snapshot, preemptor: Preemptor, candidates: Mapping[Running, str],
+    fits: Callable[[Sequence[Running]], bool],
+) -> dict[Running, str] | None:  # fmt: skip
+    """Kueue's classic preemption: candidates in order, each taken only while it is still eligible once the ones
+    before it are gone, until the request fits."""
+    taken: dict[Running, str] = {}
+    for candidate, why in candidates.items():
+        if taken and not Judge(without(snapshot, list(taken)), preemptor).still_eligible(candidate):
+            continue
+        taken[candidate] = why
+        if fits(list(taken)):
+            return taken
+    return None
+
+
+def _fair_take(
+    snapshot: Snapshot, preemptor: Preemptor, candidates: Mapping[Running, str],
+    fits: Callable[[Sequence[Running]], bool],
+) -> dict[Running, str] | None:  # fmt: skip
+    """Kueue's fair-sharing preemption (its `LessThanOrEqualToFinalShare`, then `LessThanInitialShare`): take from
+    the tenant with the largest share first; an allocation of another tenant is taken when the preemptor's request
+    fits its own nominal quota, or when the preemptor's share with the request admitted would not exceed that
+    tenant's share once the allocation is gone (then, for what is left, when it is below that tenant's share as it
+    is), each compared between the two subtrees that meet at their lowest common cohort."""
+    taken: dict[Running, str] = {}
+    within_nominal = (mine := snapshot.tenants.get(preemptor.tenant)) is not None and (
+        quota.used(mine) + preemptor.request.gpu_count <= mine.gpu_quota
+    )
+    left = dict(candidates)
+    retry: list[Running] = []
+    while left:
+        state = without(snapshot, list(taken))
+        target = _largest_share(state, preemptor, left)
+        if target is None:
+            break
+        theirs = [c for c in left if c.tenant == target]
+        for victim in theirs:
+            del left[victim]
+            why = candidates[victim]
+            if victim.tenant != preemptor.tenant and not within_nominal and not victim.preemptible:
+                mine_share, their_share = _sibling_shares(without(snapshot, [*taken, victim]), preemptor, victim)
+                if mine_share > their_share:
+                    retry.append(victim)
+                    continue
+            taken[victim] = why
+            if fits(list(taken)):
+                return taken
+            break  # choose the target again on what is left
+    for victim in retry:  # LessThanInitialShare: one allocation per tenant, while the preemptor's share is smaller
+        state = without(snapshot, list(taken))
+        if any(v.tenant == victim.tenant for v in taken) or not Judge(state, preemptor).still_eligible(victim):
+            continue
+        mine_share, their_share = _sibling_shares(state, preemptor, victim)
+        if mine_share < their_share:
+            taken[victim] = candidates[victim]
+            if fits(list(taken)):
+                return taken
+    return None
+
+
+def _largest_share(snapshot: Snapshot, preemptor: Preemptor, left: Mapping[Running, str]) -> str | None:
+    """The tenant to take from next: its own tenant's allocations first, then the borrowing tenant whose share is
+    largest (Kueue walks its tree from the root choosing the largest share; here each tenant's path of shares from
+    the root down, compared in order, stands for that walk)."""
+    tenants = {c.tenant for c in left}
+    if preemptor.tenant in tenants:
+        return preemptor.tenant
+    judge = Judge(snapshot, preemptor)
+    best: tuple[tuple[fair_sharing.Share, ...], str] | None = None
+    for name in sorted(tenants):
+        view = snapshot.tenants.get(name)
+        if view is None or (judge.tree is not None and judge.reclaimable(view) is None and
+                            not any(c.preemptible for c in left if c.tenant == name)):  # fmt: skip
+            continue
+        path = _share_path(snapshot, view)
+        if best is None or path > best[0]:
+            best = (path, name)
+    return best[1] if best is not None else None
+
+
+def _share_path(snapshot: Snapshot, tenant: TenantView) -> tuple[fair_sharing.Share, ...]:
+    """The shares of the tenant's cohorts from the root's children down, then its own."""
+    tree = quota.total_tree(tenant, snapshot.tenants.values(), snapshot.cohorts)
+    node: Node = ("tenant", tenant.name)
+    path = [*reversed(tree.ancestors(node))][1:] + [node]
+    return tuple(fair_sharing.share(tree, n, fair_sharing.weight_of(n, snapshot.tenants, snapshot.cohorts))
+                 for n in path)  # fmt: skip
+
+
+def _sibling_shares(
+    snapshot: Snapshot, preemptor: Preemptor, victim: Running
+) -> tuple[fair_sharing.Share, fair_sharing.Share]:
+    """The preemptor's share with its request admitted, and the victim tenant's, each of the child of their lowest
+    common cohort on its side (Kueue's almost-LCA), on `snapshot`."""
+    mine = snapshot.tenants[preemptor.tenant]
+    theirs = snapshot.tenants[victim.tenant]
+    gpus = preemptor.request.gpu_count
+    with_request = fair_sharing.tree(mine, snapshot.tenants.values(), snapshot.cohorts, extra=gpus)
+    as_is = fair_sharing.tree(mine, snapshot.tenants.values(), snapshot.cohorts)
+    me, them = ("tenant", mine.name), ("tenant", theirs.name)
+    meeting = as_is.lowest_common_ancestor(me, them)
+    if meeting is None:
+        return fair_sharing.NONE, fair_sharing.NONE
+    mine_side, their_side = as_is.child_towards(meeting, me), as_is.child_towards(meeting, them)
+    weight = fair_sharing.weight_of
+
+    def weighted(tree: CohortTree, node: Node) -> fair_sharing.Share:
+        return fair_sharing.share(tree, node, weight(node, snapshot.tenants, snapshot.cohorts))
+
+    return weighted(with_request, mine_side), weighted(as_is, their_side)
 
 
 def without(snapshot: Snapshot, victims: Sequence[Running]) -> Snapshot:

@@ -4,8 +4,11 @@ A request that asked to wait and could fit once capacity frees waits in its regi
 admission pass walks the queue in order on the capacity as it is now:
 
     queued requests of one region (arrival order kept in PostgreSQL)
-      -> order    priority (higher first), then fair share (the tenant's dominant share of the fleet's GPUs, over
-                  its weight: smaller first), then arrival; shares move as the pass places requests
+      -> order    each tenant's requests by priority, then arrival; of the tenants' next requests, Kueue's
+                  classic order: one that fits its tenant's nominal quota before one that would borrow, then
+                  the higher priority, then the earlier arrival. Where a cohort tree shares fairly
+                  (`scheduler.fair_sharing`), its tournament's winner stands for the whole tree. Re-judged as
+                  the pass places requests
       -> for the next request in that order:
            quota           the tenant's active + in-flight GPUs + this request within its quota
            cluster level   `cluster.find_candidates` on what is left (plans in progress and the pass's own
@@ -28,9 +31,9 @@ for capacity until, counting the held nodes' GPUs, it would reach that share: wi
 whose waiting requests are mostly large ones saw the small requests of others fill every node that emptied, and
 stayed far below its weighted share (bench/queues.py).
 
-Fair share is Kueue's dominant-resource share over GPU products: for each product, the GPUs the tenant holds over
-the fleet's GPUs of that product; the largest of those, divided by the tenant's weight. A tenant holding nothing has
-share 0 and goes before one that holds something, at equal priority.
+The holds beyond a tenant's head weigh tenants by their dominant share of the fleet's GPUs (for each product, the
+GPUs the tenant holds over the fleet's GPUs of that product; the largest of those, over its weight): this decides
+only which nodes are held for whom while requests wait, never who is admitted first.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from fleet.vocabulary import QueueingStrategy
-from scheduler import cluster
+from scheduler import cluster, fair_sharing, quota
+from scheduler.cohorts import root_of
 from scheduler.pending import with_pending_plans
 from scheduler.preemption import Preemptor, Running, plan_preemption
 from scheduler.reasons import Reason
@@ -85,7 +89,7 @@ class Verdict:
 
     allocation_id: str
     position: int  # 1-based, in the pass's order
-    share: float  # its tenant's weighted dominant share when its turn came
+    share: float | None  # its tenant's fair-sharing share when its turn came (None: weight 0 and borrowing)
     node: str | None = None
     reason: str | None = None
     code: str | None = None  # the refusal's code: quota_exceeded, insufficient_capacity, queued_behind, ...
@@ -108,17 +112,20 @@ class PassResult:
         return {v.allocation_id: v.reserved for v in self.verdicts if v.reserved is not None}
 
 
-def order_key(entry: QueuedRequest, share: float) -> tuple[int, float, int]:
-    """Smaller first: higher priority, then smaller weighted share, then earlier arrival."""
-    return (-entry.priority, share, entry.arrival)
+def classic_key(entry: QueuedRequest, tenant: TenantView | None) -> tuple[bool, int, int]:
+    """Kueue's order without fair sharing: a request that fits its tenant's nominal quota before one that would
+    borrow, then the higher priority, then the earlier arrival (smaller first)."""
+    borrows = tenant is not None and quota.used(tenant) + entry.request.gpu_count > tenant.gpu_quota
+    return (borrows, -entry.priority, entry.arrival)
 
 
-def ordered(queue: Iterable[QueuedRequest], snapshot: Snapshot, usage: Usage) -> list[tuple[QueuedRequest, float]]:
-    """The queue in admission order as it stands (no placements): for showing positions."""
-    queue = list(queue)
-    capacity = capacity_by_product(snapshot)
-    shares = {t: dominant_share(usage.get(t, {}), capacity, _weight(snapshot, t)) for t in {e.tenant for e in queue}}
-    return sorted(((e, shares[e.tenant]) for e in queue), key=lambda pair: order_key(*pair))
+def ordered(
+    queue: Iterable[QueuedRequest], snapshot: Snapshot, usage: Usage
+) -> list[tuple[QueuedRequest, float | None]]:
+    """The queue in admission order as it stands (no placements), each with its tenant's share: for showing
+    positions. The same order the pass walks, but for what its own placements change."""
+    walk = _Walk(snapshot, usage, capacity_by_product(snapshot))
+    return list(walk.in_order(list(queue)))
 
 
 def admission_pass(
@@ -237,9 +244,10 @@ class _Preempting:
         if outcome.node is not None:
             self.nodes[entry.allocation_id] = outcome.node
         where = f" on node {outcome.node}" if outcome.node else " for its quota"
+        each = "; ".join(f"{victim}: {outcome.reasons[victim]}" for victim in sorted(gone))
         return {
             "nomination": nomination,
-            "reason": f"preempting {len(gone)} allocation(s){where}: {', '.join(sorted(gone))}",
+            "reason": f"preempting {len(gone)} allocation(s){where}: {each}",
             "code": Reason.PREEMPTING,
             "reserved": outcome.node,
             "preempt_reasons": dict(outcome.reasons),
@@ -300,24 +308,65 @@ class _Walk:
         if product is not None:
             self.promised[tenant][product] += gpus
 
-    def in_order(self, queue: list[QueuedRequest]) -> Iterable[tuple[QueuedRequest, float]]:
-        """The queue in admission order, re-judging shares as the pass places requests: each tenant's own
-        requests in (priority, arrival) order, and the best of the tenants' next requests each time."""
+    def share_of(self, tenant: str) -> float | None:
+        """The tenant's fair-sharing share in its cohort tree now (`scheduler.fair_sharing`), for the verdict."""
+        view = self.snapshot.tenants.get(tenant)
+        if view is None:
+            return 0.0
+        return fair_sharing.tenant_share(view, self.snapshot.tenants.values(), self.snapshot.cohorts).shown
+
+    def in_order(self, queue: list[QueuedRequest]) -> Iterable[tuple[QueuedRequest, float | None]]:
+        """The queue in admission order, re-judged as the pass places requests: each tenant's own requests in
+        (priority, arrival) order; of the tenants' next requests, Kueue's classic order (`classic_key`), where a
+        cohort tree shares fairly its tournament's winner standing for the whole tree."""
         by_tenant: dict[str, list[QueuedRequest]] = defaultdict(list)
         for entry in sorted(queue, key=lambda e: (-e.priority, e.arrival)):
             by_tenant[entry.tenant].append(entry)
         nexts = {tenant: 0 for tenant in by_tenant}
-        heap = [(order_key(entries[0], self.share(t)), t) for t, entries in by_tenant.items()]
+        cohorts = self.snapshot.cohorts
+        fair: dict[str, set[str]] = defaultdict(set)  # root cohort -> its tenants with requests left
+        heap: list[tuple[tuple[bool, int, int], str]] = []
+        for tenant, entries in by_tenant.items():
+            view = self.snapshot.tenants.get(tenant)
+            if view is not None and fair_sharing.shares_fairly(view, cohorts):
+                fair[root_of(view.cohort, cohorts) or ""].add(tenant)
+            else:
+                heap.append((classic_key(entries[0], view), tenant))
         heapq.heapify(heap)
-        while heap:
-            _, tenant = heapq.heappop(heap)
-            share = self.share(tenant)
+        while heap or any(fair.values()):
+            best: tuple[tuple[bool, int, int], str] | None = heap[0] if heap else None
+            for members in fair.values():
+                winner = self._tournament(members, by_tenant, nexts)
+                if winner is not None:
+                    key = classic_key(by_tenant[winner][nexts[winner]], self.snapshot.tenants.get(winner))
+                    if best is None or (key, winner) < best:
+                        best = (key, winner)
+            assert best is not None
+            tenant = best[1]
+            if heap and heap[0][1] == tenant:
+                heapq.heappop(heap)
             entry = by_tenant[tenant][nexts[tenant]]
-            yield entry, share
+            yield entry, self.share_of(tenant)
             nexts[tenant] += 1
-            if nexts[tenant] < len(by_tenant[tenant]):
+            left = nexts[tenant] < len(by_tenant[tenant])
+            members = next((m for m in fair.values() if tenant in m), None)
+            if members is not None:
+                if not left:
+                    members.discard(tenant)
+            elif left:
                 following = by_tenant[tenant][nexts[tenant]]
-                heapq.heappush(heap, (order_key(following, self.share(tenant)), tenant))
+                heapq.heappush(heap, (classic_key(following, self.snapshot.tenants.get(tenant)), tenant))
+
+    def _tournament(
+        self, members: set[str], by_tenant: Mapping[str, list[QueuedRequest]], nexts: Mapping[str, int]
+    ) -> str | None:
+        """The tenant whose next request a fair-sharing tree admits next (`scheduler.fair_sharing.tournament`)."""
+        contenders = [
+            fair_sharing.Contender(t, (e := by_tenant[t][nexts[t]]).request.gpu_count, e.priority, e.arrival)
+            for t in sorted(members)
+        ]
+        winner = fair_sharing.tournament(contenders, self.snapshot.tenants, self.snapshot.cohorts)
+        return winner.tenant if winner is not None else None
 
     def refusal(self, entry: QueuedRequest, request: PlacementRequest) -> tuple[str, str] | None:
         """(code, reason) when the tenant's quota, or an alike request refused earlier in this pass, rules it out."""

@@ -250,7 +250,7 @@ def test_a_pass_nominates_a_node_holds_it_while_its_victims_leave_and_places_the
     by_id = {v.allocation_id: v for v in first.verdicts}
     assert by_id["urgent"].code == "preempting" and by_id["urgent"].nomination == Nomination("a01", ("held-0",))
     assert by_id["urgent"].preempt_reasons == {"held-0": "of a preemptible PriorityClass"}
-    assert by_id["urgent"].reason == "preempting 1 allocation(s) on node a01: held-0"
+    assert by_id["urgent"].reason == "preempting 1 allocation(s) on node a01: held-0: of a preemptible PriorityClass"
     assert by_id["small"].node == "a02"
 
     # The next pass, held-0 still leaving: the nomination stands (no second preemption), a01 stays held for it.

@@ -18,7 +18,7 @@ from scheduler import queueing, region
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.queueing import PassResult, QueuedRequest, admission_pass, ordered, soonest_node
 from scheduler.request import PlacementRequest
-from scheduler.shares import capacity_by_product, dominant_share, usage_by_product
+from scheduler.shares import usage_by_product
 from scheduler.snapshot import Snapshot
 
 BEST_EFFORT = QueueingStrategy.BEST_EFFORT_FIFO
@@ -26,15 +26,21 @@ STRICT = QueueingStrategy.STRICT_FIFO
 
 Pool = tuple[str, str, int, int, str]  # name, GPU product, GPUs per node, node count, name prefix
 Hold = tuple[str, str, int]  # tenant, node, GPUs (its first slots)
+Tenant = tuple[int, float] | tuple[int, float, str]  # gpuQuota, weight, and its cohort when it has one
 
 
-def _fleet(pools: list[Pool], tenants: dict[str, tuple[int, float]], strategy: str | None, shape: str) -> str:
+def _fleet(
+    pools: list[Pool], tenants: dict[str, Tenant], strategy: str | None, shape: str, cohorts: dict[str, str]
+) -> str:
     region_spec = "{status: available" + (f", queueingStrategy: {strategy}" if strategy else "") + "}"
     docs = [f"kind: Region\nmetadata: {{name: r1}}\nspec: {region_spec}"]
     docs += [
-        f"kind: Tenant\nmetadata: {{name: {name}}}\nspec: {{gpuQuota: {quota}, weight: {weight}}}"
-        for name, (quota, weight) in tenants.items()
+        f"kind: Tenant\nmetadata: {{name: {name}}}\nspec: {{gpuQuota: {spec[0]}, weight: {spec[1]}"
+        + (f", cohort: {spec[2]}" if len(spec) > 2 else "")
+        + "}"
+        for name, spec in tenants.items()
     ]
+    docs += [f"kind: Cohort\nmetadata: {{name: {name}}}\nspec: {spec}" for name, spec in cohorts.items()]
     for product in sorted({pool[1] for pool in pools}):
         docs.append(
             f"kind: InferenceClass\nmetadata: {{name: {product.lower()}}}\nspec:\n  devices:\n  - name: gpu\n"
@@ -52,11 +58,13 @@ def _fleet(pools: list[Pool], tenants: dict[str, tuple[int, float]], strategy: s
 def world(
     pools: list[Pool],
     *holds: Hold,
-    tenants: dict[str, tuple[int, float]] | None = None,
+    tenants: dict[str, Tenant] | None = None,
     strategy: str | None = None,
     shape: str = "gpu_slice",
+    cohorts: dict[str, str] | None = None,
 ) -> Snapshot:
-    """The fleet with `holds` claimed; tenants are {name: (gpuQuota, weight)}, default a and b with 64 GPUs each."""
+    """The fleet with `holds` claimed; tenants are {name: (gpuQuota, weight[, cohort])}, default a and b with 64
+    GPUs each; `cohorts` are {name: its Cohort spec, as YAML}."""
     tenants = tenants if tenants is not None else {"a": (64, 1), "b": (64, 1)}
     allocations, taken = [], dict.fromkeys((node for _, node, _ in holds), 0)
     for i, (tenant, node, gpus) in enumerate(holds):
@@ -71,7 +79,7 @@ def world(
             "spec": {"allocations": allocations},
         }
     )
-    fleet = parse_fleet([("fleet.yaml", _fleet(pools, tenants, strategy, shape))])
+    fleet = parse_fleet([("fleet.yaml", _fleet(pools, tenants, strategy, shape, cohorts or {}))])
     return snapshot_from_fleet(fleet, [state])
 
 
@@ -123,61 +131,71 @@ def test_a_later_request_of_higher_priority_is_admitted_before_an_earlier_one_wh
     assert placements(same) == [("low", "a01")]
 
 
-def test_priority_goes_before_fair_share() -> None:
-    fleet = world(ONE_H100_NODE, ("a", "a01", 6))  # a holds 6 of 8: a far larger share than b's 0
+def test_without_fair_sharing_priority_then_arrival_decide_whatever_a_tenant_holds() -> None:
+    """Kueue's classic order (fair sharing off, its default): no shares are compared."""
+    fleet = world(ONE_H100_NODE, ("a", "a01", 6))  # a holds 6 of 8, b nothing
     queue = [queued("b-1", "b", 1, 2), queued("a-urgent", "a", 2, 2, priority=10)]
     result = run(fleet, queue, usage(fleet, ("a", "a01", 6)))
     assert placements(result) == [("a-urgent", "a01")]
-    assert [(v.allocation_id, v.position, v.share) for v in result.verdicts] == [("a-urgent", 1, 0.75), ("b-1", 2, 0.0)]
+    assert [(v.allocation_id, v.position, v.share) for v in result.verdicts] == [("a-urgent", 1, 0.0), ("b-1", 2, 0.0)]
+    later = run(fleet, [queued("a-1", "a", 1, 2), queued("b-1", "b", 2, 2)], usage(fleet, ("a", "a01", 6)))
+    assert placements(later) == [("a-1", "a01")]  # a holds far more, but arrived first
 
 
-# Fair share.
-
-
-def test_at_equal_priority_the_tenant_with_the_smaller_weighted_share_goes_first() -> None:
-    tenants = {"a": (64, 1), "b": (64, 2)}
-    fleet = world(ONE_H100_NODE, ("a", "a01", 2), ("b", "a01", 4), tenants=tenants)  # 2 free
-    held = usage(fleet, ("a", "a01", 2), ("b", "a01", 4))
-    # a: 2/8 = 0.25; b: 4/8 / 2 = 0.25, tied, arrival decides; with b's weight 4 b's share is 0.125 and b goes first.
-    queue = [queued("a-1", "a", 1, 2), queued("b-1", "b", 2, 2)]
-    assert placements(run(fleet, queue, held)) == [("a-1", "a01")]
-
-    heavier = world(ONE_H100_NODE, ("a", "a01", 2), ("b", "a01", 4), tenants={"a": (64, 1), "b": (64, 4)})
-    result = run(heavier, queue, held)
+def test_a_request_within_its_nominal_quota_goes_before_one_that_would_borrow() -> None:
+    """Kueue's scheduler orders the heads of its queues: those that fit their nominal quota first, then priority,
+    then arrival (pkg/scheduler, the classic iterator's `Borrows` first)."""
+    tenants: dict[str, Tenant] = {"a": (2, 1, "lab"), "b": (6, 1, "lab")}
+    fleet = world(ONE_H100_NODE, ("a", "a01", 2), ("b", "a01", 4), tenants=tenants)  # 2 free; a at its quota
+    queue = [queued("a-1", "a", 1, 2, priority=5), queued("b-1", "b", 2, 2)]
+    result = run(fleet, queue)
     assert placements(result) == [("b-1", "a01")]
-    assert [(v.allocation_id, v.position, v.share) for v in result.verdicts] == [("b-1", 1, 0.125), ("a-1", 2, 0.25)]
+    assert [v.allocation_id for v in result.verdicts] == ["b-1", "a-1"]
 
 
-def test_shares_move_as_the_pass_places_so_weighted_tenants_take_turns() -> None:
-    # 6 free GPUs; a (weight 2) and b (weight 1) hold nothing and queue six 1-GPU requests each, a's all first.
-    tenants = {"a": (64, 2), "b": (64, 1), "c": (64, 1)}
-    fleet = world(ONE_H100_NODE, ("c", "a01", 2), tenants=tenants)
+# Fair sharing (a Cohort with fairSharing enabled): Kueue's dominant resource shares.
+
+LAB = {"lab": "{gpuQuota: 8, fairSharing: {enabled: true}}"}
+
+
+def test_with_fair_sharing_weighted_tenants_take_turns_as_their_shares_move() -> None:
+    """Kueue's fair sharing: of the tenants' next requests, the one whose tenant would have the smaller share of
+    what the cohort lends (borrowed / lendable / weight) with it admitted; shares move as the pass places. Weight 2
+    against 1 gives a twice the GPUs. With fair sharing off the same queue is plain arrival order."""
+    tenants: dict[str, Tenant] = {"a": (0, 2, "lab"), "b": (0, 1, "lab"), "c": (64, 1)}
     queue = [queued(f"a-{i}", "a", i, 1) for i in range(1, 7)] + [queued(f"b-{i}", "b", 6 + i, 1) for i in range(1, 7)]
-    result = run(fleet, queue, usage(fleet, ("c", "a01", 2)))
-    # Were shares judged once, before the pass, a's earlier arrivals would take all six.
-    assert [allocation for allocation, _ in placements(result)] == ["a-1", "b-1", "a-2", "a-3", "b-2", "a-4"]
-    assert {node for _, node in placements(result)} == {"a01"}
-    assert [v.share for v in result.admitted] == [0.0, 0.0, 1 / 16, 2 / 16, 1 / 8, 3 / 16]
+    fair = world(ONE_H100_NODE, ("c", "a01", 2), tenants=tenants, cohorts=LAB)  # 6 GPUs free
+    result = run(fair, queue)
+    assert [allocation for allocation, _ in placements(result)] == ["a-1", "a-2", "b-1", "a-3", "a-4", "b-2"]
+    assert [v.share for v in result.admitted] == [0.0, 1 / 16, 0.0, 2 / 16, 3 / 16, 1 / 8]
     assert [v.position for v in result.verdicts] == list(range(1, 13))
-    waiting = result.verdicts[6:]
-    assert {v.code for v in waiting} == {"insufficient_capacity"} and all(v.node is None for v in waiting)
+    assert {v.code for v in result.verdicts[6:]} == {"insufficient_capacity"}
+
+    classic = world(ONE_H100_NODE, ("c", "a01", 2), tenants=tenants, cohorts={"lab": "{gpuQuota: 8}"})
+    assert [allocation for allocation, _ in placements(run(classic, queue))] == [f"a-{i}" for i in range(1, 7)]
 
 
-def test_the_share_is_dominant_over_products_so_holding_h100s_counts_when_asking_for_h200() -> None:
-    pools: list[Pool] = [("h100", "H100", 8, 1, "a"), ("h200", "H200", 8, 1, "h")]
-    holds: tuple[Hold, ...] = (("big", "a01", 6), ("small", "h01", 1), ("other", "h01", 5))
-    tenants = {"big": (64, 1), "small": (64, 1), "other": (64, 1)}
-    fleet = world(pools, *holds, tenants=tenants)  # h01 (H200) has 2 free
-    held = usage(fleet, *holds)
-    assert capacity_by_product(fleet) == {"h100": 8, "h200": 8}
-    assert held == {"big": {"h100": 6}, "small": {"h200": 1}, "other": {"h200": 5}}
-    assert dominant_share(held["big"], capacity_by_product(fleet), 1) == 0.75
+def test_with_fair_sharing_a_tenant_of_weight_zero_that_borrows_goes_last() -> None:
+    tenants: dict[str, Tenant] = {"a": (0, 1, "lab"), "z": (0, 0, "lab")}
+    fleet = world(ONE_H100_NODE, tenants=tenants, cohorts=LAB)
+    result = run(fleet, [queued("z-1", "z", 1, 1, priority=100), queued("a-1", "a", 2, 1)])
+    assert [v.allocation_id for v in result.verdicts] == ["a-1", "z-1"]
+    assert result.verdicts[1].share == 0.0  # z borrows nothing yet; after its admission it would (None: last)
 
-    queue = [queued("big-1", "big", 1, 2, product="H200"), queued("small-1", "small", 2, 2, product="H200")]
-    result = run(fleet, queue, held)
-    assert placements(result) == [("small-1", "h01")]
-    assert [(v.allocation_id, v.share) for v in result.verdicts] == [("small-1", 0.125), ("big-1", 0.75)]
-    assert result.verdicts[1].code == "insufficient_capacity"
+
+def test_with_fair_sharing_sibling_cohorts_are_compared_before_their_tenants() -> None:
+    """Kueue's tournament over a hierarchy: at the root the two child cohorts compete by their own shares, so a
+    team whose cohort borrows less goes first even if its tenant holds more than the other team's."""
+    cohorts = {
+        "org": "{gpuQuota: 8, fairSharing: {enabled: true}}",
+        "red": "{parentName: org}",
+        "blue": "{parentName: org}",
+    }
+    tenants: dict[str, Tenant] = {"r1": (0, 1, "red"), "r2": (0, 1, "red"), "b1": (0, 1, "blue")}
+    holds = (("r1", "a01", 1), ("r2", "a01", 1), ("b1", "a01", 1))  # red's subtree holds 2, blue's 1
+    fleet = world(ONE_H100_NODE, *holds, tenants=tenants, cohorts=cohorts)
+    result = run(fleet, [queued("r1-next", "r1", 1, 1), queued("b1-next", "b1", 2, 1)])
+    assert [v.allocation_id for v in result.verdicts] == ["b1-next", "r1-next"]
 
 
 # StrictFIFO.
@@ -220,11 +238,12 @@ def test_strict_fifo_a_head_held_back_by_its_quota_blocks_its_own_tenant_only() 
     """Kueue's StrictFIFO blocks a ClusterQueue behind its head whatever holds the head back (its quota
     included); another tenant's queue is not blocked by it."""
     tenants = {"a": (4, 1), "b": (64, 1)}
-    holds = (("a", "a01", 3), ("b", "a01", 4))  # a holds 3 of its 4; b's larger share puts its request last
+    holds = (("a", "a01", 3), ("b", "a01", 4))  # a holds 3 of its 4
     fleet = world(ONE_H100_NODE, *holds, tenants=tenants, strategy="StrictFIFO")
     queue = [queued("a-big", "a", 1, 2), queued("a-small", "a", 2, 1), queued("b-1", "b", 3, 1)]
     result = run(fleet, queue, usage(fleet, *holds))
-    assert [v.allocation_id for v in result.verdicts] == ["a-big", "a-small", "b-1"]
+    # b-1 fits its nominal quota and a-big would exceed a's: Kueue's order takes b-1 first.
+    assert [v.allocation_id for v in result.verdicts] == ["b-1", "a-big", "a-small"]
     assert placements(result) == [("b-1", "a01")]  # another tenant is not blocked
     verdicts = {v.allocation_id: v for v in result.verdicts}
     assert verdicts["a-big"].code == "quota_exceeded"
@@ -339,7 +358,7 @@ def test_a_tenant_at_its_quota_waits_with_the_quota_reason_and_others_go_on() ->
     queue = [queued("a-1", "a", 1, 1, priority=5), queued("b-1", "b", 2, 2)]
     result = run(fleet, queue, held)
     assert placements(result) == [("b-1", "a01")]
-    waiting = result.verdicts[0]
+    waiting = result.verdicts[1]  # after b-1, which fits its nominal quota
     assert (waiting.allocation_id, waiting.code, waiting.reserved) == ("a-1", "quota_exceeded", None)
     assert (
         waiting.reason == "quota: tenant a would exceed its GPU quota: 4 active + 0 in flight + 1 requested > quota 4"
@@ -358,27 +377,22 @@ def test_admissions_in_the_pass_count_against_the_quota() -> None:
 # Positions as shown.
 
 
-def test_ordered_gives_positions_by_priority_then_share_then_arrival() -> None:
-    tenants = {"a": (64, 1), "b": (64, 2), "c": (64, 1)}
+def test_ordered_gives_positions_by_quota_then_priority_then_arrival() -> None:
+    tenants: dict[str, Tenant] = {"a": (64, 1), "b": (64, 2), "c": (1, 1)}
     fleet = world(ONE_H100_NODE, ("a", "a01", 4), ("b", "a01", 4), tenants=tenants)
-    held = usage(fleet, ("a", "a01", 4), ("b", "a01", 4))  # a: 0.5; b: 0.25 (weight 2); c: 0
+    held = usage(fleet, ("a", "a01", 4), ("b", "a01", 4))
     queue = [
         queued("a-early", "a", 1, 1),
         queued("b-early", "b", 2, 1),
-        queued("c-late", "c", 3, 1),
+        queued("c-late", "c", 3, 2),  # more than c's quota of 1
         queued("a-urgent", "a", 4, 1, priority=10),
         queued("c-later", "c", 5, 1),
         queued("b-low", "b", 6, 1, priority=-1),
     ]
     shown = ordered(queue, fleet, held)
-    assert [(entry.allocation_id, share) for entry, share in shown] == [
-        ("a-urgent", 0.5),
-        ("c-late", 0.0),
-        ("c-later", 0.0),
-        ("b-early", 0.25),
-        ("a-early", 0.5),
-        ("b-low", 0.25),
-    ]
+    assert [entry.allocation_id for entry, _ in shown] == ["a-urgent", "a-early", "b-early", "b-low", "c-late",
+                                                           "c-later"]  # fmt: skip
+    assert {share for _, share in shown} == {0.0}
     assert ordered(list(reversed(queue)), fleet, held) == shown
 
 

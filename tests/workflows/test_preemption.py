@@ -53,7 +53,7 @@ async def test_a_preemptible_allocation_is_told_keeps_its_grace_then_leaves_its_
         async with sessions() as session:  # what `berth queue` shows of it
             entry = await queue.entry(session, urgent)
         assert entry is not None and (entry.code, entry.nominated_node, entry.victims) == ("preempting", "only", [spot])
-        assert entry.reason == f"preempting 1 allocation(s) on node only: {spot}"
+        assert entry.reason == f"preempting 1 allocation(s) on node only: {spot}: of a preemptible PriorityClass"
         assert (await victim.describe()).typed_search_attributes.get(STATE) == "preempting"
 
         # A stream of requests comes while the victim leaves, of every size, placed at once or queued at a lower
