@@ -5,11 +5,14 @@ allocation records its own part of what its tenant borrows."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from pathlib import Path
 
 from sqlalchemy import select
+from temporalio.client import WorkflowFailureError
 
+from store import queue
 from store.models import AllocationRow
 from tests.api.stack import running_stack
 from tests.workflows.lab import lab_fleet, running_lab
@@ -137,3 +140,105 @@ async def test_explain_names_the_kueue_rule_and_never_another_tenants_allocation
         assert admin["preemption"]["victims"][0]["allocation_id"] == borrowed
         response = await stack.http.post(f"/v1/allocations/{borrowed}/cancel", headers=stack.globex)
         assert response.status_code == 202, response.text
+
+
+def cohort(name: str, **spec: object) -> dict[str, object]:
+    return {"apiVersion": "berth.dev/v1alpha1", "kind": "Cohort", "metadata": {"name": name}, "spec": spec}
+
+
+async def test_two_level_cohorts_borrow_through_the_root_and_the_lender_reclaims_from_the_other_subtree(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    """Kueue's hierarchical cohorts: blue's tenant borrows red's unused quota through their parent `org`, never more
+    than the tree owns whatever hardware is free; red's tenant gets it back by preemption."""
+    tenants = {
+        "lender": {"gpuQuota": 4, "cohort": "red", "preemption": {"reclaimWithinCohort": "Any"}},
+        "borrower": {"gpuQuota": 0, "cohort": "blue"},
+    }
+    tree = [cohort("org"), cohort("red", parentName="org"), cohort("blue", parentName="org")]
+    fleet = lab_fleet({"one": {"gpus": 4}, "two": {"gpus": 4}, "three": {"gpus": 4}}, tenants=tenants,
+                      extra=[*BATCH, *tree])  # fmt: skip
+    tag = uuid.uuid4().hex[:6]
+    borrowed, more, reclaiming = f"tree-borrowed-{tag}", f"tree-more-{tag}", f"tree-reclaim-{tag}"
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
+        victim = await lab.allocate(borrowed, gpus=4, tenant="borrower", request_body={"priority_class": "batch"})
+        await lab.wait_for_state(victim, "active")  # all of red's quota, through org
+        beyond = await lab.allocate(more, gpus=1, tenant="borrower")  # 8 GPUs free, but the tree owns 4
+        try:
+            await beyond.result()
+        except Exception as error:  # noqa: BLE001 - the failure's text is what a user reads
+            assert "quota_exceeded" in str(error.cause), error.cause
+        else:
+            raise AssertionError("the borrower used more than its cohort tree owns")
+
+        waiting = await lab.allocate(reclaiming, gpus=2, tenant="lender", queue=QueueWait(timeout_seconds=600))
+        assert (await asyncio.wait_for(victim.result(), 60)).state == "preempted"
+        await lab.wait_for_state(waiting, "active")
+        queued = next(reason for step, _s, _n, reason in await lab.events(reclaiming) if step == "enter_queue")
+        assert queued is not None and "but cohort red (in org) has lent it out" in queued
+        notice = next(reason for step, _s, _n, reason in await lab.events(borrowed) if step == "preempt_notice")
+        assert notice is not None and "its tenant borrows in cohort org (Kueue: InCohortReclamation)" in notice
+        assert await lab.double_claims() == 0
+        await allocation_client.release(temporal_client, reclaiming)
+
+
+async def _two_borrowers(temporal_client, sessions, tmp_path: Path, *, fair: bool) -> tuple[str, str]:
+    """Two tenants with no quota of their own share their cohort's 8 GPUs; b holds all 8 in four allocations when
+    a asks for 2. (a's request's code after the first admission pass, the preempt notice b got or "").
+
+    Kueue: without fair sharing a would still borrow once admitted and borrowWithinCohort is Never, so nothing is
+    taken; with fair sharing a's share with its request (2/8) is below b's once one allocation is gone (6/8), so one
+    of b's is preempted (InCohortFairSharing)."""
+    tenants = {
+        "a": {"gpuQuota": 0, "cohort": "lab", "preemption": {"reclaimWithinCohort": "Any"}},
+        "b": {"gpuQuota": 0, "cohort": "lab"},
+    }
+    lab_cohort = cohort("lab", gpuQuota=8, fairSharing={"enabled": fair})
+    fleet = lab_fleet({"one": {"gpus": 4}, "two": {"gpus": 4}}, tenants=tenants, extra=[*BATCH, lab_cohort])
+    tag = uuid.uuid4().hex[:6]
+    held = [f"fair-{fair}-b{n}-{tag}" for n in range(4)]
+    asking = f"fair-{fair}-a-{tag}"
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path / str(fair), fleet) as lab:
+        handles = [await lab.allocate(name, gpus=2, tenant="b", request_body={"priority_class": "batch"})
+                   for name in held]  # fmt: skip
+        for handle in handles:
+            await lab.wait_for_state(handle, "active")
+        waiting = await lab.allocate(asking, gpus=2, tenant="a", queue=QueueWait(timeout_seconds=600))
+        code = None
+        for _ in range(1200):  # until an admission pass has judged it in the queue, or it has left the queue
+            async with sessions() as session:
+                entry = await queue.entry(session, asking)
+                state = await session.scalar(select(AllocationRow.state).where(AllocationRow.id == asking))
+            # Entering the queue writes the refusal that sent it there; an admission pass writes its own verdict
+            # ("quota: ..." for a quota it is still refused by, or the preemption it decided).
+            if entry is not None and (entry.code == "preempting" or (entry.reason or "").startswith("quota: ")):
+                code = entry.code
+                break
+            if entry is None and state not in (None, "pending", "queued"):
+                code = state
+                break
+            await asyncio.sleep(0.05)
+        if code == "preempting":
+            await lab.wait_for_state(waiting, "active")  # its victim has left
+        notices = [reason for name in held for step, _s, _n, reason in await lab.events(name)
+                   if step == "preempt_notice"]  # fmt: skip
+        # Everything ends before the next lab starts: the two share the database and the tenants' names.
+        await allocation_client.cancel(temporal_client, asking)
+        async with sessions() as session:
+            states = dict((await session.execute(select(AllocationRow.id, AllocationRow.state))).all())
+        for name in held:
+            if states.get(name) == "active":
+                await allocation_client.release(temporal_client, name)
+        for handle in [*handles, waiting]:
+            with contextlib.suppress(WorkflowFailureError):  # cancelled or preempted: ended all the same
+                await asyncio.wait_for(handle.result(), 60)
+        return code or "never judged", notices[0] if notices else ""
+
+
+async def test_the_same_fleet_with_fair_sharing_off_and_on_decides_as_kueue_does(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    assert await _two_borrowers(temporal_client, sessions, tmp_path, fair=False) == ("quota_exceeded", "")
+    code, notice = await _two_borrowers(temporal_client, sessions, tmp_path, fair=True)
+    assert code == "preempting"
+    assert "its tenant borrows in cohort lab (Kueue: InCohortFairSharing)" in notice
