@@ -164,6 +164,18 @@ class CohortTree:
             self._available[node] = value
         return self._available[node]
 
+    def usage_with(self, node: tuple[str, str], extra: int) -> dict[tuple[str, str], int]:
+        """The usage of `node` and of each cohort above it were `node` to use `extra` more: each level passes up
+        only what goes beyond its child's guaranteed part, as Kueue's addUsage does."""
+        result = {node: self.usage(node) + extra}
+        child = node
+        for above in self.ancestors(node):
+            guaranteed = self.guaranteed(child)
+            grown = max(0, result[child] - guaranteed) - max(0, self.usage(child) - guaranteed)
+            result[above] = self.usage(above) + grown
+            child = above
+        return result
+
     def borrowing(self, node: tuple[str, str]) -> bool:
         """Whether the node uses more than its subtree's quota: it draws on its parent beyond what it put there."""
         return self.usage(node) > self.subtree_quota(node)

@@ -21,12 +21,10 @@ Pure: shares are computed on a `scheduler.cohorts.CohortTree` of the total GPU a
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from scheduler import quota
-from scheduler.cohorts import CohortTree, root_of, tree_members
+from scheduler.cohorts import CohortTree, root_of
 from scheduler.views import CohortView, TenantView
 
 Node = tuple[str, str]
@@ -54,16 +52,6 @@ def shares_fairly(tenant: TenantView, cohorts: Mapping[str, CohortView]) -> bool
     return root is not None and root in cohorts and cohorts[root].fair_sharing
 
 
-def tree(tenant: TenantView, tenants: Iterable[TenantView], cohorts: Mapping[str, CohortView],
-         extra: int = 0) -> CohortTree:  # fmt: skip
-    """The tenant's cohort tree over GPUs in total, with `extra` more GPUs charged to it (a request admitted)."""
-    own = quota.total_account(tenant)
-    if extra:
-        own = dataclasses.replace(own, used=own.used + extra)
-    members = [quota.total_account(m) for m in tree_members(tenant, tenants, cohorts)]
-    return quota.tree_of(own, members, cohorts)
-
-
 def weight_of(node: Node, tenants: Mapping[str, TenantView], cohorts: Mapping[str, CohortView]) -> float:
     kind, name = node
     if kind == "tenant":
@@ -85,11 +73,12 @@ def potential(tree: CohortTree, node: Node) -> int:
     return value
 
 
-def share(tree: CohortTree, node: Node, weight: float) -> Share:
+def share(tree: CohortTree, node: Node, weight: float, usage: int | None = None) -> Share:
+    """The node's share (`usage`: what it would use instead of what it uses now)."""
     parent = tree.parent.get(node)
     if parent is None:
         return NONE
-    borrowed = tree.usage(node) - tree.subtree_quota(node)
+    borrowed = (tree.usage(node) if usage is None else usage) - tree.subtree_quota(node)
     if borrowed <= 0:
         return NONE
     lendable = potential(tree, parent)
@@ -99,11 +88,11 @@ def share(tree: CohortTree, node: Node, weight: float) -> Share:
     return Share(False, ratio / weight)
 
 
-def tenant_share(tenant: TenantView, tenants: Iterable[TenantView], cohorts: Mapping[str, CohortView]) -> Share:
-    """The tenant's own share in its tree now (NONE outside a cohort)."""
+def tenant_share(tree: CohortTree, tenant: TenantView) -> Share:
+    """The tenant's own share in its tree now (`tree`: its cohort tree; NONE outside a cohort)."""
     if tenant.cohort is None:
         return NONE
-    return share(tree(tenant, tenants, cohorts), ("tenant", tenant.name), tenant.weight)
+    return share(tree, ("tenant", tenant.name), tenant.weight)
 
 
 @dataclass(frozen=True)
@@ -116,42 +105,33 @@ class Contender:
     arrival: int
 
 
-def tournament(contenders: Iterable[Contender], tenants: Mapping[str, TenantView],
+def tournament(contenders: Iterable[Contender], tree: CohortTree, tenants: Mapping[str, TenantView],
                cohorts: Mapping[str, CohortView]) -> Contender | None:  # fmt: skip
-    """The request a fair-sharing tree admits next, of its tenants' next requests (all of one tree): at each cohort,
-    from the leaves up, the best of its children's candidates by (would not borrow, share with it admitted, higher
-    priority, earlier arrival), the share being the child's (the tenant, or the child cohort it comes through)."""
-    contenders = list(contenders)
-    if not contenders:
+    """The request a fair-sharing tree admits next, of its tenants' next requests (`tree`: their cohort tree as it
+    is): at each cohort, from the leaves up, the best of its children's candidates by (would not borrow, share with
+    it admitted, higher priority, earlier arrival), the share being the child's (the tenant, or the child cohort
+    it comes through)."""
+    by_tenant = {c.tenant: c for c in contenders}
+    if not by_tenant:
         return None
-    scored: list[tuple[Contender, CohortTree]] = [
-        (c, tree(tenants[c.tenant], tenants.values(), cohorts, extra=c.gpus)) for c in contenders
-    ]
-    layout = scored[0][1]  # the tree's shape is the same in every scored copy
+    usages = {name: tree.usage_with(("tenant", name), c.gpus) for name, c in by_tenant.items()}
 
-    def winner(node: Node) -> tuple[Contender, CohortTree] | None:
-        best: tuple[tuple[object, ...], tuple[Contender, CohortTree]] | None = None
-        for child in layout.children.get(node, ()):
-            if child[0] == "tenant":
-                found = next((pair for pair in scored if pair[0].tenant == child[1]), None)
-            else:
-                found = winner(child)
+    def winner(node: Node) -> Contender | None:
+        best: tuple[tuple[object, ...], Contender] | None = None
+        for child in tree.children.get(node, ()):
+            found = by_tenant.get(child[1]) if child[0] == "tenant" else winner(child)
             if found is None:
                 continue
-            contender, its_tree = found
-            child_share = share(its_tree, child, weight_of(child, tenants, cohorts))
-            borrows = its_tree.usage(child) > its_tree.subtree_quota(child)
-            key = (borrows, child_share, -contender.priority, contender.arrival)
+            usage = usages[found.tenant][child]
+            child_share = share(tree, child, weight_of(child, tenants, cohorts), usage)
+            key = (usage > tree.subtree_quota(child), child_share, -found.priority, found.arrival)
             if best is None or key < best[0]:
                 best = (key, found)
         return best[1] if best is not None else None
 
-    root = layout.ancestors(("tenant", contenders[0].tenant))
-    top = root[-1] if root else None
-    if top is None:
-        return contenders[0]
-    found = winner(top)
-    return found[0] if found is not None else None
+    first = next(iter(by_tenant))
+    above = tree.ancestors(("tenant", first))
+    return winner(above[-1]) if above else by_tenant[first]
 
 
 __all__ = ["NONE", "Contender", "Share", "shares_fairly", "share", "tenant_share", "tournament"]

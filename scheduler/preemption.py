@@ -48,13 +48,13 @@ from dataclasses import dataclass
 
 from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
 from scheduler import cluster, fair_sharing, quota
-from scheduler.cohorts import CohortTree
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
-from scheduler.views import SlotState, TenantView
+from scheduler.views import PreemptionPolicy, SlotState, TenantView
 
 Node = tuple[str, str]
+NO_POLICY = PreemptionPolicy()
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,11 @@ def plan_preemption(
     if preemptor.never_preempts:
         return "its PriorityClass never preempts (preemptionPolicy: Never)"
     running = [r for r in running if r.allocation_id != preemptor.allocation_id]
+    mine = snapshot.tenants.get(preemptor.tenant)
+    if (mine is None or mine.preemption == NO_POLICY) and (
+        preemptor.preemptible or not any(r.preemptible for r in running)
+    ):
+        return "its tenant's preemption policy displaces nothing, and no preemptible allocation runs"
     if refused == Reason.QUOTA_EXCEEDED:
         return _for_quota(snapshot, region, preemptor, running)
     if refused == Reason.INSUFFICIENT_CAPACITY:
@@ -136,9 +141,10 @@ class Judge:
     def __init__(self, snapshot: Snapshot, preemptor: Preemptor) -> None:
         self.snapshot, self.preemptor = snapshot, preemptor
         self.mine = snapshot.tenants.get(preemptor.tenant)
-        self.tree = quota.total_tree(self.mine, snapshot.tenants.values(), snapshot.cohorts) if self.mine else None
+        self.tree = snapshot.total_tree(self.mine) if self.mine else None
         self.fair = self.mine is not None and fair_sharing.shares_fairly(self.mine, snapshot.cohorts)
         self.within_below = self._within_below()
+        self._reclaimable: dict[str, Node | None] = {}
 
     def _within_below(self) -> dict[Node, bool]:
         """cohort above the preemptor -> whether its request fits the quota of a node strictly below that cohort
@@ -159,6 +165,11 @@ class Judge:
         return result
 
     def reclaimable(self, tenant: TenantView) -> Node | None:
+        if tenant.name not in self._reclaimable:
+            self._reclaimable[tenant.name] = self._meeting_if_borrowing(tenant)
+        return self._reclaimable[tenant.name]
+
+    def _meeting_if_borrowing(self, tenant: TenantView) -> Node | None:
         """The lowest cohort above both the preemptor and `tenant` when `tenant` borrows and so does every cohort
         between it and there (its subtree draws beyond its own quota): Kueue's condition for taking quota back
         from another queue of the tree. None when it may not be reclaimed from."""
@@ -271,13 +282,13 @@ def _for_quota(snapshot: Snapshot, region: str, preemptor: Preemptor, running: l
 
 def _for_capacity(snapshot: Snapshot, region: str, preemptor: Preemptor, running: list[Running]) -> Preemption | str:
     request = preemptor.request
-    by_node: dict[str, list[Running]] = {}
-    for allocation in running:
-        by_node.setdefault(allocation.node, []).append(allocation)
+    by_node: dict[str, dict[Running, str]] = {}
+    for allocation, why in _candidates(snapshot, preemptor, running).items():  # in order, so each node's are too
+        by_node.setdefault(allocation.node, {})[allocation] = why
     best: tuple[tuple[int, int, float], str, list[Running], dict[str, str]] | None = None
-    for node in cluster.nodes_that_could_hold(snapshot, request, region):
+    for node in cluster.nodes_that_could_hold(snapshot, request, region) if by_node else ():
         name = node.name
-        candidates = _candidates(snapshot, preemptor, by_node.get(name, []))
+        candidates = by_node.get(name)
         if not candidates:
             continue
         pinned = request.model_copy(update={"nodes": frozenset({name}), "gpus": frozenset()})
@@ -409,7 +420,7 @@ def _largest_share(snapshot: Snapshot, preemptor: Preemptor, left: Mapping[Runni
 
 def _share_path(snapshot: Snapshot, tenant: TenantView) -> tuple[fair_sharing.Share, ...]:
     """The shares of the tenant's cohorts from the root's children down, then its own."""
-    tree = quota.total_tree(tenant, snapshot.tenants.values(), snapshot.cohorts)
+    tree = snapshot.total_tree(tenant)
     node: Node = ("tenant", tenant.name)
     path = [*reversed(tree.ancestors(node))][1:] + [node]
     return tuple(fair_sharing.share(tree, n, fair_sharing.weight_of(n, snapshot.tenants, snapshot.cohorts))
@@ -423,20 +434,18 @@ def _sibling_shares(
     common cohort on its side (Kueue's almost-LCA), on `snapshot`."""
     mine = snapshot.tenants[preemptor.tenant]
     theirs = snapshot.tenants[victim.tenant]
-    gpus = preemptor.request.gpu_count
-    with_request = fair_sharing.tree(mine, snapshot.tenants.values(), snapshot.cohorts, extra=gpus)
-    as_is = fair_sharing.tree(mine, snapshot.tenants.values(), snapshot.cohorts)
+    tree = snapshot.total_tree(mine)
     me, them = ("tenant", mine.name), ("tenant", theirs.name)
-    meeting = as_is.lowest_common_ancestor(me, them)
+    meeting = tree.lowest_common_ancestor(me, them)
     if meeting is None:
         return fair_sharing.NONE, fair_sharing.NONE
-    mine_side, their_side = as_is.child_towards(meeting, me), as_is.child_towards(meeting, them)
-    weight = fair_sharing.weight_of
+    mine_side, their_side = tree.child_towards(meeting, me), tree.child_towards(meeting, them)
+    with_request = tree.usage_with(me, preemptor.request.gpu_count)[mine_side]
 
-    def weighted(tree: CohortTree, node: Node) -> fair_sharing.Share:
-        return fair_sharing.share(tree, node, weight(node, snapshot.tenants, snapshot.cohorts))
+    def weighted(node: Node, usage: int | None = None) -> fair_sharing.Share:
+        return fair_sharing.share(tree, node, fair_sharing.weight_of(node, snapshot.tenants, snapshot.cohorts), usage)
 
-    return weighted(with_request, mine_side), weighted(as_is, their_side)
+    return weighted(mine_side, with_request), weighted(their_side)
 
 
 def without(snapshot: Snapshot, victims: Sequence[Running]) -> Snapshot:

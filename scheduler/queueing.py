@@ -216,6 +216,7 @@ class _Preempting:
         taken = {v for n in nominations.values() for v in n.victims}
         self.running = [r for r in running if r.allocation_id not in taken]
         self.nodes = {a: n.node for a, n in nominations.items() if n.node is not None}
+        self.failed: dict[tuple[object, ...], list[tuple[int, int, float]]] = {}  # alike requests that found none
 
     def held_for_others(self, allocation_id: str) -> set[str]:
         return {node for owner, node in self.nodes.items() if owner != allocation_id}
@@ -233,10 +234,22 @@ class _Preempting:
             return {"nomination": standing, "reason": why, "code": Reason.PREEMPTING, "reserved": standing.node}
         if code not in (Reason.INSUFFICIENT_CAPACITY, Reason.QUOTA_EXCEEDED):
             return None
-        preemptor = Preemptor(entry.allocation_id, entry.tenant, entry.priority, entry.created or entry.enqueued,
-                              request, preemptible=entry.preemptible, never_preempts=entry.never_preempts)  # fmt: skip
+        created = entry.created or entry.enqueued
+        # A pass takes capacity, quota and candidates away: once a request found no preemption, one alike of its
+        # tenant, no smaller, of no higher priority and created no earlier finds none either (but where this pass's
+        # own placements make another tenant borrow, and so its running allocations reclaimable: the next pass,
+        # which those placements' starts bring about, sees that).
+        key = (entry.tenant, entry.preemptible, entry.never_preempts, code,
+               _alike(entry, request.model_copy(update={"reserved_nodes": frozenset()})))  # fmt: skip
+        failed = self.failed.get(key)
+        if failed is not None and any(g <= request.gpu_count and p >= entry.priority and c <= created
+                                      for g, p, c in failed):  # fmt: skip
+            return None
+        preemptor = Preemptor(entry.allocation_id, entry.tenant, entry.priority, created, request,
+                              preemptible=entry.preemptible, never_preempts=entry.never_preempts)  # fmt: skip
         outcome = plan_preemption(snapshot, entry.region, preemptor, self.running, code)
         if isinstance(outcome, str):
+            self.failed.setdefault(key, []).append((request.gpu_count, entry.priority, created))
             return None
         gone = {v.allocation_id for v in outcome.victims}
         self.running = [r for r in self.running if r.allocation_id not in gone]
@@ -313,7 +326,7 @@ class _Walk:
         view = self.snapshot.tenants.get(tenant)
         if view is None:
             return 0.0
-        return fair_sharing.tenant_share(view, self.snapshot.tenants.values(), self.snapshot.cohorts).shown
+        return fair_sharing.tenant_share(self.snapshot.total_tree(view), view).shown
 
     def in_order(self, queue: list[QueuedRequest]) -> Iterable[tuple[QueuedRequest, float | None]]:
         """The queue in admission order, re-judged as the pass places requests: each tenant's own requests in
@@ -365,7 +378,8 @@ class _Walk:
             fair_sharing.Contender(t, (e := by_tenant[t][nexts[t]]).request.gpu_count, e.priority, e.arrival)
             for t in sorted(members)
         ]
-        winner = fair_sharing.tournament(contenders, self.snapshot.tenants, self.snapshot.cohorts)
+        tree = self.snapshot.total_tree(self.snapshot.tenants[contenders[0].tenant])
+        winner = fair_sharing.tournament(contenders, tree, self.snapshot.tenants, self.snapshot.cohorts)
         return winner.tenant if winner is not None else None
 
     def refusal(self, entry: QueuedRequest, request: PlacementRequest) -> tuple[str, str] | None:

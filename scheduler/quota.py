@@ -210,10 +210,12 @@ def flavor_tree(tenant: TenantView, flavor: FlavorQuotaView, tenants: Iterable[T
 
 
 def decide(tenant: TenantView, gpus: int, tenants: Iterable[TenantView], within_nominal: bool = False,
-           cohorts: Cohorts = NO_COHORTS) -> QuotaDecision:  # fmt: skip
+           cohorts: Cohorts = NO_COHORTS, tree: CohortTree | None = None) -> QuotaDecision:  # fmt: skip
     """Whether `gpus` more fit in `tenant`'s total quota, borrowing through its cohort tree (`tenants`: every tenant
-    known, usage applied; `cohorts`: the fleet's Cohort objects) when it has one and the request may borrow."""
-    return decide_account(total_account(tenant), gpus, total_tree(tenant, tenants, cohorts), within_nominal)
+    known, usage applied; `cohorts`: the fleet's Cohort objects; `tree`: that tree, when the caller has it built)
+    when it has one and the request may borrow."""
+    tree = tree if tree is not None else total_tree(tenant, tenants, cohorts)
+    return decide_account(total_account(tenant), gpus, tree, within_nominal)
 
 
 def decide_flavor(

@@ -163,7 +163,9 @@ def _tenant_quota(snapshot: Snapshot, tenant: TenantView, request: PlacementRequ
     placed on (a product it wants, a region it may use) has room: which pools may take it is the pool level's
     (`scheduler.pools.QuotaFilter`)."""
     tenants = snapshot.tenants.values()
-    decision = quota.decide(tenant, request.gpu_count, tenants, request.within_nominal, snapshot.cohorts)
+    decision = quota.decide(
+        tenant, request.gpu_count, tenants, request.within_nominal, snapshot.cohorts, snapshot.total_tree(tenant)
+    )
     if not decision.fits or tenant.quotas is None:
         return decision
     places = _quota_places(snapshot, tenant, request)

@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from scheduler import quota
+from scheduler.cohorts import CohortTree, root_of
 from scheduler.compatibility import NodeProfile, profile_of
 from scheduler.views import CohortView, NodeView, PoolView, RegionView, TenantView
 
@@ -93,6 +95,7 @@ class Snapshot:
         "_postings",
         "_memo",
         "_profile_memo",
+        "_trees",
     )
 
     def __init__(
@@ -119,6 +122,7 @@ class Snapshot:
         self._pools_of: dict[str, list[PoolView]] = {}
         self._memo: dict[tuple[object, ...], object] = {}
         self._profile_memo: dict[tuple[int, object], object] = {}
+        self._trees: dict[str | None, CohortTree] = {}  # root cohort -> its tree over GPUs in total, as tenants are
         for pool in self.pools:
             missing = [name for name in pool.nodes if name not in self.nodes]
             if missing:
@@ -148,6 +152,7 @@ class Snapshot:
             raise ValueError(f"nodes not in the snapshot: {', '.join(unknown)}")
         new = object.__new__(Snapshot)
         new.regions, new.tenants, new.cohorts, new.pools = self.regions, self.tenants, self.cohorts, self.pools
+        new._trees = self._trees  # the same tenants: the same trees
         new._devices, new._by_region, new._pools_of = self._devices, self._by_region, self._pools_of
         new._classes, new._class_of, new._position = self._classes, self._class_of, self._position
         new.nodes = {**self.nodes, **changed}
@@ -200,7 +205,19 @@ class Snapshot:
         for name in Snapshot.__slots__:
             setattr(new, name, getattr(self, name))
         new.tenants = {t.name: t for t in tenants}
+        new._trees = {}
         return new
+
+    def total_tree(self, tenant: TenantView) -> CohortTree:
+        """The tenant's cohort tree over GPUs in total (`scheduler.quota.total_tree`), built once per tree for these
+        tenants' usage: a pass asks it for every request it judges."""
+        if tenant.cohort is None:
+            return quota.total_tree(tenant, (), self.cohorts)
+        root = root_of(tenant.cohort, self.cohorts)
+        tree = self._trees.get(root)
+        if tree is None or ("tenant", tenant.name) not in tree.parent:
+            tree = self._trees[root] = quota.total_tree(tenant, self.tenants.values(), self.cohorts)
+        return tree
 
     def within(self, regions: Iterable[str]) -> Snapshot:
         """This snapshot cut down to `regions`, their pools and those pools' nodes, sharing profiles and groups with

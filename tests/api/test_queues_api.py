@@ -5,17 +5,16 @@ The queues are written straight into PostgreSQL as the allocation workflows and 
 `lab` (nodes `small`, 2 H200, and `big`, 4) and region `east` (node `e1`, 4 H200): 10 H200 GPUs in all. Tenants
 `acme` (weight 1), `globex` (weight 2) and `initech` (weight 1, region `lab` only).
 
-Who holds what (fair shares are GPUs held over the fleet's 10, divided by the weight):
-- acme: 2 GPUs active on `e1`, and 1 set aside on `small` for its queued `a-first`: 3/10 = 0.3;
-- globex: 4 GPUs active on `big`: 4/10 / 2 = 0.2 (0.4 without its weight: it would go after acme);
-- initech: nothing: 0.
+Who holds what: acme 2 GPUs active on `e1` and 1 set aside on `small` for its queued `a-first`; globex 4 GPUs
+active on `big`; initech nothing. No tenant is in a cohort, so none borrows and every share is 0: the order is
+Kueue's classic one (within nominal quota first, then priority, then arrival), whatever each holds.
 
 Region `lab`'s queue, in order of arrival, and the admission order expected:
-    a-first   acme     priority 0 (batch)   -> 5th: acme's share is the largest
-    g-first   globex   priority 0           -> 3rd: globex's share is smaller than acme's thanks to its weight
-    i-first   initech  priority 0           -> 2nd: initech holds nothing
-    a-urgent  acme     priority 100 (urgent)-> 1st: priority goes before any share
-    g-second  globex   priority 0           -> 4th: after globex's earlier request
+    a-first   acme     priority 0 (batch)   -> 2nd: the earliest arrival at priority 0
+    g-first   globex   priority 0           -> 3rd
+    i-first   initech  priority 0           -> 4th
+    a-urgent  acme     priority 100 (urgent)-> 1st: priority goes first
+    g-second  globex   priority 0           -> 5th
 Region `east`: x-east (acme).
 """
 
@@ -44,7 +43,7 @@ from store.tokens import create_token, ensure_tenant_tokens
 from tests.api.stack import app_for, bearer, http_client
 from tests.workflows.lab import lab_fleet
 
-LAB_ORDER = ["a-urgent", "i-first", "g-first", "g-second", "a-first"]
+LAB_ORDER = ["a-urgent", "a-first", "g-first", "i-first", "g-second"]
 HEAD_REASON = "lab: no node can take 4 H200 GPU slices now (no candidate node)"
 QUOTA_REASON = "quota: tenant initech would exceed its GPU quota: 0 active + 0 in flight + 1 requested > quota 0"
 
@@ -170,14 +169,14 @@ async def test_an_admin_sees_every_queue_in_admission_order(api: tuple[httpx.Asy
         ("lab", "BestEffortFIFO", 5),
     ]
     lab = regions[1]["entries"]
-    # priority first, then the tenant's weighted share (initech 0 < globex 0.2 < acme 0.3), then arrival
+    # priority first, then arrival: no tenant borrows, so what each holds does not count
     assert [(e["position"], e["allocation_id"]) for e in lab] == list(enumerate(LAB_ORDER, start=1))
     assert [(e["tenant"], e["priority"], e["priority_class"], e["share"]) for e in lab] == [
-        ("acme", 100, "urgent", 0.3),
+        ("acme", 100, "urgent", 0.0),
+        ("acme", 0, "batch", 0.0),
+        ("globex", 0, None, 0.0),
         ("initech", 0, None, 0.0),
-        ("globex", 0, None, 0.2),
-        ("globex", 0, None, 0.2),
-        ("acme", 0, "batch", 0.3),
+        ("globex", 0, None, 0.0),
     ]
     assert [(e["gpu_count"], e["gpu_product"], e["shape"]) for e in lab][:2] == [
         (4, "H200", "gpu_slice"),
@@ -186,10 +185,10 @@ async def test_an_admin_sees_every_queue_in_admission_order(api: tuple[httpx.Asy
     # why each is not placed yet: what the last pass recorded, in one line
     assert [(e["code"], e["node"], e["reserved_node"], e["status"]) for e in lab] == [
         ("insufficient_capacity", None, "big", f"head of the queue: node big is reserved for it; {HEAD_REASON}"),
-        ("quota_exceeded", None, None, QUOTA_REASON),
-        ("queued_behind", None, None, "behind 1 request(s): the head, a-urgent, does not fit (StrictFIFO)"),
-        (None, None, None, "waiting for the next admission pass"),
         (None, "small", None, "being placed on small"),
+        ("queued_behind", None, None, "behind 1 request(s): the head, a-urgent, does not fit (StrictFIFO)"),
+        ("quota_exceeded", None, None, QUOTA_REASON),
+        (None, None, None, "waiting for the next admission pass"),
     ]
     waited = {e["allocation_id"]: e["waited_seconds"] for e in lab}
     assert 90 <= waited["g-first"] < 150 and all(0 <= waited[a] < 60 for a in LAB_ORDER if a != "g-first")
@@ -210,7 +209,7 @@ async def test_a_tenant_sees_its_own_requests_at_their_places_in_the_whole_queue
         ("east", 1, []),  # a region globex may use, whose queue holds none of its requests
         ("lab", 5, ["g-first", "g-second"]),
     ]
-    assert [(e["position"], e["share"]) for e in regions[1]["entries"]] == [(3, 0.2), (4, 0.2)]
+    assert [(e["position"], e["share"]) for e in regions[1]["entries"]] == [(3, 0.0), (5, 0.0)]
     first = regions[1]["entries"][0]
     assert (
         first["reason"]
@@ -222,7 +221,7 @@ async def test_a_tenant_sees_its_own_requests_at_their_places_in_the_whole_queue
 
     initech = (await _queues(http, who["initech"]))["regions"]  # east is not a region initech may use
     assert [(r["region"], [(e["position"], e["allocation_id"]) for e in r["entries"]]) for r in initech] == [
-        ("lab", [(2, "i-first")])
+        ("lab", [(4, "i-first")])
     ]
 
 
@@ -231,7 +230,7 @@ async def test_the_region_filter_and_an_unknown_region(api: tuple[httpx.AsyncCli
     east = (await _queues(http, who["admin"], region="east"))["regions"]
     assert [(r["region"], [e["allocation_id"] for e in r["entries"]]) for r in east] == [("east", ["x-east"])]
     lab = (await _queues(http, who["acme"], region="lab"))["regions"]
-    assert [(e["position"], e["allocation_id"]) for e in lab[0]["entries"]] == [(1, "a-urgent"), (5, "a-first")]
+    assert [(e["position"], e["allocation_id"]) for e in lab[0]["entries"]] == [(1, "a-urgent"), (2, "a-first")]
 
     unknown = await http.get("/v1/queues", params={"region": "nowhere"}, headers=who["admin"])
     assert unknown.status_code == 422, unknown.text
@@ -257,7 +256,7 @@ async def test_the_pool_filter_shows_what_a_pool_could_serve_at_its_places_in_th
     a100 = (await _queues(http, who["admin"], pool="lab-1/a100"))["regions"]
     assert [(r["region"], r["length"], r["entries"]) for r in a100] == [("lab", 5, [])]  # every request wants H200
     mine = (await _queues(http, who["globex"], pool="lab-1/slices"))["regions"][0]["entries"]
-    assert [(e["position"], e["allocation_id"]) for e in mine] == [(3, "g-first"), (4, "g-second")]
+    assert [(e["position"], e["allocation_id"]) for e in mine] == [(3, "g-first"), (5, "g-second")]
 
     response = await http.get("/v1/queues", params={"pool": "lab-1/gpus"}, headers=who["admin"])
     assert response.status_code == 422 and response.json()["error"]["code"] == "unknown_pool"
@@ -292,7 +291,7 @@ async def test_an_allocation_tells_its_place_in_the_queue(api: tuple[httpx.Async
     head = (await http.get("/v1/allocations/a-urgent", headers=who["acme"])).json()["queue"]
     assert (head["position"], head["reserved_node"], head["priority_class"]) == (1, "big", "urgent")
     placing = (await http.get("/v1/allocations/a-first", headers=who["acme"])).json()["queue"]
-    assert (placing["position"], placing["status"]) == (5, "being placed on small")
+    assert (placing["position"], placing["status"]) == (2, "being placed on small")
     held = (await http.get("/v1/allocations/held-acme", headers=who["acme"])).json()
     assert held["queue"] is None
 

@@ -69,7 +69,7 @@ def test_nothing_of_equal_or_higher_priority_and_nothing_without_a_policy() -> N
     fleet = world(ONE_H100_NODE, ("a", "a01", 8))
     on_node = [running("held-0", "a", "a01", 8, 10, 10.0)]
     no_policy = plan_preemption(fleet, "r1", preemptor("a", 2, 100), on_node, "insufficient_capacity")
-    assert isinstance(no_policy, str) and "every allocation its policy allows" in no_policy
+    assert isinstance(no_policy, str) and "preemption policy displaces nothing" in no_policy
     equal = plan_preemption(policy(fleet, a=(WITHIN, None)), "r1", preemptor("a", 2, 10), on_node,
                             "insufficient_capacity")  # fmt: skip
     assert isinstance(equal, str)
