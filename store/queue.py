@@ -348,12 +348,13 @@ async def priority_classes(session: AsyncSession) -> dict[str, tuple[int, bool]]
     return {name: (int(value), bool(is_default)) for name, value, is_default in rows}
 
 
-async def waiting_ahead(session: AsyncSession, region: str, priority: int) -> int:
-    """Entries of the region's queue that a newcomer of `priority` would wait behind: as high or higher, and not
-    yet given a node by a pass (a StrictFIFO queue lets nobody pass them)."""
-    count = await session.scalar(
-        select(func.count()).where(
+async def waiting_ahead(session: AsyncSession, region: str, priority: int) -> list[tuple[str, int, int, str | None]]:
+    """(tenant, GPUs, priority, the last verdict's code) of the entries of the region's queue a newcomer of `priority` might wait behind: as
+    high or higher, and not yet given a node by a pass (a StrictFIFO queue lets nobody pass them); which of them go
+    before it is the queue's order's to say (`scheduler.queueing.classic_key`)."""
+    rows = await session.execute(
+        select(QueueEntryRow.tenant, QueueEntryRow.gpu_count, QueueEntryRow.priority, QueueEntryRow.code).where(
             QueueEntryRow.region == region, QueueEntryRow.priority >= priority, QueueEntryRow.node.is_(None)
         )
     )
-    return int(count or 0)
+    return [(tenant, int(gpus), int(entry_priority), code) for tenant, gpus, entry_priority, code in rows]

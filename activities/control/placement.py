@@ -40,7 +40,7 @@ from contracts.allocation import (
     RegionChoice,
 )
 from fleet.vocabulary import QueueingStrategy
-from scheduler import cluster, region
+from scheduler import cluster, quota, region
 from scheduler.breaker import BreakerPolicy
 from scheduler.cel import RequestBudget, SelectorCostExceeded, request_budget
 from scheduler.explanation import Explanation
@@ -262,7 +262,7 @@ class PlacementActivities:
         elif (
             wait is not None
             and not wait.queued
-            and (ahead := await self._queue_ahead(known, region_choice.region, wait))
+            and (ahead := await self._queue_ahead(known, region_choice.region, wait, asked))
         ):
             choice = _behind(region_choice, ahead)
         else:
@@ -300,14 +300,34 @@ class PlacementActivities:
         asked = request.request.model_copy(update={"reserved_nodes": reserved}) if reserved else request.request
         return await self._candidates(base, plans, asked, request.region, request.allocation_id, RequestBudget())
 
-    async def _queue_ahead(self, snapshot: Snapshot, region_name: str, wait: QueueTicket) -> int:
-        """How many queued requests a newcomer that may wait must let go first: in a StrictFIFO region, those of
-        its priority or higher that no pass has placed yet; in a BestEffortFIFO region, none."""
+    async def _queue_ahead(
+        self, snapshot: Snapshot, region_name: str, wait: QueueTicket, request: PlacementRequest
+    ) -> int:
+        """How many queued requests a newcomer that may wait must let go first: in a StrictFIFO region, those no pass
+        has placed yet that go before it in the queue's order (its own tenant's of its priority or higher; of other
+        tenants', Kueue's order: one within its tenant's nominal quota before one that would borrow, then the higher
+        priority, then the earlier arrival, the newcomer's being the latest); in a BestEffortFIFO region, none."""
         view = snapshot.regions.get(region_name)
         if view is None or view.queueing_strategy is not QueueingStrategy.STRICT_FIFO:
             return 0
         async with self.sessions() as session:
-            return await queue.waiting_ahead(session, region_name, wait.priority)
+            waiting = await queue.waiting_ahead(session, region_name, wait.priority)
+
+        def borrows(tenant: str, gpus: int) -> bool:
+            held = snapshot.tenants.get(tenant)
+            return held is not None and quota.used(held) + gpus > held.gpu_quota
+
+        own = request.tenant or ""
+        mine = (borrows(own, request.gpu_count), -wait.priority)
+
+        def blocks(tenant: str, gpus: int, priority: int, code: str | None) -> bool:
+            if tenant == own:  # its own tenant's earlier requests of its priority or higher: a queue keeps its order
+                return True
+            if code in (Reason.QUOTA_EXCEEDED, Reason.QUEUED_BEHIND):  # held back for its own tenant, or behind
+                return False  # another that is counted here itself (StrictFIFO blocks a tenant behind its quota)
+            return (borrows(tenant, gpus), -priority) <= mine
+
+        return sum(1 for entry in waiting if blocks(*entry))
 
     def activities(self) -> list[object]:
         return [self.choose_placement, self.find_candidates]

@@ -52,10 +52,10 @@ def test_berth_queue_shows_each_region_in_admission_order(
         assert [line.split("│")[2].strip() for line in rows] == LAB_ORDER  # the admission order
         # The table's first cells, one row per request; the why column wraps as the terminal's width and the other
         # columns' lengths decide, so the reasons are read from the same command's JSON.
-        assert _lines_with(shown, "│ 1 │ a-urgent", "acme", "100 (urgent)", "4 H200 GPUs, gpu_slice", "30.0%")
-        assert _lines_with(shown, "│ 3 │ g-first", "globex", "20.0%")
-        assert _lines_with(shown, "│ 5 │ a-first", "0 (batch)")
-        assert _lines_with(shown, "│ 2 │ i-first", "initech", "0.0%")
+        assert _lines_with(shown, "│ 1 │ a-urgent", "acme", "100 (urgent)", "4 H200 GPUs, gpu_slice", "0.0%")
+        assert _lines_with(shown, "│ 3 │ g-first", "globex", "0.0%")
+        assert _lines_with(shown, "│ 2 │ a-first", "0 (batch)")
+        assert _lines_with(shown, "│ 4 │ i-first", "initech", "0.0%")
         assert _lines_with(shown, "│ 1 │ x-east", "acme", "2 H200 GPUs")
         why = {e["allocation_id"]: e["status"] for r in terminal.json("queue")["regions"] for e in r["entries"]}
         assert why["a-urgent"].startswith("head of the queue: node big is reserved for it")
@@ -67,10 +67,10 @@ def test_berth_queue_shows_each_region_in_admission_order(
         assert "lab (BestEffortFIFO): 5 waiting, 2 of them yours" in theirs
         everywhere = terminal.ok("queue", "--tenant", "globex")
         assert "east (BestEffortFIFO): 1 waiting, none of them yours" in everywhere
-        assert _lines_with(theirs, "│ 3 │ g-first") and _lines_with(theirs, "│ 4 │ g-second")
+        assert _lines_with(theirs, "│ 3 │ g-first") and _lines_with(theirs, "│ 5 │ g-second")
         assert not any(other in theirs for other in ("a-urgent", "a-first", "i-first", "east"))
         mine = terminal.json("queue", "--tenant", "globex", "--region", "lab")["regions"][0]["entries"]
-        assert [(e["allocation_id"], e["position"]) for e in mine] == [("g-first", 3), ("g-second", 4)]
+        assert [(e["allocation_id"], e["position"]) for e in mine] == [("g-first", 3), ("g-second", 5)]
         assert mine[0]["status"].startswith("behind 1 request(s): the head, a request of another tenant, does not fit")
         assert mine[1]["status"] == "waiting for the next admission pass"
 

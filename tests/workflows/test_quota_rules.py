@@ -204,17 +204,18 @@ async def _two_borrowers(temporal_client, sessions, tmp_path: Path, *, fair: boo
         for handle in handles:
             await lab.wait_for_state(handle, "active")
         waiting = await lab.allocate(asking, gpus=2, tenant="a", queue=QueueWait(timeout_seconds=600))
-        code = None
+        code, entered = None, False
         for _ in range(1200):  # until an admission pass has judged it in the queue, or it has left the queue
             async with sessions() as session:
                 entry = await queue.entry(session, asking)
                 state = await session.scalar(select(AllocationRow.state).where(AllocationRow.id == asking))
+            entered = entered or entry is not None
             # Entering the queue writes the refusal that sent it there; an admission pass writes its own verdict
             # ("quota: ..." for a quota it is still refused by, or the preemption it decided).
             if entry is not None and (entry.code == "preempting" or (entry.reason or "").startswith("quota: ")):
                 code = entry.code
                 break
-            if entry is None and state not in (None, "pending", "queued"):
+            if entered and entry is None and state not in (None, "pending", "queued"):
                 code = state
                 break
             await asyncio.sleep(0.05)
