@@ -88,11 +88,11 @@ async def test_ten_allocations_in_a_row_pay_no_pickup_timeout_for_a_dead_agent(
 
         timeouts, started = 0, time.monotonic()
         for n in range(10):
-            handle = await lab.allocate(f"seq-{n}", gpus=2, gpu_product="H200", region="us-east", timing=FAST)
+            handle = await lab.allocate(f"reports-seq-{n}", gpus=2, gpu_product="H200", region="us-east", timing=FAST)
             status = await lab.wait_for_state(handle, "active", timeout=30)
             timeouts += sum(1 for a in status.attempts if (a.reason or "").startswith("agent_unreachable"))
             assert "j22u11" not in [a.node for a in status.attempts]
-            await allocation_client.release(temporal_client, f"seq-{n}")
+            await allocation_client.release(temporal_client, f"reports-seq-{n}")
         elapsed = time.monotonic() - started
         assert timeouts <= 1
         print(f"10 sequential allocations past a dead agent: {timeouts} pickup timeouts, {elapsed:.1f} s")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import uuid
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -82,7 +83,8 @@ async def test_twenty_allocations_released_at_once_after_active_each_stay_one_ru
     second after the first run started: about half of them read `provisioning` for that second, and a release
     sent then waited for it. Now the release goes to the run that placed it, within the poll that saw `active`."""
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet({"n": {"gpus": 2}})) as lab:
-        ids = [f"seq-{n}" for n in range(20)]
+        tag = uuid.uuid4().hex[:6]  # ids unique to this test: the Temporal server is shared with other tests
+        ids = [f"one-story-{tag}-{n}" for n in range(20)]
         for allocation_id in ids:
             handle = await lab.allocate(allocation_id, gpus=1)
             await until_active(temporal_client, allocation_id)
