@@ -249,15 +249,6 @@ class Judge:
         return theirs is not None and self.reclaimable(theirs) is not None
 
 
-def eligibility(snapshot: Snapshot, preemptor: Preemptor, victim: Running) -> str | None:
-    return Judge(snapshot, preemptor).eligibility(victim)
-
-
-def borrows(tenant: TenantView) -> bool:
-    """Whether the tenant uses more than its nominal quota now: Kueue's ClusterQueue that is borrowing."""
-    return quota.used(tenant) > tenant.gpu_quota
-
-
 # -- the two cases ----------------------------------------------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
-"""Fair shares (issue 24): the fleet's GPUs per product, what each tenant holds of them, and Kueue's weighted
-dominant-resource share. Shared by the queue's order (`scheduler.queueing`) and preemption's fair-sharing rule
-(`scheduler.preemption`)."""
+"""Shares of the fleet: the fleet's GPUs per product, what each tenant holds of them, and a tenant's weighted
+dominant share of them. The admission pass uses them only to decide which nodes are held for a tenant's further
+requests while they wait (`scheduler.queueing`); who is admitted first is Kueue's rule (`scheduler.fair_sharing`
+where a cohort tree shares fairly)."""
 
 from __future__ import annotations
 
