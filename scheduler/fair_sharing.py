@@ -134,4 +134,4 @@ def tournament(contenders: Iterable[Contender], tree: CohortTree, tenants: Mappi
     return winner(above[-1]) if above else by_tenant[first]
 
 
-__all__ = ["NONE", "Contender", "Share", "shares_fairly", "share", "tenant_share", "tournament"]
+__all__ = ["NONE", "Contender", "Share", "share", "shares_fairly", "tenant_share", "tournament", "weight_of"]

@@ -15,7 +15,7 @@ from fleet.fleet import Fleet
 from fleet.inference_class import ClaimKind
 from fleet.node import Node
 from fleet.slot_state import SlotStateDocument
-from fleet.tenant import TenantPreemption
+from fleet.tenant import FlavorQuota, TenantPreemption
 from scheduler.snapshot import Snapshot
 from scheduler.views import (
     CohortView,
@@ -86,12 +86,7 @@ def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) 
             cohort=tenant.spec.cohort,
             borrowing_limit=tenant.spec.borrowing_limit,
             lending_limit=tenant.spec.lending_limit,
-            quotas=tuple(
-                FlavorQuotaView(q.product, q.region, q.nominal, q.borrowing_limit, q.lending_limit)
-                for q in tenant.spec.quotas
-            )
-            if tenant.spec.quotas is not None
-            else None,
+            quotas=_flavor_views(tenant.spec.quotas) if tenant.spec.quotas is not None else None,
             held=tuple((product, region, gpus) for (who, product, region), gpus in sorted(held.items()) if who == name),
             preemption=preemption_policy(tenant.spec.preemption),
         )
@@ -114,16 +109,18 @@ def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) 
             gpu_quota=cohort.spec.gpu_quota,
             borrowing_limit=cohort.spec.borrowing_limit,
             lending_limit=cohort.spec.lending_limit,
-            quotas=tuple(
-                FlavorQuotaView(q.product, q.region, q.nominal, q.borrowing_limit, q.lending_limit)
-                for q in cohort.spec.quotas
-            ),
+            quotas=_flavor_views(cohort.spec.quotas),
             fair_sharing=cohort.spec.fair_sharing.enabled,
             weight=cohort.spec.fair_sharing.weight,
         )
         for name, cohort in fleet.cohorts.items()
     ]
     return Snapshot(regions=regions, pools=pools, nodes=nodes, tenants=tenants, cohorts=cohorts)
+
+
+def _flavor_views(quotas: Iterable[FlavorQuota]) -> tuple[FlavorQuotaView, ...]:
+    """A tenant's or a cohort's `quotas` (per GPU product and region) as the scheduler sees them."""
+    return tuple(FlavorQuotaView(q.product, q.region, q.nominal, q.borrowing_limit, q.lending_limit) for q in quotas)
 
 
 def _holds(documents: Iterable[SlotStateDocument]) -> Holds:

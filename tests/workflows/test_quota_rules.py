@@ -243,3 +243,45 @@ async def test_the_same_fleet_with_fair_sharing_off_and_on_decides_as_kueue_does
     code, notice = await _two_borrowers(temporal_client, sessions, tmp_path, fair=True)
     assert code == "preempting"
     assert "its tenant borrows in cohort lab (Kueue: InCohortFairSharing)" in notice
+
+
+async def test_the_queue_names_each_victim_with_its_rule_and_a_tenant_never_sees_another_tenants_victim(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    """`GET /v1/queues` for a queued request that is preempting: the admin reads each victim's id with its rule in
+    Kueue's name; the preemptor's tenant reads the rule, never the other tenant's allocation id. With fair sharing
+    on, each entry carries its tenant's share of what the cohort lends."""
+    slow = [{"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "batch"},
+             "spec": {"value": 0, "gracePeriod": "10m"}}]  # fmt: skip  # the victim stays while the test reads
+    tenants = {
+        "acme": {"gpuQuota": 0, "cohort": "lab", "preemption": {"reclaimWithinCohort": "Any"}},
+        "globex": {"gpuQuota": 0, "cohort": "lab"},
+    }
+    lab_cohort = cohort("lab", gpuQuota=4, fairSharing={"enabled": True})
+    fleet = lab_fleet({"one": {"gpus": 4}}, tenants=tenants, extra=[*slow, lab_cohort])
+    async with running_stack(temporal_client, sessions, tmp_path, fleet) as stack:
+        held = [await stack.create(2, who=stack.globex, priority_class="batch") for _ in range(2)]
+        for allocation in held:
+            await stack.wait_for(allocation, "active")
+        asking = await stack.create(2, queue={"timeout": "10m"})  # acme: 2/4 with it, globex 2/4 without one
+        entry: dict[str, object] = {}
+        for _ in range(600):
+            regions = (await stack.http.get("/v1/queues", headers=stack.admin)).json()["regions"]
+            entry = next((e for r in regions for e in r["entries"] if e["allocation_id"] == asking), {})
+            if entry.get("code") == "preempting":
+                break
+            await asyncio.sleep(0.05)
+        rule = "reclaimWithinCohort Any: its tenant borrows in cohort lab (Kueue: InCohortFairSharing)"
+        victim = next(a for a in held if a in str(entry["reason"]))
+        assert entry["reason"] == f"preempting 1 allocation(s) for its quota: {victim}: {rule}"
+        assert entry["share"] == 0.0  # acme borrows nothing yet
+
+        mine = (await stack.http.get("/v1/queues", headers=stack.acme)).json()["regions"][0]["entries"]
+        assert [e["allocation_id"] for e in mine] == [asking]
+        assert mine[0]["reason"] == f"preempting 1 allocation(s) for its quota: a request of another tenant: {rule}"
+        placed = (await stack.http.get(f"/v1/allocations/{asking}", headers=stack.acme)).json()
+        assert not any(a in str(placed) for a in held)
+
+        for allocation, who in ((asking, stack.acme), *((a, stack.globex) for a in held)):
+            response = await stack.http.post(f"/v1/allocations/{allocation}/cancel", headers=who)
+            assert response.status_code in (202, 409), response.text  # 409: the victim may already be leaving
