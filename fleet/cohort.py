@@ -9,6 +9,8 @@ within the tree (scheduler/cohorts.py has the arithmetic, scheduler/fair_sharing
     metadata: {name: research}
     spec: {parentName: org, gpuQuota: 8, borrowingLimit: 16, fairSharing: {weight: 2}}
 
+A root may order its tree by usage that remembers: `fairSharing: {enabled: true, usageHalfLife: 168h}`.
+
 KAI-Scheduler's department -> project queues are the same picture: the department is a cohort with a parent-less
 quota, its projects the tenants under it.
 """
@@ -17,7 +19,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, ValidationInfo, field_validator
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, ValidationInfo, field_validator, model_validator
+
+from fleet.deadlines import Duration
 
 from fleet.meta import Name, ObjectMeta, Spec
 from fleet.tenant import FlavorQuota, _within
@@ -34,6 +38,18 @@ class CohortFairSharing(Spec):
     weight: NonNegativeFloat = Field(
         default=1.0, le=1_000_000, description="This cohort's weight among its siblings; 0: always last."
     )
+    usage_half_life: Duration | None = Field(
+        default=None,
+        description="With enabled, on a root: order its queued requests (and choose fair-sharing victims) by each "
+        "tenant's GPU-seconds decayed with this half-life (`168h`: a week ago counts half), over its weight, as "
+        "Kueue's admission fair sharing and Slurm's PriorityDecayHalfLife; unset: by what each holds now.",
+    )
+
+    @model_validator(mode="after")
+    def _decays_where_it_shares(self) -> CohortFairSharing:
+        if self.usage_half_life is not None and not self.enabled:
+            raise ValueError("usageHalfLife orders a fair-sharing tree: set enabled: true on this root cohort with it")
+        return self
 
 
 class CohortSpec(Spec):

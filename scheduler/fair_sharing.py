@@ -16,6 +16,11 @@ are compared by the share the child would have with that request admitted: a req
 then the smaller share, then the higher priority, then the earlier arrival. Preemption's fair strategies are in
 `scheduler.preemption`.
 
+A tree whose root sets `usageHalfLife` compares, wherever a share is compared for order (the tournament, and which
+tenant preemption takes from first), each node's decayed GPU-seconds (its tenants', `scheduler.usage_decay`) over
+its weight instead (`usage_share`): what it used lately, not only what it holds now. Whether preemption may take an
+allocation at all (Kueue's strategies) still compares the shares of what is held.
+
 Pure: shares are computed on a `scheduler.cohorts.CohortTree` of the total GPU account.
 """
 
@@ -95,6 +100,39 @@ def tenant_share(tree: CohortTree, tenant: TenantView) -> Share:
     return share(tree, ("tenant", tenant.name), tenant.weight)
 
 
+def tenants_under(tree: CohortTree, node: Node) -> list[str]:
+    """The tenants of the node's subtree (the node itself, for a tenant)."""
+    if node[0] == "tenant":
+        return [node[1]]
+    return [name for child in tree.children.get(node, ()) for name in tenants_under(tree, child)]
+
+
+def usage_share(tree: CohortTree, node: Node, tenants: Mapping[str, TenantView], cohorts: Mapping[str, CohortView],
+                extra: Mapping[str, float] | None = None) -> Share | None:  # fmt: skip
+    """The node's decayed GPU-seconds (its tenants', plus `extra` per tenant) over its weight, where its tree orders
+    by decayed usage (every tenant's `decayed_usage` is known); None where it does not."""
+    values = [tenants[name].decayed_usage if name in tenants else None for name in tenants_under(tree, node)]
+    if not values or any(v is None for v in values):
+        return None
+    total = sum(v for v in values if v is not None)
+    if extra:
+        total += sum(extra.get(name, 0.0) for name in tenants_under(tree, node))
+    weight = weight_of(node, tenants, cohorts)
+    if weight == 0:
+        return Share(total > 0, total)
+    return Share(False, total / weight)
+
+
+def ordering_share(tree: CohortTree, node: Node, tenants: Mapping[str, TenantView],
+                   cohorts: Mapping[str, CohortView], usage: int | None = None) -> Share:  # fmt: skip
+    """What orders the node among its siblings: its decayed usage over its weight where its tree remembers usage,
+    else its share (`usage`: what it would hold instead of what it holds now)."""
+    remembered = usage_share(tree, node, tenants, cohorts)
+    if remembered is not None:
+        return remembered
+    return share(tree, node, weight_of(node, tenants, cohorts), usage)
+
+
 @dataclass(frozen=True)
 class Contender:
     """A tenant's next queued request in the tournament: its size, priority and place in arrival order."""
@@ -110,7 +148,7 @@ def tournament(contenders: Iterable[Contender], tree: CohortTree, tenants: Mappi
     """The request a fair-sharing tree admits next, of its tenants' next requests (`tree`: their cohort tree as it
     is): at each cohort, from the leaves up, the best of its children's candidates by (would not borrow, share with
     it admitted, higher priority, earlier arrival), the share being the child's (the tenant, or the child cohort
-    it comes through)."""
+    it comes through); where the tree remembers usage, its decayed usage over its weight instead."""
     by_tenant = {c.tenant: c for c in contenders}
     if not by_tenant:
         return None
@@ -123,7 +161,7 @@ def tournament(contenders: Iterable[Contender], tree: CohortTree, tenants: Mappi
             if found is None:
                 continue
             usage = usages[found.tenant][child]
-            child_share = share(tree, child, weight_of(child, tenants, cohorts), usage)
+            child_share = ordering_share(tree, child, tenants, cohorts, usage)
             key = (usage > tree.subtree_quota(child), child_share, -found.priority, found.arrival)
             if best is None or key < best[0]:
                 best = (key, found)
@@ -134,4 +172,7 @@ def tournament(contenders: Iterable[Contender], tree: CohortTree, tenants: Mappi
     return winner(above[-1]) if above else by_tenant[first]
 
 
-__all__ = ["NONE", "Contender", "Share", "share", "shares_fairly", "tenant_share", "tournament", "weight_of"]
+__all__ = [
+    "NONE", "Contender", "Share", "ordering_share", "share", "shares_fairly", "tenant_share", "tenants_under",
+    "tournament", "usage_share", "weight_of",
+]  # fmt: skip

@@ -410,12 +410,12 @@ def _largest_share(snapshot: Snapshot, preemptor: Preemptor, left: Mapping[Runni
 
 
 def _share_path(snapshot: Snapshot, tenant: TenantView) -> tuple[fair_sharing.Share, ...]:
-    """The shares of the tenant's cohorts from the root's children down, then its own."""
+    """The shares of the tenant's cohorts from the root's children down, then its own (where the tree remembers
+    usage, decayed usage over weight: the tenant that used most lately gives back first)."""
     tree = snapshot.total_tree(tenant)
     node: Node = ("tenant", tenant.name)
     path = [*reversed(tree.ancestors(node))][1:] + [node]
-    return tuple(fair_sharing.share(tree, n, fair_sharing.weight_of(n, snapshot.tenants, snapshot.cohorts))
-                 for n in path)  # fmt: skip
+    return tuple(fair_sharing.ordering_share(tree, n, snapshot.tenants, snapshot.cohorts) for n in path)
 
 
 def _sibling_shares(

@@ -43,6 +43,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from fleet.vocabulary import QueueingStrategy
 from scheduler import cluster, fair_sharing, quota
@@ -54,6 +55,7 @@ from scheduler.region import quota_refusal
 from scheduler.request import CapacityShape, PlacementRequest
 from scheduler.shares import Usage, capacity_by_product, dominant_share, product_of
 from scheduler.snapshot import Snapshot
+from scheduler.usage_decay import ENTRY_PENALTY_SECONDS
 from scheduler.views import SlotState, TenantView
 
 
@@ -82,6 +84,14 @@ class Nomination:
     victims: tuple[str, ...]
 
 
+class Standing(NamedTuple):
+    """What ordered a tenant's request when its turn came: its fair-sharing share (None: weight 0 and borrowing)
+    and, where its tree remembers usage, its decayed GPU-seconds (else None)."""
+
+    share: float | None
+    usage: float | None
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What a pass decided for one queued request. `node`: set aside for it, so it is woken to place itself;
@@ -96,6 +106,8 @@ class Verdict:
     reserved: str | None = None
     nomination: Nomination | None = None  # preemption: the node freed for it and the allocations told to leave
     preempt_reasons: Mapping[str, str] = field(default_factory=dict)  # victim -> the rule, for new victims only
+    # Its tenant's decayed GPU-seconds when its turn came, where its tree orders by them (`usageHalfLife`).
+    usage: float | None = None
 
 
 @dataclass
@@ -121,9 +133,9 @@ def classic_key(entry: QueuedRequest, tenant: TenantView | None) -> tuple[bool, 
 
 def ordered(
     queue: Iterable[QueuedRequest], snapshot: Snapshot, usage: Usage
-) -> list[tuple[QueuedRequest, float | None]]:
-    """The queue in admission order as it stands (no placements), each with its tenant's share: for showing
-    positions. The same order the pass walks, but for what its own placements change."""
+) -> list[tuple[QueuedRequest, Standing]]:
+    """The queue in admission order as it stands (no placements), each with its tenant's share and decayed usage:
+    for showing positions. The same order the pass walks, but for what its own placements change."""
     walk = _Walk(snapshot, usage, capacity_by_product(snapshot))
     return list(walk.in_order(list(queue)))
 
@@ -156,19 +168,19 @@ def admission_pass(
     # gets nodes held for its requests until, counting them, it would reach it (alone in the queue: its head only).
     waiting = {e.tenant for e in queue}
     fair = 1.0 / sum(_weight(snapshot, tenant) for tenant in waiting) if len(waiting) > 1 else 0.0
-    for position, (entry, share) in enumerate(walk.in_order(queue), start=1):
+    for position, (entry, (share, usage)) in enumerate(walk.in_order(queue), start=1):
         if blocked_by is not None:
             reason = (
                 f"behind {position - 1} request(s): the head, {blocked_by.allocation_id}, does not fit (StrictFIFO)"
             )
             result.verdicts.append(
-                Verdict(entry.allocation_id, position, share, reason=reason, code=Reason.QUEUED_BEHIND)
+                Verdict(entry.allocation_id, position, share, usage=usage, reason=reason, code=Reason.QUEUED_BEHIND)
             )
             continue
         if (own_head := blocked_tenants.get(entry.tenant)) is not None:
             reason = f"behind {own_head.allocation_id}, its tenant's request ahead of it, held back by its quota (StrictFIFO)"
             result.verdicts.append(
-                Verdict(entry.allocation_id, position, share, reason=reason, code=Reason.QUEUED_BEHIND)
+                Verdict(entry.allocation_id, position, share, usage=usage, reason=reason, code=Reason.QUEUED_BEHIND)
             )
             continue
         held = frozenset(reserved | preempting.held_for_others(entry.allocation_id))
@@ -177,11 +189,11 @@ def admission_pass(
         if refusal is None:
             node = walk.place(entry, request)
             if node is not None:
-                result.verdicts.append(Verdict(entry.allocation_id, position, share, node=node))
+                result.verdicts.append(Verdict(entry.allocation_id, position, share, usage=usage, node=node))
                 continue
             refusal = walk.last_refusal
         code, reason = refusal
-        verdict = Verdict(entry.allocation_id, position, share, reason=reason, code=code)
+        verdict = Verdict(entry.allocation_id, position, share, usage=usage, reason=reason, code=code)
         preempted = preempting.decide(walk.snapshot, entry, request, code)
         if preempted is not None:
             result.verdicts.append(dataclasses.replace(verdict, **preempted))
@@ -328,7 +340,13 @@ class _Walk:
             return 0.0
         return fair_sharing.tenant_share(self.snapshot.total_tree(view), view).shown
 
-    def in_order(self, queue: list[QueuedRequest]) -> Iterable[tuple[QueuedRequest, float | None]]:
+    def usage_of(self, tenant: str) -> float | None:
+        """The tenant's decayed GPU-seconds as the pass now counts them (with its entry penalties), if its tree
+        orders by them."""
+        view = self.snapshot.tenants.get(tenant)
+        return view.decayed_usage if view is not None else None
+
+    def in_order(self, queue: list[QueuedRequest]) -> Iterable[tuple[QueuedRequest, Standing]]:
         """The queue in admission order, re-judged as the pass places requests: each tenant's own requests in
         (priority, arrival) order; of the tenants' next requests, Kueue's classic order (`classic_key`), where a
         cohort tree shares fairly its tournament's winner standing for the whole tree."""
@@ -359,7 +377,7 @@ class _Walk:
             if heap and heap[0][1] == tenant:
                 heapq.heappop(heap)
             entry = by_tenant[tenant][nexts[tenant]]
-            yield entry, self.share_of(tenant)
+            yield entry, Standing(self.share_of(tenant), self.usage_of(tenant))
             nexts[tenant] += 1
             left = nexts[tenant] < len(by_tenant[tenant])
             members = next((m for m in fair.values() if tenant in m), None)
@@ -420,7 +438,13 @@ class _Walk:
         if tenant is not None:
             pool = next((p for p in self.snapshot.pools_of(node) if p.gpu_product), None)
             held = (*tenant.held, (pool.gpu_product, pool.region, gpus)) if pool and pool.gpu_product else tenant.held
-            more = dataclasses.replace(tenant, in_flight_gpus=tenant.in_flight_gpus + gpus, held=held)
+            # Where its tree remembers usage, what was just admitted has used nothing yet: Kueue's entry penalty
+            # keeps one tenant's low usage from winning every request of the pass (scheduler/usage_decay.py).
+            decayed = tenant.decayed_usage
+            if decayed is not None:
+                decayed += gpus * ENTRY_PENALTY_SECONDS
+            more = dataclasses.replace(tenant, in_flight_gpus=tenant.in_flight_gpus + gpus, held=held,
+                                       decayed_usage=decayed)  # fmt: skip
             self.snapshot = self.snapshot.with_tenants([*_others(self.snapshot, entry.tenant), more])
         if product is not None:
             self.usage[entry.tenant][product] += gpus

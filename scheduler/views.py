@@ -140,6 +140,7 @@ class CohortView:
     quotas: tuple[FlavorQuotaView, ...] = ()  # its own quota per product (and region)
     fair_sharing: bool = False
     weight: float = 1.0  # its fair-sharing weight among its siblings
+    usage_half_life: float | None = None  # seconds; set: its tree orders by decayed usage (scheduler/usage_decay.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +168,9 @@ class TenantView:
     quotas: tuple[FlavorQuotaView, ...] | None = None  # per product (and region); None: gpu_quota alone
     held: tuple[tuple[str, str, int], ...] = ()  # (product, region, GPUs) of its placed GPUs, for `quotas`
     preemption: PreemptionPolicy = PreemptionPolicy()  # what its queued requests may displace (issue 26)
+    # GPU-seconds decayed to the pass's instant, where its tree orders by them (`fairSharing.usageHalfLife`,
+    # scheduler/usage_decay.py); None: its tree, if it shares fairly, goes by what each holds now.
+    decayed_usage: float | None = None
 
 
 def slot_id(node: str, index: int) -> str:

@@ -170,6 +170,7 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
             "quotas": [q.model_dump(mode="json") for q in c.spec.quotas],
             "fair_sharing": c.spec.fair_sharing.enabled,
             "weight": c.spec.fair_sharing.weight,
+            "usage_half_life_seconds": c.spec.fair_sharing.usage_half_life,
         }
         for name, c in fleet.cohorts.items()
     }

@@ -313,7 +313,10 @@ class CohortRow(Base):
     validated whole (a parent that does not exist, a cycle) before it is written, and rows go in name order."""
 
     __tablename__ = "cohorts"
-    __table_args__ = (CheckConstraint("gpu_quota >= 0", name="gpu_quota"),)
+    __table_args__ = (
+        CheckConstraint("gpu_quota >= 0", name="gpu_quota"),
+        CheckConstraint("usage_half_life_seconds > 0", name="usage_half_life"),
+    )
 
     name: Mapped[str] = mapped_column(String(253), primary_key=True)
     parent_name: Mapped[str | None] = mapped_column(String(253))
@@ -324,6 +327,8 @@ class CohortRow(Base):
     quotas: Mapped[list[dict[str, Any]]] = mapped_column(JSONB, nullable=False, server_default="[]")
     fair_sharing: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
     weight: Mapped[float] = mapped_column(Float, nullable=False, server_default="1")
+    # `fairSharing.usageHalfLife` on a fair-sharing root (migration 0021): order by decayed usage; NULL: by share.
+    usage_half_life_seconds: Mapped[float | None] = mapped_column(Float)
 
 
 class ApiTokenRow(Base):
@@ -394,6 +399,9 @@ class ClaimRow(Base):
         ),
         UniqueConstraint("allocation_id", "attempt", "slot_id"),
         CheckConstraint("attempt >= 1", name="attempt"),
+        # The reconciler's comparison with the usage ledger reads the claims that changed lately (migration 0021).
+        Index("ix_allocation_resource_claims_claimed_at", "claimed_at"),
+        Index("ix_allocation_resource_claims_released_at", "released_at"),
         # History survives a slot being pruned from the fleet; an active claim always names its slot.
         CheckConstraint("released_at IS NOT NULL OR slot_id IS NOT NULL", name="active_has_slot"),
     )
@@ -616,3 +624,98 @@ class ReservationRow(Base):
     allocation_id: Mapped[str | None] = mapped_column(String(64))
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = _now()
+
+
+USAGE_KINDS = ("allocation", "replica", "reservation")
+
+
+class UsageIntervalRow(Base):
+    """The usage ledger (migration 0021): one billed interval. Written only by the database's triggers on claims,
+    replica ledger rows and reservations, in the transaction that changed them (store/usage.py says what starts and
+    ends one); the application reads it, rolls it up and repairs it, never writes it on the way."""
+
+    __tablename__ = "usage_intervals"
+    __table_args__ = (
+        UniqueConstraint("kind", "subject", "attempt"),
+        CheckConstraint(_one_of("kind", USAGE_KINDS), name="kind"),
+        CheckConstraint("ended_at IS NULL OR ended_at >= started_at", name="ordered"),
+        Index(
+            "ix_usage_intervals_span",
+            text("tstzrange(started_at, coalesce(ended_at, 'infinity'::timestamptz))"),
+            postgresql_using="gist",
+        ),
+        Index("ix_usage_intervals_tenant_ended_at", "tenant", "ended_at"),
+        Index("ix_usage_intervals_open", "tenant", postgresql_where=text("ended_at IS NULL")),
+        Index("ix_usage_intervals_subject", "subject"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)
+    subject: Mapped[str] = mapped_column(String(800), nullable=False)  # allocation id, replica/engine, reservation
+    attempt: Mapped[int] = mapped_column(Integer, nullable=False)
+    tenant: Mapped[str] = mapped_column(String(270), nullable=False)  # a replica's: namespace:<namespace>
+    gpu_product: Mapped[str | None] = mapped_column(String(64))
+    region: Mapped[str | None] = mapped_column(String(253))
+    pool: Mapped[str | None] = mapped_column(String(507))  # cluster/pool
+    priority_class: Mapped[str | None] = mapped_column(String(253))
+    shape: Mapped[str | None] = mapped_column(String(16))
+    node_id: Mapped[str | None] = mapped_column(String(253))
+    gpus: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    nodes: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    end_reason: Mapped[str | None] = mapped_column(String(32))
+
+
+class UsageTotalRow(Base):
+    """GPU- and node-seconds of closed intervals per (kind, tenant, product, region), added at each close: the
+    counters' source, small whatever the ledger's size."""
+
+    __tablename__ = "usage_totals"
+
+    kind: Mapped[str] = mapped_column(String(507), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(507), primary_key=True)
+    gpu_product: Mapped[str] = mapped_column(String(507), primary_key=True)
+    region: Mapped[str] = mapped_column(String(507), primary_key=True)
+    gpu_seconds: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+    node_seconds: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+
+
+class UsageHourlyRow(Base):
+    """Intervals older than the retention, rolled up per hour and key ('' for a key an interval has none of)."""
+
+    __tablename__ = "usage_hourly"
+
+    hour: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(507), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(507), primary_key=True)
+    gpu_product: Mapped[str] = mapped_column(String(507), primary_key=True)
+    region: Mapped[str] = mapped_column(String(507), primary_key=True)
+    pool: Mapped[str] = mapped_column(String(507), primary_key=True)
+    priority_class: Mapped[str] = mapped_column(String(507), primary_key=True)
+    shape: Mapped[str] = mapped_column(String(507), primary_key=True)
+    gpu_seconds: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+    node_seconds: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+    allocations: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")  # first intervals begun
+    peak_gpus: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+
+
+class UsageRollupRow(Base):
+    """One row: the instant before which `usage_hourly` holds the usage (NULL: nothing rolled up yet)."""
+
+    __tablename__ = "usage_rollup"
+    __table_args__ = (CheckConstraint("id = 1", name="one_row"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rolled_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class UsageDecayRow(Base):
+    """A tenant's decayed GPU-seconds at `as_of`, for one half-life: folded forward by the admission pass."""
+
+    __tablename__ = "usage_decay"
+
+    tenant: Mapped[str] = mapped_column(String(270), primary_key=True)
+    half_life_seconds: Mapped[float] = mapped_column(Float, primary_key=True)
+    as_of: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    value: Mapped[float] = mapped_column(Float, nullable=False)

@@ -121,6 +121,7 @@ def cohort_view(row: CohortRow) -> CohortView:
         quotas=flavor_quotas(row.quotas) or (),
         fair_sharing=row.fair_sharing,
         weight=row.weight,
+        usage_half_life=row.usage_half_life_seconds,
     )
 
 

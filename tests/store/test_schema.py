@@ -18,6 +18,7 @@ TABLES = {
     "allocations", "allocation_resource_claims", "allocation_events", "model_deployments", "model_replicas",
     "replica_pool_usage", "inventory_version", "node_agents", "liveness_version", "audit_runs", "audit_findings",
     "audit_repairs", "model_caches", "inventory_changes", "inventory_changes_pruned", "priority_classes", "queue_entries",
+    "cohorts", "usage_intervals", "usage_totals", "usage_hourly", "usage_rollup", "usage_decay",
 }  # fmt: skip
 
 
@@ -32,7 +33,7 @@ async def test_migration_creates_every_table_from_empty(empty_database_url: str)
     finally:
         await engine.dispose()
     assert TABLES <= tables
-    assert version == "0020"
+    assert version == "0021"
 
 
 async def _fleet_with_allocation(
