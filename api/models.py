@@ -470,6 +470,12 @@ class QueueItem(QueuePlace):
         "tenant of weight 0 that borrows (always last). It orders the queue only where the tenant's cohort tree "
         "has fairSharing enabled."
     )
+    decayed_gpu_hours: float | None = Field(
+        default=None,
+        description="Where its tenant's cohort tree sets fairSharing.usageHalfLife: its tenant's GPU-hours decayed "
+        "with that half-life (what it used lately; a half-life ago counts half), which ordered it among its tree's "
+        "tenants (over the tenant's weight, lowest first). Null elsewhere.",
+    )
 
 
 class RegionQueue(BaseModel):

@@ -4,7 +4,8 @@
       + who holds what (store.queue.holdings)
       -> scheduler.queueing.ordered: admission order per region, the admission pass's (Kueue's classic order, or
          its fair-sharing tournament where a cohort tree shares fairly)
-      -> each entry's position, share, wait, and why it is not placed yet (what the last admission pass recorded)
+      -> each entry's position, share (and decayed usage where a tree remembers usage), wait, and why it is not
+         placed yet (what the last admission pass recorded)
 
 Positions count every tenant's requests of the region, whoever asks. A tenant token is shown its own requests only,
 and never another tenant's allocation id: a pass's reason may name the head it waits behind, and that id is
@@ -24,12 +25,12 @@ from api.errors import ApiError
 from api.models import QueueItem, QueueList, QueuePlace, RegionQueue
 from api.request_checks import fleet_for
 from scheduler.pools import ProductFilter, ShapeFilter
-from scheduler.queueing import ordered
+from scheduler.queueing import Standing, ordered
 from scheduler.request import PlacementRequest
 from scheduler.shares import usage_by_product
 from scheduler.snapshot import Snapshot
 from scheduler.views import PoolView
-from store import queue
+from store import queue, usage
 from store.inventory import InventoryCache
 from store.models import AllocationRow
 from store.queue import QueueEntry
@@ -89,15 +90,18 @@ def _place(entry: QueueEntry, position: int, now: datetime, hidden: frozenset[st
 
 
 async def _snapshot(session: AsyncSession, inventory: InventoryCache | None) -> Snapshot:
-    """The inventory's snapshot: pools, capacity and tenants' weights are all the order needs."""
-    return (await (inventory or _inventory).inventory(session)).snapshot
+    """The inventory's snapshot: pools, capacity and tenants' weights are all the order needs, and where a cohort
+    tree orders by usage that remembers, its tenants' decayed usage now (read, not carried forward: the admission
+    pass does that)."""
+    snapshot = (await (inventory or _inventory).inventory(session)).snapshot
+    return await usage.with_decayed_usage(session, snapshot, datetime.now(UTC), fold=False)
 
 
 def _in_order(
     entries: list[QueueEntry], snapshot: Snapshot, holdings: list[tuple[str, str, int]]
-) -> dict[str, list[tuple[QueueEntry, float | None]]]:
-    """region -> its entries in admission order, with their tenant's share. What each tenant holds goes on its
-    view: whether a request would borrow, and each share, depend on it."""
+) -> dict[str, list[tuple[QueueEntry, Standing]]]:
+    """region -> its entries in admission order, with their tenant's share and decayed usage. What each tenant
+    holds goes on its view: whether a request would borrow, and each share, depend on it."""
     usage = usage_by_product(snapshot, holdings)
     held: dict[str, int] = {}
     for tenant, _, gpus in holdings:
@@ -112,8 +116,8 @@ def _in_order(
         regions.setdefault(entry.region, []).append(entry)
     return {
         region: [
-            (by_id[request.allocation_id], share)
-            for request, share in ordered((e.queued() for e in queued), snapshot, usage)
+            (by_id[request.allocation_id], standing)
+            for request, standing in ordered((e.queued() for e in queued), snapshot, usage)
         ]
         for region, queued in sorted(regions.items())
     }
@@ -193,9 +197,10 @@ async def queues(
                 gpu_count=entry.gpu_count,
                 gpu_product=entry.request.get("gpu_product"),
                 shape=str(entry.request.get("shape") or "gpu_slice"),
-                share=round(share, 6) if share is not None else None,
+                share=round(standing.share, 6) if standing.share is not None else None,
+                decayed_gpu_hours=round(standing.usage / 3600, 6) if standing.usage is not None else None,
             )
-            for position, (entry, share) in enumerate(line, start=1)
+            for position, (entry, standing) in enumerate(line, start=1)
             if entry.allocation_id not in hidden and (serving is None or _for_pool(serving, entry))
         ]
         view = snapshot.regions.get(name)

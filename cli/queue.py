@@ -66,10 +66,16 @@ def _render_region(region: RegionQueue) -> None:
         console.print(title)
         return
     table = Table(title=title, title_justify="left")
-    numbers = ("#", "share", "waited")
-    for column in ("#", "allocation", "tenant", "priority", "request", "share", "waited", "deadline", "why"):
+    numbers = ("#", "share", "used", "waited")
+    remembers = any(item.decayed_gpu_hours is not None for item in region.entries)
+    columns = ("#", "allocation", "tenant", "priority", "request", "share", *(("used",) if remembers else ()),
+               "waited", "deadline", "why")  # fmt: skip
+    for column in columns:
         table.add_column(column, justify="right" if column in numbers else "left", no_wrap=column == "allocation")
     for item in region.entries:
+        used = () if not remembers else (
+            f"{item.decayed_gpu_hours:,.1f} GPU-h" if item.decayed_gpu_hours is not None else "",
+        )  # fmt: skip
         table.add_row(
             str(item.position),
             item.allocation_id,
@@ -77,6 +83,7 @@ def _render_region(region: RegionQueue) -> None:
             priority(item),
             _request(item),
             f"{item.share:.1%}" if item.share is not None else "last",
+            *used,
             waited(item.waited_seconds),
             local_time(item.deadline_at),
             status(item),
@@ -90,7 +97,11 @@ def render(queues: QueueList) -> None:
         return
     for region in queues.regions:
         _render_region(region)
-    console.print("share: the tenant's GPUs in use over the fleet's, divided by its weight", style="dim")
+    console.print("share: the tenant's GPUs beyond its quota over what its cohort tree could lend it, divided by its "
+                  "weight (Kueue's dominant resource share; it orders a tree with fair sharing)", style="dim")
+    if any(item.decayed_gpu_hours is not None for region in queues.regions for item in region.entries):
+        console.print("used: the tenant's GPU-hours decayed with its tree's usageHalfLife; over its weight, the "
+                      "lowest goes first in its tree", style="dim")
 
 
 def queue(

@@ -112,6 +112,7 @@ def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) 
             quotas=_flavor_views(cohort.spec.quotas),
             fair_sharing=cohort.spec.fair_sharing.enabled,
             weight=cohort.spec.fair_sharing.weight,
+            usage_half_life=cohort.spec.fair_sharing.usage_half_life,
         )
         for name, cohort in fleet.cohorts.items()
     ]

@@ -26,6 +26,7 @@ more coarsely than the rollup's key).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -34,7 +35,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from scheduler.usage_decay import Held, decayed
+from scheduler.snapshot import Snapshot
+from scheduler.usage_decay import Held, decayed, half_lives
 
 # The report's groupings, as the CLI and the API name them, and the ledger's columns.
 GROUPINGS: dict[str, str] = {
@@ -307,6 +309,19 @@ async def decayed_usage(
     return result
 
 
+async def with_decayed_usage(session: AsyncSession, snapshot: Snapshot, now: datetime, *, fold: bool) -> Snapshot:
+    """The snapshot with each tenant's decayed usage where its tree orders by it (`usageHalfLife`); the same
+    snapshot, and no query, where no tree does."""
+    lives = half_lives(snapshot.tenants, snapshot.cohorts)
+    if not lives:
+        return snapshot
+    values = await decayed_usage(session, lives, now, fold=fold)
+    return snapshot.with_tenants(
+        dataclasses.replace(view, decayed_usage=values.get(name)) if name in lives else view
+        for name, view in snapshot.tenants.items()
+    )
+
+
 async def _held_since(session: AsyncSession, tenants: list[str], since: datetime) -> dict[str, list[Held]]:
     """The tenants' allocation intervals still open or ended after `since`: two index scans (the open intervals;
     those ended lately), whatever the ledger's age."""
@@ -557,4 +572,5 @@ SELECT 'allocation', k.allocation_id, k.attempt, a.tenant, coalesce(p.gpu_produc
 __all__ = [
     "BUCKETS", "DEFAULT_RETENTION", "GROUPINGS", "Drift", "UsageQuery", "UsageRow", "decayed_usage", "drift",
     "fleet_gpus", "gpu_seconds_totals", "recount_totals", "repair", "report", "roll_up_step", "rolled_until",
+    "with_decayed_usage",
 ]  # fmt: skip

@@ -34,7 +34,7 @@ from scheduler.queueing import PassResult, Verdict, admission_pass
 from scheduler.reasons import Reason
 from scheduler.reservations import with_holds
 from scheduler.shares import usage_by_product
-from store import queue, reservations
+from store import queue, reservations, usage
 from store.decisions import lock_region
 from store.inventory import InventoryCache
 from store.trail import write_trail
@@ -176,6 +176,8 @@ class AdmissionActivities:
             base, plans = await self.inventory.snapshot_and_plans(session)
             held = await reservations.holds(session, only_reserved=True)  # a started one's allocation goes first
             snapshot = with_holds(with_pending_plans(base, plans), held, None, preemptible=False, own=None)
+            # Where a cohort tree orders by usage that remembers, each tenant's decayed GPU-seconds, carried forward.
+            snapshot = await usage.with_decayed_usage(session, snapshot, now, fold=True)
             strategy = snapshot.regions[region].queueing_strategy if region in snapshot.regions else None
             usage = usage_by_product(snapshot, await queue.holdings(session))
             facts = (await queue.class_facts(session)).facts

@@ -234,6 +234,12 @@ def test_a_cohort_tree_loads_and_a_flat_cohort_needs_no_cohort_object() -> None:
          "cohort has parentName 'root'"),
         (cohort("a", "{fairSharing: {weight: -1}}"), ("Cohort/a", "spec.fairSharing.weight"),
          "Input should be greater than or equal to 0"),
+        (cohort("a", "{fairSharing: {enabled: true, usageHalfLife: 0s}}"),
+         ("Cohort/a", "spec.fairSharing.usageHalfLife"), "Input should be greater than 0"),
+        (cohort("a", "{fairSharing: {enabled: true, usageHalfLife: -1h}}"),
+         ("Cohort/a", "spec.fairSharing.usageHalfLife"), "'-1h' is not a duration (for example 90s, 15m or 1h30m)"),
+        (cohort("a", "{fairSharing: {usageHalfLife: 168h}}"), ("Cohort/a", "spec.fairSharing"),
+         "usageHalfLife orders a fair-sharing tree: set enabled: true on this root cohort with it"),
     ],
 )  # fmt: skip
 def test_a_bad_cohort_is_refused_naming_its_field(documents: str, where: tuple[str, str], message: str) -> None:

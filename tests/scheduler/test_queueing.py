@@ -392,7 +392,7 @@ def test_ordered_gives_positions_by_quota_then_priority_then_arrival() -> None:
     shown = ordered(queue, fleet, held)
     assert [entry.allocation_id for entry, _ in shown] == ["a-urgent", "a-early", "b-early", "b-low", "c-late",
                                                            "c-later"]  # fmt: skip
-    assert {share for _, share in shown} == {0.0}
+    assert {standing.share for _, standing in shown} == {0.0}
     assert ordered(list(reversed(queue)), fleet, held) == shown
 
 
