@@ -99,7 +99,7 @@ def control_activities(
     return [
         *placement.activities(),
         *admission.activities(),
-        *AuditActivities(sessions, client).activities(),
+        *AuditActivities(sessions, client, timedelta(days=get_settings().usage_retention_days)).activities(),
         *ClaimActivities(sessions, admission).activities(),
         *RecordActivities(sessions).activities(),
         *DeploymentActivities(sessions, clusters).activities(),

@@ -21,7 +21,7 @@ from temporalio.client import Client
 from api import errors
 from api.body_limit import BodyLimit, BodyLimits
 from api.metrics import Metrics, RequestCounter
-from api.routes import allocations, audit, deployments, fleet, health, nodes, placement, reservations
+from api.routes import allocations, audit, deployments, fleet, health, nodes, placement, reservations, usage
 from api.routes import queues as queue_routes
 from api.services import Services
 from api.steady_reports import SteadyReports
@@ -96,7 +96,8 @@ def create_app(
     app.add_middleware(BodyLimit, services=services, limits=BodyLimits.from_settings(settings))
     app.add_middleware(RequestCounter, metrics=services.metrics)
     # nodes first: its report route is what every agent calls every interval, and routes are matched in order.
-    for module in (nodes, allocations, deployments, placement, queue_routes, reservations, fleet, audit, health):
+    for module in (nodes, allocations, deployments, placement, queue_routes, reservations, usage, fleet, audit,
+                   health):  # fmt: skip
         app.include_router(module.router)
     _complete_openapi(app)
     tracing.configure("berth-api")

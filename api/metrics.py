@@ -8,6 +8,8 @@
   (`sku_unavailable`, `quota_exceeded`, `insufficient_capacity`, ...), also from PostgreSQL;
 - `berth_explain_refusals_total{reason}`: dry-run explanations that ended in a refusal, by reason code;
 - `berth_audit_findings{kind}`, `berth_audit_repairs_total{kind, outcome}`: the reconciler's (api/audit_metrics.py);
+- `berth_gpu_seconds_total{tenant, product, region}`: GPU-seconds allocations held, from the usage ledger at scrape
+  time, so it survives restarts of every part (api/usage_metrics.py);
 - `berth_queue_length{region, tenant, priority}`, `berth_queue_longest_wait_seconds{region, tenant, priority}`:
   requests waiting for capacity and the longest wait among them (issue 24), from PostgreSQL at scrape time;
 - `berth_gpu_health{pool, health, reason}`: approved slots by their GPU's health and the first word of its reason
@@ -31,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.audit_metrics import AuditMetrics
+from api.usage_metrics import UsageMetrics
 from store import dashboard, queue
 from store.allocations import count_by_state, failures_by_reason
 from store.models import ALLOCATION_STATES
@@ -67,6 +70,7 @@ class Metrics:
             registry=self.registry,
         )
         self.audit = AuditMetrics(self.registry)  # the reconciler's findings and repairs
+        self.usage = UsageMetrics(self.registry)  # GPU-seconds per tenant, from the usage ledger
         queued = ["region", "tenant", "priority"]
         self.queue_length = Gauge(
             "berth_queue_length", "Requests waiting for capacity (PostgreSQL).", queued, registry=self.registry
@@ -110,6 +114,7 @@ class Metrics:
         for code, count in refusals.items():
             self.allocation_refusals.labels(code).set(count)
         await self.audit.refresh(session)
+        await self.usage.refresh(session)
         self.queue_length.clear()  # a queue that emptied is gone from the scrape, not stuck at its last length
         self.queue_longest_wait.clear()
         for region, tenant, priority, count, longest in await queue.queue_lengths(session):

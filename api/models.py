@@ -487,3 +487,42 @@ class RegionQueue(BaseModel):
 
 class QueueList(BaseModel):
     regions: list[RegionQueue]
+
+
+class UsageGroup(BaseModel):
+    """One group's (and bucket's) usage in the window (store/usage.py says what starts and ends a billed interval)."""
+
+    tenant: str | None = Field(default=None, description="A ModelDeployment's replicas: `namespace:<namespace>`.")
+    product: str | None = None
+    region: str | None = None
+    pool: str | None = Field(default=None, description="`<cluster>/<pool>`.")
+    priority_class: str | None = Field(default=None, alias="class", serialization_alias="class")
+    shape: str | None = None
+    bucket: datetime | None = Field(default=None, description="The hour or day this row covers (with `bucket`).")
+    gpu_hours: float = Field(description="GPU-hours allocations held in the window, exact to the second.")
+    node_hours: float = Field(description="Node-hours ModelDeployment replicas charged (their pools' nodes).")
+    reserved_gpu_hours: float = Field(
+        description="GPU-hours of reservations' windows in it: held for the tenant, used or not (billed apart)."
+    )
+    allocations: int = Field(description="Allocations (and replica engines) that began holding capacity in it.")
+    peak_gpus: int = Field(description="The most GPUs held at once.")
+    share_of_fleet: float | None = Field(
+        description="gpu_hours over the fleet's GPUs (as they are now) times the window's hours; null without GPUs."
+    )
+
+    model_config = {"populate_by_name": True}
+
+
+class UsageReport(BaseModel):
+    start: datetime = Field(alias="from", serialization_alias="from")
+    end: datetime = Field(alias="to", serialization_alias="to", description="At most now.")
+    by: list[str]
+    bucket: str | None
+    fleet_gpus: int = Field(description="The fleet's GPUs now (every region the caller may use).")
+    rolled_up_before: datetime | None = Field(
+        description="Usage before this instant is kept per hour (the retention): a window reaching before it "
+        "counts whole hours there, and its peak is an upper bound."
+    )
+    rows: list[UsageGroup]
+
+    model_config = {"populate_by_name": True}

@@ -19,7 +19,9 @@ supervisor restarts it. Afterwards:
 - the reconciler (`POST /v1/audit`, what `berth audit` shows) finds no drift either;
 - bounded recovery: every allocation in flight when a part was killed is active or final within 30 s of the part's
   return (each fault's settle times, p50/p99/max, are in the report; the next kill waits for them);
-- after everything is released: every slot available, and no VM, active claim or live lease left.
+- after everything is released: every slot available, and no VM, active claim or live lease left;
+- the usage ledger agrees with the claims to the second, every attempt of every allocation (no interval lost,
+  doubled, cut short or left open: store/usage.py's `drift` over the whole history).
 
 `tests/chaos/` runs a short form of this in CI; the long form's figures are in docs/benchmarks.md.
 """
@@ -44,7 +46,7 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, Field
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from agent.leases import LeaseStore
 from agent.simulated import SimulatedVmDriver
@@ -52,6 +54,7 @@ from config.context import StackContext
 from config.settings import Settings
 from devstack.stack import DevStack
 from fleet.node import Simulation
+from store import usage
 from store.db import create_engine
 from store.outage import is_database_outage
 from workflows.allocation_messages import FINAL_STATES, PLACING_STATES
@@ -307,7 +310,15 @@ async def released_checks(engine: AsyncEngine, hosts: Hosts) -> list[Check]:
         Check(name="no active claim left", ok=not claims, detail=f"{claims[:5]}"),
         Check(name="no VM left", ok=not vms, detail=f"{sorted(vms.items())[:5]}"),
         Check(name="no live lease left", ok=not leases, detail=f"{sorted(leases.items())[:5]}"),
+        await ledger_check(engine),
     ]
+
+
+async def ledger_check(engine: AsyncEngine) -> Check:
+    """Every attempt's billed interval against its claims: the same GPUs, from the same claim to the same release."""
+    async with AsyncSession(engine) as session:
+        found = await usage.drift(session)
+    return Check(name="usage ledger = claims, to the second", ok=not found, detail=f"{[d.message for d in found[:3]]}")
 
 
 async def _slot_states(engine: AsyncEngine) -> dict[str, int]:

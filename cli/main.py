@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("cli.plan", "plan"),
     "alloc": ("cli.alloc", "app"),
     "queue": ("cli.queue", "queue"),
+    "usage": ("cli.usage", "usage"),
     "reservations": ("cli.reservations", "app"),
     "nodes": ("cli.nodes", "app"),
     "deploy": ("cli.deploy", "app"),

@@ -97,11 +97,17 @@ def render(queues: QueueList) -> None:
         return
     for region in queues.regions:
         _render_region(region)
-    console.print("share: the tenant's GPUs beyond its quota over what its cohort tree could lend it, divided by its "
-                  "weight (Kueue's dominant resource share; it orders a tree with fair sharing)", style="dim")
+    console.print(
+        "share: the tenant's GPUs beyond its quota over what its cohort tree could lend it, divided by its "
+        "weight (Kueue's dominant resource share; it orders a tree with fair sharing)",
+        style="dim",
+    )
     if any(item.decayed_gpu_hours is not None for region in queues.regions for item in region.entries):
-        console.print("used: the tenant's GPU-hours decayed with its tree's usageHalfLife; over its weight, the "
-                      "lowest goes first in its tree", style="dim")
+        console.print(
+            "used: the tenant's GPU-hours decayed with its tree's usageHalfLife; over its weight, the "
+            "lowest goes first in its tree",
+            style="dim",
+        )
 
 
 def queue(

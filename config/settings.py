@@ -94,6 +94,12 @@ class Settings(BaseSettings):
         "(scheduler/host/inventory.py MAX_HOST_BYTES), so a report between the two is refused naming the inventory.",
     )
     image_catalogue: Path | None = Field(default=None, description="YAML: images: {name: base qcow2 path}, default.")
+    usage_retention_days: float = Field(
+        default=90.0,
+        gt=0,
+        description="How long the usage ledger keeps raw intervals before the reconciler rolls "
+        "them up per hour (per tenant, product, region, pool, class and shape).",
+    )
     cluster_secrets_dir: Path | None = Field(
         default=None,
         description="Where the operator mounts the kubeconfig Secrets of real InferenceClusters, one directory per "

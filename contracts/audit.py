@@ -34,6 +34,7 @@ class FindingKind(StrEnum):
     ABANDONED_RESERVATION = "abandoned_reservation"  # open in PostgreSQL, its workflow ended (say, terminated)
     GPU_FAILURE_UNTOLD = "gpu_failure_untold"  # an active allocation holds a failed GPU and was not told (issue 27)
     GPU_REPAIRED = "gpu_repaired"  # an operator's repair of a slot's GPU (`berth nodes repair`), for the trail
+    USAGE_DRIFT = "usage_drift"  # the usage ledger and an allocation's claims disagree (store/usage.py)
 
 
 class RepairAction(StrEnum):
@@ -47,6 +48,7 @@ class RepairAction(StrEnum):
     CLOSE_ALLOCATION = "close_allocation"  # control only: the row becomes final (failed, saying why)
     TELL_ALLOCATION = "tell_allocation"  # control only: signal the allocation that its GPU failed (`degraded`)
     MARK_REPAIRED = "mark_repaired"  # an operator's: the slot is healthy again until its agent judges otherwise
+    REBUILD_USAGE = "rebuild_usage"  # control only: the allocation's ledger intervals rebuilt from its claims
 
 
 # What a node agent holds -------------------------------------------------------------------------------------------
@@ -133,6 +135,14 @@ class FailedSlotFact(Model):
     reason: str | None = None
 
 
+class UsageDriftFact(Model):
+    """An allocation's attempt whose interval in the usage ledger differs from what its claims say."""
+
+    allocation_id: str
+    attempt: int
+    message: str
+
+
 class SlotFact(Model):
     """A slot that is not available (reserved or quarantined): available ones cannot drift this way."""
 
@@ -161,6 +171,7 @@ class ControlFacts(Model):
     open_reservations: list[OpenReservationFact] = Field(default_factory=list)
     reservations_in_flight: list[str] = Field(default_factory=list)  # reservation ids whose workflow is open
     failed_slots: list[FailedSlotFact] = Field(default_factory=list)  # slots whose GPU failed
+    usage_drift: list[UsageDriftFact] = Field(default_factory=list)  # the ledger against the last day's claims
 
 
 # What comes out -------------------------------------------------------------------------------------------------------

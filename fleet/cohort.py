@@ -22,7 +22,6 @@ from typing import Literal
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, ValidationInfo, field_validator, model_validator
 
 from fleet.deadlines import Duration
-
 from fleet.meta import Name, ObjectMeta, Spec
 from fleet.tenant import FlavorQuota, _within
 

@@ -131,9 +131,7 @@ def classic_key(entry: QueuedRequest, tenant: TenantView | None) -> tuple[bool, 
     return (borrows, -entry.priority, entry.arrival)
 
 
-def ordered(
-    queue: Iterable[QueuedRequest], snapshot: Snapshot, usage: Usage
-) -> list[tuple[QueuedRequest, Standing]]:
+def ordered(queue: Iterable[QueuedRequest], snapshot: Snapshot, usage: Usage) -> list[tuple[QueuedRequest, Standing]]:
     """The queue in admission order as it stands (no placements), each with its tenant's share and decayed usage:
     for showing positions. The same order the pass walks, but for what its own placements change."""
     walk = _Walk(snapshot, usage, capacity_by_product(snapshot))

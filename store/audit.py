@@ -32,8 +32,9 @@ from contracts.audit import (
     RepairAction,
     ReservationFact,
     SlotFact,
+    UsageDriftFact,
 )
-from store import reservations
+from store import reservations, usage
 from store.models import (
     AllocationEventRow,
     AllocationRow,
@@ -116,6 +117,10 @@ async def live_agent_nodes(session: AsyncSession) -> list[str]:
     return list((await session.scalars(select(NodeAgentRow.node).where(NodeAgentRow.state == "live"))).all())
 
 
+# The reconciler compares the last day's claims with the usage ledger each minute (older drift is `drift(since=None)`).
+USAGE_DRIFT_WINDOW = timedelta(days=1)
+
+
 async def control_facts(session: AsyncSession) -> ControlFacts:
     """Active claims, unavailable slots and unfinished allocations. Call in one REPEATABLE READ transaction, so that a
     claim and its slot are seen as one moment (they always change together)."""
@@ -150,6 +155,10 @@ async def control_facts(session: AsyncSession) -> ControlFacts:
             for a, n, v, at, g in nominations
         ],  # fmt: skip
         reservations=await _reservation_facts(session),
+        usage_drift=[
+            UsageDriftFact(allocation_id=d.allocation_id, attempt=d.attempt, message=d.message)
+            for d in await usage.drift(session, since=datetime.now(UTC) - USAGE_DRIFT_WINDOW)
+        ],
         failed_slots=[
             FailedSlotFact(node=n, slot_index=i, reason=r)
             for n, i, r in await session.execute(

@@ -35,19 +35,14 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+import contracts.usage
 from scheduler.snapshot import Snapshot
 from scheduler.usage_decay import Held, decayed, half_lives
 
-# The report's groupings, as the CLI and the API name them, and the ledger's columns.
-GROUPINGS: dict[str, str] = {
-    "tenant": "tenant",
-    "product": "gpu_product",
-    "region": "region",
-    "pool": "pool",
-    "class": "priority_class",
-    "shape": "shape",
-}
-BUCKETS = ("hour", "day")
+# The report's groupings (contracts/usage.py), each with its ledger column.
+GROUPINGS: dict[str, str] = dict(
+    zip(contracts.usage.GROUPINGS, ("tenant", "gpu_product", "region", "pool", "priority_class", "shape"), strict=True)
+)
 DEFAULT_RETENTION = timedelta(days=90)
 FOLD_EVERY = timedelta(seconds=60)  # decayed usage is carried forward at most this often
 
@@ -97,8 +92,13 @@ async def report(session: AsyncSession, query: UsageQuery, now: datetime) -> lis
     columns = query.by
     return [
         UsageRow(
-            group=dict(zip(columns, key[1:], strict=True)), bucket=key[0], gpu_seconds=v["gpu"],
-            node_seconds=v["node"], reserved_gpu_seconds=v["reserved"], allocations=v["allocations"], peak_gpus=v["peak"],
+            group=dict(zip(columns, key[1:], strict=True)),
+            bucket=key[0],
+            gpu_seconds=v["gpu"],
+            node_seconds=v["node"],
+            reserved_gpu_seconds=v["reserved"],
+            allocations=v["allocations"],
+            peak_gpus=v["peak"],
         )  # fmt: skip
         for key, v in sorted(rows.items(), key=lambda kv: tuple("" if k is None else str(k) for k in kv[0]))
     ]
@@ -154,9 +154,7 @@ async def _raw(session: AsyncSession, query: UsageQuery, start: datetime, end: d
     return [dict(row._mapping) for row in await session.execute(text(sql), params)]
 
 
-async def _raw_peaks(
-    session: AsyncSession, query: UsageQuery, start: datetime, end: datetime
-) -> list[dict[str, Any]]:
+async def _raw_peaks(session: AsyncSession, query: UsageQuery, start: datetime, end: datetime) -> list[dict[str, Any]]:
     """The most GPUs held at once per group (and bucket): a sweep over the parts' starts and ends, an end before a
     start at the same instant (one allocation handing over to the next is not an overlap)."""
     group = _group_sql(query.by)
@@ -218,24 +216,23 @@ def _merge(into: dict[tuple[Any, ...], dict[str, Any]], rows: list[dict[str, Any
         found["peak"] = max(found["peak"], int(row.get("peak") or 0))
 
 
-def _merge_peaks(
-    into: dict[tuple[Any, ...], dict[str, Any]], rows: list[dict[str, Any]], names: Sequence[str]
-) -> None:
+def _merge_peaks(into: dict[tuple[Any, ...], dict[str, Any]], rows: list[dict[str, Any]], names: Sequence[str]) -> None:
     for row in rows:
         found = into.get(_key(row, names))
         if found is not None:
             found["peak"] = max(found["peak"], int(row["peak"] or 0))
 
 
-async def fleet_gpus(session: AsyncSession, region: str | None = None) -> int:
-    """The fleet's GPUs as they are now (approved slots): what a share of the fleet is a share of."""
+async def fleet_gpus(session: AsyncSession, regions: Sequence[str] | None = None) -> int:
+    """The fleet's GPUs as they are now (approved slots; of `regions` only, if given): what a share of the fleet is
+    a share of."""
     sql = (
         "SELECT count(*) FROM node_resource_slots AS s JOIN nodes AS n ON n.name = s.node_id "
         "JOIN pools AS p ON p.id = n.pool_id JOIN clusters AS c ON c.name = p.cluster WHERE s.approved"
     )
-    if region is not None:
-        sql += " AND c.region = :region"
-    return int((await session.execute(text(sql), {"region": region})).scalar_one())
+    if regions is not None:
+        sql += " AND c.region = ANY(:regions)"
+    return int((await session.execute(text(sql), {"regions": list(regions or ())})).scalar_one())
 
 
 # -- counters -----------------------------------------------------------------------------------------------------
@@ -299,8 +296,12 @@ async def decayed_usage(
                     "ON CONFLICT (tenant, half_life_seconds) DO UPDATE SET as_of = EXCLUDED.as_of, "
                     "value = EXCLUDED.value WHERE usage_decay.as_of < EXCLUDED.as_of"
                 ),
-                {"tenants": stale, "lives": [half_lives[t] for t in stale], "stamps": [now] * len(stale),
-                 "values": [result[t] for t in stale]},  # fmt: skip
+                {
+                    "tenants": stale,
+                    "lives": [half_lives[t] for t in stale],
+                    "stamps": [now] * len(stale),
+                    "values": [result[t] for t in stale],
+                },  # fmt: skip
             )
             await session.execute(
                 text("DELETE FROM usage_decay WHERE tenant = ANY(:tenants) AND half_life_seconds <> ALL(:lives)"),
@@ -440,6 +441,7 @@ def _hour(at: datetime) -> datetime:
 
 # -- drift --------------------------------------------------------------------------------------------------------
 
+
 def _expected_sql(since: datetime | None, allocation: str | None) -> str:
     """Each attempt's interval as its claims have it beside the ledger's, where they differ, for the attempts that
     held GPUs at or after `since` (an index scan each side) or of one allocation."""
@@ -570,7 +572,7 @@ SELECT 'allocation', k.allocation_id, k.attempt, a.tenant, coalesce(p.gpu_produc
 """
 
 __all__ = [
-    "BUCKETS", "DEFAULT_RETENTION", "GROUPINGS", "Drift", "UsageQuery", "UsageRow", "decayed_usage", "drift",
+    "DEFAULT_RETENTION", "GROUPINGS", "Drift", "UsageQuery", "UsageRow", "decayed_usage", "drift",
     "fleet_gpus", "gpu_seconds_totals", "recount_totals", "repair", "report", "roll_up_step", "rolled_until",
     "with_decayed_usage",
 ]  # fmt: skip

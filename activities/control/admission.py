@@ -34,10 +34,11 @@ from scheduler.queueing import PassResult, Verdict, admission_pass
 from scheduler.reasons import Reason
 from scheduler.reservations import with_holds
 from scheduler.shares import usage_by_product
-from store import queue, reservations, usage
+from store import queue, reservations
 from store.decisions import lock_region
 from store.inventory import InventoryCache
 from store.trail import write_trail
+from store.usage import with_decayed_usage
 
 WAKE_SIGNAL = "wake"
 PREEMPT_SIGNAL = "preempt"
@@ -177,7 +178,7 @@ class AdmissionActivities:
             held = await reservations.holds(session, only_reserved=True)  # a started one's allocation goes first
             snapshot = with_holds(with_pending_plans(base, plans), held, None, preemptible=False, own=None)
             # Where a cohort tree orders by usage that remembers, each tenant's decayed GPU-seconds, carried forward.
-            snapshot = await usage.with_decayed_usage(session, snapshot, now, fold=True)
+            snapshot = await with_decayed_usage(session, snapshot, now, fold=True)
             strategy = snapshot.regions[region].queueing_strategy if region in snapshot.regions else None
             usage = usage_by_product(snapshot, await queue.holdings(session))
             facts = (await queue.class_facts(session)).facts

@@ -16,7 +16,7 @@ so every allocation that would be judged "not in flight" is confirmed by describ
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -37,6 +37,8 @@ from contracts.audit import (
     RepairAction,
 )
 from store import audit as records
+from store import usage
+from store.usage import DEFAULT_RETENTION
 
 ALLOCATION_PREFIX = "allocation/"
 RECOVERY_PREFIX = "recovery/"
@@ -54,10 +56,17 @@ def allocation_of(workflow_id: str) -> str | None:
     return None
 
 
+ROLLUP_STEP = timedelta(days=1)  # a run every minute catches up a year behind within a working day
+
+
 class AuditActivities:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], client: Client) -> None:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], client: Client, usage_retention: timedelta = DEFAULT_RETENTION
+    ) -> None:
+        """`usage_retention`: how long the usage ledger keeps raw intervals before they are rolled up per hour."""
         self.sessions = sessions
         self.client = client
+        self.usage_retention = usage_retention
 
     @activity.defn(name="audit_targets")
     async def audit_targets(self) -> AuditTargets:
@@ -156,6 +165,12 @@ class AuditActivities:
             return await self._close(session, finding.allocation_id or "")
         if finding.repair is RepairAction.TELL_ALLOCATION:
             return await self._tell(session, finding)
+        if finding.repair is RepairAction.REBUILD_USAGE:
+            allocation = finding.allocation_id or ""
+            rebuilt = await usage.repair(session, allocation)
+            if not rebuilt:
+                return "skipped", f"the usage ledger of {allocation} agrees with its claims now; nothing changed"
+            return "done", f"rebuilt {rebuilt} interval(s) of {allocation}'s usage from its claims"
         if finding.repair is RepairAction.DESTROY_VM:
             return "done", f"destroyed the VM of {finding.allocation_id} on {node} and wiped slots {indexes}"
         if finding.repair is RepairAction.RELEASE_LEASE:
@@ -214,8 +229,13 @@ class AuditActivities:
 
     @activity.defn(name="audit_finish")
     async def audit_finish(self, request: FinishAudit) -> datetime | None:
+        """The run is over; and the usage ledger's oldest day past its retention is rolled up (one day a run, in a
+        transaction of its own: a crash leaves that day raw, and the next run rolls it up)."""
         async with self.sessions.begin() as session:
-            return await records.finish_run(session, request.run_id)
+            finished = await records.finish_run(session, request.run_id)
+        async with self.sessions.begin() as session:
+            await usage.roll_up_step(session, datetime.now(UTC), self.usage_retention, ROLLUP_STEP)
+        return finished
 
     def activities(self) -> list[object]:
         return [

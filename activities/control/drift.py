@@ -84,6 +84,7 @@ class _Audit:
             *self.reservations_overbooked(),
             *self.abandoned_reservations(),
             *self.gpu_failures_untold(),
+            *self.usage_drifts(),
         ]
         return sorted(found, key=lambda f: (f.kind.value, f.node or "", f.allocation_id or "", f.slot_indexes))
 
@@ -288,6 +289,18 @@ class _Audit:
                 "longer running (terminated, timed out or gone): nothing will start or end it, and its GPUs stay "
                 f"promised until its window ends; `berth reservations cancel {reservation.reservation_id}` closes it",
                 node=reservation.node,
+            )  # fmt: skip
+
+    def usage_drifts(self) -> Iterable[Finding]:
+        """The usage ledger disagrees with an allocation's claims (someone's hand in the database, or history from
+        before the ledger): the repair rebuilds its intervals from the claims, which are the truth of what it held."""
+        by_allocation: dict[str, list[str]] = {}
+        for found in self.facts.usage_drift:
+            by_allocation.setdefault(found.allocation_id, []).append(found.message)
+        for allocation, messages in sorted(by_allocation.items()):
+            yield self.finding(
+                FindingKind.USAGE_DRIFT, "; ".join(messages) + ": rebuilding its intervals from its claims fixes it",
+                allocation=allocation, repair=RepairAction.REBUILD_USAGE,
             )  # fmt: skip
 
     def gpu_failures_untold(self) -> Iterable[Finding]:

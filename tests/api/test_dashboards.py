@@ -67,3 +67,12 @@ async def test_every_metric_a_panel_or_an_alert_names_is_served(stack: Stack) ->
     assert 'berth_allocation_oldest_seconds{state="active"}' in text
     assert (await stack.http.delete(f"/v1/allocations/{held}", headers=stack.acme)).status_code == 202
     await stack.wait_for(held, "released")
+    # The usage counter, from the ledger: the 2 GPUs acme held from the claim to the release, and no more after it.
+    text = (await stack.http.get("/metrics")).text
+    counted = re.search(
+        r'^berth_gpu_seconds_total\{product="([^"]*)",region="([^"]*)",tenant="acme"\} (\S+)$', text, re.M
+    )
+    assert counted is not None, text
+    assert float(counted.group(3)) > 0
+    again = (await stack.http.get("/metrics")).text
+    assert counted.group(0) in again  # released: it stays where it is

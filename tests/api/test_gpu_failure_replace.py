@@ -22,6 +22,7 @@ from agent.reporter import NodeReporter
 from bench.actions import run_histories
 from tests.api.stack import Stack, running_stack
 from tests.api.test_gpu_health_api import ApiSink, _fail_gpu, _node
+from tests.ledger import billed
 from tests.workflows.lab import lab_fleet
 from tests.workflows.test_replay import HISTORIES
 from workflows.allocation import AllocationWorkflow
@@ -97,6 +98,11 @@ async def test_an_allocation_whose_gpu_fails_moves_to_a_healthy_node_keeping_its
     assert {"number": old["number"], "node": sick_node, "outcome": "failed", "reason": old["reason"]} in released[
         "attempts"
     ], released["attempts"]
+    # Billed: the sick node's attempt until it was moved off (`replaced`), the healthy node's until the release.
+    assert (await billed(stack.lab.sessions, held))[-2:] == [
+        (old["number"], 2, "replaced"),
+        (new["number"], 2, "released"),
+    ]
 
     # One run: placed, held, moved off the failed GPU and held again, so its page tells the whole story. It replays
     # on this code; BERTH_RECORD_HISTORIES=1 keeps it for tests/workflows/test_replay.py.

@@ -124,6 +124,23 @@ def test_create_wait_get_list_and_release_with_no_flags(terminal: Terminal) -> N
     assert "released" in terminal.ok("alloc", "get", allocation_id)
 
 
+def test_usage_reports_what_was_held_as_a_table_json_and_csv(terminal: Terminal) -> None:
+    created = terminal.berth("alloc", "create", "--gpus", "1", "--wait")
+    assert created.exit_code == 0, created.output
+    allocation_id = created.stdout.split("Allocation ", 1)[1].split()[0]
+    terminal.ok("alloc", "release", allocation_id)
+    terminal.wait_for(allocation_id, "released")
+
+    report = terminal.json("usage", "--by", "tenant,pool")
+    acme = next(row for row in report["rows"] if row["tenant"] == "acme")
+    assert acme["pool"] == "lab-1/slices" and acme["gpu_hours"] > 0 and acme["allocations"] >= 1
+    table = terminal.ok("usage", "--by", "tenant,pool")
+    assert "usage" in table and "acme" in table and "lab-1/slices" in table and "GPU-hours" in table
+    lines = terminal.ok("usage", "--by", "tenant,pool", "-o", "csv").splitlines()
+    assert lines[0] == "tenant,pool,gpu_hours,allocations,peak_gpus,share_of_fleet,reserved_gpu_hours,node_hours"
+    assert any(line.startswith("acme,lab-1/slices,") for line in lines[1:]), lines
+
+
 def test_create_json_sends_every_field_under_an_idempotency_key(terminal: Terminal, tmp_path: Path) -> None:
     key_file = tmp_path / "id_ed25519.pub"
     key_file.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE5pYmJsZQ== me@laptop\n")

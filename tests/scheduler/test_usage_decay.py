@@ -66,7 +66,9 @@ def test_a_worked_example_orders_the_queue_as_slurms_fair_share_factor_does() ->
     shown = {request.tenant: standing.usage for request, standing in ordered(queue, fleet, {})}
     assert shown == pytest.approx(used)
 
-    instantaneous = world(ONE_H100_NODE, tenants=tenants, cohorts={"lab": "{gpuQuota: 8, fairSharing: {enabled: true}}"})
+    instantaneous = world(
+        ONE_H100_NODE, tenants=tenants, cohorts={"lab": "{gpuQuota: 8, fairSharing: {enabled: true}}"}
+    )
     # By shares of what each would hold with its request (each holds nothing now): c's weight, then arrival.
     assert [request.tenant for request, _ in ordered(queue, instantaneous, {})] == ["c", "b", "a"]
 

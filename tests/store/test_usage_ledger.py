@@ -62,7 +62,9 @@ async def hold(
             {"end": end, "id": allocation, "a": attempt},
         )
         if final is not None:
-            await session.execute(text("UPDATE allocations SET state = :s WHERE id = :id"), {"s": final, "id": allocation})
+            await session.execute(
+                text("UPDATE allocations SET state = :s WHERE id = :id"), {"s": final, "id": allocation}
+            )
 
 
 async def _report(sessions, start, end, by=("tenant",), **kwargs) -> list[usage.UsageRow]:
@@ -120,7 +122,10 @@ async def test_an_interval_ends_for_every_reason_and_an_open_one_counts_until_no
         now = T0 + 3 * H
         totals = await usage.report(session, usage.UsageQuery(T0, now + H, ("tenant",)), now=now)
     assert [(s, a, r) for s, a, r, _ in rows] == [
-        ("c-1", 1, "cancelled"), ("r-1", 1, "attempt_failed"), ("r-1", 2, "replaced"), ("r-1", 3, None),
+        ("c-1", 1, "cancelled"),
+        ("r-1", 1, "attempt_failed"),
+        ("r-1", 2, "replaced"),
+        ("r-1", 3, None),
     ]
     assert rows[3][3] is None  # still held
     assert totals[0].gpu_seconds == 120 + 300 + 54 * 60 + 2 * 3600  # the open one up to now, no further
@@ -137,7 +142,9 @@ async def test_the_counter_reads_the_ledger_and_only_grows(sessions, examples_di
     assert [(t, p, r) for t, p, r, _ in first] == [("acme", "H200", "us-east")]
     assert 600 + 600 <= first[0][3] < 600 + 700  # 2 GPUs for 5 minutes, and 1 for the 10 minutes so far
     async with sessions.begin() as session:  # the open one ends: the total keeps what it had
-        await session.execute(text("UPDATE allocation_resource_claims SET released_at = now() WHERE allocation_id = 'k-2'"))
+        await session.execute(
+            text("UPDATE allocation_resource_claims SET released_at = now() WHERE allocation_id = 'k-2'")
+        )
     async with sessions() as session:
         second = await usage.gpu_seconds_totals(session)
     assert second[0][3] >= first[0][3]
@@ -151,7 +158,9 @@ async def _rolled(sessions) -> tuple[datetime | None, int, int]:
     return watermark, hourly, raw
 
 
-async def test_the_rollup_keeps_every_second_and_survives_a_kill_in_the_middle(sessions, database_url, examples_dir) -> None:
+async def test_the_rollup_keeps_every_second_and_survives_a_kill_in_the_middle(
+    sessions, database_url, examples_dir
+) -> None:
     await _fleet(sessions, examples_dir)
     now = T0 + 200 * 24 * H
     await hold(sessions, "old-1", "acme", [0, 1], T0, T0 + 3 * H + timedelta(minutes=20))
@@ -205,7 +214,8 @@ async def test_the_rollup_keeps_every_second_and_survives_a_kill_in_the_middle(s
         assert await usage.roll_up_step(session, now, timedelta(days=90), timedelta(days=1)) is None
     old = await _report(sessions, T0, T0 + 4 * H)
     assert {r.group["tenant"]: (r.gpu_seconds, r.peak_gpus) for r in old} == {
-        "acme": (2 * (3 * 3600 + 1200) + 0, 2), "globex": (2 * 3600, 1),
+        "acme": (2 * (3 * 3600 + 1200) + 0, 2),
+        "globex": (2 * 3600, 1),
     }
 
 

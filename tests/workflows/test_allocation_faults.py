@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 
 from contracts.allocation import PlanInput, PlanOutcome
 from store.models import AllocationRow, ClaimRow, NodeAgentRow, SlotRow
+from tests.ledger import billed
 from tests.workflows.lab import FAST, lab_fleet, running_lab
 from workflows import allocation_client
 
@@ -23,7 +24,7 @@ def hosts(**first_simulation: object) -> dict:
     return {"first": {"gpus": 2, "simulation": dict(first_simulation)}, "second": {"gpus": 3}, "third": {"gpus": 4}}
 
 
-async def _placed_after_failure(lab, allocation_id: str, reason: str) -> None:
+async def _placed_after_failure(lab, allocation_id: str, reason: str, *, claimed: bool = False) -> None:
     handle = await lab.allocate(allocation_id, gpus=2)
     status = await lab.wait_for_state(handle, "active", timeout=60)
     assert status.node == "second"
@@ -37,6 +38,10 @@ async def _placed_after_failure(lab, allocation_id: str, reason: str) -> None:
     assert lab.lease_files() == []
     events = await lab.events(allocation_id)
     assert ("attempt_failed", "placing", "first") == events[[e[0] for e in events].index("attempt_failed")][:3]
+    # The usage ledger: a failure after the claim bills the first attempt until its undo released the claims;
+    # one before the claim bills nothing. The second attempt is held.
+    first = [(1, 2, "attempt_failed")] if claimed else []
+    assert await billed(lab.sessions, allocation_id) == [*first, (2, 2, None)]
 
 
 async def test_a_node_whose_agent_never_reported_is_not_tried(temporal_client, sessions, tmp_path: Path) -> None:
@@ -82,14 +87,15 @@ async def test_a_failed_readiness_gate_is_named_and_moves_on(temporal_client, se
     async with running_lab(
         temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts(cloudInitFails=True))
     ) as lab:
-        await _placed_after_failure(lab, "gate-1", "readiness_failed: cloud_init: simulated fault: cloud-init")
+        await _placed_after_failure(lab, "gate-1", "readiness_failed: cloud_init: simulated fault: cloud-init",
+                                    claimed=True)  # fmt: skip
 
 
 async def test_vm_create_failure_is_compensated(temporal_client, sessions, tmp_path: Path) -> None:
     async with running_lab(
         temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts(failCreate=True))
     ) as lab:
-        await _placed_after_failure(lab, "create-1", "vm_create_failed")
+        await _placed_after_failure(lab, "create-1", "vm_create_failed", claimed=True)
 
 
 async def test_claim_conflict_releases_the_lease_and_moves_on(temporal_client, sessions, tmp_path: Path) -> None:

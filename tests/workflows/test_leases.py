@@ -17,6 +17,7 @@ from temporalio.worker import Replayer
 
 from bench.actions import run_histories
 from store.models import AllocationRow
+from tests.ledger import billed
 from tests.workflows.lab import FAST, lab_fleet, running_lab
 from workflows import allocation_client
 from workflows.allocation import AllocationWorkflow
@@ -52,6 +53,8 @@ async def test_an_allocation_is_warned_then_expires_and_gives_everything_back(
         async with sessions() as session:
             row = await session.get(AllocationRow, "short")
             assert (row.state, row.ends_at) == ("expired", extended.ends_at)
+        # Billed from the claim to the release its end ran (PostgreSQL's clock, which Temporal's skipping does not move).
+        assert await billed(sessions, "short") == [(1, 2, "expired")]
         histories = await run_histories(temporal_client, "allocation/short")
     assert len(histories) == 1  # placed and held until its end in one run: its page tells the whole story
     for history in histories:  # and the hold's timers, warning and extension replay

@@ -15,6 +15,7 @@ from temporalio.worker import Replayer
 from bench.actions import run_histories
 from store import queue
 from store.models import AllocationRow
+from tests.ledger import billed
 from tests.workflows.lab import lab_fleet, running_lab
 from workflows import allocation_client
 from workflows.allocation import AllocationWorkflow
@@ -75,6 +76,8 @@ async def test_a_preemptible_allocation_is_told_keeps_its_grace_then_leaves_its_
         assert await lab.active_claims() == {urgent: ["only/0", "only/1", "only/2", "only/3"]}
         async with sessions() as session:
             assert (await session.get(AllocationRow, spot)).state == "preempted"
+        assert await billed(sessions, spot) == [(1, 4, "preempted")]
+        assert await billed(sessions, urgent) == [(1, 4, None)]
         for n in (1, 2):
             assert (await allocation_client.status(temporal_client, f"{other}-q{n}")).state == "queued"
         await allocation_client.release(temporal_client, urgent)

@@ -1,0 +1,32 @@
+"""`berth_gpu_seconds_total{tenant, product, region}`: GPU-seconds allocations held, from the usage ledger at scrape
+time (store/usage.py: closed intervals' totals plus the open ones so far). Nothing is kept in memory, so the counter
+survives a restart of every part, reads the same from every API replica, and only grows: the ledger's totals are
+added to at each interval's close, never taken from."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from store.usage import gpu_seconds_totals
+
+
+class UsageMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.totals: list[tuple[str, str, str, float]] = []
+        registry.register(self)
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "berth_gpu_seconds", "GPU-seconds allocations held, by tenant, GPU product and region (the usage ledger).",
+            labels=["tenant", "product", "region"],
+        )  # fmt: skip
+        for tenant, product, region, seconds in self.totals:
+            family.add_metric([tenant, product, region], round(seconds, 3))
+        yield family
+
+    async def refresh(self, session: AsyncSession) -> None:
+        self.totals = await gpu_seconds_totals(session)

@@ -1,0 +1,130 @@
+"""`berth usage [--from T] [--to T] [--by tenant,product,...] [--bucket day|hour] [-o text|json|csv]`: what each
+tenant used, from the usage ledger (one call to `GET /v1/usage`), in sreport's shape: GPU-hours, allocations, peak
+concurrent GPUs and share of the fleet per group. A tenant (`--tenant`, or a tenant token) reads its own.
+
+Times are RFC 3339 (`2026-11-01T00:00:00Z`) or a date (`2026-11-01`, midnight UTC); a time without an offset is
+UTC. Bad input is one line naming the flag, before anything is asked of the API.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from api.models import UsageReport
+from cli.client import ApiOption, TenantOption, TokenOption, api_client
+from cli.output import console, fail, print_json, styled
+from contracts.usage import BUCKETS, GROUPINGS, parse_grouping
+
+COLUMNS = ("gpu_hours", "allocations", "peak_gpus", "share_of_fleet", "reserved_gpu_hours", "node_hours")
+
+
+class UsageFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+    CSV = "csv"
+
+
+def instant(value: str | None, flag: str) -> datetime | None:
+    """An RFC 3339 instant or a date, as UTC where it names no offset; a bad one ends the command naming `flag`."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        fail(f"{flag} {value!r} is not a time: write 2026-11-01 or 2026-11-01T08:00:00Z")
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def _group_cells(report: UsageReport) -> list[str]:
+    return [*report.by, *(("bucket",) if report.bucket else ())]
+
+
+def _row_values(report: UsageReport) -> list[dict[str, object]]:
+    rows = []
+    for row in report.rows:
+        shown = row.model_dump(by_alias=True)
+        values: dict[str, object] = {name: shown.get(name) for name in report.by}
+        if report.bucket:
+            values["bucket"] = row.bucket.isoformat() if row.bucket else None
+        values.update({column: shown[column] for column in COLUMNS})
+        rows.append(values)
+    return rows
+
+
+def render(report: UsageReport) -> None:
+    window = f"{report.start:%Y-%m-%d %H:%M}Z to {report.end:%Y-%m-%d %H:%M}Z"
+    if not report.rows:
+        console.print(styled("no usage from {}", window))
+        return
+    table = Table(title=styled("[bold]usage[/] {} by {}", window, ", ".join(report.by)), title_justify="left")
+    for name in _group_cells(report):
+        table.add_column(name)
+    for name in ("GPU-hours", "allocations", "peak GPUs", "share of fleet", "reserved GPU-h", "node-hours"):
+        table.add_column(name, justify="right")
+    for values in _row_values(report):
+        table.add_row(
+            *(str(values[name]) if values[name] is not None else "-" for name in _group_cells(report)),
+            f"{values['gpu_hours']:,.2f}",
+            str(values["allocations"]),
+            str(values["peak_gpus"]),
+            f"{values['share_of_fleet']:.1%}" if values["share_of_fleet"] is not None else "-",
+            f"{values['reserved_gpu_hours']:,.2f}",
+            f"{values['node_hours']:,.2f}",
+        )
+    console.print(table)
+    note = f"share of fleet: of the {report.fleet_gpus} GPUs the fleet has now"
+    if report.rolled_up_before is not None and report.start < report.rolled_up_before:
+        note += f"; before {report.rolled_up_before:%Y-%m-%d %H:%M}Z usage is kept per hour (whole hours, peak an upper bound)"
+    console.print(note, style="dim")
+
+
+def write_csv(report: UsageReport) -> None:
+    writer = csv.DictWriter(sys.stdout, fieldnames=[*_group_cells(report), *COLUMNS], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(_row_values(report))
+
+
+def usage(
+    start: Annotated[
+        str | None, typer.Option("--from", help="Start (RFC 3339 or a date); default 30 days before --to.")
+    ] = None,
+    end: Annotated[
+        str | None, typer.Option("--to", help="End, not included (RFC 3339 or a date); default now.")
+    ] = None,
+    by: Annotated[str, typer.Option("--by", help=f"Comma-separated groupings: {', '.join(GROUPINGS)}.")] = "tenant",
+    bucket: Annotated[str | None, typer.Option("--bucket", help="One row per hour or day, for a chart.")] = None,
+    tenant: TenantOption = None,
+    output: Annotated[UsageFormat, typer.Option("--output", "-o", help="text, json or csv.")] = UsageFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
+    """What each tenant used: GPU-hours exact to the second, allocations, peak concurrent GPUs and share of the
+    fleet, grouped as asked (sreport's shape), from the usage ledger."""
+    try:
+        parse_grouping(by)
+    except ValueError as error:
+        fail(f"--by: {error}")
+    if bucket is not None and bucket not in BUCKETS:
+        fail(f"--bucket {bucket!r}: choose from {', '.join(BUCKETS)}")
+    since, until = instant(start, "--from"), instant(end, "--to")
+    if since is not None and until is not None and since >= until:
+        fail(f"--from ({since.isoformat()}) is not before --to ({until.isoformat()})")
+    params = {"from": since.isoformat() if since else None, "to": until.isoformat() if until else None, "by": by,
+              "bucket": bucket}  # fmt: skip
+    with api_client(api, token, tenant) as client:
+        data = client.call("GET", "/v1/usage", params={k: v for k, v in params.items() if v is not None})
+    if output is UsageFormat.JSON:
+        print_json(data)
+        return
+    report = UsageReport.model_validate(data)
+    if output is UsageFormat.CSV:
+        write_csv(report)
+        return
+    render(report)
