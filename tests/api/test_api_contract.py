@@ -62,7 +62,7 @@ async def test_openapi_documents_every_route(stack: Stack) -> None:
         ("DELETE", "/v1/allocations/{allocation_id}"), ("POST", "/v1/allocations/{allocation_id}/cancel"),
         ("POST", "/v1/allocations/{allocation_id}/retry"), ("POST", "/v1/allocations/{allocation_id}/extend"), ("POST", "/v1/reservations"), ("GET", "/v1/reservations"), ("GET", "/v1/capacity/at"),
         ("GET", "/v1/reservations/{reservation_id}"), ("DELETE", "/v1/reservations/{reservation_id}"), ("POST", "/v1/explain"), ("GET", "/v1/capacity"),
-        ("PUT", "/v1/fleet"), ("GET", "/v1/queues"), ("GET", "/v1/nodes"), ("GET", "/v1/nodes/{node}"), ("POST", "/v1/nodes/{node}/cordon"),
+        ("PUT", "/v1/fleet"), ("GET", "/v1/queues"), ("GET", "/v1/usage"), ("GET", "/v1/nodes"), ("GET", "/v1/nodes/{node}"), ("POST", "/v1/nodes/{node}/cordon"),
         ("POST", "/v1/nodes/{node}/report"),
         ("POST", "/v1/nodes/{node}/uncordon"), ("POST", "/v1/nodes/{node}/repair"), ("POST", "/v1/nodes/{node}/drain"), ("GET", "/healthz"), ("GET", "/metrics"),
         ("PUT", "/v1/deployments/{name}"), ("GET", "/v1/deployments/{name}"), ("DELETE", "/v1/deployments/{name}"),
