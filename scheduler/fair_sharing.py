@@ -100,36 +100,45 @@ def tenant_share(tree: CohortTree, tenant: TenantView) -> Share:
     return share(tree, ("tenant", tenant.name), tenant.weight)
 
 
-def tenants_under(tree: CohortTree, node: Node) -> list[str]:
-    """The tenants of the node's subtree (the node itself, for a tenant)."""
-    if node[0] == "tenant":
-        return [node[1]]
-    return [name for child in tree.children.get(node, ()) for name in tenants_under(tree, child)]
+def remembered_usage(tree: CohortTree, node: Node, tenants: Mapping[str, TenantView]) -> dict[Node, float] | None:
+    """Every node of the tree above `node`, and below its root, with its decayed GPU-seconds (a tenant's own; a
+    cohort's, its tenants' summed), in one walk; None where the tree does not remember usage (a tenant's
+    `decayed_usage` is unknown). Computed once per comparison round, so ordering stays linear in the tree's size."""
+    above = tree.ancestors(node)
+    root = above[-1] if above else node
+    totals: dict[Node, float] = {}
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        current, done = stack.pop()
+        if current[0] == "tenant":
+            view = tenants.get(current[1])
+            if view is None or view.decayed_usage is None:
+                return None
+            totals[current] = view.decayed_usage
+        elif done:
+            totals[current] = sum(totals[child] for child in tree.children.get(current, ()))
+        else:
+            stack.append((current, True))
+            stack.extend((child, False) for child in tree.children.get(current, ()))
+    return totals
 
 
-def usage_share(tree: CohortTree, node: Node, tenants: Mapping[str, TenantView], cohorts: Mapping[str, CohortView],
-                extra: Mapping[str, float] | None = None) -> Share | None:  # fmt: skip
-    """The node's decayed GPU-seconds (its tenants', plus `extra` per tenant) over its weight, where its tree orders
-    by decayed usage (every tenant's `decayed_usage` is known); None where it does not."""
-    values = [tenants[name].decayed_usage if name in tenants else None for name in tenants_under(tree, node)]
-    if not values or any(v is None for v in values):
-        return None
-    total = sum(v for v in values if v is not None)
-    if extra:
-        total += sum(extra.get(name, 0.0) for name in tenants_under(tree, node))
+def usage_share(remembered: Mapping[Node, float], node: Node, tenants: Mapping[str, TenantView],
+                cohorts: Mapping[str, CohortView]) -> Share:  # fmt: skip
+    """The node's decayed GPU-seconds over its weight (weight 0: after every weighted one, if it used anything)."""
+    total = remembered.get(node, 0.0)
     weight = weight_of(node, tenants, cohorts)
     if weight == 0:
         return Share(total > 0, total)
     return Share(False, total / weight)
 
 
-def ordering_share(tree: CohortTree, node: Node, tenants: Mapping[str, TenantView],
-                   cohorts: Mapping[str, CohortView], usage: int | None = None) -> Share:  # fmt: skip
-    """What orders the node among its siblings: its decayed usage over its weight where its tree remembers usage,
-    else its share (`usage`: what it would hold instead of what it holds now)."""
-    remembered = usage_share(tree, node, tenants, cohorts)
+def ordering_share(tree: CohortTree, node: Node, tenants: Mapping[str, TenantView], cohorts: Mapping[str, CohortView],
+                   remembered: Mapping[Node, float] | None, usage: int | None = None) -> Share:  # fmt: skip
+    """What orders the node among its siblings: its decayed usage over its weight where its tree remembers usage
+    (`remembered`, from `remembered_usage`), else its share (`usage`: what it would hold instead of now)."""
     if remembered is not None:
-        return remembered
+        return usage_share(remembered, node, tenants, cohorts)
     return share(tree, node, weight_of(node, tenants, cohorts), usage)
 
 
@@ -153,6 +162,7 @@ def tournament(contenders: Iterable[Contender], tree: CohortTree, tenants: Mappi
     if not by_tenant:
         return None
     usages = {name: tree.usage_with(("tenant", name), c.gpus) for name, c in by_tenant.items()}
+    remembered = remembered_usage(tree, ("tenant", next(iter(by_tenant))), tenants)
 
     def winner(node: Node) -> Contender | None:
         best: tuple[tuple[object, ...], Contender] | None = None
@@ -161,7 +171,7 @@ def tournament(contenders: Iterable[Contender], tree: CohortTree, tenants: Mappi
             if found is None:
                 continue
             usage = usages[found.tenant][child]
-            child_share = ordering_share(tree, child, tenants, cohorts, usage)
+            child_share = ordering_share(tree, child, tenants, cohorts, remembered, usage)
             key = (usage > tree.subtree_quota(child), child_share, -found.priority, found.arrival)
             if best is None or key < best[0]:
                 best = (key, found)
@@ -173,6 +183,6 @@ def tournament(contenders: Iterable[Contender], tree: CohortTree, tenants: Mappi
 
 
 __all__ = [
-    "NONE", "Contender", "Share", "ordering_share", "share", "shares_fairly", "tenant_share", "tenants_under",
+    "NONE", "Contender", "Share", "ordering_share", "remembered_usage", "share", "shares_fairly", "tenant_share",
     "tournament", "usage_share", "weight_of",
 ]  # fmt: skip

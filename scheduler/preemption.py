@@ -398,24 +398,33 @@ def _largest_share(snapshot: Snapshot, preemptor: Preemptor, left: Mapping[Runni
         return preemptor.tenant
     judge = Judge(snapshot, preemptor)
     best: tuple[tuple[fair_sharing.Share, ...], str] | None = None
+    mine = snapshot.tenants.get(preemptor.tenant)
+    remembered = (
+        fair_sharing.remembered_usage(snapshot.total_tree(mine), ("tenant", mine.name), snapshot.tenants)
+        if mine is not None and mine.cohort is not None
+        else None
+    )
     for name in sorted(tenants):
         view = snapshot.tenants.get(name)
         if view is None or (judge.tree is not None and judge.reclaimable(view) is None and
                             not any(c.preemptible for c in left if c.tenant == name)):  # fmt: skip
             continue
-        path = _share_path(snapshot, view)
+        path = _share_path(snapshot, view, remembered)
         if best is None or path > best[0]:
             best = (path, name)
     return best[1] if best is not None else None
 
 
-def _share_path(snapshot: Snapshot, tenant: TenantView) -> tuple[fair_sharing.Share, ...]:
+def _share_path(
+    snapshot: Snapshot, tenant: TenantView, remembered: Mapping[Node, float] | None
+) -> tuple[fair_sharing.Share, ...]:
     """The shares of the tenant's cohorts from the root's children down, then its own (where the tree remembers
     usage, decayed usage over weight: the tenant that used most lately gives back first)."""
     tree = snapshot.total_tree(tenant)
     node: Node = ("tenant", tenant.name)
     path = [*reversed(tree.ancestors(node))][1:] + [node]
-    return tuple(fair_sharing.ordering_share(tree, n, snapshot.tenants, snapshot.cohorts) for n in path)
+    known = remembered if remembered is not None and node in remembered else None
+    return tuple(fair_sharing.ordering_share(tree, n, snapshot.tenants, snapshot.cohorts, known) for n in path)
 
 
 def _sibling_shares(

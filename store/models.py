@@ -665,6 +665,7 @@ class UsageIntervalRow(Base):
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     end_reason: Mapped[str | None] = mapped_column(String(32))
+    first: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="true")  # its allocation's first
 
 
 class UsageTotalRow(Base):

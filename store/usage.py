@@ -88,7 +88,6 @@ async def report(session: AsyncSession, query: UsageQuery, now: datetime) -> lis
     raw_start = max(query.start, rolled) if rolled is not None else query.start
     if raw_start < end:
         _merge(rows, await _raw(session, query, raw_start, end), names)
-        _merge_peaks(rows, await _raw_peaks(session, query, raw_start, end), names)
     columns = query.by
     return [
         UsageRow(
@@ -113,7 +112,7 @@ def _bucket_sql(bucket: str | None, column: str) -> str:
     return f"date_trunc('{bucket}', {column}, 'UTC')" if bucket else "NULL::timestamptz"
 
 
-def _spans(query: UsageQuery, *, kinds: str = "") -> str:
+def _spans(query: UsageQuery) -> str:
     """The CTEs `clipped` (each interval overlapping [:start, :end), clipped to it) and `spans` (with buckets, each
     clipped interval split at the buckets it crosses, so every bucket gets its own part)."""
     group = _group_sql(query.by)
@@ -128,50 +127,56 @@ def _spans(query: UsageQuery, *, kinds: str = "") -> str:
         spans = "SELECT c.*, c.s AS bs, c.e AS be, NULL::timestamptz AS bucket FROM clipped AS c"
     return f"""
         clipped AS (
-            SELECT kind, subject, {group}, gpus, nodes, started_at,
+            SELECT kind, first, {group}, gpus, nodes, started_at,
                    greatest(started_at, :start) AS s, least(coalesce(ended_at, :end), :end) AS e
               FROM usage_intervals
              WHERE tstzrange(started_at, coalesce(ended_at, 'infinity'::timestamptz)) && tstzrange(:start, :end)
-                   {tenant} {kinds}
+                   {tenant}
         ), spans AS (
             SELECT * FROM ({spans}) AS split WHERE be > bs OR (be = bs AND started_at = bs)
         )"""
 
 
 async def _raw(session: AsyncSession, query: UsageQuery, start: datetime, end: datetime) -> list[dict[str, Any]]:
+    """One scan of the intervals overlapping [start, end): each group's (and bucket's) sums, and its peak from a
+    sweep over its allocations' parts (an end before a start at the same instant: one allocation handing over to
+    the next is not an overlap). The sweep sorts by each group's number, not its names: hashed aggregation and an
+    integer sort key keep a month of a large fleet well under a second (bench/usage.py)."""
     group = _group_sql(query.by)
+    keys = ["bucket", *(GROUPINGS[name] for name in query.by)]
+    equal = " AND ".join(
+        f"coalesce(s.{k}, 'epoch') = coalesce(t.{k}, 'epoch')" if k == "bucket" else f"coalesce(s.{k}, '') = coalesce(t.{k}, '')"
+        for k in keys
+    )  # fmt: skip
     sql = f"""
-        WITH {_spans(query)}
-        SELECT bucket, {group},
-               coalesce(sum(gpus * extract(epoch FROM be - bs)) FILTER (WHERE kind = 'allocation'), 0) AS gpu,
-               coalesce(sum(nodes * extract(epoch FROM be - bs)) FILTER (WHERE kind = 'replica'), 0) AS node,
-               coalesce(sum(gpus * extract(epoch FROM be - bs)) FILTER (WHERE kind = 'reservation'), 0) AS reserved,
-               count(DISTINCT subject) FILTER (WHERE kind <> 'reservation' AND started_at = bs) AS allocations
-          FROM spans
-         GROUP BY bucket, {group}
-    """
-    params: dict[str, Any] = {"start": start, "end": end, "tenant": query.tenant}
-    return [dict(row._mapping) for row in await session.execute(text(sql), params)]
-
-
-async def _raw_peaks(session: AsyncSession, query: UsageQuery, start: datetime, end: datetime) -> list[dict[str, Any]]:
-    """The most GPUs held at once per group (and bucket): a sweep over the parts' starts and ends, an end before a
-    start at the same instant (one allocation handing over to the next is not an overlap)."""
-    group = _group_sql(query.by)
-    partition = ", ".join(["bucket", *(GROUPINGS[name] for name in query.by)])
-    sql = f"""
-        WITH {_spans(query, kinds="AND kind = 'allocation'")}, events AS (
-            SELECT bucket, {group}, bs AS at, gpus AS delta FROM spans WHERE be > bs
+        WITH {_spans(query)}, totals AS (
+            SELECT row_number() OVER () AS gid, * FROM (
+                SELECT bucket, {group},
+                       coalesce(sum(gpus * extract(epoch FROM be - bs)) FILTER (WHERE kind = 'allocation'), 0) AS gpu,
+                       coalesce(sum(nodes * extract(epoch FROM be - bs)) FILTER (WHERE kind = 'replica'), 0) AS node,
+                       coalesce(sum(gpus * extract(epoch FROM be - bs)) FILTER (WHERE kind = 'reservation'), 0)
+                           AS reserved,
+                       count(*) FILTER (WHERE kind <> 'reservation' AND first AND started_at = bs) AS allocations
+                  FROM spans GROUP BY bucket, {group}
+            ) AS sums
+        ), parts AS (
+            SELECT t.gid, s.bs, s.be, s.gpus FROM spans AS s JOIN totals AS t ON {equal}
+             WHERE s.kind = 'allocation' AND s.be > s.bs
+        ), events AS (
+            SELECT gid, bs AS at, gpus AS delta FROM parts
             UNION ALL
-            SELECT bucket, {group}, be AS at, -gpus AS delta FROM spans WHERE be > bs
-        ), running AS (
-            SELECT {partition}, delta,
-                   sum(delta) OVER (PARTITION BY {partition} ORDER BY at, delta ROWS UNBOUNDED PRECEDING) AS held
-              FROM events
+            SELECT gid, be AS at, -gpus AS delta FROM parts
+        ), peaks AS (
+            SELECT gid, max(held) AS peak FROM (
+                SELECT gid, delta, sum(delta) OVER (PARTITION BY gid ORDER BY at, delta ROWS UNBOUNDED PRECEDING) AS held
+                  FROM events
+            ) AS running WHERE delta > 0 GROUP BY gid
         )
-        SELECT {partition}, max(held) AS peak FROM running WHERE delta > 0 GROUP BY {partition}
+        SELECT t.*, coalesce(p.peak, 0) AS peak FROM totals AS t LEFT JOIN peaks AS p ON p.gid = t.gid
     """
     params: dict[str, Any] = {"start": start, "end": end, "tenant": query.tenant}
+    # The sweep sorts every start and end of the window: in memory, not in temporary files.
+    await session.execute(text("SET LOCAL work_mem = '64MB'"))
     return [dict(row._mapping) for row in await session.execute(text(sql), params)]
 
 
@@ -214,13 +219,6 @@ def _merge(into: dict[tuple[Any, ...], dict[str, Any]], rows: list[dict[str, Any
         found["reserved"] += float(row["reserved"])
         found["allocations"] += int(row["allocations"])
         found["peak"] = max(found["peak"], int(row.get("peak") or 0))
-
-
-def _merge_peaks(into: dict[tuple[Any, ...], dict[str, Any]], rows: list[dict[str, Any]], names: Sequence[str]) -> None:
-    for row in rows:
-        found = into.get(_key(row, names))
-        if found is not None:
-            found["peak"] = max(found["peak"], int(row["peak"] or 0))
 
 
 async def fleet_gpus(session: AsyncSession, regions: Sequence[str] | None = None) -> int:
@@ -342,42 +340,45 @@ async def _held_since(session: AsyncSession, tenants: list[str], since: datetime
 
 
 async def _from_history(session: AsyncSession, half_lives: Mapping[str, float], now: datetime) -> dict[str, float]:
-    """Decayed usage from a tenant's whole history: the raw intervals after the rollup, and each rolled-up hour's
-    GPU-seconds spread evenly over its hour."""
+    """Decayed usage from a tenant's whole history, summed in PostgreSQL (scheduler/usage_decay.py's formula): the raw
+    intervals after the rollup's instant, and each rolled-up hour's GPU-seconds spread evenly over its hour."""
     tenants = sorted(half_lives)
-    rolled = await rolled_until(session)
-    stamp = now.timestamp()
     result = dict.fromkeys(tenants, 0.0)
-    raw = await session.execute(
-        text(
-            "SELECT tenant, gpus, started_at, ended_at FROM usage_intervals WHERE kind = 'allocation' "
-            "AND tenant = ANY(:tenants) AND (ended_at IS NULL OR ended_at > :rolled)"
-        ),
-        {"tenants": tenants, "rolled": rolled or datetime(1970, 1, 1, tzinfo=UTC)},
-    )
-    since = rolled.timestamp() if rolled is not None else None
-    for tenant, gpus, started, ended in raw:
-        held = Held(gpus, started.timestamp(), ended.timestamp() if ended is not None else None)
-        result[tenant] += decayed(0.0, since, [held], stamp, half_lives[tenant])
-    hours = await session.execute(
-        text(
-            "SELECT tenant, hour, sum(gpu_seconds) FROM usage_hourly WHERE kind = 'allocation' "
-            "AND tenant = ANY(:tenants) GROUP BY tenant, hour"
-        ),
-        {"tenants": tenants},
-    )
-    for tenant, hour, seconds in hours:
-        start = hour.timestamp()
-        per_gpu = decayed(0.0, None, [Held(1, start, start + 3600)], stamp, half_lives[tenant])
-        result[tenant] += float(seconds) / 3600 * per_gpu
+    params = {"tenants": tenants, "lives": [half_lives[t] for t in tenants], "now": now,
+              "rolled": await rolled_until(session) or datetime(1970, 1, 1, tzinfo=UTC)}  # fmt: skip
+    for sql in (_DECAYED_RAW, _DECAYED_HOURS):
+        for tenant, value in await session.execute(text(sql), params):
+            result[tenant] += float(value or 0.0)
     return result
+
+
+# How much a GPU-second `age` seconds old counts now, 2^(-age / h); clamped where it is below 2^-1000 (nothing).
+_WEIGHT = "exp(greatest(-700.0, -ln(2.0) * extract(epoch FROM {age}) / l.h))"
+_DECAYED_RAW = f"""
+SELECT u.tenant, sum(u.gpus * l.h / ln(2.0) * (
+           {_WEIGHT.format(age="CAST(:now AS timestamptz) - least(coalesce(u.ended_at, :now), :now)")}
+         - {_WEIGHT.format(age="CAST(:now AS timestamptz) - greatest(u.started_at, :rolled)")}))
+  FROM usage_intervals AS u
+  JOIN unnest(CAST(:tenants AS text[]), CAST(:lives AS float8[])) AS l(tenant, h) ON l.tenant = u.tenant
+ WHERE u.kind = 'allocation' AND (u.ended_at IS NULL OR u.ended_at > :rolled) AND u.started_at < :now
+ GROUP BY u.tenant
+"""
+_DECAYED_HOURS = f"""
+SELECT u.tenant, sum(u.gpu_seconds / 3600.0 * l.h / ln(2.0) * (
+           {_WEIGHT.format(age="CAST(:now AS timestamptz) - (u.hour + interval '1 hour')")}
+         - {_WEIGHT.format(age="CAST(:now AS timestamptz) - u.hour")}))
+  FROM usage_hourly AS u
+  JOIN unnest(CAST(:tenants AS text[]), CAST(:lives AS float8[])) AS l(tenant, h) ON l.tenant = u.tenant
+ WHERE u.kind = 'allocation' AND u.hour < :now
+ GROUP BY u.tenant
+"""
 
 
 # -- retention ----------------------------------------------------------------------------------------------------
 
 _ROLL_HOURS = """
 WITH spans AS (
-    SELECT u.kind, u.subject, u.started_at, u.tenant, coalesce(u.gpu_product, '') AS gpu_product,
+    SELECT u.kind, u.subject, u.first, u.started_at, u.tenant, coalesce(u.gpu_product, '') AS gpu_product,
            coalesce(u.region, '') AS region, coalesce(u.pool, '') AS pool,
            coalesce(u.priority_class, '') AS priority_class, coalesce(u.shape, '') AS shape, u.gpus, u.nodes,
            h.at AS hour, greatest(u.started_at, h.at) AS s,
@@ -405,7 +406,7 @@ INSERT INTO usage_hourly (hour, kind, tenant, gpu_product, region, pool, priorit
                           node_seconds, allocations, peak_gpus)
 SELECT k.hour, k.kind, k.tenant, k.gpu_product, k.region, k.pool, k.priority_class, k.shape,
        sum(k.gpus * extract(epoch FROM k.e - k.s)), sum(k.nodes * extract(epoch FROM k.e - k.s)),
-       count(DISTINCT k.subject) FILTER (WHERE k.started_at >= k.hour AND k.started_at < k.hour + interval '1 hour'),
+       count(*) FILTER (WHERE k.first AND k.started_at >= k.hour AND k.started_at < k.hour + interval '1 hour'),
        coalesce(max(p.peak), 0)
   FROM keyed AS k
   LEFT JOIN peaks AS p USING (hour, kind, tenant, gpu_product, region, pool, priority_class, shape)
@@ -557,10 +558,11 @@ SELECT kind, tenant, gpu_product, region, sum(g), sum(n) FROM (
 
 _REBUILD = """
 INSERT INTO usage_intervals (kind, subject, attempt, tenant, gpu_product, region, pool, priority_class, shape,
-                             node_id, gpus, started_at, ended_at, end_reason)
+                             node_id, gpus, started_at, ended_at, end_reason, first)
 SELECT 'allocation', k.allocation_id, k.attempt, a.tenant, coalesce(p.gpu_product, a.gpu_product),
        coalesce(c.region, a.region), p.cluster || '/' || p.name, a.request->>'priority_class', a.shape, k.node_id,
-       k.gpus, k.claimed_at, k.released_at, CASE WHEN k.released_at IS NOT NULL THEN usage_end_reason(a.id) END
+       k.gpus, k.claimed_at, k.released_at, CASE WHEN k.released_at IS NOT NULL THEN usage_end_reason(a.id) END,
+       k.attempt = (SELECT min(y.attempt) FROM allocation_resource_claims AS y WHERE y.allocation_id = a.id)
   FROM (SELECT allocation_id, attempt, min(node_id) AS node_id, count(*) AS gpus, min(claimed_at) AS claimed_at,
                CASE WHEN bool_and(released_at IS NOT NULL) THEN max(released_at) END AS released_at
           FROM allocation_resource_claims WHERE allocation_id = :id AND attempt = :attempt

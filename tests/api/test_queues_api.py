@@ -20,6 +20,7 @@ Region `east`: x-east (acme).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -312,3 +313,52 @@ async def test_the_metrics_count_each_queue_and_its_longest_wait(api: tuple[http
     assert waits.keys() == lengths.keys()
     assert 90 <= float(waits['priority="0",region="lab",tenant="globex"']) < 150
     assert float(waits['priority="0",region="lab",tenant="initech"']) < 60
+
+
+@pytest.fixture
+async def remembering(
+    sessions: async_sessionmaker[AsyncSession], temporal_client: Client, tmp_path: Path
+) -> AsyncIterator[tuple[httpx.AsyncClient, Who]]:
+    """The same queues, the three tenants in one cohort tree whose root orders by usage decayed with a one-hour
+    half-life; acme held 4 GPUs from 130 to 10 minutes ago, globex (weight 2) 2 GPUs from 90 to 30 minutes ago."""
+    documents = list(yaml.safe_load_all(queue_fleet()))
+    for document in documents:
+        if document["kind"] == "Tenant":
+            document["spec"]["cohort"] = "org"
+    documents.append(_doc("Cohort", "org", {"fairSharing": {"enabled": True, "usageHalfLife": "1h"}}))
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([fleet_file]))
+        tokens = {"admin": await create_token(session, "admin")} | await ensure_tenant_tokens(session)
+        for tenant, gpus, start, end in (("acme", 4, 130, 10), ("globex", 2, 90, 30)):
+            await session.execute(
+                text("INSERT INTO usage_intervals (kind, subject, attempt, tenant, gpus, started_at, ended_at) "
+                     "VALUES ('allocation', :s, 1, :t, :g, now() - make_interval(mins => :a), "
+                     "now() - make_interval(mins => :b))"),
+                {"s": f"past-{tenant}", "t": tenant, "g": gpus, "a": start, "b": end},
+            )  # fmt: skip
+    await write_queues(sessions)
+    app = app_for(sessions, temporal_client, Queues(control="unused", node_prefix="unused."))
+    async with http_client(app) as http:
+        yield http, {who: bearer(token) for who, token in tokens.items()}
+
+
+async def test_a_tree_that_remembers_orders_by_decayed_usage_and_shows_it(
+    remembering: tuple[httpx.AsyncClient, Who],
+) -> None:
+    """Kueue's admission fair sharing, as `berth queue` shows it: the tenant that used least lately (over its
+    weight) first, whatever the priority; each entry shows its tenant's decayed GPU-hours."""
+    http, who = remembering
+    lab = (await _queues(http, who["admin"], region="lab"))["regions"][0]["entries"]
+    assert [e["allocation_id"] for e in lab] == ["i-first", "g-first", "g-second", "a-urgent", "a-first"]
+
+    def by_hand(gpus: int, start_min: float, end_min: float) -> float:  # GPU-hours, half-life one hour
+        return gpus / math.log(2) * (2 ** (-end_min / 60) - 2 ** (-start_min / 60))
+
+    used = {e["tenant"]: e["decayed_gpu_hours"] for e in lab}
+    assert used["initech"] == 0.0
+    assert used["acme"] == pytest.approx(by_hand(4, 130, 10), rel=1e-3)
+    assert used["globex"] == pytest.approx(by_hand(2, 90, 30), rel=1e-3)
+    own = (await _queues(http, who["globex"], region="lab"))["regions"][0]["entries"]
+    assert [(e["position"], e["decayed_gpu_hours"]) for e in own] == [(2, used["globex"]), (3, used["globex"])]

@@ -242,3 +242,42 @@ async def test_the_reconciler_finds_and_repairs_a_ledger_that_disagrees_with_the
         assert await usage.gpu_seconds_totals(session) == total_before
     rows = await _report(sessions, T0, T0 + 3 * H)
     assert rows[0].gpu_seconds == 5 * 3600
+
+
+async def test_replicas_charge_their_pools_nodes_and_reservations_are_recorded_apart(sessions, examples_dir) -> None:
+    """A ModelDeployment replica's engine charges its pool's nodes from its ledger row's insert to its delete, to its
+    namespace; a reservation's window is its own kind, cut short when it is cancelled."""
+    await _fleet(sessions, examples_dir)
+    async with sessions.begin() as session:
+        for statement in (
+            "INSERT INTO model_deployments (namespace, name, spec, replicas, status) VALUES ('prod', 'llama', '{}', 1, '{}')",
+            "INSERT INTO model_replicas (namespace, name, deployment, cluster, replica_index, spec, state) "
+            "SELECT 'prod', 'llama-0', 'llama', cluster, 0, '{}', 'ready' FROM pools WHERE name = 'h200-slice'",
+            "INSERT INTO replica_pool_usage (namespace, replica, engine, pool_id, nodes) "
+            "SELECT 'prod', 'llama-0', 'serve', id, 2 FROM pools WHERE name = 'h200-slice'",
+        ):  # fmt: skip
+            await session.execute(text(statement))
+        await session.execute(
+            text("INSERT INTO reservations (id, tenant, region, node_id, gpu_count, gpu_product, shape, starts_at, "
+                 "ends_at, state) VALUES ('r-1', 'acme', 'us-east', 'j22u05', 4, 'H200', 'gpu_slice', :s, :e, "
+                 "'reserved')"),
+            {"s": T0, "e": T0 + 10 * H},
+        )  # fmt: skip
+    async with sessions.begin() as session:
+        await session.execute(text("DELETE FROM model_replicas WHERE name = 'llama-0'"))  # its ledger rows go too
+        await session.execute(text("UPDATE reservations SET state = 'cancelled' WHERE id = 'r-1'"))
+    async with sessions() as session:
+        rows = {
+            kind: (tenant, nodes, gpus, end_reason, ended is not None)
+            for kind, tenant, nodes, gpus, end_reason, ended in await session.execute(
+                select(UsageIntervalRow.kind, UsageIntervalRow.tenant, UsageIntervalRow.nodes, UsageIntervalRow.gpus,
+                       UsageIntervalRow.end_reason, UsageIntervalRow.ended_at)
+            )
+        }  # fmt: skip
+    assert rows == {
+        "replica": ("namespace:prod", 2, 0, "released", True),
+        "reservation": ("acme", 0, 4, "cancelled", True),
+    }
+    report = await _report(sessions, T0, T0 + 10 * H, by=("tenant",))
+    acme = next(r for r in report if r.group["tenant"] == "acme")
+    assert (acme.gpu_seconds, acme.reserved_gpu_seconds) == (0, 4 * 10 * 3600)  # cancelled after its window: whole

@@ -11,7 +11,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleOverlapPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
@@ -22,6 +22,7 @@ from contracts.audit import AuditReport, FindingKind
 from contracts.task_queues import Queues
 from store.audit import AuditRepairRow
 from store.models import AllocationRow, ClaimRow, SlotRow
+from tests.ledger import billed
 from tests.workflows.lab import Lab, lab_fleet, running_lab
 from workflows.reconcile import ReconcileInput, ReconcileWorkflow
 from workflows.reconcile_client import ReconcilerSettings, ensure_schedule, run_now
@@ -85,6 +86,9 @@ async def test_each_drift_is_found_and_the_safe_ones_healed(temporal_client: Cli
         lease = Lease(allocation_id="nobody", task_id="t", node="n2", slot_ids=["n2/3"], devices=[bundle],
                       expires_at=datetime.now(UTC) + timedelta(minutes=5))  # fmt: skip
         lab.agent("n2").leases.write(lease)
+        # 7. usage_drift: someone's hand lost the usage ledger's interval of an active allocation
+        async with lab.sessions.begin() as session:
+            await session.execute(text("DELETE FROM usage_intervals WHERE subject = 'kept'"))
 
         first = await audit(lab, temporal_client)
         assert found(first) == [
@@ -94,6 +98,7 @@ async def test_each_drift_is_found_and_the_safe_ones_healed(temporal_client: Cli
             ("orphan_vm", "n2", "stray", [0]),
             ("reserved_without_claim", "n2", None, [2]),
             ("stale_claim", "n2", "ghost", [1]),
+            ("usage_drift", None, "kept", []),
         ]  # slot 3 is still under the live lease: not yet wipeable
         orphan = next(f for f in first.findings if f.kind is FindingKind.ORPHAN_VM)
         assert orphan.blocked is not None and orphan.blocked.startswith("grace period")
@@ -102,7 +107,7 @@ async def test_each_drift_is_found_and_the_safe_ones_healed(temporal_client: Cli
         repaired = await audit(lab, temporal_client, repair=True)
         done = {(r.kind.value, r.outcome) for r in repaired.repairs}
         assert done == {("orphan_lease", "done"), ("orphan_vm", "done"), ("reserved_without_claim", "done"),
-                        ("stale_claim", "done")}  # fmt: skip
+                        ("stale_claim", "done"), ("usage_drift", "done")}  # fmt: skip
         assert next(f for f in repaired.findings if f.kind is FindingKind.ORPHAN_VM).first_seen == orphan.first_seen
         assert sorted(p.name for p in lab.vm_records()) == ["kept.json"]  # the stray VM is gone, kept is kept
         assert lab.lease_files() == []
@@ -110,6 +115,8 @@ async def test_each_drift_is_found_and_the_safe_ones_healed(temporal_client: Cli
         assert [states[f"n2/{i}"] for i in range(4)] == ["available", "available", "available", "quarantined"]
         assert "ghost" not in await lab.active_claims() and "kept" in await lab.active_claims()
         assert ("reconciler_teardown", "failed", "n2") == (await lab.events("ghost"))[-1][:3]
+        assert await billed(lab.sessions, "kept") == [(1, 2, None)]  # rebuilt from its claims, still held
+        assert (await billed(lab.sessions, "ghost"))[0][:2] == (1, 1)  # billed until the reconciler released it
         async with lab.sessions() as session:
             trail = (await session.execute(select(AuditRepairRow.kind, AuditRepairRow.outcome))).all()
         assert sorted(trail) == sorted(done)

@@ -53,10 +53,11 @@ _OPEN_CLAIMS = """
 CREATE FUNCTION usage_open_claims() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   INSERT INTO usage_intervals (kind, subject, attempt, tenant, gpu_product, region, pool, priority_class, shape,
-                               node_id, gpus, started_at)
+                               node_id, gpus, started_at, first)
   SELECT 'allocation', n.allocation_id, n.attempt, a.tenant, coalesce(p.gpu_product, a.gpu_product),
          coalesce(c.region, a.region), p.cluster || '/' || p.name, a.request->>'priority_class', a.shape,
-         n.node_id, n.gpus, n.claimed_at
+         n.node_id, n.gpus, n.claimed_at,
+         NOT EXISTS (SELECT 1 FROM usage_intervals AS x WHERE x.kind = 'allocation' AND x.subject = n.allocation_id)
     FROM (SELECT allocation_id, attempt, min(node_id) AS node_id, count(*) AS gpus, min(claimed_at) AS claimed_at
             FROM new_claims WHERE released_at IS NULL GROUP BY allocation_id, attempt) AS n
     JOIN allocations AS a ON a.id = n.allocation_id
@@ -156,10 +157,11 @@ END $$
 # Every claim recorded before this revision, so an installation's history starts with its first allocation.
 _BACKFILL = """
 INSERT INTO usage_intervals (kind, subject, attempt, tenant, gpu_product, region, pool, priority_class, shape,
-                             node_id, gpus, started_at, ended_at, end_reason)
+                             node_id, gpus, started_at, ended_at, first, end_reason)
 SELECT 'allocation', k.allocation_id, k.attempt, a.tenant, coalesce(p.gpu_product, a.gpu_product),
        coalesce(c.region, a.region), p.cluster || '/' || p.name, a.request->>'priority_class', a.shape, k.node_id,
        k.gpus, k.claimed_at, k.released_at,
+       k.attempt = (SELECT min(y.attempt) FROM allocation_resource_claims AS y WHERE y.allocation_id = k.allocation_id),
        CASE WHEN k.released_at IS NOT NULL THEN
          CASE WHEN k.attempt < (SELECT max(x.attempt) FROM allocation_resource_claims AS x
                                  WHERE x.allocation_id = k.allocation_id) THEN 'attempt_failed'
@@ -200,6 +202,8 @@ def upgrade() -> None:
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("end_reason", sa.String(32), nullable=True),
+        # The allocation's first billed interval (its later attempts' are not): reports count allocations by it.
+        sa.Column("first", sa.Boolean(), nullable=False, server_default="true"),
         sa.UniqueConstraint("kind", "subject", "attempt", name=op.f("uq_usage_intervals_kind")),
         sa.CheckConstraint("kind IN ('allocation', 'replica', 'reservation')", name=op.f("ck_usage_intervals_kind")),
         sa.CheckConstraint("ended_at IS NULL OR ended_at >= started_at", name=op.f("ck_usage_intervals_ordered")),
