@@ -98,8 +98,9 @@ async def history(sessions: async_sessionmaker[AsyncSession], count: int, tenant
     async with sessions.begin() as session:
         await session.execute(text(_HISTORY), {"tenants": tenants, "start": start, "count": count, "now": NOW})
         await session.execute(text(_OPEN), {"tenants": tenants, "now": NOW})
-    async with sessions() as session:
+    async with sessions.begin() as session:  # as autovacuum would, before anything reads them
         await session.execute(text("ANALYZE usage_intervals"))
+    async with sessions() as session:
         return int((await session.execute(text("SELECT count(*) FROM usage_intervals"))).scalar_one())
 
 
@@ -123,7 +124,7 @@ async def reports(sessions: async_sessionmaker[AsyncSession], repeat: int) -> di
         steps += 1
     figures["rollup_s"] = round(time.perf_counter() - started, 1)
     figures["rollup_days"] = steps
-    async with sessions() as session:
+    async with sessions.begin() as session:
         await session.execute(text("ANALYZE usage_intervals"))
         await session.execute(text("ANALYZE usage_hourly"))
         counts = await session.execute(text("SELECT (SELECT count(*) FROM usage_intervals), "
@@ -220,15 +221,20 @@ async def admission(
     plain = _without_half_life(remembering)
     queue = _queue(requests, tenants)
     first_read: list[float] = []
+    reads: list[float] = []
 
     async def one(snapshot: Snapshot, now: datetime) -> None:
-        async with sessions.begin() as session:
+        async with sessions.begin() as session:  # the pass's own transaction, as under the region's lock
+            await session.execute(text("SELECT pg_advisory_xact_lock(1)"))  # as the pass takes its region's first
+            begun = time.perf_counter()
             judged = await usage.with_decayed_usage(session, snapshot, now, fold=True)
-        admission_pass(judged, queue, {}, QueueingStrategy.BEST_EFFORT_FIFO)
+            reads.append(time.perf_counter() - begun)
+            admission_pass(judged, queue, {}, QueueingStrategy.BEST_EFFORT_FIFO)
 
     started = time.perf_counter()
     await one(remembering, NOW)  # each tenant's decayed usage from its whole history, carried from here on
     first_read.append(time.perf_counter() - started)
+    reads.clear()
     samples: dict[str, list[float]] = {"with": [], "without": []}
     for round_ in range(repeat):
         now = NOW + timedelta(seconds=30 * (round_ + 1))  # a pass every 30 s: every other one carries sums forward
@@ -236,10 +242,14 @@ async def admission(
             begun = time.perf_counter()
             await one(snapshot, now)
             samples[name].append(time.perf_counter() - begun)
+    remembered_reads = reads[1::2]  # the `with` passes' (the others read nothing: no tree remembers)
     return {
         "requests": requests,
+        "passes": repeat,
         "pass_ms_without_half_life": median_ms(samples["without"]),
         "pass_ms_with_half_life": median_ms(samples["with"]),
+        "decayed_usage_read_ms": median_ms(remembered_reads),
+        "decayed_usage_read_max_ms": round(max(remembered_reads) * 1000, 2),
         "first_read_from_history_ms": median_ms(first_read),
     }
 
@@ -270,7 +280,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             say(result)
             result["claim"] = await claim_cost(engine, sessions, args.claims)
             say(result["claim"])
-            result["pass"] = await admission(sessions, fleet_text, args.requests, args.tenants, args.repeat)
+            result["pass"] = await admission(sessions, fleet_text, args.requests, args.tenants, args.passes)
             say(result["pass"])
             result["report"] = await reports(sessions, args.repeat)
         finally:
@@ -286,6 +296,7 @@ def cli() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--claims", type=int, default=400)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--passes", type=int, default=21, help="Admission passes of each kind (with, without).")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     result = asyncio.run(main(args))

@@ -14,6 +14,9 @@ tenant's share of all decayed usage, S its share of the weights) orders tenants 
 in a pass has used nothing yet, so the pass charges its tenant an entry penalty (Kueue's, worth one sampling
 interval of the request's GPUs) for the rest of the pass: one tenant's low usage does not win it every request.
 
+The store sums the same formula in PostgreSQL (store/usage.py), one row per tenant; `decayed` here is its reference,
+which the tests hold the store's sums to.
+
 Pure: instants are seconds since the epoch, passed in.
 """
 
@@ -71,16 +74,4 @@ def half_lives(tenants: Mapping[str, TenantView], cohorts: Mapping[str, CohortVi
     return found
 
 
-def slurm_factor(usage: Mapping[str, float], weights: Mapping[str, float]) -> dict[str, float]:
-    """Slurm's classic fair-share factor 2^(-U/S) per tenant: U its part of all the decayed usage, S its part of the
-    weights. Higher goes first; it orders tenants exactly as usage over weight, lowest first, does."""
-    total_usage = sum(usage.values()) or 1.0
-    total_weight = sum(weights.values()) or 1.0
-    factors = {}
-    for tenant, weight in weights.items():
-        shares = weight / total_weight
-        factors[tenant] = 2.0 ** (-(usage.get(tenant, 0.0) / total_usage) / shares) if shares > 0 else 0.0
-    return factors
-
-
-__all__ = ["ENTRY_PENALTY_SECONDS", "Held", "contribution", "decayed", "half_lives", "slurm_factor", "weight_at"]
+__all__ = ["ENTRY_PENALTY_SECONDS", "Held", "contribution", "decayed", "half_lives", "weight_at"]

@@ -644,8 +644,8 @@ class UsageIntervalRow(Base):
             text("tstzrange(started_at, coalesce(ended_at, 'infinity'::timestamptz))"),
             postgresql_using="gist",
         ),
-        Index("ix_usage_intervals_tenant_ended_at", "tenant", "ended_at"),
-        Index("ix_usage_intervals_open", "tenant", postgresql_where=text("ended_at IS NULL")),
+        Index("ix_usage_intervals_tenant_ended_at", "kind", "tenant", "ended_at"),
+        Index("ix_usage_intervals_open", "kind", "tenant", postgresql_where=text("ended_at IS NULL")),
         Index("ix_usage_intervals_subject", "subject"),
     )
 

@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 import contracts.usage
 from scheduler.snapshot import Snapshot
-from scheduler.usage_decay import Held, decayed, half_lives
+from scheduler.usage_decay import half_lives
 
 # The report's groupings (contracts/usage.py), each with its ledger column.
 GROUPINGS: dict[str, str] = dict(
@@ -254,46 +254,34 @@ async def gpu_seconds_totals(session: AsyncSession) -> list[tuple[str, str, str,
 # -- decayed usage ------------------------------------------------------------------------------------------------
 
 
+# How much a GPU-second `age` seconds old counts now, 2^(-age / h); clamped where it is below 2^-1000 (nothing).
+_WEIGHT = "exp(greatest(-700.0, -ln(2.0) * extract(epoch FROM {age}) / l.h))"
+
+
 async def decayed_usage(
     session: AsyncSession, half_lives: Mapping[str, float], now: datetime, *, fold: bool
 ) -> dict[str, float]:
     """Each tenant's GPU-seconds decayed to `now` with its half-life (scheduler/usage_decay.py): its carried sum
-    plus its intervals since. `fold`: carry the sums forward to `now` where they are older than `FOLD_EVERY` (the
-    admission pass does, under its region's lock); a tenant with no carried sum for its half-life (new, or its
-    half-life changed) is summed from its whole history once."""
+    plus its intervals since, read in one statement. `fold`: carry the sums forward to `now` where they are older
+    than `FOLD_EVERY` (the admission pass does, under its region's lock); a tenant with no carried sum for its
+    half-life (new, or its half-life changed) is summed from its whole history once."""
     if not half_lives:
         return {}
     tenants = sorted(half_lives)
-    carried = {
-        tenant: (as_of, value)
-        for tenant, half_life, as_of, value in await session.execute(
-            text("SELECT tenant, half_life_seconds, as_of, value FROM usage_decay WHERE tenant = ANY(:tenants)"),
-            {"tenants": tenants},
-        )
-        if half_life == half_lives.get(tenant)
-    }
-    recent = [t for t in tenants if t in carried]
+    params = {"tenants": tenants, "lives": [half_lives[t] for t in tenants], "now": now}
+    carried: dict[str, tuple[float, float]] = {}  # tenant -> (as_of, its decayed usage now)
+    for tenant, as_of, value in await session.execute(text(_CARRIED_AND_SINCE), params):
+        carried[tenant] = (as_of, value)
     fresh = [t for t in tenants if t not in carried]
-    since = min((carried[t][0] for t in recent), default=now)
-    held = await _held_since(session, recent, since) if recent else {}
-    result: dict[str, float] = {}
     stamp = now.timestamp()
-    for tenant in recent:
-        as_of, value = carried[tenant]
-        result[tenant] = decayed(value, as_of.timestamp(), held.get(tenant, []), stamp, half_lives[tenant])
+    result = {tenant: value for tenant, (_, value) in carried.items()}
     if fresh:
         result.update(await _from_history(session, {t: half_lives[t] for t in fresh}, now))
     if fold:
-        stale = [t for t in tenants if t in fresh or now - carried[t][0] >= FOLD_EVERY]
+        stale = [t for t in tenants if t in fresh or stamp - carried[t][0] >= FOLD_EVERY.total_seconds()]
         if stale:
             await session.execute(
-                text(
-                    "INSERT INTO usage_decay (tenant, half_life_seconds, as_of, value) "
-                    "SELECT * FROM unnest(CAST(:tenants AS text[]), CAST(:lives AS float8[]), "
-                    "CAST(:stamps AS timestamptz[]), CAST(:values AS float8[])) "
-                    "ON CONFLICT (tenant, half_life_seconds) DO UPDATE SET as_of = EXCLUDED.as_of, "
-                    "value = EXCLUDED.value WHERE usage_decay.as_of < EXCLUDED.as_of"
-                ),
+                text(_FOLD),
                 {
                     "tenants": stale,
                     "lives": [half_lives[t] for t in stale],
@@ -301,11 +289,48 @@ async def decayed_usage(
                     "values": [result[t] for t in stale],
                 },  # fmt: skip
             )
+        if fresh:  # a half-life that changed leaves its old sums behind
             await session.execute(
                 text("DELETE FROM usage_decay WHERE tenant = ANY(:tenants) AND half_life_seconds <> ALL(:lives)"),
-                {"tenants": stale, "lives": sorted(set(half_lives.values()))},
+                {"tenants": fresh, "lives": sorted(set(half_lives.values()))},
             )
     return result
+
+
+# Each tenant's carried sum for its half-life, decayed to now, plus its allocation intervals' parts since (those still
+# open, and those ended since the oldest sum: two index scans whatever the ledger's age), in one statement and one
+# row per tenant: scheduler/usage_decay.py's formula, in PostgreSQL.
+_CARRIED_AND_SINCE = f"""
+WITH l AS (
+    SELECT * FROM unnest(CAST(:tenants AS text[]), CAST(:lives AS float8[])) AS l(tenant, h)
+), carried AS (
+    SELECT d.tenant, d.as_of, d.value, l.h FROM usage_decay AS d
+      JOIN l ON l.tenant = d.tenant AND l.h = d.half_life_seconds
+), held AS (
+    SELECT tenant, gpus, started_at, ended_at FROM usage_intervals
+     WHERE kind = 'allocation' AND tenant = ANY(:tenants) AND ended_at IS NULL
+    UNION ALL
+    SELECT tenant, gpus, started_at, ended_at FROM usage_intervals
+     WHERE kind = 'allocation' AND tenant = ANY(:tenants) AND ended_at > (SELECT min(as_of) FROM carried)
+), parts AS (
+    SELECT c.tenant, x.gpus, greatest(x.started_at, c.as_of) AS s, least(coalesce(x.ended_at, :now), :now) AS e, c.h
+      FROM carried AS c JOIN held AS x ON x.tenant = c.tenant
+)
+SELECT c.tenant, extract(epoch FROM c.as_of)::float8,
+       c.value * {_WEIGHT.format(age="CAST(:now AS timestamptz) - c.as_of").replace("l.h", "c.h")}
+       + coalesce((SELECT sum(p.gpus * p.h / ln(2.0) * ({_WEIGHT.format(age="CAST(:now AS timestamptz) - p.e").replace("l.h", "p.h")}
+                                                   - {_WEIGHT.format(age="CAST(:now AS timestamptz) - p.s").replace("l.h", "p.h")}))
+                     FROM parts AS p WHERE p.tenant = c.tenant AND p.e > p.s), 0)
+  FROM carried AS c
+"""
+
+_FOLD = """
+INSERT INTO usage_decay (tenant, half_life_seconds, as_of, value)
+SELECT * FROM unnest(CAST(:tenants AS text[]), CAST(:lives AS float8[]), CAST(:stamps AS timestamptz[]),
+                     CAST(:values AS float8[]))
+ON CONFLICT (tenant, half_life_seconds)
+DO UPDATE SET as_of = EXCLUDED.as_of, value = EXCLUDED.value WHERE usage_decay.as_of < EXCLUDED.as_of
+"""
 
 
 async def with_decayed_usage(session: AsyncSession, snapshot: Snapshot, now: datetime, *, fold: bool) -> Snapshot:
@@ -321,24 +346,6 @@ async def with_decayed_usage(session: AsyncSession, snapshot: Snapshot, now: dat
     )
 
 
-async def _held_since(session: AsyncSession, tenants: list[str], since: datetime) -> dict[str, list[Held]]:
-    """The tenants' allocation intervals still open or ended after `since`: two index scans (the open intervals;
-    those ended lately), whatever the ledger's age."""
-    sql = """
-        SELECT tenant, gpus, started_at, ended_at FROM usage_intervals
-         WHERE kind = 'allocation' AND tenant = ANY(:tenants) AND ended_at IS NULL
-        UNION ALL
-        SELECT tenant, gpus, started_at, ended_at FROM usage_intervals
-         WHERE kind = 'allocation' AND tenant = ANY(:tenants) AND ended_at > :since
-    """
-    found: dict[str, list[Held]] = {}
-    for tenant, gpus, started, ended in await session.execute(text(sql), {"tenants": tenants, "since": since}):
-        found.setdefault(tenant, []).append(
-            Held(gpus, started.timestamp(), ended.timestamp() if ended is not None else None)
-        )
-    return found
-
-
 async def _from_history(session: AsyncSession, half_lives: Mapping[str, float], now: datetime) -> dict[str, float]:
     """Decayed usage from a tenant's whole history, summed in PostgreSQL (scheduler/usage_decay.py's formula): the raw
     intervals after the rollup's instant, and each rolled-up hour's GPU-seconds spread evenly over its hour."""
@@ -352,8 +359,6 @@ async def _from_history(session: AsyncSession, half_lives: Mapping[str, float], 
     return result
 
 
-# How much a GPU-second `age` seconds old counts now, 2^(-age / h); clamped where it is below 2^-1000 (nothing).
-_WEIGHT = "exp(greatest(-700.0, -ln(2.0) * extract(epoch FROM {age}) / l.h))"
 _DECAYED_RAW = f"""
 SELECT u.tenant, sum(u.gpus * l.h / ln(2.0) * (
            {_WEIGHT.format(age="CAST(:now AS timestamptz) - least(coalesce(u.ended_at, :now), :now)")}

@@ -361,4 +361,5 @@ async def test_a_tree_that_remembers_orders_by_decayed_usage_and_shows_it(
     assert used["acme"] == pytest.approx(by_hand(4, 130, 10), rel=1e-3)
     assert used["globex"] == pytest.approx(by_hand(2, 90, 30), rel=1e-3)
     own = (await _queues(http, who["globex"], region="lab"))["regions"][0]["entries"]
-    assert [(e["position"], e["decayed_gpu_hours"]) for e in own] == [(2, used["globex"]), (3, used["globex"])]
+    assert [e["position"] for e in own] == [2, 3]  # read a moment later: what it used has decayed a little more
+    assert [e["decayed_gpu_hours"] for e in own] == pytest.approx([used["globex"]] * 2, rel=1e-3)

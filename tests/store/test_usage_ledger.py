@@ -5,6 +5,7 @@ the reconciler's comparison finds and repairs a ledger that disagrees with the c
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import signal
 import sys
@@ -281,3 +282,29 @@ async def test_replicas_charge_their_pools_nodes_and_reservations_are_recorded_a
     report = await _report(sessions, T0, T0 + 10 * H, by=("tenant",))
     acme = next(r for r in report if r.group["tenant"] == "acme")
     assert (acme.gpu_seconds, acme.reserved_gpu_seconds) == (0, 4 * 10 * 3600)  # cancelled after its window: whole
+
+
+async def test_decayed_usage_carried_forward_is_what_the_whole_history_sums_to(sessions, examples_dir) -> None:
+    """The admission pass's sums, carried forward a minute at a time, against PostgreSQL's sum over the whole
+    history at the same instant (a half-life no sum was carried for)."""
+    await _fleet(sessions, examples_dir)
+    now = T0 + 10 * 24 * H
+    await hold(sessions, "u-1", "acme", [0, 1], now - 3 * 24 * H, now - 2 * 24 * H)
+    await hold(sessions, "u-2", "acme", [2], now - 5 * H, None)
+    await hold(sessions, "u-3", "globex", [3], now - 30 * H, now - 29 * H)
+    day = 86400.0
+    async with sessions.begin() as session:
+        first = await usage.decayed_usage(session, {"acme": day, "globex": day}, now, fold=True)
+    await hold(sessions, "u-4", "globex", [4], now + timedelta(seconds=30), now + timedelta(seconds=90))
+    later = now + timedelta(minutes=3)
+    async with sessions.begin() as session:
+        carried = await usage.decayed_usage(session, {"acme": day, "globex": day}, later, fold=True)
+        rows = (await session.execute(text("SELECT tenant, as_of FROM usage_decay ORDER BY tenant"))).all()
+    assert rows == [("acme", later), ("globex", later)]
+    async with sessions() as session:  # another half-life: summed from the whole history, nothing carried
+        whole = await usage.decayed_usage(session, {"acme": day + 1e-9, "globex": day + 1e-9}, later, fold=False)
+    assert carried == pytest.approx(whole, rel=1e-6)
+    assert carried["globex"] > first["globex"] * 0.5  # u-4's minute counts
+    # 2 GPUs for a day, two days ago, and one GPU for the last 5 hours, by the formula (GPU-seconds):
+    expected = 2 * day / math.log(2) * (2**-2 - 2**-3) + day / math.log(2) * (1 - 2 ** (-5 / 24))
+    assert first["acme"] == pytest.approx(expected, rel=1e-9)

@@ -213,9 +213,10 @@ def upgrade() -> None:
         "CREATE INDEX ix_usage_intervals_span ON usage_intervals "
         "USING gist (tstzrange(started_at, coalesce(ended_at, 'infinity'::timestamptz)))"
     )
-    op.create_index("ix_usage_intervals_tenant_ended_at", "usage_intervals", ["tenant", "ended_at"])
+    # Decayed usage reads a tenant's intervals ended lately and those still open (store/usage.py).
+    op.create_index("ix_usage_intervals_tenant_ended_at", "usage_intervals", ["kind", "tenant", "ended_at"])
     op.create_index(
-        "ix_usage_intervals_open", "usage_intervals", ["tenant"], postgresql_where=sa.text("ended_at IS NULL")
+        "ix_usage_intervals_open", "usage_intervals", ["kind", "tenant"], postgresql_where=sa.text("ended_at IS NULL")
     )
     op.create_index("ix_usage_intervals_subject", "usage_intervals", ["subject"])
     # The reconciler compares the last day's claims with the ledger each minute: claims by when they changed.
