@@ -255,7 +255,7 @@ async def gpu_seconds_totals(session: AsyncSession) -> list[tuple[str, str, str,
 
 
 # How much a GPU-second `age` seconds old counts now, 2^(-age / h); clamped where it is below 2^-1000 (nothing).
-_WEIGHT = "exp(greatest(-700.0, -ln(2.0) * extract(epoch FROM {age}) / l.h))"
+_WEIGHT = "exp(greatest(-700.0, -ln(2.0) * extract(epoch FROM {age}) / {h}))"
 
 
 async def decayed_usage(
@@ -313,15 +313,16 @@ WITH l AS (
     SELECT tenant, gpus, started_at, ended_at FROM usage_intervals
      WHERE kind = 'allocation' AND tenant = ANY(:tenants) AND ended_at > (SELECT min(as_of) FROM carried)
 ), parts AS (
-    SELECT c.tenant, x.gpus, greatest(x.started_at, c.as_of) AS s, least(coalesce(x.ended_at, :now), :now) AS e, c.h
-      FROM carried AS c JOIN held AS x ON x.tenant = c.tenant
+    SELECT c.tenant, c.as_of, c.value, c.h, x.gpus, greatest(x.started_at, c.as_of) AS s,
+           least(coalesce(x.ended_at, :now), :now) AS e
+      FROM carried AS c LEFT JOIN held AS x ON x.tenant = c.tenant
 )
-SELECT c.tenant, extract(epoch FROM c.as_of)::float8,
-       c.value * {_WEIGHT.format(age="CAST(:now AS timestamptz) - c.as_of").replace("l.h", "c.h")}
-       + coalesce((SELECT sum(p.gpus * p.h / ln(2.0) * ({_WEIGHT.format(age="CAST(:now AS timestamptz) - p.e").replace("l.h", "p.h")}
-                                                   - {_WEIGHT.format(age="CAST(:now AS timestamptz) - p.s").replace("l.h", "p.h")}))
-                     FROM parts AS p WHERE p.tenant = c.tenant AND p.e > p.s), 0)
-  FROM carried AS c
+SELECT tenant, extract(epoch FROM as_of)::float8,
+       value * {_WEIGHT.format(age="CAST(:now AS timestamptz) - as_of", h="h")}
+       + coalesce(sum(gpus * h / ln(2.0) * ({_WEIGHT.format(age="CAST(:now AS timestamptz) - e", h="h")}
+                                           - {_WEIGHT.format(age="CAST(:now AS timestamptz) - s", h="h")}))
+                  FILTER (WHERE e > s), 0)
+  FROM parts GROUP BY tenant, as_of, value, h
 """
 
 _FOLD = """
@@ -361,8 +362,8 @@ async def _from_history(session: AsyncSession, half_lives: Mapping[str, float], 
 
 _DECAYED_RAW = f"""
 SELECT u.tenant, sum(u.gpus * l.h / ln(2.0) * (
-           {_WEIGHT.format(age="CAST(:now AS timestamptz) - least(coalesce(u.ended_at, :now), :now)")}
-         - {_WEIGHT.format(age="CAST(:now AS timestamptz) - greatest(u.started_at, :rolled)")}))
+           {_WEIGHT.format(age="CAST(:now AS timestamptz) - least(coalesce(u.ended_at, :now), :now)", h="l.h")}
+         - {_WEIGHT.format(age="CAST(:now AS timestamptz) - greatest(u.started_at, :rolled)", h="l.h")}))
   FROM usage_intervals AS u
   JOIN unnest(CAST(:tenants AS text[]), CAST(:lives AS float8[])) AS l(tenant, h) ON l.tenant = u.tenant
  WHERE u.kind = 'allocation' AND (u.ended_at IS NULL OR u.ended_at > :rolled) AND u.started_at < :now
@@ -370,8 +371,8 @@ SELECT u.tenant, sum(u.gpus * l.h / ln(2.0) * (
 """
 _DECAYED_HOURS = f"""
 SELECT u.tenant, sum(u.gpu_seconds / 3600.0 * l.h / ln(2.0) * (
-           {_WEIGHT.format(age="CAST(:now AS timestamptz) - (u.hour + interval '1 hour')")}
-         - {_WEIGHT.format(age="CAST(:now AS timestamptz) - u.hour")}))
+           {_WEIGHT.format(age="CAST(:now AS timestamptz) - (u.hour + interval '1 hour')", h="l.h")}
+         - {_WEIGHT.format(age="CAST(:now AS timestamptz) - u.hour", h="l.h")}))
   FROM usage_hourly AS u
   JOIN unnest(CAST(:tenants AS text[]), CAST(:lives AS float8[])) AS l(tenant, h) ON l.tenant = u.tenant
  WHERE u.kind = 'allocation' AND u.hour < :now
