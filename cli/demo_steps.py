@@ -5,7 +5,7 @@ behaved as narrated. Every allocation's Temporal UI link is printed so its story
 
     capacity before -> slice to active and released -> agent down, not ranked -> cancelled while
     provisioning -> bare-metal host -> unplaceable request, explained -> capacity after -> a ModelDeployment,
-    spread, scaled past capacity, deleted -> release everything
+    spread, scaled past capacity, deleted -> release everything -> what each tenant used (the usage ledger)
 """
 
 from __future__ import annotations
@@ -14,14 +14,17 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 from rich.console import Console
 from rich.text import Text
 
+from api.models import UsageReport
 from cli.output import styled
 from cli.placement import render_capacity  # the same table `berth capacity` prints
+from cli.usage import render as render_usage  # the same table `berth usage` prints
 from config.context import StackContext
 from scheduler.capacity import PoolCapacity
 
@@ -69,6 +72,7 @@ class Demo:
     timeout: float = 60.0
     held: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    started: datetime = field(default_factory=lambda: datetime.now(UTC))  # the usage step reports from here
 
     def __post_init__(self) -> None:
         assert self.context.api_url and self.context.admin_token
@@ -285,6 +289,20 @@ class Demo:
             self.expect(released["state"] == "released", f"{allocation} ended {released['state']}")
         self.say(f"released {len(self.held)} allocation(s)")
 
+    def usage(self) -> None:
+        self.say(
+            "Every claim was billed from the moment it was recorded to the moment it was released, in the same "
+            "transaction as the claim itself: what `berth usage` reports (sreport's shape), per tenant and product."
+        )
+        since = self.started.isoformat()
+        report = UsageReport.model_validate(
+            self.call("GET", "/v1/usage", 200, params={"from": since, "by": "tenant,product"}, headers=self.admin)
+        )
+        render_usage(report, self.console)
+        acme = [row for row in report.rows if row.tenant == "acme"]
+        self.expect(bool(acme) and sum(row.gpu_hours for row in acme) > 0, "acme's GPU-hours are not in the ledger")
+        self.expect(sum(row.allocations for row in acme) >= 3, "acme's allocations are not all in the ledger")
+
     def run(self) -> bool:
         steps: list[tuple[str, Callable[[], Any]]] = [
             ("Capacity before", lambda: self.capacity("Capacity before")),
@@ -297,6 +315,7 @@ class Demo:
             ("6. Waiting for capacity instead of failing", self.waiting_for_capacity),
             ("7. A ModelDeployment: spread over clusters, scaled past capacity, deleted", self.deployment),
             ("Cleaning up", self.release_held),
+            ("8. What each tenant used: the usage ledger", self.usage),
         ]
         for title, step in steps:
             self.console.rule(title)

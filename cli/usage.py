@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from api.models import UsageReport
@@ -58,10 +59,10 @@ def _row_values(report: UsageReport) -> list[dict[str, object]]:
     return rows
 
 
-def render(report: UsageReport) -> None:
+def render(report: UsageReport, to: Console = console) -> None:
     window = f"{report.start:%Y-%m-%d %H:%M}Z to {report.end:%Y-%m-%d %H:%M}Z"
     if not report.rows:
-        console.print(styled("no usage from {}", window))
+        to.print(styled("no usage from {}", window))
         return
     table = Table(title=styled("[bold]usage[/] {} by {}", window, ", ".join(report.by)), title_justify="left")
     for name in _group_cells(report):
@@ -78,11 +79,11 @@ def render(report: UsageReport) -> None:
             f"{values['reserved_gpu_hours']:,.2f}",
             f"{values['node_hours']:,.2f}",
         )
-    console.print(table)
+    to.print(table)
     note = f"share of fleet: of the {report.fleet_gpus} GPUs the fleet has now"
     if report.rolled_up_before is not None and report.start < report.rolled_up_before:
         note += f"; before {report.rolled_up_before:%Y-%m-%d %H:%M}Z usage is kept per hour (whole hours, peak an upper bound)"
-    console.print(note, style="dim")
+    to.print(note, style="dim")
 
 
 def write_csv(report: UsageReport) -> None:

@@ -30,7 +30,7 @@ async def test_a_tenant_reads_its_own_usage_and_an_operator_everyones(stack: Sta
     await stack.wait_for(held, "active")
     assert (await stack.http.delete(f"/v1/allocations/{held}", headers=stack.acme)).status_code == 202
     await stack.wait_for(held, "released")
-    theirs = await stack.create(1, who=stack.globex)
+    theirs = await stack.create(2, who=stack.globex)  # on `big` (`slow`, the 1-GPU host, never boots)
     await stack.wait_for(theirs, "active")
 
     mine = await stack.http.get("/v1/usage", params={"from": started.isoformat()}, headers=stack.acme)

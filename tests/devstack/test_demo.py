@@ -28,6 +28,7 @@ def test_berth_demo_walks_every_case_and_exits_0(tmp_path: Path) -> None:
         "Capacity after",
         "6. Waiting for capacity instead of failing",
         "7. A ModelDeployment: spread over clusters, scaled past capacity, deleted",
+        "8. What each tenant used: the usage ledger",
     ):
         assert heading in output
     assert "explain: j22u11 agent_down" in output and "attempt on j22u11" not in output
@@ -35,6 +36,7 @@ def test_berth_demo_walks_every_case_and_exits_0(tmp_path: Path) -> None:
     assert output.count("  Temporal UI: http://127.0.0.1:") == 7  # one per allocation created, one for the deployment
     assert "  queued in us-east, position 1: " in output and "the queued request woke and is active on" in output
     assert "PartiallyScheduled: 3 of 9 replicas scheduled" in output
+    assert "usage " in output and "GPU-hours" in output and "namespace:default" in output  # replicas' node-hours
     assert "not as narrated" not in output
     assert "Every step behaved as narrated" in output
     leftovers = [p for p in psutil.process_iter(["pid", "cmdline"]) if p.pid not in before and p.info["cmdline"]
