@@ -44,7 +44,9 @@ GROUPINGS: dict[str, str] = dict(
     zip(contracts.usage.GROUPINGS, ("tenant", "gpu_product", "region", "pool", "priority_class", "shape"), strict=True)
 )
 DEFAULT_RETENTION = timedelta(days=90)
-FOLD_EVERY = timedelta(seconds=60)  # decayed usage is carried forward at most this often
+# Decayed usage is carried forward at most this often (Kueue samples usage every 5 minutes by default). Exact either
+# way: a read adds every interval since the carried sum; this bounds how many there are.
+FOLD_EVERY = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)

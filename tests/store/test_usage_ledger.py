@@ -296,7 +296,7 @@ async def test_decayed_usage_carried_forward_is_what_the_whole_history_sums_to(s
     async with sessions.begin() as session:
         first = await usage.decayed_usage(session, {"acme": day, "globex": day}, now, fold=True)
     await hold(sessions, "u-4", "globex", [4], now + timedelta(seconds=30), now + timedelta(seconds=90))
-    later = now + timedelta(minutes=3)
+    later = now + timedelta(minutes=6)
     async with sessions.begin() as session:
         carried = await usage.decayed_usage(session, {"acme": day, "globex": day}, later, fold=True)
         rows = (await session.execute(text("SELECT tenant, as_of FROM usage_decay ORDER BY tenant"))).all()

@@ -115,6 +115,8 @@ async def test_a_non_preemptible_class_is_admitted_within_nominal_quota_only_and
         for allocation, who in ((urgent, stack.acme), (pinned, stack.acme), (filler, stack.globex)):
             response = await stack.http.post(f"/v1/allocations/{allocation}/cancel", headers=who)
             assert response.status_code == 202, response.text
+        for allocation in (urgent, pinned, filler):  # given back before the stack stops, not cut off by its stop
+            await stack.wait_for(allocation, "cancelled")
 
 
 async def test_explain_names_the_kueue_rule_and_never_another_tenants_allocation_or_name(
