@@ -154,7 +154,9 @@ def holds_gpus() -> ColumnElement[bool]:
 
 def _usage_query(exclude_allocation: str | None) -> Select[Any]:
     """GPUs per tenant, state, and the product and region of the nodes they are placed on (none yet: NULL); a
-    queued request a pass set a node aside for counts as in flight."""
+    queued request a pass set a node aside for counts as in flight, once: by its entry (with the node's product and
+    region), not also by its row, which says `placing` from the moment it was woken until its placement takes the
+    entry out of the queue."""
     holding = (
         select(
             AllocationRow.tenant.label("tenant"),
@@ -164,6 +166,7 @@ def _usage_query(exclude_allocation: str | None) -> Select[Any]:
         )
         .where(holds_gpus())
         .where(AllocationRow.id != (exclude_allocation or ""))
+        .where(~exists().where(QueueEntryRow.allocation_id == AllocationRow.id, QueueEntryRow.node.is_not(None)))
     )
     admitted = select(QueueEntryRow.tenant, literal("placing"), QueueEntryRow.node, QueueEntryRow.gpu_count).where(
         QueueEntryRow.node.is_not(None), QueueEntryRow.allocation_id != (exclude_allocation or "")
@@ -466,6 +469,7 @@ _LIVE_STATE = text(
     f"   WHERE (a.state IN ({_sql_list((*IN_FLIGHT_STATES, *HELD_STATES))}) OR (a.state = 'releasing' AND EXISTS "
     "    (SELECT 1 FROM allocation_resource_claims AS h WHERE h.allocation_id = a.id AND h.released_at IS NULL))) "
     "    AND a.id <> :exclude "
+    "    AND NOT EXISTS (SELECT 1 FROM queue_entries AS w WHERE w.allocation_id = a.id AND w.node IS NOT NULL) "
     "   UNION ALL SELECT q.tenant, 'placing', q.node, q.gpu_count FROM queue_entries AS q "
     "   WHERE q.node IS NOT NULL AND q.allocation_id <> :exclude) AS u "
     "  LEFT JOIN nodes AS n ON n.name = u.node LEFT JOIN pools AS p ON p.id = n.pool_id "

@@ -9,9 +9,10 @@ from sqlalchemy import select, update
 
 from fleet.loader import parse_fleet
 from scheduler.breaker import BreakerPolicy
+from store import queue
 from store.apply import apply_fleet
-from store.models import AllocationEventRow, AllocationRow, ClaimRow, SlotRow, TenantRow
-from store.snapshot import TenantUsage, load_live_state
+from store.models import AllocationEventRow, AllocationRow, ClaimRow, QueueEntryRow, SlotRow, TenantRow
+from store.snapshot import TenantUsage, load_live_state, tenant_usage
 from tests.workflows.lab import lab_fleet
 
 
@@ -69,3 +70,25 @@ async def test_one_read_returns_every_part_of_the_live_state(sessions) -> None:
     assert {node: c.failures for node, c in live.cooling.items()} == {"h1": 2}
     assert without_plans.plans == {} and without_plans.cooling == {}
     assert {t: (u.active, u.in_flight) for t, u in without_plans.usage.items()} == {"acme": (2, 4), "other": (0, 3)}
+
+
+async def test_a_woken_request_counts_once_while_it_places_itself(sessions) -> None:
+    """A pass set node h1 aside for `woken` and woke it: its row says `placing` until its placement takes the entry
+    out of the queue. Its 2 GPUs count once, on h1's product and region, in every decision's usage and in the claim's
+    quota check; counted twice, a pass in that window would refuse its tenant's next request for quota."""
+    async with sessions.begin() as session:
+        await apply_fleet(session, parse_fleet([("f.yaml", lab_fleet({"h1": {"gpus": 4}}))]))
+        session.add(_allocation("woken", "placing", 2))
+        await session.flush()
+        await queue.enter(
+            session, allocation_id="woken", tenant="acme", region="lab", priority=0, priority_class=None,
+            request={"gpu_count": 2}, gpu_count=2, deadline_at=datetime.now(UTC) + timedelta(hours=1),
+            reason="waiting", code="insufficient_capacity",
+        )  # fmt: skip
+        await session.execute(update(QueueEntryRow).where(QueueEntryRow.allocation_id == "woken").values(node="h1"))
+    async with sessions() as session:
+        live = await load_live_state(session, breaker=BreakerPolicy(threshold=0), now=datetime.now(UTC))
+        checked = await tenant_usage(session)
+    expected = TenantUsage(active=0, in_flight=2, held=(("H200", "lab", 2),))
+    assert live.usage == {"acme": expected}
+    assert checked == {"acme": expected}
