@@ -57,6 +57,7 @@ async def test_a_report_decides_what_is_ranked_and_a_fixed_slot_comes_back(
         active = await lab.wait_for_state(four, "active", timeout=30)
         assert 5 not in [bundle.slot_index for bundle in active.bundles]
         await allocation_client.release(temporal_client, "numa1-1")
+        await lab.wait_for_state(four, "released", timeout=30)  # its slots free before the whole host is asked for
 
         # The operator reseats the GPU: the next report brings slot 5 back.
         shutil.rmtree(root)
