@@ -18,7 +18,8 @@ The database writes the ledger (triggers of migration 0021) in the transaction t
 row or the reservation: nothing can take or give back capacity without it, and nothing writes it twice. This module
 only reads it, rolls it up, folds decayed usage forward, and repairs it from the claims where they disagree.
 
-Reports clip each interval to the window (and to now, for one still open). Past the retention (90 days by default)
+Reports clip each interval to the window (and to now, for one still open), and count an allocation once, where its
+first billed interval began (`first`; a later attempt's interval is not a new allocation). Past the retention (90 days by default)
 intervals are rolled up per hour and key (`usage_hourly`); a window reaching before `rolled_until` counts whole
 hours there, and its peak is the largest sum of the hours' per-key peaks (an upper bound where the report groups
 more coarsely than the rollup's key).
