@@ -19,6 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from fleet.loader import load_fleet
 from store import usage
 from store.apply import apply_fleet
+from store.db import create_engine
+from store.migrate import upgrade
 from store.models import AllocationEventRow, AllocationRow, ClaimRow, SlotRow, UsageIntervalRow
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)  # a Monday, 08:00 UTC
@@ -308,3 +310,36 @@ async def test_decayed_usage_carried_forward_is_what_the_whole_history_sums_to(s
     # 2 GPUs for a day, two days ago, and one GPU for the last 5 hours, by the formula (GPU-seconds):
     expected = 2 * day / math.log(2) * (2**-2 - 2**-3) + day / math.log(2) * (1 - 2 ** (-5 / 24))
     assert first["acme"] == pytest.approx(expected, rel=1e-9)
+
+
+async def test_claims_recorded_before_the_ledger_existed_are_billed_by_its_migration(empty_database_url: str) -> None:
+    """An installation upgraded to the ledger keeps its history: every attempt's claims become an interval, the
+    attempts before the last `attempt_failed`, the last one its allocation's final state, and the totals follow."""
+    engine = create_engine(empty_database_url)
+    try:
+        await upgrade(engine, "0020")
+        async with engine.begin() as connection:
+            await connection.execute(text("INSERT INTO tenants (name, gpu_quota) VALUES ('acme', 8)"))
+            await connection.execute(text(
+                "INSERT INTO allocations (id, tenant, state, shape, gpu_count, request, workflow_id) VALUES "
+                "('old', 'acme', 'released', 'gpu_slice', 2, '{\"priority_class\": \"batch\"}', 'allocation/old')"
+            ))  # fmt: skip
+            await connection.execute(text(
+                "INSERT INTO allocation_resource_claims (allocation_id, attempt, slot_id, node_id, bundle, claimed_at, "
+                "released_at) SELECT 'old', a, NULL, 'n' || a, '{}', CAST(:t AS timestamptz) + (a - 1) * interval '1 hour', "
+                "CAST(:t AS timestamptz) + a * interval '1 hour' FROM generate_series(1, 2) AS a, generate_series(1, 2) AS gpu"
+            ), {"t": T0})  # fmt: skip
+        await upgrade(engine)
+        async with engine.connect() as connection:
+            rows = (await connection.execute(text(
+                "SELECT attempt, gpus, priority_class, started_at, ended_at, end_reason, first FROM usage_intervals "
+                "ORDER BY attempt"
+            ))).all()  # fmt: skip
+            totals = (await connection.execute(text("SELECT tenant, gpu_seconds FROM usage_totals"))).all()
+    finally:
+        await engine.dispose()
+    assert rows == [
+        (1, 2, "batch", T0, T0 + H, "attempt_failed", True),
+        (2, 2, "batch", T0 + H, T0 + 2 * H, "released", False),
+    ]
+    assert totals == [("acme", 4 * 3600.0)]
