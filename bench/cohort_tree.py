@@ -79,7 +79,7 @@ def _measure(shape: str, requests: int, tenants: int, nodes: int, repeat: int, r
     from fleet.vocabulary import QueueingStrategy
     from scheduler.from_fleet import snapshot_from_fleet
     from scheduler.preemption import Preemptor, Running, plan_preemption
-    from scheduler.queueing import QueuedRequest, admission_pass
+    from scheduler.queueing import admission_pass
     from scheduler.request import PlacementRequest
 
     fleet = parse_fleet([("fleet.yaml", fleet_yaml(shape, tenants, nodes, reclaim))])
@@ -96,14 +96,7 @@ def _measure(shape: str, requests: int, tenants: int, nodes: int, repeat: int, r
     state = SlotStateDocument.model_validate({"apiVersion": "berth.dev/v1alpha1", "kind": "SlotState",
                                               "metadata": {"name": "held"}, "spec": {"allocations": allocations}})  # fmt: skip
     snapshot = snapshot_from_fleet(fleet, [state])
-    rng = random.Random(1)
-    arrivals = list(range(requests))
-    rng.shuffle(arrivals)
-    queue = []
-    for i, arrival in enumerate(arrivals):
-        tenant = f"t{i % tenants:02d}"
-        request = PlacementRequest(gpu_count=(1, 2, 4, 8)[i % 4], gpu_product="H100", tenant=tenant, region="r1")
-        queue.append(QueuedRequest(f"q-{i}", tenant, "r1", 0, arrival, request))
+    queue = queued_requests(requests, tenants)
     passes = []
     for _ in range(repeat):
         started = time.perf_counter()
@@ -116,6 +109,22 @@ def _measure(shape: str, requests: int, tenants: int, nodes: int, repeat: int, r
         plan_preemption(snapshot, "r1", lender, running, "quota_exceeded")
         plans.append((time.perf_counter() - started) * 1000)
     return {"pass_ms": statistics.median(passes), "preempt_ms": statistics.median(plans)}
+
+
+def queued_requests(requests: int, tenants: int) -> list[Any]:
+    """`requests` queued requests of 1, 2, 4 and 8 H100 GPUs spread over the tenants, arrivals shuffled (seed 1)."""
+    from scheduler.queueing import QueuedRequest
+    from scheduler.request import PlacementRequest
+
+    rng = random.Random(1)
+    arrivals = list(range(requests))
+    rng.shuffle(arrivals)
+    queue = []
+    for i, arrival in enumerate(arrivals):
+        tenant = f"t{i % tenants:02d}"
+        request = PlacementRequest(gpu_count=(1, 2, 4, 8)[i % 4], gpu_product="H100", tenant=tenant, region="r1")
+        queue.append(QueuedRequest(f"q-{i}", tenant, "r1", 0, arrival, request))
+    return queue
 
 
 def fleet_nodes(fleet: Any) -> list[str]:

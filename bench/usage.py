@@ -27,7 +27,6 @@ import asyncio
 import copy
 import dataclasses
 import json
-import random
 import statistics
 import sys
 import tempfile
@@ -39,15 +38,14 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from bench.cohort_tree import fleet_yaml
+from bench.cohort_tree import fleet_yaml, queued_requests
 from contracts.allocation import ClaimInput
 from devstack.postgres import EmbeddedPostgres
 from fleet.loader import parse_fleet
 from fleet.vocabulary import QueueingStrategy
 from scheduler.bundles import Bundle
 from scheduler.from_fleet import snapshot_from_fleet
-from scheduler.queueing import QueuedRequest, admission_pass
-from scheduler.request import PlacementRequest
+from scheduler.queueing import admission_pass
 from scheduler.snapshot import Snapshot
 from store import claims, usage
 from store.apply import apply_fleet
@@ -196,18 +194,6 @@ def _bundle(slot: SlotRow) -> Bundle:
                   private_ip=slot.private_ip)  # fmt: skip
 
 
-def _queue(requests: int, tenants: int) -> list[QueuedRequest]:
-    rng = random.Random(1)
-    arrivals = list(range(requests))
-    rng.shuffle(arrivals)
-    queue = []
-    for i, arrival in enumerate(arrivals):
-        tenant = f"t{i % tenants:02d}"
-        request = PlacementRequest(gpu_count=(1, 2, 4, 8)[i % 4], gpu_product="H100", tenant=tenant, region="r1")
-        queue.append(QueuedRequest(f"q-{i}", tenant, "r1", 0, arrival, request))
-    return queue
-
-
 def _without_half_life(snapshot: Snapshot) -> Snapshot:
     plain = copy.copy(snapshot)
     plain.cohorts = {name: dataclasses.replace(view, usage_half_life=None) for name, view in snapshot.cohorts.items()}
@@ -219,7 +205,7 @@ async def admission(
 ) -> dict[str, Any]:
     remembering = snapshot_from_fleet(parse_fleet([("fleet.yaml", fleet_text)]))
     plain = _without_half_life(remembering)
-    queue = _queue(requests, tenants)
+    queue = queued_requests(requests, tenants)
     first_read: list[float] = []
     reads: list[float] = []
 
@@ -299,6 +285,8 @@ def cli() -> None:
     parser.add_argument("--passes", type=int, default=21, help="Admission passes of each kind (with, without).")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.claims < 40:
+        parser.error("--claims: at least 40 (blocks of 20 allocations, the ledger's triggers on and off in turn)")
     result = asyncio.run(main(args))
     print(json.dumps(result, indent=2))
     if args.json:
