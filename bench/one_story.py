@@ -31,7 +31,7 @@ from contracts.task_queues import Queues
 from scheduler.request import PlacementRequest
 from store.tokens import create_token
 from workflows import allocation_client
-from workflows.allocation_messages import REVISION, AllocationInput
+from workflows.allocation_messages import HOLD_IN_PLACEMENT_RUN, REVISION, AllocationInput
 
 SLOW_MS = 500.0  # the second mode: an allocation that waited for the hold run
 
@@ -78,7 +78,7 @@ async def main(args: argparse.Namespace) -> None:
             while await app.state.services.control.control_workers() == 0:
                 await asyncio.sleep(0.05)
             headers = {"Authorization": f"Bearer {token}"}
-            revisions = (REVISION - 1, REVISION)
+            revisions = (HOLD_IN_PLACEMENT_RUN - 1, REVISION)
             samples: dict[int, list[dict[str, float]]] = {r: [] for r in revisions}
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://berth", timeout=60) as api:
@@ -97,7 +97,7 @@ async def main(args: argparse.Namespace) -> None:
                 slow = sum(1 for s in found if s["active"] > SLOW_MS)
                 waited = sum(1 for s in found if s["release"] > SLOW_MS)
                 runs = sorted({int(s["runs"]) for s in found})
-                label = "hold in its own run" if revision < REVISION else "hold in the placement run"
+                label = "hold in its own run" if revision < HOLD_IN_PLACEMENT_RUN else "hold in the placement run"
                 print(f"| {revision} ({label}) | {summary(found, 'active')} | {slow} of {len(found)} | "
                       f"{summary(found, 'release')} | {waited} of {len(found)} | {', '.join(map(str, runs))} |")  # fmt: skip
         finally:

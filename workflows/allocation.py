@@ -80,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
         HOLD_IN_PLACEMENT_RUN,
         HOLDING_STATES,
         PLACING_STATES,
+        RELEASING_WRITTEN_FIRST,
         AllocationInput,
         AllocationStatus,
         Attempt,
@@ -632,6 +633,8 @@ class AllocationWorkflow:
         await self.leave_queue()  # cancelled while waiting: nothing is held, only the queue's entry
         if self.status.state in HOLDING_STATES:
             self.set_state("releasing", step)
+            if self.input.revision >= RELEASING_WRITTEN_FIRST:
+                await self.mirror.write_trail()  # the row says `releasing` while the host's part runs
             attempt = self.status.attempts[-1]
             await self.destroy_vm(
                 attempt.node,

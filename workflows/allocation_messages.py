@@ -89,11 +89,15 @@ class Timing(BaseModel):
 #      It hands over to a hold run only when its history grows long (Temporal's suggestion, or
 #      `Timing.hold_history_events`) or an operator asks (the `hand_over` signal, before an upgrade that drops its
 #      revision), and the run it leaves keeps no Berth search attribute, so every filter lists the allocation once.
+#   5: a release (an owner's, a preemption's, an expiry's) writes `releasing` to the allocation's row before the
+#      host's teardown starts, so the API never shows `active` for an allocation whose VM is being destroyed (a
+#      teardown waiting for an unreachable agent can take the pool's whole `releasing` deadline).
 # The workflow keeps the branches of the previous revision only (docs/design.md, "Upgrading the allocation
 # workflow"): a placement phase in flight drains within its per-state deadlines; revision 2 differs from 3 only in
 # never being queued, which needs no branch, and its hold runs are revision 3's.
-REVISION = 4
+REVISION = 5
 HOLD_IN_PLACEMENT_RUN = 4  # the first revision whose placement run holds the allocation itself
+RELEASING_WRITTEN_FIRST = 5  # the first revision whose teardown writes `releasing` before the host's part
 
 
 class AllocationInput(BaseModel):

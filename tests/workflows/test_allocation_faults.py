@@ -4,6 +4,7 @@ failed attempt is left on the node it tried."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -262,4 +263,33 @@ async def test_a_wipe_that_fails_quarantines_the_slots_with_its_reason(
         assert all("wipe_failed: slot" in (reason or "") and "format failed" in (reason or "") for _, reason in rows), (
             rows
         )
+        assert await lab.active_claims() == {}
+
+
+async def test_a_release_waiting_for_its_host_says_releasing_not_active(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    """Released while its host's agent is away: the host's teardown waits for the agent (up to the pickup timeout,
+    two minutes here), and meanwhile the row (what the API, the CLI and a platform team's own queries read) says
+    `releasing`, never `active`, while the VM is still there. Once the agent is back the VM goes, the slots are
+    wiped and free, and the allocation ends `released`."""
+    patient = FAST.model_copy(update={"agent_pickup_seconds": 120.0})
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet({"only": {"gpus": 2}})
+    ) as lab:
+        handle = await lab.allocate("release-waits", gpus=2, timing=patient)
+        await lab.wait_for_state(handle, "active", timeout=30)
+        await lab.stop_agent("only")
+        await allocation_client.release(temporal_client, "release-waits")
+        for _ in range(200):
+            async with sessions() as session:
+                state = await session.scalar(select(AllocationRow.state).where(AllocationRow.id == "release-waits"))
+            if state != "active":
+                break
+            await asyncio.sleep(0.05)
+        assert state == "releasing"
+        assert [path.stem for path in lab.vm_records()] == ["release-waits"]  # the host has not torn it down yet
+        await lab.start_agent("only")
+        assert (await handle.result()).state == "released"
+        assert lab.vm_records() == [] and set((await lab.slot_states()).values()) == {"available"}
         assert await lab.active_claims() == {}
