@@ -10,13 +10,18 @@ waited for.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import queue_view
 from api.errors import not_found
 from api.models import AllocationDetail, AllocationSummary, AttemptView, EventView
+from api.services import Services
 from scheduler.bundles import Bundle
 from store import allocations as store
+from store import trail
 from store.inventory import InventoryCache
 from store.models import AllocationEventRow, AllocationRow
 from store.tokens import Principal
@@ -26,9 +31,23 @@ from workflows.allocation_messages import FINAL_STATES, AllocationStatus
 async def visible_allocation(session: AsyncSession, allocation_id: str, caller: Principal) -> AllocationRow:
     """The allocation if the caller may see it; otherwise 404, whether it exists or belongs to someone else."""
     row = await store.load_allocation(session, allocation_id)
-    if row is None or not (caller.is_admin or caller.tenant == row.tenant):
+    if row is None or not caller.may_see(row.tenant):
         raise not_found("allocation", allocation_id)
     return row
+
+
+@asynccontextmanager
+async def requested(app: Services, row: AllocationRow, step: str, caller: Principal) -> AsyncIterator[None]:
+    """Record who asks for `step` in the allocation's trail before the workflow is asked, so the trail names them
+    ahead of the steps that carry it out; a request the workflow refuses is taken back out."""
+    async with app.sessions.begin() as session:
+        key = await trail.record_request(session, row.id, row.state, step, caller.actor)
+    try:
+        yield
+    except BaseException:
+        async with app.sessions.begin() as session:
+            await trail.retract_request(session, row.id, key)
+        raise
 
 
 def summary(row: AllocationRow, cluster: str | None, pool: str | None) -> AllocationSummary:
@@ -60,6 +79,8 @@ def attempts(events: list[AllocationEventRow], ended: bool, live: AllocationStat
     runs: dict[str, dict[int, AttemptView]] = {}
     over: set[str] = set()
     for event in events:
+        if event.event_key.startswith(trail.REQUEST_PREFIX):
+            continue  # a request someone made (`record_request`), not a run's step
         run = event.event_key.split(":", 1)[0]
         tried = runs.setdefault(run, {})
         if event.state in FINAL_STATES:
@@ -92,7 +113,7 @@ def _shown_to(caller: Principal | None, row: AllocationRow) -> str | None:
     """Whose eyes the queue's reasons are written for: None for an admin (every id), else a tenant."""
     if caller is None:
         return row.tenant
-    return None if caller.is_admin else caller.tenant
+    return None if caller.sees_all else row.tenant if caller.may_see(row.tenant) else ""
 
 
 async def detail(
@@ -124,11 +145,14 @@ async def detail(
     return AllocationDetail(
         **base.model_dump(),
         step=live.step if live is not None else None,
+        requested_by=row.requested_by,
         live=live is not None,
         bundles=bundles,
         attempts=attempts(events, ended=base.state in FINAL_STATES, live=live),
         events=[
-            EventView(at=e.at, state=e.state, step=e.step, attempt=e.attempt, node=e.node_id, reason=e.reason)
+            EventView(
+                at=e.at, state=e.state, step=e.step, attempt=e.attempt, node=e.node_id, reason=e.reason, actor=e.actor
+            )
             for e in events
         ],
         queue=await queue_view.place_of(session, row.id, _shown_to(caller, row), inventory),

@@ -21,7 +21,10 @@ from temporalio.client import Client
 from api import errors
 from api.body_limit import BodyLimit, BodyLimits
 from api.metrics import Metrics, RequestCounter
-from api.routes import allocations, audit, deployments, fleet, health, nodes, placement, reservations, usage
+from api.oidc import OidcVerifier
+from api.rate_limit import CreateLimits, Limit
+from api.request_log import RequestLog
+from api.routes import allocations, audit, deployments, fleet, health, identity, nodes, placement, reservations, usage
 from api.routes import queues as queue_routes
 from api.services import Services
 from api.steady_reports import SteadyReports
@@ -59,12 +62,16 @@ def create_app(
     config/tracing.py)."""
     settings = settings or get_settings()
     queues = queues or Queues(control=settings.control_task_queue, node_prefix=settings.node_task_queue_prefix)
+    rate = settings.person_creates_per_second
+    person_limit = Limit(rate, settings.person_create_burst) if rate is not None else None
     services = Services(
         control=ControlPlane(temporal or (lambda: connect(settings)), queues, timeouts or TemporalTimeouts()),
         timing=timing or Timing(),
         metrics=Metrics(),
         database=sessions,
         deployment_timing=deployment_timing or DeploymentTiming(),
+        oidc=OidcVerifier(settings.oidc) if settings.oidc is not None else None,
+        create_limits=CreateLimits(person=person_limit),
     )
 
     @asynccontextmanager
@@ -94,10 +101,11 @@ def create_app(
     app.add_middleware(SteadyReports, services=services)  # inside RequestCounter: its answers are counted too
     # Outside SteadyReports, which reads report bodies before routing: every body is bounded wherever it is read.
     app.add_middleware(BodyLimit, services=services, limits=BodyLimits.from_settings(settings))
+    app.add_middleware(RequestLog, services=services)  # outside BodyLimit and the routes: reads whom they verified
     app.add_middleware(RequestCounter, metrics=services.metrics)
     # nodes first: its report route is what every agent calls every interval, and routes are matched in order.
     for module in (nodes, allocations, deployments, placement, queue_routes, reservations, usage, fleet, audit,
-                   health):  # fmt: skip
+                   identity, health):  # fmt: skip
         app.include_router(module.router)
     _complete_openapi(app)
     tracing.configure("berth-api")

@@ -269,6 +269,9 @@ class EventView(BaseModel):
     attempt: int | None
     node: str | None
     reason: str | None
+    actor: str | None = Field(
+        default=None, description="Who asked for this step (a person or a service account); null: Berth's own."
+    )
 
 
 class AllocationSummary(BaseModel):
@@ -292,6 +295,7 @@ class AllocationSummary(BaseModel):
 
 
 class AllocationDetail(AllocationSummary):
+    requested_by: str | None = Field(default=None, description="Who asked for it: a person or a service account.")
     step: str | None = Field(description="The workflow's current step, when its live status was read.")
     live: bool = Field(description="Whether the running workflow answered a status query for this read.")
     bundles: list[Bundle]

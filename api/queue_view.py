@@ -62,14 +62,17 @@ def _redacted(text: str | None, hidden: frozenset[str]) -> str | None:
     return text
 
 
-async def _others_victims(session: AsyncSession, entries: list[QueueEntry], shown_to: str | None) -> frozenset[str]:
-    """The allocations these entries preempt that are not `shown_to`'s (none for an admin): a reason names each
-    victim with its rule, and a tenant never reads another tenant's allocation id."""
+async def _others_victims(
+    session: AsyncSession, entries: list[QueueEntry], shown_to: str | frozenset[str] | None
+) -> frozenset[str]:
+    """The allocations these entries preempt that are not of the tenant(s) `shown_to` (none for an operator or
+    admin): a reason names each victim with its rule, and a tenant never reads another tenant's allocation id."""
     victims = {v for e in entries for v in e.victims or ()}
     if shown_to is None or not victims:
         return frozenset()
     owners = await session.execute(select(AllocationRow.id, AllocationRow.tenant).where(AllocationRow.id.in_(victims)))
-    return frozenset(victims - {allocation for allocation, tenant in owners if tenant == shown_to})
+    mine = frozenset({shown_to}) if isinstance(shown_to, str) else shown_to
+    return frozenset(victims - {allocation for allocation, tenant in owners if tenant in mine})
 
 
 def _place(entry: QueueEntry, position: int, now: datetime, hidden: frozenset[str]) -> dict[str, Any]:
@@ -175,7 +178,7 @@ async def queues(
     if serving is not None:
         region = serving.region
     entries = await queue.entries(session, region=region)
-    own = [e for e in entries if caller.is_admin or e.tenant == caller.tenant]
+    own = [e for e in entries if caller.may_see(e.tenant)]
     visible_regions = set(fleet_for(snapshot, caller).regions)
     if region is not None and region not in visible_regions and not any(e.region == region for e in own):
         raise _unknown_region(region, sorted(visible_regions))
@@ -187,8 +190,8 @@ async def queues(
     result: list[RegionQueue] = []
     for name in sorted(shown_regions):
         line = in_order.get(name, [])
-        hidden = frozenset(e.allocation_id for e, _ in line if not caller.is_admin and e.tenant != caller.tenant)
-        hidden |= await _others_victims(session, [e for e, _ in line], None if caller.is_admin else caller.tenant)
+        hidden = frozenset(e.allocation_id for e, _ in line if not caller.may_see(e.tenant))
+        hidden |= await _others_victims(session, [e for e, _ in line], caller.visible)
         items = [
             QueueItem(
                 **_place(entry, position, now, hidden),

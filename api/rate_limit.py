@@ -1,26 +1,34 @@
-"""Per-tenant token buckets over `POST /v1/allocations` (the fleet file's `Tenant.spec.rateLimit`).
+"""Create rate limits over `POST /v1/allocations`: per tenant (the fleet file's `Tenant.spec.rateLimit`) and per
+person or service account (`BERTH_PERSON_CREATES_PER_SECOND`, `BERTH_PERSON_CREATE_BURST`).
 
-A tenant's bucket holds up to `burst` tokens and refills at `createsPerSecond`; a create takes one token or is
-refused with 429 `rate_limited` and a `Retry-After` of the whole seconds until a token is back (at least 1). The
-buckets live in this API process: with several API processes a tenant gets each one's allowance, and a restart
-starts every bucket full. A tenant without `rateLimit` is not limited.
+Each is a token bucket: it holds up to `burst` tokens and refills at `createsPerSecond`; a create takes one token
+from each bucket that applies or is refused with 429 `rate_limited` and a `Retry-After` of the whole seconds until a
+token is back (at least 1), taking none. A limit without a bucket yet, or whose size changed (a fleet apply), starts
+full.
+
+The buckets live in PostgreSQL (`rate_limit_buckets`), so a tenant's limit holds whatever the number of API
+replicas: each take locks its bucket's row for one short transaction, and time is PostgreSQL's clock, the same for
+every replica. (In-process buckets gave each replica the whole allowance, and a restart refilled them all.)
 
 Why a bucket of our own rather than pyrate-limiter (installed here only as a dependency of schemathesis): its
 token bucket arrived in 4.x behind an algorithm interface its own docstring calls internal until 5.0, its Limiter
 counts integer limits per integer-millisecond interval (a fractional `createsPerSecond` must be re-expressed) and
-schedules background leak tasks; what is needed here is a dozen lines of arithmetic with an injectable clock.
+its shared backends are Redis and SQLite; what is needed here is a dozen lines of arithmetic on a locked row.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from api.errors import ApiError
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-Clock = Callable[[], float]  # monotonic seconds
+from api.errors import ApiError
+from store.tokens import Principal
+
+Clock = Callable[[], float]  # seconds; None: PostgreSQL's clock
 
 
 @dataclass
@@ -42,32 +50,77 @@ class TokenBucket:
         return (1.0 - self.tokens) / self.rate
 
 
-class CreateLimits:
-    """One bucket per tenant, sized by the tenant's current `rate_limit`: a changed limit (a fleet apply) starts a
-    new, full bucket of the new size. `clock` is injectable so tests step time instead of sleeping."""
+@dataclass(frozen=True)
+class Limit:
+    rate: float
+    burst: int
 
-    def __init__(self, clock: Clock = time.monotonic) -> None:
-        self.clock = clock
-        self._buckets: dict[str, TokenBucket] = {}
-
-    def check(self, tenant: str, limit: Mapping[str, object] | None) -> None:
-        """Take one create's token for `tenant`, or raise 429 `rate_limited` with `Retry-After`."""
+    @staticmethod
+    def of(limit: Mapping[str, object] | None) -> Limit | None:
+        """A tenant's `rate_limit` column (`{"creates_per_second", "burst"}`), or None."""
         if not limit:
-            self._buckets.pop(tenant, None)
+            return None
+        return Limit(float(limit["creates_per_second"]), int(limit["burst"]))  # type: ignore[arg-type]
+
+
+_NOW = text("SELECT extract(epoch FROM clock_timestamp())")
+_CREATE = text(
+    "INSERT INTO rate_limit_buckets (key, rate, burst, tokens, at) VALUES (:key, :rate, :burst, :burst, :now)"
+    " ON CONFLICT (key) DO NOTHING"
+)
+_LOCK = text("SELECT rate, burst, tokens, at FROM rate_limit_buckets WHERE key = :key FOR UPDATE")
+_SAVE = text("UPDATE rate_limit_buckets SET rate = :rate, burst = :burst, tokens = :tokens, at = :at WHERE key = :key")
+
+
+class CreateLimits:
+    """The buckets of the limits that apply to a create. `clock` is injectable so tests step time instead of
+    sleeping; by default time is PostgreSQL's."""
+
+    def __init__(self, clock: Clock | None = None, person: Limit | None = None) -> None:
+        self.clock = clock
+        self.person = person
+
+    async def check(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        tenant: str,
+        tenant_limit: Mapping[str, object] | None,
+        caller: Principal,
+    ) -> None:
+        """Take one create's token from the tenant's bucket and the caller's, or raise 429 `rate_limited` with
+        `Retry-After` having taken none."""
+        wanted: list[tuple[str, Limit, str, dict[str, object]]] = []
+        if (limit := Limit.of(tenant_limit)) is not None:
+            wanted.append((f"tenant:{tenant}", limit, f"tenant {tenant}", {"tenant": tenant}))
+        if self.person is not None:
+            wanted.append((f"actor:{caller.actor}", self.person, caller.actor, {"actor": caller.actor}))
+        if not wanted:
             return
-        rate, burst = float(limit["creates_per_second"]), int(limit["burst"])  # type: ignore[arg-type]
-        now = self.clock()
-        bucket = self._buckets.get(tenant)
-        if bucket is None or (bucket.rate, bucket.burst) != (rate, burst):
-            bucket = self._buckets[tenant] = TokenBucket(rate=rate, burst=burst, tokens=float(burst), at=now)
+        async with sessions.begin() as session:  # a refusal rolls back: nothing is taken from any bucket
+            for key, limit, who, whose in wanted:  # in this order everywhere: no two creates wait on each other
+                wait = await self._take(session, key, limit)
+                if wait > 0:
+                    raise _limited(who, whose, limit, wait)
+
+    async def _take(self, session: AsyncSession, key: str, limit: Limit) -> float:
+        now = self.clock() if self.clock is not None else float(await session.scalar(_NOW) or 0.0)
+        await session.execute(_CREATE, {"key": key, "rate": limit.rate, "burst": limit.burst, "now": now})
+        rate, burst, tokens, at = (await session.execute(_LOCK, {"key": key})).one()
+        bucket = TokenBucket(rate=rate, burst=burst, tokens=tokens, at=at)
+        if (rate, burst) != (limit.rate, limit.burst):  # the limit changed: a new, full bucket of the new size
+            bucket = TokenBucket(rate=limit.rate, burst=limit.burst, tokens=float(limit.burst), at=now)
         wait = bucket.take(now)
-        if wait > 0:
-            retry_after = max(1, math.ceil(wait))
-            raise ApiError(
-                429,
-                "rate_limited",
-                f"tenant {tenant} may create {rate:g} allocation(s) per second (bursts of {burst}); "
-                f"retry in {retry_after} s",
-                {"tenant": tenant, "creates_per_second": rate, "burst": burst, "retry_after_seconds": retry_after},
-                headers={"Retry-After": str(retry_after)},
-            )
+        values = {"key": key, "rate": bucket.rate, "burst": bucket.burst, "tokens": bucket.tokens, "at": bucket.at}
+        await session.execute(_SAVE, values)
+        return wait
+
+
+def _limited(who: str, whose: dict[str, object], limit: Limit, wait: float) -> ApiError:
+    retry_after = max(1, math.ceil(wait))
+    return ApiError(
+        429,
+        "rate_limited",
+        f"{who} may create {limit.rate:g} allocation(s) per second (bursts of {limit.burst}); retry in {retry_after} s",
+        {**whose, "creates_per_second": limit.rate, "burst": limit.burst, "retry_after_seconds": retry_after},
+        headers={"Retry-After": str(retry_after)},
+    )

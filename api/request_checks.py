@@ -30,7 +30,7 @@ from api.models import AllocationCreate
 from scheduler.cel import REQUEST_BUDGET, SelectorCompileError, SelectorCostExceeded, admit_selector
 from scheduler.request import CapacityShape
 from scheduler.snapshot import Snapshot
-from scheduler.tenant_scope import tenant_view
+from scheduler.tenant_scope import usable_regions
 from store.inventory import InventoryCache
 from store.tokens import Principal
 
@@ -63,7 +63,9 @@ class FleetNames:
 
 def fleet_for(snapshot: Snapshot, viewer: Principal) -> Snapshot:
     """The fleet as `viewer` may see it: the whole snapshot for an admin, the tenant's usable part otherwise."""
-    return snapshot if viewer.is_admin else tenant_view(snapshot, viewer.tenant or "")
+    if viewer.sees_all:
+        return snapshot
+    return snapshot.within(frozenset().union(*(usable_regions(snapshot, tenant) for tenant in sorted(viewer.tenants))))
 
 
 class _Remembered:
@@ -80,7 +82,7 @@ class _Remembered:
     def names_of(self, snapshot: Snapshot, viewer: Principal) -> FleetNames:
         if self.snapshot is not snapshot:
             self.snapshot, self.names = snapshot, {}
-        key = None if viewer.is_admin else viewer.tenant
+        key = None if viewer.sees_all else ",".join(sorted(viewer.tenants))
         names = self.names.get(key)
         if names is None:
             names = self.names[key] = FleetNames.of(fleet_for(snapshot, viewer))

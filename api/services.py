@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.heartbeats import Heartbeats
 from api.metrics import Metrics
+from api.oidc import OidcVerifier
 from api.queue_walks import QueueWalks
 from api.rate_limit import CreateLimits
 from api.temporal import ControlPlane
@@ -29,7 +30,8 @@ class Services:
     inventory: InventoryCache = field(default_factory=InventoryCache)  # explain and capacity read through it
     heartbeats: Heartbeats = field(default_factory=Heartbeats)  # agents' steady reports, written in batches
     tokens: TokenCache = field(default_factory=TokenCache)  # verified node tokens; revocations swept within seconds
-    create_limits: CreateLimits = field(default_factory=CreateLimits)  # per-tenant create buckets, this process's
+    create_limits: CreateLimits = field(default_factory=CreateLimits)  # per-tenant and per-person create buckets
+    oidc: OidcVerifier | None = None  # people's ID tokens, when an issuer is configured (api/oidc.py)
     queue_walks: QueueWalks = field(init=False)  # asks for an admission pass when capacity may have grown
 
     def __post_init__(self) -> None:

@@ -414,7 +414,7 @@ async def latency(stack: Stack, count: int, via_gateway: bool = True) -> dict[st
     )
     asyncio.create_task(baseline_worker.run())
     async with stack.sessions.begin() as session:
-        token = await create_token(session, "tenant", tenant="bench", label="latency")
+        token = await create_token(session, "member", tenant="bench", label="latency")
     app = create_app(sessions=stack.sessions, temporal=stack.client, queues=queues, timing=FAST)
     while await app.state.services.control.control_workers() == 0:  # a worker just started polls in a moment
         await asyncio.sleep(0.05)

@@ -73,7 +73,7 @@ async def main(args: argparse.Namespace) -> None:
             queues = Queues(control="story.control", node_prefix="story.node.")
             await _run_workers(stack, fleet_file, queues)
             async with stack.sessions.begin() as session:
-                token = await create_token(session, "tenant", tenant="bench", label="one-story")
+                token = await create_token(session, "member", tenant="bench", label="one-story")
             app = create_app(sessions=stack.sessions, temporal=stack.client, queues=queues, timing=FAST)
             while await app.state.services.control.control_workers() == 0:
                 await asyncio.sleep(0.05)

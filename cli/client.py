@@ -1,7 +1,8 @@
 """How the `berth` commands reach the HTTP API: where it is, which token to send, and every failure as one line.
 
-The API and token come from `--api` / `--token`, else `BERTH_API_URL` / `BERTH_TOKEN`, else the `context.json`
-that `berth up` writes, so a second terminal next to `berth up` needs no flags. From the context file the admin
+The API and token come from `--api` / `--token`, else `BERTH_API_URL` / `BERTH_TOKEN`, else the login `berth login`
+kept for that API (cli/login.py), else the `context.json` that `berth up` writes, so a second terminal next to
+`berth up` needs no flags. From the context file the admin
 token is used unless `--tenant NAME` picks that tenant's token: then the command acts exactly as the tenant would.
 
 Whatever goes wrong (the API unreachable, a 4xx or 5xx in the API's error envelope, an answer that is not the
@@ -67,6 +68,10 @@ def resolve_target(api: str | None, token: str | None, tenant: str | None = None
     url = (api or (context.api_url if context else None) or "").rstrip("/")
     if not url:
         raise ApiFailure(f"no Berth API configured: pass --api, set BERTH_API_URL, {hint}")
+    if token is None and tenant is None:
+        from cli.login import logged_in_token  # cli.login builds on this module
+
+        token = logged_in_token(url)  # the person who ran `berth login` for this API acts as themselves
     if token is None and context is not None and url == (context.api_url or "").rstrip("/"):
         if tenant is None:
             token = context.admin_token

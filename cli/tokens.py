@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
+from rich.table import Table
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -25,8 +27,9 @@ from cli.client import OutputOption
 from cli.output import OutputFormat, console, fail, print_json
 from config.context import NotConfigured, database_url, write_private
 from config.settings import Settings
+from fleet.deadlines import parse_duration
 from store.db import create_engine, session_factory
-from store.tokens import Role, create_token, revoke_tokens, verify
+from store.tokens import Role, create_token, listed, revoke_tokens, verify
 
 T = TypeVar("T")
 
@@ -49,8 +52,12 @@ def _in_database(url: str, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
     return asyncio.run(run())
 
 
-def _create(url: str, role: Role, tenant: str | None, label: str | None, node: str | None) -> str:
-    return _in_database(url, lambda session: create_token(session, role, tenant, label, node=node))
+def _create(
+    url: str, role: Role, tenant: str | None, label: str | None, node: str | None, expires_at: datetime | None = None
+) -> str:
+    return _in_database(
+        url, lambda session: create_token(session, role, tenant, label, node=node, expires_at=expires_at)
+    )
 
 
 def _revoke(url: str, node: str | None = None, token_id: int | None = None, keep: int | None = None) -> list[int]:
@@ -59,8 +66,21 @@ def _revoke(url: str, node: str | None = None, token_id: int | None = None, keep
 
 @app.command("create")
 def create(
-    tenant: Annotated[str | None, typer.Option("--tenant", help="A token that acts only for this tenant.")] = None,
-    admin: Annotated[bool, typer.Option("--admin", help="A token that acts on everything.")] = False,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="A service account of this tenant (a member unless --role).")
+    ] = None,
+    admin: Annotated[bool, typer.Option("--admin", help="A token that acts on everything (--role admin).")] = False,
+    role: Annotated[
+        str | None,
+        typer.Option(
+            "--role",
+            help="viewer or member (with --tenant), operator or admin (no tenant: they hold every tenant).",
+        ),
+    ] = None,
+    expires_in: Annotated[
+        str | None,
+        typer.Option("--expires-in", help="The token stops working after this long, e.g. 90d, 12h (default: never)."),
+    ] = None,
     nodes: Annotated[
         list[str] | None,
         typer.Option("--node", help="A node agent's token: reports for this node only (repeat with --to-dir)."),
@@ -84,9 +104,22 @@ def create(
     ] = False,
     output: OutputOption = OutputFormat.TEXT,
 ) -> None:
-    """Create a token for a tenant, a node agent, or an admin, and print it (the only time it is shown)."""
-    if sum((admin, tenant is not None, bool(nodes))) != 1:
-        fail("give exactly one of --tenant NAME, --node NAME or --admin")
+    """Create a service account's token (a role, a tenant for viewer and member, an expiry) or a node agent's, and
+    print it (the only time it is shown). People do not need tokens: they log in (`berth login`)."""
+    if admin:
+        if role not in (None, "admin"):
+            fail("--admin is --role admin; give one of them")
+        role = "admin"
+    if role is not None and role not in ("viewer", "member", "operator", "admin"):
+        fail(f"--role {role}: use viewer, member, operator or admin")
+    if sum((role in ("operator", "admin"), tenant is not None, bool(nodes))) != 1:
+        fail("give exactly one of --tenant NAME (viewer or member), --role operator|admin, or --node NAME")
+    expires_at = None
+    if expires_in is not None:
+        try:
+            expires_at = datetime.now(UTC) + timedelta(seconds=_seconds(expires_in))
+        except ValueError as error:
+            fail(f"--expires-in {expires_in}: {error}")
     if to_dir is not None or (nodes and len(nodes) > 1):
         if not nodes or to_dir is None:
             fail("--to-dir writes node tokens: give --node NAME (one or more) with --to-dir DIR")
@@ -95,9 +128,9 @@ def create(
     if dir_per_node:
         fail("--dir-per-node goes with --to-dir DIR")
     node = nodes[0] if nodes else None
-    role: Role = "admin" if admin else "tenant" if tenant is not None else "node"
+    chosen: Role = "node" if node is not None else role or "member"  # type: ignore[assignment]
     try:
-        token = _create(database_url(Settings()), role, tenant, label, node)
+        token = _create(database_url(Settings()), chosen, tenant, label, node, expires_at)
     except NotConfigured as error:
         fail(str(error))
     except ValueError as error:  # an unknown tenant or node
@@ -105,14 +138,52 @@ def create(
     except (OSError, OperationalError, DBAPIError) as error:
         fail(f"cannot reach the database: {error}")
     if output is OutputFormat.JSON:
-        print_json({"role": role, "tenant": tenant, "node": node, "token": token})
+        print_json({"role": chosen, "tenant": tenant, "node": node, "token": token,
+                    "expires_at": expires_at.isoformat() if expires_at else None})  # fmt: skip
         return
-    console.print(
-        f"{'Admin token' if admin else f'Token for tenant {tenant}' if tenant else f'Token for node {node}'} "
-        "(shown once; store it now):",
-        highlight=False,
-    )
+    whose = f"node {node}" if node else f"a {chosen} of tenant {tenant}" if tenant else f"an {chosen}"
+    until = f", until {expires_at:%Y-%m-%d %H:%M} UTC" if expires_at else ""
+    console.print(f"Token for {whose}{until} (shown once; store it now):", highlight=False)
     typer.echo(token)
+
+
+def _seconds(text: str) -> float:
+    """`90d`, `12h`, `1h30m`, `3600`: a token's lifetime."""
+    days = text.strip().removesuffix("d")
+    seconds = float(days) * 86400 if days != text.strip() and days.isdigit() else parse_duration(text)
+    if not isinstance(seconds, float) or seconds <= 0:
+        raise ValueError("not a positive duration (for example 90d, 12h or 1h30m)")
+    return seconds
+
+
+@app.command("list")
+def list_tokens(
+    all_: Annotated[bool, typer.Option("--all", help="Revoked and expired tokens too.")] = False,
+    output: OutputOption = OutputFormat.TEXT,
+) -> None:
+    """Every live token: its id, role, tenant or node, label, and when it was made, expires or was revoked. The
+    plaintext is never shown again: only its digest is kept."""
+    try:
+        rows = _in_database(database_url(Settings()), lambda session: listed(session, include_ended=all_))
+    except NotConfigured as error:
+        fail(str(error))
+    except (OSError, OperationalError, DBAPIError) as error:
+        fail(f"cannot reach the database: {error}")
+    found = [
+        {"id": r.id, "role": r.role, "tenant": r.tenant, "node": r.node, "label": r.label,
+         "created_at": r.created_at.isoformat(), "expires_at": r.expires_at.isoformat() if r.expires_at else None,
+         "revoked_at": r.revoked_at.isoformat() if r.revoked_at else None}
+        for r in rows
+    ]  # fmt: skip
+    if output is OutputFormat.JSON:
+        print_json({"tokens": found})
+        return
+    table = Table("ID", "ROLE", "SCOPE", "LABEL", "CREATED", "ENDS", box=None, highlight=False)
+    for t in found:
+        ends = f"revoked {t['revoked_at'][:16]}" if t["revoked_at"] else (t["expires_at"] or "never")[:16]
+        scope = f"tenant {t['tenant']}" if t["tenant"] else f"node {t['node']}" if t["node"] else "every tenant"
+        table.add_row(str(t["id"]), str(t["role"]), scope, str(t["label"] or ""), str(t["created_at"])[:16], ends)
+    console.print(table)
 
 
 def _write_node_tokens(nodes: list[str], directory: Path, label: str | None, per_node: bool = False) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from config.identity import OidcSettings
+
 
 def default_state_dir() -> Path:
     return Path.cwd() / ".berth"
@@ -105,6 +107,40 @@ class Settings(BaseSettings):
         description="Where the operator mounts the kubeconfig Secrets of real InferenceClusters, one directory per "
         "Secret and one file per key (`<dir>/<secretRef.name>/<secretRef.key>`, as Kubernetes mounts a Secret).",
     )
+
+    # People log in with the company's OIDC provider (api/oidc.py); unset, only Berth tokens are accepted.
+    oidc_issuer_url: str | None = Field(
+        default=None, description="The OIDC issuer people log in with, exactly as its discovery document names it."
+    )
+    oidc_client_id: str | None = Field(
+        default=None, description="The OIDC client `berth login` uses; ID tokens must carry it as their audience."
+    )
+    oidc_username_claim: str = Field(default="email", description="The ID token claim that names a person.")
+    oidc_groups_claim: str = Field(default="groups", description="The ID token claim that lists a person's groups.")
+    oidc_roles: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description='JSON: group -> grants, e.g. {"ml-team": ["member:acme"], "sre": ["operator"]}; a grant is '
+        "viewer:<tenant>, member:<tenant>, operator or admin.",
+    )
+    person_creates_per_second: float | None = Field(
+        default=None, gt=0, description="Each person's (and service account's) allocation creates per second."
+    )
+    person_create_burst: int = Field(default=20, ge=1, description="The burst of each person's create limit.")
+
+    @property
+    def oidc(self) -> OidcSettings | None:
+        """What api/oidc.py verifies ID tokens against, when an issuer is configured."""
+        if self.oidc_issuer_url is None:
+            return None
+        if self.oidc_client_id is None:
+            raise ValueError("BERTH_OIDC_ISSUER_URL is set without BERTH_OIDC_CLIENT_ID (the audience of ID tokens)")
+        return OidcSettings(
+            issuer=self.oidc_issuer_url,
+            client_id=self.oidc_client_id,
+            username_claim=self.oidc_username_claim,
+            groups_claim=self.oidc_groups_claim,
+            roles=self.oidc_roles,
+        )
 
     @property
     def context_file(self) -> Path:

@@ -45,6 +45,7 @@ async def record_accepted(
     request: dict[str, Any],
     idempotency_key: str | None,
     workflow_id: str,
+    requested_by: str | None = None,
 ) -> str:
     """Write the row of an allocation whose workflow Temporal has accepted, unless it is there already (the workflow
     may have written it first); the row's state, whoever wrote it."""
@@ -60,8 +61,10 @@ async def record_accepted(
             request=request,
             idempotency_key=idempotency_key,
             workflow_id=workflow_id,
+            requested_by=requested_by,
         )
-        .on_conflict_do_nothing()
+        # The workflow's first step may have written the row first: who asked is the API's to say.
+        .on_conflict_do_update(index_elements=[AllocationRow.id], set_={"requested_by": requested_by})
     )
     return await session.scalar(select(AllocationRow.state).where(AllocationRow.id == allocation_id)) or "pending"
 
@@ -101,12 +104,12 @@ async def allocation_page(
     region: str | None = None,
     node: str | None = None,
     tenant: str | None = None,
-    visible_to: str | None = None,
+    visible_to: frozenset[str] | None = None,
     before: tuple[datetime, str] | None = None,
     limit: int,
 ) -> Sequence[WithPool]:
     """Up to `limit` allocations with their pools, newest first by `(created_at, id)`, each filter applied when
-    given; `visible_to`: only that tenant's (a tenant token's view); `before`: the page starts after that position
+    given; `visible_to`: only these tenants' (what the caller may see; none for a caller in no tenant); `before`: the page starts after that position
     (a keyset page, which the `(tenant, created_at, id)` and `(created_at, id)` indexes serve without sorting)."""
     query = _with_pool()
     for column, value in (
@@ -118,7 +121,7 @@ async def allocation_page(
         if value is not None:
             query = query.where(column == value)
     if visible_to is not None:
-        query = query.where(AllocationRow.tenant == visible_to)
+        query = query.where(AllocationRow.tenant.in_(sorted(visible_to)))
     if before is not None:
         query = query.where(tuple_(AllocationRow.created_at, AllocationRow.id) < before)
     query = query.order_by(AllocationRow.created_at.desc(), AllocationRow.id.desc()).limit(limit)

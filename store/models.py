@@ -47,7 +47,7 @@ SLOT_STATES = ("available", "reserved", "quarantined")
 VALIDATION_STATES = ("valid", "raw_only", "invalid", "unvalidated")
 HEALTH_STATES = ("healthy", "unknown", "degraded", "failed")  # scheduler.host.health.HealthState
 AGENT_STATES = ("live", "down")
-TOKEN_ROLES = ("admin", "tenant", "node")
+TOKEN_ROLES = ("viewer", "member", "operator", "admin", "node")  # store/tokens.py says what each may do
 QUEUEING_STRATEGIES = ("StrictFIFO", "BestEffortFIFO")
 ALLOCATION_STATES = (
     "pending",
@@ -336,7 +336,7 @@ class ApiTokenRow(Base):
 
     __tablename__ = "api_tokens"
     __table_args__ = (
-        CheckConstraint("(role = 'tenant') = (tenant IS NOT NULL)", name="role_tenant"),
+        CheckConstraint("(role IN ('viewer', 'member')) = (tenant IS NOT NULL)", name="role_tenant"),
         CheckConstraint("(role = 'node') = (node IS NOT NULL)", name="role_node"),
         CheckConstraint(_one_of("role", TOKEN_ROLES), name="role"),
     )
@@ -349,6 +349,7 @@ class ApiTokenRow(Base):
     label: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = _now()
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # a service account's end (0022)
 
 
 class AllocationRow(Base):
@@ -375,6 +376,7 @@ class AllocationRow(Base):
     pool_id: Mapped[int | None] = mapped_column(ForeignKey("pools.id", ondelete="SET NULL"))
     node_id: Mapped[str | None] = mapped_column(String(253))
     workflow_id: Mapped[str] = mapped_column(String(255), nullable=False)
+    requested_by: Mapped[str | None] = mapped_column(Text)  # the actor who asked for it (migration 0022)
     failure_reason: Mapped[str | None] = mapped_column(Text)
     # GPUs beyond its tenant's nominal quota when its claims were recorded: it runs on quota borrowed from the
     # tenant's cohort (migration 0010), which preemption may reclaim.
@@ -443,6 +445,36 @@ class AllocationEventRow(Base):
     node_id: Mapped[str | None] = mapped_column(String(253))
     reason: Mapped[str | None] = mapped_column(Text)
     detail: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
+    # Who asked for the step: a person or a service account (a release, a cancel); None: the control plane's own.
+    actor: Mapped[str | None] = mapped_column(Text)
+
+
+class ApiRequestRow(Base):
+    """Every mutating API request, whoever made it and how it was answered (api/request_log.py)."""
+
+    __tablename__ = "api_requests"
+    __table_args__ = (Index("ix_api_requests_actor", "actor", "at"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False, index=True)
+    actor: Mapped[str] = mapped_column(Text, nullable=False)
+    role: Mapped[str] = mapped_column(String(16), nullable=False)
+    method: Mapped[str] = mapped_column(String(8), nullable=False)
+    route: Mapped[str] = mapped_column(Text, nullable=False)
+    path: Mapped[str] = mapped_column(Text, nullable=False)
+    status: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class RateLimitBucketRow(Base):
+    """A token bucket every API process takes from (api/rate_limit.py): `tokens` as of `at`."""
+
+    __tablename__ = "rate_limit_buckets"
+
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    rate: Mapped[float] = mapped_column(Float, nullable=False)
+    burst: Mapped[int] = mapped_column(Integer, nullable=False)
+    tokens: Mapped[float] = mapped_column(Float, nullable=False)
+    at: Mapped[float] = mapped_column(Float, nullable=False)  # epoch seconds, PostgreSQL's clock
 
 
 class ModelDeploymentRow(Base):

@@ -86,10 +86,11 @@ async def get(session: AsyncSession, reservation_id: str) -> ReservationRow | No
     return await session.get(ReservationRow, reservation_id)
 
 
-async def listed(session: AsyncSession, tenant: str | None) -> list[ReservationRow]:
+async def listed(session: AsyncSession, tenants: frozenset[str] | None) -> list[ReservationRow]:
+    """Reservations of `tenants` (None: every tenant's), soonest first."""
     query = select(ReservationRow).order_by(ReservationRow.starts_at, ReservationRow.id)
-    if tenant is not None:
-        query = query.where(ReservationRow.tenant == tenant)
+    if tenants is not None:
+        query = query.where(ReservationRow.tenant.in_(sorted(tenants)))
     return list((await session.scalars(query)).all())
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from store.tokens import Principal, digest, plausible, still_live, verify
+from store.tokens import Principal, TokenRefused, check, digest, plausible, still_live
 
 TTL_SECONDS = 600.0
 SWEEP_SECONDS = 1.0
@@ -44,16 +44,21 @@ class TokenCache:
         return entry[0]
 
     async def principal(self, sessions: async_sessionmaker[AsyncSession], token: str) -> Principal | None:
-        """Whom `token` stands for (None: unknown or revoked), from the cache when its sweep is fresh."""
+        """Whom `token` stands for (None: unknown, revoked or expired), from the cache when its sweep is fresh."""
+        found = await self.check(sessions, token)
+        return found if isinstance(found, Principal) else None
+
+    async def check(self, sessions: async_sessionmaker[AsyncSession], token: str) -> Principal | TokenRefused:
+        """Whom `token` stands for, or why it is refused; node tokens from the cache when its sweep is fresh."""
         if not plausible(token):
-            return None
+            return TokenRefused(code="invalid_token", message="the bearer is not a Berth token")
         await self.sweep(sessions)
-        found = self.cached(token)
-        if found is not None:
-            return found
+        cached = self.cached(token)
+        if cached is not None:
+            return cached
         async with sessions() as session:
-            found = await verify(session, token)
-        if found is not None and found.role == "node":  # tenant and admin tokens are few and rarely used per second
+            found = await check(session, token)
+        if isinstance(found, Principal) and found.role == "node":  # service accounts are few and rarely per second
             self._entries[digest(token)] = (found, self._clock() + TTL_SECONDS)
         return found
 

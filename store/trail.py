@@ -9,13 +9,15 @@ retention; `allocation_events` keeps the story for as long as the platform team 
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import delete, insert, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from contracts.allocation import AuditTrail, StateChange
 from store.liveness import mark_down
+from store.models import AllocationEventRow
 
 AGENT_UNREACHABLE = "agent_unreachable"
 
@@ -165,3 +167,27 @@ async def _mark_unreachable_agents_down(session: AsyncSession, changes: list[Sta
     for change in changes:
         if change.step == "attempt_failed" and change.node and (change.reason or "").startswith(AGENT_UNREACHABLE):
             await mark_down(session, change.node, change.reason or AGENT_UNREACHABLE, at=change.at)
+
+
+REQUEST_PREFIX = "request:"  # the key of a request's event; a workflow's steps begin with its run id
+
+
+async def record_request(session: AsyncSession, allocation_id: str, state: str, step: str, actor: str) -> str:
+    """A request someone made of an allocation (`release_requested`, `cancel_requested`, ...), with who made it: the
+    step the trail shows before the workflow's own steps that carry it out. The event's key, to retract it with."""
+    key = f"{REQUEST_PREFIX}{step}:{uuid.uuid4().hex}"
+    await session.execute(
+        insert(AllocationEventRow).values(
+            allocation_id=allocation_id, event_key=key, state=state, step=step, actor=actor, detail={}
+        )
+    )
+    return key
+
+
+async def retract_request(session: AsyncSession, allocation_id: str, key: str) -> None:
+    """The request was refused (the workflow's validator said no): it did not happen, and the 4xx says why."""
+    await session.execute(
+        delete(AllocationEventRow).where(
+            AllocationEventRow.allocation_id == allocation_id, AllocationEventRow.event_key == key
+        )
+    )

@@ -55,7 +55,7 @@ class UsageQuery:
     start: datetime
     end: datetime
     by: tuple[str, ...] = ("tenant",)
-    tenant: str | None = None  # only this tenant's (a tenant's own report)
+    tenants: frozenset[str] | None = None  # only these tenants' (what the caller may see); None: every tenant's
     bucket: str | None = None  # hour | day: one row per bucket and group
 
 
@@ -119,7 +119,7 @@ def _spans(query: UsageQuery) -> str:
     """The CTEs `clipped` (each interval overlapping [:start, :end), clipped to it) and `spans` (with buckets, each
     clipped interval split at the buckets it crosses, so every bucket gets its own part)."""
     group = _group_sql(query.by)
-    tenant = "AND tenant = :tenant" if query.tenant is not None else ""
+    tenant = "AND tenant = ANY(CAST(:tenants AS text[]))" if query.tenants is not None else ""
     if query.bucket:
         spans = (
             f"SELECT c.*, greatest(c.s, b.at) AS bs, least(c.e, b.at + interval '1 {query.bucket}') AS be, "
@@ -177,7 +177,11 @@ async def _raw(session: AsyncSession, query: UsageQuery, start: datetime, end: d
         )
         SELECT t.*, coalesce(p.peak, 0) AS peak FROM totals AS t LEFT JOIN peaks AS p ON p.gid = t.gid
     """
-    params: dict[str, Any] = {"start": start, "end": end, "tenant": query.tenant}
+    params: dict[str, Any] = {
+        "start": start,
+        "end": end,
+        "tenants": sorted(query.tenants) if query.tenants is not None else None,
+    }
     # The sweep sorts every start and end of the window: in memory, not in temporary files.
     await session.execute(text("SET LOCAL work_mem = '64MB'"))
     return [dict(row._mapping) for row in await session.execute(text(sql), params)]
@@ -187,7 +191,7 @@ async def _hourly(session: AsyncSession, query: UsageQuery, end: datetime) -> li
     """The rolled-up hours in [start, end): whole hours, the first one the hour `start` falls in."""
     group = ", ".join(f"nullif({GROUPINGS[name]}, '') AS {GROUPINGS[name]}" for name in query.by)
     keys = _group_sql(query.by)
-    tenant = "AND tenant = :tenant" if query.tenant is not None else ""
+    tenant = "AND tenant = ANY(CAST(:tenants AS text[]))" if query.tenants is not None else ""
     sql = f"""
         WITH hours AS (
             SELECT {_bucket_sql(query.bucket, "hour")} AS bucket, hour, {group},
@@ -205,7 +209,11 @@ async def _hourly(session: AsyncSession, query: UsageQuery, end: datetime) -> li
                coalesce(max(peak), 0) AS peak
           FROM hours GROUP BY bucket, {keys}
     """
-    params: dict[str, Any] = {"start": query.start, "end": end, "tenant": query.tenant}
+    params: dict[str, Any] = {
+        "start": query.start,
+        "end": end,
+        "tenants": sorted(query.tenants) if query.tenants is not None else None,
+    }
     return [dict(row._mapping) for row in await session.execute(text(sql), params)]
 
 

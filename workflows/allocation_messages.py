@@ -111,6 +111,9 @@ class AllocationInput(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     request_body: dict[str, object] = Field(default_factory=dict, description="The API body, kept for the audit.")
     idempotency_key: str | None = Field(default=None, description="The create request's Idempotency-Key, if any.")
+    actor: str | None = Field(
+        default=None, description="Who asked for it (a person or a service account): `BerthActor` in the UI."
+    )
     timing: Timing = Field(default_factory=Timing)
     queues: Queues = Field(default_factory=Queues)
     revision: int = Field(

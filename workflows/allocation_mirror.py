@@ -181,7 +181,8 @@ class Mirror:
         """The markdown the Temporal UI shows as this allocation's current details."""
         s = self.status
         lines = [
-            f"**{s.state}** ({s.step}) - {self.input.request.describe()} for tenant {s.tenant}",
+            f"**{s.state}** ({s.step}) - {self.input.request.describe()} for tenant {s.tenant}"
+            + (f", asked by {self.input.actor}" if self.input.actor else ""),
             "",
             f"region: {s.region or '-'} | pool: {s.pool or '-'} | node: {s.node or '-'}",
         ]
@@ -213,16 +214,17 @@ class Mirror:
 
 def initial_search_attributes(input: AllocationInput) -> TypedSearchAttributes:
     """What the UI shows of an allocation from its start (the client sets them when it starts the workflow)."""
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(sa.KIND, "allocation"),
-            SearchAttributePair(sa.STATE, "pending"),
-            SearchAttributePair(sa.TENANT, input.tenant),
-            SearchAttributePair(sa.GPU_COUNT, input.request.gpu_count),
-            SearchAttributePair(sa.REGION, input.request.region or ""),
-            SearchAttributePair(sa.NODE, ""),
-        ]
-    )
+    pairs: list[SearchAttributePair[Any]] = [
+        SearchAttributePair(sa.KIND, "allocation"),
+        SearchAttributePair(sa.STATE, "pending"),
+        SearchAttributePair(sa.TENANT, input.tenant),
+        SearchAttributePair(sa.GPU_COUNT, input.request.gpu_count),
+        SearchAttributePair(sa.REGION, input.request.region or ""),
+        SearchAttributePair(sa.NODE, ""),
+    ]
+    if input.actor is not None:
+        pairs.append(SearchAttributePair(sa.ACTOR, input.actor))
+    return TypedSearchAttributes(pairs)
 
 
 def search_attributes_of(
@@ -238,6 +240,8 @@ def search_attributes_of(
         SearchAttributePair(sa.REGION, published.get(sa.REGION.name, status.region or "")),
         SearchAttributePair(sa.NODE, published.get(sa.NODE.name, status.node or "")),
     ]
+    if input.actor is not None:
+        pairs.append(SearchAttributePair(sa.ACTOR, input.actor))
     if status.ends_at is not None:
         pairs += [
             SearchAttributePair(sa.ENDS_AT, status.ends_at),

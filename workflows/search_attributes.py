@@ -20,7 +20,10 @@ GPU_COUNT: SearchAttributeKey[int] = SearchAttributeKey.for_int("BerthGpuCount")
 ENDS_AT: SearchAttributeKey[datetime] = SearchAttributeKey.for_datetime("BerthEndsAt")
 EXPIRING: SearchAttributeKey[bool] = SearchAttributeKey.for_bool("BerthExpiring")
 
-ALL: tuple[SearchAttributeKey, ...] = (KIND, STATE, REGION, NODE, TENANT, GPU_COUNT, ENDS_AT, EXPIRING)
+# Who asked for it: the person (their OIDC username) or the service account (`token:<id> (label)`).
+ACTOR: SearchAttributeKey[str] = SearchAttributeKey.for_keyword("BerthActor")
+
+ALL: tuple[SearchAttributeKey, ...] = (KIND, STATE, REGION, NODE, TENANT, GPU_COUNT, ENDS_AT, EXPIRING, ACTOR)
 
 _KINDS = {
     SearchAttributeIndexedValueType.INT: "Int",

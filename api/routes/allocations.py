@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import allocation_view, cursor
 from api.admission import check_admissible, check_quota
-from api.auth import Caller, acting_tenant
+from api.auth import Member, Operator, Viewer, acting_tenant, require_act
 from api.cursor import CursorParam
 from api.errors import ApiError, ErrorEnvelope, conflict, error_responses
 from api.models import (
@@ -106,6 +106,7 @@ def _input(
     key: str | None = None,
     wait: QueueWait | None = None,
     nominal_only: bool = False,
+    actor: str | None = None,
 ) -> AllocationInput:
     tenant = body.tenant
     assert tenant is not None  # the recorded body always names its tenant
@@ -122,6 +123,7 @@ def _input(
         queues=app.control.queues,
         queue=wait,
         lease=body.lease(),
+        actor=actor,
     )
 
 
@@ -153,7 +155,7 @@ async def _replay(session: AsyncSession, tenant: str, key: str, body: dict[str, 
 )
 async def create_allocation(
     body: Annotated[AllocationCreate, Body()],
-    caller: Caller,
+    caller: Member,
     app: App,
     response: Response,
     idempotency_key: Annotated[IdempotencyKey | None, Header(description="Same key and body: same allocation.")] = None,
@@ -170,7 +172,7 @@ async def create_allocation(
         if idempotency_key is not None and (earlier := await _replay(session, tenant, idempotency_key, recorded)):
             response.status_code = 200
             return earlier
-        app.create_limits.check(tenant, tenant_row.rate_limit)  # 429 before any costlier check
+        await app.create_limits.check(app.sessions, tenant, tenant_row.rate_limit, caller)  # 429 before costlier checks
         await check_request(session, app.inventory, body, caller)  # 422 before anything exists: no row, no workflow
         snapshot = (await app.inventory.inventory(session)).snapshot
         check_admissible(snapshot, body)  # no host that big: 422 as well
@@ -184,19 +186,24 @@ async def create_allocation(
     tracing.tag_allocation(allocation_id)
     request = fingerprint(recorded)
     outcome = await app.control.start(
-        _input(app, allocation_id, body, [], idempotency_key, wait, nominal_only), request
+        _input(app, allocation_id, body, [], idempotency_key, wait, nominal_only, caller.actor), request
     )
     if not outcome.started:  # this key's workflow already exists: an earlier request's answer was lost
         assert idempotency_key is not None  # a random id never collides
         if outcome.fingerprint and outcome.fingerprint != request:
             raise _key_reused(idempotency_key, allocation_id)
         response.status_code = 200
-    state = await _record(app, allocation_id, body, recorded, idempotency_key)
+    state = await _record(app, allocation_id, body, recorded, idempotency_key, caller.actor)
     return AllocationAccepted(id=allocation_id, state=state, workflow_id=workflow_id(allocation_id))
 
 
 async def _record(
-    app: Services, allocation_id: str, body: AllocationCreate, recorded: dict[str, object], key: str | None
+    app: Services,
+    allocation_id: str,
+    body: AllocationCreate,
+    recorded: dict[str, object],
+    key: str | None,
+    actor: str,
 ) -> str:
     """Write the allocation's row so that reads find it at once; its state. Best effort: the workflow is already
     running and writes the same row as its first step, so an outage here costs only that head start."""
@@ -213,6 +220,7 @@ async def _record(
                 request=recorded,
                 idempotency_key=key,
                 workflow_id=workflow_id(allocation_id),
+                requested_by=actor,
             )
     except Exception as error:
         if not is_database_outage(error):
@@ -222,7 +230,7 @@ async def _record(
 
 
 @router.get("/{allocation_id}", response_model=AllocationDetail, responses=error_responses(401, 404, 422))
-async def get_allocation(allocation_id: IdPath, caller: Caller, app: App) -> AllocationDetail:
+async def get_allocation(allocation_id: IdPath, caller: Viewer, app: App) -> AllocationDetail:
     """One allocation: where it is, its attempts node by node, and every step it went through."""
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
@@ -232,12 +240,12 @@ async def get_allocation(allocation_id: IdPath, caller: Caller, app: App) -> All
 
 @router.get("", response_model=AllocationList, responses=error_responses(401, 422))
 async def list_allocations(
-    caller: Caller,
+    caller: Viewer,
     app: App,
     state: AllocationState | None = None,
     region: Name | None = None,
     node: Name | None = None,
-    tenant: Annotated[Name | None, Query(description="Admin tokens only; a tenant token sees its own.")] = None,
+    tenant: Annotated[Name | None, Query(description="Only this tenant's (one the caller belongs to).")] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="At most this many on the page.")] = 100,
     cursor_: Annotated[CursorParam, Query(alias="cursor")] = None,
 ) -> AllocationList:
@@ -254,7 +262,7 @@ async def list_allocations(
             region=region,
             node=node,
             tenant=tenant,
-            visible_to=None if caller.is_admin else caller.tenant or "",  # no tenant: no allocation is its
+            visible_to=caller.visible,  # a caller in no tenant sees none
             before=before,
             limit=limit + 1,
         )
@@ -273,11 +281,12 @@ def _position(created_at: datetime, allocation_id: str) -> str:
     response_model=AllocationAccepted,
     responses=error_responses(401, 404, 409, 422, 503),
 )
-async def cancel_allocation(allocation_id: IdPath, caller: Caller, app: App) -> AllocationAccepted:
+async def cancel_allocation(allocation_id: IdPath, caller: Member, app: App) -> AllocationAccepted:
     """Cancel an allocation waiting in a queue, being placed or active: its workflow undoes everything and ends
     `cancelled`."""
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
+    require_act(caller, row.tenant)
     if row.state not in (*PLACING_STATES, "queued", *HOLDING_STATES):
         raise conflict(
             f"allocation {allocation_id} is {row.state}; only one queued, being placed or active can be cancelled"
@@ -286,7 +295,8 @@ async def cancel_allocation(allocation_id: IdPath, caller: Caller, app: App) -> 
     # The row trails the workflow by a step (its trail rides with the next control step), so answer with the state
     # the workflow itself reports, as a read does.
     live = await app.control.live_status(allocation_id)
-    await app.control.cancel(allocation_id)
+    async with allocation_view.requested(app, row, "cancel_requested", caller):
+        await app.control.cancel(allocation_id)
     return AllocationAccepted(id=row.id, state=live.state if live else row.state, workflow_id=row.workflow_id)
 
 
@@ -297,7 +307,7 @@ async def cancel_allocation(allocation_id: IdPath, caller: Caller, app: App) -> 
     responses=error_responses(401, 404, 409, 422, 503),
 )
 async def retry_allocation(
-    allocation_id: IdPath, caller: Caller, app: App, body: Annotated[RetryBody | None, Body()] = None
+    allocation_id: IdPath, caller: Operator, app: App, body: Annotated[RetryBody | None, Body()] = None
 ) -> AllocationAccepted:
     """Being placed: abandon the current node and go on with the next. Failed: place it again, as a new run."""
     exclude_nodes = body.exclude_nodes if body is not None else []
@@ -308,7 +318,8 @@ async def retry_allocation(
             raise _not_retryable(allocation_id, row.state)
         await app.control.require_worker()
         try:
-            await app.control.retry(allocation_id, exclude_nodes)  # the workflow's validator decides
+            async with allocation_view.requested(app, row, "retry_requested", caller):
+                await app.control.retry(allocation_id, exclude_nodes)  # the workflow's validator decides
         except Refused as refused:
             if refused.state is None:
                 raise
@@ -325,9 +336,10 @@ async def retry_allocation(
         tenant_row = await store.load_tenant(session, row.tenant)
         wait = await queue_wait(session, tenant_row, request) if tenant_row is not None else None
         nominal_only = await within_nominal(session, request.priority_class)
-    await app.control.restart(
-        _input(app, allocation_id, request, exclude_nodes, row.idempotency_key, wait, nominal_only)
-    )
+    async with allocation_view.requested(app, row, "retry_requested", caller):
+        await app.control.restart(
+            _input(app, allocation_id, request, exclude_nodes, row.idempotency_key, wait, nominal_only, caller.actor)
+        )
     try:
         async with app.sessions.begin() as session:
             await store.record_restarted(session, allocation_id)
@@ -344,15 +356,17 @@ async def retry_allocation(
     response_model=AllocationAccepted,
     responses=error_responses(401, 404, 409, 422, 503),
 )
-async def release_allocation(allocation_id: IdPath, caller: Caller, app: App) -> AllocationAccepted:
+async def release_allocation(allocation_id: IdPath, caller: Member, app: App) -> AllocationAccepted:
     """Release an active allocation: its VM is destroyed, its GPUs wiped and returned; it ends `released`."""
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
+    require_act(caller, row.tenant)
     if row.state in FINAL_STATES:  # its workflow has ended and takes no update: the row is the answer
         raise _not_releasable(allocation_id, row.state)
     await app.control.require_worker()
     try:
-        status = await app.control.release(allocation_id)  # the workflow's validator decides
+        async with allocation_view.requested(app, row, "release_requested", caller):
+            status = await app.control.release(allocation_id)  # the workflow's validator decides
     except Refused as refused:
         if refused.state is None:
             raise
@@ -366,13 +380,14 @@ async def release_allocation(allocation_id: IdPath, caller: Caller, app: App) ->
     responses=error_responses(401, 404, 409, 422, 503),
 )
 async def extend_allocation(
-    allocation_id: IdPath, body: Annotated[ExtendBody, Body()], caller: Caller, app: App
+    allocation_id: IdPath, body: Annotated[ExtendBody, Body()], caller: Member, app: App
 ) -> AllocationEnd:
     """Move an active allocation's end later (`by` a duration, or `until` a time). 409 `invalid_state` when it is
     not active or has no end; 409 `extend_refused` when the new end is not later, past its pool's `maxLease`, or
     past the start of a reservation that needs its node's GPUs then."""
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
+    require_act(caller, row.tenant)
     if row.state not in ("active", "degraded"):
         # Refused before the lock below is taken: a workflow still placing may be waiting for that same lock in a
         # control step, and its update could then not be delivered until the API's call gave up.
@@ -385,7 +400,8 @@ async def extend_allocation(
         limit = await _reservations_limit(session, app, row.id, row.region)
         request = ExtendRequest(seconds=body.by, ends_at=body.until, not_after=limit[0], not_after_reason=limit[1])
         try:
-            status = await app.control.extend(allocation_id, request)  # the workflow's validator decides
+            async with allocation_view.requested(app, row, "extend_requested", caller):
+                status = await app.control.extend(allocation_id, request)  # the workflow's validator decides
         except Refused as refused:
             if refused.state is None:
                 raise ApiError(409, "extend_refused", refused.message) from refused

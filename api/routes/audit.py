@@ -8,18 +8,21 @@ after a timeout, may still finish: `GET` shows it then).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, Depends, Query
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from sqlalchemy import select
 from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
-from api.auth import Admin
+from api.auth import Operator
 from api.errors import error_responses, unavailable
 from api.services import Services, services
 from contracts.audit import AuditReport, Finding
 from store.audit import latest_run, report_of
+from store.models import ApiRequestRow
 from workflows.reconcile import ReconcileInput
 from workflows.reconcile_client import ReconcilerSettings, run_now
 
@@ -57,7 +60,7 @@ def _counts(findings: list[Finding]) -> dict[str, int]:
 
 
 @router.get("", response_model=AuditView, responses=error_responses(401, 403, 503))
-async def latest(app: App, _: Admin) -> AuditView:
+async def latest(app: App, _: Operator) -> AuditView:
     """The findings of the latest finished audit (the Schedule runs one every minute)."""
     async with app.sessions() as session:
         run = await latest_run(session)
@@ -65,7 +68,7 @@ async def latest(app: App, _: Admin) -> AuditView:
 
 
 @router.post("", response_model=AuditView, responses=error_responses(401, 403, 422, 503))
-async def audit_now(app: App, _: Admin, request: AuditRequest | None = None) -> AuditView:
+async def audit_now(app: App, _: Operator, request: AuditRequest | None = None) -> AuditView:
     """Run an audit now and answer its findings and, with `repair`, what it fixed."""
     request = request or AuditRequest()
     await app.control.require_worker()
@@ -89,3 +92,46 @@ async def audit_now(app: App, _: Admin, request: AuditRequest | None = None) -> 
     except RPCError as error:
         raise unavailable("temporal_unavailable", f"Temporal did not accept the audit: {error.message}") from error
     return _view(report)
+
+
+class RequestRecord(BaseModel):
+    at: datetime
+    actor: str
+    role: str
+    method: str
+    route: str
+    path: str
+    status: int
+
+
+class RequestRecords(BaseModel):
+    requests: list[RequestRecord] = Field(description="Newest first.")
+
+
+@router.get("/requests", response_model=RequestRecords, responses=error_responses(401, 403, 422))
+async def requests_made(
+    app: App,
+    _: Operator,
+    actor: Annotated[str | None, Query(max_length=400, description="Only this actor's.")] = None,
+    since: Annotated[
+        AwareDatetime | None, Query(description="Only from this instant (RFC 3339, with an offset).")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> RequestRecords:
+    """Mutating requests, who made them and how they were answered (api/request_log.py): actions on nodes, the
+    fleet and deployments as well as allocations, refusals included."""
+    query = select(ApiRequestRow).order_by(ApiRequestRow.id.desc()).limit(limit)
+    if actor is not None:
+        query = query.where(ApiRequestRow.actor == actor)
+    if since is not None:
+        query = query.where(ApiRequestRow.at >= since)
+    async with app.sessions() as session:
+        rows = (await session.scalars(query)).all()
+    return RequestRecords(
+        requests=[
+            RequestRecord(
+                at=r.at, actor=r.actor, role=r.role, method=r.method, route=r.route, path=r.path, status=r.status
+            )
+            for r in rows
+        ]  # fmt: skip
+    )

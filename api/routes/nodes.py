@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Path, Query, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import cursor
-from api.auth import Admin, Reporter
+from api.auth import Operator, Reporter
 from api.cursor import CursorParam
 from api.errors import ApiError, conflict, error_responses, not_found
 from api.models import (
@@ -148,7 +148,7 @@ async def _one(session: AsyncSession, name: str) -> NodeInfo:
 
 @router.get("", response_model=NodeList, responses=error_responses(401, 403, 422))
 async def list_nodes(
-    caller: Admin,
+    caller: Operator,
     app: App,
     region: Name | None = None,
     status: NodeStatus | None = None,
@@ -181,7 +181,7 @@ async def list_nodes(
 
 
 @router.get("/{node}", response_model=NodeInfo, responses=error_responses(401, 403, 404, 422))
-async def get_node(node: NodePath, caller: Admin, app: App) -> NodeInfo:
+async def get_node(node: NodePath, caller: Operator, app: App) -> NodeInfo:
     """One node: its pool, status, agent liveness and every slot that does not validate, with the reason."""
     async with app.sessions() as session:
         return await _one(session, node)
@@ -199,13 +199,13 @@ async def _set_status(app: Services, name: str, wanted: str) -> NodeInfo:
 
 
 @router.post("/{node}/cordon", response_model=NodeInfo, responses=error_responses(401, 403, 404, 409, 422))
-async def cordon(node: NodePath, caller: Admin, app: App) -> NodeInfo:
+async def cordon(node: NodePath, caller: Operator, app: App) -> NodeInfo:
     """Stop placing new allocations on the node. Cordoning a cordoned node changes nothing."""
     return await _set_status(app, node, NodeStatus.CORDONED.value)
 
 
 @router.post("/{node}/uncordon", response_model=NodeInfo, responses=error_responses(401, 403, 404, 409, 422))
-async def uncordon(node: NodePath, caller: Admin, app: App) -> NodeInfo:
+async def uncordon(node: NodePath, caller: Operator, app: App) -> NodeInfo:
     """Let the node take allocations again. Uncordoning a READY node changes nothing."""
     info = await _set_status(app, node, NodeStatus.READY.value)
     app.queue_walks.ask(f"node {node} uncordoned")
@@ -213,7 +213,7 @@ async def uncordon(node: NodePath, caller: Admin, app: App) -> NodeInfo:
 
 
 @router.post("/{node}/drain", response_model=DrainResult, responses=error_responses(401, 403, 404, 409, 422))
-async def drain(node: NodePath, caller: Admin, app: App) -> DrainResult:
+async def drain(node: NodePath, caller: Operator, app: App) -> DrainResult:
     """Cordon the node and tell each allocation on it (issue 27): its owner sees `drain_notice` with the reason and
     releases it when ready; nothing is torn down. Draining again tells nobody twice."""
     info = await _set_status(app, node, NodeStatus.CORDONED.value)
@@ -231,7 +231,7 @@ async def drain(node: NodePath, caller: Admin, app: App) -> DrainResult:
 
 
 @router.post("/{node}/repair", response_model=RepairResult, responses=error_responses(401, 403, 404, 422))
-async def repair(node: NodePath, body: RepairBody, caller: Admin, app: App) -> RepairResult:
+async def repair(node: NodePath, body: RepairBody, caller: Operator, app: App) -> RepairResult:
     """An operator repaired these slots' GPUs (issue 27): each is healthy and takes work again until its agent
     judges otherwise (the agent is asked for its verdicts again at its next report). Recorded in the audit trail."""
     now = datetime.now(UTC)
@@ -243,7 +243,7 @@ async def repair(node: NodePath, body: RepairBody, caller: Admin, app: App) -> R
         except LookupError as missing:
             raise ApiError(404, "not_found", f"node {node} has no slot {missing}") from None
         for index, was, reason in repaired:
-            message = f"slot {index} of {node} marked repaired by admin token {caller.token_id} (was {was}"
+            message = f"slot {index} of {node} marked repaired by {caller.actor} (was {was}"
             await audit_records.record_repair(session, None, Repair(
                 kind=FindingKind.GPU_REPAIRED, action=RepairAction.MARK_REPAIRED, node=node, slot_indexes=[index],
                 outcome="done", message=message + (f": {reason})" if reason else ")"), at=now,

@@ -20,7 +20,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Depends, Query
 from pydantic import AwareDatetime, BaseModel
 
-from api.auth import Caller, acting_tenant
+from api.auth import Viewer, acting_tenant
 from api.cel_budget import explain_off_loop
 from api.errors import error_responses
 from api.models import AllocationCreate, CapacityReport, Product
@@ -45,7 +45,7 @@ def _shown_to(viewer: Principal, result: PlacementResult, snapshot: Snapshot, pi
     """`result` as `viewer` may read it. For an admin, `holders`: who holds each held slot of the nodes the result
     judged slot by slot (the pinned nodes, the chosen node), null when none is held. A tenant gets the scheduler's
     result as it is, which names no holder."""
-    if not viewer.is_admin:
+    if not viewer.sees_all:
         return result
     nodes = sorted({*pinned, *([result.chosen.node] if result.chosen else [])} & snapshot.nodes.keys())
     holders = [held for node in nodes for held in held_slots(snapshot.nodes[node])]
@@ -55,14 +55,14 @@ def _shown_to(viewer: Principal, result: PlacementResult, snapshot: Snapshot, pi
 @router.post("/explain", response_model=PlacementResult, responses=error_responses(401, 403, 422))
 async def explain(
     body: Annotated[AllocationCreate, Body()],
-    caller: Caller,
+    caller: Viewer,
     app: App,
     detail: Annotated[bool, Query(description="Add per-candidate verdicts to every level.")] = False,
 ) -> PlacementResult:
     """Where this allocation would go now, or level by level why it would not; nothing is reserved. With an admin
     token and no `tenant`, tenant policy and quota are left out (the operator's view). A tenant's explain sees only
     the regions, pools and nodes it may use, and no other allocation's id."""
-    tenant = body.tenant if caller.is_admin else acting_tenant(caller, body.tenant)
+    tenant = body.tenant if caller.sees_all else acting_tenant(caller, body.tenant, act=False)
     async with app.sessions() as session:
         await check_request(session, app.inventory, body, caller)
         snapshot = fleet_for(await app.inventory.snapshot(session), caller)
@@ -95,7 +95,7 @@ async def _with_preemption(
         return result
     shown = [
         PreemptionVictim(
-            allocation_id=v.allocation_id if caller.is_admin or v.tenant == tenant else None,
+            allocation_id=v.allocation_id if caller.may_see(v.tenant) else None,
             node=v.node,
             gpus=v.gpus,
             priority=v.priority,
@@ -109,7 +109,7 @@ async def _with_preemption(
 
 @router.get("/capacity", response_model=CapacityReport, responses=error_responses(401, 422))
 async def get_capacity(
-    caller: Caller,
+    caller: Viewer,
     app: App,
     region: Name | None = None,
     gpu_product: Product | None = None,
@@ -128,7 +128,7 @@ class CapacityAt(BaseModel):
 
 @router.get("/capacity/at", response_model=CapacityAt, responses=error_responses(401, 422))
 async def get_capacity_at(
-    caller: Caller,
+    caller: Viewer,
     app: App,
     at: Annotated[AwareDatetime, Query(description="The instant (RFC 3339, with an offset).")],
     region: Name | None = None,

@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 
 from api import queue_view
-from api.auth import Caller
+from api.auth import Viewer
 from api.errors import error_responses
 from api.models import QueueList
 from api.services import Services, services
@@ -25,7 +25,7 @@ App = Annotated[Services, Depends(services)]
 
 @router.get("", response_model=QueueList, responses=error_responses(401, 422))
 async def list_queues(
-    caller: Caller,
+    caller: Viewer,
     app: App,
     region: Annotated[Name | None, Query(description="Only this region's queue.")] = None,
     pool: Annotated[

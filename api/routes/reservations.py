@@ -21,7 +21,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.auth import Caller, acting_tenant
+from api.auth import Member, Viewer, acting_tenant, require_act
 from api.errors import ApiError, error_responses, not_found
 from api.models import Count, LeaseDuration, Product, Strict, given
 from api.request_checks import invalid_request
@@ -98,7 +98,7 @@ def _view(row: ReservationRow) -> ReservationView:
 
 
 @router.post("", status_code=201, response_model=ReservationView, responses=error_responses(401, 403, 409, 422, 503))
-async def create_reservation(body: Annotated[ReservationCreate, Body()], caller: Caller, app: App) -> ReservationView:
+async def create_reservation(body: Annotated[ReservationCreate, Body()], caller: Member, app: App) -> ReservationView:
     """Promise GPUs for a window: 201 when a node can hold them then, 409 `window_full` (with the nearest windows
     that fit) when none can."""
     tenant = acting_tenant(caller, body.tenant)
@@ -149,25 +149,26 @@ async def create_reservation(body: Annotated[ReservationCreate, Body()], caller:
 
 
 @router.get("", response_model=ReservationList, responses=error_responses(401))
-async def list_reservations(caller: Caller, app: App) -> ReservationList:
+async def list_reservations(caller: Viewer, app: App) -> ReservationList:
     """Reservations by start; a tenant token sees its own tenant's."""
     async with app.sessions() as session:
-        rows = await reservations.listed(session, None if caller.is_admin else caller.tenant or "")
+        rows = await reservations.listed(session, caller.visible)
     return ReservationList(reservations=[_view(row) for row in rows])
 
 
 @router.get("/{reservation_id}", response_model=ReservationView, responses=error_responses(401, 404))
-async def get_reservation(reservation_id: IdPath, caller: Caller, app: App) -> ReservationView:
+async def get_reservation(reservation_id: IdPath, caller: Viewer, app: App) -> ReservationView:
     async with app.sessions() as session:
         return _view(await _visible(session, reservation_id, caller))
 
 
 @router.delete("/{reservation_id}", status_code=202, response_model=ReservationView,
                responses=error_responses(401, 404, 409, 503))  # fmt: skip
-async def cancel_reservation(reservation_id: IdPath, caller: Caller, app: App) -> ReservationView:
+async def cancel_reservation(reservation_id: IdPath, caller: Member, app: App) -> ReservationView:
     """Cancel a reservation: before its start it holds nothing more; after, its allocation gives everything back."""
     async with app.sessions() as session:
         row = await _visible(session, reservation_id, caller)
+    require_act(caller, row.tenant)
     if row.state not in reservations.OPEN_STATES:
         raise ApiError(409, "invalid_state", f"reservation {reservation_id} is {row.state}; it cannot be cancelled")
     await app.control.require_worker()
@@ -192,7 +193,7 @@ async def cancel_reservation(reservation_id: IdPath, caller: Caller, app: App) -
 
 async def _visible(session: object, reservation_id: str, caller: Principal) -> ReservationRow:
     row = await reservations.get(session, reservation_id)  # type: ignore[arg-type]
-    if row is None or (not caller.is_admin and row.tenant != caller.tenant):
+    if row is None or not caller.may_see(row.tenant):
         raise not_found("reservation", reservation_id)
     return row
 

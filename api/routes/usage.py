@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query
 
-from api.auth import Caller
+from api.auth import Viewer
 from api.errors import ApiError, error_responses
 from api.models import UsageGroup, UsageReport
 from api.request_checks import fleet_for
@@ -54,7 +54,7 @@ def window(start: datetime | None, end: datetime | None, now: datetime) -> tuple
 
 @router.get("", response_model=UsageReport, response_model_by_alias=True, responses=error_responses(401, 403, 422))
 async def usage_report(
-    caller: Caller,
+    caller: Viewer,
     app: App,
     start: Annotated[datetime | None, Query(alias="from", description="RFC 3339; default 30 days before `to`.")] = None,
     end: Annotated[datetime | None, Query(alias="to", description="RFC 3339; default (and at most) now.")] = None,
@@ -62,26 +62,23 @@ async def usage_report(
         str, Query(max_length=200, description="Comma-separated: tenant, product, region, pool, class, shape.")
     ] = "tenant",
     bucket: Annotated[Literal["hour", "day"] | None, Query(description="One row per hour or day, for a chart.")] = None,
-    tenant: Annotated[Name | None, Query(description="Only this tenant's (a tenant token: its own only).")] = None,
+    tenant: Annotated[Name | None, Query(description="Only this tenant's (one the caller belongs to).")] = None,
 ) -> UsageReport:
     """GPU-hours, allocations, peak concurrent GPUs and share of the fleet per group in [from, to)."""
     now = datetime.now(UTC)
     names = grouping(by, "query.by")
     start, end = window(start, end, now)
-    if not caller.is_admin:
-        if tenant is not None and tenant != caller.tenant:
-            raise ApiError(
-                403, "forbidden", f"a token of tenant {caller.tenant!r} cannot read tenant {tenant!r}'s usage"
-            )
-        tenant = caller.tenant
+    if tenant is not None and not caller.may_see(tenant):
+        raise ApiError(403, "forbidden", f"{caller.actor} cannot read tenant {tenant!r}'s usage")
     if bucket is not None and (min(end, now) - start) / timedelta(**{f"{bucket}s": 1}) > MOST_BUCKETS[bucket]:
         raise ApiError(422, "too_many_buckets", f"at most {MOST_BUCKETS[bucket]} {bucket}s per report: narrow the "
                        "window or choose a larger bucket", [{"field": "query.bucket", "value": bucket}])  # fmt: skip
-    query = usage.UsageQuery(start, end, names, tenant=tenant, bucket=bucket)
+    tenants = frozenset({tenant}) if tenant is not None else caller.visible
+    query = usage.UsageQuery(start, end, names, tenants=tenants, bucket=bucket)
     async with app.sessions() as session:
         rows = await usage.report(session, query, now)
         regions = None
-        if not caller.is_admin:  # a tenant's share is of the regions it may use
+        if not caller.sees_all:  # a tenant's share is of the regions it may use
             regions = sorted(fleet_for((await app.inventory.inventory(session)).snapshot, caller).regions)
         gpus = await usage.fleet_gpus(session, regions)
         rolled = await usage.rolled_until(session)

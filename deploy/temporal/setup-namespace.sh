@@ -45,3 +45,4 @@ ensure_search_attribute BerthTenant Keyword
 ensure_search_attribute BerthGpuCount Int
 ensure_search_attribute BerthEndsAt Datetime
 ensure_search_attribute BerthExpiring Bool
+ensure_search_attribute BerthActor Keyword

@@ -114,14 +114,14 @@ async def test_concurrent_requests_with_one_key_create_one_allocation(stack: Sta
 
 async def test_tokens_are_stored_hashed_and_issued_once_per_tenant(stack: Stack) -> None:
     async with stack.lab.sessions.begin() as session:
-        token = await create_token(session, "tenant", "acme", label="ci")
+        token = await create_token(session, "member", "acme", label="ci")
         assert await ensure_tenant_tokens(session) == {}  # both tenants already hold one
         stored = (await session.scalars(select(ApiTokenRow.token_sha256))).all()
         assert token not in stored and all(len(digest) == 64 for digest in stored)
         principal = await verify(session, token)
-        assert principal is not None and (principal.role, principal.tenant) == ("tenant", "acme")
+        assert principal is not None and (principal.role, principal.tenants) == ("member", {"acme": "member"})
         assert await verify(session, token + "x") is None
         with pytest.raises(ValueError, match="unknown tenant"):
-            await create_token(session, "tenant", "initech")
-        with pytest.raises(ValueError, match="admin token names no tenant"):
+            await create_token(session, "member", "initech")
+        with pytest.raises(ValueError, match="operator or admin token no tenant"):
             await create_token(session, "admin", "acme")

@@ -241,7 +241,7 @@ async def test_a_revoked_node_token_stops_working_within_five_seconds(lab: Lab, 
 async def test_only_a_live_node_token_gets_through_the_gateway(lab: Lab, temporal_client) -> None:
     async with lab.sessions.begin() as session:
         admin = await create_token(session, "admin")
-        tenant = await create_token(session, "tenant", "acme")
+        tenant = await create_token(session, "member", "acme")
     for token, answer in ((admin, "serves node agents"), (tenant, "serves node agents"),
                           ("berth_unknown", "unknown or revoked"), ("", "Unauthenticated")):  # fmt: skip
         with pytest.raises(RuntimeError, match=answer):

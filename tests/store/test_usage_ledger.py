@@ -101,7 +101,7 @@ async def test_known_intervals_give_exact_gpu_seconds_by_every_grouping(sessions
     acme = {r.bucket: (r.gpu_seconds, r.peak_gpus) for r in hours if r.group["tenant"] == "acme"}
     assert acme == {T0: (7200, 2), T0 + H: (10800, 3), T0 + 2 * H: (3600, 1), T0 + 3 * H: (3600, 1)}
     # A tenant's own report holds only its own.
-    mine = await _report(sessions, T0 - H, T0 + 10 * H, tenant="globex")
+    mine = await _report(sessions, T0 - H, T0 + 10 * H, tenants=frozenset({"globex"}))
     assert [r.group["tenant"] for r in mine] == ["globex"]
 
     async with sessions() as session:

@@ -1,0 +1,219 @@
+"""People's identities: OIDC ID tokens from the company's provider, verified as Kubernetes' OIDC authenticator does.
+
+A person logs in with `berth login` (cli/login.py) and sends the provider's ID token as the bearer. This module
+verifies it, never with hand-written cryptography (joserfc):
+
+    discovery  `<issuer>/.well-known/openid-configuration`, whose `issuer` must be the configured one exactly
+    keys       its `jwks_uri`, cached; a token signed with a key id not in the cache fetches the set again (no
+               more than once per `jwks_refresh_seconds`), so the provider can rotate its keys with no restart
+    signature  an asymmetric algorithm the provider announces (`alg: none`, HMAC, and an HS256 token "signed" with
+               the public key are refused), with the key the token's `kid` names
+    claims     `iss` is the issuer, `aud` holds the client id, `exp` is ahead and `nbf`/`iat` not ahead (with a
+               minute's leeway for clock skew)
+    mapping    the username claim names the actor; the groups claim gives roles: each group named in
+               `roles` grants `viewer:<tenant>`, `member:<tenant>`, `operator` or `admin`, the highest of each wins;
+               a person in no mapped group is a viewer of nothing, who sees nothing
+
+Each refusal is a 401 with a code a client can act on (`token_expired`: log in again or refresh).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from joserfc import jws, jwt
+from joserfc.errors import (
+    BadSignatureError,
+    ExpiredTokenError,
+    InvalidClaimError,
+    JoseError,
+    MissingClaimError,
+)
+from joserfc.jwk import KeySet
+
+from config.identity import OidcSettings
+from store.tokens import RANK, PersonRole, Principal
+
+# Asymmetric only: a verifier that accepted HMAC would accept a token "signed" with the provider's public key.
+ASYMMETRIC = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+
+
+def _kids(keys: KeySet) -> set[str]:
+    return {key.kid for key in keys.keys if key.kid}
+
+
+def _decode(token: str, keys: KeySet, allowed: list[str]) -> dict[str, Any]:
+    """The claims of a token whose signature verifies with one of `keys` (the one its `kid` names, else each)."""
+    candidates = (
+        [keys] if jws.extract_compact(token.encode()).protected.get("kid") else [KeySet([k]) for k in keys.keys]
+    )
+    for candidate in candidates:
+        try:
+            return jwt.decode(token, candidate, algorithms=allowed).claims
+        except BadSignatureError:
+            continue
+        except JoseError as error:
+            raise OidcRefused("invalid_token", f"the token cannot be verified: {error.description or error}") from error
+    raise OidcRefused("invalid_signature", "the token's signature does not verify with the issuer's keys")
+
+
+class OidcRefused(Exception):
+    """A bearer that is not a valid ID token of the configured issuer; `code` says which check failed."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class OidcUnavailable(Exception):
+    """The provider's discovery document or keys could not be read (a 503: the token may well be good)."""
+
+
+class OidcVerifier:
+    """Verifies ID tokens of one issuer; one per API process, its keys shared by every request."""
+
+    def __init__(
+        self,
+        settings: OidcSettings,
+        client: httpx.AsyncClient | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self._client = client
+        self._clock = clock
+        self._discovery: dict[str, Any] | None = None
+        self._keys: KeySet | None = None
+        self._fetched_at = float("-inf")
+        self._lock = asyncio.Lock()
+
+    async def _get(self, url: str) -> dict[str, Any]:
+        try:
+            if self._client is not None:
+                answer = await self._client.get(url)
+            else:
+                async with httpx.AsyncClient(timeout=10.0) as client:
+                    answer = await client.get(url)
+            answer.raise_for_status()
+            document = answer.json()
+        except (httpx.HTTPError, ValueError) as error:
+            raise OidcUnavailable(f"the OIDC provider did not answer {url}: {error}") from error
+        if not isinstance(document, dict):
+            raise OidcUnavailable(f"the OIDC provider's {url} is not a JSON object")
+        return document
+
+    async def discovery(self) -> dict[str, Any]:
+        """The provider's discovery document, read once; its `issuer` must be the configured issuer exactly."""
+        if self._discovery is None:
+            url = self.settings.issuer.rstrip("/") + "/.well-known/openid-configuration"
+            document = await self._get(url)
+            if document.get("issuer") != self.settings.issuer:
+                raise OidcUnavailable(
+                    f"the discovery document at {url} names issuer {document.get('issuer')!r}, not "
+                    f"{self.settings.issuer!r}: configure the issuer exactly as the provider names itself"
+                )
+            if not isinstance(document.get("jwks_uri"), str):
+                raise OidcUnavailable(f"the discovery document at {url} has no jwks_uri")
+            self._discovery = document
+        return self._discovery
+
+    async def _key_set(self, kid: str | None, *, rotated: bool = False) -> KeySet:
+        """The cached keys, fetched again when a token names a key id they lack, or (`rotated`) when a token that
+        names none does not verify with them: the provider rotated its keys. At most once per
+        `jwks_refresh_seconds`, so that made-up tokens cannot make the API hammer the provider."""
+        async with self._lock:
+            known = self._keys is not None and not rotated and (kid is None or kid in _kids(self._keys))
+            stale = self._clock() - self._fetched_at >= self.settings.jwks_refresh_seconds
+            if self._keys is None or (not known and stale):
+                document = await self._get((await self.discovery())["jwks_uri"])
+                try:
+                    self._keys = KeySet.import_key_set(document)  # type: ignore[arg-type]
+                except (JoseError, ValueError, TypeError, KeyError) as error:
+                    raise OidcUnavailable(f"the provider's keys cannot be read: {error}") from error
+                self._fetched_at = self._clock()
+            return self._keys
+
+    async def verify(self, token: str) -> Principal:
+        """The person an ID token stands for; `OidcRefused` with the failed check's code otherwise."""
+        try:
+            compact = jws.extract_compact(token.encode())
+            header, unverified = compact.protected, json.loads(compact.payload)
+        except (JoseError, ValueError, UnicodeError) as error:
+            raise OidcRefused("invalid_token", f"the bearer is not a JWT: {error}") from error
+        if not isinstance(unverified, dict):
+            raise OidcRefused("invalid_token", "the token's payload is not a JSON object")
+        issuer = unverified.get("iss")
+        if issuer != self.settings.issuer:  # told first, as it is the likeliest mistake; the token is refused anyway
+            raise OidcRefused("wrong_issuer", f"the token was issued by {issuer!r}, not {self.settings.issuer!r}")
+        algorithm = header.get("alg")
+        announced = (await self.discovery()).get("id_token_signing_alg_values_supported") or ["RS256"]
+        allowed = [a for a in announced if a in ASYMMETRIC]
+        if algorithm not in allowed:
+            raise OidcRefused(
+                "unsupported_algorithm",
+                f"tokens signed with {algorithm!r} are refused: the issuer signs with {', '.join(allowed) or 'none'}",
+            )
+        kid = header.get("kid") if isinstance(header.get("kid"), str) else None
+        keys = await self._key_set(kid)
+        if kid is not None and kid not in _kids(keys):
+            raise OidcRefused("unknown_key", f"the token is signed with key {kid!r}, which the issuer does not publish")
+        try:
+            decoded = _decode(token, keys, allowed)
+        except OidcRefused as refused:
+            if kid is not None or refused.code != "invalid_signature":
+                raise
+            decoded = _decode(token, await self._key_set(None, rotated=True), allowed)  # no kid: keys may be new
+        self._check_claims(decoded)
+        return self.principal(decoded)
+
+    def _check_claims(self, claims: dict[str, Any]) -> None:
+        issuer = claims.get("iss")
+        if issuer != self.settings.issuer:
+            raise OidcRefused("wrong_issuer", f"the token was issued by {issuer!r}, not {self.settings.issuer!r}")
+        audience = claims.get("aud")
+        audiences = audience if isinstance(audience, list) else [audience]
+        if self.settings.client_id not in audiences:
+            raise OidcRefused("wrong_audience", f"the token is for {audience!r}, not for {self.settings.client_id!r}")
+        registry = jwt.JWTClaimsRegistry(leeway=self.settings.leeway_seconds, exp={"essential": True})
+        try:
+            registry.validate(claims)
+        except ExpiredTokenError as error:
+            raise OidcRefused("token_expired", "the token has expired: log in again (`berth login`)") from error
+        except MissingClaimError as error:
+            raise OidcRefused("invalid_token", f"the token lacks a claim it must have: {error.description}") from error
+        except InvalidClaimError as error:
+            if error.claim == "nbf":
+                raise OidcRefused("token_not_yet_valid", "the token is not valid yet (nbf is ahead)") from error
+            raise OidcRefused("invalid_token", f"claim {error.claim!r}: {error.description}") from error
+        if not isinstance(claims.get("sub"), str) or not claims["sub"]:
+            raise OidcRefused("invalid_token", "the token names no subject (sub)")
+
+    def principal(self, claims: dict[str, Any]) -> Principal:
+        """The person, with the roles their groups grant."""
+        name = claims.get(self.settings.username_claim)
+        actor = name if isinstance(name, str) and name else str(claims["sub"])
+        raw = claims.get(self.settings.groups_claim) or []
+        groups = tuple(sorted(g for g in (raw if isinstance(raw, list) else [raw]) if isinstance(g, str)))
+        fleet_role: str | None = None
+        tenants: dict[str, PersonRole] = {}
+        for group in groups:
+            for grant in self.settings.roles.get(group, []):
+                role, _, tenant = grant.partition(":")
+                if tenant:
+                    if RANK[role] > RANK.get(tenants.get(tenant, ""), 0):
+                        tenants[tenant] = role  # type: ignore[assignment]
+                elif RANK[role] > RANK.get(fleet_role or "", 0):
+                    fleet_role = role
+        top = max([fleet_role or "", *tenants.values()], key=lambda r: RANK.get(r, 0)) or "viewer"
+        return Principal(
+            actor=actor,
+            kind="person",
+            role=fleet_role or top,  # type: ignore[arg-type]
+            tenants={} if fleet_role else tenants,
+            groups=groups,
+        )

@@ -1,0 +1,268 @@
+"""`berth login`, `berth whoami`, `berth logout`: a person's own identity from the company's OIDC provider.
+
+`berth login` asks the API where people log in (`GET /v1/auth`: the issuer and the client id), then runs the OAuth
+authorization-code flow with PKCE (RFC 7636) on a loopback redirect (RFC 8252), as kubelogin does:
+
+    a one-off HTTP listener on 127.0.0.1, a random port       the redirect URI
+    the provider's authorization page, in the browser          (or printed with --no-browser: open it anywhere)
+    the code it redirects back with, checked against `state`   exchanged with the PKCE verifier for the tokens
+    the tokens, per API URL, in a file only its owner reads    `$XDG_CONFIG_HOME/berth/credentials.json`, mode 0600
+
+Every later command to that API sends the ID token as its bearer, and refreshes it with the refresh token a minute
+before it expires; once the refresh is refused, it asks for `berth login` again. `--token`, `BERTH_TOKEN` and a
+service account's token still win when given (cli/client.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import json
+import os
+import secrets
+import sys
+import threading
+import time
+import webbrowser
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import parse_qs, urlencode, urlparse
+
+import httpx
+import typer
+from pydantic import BaseModel, ValidationError
+
+from cli.client import ApiFailure, ApiOption, OutputOption, api_client
+from cli.output import OutputFormat, console, fail, print_json
+from config.context import read_context, write_private
+from config.settings import Settings
+
+LOGIN_SECONDS = 300.0  # how long the loopback listener waits for the browser
+REFRESH_AHEAD_SECONDS = 60.0
+
+
+class Credentials(BaseModel):
+    """What `berth login` keeps for one API: the tokens and where to refresh them."""
+
+    issuer: str
+    client_id: str
+    token_endpoint: str
+    id_token: str
+    refresh_token: str | None = None
+    expires_at: float  # the ID token's `exp`
+
+
+def credentials_file() -> Path:
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "berth" / "credentials.json"
+
+
+def _load_all() -> dict[str, Any]:
+    try:
+        found = json.loads(credentials_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _save(api: str, credentials: Credentials | None) -> Path:
+    everything = _load_all()
+    if credentials is None:
+        everything.pop(api, None)
+    else:
+        everything[api] = credentials.model_dump()
+    path = credentials_file()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return write_private(path, json.dumps(everything, indent=2) + "\n")
+
+
+def _claims(id_token: str) -> dict[str, Any]:
+    """The ID token's claims, read without verifying (the API verifies; the CLI only wants `exp` and a name)."""
+    try:
+        payload = id_token.split(".")[1]
+        return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError) as error:
+        raise ApiFailure(f"the provider's ID token is not a JWT: {error}") from error
+
+
+def _from_token_answer(
+    answer: dict[str, Any], issuer: str, client_id: str, endpoint: str, old: str | None
+) -> Credentials:
+    id_token = answer.get("id_token")
+    if not isinstance(id_token, str):
+        raise ApiFailure("the provider answered without an ID token (is the `openid` scope allowed for the client?)")
+    return Credentials(
+        issuer=issuer,
+        client_id=client_id,
+        token_endpoint=endpoint,
+        id_token=id_token,
+        refresh_token=answer.get("refresh_token") or old,
+        expires_at=float(_claims(id_token).get("exp", time.time() + 300)),
+    )
+
+
+def logged_in_token(api: str) -> str | None:
+    """The ID token `berth login` keeps for `api`, refreshed when it is about to expire; None when no one logged
+    in there (or the refresh was refused: the person must log in again)."""
+    found = _load_all().get(api.rstrip("/"))
+    if found is None:
+        return None
+    try:
+        credentials = Credentials.model_validate(found)
+    except ValidationError:
+        return None
+    if credentials.expires_at - time.time() > REFRESH_AHEAD_SECONDS:
+        return credentials.id_token
+    if credentials.refresh_token is None:
+        raise ApiFailure(f"your login to {api} has expired: run `berth login --api {api}`")
+    try:
+        answer = httpx.post(
+            credentials.token_endpoint,
+            data={
+                "grant_type": "refresh_token",
+                "refresh_token": credentials.refresh_token,
+                "client_id": credentials.client_id,
+            },  # fmt: skip
+            timeout=30.0,
+        )
+    except httpx.HTTPError as error:
+        raise ApiFailure(f"cannot refresh your login at {credentials.token_endpoint}: {error}") from error
+    if answer.status_code != 200:
+        raise ApiFailure(f"your login to {api} can no longer be refreshed: run `berth login --api {api}`")
+    refreshed = _from_token_answer(
+        answer.json(), credentials.issuer, credentials.client_id, credentials.token_endpoint, credentials.refresh_token
+    )
+    _save(api.rstrip("/"), refreshed)
+    return refreshed.id_token
+
+
+class _Callback(http.server.BaseHTTPRequestHandler):
+    """The loopback redirect: takes the one answer the provider sends back, then says so to the browser."""
+
+    answer: dict[str, str] | None = None
+    arrived = threading.Event()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        query = {k: v[0] for k, v in parse_qs(urlparse(self.path).query).items()}
+        if urlparse(self.path).path != "/callback" or not ("code" in query or "error" in query):
+            self.send_response(404)
+            self.end_headers()
+            return
+        type(self).answer = query
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.end_headers()
+        self.wfile.write(b"Berth: you are logged in. You can close this tab.\n" if "code" in query else
+                         b"Berth: the login was refused. See your terminal.\n")  # fmt: skip
+        type(self).arrived.set()
+
+    def log_message(self, format: str, *args: Any) -> None:  # the terminal is the person's, not a log
+        return
+
+
+def _api_url(api: str | None) -> str:
+    url = api or (context.api_url if (context := read_context(Settings())) else None)
+    if not url:
+        fail("no Berth API configured: pass --api or set BERTH_API_URL")
+    return url.rstrip("/")
+
+
+def login(
+    api: ApiOption = None,
+    no_browser: Annotated[
+        bool, typer.Option("--no-browser", help="Print the login URL instead of opening a browser.")
+    ] = False,
+) -> None:
+    """Log in with your company's identity provider (OIDC, the authorization-code flow with PKCE) and keep the
+    tokens for this API; later commands send them and refresh them."""
+    url = _api_url(api)
+    try:
+        oidc = httpx.get(f"{url}/v1/auth", timeout=30.0).json().get("oidc")
+    except (httpx.HTTPError, ValueError, AttributeError) as error:
+        fail(f"cannot ask {url} how to log in: {error}")
+    if not oidc:
+        fail(f"{url} has no OIDC login configured: use a token (`--token`, BERTH_TOKEN) from its operators")
+    issuer, client_id, scopes = oidc["issuer"], oidc["client_id"], oidc.get("scopes") or ["openid"]
+    try:
+        discovery = httpx.get(issuer.rstrip("/") + "/.well-known/openid-configuration", timeout=30.0).json()
+        authorize, token_endpoint = discovery["authorization_endpoint"], discovery["token_endpoint"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
+        fail(f"cannot read the discovery document of {issuer}: {error}")
+
+    verifier = secrets.token_urlsafe(64)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    state = secrets.token_urlsafe(24)
+    handler = type("Callback", (_Callback,), {"answer": None, "arrived": threading.Event()})
+    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
+    redirect = f"http://127.0.0.1:{server.server_port}/callback"
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    query = {"response_type": "code", "client_id": client_id, "redirect_uri": redirect, "scope": " ".join(scopes),
+             "state": state, "code_challenge": challenge, "code_challenge_method": "S256"}  # fmt: skip
+    link = f"{authorize}?{urlencode(query)}"
+    sys.stderr.write(f"Log in at: {link}\n")
+    sys.stderr.flush()
+    if not no_browser:
+        webbrowser.open(link)
+    try:
+        if not handler.arrived.wait(LOGIN_SECONDS):
+            fail(f"no answer from the browser within {LOGIN_SECONDS:g} s; run `berth login` again")
+    finally:
+        server.shutdown()
+        server.server_close()
+    answer = handler.answer or {}
+    if answer.get("state") != state:
+        fail("the login answer does not carry this login's state: refused (run `berth login` again)")
+    if "error" in answer:
+        fail(f"the identity provider refused the login: {answer['error']} {answer.get('error_description', '')}")
+    try:
+        exchanged = httpx.post(
+            token_endpoint,
+            data={
+                "grant_type": "authorization_code",
+                "code": answer["code"],
+                "redirect_uri": redirect,
+                "client_id": client_id,
+                "code_verifier": verifier,
+            },  # fmt: skip
+            timeout=30.0,
+        )
+        exchanged.raise_for_status()
+        credentials = _from_token_answer(exchanged.json(), issuer, client_id, token_endpoint, None)
+    except (httpx.HTTPError, ValueError) as error:
+        fail(f"the identity provider did not give the tokens: {error}")
+    except ApiFailure as error:
+        fail(str(error))
+    path = _save(url, credentials)
+    claims = _claims(credentials.id_token)
+    name = claims.get("email") or claims.get("preferred_username") or claims.get("sub")
+    console.print(f"Logged in to {url} as {name} (tokens kept in {path}).", highlight=False)
+
+
+def whoami(api: ApiOption = None, token: Annotated[str | None, typer.Option("--token", envvar="BERTH_TOKEN",
+           help="API bearer token; default: your login, else `berth up`'s admin token.")] = None,
+           output: OutputOption = OutputFormat.TEXT) -> None:  # fmt: skip
+    """Who the API takes you for: your name in its audit trail, your role and your tenants."""
+    with api_client(api, token) as client:
+        me = client.call("GET", "/v1/whoami")
+    if output is OutputFormat.JSON:
+        print_json(me)
+        return
+    tenants = (
+        "every tenant" if me["all_tenants"] else ", ".join(f"{t} ({r})" for t, r in me["tenants"].items()) or "none"
+    )
+    console.print(f"{me['actor']}\n  role:    {me['role']}\n  tenants: {tenants}", highlight=False)
+    if me.get("groups"):
+        console.print(f"  groups:  {', '.join(me['groups'])}", highlight=False)
+    if me.get("expires_at"):
+        console.print(f"  expires: {me['expires_at']}", highlight=False)
+
+
+def logout(api: ApiOption = None) -> None:
+    """Forget the tokens `berth login` kept for this API (the provider's own session is the browser's)."""
+    url = _api_url(api)
+    if url not in _load_all():
+        console.print(f"Not logged in to {url}.", highlight=False)
+        return
+    _save(url, None)
+    console.print(f"Logged out of {url}.", highlight=False)

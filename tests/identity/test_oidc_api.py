@@ -1,0 +1,201 @@
+"""People call the API with their own identity: ID tokens from a real OIDC provider process (tests/oidc_provider.py,
+through its discovery document, JWKS and token endpoint), mapped by their groups to roles in tenants; and every
+token that is not a good one of that issuer is refused with a 401 and a code a client can act on.
+
+The lab fleet (tests/api/stack.py) has tenants acme and globex. Groups: `acme-ml` are members of acme,
+`acme-watchers` viewers of acme, `sre` operators.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from joserfc.jwk import RSAKey
+from sqlalchemy import select
+from temporalio.client import Client
+
+from api.oidc import OidcVerifier
+from config.identity import OidcSettings
+from store.models import ApiRequestRow
+from store.tokens import create_token, ensure_tenant_tokens
+from tests.api.stack import api_fleet, app_for, bearer, control_worker_seen, http_client
+from tests.identity.provider import CLIENT_ID, Provider
+from tests.workflows.lab import running_lab
+from workflows.search_attributes import ACTOR
+
+ROLES = {"acme-ml": ["member:acme"], "acme-watchers": ["viewer:acme"], "sre": ["operator"]}
+
+
+@dataclass
+class People:
+    app: FastAPI
+    http: httpx.AsyncClient
+    provider: Provider
+    admin: dict[str, str]
+    acme: dict[str, str]  # acme's service account (a member token)
+    node: dict[str, str]  # node `small`'s agent token
+
+    def person(self, sub: str, *groups: str) -> dict[str, str]:
+        """`sub` logs in (the authorization-code flow with PKCE) and sends the ID token."""
+        tokens = self.provider.login(sub, email=sub, groups=list(groups))
+        return bearer(tokens["id_token"])
+
+
+@pytest.fixture
+async def people(
+    temporal_client: Client, sessions, oidc_provider: Provider, tmp_path: Path
+) -> AsyncIterator[People]:
+    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, api_fleet()) as lab:
+        async with sessions.begin() as session:
+            admin = await create_token(session, "admin", label="tests")
+            acme = (await ensure_tenant_tokens(session))["acme"]
+            node = await create_token(session, "node", node="small", label="tests")
+        app = app_for(sessions, temporal_client, lab.queues, oidc_issuer_url=oidc_provider.issuer,
+                      oidc_client_id=CLIENT_ID, oidc_roles=ROLES)  # fmt: skip
+        await control_worker_seen(app)
+        async with http_client(app) as http:
+            yield People(app, http, oidc_provider, bearer(admin), bearer(acme), bearer(node))
+
+
+def _error(response: httpx.Response) -> tuple[int, str]:
+    return response.status_code, response.json()["error"]["code"]
+
+
+async def test_a_member_logs_in_creates_and_is_named_as_the_one_who_asked(people: People, temporal_client) -> None:
+    alice = people.person("alice@example.com", "acme-ml", "unmapped-group")
+    me = (await people.http.get("/v1/whoami", headers=alice)).json()
+    assert (me["actor"], me["kind"], me["role"], me["tenants"]) == (
+        "alice@example.com", "person", "member", {"acme": "member"}
+    )  # fmt: skip
+    assert me["groups"] == ["acme-ml", "unmapped-group"]
+
+    created = await people.http.post("/v1/allocations", json={"gpu_count": 1}, headers=alice)
+    assert created.status_code == 202, created.text
+    allocation = created.json()["id"]
+    shown = (await people.http.get(f"/v1/allocations/{allocation}", headers=alice)).json()
+    assert shown["requested_by"] == "alice@example.com" and shown["tenant"] == "acme"
+    # The Temporal UI lists it by who asked.
+    described = await temporal_client.get_workflow_handle(created.json()["workflow_id"]).describe()
+    assert described.typed_search_attributes.get(ACTOR) == "alice@example.com"
+
+    cancelled = await people.http.post(f"/v1/allocations/{allocation}/cancel", headers=alice)
+    assert cancelled.status_code == 202, cancelled.text
+    events = (await people.http.get(f"/v1/allocations/{allocation}", headers=people.admin)).json()["events"]
+    assert [(e["step"], e["actor"]) for e in events if e["actor"]] == [("cancel_requested", "alice@example.com")]
+
+
+async def test_roles_decide_what_each_person_may_do(people: People) -> None:
+    created = await people.http.post("/v1/allocations", json={"gpu_count": 1}, headers=people.acme)
+    allocation = created.json()["id"]
+
+    viewer = people.person("victor@example.com", "acme-watchers")
+    assert (await people.http.get(f"/v1/allocations/{allocation}", headers=viewer)).status_code == 200
+    refused = await people.http.post("/v1/allocations", json={"gpu_count": 1}, headers=viewer)
+    assert _error(refused) == (403, "forbidden"), refused.text
+    assert "needs the member role" in refused.json()["error"]["message"]
+
+    # A person in no mapped group belongs to no tenant: acme's allocation does not exist for them.
+    stranger = people.person("sam@example.com", "marketing")
+    assert _error(await people.http.get(f"/v1/allocations/{allocation}", headers=stranger)) == (404, "not_found")
+    listed = await people.http.get("/v1/allocations", headers=stranger)
+    assert listed.status_code == 200 and listed.json()["allocations"] == []
+    assert _error(await people.http.get("/v1/nodes", headers=stranger)) == (403, "forbidden")
+
+    operator = people.person("olga@example.com", "sre")
+    assert (await people.http.get("/v1/nodes", headers=operator)).status_code == 200
+    assert (await people.http.post("/v1/nodes/small/cordon", headers=operator)).status_code == 200
+    applied = await people.http.put("/v1/fleet", content="{}", headers=operator | {"Content-Type": "application/json"})
+    assert _error(applied) == (403, "forbidden"), applied.text
+
+    # Every mutating request is on record with who made it, refusals too.
+    async with people.app.state.services.sessions() as session:
+        rows = (await session.execute(select(ApiRequestRow.actor, ApiRequestRow.route, ApiRequestRow.status)
+                                      .order_by(ApiRequestRow.id))).all()  # fmt: skip
+    assert ("olga@example.com", "/v1/nodes/{node}/cordon", 200) in rows
+    assert ("olga@example.com", "/v1/fleet", 403) in rows
+    assert ("victor@example.com", "/v1/allocations", 403) in rows
+
+
+async def test_a_refreshed_token_works_and_a_rotated_key_needs_no_restart(people: People) -> None:
+    people.app.state.services.oidc = OidcVerifier(
+        OidcSettings(issuer=people.provider.issuer, client_id=CLIENT_ID, roles=ROLES, jwks_refresh_seconds=0)
+    )
+    tokens = people.provider.login("rita@example.com", email="rita@example.com", groups=["acme-ml"])
+    assert (await people.http.get("/v1/whoami", headers=bearer(tokens["id_token"]))).status_code == 200
+
+    refreshed = people.provider.refresh(tokens["refresh_token"])
+    assert refreshed["id_token"] != tokens["id_token"]
+    me = await people.http.get("/v1/whoami", headers=bearer(refreshed["id_token"]))
+    assert me.status_code == 200 and me.json()["actor"] == "rita@example.com"
+
+    # The provider rotates its key: tokens signed with the new one (with its kid, and without one, as this
+    # provider's own ID tokens are) are taken by the same API process, which fetches the keys again.
+    new_kid = people.provider.rotate()
+    signed = people.provider.sign(sub="rita@example.com", email="rita@example.com", groups=["acme-ml"])
+    assert json.loads(base64.urlsafe_b64decode(signed.split(".")[0] + "=="))["kid"] == new_kid
+    assert (await people.http.get("/v1/whoami", headers=bearer(signed))).status_code == 200
+    again = people.provider.login("rita@example.com", email="rita@example.com", groups=["acme-ml"])
+    assert (await people.http.get("/v1/whoami", headers=bearer(again["id_token"]))).status_code == 200
+    # The old key is gone from the set: a token it signed no longer verifies.
+    assert _error(await people.http.get("/v1/whoami", headers=bearer(refreshed["id_token"]))) == (
+        401, "unknown_key"
+    )  # fmt: skip
+
+
+def _unsigned(header: dict[str, object], claims: dict[str, object], secret: bytes | None = None) -> str:
+    """A token built by hand: `alg: none` (no signature), or HMAC-signed with `secret`."""
+
+    def part(value: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    head = f"{part(header)}.{part(claims)}"
+    if secret is None:
+        return head + "."
+    mac = hmac.new(secret, head.encode(), hashlib.sha256).digest()
+    return head + "." + base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+
+async def test_every_bad_token_is_a_401_with_its_reason(people: People, other_provider: Provider) -> None:
+    provider = people.provider
+    now = int(time.time())
+    good = {"iss": provider.issuer, "aud": CLIENT_ID, "sub": "mallory", "iat": now, "exp": now + 600}
+    public_key = RSAKey.import_key(httpx.get(provider.discovery()["jwks_uri"]).json()["keys"][0])
+    cases = {
+        "token_expired": provider.sign(exp=now - 3600, iat=now - 7200),
+        "token_not_yet_valid": provider.sign(nbf=now + 3600),
+        "wrong_issuer": provider.sign(iss="https://login.example.com"),
+        "wrong_audience": provider.sign(aud="some-other-app"),
+        "unsupported_algorithm": _unsigned({"alg": "none"}, good),
+        # HS256 "signed" with the provider's public key, which anyone can fetch: never an HMAC secret.
+        "unsupported_algorithm ": _unsigned({"alg": "HS256"}, good, public_key.as_pem(private=False)),
+        # A good token of another issuer, and one of its tokens claiming to be ours.
+        "wrong_issuer ": other_provider.login("mallory", email="mallory@example.com", groups=["acme-ml"])["id_token"],
+        "unknown_key": other_provider.sign(iss=provider.issuer),
+        "invalid_token": "not.a-jwt.at-all",
+        "invalid_token ": "berth_" + "x" * 43,  # a Berth token nobody issued
+    }
+    for code, token in cases.items():
+        answer = await people.http.get("/v1/whoami", headers=bearer(token))
+        assert _error(answer) == (401, code.strip()), (code, answer.text)
+        assert answer.headers["WWW-Authenticate"] == "Bearer"
+    assert _error(await people.http.get("/v1/whoami")) == (401, "unauthenticated")
+
+
+async def test_node_tokens_and_user_tokens_stay_on_their_own_routes(people: People) -> None:
+    alice = people.person("alice@example.com", "acme-ml")
+    report = {"node": "small", "slots": []}
+    for who in (alice, people.acme):
+        answer = await people.http.post("/v1/nodes/small/report", json=report, headers=who)
+        assert _error(answer) == (403, "not_a_node"), answer.text
+    answer = await people.http.get("/v1/allocations", headers=people.node)
+    assert _error(answer) == (403, "node_token"), answer.text
