@@ -115,7 +115,8 @@ def create_app(
 
 def _complete_openapi(app: FastAPI) -> None:
     """What FastAPI cannot see from the routes, added to the published schema so that it says what the API does:
-    every operation with a body may answer 413 (api/body_limit.py), a deployment PUT's body, which the route reads
+    every operation that takes a bearer may answer 401, 403 and 503 (api/auth.py), every one with a body 413
+    (api/body_limit.py), a deployment PUT's body, which the route reads
     itself (JSON or YAML), is a ModelDeployment, and a report's host inventory holds no NUL character."""
     build = app.openapi
 
@@ -124,7 +125,12 @@ def _complete_openapi(app: FastAPI) -> None:
             schema = build()
             for path, operations in schema.get("paths", {}).items():
                 for method, operation in operations.items():
-                    if not isinstance(operation, dict) or "requestBody" not in operation:
+                    if not isinstance(operation, dict):
+                        continue
+                    if "security" in operation:  # who may call it (api/auth.py): any caller may be refused
+                        for status in (401, 403, 503):  # 503: the identity provider's keys could not be read
+                            operation.setdefault("responses", {}).setdefault(str(status), errors.openapi_error(status))
+                    if "requestBody" not in operation:
                         continue
                     operation.setdefault("responses", {})["413"] = errors.openapi_error(413)
                     if method == "put" and path.endswith("/deployments/{name}"):

@@ -65,13 +65,14 @@ def unavailable(code: str, message: str) -> ApiError:
 
 _DESCRIPTIONS = {
     400: "The request is understood but cannot be acted on (for example an invalid fleet file).",
-    401: "No bearer token, or one that is unknown or revoked.",
-    403: "The token may not do this (an admin-only route, or another tenant named).",
+    401: "No bearer, or one that is unknown, revoked, expired or not a good ID token of the configured issuer.",
+    403: "The caller's role may not do this (a route above its role, a tenant it only views, a node token).",
     404: "No such object, or it belongs to another tenant.",
     409: "The object is in a state that does not allow this, or an Idempotency-Key was reused with another body.",
     413: "The body is larger than this route's limit (`details.limit_bytes`); nothing of it was read past the limit.",
     422: "The request does not match the schema; `details` lists each field path and what is wrong with it.",
-    503: "Temporal or PostgreSQL is unreachable, or no control worker runs; nothing was changed. Retry later.",
+    503: "Temporal, PostgreSQL or the identity provider is unreachable, or no control worker runs; nothing was "
+    "changed. Retry later.",
 }
 
 

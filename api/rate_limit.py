@@ -65,7 +65,8 @@ class Limit:
 
 _NOW = text("SELECT extract(epoch FROM clock_timestamp())")
 _CREATE = text(
-    "INSERT INTO rate_limit_buckets (key, rate, burst, tokens, at) VALUES (:key, :rate, :burst, :burst, :now)"
+    "INSERT INTO rate_limit_buckets (key, rate, burst, tokens, at)"
+    " VALUES (:key, :rate, CAST(:burst AS integer), CAST(:burst AS float8), :now)"
     " ON CONFLICT (key) DO NOTHING"
 )
 _LOCK = text("SELECT rate, burst, tokens, at FROM rate_limit_buckets WHERE key = :key FOR UPDATE")

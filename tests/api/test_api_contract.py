@@ -70,6 +70,7 @@ async def test_openapi_documents_every_route(stack: Stack) -> None:
         ("PUT", "/v1/namespaces/{namespace}/deployments/{name}"),
         ("GET", "/v1/namespaces/{namespace}/deployments/{name}"),
         ("DELETE", "/v1/namespaces/{namespace}/deployments/{name}"),
+        ("GET", "/v1/whoami"), ("GET", "/v1/auth"), ("GET", "/v1/audit/requests"),
     }  # fmt: skip
     assert schema["paths"]["/v1/allocations"]["post"]["responses"]["422"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/ErrorEnvelope"

@@ -39,5 +39,5 @@ async def test_the_api_the_row_and_the_workflow_agree_once_it_is_active(stack: S
         released = await stack.http.delete(f"/v1/allocations/{allocation_id}", headers=stack.acme)
         assert released.status_code == 202, released.text
         final = await stack.wait_for(allocation_id, "released")
-        assert [e["step"] for e in final["events"]][-3:] == ["ready", "release", "released"]
+        assert [e["step"] for e in final["events"]][-4:] == ["ready", "release_requested", "release", "released"]
         assert len(await run_histories(client, f"allocation/{allocation_id}")) == 1  # placed, held, released: one run

@@ -25,7 +25,7 @@ async def test_cancel_while_placing_gives_everything_back(stack: Stack) -> None:
 
     twice = await stack.http.post(f"/v1/allocations/{allocation_id}/cancel", headers=stack.acme)
     assert twice.status_code == 409 and "cancelled" in twice.json()["error"]["message"]
-    retry = await stack.http.post(f"/v1/allocations/{allocation_id}/retry", headers=stack.acme)
+    retry = await stack.http.post(f"/v1/allocations/{allocation_id}/retry", headers=stack.admin)
     assert retry.status_code == 409
 
 
@@ -41,14 +41,14 @@ async def test_retry_while_placing_moves_to_another_node(stack: Stack) -> None:
     }
 
     response = await stack.http.post(
-        f"/v1/allocations/{allocation_id}/retry", json={"exclude_nodes": ["small"]}, headers=stack.acme
+        f"/v1/allocations/{allocation_id}/retry", json={"exclude_nodes": ["small"]}, headers=stack.admin
     )
     assert response.status_code == 202, response.text
     active = await stack.wait_for(allocation_id, "active")
     assert active["node"] == "big"
     assert [(a["node"], a["outcome"]) for a in active["attempts"]] == [("slow", "abandoned"), ("big", "succeeded")]
     assert active["attempts"][0]["reason"].startswith("operator_retry")
-    retried_again = await stack.http.post(f"/v1/allocations/{allocation_id}/retry", headers=stack.acme)
+    retried_again = await stack.http.post(f"/v1/allocations/{allocation_id}/retry", headers=stack.admin)
     assert retried_again.status_code == 409
     assert retried_again.json()["error"]["message"] == (
         f"allocation {allocation_id} is active; only one being placed or failed can be retried"
@@ -66,7 +66,10 @@ async def test_a_failed_allocation_is_retried_as_a_new_run(stack: Stack) -> None
     assert 'berth_allocations{state="failed"} 1.0' in metrics
 
     assert (await stack.http.post("/v1/nodes/small/uncordon", headers=stack.admin)).status_code == 200
-    response = await stack.http.post(f"/v1/allocations/{allocation_id}/retry", json={}, headers=stack.acme)
+    # Retrying is an operator's action: a tenant's member token may not.
+    refused = await stack.http.post(f"/v1/allocations/{allocation_id}/retry", json={}, headers=stack.acme)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
+    response = await stack.http.post(f"/v1/allocations/{allocation_id}/retry", json={}, headers=stack.admin)
     assert response.status_code == 202, response.text
     assert response.json()["state"] == "pending"
     active = await stack.wait_for(allocation_id, "active")
@@ -87,10 +90,10 @@ async def test_no_control_worker_is_503_and_changes_nothing(stack: Stack, tempor
         assert create.headers["retry-after"] == "5"
         error = create.json()["error"]
         assert error["code"] == "no_control_worker" and "berth worker control" in error["message"]
-        for method, path in [("POST", f"/v1/allocations/{allocation_id}/cancel"),
-                             ("POST", f"/v1/allocations/{allocation_id}/retry"),
-                             ("DELETE", f"/v1/allocations/{allocation_id}")]:  # fmt: skip
-            response = await http.request(method, path, headers=stack.acme)
+        for method, path, who in [("POST", f"/v1/allocations/{allocation_id}/cancel", stack.acme),
+                                  ("POST", f"/v1/allocations/{allocation_id}/retry", stack.admin),
+                                  ("DELETE", f"/v1/allocations/{allocation_id}", stack.acme)]:  # fmt: skip
+            response = await http.request(method, path, headers=who)
             # a retry of an active allocation too: the workflow's update validator decides, and no worker runs it
             assert response.status_code == 503, (path, response.text)
         read = await http.get(f"/v1/allocations/{allocation_id}", headers=stack.acme)

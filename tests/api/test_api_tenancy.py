@@ -37,7 +37,7 @@ async def test_another_tenants_allocation_does_not_exist_for_a_tenant(stack: Sta
     for method, path, body in [
         ("GET", f"/v1/allocations/{mine}", None),
         ("POST", f"/v1/allocations/{mine}/cancel", None),
-        ("POST", f"/v1/allocations/{mine}/retry", {"exclude_nodes": []}),
+        ("POST", f"/v1/allocations/{mine}/extend", {"by": "1h"}),
         ("DELETE", f"/v1/allocations/{mine}", None),
     ]:
         response = await stack.http.request(method, path, json=body, headers=stack.globex)

@@ -42,5 +42,6 @@ def test_audit_shows_the_drift_and_repair_heals_it(terminal: Terminal, tmp_path:
 def test_audit_errors_are_one_line(terminal: Terminal) -> None:
     tenant = terminal.served.tenant_tokens["acme"]
     refused = terminal.berth("audit", "--token", tenant, "--api", terminal.served.base_url)
-    assert "this route needs an admin token (forbidden, HTTP 403)" in one_error_line(refused)
+    assert "this needs the operator role" in one_error_line(refused)
+    assert one_error_line(refused).endswith("(forbidden, HTTP 403)")
     assert "pick one" in one_error_line(terminal.berth("audit", "--repair", "--last"))

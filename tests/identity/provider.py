@@ -73,7 +73,9 @@ class Provider:
         """`claims` signed with the provider's current key: iss, aud, sub, iat and exp default to a good token's."""
         now = int(time.time())
         full = {"iss": self.issuer, "aud": CLIENT_ID, "sub": "someone", "iat": now, "exp": now + 600} | claims
-        return httpx.post(f"{self.issuer}/test/sign", json={k: v for k, v in full.items() if v is not None}).json()["token"]
+        return httpx.post(f"{self.issuer}/test/sign", json={k: v for k, v in full.items() if v is not None}).json()[
+            "token"
+        ]
 
 
 @contextmanager

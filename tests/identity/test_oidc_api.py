@@ -52,9 +52,7 @@ class People:
 
 
 @pytest.fixture
-async def people(
-    temporal_client: Client, sessions, oidc_provider: Provider, tmp_path: Path
-) -> AsyncIterator[People]:
+async def people(temporal_client: Client, sessions, oidc_provider: Provider, tmp_path: Path) -> AsyncIterator[People]:
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path, api_fleet()) as lab:
         async with sessions.begin() as session:
             admin = await create_token(session, "admin", label="tests")
