@@ -161,6 +161,8 @@ def _render_detail(allocation: AllocationDetail) -> None:
     state = _styled(allocation.state, STATE_STYLES)
     summary = Table.grid(padding=(0, 2))
     summary.add_row("Allocation", styled("[bold]{}[/] ({})", allocation.id, allocation.tenant))
+    if allocation.requested_by:
+        summary.add_row("Asked by", Text(allocation.requested_by))
     summary.add_row("State", styled("{} [dim]step {}[/]", state, allocation.step) if allocation.step else state)
     summary.add_row("Request", _request(allocation))
     summary.add_row("Placed", " / ".join(v or "-" for v in (allocation.region, allocation.pool, allocation.node)))
@@ -216,7 +218,7 @@ def _render_detail(allocation: AllocationDetail) -> None:
         console.print(attempts)
 
     timeline = Table(title="Timeline", title_justify="left")
-    for column in ("after", "state", "step", "attempt", "node", "note"):
+    for column in ("after", "state", "step", "by", "attempt", "node", "note"):
         timeline.add_column(column, justify="right" if column == "after" else "left")
     for event in allocation.events:
         after = (event.at - allocation.created_at).total_seconds()
@@ -224,6 +226,7 @@ def _render_detail(allocation: AllocationDetail) -> None:
             f"{after:+.1f}s",
             _styled(event.state, STATE_STYLES),
             event.step,
+            event.actor or "",
             str(event.attempt) if event.attempt is not None else "",
             event.node or "",
             event.reason or "",

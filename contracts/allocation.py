@@ -49,6 +49,7 @@ class StateChange(Model):
     detail: dict[str, object] = Field(default_factory=dict)
     at: datetime | None = None  # when the workflow changed state; None: when it is written
     ends_at: datetime | None = None  # the allocation's end as of this step (active, extended), mirrored to its row
+    actor: str | None = None  # who decided the step when not the workflow itself asked by someone (`berth:expiry`)
 
 
 class AuditTrail(Model):

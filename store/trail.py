@@ -48,10 +48,12 @@ _WRITE_TRAIL = text(
     "  ends_at = CASE WHEN :set_ends_at THEN CAST(:ends_at AS timestamptz) ELSE ends_at END"
     " WHERE id = :id AND :mirror RETURNING 1"
     "), appended AS ("
-    " INSERT INTO allocation_events (allocation_id, event_key, at, state, step, attempt, node_id, reason, detail)"
-    " SELECT :id, e.event_key, coalesce(e.at, now()), e.state, e.step, e.attempt, e.node_id, e.reason, e.detail"
+    " INSERT INTO allocation_events (allocation_id, event_key, at, state, step, attempt, node_id, reason, detail,"
+    "  actor)"
+    " SELECT :id, e.event_key, coalesce(e.at, now()), e.state, e.step, e.attempt, e.node_id, e.reason, e.detail,"
+    "  e.actor"
     " FROM jsonb_to_recordset(CAST(:events AS jsonb)) AS e(event_key text, at timestamptz, state text, step text,"
-    "  attempt integer, node_id text, reason text, detail jsonb)"
+    "  attempt integer, node_id text, reason text, detail jsonb, actor text)"
     " ON CONFLICT (allocation_id, event_key) DO NOTHING"  # the key makes a trail written twice change nothing
     "), retracted AS ("
     " DELETE FROM allocation_events WHERE allocation_id = :id AND event_key = ANY(CAST(:retract AS text[]))"
@@ -114,6 +116,7 @@ def _trail_parameters(trail: AuditTrail) -> dict[str, Any]:
             "node_id": change.node,
             "reason": change.reason,
             "detail": change.detail,
+            "actor": change.actor,
         }
         for change in changes
     ]
@@ -172,13 +175,16 @@ async def _mark_unreachable_agents_down(session: AsyncSession, changes: list[Sta
 REQUEST_PREFIX = "request:"  # the key of a request's event; a workflow's steps begin with its run id
 
 
-async def record_request(session: AsyncSession, allocation_id: str, state: str, step: str, actor: str) -> str:
-    """A request someone made of an allocation (`release_requested`, `cancel_requested`, ...), with who made it: the
-    step the trail shows before the workflow's own steps that carry it out. The event's key, to retract it with."""
+async def record_request(
+    session: AsyncSession, allocation_id: str, state: str, step: str, actor: str, reason: str | None = None
+) -> str:
+    """A request made of an allocation from outside its workflow, with who made it: a person's or a service
+    account's (`release_requested`, `cancel_requested`, ...), written before the workflow's own steps that carry it
+    out, or the reconciler's (`closed`). The event's key, to retract it with."""
     key = f"{REQUEST_PREFIX}{step}:{uuid.uuid4().hex}"
     await session.execute(
         insert(AllocationEventRow).values(
-            allocation_id=allocation_id, event_key=key, state=state, step=step, actor=actor, detail={}
+            allocation_id=allocation_id, event_key=key, state=state, step=step, actor=actor, reason=reason, detail={}
         )
     )
     return key

@@ -27,6 +27,11 @@ with workflow.unsafe.imports_passed_through():
 
 R = TypeVar("R")
 
+# The steps the control plane decides on its own, and who in it decided: the trail names them as it names the person
+# whose request a step carries out (that request is its own event, written by the API: api/allocation_view.py).
+PREEMPTION, EXPIRY = "berth:preemption", "berth:expiry"
+CONTROL_PLANE_STEPS = {"preempt_notice": PREEMPTION, "preempt": PREEMPTION, "expiring": EXPIRY, "expire": EXPIRY}
+
 # The states worth a search-attribute upsert: long enough for the UI to filter on. `waiting_ready` only once a boot
 # turns out not to be immediate (the workflow publishes it then); planning and claiming last milliseconds.
 UI_STATES = frozenset(
@@ -102,6 +107,7 @@ class Mirror:
             pool=attempt.pool if attempt else None,
             reason=reason,
             at=workflow.now(),
+            actor=CONTROL_PLANE_STEPS.get(step),
         )
 
     def search_values(self, state: str, region: str | None = None, node: str | None = None) -> dict[str, str]:
