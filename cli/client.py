@@ -81,7 +81,7 @@ def resolve_target(api: str | None, token: str | None, tenant: str | None = None
             known = ", ".join(sorted(context.tenant_tokens)) or "none"
             raise ApiFailure(f"{settings.context_file} has no token for tenant {tenant!r} (it has: {known})")
     if not token:
-        raise ApiFailure(f"no API token: pass --token, set BERTH_TOKEN, {hint}")
+        raise ApiFailure(f"no API token: pass --token, set BERTH_TOKEN, log in (`berth login`) {hint}")
     return Target(url, token)
 
 

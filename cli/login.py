@@ -47,6 +47,7 @@ class Credentials(BaseModel):
 
     issuer: str
     client_id: str
+    client_secret: str | None = None  # a client that must authenticate (Google's "installed app" kind)
     token_endpoint: str
     id_token: str
     refresh_token: str | None = None
@@ -86,19 +87,22 @@ def _claims(id_token: str) -> dict[str, Any]:
         raise ApiFailure(f"the provider's ID token is not a JWT: {error}") from error
 
 
-def _from_token_answer(
-    answer: dict[str, Any], issuer: str, client_id: str, endpoint: str, old: str | None
-) -> Credentials:
+def _client_auth(client_id: str, secret: str | None) -> tuple[dict[str, str], tuple[str, str] | None]:
+    """How the client shows itself to the token endpoint: HTTP Basic with its secret when it has one (the method
+    every provider must take, RFC 6749 section 2.3.1), else as a public client naming itself (PKCE protects it)."""
+    return ({}, (client_id, secret)) if secret else ({"client_id": client_id}, None)
+
+
+def _from_token_answer(answer: dict[str, Any], before: Credentials) -> Credentials:
     id_token = answer.get("id_token")
     if not isinstance(id_token, str):
         raise ApiFailure("the provider answered without an ID token (is the `openid` scope allowed for the client?)")
-    return Credentials(
-        issuer=issuer,
-        client_id=client_id,
-        token_endpoint=endpoint,
-        id_token=id_token,
-        refresh_token=answer.get("refresh_token") or old,
-        expires_at=float(_claims(id_token).get("exp", time.time() + 300)),
+    return before.model_copy(
+        update={
+            "id_token": id_token,
+            "refresh_token": answer.get("refresh_token") or before.refresh_token,
+            "expires_at": float(_claims(id_token).get("exp", time.time() + 300)),
+        }
     )
 
 
@@ -116,23 +120,19 @@ def logged_in_token(api: str) -> str | None:
         return credentials.id_token
     if credentials.refresh_token is None:
         raise ApiFailure(f"your login to {api} has expired: run `berth login --api {api}`")
+    named, auth = _client_auth(credentials.client_id, credentials.client_secret)
     try:
         answer = httpx.post(
             credentials.token_endpoint,
-            data={
-                "grant_type": "refresh_token",
-                "refresh_token": credentials.refresh_token,
-                "client_id": credentials.client_id,
-            },  # fmt: skip
+            data={"grant_type": "refresh_token", "refresh_token": credentials.refresh_token, **named},
+            auth=auth,
             timeout=30.0,
         )
     except httpx.HTTPError as error:
         raise ApiFailure(f"cannot refresh your login at {credentials.token_endpoint}: {error}") from error
     if answer.status_code != 200:
         raise ApiFailure(f"your login to {api} can no longer be refreshed: run `berth login --api {api}`")
-    refreshed = _from_token_answer(
-        answer.json(), credentials.issuer, credentials.client_id, credentials.token_endpoint, credentials.refresh_token
-    )
+    refreshed = _from_token_answer(answer.json(), credentials)
     _save(api.rstrip("/"), refreshed)
     return refreshed.id_token
 
@@ -173,6 +173,14 @@ def login(
     no_browser: Annotated[
         bool, typer.Option("--no-browser", help="Print the login URL instead of opening a browser.")
     ] = False,
+    client_secret: Annotated[
+        str | None,
+        typer.Option(
+            "--client-secret",
+            envvar="BERTH_OIDC_CLIENT_SECRET",
+            help="For a provider whose CLI client must authenticate (Google's installed apps): its secret.",
+        ),
+    ] = None,
 ) -> None:
     """Log in with your company's identity provider (OIDC, the authorization-code flow with PKCE) and keep the
     tokens for this API; later commands send them and refresh them."""
@@ -215,6 +223,9 @@ def login(
         fail("the login answer does not carry this login's state: refused (run `berth login` again)")
     if "error" in answer:
         fail(f"the identity provider refused the login: {answer['error']} {answer.get('error_description', '')}")
+    named, auth = _client_auth(client_id, client_secret)
+    blank = Credentials(issuer=issuer, client_id=client_id, client_secret=client_secret, token_endpoint=token_endpoint,
+                        id_token="", expires_at=0.0)  # fmt: skip
     try:
         exchanged = httpx.post(
             token_endpoint,
@@ -222,13 +233,14 @@ def login(
                 "grant_type": "authorization_code",
                 "code": answer["code"],
                 "redirect_uri": redirect,
-                "client_id": client_id,
                 "code_verifier": verifier,
+                **named,
             },  # fmt: skip
+            auth=auth,
             timeout=30.0,
         )
         exchanged.raise_for_status()
-        credentials = _from_token_answer(exchanged.json(), issuer, client_id, token_endpoint, None)
+        credentials = _from_token_answer(exchanged.json(), blank)
     except (httpx.HTTPError, ValueError) as error:
         fail(f"the identity provider did not give the tokens: {error}")
     except ApiFailure as error:

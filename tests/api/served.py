@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from temporalio.client import Client
@@ -33,7 +34,7 @@ class Served:
 
 async def _serve(
     database_url: str, temporal_address: str, namespace: str, fleet_text: str, home: Path, listener: socket.socket,
-    ready: asyncio.Future[Served], stop: threading.Event,
+    ready: asyncio.Future[Served], stop: threading.Event, extra: dict[str, Any],
 ) -> None:  # fmt: skip
     engine = create_engine(database_url, pool_size=2)
     sessions = session_factory(engine)
@@ -45,7 +46,7 @@ async def _serve(
                 tenants = await ensure_tenant_tokens(session)
             settings = Settings(database_url=database_url, temporal_address=temporal_address,
                                 temporal_namespace=namespace, control_task_queue=lab.queues.control,
-                                node_task_queue_prefix=lab.queues.node_prefix)  # fmt: skip
+                                node_task_queue_prefix=lab.queues.node_prefix, **extra)  # fmt: skip
             app = create_app(settings, timing=FAST)
             server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
             serving = asyncio.create_task(server.serve(sockets=[listener]))
@@ -66,8 +67,9 @@ async def _serve(
 
 @contextlib.contextmanager
 def served_api(
-    database_url: str, temporal_address: str, namespace: str, fleet_text: str, home: Path
+    database_url: str, temporal_address: str, namespace: str, fleet_text: str, home: Path, **settings: Any
 ) -> Iterator[Served]:
+    """`settings`: more of the API's Settings (an OIDC issuer, say)."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     stop = threading.Event()
@@ -75,7 +77,7 @@ def served_api(
     ready: asyncio.Future[Served] = loop.create_future()
     thread = threading.Thread(
         target=loop.run_until_complete,
-        args=(_serve(database_url, temporal_address, namespace, fleet_text, home, listener, ready, stop),),
+        args=(_serve(database_url, temporal_address, namespace, fleet_text, home, listener, ready, stop, settings),),
         daemon=True,
     )
     thread.start()
