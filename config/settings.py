@@ -13,6 +13,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from config.identity import OidcSettings
+from config.temporal_credentials import ClientCredentials
 
 
 def default_state_dir() -> Path:
@@ -126,6 +127,31 @@ class Settings(BaseSettings):
         default=None, gt=0, description="Each person's (and service account's) allocation creates per second."
     )
     person_create_burst: int = Field(default=20, ge=1, description="The burst of each person's create limit.")
+
+    # The control plane's own token at Temporal, where Temporal's authorizer is on (config/temporal_credentials.py).
+    temporal_oidc_token_url: str | None = Field(
+        default=None, description="The token endpoint the control plane gets its Temporal token from."
+    )
+    temporal_oidc_client_id: str | None = Field(default=None, description="The control plane's client at it.")
+    temporal_oidc_client_secret: str | None = Field(default=None, description="That client's secret.")
+    temporal_oidc_scope: str | None = Field(
+        default=None, description="The scope to ask for, if the provider needs one."
+    )
+
+    @property
+    def temporal_credentials(self) -> ClientCredentials | None:
+        """The control plane's client-credentials token source for Temporal, when one is configured."""
+        wanted = (self.temporal_oidc_token_url, self.temporal_oidc_client_id, self.temporal_oidc_client_secret)
+        if not any(wanted):
+            return None
+        if not all(wanted):
+            raise ValueError(
+                "BERTH_TEMPORAL_OIDC_TOKEN_URL, BERTH_TEMPORAL_OIDC_CLIENT_ID and BERTH_TEMPORAL_OIDC_CLIENT_SECRET "
+                "go together: set all three, or none"
+            )
+        token_url, client_id, secret = wanted
+        assert token_url and client_id and secret
+        return ClientCredentials(token_url, client_id, secret, self.temporal_oidc_scope)
 
     @property
     def oidc(self) -> OidcSettings | None:

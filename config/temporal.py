@@ -32,14 +32,27 @@ async def connect(settings: Settings, *, patiently: bool = False) -> Client:
     long-running process should (a control worker that starts before the server, or while it restarts), instead of
     ending at once; a CLI command fails at once."""
     address, namespace = temporal_target(settings)
+    credentials = settings.temporal_credentials
 
     async def attempt() -> Client:
         return await Client.connect(
             address, namespace=namespace, data_converter=pydantic_data_converter, tls=_tls(settings),
-            interceptors=tracing.interceptors(),
+            interceptors=tracing.interceptors(), api_key=await credentials.token() if credentials else None,
         )  # fmt: skip
 
-    return await _keep_trying(attempt, f"Temporal at {address}") if patiently else await attempt()
+    client = await _keep_trying(attempt, f"Temporal at {address}") if patiently else await attempt()
+    if credentials is not None:  # its token renewed for as long as the process runs
+        renewal = asyncio.get_running_loop().create_task(credentials.keep_fresh(lambda token: _set_key(client, token)))
+        _RENEWALS.add(renewal)
+        renewal.add_done_callback(_RENEWALS.discard)
+    return client
+
+
+_RENEWALS: set[asyncio.Task[None]] = set()  # the renewal tasks, held so that they are not collected
+
+
+def _set_key(client: Client, token: str) -> None:
+    client.api_key = token
 
 
 log = logging.getLogger("berth.temporal")

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from config.context import database_url, temporal_target
 from config.settings import Settings
+from config.temporal_credentials import ClientCredentials
 from gateway.seal import TaskTokenSeal
 from gateway.server import GatewayPolicy, NodeGateway
 from store.db import create_engine, session_factory
@@ -38,11 +39,13 @@ SERVER_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE), ("grpc.max_rece
 class RunningGateway:
     server: grpc.aio.Server
     port: int
-    sweeper: asyncio.Task[None]  # revocations swept every second (NodeGateway.keep_swept)
+    # Revocations swept every second (NodeGateway.keep_swept); the Temporal token renewed, when there is one.
+    background: list[asyncio.Task[None]]
 
     async def stop(self, grace: float | None) -> None:
         """Stop serving: answers in flight get `grace` seconds; open polls end and their agents poll again."""
-        self.sweeper.cancel()
+        for task in self.background:
+            task.cancel()
         await self.server.stop(grace)
 
 
@@ -76,11 +79,17 @@ async def start_gateway(
     key: bytes,
     policy: GatewayPolicy,
     tls: tuple[bytes, bytes] | None = None,
+    credentials: ClientCredentials | None = None,
 ) -> RunningGateway:
     """A started gateway (`listen` may end in `:0` for a free port); `tls` is the gateway's (private key,
-    certificate chain) for serving agents over TLS."""
+    certificate chain) for serving agents over TLS; `credentials`, the control plane's token source for a Temporal
+    that checks identities."""
     server = grpc.aio.server(options=SERVER_OPTIONS)
     gateway = NodeGateway(upstream, sessions, TaskTokenSeal(key), policy)
+    tasks = [asyncio.create_task(gateway.keep_swept())]
+    if credentials is not None:
+        gateway.bearer = await credentials.token()
+        tasks.append(asyncio.create_task(credentials.keep_fresh(lambda token: setattr(gateway, "bearer", token))))
     server.add_generic_rpc_handlers([gateway])
     if tls is None:
         port = server.add_insecure_port(listen)
@@ -89,7 +98,7 @@ async def start_gateway(
     if port == 0:
         raise OSError(f"the node gateway cannot listen on {listen}")
     await server.start()
-    return RunningGateway(server, port, asyncio.create_task(gateway.keep_swept()))
+    return RunningGateway(server, port, tasks)
 
 
 async def run_gateway(settings: Settings, ready: Callable[[], None] | None = None) -> None:
@@ -105,7 +114,8 @@ async def run_gateway(settings: Settings, ready: Callable[[], None] | None = Non
     upstream = upstream_channel(address, settings)
     policy = GatewayPolicy(namespace=namespace, queue_prefix=settings.node_task_queue_prefix)
     try:
-        gateway = await start_gateway(settings.gateway_listen, upstream, session_factory(engine), key, policy, tls)
+        gateway = await start_gateway(settings.gateway_listen, upstream, session_factory(engine), key, policy, tls,
+                                      settings.temporal_credentials)  # fmt: skip
         log.info("node gateway serving on port %d for namespace %s", gateway.port, namespace)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -87,6 +87,9 @@ class NodeGateway(grpc.GenericRpcHandler):
         self.tokens.on_revoked = self._cut_polls
         self._polls: dict[int, set[asyncio.Task[Any]]] = {}  # token id -> its open long polls
         self._cut: set[asyncio.Task[Any]] = set()  # polls ended because their token was revoked
+        # The control plane's own token at Temporal where its authorizer is on (config/temporal_credentials.py),
+        # kept fresh by `run_gateway`; never a node's.
+        self.bearer: str | None = None
 
     async def keep_swept(self) -> None:
         """Sweep revocations every second even when no call comes in: an idle node's long polls last a minute,
@@ -254,10 +257,12 @@ class NodeGateway(grpc.GenericRpcHandler):
     def _call(
         self, method: str, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
     ) -> grpc.aio.UnaryUnaryCall[bytes, bytes]:
-        """The call to Temporal, with the SDK's name and version (which the server checks) and Berth's namespace;
-        never the node's token or any other header it sent."""
+        """The call to Temporal, with the SDK's name and version (which the server checks), Berth's namespace and the
+        control plane's own token when Temporal checks one; never the node's token or any other header it sent."""
         received = dict((k, v) for k, v in (context.invocation_metadata() or ()) if k in FORWARDED_METADATA)
         metadata = (*((k, str(v)) for k, v in received.items()), ("temporal-namespace", self.policy.namespace))
+        if self.bearer is not None:
+            metadata = (*metadata, ("authorization", f"Bearer {self.bearer}"))
         return self.upstream.unary_unary(method)(request, metadata=metadata, timeout=context.time_remaining())
 
     async def _forward(self, method: str, request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:

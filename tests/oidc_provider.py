@@ -6,6 +6,7 @@ PyPI, built on authlib) with its real discovery document, JWKS, authorization en
   every few weeks, Keycloak and Dex on demand). Tokens signed after it carry the new key's id (`kid`).
 - `POST /test/sign`: the given claims signed with the provider's current key, for the tokens a real provider never
   issues on request (already expired, not yet valid, for another audience).
+- The client-credentials grant, for the control plane's own token at Temporal (config/temporal_credentials.py).
 - A refresh answers with a fresh ID token too, as Keycloak, Dex, Okta and Google do (OpenID Connect Core 1.0,
   section 12.2: "Upon successful validation of the Refresh Token, the response body is the Token Response of
   Section 3.1.3.3 ... it might not contain an id_token"); the mock's own refresh answers an access token only.
@@ -55,6 +56,24 @@ def build(token_max_age: int) -> flask.Flask:
     @app.post("/test/sign")
     def sign() -> flask.Response:
         return flask.jsonify({"token": _sign(flask.request.get_json(force=True))})
+
+    @app.before_request
+    def client_credentials() -> flask.Response | None:
+        """The client-credentials grant (RFC 6749 section 4.4), which the mock lacks: a JWT access token for the
+        client itself, its `permissions` claim the `ns:role` scopes it asked for, as a provider configured for
+        Temporal's default claim mapper puts a client's roles there (Keycloak's client roles mapper, an Okta
+        custom claim). Any secret will do, as for the mock's other grants."""
+        request = flask.request
+        if request.path != "/oauth2/token" or request.form.get("grant_type") != "client_credentials":
+            return None
+        client = request.authorization.username if request.authorization else None
+        if not client:
+            return flask.make_response(flask.jsonify({"error": "invalid_client"}), 401)
+        now = int(time.time())
+        permissions = [s for s in request.form.get("scope", "").split() if ":" in s]
+        token = _sign({"iss": request.host_url.rstrip("/"), "sub": client, "aud": "temporal", "iat": now,
+                       "exp": now + token_max_age, "permissions": permissions})  # fmt: skip
+        return flask.jsonify({"access_token": token, "token_type": "Bearer", "expires_in": token_max_age})
 
     @app.after_request
     def id_token_on_refresh(response: flask.Response) -> flask.Response:
