@@ -6,6 +6,7 @@ it), only the API and the node gateway take connections, and a disruption keeps 
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +16,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+
+from config.identity import OidcSettings
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.34.0"
@@ -84,7 +87,11 @@ def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
     return workload["spec"]["template"]["spec"]
 
 
-@pytest.mark.parametrize("overlay", ["overlays/production", "overlays/production-with-prometheus", "agent"])
+@pytest.mark.parametrize(
+    "overlay",
+    ["overlays/production", "overlays/production-with-prometheus", "overlays/production-with-identity", "agent",
+     "temporal-identity"],
+)  # fmt: skip
 def test_every_rendered_object_validates_against_the_kubernetes_schemas(overlay: str) -> None:
     objects = render(overlay)
     assert objects
@@ -179,3 +186,43 @@ def test_the_compose_file_and_the_manifests_run_the_same_processes() -> None:
     commands = {tuple(pod_spec(w)["containers"][0]["command"]) for w in workloads}
     assert commands == {tuple(compose[name]["command"]) for name in ("berth-api", "berth-control", "berth-gateway",
                                                                     "berth-migrate")}  # fmt: skip
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def test_people_log_in_with_one_issuer_and_temporal_checks_the_same_identities() -> None:
+    berth = render("overlays/production-with-identity")
+    config = by_kind(berth, "ConfigMap")["berth-config"]["data"]
+    issuer = config["BERTH_OIDC_ISSUER_URL"]
+    assert config["BERTH_OIDC_CLIENT_ID"] and config["BERTH_TEMPORAL_OIDC_CLIENT_ID"]
+    assert config["BERTH_TEMPORAL_OIDC_TOKEN_URL"].startswith(issuer)
+    assert OidcSettings(
+        issuer=issuer, client_id=config["BERTH_OIDC_CLIENT_ID"], roles=json.loads(config["BERTH_OIDC_ROLES"])
+    ).roles  # the roles parse as the API reads them
+    assert not any("SECRET" in key for key in config)  # secrets only from Secrets
+    secret = {"secretKeyRef": {"name": "berth-temporal-client", "key": "secret"}}
+    for name in ("berth-api", "berth-control", "berth-gateway"):
+        [container] = pod_spec(by_kind(berth, "Deployment")[name])["containers"]
+        assert _env(container)["BERTH_TEMPORAL_OIDC_CLIENT_SECRET"] == secret, name
+
+    temporal = render("temporal-identity")
+    authorization = by_kind(temporal, "ConfigMap")["temporal-authorization"]["data"]
+    assert (authorization["TEMPORAL_AUTH_AUTHORIZER"], authorization["TEMPORAL_AUTH_CLAIM_MAPPER"]) == (
+        "default", "default"
+    )  # fmt: skip
+    assert authorization["TEMPORAL_JWT_KEY_SOURCE1"].startswith(issuer)  # the same issuer's keys
+    assert authorization["TEMPORAL_JWT_PERMISSIONS_CLAIM"] == "permissions"
+    [ui] = pod_spec(by_kind(temporal, "Deployment")["temporal-ui"])["containers"]
+    env = _env(ui)
+    assert env["TEMPORAL_AUTH_ENABLED"] == "true" and env["TEMPORAL_AUTH_TYPE"] == "oidc"
+    assert env["TEMPORAL_AUTH_PROVIDER_URL"] == env["TEMPORAL_AUTH_ISSUER_URL"] == issuer
+    assert env["TEMPORAL_AUTH_CALLBACK_URL"].endswith("/auth/sso/callback")
+    assert env["TEMPORAL_AUTH_CLIENT_SECRET"] == {"secretKeyRef": {"name": "temporal-ui-oidc", "key": "secret"}}
+    assert (
+        env["TEMPORAL_DEFAULT_NAMESPACE"]
+        == by_kind(berth, "ConfigMap")["berth-config"]["data"]["BERTH_TEMPORAL_NAMESPACE"]
+    )
+    if KUBECTL is not None:
+        assert {o["metadata"].get("namespace") for o in temporal} == {"temporal"}
