@@ -177,8 +177,8 @@ def login(
         str | None,
         typer.Option(
             "--client-secret",
-            envvar="BERTH_OIDC_CLIENT_SECRET",
-            help="For a provider whose CLI client must authenticate (Google's installed apps): its secret.",
+            help="For a provider whose CLI client must authenticate (Google's installed apps): its secret; "
+            "default BERTH_OIDC_CLIENT_SECRET.",
         ),
     ] = None,
 ) -> None:
@@ -223,6 +223,7 @@ def login(
         fail("the login answer does not carry this login's state: refused (run `berth login` again)")
     if "error" in answer:
         fail(f"the identity provider refused the login: {answer['error']} {answer.get('error_description', '')}")
+    client_secret = client_secret or Settings().oidc_client_secret
     named, auth = _client_auth(client_id, client_secret)
     blank = Credentials(issuer=issuer, client_id=client_id, client_secret=client_secret, token_endpoint=token_endpoint,
                         id_token="", expires_at=0.0)  # fmt: skip

@@ -123,6 +123,10 @@ class Settings(BaseSettings):
         description='JSON: group -> grants, e.g. {"ml-team": ["member:acme"], "sre": ["operator"]}; a grant is '
         "viewer:<tenant>, member:<tenant>, operator or admin.",
     )
+    oidc_client_secret: str | None = Field(
+        default=None,
+        description="`berth login`'s client secret, for a provider whose CLI client must have one (Google's).",
+    )
     person_creates_per_second: float | None = Field(
         default=None, gt=0, description="Each person's (and service account's) allocation creates per second."
     )
