@@ -47,6 +47,7 @@ class ReservationInput(BaseModel):
     ends_at: datetime
     timing: Timing = Timing()
     queues: Queues = Queues()
+    actor: str | None = None  # who reserved it: who asked for its allocation too (`BerthActor`)
 
 
 class ReservationStatus(BaseModel):
@@ -105,6 +106,7 @@ class ReservationWorkflow:
             lease=Lease(ends_at=self.input.ends_at),
             queue=QueueWait(timeout_seconds=max(length, 1.0), priority=FIRST, priority_class=None),
             request_body={"reservation": self.input.reservation_id},
+            actor=self.input.actor,
         )
         workflow.set_current_details(f"**started**: allocation `{started.allocation_id}` until {self.input.ends_at}")
         return await workflow.start_child_workflow(

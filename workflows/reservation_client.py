@@ -23,7 +23,7 @@ def workflow_id(reservation_id: str) -> str:
 
 async def start_reservation(
     client: Client, reservation_id: str, tenant: str, node: str, request: PlacementRequest, starts_at: datetime,
-    ends_at: datetime, timing: Timing, queues: Queues,
+    ends_at: datetime, timing: Timing, queues: Queues, actor: str | None = None,
 ) -> None:  # fmt: skip
     """Start `reservation/<id>`: `reserved` until `starts_at`, then its allocation on `node` until `ends_at`."""
     pinned = request.model_copy(
@@ -34,7 +34,8 @@ async def start_reservation(
         }  # fmt: skip
     )
     start = ReservationInput(reservation_id=reservation_id, tenant=tenant, request=pinned,
-                             starts_at=starts_at, ends_at=ends_at, timing=timing, queues=queues)  # fmt: skip
+                             starts_at=starts_at, ends_at=ends_at, timing=timing, queues=queues,
+                             actor=actor)  # fmt: skip
     await client.start_workflow(
         ReservationWorkflow.run, start, id=workflow_id(reservation_id), task_queue=queues.control
     )

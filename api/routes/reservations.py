@@ -144,7 +144,7 @@ async def create_reservation(body: Annotated[ReservationCreate, Body()], caller:
         # which holds nothing and fails at its start time (`start_reservation` finds no row).
         client: Client = await app.control.client()
         await start_reservation(client, row.id, tenant, row.node_id, request, starts, ends, app.timing,
-                                app.control.queues)  # fmt: skip
+                                app.control.queues, caller.actor)  # fmt: skip
     return view
 
 
