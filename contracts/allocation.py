@@ -32,6 +32,7 @@ class AllocationRecord(Model):
     workflow_id: str
     request_body: dict[str, object] = Field(default_factory=dict)
     idempotency_key: str | None = None
+    requested_by: str | None = None  # who asked for it (a reservation's allocation: who reserved it)
 
 
 class StateChange(Model):

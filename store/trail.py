@@ -32,10 +32,10 @@ AGENT_UNREACHABLE = "agent_unreachable"
 _WRITE_TRAIL = text(
     "WITH opened AS ("
     " INSERT INTO allocations (id, tenant, state, shape, gpu_count, gpu_product, request, workflow_id,"
-    "  idempotency_key, region, node_id, pool_id, failure_reason, updated_at)"
+    "  idempotency_key, region, node_id, pool_id, failure_reason, updated_at, requested_by)"
     " SELECT :id, :tenant, :state, :shape, :gpu_count, :gpu_product, CAST(:request AS jsonb), :workflow_id,"
     "  :idempotency_key, :region, :node, (SELECT p.id FROM pools AS p WHERE p.cluster = :cluster AND p.name = :pool),"
-    "  :failure_reason, coalesce(:at, now())"
+    "  :failure_reason, coalesce(:at, now()), :requested_by"
     " WHERE :opening"
     " ON CONFLICT DO NOTHING RETURNING 1"  # the API wrote it first (by id), or with the same Idempotency-Key
     "), mirrored AS ("
@@ -133,6 +133,7 @@ def _trail_parameters(trail: AuditTrail) -> dict[str, Any]:
             (opening.request_body or request.model_dump(mode="json")) if opening and request else None
         ),
         "workflow_id": opening.workflow_id if opening is not None else None,
+        "requested_by": opening.requested_by if opening is not None else None,
         "idempotency_key": opening.idempotency_key if opening is not None else None,
         "at": latest.at if latest is not None else None,
         "region": region,

@@ -138,7 +138,7 @@ class Mirror:
         input = self.input
         opening = AllocationRecord(allocation_id=input.allocation_id, tenant=input.tenant, request=input.request,
                                    workflow_id=workflow.info().workflow_id, request_body=input.request_body,
-                                   idempotency_key=input.idempotency_key)  # fmt: skip
+                                   idempotency_key=input.idempotency_key, requested_by=input.actor)  # fmt: skip
         self.trail = AuditTrail(opening=opening)
 
     async def control_step(
