@@ -47,7 +47,6 @@ from store.models import (
     SlotRow,
 )
 from store.queue import class_facts
-from store.trail import record_request
 
 KEEP_RUNS_DAYS = 14
 FINISHED_STATES = ("released", "failed", "cancelled", "expired", "preempted")  # FINAL_STATES (store is below workflows)
@@ -296,6 +295,7 @@ async def record_repair(session: AsyncSession, run_id: int | None, repair: Repai
         "node_id": repair.node,
         "reason": f"{repair.kind.value}: {repair.message}",
         "detail": {"outcome": repair.outcome, "slots": repair.slot_indexes, "audit_run": run_id},
+        "actor": RECONCILER,
     }
     await session.execute(
         insert(events)
@@ -344,15 +344,13 @@ async def locked_allocation(session: AsyncSession, allocation_id: str) -> Alloca
     return await session.get(AllocationRow, allocation_id, with_for_update=True)
 
 
-RECONCILER = "berth:reconciler"
+RECONCILER = "berth:reconciler"  # who the trail says decided a repair (`record_repair`)
 
 
 async def close_allocation(session: AsyncSession, row: AllocationRow, state: str, reason: str | None) -> None:
-    """Make a row that `locked_allocation` returned final: `state`, `reason`, updated now; its trail says the
-    reconciler closed it (`closed`), as it names whoever else asked for a step."""
+    """Make a row that `locked_allocation` returned final: `state`, `reason`, updated now."""
     row.state, row.failure_reason, row.updated_at = state, reason, func.now()
     await session.flush()
-    await record_request(session, row.id, state, "closed", RECONCILER, reason)
 
 
 async def repairs_of(session: AsyncSession, run_id: int) -> list[Repair]:

@@ -176,16 +176,14 @@ async def _mark_unreachable_agents_down(session: AsyncSession, changes: list[Sta
 REQUEST_PREFIX = "request:"  # the key of a request's event; a workflow's steps begin with its run id
 
 
-async def record_request(
-    session: AsyncSession, allocation_id: str, state: str, step: str, actor: str, reason: str | None = None
-) -> str:
-    """A request made of an allocation from outside its workflow, with who made it: a person's or a service
-    account's (`release_requested`, `cancel_requested`, ...), written before the workflow's own steps that carry it
-    out, or the reconciler's (`closed`). The event's key, to retract it with."""
+async def record_request(session: AsyncSession, allocation_id: str, state: str, step: str, actor: str) -> str:
+    """A request a person or a service account made of an allocation (`release_requested`, `cancel_requested`,
+    ...), with who made it, written before the workflow's own steps that carry it out. The event's key, to retract
+    it with."""
     key = f"{REQUEST_PREFIX}{step}:{uuid.uuid4().hex}"
     await session.execute(
         insert(AllocationEventRow).values(
-            allocation_id=allocation_id, event_key=key, state=state, step=step, actor=actor, reason=reason, detail={}
+            allocation_id=allocation_id, event_key=key, state=state, step=step, actor=actor, detail={}
         )
     )
     return key

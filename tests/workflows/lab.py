@@ -312,6 +312,16 @@ class Lab:
             )
             return [tuple(r) for r in rows]
 
+    async def actors(self, allocation_id: str) -> dict[str, str]:
+        """step -> who decided it, for the steps the trail names a decider for (a person, a part of Berth)."""
+        async with self.sessions() as session:
+            rows = await session.execute(
+                select(AllocationEventRow.step, AllocationEventRow.actor).where(
+                    AllocationEventRow.allocation_id == allocation_id, AllocationEventRow.actor.is_not(None)
+                )
+            )
+            return {str(step): str(actor) for step, actor in rows}
+
     async def available_slots(self) -> int:
         async with self.sessions() as session:
             return await session.scalar(select(func.count()).select_from(SlotRow).where(SlotRow.state == "available"))

@@ -72,6 +72,8 @@ async def test_a_preemptible_allocation_is_told_keeps_its_grace_then_leaves_its_
         steps = [(step, state) for step, state, _node, _reason in await lab.events(spot)]
         assert steps[-4:] == [("ready", "active"), ("preempt_notice", "preempting"), ("preempt", "releasing"),
                               ("preempted", "preempted")]  # fmt: skip
+        # The trail says who decided: the admission pass's preemption, not a person.
+        assert await lab.actors(spot) == {"preempt_notice": "berth:preemption", "preempt": "berth:preemption"}
         assert await lab.double_claims() == 0
         assert await lab.active_claims() == {urgent: ["only/0", "only/1", "only/2", "only/3"]}
         async with sessions() as session:

@@ -150,5 +150,6 @@ async def test_the_reconciler_repairs_everything_a_terminate_leaves(
             assert f"while {before[allocation]}" in (reason or ""), reason
         events = await lab.events("placing")
         assert ("reconciler_close_allocation", "failed") in [(step, state) for step, state, *_ in events]
+        assert (await lab.actors("placing"))["reconciler_close_allocation"] == "berth:reconciler"
         history = await temporal_client.get_workflow_handle(first.workflow_id or "").fetch_history()
     await Replayer(workflows=[ReconcileWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
