@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from config.identity import OidcSettings
-from config.temporal_credentials import ClientCredentials
+
+if TYPE_CHECKING:  # httpx, which it needs, is more than a node agent should carry: imported when used
+    from config.temporal_credentials import ClientCredentials
 
 
 def default_state_dir() -> Path:
@@ -155,6 +158,8 @@ class Settings(BaseSettings):
             )
         token_url, client_id, secret = wanted
         assert token_url and client_id and secret
+        from config.temporal_credentials import ClientCredentials
+
         return ClientCredentials(token_url, client_id, secret, self.temporal_oidc_scope)
 
     @property

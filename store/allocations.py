@@ -63,9 +63,14 @@ async def record_accepted(
             workflow_id=workflow_id,
             requested_by=requested_by,
         )
-        # The workflow's first step may have written the row first: who asked is the API's to say.
-        .on_conflict_do_update(index_elements=[AllocationRow.id], set_={"requested_by": requested_by})
+        .on_conflict_do_nothing()  # any of its keys: the id, or the tenant's Idempotency-Key
     )
+    if requested_by is not None:  # the workflow's first step may have written the row first: who asked is ours to say
+        await session.execute(
+            update(AllocationRow)
+            .where(AllocationRow.id == allocation_id, AllocationRow.requested_by.is_(None))
+            .values(requested_by=requested_by)
+        )
     return await session.scalar(select(AllocationRow.state).where(AllocationRow.id == allocation_id)) or "pending"
 
 
