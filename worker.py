@@ -99,7 +99,12 @@ def control_activities(
     return [
         *placement.activities(),
         *admission.activities(),
-        *AuditActivities(sessions, client, timedelta(days=get_settings().usage_retention_days)).activities(),
+        *AuditActivities(
+            sessions,
+            client,
+            timedelta(days=get_settings().usage_retention_days),
+            timedelta(days=get_settings().request_log_retention_days),
+        ).activities(),
         *ClaimActivities(sessions, admission).activities(),
         *RecordActivities(sessions).activities(),
         *DeploymentActivities(sessions, clusters).activities(),

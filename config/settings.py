@@ -106,6 +106,9 @@ class Settings(BaseSettings):
         description="How long the usage ledger keeps raw intervals before the reconciler rolls "
         "them up per hour (per tenant, product, region, pool, class and shape).",
     )
+    request_log_retention_days: float = Field(
+        default=90.0, gt=0, description="How long the API's request log (who asked what) keeps its records."
+    )
     cluster_secrets_dir: Path | None = Field(
         default=None,
         description="Where the operator mounts the kubeconfig Secrets of real InferenceClusters, one directory per "

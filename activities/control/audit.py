@@ -61,12 +61,18 @@ ROLLUP_STEP = timedelta(days=1)  # a run every minute catches up a year behind w
 
 class AuditActivities:
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], client: Client, usage_retention: timedelta = DEFAULT_RETENTION
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        client: Client,
+        usage_retention: timedelta = DEFAULT_RETENTION,
+        request_retention: timedelta = DEFAULT_RETENTION,
     ) -> None:
-        """`usage_retention`: how long the usage ledger keeps raw intervals before they are rolled up per hour."""
+        """`usage_retention`: how long the usage ledger keeps raw intervals before they are rolled up per hour;
+        `request_retention`: how long the API's request log keeps its records."""
         self.sessions = sessions
         self.client = client
         self.usage_retention = usage_retention
+        self.request_retention = request_retention
 
     @activity.defn(name="audit_targets")
     async def audit_targets(self) -> AuditTargets:
@@ -230,11 +236,15 @@ class AuditActivities:
     @activity.defn(name="audit_finish")
     async def audit_finish(self, request: FinishAudit) -> datetime | None:
         """The run is over; and the usage ledger's oldest day past its retention is rolled up (one day a run, in a
-        transaction of its own: a crash leaves that day raw, and the next run rolls it up)."""
+        transaction of its own: a crash leaves that day raw, and the next run rolls it up), and the request log's
+        records past theirs are forgotten (a bite a run)."""
         async with self.sessions.begin() as session:
             finished = await records.finish_run(session, request.run_id)
+        now = datetime.now(UTC)
         async with self.sessions.begin() as session:
-            await usage.roll_up_step(session, datetime.now(UTC), self.usage_retention, ROLLUP_STEP)
+            await usage.roll_up_step(session, now, self.usage_retention, ROLLUP_STEP)
+        async with self.sessions.begin() as session:
+            await records.prune_requests(session, now - self.request_retention)
         return finished
 
     def activities(self) -> list[object]:
