@@ -23,6 +23,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -210,9 +211,11 @@ class OidcVerifier:
                 elif RANK[role] > RANK.get(fleet_role or "", 0):
                     fleet_role = role
         top = max([fleet_role or "", *tenants.values()], key=lambda r: RANK.get(r, 0)) or "viewer"
+        expires = claims.get("exp")
         return Principal(
             actor=actor,
             kind="person",
+            expires_at=datetime.fromtimestamp(expires, UTC) if isinstance(expires, int | float) else None,
             role=fleet_role or top,  # type: ignore[arg-type]
             tenants={} if fleet_role else tenants,
             groups=groups,

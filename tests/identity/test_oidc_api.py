@@ -76,6 +76,7 @@ async def test_a_member_logs_in_creates_and_is_named_as_the_one_who_asked(people
         "alice@example.com", "person", "member", {"acme": "member"}
     )  # fmt: skip
     assert me["groups"] == ["acme-ml", "unmapped-group"]
+    assert me["expires_at"] is not None  # the ID token's own end
 
     created = await people.http.post("/v1/allocations", json={"gpu_count": 1}, headers=alice)
     assert created.status_code == 202, created.text
