@@ -72,16 +72,24 @@ async def write_trail(
     It must not be one of the trail's own steps."""
     if not trail:
         return
-    parameters = _trail_parameters(trail) | {"retract": [event_key(retract)] if retract is not None else []}
     async with sessions.begin() as session:
+        await write_trail_in(session, trail, retract)
+
+
+async def write_trail_in(session: AsyncSession, trail: AuditTrail, retract: StateChange | None = None) -> None:
+    """`write_trail` inside the caller's transaction, for a step whose story must commit with its work (a release
+    and the final state it brings)."""
+    if not trail:
+        return
+    parameters = _trail_parameters(trail) | {"retract": [event_key(retract)] if retract is not None else []}
+    opened, mirrored = (await session.execute(_WRITE_TRAIL, parameters)).one()
+    if trail.opening is not None and trail.changes and opened == 0 and mirrored == 0:
+        # The API's row (`record_accepted`) committed while this statement waited on its key: the INSERT gave
+        # way to it, but the UPDATE's snapshot, taken before, could not see it. A new statement sees it.
         opened, mirrored = (await session.execute(_WRITE_TRAIL, parameters)).one()
-        if trail.opening is not None and trail.changes and opened == 0 and mirrored == 0:
-            # The API's row (`record_accepted`) committed while this statement waited on its key: the INSERT gave
-            # way to it, but the UPDATE's snapshot, taken before, could not see it. A new statement sees it.
-            opened, mirrored = (await session.execute(_WRITE_TRAIL, parameters)).one()
-        if trail.changes and opened == 0 and mirrored == 0:
-            raise ValueError(f"allocation {trail.changes[-1].allocation_id} has no row; its trail must open it first")
-        await _mark_unreachable_agents_down(session, trail.changes)
+    if trail.changes and opened == 0 and mirrored == 0:
+        raise ValueError(f"allocation {trail.changes[-1].allocation_id} has no row; its trail must open it first")
+    await _mark_unreachable_agents_down(session, trail.changes)
 
 
 def _trail_parameters(trail: AuditTrail) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from temporalio.exceptions import ApplicationError
 
 from contracts.allocation import AdmitResult, ClaimInput, QuarantineInput, ReleaseClaimsInput, SlotsInput
 from store import claims as store
-from store.trail import write_trail
+from store.trail import write_trail, write_trail_in
 
 CLAIM_CONFLICT = "ClaimConflict"
 QUOTA_EXCEEDED = "QuotaExceeded"
@@ -50,9 +50,12 @@ class ClaimActivities:
 
     @activity.defn(name="release_claims")
     async def release_claims(self, request: ReleaseClaimsInput) -> int:
-        """Release active claims and free their slots (quarantined slots stay quarantined). Idempotent."""
-        await write_trail(self.sessions, request.trail)
+        """Release active claims and free their slots (quarantined slots stay quarantined). Idempotent. The trail is
+        written in the same transaction: a final state that rides with the release (a teardown's) is never seen
+        while the claims it gave back are still held, nor the claims released under a row that still says
+        `releasing`."""
         async with self.sessions.begin() as session:
+            await write_trail_in(session, request.trail)
             released = await store.release_claims(session, request.allocation_id, request.attempt)
         if request.walk_region is not None:  # also on a retry that finds the claims released: the pass may not have run
             await self._walk([request.walk_region])

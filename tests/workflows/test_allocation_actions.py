@@ -34,8 +34,9 @@ async def test_happy_path_reaches_active_in_at_most_10_actions(temporal_client, 
     # 10 to `active` (no patch marker, so no `TemporalChangeVersion`): the run that places the allocation holds it
     # too, so no continue-as-new (a run start) is paid at `active`.
     assert Actions.count(actions.to_active) <= 10, actions.to_active
-    # 17 through release: since revision 5 the row says `releasing` (one local activity) before the host's teardown.
-    assert Actions.count(actions.total) <= 17, actions.total
+    # 16 through release: since revision 5 the row says `releasing` (one local activity) before the host's teardown,
+    # and the final state rides with the release of the claims instead of a write of its own.
+    assert Actions.count(actions.total) <= 16, actions.total
     assert actions.total["patch_marker"] == 0
 
     # Only the node's own steps cross a task queue; the control steps ran on the workflow's worker.
