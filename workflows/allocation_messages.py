@@ -91,7 +91,8 @@ class Timing(BaseModel):
 #      revision), and the run it leaves keeps no Berth search attribute, so every filter lists the allocation once.
 #   5: a release (an owner's, a preemption's, an expiry's) writes `releasing` to the allocation's row before the
 #      host's teardown starts, so the API never shows `active` for an allocation whose VM is being destroyed (a
-#      teardown waiting for an unreachable agent can take the pool's whole `releasing` deadline).
+#      teardown waiting for an unreachable agent can take the pool's whole `releasing` deadline); its final state
+#      rides with the release of the claims, in that step's transaction, instead of a write of its own.
 # The workflow keeps the branches of the previous revision only (docs/design.md, "Upgrading the allocation
 # workflow"): a placement phase in flight drains within its per-state deadlines; revision 2 differs from 3 only in
 # never being queued, which needs no branch, and its hold runs are revision 3's.
