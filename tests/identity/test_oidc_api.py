@@ -198,3 +198,19 @@ async def test_node_tokens_and_user_tokens_stay_on_their_own_routes(people: Peop
         assert _error(answer) == (403, "not_a_node"), answer.text
     answer = await people.http.get("/v1/allocations", headers=people.node)
     assert _error(answer) == (403, "node_token"), answer.text
+
+
+async def test_an_unreachable_provider_is_a_503_that_names_it(people: People) -> None:
+    """The token may well be good: the API cannot tell, and says why, instead of refusing the person."""
+    token = people.provider.sign(sub="alice@example.com")
+    people.app.state.services.oidc = OidcVerifier(OidcSettings(issuer=people.provider.issuer.rsplit(":", 1)[0] + ":9",
+                                                               client_id=CLIENT_ID))  # fmt: skip
+    answer = await people.http.get("/v1/whoami", headers=bearer(token))
+    assert _error(answer) == (401, "wrong_issuer")  # told before anything is fetched: it is not this API's issuer
+    unreachable = people.provider.issuer.rsplit(":", 1)[0] + ":9"
+    people.app.state.services.oidc = OidcVerifier(OidcSettings(issuer=unreachable, client_id=CLIENT_ID))
+    forged = people.provider.sign(iss=unreachable)
+    answer = await people.http.get("/v1/whoami", headers=bearer(forged))
+    assert _error(answer) == (503, "identity_provider_unavailable"), answer.text
+    assert unreachable in answer.json()["error"]["message"]
+    assert (await people.http.get("/v1/whoami", headers=people.acme)).status_code == 200  # Berth tokens still work
