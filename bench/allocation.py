@@ -1,7 +1,7 @@
 """Allocation benchmarks against a real Temporal dev server and a real PostgreSQL, started by the benchmark.
 
     python -m bench.allocation [--rounds 3] [--batch 150] [--contention 1000] [--snapshot-nodes 1000,10000]
-                               [--latency 30] [--agents gateway|direct|both]
+                               [--latency 30] [--agents gateway|direct|both] [--profile]
     python -m bench.allocation --rounds 0 --latency 0 --snapshot-nodes '' --contention 1000   # the burst alone
 
 1. Throughput: a batch of 1-GPU slice allocations driven to `active` (simulated hosts, zero boot delay), against
@@ -54,6 +54,7 @@ from activities.control.placement import LOCK_TIMES
 from api.app import create_app
 from bench.actions import Actions, count_actions, run_histories
 from bench.baseline_workflow import BaselineInput, BaselineWorkflow, noop
+from bench.sampler import Sampler
 from contracts.task_queues import Queues
 from devstack.ports import free_port
 from devstack.postgres import EmbeddedPostgres
@@ -332,13 +333,20 @@ async def _baseline_batch(stack: Stack, batch: int, shape: str) -> None:
     await asyncio.gather(*(h.result() for h in handles))
 
 
+async def _released(stack: Stack, ids: list[str]) -> None:
+    await asyncio.gather(*(allocation_client.release(stack.client, i) for i in ids))
+    await _settled(stack, ids, ("released",))
+
+
 async def _allocation_batch(stack: Stack, queues: Queues, batch: int, ids: list[str]) -> None:
     """1-GPU slice allocations driven to `active`; their ids go into `ids` for the release that follows."""
     ids.extend(await _allocate(stack, queues, batch, 1))
     await _settled(stack, ids, ("active",))
 
 
-async def throughput(stack: Stack, rounds: int, batch: int, via_gateway: bool = True) -> dict[str, dict[str, object]]:
+async def throughput(
+    stack: Stack, rounds: int, batch: int, via_gateway: bool = True, profile: bool = False
+) -> dict[str, dict[str, object]]:
     """Rounds of: a strict baseline batch, a visibility baseline batch, an allocation batch (then released)."""
     fleet_file = await stack.load_fleet(max(8, batch // 4))  # twice the GPUs the batch asks for
     tag = "gw" if via_gateway else "direct"
@@ -348,6 +356,8 @@ async def throughput(stack: Stack, rounds: int, batch: int, via_gateway: bool = 
     asyncio.create_task(baseline_worker.run())
     stack.workers.append(baseline_worker)
     meter = CpuMeter(stack)
+    sampler = Sampler()
+    release_cpu: list[dict[str, float]] = []
 
     runs: dict[str, list[tuple[float, dict[str, float]]]] = {"strict": [], "visibility": [], "allocation": []}
     actions: list[Actions] = []
@@ -357,9 +367,10 @@ async def throughput(stack: Stack, rounds: int, batch: int, via_gateway: bool = 
             runs[shape].append(await _measured(meter, batch, _baseline_batch(stack, batch, shape)))
 
         ids: list[str] = []
-        runs["allocation"].append(await _measured(meter, batch, _allocation_batch(stack, queues, batch, ids)))
-        await asyncio.gather(*(allocation_client.release(stack.client, i) for i in ids))
-        await _settled(stack, ids, ("released",))
+        with sampler if profile else contextlib.nullcontext():  # the control process's time, by what it did
+            runs["allocation"].append(await _measured(meter, batch, _allocation_batch(stack, queues, batch, ids)))
+            released = await _measured(meter, batch, _released(stack, ids))
+        release_cpu.append(released[1])
         for i in ids[:5]:
             actions.append(count_actions(await run_histories(stack.client, allocation_client.workflow_id(i))))
 
@@ -377,6 +388,11 @@ async def throughput(stack: Stack, rounds: int, batch: int, via_gateway: bool = 
         result[name]["ratio"] = statistics.median(
             a / b for (a, _), (b, _) in zip(runs["allocation"], runs[name], strict=True)
         )
+    # The control process's CPU per allocation, placement and release together, shared out by the samples (an
+    # in-process control worker only: its own process's CPU is what the samples divide).
+    control = statistics.median(cpu["control"] for _rate, cpu in runs["allocation"])
+    control += statistics.median(cpu["control"] for cpu in release_cpu)
+    result["profile"] = {"control_ms": control, "split": sampler.split(control) if not stack.control_hosts else {}}
     result["actions"] = {
         "to_active": statistics.median(Actions.count(a.to_active) for a in actions),
         "total": statistics.median(Actions.count(a.total) for a in actions),
@@ -571,7 +587,7 @@ async def snapshot_cost(stack: Stack, sizes: list[int], runs: int = 5) -> list[t
 
 
 async def _print_throughput(stack: Stack, args: argparse.Namespace, via_gateway: bool) -> None:
-    result = await throughput(stack, args.rounds, args.batch, via_gateway)
+    result = await throughput(stack, args.rounds, args.batch, via_gateway, args.profile)
     allocation = result["allocation"]
     print(f"\nagents {'through the node gateway' if via_gateway else 'polling Temporal directly'}:")
     print("\n| baseline | baseline wf/s | allocations to active /s | ratio (median of rounds) |")
@@ -586,6 +602,13 @@ async def _print_throughput(stack: Stack, args: argparse.Namespace, via_gateway:
         groups = ("control", "temporal", "agents", "gateway", "postgres")
         cells = " | ".join(f"{max(cpu[g], 0.0):.0f}" for g in groups)  # type: ignore[index]
         print(f"| {name} | {cells} | {sum(max(cpu[g], 0.0) for g in groups):.0f} |")  # type: ignore[index]
+    profile = result["profile"]
+    if profile["split"]:
+        print(f"\nThe control process's CPU per allocation, placement and release: {profile['control_ms']:.1f} ms, "
+              "by what it was doing (bench/sampler.py)\n")  # fmt: skip
+        print("| doing | ms per allocation |\n|---|---:|")
+        for label, ms in profile["split"].items():  # type: ignore[union-attr]
+            print(f"| {label} | {ms:.2f} |")
     a = result["actions"]
     print(f"\nTemporal actions per allocation (median of {args.rounds * 5} histories): to active "
           f"{a['to_active']:g} (max {a['max_to_active']:g}), through release {a['total']:g}")  # fmt: skip
@@ -688,6 +711,11 @@ if __name__ == "__main__":
     parser.add_argument("--contention", type=int, default=1000, help="requests in the burst (0: skip)")
     parser.add_argument("--snapshot-nodes", default="1000,10000")
     parser.add_argument("--latency", type=int, default=30, help="sequential requests (0: skip)")
+    parser.add_argument(
+        "--profile", action="store_true",
+        help="split the control process's CPU per allocation by what it was doing (bench/sampler.py; samples "
+        "every 5 ms, so the throughput figures of a profiled run are not compared with an unprofiled one's)",
+    )  # fmt: skip
     parser.add_argument(
         "--control-workers", default="",
         help="e.g. 1,3: run the throughput batches (--rounds x --batch) and the burst (--contention) with that many "
