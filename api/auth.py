@@ -109,10 +109,6 @@ Admin = Annotated[Principal, Depends(needs("admin"))]
 Reporter = Annotated[Principal, Depends(needs("node"))]
 
 
-def may_see(caller: Principal, tenant: str) -> bool:
-    return caller.may_see(tenant)
-
-
 def require_act(caller: Principal, tenant: str) -> None:
     """403 for a caller that may see `tenant`'s object but not change it (a viewer there)."""
     if not caller.may_act(tenant):
