@@ -22,10 +22,10 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from api.errors import ApiError
+from store import rate_limits
 from store.tokens import Principal
 
 Clock = Callable[[], float]  # seconds; None: PostgreSQL's clock
@@ -63,16 +63,6 @@ class Limit:
         return Limit(float(limit["creates_per_second"]), int(limit["burst"]))  # type: ignore[arg-type]
 
 
-_NOW = text("SELECT extract(epoch FROM clock_timestamp())")
-_CREATE = text(
-    "INSERT INTO rate_limit_buckets (key, rate, burst, tokens, at)"
-    " VALUES (:key, :rate, CAST(:burst AS integer), CAST(:burst AS float8), :now)"
-    " ON CONFLICT (key) DO NOTHING"
-)
-_LOCK = text("SELECT rate, burst, tokens, at FROM rate_limit_buckets WHERE key = :key FOR UPDATE")
-_SAVE = text("UPDATE rate_limit_buckets SET rate = :rate, burst = :burst, tokens = :tokens, at = :at WHERE key = :key")
-
-
 class CreateLimits:
     """The buckets of the limits that apply to a create. `clock` is injectable so tests step time instead of
     sleeping; by default time is PostgreSQL's."""
@@ -104,15 +94,13 @@ class CreateLimits:
                     raise _limited(who, whose, limit, wait)
 
     async def _take(self, session: AsyncSession, key: str, limit: Limit) -> float:
-        now = self.clock() if self.clock is not None else float(await session.scalar(_NOW) or 0.0)
-        await session.execute(_CREATE, {"key": key, "rate": limit.rate, "burst": limit.burst, "now": now})
-        rate, burst, tokens, at = (await session.execute(_LOCK, {"key": key})).one()
+        now = self.clock() if self.clock is not None else await rate_limits.now(session)
+        rate, burst, tokens, at = await rate_limits.locked(session, key, limit.rate, limit.burst, now)
         bucket = TokenBucket(rate=rate, burst=burst, tokens=tokens, at=at)
         if (rate, burst) != (limit.rate, limit.burst):  # the limit changed: a new, full bucket of the new size
             bucket = TokenBucket(rate=limit.rate, burst=limit.burst, tokens=float(limit.burst), at=now)
         wait = bucket.take(now)
-        values = {"key": key, "rate": bucket.rate, "burst": bucket.burst, "tokens": bucket.tokens, "at": bucket.at}
-        await session.execute(_SAVE, values)
+        await rate_limits.save(session, key, bucket.rate, bucket.burst, bucket.tokens, bucket.at)
         return wait
 
 

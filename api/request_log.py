@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import PRINCIPAL
 from api.services import Services
-from store.models import ApiRequestRow
+from store import requests
 from store.tokens import Principal
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class RequestLog:
             return  # an unauthenticated request is no one's action (401s are counted by the request metrics)
         try:
             async with self.services.sessions.begin() as session:
-                session.add(ApiRequestRow(actor=caller.actor, role=caller.role, method=scope["method"], route=route,
-                                          path=scope["path"], status=status))  # fmt: skip
+                await requests.record(session, actor=caller.actor, role=caller.role, method=scope["method"],
+                                      route=route, path=scope["path"], status=status)  # fmt: skip
         except Exception as error:  # the answer is sent; a lost record is logged, never an error
             log.warning("could not record %s %s by %s: %s", scope["method"], scope["path"], caller.actor, error)

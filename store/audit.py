@@ -38,7 +38,6 @@ from store import reservations, usage
 from store.models import (
     AllocationEventRow,
     AllocationRow,
-    ApiRequestRow,
     Base,
     ClaimRow,
     NodeAgentRow,
@@ -303,13 +302,6 @@ async def record_repair(session: AsyncSession, run_id: int | None, repair: Repai
         .values(values)
         .on_conflict_do_nothing(index_elements=[events.c.allocation_id, events.c.event_key])
     )
-
-
-async def prune_requests(session: AsyncSession, before: datetime, limit: int = 10_000) -> int:
-    """Forget the request log's records older than `before`, at most `limit` a call (each audit run takes one
-    bite, so a backlog is worked off without one long transaction); how many went."""
-    oldest = select(ApiRequestRow.id).where(ApiRequestRow.at < before).order_by(ApiRequestRow.id).limit(limit)
-    return (await session.execute(delete(ApiRequestRow).where(ApiRequestRow.id.in_(oldest)))).rowcount or 0
 
 
 async def release_stale_claims(session: AsyncSession, allocation_id: str | None, node: str | None) -> int:

@@ -37,7 +37,7 @@ from contracts.audit import (
     RepairAction,
 )
 from store import audit as records
-from store import usage
+from store import requests, usage
 from store.usage import DEFAULT_RETENTION
 
 ALLOCATION_PREFIX = "allocation/"
@@ -244,7 +244,7 @@ class AuditActivities:
         async with self.sessions.begin() as session:
             await usage.roll_up_step(session, now, self.usage_retention, ROLLUP_STEP)
         async with self.sessions.begin() as session:
-            await records.prune_requests(session, now - self.request_retention)
+            await requests.prune(session, now - self.request_retention)
         return finished
 
     def activities(self) -> list[object]:

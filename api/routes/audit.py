@@ -13,7 +13,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
-from sqlalchemy import select
 from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
@@ -21,8 +20,8 @@ from api.auth import Operator
 from api.errors import error_responses, unavailable
 from api.services import Services, services
 from contracts.audit import AuditReport, Finding
+from store import requests
 from store.audit import latest_run, report_of
-from store.models import ApiRequestRow
 from workflows.reconcile import ReconcileInput
 from workflows.reconcile_client import ReconcilerSettings, run_now
 
@@ -120,13 +119,8 @@ async def requests_made(
 ) -> RequestRecords:
     """Mutating requests, who made them and how they were answered (api/request_log.py): actions on nodes, the
     fleet and deployments as well as allocations, refusals included."""
-    query = select(ApiRequestRow).order_by(ApiRequestRow.id.desc()).limit(limit)
-    if actor is not None:
-        query = query.where(ApiRequestRow.actor == actor)
-    if since is not None:
-        query = query.where(ApiRequestRow.at >= since)
     async with app.sessions() as session:
-        rows = (await session.scalars(query)).all()
+        rows = await requests.newest(session, actor=actor, since=since, limit=limit)
     return RequestRecords(
         requests=[
             RequestRecord(

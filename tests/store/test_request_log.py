@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 
-from store.audit import prune_requests
 from store.models import ApiRequestRow
+from store.requests import prune
 
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 
@@ -20,11 +20,11 @@ async def test_records_past_the_retention_go_oldest_first_and_newer_ones_stay(se
                                       route="/v1/allocations", path="/v1/allocations", status=202))  # fmt: skip
     cutoff = NOW - timedelta(days=90)
     async with sessions.begin() as session:
-        assert await prune_requests(session, cutoff, limit=2) == 2
+        assert await prune(session, cutoff, limit=2) == 2
     async with sessions() as session:
         assert (await session.scalars(select(ApiRequestRow.actor).order_by(ApiRequestRow.id))).all() == ["c", "d"]
     async with sessions.begin() as session:
-        assert await prune_requests(session, cutoff, limit=2) == 1
-        assert await prune_requests(session, cutoff, limit=2) == 0
+        assert await prune(session, cutoff, limit=2) == 1
+        assert await prune(session, cutoff, limit=2) == 0
     async with sessions() as session:
         assert (await session.scalars(select(ApiRequestRow.actor))).all() == ["d"]
