@@ -23,7 +23,7 @@ import typer
 from pydantic import ValidationError
 
 from cli.output import OutputFormat, errors, fail
-from config.context import read_context
+from config.context import StackContext, read_context
 from config.settings import Settings
 
 ApiOption = Annotated[
@@ -59,15 +59,23 @@ class Target:
     token: str
 
 
+def api_url(api: str | None, context: StackContext | None = None) -> str:
+    """The API a command talks to: `--api` / BERTH_API_URL, else the one `berth up` started."""
+    settings = Settings()
+    url = (api or (context.api_url if context else None) or "").rstrip("/")
+    if not url:
+        hint = f"or start the dev stack with `berth up` (looked for {settings.context_file})"
+        raise ApiFailure(f"no Berth API configured: pass --api, set BERTH_API_URL, {hint}")
+    return url
+
+
 def resolve_target(api: str | None, token: str | None, tenant: str | None = None) -> Target:
     """Where to send requests and with which token: explicit values first, then `berth up`'s context file. A token
     from the context file is only ever sent to the context's own API, never to another URL given with --api."""
     settings = Settings()
     context = read_context(settings) if api is None or token is None else None
     hint = f"or start the dev stack with `berth up` (looked for {settings.context_file})"
-    url = (api or (context.api_url if context else None) or "").rstrip("/")
-    if not url:
-        raise ApiFailure(f"no Berth API configured: pass --api, set BERTH_API_URL, {hint}")
+    url = api_url(api, context)
     if token is None and tenant is None:
         from cli.login import logged_in_token  # cli.login builds on this module
 

@@ -33,9 +33,10 @@ import httpx
 import typer
 from pydantic import BaseModel, ValidationError
 
-from cli.client import ApiFailure, ApiOption, OutputOption, api_client
+from cli.client import ApiFailure, ApiOption, OutputOption, api_client, api_url
 from cli.output import OutputFormat, console, fail, print_json
 from config.context import read_context, write_private
+from config.identity import unverified_claims
 from config.settings import Settings
 
 LOGIN_SECONDS = 300.0  # how long the loopback listener waits for the browser
@@ -79,12 +80,11 @@ def _save(api: str, credentials: Credentials | None) -> Path:
 
 
 def _claims(id_token: str) -> dict[str, Any]:
-    """The ID token's claims, read without verifying (the API verifies; the CLI only wants `exp` and a name)."""
+    """The ID token's claims, unverified (the API verifies; the CLI only wants `exp` and a name)."""
     try:
-        payload = id_token.split(".")[1]
-        return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except (IndexError, ValueError) as error:
-        raise ApiFailure(f"the provider's ID token is not a JWT: {error}") from error
+        return unverified_claims(id_token)
+    except ValueError as error:
+        raise ApiFailure(f"the provider's ID token is {error}") from error
 
 
 def _client_auth(client_id: str, secret: str | None) -> tuple[dict[str, str], tuple[str, str] | None]:
@@ -162,10 +162,10 @@ class _Callback(http.server.BaseHTTPRequestHandler):
 
 
 def _api_url(api: str | None) -> str:
-    url = api or (context.api_url if (context := read_context(Settings())) else None)
-    if not url:
-        fail("no Berth API configured: pass --api or set BERTH_API_URL")
-    return url.rstrip("/")
+    try:
+        return api_url(api, None if api else read_context(Settings()))
+    except ApiFailure as error:
+        fail(str(error))
 
 
 def login(

@@ -15,13 +15,13 @@ before it expires. People get `berth:read` through their own groups; only the co
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import logging
 import time
 from collections.abc import Callable
 
 import httpx
+
+from config.identity import unverified_claims
 
 log = logging.getLogger("berth.temporal")
 
@@ -100,7 +100,6 @@ class ClientCredentials:
 def _lifetime(token: str, now: float) -> float:
     """Seconds until a JWT's `exp`, for a provider that leaves `expires_in` out; 300 for anything else."""
     try:
-        payload = token.split(".")[1]
-        return float(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["exp"]) - now
-    except (IndexError, ValueError, KeyError, TypeError):
+        return float(unverified_claims(token)["exp"]) - now
+    except (ValueError, KeyError, TypeError):
         return 300.0

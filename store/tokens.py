@@ -136,15 +136,17 @@ def principal_of(row: ApiTokenRow) -> Principal:
 
 async def check(session: AsyncSession, token: str) -> Principal | TokenRefused:
     """The principal a token stands for, or why it is refused (unknown, revoked, expired)."""
-    row = await session.scalar(select(ApiTokenRow).where(ApiTokenRow.token_sha256 == digest(token)))
-    if row is None:
+    found = (
+        await session.execute(select(ApiTokenRow, func.now()).where(ApiTokenRow.token_sha256 == digest(token)))
+    ).first()
+    if found is None:
         return TokenRefused(code="invalid_token", message="the bearer token is unknown")
+    row, now = found
     if row.revoked_at is not None:
         return TokenRefused(
             code="token_revoked", message=f"token {row.id} was revoked at {row.revoked_at:%Y-%m-%d %H:%M:%S} UTC"
         )
-    now = await session.scalar(select(func.now()))
-    if row.expires_at is not None and now is not None and row.expires_at <= now:
+    if row.expires_at is not None and row.expires_at <= now:
         return TokenRefused(
             code="token_expired", message=f"token {row.id} expired at {row.expires_at:%Y-%m-%d %H:%M:%S} UTC"
         )

@@ -9,7 +9,6 @@ service account) may create 3 at once too.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ import yaml
 from temporalio.client import Client
 
 from devstack.ports import free_port, port_open
+from devstack.process import spawn, stop
 from store.tokens import create_token, ensure_tenant_tokens, verify
 from tests.api.stack import api_fleet, bearer
 from tests.workflows.lab import running_lab
@@ -40,8 +40,7 @@ def api_process(env: dict[str, str], log: Path) -> Iterator[str]:
     port = free_port()
     command = [sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app", "--host", "127.0.0.1",
                "--port", str(port), "--log-level", "warning"]  # fmt: skip
-    with open(log, "w") as output:
-        process = subprocess.Popen(command, env=env, cwd=REPO, stdout=output, stderr=subprocess.STDOUT)
+    process = spawn(command, log, env=env)  # ends with this test run whatever happens to it
     try:
         deadline = time.monotonic() + 60
         while not port_open("127.0.0.1", port):
@@ -50,12 +49,7 @@ def api_process(env: dict[str, str], log: Path) -> Iterator[str]:
             time.sleep(0.1)
         yield f"http://127.0.0.1:{port}"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 def _env(database_url: str, client: Client, control: str, node_prefix: str, **more: str) -> dict[str, str]:

@@ -16,6 +16,8 @@ from urllib.parse import parse_qs, quote, urlencode, urlparse
 
 import httpx
 
+from devstack.process import stop
+
 CLIENT_ID = "berth-cli"
 # The mock authenticates every client at its token endpoint (any secret will do); a native app's client such as
 # Google's "installed app" has a secret too, which is not secret. Providers that take public clients need none.
@@ -85,18 +87,12 @@ def running_provider(token_max_age: int = 3600) -> Iterator[Provider]:
         [sys.executable, "-m", "tests.oidc_provider", "--token-max-age", str(token_max_age)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        text=True,
     )
     try:
         assert process.stdout is not None
-        line = process.stdout.readline()
+        line = process.stdout.readline().decode()
         if not line.startswith("listening on "):
             raise RuntimeError(f"the test OIDC provider did not start (exit {process.poll()}): {line!r}")
         yield Provider(issuer=f"http://127.0.0.1:{int(line.split()[-1])}")
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)

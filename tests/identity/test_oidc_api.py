@@ -15,6 +15,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -27,7 +28,7 @@ from temporalio.client import Client
 from api.oidc import OidcVerifier
 from config.identity import OidcSettings
 from store.models import ApiRequestRow
-from store.tokens import create_token, ensure_tenant_tokens
+from store.tokens import create_token, ensure_tenant_tokens, revoke_tokens
 from tests.api.stack import api_fleet, app_for, bearer, control_worker_seen, http_client
 from tests.identity.provider import CLIENT_ID, Provider
 from tests.workflows.lab import running_lab
@@ -214,3 +215,26 @@ async def test_an_unreachable_provider_is_a_503_that_names_it(people: People) ->
     assert _error(answer) == (503, "identity_provider_unavailable"), answer.text
     assert unreachable in answer.json()["error"]["message"]
     assert (await people.http.get("/v1/whoami", headers=people.acme)).status_code == 200  # Berth tokens still work
+
+
+async def test_a_service_accounts_token_holds_its_role_until_it_expires_or_is_revoked(people: People) -> None:
+    """`berth tokens create --tenant acme --role viewer --expires-in ...`, and `revoke --id`, as the API sees them."""
+    sessions = people.app.state.services.sessions
+    async with sessions.begin() as session:
+        viewer = await create_token(session, "viewer", "acme", label="dashboard",
+                                    expires_at=datetime.now(UTC) + timedelta(days=30))  # fmt: skip
+        expired = await create_token(session, "member", "acme", label="old ci",
+                                     expires_at=datetime.now(UTC) - timedelta(seconds=1))  # fmt: skip
+    me = (await people.http.get("/v1/whoami", headers=bearer(viewer))).json()
+    assert (me["role"], me["tenants"], me["actor"]) == (
+        "viewer",
+        {"acme": "viewer"},
+        f"token:{me['token_id']} (dashboard)",
+    )
+    refused = await people.http.post("/v1/allocations", json={"gpu_count": 1}, headers=bearer(viewer))
+    assert _error(refused) == (403, "forbidden")
+    assert _error(await people.http.get("/v1/whoami", headers=bearer(expired))) == (401, "token_expired")
+
+    async with sessions.begin() as session:
+        assert await revoke_tokens(session, token_id=me["token_id"]) == [me["token_id"]]
+    assert _error(await people.http.get("/v1/whoami", headers=bearer(viewer))) == (401, "token_revoked")

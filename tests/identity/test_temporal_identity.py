@@ -4,23 +4,15 @@ expires (config/temporal_credentials.py)."""
 
 from __future__ import annotations
 
-import base64
-import json
-from typing import Any
-
 import pytest
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.testing import WorkflowEnvironment
 
+from config.identity import unverified_claims
 from config.settings import Settings
 from config.temporal import connect
 from config.temporal_credentials import ClientCredentials
 from tests.identity.provider import Provider
-
-
-def _claims(token: str) -> dict[str, Any]:
-    payload = token.split(".")[1]
-    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
 
 
 class Clock:
@@ -36,7 +28,7 @@ async def test_the_control_plane_gets_a_writer_token_and_renews_it_before_it_exp
     clock = Clock()
     credentials = ClientCredentials(token_url, "berth-control-plane", "its-secret", "berth:write", clock=clock)
     first = await credentials.token()
-    claims = _claims(first)
+    claims = unverified_claims(first)
     assert (claims["sub"], claims["permissions"], claims["iss"]) == (
         "berth-control-plane", ["berth:write"], oidc_provider.issuer
     )  # fmt: skip
@@ -46,7 +38,7 @@ async def test_the_control_plane_gets_a_writer_token_and_renews_it_before_it_exp
     assert not credentials.fresh()
     second = await credentials.token()
     assert credentials.expires_at == clock.now + 3600 and credentials.fresh()  # a new one, fetched now
-    assert _claims(second)["permissions"] == ["berth:write"]
+    assert unverified_claims(second)["permissions"] == ["berth:write"]
 
 
 async def test_connect_sends_the_token_as_the_bearer(
@@ -62,7 +54,7 @@ async def test_connect_sends_the_token_as_the_bearer(
         temporal_oidc_scope="default:write",
     )
     connected = await connect(settings)
-    assert _claims(connected.api_key or "")["permissions"] == ["default:write"]
+    assert unverified_claims(connected.api_key or "")["permissions"] == ["default:write"]
     await connected.workflow_service.get_system_info(GetSystemInfoRequest())  # a call goes through with it
 
 
