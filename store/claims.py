@@ -8,6 +8,7 @@ done and changes nothing. A double claim is impossible at three depths: the sche
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 from sqlalchemy import func, select, text, update
@@ -19,6 +20,7 @@ from scheduler import quota
 from scheduler.cohorts import root_of
 from store.models import AllocationRow, ClaimRow, CohortRow, NodeRow, PoolRow, SlotRow, TenantRow
 from store.snapshot import NO_USAGE, cohort_view, tenant_usage, tenant_view
+from store.trail import write_trail_in
 
 
 class ClaimConflict(Exception):
@@ -30,71 +32,83 @@ class QuotaExceeded(Exception):
 
 
 async def record_claims(sessions: async_sessionmaker[AsyncSession], claim: ClaimInput) -> list[int]:
-    """Insert the claims and mark the slots reserved, re-checking the tenant's quota, in one transaction; the slots'
-    ids. The transaction is opened here because the partial unique index's refusal (a concurrent claim that passed
-    every check) surfaces only at the flush or the commit, and is the same `ClaimConflict` as one seen earlier."""
+    """Insert the claims and mark the slots reserved, re-checking the tenant's quota, in one transaction, with the
+    claim's trail (the steps before it); the slots' ids. The transaction is opened here because the partial unique
+    index's refusal (a concurrent claim that passed every check) surfaces only at the flush or the commit, and is
+    the same `ClaimConflict` as one seen earlier. A refused claim rolls its trail back with it: the caller writes
+    the trail on its own then (a refusal is rare; one transaction is the common path's cost)."""
     try:
         async with sessions.begin() as session:
+            await write_trail_in(session, claim.trail)
             return await _record(session, claim)
     except IntegrityError as exc:
         raise ClaimConflict(f"slots on {claim.node} were claimed concurrently by another allocation") from exc
 
 
+# Whether this attempt's claims are in already (a retried step), and where the node is: one round trip.
+_DONE_AND_PLACE = text(
+    "SELECT (SELECT coalesce(array_agg(slot_id), '{}') FROM allocation_resource_claims "
+    "        WHERE allocation_id = :allocation AND attempt = :attempt) AS done, p.gpu_product, c.region "
+    "FROM (SELECT 1) AS one LEFT JOIN nodes AS n ON n.name = :node LEFT JOIN pools AS p ON p.id = n.pool_id "
+    "LEFT JOIN clusters AS c ON c.name = p.cluster"
+)
+
+# The claim itself, all or nothing, in one statement: the wanted slots locked in index order (as every claim on the
+# node locks them, so two claims never wait on each other crosswise), reserved only if every one is there and
+# available, and a claim row per slot. `found` says what the locked rows were, for the refusal's message.
+_CLAIM = text(
+    """
+    WITH wanted AS (
+        SELECT (b ->> 'slot_index')::int AS slot_index, b AS bundle FROM jsonb_array_elements(CAST(:bundles AS jsonb)) AS b
+    ), locked AS (
+        SELECT s.id, s.slot_index, s.state FROM node_resource_slots AS s
+        WHERE s.node_id = :node AND s.slot_index IN (SELECT slot_index FROM wanted)
+        ORDER BY s.slot_index FOR UPDATE OF s
+    ), reserved AS (
+        UPDATE node_resource_slots AS s SET state = 'reserved' FROM locked AS l
+        WHERE s.id = l.id AND l.state = 'available'
+          AND (SELECT count(*) FROM locked WHERE state = 'available') = (SELECT count(*) FROM wanted)
+        RETURNING s.id, s.slot_index
+    ), claimed AS (
+        INSERT INTO allocation_resource_claims (allocation_id, attempt, slot_id, node_id, bundle)
+        SELECT :allocation, :attempt, r.id, :node, w.bundle FROM reserved AS r JOIN wanted AS w USING (slot_index)
+        RETURNING slot_id, (bundle ->> 'slot_index')::int AS slot_index
+    )
+    SELECT (SELECT coalesce(json_agg(json_build_array(slot_index, state)), '[]') FROM locked) AS found,
+           (SELECT coalesce(array_agg(slot_id ORDER BY slot_index), '{}') FROM claimed) AS claimed
+    """
+)
+
+
 async def _record(session: AsyncSession, claim: ClaimInput) -> list[int]:
-    done = (
-        await session.scalars(
-            select(ClaimRow.slot_id).where(
-                ClaimRow.allocation_id == claim.allocation_id, ClaimRow.attempt == claim.attempt
-            )
-        )
-    ).all()
+    """The claim in three round trips on the common path (where it is and whether it is in already; the quota's
+    re-check; the claim), plain statements rather than ORM objects: this runs once per allocation, under the
+    tenant's lock, so its cost bounds a tenant's placement rate."""
+    keys = {"allocation": claim.allocation_id, "attempt": claim.attempt, "node": claim.node}
+    done, product, region = (await session.execute(_DONE_AND_PLACE, keys)).one()
     if done:
         return sorted(s for s in done if s is not None)
 
-    borrowed = await _check_quota(session, claim)
+    borrowed = await _check_quota(session, claim, product, region)
 
     indexes = sorted(b.slot_index for b in claim.bundles)
-    slots = (
-        await session.scalars(
-            select(SlotRow)
-            .where(SlotRow.node_id == claim.node, SlotRow.slot_index.in_(indexes))
-            .order_by(SlotRow.slot_index)
-            .with_for_update()
-        )
-    ).all()
-    if [s.slot_index for s in slots] != indexes:
-        missing = sorted(set(indexes) - {s.slot_index for s in slots})
-        raise ClaimConflict(f"slots {missing} of {claim.node} are not in the inventory")
-    taken = [s.slot_index for s in slots if s.state != "available"]
-    if taken:
+    bundles = json.dumps([b.model_dump(mode="json") for b in claim.bundles])
+    found, claimed = (await session.execute(_CLAIM, keys | {"bundles": bundles})).one()
+    if len(claimed) != len(indexes):
+        states = {index: state for index, state in found}
+        missing = [index for index in indexes if index not in states]
+        if missing:
+            raise ClaimConflict(f"slots {missing} of {claim.node} are not in the inventory")
+        taken = [index for index in indexes if states[index] != "available"]
         raise ClaimConflict(f"slots {taken} of {claim.node} are already reserved or quarantined")
-    by_index = {b.slot_index: b for b in claim.bundles}
-    for slot in slots:
-        slot.state = "reserved"
-        session.add(
-            ClaimRow(
-                allocation_id=claim.allocation_id,
-                attempt=claim.attempt,
-                slot_id=slot.id,
-                node_id=claim.node,
-                bundle=by_index[slot.slot_index].model_dump(mode="json"),
-            )
-        )
     if borrowed:  # its own part of what its tenant borrows from the cohort: for the reader, and the usage reports
         await session.execute(
             update(AllocationRow).where(AllocationRow.id == claim.allocation_id).values(borrowed_gpus=borrowed)
         )
-    await session.flush()
-    return [s.id for s in slots]
+    return list(claimed)
 
 
-_PLACE_OF_NODE = text(
-    "SELECT p.gpu_product, c.region FROM nodes AS n JOIN pools AS p ON p.id = n.pool_id "
-    "JOIN clusters AS c ON c.name = p.cluster WHERE n.name = :node"
-)
-
-
-async def _check_quota(session: AsyncSession, claim: ClaimInput) -> int:
+async def _check_quota(session: AsyncSession, claim: ClaimInput, product: str | None, region: str | None) -> int:
     """The tenant's quotas, re-checked under lock (its total, and its quota for the node's product and region): how
     many of this allocation's GPUs are borrowed from its cohort tree (its own part of the tenant's excess: of 1 GPU,
     at most 1, however much its tenant borrowed before).
@@ -104,9 +118,9 @@ async def _check_quota(session: AsyncSession, claim: ClaimInput) -> int:
     tenant = await session.get(TenantRow, claim.tenant, with_for_update=True)
     if tenant is None:
         raise QuotaExceeded(f"tenant {claim.tenant!r} does not exist")
-    cohorts = {row.name: cohort_view(row) for row in (await session.scalars(select(CohortRow))).all()}
-    members = [tenant]
+    members, cohorts = [tenant], {}  # a tenant in no cohort has only its own quota to answer to
     if tenant.cohort is not None:
+        cohorts = {row.name: cohort_view(row) for row in (await session.scalars(select(CohortRow))).all()}
         root = root_of(tenant.cohort, cohorts)
         in_cohorts = [name for name in _named_cohorts(await session.scalars(select(TenantRow.cohort).distinct()))
                       if root_of(name, cohorts) == root]  # fmt: skip
@@ -117,9 +131,8 @@ async def _check_quota(session: AsyncSession, claim: ClaimInput) -> int:
                 )
             ).all()
         )
-    usage = await tenant_usage(session, exclude_allocation=claim.allocation_id)
+    usage = await tenant_usage(session, exclude_allocation=claim.allocation_id, tenants=[m.name for m in members])
     views = [tenant_view(member, usage.get(member.name, NO_USAGE)) for member in members]
-    product, region = (await session.execute(_PLACE_OF_NODE, {"node": claim.node})).one_or_none() or (None, None)
     view = next(v for v in views if v.name == tenant.name)
     decision = quota.decide_placement(
         view, product, region or "", claim.gpu_count, views, claim.within_nominal, cohorts
@@ -133,21 +146,27 @@ def _named_cohorts(names: Iterable[str | None]) -> list[str]:
     return [name for name in names if name is not None]
 
 
+# The claims released and their reserved slots freed, in one statement.
+_RELEASE = text(
+    """
+    WITH released AS (
+        UPDATE allocation_resource_claims SET released_at = now()
+        WHERE allocation_id = :allocation AND released_at IS NULL
+          AND (CAST(:attempt AS integer) IS NULL OR attempt = CAST(:attempt AS integer))
+        RETURNING slot_id
+    ), freed AS (
+        UPDATE node_resource_slots SET state = 'available'
+        WHERE id IN (SELECT slot_id FROM released) AND state = 'reserved'
+    )
+    SELECT count(*) FROM released
+    """
+)
+
+
 async def release_claims(session: AsyncSession, allocation_id: str, attempt: int | None) -> int:
     """Release the allocation's active claims (of one attempt, or all) and free their reserved slots; how many were
     released. Quarantined slots stay quarantined: only the node agent's confirmed wipe lifts that."""
-    query = select(ClaimRow).where(ClaimRow.allocation_id == allocation_id, ClaimRow.released_at.is_(None))
-    if attempt is not None:
-        query = query.where(ClaimRow.attempt == attempt)
-    claims = (await session.scalars(query.with_for_update())).all()
-    slot_ids = [c.slot_id for c in claims if c.slot_id is not None]
-    for claim in claims:
-        claim.released_at = func.now()
-    if slot_ids:
-        await session.execute(
-            update(SlotRow).where(SlotRow.id.in_(slot_ids), SlotRow.state == "reserved").values(state="available")
-        )
-    return len(claims)
+    return int((await session.execute(_RELEASE, {"allocation": allocation_id, "attempt": attempt})).scalar_one())
 
 
 async def quarantine_slots(

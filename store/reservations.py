@@ -10,32 +10,34 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import and_, exists, func, or_, select, update
+from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from scheduler.reservations import Holding, Reserved, Window
-from store.models import AllocationRow, ClaimRow, ReservationRow
+from store.models import AllocationRow, ReservationRow
 from store.queue import class_facts
 from store.snapshot import HELD_STATES
 
 OPEN_STATES = ("reserved", "started")
 
 
-def _window(row: ReservationRow) -> Window:
-    return Window(row.starts_at.timestamp(), row.ends_at.timestamp())
+# A window that has ended holds nothing, even if its row was never closed (its workflow terminated, say). A plain
+# statement: every placement decision reads it, and there is usually nothing to find.
+_HOLDS = text(
+    "SELECT r.id, r.node_id, r.gpu_count, r.starts_at, r.ends_at FROM reservations AS r "
+    "WHERE r.ends_at > now() AND (r.state = 'reserved' OR (NOT :only_reserved AND r.state = 'started' AND NOT EXISTS "
+    "(SELECT 1 FROM allocation_resource_claims AS c WHERE c.allocation_id = r.allocation_id AND c.released_at IS NULL)))"
+)
 
 
 async def holds(session: AsyncSession, *, only_reserved: bool = False) -> list[Reserved]:
     """The reservations whose GPUs are still held for them: not started yet, or started but their allocation holds
     no claim yet (`only_reserved`: the first kind alone, for queued requests), and whose window has not ended."""
-    claimed = exists().where(ClaimRow.allocation_id == ReservationRow.allocation_id, ClaimRow.released_at.is_(None))
-    waiting = and_(ReservationRow.state == "started", ~claimed)
-    condition = (
-        ReservationRow.state == "reserved" if only_reserved else or_(ReservationRow.state == "reserved", waiting)
-    )
-    # A window that has ended holds nothing, even if its row was never closed (its workflow terminated, say).
-    rows = (await session.scalars(select(ReservationRow).where(condition, ReservationRow.ends_at > func.now()))).all()
-    return [Reserved(r.id, r.node_id, r.gpu_count, _window(r)) for r in rows]
+    rows = await session.execute(_HOLDS, {"only_reserved": only_reserved})
+    return [
+        Reserved(ident, node, gpus, Window(starts.timestamp(), ends.timestamp()))
+        for ident, node, gpus, starts, ends in rows
+    ]
 
 
 async def window_facts(session: AsyncSession, region: str) -> tuple[list[Holding], list[Reserved]]:

@@ -7,6 +7,7 @@ frozen views. Slot ids are `<node>/<index>`, the same on every path, so node age
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ from sqlalchemy import (
     ColumnElement,
     Row,
     Select,
+    String,
     and_,
+    bindparam,
     exists,
     func,
     literal,
@@ -152,11 +155,15 @@ def holds_gpus() -> ColumnElement[bool]:
     )
 
 
-def _usage_query(exclude_allocation: str | None) -> Select[Any]:
+@functools.cache
+def _usage_query(of_tenants: bool) -> Select[Any]:
     """GPUs per tenant, state, and the product and region of the nodes they are placed on (none yet: NULL); a
     queued request a pass set a node aside for counts as in flight, once: by its entry (with the node's product and
     region), not also by its row, which says `placing` from the moment it was woken until its placement takes the
-    entry out of the queue."""
+    entry out of the queue. Parameters `exclude` (an allocation not to count) and, `of_tenants`, `tenants`.
+
+    Built once per shape: every claim reads it, and building the expression cost more than running it."""
+    exclude = bindparam("exclude", type_=String)
     holding = (
         select(
             AllocationRow.tenant.label("tenant"),
@@ -165,12 +172,15 @@ def _usage_query(exclude_allocation: str | None) -> Select[Any]:
             AllocationRow.gpu_count.label("gpus"),
         )
         .where(holds_gpus())
-        .where(AllocationRow.id != (exclude_allocation or ""))
+        .where(AllocationRow.id != exclude)
         .where(~exists().where(QueueEntryRow.allocation_id == AllocationRow.id, QueueEntryRow.node.is_not(None)))
     )
     admitted = select(QueueEntryRow.tenant, literal("placing"), QueueEntryRow.node, QueueEntryRow.gpu_count).where(
-        QueueEntryRow.node.is_not(None), QueueEntryRow.allocation_id != (exclude_allocation or "")
+        QueueEntryRow.node.is_not(None), QueueEntryRow.allocation_id != exclude
     )
+    if of_tenants:
+        holding = holding.where(AllocationRow.tenant.in_(bindparam("tenants", expanding=True)))
+        admitted = admitted.where(QueueEntryRow.tenant.in_(bindparam("tenants", expanding=True)))
     usage = union_all(holding, admitted).subquery()
     return (
         select(usage.c.tenant, usage.c.state, PoolRow.gpu_product, ClusterRow.region, func.sum(usage.c.gpus))
@@ -199,9 +209,15 @@ def _usage(rows: Iterable[Sequence[Any]]) -> dict[str, TenantUsage]:
     }
 
 
-async def tenant_usage(session: AsyncSession, exclude_allocation: str | None = None) -> dict[str, TenantUsage]:
-    """tenant -> what it holds. Releasing allocations still hold their GPUs until released."""
-    return _usage(await session.execute(_usage_query(exclude_allocation)))
+async def tenant_usage(
+    session: AsyncSession, exclude_allocation: str | None = None, tenants: Collection[str] | None = None
+) -> dict[str, TenantUsage]:
+    """tenant -> what it holds (of `tenants` only, when given: a claim's quota check needs its cohort tree's).
+    Releasing allocations still hold their GPUs until released."""
+    parameters: dict[str, Any] = {"exclude": exclude_allocation or ""}
+    if tenants is not None:
+        parameters["tenants"] = list(tenants)
+    return _usage(await session.execute(_usage_query(tenants is not None), parameters))
 
 
 def _plans(rows: Iterable[Sequence[Any]]) -> dict[str, list[tuple[str, int]]]:

@@ -198,9 +198,10 @@ class AllocationWorkflow:
     async def choose_placement(self, *, woken: bool = False) -> tuple[str, list[Candidate]]:
         """Steps 1 and 2 as one control step on one snapshot; the trail still records each decision as its step.
 
-        The UI learns `placing` with the decision (and its region) rather than before it, and the step records a
-        refusal as the allocation's final step: a request refused here costs one local activity, one search-attribute
-        upsert (`failed`) and one write. `woken`: a queued request deciding again (its state is set already)."""
+        The UI shows `placing` from the run's start (revision 6; before, it learnt it with the decision) and learns
+        the region with the next state it shows, and the step records a refusal as the allocation's final step: a
+        request refused here costs one local activity, one search-attribute upsert (`failed`) and one write.
+        `woken`: a queued request deciding again (its state is set already)."""
         if not woken:
             self.set_state("placing", "select_region", publish=False)
         while True:

@@ -23,7 +23,13 @@ with workflow.unsafe.imports_passed_through():
     from contracts.allocation import AllocationRecord, AuditTrail, StateChange
     from workflows import search_attributes as sa
     from workflows.allocation_failures import as_activity_error
-    from workflows.allocation_messages import FINAL_STATES, AllocationInput, AllocationStatus, Attempt
+    from workflows.allocation_messages import (
+        FINAL_STATES,
+        PLACING_FROM_START,
+        AllocationInput,
+        AllocationStatus,
+        Attempt,
+    )
 
 R = TypeVar("R")
 
@@ -57,7 +63,8 @@ class Mirror:
         self.status = status
         self.trail = AuditTrail()  # steps not yet written to PostgreSQL
         # The search attribute values as they stand (set when the run was started), so only changes are upserted.
-        self.published: dict[str, str] = self.search_values(status.state, input.request.region)
+        started_as = status.state if input.held is not None else initial_state(input)
+        self.published: dict[str, str] = self.search_values(started_as, input.request.region)
 
     def move(
         self,
@@ -218,11 +225,17 @@ class Mirror:
         return "\n".join(lines)
 
 
+def initial_state(input: AllocationInput) -> str:
+    """The state the UI shows from the start: `placing` since revision 6, as placing is the run's first step (the
+    decision then costs no upsert of its own); `pending` before."""
+    return "placing" if input.revision >= PLACING_FROM_START else "pending"
+
+
 def initial_search_attributes(input: AllocationInput) -> TypedSearchAttributes:
     """What the UI shows of an allocation from its start (the client sets them when it starts the workflow)."""
     pairs: list[SearchAttributePair[Any]] = [
         SearchAttributePair(sa.KIND, "allocation"),
-        SearchAttributePair(sa.STATE, "pending"),
+        SearchAttributePair(sa.STATE, initial_state(input)),
         SearchAttributePair(sa.TENANT, input.tenant),
         SearchAttributePair(sa.GPU_COUNT, input.request.gpu_count),
         SearchAttributePair(sa.REGION, input.request.region or ""),

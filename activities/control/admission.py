@@ -110,6 +110,7 @@ class AdmissionActivities:
 
     async def walk(self, regions: list[str] | None) -> AdmitResult:
         """Walk these regions' queues (every region with a queue when None) and wake who can be placed."""
+        checked = regions is None
         if regions is None:
             async with self.sessions() as session:
                 regions = await queue.queued_regions(session)
@@ -117,7 +118,7 @@ class AdmissionActivities:
         notices: list[tuple[str, PreemptNotice]] = []
         waiting = 0
         for region in regions:
-            admitted, left, told = await self._coalesced(region)
+            admitted, left, told = await self._coalesced(region, checked)
             woken += admitted
             notices += told
             waiting += left
@@ -127,12 +128,25 @@ class AdmissionActivities:
             await self._signal(allocation_id, WAKE_SIGNAL)
         return AdmitResult(woken=woken, waiting=waiting)
 
-    async def _coalesced(self, region: str) -> tuple[list[str], int, list[tuple[str, PreemptNotice]]]:
+    async def _coalesced(
+        self, region: str, checked: bool = False
+    ) -> tuple[list[str], int, list[tuple[str, PreemptNotice]]]:
         """The region's pass, or a share in one of this process's that is still waiting for the region's lock: that
         one reads the queue and the capacity only once it holds the lock, so it sees whatever this caller freed
         (committed before it asked), and a burst of releases makes one pass instead of one each, queued on the
-        lock. Only the pass's own caller sends its signals."""
+        lock. Only the pass's own caller sends its signals.
+
+        A region whose queue is empty is not walked (unless `checked`: its entries were just seen): most releases
+        free capacity nobody waits for, and the pass would take the region's placement lock only to read an empty
+        queue. Reading the queue without the lock loses no wake: the caller committed what it freed before this
+        read, so an entry this read cannot see committed after it, and its own `enter_queue` walks the region after
+        that commit, seeing the freed capacity."""
         pending = self._waiting.get(region)
+        if pending is None and not checked:
+            async with self.sessions() as session:
+                if not await queue.queued_regions(session, among=[region]):
+                    return [], 0, []
+            pending = self._waiting.get(region)  # one may have started meanwhile
         if pending is not None:
             _, left, _ = await asyncio.shield(pending)
             return [], left, []

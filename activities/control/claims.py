@@ -38,11 +38,12 @@ class ClaimActivities:
         """Insert the claims and mark the slots reserved, re-checking quota, all in one transaction.
 
         Raises a non-retryable `ClaimConflict` when another allocation holds any of the slots (the workflow releases
-        its lease and moves on) and `QuotaExceeded` when the tenant's quota no longer has room."""
-        await write_trail(self.sessions, claim.trail)
+        its lease and moves on) and `QuotaExceeded` when the tenant's quota no longer has room. The trail commits with
+        the claims, or on its own after a refusal: the story of a refused claim is kept."""
         try:
             return await store.record_claims(self.sessions, claim)
         except (store.ClaimConflict, store.QuotaExceeded) as refused:
+            await write_trail(self.sessions, claim.trail)
             kind = CLAIM_CONFLICT if isinstance(refused, store.ClaimConflict) else QUOTA_EXCEEDED
             # Caused by what caused the refusal (the unique index's IntegrityError, or nothing), as when it was
             # raised here.

@@ -38,6 +38,7 @@ from contracts.allocation import (
     PlacementChoice,
     QueueTicket,
     RegionChoice,
+    StateChange,
 )
 from fleet.vocabulary import QueueingStrategy
 from scheduler import cluster, quota, region
@@ -52,7 +53,7 @@ from scheduler.snapshot import Snapshot
 from store import queue, reservations
 from store.decisions import Recorded, record_first_choice
 from store.inventory import InventoryCache
-from store.trail import write_trail
+from store.trail import write_trail, write_trail_in
 
 T = TypeVar("T")
 R = TypeVar("R", RegionChoice, CandidateList)
@@ -171,12 +172,20 @@ class PlacementActivities:
         self.sessions = sessions
         self.inventory = inventory or InventoryCache(breaker=breaker)
 
-    async def _read(self, allocation_id: str, request: PlacementRequest) -> tuple[Snapshot, Plans, frozenset[str]]:
+    async def _read(
+        self, allocation_id: str, request: PlacementRequest, trail: AuditTrail | None = None,
+        retract: StateChange | None = None,
+    ) -> tuple[Snapshot, Plans, frozenset[str]]:  # fmt: skip
         """The snapshot without plans in progress, those plans as they are now (both without the lock), and the
-        nodes held for the head of a queue other than this allocation (issue 24). The GPUs of reservations this
-        request would overlap are held from it (issue 26): a request with no end, or one ending after a window
-        starts, does not see them as free, unless it is of a preemptible class (the reservation's start preempts it)."""
-        async with self.sessions() as session:
+        nodes held for the head of a queue other than this allocation. The GPUs of reservations this request would
+        overlap are held from it: a request with no end, or one ending after a window starts, does not see them as
+        free, unless it is of a preemptible class (the reservation's start preempts it).
+
+        The step's trail (`trail`, `retract`: `store.trail.write_trail`) is written first in the same transaction:
+        nothing after it can roll it back but a failure of the read itself, and the step is then tried again."""
+        async with self.sessions.begin() as session:
+            if trail:
+                await write_trail_in(session, trail, retract)
             base, plans = await self.inventory.snapshot_and_plans(session, exclude_allocation=allocation_id)
             held = await reservations.holds(session)
             nodes = await queue.reserved_nodes(session, allocation_id)
@@ -248,8 +257,9 @@ class PlacementActivities:
         step (`request.final`), the refusal is recorded as that step here, so a refused allocation costs one write
         and one local activity. An earlier try of this step may have recorded a refusal that this try does not
         make (the worker crashed before the workflow took the answer): the trail's write retracts it first."""
-        await write_trail(self.sessions, request.trail, retract=request.final)
-        base, plans, reserved = await self._read(request.allocation_id, request.request)
+        base, plans, reserved = await self._read(
+            request.allocation_id, request.request, request.trail, retract=request.final
+        )
         asked = request.request.model_copy(update={"reserved_nodes": reserved}) if reserved else request.request
         budget = RequestBudget()  # one for both levels: the cluster level pays nothing for pairs the region level paid
         known = with_pending_plans(base, plans)
@@ -295,8 +305,7 @@ class PlacementActivities:
     @activity.defn(name="find_candidates")
     async def find_candidates(self, request: FindCandidatesInput) -> CandidateList:
         """Cluster level: pool eligibility and ranked candidate nodes (the chosen one plus alternates)."""
-        await write_trail(self.sessions, request.trail)
-        base, plans, reserved = await self._read(request.allocation_id, request.request)
+        base, plans, reserved = await self._read(request.allocation_id, request.request, request.trail)
         asked = request.request.model_copy(update={"reserved_nodes": reserved}) if reserved else request.request
         return await self._candidates(base, plans, asked, request.region, request.allocation_id, RequestBudget())
 
