@@ -22,12 +22,20 @@ from pathlib import Path
 _PR_SET_PDEATHSIG = 1
 
 
+# Resolved here, in the parent: the forked child, before its exec, may only call it. Loading a library there
+# (dlopen) can crash the child of a process with other threads running (Temporal's, grpc's), which held the
+# loader's lock at the fork.
+_prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl if sys.platform.startswith("linux") else None
+
+
 def _die_with_parent(sig: signal.Signals) -> Callable[[], None] | None:
-    if not sys.platform.startswith("linux"):
+    prctl = _prctl
+    if prctl is None:
         return None
+    number = int(sig)
 
     def _set() -> None:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, int(sig))
+        prctl(_PR_SET_PDEATHSIG, number)
 
     return _set
 
