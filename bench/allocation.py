@@ -397,6 +397,7 @@ async def throughput(
         "to_active": statistics.median(Actions.count(a.to_active) for a in actions),
         "total": statistics.median(Actions.count(a.total) for a in actions),
         "max_to_active": max(Actions.count(a.to_active) for a in actions),
+        "node_steps": statistics.median(a.to_active["activity"] for a in actions),
     }
     return result
 
@@ -612,6 +613,16 @@ async def _print_throughput(stack: Stack, args: argparse.Namespace, via_gateway:
     a = result["actions"]
     print(f"\nTemporal actions per allocation (median of {args.rounds * 5} histories): to active "
           f"{a['to_active']:g} (max {a['max_to_active']:g}), through release {a['total']:g}")  # fmt: skip
+    # Each part's CPU to `active` by the unit of work it does: the server per action, the gateway and the agents
+    # per node step (a poll answered and its completion through the gateway; the step run by the agent).
+    cpu, steps = allocation["cpu_ms"], max(a["node_steps"], 1)
+    print("\n| part | CPU ms per allocation to active | per unit of its work |\n|---|---:|---|")
+    print(f"| Temporal server | {cpu['temporal']:.0f} | {cpu['temporal'] / a['to_active']:.1f} per action "
+          f"({a['to_active']:g}) |")  # fmt: skip
+    print(f"| node gateway | {cpu['gateway']:.0f} | {cpu['gateway'] / steps:.1f} per node step ({steps:g}) |")
+    print(f"| node agents | {cpu['agents']:.0f} | {cpu['agents'] / steps:.1f} per node step ({steps:g}) |")
+    print(f"| PostgreSQL | {cpu['postgres']:.0f} | |")
+    print(f"| control process (the benchmark's client included) | {cpu['control']:.0f} | |")
 
 
 def _print_contention(c: dict[str, Any]) -> None:

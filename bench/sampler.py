@@ -6,7 +6,8 @@ the sample under the first frame, from the innermost out, that names what the th
     activity:<name>   a control-plane activity (activities/control/*), whatever it calls (the store, SQLAlchemy)
     admission pass    the admission pass a release or an enqueue runs (activities/control/admission.py)
     workflow          workflow code (workflows/*), run by the SDK in its workflow threads
-    bench client      the benchmark's own client: starting workflows, waiting for rows
+    bench client      the benchmark's own client: starting workflows, waiting for rows (its coroutines; not the
+                      module frame that started the event loop, which is under every callback)
     sdk               the Temporal SDK's own Python (activations, payload conversion) outside the above
     database driver   asyncpg and SQLAlchemy called back by the event loop, no Berth frame above them
     other             anything else that was running (the event loop's own callbacks)
@@ -48,7 +49,8 @@ def _label(frame: FrameType | None) -> str | None:
                 activity = frame.f_code.co_name  # the outermost one is the activity itself
             elif "/workflows/" in path:
                 seen.add("workflow")
-            elif "/bench/" in path and not path.endswith("sampler.py"):
+            elif "/bench/" in path and not path.endswith("sampler.py") and frame.f_code.co_name != "<module>":
+                # Not the benchmark's module frame: it is under every callback of the event loop it started.
                 seen.add("bench client")
         elif "/temporalio/" in path:
             seen.add("sdk")

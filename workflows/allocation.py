@@ -76,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
         past_overall_timeout,
     )
     from workflows.allocation_messages import (
+        END_WITH_ACTIVE,
         FINAL_STATES,
         HOLD_IN_PLACEMENT_RUN,
         HOLDING_STATES,
@@ -412,8 +413,13 @@ class AllocationWorkflow:
         await self.wait_until_ready(node)
         attempt.outcome = "succeeded"
         self.begin_lease(attempt.pool)
-        self.set_state("active", "ready", node=node, attempt=attempt, ends_at=self.status.ends_at)
-        self.mirror.publish_end(self.status.ends_at, expiring=False)
+        ends_at = self.status.ends_at
+        if self.input.revision >= END_WITH_ACTIVE:  # the end rides with `active`: one upsert, not two
+            ends = self.mirror.end_values(ends_at, expiring=False)
+            self.set_state("active", "ready", node=node, attempt=attempt, ends_at=ends_at, also=ends)
+        else:
+            self.set_state("active", "ready", node=node, attempt=attempt, ends_at=ends_at)
+            self.mirror.publish_end(ends_at, expiring=False)
 
     async def wait_until_ready(self, node: str) -> None:
         """Probe the readiness gates a window at a time until every gate passes; a gate that failed for good, or no

@@ -95,7 +95,8 @@ class Timing(BaseModel):
 #      rides with the release of the claims, in that step's transaction, instead of a write of its own.
 #   6: the run starts in `placing` (its search attribute set by the start itself, as the run's first step is the
 #      placement), so the decision costs no upsert of its own: the region it chose is published with `provisioning`
-#      (or `queued`, or the refusal's `failed`). 9 actions to `active` and 15 through release, from 10 and 16.
+#      (or `queued`, or the refusal's `failed`). 9 actions to `active` and 15 through release, from 10 and 16. An
+#      allocation with an end (a lease, its pool's maxLease) publishes the end with `active`, in the same upsert.
 # The workflow keeps the branches of the previous revision only (docs/design.md, "Upgrading the allocation
 # workflow"): a placement phase in flight drains within its per-state deadlines; revision 2 differs from 3 only in
 # never being queued, which needs no branch, and its hold runs are revision 3's.
@@ -103,6 +104,7 @@ REVISION = 6
 HOLD_IN_PLACEMENT_RUN = 4  # the first revision whose placement run holds the allocation itself
 RELEASING_WRITTEN_FIRST = 5  # the first revision whose teardown writes `releasing` before the host's part
 PLACING_FROM_START = 6  # the first revision started in `placing` rather than `pending`
+END_WITH_ACTIVE = 6  # the first revision whose end is published with `active`, in one upsert
 
 
 class AllocationInput(BaseModel):

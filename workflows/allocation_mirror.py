@@ -9,13 +9,13 @@ pays for (docs/benchmarks.md).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import RetryPolicy, SearchAttributePair, SearchAttributeUpdate, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
@@ -78,14 +78,16 @@ class Mirror:
         publish: bool = True,
         recorded: bool = False,
         ends_at: datetime | None = None,
+        also: Sequence[SearchAttributeUpdate[Any]] = (),
     ) -> None:
         """Move to a state: the status, the UI (search attributes for the states it filters on, unless `publish` is
-        off; the current details always) and the audit trail (unless a control step `recorded` the step already)."""
+        off, with `also` in the same upsert; the current details always) and the audit trail (unless a control step
+        `recorded` the step already)."""
         self.status.state, self.status.step = state, step
         if state == "failed":
             self.status.failure_reason = reason
         if publish and state in UI_STATES and state != "waiting_ready":
-            self.publish(self.search_values(state, region, node))
+            self.publish(self.search_values(state, region, node), also)
         workflow.set_current_details(self.story())
         if not recorded:
             change = self.state_change(state, step, node=node, attempt=attempt, region=region, reason=reason)
@@ -124,21 +126,29 @@ class Mirror:
             sa.NODE.name: node or self.status.node or "",
         }
 
-    def publish(self, values: dict[str, str]) -> None:
-        """Upsert the search attributes that changed, once per change of state: a step that keeps the state (finding
-        candidates after choosing the region) waits for the next."""
-        if self.published.get(sa.STATE.name) == values[sa.STATE.name]:
-            return
-        keys = {sa.STATE.name: sa.STATE, sa.REGION.name: sa.REGION, sa.NODE.name: sa.NODE}
-        changed = [keys[name].value_set(value) for name, value in values.items() if self.published.get(name) != value]
-        if changed:
-            workflow.upsert_search_attributes(changed)
+    def publish(self, values: dict[str, str], also: Sequence[SearchAttributeUpdate[Any]] = ()) -> None:
+        """Upsert the search attributes that changed, once per change of state (a step that keeps the state, finding
+        candidates after choosing the region, waits for the next), and `also` with them: one upsert, one action."""
+        changed: list[SearchAttributeUpdate[Any]] = []
+        if self.published.get(sa.STATE.name) != values[sa.STATE.name]:
+            keys = {sa.STATE.name: sa.STATE, sa.REGION.name: sa.REGION, sa.NODE.name: sa.NODE}
+            changed = [keys[name].value_set(v) for name, v in values.items() if self.published.get(name) != v]
             self.published.update(values)
+        if changed or also:
+            workflow.upsert_search_attributes([*changed, *also])
+
+    @staticmethod
+    def end_values(ends_at: datetime | None, expiring: bool) -> list[SearchAttributeUpdate[Any]]:
+        """The allocation's end and whether its owner was warned, for the UI to sort and filter on; none without an
+        end."""
+        if ends_at is None:
+            return []
+        return [sa.ENDS_AT.value_set(ends_at), sa.EXPIRING.value_set(expiring)]
 
     def publish_end(self, ends_at: datetime | None, expiring: bool) -> None:
-        """The allocation's end and whether its owner was warned, for the UI to sort and filter on (issue 26)."""
-        if ends_at is not None:
-            workflow.upsert_search_attributes([sa.ENDS_AT.value_set(ends_at), sa.EXPIRING.value_set(expiring)])
+        """The allocation's end and the warning, in an upsert of their own (an extension, a warning)."""
+        if ends := self.end_values(ends_at, expiring):
+            workflow.upsert_search_attributes(ends)
 
     def open(self) -> None:
         """Start the trail with the allocation's row, written with the first step."""

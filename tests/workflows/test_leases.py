@@ -15,7 +15,7 @@ import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from bench.actions import run_histories
+from bench.actions import Actions, count_actions, run_histories
 from store.models import AllocationRow
 from tests.ledger import billed
 from tests.workflows.lab import FAST, lab_fleet, running_lab
@@ -58,6 +58,10 @@ async def test_an_allocation_is_warned_then_expires_and_gives_everything_back(
         assert await billed(sessions, "short") == [(1, 2, "expired")]
         histories = await run_histories(temporal_client, "allocation/short")
     assert len(histories) == 1  # placed and held until its end in one run: its page tells the whole story
+    # Its end rides with `active` in one upsert: the same actions to active as an allocation without an end, but for
+    # the timer that ends it.
+    actions = count_actions(histories)
+    assert (Actions.count(actions.to_active), actions.to_active["upsert"], actions.to_active["timer"]) == (10, 2, 1)
     for history in histories:  # and the hold's timers, warning and extension replay
         await Replayer(workflows=[AllocationWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
     if os.environ.get("BERTH_RECORD_HISTORIES"):
