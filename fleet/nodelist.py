@@ -5,12 +5,22 @@ NVIDIA GPU Feature Discovery labels every GPU node with `nvidia.com/gpu.product`
 is a homogeneous pool by construction, and each group gets an InferenceClass derived from the labels: one DRA
 device of driver gpu.nvidia.com with the GPU count, a `productName` attribute and a `memory` capacity. A node
 missing any of the three labels, or carrying one that is not a number where a number belongs, is reported, not
-guessed: it joins no pool. MIG-partitioned nodes (GFD's `nvidia.com/mig.strategy`, `nvidia.com/mig-<profile>.count`
-labels, or a product ending in `-MIG-<profile>`) form groups of their own whose classes publish MIG devices, never
-whole GPUs. Where the GPU operator's MIG manager labels the node (`nvidia.com/mig.config`,
-`nvidia.com/mig.config.state`), it decides, as KAITO reads it: MIG only once a layout other than a disabled one is
-applied (`success`); `pending`, `rebooting` and `failed` are not MIG yet, and the node offers whole GPUs. Capabilities (vllm, sglang, ...) come from `capabilities.berth.dev/<name>: "true"` node labels and from
-the operator (`--capabilities`).
+guessed: it joins no pool.
+
+A node is MIG-partitioned when GPU Feature Discovery publishes MIG devices on it: under its `single` strategy a
+product ending in `-MIG-<profile>` (with `gpu.count` and `gpu.memory` describing the GPU instances), under `mixed`
+the `nvidia.com/mig-<profile>.count` and `.memory` labels. Such nodes form groups of their own whose classes publish
+MIG devices, never whole GPUs. `nvidia.com/mig.strategy` alone says nothing about the node: GFD labels every GPU
+node with the strategy it runs under, MIG-capable or not (NVIDIA/k8s-device-plugin, internal/lm/mig-strategy.go and
+its test "single non-mig device returns non-mig (none) labels"), and the GPU operator's MIG guide ("GPU Operator
+with MIG", enabling MIG during installation) installs with `--set mig.strategy=single`, so a cluster run that way
+carries `nvidia.com/mig.strategy=single` on its plain GPU nodes too. Where the GPU operator's MIG manager labels the
+node (`nvidia.com/mig.config`, `nvidia.com/mig.config.state`), it must agree, as KAITO reads it: MIG only once a
+layout other than a disabled one is applied (`success`) and GFD publishes its devices; `pending`, `rebooting` and
+`failed` are not MIG yet, and the node offers whole GPUs.
+
+Capabilities (vllm, sglang, ...) come from `capabilities.berth.dev/<name>: "true"` node labels and from the operator
+(`--capabilities`).
 """
 
 from __future__ import annotations
@@ -33,14 +43,14 @@ GPU_DRIVER = "gpu.nvidia.com"
 # Berth's label for what a node's GPUs can serve (seed 001/002 capabilities: vllm, sglang, ...): one label per
 # capability, `capabilities.berth.dev/vllm: "true"`, since a label value cannot hold a list.
 CAPABILITY_PREFIX = "capabilities.berth.dev/"
-# GPU Feature Discovery's MIG labels: the strategy, and per MIG profile its device count and memory (MiB).
-MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
 # The GPU operator's MIG manager: the layout asked for (`all-1g.5gb`, `all-balanced`, `all-disabled`, ...) and how
 # applying it went. KAITO reads a node as MIG-partitioned only once a non-disabled layout is applied (`success`);
 # while it is `pending`, `rebooting` or `failed` the node is not (yet) MIG.
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_CONFIG_STATE_LABEL = "nvidia.com/mig.config.state"
 MIG_CONFIG_STATES = ("success", "pending", "rebooting", "failed")
+# GPU Feature Discovery's MIG labels under its mixed strategy: per MIG profile, its device count and memory (MiB).
+# (Its `nvidia.com/mig.strategy` label is not read: it names the strategy on every node, MIG-enabled or not.)
 MIG_PROFILE_LABEL = re.compile(r"^nvidia\.com/mig-(?P<profile>[^/]+)\.(?P<field>count|memory)$")
 
 
@@ -192,6 +202,14 @@ def _group_key(labels: Mapping[str, Any]) -> NodeGroupKey | str:
     missing = [label for label in GFD_LABELS if not labels.get(label)]
     if missing:
         return f"missing GPU Feature Discovery label{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+    if re.search(r"-MIG-INVALID$", str(labels[PRODUCT_LABEL]), re.IGNORECASE):
+        # GFD's single strategy publishes this product, with a count and memory of 0, for a layout it cannot label
+        # as one MIG profile (k8s-device-plugin, internal/lm/mig-strategy.go: newInvalidMigStrategyLabeler).
+        return (
+            f"{PRODUCT_LABEL}={labels[PRODUCT_LABEL]!r}: GPU Feature Discovery found a MIG layout the single strategy "
+            "cannot publish (a MIG-enabled GPU without MIG devices, GPUs with and without MIG, or more than one MIG "
+            "profile)"
+        )
     count, memory = str(labels[COUNT_LABEL]), str(labels[MEMORY_LABEL])
     if not count.isdigit() or int(count) == 0:
         return f"{COUNT_LABEL}={count!r} is not a positive whole number"
@@ -207,7 +225,7 @@ def _group_key(labels: Mapping[str, Any]) -> NodeGroupKey | str:
     if layout is True and not mig:
         return (
             f"{MIG_CONFIG_LABEL}={labels[MIG_CONFIG_LABEL]!r} is applied, but GPU Feature Discovery publishes no MIG "
-            f"device ({MIG_STRATEGY_LABEL}, nvidia.com/mig-<profile>.count)"
+            f"device ({PRODUCT_LABEL} ending in -MIG-<profile>, or nvidia.com/mig-<profile>.count)"
         )
     return NodeGroupKey(product=product, count=int(count), memory_mib=int(memory), mig=mig)
 
@@ -233,21 +251,19 @@ def _mig_product(product: str, profile: str) -> str:
 def _mig_devices(labels: Mapping[str, Any], product: str, count: int, memory: int) -> tuple[MigDevices, ...] | str:
     """A node's MIG devices (empty when it is not MIG-partitioned), or why its MIG labels cannot be read.
 
-    GFD's `single` strategy relabels the node: `gpu.product` ends in `-MIG-<profile>` and `gpu.count` and
-    `gpu.memory` describe the MIG devices. The `mixed` strategy adds `nvidia.com/mig-<profile>.count` and
-    `.memory` per profile; only those devices are offered, since which whole GPUs stay unpartitioned is not said."""
-    strategy = str(labels.get(MIG_STRATEGY_LABEL, "none")).lower()
+    GFD's `single` strategy relabels a node whose GPUs are MIG-enabled: `gpu.product` ends in `-MIG-<profile>` and
+    `gpu.count` and `gpu.memory` describe the MIG devices; a node without MIG keeps its plain labels under either
+    strategy, `nvidia.com/mig.strategy` included, so the strategy label is never read as MIG. The `mixed` strategy
+    adds `nvidia.com/mig-<profile>.count` and `.memory` per profile; only those devices are offered, since which
+    whole GPUs stay unpartitioned is not said."""
     profiles: dict[str, dict[str, str]] = {}
     for key, value in labels.items():
         match = MIG_PROFILE_LABEL.match(str(key))
         if match:
             profiles.setdefault(match["profile"], {})[match["field"]] = str(value)
     marker = re.search(r"-MIG-(?P<profile>.+)$", product, re.IGNORECASE)
-    if strategy == "single" or (marker and not profiles):
-        profile = marker["profile"] if marker else "unknown"
-        return (MigDevices(profile=profile, count=count, memory_mib=memory),)
-    if strategy != "mixed" and not profiles:
-        return ()
+    if marker and not profiles:
+        return (MigDevices(profile=marker["profile"], count=count, memory_mib=memory),)
     devices = []
     for profile, fields in sorted(profiles.items()):
         mig_count, mig_memory = fields.get("count", ""), fields.get("memory", "")

@@ -5,7 +5,8 @@ Engines are placed in order. Each takes the first pool, in published order, that
 `ledger.py`); a pool taken by an earlier engine of the same replica
 shows the nodes that engine used. Two refinements come from seed 001 and apply only when asked for: pools where a
 member's memory need fits at an earlier resource-fit step are preferred, and `placementStrategy` picks among the
-fitting pools the one left with the fewest (binpack) or the most (spread) free nodes. Greedy, like Modelplane: it
+fitting pools the one left with the fewest (binpack) or the most (spread) free nodes; under spread, GPU-level pods go
+first to a pool where they need no node another instance uses, as within a pool. Greedy, like Modelplane: it
 may miss an assignment a search would find when engines compete for one pool, and never overcommits.
 """
 
@@ -44,7 +45,7 @@ def place_engines(
     scratch = ledger.fork()  # the engines placed so far for this replica, so later ones see what they took
     choices: list[EngineChoice] = []
     for engine in demand.engines:
-        best: tuple[tuple[int, int, int], Pool, EngineFit, Charge] | None = None
+        best: tuple[tuple[int, ...], Pool, EngineFit, Charge] | None = None
         for position, pool in enumerate(pools):
             if pins is not None and pins.get(engine.name) != pool.name:
                 continue
@@ -54,7 +55,7 @@ def place_engines(
             charge = scratch.plan(pool, fit.nodes, fit.gpus, demand.strategy)
             if isinstance(charge, str):
                 continue
-            key = (fit.rank, strategy_key(demand.strategy, charge.left), position)
+            key = (fit.rank, *_pool_key(demand.strategy, charge), position)
             if best is None or key < best[0]:
                 best = (key, pool, fit, charge)
             if demand.strategy is None and fit.rank == 0:
@@ -66,6 +67,16 @@ def place_engines(
         scratch.apply(pool, charge)
         choices.append(EngineChoice(engine=engine, pool=pool, fit=fit, charge=charge))
     return choices
+
+
+def _pool_key(strategy: PlacementStrategy | None, charge: Charge) -> tuple[int, ...]:
+    """How `placementStrategy` ranks a pool that fits (lower first). Under spread, pools are ranked as a pool's own
+    nodes are (`ledger.py`): a pool whose GPU-level pods land on nodes no other instance uses before one where they
+    join other instances, GPUStack's spread scoring a worker without instances highest; among the latter, the one
+    whose node has the most room; then the pool left with the most free. Otherwise by what the pool has left."""
+    if strategy is PlacementStrategy.SPREAD:
+        return charge.crowded, -charge.room, -charge.left
+    return (strategy_key(strategy, charge.left),)
 
 
 def strategy_key(strategy: PlacementStrategy | None, remaining: int) -> int:

@@ -56,6 +56,8 @@ class Charge:
     nodes: int  # whole nodes
     gpus: tuple[MemberNodes, ...]
     left: int  # free whole nodes afterwards, or, for an engine with GPU-level members, free devices of their kind
+    crowded: int = 0  # GPU-level pods put on nodes that already held other instances' pods
+    room: int = 0  # the least room (free devices of the pod's kind) among those nodes, before the pods went there
 
 
 class Ledger:
@@ -114,14 +116,19 @@ class Ledger:
         if free < whole_nodes:
             return f"needs {whole_nodes} free node{'s' if whole_nodes != 1 else ''}, has {free}"
         free -= whole_nodes
-        usage = {node: dict(held) for node, held in self.shared(pool.cluster, pool.name).items()}
+        occupied = self.shared(pool.cluster, pool.name)
+        usage = {node: dict(held) for node, held in occupied.items()}
         placed = []
+        crowded, room = 0, None
         for member in gpus:
             nodes = []
             for pod in range(member.pods):
                 node = _choose(usage, free, member, strategy)
                 if node is None:
                     return _short(member, pod, usage)
+                if node in occupied:
+                    before = member.per_node - usage[node].get(member.device, 0)
+                    crowded, room = crowded + 1, before if room is None else min(room, before)
                 if node not in usage:
                     usage[node] = {}
                     free -= 1
@@ -133,7 +140,9 @@ class Ledger:
             left = free * first.per_node + sum(first.per_node - held.get(first.device, 0) for held in usage.values())
         else:
             left = free
-        return Charge(nodes=whole_nodes, gpus=tuple(placed), left=left)
+        return Charge(
+            nodes=whole_nodes, gpus=tuple(placed), left=left, crowded=crowded, room=room if room is not None else 0
+        )
 
 
 def _choose(usage: Usage, free: int, pods: GpuPods, strategy: PlacementStrategy | None) -> int | None:

@@ -6,7 +6,8 @@ The steps, each in its own module, in the order they run:
     retain -> scale down -> ledger -> fill (engine and pool matching inside) -> minReplicas -> status
 
 With `singleCluster` or `homogeneous`, `together.py` takes the place of the fill: one cluster (and node group) for
-every replica instead of spreading.
+every replica instead of spreading. Replicas moving off draining capacity move the same way under either: one
+replacement at a time (`moves.py`).
 
 Below minReplicas (seed 002) the fill's new replicas are held back: nothing new is placed, the retained replicas
 stay, and the status is ScheduleFailed saying how many could have been placed.
@@ -76,7 +77,10 @@ def schedule_deployment(
     kept_replicas, moved, refused = survivors, [], None
     if demand.together:
         ledger = build_ledger(demand.deployment, survivors, observed)
-        together = fill_together(demand, by_name, open_pools, survivors, ledger, matcher)
+        moving_names = {r.metadata.name for r in moves.kept}
+        together = fill_together(
+            demand, by_name, open_pools, survivors, ledger, matcher, moving_names, moves.replacements
+        )
         kept_replicas, moved, filled, refused = together.kept, together.dropped, together.filled, together.refused
     elif len(survivors) < demand.replicas + moves.replacements:
         ledger = build_ledger(demand.deployment, survivors, observed)

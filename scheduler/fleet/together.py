@@ -19,11 +19,17 @@ replicas it could hold and why no more. When a cluster is chosen, replicas of th
 Each try works on a fork of the ledger, so a cluster tried and not chosen charges nothing. Engines pick their node
 group greedily in engine order, as `engines.py` picks pools: the first group in published order (or by
 `placementStrategy`) with room for every replica still needed, else the one with room for the most.
+
+Replicas moving off a draining cluster or pool (`moves.py`) move here as they do without these options: one
+replacement at a time, the replica it replaces kept (and serving) until `moves.py` removes it. Keeping a model on
+one server must not stop the drain, as Seldon moves a model off a draining server replica onto a free one. A moving
+replica counts toward no cluster or node group, so a cluster holds every replica when it has room for those not
+settled there, and it is never removed for being on another cluster or group: it goes once it is replaced.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fleet.deployment import PlacementStrategy
@@ -51,15 +57,16 @@ class Together:
 @dataclass
 class _Try:
     cluster: str
-    kept: list[ModelReplica]
+    kept: list[ModelReplica]  # replicas settled here (on the node group, with homogeneous)
     elsewhere: list[ModelReplica]  # replicas on this cluster but another node group (homogeneous)
-    placed: list[NewReplica] = field(default_factory=list)
+    placed: list[NewReplica] = field(default_factory=list)  # placed now
+    room: int = 0  # new replicas the cluster has room for, beyond those placed now while a move waits its turn
     refusal: Refusal | None = None
     pins: dict[str, str] | None = None
 
     @property
     def holds(self) -> int:
-        return len(self.kept) + len(self.placed)
+        return len(self.kept) + len(self.placed) + self.room
 
 
 def fill_together(
@@ -69,18 +76,25 @@ def fill_together(
     kept: Sequence[ModelReplica],
     ledger: Ledger,
     matcher: Matcher,
+    moving: Collection[str] = (),
+    replacements: int = 0,
 ) -> Together:
+    """`kept` includes the replicas moving off draining capacity that are still needed (`moving`, by name), and
+    `replacements` is how many replacements for them may be placed now (`moves.py`)."""
     target = demand.replicas
     floor = demand.min_replicas if demand.min_replicas is not None else target
+    travelling = [r for r in kept if r.metadata.name in moving]
     by_cluster: dict[str, list[ModelReplica]] = {}
     for replica in sorted(kept, key=lambda r: r.index):
-        by_cluster.setdefault(replica.cluster or "", []).append(replica)
+        if replica.metadata.name not in moving:
+            by_cluster.setdefault(replica.cluster or "", []).append(replica)
     order = sorted(selected, key=lambda name: (-len(by_cluster.get(name, [])), name))
 
     tries: list[_Try] = []
     chosen: _Try | None = None
     for name in order:
-        attempt = _try(demand, clusters[name], selected[name], by_cluster.get(name, []), ledger, matcher)
+        here = by_cluster.get(name, [])
+        attempt = _try(demand, clusters[name], selected[name], here, travelling, replacements, ledger, matcher)
         tries.append(attempt)
         if attempt.holds >= target:
             chosen = attempt
@@ -98,10 +112,10 @@ def fill_together(
             refused=_refusal(demand, tries, target, floor),
         )
     refusals = {t.cluster: _verdict(t, target) for t in tries} if chosen.holds < target else {}
-    moved = {r.metadata.name for r in chosen.elsewhere}
+    stays = {r.metadata.name for r in [*chosen.kept, *travelling]}
     return Together(
-        kept=chosen.kept,
-        dropped=[_moved(r, demand, chosen) for r in kept if r.cluster != chosen.cluster or r.metadata.name in moved],
+        kept=[*chosen.kept, *travelling],
+        dropped=[_moved(r, demand, chosen) for r in kept if r.metadata.name not in stays],
         filled=Filled(placed=chosen.placed, refusals=refusals),
         refused=None,
     )
@@ -112,9 +126,14 @@ def _try(
     cluster: InferenceCluster,
     pools: tuple[Pool, ...],
     here: list[ModelReplica],
+    travelling: Sequence[ModelReplica],
+    replacements: int,
     ledger: Ledger,
     matcher: Matcher,
 ) -> _Try:
+    """`here`: the replicas settled on the cluster; `travelling`: the replicas moving off draining capacity that are
+    still needed, wherever they are. The cluster must have room for every replica not settled on it (`need`), but
+    only `now` of them are placed: the replicas still moving serve until `replacements` at a time replace them."""
     name = cluster.metadata.name
     attempt = _Try(cluster=name, kept=list(here), elsewhere=[])
     if demand.homogeneous and here:
@@ -126,6 +145,7 @@ def _try(
     need = demand.replicas - len(attempt.kept)
     if need <= 0:
         return attempt
+    now = min(need, max(0, need - len(travelling) + replacements)) if travelling else need
     refusal = ineligibility(cluster, demand)
     if refusal is not None:
         attempt.refusal = refusal
@@ -137,17 +157,20 @@ def _try(
             attempt.refusal = groups
             return attempt
         attempt.pins = groups
-    held = {r.index for r in attempt.kept}
-    while len(attempt.placed) < need:
+    held = {r.index for r in [*attempt.kept, *travelling] if r.cluster == name}  # names of replicas that stay
+    while len(attempt.placed) + attempt.room < need:
         choices = place_engines(pools, demand, matcher, fork, attempt.pins)
         if isinstance(choices, Refusal):
             attempt.refusal = choices
             break
-        index = next(i for i in range(len(held) + 1) if i not in held)
-        held.add(index)
         for choice in choices:
             fork.apply(choice.pool, choice.charge)
-        attempt.placed.append(NewReplica(cluster=name, index=index, engines=choices))
+        if len(attempt.placed) < now:
+            index = next(i for i in range(len(held) + 1) if i not in held)
+            held.add(index)
+            attempt.placed.append(NewReplica(cluster=name, index=index, engines=choices))
+        else:  # room kept for a replica still moving: placed once the one before it is replaced
+            attempt.room += 1
     return attempt
 
 

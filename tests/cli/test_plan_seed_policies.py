@@ -1,6 +1,7 @@
 """Seed policies as `berth plan` shows them: partial scheduling only above minReplicas (seed 002), a resource fit
 that refuses degenerate capacities instead of crashing (seeds 001/002), every replica on one cluster or one node
-group when asked (seeds 002/003), and NodeLists planned as a bring-your-own cluster (seed 003)."""
+group when asked (seeds 002/003), NodeLists planned as a bring-your-own cluster (seed 003), replicas moving off a
+draining pool under singleCluster (seed 002), and GPU-level spread across pools (seed 001)."""
 
 from __future__ import annotations
 
@@ -370,7 +371,7 @@ def test_the_mig_managers_labels_decide_whether_a_node_is_mig_as_kaito_reads_the
     assert " ".join(reports.split()) == (
         "skipped node unknown-state: nvidia.com/mig.config.state='done' is not one of success, pending, rebooting, "
         "failed skipped node unlabelled: nvidia.com/mig.config='all-1g.5gb' is applied, but GPU Feature Discovery "
-        "publishes no MIG device (nvidia.com/mig.strategy, nvidia.com/mig-<profile>.count)"
+        "publishes no MIG device (nvidia.com/gpu.product ending in -MIG-<profile>, or nvidia.com/mig-<profile>.count)"
     )
     plan = json.loads("{" + answer)["plans"][0]
     # the pending and the disabled node offer whole GPUs (one replica each); the applied layout is MIG
@@ -409,3 +410,116 @@ def test_a_gpustack_style_fleet_shows_gpu_level_placements_and_refusals_and_the_
     again = json.loads(runner.invoke(app, [*files, "-f", str(written), "--output", "json"]).output)
     assert [p["status"]["new"] for p in again["plans"]] == [0, 0]  # every GPU is charged as it was placed
     assert [p["status"]["retained"] for p in again["plans"]] == [8, 2]
+
+
+# Seed 003: GPU Feature Discovery labels `nvidia.com/mig.strategy` on every GPU node under the single or mixed
+# strategy, whether or not a GPU is MIG-enabled (k8s-device-plugin's internal/lm/mig-strategy_test.go: "single
+# non-mig device returns non-mig (none) labels" carries `nvidia.com/mig.strategy: single`), and the GPU operator's
+# MIG guide installs with `--set mig.strategy=single`. A MIG-enabled node under that strategy has a product ending in
+# `-MIG-<profile>`, or `-MIG-INVALID` with a count of 0 when its GPUs do not share one profile.
+
+
+def test_gfds_single_strategy_label_alone_leaves_a_node_with_whole_gpus(tmp_path: Path) -> None:
+    single = {"nvidia.com/mig.strategy": "single"}
+    disabled = {**single, "nvidia.com/mig.config": "all-disabled", "nvidia.com/mig.config.state": "success"}
+    applied = {**single, "nvidia.com/mig.config": "all-1g.5gb", "nvidia.com/mig.config.state": "success"}
+    nodes = write(
+        tmp_path, "nodes.yaml",
+        node_list(
+            gfd_node("v100", "Tesla-V100-SXM2-16GB", 8, 16160, **single),  # not MIG-capable: no MIG manager labels
+            gfd_node("h100", "NVIDIA-H100-80GB-HBM3", 8, 81559, **disabled),
+            gfd_node("a100", f"{A100}-MIG-1g.5gb", 56, 4864, **applied),  # the single strategy's MIG devices
+            gfd_node("broken", f"{A100}-MIG-INVALID", 0, 0, **applied),  # GFD's label for a layout it cannot read
+        ),
+    )  # fmt: skip
+
+    def selecting(attribute: str, value: str, count: int) -> list[dict[str, Any]]:
+        cel = f'device.attributes["gpu.nvidia.com"].{attribute} == "{value}"'
+        request = {"name": "gpu", "count": count, "selectors": [{"cel": cel}]}
+        return [{"role": "Standalone", "nodeSelector": {"devices": [request]}}]
+
+    deployments = write(
+        tmp_path, "d.yaml",
+        model("bert", replicas=1, members=selecting("productName", "Tesla-V100-SXM2-16GB", 8)),
+        model("llama", replicas=1, members=selecting("productName", "NVIDIA-H100-80GB-HBM3", 8)),
+        model("small", replicas=1, members=selecting("migProfile", "1g.5gb", 1)),
+    )  # fmt: skip
+    code, out = run("-f", nodes, "-f", deployments, "--cluster", "byo", "--gateway", "10.0.0.9", "--output", "json")
+    assert code == 0, out
+    reports, _, answer = out.partition("\n{")  # the skipped nodes (stderr, wrapped to the width), then the JSON
+    assert " ".join(reports.split()) == (
+        "skipped node broken: nvidia.com/gpu.product='NVIDIA-A100-SXM4-40GB-MIG-INVALID': GPU Feature Discovery "
+        "found a MIG layout the single strategy cannot publish (a MIG-enabled GPU without MIG devices, GPUs with "
+        "and without MIG, or more than one MIG profile)"
+    )
+    plans = {p["deployment"]: p for p in json.loads("{" + answer)["plans"]}
+    assert {name: [r["engines"][0]["pool"] for r in p["replicas"]] for name, p in plans.items()} == {
+        "bert": ["tesla-v100-sxm2-16gb-8x16160mi"],  # eight whole V100s, not `mig-unknown` devices
+        "llama": ["nvidia-h100-80gb-hbm3-8x81559mi"],
+        "small": ["nvidia-a100-sxm4-40gb-mig-1g-5g-714d9441"],  # the applied layout's GPU instances
+    }
+
+
+# Seed 002: Seldon moves a model's replica off a draining server replica onto a free one; a model on at most one
+# server (singleCluster) moves the same way, its replacement on the same cluster.
+
+
+def test_single_cluster_moves_a_replica_off_a_draining_pool_onto_a_free_one(tmp_path: Path) -> None:
+    def fleet(name: str, draining: bool) -> str:
+        cluster = inference_cluster("a", [("p0", "h100-8x", 1), ("p1", "h100-8x", 1), ("p2", "h100-8x", 1)])
+        if draining:
+            cluster["metadata"]["annotations"] = {"berth.dev/draining-pools": "p1"}
+        return write(tmp_path, name, gpu_class("h100-8x"), cluster)
+
+    for options in ({"singleCluster": True}, {}):  # the one-server rule moves replicas as the spread does
+        deployment = write(tmp_path, "d.yaml", model("m", replicas=2, min_replicas=2, **options))
+        code, first = plan_json(fleet("steady.yaml", draining=False), deployment)
+        assert code == 0 and where(first) == [("new", "a", 0, "p0"), ("new", "a", 1, "p1")]
+        running = write(tmp_path, "running.yaml", *first["plans"][0]["newReplicas"])
+
+        # Pool p1 drains: m-a-1 keeps serving while its replacement starts on the free pool p2.
+        draining = fleet("draining.yaml", draining=True)
+        code, moving = plan_json(draining, deployment, running)
+        status = moving["plans"][0]["status"]
+        assert code == 0, status
+        assert where(moving) == [("retained", "a", 0, "p0"), ("retained", "a", 1, "p1"), ("new", "a", 2, "p2")]
+        assert moving["plans"][0]["dropped"] == []
+        assert (status["phase"], status["available"], status["moving"]) == ("FullyScheduled", 2, ["m-a-1"])
+        assert status["message"] == (
+            "2 of 2 replicas scheduled; moving 1 replica one at a time: m-a-1 (pool p1 of cluster a draining)"
+        )
+
+        # The replacement runs (a replica file without status is ready): m-a-1 goes, nothing more is placed.
+        replaced = write(
+            tmp_path, "replaced.yaml", *first["plans"][0]["newReplicas"], *moving["plans"][0]["newReplicas"]
+        )
+        code, moved = plan_json(draining, deployment, replaced)
+        assert code == 0
+        assert where(moved) == [("retained", "a", 0, "p0"), ("retained", "a", 2, "p2")]
+        assert [(d["name"], d["reason"]) for d in moved["plans"][0]["dropped"]] == [("m-a-1", "Drained")]
+        assert moved["plans"][0]["status"]["phase"] == "FullyScheduled"
+
+
+# Seed 001: GPUStack's spread scores a worker without instances highest (its placement scorer's "level 1: max score,
+# no model instances"), whichever pool the worker is in and whatever order the pools are listed in.
+
+
+def test_spread_puts_an_instance_on_an_empty_worker_of_another_pool_whatever_the_pool_order(tmp_path: Path) -> None:
+    pools = {"h100": ("h100", "h100-8x", 2), "l40s": ("l40s", "l40s-4x", 1)}
+    members = [{"role": "Standalone", "resources": {"gpuMemory": "40Gi", "backend": "vllm"}}]  # one GPU of either
+    deployment = write(tmp_path, "d.yaml", model("qwen", replicas=4, members=members,
+                                                 placementStrategy="spread", fitGranularity="Gpu"))  # fmt: skip
+    for order in (["h100", "l40s"], ["l40s", "h100"]):
+        fleet = write(
+            tmp_path, "fleet.yaml", gpu_class("h100-8x"), gpu_class("l40s-4x", memory="48Gi", count=4),
+            inference_cluster("lab", [pools[name] for name in order]),
+        )  # fmt: skip
+        code, document = plan_json(fleet, deployment)
+        assert code == 0
+        placed = [
+            (r["engines"][0]["pool"], r["engines"][0]["members"][0]["gpus"]["nodes"])
+            for r in document["plans"][0]["replicas"]
+        ]
+        # every worker takes one before any takes a second; then the worker with the most room (an H100's 7 GPUs)
+        assert sorted(placed[:3]) == [("h100", [0]), ("h100", [1]), ("l40s", [0])], order
+        assert placed[3][0] == "h100", order
