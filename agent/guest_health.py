@@ -1,9 +1,10 @@
-"""What a guest's NVIDIA driver says of its GPUs (issue 27), parsed from the text of two commands run inside it:
+"""What a guest's NVIDIA driver says of its GPUs, parsed from the text of two commands run inside it:
 
     nvidia-smi -q     per GPU ("GPU 00000000:06:00.0"), the health fields of its query report: ECC Errors >
                       Volatile (`DRAM Uncorrectable`, or `Double Bit` > `Total` before Ampere), Remapped Rows
-                      (`Pending`, `Remapping Failure Occurred`), Retired Pages (`Pending Page Blacklist`); or "GPU
-                      is lost" when the driver lost one (exit code 15)
+                      (`Pending`, `Remapping Failure Occurred`), Retired Pages (`Pending Page Blacklist`), ECC
+                      Errors > `Channel Repair Pending` / `TPC Repair Pending`, and `GPU Recovery Action` (driver
+                      570 and newer); or "GPU is lost" when the driver lost one (exit code 15)
     dmesg             the kernel's Xid lines, "NVRM: Xid (PCI:0000:06:00): 79, pid=..., GPU has fallen off the bus."
                       (NVIDIA, "Xid Errors"): all of them since the guest booted, which is this allocation's life
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from scheduler.host.health import DriverSignals
+from scheduler.host.health import DriverSignals, RecoveryAction
 
 NVIDIA_SMI_Q = ["nvidia-smi", "-q"]
 KERNEL_LOG = ["dmesg"]
@@ -104,6 +105,9 @@ def guest_signals(nvidia_smi: Exited, kernel_log: Exited | None, gpus: int) -> l
                 retirement_pending=_yes(
                     gpu, "Retired Pages > Pending Page Blacklist", "Retired Pages > Pending Page Retirement"
                 ),  # fmt: skip
+                channel_repair_pending=_yes(gpu, "ECC Errors > Channel Repair Pending"),
+                tpc_repair_pending=_yes(gpu, "ECC Errors > TPC Repair Pending"),
+                recovery_action=_recovery_action(_value(gpu, "GPU Recovery Action")),
             )
         )
     return readings
@@ -116,6 +120,24 @@ def _value(gpu: _Gpu, *keys: str) -> str | None:
 def _yes(gpu: _Gpu, *keys: str) -> bool | None:
     value = _value(gpu, *keys)
     return None if value is None or value == "N/A" else value.lower() == "yes"
+
+
+def _recovery_action(value: str | None) -> RecoveryAction | None:
+    """driver 580 prints `None` (recorded on an H200); the other actions by NVIDIA's names for them (Reset, Reboot,
+    Drain P2P, Drain and Reset, in its GPU memory error management guide), read by their words, so "GPU Reset
+    Required" or "Node Reboot Required" read the same. `N/A` or an older driver's silence: no advice."""
+    words = (value or "").lower()
+    if not words or words == "n/a":
+        return None
+    if words == "none":
+        return RecoveryAction.NONE
+    if "drain" in words:
+        return RecoveryAction.DRAIN_AND_RESET if "reset" in words else RecoveryAction.DRAIN_P2P
+    if "reboot" in words:
+        return RecoveryAction.NODE_REBOOT
+    if "reset" in words:
+        return RecoveryAction.GPU_RESET
+    return None
 
 
 def _count(gpu: _Gpu, *keys: str) -> int | None:

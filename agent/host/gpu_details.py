@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from scheduler.host.inventory import GpuDetailSource, normalise_pci
 
@@ -43,11 +43,16 @@ class NvmlDetails:
 
     source = GpuDetailSource.NVML
 
+    def __init__(self, library: Any | None = None) -> None:
+        self._library = library  # the `pynvml` module, or what answers as it (a recorded machine's NVML, in tests)
+
     def details(self) -> dict[str, GpuDetail]:
-        try:
-            import pynvml
-        except ImportError:
-            return {}
+        pynvml = self._library
+        if pynvml is None:
+            try:
+                import pynvml
+            except ImportError:
+                return {}
         try:
             pynvml.nvmlInit()
         except (pynvml.NVMLError, OSError):

@@ -1,4 +1,4 @@
-"""The host driver's view of the GPUs it holds (issue 27): a GPU bound to vfio-pci is invisible to NVML, so this only
+"""The host driver's view of the GPUs it holds: a GPU bound to vfio-pci is invisible to NVML, so this only
 ever speaks for GPUs on the `nvidia` driver (bare metal between tenants, a host not used for slices, a GPU not yet
 handed to vfio-pci). Read at each look of the agent, through NVML (nvidia-ml-py):
 
@@ -9,10 +9,15 @@ handed to vfio-pci). Read at each look of the agent, through NVML (nvidia-ml-py)
                                   pending, failure occurred)
     nvmlDeviceGetRetiredPagesPendingStatus                            before Ampere (NOT_SUPPORTED after)
     nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)                double-bit / DRAM uncorrectable since load
+    nvmlDeviceGetRepairStatus -> [channel, TPC repair pending]        driver 575 and newer
+    nvmlDeviceGetFieldValues([NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])   the driver's recovery action (0 none, 1 GPU
+                                                                      reset, 2 node reboot, 3 drain P2P, 4 drain and
+                                                                      reset); older drivers answer NOT_SUPPORTED
     NVML_ERROR_GPU_IS_LOST on any call                                the GPU fell off the bus (Xid 79)
 
 `RecordedNvml` replays a recorded sequence of such readings (tests/hosts/nvml/), one per look, for hosts that have no
-NVIDIA GPU; its README says where the sequences' shape comes from.
+NVIDIA GPU; its README says where the sequences' shape comes from. `PynvmlHealth` takes the NVML binding as an
+argument, so tests run it unchanged over a recorded machine's NVML answers (tests/hosts/recorded.py).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any, Protocol
 
-from scheduler.host.health import DriverSignals
+from scheduler.host.health import NVML_RECOVERY_ACTIONS, DriverSignals
 from scheduler.host.inventory import normalise_pci
 
 
@@ -35,7 +40,8 @@ class NvmlHealth(Protocol):
 class PynvmlHealth:
     """NVML itself. Initialised once, on the first look that finds it; the event set lives as long as the agent."""
 
-    def __init__(self) -> None:
+    def __init__(self, library: Any | None = None) -> None:
+        self._library = library  # the `pynvml` module, or what answers as it; None: import it on the first look
         self._nvml: Any | None = None
         self._events: Any | None = None
         self._handles: dict[str, Any] = {}
@@ -59,10 +65,12 @@ class PynvmlHealth:
     def _start(self) -> Any | None:
         if self._nvml is not None:
             return self._nvml
-        try:
-            import pynvml
-        except ImportError:
-            return None
+        pynvml = self._library
+        if pynvml is None:
+            try:
+                import pynvml
+            except ImportError:
+                return None
         try:
             pynvml.nvmlInit()
             handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
@@ -107,6 +115,19 @@ def _memory(nvml: Any, handle: Any) -> dict[str, Any]:
         fields["ecc_uncorrectable"] = int(nvml.nvmlDeviceGetTotalEccErrors(
             handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC))  # fmt: skip
     except nvml.NVMLError_NotSupported:
+        pass
+    # Newer than the calls above: a driver or binding without them has nothing to say, which is not an error.
+    absent = (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound, AttributeError)
+    try:
+        channel, tpc = nvml.nvmlDeviceGetRepairStatus(handle)
+        fields.update(channel_repair_pending=bool(channel), tpc_repair_pending=bool(tpc))
+    except absent:
+        pass
+    try:
+        (value,) = nvml.nvmlDeviceGetFieldValues(handle, [nvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])
+        if value.nvmlReturn == nvml.NVML_SUCCESS:
+            fields["recovery_action"] = NVML_RECOVERY_ACTIONS.get(int(value.value.uiVal))
+    except absent:
         pass
     return fields
 

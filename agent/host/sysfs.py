@@ -17,6 +17,12 @@ What it reads, relative to `root`:
     sys/devices/system/node/node<N>/   cpulist, meminfo (or, with no NUMA, sys/devices/system/cpu/online and
                                        proc/meminfo as one cell 0)
     proc/sys/kernel/hostname
+    proc/cpuinfo                       the `hypervisor` flag: the host is itself a virtual machine
+
+A host that is a virtual machine (a Berth VM's guest, a cloud instance) lacks sources a bare-metal host has: no IOMMU
+groups (no virtual IOMMU), no AER counters (its PCIe port services are off), no NUMA node for its GPUs (`numa_node`
+-1). Discovery still reports its GPUs, and says which of those sources are missing, one host-wide problem line each
+(no device named, so no slot is invalid for it alone: validation judges the groups and NUMA nodes themselves).
 
 An entry that cannot be read or parsed never raises: it becomes a `HostProblem` and the fact is None, so validation
 can turn it into a slot reason. Everything is sorted, so the same host gives the same `topology_hash`.
@@ -97,6 +103,8 @@ def discover_host(root: Path = Path("/"), *, gpu_details: GpuDetails | None = No
     grouped = sorted({address for members in groups.values() for address in members})
     in_groups = {address: model for address in grouped if (model := functions[address].model()) is not None}
     nvme, numa, hostname = scan.nvme(functions), scan.numa(), scan.hostname()
+    if gpus and scan.virtual_machine():
+        scan.missing_in_a_vm([function for function in ordered if function.is_gpu], groups)
     return HostInventory(
         hostname=hostname,
         gpus=gpus,
@@ -160,6 +168,7 @@ class _Scan:
     def __init__(self, host: HostRoot) -> None:
         self.host = host
         self._problems: set[tuple[str, str, str | None]] = set()
+        self.no_numa: set[str] = set()  # functions whose numa_node read -1
 
     # --- reading, with failures turned into problems -------------------------------------------------------------
 
@@ -287,6 +296,8 @@ class _Scan:
         function.class_code = self.hex_id(f"{path}/class", address, 6)
         function.driver = self.link_name(f"{path}/driver", address)
         node = self.number(f"{path}/numa_node", address)  # absent on a kernel without NUMA: no problem
+        if node is not None and node < 0:
+            self.no_numa.add(address)
         function.numa_node = node if node is not None and node >= 0 else None  # -1: the firmware gave none
         group = self.link_name(f"{path}/iommu_group", address)  # absent with the IOMMU off: a fact, not a problem
         if group is not None:
@@ -498,6 +509,27 @@ class _Scan:
             first, last = int(match.group(1)), int(match.group(2) or match.group(1))
             cpus.update(range(first, last + 1))
         return sorted(cpus)
+
+    def virtual_machine(self) -> bool:
+        """Whether the kernel runs under a hypervisor (x86's CPUID hypervisor bit, shown as a cpuinfo flag)."""
+        cpuinfo = self.text("proc/cpuinfo", None, optional=True) or ""
+        return any(line.startswith("flags") and " hypervisor" in f" {line.partition(':')[2]} "
+                   for line in cpuinfo.splitlines())  # fmt: skip
+
+    def missing_in_a_vm(self, gpus: list[_Function], groups: dict[int, list[str]]) -> None:
+        """One line per source a virtual machine lacks, for its GPUs."""
+        vm = "a virtual machine (cpuinfo: hypervisor)"
+        if not groups:
+            self.problem("sys/kernel/iommu_groups", f"{vm} with no IOMMU groups (no virtual IOMMU): its GPUs cannot "
+                                                    "be passed through to VMs from here", None)  # fmt: skip
+        no_aer = [g.address for g in gpus if not self.exists(f"{g.path}/aer_dev_fatal")]
+        if no_aer:
+            self.problem("sys/bus/pci/devices/*/aer_dev_fatal", f"{vm} with no PCIe AER counters (its PCIe port "
+                         f"services are off): no PCIe errors can be read for {', '.join(no_aer)}", None)  # fmt: skip
+        no_numa = sorted(g.address for g in gpus if g.address in self.no_numa)
+        if no_numa:
+            self.problem("sys/bus/pci/devices/*/numa_node", f"{vm} that gives no NUMA node (numa_node -1) for "
+                         f"{', '.join(no_numa)}", None)  # fmt: skip
 
     def hostname(self) -> str | None:
         return self.text("proc/sys/kernel/hostname", None, optional=True) or None

@@ -1,4 +1,4 @@
-"""A slot's health (issue 27): what its host can see of its devices, judged by one pure function.
+"""A slot's health: what its host can see of its devices, judged by one pure function.
 
     agent (agent/host/health.py)            reads, per approved slot, every report interval, in use or not:
                                             the GPU, the fabric VF and the NVMe controller still at their addresses
@@ -14,6 +14,12 @@ once free, and its allocation's owner is told now); `unknown` (nothing could be 
 
 A GPU bound to vfio-pci is invisible to the host's NVIDIA driver, so a slice host judges it by what PCI itself shows
 (AER, the link, presence); Xids come from the guest or, where the host driver holds the GPU, from NVML.
+
+The driver also gives its own advice after an error, its recovery action (NVML's
+`NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`, `nvidia-smi -q`'s `GPU Recovery Action`), and says when a repair waits for
+the next GPU reset (`nvmlDeviceGetRepairStatus`: `Channel Repair Pending`, `TPC Repair Pending`). Both are judged
+here with everything else (`RECOVERY_POLICY`): what a reset repairs is `degraded`, as a pending row remap is; what
+only a reboot or a drain repairs is `failed`, and the slot's verdict asks for its node to be drained.
 """
 
 from __future__ import annotations
@@ -98,6 +104,53 @@ XID_CATALOG: dict[int, XidPolicy] = {
 }
 
 
+class RecoveryAction(StrEnum):
+    """The driver's recommended action after an error (NVIDIA, "GPU Memory Error Management", error recovery and
+    response flags; nvml.h `nvmlDeviceGpuRecoveryAction_t`), by the name `berth nodes get` shows."""
+
+    NONE = "none"
+    GPU_RESET = "GPU reset"
+    NODE_REBOOT = "node reboot"
+    DRAIN_P2P = "drain peer-to-peer"
+    DRAIN_AND_RESET = "drain and reset"
+
+
+# nvml.h's values of the field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION.
+NVML_RECOVERY_ACTIONS = {
+    0: RecoveryAction.NONE,
+    1: RecoveryAction.GPU_RESET,
+    2: RecoveryAction.NODE_REBOOT,
+    3: RecoveryAction.DRAIN_P2P,
+    4: RecoveryAction.DRAIN_AND_RESET,
+}
+
+
+@dataclass(frozen=True)
+class RecoveryPolicy:
+    verdict: HealthState
+    drain_node: bool  # the node must be drained: what the driver asks for touches more than this slot's GPU
+    why: str
+
+
+# Berth's reading of each action, from NVIDIA's description of it. A reset is what a wipe does to a free slot (its
+# function-level reset), so what a reset repairs is `degraded`, as a pending row remap is: running work may go on,
+# nothing new is placed. Peer-to-peer traffic to drain is the same until the driver names the action that follows.
+# A reboot (the OS may be inconsistent) or a drain and reset (the GPU runs at reduced capacity) is more than a wipe
+# can do: `failed`, and the node is to be drained.
+RECOVERY_POLICY: dict[RecoveryAction, RecoveryPolicy] = {
+    RecoveryAction.GPU_RESET: RecoveryPolicy(HealthState.DEGRADED, False, "a GPU reset repairs it"),
+    RecoveryAction.DRAIN_P2P: RecoveryPolicy(
+        HealthState.DEGRADED, False, "its peer-to-peer traffic must stop before the driver names the next action"
+    ),
+    RecoveryAction.NODE_REBOOT: RecoveryPolicy(
+        HealthState.FAILED, True, "the OS may be inconsistent until the node reboots"
+    ),
+    RecoveryAction.DRAIN_AND_RESET: RecoveryPolicy(
+        HealthState.FAILED, True, "it runs at reduced capacity until drained and reset"
+    ),
+}
+
+
 class NvmeWarning(IntEnum):
     """The NVMe SMART/Health log's Critical Warning bits (NVM Express Base Specification, Get Log Page 02h)."""
 
@@ -145,6 +198,9 @@ class DriverSignals(Model):
     remap_pending: bool | None = None  # Remapped Rows: Pending (a reset applies the remap)
     remap_failed: bool | None = None  # Remapped Rows: Remapping Failure Occurred
     retirement_pending: bool | None = None  # Retired Pages: Pending Page Blacklist / Retirement (pre-Ampere)
+    recovery_action: RecoveryAction | None = None  # GPU Recovery Action (None: a driver that does not say)
+    channel_repair_pending: bool | None = None  # ECC Errors: Channel Repair Pending (a reset applies it)
+    tpc_repair_pending: bool | None = None  # ECC Errors: TPC Repair Pending (a reset applies it)
 
 
 class SlotSignals(Model):
@@ -169,6 +225,9 @@ class SlotHealth(Model):
     state: HealthState
     reasons: list[str] = Field(default_factory=list, max_length=32)
     signals: dict[str, str] = Field(default_factory=dict, max_length=16)
+    # The driver's advice, by name, where it advised anything but none, and whether it means the node is to be drained.
+    recovery_action: RecoveryAction | None = None
+    drain_node: bool = False
 
     @property
     def reason(self) -> str | None:
@@ -212,7 +271,10 @@ def _driver_line(d: DriverSignals) -> str:
     facts = ["GPU lost" if d.lost else "GPU present"]
     facts.append(f"Xids {', '.join(str(x) for x in d.xids)}" if d.xids else "no Xids")
     for name, value in (("uncorrectable ECC", d.ecc_uncorrectable), ("remap pending", d.remap_pending),
-                        ("remap failed", d.remap_failed), ("retirement pending", d.retirement_pending)):  # fmt: skip
+                        ("remap failed", d.remap_failed), ("retirement pending", d.retirement_pending),
+                        ("channel repair pending", d.channel_repair_pending),
+                        ("TPC repair pending", d.tpc_repair_pending),
+                        ("recovery action", d.recovery_action)):  # fmt: skip
         if value is not None:
             facts.append(f"{name} {'yes' if value is True else 'no' if value is False else value}")
     return f"{d.via}: " + ", ".join(facts)
@@ -233,10 +295,13 @@ def assess(now: SlotSignals, before: SlotSignals | None = None) -> SlotHealth:
         found.extend(_nvme_warning(now.nvme_critical_warning))
     drivers = [(now.guest, before.guest if before else None), (now.nvml, before.nvml if before else None)]
     xids = set(now.xids)
+    advised: list[RecoveryAction] = []
     for driver, previous in drivers:
         if driver is not None:
             found.extend(_driver(driver, previous))
             xids.update(driver.xids)
+            if driver.answered and driver.recovery_action not in (None, RecoveryAction.NONE):
+                advised.append(driver.recovery_action)
     for xid in sorted(xids):
         policy = XID_CATALOG.get(xid)
         if policy is None:
@@ -248,9 +313,12 @@ def assess(now: SlotSignals, before: SlotSignals | None = None) -> SlotHealth:
     if now.gpu is None:
         found.append((HealthState.UNKNOWN, "the GPU's PCI function could not be read"))
     found.sort(key=lambda pair: -pair[0].rank)
+    # The weightiest advice, when the guest's and the host's drivers give different ones.
+    action = max(advised, key=lambda a: (RECOVERY_POLICY[a].drain_node, RECOVERY_POLICY[a].verdict.rank), default=None)
+    drain = action is not None and RECOVERY_POLICY[action].drain_node
     return SlotHealth(
         index=now.index, state=worst(*(state for state, _ in found)), reasons=[reason for _, reason in found],
-        signals=describe(now),
+        signals=describe(now), recovery_action=action, drain_node=drain,
     )  # fmt: skip
 
 
@@ -292,6 +360,14 @@ def _driver(now: DriverSignals, before: DriverSignals | None) -> list[tuple[Heal
         found.append((HealthState.DEGRADED, f"a row remap of the GPU's memory waits for a GPU reset ({via})"))
     if now.retirement_pending:
         found.append((HealthState.DEGRADED, f"a retired page of the GPU's memory waits for a GPU reset ({via})"))
+    for what, pending in (("channel", now.channel_repair_pending), ("TPC", now.tpc_repair_pending)):
+        if pending:
+            found.append((HealthState.DEGRADED, f"a {what} repair of the GPU waits for a GPU reset ({via})"))
+    policy = RECOVERY_POLICY.get(now.recovery_action) if now.recovery_action is not None else None
+    if policy is not None:
+        drain = ": drain the node" if policy.drain_node else ""
+        found.append((policy.verdict, f"the {who} driver's recovery action is {now.recovery_action.value} ({via}): "
+                                      f"{policy.why}{drain}"))  # fmt: skip
     rise = _rise(now.ecc_uncorrectable, before.ecc_uncorrectable if before else 0)
     if rise:
         found.append((HealthState.DEGRADED, f"the GPU logged {rise} uncorrectable ECC errors ({via})"))

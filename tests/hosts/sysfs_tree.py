@@ -3,7 +3,8 @@
 A `HostSpec` says what the host has; `write_host` lays it out under a root the way the kernel does, symlinks
 included, so discovery reads a fixture exactly as it reads `/`:
 
-    sys/devices/pci0000:<bus>/<addr>/              a PCI function: vendor, device, class, numa_node (-1: none),
+    sys/devices/pci0000:<bus>/<addr>/              a PCI function: vendor, device, class, numa_node (-1: none, as a
+                                                   virtual machine's guest reads it: tests/hosts/recorded/),
                                                    driver@, iommu_group@; a PF's VFs sit beside it, linked by
                                                    virtfn<N>@ and physfn@; sriov_*, net/<netdev>/, infiniband/<dev>/
     sys/bus/pci/devices/<addr>@                    -> the function's directory
@@ -19,6 +20,9 @@ included, so discovery reads a fixture exactly as it reads `/`:
     proc/self/mounts, proc/sys/kernel/hostname, and recorded/nvidia-smi-q-x.xml when GPUs are recorded
 
 `Fault`s are applied last, through the symlinks, to break a tree the way a real host breaks.
+
+These trees are constructed to the kernel's documented layout; a recorded one, a real H200 as a VM's guest sees it,
+is in tests/hosts/recorded/ (`tests/hosts/recorded.py` makes it a root).
 
 The ready-made hosts (`hgx_h200()` and its variants) return a `FixtureHost`: the spec and the fleet-file node that an
 operator would have approved for it, camelCase as in `fleet/node.py`.
@@ -244,7 +248,9 @@ def write_host(root: Path, spec: HostSpec) -> None:
 
 
 def nvidia_smi_xml(gpus: tuple[RecordedGpu, ...] | list[RecordedGpu]) -> str:
-    """What `nvidia-smi -q -x` writes, cut to the elements discovery reads plus a few it must skip over."""
+    """What `nvidia-smi -q -x` writes, cut to the elements discovery reads plus a few it must skip over: a constructed
+    variant (driver 550, DTD v12) of the recorded one in tests/hosts/recorded/h200-guest-2026-11-27/nvidia-smi-q.xml
+    (driver 580, DTD v13, tab-indented), which has the same three elements where this puts them."""
     entries = []
     for gpu in gpus:
         domain, rest = gpu.address.split(":", 1)
