@@ -6,7 +6,9 @@ validation can be stored and scheduled; a bad value is a 422 naming the field, n
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -17,13 +19,15 @@ from pydantic import (
     Field,
     SerializationInfo,
     StringConstraints,
+    ValidationInfo,
     WithJsonSchema,
     model_serializer,
     model_validator,
 )
 from pydantic.functional_serializers import SerializerFunctionWrapHandler
+from pydantic_core import PydanticCustomError
 
-from fleet.deadlines import parse_duration
+from fleet.deadlines import DURATION_FORMS, DURATION_PATTERN, format_duration, typed_duration
 from fleet.meta import Name
 from scheduler.bundles import Bundle
 from scheduler.capacity import PoolCapacity
@@ -90,18 +94,51 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-# A wait as long as a tenant could ever be allowed (a year); 0 never waits. Published as seconds (the Field first, so
-# the schema carries minimum and maximum); a duration string such as `30m` is accepted as well.
-QueueTimeout = Annotated[float, Field(ge=0, le=365 * 24 * 3600), BeforeValidator(parse_duration)]
+RECORDED = {"recorded": True}  # validation context: a body the API stored, whose durations it wrote as seconds
 
 
-LeaseDuration = Annotated[float, Field(gt=0, le=10 * 365 * 24 * 3600), BeforeValidator(parse_duration)]
+def _typed_duration(most: float, zero: bool) -> BeforeValidator:
+    """A duration in a request body: a string with its unit (`fleet.deadlines.typed_duration`), never a bare number,
+    which a person may have meant in hours as well as in seconds. A body the API recorded is read back with the
+    `RECORDED` context, its durations then being the seconds it stored. The bounds are checked here, as their own
+    problem type: no JSON Schema pattern can bound the sum of a duration's parts."""
+
+    def parse(value: object, info: ValidationInfo) -> float:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number and (info.context or {}).get("recorded"):
+            return float(value)  # type: ignore[arg-type]
+        if not isinstance(value, str):
+            said = json.dumps(value)
+            message = f"{said} has no unit: write \"{said}s\", \"{said}m\" or \"{said}h\"" if number else (
+                f"{said} is not a duration")  # fmt: skip
+            raise PydanticCustomError("duration_type", "{message} (a duration is a string: {forms})",
+                                      {"message": message, "forms": DURATION_FORMS})  # fmt: skip
+        try:
+            seconds = typed_duration(value)
+        except ValueError as error:
+            raise PydanticCustomError("duration_format", "{message}", {"message": str(error)}) from None
+        if (seconds == 0 and not zero) or seconds > most:
+            bounds = f"{'0 or more' if zero else 'more than 0'} and at most {format_duration(most)}"
+            raise PydanticCustomError(
+                "duration_out_of_range", "{text} is out of range: {bounds}", {"text": repr(value), "bounds": bounds}
+            )
+        return seconds
+
+    return BeforeValidator(parse)
+
+
+# Published as the strings it takes: what the schema calls well formed is exactly what `typed_duration` parses.
+DURATION_SCHEMA = WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN})
+# A wait as long as a tenant could ever be allowed (a year); 0 never waits.
+QueueTimeout = Annotated[float, _typed_duration(365 * 24 * 3600, zero=True), DURATION_SCHEMA]
+# A lease: more than nothing, at most ten years.
+LeaseDuration = Annotated[float, _typed_duration(10 * 365 * 24 * 3600, zero=False), DURATION_SCHEMA]
 
 
 class QueueRequest(Strict):
     """How long the request may wait in its region's queue (issue 24), as Go and Kubernetes write durations."""
 
-    timeout: QueueTimeout = Field(description="`30m`, `2h`, `90s` or seconds; 0 never waits.")
+    timeout: QueueTimeout = Field(description="`30m`, `2h`, `90s` (a unit is required); `0` never waits.")
 
 
 def given(field: str) -> dict[str, object]:
@@ -160,7 +197,8 @@ class AllocationCreate(Strict):
     )
     duration: LeaseDuration | None = Field(
         default=None,
-        description="How long it is held once active (`48h`, `90m` or seconds); at its end it is released and ends "
+        description="How long it is held once active (`48h`, `90m`: a unit is required); at its end it is released, "
+        "ends "
         "`expired`. Only pools whose `maxLease` is as long take it. Unset (and no `ends_at`): no end, unless its pool "
         "has a `maxLease`, which then is its end.",
     )
@@ -239,7 +277,9 @@ class ExtendBody(Strict):
 
     model_config = ConfigDict(json_schema_extra={"oneOf": [given("by"), given("until")]})
 
-    by: LeaseDuration | None = Field(default=None, description="`2h`, `30m` or seconds, added to the current end.")
+    by: LeaseDuration | None = Field(
+        default=None, description="`2h`, `30m` (a unit is required), added to the current end."
+    )
     until: AwareDatetime | None = Field(default=None, description="The new end (RFC 3339, with an offset).")
 
     @model_validator(mode="after")
@@ -391,6 +431,16 @@ class QuarantinedSlot(BaseModel):
     reason: str | None = Field(default=None, description="Why: a wipe not confirmed, and what failed.")
 
 
+class NodeState(StrEnum):
+    """What a node is doing: its `status` in `/v1/nodes`, and what `?status=` filters on."""
+
+    READY = "READY"  # takes new allocations: READY in the fleet, not cordoned or drained, its agent live
+    NOT_READY = "NOT_READY"  # READY in the fleet, but its agent is not live (never reported, or stopped reporting)
+    CORDONED = "CORDONED"  # an operator stopped new placements; what it holds stays
+    DRAINING = "DRAINING"  # drained: nothing new, and each allocation's owner was told to move (until uncordoned)
+    DOWN = "DOWN"  # declared so in the fleet file
+
+
 class NodeInfo(BaseModel):
     name: str
     cluster: str
@@ -398,8 +448,10 @@ class NodeInfo(BaseModel):
     region: str | None
     shape: str
     gpu_product: str | None
-    status: str
-    declared_status: str = Field(description="The status the fleet file gives; `status` differs while cordoned.")
+    status: NodeState = Field(description="What the node is doing: READY (takes work), NOT_READY (no live agent), "
+                              "CORDONED, DRAINING or DOWN.")  # fmt: skip
+    declared_status: str = Field(description="The status the fleet file gives; `status` differs while cordoned, "
+                                 "drained or without a live agent.")  # fmt: skip
     gpus: int
     available_slots: int
     reserved_slots: int

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.errors import ApiError
 from api.models import QueueItem, QueueList, QueuePlace, RegionQueue
-from api.request_checks import fleet_for
+from api.request_checks import fleet_for, unknown_name
 from scheduler.pools import ProductFilter, ShapeFilter
 from scheduler.queueing import Standing, ordered
 from scheduler.request import PlacementRequest
@@ -37,7 +37,6 @@ from store.queue import QueueEntry
 from store.tokens import Principal
 
 HIDDEN = "a request of another tenant"
-MESSAGE_CHOICES = 12
 
 # For readers that are not given the app's cache (allocation_view.detail without one): kept per process, as the
 # app's own is, so it reads the inventory whole only when the fleet changes.
@@ -126,27 +125,12 @@ def _in_order(
     }
 
 
-def _unknown_region(region: str, choices: list[str]) -> ApiError:
-    shown = ", ".join(choices[:MESSAGE_CHOICES]) if choices else "none"
-    more = f" (and {len(choices) - MESSAGE_CHOICES} more)" if len(choices) > MESSAGE_CHOICES else ""
-    detail = {"field": "query.region", "value": region, "choices": choices}
-    return ApiError(
-        422, "unknown_region", f"region {region!r} does not exist in the fleet; choose one of: {shown}{more}", [detail]
-    )
-
-
 def _pool(snapshot: Snapshot, caller: Principal, key: str, region: str | None) -> PoolView:
     """The pool `<cluster>/<pool>` the caller may use: 422 `unknown_pool` otherwise, or when it is not in `region`."""
     pools = {pool.key: pool for pool in fleet_for(snapshot, caller).pools}
     found = pools.get(key)
     if found is None:
-        choices = sorted(pools)
-        shown = ", ".join(choices[:MESSAGE_CHOICES]) if choices else "none"
-        more = f" (and {len(choices) - MESSAGE_CHOICES} more)" if len(choices) > MESSAGE_CHOICES else ""
-        detail = {"field": "query.pool", "value": key, "choices": choices}
-        raise ApiError(
-            422, "unknown_pool", f"pool {key!r} does not exist in the fleet; choose one of: {shown}{more}", [detail]
-        )
+        raise unknown_name("query.pool", "pool", key, sorted(pools), caller)
     if region is not None and found.region != region:
         detail = {"field": "query.pool", "value": key, "type": "pool_region"}
         raise ApiError(422, "invalid_request", f"pool {key} is in region {found.region}, not {region}", [detail])
@@ -181,7 +165,7 @@ async def queues(
     own = [e for e in entries if caller.may_see(e.tenant)]
     visible_regions = set(fleet_for(snapshot, caller).regions)
     if region is not None and region not in visible_regions and not any(e.region == region for e in own):
-        raise _unknown_region(region, sorted(visible_regions))
+        raise unknown_name("query.region", "region", region, sorted(visible_regions), caller)
     shown_regions = {e.region for e in own} | ({e.region for e in entries} & visible_regions)
     if region is not None:
         shown_regions = {region}

@@ -9,8 +9,10 @@ allocation behind for a typo. Here, on the create hot path:
 
 The names are the fleet as the caller may use it (`fleet_for`): all of it for an admin; for a tenant, the regions its
 policy admits, their pools and those pools' nodes (`scheduler.tenant_scope`). So a tenant's 422 lists only choices
-it may use, and a region or node it may not use is answered exactly as one that does not exist: a token cannot
-probe the rest of the fleet. Explain and capacity show a tenant the same view (api/routes/placement.py).
+it may use, and a region, product or node it may not use is answered exactly as one that does not exist: a token
+cannot probe the rest of the fleet. The message says so truthfully ("no H200 in the regions your tenant may use;
+available to you: L4"), never that the name does not exist in the fleet. Explain and capacity show a tenant the
+same view (api/routes/placement.py).
 
 The inventory cache answers with one small query while the fleet is unchanged, and the name sets built from a
 snapshot are kept, per tenant, until the cache hands out another one, so a create costs no extra inventory read.
@@ -168,28 +170,38 @@ def check_gpus(snapshot: Snapshot, body: AllocationCreate) -> None:
             raise ApiError(422, "unknown_gpu", message, [detail])
 
 
-def _unknown(field: str, what: str, value: str, choices: list[str], total: int | None = None) -> ApiError:
+def unknown_name(
+    field: str, what: str, value: str, choices: list[str], viewer: Principal, total: int | None = None
+) -> ApiError:
+    """422 `unknown_<what>` for a name that is not among `choices`, what the viewer may use. To an admin the name
+    does not exist in the fleet. To anyone else the choices are their tenants' part of it only, and the message
+    says exactly that, whether or not the name exists elsewhere: true, and it tells nothing of the rest."""
     total = len(choices) if total is None else total
     shown = ", ".join(choices[:MESSAGE_CHOICES]) if choices else "none"
     more = f" (and {total - min(len(choices), MESSAGE_CHOICES)} more)" if total > MESSAGE_CHOICES else ""
     detail: dict[str, object] = {"field": field, "value": value, "choices": choices}
     if total > len(choices):
         detail["choices_total"] = total
-    return ApiError(
-        422, f"unknown_{what}", f"{what} {value!r} does not exist in the fleet; choose one of: {shown}{more}", [detail]
-    )
+    if viewer.sees_all:
+        message = f"{what} {value!r} does not exist in the fleet; choose one of: {shown}{more}"
+    else:
+        yours = "your tenant" if len(viewer.tenants) == 1 else "your tenants"
+        named = value if what == "product" else f"{what} {value!r}"
+        where = f"among the regions {yours} may use" if what == "region" else f"in the regions {yours} may use"
+        message = f"no {named} {where}; available to you: {shown}{more}"
+    return ApiError(422, f"unknown_{what}", message, [detail])
 
 
-def check_names(names: FleetNames, body: AllocationCreate) -> None:
+def check_names(names: FleetNames, body: AllocationCreate, viewer: Principal) -> None:
     """422 `unknown_region`, `unknown_product` or `unknown_node` with the valid choices in `details`."""
     if body.region is not None and body.region not in names.regions:
-        raise _unknown("body.region", "region", body.region, list(names.regions))
+        raise unknown_name("body.region", "region", body.region, list(names.regions), viewer)
     if body.gpu_product is not None and not names.offers(body.gpu_product):
-        raise _unknown("body.gpu_product", "product", body.gpu_product, list(names.products))
+        raise unknown_name("body.gpu_product", "product", body.gpu_product, list(names.products), viewer)
     for index, node in enumerate(body.nodes):
         if node not in names.nodes:
             choices = sorted(names.nodes)
-            raise _unknown(f"body.nodes[{index}]", "node", node, choices[:NODE_CHOICES_SHOWN], len(choices))
+            raise unknown_name(f"body.nodes[{index}]", "node", node, choices[:NODE_CHOICES_SHOWN], viewer, len(choices))
 
 
 async def check_request(
@@ -201,5 +213,5 @@ async def check_request(
     check_gpu_pins(body)
     check_lease(body)
     snapshot = (await inventory.inventory(session)).snapshot
-    check_names(_remembered.names_of(snapshot, viewer), body)
+    check_names(_remembered.names_of(snapshot, viewer), body, viewer)
     check_gpus(snapshot, body)

@@ -1,8 +1,9 @@
-"""`berth alloc create|list|get|cancel|retry|release`: GPU allocations through the HTTP API.
+"""`berth alloc create|list|get|cancel|retry|release|extend`: GPU allocations through the HTTP API.
 
-Each command is one API call (`create --wait` then polls the allocation until it is active or has ended). Text
-output is for people (Rich tables; `get` tells the allocation's story as attempts and a timeline of its events);
-`--output json` prints the API's answer unchanged, for scripts.
+Each command is one API call; with `--wait`, `create` then polls the allocation until it is active or has ended,
+and `cancel` and `release` until it has ended, each for `--timeout` at most. Text output is for people (Rich
+tables; `get` tells the allocation's story as attempts and a timeline of its events); `-o json` or `-o yaml` prints
+the API's answer unchanged, for scripts. Durations and times are read by cli/values.py before anything is sent.
 """
 
 from __future__ import annotations
@@ -17,18 +18,10 @@ from rich.text import Text
 
 from api.models import AllocationAccepted, AllocationDetail, AllocationList, AllocationSummary
 from cli import queue as queue_view
-from cli.client import (
-    ApiOption,
-    BerthClient,
-    OutputOption,
-    TenantOption,
-    TokenOption,
-    acting_tenant,
-    api_client,
-    segment,
-)
-from cli.output import OutputFormat, console, fail, print_json, styled
-from config.context import read_context
+from cli import values
+from cli.client import ApiOption, BerthClient, TenantOption, TokenOption, acting_tenant, api_client, segment
+from cli.output import Column, OutputFormat, OutputOption, console, fail, is_data, print_data, styled, table
+from config.context import discovered_context
 from config.settings import Settings
 from scheduler.request import CapacityShape
 from workflows.allocation_messages import FINAL_STATES
@@ -97,6 +90,8 @@ NodeOption = Annotated[
     typer.Option("--node", help="Pin to this node (repeatable): refused, never placed elsewhere, if none can take it."),
 ]
 
+TimeoutOption = Annotated[str, typer.Option("--timeout", help="How long --wait waits at most (10m, 90s).")]
+
 GpuOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -133,11 +128,10 @@ def _render_list(allocations: list[AllocationSummary]) -> None:
     if not allocations:
         console.print("no allocations", style="dim")
         return
-    table = Table(title_justify="left")
-    for column in ("id", "tenant", "state", "request", "region", "pool", "node", "created"):
-        table.add_column(column, no_wrap=column == "id")
+    rows = table(Column("id", key=True), "tenant", "state", "request", "region", "pool", Column("node", key=True),
+                 "created", Column("ends", wide=True), Column("workflow", wide=True))  # fmt: skip
     for allocation in allocations:
-        table.add_row(
+        rows.add_row(
             allocation.id,
             allocation.tenant,
             _styled(allocation.state, STATE_STYLES),
@@ -146,13 +140,15 @@ def _render_list(allocations: list[AllocationSummary]) -> None:
             allocation.pool or "-",
             allocation.node or "-",
             allocation.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
+            allocation.ends_at.astimezone().strftime("%Y-%m-%d %H:%M:%S") if allocation.ends_at else "-",
+            allocation.workflow_id,
         )
-    console.print(table)
+    rows.print()
 
 
 def _ui_link(workflow_id: str) -> str | None:
     """The allocation's page in the Temporal UI, where `berth up`'s context says the UI is."""
-    context = read_context(Settings())
+    context = discovered_context(Settings())
     return context.workflow_link(workflow_id) if context is not None else None
 
 
@@ -190,9 +186,7 @@ def _render_detail(allocation: AllocationDetail) -> None:
     console.print(summary)
 
     if allocation.bundles:
-        bundles = Table(title="Bundles", title_justify="left")
-        for column in ("slot", "GPU", "fabric VF", "NUMA", "MAC", "IP"):
-            bundles.add_column(column)
+        bundles = table(Column("slot", key=True), "GPU", "fabric VF", "NUMA", "MAC", "IP", title="Bundles")
         for bundle in allocation.bundles:
             bundles.add_row(
                 str(bundle.slot_id),
@@ -202,12 +196,10 @@ def _render_detail(allocation: AllocationDetail) -> None:
                 bundle.mac_address or "-",
                 bundle.private_ip or "-",
             )
-        console.print(bundles)
+        bundles.print()
 
     if allocation.attempts:
-        attempts = Table(title="Attempts", title_justify="left")
-        for column in ("#", "node", "outcome", "reason"):
-            attempts.add_column(column)
+        attempts = table("#", Column("node", key=True), "outcome", "reason", title="Attempts")
         for attempt in allocation.attempts:
             attempts.add_row(
                 str(attempt.number),
@@ -215,11 +207,9 @@ def _render_detail(allocation: AllocationDetail) -> None:
                 _styled(attempt.outcome, OUTCOME_STYLES),
                 attempt.reason or "",
             )
-        console.print(attempts)
+        attempts.print()
 
-    timeline = Table(title="Timeline", title_justify="left")
-    for column in ("after", "state", "step", "by", "attempt", "node", "note"):
-        timeline.add_column(column, justify="right" if column == "after" else "left")
+    timeline = table(Column("after", number=True), "state", "step", "by", "attempt", "node", "note", title="Timeline")
     for event in allocation.events:
         after = (event.at - allocation.created_at).total_seconds()
         timeline.add_row(
@@ -231,38 +221,44 @@ def _render_detail(allocation: AllocationDetail) -> None:
             event.node or "",
             event.reason or "",
         )
-    console.print(timeline)
+    timeline.print()
 
 
 def _show_accepted(data: dict[str, Any], output: OutputFormat, doing: str) -> None:
-    if output is OutputFormat.JSON:
-        print_json(data)
+    if is_data(output):
+        print_data(data, output)
         return
     accepted = AllocationAccepted.model_validate(data)
     console.print(styled("{} allocation [bold]{}[/] (now {}).", doing, accepted.id, accepted.state))
     console.print(f"Follow it with `berth alloc get {accepted.id}`.", style="dim", highlight=False)
 
 
-def _wait(client: BerthClient, allocation_id: str, timeout: float, output: OutputFormat) -> AllocationDetail:
-    """Poll until the allocation is active or has ended, telling each new state as it comes (text output)."""
-    deadline = time.monotonic() + timeout
+def _wait(
+    client: BerthClient, allocation_id: str, timeout: str, output: OutputFormat, *, active_will_do: bool = True
+) -> AllocationDetail:
+    """Poll until the allocation has ended (or, with `active_will_do`, is active), telling each new state as it
+    comes (text output); past `timeout` (as typed, already checked) one error line says where it stands. Waiting
+    for the end, a final state counts once recorded: the workflow's status says `released` a moment before its
+    last step is written, and a script whose wait ended reads the allocation next."""
+    deadline = time.monotonic() + values.seconds(timeout, "--timeout")
     seen: tuple[str, str | None] | None = None
     while True:
         data = client.call("GET", _path(allocation_id))
         allocation = AllocationDetail.model_validate(data)
-        if output is OutputFormat.TEXT and (allocation.state, allocation.node) != seen:
+        if not is_data(output) and (allocation.state, allocation.node) != seen:
             seen = (allocation.state, allocation.node)
             on = f" on {allocation.node}" if allocation.node else ""
             console.print(styled("  {}{}", _styled(allocation.state, STATE_STYLES), on))
-        if allocation.state == "active" or allocation.state in FINAL_STATES:
-            if output is OutputFormat.JSON:
-                print_json(data)
+        ended = allocation.state in FINAL_STATES and (active_will_do or not allocation.live)
+        if ended or (active_will_do and allocation.state == "active"):
+            if is_data(output):
+                print_data(data, output)
             else:
                 _render_detail(allocation)
             return allocation
         if time.monotonic() > deadline:
             fail(
-                f"allocation {allocation_id} is still {allocation.state} after {timeout:g} s; "
+                f"allocation {allocation_id} is still {allocation.state} after {timeout}; "
                 f"follow it with `berth alloc get {allocation_id}`"
             )
         time.sleep(POLL_SECONDS)
@@ -303,13 +299,20 @@ def create(
     ] = None,
     duration: Annotated[
         str | None,
-        typer.Option("--duration", help="Hold it this long once active (48h, 90m), then release it (`expired`)."),
+        typer.Option(
+            "--duration", help="Hold it this long once active (48h, 90m; a unit is required), then release it."
+        ),
     ] = None,
     until: Annotated[
-        str | None, typer.Option("--until", help="Hold it until this time (RFC 3339, e.g. 2026-12-01T09:00:00Z).")
+        str | None,
+        typer.Option(
+            "--until",
+            help="Hold it until this time: 2026-12-01T09:00:00Z, tomorrow, now+8h (ISO 8601 or "
+            "relative to now, as `date -d` reads them).",
+        ),
     ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until it is active; exit 1 if it fails.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", min=0, help="Seconds --wait waits at most.")] = 600,
+    timeout: TimeoutOption = "10m",
     output: OutputOption = OutputFormat.TEXT,
     api: ApiOption = None,
     token: TokenOption = None,
@@ -317,7 +320,10 @@ def create(
     """Request GPUs: a VM on GPU slices, or a whole bare-metal host, optionally constrained by DRA CEL selectors over
     the GPU device, cluster labels, or pinned nodes. With --queue-timeout it waits in its region's queue when no
     node can take it now (`berth queue` shows its place)."""
-    tenant = acting_tenant(tenant, token, announce=output is OutputFormat.TEXT)
+    wait_for = values.duration(queue_timeout, "--queue-timeout")
+    lease, ends_at = values.duration(duration, "--duration"), values.rfc3339(until, "--until")
+    values.seconds(timeout, "--timeout")
+    tenant = acting_tenant(tenant, token, announce=not is_data(output))
     body = {
         "gpu_count": gpus,
         "gpu_product": product,
@@ -328,10 +334,10 @@ def create(
         "ssh_public_keys": [_ssh_key(key) for key in ssh_keys or []],
         "labels": key_values(labels or [], "--label"),
         **placement_fields(selector, cluster_selector, node, gpu),
-        "queue": {"timeout": queue_timeout} if queue_timeout is not None else None,
+        "queue": {"timeout": wait_for} if wait_for is not None else None,
         "priority_class": priority_class,
-        "duration": duration,
-        "ends_at": until,
+        "duration": lease,
+        "ends_at": ends_at,
     }
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
     with api_client(api, token, tenant) as client:
@@ -342,7 +348,7 @@ def create(
             _show_accepted(data, output, "Created")
             return
         allocation_id = AllocationAccepted.model_validate(data).id
-        if output is OutputFormat.TEXT:
+        if not is_data(output):
             console.print(styled("Allocation [bold]{}[/] created; waiting until it is active ...", allocation_id))
         allocation = _wait(client, allocation_id, timeout, output)
     if allocation.state == "failed":
@@ -377,8 +383,8 @@ def list_(
             data = client.call("GET", "/v1/allocations", params=params | {"cursor": data["next_cursor"]})
             rows.extend(data["allocations"])
         listed = {"allocations": rows, "next_cursor": data.get("next_cursor")}
-        if output is OutputFormat.JSON:
-            print_json(listed)
+        if is_data(output):
+            print_data(listed, output)
             return
         page = AllocationList.model_validate(listed)
         _render_list(page.allocations)
@@ -398,23 +404,43 @@ def get(
     """Show one allocation: where it is, its bundles, each attempt, and the timeline of its steps."""
     with api_client(api, token, tenant) as client:
         data = client.call("GET", _path(allocation_id))
-        if output is OutputFormat.JSON:
-            print_json(data)
+        if is_data(output):
+            print_data(data, output)
         else:
             _render_detail(AllocationDetail.model_validate(data))
+
+
+def _end(
+    allocation_id: str, method: str, action: str, doing: str, wait: bool, timeout: str, output: OutputFormat,
+    api: str | None, token: str | None, tenant: str | None,
+) -> None:  # fmt: skip
+    """Cancel or release; with `wait`, until the allocation has ended (exit 1 past `timeout`)."""
+    values.seconds(timeout, "--timeout")
+    with api_client(api, token, tenant) as client:
+        data = client.call(method, _path(allocation_id, action))
+        if not wait:
+            _show_accepted(data, output, doing)
+            return
+        if not is_data(output):
+            console.print(styled("{} allocation [bold]{}[/]; waiting until it has ended ...", doing, allocation_id))
+        _wait(client, allocation_id, timeout, output, active_will_do=False)
+
+
+WaitEndOption = Annotated[bool, typer.Option("--wait", help="Wait until it has ended; exit 1 past --timeout.")]
 
 
 @app.command("cancel")
 def cancel(
     allocation_id: IdArgument,
+    wait: WaitEndOption = False,
+    timeout: TimeoutOption = "10m",
     tenant: TenantOption = None,
     output: OutputOption = OutputFormat.TEXT,
     api: ApiOption = None,
     token: TokenOption = None,
 ) -> None:
     """Cancel an allocation being placed or active: everything it holds is undone and it ends cancelled."""
-    with api_client(api, token, tenant) as client:
-        _show_accepted(client.call("POST", _path(allocation_id, "/cancel")), output, "Cancelling")
+    _end(allocation_id, "POST", "/cancel", "Cancelling", wait, timeout, output, api, token, tenant)
 
 
 @app.command("retry")
@@ -438,7 +464,9 @@ def retry(
 def extend(
     allocation_id: IdArgument,
     by: Annotated[str | None, typer.Option("--by", help="Move the end later by this much (2h, 30m).")] = None,
-    until: Annotated[str | None, typer.Option("--until", help="The new end (RFC 3339).")] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="The new end: ISO 8601 or relative to now (tomorrow, now+8h).")
+    ] = None,
     tenant: TenantOption = None,
     output: OutputOption = OutputFormat.TEXT,
     api: ApiOption = None,
@@ -447,11 +475,11 @@ def extend(
     """Move an active allocation's end later; refused past its pool's maxLease."""
     if (by is None) == (until is None):
         fail("give exactly one of --by and --until")
-    body = {"by": by} if by is not None else {"until": until}
+    body = {"by": values.duration(by, "--by")} if by is not None else {"until": values.rfc3339(until, "--until")}
     with api_client(api, token, tenant) as client:
         data = client.call("POST", _path(allocation_id, "/extend"), json=body)
-    if output is OutputFormat.JSON:
-        print_json(data)
+    if is_data(output):
+        print_data(data, output)
         return
     console.print(styled("Allocation [bold]{}[/] now ends at {}", data["id"], data["ends_at"]))
 
@@ -459,11 +487,12 @@ def extend(
 @app.command("release")
 def release(
     allocation_id: IdArgument,
+    wait: WaitEndOption = False,
+    timeout: TimeoutOption = "10m",
     tenant: TenantOption = None,
     output: OutputOption = OutputFormat.TEXT,
     api: ApiOption = None,
     token: TokenOption = None,
 ) -> None:
     """Give back an active allocation: its VM is destroyed and its GPUs wiped and returned."""
-    with api_client(api, token, tenant) as client:
-        _show_accepted(client.call("DELETE", _path(allocation_id)), output, "Releasing")
+    _end(allocation_id, "DELETE", "", "Releasing", wait, timeout, output, api, token, tenant)

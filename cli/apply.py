@@ -10,7 +10,7 @@ import typer
 from rich.text import Text
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
-from cli.output import OutputFormat, console, errors, fail, print_json, styled
+from cli.output import OutputFormat, console, errors, fail, is_data, output_option, print_data, styled
 from cli.plan import capability_list
 from config.context import NotConfigured, database_url
 from config.settings import Settings
@@ -64,7 +64,7 @@ def apply(
         str | None,
         typer.Option(help="Comma-separated capabilities (e.g. vllm,sglang) every pool a NodeList creates offers."),
     ] = None,
-    output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.TEXT,
+    output: Annotated[OutputFormat, output_option()] = OutputFormat.TEXT,
 ) -> None:
     """Apply a fleet file: regions, tenants, inference classes and clusters with their pools and hosts."""
     try:
@@ -73,7 +73,7 @@ def apply(
             refuse_non_inventory(fleet)
             counts = {"regions": len(fleet.regions), "tenants": len(fleet.tenants), "classes": len(fleet.classes),
                       "clusters": len(fleet.clusters), "nodes": sum(len(p.nodes) for p in fleet.pools())}  # fmt: skip
-            print_json({"valid": True, "counts": counts}) if output is OutputFormat.JSON else console.print(
+            print_data({"valid": True, "counts": counts}, output) if is_data(output) else console.print(
                 f"valid: {', '.join(f'{v} {k}' for k, v in counts.items())}"
             )
             return
@@ -95,8 +95,8 @@ def apply(
         fail(f"cannot reach the database: {exc}")
     changed = result.changed()
     told = asyncio.run(_tell_deployments(Settings(), result.summary())) if changed else 0
-    if output is OutputFormat.JSON:
-        print_json({**result.model_dump(), "tenant_tokens": tokens, "deployments_told": told})
+    if is_data(output):
+        print_data({**result.model_dump(mode="json"), "tenant_tokens": tokens, "deployments_told": told}, output)
         return
     for change in result.changes:
         style = {"created": "green", "updated": "yellow", "deleted": "red", "kept": "dim", "carried": "dim"}[

@@ -11,12 +11,11 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from api.routes.audit import AuditView
-from cli.client import ApiOption, OutputOption, TokenOption, api_client
-from cli.output import OutputFormat, console, fail, print_json, styled
+from cli.client import ApiOption, TokenOption, api_client
+from cli.output import Column, OutputFormat, OutputOption, console, fail, is_data, print_data, styled, table
 from contracts.audit import AuditReport
 
 REPAIR_STYLES = {"done": "green", "skipped": "yellow", "failed": "red"}
@@ -41,8 +40,8 @@ def audit(
             data = client.call("GET", "/v1/audit")
         else:
             data = client.call("POST", "/v1/audit", json={"repair": repair})
-    if output is OutputFormat.JSON:
-        print_json(data)
+    if is_data(output):
+        print_data(data, output)
         return
     view = AuditView.model_validate(data)
     if view.report is None:
@@ -58,31 +57,29 @@ def _render(report: AuditReport) -> None:
     if not report.findings:
         console.print(styled("[green]no drift[/]: PostgreSQL, Temporal and the hosts agree"))
     else:
-        table = Table(title="Findings", title_justify="left")
-        for column in ("#", "kind", "node", "allocation", "slots", "first seen", "repair"):
-            table.add_column(column)
+        findings = table(Column("#", number=True), "kind", Column("node", key=True), Column("allocation", key=True),
+                         "slots", "first seen", "repair", title="Findings")  # fmt: skip
         for number, finding in enumerate(report.findings, 1):
             repair = Text("-" if finding.repair is None else finding.repair.value)
             if finding.repair is not None and finding.blocked:
                 repair = styled("{} [dim](not now)[/]", repair)
-            table.add_row(
+            findings.add_row(
                 str(number), finding.kind.value, finding.node or "-", finding.allocation_id or "-",
                 ",".join(map(str, finding.slot_indexes)) or "-", f"{finding.first_seen:%Y-%m-%d %H:%M:%S}", repair,
             )  # fmt: skip
-        console.print(table)
+        findings.print()
         for number, finding in enumerate(report.findings, 1):
             not_now = (
                 styled(" [dim](not repaired now: {})[/]", finding.blocked) if finding.repair and finding.blocked else ""
             )
             console.print(styled("{}. {}{}", number, finding.message, not_now), soft_wrap=True)
     if report.repairs:
-        table = Table(title="Repairs", title_justify="left")
-        for column in ("kind", "action", "node", "allocation", "outcome", "what was done"):
-            table.add_column(column)
+        repairs = table("kind", "action", Column("node", key=True), Column("allocation", key=True), "outcome",
+                        "what was done", title="Repairs")  # fmt: skip
         for fix in report.repairs:
             style = REPAIR_STYLES.get(fix.outcome, "white")
-            table.add_row(fix.kind.value, fix.action.value, fix.node or "-", fix.allocation_id or "-",
-                          Text(fix.outcome, style=style), fix.message)  # fmt: skip
-        console.print(table)
+            repairs.add_row(fix.kind.value, fix.action.value, fix.node or "-", fix.allocation_id or "-",
+                            Text(fix.outcome, style=style), fix.message)  # fmt: skip
+        repairs.print()
     elif report.repair:
         console.print("nothing was safe to repair now", style="dim")

@@ -1,7 +1,8 @@
 """How the `berth` commands reach the HTTP API: where it is, which token to send, and every failure as one line.
 
 The API and token come from `--api` / `--token`, else `BERTH_API_URL` / `BERTH_TOKEN`, else the login `berth login`
-kept for that API (cli/login.py), else the `context.json` that `berth up` writes, so a second terminal next to
+kept for that API (cli/login.py), else the `context.json` that `berth up` writes (found as `config.context` finds
+it: `BERTH_CONTEXT`, this directory and its parents, the user's config directory), so a second terminal next to
 `berth up` needs no flags. From the context file the admin
 token is used unless `--tenant NAME` picks that tenant's token: then the command acts exactly as the tenant would.
 
@@ -22,8 +23,8 @@ import httpx
 import typer
 from pydantic import ValidationError
 
-from cli.output import OutputFormat, errors, fail
-from config.context import StackContext, read_context
+from cli.output import errors, fail
+from config.context import StackContext, discovered_context, find_context, where_looked
 from config.settings import Settings
 
 ApiOption = Annotated[
@@ -44,13 +45,19 @@ TenantOption = Annotated[
     str | None,
     typer.Option("--tenant", help="Act for this tenant: its token from `berth up`'s context, its name in the request."),
 ]
-OutputOption = Annotated[OutputFormat, typer.Option("--output", "-o", help="text or json.")]
 
 TIMEOUT_SECONDS = 30.0  # above the API's own Temporal call timeouts, so its 503 arrives before ours
 
 
 class ApiFailure(Exception):
-    """The API could not be reached, or answered with an error; `str()` is the one line to show."""
+    """The API could not be reached, or answered with an error; `str()` is the one line to show. An answer in the
+    API's error envelope keeps its parts (`message` without the code, `code`, `status`, `details`) for `-o json`."""
+
+    def __init__(self, line: str, *, message: str | None = None, code: str = "failed", status: int | None = None,
+                 details: Any = None) -> None:  # fmt: skip
+        super().__init__(line)
+        self.message = message or line
+        self.code, self.status, self.details = code, status, details
 
 
 @dataclass(frozen=True)
@@ -61,10 +68,9 @@ class Target:
 
 def api_url(api: str | None, context: StackContext | None = None) -> str:
     """The API a command talks to: `--api` / BERTH_API_URL, else the one `berth up` started."""
-    settings = Settings()
     url = (api or (context.api_url if context else None) or "").rstrip("/")
     if not url:
-        hint = f"or start the dev stack with `berth up` (looked for {settings.context_file})"
+        hint = f"or start the dev stack with `berth up` ({where_looked(Settings())})"
         raise ApiFailure(f"no Berth API configured: pass --api, set BERTH_API_URL, {hint}")
     return url
 
@@ -72,9 +78,8 @@ def api_url(api: str | None, context: StackContext | None = None) -> str:
 def resolve_target(api: str | None, token: str | None, tenant: str | None = None) -> Target:
     """Where to send requests and with which token: explicit values first, then `berth up`'s context file. A token
     from the context file is only ever sent to the context's own API, never to another URL given with --api."""
-    settings = Settings()
-    context = read_context(settings) if api is None or token is None else None
-    hint = f"or start the dev stack with `berth up` (looked for {settings.context_file})"
+    lookup = find_context(Settings()) if api is None or token is None else None
+    context = lookup.context if lookup is not None else None
     url = api_url(api, context)
     if token is None and tenant is None:
         from cli.login import logged_in_token  # cli.login builds on this module
@@ -87,8 +92,10 @@ def resolve_target(api: str | None, token: str | None, tenant: str | None = None
             token = context.tenant_tokens[tenant]
         else:
             known = ", ".join(sorted(context.tenant_tokens)) or "none"
-            raise ApiFailure(f"{settings.context_file} has no token for tenant {tenant!r} (it has: {known})")
+            where = lookup.path if lookup is not None else "the context file"
+            raise ApiFailure(f"{where} has no token for tenant {tenant!r} (it has: {known})")
     if not token:
+        hint = f"or start the dev stack with `berth up` ({where_looked(Settings())})"
         raise ApiFailure(f"no API token: pass --token, set BERTH_TOKEN, log in (`berth login`) {hint}")
     return Target(url, token)
 
@@ -96,7 +103,7 @@ def resolve_target(api: str | None, token: str | None, tenant: str | None = None
 def default_tenant() -> str | None:
     """The tenant an allocation is for when no one named one and the dev stack's admin token is in use: the first
     tenant of `context.json`, so `berth alloc create --gpus 2` works right after `berth up`."""
-    context = read_context(Settings())
+    context = discovered_context(Settings())
     return min(context.tenant_tokens) if context and context.tenant_tokens else None
 
 
@@ -123,12 +130,14 @@ def _one_line(text: str) -> str:
 
 def _failure(response: httpx.Response) -> ApiFailure:
     """The API's error envelope as one line; anything else (a proxy's page, say) by its status alone."""
+    status = response.status_code
     try:
         error = response.json()["error"]
         message, code = _one_line(str(error["message"])), str(error["code"])
     except (ValueError, KeyError, TypeError):
-        return ApiFailure(f"the API answered HTTP {response.status_code} {response.reason_phrase}")
-    return ApiFailure(f"{message} ({code}, HTTP {response.status_code})")
+        return ApiFailure(f"the API answered HTTP {status} {response.reason_phrase}")
+    return ApiFailure(f"{message} ({code}, HTTP {status})", message=message, code=code, status=status,
+                      details=error.get("details"))  # fmt: skip
 
 
 class BerthClient:
@@ -179,8 +188,10 @@ def api_client(api: str | None, token: str | None, tenant: str | None = None) ->
         with BerthClient(resolve_target(api, token, tenant)) as client:
             yield client
     except ApiFailure as error:
-        fail(str(error))
+        if error.status is None:
+            fail(str(error))
+        fail(error.message, reason=error.code, status=error.status, details=error.details)
     except httpx.InvalidURL as error:
-        fail(f"--api: {error}")
+        fail(f"--api: {error}", reason="invalid_argument")
     except ValidationError as error:  # the answer parsed, but not into what this version of berth expects
         fail(f"the API answered in an unexpected shape (is it another version of Berth?): {error.errors()[0]['msg']}")

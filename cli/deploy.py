@@ -21,8 +21,9 @@ from rich.table import Table
 from rich.text import Text
 
 from api.deployment_models import DeploymentAccepted, DeploymentList, DeploymentView
-from cli.client import ApiOption, BerthClient, OutputOption, TokenOption, api_client, segment
-from cli.output import OutputFormat, console, fail, print_json, styled
+from cli import values
+from cli.client import ApiOption, BerthClient, TokenOption, api_client, segment
+from cli.output import Column, OutputFormat, OutputOption, console, fail, is_data, print_data, styled, table
 from fleet.meta import DEFAULT_NAMESPACE
 from workflows.deployment_messages import qualified_name
 
@@ -100,11 +101,10 @@ def _render(view: DeploymentView) -> None:
     )
     console.print(summary)
     if view.replicas:
-        table = Table(title="Replicas", title_justify="left")
-        for column in ("replica", "cluster", "index", "pools", "nodes", "phase", "gateway"):
-            table.add_column(column)
+        replicas = table(Column("replica", key=True), "cluster", "index", "pools", "nodes", "phase", "gateway",
+                         title="Replicas")  # fmt: skip
         for r in view.replicas:
-            table.add_row(
+            replicas.add_row(
                 r.name,
                 r.cluster,
                 str(r.index),
@@ -113,14 +113,12 @@ def _render(view: DeploymentView) -> None:
                 _styled(r.phase, REPLICA_STYLES),
                 r.gateway_address or "-",
             )
-        console.print(table)
+        replicas.print()
     if view.clusters:
-        why = Table(title="Why not more", title_justify="left")
-        for column in ("cluster", "reason", "message"):
-            why.add_column(column)
+        why = table(Column("cluster", key=True), "reason", "message", title="Why not more")
         for c in view.clusters:
             why.add_row(c.cluster, c.reason, c.message)
-        console.print(why)
+        why.print()
     for failure in view.recent_failures[-3:]:
         console.print(styled("[red]failed:[/] {}", failure))
     for removal in view.recent_removals[-3:]:
@@ -131,15 +129,15 @@ def _settled(view: DeploymentView) -> bool:
     return view.state == "steady" and all(r.phase == "ready" for r in view.replicas)
 
 
-def _wait(client: BerthClient, name: str, namespace: str, timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
+def _wait(client: BerthClient, name: str, namespace: str, timeout: str) -> dict[str, Any]:
+    deadline = time.monotonic() + values.seconds(timeout, "--timeout")
     while True:
         data = client.call("GET", _path(name, namespace))
         if _settled(DeploymentView.model_validate(data)):
             return data
         if time.monotonic() > deadline:
             follow = f"berth deploy get {name}" + ("" if namespace == DEFAULT_NAMESPACE else f" -n {namespace}")
-            fail(f"deployment {qualified_name(name, namespace)} is not settled after {timeout:g} s; "
+            fail(f"deployment {qualified_name(name, namespace)} is not settled after {timeout}; "
                  f"follow it with `{follow}`")  # fmt: skip
         time.sleep(POLL_SECONDS)
 
@@ -148,7 +146,7 @@ def _wait(client: BerthClient, name: str, namespace: str, timeout: float) -> dic
 def apply(
     file: Annotated[Path, typer.Option("--file", "-f", help="ModelDeployment file (YAML or JSON).")],
     wait: Annotated[bool, typer.Option("--wait", help="Wait until every placed replica is ready.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", min=0, help="Seconds --wait waits at most.")] = 300,
+    timeout: Annotated[str, typer.Option("--timeout", help="How long --wait waits at most (5m, 90s).")] = "5m",
     namespace: NamespaceOption = None,
     output: OutputOption = OutputFormat.TEXT,
     api: ApiOption = None,
@@ -156,17 +154,18 @@ def apply(
 ) -> None:
     """Create or update the ModelDeployments in FILE; their workflows place and start the replicas."""
     documents = _documents(file)
+    values.seconds(timeout, "--timeout")
     answers: list[dict[str, Any]] = []
     with api_client(api, token) as client:
         for document in documents:
             name, where = document["metadata"]["name"], _namespace_of(document, namespace)
             accepted = client.call("PUT", _path(name, where), json=document)
-            if output is OutputFormat.TEXT:
+            if not is_data(output):
                 verb = "Created" if DeploymentAccepted.model_validate(accepted).created else "Updated"
                 console.print(styled("{} deployment [bold]{}[/].", verb, qualified_name(name, where)))
             answers.append(_wait(client, name, where, timeout) if wait else accepted)
-    if output is OutputFormat.JSON:
-        print_json(answers[0] if len(answers) == 1 else answers)
+    if is_data(output):
+        print_data(answers[0] if len(answers) == 1 else answers, output)
     elif wait:
         for answer in answers:
             _render(DeploymentView.model_validate(answer))
@@ -180,8 +179,8 @@ def get(name: NameArgument, namespace: NamespaceOption = None, output: OutputOpt
     """A deployment: desired vs available, each replica's cluster and pools, and why not more."""
     with api_client(api, token) as client:
         data = client.call("GET", _path(name, namespace or DEFAULT_NAMESPACE))
-        if output is OutputFormat.JSON:
-            print_json(data)
+        if is_data(output):
+            print_data(data, output)
         else:
             _render(DeploymentView.model_validate(data))
 
@@ -192,20 +191,19 @@ def list_(namespace: NamespaceOption = None, output: OutputOption = OutputFormat
     """Every deployment (of every namespace, unless -n names one) with its last recorded status."""
     with api_client(api, token) as client:
         data = client.call("GET", "/v1/deployments", params={"namespace": namespace} if namespace else None)
-        if output is OutputFormat.JSON:
-            print_json(data)
+        if is_data(output):
+            print_data(data, output)
             return
         deployments = DeploymentList.model_validate(data).deployments
     if not deployments:
         console.print("no deployments", style="dim")
         return
-    table = Table(title_justify="left")
-    for column in ("namespace", "name", "state", "available", "desired", "phase", "message"):
-        table.add_column(column)
+    rows = table("namespace", Column("name", key=True), "state", Column("available", number=True),
+                 Column("desired", number=True), "phase", "message")  # fmt: skip
     for d in deployments:
-        table.add_row(d.namespace, d.name, d.state or "-", str(d.available), str(d.desired), _styled(d.phase, PHASE_STYLES),
-                      d.message)  # fmt: skip
-    console.print(table)
+        rows.add_row(d.namespace, d.name, d.state or "-", str(d.available), str(d.desired),
+                     _styled(d.phase, PHASE_STYLES), d.message)  # fmt: skip
+    rows.print()
 
 
 @app.command("delete")
@@ -215,8 +213,8 @@ def delete(name: NameArgument, namespace: NamespaceOption = None, output: Output
     where = namespace or DEFAULT_NAMESPACE
     with api_client(api, token) as client:
         data = client.call("DELETE", _path(name, where))
-    if output is OutputFormat.JSON:
-        print_json(data)
+    if is_data(output):
+        print_data(data, output)
     else:
         console.print(
             styled("Deleting deployment [bold]{}[/]; its replicas are being torn down.", qualified_name(name, where))

@@ -12,13 +12,11 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.table import Table
 from rich.text import Text
 
 from agent.host.gpu_details import GpuDetails, NvmlDetails, RecordedNvidiaSmi
 from agent.host.sysfs import discover_host
-from cli.client import OutputOption
-from cli.output import OutputFormat, console, fail, print_json, styled
+from cli.output import Column, OutputFormat, OutputOption, console, fail, is_data, print_data, styled, table
 from fleet.errors import FleetError
 from fleet.loader import load_fleet
 from fleet.node import Node
@@ -55,13 +53,13 @@ def discover(
     node = _approved_node(fleet, node_id) if fleet is not None and node_id is not None else None
     validation = validate_slots(node.slots, host) if node is not None else None
     suggested = suggest_slots(host) if suggest else None
-    if output is OutputFormat.JSON:
+    if is_data(output):
         result: dict[str, Any] = {"host": host.model_dump(mode="json"), "topology": host.topology_hash()}
         if validation is not None:
             result["validation"] = validation.model_dump(mode="json")
         if suggested is not None:
             result["suggestedSlots"] = suggested
-        print_json(result)
+        print_data(result, output)
         return
     _render_host(host)
     if validation is not None and node is not None:
@@ -84,23 +82,23 @@ def _approved_node(fleet: Path, node_id: str) -> Node:
 
 def _render_host(host: HostInventory) -> None:
     console.print(f"host {host.hostname or '?'}, topology {host.topology_hash()}", style="bold", highlight=False)
-    gpus = Table("GPU", "product", "memory", "driver", "NUMA", "IOMMU group", title="GPUs", title_justify="left")
+    gpus = table(Column("GPU", key=True), "product", "memory", "driver", "NUMA", "IOMMU group", title="GPUs")
     for gpu in host.gpus:
         memory = f"{gpu.memory_mib} MiB" if gpu.memory_mib else "-"
         gpus.add_row(gpu.address, gpu.product, memory, gpu.driver or "-", _n(gpu.numa_node), _n(gpu.iommu_group))
-    console.print(gpus)
-    fabric = Table("fabric", "role", "parent", "VFs", "driver", "NUMA", "IOMMU group", title="Fabric",
-                   title_justify="left")  # fmt: skip
+    gpus.print()
+    fabric = table(Column("fabric", key=True), "role", "parent", "VFs", "driver", "NUMA", "IOMMU group",
+                   title="Fabric")  # fmt: skip
     for device in host.fabric:
         fabric.add_row(device.address, device.role.value, device.parent or "-", str(len(device.vfs)) if device.vfs
                        else "-", device.driver or "-", _n(device.numa_node), _n(device.iommu_group))  # fmt: skip
-    console.print(fabric)
-    nvme = Table("NVMe", "wwid", "size", "NUMA", "by-id", "in use", title="NVMe", title_justify="left")
+    fabric.print()
+    nvme = table(Column("NVMe", key=True), "wwid", "size", "NUMA", "by-id", "in use", title="NVMe")
     for namespace in host.nvme:
         size = f"{namespace.size_bytes / 1e12:.2f} TB" if namespace.size_bytes else "-"
         nvme.add_row(namespace.name, namespace.wwid or "-", size, _n(namespace.numa_node),
                      namespace.by_id[0] if namespace.by_id else "-", "; ".join(namespace.in_use) or "-")  # fmt: skip
-    console.print(nvme)
+    nvme.print()
     for cell in host.numa:
         console.print(f"NUMA {cell.id}: {len(cell.cpus)} CPUs, {cell.memory_mib} MiB", highlight=False)
     for problem in host.problems:
@@ -108,13 +106,13 @@ def _render_host(host: HostInventory) -> None:
 
 
 def _render_validation(node: Node, validation: NodeValidation) -> None:
-    table = Table("slot", "GPU", "state", "reason", title=f"Approved slots of {node.name}", title_justify="left")
+    slots = table(Column("slot", key=True), "GPU", "state", "reason", title=f"Approved slots of {node.name}")
     for verdict in validation.slots:
         slot = next(s for s in node.slots if s.index == verdict.index)
         style = STATE_STYLES.get(verdict.state, "white")
-        table.add_row(str(verdict.index), slot.gpu_pci, Text(verdict.state.value, style=style),
+        slots.add_row(str(verdict.index), slot.gpu_pci, Text(verdict.state.value, style=style),
                       "; ".join(verdict.messages) or "-")  # fmt: skip
-    console.print(table)
+    slots.print()
     valid = sum(1 for v in validation.slots if v.state is ValidationState.VALID)
     raw = sum(1 for v in validation.slots if v.state.counts_raw)
     console.print(f"{raw} raw GPUs validate, {valid} of them as slice bundles", highlight=False)

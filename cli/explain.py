@@ -13,9 +13,8 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.table import Table
 
-from cli.output import OutputFormat, make_console, styled
+from cli.output import Column, OutputFormat, fail, is_data, make_console, output_option, print_data, styled, table
 from fleet.errors import FleetError
 from fleet.loader import load_fleet
 from scheduler.cel import SelectorError
@@ -42,7 +41,7 @@ def explain(
     cluster_selector: dict[str, str] | None = None,
     node: list[str] | None = None,
     gpu: list[str] | None = None,
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="text or json.")] = OutputFormat.TEXT,
+    output: Annotated[OutputFormat, output_option()] = OutputFormat.TEXT,
 ) -> None:
     """Explain where an allocation would be placed, or why it would not be, without any running service."""
     try:
@@ -68,16 +67,14 @@ def explain(
         _fail(str(exc))
     except SelectorError as exc:  # does not compile, or costs more than a request may spend
         _fail(f"--selector: {exc}")
-    if output is OutputFormat.JSON:
-        typer.echo(result.model_dump_json(indent=2))
+    if is_data(output):
+        print_data(result.model_dump(mode="json"), output)
     else:
         render(result, gpus)
 
 
 def _fail(message: str) -> None:
-    one_line = "; ".join(line.strip() for line in message.splitlines() if line.strip())
-    typer.echo(f"error: {one_line}", err=True)
-    raise typer.Exit(code=2)
+    fail("; ".join(line.strip() for line in message.splitlines() if line.strip()), code=2)
 
 
 def render(result: PlacementResult, gpus: int) -> None:
@@ -89,26 +86,23 @@ def render(result: PlacementResult, gpus: int) -> None:
         assert result.refusal is not None
         console.print(styled("[bold red]Refused[/] ({}): {}", result.refusal.code, result.refusal.message))
 
-    levels = Table(title="Levels", title_justify="left")
-    for column in ("level", "in", "out", "why the rest were dropped"):
-        levels.add_column(column)
+    levels = table("level", Column("in", number=True), Column("out", number=True), "why the rest were dropped",
+                   title="Levels")  # fmt: skip
     for level in result.explanation.levels:
         why = ", ".join(phrase(reason, count, gpus) for reason, count in level.dropped.items())
         levels.add_row(str(level.level), str(level.considered), str(level.passed), why)
-    console.print(levels)
+    levels.print(console)
 
     if result.candidates:
-        candidates = Table(title="Candidates", title_justify="left")
-        for column in ("rank", "node", "pool", "free bundles"):
-            candidates.add_column(column)
+        candidates = table(Column("rank", number=True), Column("node", key=True), Column("pool", key=True),
+                           Column("free bundles", number=True), title="Candidates")  # fmt: skip
         for rank, candidate in enumerate(result.candidates, start=1):
             candidates.add_row(str(rank), candidate.node, candidate.pool, str(candidate.free_bundles))
-        console.print(candidates)
+        candidates.print(console)
 
     if result.plan is not None:
-        plan = Table(title=f"Plan on {result.plan.node}", title_justify="left")
-        for column in ("slot", "GPU", "fabric VF", "NUMA", "NVMe", "MAC", "IP"):
-            plan.add_column(column)
+        plan = table(Column("slot", key=True), "GPU", "fabric VF", "NUMA", "NVMe", "MAC", "IP",
+                     title=f"Plan on {result.plan.node}")  # fmt: skip
         for bundle in result.plan.bundles:
             plan.add_row(
                 str(bundle.slot_id),
@@ -119,4 +113,4 @@ def render(result: PlacementResult, gpus: int) -> None:
                 bundle.mac_address or "-",
                 bundle.private_ip or "-",
             )
-        console.print(plan)
+        plan.print(console)

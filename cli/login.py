@@ -19,7 +19,6 @@ import base64
 import hashlib
 import http.server
 import json
-import os
 import secrets
 import sys
 import threading
@@ -33,9 +32,9 @@ import httpx
 import typer
 from pydantic import BaseModel, ValidationError
 
-from cli.client import ApiFailure, ApiOption, OutputOption, api_client, api_url
-from cli.output import OutputFormat, console, fail, print_json
-from config.context import read_context, write_private
+from cli.client import ApiFailure, ApiOption, api_client, api_url
+from cli.output import OutputFormat, OutputOption, console, fail, is_data, print_data
+from config.context import discovered_context, user_config_dir, write_private
 from config.identity import unverified_claims
 from config.settings import Settings
 
@@ -56,8 +55,7 @@ class Credentials(BaseModel):
 
 
 def credentials_file() -> Path:
-    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    return base / "berth" / "credentials.json"
+    return user_config_dir() / "credentials.json"
 
 
 def _load_all() -> dict[str, Any]:
@@ -163,7 +161,7 @@ class _Callback(http.server.BaseHTTPRequestHandler):
 
 def _api_url(api: str | None) -> str:
     try:
-        return api_url(api, None if api else read_context(Settings()))
+        return api_url(api, None if api else discovered_context(Settings()))
     except ApiFailure as error:
         fail(str(error))
 
@@ -258,8 +256,8 @@ def whoami(api: ApiOption = None, token: Annotated[str | None, typer.Option("--t
     """Who the API takes you for: your name in its audit trail, your role and your tenants."""
     with api_client(api, token) as client:
         me = client.call("GET", "/v1/whoami")
-    if output is OutputFormat.JSON:
-        print_json(me)
+    if is_data(output):
+        print_data(me, output)
         return
     tenants = (
         "every tenant" if me["all_tenants"] else ", ".join(f"{t} ({r})" for t, r in me["tenants"].items()) or "none"

@@ -9,13 +9,17 @@ carry them (agent/serve.py).
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 from collections.abc import Iterator, MutableMapping
-from typing import Any, cast
+from importlib import metadata
+from typing import Annotated, Any, cast
 
 import typer
 from typer.core import TyperCommand, TyperGroup
+
+from cli.output import OutputFormat, is_data, run
 
 # What `app.command` and `app.add_typer` make (Typer's own click classes: it carries its own copy of click).
 Command = TyperCommand | TyperGroup
@@ -37,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reservations": ("cli.reservations", "app"),
     "nodes": ("cli.nodes", "app"),
     "deploy": ("cli.deploy", "app"),
+    "context": ("cli.context", "context"),
     "login": ("cli.login", "login"),
     "whoami": ("cli.login", "whoami"),
     "logout": ("cli.login", "logout"),
@@ -104,9 +109,28 @@ app = typer.Typer(
 )
 
 
+def berth_version() -> str:
+    """The installed distribution's version (the one `pip install` recorded), as `berth --version` prints it."""
+    try:
+        return metadata.version("berth")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        typer.echo(f"berth {berth_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _berth() -> None:
-    """Nothing to do before a command: a group needs a callback, and every command is registered lazily."""
+def _berth(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print berth's version and exit.")
+    ] = False,
+) -> None:
+    """Before every command: its output is text until its own `--output` says otherwise (cli/output.py)."""
+    run.output = OutputFormat.TEXT
 
 
 def main() -> None:
@@ -127,6 +151,10 @@ def main() -> None:
             import traceback
 
             traceback.print_exc()
+        elif is_data(run.output):
+            sys.stderr.write(
+                json.dumps({"error": {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}"}}) + "\n"
+            )
         else:
             sys.stderr.write(f"error: {type(exc).__name__}: {exc}\n")
         code = 1

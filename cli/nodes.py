@@ -1,7 +1,9 @@
 """`berth nodes list|get|cordon|uncordon|drain|repair` (admin) and `berth nodes discover` (on a host, no services).
 
-A cordoned node takes no new allocations and keeps the ones it has; uncordon makes it READY again. `list` and `get`
-show each agent's liveness, the slots its host did not validate and those whose GPU is not healthy (issue 27);
+A node's status says what it is doing (api/routes/nodes.py): READY takes new allocations, NOT_READY has no live
+agent, CORDONED keeps what it has and takes nothing new, DRAINING was drained (its allocations' owners told to
+move), DOWN is the fleet file's; uncordon makes a cordoned or drained node READY again. `list` and `get`
+show each agent's liveness, the slots its host did not validate and those whose GPU is not healthy;
 `repair` marks slots repaired once their GPU is fixed. `discover` reads this machine (or a tree shaped
 like /sys) and prints what it has, which approved slots validate, and a suggested slot block for the fleet file.
 """
@@ -11,23 +13,21 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
-from api.models import NodeInfo, NodeList
-from cli.client import ApiOption, OutputOption, TokenOption, api_client, segment
+from api.models import NodeInfo, NodeList, NodeState
+from cli.client import ApiOption, TokenOption, api_client, segment
 from cli.discover import discover
-from cli.output import OutputFormat, console, print_json, styled
-from fleet.node import NodeStatus
+from cli.output import Column, OutputFormat, OutputOption, console, is_data, print_data, styled, table
 
 app = typer.Typer(help="GPU hosts (admin token).", no_args_is_help=True, add_completion=False)
 
 NodeArgument = Annotated[str, typer.Argument(help="The node's name.", show_default=False)]
-STATUS_STYLES = {"READY": "green", "CORDONED": "yellow", "DRAINING": "yellow", "DOWN": "red"}
+STATUS_STYLES = {"READY": "green", "NOT_READY": "red", "CORDONED": "yellow", "DRAINING": "yellow", "DOWN": "red"}
 
 
 def _status(node: NodeInfo) -> Text:
-    text = Text(node.status, style=STATUS_STYLES.get(node.status, "white"))
+    text = Text(str(node.status), style=STATUS_STYLES.get(node.status, "white"))
     return text if node.status == node.declared_status else styled("{} [dim](fleet: {})[/]", text, node.declared_status)
 
 
@@ -35,13 +35,12 @@ def _render(nodes: list[NodeInfo]) -> None:
     if not nodes:
         console.print("no nodes", style="dim")
         return
-    table = Table(title_justify="left")
-    numbers = ("GPUs", "valid", "free", "reserved", "quarantined")
-    columns = ("node", "pool", "region", "shape", "product", "status", "agent", *numbers, "invalid slots")
-    for column in columns:
-        table.add_column(column, justify="right" if column in numbers else "left")
+    numbers = ("GPUs", "validated GPUs", "valid slice bundles", "free", "reserved", "quarantined")
+    rows = table(Column("node", key=True), Column("pool", key=True), "region", "shape", "product", "status", "agent",
+                 *(Column(number, number=True) for number in numbers), "invalid slots",
+                 Column("agent version", wide=True), Column("labels", wide=True))  # fmt: skip
     for node in nodes:
-        table.add_row(
+        rows.add_row(
             node.name,
             node.pool,
             node.region or "-",
@@ -50,14 +49,16 @@ def _render(nodes: list[NodeInfo]) -> None:
             _status(node),
             _agent(node),
             str(node.gpus),
-            f"{node.validated_gpus}/{node.compatible_gpus}",
+            str(node.validated_gpus),
+            str(node.compatible_gpus),
             str(node.available_slots),
             str(node.reserved_slots),
             str(node.quarantined_slots),
             ", ".join(f"{slot.index}: {slot.reason or slot.validation}" for slot in node.invalid_slots) or "-",
+            node.agent.version or "-",
+            ",".join(f"{key}={value}" for key, value in sorted(node.labels.items())) or "-",
         )
-    console.print(table)
-    console.print("valid: raw GPUs validated on the host / of those, whole slice bundles", style="dim")
+    rows.print()
 
 
 def _agent(node: NodeInfo) -> Text:
@@ -69,7 +70,10 @@ def _agent(node: NodeInfo) -> Text:
 @app.command("list")
 def list_(
     region: Annotated[str | None, typer.Option("--region", help="Only nodes in this region.")] = None,
-    status: Annotated[NodeStatus | None, typer.Option("--status", help="Only nodes with this status.")] = None,
+    status: Annotated[
+        NodeState | None,
+        typer.Option("--status", help="Only nodes doing this (NOT_READY: READY without a live agent)."),
+    ] = None,
     output: OutputOption = OutputFormat.TEXT,
     api: ApiOption = None,
     token: TokenOption = None,
@@ -82,8 +86,8 @@ def list_(
         while pages[-1].get("next_cursor"):  # every page: an operator's list is the whole fleet
             pages.append(client.call("GET", "/v1/nodes", params={**params, "cursor": pages[-1]["next_cursor"]}))
     data = {"nodes": [node for page in pages for node in page["nodes"]], "next_cursor": None}
-    if output is OutputFormat.JSON:
-        print_json(data)
+    if is_data(output):
+        print_data(data, output)
     else:
         _render(NodeList.model_validate(data).nodes)
 
@@ -96,8 +100,8 @@ def get(
     slot's health signals with their last reported values."""
     with api_client(api, token) as client:
         data = client.call("GET", f"/v1/nodes/{segment(node)}")
-    if output is OutputFormat.JSON:
-        print_json(data)
+    if is_data(output):
+        print_data(data, output)
         return
     info = NodeInfo.model_validate(data)
     _render([info])
@@ -116,30 +120,30 @@ def get(
         console.print(styled("  slot {} ({}): {} since {}: {}", sick.index, sick.gpu_pci, health, sick.since or "-",
                              "; ".join(sick.reasons) or "no reason given"))  # fmt: skip
     if info.signals:
-        table = Table(title="health signals (as the agent last reported them)", title_justify="left")
-        for column in ("slot", "health", "signal", "last value", "reported"):
-            table.add_column(column)
+        signals = table(Column("slot", key=True), "health", "signal", "last value", "reported",
+                        title="health signals (as the agent last reported them)")  # fmt: skip
         for slot in info.signals:
             for number, (name, value) in enumerate(slot.signals.items()):
                 first = number == 0
-                table.add_row(str(slot.index) if first else "", slot.health if first else "", name, value,
-                              str(slot.reported_at or "-") if first else "")  # fmt: skip
-        console.print(table)
+                signals.add_row(str(slot.index) if first else "", slot.health if first else "", name, value,
+                                str(slot.reported_at or "-") if first else "")  # fmt: skip
+        signals.print()
 
 
 @app.command("drain")
 def drain(
     node: NodeArgument, output: OutputOption = OutputFormat.TEXT, api: ApiOption = None, token: TokenOption = None
 ) -> None:
-    """Cordon the node and tell each allocation on it to move: its owner releases it when ready."""
+    """Stop placing on the node (DRAINING) and tell each allocation on it to move: its owner releases it when ready.
+    `uncordon` ends the drain."""
     with api_client(api, token) as client:
         data = client.call("POST", f"/v1/nodes/{segment(node)}/drain")
-    if output is OutputFormat.JSON:
-        print_json(data)
+    if is_data(output):
+        print_data(data, output)
         return
-    console.print(styled("node [bold]{}[/] is {}; told {} allocation(s){}", node, data["node"]["status"],
-                         len(data["told"]), f", could not tell {', '.join(data['not_told'])}" if data["not_told"]
-                         else ""))  # fmt: skip
+    info = NodeInfo.model_validate(data["node"])
+    console.print(styled("node [bold]{}[/] is {}; told {} allocation(s){}", node, _status(info), len(data["told"]),
+                         f", could not tell {', '.join(data['not_told'])}" if data["not_told"] else ""))  # fmt: skip
 
 
 @app.command("repair")
@@ -154,8 +158,8 @@ def repair(
     otherwise (recorded in the audit trail)."""
     with api_client(api, token) as client:
         data = client.call("POST", f"/v1/nodes/{segment(node)}/repair", json={"slots": slots})
-    if output is OutputFormat.JSON:
-        print_json(data)
+    if is_data(output):
+        print_data(data, output)
         return
     for slot in data["repaired"]:
         console.print(styled("slot {} of [bold]{}[/] repaired (was {})", slot["index"], data["node"], slot["was"]))
@@ -167,8 +171,8 @@ app.command("discover")(discover)
 def _set_status(node: str, action: str, output: OutputFormat, api: str | None, token: str | None) -> None:
     with api_client(api, token) as client:
         data = client.call("POST", f"/v1/nodes/{segment(node)}/{action}")
-        if output is OutputFormat.JSON:
-            print_json(data)
+        if is_data(output):
+            print_data(data, output)
         else:
             info = NodeInfo.model_validate(data)
             console.print(styled("node [bold]{}[/] is {}", info.name, _status(info)))

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from api.models import CapacityReport
 from cli import explain as offline
+from cli import values
 from cli.alloc import ClusterSelectorOption, GpuOption, NodeOption, SelectorOption, key_values, placement_fields
-from cli.client import ApiOption, OutputOption, TenantOption, TokenOption, api_client
-from cli.output import OutputFormat, console, print_json
+from cli.client import ApiOption, TenantOption, TokenOption, api_client
+from cli.output import Column, OutputFormat, OutputOption, console, is_data, print_data, table
 from fleet.inference_cluster import PoolShape
 from scheduler.capacity import SLICE_SIZES, PoolCapacity
 from scheduler.placement import PlacementResult
@@ -65,8 +65,8 @@ def explain(
     body.update(placement_fields(selector, cluster_selector, node, gpu))
     with api_client(api, token, tenant) as client:
         data = client.call("POST", "/v1/explain", params={"detail": "true"}, json=body)
-        if output is OutputFormat.JSON:
-            print_json(data)
+        if is_data(output):
+            print_data(data, output)
         else:
             offline.render(PlacementResult.model_validate(data), gpus)
 
@@ -75,24 +75,23 @@ def render_capacity(pools: list[PoolCapacity], title: str = "Capacity") -> None:
     if not pools:
         console.print("no pools match", style="dim")
         return
-    table = Table(
+    numbers = ("ready nodes", "cooling off", "GPUs", "validated GPUs", "valid slice bundles", "raw free", "degraded",
+               "failed", *(f"{size}-GPU" for size in SLICE_SIZES), "bare-metal")  # fmt: skip
+    rows = table(
+        Column("pool", key=True),
+        "region",
+        "shape",
+        "product",
+        *(Column(number, number=True) for number in numbers),
         title=title,
-        title_justify="left",
-        caption="validated: GPUs the node agents validated on their hosts / of those, whole slice bundles; "
-        "cooling off: nodes skipped after repeated failed attempts (the node breaker); "
-        "unhealthy: GPUs degraded / failed, which take no new work until repaired; "
-        "slices: allocations of that size that would fit now, each size counted alone",
-        caption_justify="left",
+        caption="validated GPUs: GPUs the node agents validated on their hosts; valid slice bundles: those that also "
+        "validated as whole slice bundles (GPU with its fabric and storage); cooling off: nodes skipped after repeated "
+        "failed attempts (the node breaker); degraded, failed: GPUs that take no new work until repaired; N-GPU: "
+        "allocations of that size that would fit now, each size counted alone",
     )
-    numbers = ("ready nodes", "cooling off", "GPUs", "validated", "raw free", "unhealthy")
-    for column in ("pool", "region", "shape", "product", *numbers):
-        table.add_column(column, justify="right" if column in numbers else "left")
-    for size in SLICE_SIZES:
-        table.add_column(f"{size}-GPU", justify="right")
-    table.add_column("bare-metal", justify="right")
     for pool in pools:
         slices, metal = pool.shape is PoolShape.GPU_SLICE, pool.shape is PoolShape.BAREMETAL
-        table.add_row(
+        rows.add_row(
             pool.pool,
             pool.region,
             str(pool.shape),
@@ -100,13 +99,15 @@ def render_capacity(pools: list[PoolCapacity], title: str = "Capacity") -> None:
             f"{pool.ready_nodes}/{pool.nodes}",
             str(pool.cooling_off),
             str(pool.gpus),
-            f"{pool.validated_gpus}/{pool.compatible_gpus}",
+            str(pool.validated_gpus),
+            str(pool.compatible_gpus),
             str(pool.raw_free_gpus),
-            f"{pool.degraded_gpus}/{pool.failed_gpus}",
+            str(pool.degraded_gpus),
+            str(pool.failed_gpus),
             *(str(pool.slices.get(size, 0)) if slices else "-" for size in SLICE_SIZES),
             str(pool.baremetal_nodes) if metal else "-",
         )
-    console.print(table)
+    rows.print()
 
 
 def capacity(
@@ -114,7 +115,10 @@ def capacity(
     product: Annotated[str | None, typer.Option("--product", help="Only pools of this GPU product.")] = None,
     at: Annotated[
         str | None,
-        typer.Option("--at", help="An instant (RFC 3339): GPUs held, reserved and free then, by pool (issue 26)."),
+        typer.Option(
+            "--at",
+            help="An instant (ISO 8601, or relative: tomorrow, now+2h): GPUs held, reserved and free then, by pool.",
+        ),
     ] = None,
     output: OutputOption = OutputFormat.TEXT,
     api: ApiOption = None,
@@ -123,22 +127,24 @@ def capacity(
     """Per pool: raw free GPUs, and how many 1, 2, 4 and 8-GPU slices or whole bare-metal hosts would fit now; with
     --at, what running allocations that have not ended by then and reservations covering it leave free."""
     if at is not None:
+        instant = values.rfc3339(at, "--at")
         with api_client(api, token) as client:
-            data = client.call("GET", "/v1/capacity/at", params={"at": at, "region": region})
-        if output is OutputFormat.JSON:
-            print_json(data)
+            data = client.call("GET", "/v1/capacity/at", params={"at": instant, "region": region})
+        if is_data(output):
+            print_data(data, output)
             return
-        table = Table("POOL", "REGION", "PRODUCT", "GPUS", "HELD", "RESERVED", "FREE", "MOST ON ONE NODE",
-                      title=f"capacity at {data['at']}")  # fmt: skip
+        numbers = ("GPUs", "held", "reserved", "free", "most on one node")
+        rows = table(Column("pool", key=True), "region", "product", *(Column(n, number=True) for n in numbers),
+                     title=f"capacity at {data['at']}")  # fmt: skip
         for pool in data["pools"]:
             if product is None or (pool["gpu_product"] or "").casefold() == product.casefold():
-                table.add_row(pool["pool"], pool["region"], pool["gpu_product"] or "-", str(pool["gpus"]),
-                              str(pool["held"]), str(pool["reserved"]), str(pool["free"]), str(pool["largest_free"]))  # fmt: skip
-        console.print(table)
+                counts = (pool[name] for name in ("gpus", "held", "reserved", "free", "largest_free"))
+                rows.add_row(pool["pool"], pool["region"], pool["gpu_product"] or "-", *map(str, counts))
+        rows.print()
         return
     with api_client(api, token) as client:
         data = client.call("GET", "/v1/capacity", params={"region": region, "gpu_product": product})
-        if output is OutputFormat.JSON:
-            print_json(data)
+        if is_data(output):
+            print_data(data, output)
         else:
             render_capacity(CapacityReport.model_validate(data).pools)

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from cli.output import OutputFormat, errors, fail, print_json, styled
+from cli.output import OutputFormat, errors, fail, is_data, output_option, print_data, styled
 from fleet.byo import adopt_node_lists
 from fleet.errors import FleetError
 from fleet.fleet import Fleet
@@ -38,9 +38,7 @@ def plan(
     files: Annotated[
         list[Path], typer.Option("--file", "-f", help="Fleet, deployment or replica file (YAML or JSON); repeatable.")
     ],
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="text (a YAML stream) or json.")] = (
-        OutputFormat.TEXT
-    ),
+    output: Annotated[OutputFormat, output_option("text (a YAML stream), json or yaml.")] = OutputFormat.TEXT,
     cluster: Annotated[
         str | None, typer.Option(help="Cluster that NodeList documents (kubectl get nodes -o yaml) describe.")
     ] = None,
@@ -82,8 +80,8 @@ def plan(
         replicas = [*replicas, *manifests]
         results.append((result, [manifest_dict(m) for m in manifests]))
 
-    if output is OutputFormat.JSON:
-        print_json({"plans": [_plan_json(r, m, estimates[r.deployment]) for r, m in results]})
+    if is_data(output):
+        print_data({"plans": [_plan_json(r, m, estimates[r.deployment]) for r, m in results]}, output)
     else:
         for name, made in estimates.items():
             for member, need in made.items():

@@ -12,12 +12,11 @@ from datetime import datetime
 from typing import Annotated
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from api.models import QueueItem, QueueList, QueuePlace, RegionQueue
-from cli.client import ApiOption, OutputOption, TenantOption, TokenOption, api_client
-from cli.output import OutputFormat, console, print_json, styled
+from cli.client import ApiOption, TenantOption, TokenOption, api_client
+from cli.output import Column, OutputFormat, OutputOption, console, is_data, print_data, styled, table
 
 
 def waited(seconds: float) -> str:
@@ -65,18 +64,16 @@ def _render_region(region: RegionQueue) -> None:
     if not region.entries:
         console.print(title)
         return
-    table = Table(title=title, title_justify="left")
     numbers = ("#", "share", "used", "waited")
     remembers = any(item.decayed_gpu_hours is not None for item in region.entries)
     columns = ("#", "allocation", "tenant", "priority", "request", "share", *(("used",) if remembers else ()),
                "waited", "deadline", "why")  # fmt: skip
-    for column in columns:
-        table.add_column(column, justify="right" if column in numbers else "left", no_wrap=column == "allocation")
+    rows = table(*(Column(c, key=c == "allocation", number=c in numbers) for c in columns), title=title)
     for item in region.entries:
         used = () if not remembers else (
             f"{item.decayed_gpu_hours:,.1f} GPU-h" if item.decayed_gpu_hours is not None else "",
         )  # fmt: skip
-        table.add_row(
+        rows.add_row(
             str(item.position),
             item.allocation_id,
             item.tenant,
@@ -88,7 +85,7 @@ def _render_region(region: RegionQueue) -> None:
             local_time(item.deadline_at),
             status(item),
         )
-    console.print(table)
+    rows.print()
 
 
 def render(queues: QueueList) -> None:
@@ -124,7 +121,7 @@ def queue(
     tenant's weighted share, then arrival; with how long each has waited and why it is not placed yet."""
     with api_client(api, token, tenant) as client:
         data = client.call("GET", "/v1/queues", params={"region": region, "pool": pool})
-        if output is OutputFormat.JSON:
-            print_json(data)
+        if is_data(output):
+            print_data(data, output)
             return
         render(QueueList.model_validate(data))

@@ -11,10 +11,10 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from cli.client import ApiOption, OutputOption, TenantOption, TokenOption, acting_tenant, api_client
-from cli.output import OutputFormat, console, print_json, styled
+from cli import values
+from cli.client import ApiOption, TenantOption, TokenOption, acting_tenant, api_client
+from cli.output import Column, OutputFormat, OutputOption, console, is_data, print_data, styled, table
 from cli.queue import local_time
 from scheduler.request import CapacityShape
 
@@ -25,9 +25,18 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="GPUs promise
 def create(
     gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs wanted, on one node.")],
     region: Annotated[str, typer.Option("--region", help="The region.")],
-    start: Annotated[str, typer.Option("--start", help="When the window starts (RFC 3339, e.g. 2026-12-01T09:00Z).")],
-    end: Annotated[str | None, typer.Option("--end", help="When it ends (RFC 3339).")] = None,
-    duration: Annotated[str | None, typer.Option("--duration", help="Or how long it lasts (48h, 90m).")] = None,
+    start: Annotated[
+        str,
+        typer.Option(
+            "--start",
+            help="When the window starts: 2026-12-01T09:00Z, tomorrow, now+2h (ISO 8601 or "
+            "relative to now, as `date -d` reads them).",
+        ),
+    ],
+    end: Annotated[str | None, typer.Option("--end", help="When it ends (the same forms as --start).")] = None,
+    duration: Annotated[
+        str | None, typer.Option("--duration", help="Or how long it lasts (48h, 90m; a unit is required).")
+    ] = None,
     product: Annotated[str | None, typer.Option("--product", help="GPU product, e.g. H100; unset: any.")] = None,
     pool: Annotated[
         str | None, typer.Option("--pool", help="One pool (cluster/pool); unset: any that serves it.")
@@ -39,13 +48,15 @@ def create(
     token: TokenOption = None,
 ) -> None:
     """Reserve GPUs of one node for a window."""
-    tenant = acting_tenant(tenant, token, announce=output is OutputFormat.TEXT)
-    body = {"gpu_count": gpus, "region": region, "starts_at": start, "ends_at": end, "duration": duration,
+    starts_at, ends_at = values.rfc3339(start, "--start"), values.rfc3339(end, "--end")
+    lasting = values.duration(duration, "--duration")
+    tenant = acting_tenant(tenant, token, announce=not is_data(output))
+    body = {"gpu_count": gpus, "region": region, "starts_at": starts_at, "ends_at": ends_at, "duration": lasting,
             "gpu_product": product, "pool": pool, "shape": shape.value, "tenant": tenant}  # fmt: skip
     with api_client(api, token, tenant) as client:
         data = client.call("POST", "/v1/reservations", json={k: v for k, v in body.items() if v is not None})
-    if output is OutputFormat.JSON:
-        print_json(data)
+    if is_data(output):
+        print_data(data, output)
         return
     console.print(styled("Reservation [bold]{}[/] on {}: {} GPUs from {} to {}", data["id"], data["node"],
                          data["gpu_count"], data["starts_at"], data["ends_at"]))  # fmt: skip
@@ -59,14 +70,17 @@ def list_(
     """Reservations by start (a tenant token: its own)."""
     with api_client(api, token, tenant) as client:
         data = client.call("GET", "/v1/reservations")
-    if output is OutputFormat.JSON:
-        print_json(data)
+    if is_data(output):
+        print_data(data, output)
         return
-    table = Table("RESERVATION", "TENANT", "STATE", "REGION", "NODE", "GPUS", "STARTS", "ENDS", "ALLOCATION")
+    rows = table(Column("reservation", key=True), "tenant", "state", "region", Column("node", key=True),
+                 Column("GPUs", number=True), "starts", "ends", Column("allocation", key=True),
+                 Column("reason", wide=True))  # fmt: skip
     for r in data["reservations"]:
-        table.add_row(r["id"], r["tenant"], r["state"], r["region"], r["node"], str(r["gpu_count"]),
-                      _local(r["starts_at"]), _local(r["ends_at"]), r["allocation_id"] or "-")  # fmt: skip
-    console.print(table)
+        rows.add_row(r["id"], r["tenant"], r["state"], r["region"], r["node"], str(r["gpu_count"]),
+                     _local(r["starts_at"]), _local(r["ends_at"]), r["allocation_id"] or "-",
+                     r["reason"] or "-")  # fmt: skip
+    rows.print()
 
 
 @app.command("cancel")
@@ -78,8 +92,8 @@ def cancel(
     """Cancel a reservation (after its start, its allocation gives everything back)."""
     with api_client(api, token, tenant) as client:
         data = client.call("DELETE", f"/v1/reservations/{reservation_id}")
-    if output is OutputFormat.JSON:
-        print_json(data)
+    if is_data(output):
+        print_data(data, output)
         return
     console.print(styled("Cancelling reservation [bold]{}[/]", data["id"]))
 

@@ -19,15 +19,13 @@ from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
-from rich.table import Table
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from cli.client import OutputOption
-from cli.output import OutputFormat, console, fail, print_json
+from cli import values
+from cli.output import Column, OutputFormat, OutputOption, console, fail, is_data, print_data, table
 from config.context import NotConfigured, database_url, write_private
 from config.settings import Settings
-from fleet.deadlines import parse_duration
 from store.db import create_engine, session_factory
 from store.tokens import Role, create_token, listed, revoke_tokens, verify
 
@@ -116,10 +114,10 @@ def create(
         fail("give exactly one of --tenant NAME (viewer or member), --role operator|admin, or --node NAME")
     expires_at = None
     if expires_in is not None:
-        try:
-            expires_at = datetime.now(UTC) + timedelta(seconds=_seconds(expires_in))
-        except ValueError as error:
-            fail(f"--expires-in {expires_in}: {error}")
+        lifetime = values.seconds(expires_in, "--expires-in", days=True)
+        if lifetime <= 0:
+            fail(f"--expires-in {expires_in!r}: a token's lifetime is more than 0", reason="invalid_argument")
+        expires_at = datetime.now(UTC) + timedelta(seconds=lifetime)
     if to_dir is not None or (nodes and len(nodes) > 1):
         if not nodes or to_dir is None:
             fail("--to-dir writes node tokens: give --node NAME (one or more) with --to-dir DIR")
@@ -137,23 +135,14 @@ def create(
         fail(str(error))
     except (OSError, OperationalError, DBAPIError) as error:
         fail(f"cannot reach the database: {error}")
-    if output is OutputFormat.JSON:
-        print_json({"role": chosen, "tenant": tenant, "node": node, "token": token,
-                    "expires_at": expires_at.isoformat() if expires_at else None})  # fmt: skip
+    if is_data(output):
+        print_data({"role": chosen, "tenant": tenant, "node": node, "token": token,
+                    "expires_at": expires_at.isoformat() if expires_at else None}, output)  # fmt: skip
         return
     whose = f"node {node}" if node else f"a {chosen} of tenant {tenant}" if tenant else f"an {chosen}"
     until = f", until {expires_at:%Y-%m-%d %H:%M} UTC" if expires_at else ""
     console.print(f"Token for {whose}{until} (shown once; store it now):", highlight=False)
     typer.echo(token)
-
-
-def _seconds(text: str) -> float:
-    """`90d`, `12h`, `1h30m`, `3600`: a token's lifetime."""
-    days = text.strip().removesuffix("d")
-    seconds = float(days) * 86400 if days != text.strip() and days.isdigit() else parse_duration(text)
-    if not isinstance(seconds, float) or seconds <= 0:
-        raise ValueError("not a positive duration (for example 90d, 12h or 1h30m)")
-    return seconds
 
 
 @app.command("list")
@@ -175,15 +164,15 @@ def list_tokens(
          "revoked_at": r.revoked_at.isoformat() if r.revoked_at else None}
         for r in rows
     ]  # fmt: skip
-    if output is OutputFormat.JSON:
-        print_json({"tokens": found})
+    if is_data(output):
+        print_data({"tokens": found}, output)
         return
-    table = Table("ID", "ROLE", "SCOPE", "LABEL", "CREATED", "ENDS", box=None, highlight=False)
+    rows = table(Column("id", key=True), "role", "scope", "label", "created", "ends", box=None, highlight=False)
     for t in found:
         ends = f"revoked {t['revoked_at'][:16]}" if t["revoked_at"] else (t["expires_at"] or "never")[:16]
         scope = f"tenant {t['tenant']}" if t["tenant"] else f"node {t['node']}" if t["node"] else "every tenant"
-        table.add_row(str(t["id"]), str(t["role"]), scope, str(t["label"] or ""), str(t["created_at"])[:16], ends)
-    console.print(table)
+        rows.add_row(str(t["id"]), str(t["role"]), scope, str(t["label"] or ""), str(t["created_at"])[:16], ends)
+    rows.print()
 
 
 def _write_node_tokens(nodes: list[str], directory: Path, label: str | None, per_node: bool = False) -> None:
@@ -244,11 +233,13 @@ def rotate(
         typer.Option("--dir-per-node", help="The token is DIR/<node>/token (as `create --dir-per-node` wrote it)."),
     ] = False,
     grace: Annotated[
-        float, typer.Option("--grace", min=0, help="Seconds the old token keeps working while the agent rereads.")
-    ] = 10.0,
+        str,
+        typer.Option("--grace", help="How long the old token keeps working while the agent rereads (10s; 0: none)."),
+    ] = "10s",
 ) -> None:
     """Replace a node's token without restarting its agent: write a new token over its file (the agent rereads it
-    every 2 s), wait `--grace` seconds, then revoke the node's older tokens."""
+    every 2 s), wait `--grace`, then revoke the node's older tokens."""
+    pause = values.seconds(grace, "--grace")
     path = to_dir / node / "token" if dir_per_node else to_dir / node
     if path.is_dir():
         fail(f"{path} is a directory: tokens written with `create --dir-per-node` are rotated with --dir-per-node")
@@ -268,8 +259,8 @@ def rotate(
     except OSError as error:
         _revoke(url, token_id=keep)  # never leave a live token that nobody holds
         fail(f"cannot write {path}: {error.strerror}; the new token was revoked, the old one still works")
-    console.print(f"new token for {node} written to {path}; older ones revoked in {grace:g} s", highlight=False)
-    time.sleep(grace)
+    console.print(f"new token for {node} written to {path}; older ones revoked in {grace}", highlight=False)
+    time.sleep(pause)
     try:
         revoked = _revoke(url, node=node, keep=keep)
     except (OSError, OperationalError, DBAPIError) as error:

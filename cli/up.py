@@ -21,7 +21,7 @@ from fleet.errors import FleetError
 
 
 def _show(context: StackContext, settings: Settings) -> None:
-    table = Table(show_header=False, box=None, padding=(0, 2))
+    table = Table.grid(padding=(0, 2))
     table.add_row("Temporal", context.temporal_address + f" (namespace {context.temporal_namespace})")
     table.add_row("Temporal UI", context.temporal_ui_url or "-")
     table.add_row("Database", context.database_url)

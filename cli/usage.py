@@ -2,45 +2,43 @@
 tenant used, from the usage ledger (one call to `GET /v1/usage`), in sreport's shape: GPU-hours, allocations, peak
 concurrent GPUs and share of the fleet per group. A tenant (`--tenant`, or a tenant token) reads its own.
 
-Times are RFC 3339 (`2026-11-01T00:00:00Z`) or a date (`2026-11-01`, midnight UTC); a time without an offset is
-UTC. Bad input is one line naming the flag, before anything is asked of the API.
+Times are ISO 8601 (`2026-11-01T00:00:00Z`, a date `2026-11-01` at midnight UTC; a time without an offset is UTC)
+or relative to now (`yesterday`, `now-168h`), as cli/values.py reads every time flag. Bad input is one line naming
+the flag, before anything is asked of the API.
 """
 
 from __future__ import annotations
 
 import csv
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from api.models import UsageReport
+from cli import values
 from cli.client import ApiOption, TenantOption, TokenOption, api_client
-from cli.output import console, fail, print_json, styled
+from cli.output import Column, console, fail, is_data, output_option, print_data, styled, table
 from contracts.usage import BUCKETS, GROUPINGS, parse_grouping
 
 COLUMNS = ("gpu_hours", "allocations", "peak_gpus", "share_of_fleet", "reserved_gpu_hours", "node_hours")
 
 
 class UsageFormat(StrEnum):
+    """Every command's formats (cli/output.py), and CSV for a spreadsheet."""
+
     TEXT = "text"
+    WIDE = "wide"
     JSON = "json"
+    YAML = "yaml"
     CSV = "csv"
 
 
 def instant(value: str | None, flag: str) -> datetime | None:
-    """An RFC 3339 instant or a date, as UTC where it names no offset; a bad one ends the command naming `flag`."""
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        fail(f"{flag} {value!r} is not a time: write 2026-11-01 or 2026-11-01T08:00:00Z")
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    return values.instant(value, flag) if value is not None else None
 
 
 def _group_cells(report: UsageReport) -> list[str]:
@@ -64,22 +62,20 @@ def render(report: UsageReport, to: Console = console) -> None:
     if not report.rows:
         to.print(styled("no usage from {}", window))
         return
-    table = Table(title=styled("[bold]usage[/] {} by {}", window, ", ".join(report.by)), title_justify="left")
-    for name in _group_cells(report):
-        table.add_column(name)
-    for name in ("GPU-hours", "allocations", "peak GPUs", "share of fleet", "reserved GPU-h", "node-hours"):
-        table.add_column(name, justify="right")
-    for values in _row_values(report):
-        table.add_row(
-            *(str(values[name]) if values[name] is not None else "-" for name in _group_cells(report)),
-            f"{values['gpu_hours']:,.2f}",
-            str(values["allocations"]),
-            str(values["peak_gpus"]),
-            f"{values['share_of_fleet']:.1%}" if values["share_of_fleet"] is not None else "-",
-            f"{values['reserved_gpu_hours']:,.2f}",
-            f"{values['node_hours']:,.2f}",
+    numbers = ("GPU-hours", "allocations", "peak GPUs", "share of fleet", "reserved GPU-h", "node-hours")
+    rows = table(*_group_cells(report), *(Column(name, number=True) for name in numbers),
+                 title=styled("[bold]usage[/] {} by {}", window, ", ".join(report.by)))  # fmt: skip
+    for cells in _row_values(report):
+        rows.add_row(
+            *(str(cells[name]) if cells[name] is not None else "-" for name in _group_cells(report)),
+            f"{cells['gpu_hours']:,.2f}",
+            str(cells["allocations"]),
+            str(cells["peak_gpus"]),
+            f"{cells['share_of_fleet']:.1%}" if cells["share_of_fleet"] is not None else "-",
+            f"{cells['reserved_gpu_hours']:,.2f}",
+            f"{cells['node_hours']:,.2f}",
         )
-    to.print(table)
+    rows.print(to)
     note = f"share of fleet: of the {report.fleet_gpus} GPUs the fleet has now"
     if report.rolled_up_before is not None and report.start < report.rolled_up_before:
         note += f"; before {report.rolled_up_before:%Y-%m-%d %H:%M}Z usage is kept per hour (whole hours, peak an upper bound)"
@@ -102,7 +98,7 @@ def usage(
     by: Annotated[str, typer.Option("--by", help=f"Comma-separated groupings: {', '.join(GROUPINGS)}.")] = "tenant",
     bucket: Annotated[str | None, typer.Option("--bucket", help="One row per hour or day, for a chart.")] = None,
     tenant: TenantOption = None,
-    output: Annotated[UsageFormat, typer.Option("--output", "-o", help="text, json or csv.")] = UsageFormat.TEXT,
+    output: Annotated[UsageFormat, output_option("text, wide, json, yaml or csv.")] = UsageFormat.TEXT,
     api: ApiOption = None,
     token: TokenOption = None,
 ) -> None:
@@ -121,8 +117,8 @@ def usage(
               "bucket": bucket}  # fmt: skip
     with api_client(api, token, tenant) as client:
         data = client.call("GET", "/v1/usage", params={k: v for k, v in params.items() if v is not None})
-    if output is UsageFormat.JSON:
-        print_json(data)
+    if is_data(output):
+        print_data(data, output)
         return
     report = UsageReport.model_validate(data)
     if output is UsageFormat.CSV:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,22 +23,29 @@ from pathlib import Path
 _PR_SET_PDEATHSIG = 1
 
 
-# Resolved here, in the parent: the forked child, before its exec, may only call it. Loading a library there
-# (dlopen) can crash the child of a process with other threads running (Temporal's, grpc's), which held the
-# loader's lock at the fork.
+# util-linux's `setpriv --pdeathsig` sets the signal in the child and then runs the command, so no Python runs in the
+# forked child: Python code there (a `preexec_fn`) runs the fork handlers other libraries registered and may touch
+# locks their threads (Temporal's, grpc's) held at the fork, and such a child died of SIGSEGV before its exec now and
+# then. A system without setpriv (it is in util-linux, essential on Debian) falls back to the preexec_fn, with prctl
+# resolved here in the parent rather than loaded in the child.
+_SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
 _prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl if sys.platform.startswith("linux") else None
 
 
-def _die_with_parent(sig: signal.Signals) -> Callable[[], None] | None:
+def _with_parent_death_signal(command: list[str], sig: signal.Signals) -> tuple[list[str], Callable[[], None] | None]:
+    """The command to run and the preexec_fn (None when none is needed) that make the child get `sig` when the
+    thread that forked it dies."""
+    if _SETPRIV is not None:
+        return [_SETPRIV, f"--pdeathsig={sig.name}", "--", *command], None
     prctl = _prctl
     if prctl is None:
-        return None
+        return command, None
     number = int(sig)
 
     def _set() -> None:
         prctl(_PR_SET_PDEATHSIG, number)
 
-    return _set
+    return command, _set
 
 
 def spawn(
@@ -50,6 +58,7 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """Run `command` in its own session with output appended to `log_file`."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
+    command, preexec = _with_parent_death_signal(command, on_parent_death)
     with open(log_file, "ab") as log:
         return subprocess.Popen(
             command,
@@ -59,7 +68,7 @@ def spawn(
             user=user,
             env=None if env is None else dict(env),
             start_new_session=True,
-            preexec_fn=_die_with_parent(on_parent_death),
+            preexec_fn=preexec,
         )
 
 

@@ -1,8 +1,13 @@
 """A pool's per-state deadlines (a Berth addition to the pool spec): how long an allocation may stay in each
 non-final state on this pool's hosts before it gives back what it did and fails.
 
-Durations are written as Go and Kubernetes write them (`90s`, `15m`, `1h30m`) or as a number of seconds. Only the
-states given here change; the others keep the control plane's defaults (`workflows.allocation_messages.Timing`).
+Durations are written as Go and Kubernetes write them (`90s`, `15m`, `1h30m`) or, in a fleet file, as a number of
+seconds. Only the states given here change; the others keep the control plane's defaults
+(`workflows.allocation_messages.Timing`).
+
+A duration a person types (a `berth` flag, a field of an API body) must carry its unit: `typed_duration` refuses a
+bare `5`, which is as likely meant as five hours as five seconds, and says what it accepts. A fleet file keeps its
+documented numbers of seconds (`parse_duration`), since a reviewed file reads them next to their field's name.
 
     nodePools:
     - name: h200-slice
@@ -22,21 +27,41 @@ from fleet.meta import Spec
 # The states an allocation can sit in before it is active, then `releasing`; `placing` covers `pending`.
 DEADLINE_STATES = ("placing", "planning", "claiming", "provisioning", "waiting_ready", "releasing")
 
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_NUMBER = r"[0-9]+(?:\.[0-9]+)?"  # ASCII digits only: `\d` would take other scripts' digits too
+_PART = re.compile(f"({_NUMBER})(ms|h|m|s)")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+# What `typed_duration` accepts, exactly: `0`, or numbers each with its unit. The API publishes it as the fields'
+# JSON Schema pattern, so what the schema calls well formed and what the parser takes are the same strings.
+DURATION_PATTERN = f"^(0|({_NUMBER}(h|m|s|ms))+)$"
+DURATION_FORMS = "a number and its unit (h, m, s or ms), parts added: 90s, 15m, 2h, 1h30m; 0 needs none"
+
+
+def typed_duration(text: str) -> float:
+    """A duration a person typed, in seconds: `"1h30m"` -> 5400.0. A bare number other than 0 is refused with the
+    forms that would be taken; so is anything else that is not a duration."""
+    if text == "0":
+        return 0.0
+    if re.fullmatch(DURATION_PATTERN, text):
+        return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _PART.findall(text))
+    if re.fullmatch(_NUMBER, text.strip()):
+        n = text.strip()
+        raise ValueError(f"{text!r} has no unit: write {n}s, {n}m or {n}h (a duration is {DURATION_FORMS})")
+    raise ValueError(f"{text!r} is not a duration: write {DURATION_FORMS}")
 
 
 def parse_duration(value: object) -> object:
-    """`"1h30m"` -> 5400.0; a number is seconds already. Anything else is left for pydantic to refuse."""
+    """A fleet file's duration: `"1h30m"` -> 5400.0, and a number (or a string of one) is seconds already.
+    Anything else is left for pydantic to refuse."""
     if isinstance(value, bool):  # JSON's true is no number of seconds, though Python counts it as 1
         raise ValueError(f"{str(value).lower()} is not a duration (for example 90s, 15m or 1h30m)")
     if isinstance(value, str):
         text = value.strip()
-        if re.fullmatch(r"\d+(\.\d+)?", text):
+        if re.fullmatch(_NUMBER, text):
             return float(text)
-        if text and _PART.sub("", text) == "":
-            return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _PART.findall(text))
-        raise ValueError(f"{value!r} is not a duration (for example 90s, 15m or 1h30m)")
+        try:
+            return typed_duration(text)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a duration (for example 90s, 15m or 1h30m)") from None
     return value
 
 

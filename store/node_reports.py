@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.node import Slot
+from fleet.vocabulary import NodeStatus
 from scheduler.host.checks import NodeValidation, SlotVerdict, ValidationState
 from scheduler.host.health import STICKY, HealthState, SlotHealth
 from scheduler.host.inventory import MAX_HOST_BYTES, HostInventory
@@ -102,8 +103,10 @@ async def record_report(
         agent.topology, agent.host, agent.host_reported_at = report.topology, report.host.model_dump(mode="json"), now
         validation = await _store_validation(session, list(rows), slots, report.host, now)
         agent.slices_blocked = validation.slices_blocked
+    drained = None
     if report.health is not None:
         _write_health(list(rows), report.health, now)
+        drained = await _drain_if_asked(session, node, report.health)
     repaired = any(
         row.repaired_at is not None and row.repaired_at >= (row.health_at or row.repaired_at) for row in rows
     )
@@ -116,7 +119,25 @@ async def record_report(
         slots=[slot.model_dump(mode="json", by_alias=True) for slot in slots] if report.approved != current else None,
         validation=validation,
         send_health=True if report.health is None and repaired else None,
+        drained=drained,
     )
+
+
+async def _drain_if_asked(session: AsyncSession, node: str, verdicts: list[SlotHealth]) -> str | None:
+    """Mark the node DRAINING when a GPU's driver asks for what only a drain repairs (its recovery action is a node
+    reboot, or a drain and reset): nothing new lands on it, and the caller tells each allocation on it, as an
+    operator's `berth nodes drain` does. The reason names the slot and the action; `uncordon` ends the drain once the
+    node is repaired. A node draining already, or DOWN in the fleet file, is left as it is."""
+    asking = [v for v in verdicts if v.drain_node and v.recovery_action is not None]
+    if not asking:
+        return None
+    row = await session.get(NodeRow, node, with_for_update=True, populate_existing=True)
+    if row is None or row.status in (NodeStatus.DRAINING, NodeStatus.DOWN):
+        return None
+    row.status = NodeStatus.DRAINING.value
+    first = asking[0]
+    assert first.recovery_action is not None
+    return f"slot {first.index}: the GPU driver's recovery action is {first.recovery_action.value}"
 
 
 async def _locked_agent(session: AsyncSession, node: str, now: datetime, expires: datetime) -> NodeAgentRow:

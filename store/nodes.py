@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, Select, func, select, update
+from sqlalchemy import Row, Select, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from store.db import among
@@ -60,11 +60,17 @@ async def node_page(
     limit: int,
 ) -> Sequence[NodeSummary]:
     """Up to `limit` node summaries by name, of the region and status when given, after the name `after` (a keyset
-    page)."""
+    page). `status` is what the node is doing, as the API shows it: `READY` needs a live agent too, `NOT_READY` is
+    READY without one (never reported, or stopped); the others are the node's own status."""
     query = _nodes()
     if region is not None:
         query = query.where(ClusterRow.region == region)
-    if status is not None:
+    live = NodeAgentRow.state == "live"  # NULL for a node whose agent never reported
+    if status == "READY":
+        query = query.where(NodeRow.status == "READY", live)
+    elif status == "NOT_READY":
+        query = query.where(NodeRow.status == "READY", or_(NodeAgentRow.node.is_(None), ~live))
+    elif status is not None:
         query = query.where(NodeRow.status == status)
     if after is not None:
         query = query.where(NodeRow.name > after)

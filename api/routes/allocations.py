@@ -41,6 +41,7 @@ from api.auth import Member, Operator, Viewer, acting_tenant, require_act
 from api.cursor import CursorParam
 from api.errors import ApiError, ErrorEnvelope, conflict, error_responses
 from api.models import (
+    RECORDED,
     AllocationAccepted,
     AllocationCreate,
     AllocationDetail,
@@ -326,7 +327,7 @@ async def retry_allocation(
             raise _not_retryable(allocation_id, refused.state) from refused
         return AllocationAccepted(id=row.id, state=row.state, workflow_id=row.workflow_id)
     try:
-        request = AllocationCreate.model_validate(row.request)
+        request = AllocationCreate.model_validate(row.request, context=RECORDED)  # its durations in seconds
     except ValidationError as error:
         raise conflict(f"allocation {allocation_id} was not created through the API; it cannot be restarted") from error
     await app.control.require_worker()

@@ -1,7 +1,11 @@
-"""`/v1/nodes` (admin): the GPU hosts, their agents and slot validation, cordoning; and the agents' reports.
+"""`/v1/nodes` (admin): the GPU hosts, their agents and slot validation, cordoning and draining; and the agents'
+reports.
 
-A cordoned node takes no new allocations (the scheduler only places on READY nodes) and keeps the ones it has.
-The cordon survives re-applying an unchanged fleet file; uncordon makes the node READY again.
+A node's `status` says what it is doing (`api.models.NodeState`): READY takes new allocations; NOT_READY is READY
+in the fleet but has no live agent (it never reported, or stopped), so nothing lands there either; CORDONED takes
+nothing new and keeps what it has; DRAINING was drained: nothing new, and each allocation's owner was told to move;
+DOWN is the fleet file's. The scheduler places only on READY nodes with a live agent, so READY is exactly "takes
+work". Cordon and drain survive re-applying an unchanged fleet file; uncordon makes the node READY again.
 
 `POST /v1/nodes/{node}/report` is the node agents' route: a node token may report only for its own node (anything
 else is refused and logged); see `api/heartbeats.py` for why most reports cost no database write.
@@ -25,6 +29,7 @@ from api.models import (
     DrainResult,
     NodeInfo,
     NodeList,
+    NodeState,
     QuarantinedSlot,
     RepairBody,
     RepairedSlot,
@@ -71,6 +76,7 @@ def _info(
     unhealthy: list[UnhealthySlot] | None = None,
 ) -> NodeInfo:  # fmt: skip
     gpus, available, reserved, quarantined_count, validated, compatible = (count or 0 for count in counts)
+    live = agent is not None and agent.state == "live"
     return NodeInfo(
         name=node.name,
         cluster=pool.cluster,
@@ -78,7 +84,7 @@ def _info(
         region=region,
         shape=pool.shape,
         gpu_product=pool.gpu_product,
-        status=node.status,
+        status=NodeState.NOT_READY if node.status == NodeStatus.READY and not live else node.status,
         declared_status=node.declared_status,
         gpus=gpus,
         available_slots=available,
@@ -151,7 +157,7 @@ async def list_nodes(
     caller: Operator,
     app: App,
     region: Name | None = None,
-    status: NodeStatus | None = None,
+    status: NodeState | None = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="At most this many on the page.")] = 1000,
     cursor_: Annotated[CursorParam, Query(alias="cursor")] = None,
 ) -> NodeList:
@@ -187,47 +193,59 @@ async def get_node(node: NodePath, caller: Operator, app: App) -> NodeInfo:
         return await _one(session, node)
 
 
-async def _set_status(app: Services, name: str, wanted: str) -> NodeInfo:
+async def _set_status(app: Services, name: str, wanted: NodeStatus) -> NodeInfo:
+    """Cordon (a draining node stays DRAINING: it already takes nothing new), drain or uncordon; a node the fleet
+    file declares DOWN is the file's to change."""
     async with app.sessions.begin() as session:
         node = await store.locked_node(session, name)
         if node is None:
             raise not_found("node", name)
-        if node.status in (NodeStatus.DOWN.value, NodeStatus.DRAINING.value):
-            raise conflict(f"node {name} is {node.status}; only a READY or CORDONED node can be (un)cordoned")
-        await store.set_status(session, node, wanted)
+        if node.status == NodeStatus.DOWN:
+            raise conflict(f"node {name} is DOWN in the fleet file; only a READY, CORDONED or DRAINING node can be "
+                           "cordoned, drained or uncordoned")  # fmt: skip
+        if not (wanted is NodeStatus.CORDONED and node.status == NodeStatus.DRAINING):
+            await store.set_status(session, node, wanted.value)
         return await _one(session, name)
 
 
 @router.post("/{node}/cordon", response_model=NodeInfo, responses=error_responses(401, 403, 404, 409, 422))
 async def cordon(node: NodePath, caller: Operator, app: App) -> NodeInfo:
     """Stop placing new allocations on the node. Cordoning a cordoned node changes nothing."""
-    return await _set_status(app, node, NodeStatus.CORDONED.value)
+    return await _set_status(app, node, NodeStatus.CORDONED)
 
 
 @router.post("/{node}/uncordon", response_model=NodeInfo, responses=error_responses(401, 403, 404, 409, 422))
 async def uncordon(node: NodePath, caller: Operator, app: App) -> NodeInfo:
-    """Let the node take allocations again. Uncordoning a READY node changes nothing."""
-    info = await _set_status(app, node, NodeStatus.READY.value)
+    """Let the node take allocations again, cordoned or drained. Uncordoning a READY node changes nothing."""
+    info = await _set_status(app, node, NodeStatus.READY)
     app.queue_walks.ask(f"node {node} uncordoned")
     return info
 
 
 @router.post("/{node}/drain", response_model=DrainResult, responses=error_responses(401, 403, 404, 409, 422))
 async def drain(node: NodePath, caller: Operator, app: App) -> DrainResult:
-    """Cordon the node and tell each allocation on it (issue 27): its owner sees `drain_notice` with the reason and
-    releases it when ready; nothing is torn down. Draining again tells nobody twice."""
-    info = await _set_status(app, node, NodeStatus.CORDONED.value)
+    """Mark the node DRAINING (nothing new lands) and tell each allocation on it: its owner sees `drain_notice`
+    with the reason and releases it when ready; nothing is torn down. Draining again tells nobody twice; uncordon
+    ends the drain."""
+    info = await _set_status(app, node, NodeStatus.DRAINING)
+    told, not_told = await _tell_drain(app, DrainNotice(node=node))
+    return DrainResult(node=info, told=told, not_told=not_told)
+
+
+async def _tell_drain(app: Services, notice: DrainNotice) -> tuple[list[str], list[str]]:
+    """Tell each allocation on the draining node (`drain_notice`): (told, not told, as the workflow is gone or
+    Temporal unreachable)."""
     async with app.sessions() as session:
-        holding = await store.holders(session, node)
+        holding = await store.holders(session, notice.node)
     told, not_told = [], []
     for allocation_id in holding:
         try:
-            await app.control.tell_drain(allocation_id, DrainNotice(node=node))
+            await app.control.tell_drain(allocation_id, notice)
             told.append(allocation_id)
         except Exception as error:  # noqa: BLE001 - the workflow gone or Temporal unreachable: said in the answer
-            log.warning("allocation %s was not told that node %s drains: %s", allocation_id, node, error)
+            log.warning("allocation %s was not told that node %s drains: %s", allocation_id, notice.node, error)
             not_told.append(allocation_id)
-    return DrainResult(node=info, told=told, not_told=not_told)
+    return told, not_told
 
 
 @router.post("/{node}/repair", response_model=RepairResult, responses=error_responses(401, 403, 404, 422))
@@ -302,6 +320,9 @@ async def report(node: NodePath, body: NodeReport, caller: Reporter, app: App) -
     await app.heartbeats.maybe_flush(app.sessions)
     if body.health is not None:
         await _tell_failures(app, node)
+    if reply.drained is not None:  # a GPU's driver asked for what only a drain repairs: as an operator's drain
+        log.warning("node %s drains: %s", node, reply.drained)
+        await _tell_drain(app, DrainNotice(node=node, reason=reply.drained))
     # Not a heartbeat: the agent (re)started, or its host or approval changed, so its node may take work again.
     app.queue_walks.ask(f"node {node} reported")
     return reply

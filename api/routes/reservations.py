@@ -57,7 +57,9 @@ class ReservationCreate(Strict):
     )
     starts_at: AwareDatetime = Field(description="RFC 3339 with an offset; in the future.")
     ends_at: AwareDatetime | None = Field(default=None, description="After starts_at.")
-    duration: LeaseDuration | None = Field(default=None, description="`48h`, `90m` or seconds: the alternative.")
+    duration: LeaseDuration | None = Field(
+        default=None, description="`48h`, `90m` (a unit is required): the alternative."
+    )
     tenant: Name | None = Field(default=None, description="Required with an admin token; a tenant token's own.")
 
     @model_validator(mode="after")

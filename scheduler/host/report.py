@@ -60,6 +60,9 @@ class ReportReply(BaseModel):
     approved: str  # the hash of the node's approved slots now
     slots: list[dict[str, Any]] | None = None  # the approved slots (fleet-file form), when the agent's hash differs
     validation: NodeValidation | None = None  # the verdicts stored, when this report computed them
+    # Why this report put the node in DRAINING: a GPU's driver asked for what only a drain repairs (a node reboot, a
+    # drain and reset). None: it did not, or the node was draining already (or DOWN, the fleet file's to change).
+    drained: str | None = None
 
 
 def approved_hash(slots: Iterable[Slot]) -> str:

@@ -83,7 +83,7 @@ async def test_the_tenants_default_timeout_makes_a_request_wait_and_the_default_
     place = (await stack.wait_for(waiting["id"], "queued"))["queue"]
     assert (place["priority"], place["priority_class"]) == (-10, "batch")
 
-    status, refused = await _create(stack, {"gpu_count": 2, "queue": {"timeout": 0}}, stack.globex)
+    status, refused = await _create(stack, {"gpu_count": 2, "queue": {"timeout": "0"}}, stack.globex)
     assert status == 409 and refused["error"]["code"] == "quota_exceeded"  # timeout 0: it does not wait
 
     assert (await stack.http.post(f"/v1/allocations/{waiting['id']}/cancel", headers=stack.globex)).status_code == 202

@@ -135,10 +135,11 @@ async def test_a_tenant_sees_only_the_regions_pools_and_nodes_its_policy_lets_it
     operator = await _post(stack, "/v1/explain", {"gpu_count": 1, "tenant": "globex"}, stack.admin, detail="true")
     assert operator.json()["explanation"]["levels"][1]["dropped"] == {"region_not_allowed": 1}
 
-    # A node or region the tenant may not use is answered as one that does not exist, with its own choices.
+    # A node or region the tenant may not use is answered exactly as one that does not exist, with its own choices,
+    # in words true of both: it is not in the regions the tenant may use.
     remote = await _unknown(stack, {"nodes": ["remote"]}, stack.globex)
     assert remote == await _unknown(stack, {"nodes": ["nowhere"]}, stack.globex) | {
-        "message": "node 'remote' does not exist in the fleet; choose one of: big, slow, small",
+        "message": "no node 'remote' in the regions your tenant may use; available to you: big, slow, small",
         "details": [{"field": "body.nodes[0]", "value": "remote", "choices": ["big", "slow", "small"]}],
     }
     assert remote["code"] == "unknown_node"

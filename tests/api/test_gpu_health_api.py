@@ -153,13 +153,13 @@ async def test_a_failure_whose_signal_was_lost_is_told_by_the_reconciler(stack: 
     await stack.wait_for(held, "released")
 
 
-async def test_a_drain_cordons_the_node_and_tells_each_allocation_on_it_once(stack: Stack) -> None:
+async def test_a_drain_marks_the_node_draining_and_tells_each_allocation_on_it_once(stack: Stack) -> None:
     held = await stack.create(4)
     assert (await stack.wait_for(held, "active"))["node"] == "big"
     assert (await stack.http.post("/v1/nodes/big/drain", headers=stack.acme)).status_code == 403
     drained = await stack.http.post("/v1/nodes/big/drain", headers=stack.admin)
     assert drained.status_code == 200, drained.text
-    assert (drained.json()["node"]["status"], drained.json()["told"]) == ("CORDONED", [held])
+    assert (drained.json()["node"]["status"], drained.json()["told"]) == ("DRAINING", [held])
     await stack.http.post("/v1/nodes/big/drain", headers=stack.admin)  # again: the owner is not told twice
     for _ in range(100):
         events = (await stack.get(held))["events"]

@@ -139,7 +139,7 @@ def test_usage_reports_what_was_held_as_a_table_json_and_csv(terminal: Terminal)
     acme = next(row for row in report["rows"] if row["tenant"] == "acme")
     assert acme["pool"] == "lab-1/slices" and acme["gpu_hours"] > 0 and acme["allocations"] >= 1
     table = terminal.ok("usage", "--by", "tenant,pool")
-    assert "usage" in table and "acme" in table and "lab-1/slices" in table and "GPU-hours" in table
+    assert "usage" in table and "acme" in table and "lab-1/slices" in table and "GPU-HOURS" in table
     lines = terminal.ok("usage", "--by", "tenant,pool", "-o", "csv").splitlines()
     assert lines[0] == "tenant,pool,gpu_hours,allocations,peak_gpus,share_of_fleet,reserved_gpu_hours,node_hours"
     assert any(line.startswith("acme,lab-1/slices,") for line in lines[1:]), lines
@@ -189,13 +189,15 @@ def test_wait_on_an_allocation_that_fails_exits_1_with_its_reason_and_retry_plac
 
     wait_json = terminal.berth("alloc", "create", "--gpus", "4", "--wait", "-o", "json")
     assert json.loads(wait_json.stdout)["failure_reason"].startswith("insufficient_capacity")
-    assert "failed: insufficient_capacity" in one_error_line(wait_json)
+    assert (
+        wait_json.exit_code == 1 and "failed: insufficient_capacity" in json.loads(wait_json.stderr)["error"]["message"]
+    )
 
 
 def test_retry_excluding_a_node_then_cancel(terminal: Terminal) -> None:
-    timed_out = terminal.berth("alloc", "create", "--gpus", "1", "--wait", "--timeout", "1")
+    timed_out = terminal.berth("alloc", "create", "--gpus", "1", "--wait", "--timeout", "1s")
     line = one_error_line(timed_out)
-    assert " after 1 s; follow it with `berth alloc get " in line and "is still " in line
+    assert " after 1s; follow it with `berth alloc get " in line and "is still " in line
     allocation_id = line.split()[2]  # error: allocation ID is still ...
     stuck = terminal.wait_for(allocation_id, "waiting_ready")
     assert stuck["node"] == "slow"  # best fit; that host never boots
@@ -233,9 +235,9 @@ def test_capacity_per_pool(terminal: Terminal) -> None:
     assert (pool["pool"], pool["raw_free_gpus"]) == ("lab-1/slices", 7)
     assert pool["slices"] == {"1": 7, "2": 3, "4": 1, "8": 0}
     table = terminal.ok("capacity", "--region", "lab", "--product", "H200")
-    assert (
-        "│ lab-1/slices │ lab    │ gpu_slice │ H200    │         3/3 │           0 │    7 │       7/7 │        7 │       0/0 │     7 │     3 │"
-        in table
+    assert re.search(r"┃ VALIDATED GPUS ┃ VALID SLICE BUNDLES ┃ RAW FREE ┃ DEGRADED ┃ FAILED ┃ 1-GPU ┃", table)
+    assert re.search(
+        r"│ lab-1/slices │ lab +│ gpu_slice │ H200 +│ +3/3 │ +0 │ +7 │ +7 │ +7 │ +7 │ +0 │ +0 │ +7 │ +3 │ +1 │", table
     )
 
     terminal.wait_for(terminal.json("alloc", "create", "--gpus", "4")["id"], "active")
@@ -248,7 +250,7 @@ def test_capacity_per_pool(terminal: Terminal) -> None:
 def test_nodes_list_cordon_and_uncordon(terminal: Terminal) -> None:
     listed = terminal.ok("nodes", "list")
     for name, gpus in (("big", 4), ("slow", 1), ("small", 2)):
-        row = rf"│ {name:<5} │ lab-1/slices │ lab    │ gpu_slice │ H200    │ READY  │ live \d\d:\d\d:\d\d │ +{gpus} │ +{gpus}/{gpus} │"
+        row = rf"│ {name:<5} │ lab-1/slices │ lab    │ gpu_slice │ H200    │ READY  │ live [0-9:]+ │( +{gpus} │){{3}}"
         assert re.search(row, listed), listed
     shown = terminal.ok("nodes", "get", "big")
     agent, signals = shown.split("agent:")[1].split("health signals")
@@ -300,7 +302,8 @@ def test_tokens_create_issues_working_tokens(terminal: Terminal) -> None:
         (["--admin", "--tenant", "acme"], "give exactly one of --tenant NAME (viewer or member)"),
         (["--role", "operator", "--tenant", "acme"], "give exactly one of --tenant NAME (viewer or member)"),
         (["--role", "owner"], "--role owner: use viewer, member, operator or admin"),
-        (["--tenant", "acme", "--expires-in", "soon"], "--expires-in soon: "),
+        (["--tenant", "acme", "--expires-in", "soon"], "--expires-in 'soon' is not a duration: "),
+        (["--tenant", "acme", "--expires-in", "90"], "--expires-in '90' has no unit: write 90s, 90m or 90h"),
         (["--node", "nosuch"], "unknown node 'nosuch': apply a fleet file that declares it first"),
         (["--tenant", "nobody"], "unknown tenant 'nobody': apply a fleet file that declares it first"),
         (["--admin", "--to-dir", "x"], "--to-dir writes node tokens: give --node NAME (one or more) with --to-dir DIR"),

@@ -37,7 +37,10 @@ def test_constraints_reach_the_scheduler_and_mistakes_are_one_line(terminal: Ter
     assert terminal.wait_for(created["id"], "active")["node"] == "big"
 
     region = one_error_line(terminal.berth("alloc", "create", "--gpus", "1", "--region", "mars"))
-    assert region == ("error: region 'mars' does not exist in the fleet; choose one of: lab (unknown_region, HTTP 422)")
+    assert region == (  # with the tenant's token (acme, the context's first): its part of the fleet, said as such
+        "error: no region 'mars' among the regions your tenant may use; available to you: lab "
+        "(unknown_region, HTTP 422)"
+    )
     node = one_error_line(terminal.berth("explain", "--gpus", "1", "--node", "huge"))
     assert node == (
         "error: node 'huge' does not exist in the fleet; choose one of: big, slow, small (unknown_node, HTTP 422)"

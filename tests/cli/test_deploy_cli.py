@@ -32,7 +32,7 @@ def write(tmp_path: Path, name: str, *documents: dict[str, Any]) -> str:
 
 def test_apply_get_list_delete_in_text_and_json(terminal: Terminal, tmp_path: Path) -> None:
     file = write(tmp_path, "llama.yaml", deployment("llama", 2))
-    applied = terminal.ok("deploy", "apply", "-f", file, "--wait", "--timeout", "60")
+    applied = terminal.ok("deploy", "apply", "-f", file, "--wait", "--timeout", "60s")
     assert "Created deployment llama." in applied
     assert "2 available, 2 scheduled, 2 desired" in applied and "FullyScheduled" in applied
     assert "llama-east-0" in applied and "serve: serve" in applied and "ready" in applied
@@ -78,7 +78,7 @@ def test_errors_are_one_line(terminal: Terminal, tmp_path: Path) -> None:
 def test_berth_apply_tells_running_deployments_to_replan(terminal: Terminal, tmp_path: Path) -> None:
     """A fleet change made with `berth apply` reaches running deployments at once, as `PUT /v1/fleet` does."""
     file = write(tmp_path, "regrow.yaml", deployment("regrow", 4))
-    terminal.ok("deploy", "apply", "-f", file, "--wait", "--timeout", "60")
+    terminal.ok("deploy", "apply", "-f", file, "--wait", "--timeout", "60s")
     assert terminal.json("deploy", "get", "regrow")["available"] == 3  # east 2 + west 1 nodes
 
     grown = tmp_path / "grown.yaml"

@@ -31,7 +31,7 @@ def _gone(terminal: Terminal, *args: str) -> None:
 def test_namespace_from_the_manifest_or_the_option(terminal: Terminal, tmp_path: Path) -> None:
     manifest = deployment("ns-llama", 1)
     manifest["metadata"]["namespace"] = "prod"
-    applied = terminal.ok("deploy", "apply", "-f", write(tmp_path, "prod.yaml", manifest), "--wait", "--timeout", "60")
+    applied = terminal.ok("deploy", "apply", "-f", write(tmp_path, "prod.yaml", manifest), "--wait", "--timeout", "60s")
     assert "Created deployment prod/ns-llama." in applied and "1 available" in applied
     # -n puts a manifest without a namespace into that namespace; the default namespace is another deployment.
     plain = write(tmp_path, "plain.yaml", deployment("ns-llama", 1))
@@ -48,7 +48,7 @@ def test_namespace_from_the_manifest_or_the_option(terminal: Terminal, tmp_path:
     ]  # fmt: skip
     assert [d["namespace"] for d in terminal.json("deploy", "list", "-n", "prod")["deployments"]] == ["prod"]
     table = terminal.ok("deploy", "list")
-    assert "namespace" in table and "staging" in table
+    assert "NAMESPACE" in table and "staging" in table
 
     # A manifest naming another namespace than -n is refused by the API, naming the field.
     line = one_error_line(terminal.berth("deploy", "apply", "-f", write(tmp_path, "p.yaml", manifest), "-n", "dev"))

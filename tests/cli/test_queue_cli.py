@@ -96,7 +96,7 @@ def test_alloc_create_asks_to_wait_with_a_priority_class(
         unknown = terminal.berth("alloc", "create", "--gpus", "1", "--queue-timeout", "30m", "--priority-class", "vip")
         assert "PriorityClass 'vip' does not exist (unknown_priority_class, HTTP 422)" in one_error_line(unknown)
         bad = terminal.berth("alloc", "create", "--gpus", "1", "--queue-timeout", "soon")
-        assert "body.queue.timeout" in one_error_line(bad)
+        assert "--queue-timeout 'soon' is not a duration" in one_error_line(bad)  # read before anything is sent
 
         created = terminal.json("alloc", "create", "--gpus", "1", "--tenant", "globex", "--queue-timeout", "30m",
                                 "--priority-class", "urgent")  # fmt: skip
