@@ -44,87 +44,86 @@ def _kubectl() -> tuple[str | None, str]:
 
 KUBECTL, NO_KUBECTL = _kubectl()
 
-# The fields of the Prometheus Operator's ServiceMonitor (monitoring.coreos.com/v1) these manifests use, as its API
-# reference describes them; the CRD is not a Kubernetes built-in, so kubernetes-validate does not know it.
-SERVICE_MONITOR = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "monitoring.coreos.com/v1"},
-        "kind": {"const": "ServiceMonitor"},
-        "metadata": {"type": "object", "required": ["name"]},
-        "spec": {
-            "type": "object",
-            "required": ["selector", "endpoints"],
-            "additionalProperties": False,
-            "properties": {
-                "selector": {"type": "object", "properties": {"matchLabels": {"type": "object"}}},
-                "endpoints": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "port": {"type": "string"},
-                            "path": {"type": "string"},
-                            "interval": {"type": "string", "pattern": "^(0|(([0-9]+)(y|w|d|h|m|s|ms))+)$"},
-                        },
-                    },
+_DURATION = {"type": "string", "pattern": "^(0|(([0-9]+)(y|w|d|h|m|s|ms))+)$"}
+_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+
+
+def _operator_object(kind: str, spec: dict[str, object]) -> dict[str, object]:
+    """A Prometheus Operator object (monitoring.coreos.com/v1) as its API reference describes it: a CRD, so
+    kubernetes-validate does not know it, and these manifests' use of it is checked against `spec`."""
+    return {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "kind": {"const": kind},
+            "metadata": {"type": "object", "required": ["name"]},
+            "spec": spec,
+        },
+    }
+
+
+# The ServiceMonitor's fields these manifests use.
+SERVICE_MONITOR = _operator_object(
+    "ServiceMonitor",
+    {
+        "type": "object",
+        "required": ["selector", "endpoints"],
+        "additionalProperties": False,
+        "properties": {
+            "selector": {"type": "object", "properties": {"matchLabels": {"type": "object"}}},
+            "endpoints": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"port": {"type": "string"}, "path": {"type": "string"}, "interval": _DURATION},
                 },
             },
         },
     },
-}
-_DURATION = {"type": "string", "pattern": "^(0|(([0-9]+)(y|w|d|h|m|s|ms))+)$"}
-_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
-# The Prometheus Operator's PrometheusRule (monitoring.coreos.com/v1), the fields of its API reference that alerting
-# rules use: like the ServiceMonitor, a CRD kubernetes-validate does not know.
-PROMETHEUS_RULE = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "monitoring.coreos.com/v1"},
-        "kind": {"const": "PrometheusRule"},
-        "metadata": {"type": "object", "required": ["name"]},
-        "spec": {
-            "type": "object",
-            "required": ["groups"],
-            "additionalProperties": False,
-            "properties": {
-                "groups": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        "type": "object",
-                        "required": ["name", "rules"],
-                        "additionalProperties": False,
-                        "properties": {
-                            "name": {"type": "string", "minLength": 1},
-                            "interval": _DURATION,
-                            "rules": {
-                                "type": "array",
-                                "items": {
-                                    "type": "object",
-                                    "required": ["alert", "expr"],
-                                    "additionalProperties": False,
-                                    "properties": {
-                                        "alert": {"type": "string", "minLength": 1},
-                                        "expr": {"type": "string", "minLength": 1},
-                                        "for": _DURATION,
-                                        "keep_firing_for": _DURATION,
-                                        "labels": _STRINGS,
-                                        "annotations": _STRINGS,
-                                    },
+)
+# The PrometheusRule's fields that alerting rules use.
+PROMETHEUS_RULE = _operator_object(
+    "PrometheusRule",
+    {
+        "type": "object",
+        "required": ["groups"],
+        "additionalProperties": False,
+        "properties": {
+            "groups": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["name", "rules"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1},
+                        "interval": _DURATION,
+                        "rules": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["alert", "expr"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    "alert": {"type": "string", "minLength": 1},
+                                    "expr": {"type": "string", "minLength": 1},
+                                    "for": _DURATION,
+                                    "keep_firing_for": _DURATION,
+                                    "labels": _STRINGS,
+                                    "annotations": _STRINGS,
                                 },
                             },
                         },
                     },
-                }
-            },
+                },
+            }
         },
     },
-}
+)
 CUSTOM_RESOURCES = {"ServiceMonitor": SERVICE_MONITOR, "PrometheusRule": PROMETHEUS_RULE}
 WORKLOADS = ("Deployment", "DaemonSet", "Job")
 

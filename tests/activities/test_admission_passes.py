@@ -56,3 +56,18 @@ async def test_releases_while_a_pass_waits_for_the_lock_share_it(sessions, tempo
         entry.reason
         == "quota: tenant acme would exceed its GPU quota: 0 active + 0 in flight + 1000 requested > quota 32"
     )
+
+
+async def test_a_release_where_nobody_waits_does_not_queue_on_the_regions_lock(
+    sessions, temporal_client, examples_dir
+) -> None:
+    """Most releases free capacity nobody waits for: their pass reads the empty queue without the region's placement
+    lock, so it never waits behind the decisions holding it."""
+    async with sessions.begin() as session:
+        await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
+    admission = AdmissionActivities(sessions, temporal_client)
+    async with sessions.begin() as holding:  # a decision in the region holds its lock throughout
+        await lock_region(holding, "us-east")
+        result = await asyncio.wait_for(admission.walk(["us-east"]), timeout=10)
+        assert (result.woken, result.waiting) == ([], 0)
+        assert not await _waiting_for_the_lock(sessions)

@@ -37,6 +37,43 @@ async def _example_fleet(
     return ActivityEnvironment(), RecordActivities(sessions), ClaimActivities(sessions)
 
 
+async def test_a_claim_is_all_or_nothing_and_a_refused_claim_keeps_its_story(sessions, examples_dir) -> None:
+    """The claim is one statement: a slot taken or missing refuses the whole claim, names the slot, and leaves every
+    slot as it was; the steps the refused claim carried are written all the same (the allocation's story)."""
+    env, records, claims = await _example_fleet(sessions, examples_dir)
+    for allocation in ("holder", "late"):
+        record = AllocationRecord(allocation_id=allocation, tenant="acme", workflow_id=f"allocation/{allocation}",
+                                  request=PlacementRequest(gpu_count=2))  # fmt: skip
+        await env.run(records.record_trail, AuditTrail(opening=record))
+    held = ClaimInput(
+        allocation_id="holder", attempt=1, node="j22u05", tenant="acme", gpu_count=1, bundles=[_bundle(1)]
+    )
+    await env.run(claims.record_claims, held)
+
+    step = StateChange(allocation_id="late", run_id="r1", state="claiming", step="record_claims", attempt=1,
+                       node="j22u05")  # fmt: skip
+    late = ClaimInput(allocation_id="late", attempt=1, node="j22u05", tenant="acme", gpu_count=2,
+                      bundles=[_bundle(0), _bundle(1)], trail=AuditTrail(changes=[step]))  # fmt: skip
+    with pytest.raises(ApplicationError) as taken:
+        await env.run(claims.record_claims, late)
+    assert taken.value.type == "ClaimConflict"
+    assert taken.value.message == "slots [1] of j22u05 are already reserved or quarantined"
+    with pytest.raises(ApplicationError) as missing:
+        await env.run(claims.record_claims, late.model_copy(update={"bundles": [_bundle(0), _bundle(99)]}))
+    assert missing.value.message == "slots [99] of j22u05 are not in the inventory"
+
+    async with sessions() as session:
+        states = dict((await session.execute(
+            select(SlotRow.slot_index, SlotRow.state).where(SlotRow.node_id == "j22u05", SlotRow.slot_index < 2)
+        )).all())  # fmt: skip
+        claimed = (await session.scalars(select(ClaimRow.allocation_id))).all()
+        steps = (await session.scalars(
+            select(AllocationEventRow.step).where(AllocationEventRow.allocation_id == "late")
+        )).all()  # fmt: skip
+    assert states == {0: "available", 1: "reserved"} and claimed == ["holder"]
+    assert "record_claims" in steps
+
+
 async def test_claims_and_records_are_idempotent_and_conflicts_are_typed(sessions, examples_dir) -> None:
     env, records, claims = await _example_fleet(sessions, examples_dir)
     for allocation in ("a", "b"):
