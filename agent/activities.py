@@ -231,15 +231,22 @@ class NodeAgent:
     def host_state(self) -> HostState:
         """The agent's own account of its host for the reconciler: every VM its runtime has and every lease file."""
         vms = [
-            VmFact(allocation_id=vm.allocation_id, vm_id=vm.vm_id, slot_indexes=sorted(vm.slot_indexes),
-                   created_at=datetime.fromtimestamp(vm.created_at, UTC))
+            VmFact(
+                allocation_id=vm.allocation_id,
+                vm_id=vm.vm_id,
+                slot_indexes=sorted(vm.slot_indexes),
+                created_at=datetime.fromtimestamp(vm.created_at, UTC),
+            )
             for vm in self.vms.list()
-        ]  # fmt: skip
+        ]
         leases = [
-            LeaseFact(allocation_id=lease.allocation_id, slot_indexes=sorted(b.slot_index for b in lease.devices),
-                      expires_at=lease.expires_at)
+            LeaseFact(
+                allocation_id=lease.allocation_id,
+                slot_indexes=sorted(b.slot_index for b in lease.devices),
+                expires_at=lease.expires_at,
+            )
             for lease in self.leases.read_all()
-        ]  # fmt: skip
+        ]
         return HostState(node=self.node, vms=vms, leases=leases, read_at=datetime.now(UTC))
 
     @activity.defn(name="wipe_slots")
@@ -260,8 +267,9 @@ class NodeAgent:
             if unknown:
                 raise ApplicationError(
                     f"slots {sorted(unknown)} are not in {self.node}'s approved slots, so their devices are unknown",
-                    type=WIPE_FAILED, non_retryable=True,
-                )  # fmt: skip
+                    type=WIPE_FAILED,
+                    non_retryable=True,
+                )
             outcomes = self.wiped(self.vms.wipe([approved[i] for i in sorted(set(request.slot_indexes))]))
         failures = [f"slot {o.index}: {o.error}" for o in outcomes if not o.ok]
         if failures:
@@ -270,6 +278,11 @@ class NodeAgent:
 
     def activities(self) -> list[object]:
         return [
-            self.plan, self.release_lease, self.create_vm, self.wait_ready, self.destroy_vm, self.host_state,
+            self.plan,
+            self.release_lease,
+            self.create_vm,
+            self.wait_ready,
+            self.destroy_vm,
+            self.host_state,
             self.wipe_slots,
-        ]  # fmt: skip
+        ]

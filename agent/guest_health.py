@@ -99,12 +99,12 @@ def guest_signals(nvidia_smi: Exited, kernel_log: Exited | None, gpus: int) -> l
                 xids=sorted(set(xids.get(gpu.bus, []))),
                 ecc_uncorrectable=_count(
                     gpu, "ECC Errors > Volatile > DRAM Uncorrectable", "ECC Errors > Volatile > Double Bit > Total"
-                ),  # fmt: skip
+                ),
                 remap_pending=_yes(gpu, "Remapped Rows > Pending"),
                 remap_failed=_yes(gpu, "Remapped Rows > Remapping Failure Occurred"),
                 retirement_pending=_yes(
                     gpu, "Retired Pages > Pending Page Blacklist", "Retired Pages > Pending Page Retirement"
-                ),  # fmt: skip
+                ),
                 channel_repair_pending=_yes(gpu, "ECC Errors > Channel Repair Pending"),
                 tpc_repair_pending=_yes(gpu, "ECC Errors > TPC Repair Pending"),
                 recovery_action=_recovery_action(_value(gpu, "GPU Recovery Action")),

@@ -64,9 +64,11 @@ class HttpReportSink:
 
     def _post(self, node: str, body: bytes) -> ReportReply:
         request = urllib.request.Request(
-            f"{self._api}/v1/nodes/{urllib.parse.quote(node, safe='')}/report", data=body, method="POST",
+            f"{self._api}/v1/nodes/{urllib.parse.quote(node, safe='')}/report",
+            data=body,
+            method="POST",
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-        )  # fmt: skip
+        )
         try:
             with urllib.request.urlopen(request, timeout=self._timeout) as response:  # noqa: S310 - the API's URL
                 return ReportReply.model_validate_json(response.read())
@@ -113,9 +115,10 @@ class NodeReporter:
         resets = self.agent.reset_failures
         return [
             s.model_copy(update={"guest": guest.get(s.index), "wipe_failed": resets.get(s.index) or s.wipe_failed})
-            if s.index in guest or s.index in resets else s
+            if s.index in guest or s.index in resets
+            else s
             for s in signals
-        ]  # fmt: skip
+        ]
 
     async def report_once(self, host: HostInventory | None = None) -> ReportReply:
         """One report: the whole host the first time and whenever it changed, the slots' health the first time and
@@ -127,8 +130,13 @@ class NodeReporter:
         changed = health if _verdicts(health) != _verdicts(self.sent_health) else None
 
         def report(with_host: bool) -> NodeReport:
-            return NodeReport(agent=info, topology=topology, approved=self.agent.approved.hash,
-                              host=host if with_host else None, health=changed)  # fmt: skip
+            return NodeReport(
+                agent=info,
+                topology=topology,
+                approved=self.agent.approved.hash,
+                host=host if with_host else None,
+                health=changed,
+            )
 
         reply = await self.sink.send(self.agent.node, report(topology != self._sent_topology))
         if reply.send_host:
@@ -184,7 +192,9 @@ def _seen(now: SlotSignals, before: SlotSignals | None) -> SlotSignals:
     kept = {
         role: getattr(before, role)
         for role in ("gpu", "fabric", "nvme")
-        if getattr(now, role) is not None and not getattr(now, role).present
-        and getattr(before, role) is not None and getattr(before, role).present
-    }  # fmt: skip
+        if getattr(now, role) is not None
+        and not getattr(now, role).present
+        and getattr(before, role) is not None
+        and getattr(before, role).present
+    }
     return now.model_copy(update=kept) if kept else now

@@ -60,8 +60,11 @@ class SimulatedTopology:
         for slot in slots:
             if not slot.approved:
                 continue
-            clean = {"index": slot.index, "gpu": _clean_pcie(slot.gpu_pci),
-                     "fabric": _clean_pcie(slot.fabric_vf_pci) if slot.fabric_vf_pci else None}  # fmt: skip
+            clean = {
+                "index": slot.index,
+                "gpu": _clean_pcie(slot.gpu_pci),
+                "fabric": _clean_pcie(slot.fabric_vf_pci) if slot.fabric_vf_pci else None,
+            }
             try:
                 found.append(SlotSignals.model_validate({**clean, **overrides.get(str(slot.index), {})}))
             except ValidationError:
@@ -70,20 +73,35 @@ class SimulatedTopology:
 
 
 def _clean_pcie(address: str) -> dict[str, object]:
-    return {"address": address, "present": True, "driver": "vfio-pci", "aer_fatal": 0, "aer_nonfatal": 0,
-            "aer_correctable": 0, "link_speed": 32.0, "max_link_speed": 32.0, "link_width": 16,
-            "max_link_width": 16}  # fmt: skip
+    return {
+        "address": address,
+        "present": True,
+        "driver": "vfio-pci",
+        "aer_fatal": 0,
+        "aer_nonfatal": 0,
+        "aer_correctable": 0,
+        "link_speed": 32.0,
+        "max_link_speed": 32.0,
+        "link_width": 16,
+        "max_link_width": 16,
+    }
 
 
 def simulated_host(node: Node, *, with_vfs: bool = True) -> HostInventory:
     groups = itertools.count(10)
     gpus = [
         Gpu(
-            address=slot.gpu_pci, vendor_id="10de", device_id="0000", class_code="030200", driver="vfio-pci",
-            numa_node=slot.numa_node, iommu_group=next(groups), product="NVIDIA (simulated)",
+            address=slot.gpu_pci,
+            vendor_id="10de",
+            device_id="0000",
+            class_code="030200",
+            driver="vfio-pci",
+            numa_node=slot.numa_node,
+            iommu_group=next(groups),
+            product="NVIDIA (simulated)",
         )
         for slot in node.slots
-    ]  # fmt: skip
+    ]
     parents: dict[str, list[str]] = {}
     vfs: dict[str, FabricDevice] = {}
     for slot in node.slots:
@@ -91,29 +109,43 @@ def simulated_host(node: Node, *, with_vfs: bool = True) -> HostInventory:
             parents.setdefault(slot.fabric_parent_pci, [])
         if with_vfs and slot.fabric_vf_pci is not None and slot.fabric_vf_pci not in vfs:
             vfs[slot.fabric_vf_pci] = FabricDevice(
-                address=slot.fabric_vf_pci, vendor_id="15b3", device_id="101e", class_code="020700",
-                driver="vfio-pci", numa_node=slot.numa_node, iommu_group=next(groups), role=FabricRole.VF,
+                address=slot.fabric_vf_pci,
+                vendor_id="15b3",
+                device_id="101e",
+                class_code="020700",
+                driver="vfio-pci",
+                numa_node=slot.numa_node,
+                iommu_group=next(groups),
+                role=FabricRole.VF,
                 parent=slot.fabric_parent_pci,
-            )  # fmt: skip
+            )
             if slot.fabric_parent_pci is not None:
                 parents[slot.fabric_parent_pci].append(slot.fabric_vf_pci)
     numa_of = {slot.fabric_parent_pci: slot.numa_node for slot in node.slots if slot.fabric_parent_pci}
     pfs = [
         FabricDevice(
-            address=pf, vendor_id="15b3", device_id="101d", class_code="020700", driver="mlx5_core",
-            numa_node=numa_of[pf], iommu_group=next(groups), role=FabricRole.PF, vfs=sorted(children),
+            address=pf,
+            vendor_id="15b3",
+            device_id="101d",
+            class_code="020700",
+            driver="mlx5_core",
+            numa_node=numa_of[pf],
+            iommu_group=next(groups),
+            role=FabricRole.PF,
+            vfs=sorted(children),
         )
         for pf, children in sorted(parents.items())
-    ]  # fmt: skip
+    ]
     nvme = [
         NvmeNamespace(
-            name=f"nvme{slot.index}n1", wwid=f"eui.sim{node.name}{slot.index}",
+            name=f"nvme{slot.index}n1",
+            wwid=f"eui.sim{node.name}{slot.index}",
             by_id=[slot.nvme_device] if slot.nvme_device.startswith("/dev/disk/by-id/") else [],
             numa_node=slot.numa_node,
         )
         for slot in node.slots
         if slot.nvme_device is not None
-    ]  # fmt: skip
+    ]
     cpus_per_cell = max(node.cpus // node.numa_nodes, 1)
     numa = [
         NumaCell(
@@ -181,9 +213,13 @@ class SimulatedVmDriver:
             return Readiness(ssh=False, cloud_init=False, nvidia_smi=False, detail="no such VM")
         if self.simulation.cloud_init_fails:
             return Readiness(
-                ssh=True, cloud_init=False, nvidia_smi=False, detail="cloud_init: status: error",
-                failed_gate="cloud_init", failure="simulated fault: cloud-init status: error",
-            )  # fmt: skip
+                ssh=True,
+                cloud_init=False,
+                nvidia_smi=False,
+                detail="cloud_init: status: error",
+                failed_gate="cloud_init",
+                failure="simulated fault: cloud-init status: error",
+            )
         if self.simulation.never_ready:
             return Readiness(ssh=True, cloud_init=False, nvidia_smi=False, detail="simulated fault: cloud-init hangs")
         booted = (self.clock() - record.created_at) / max(self.simulation.boot_seconds, 1e-9)
@@ -219,8 +255,13 @@ class SimulatedVmDriver:
     def wipe(self, slots: list[Slot]) -> list[SlotWipe]:
         """Records the wipe it would do (`wipes.log`); `simulation.wipeFails` plays an NVMe whose format fails."""
         if self.simulation.wipe_fails:
-            return [SlotWipe(index=s.index, error=f"NVMe {s.nvme_device or 'of slot ' + str(s.index)}: simulated "
-                             "fault: format failed") for s in slots]  # fmt: skip
+            return [
+                SlotWipe(
+                    index=s.index,
+                    error=f"NVMe {s.nvme_device or 'of slot ' + str(s.index)}: simulated fault: format failed",
+                )
+                for s in slots
+            ]
         with open(self.wipe_log, "a") as log:
             log.write(json.dumps({"at": self.clock(), "slots": [slot.index for slot in slots]}) + "\n")
         return [SlotWipe(index=slot.index, nvme_method="simulated", gpu_reset=True) for slot in slots]

@@ -104,8 +104,19 @@ def create_app(
     app.add_middleware(RequestLog, services=services)  # outside BodyLimit and the routes: reads whom they verified
     app.add_middleware(RequestCounter, metrics=services.metrics)
     # nodes first: its report route is what every agent calls every interval, and routes are matched in order.
-    for module in (nodes, allocations, deployments, placement, queue_routes, reservations, usage, fleet, audit,
-                   identity, health):  # fmt: skip
+    for module in (
+        nodes,
+        allocations,
+        deployments,
+        placement,
+        queue_routes,
+        reservations,
+        usage,
+        fleet,
+        audit,
+        identity,
+        health,
+    ):
         app.include_router(module.router)
     _complete_openapi(app)
     tracing.configure("berth-api")

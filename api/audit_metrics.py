@@ -28,9 +28,10 @@ class AuditMetrics:
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily(
-            "berth_audit_repairs", "Repairs the reconciler recorded, by finding kind and outcome (PostgreSQL).",
+            "berth_audit_repairs",
+            "Repairs the reconciler recorded, by finding kind and outcome (PostgreSQL).",
             labels=["kind", "outcome"],
-        )  # fmt: skip
+        )
         for (kind, outcome), count in sorted(self.repairs.items()):
             family.add_metric([kind, outcome], count)
         yield family

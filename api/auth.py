@@ -112,8 +112,11 @@ Reporter = Annotated[Principal, Depends(needs("node"))]
 def require_act(caller: Principal, tenant: str) -> None:
     """403 for a caller that may see `tenant`'s object but not change it (a viewer there)."""
     if not caller.may_act(tenant):
-        raise ApiError(403, "forbidden", f"{caller.actor} is a {caller.role_in(tenant)} of tenant {tenant!r}: only a "
-                       "member may change its objects")  # fmt: skip
+        raise ApiError(
+            403,
+            "forbidden",
+            f"{caller.actor} is a {caller.role_in(tenant)} of tenant {tenant!r}: only a member may change its objects",
+        )
 
 
 def acting_tenant(caller: Principal, named: str | None, *, act: bool = True) -> str:

@@ -44,8 +44,12 @@ class BodyTooLarge(HTTPException):
 
 
 def too_large(limit: int) -> ApiError:
-    return ApiError(413, "payload_too_large", f"the request body is larger than this route's limit of {limit} bytes",
-                    {"limit_bytes": limit})  # fmt: skip
+    return ApiError(
+        413,
+        "payload_too_large",
+        f"the request body is larger than this route's limit of {limit} bytes",
+        {"limit_bytes": limit},
+    )
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,23 @@ from workflows.deployment_messages import DeploymentStatus, DeploymentTiming, qu
 
 
 async def apply(
-    control: ControlPlane, name: str, manifest: dict[str, Any], timing: DeploymentTiming,
+    control: ControlPlane,
+    name: str,
+    manifest: dict[str, Any],
+    timing: DeploymentTiming,
     namespace: str = DEFAULT_NAMESPACE,
-) -> bool:  # fmt: skip
+) -> bool:
     client = await control.client()
     async with control.call(not_found("deployment", qualified_name(name, namespace))):
         return await deployment_client.apply(
-            client, name, manifest, queues=control.queues, timing=timing, wait_seconds=control.timeouts.call_seconds,
+            client,
+            name,
+            manifest,
+            queues=control.queues,
+            timing=timing,
+            wait_seconds=control.timeouts.call_seconds,
             namespace=namespace,
-        )  # fmt: skip
+        )
 
 
 async def running(control: ControlPlane, name: str, namespace: str = DEFAULT_NAMESPACE) -> bool:

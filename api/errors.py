@@ -182,7 +182,14 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
-    for database in (DBAPIError, PoolTimeout, DisconnectionError, ConnectionError, asyncpg.PostgresError,
-                     asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError):  # fmt: skip
+    for database in (
+        DBAPIError,
+        PoolTimeout,
+        DisconnectionError,
+        ConnectionError,
+        asyncpg.PostgresError,
+        asyncpg.InterfaceError,
+        asyncpg.exceptions.InternalClientError,
+    ):
         app.add_exception_handler(database, _database_error)
     app.add_exception_handler(Exception, _bug)

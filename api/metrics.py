@@ -87,19 +87,39 @@ class Metrics:
             queued,
             registry=self.registry,
         )
-        self.slots = Gauge("berth_slots", "Approved slots by pool and state: free, placeable, reserved, quarantined "
-                           "(PostgreSQL).", ["pool", "state"], registry=self.registry)  # fmt: skip
+        self.slots = Gauge(
+            "berth_slots",
+            "Approved slots by pool and state: free, placeable, reserved, quarantined (PostgreSQL).",
+            ["pool", "state"],
+            registry=self.registry,
+        )
         self.agents = Gauge("berth_agents", "Node agents by state (PostgreSQL).", ["state"], registry=self.registry)
-        self.down_allocations = Gauge("berth_agent_down_allocations", "Unfinished allocations on a node whose agent "
-                                      "is down (PostgreSQL).", ["node"], registry=self.registry)  # fmt: skip
-        self.oldest = Gauge("berth_allocation_oldest_seconds", "How long the longest allocation in each unfinished "
-                            "state has been in it (PostgreSQL).", ["state"], registry=self.registry)  # fmt: skip
-        self.placement = Gauge("berth_placement_seconds", "Create to active, over the allocations that became "
-                               "active in the last hour (PostgreSQL).", ["quantile"], registry=self.registry)  # fmt: skip
-        self.placements = Gauge("berth_placements", "Allocations that became active in the last hour (PostgreSQL).",
-                                registry=self.registry)  # fmt: skip
-        self.control_workers = Gauge("berth_control_workers", "Control workers polling the control task queue "
-                                     "(Temporal; -1 when it does not answer).", registry=self.registry)  # fmt: skip
+        self.down_allocations = Gauge(
+            "berth_agent_down_allocations",
+            "Unfinished allocations on a node whose agent is down (PostgreSQL).",
+            ["node"],
+            registry=self.registry,
+        )
+        self.oldest = Gauge(
+            "berth_allocation_oldest_seconds",
+            "How long the longest allocation in each unfinished state has been in it (PostgreSQL).",
+            ["state"],
+            registry=self.registry,
+        )
+        self.placement = Gauge(
+            "berth_placement_seconds",
+            "Create to active, over the allocations that became active in the last hour (PostgreSQL).",
+            ["quantile"],
+            registry=self.registry,
+        )
+        self.placements = Gauge(
+            "berth_placements", "Allocations that became active in the last hour (PostgreSQL).", registry=self.registry
+        )
+        self.control_workers = Gauge(
+            "berth_control_workers",
+            "Control workers polling the control task queue (Temporal; -1 when it does not answer).",
+            registry=self.registry,
+        )
 
     async def render(self, session: AsyncSession, control_workers: int | None = None) -> bytes:
         """Refresh the PostgreSQL-backed gauges (and the control workers Temporal counts, when given: None, it did

@@ -48,9 +48,15 @@ MAX_LABELS = 64
 # which leaves a key matching no pattern unconstrained: schemathesis sent `{"": ...}` as valid and got a 422.
 Labels = Annotated[
     dict[LabelKey, LabelValue],
-    WithJsonSchema({"type": "object", "propertyNames": {"pattern": LABEL_KEY},
-                    "additionalProperties": {"type": "string", "pattern": LABEL_VALUE}, "maxProperties": MAX_LABELS}),
-]  # fmt: skip
+    WithJsonSchema(
+        {
+            "type": "object",
+            "propertyNames": {"pattern": LABEL_KEY},
+            "additionalProperties": {"type": "string", "pattern": LABEL_VALUE},
+            "maxProperties": MAX_LABELS,
+        }
+    ),
+]
 PCI_ADDRESS = r"^([0-9a-fA-F]{4}|[0-9a-fA-F]{8}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$"  # scheduler/host/inventory.py
 
 
@@ -109,10 +115,16 @@ def _typed_duration(most: float, zero: bool) -> BeforeValidator:
             return float(value)  # type: ignore[arg-type]
         if not isinstance(value, str):
             said = json.dumps(value)
-            message = f"{said} has no unit: write \"{said}s\", \"{said}m\" or \"{said}h\"" if number else (
-                f"{said} is not a duration")  # fmt: skip
-            raise PydanticCustomError("duration_type", "{message} (a duration is a string: {forms})",
-                                      {"message": message, "forms": DURATION_FORMS})  # fmt: skip
+            message = (
+                f'{said} has no unit: write "{said}s", "{said}m" or "{said}h"'
+                if number
+                else (f"{said} is not a duration")
+            )
+            raise PydanticCustomError(
+                "duration_type",
+                "{message} (a duration is a string: {forms})",
+                {"message": message, "forms": DURATION_FORMS},
+            )
         try:
             seconds = typed_duration(value)
         except ValueError as error:
@@ -448,10 +460,12 @@ class NodeInfo(BaseModel):
     region: str | None
     shape: str
     gpu_product: str | None
-    status: NodeState = Field(description="What the node is doing: READY (takes work), NOT_READY (no live agent), "
-                              "CORDONED, DRAINING or DOWN.")  # fmt: skip
-    declared_status: str = Field(description="The status the fleet file gives; `status` differs while cordoned, "
-                                 "drained or without a live agent.")  # fmt: skip
+    status: NodeState = Field(
+        description="What the node is doing: READY (takes work), NOT_READY (no live agent), CORDONED, DRAINING or DOWN."
+    )
+    declared_status: str = Field(
+        description="The status the fleet file gives; `status` differs while cordoned, drained or without a live agent."
+    )
     gpus: int
     available_slots: int
     reserved_slots: int

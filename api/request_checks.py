@@ -122,9 +122,11 @@ def invalid_request(field: str, message: str, problem: str = "gpu_pins") -> ApiE
     """The shape of a schema error (`invalid_request`), for rules no schema can state: between fields, or against
     the clock."""
     return ApiError(
-        422, "invalid_request", f"the request is not valid: {field}: {message}",
+        422,
+        "invalid_request",
+        f"the request is not valid: {field}: {message}",
         [{"field": field, "message": message, "type": problem}],
-    )  # fmt: skip
+    )
 
 
 def check_lease(body: AllocationCreate) -> None:

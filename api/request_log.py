@@ -53,7 +53,14 @@ class RequestLog:
             return  # an unauthenticated request is no one's action (401s are counted by the request metrics)
         try:
             async with self.services.sessions.begin() as session:
-                await requests.record(session, actor=caller.actor, role=caller.role, method=scope["method"],
-                                      route=route, path=scope["path"], status=status)  # fmt: skip
+                await requests.record(
+                    session,
+                    actor=caller.actor,
+                    role=caller.role,
+                    method=scope["method"],
+                    route=route,
+                    path=scope["path"],
+                    status=status,
+                )
         except Exception as error:  # the answer is sent; a lost record is logged, never an error
             log.warning("could not record %s %s by %s: %s", scope["method"], scope["path"], caller.actor, error)

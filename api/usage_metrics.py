@@ -21,9 +21,10 @@ class UsageMetrics:
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily(
-            "berth_gpu_seconds", "GPU-seconds allocations held, by tenant, GPU product and region (the usage ledger).",
+            "berth_gpu_seconds",
+            "GPU-seconds allocations held, by tenant, GPU product and region (the usage ledger).",
             labels=["tenant", "product", "region"],
-        )  # fmt: skip
+        )
         for tenant, product, region, seconds in self.totals:
             family.add_metric([tenant, product, region], round(seconds, 3))
         yield family

@@ -79,8 +79,15 @@ async def _prepare(url: str, nodes: int, interval: float) -> list[Agent]:
         await engine.dispose()
 
 
-async def _send(client: httpx.AsyncClient, agents: list[Agent], replies: dict[str, str], count: int, offset: int,
-                concurrency: int, steady: bool) -> None:  # fmt: skip
+async def _send(
+    client: httpx.AsyncClient,
+    agents: list[Agent],
+    replies: dict[str, str],
+    count: int,
+    offset: int,
+    concurrency: int,
+    steady: bool,
+) -> None:
     """`count` reports, round-robin over the agents, `concurrency` in flight."""
     queue: asyncio.Queue[Agent] = asyncio.Queue()
     for i in range(count):
@@ -91,9 +98,10 @@ async def _send(client: httpx.AsyncClient, agents: list[Agent], replies: dict[st
             node, token, start = queue.get_nowait()
             report = start.model_copy(update={"host": None, "approved": replies[node]}) if steady else start
             response = await client.post(
-                f"/v1/nodes/{node}/report", content=report.model_dump_json(exclude_none=True),
+                f"/v1/nodes/{node}/report",
+                content=report.model_dump_json(exclude_none=True),
                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-            )  # fmt: skip
+            )
             assert response.status_code == 200, response.text
             replies[node] = response.json()["approved"]
 
@@ -110,10 +118,22 @@ async def main(nodes: int, reports: int, interval: float, rounds: int, concurren
             port = free_port()
             environment = os.environ | {"BERTH_DATABASE_URL": server.url, "BERTH_STATE_DIR": str(Path(home) / "state")}
             api = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app", "--host", "127.0.0.1",
-                 "--port", str(port), "--log-level", "warning", "--no-access-log"],
+                [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "--factory",
+                    "api.app:create_app",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--log-level",
+                    "warning",
+                    "--no-access-log",
+                ],
                 env=environment,
-            )  # fmt: skip
+            )
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
                 for _ in range(300):
                     try:

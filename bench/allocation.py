@@ -78,15 +78,42 @@ FAST = Timing(agent_pickup_seconds=10, readiness_poll_seconds=0.05, readiness_wi
 
 def fleet_yaml(nodes: int, gpus: int = 8) -> str:
     documents = [
-        {"apiVersion": "berth.dev/v1alpha1", "kind": "Region", "metadata": {"name": "bench"}, "spec": {"prices": {"H200": 3.0}}},
-        {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant", "metadata": {"name": "bench"}, "spec": {"gpuQuota": 10**6}},
-        {"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceClass", "metadata": {"name": "h200"},
-         "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": gpus}]}},
-        {"apiVersion": "berth.dev/v1alpha1", "kind": "InferenceCluster", "metadata": {"name": "bench-1"},
-         "spec": {"region": "bench", "nodePools": [{"name": "slices", "className": "h200", "shape": "gpu_slice",
-                  "gpuProduct": "H200", "nodeTemplate": {"count": nodes, "namePrefix": "b-", "gpusPerNode": gpus,
-                                                          "numaNodes": 2}}]}},
-    ]  # fmt: skip
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "Region",
+            "metadata": {"name": "bench"},
+            "spec": {"prices": {"H200": 3.0}},
+        },
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "Tenant",
+            "metadata": {"name": "bench"},
+            "spec": {"gpuQuota": 10**6},
+        },
+        {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "InferenceClass",
+            "metadata": {"name": "h200"},
+            "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": gpus}]},
+        },
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "InferenceCluster",
+            "metadata": {"name": "bench-1"},
+            "spec": {
+                "region": "bench",
+                "nodePools": [
+                    {
+                        "name": "slices",
+                        "className": "h200",
+                        "shape": "gpu_slice",
+                        "gpuProduct": "H200",
+                        "nodeTemplate": {"count": nodes, "namePrefix": "b-", "gpusPerNode": gpus, "numaNodes": 2},
+                    }
+                ],
+            },
+        },
+    ]
     return yaml.safe_dump_all(documents, sort_keys=False)
 
 
@@ -175,14 +202,18 @@ async def gateway_process(stack: Stack, fleet_file: Path, queues: Queues) -> tup
     ready = stack.home / f"{queues.control}-gateway.ready"
     environment = {
         **{k: v for k, v in os.environ.items() if not k.startswith("BERTH_")},
-        "BERTH_DATABASE_URL": stack.postgres.url, "BERTH_TEMPORAL_ADDRESS": stack.temporal.address,
-        "BERTH_GATEWAY_LISTEN": address, "BERTH_NODE_TASK_QUEUE_PREFIX": queues.node_prefix,
+        "BERTH_DATABASE_URL": stack.postgres.url,
+        "BERTH_TEMPORAL_ADDRESS": stack.temporal.address,
+        "BERTH_GATEWAY_LISTEN": address,
+        "BERTH_NODE_TASK_QUEUE_PREFIX": queues.node_prefix,
         "BERTH_STATE_DIR": str(stack.home / "gateway-state"),
-    }  # fmt: skip
+    }
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "gateway", "--ready-file", str(ready)], env=environment,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [sys.executable, "-m", "cli.main", "gateway", "--ready-file", str(ready)],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     stack.gateways.append(gateway)
     while not is_marked_ready(ready, gateway.pid):
         if gateway.poll() is not None:
@@ -201,9 +232,7 @@ async def _run_workers(
     if via_gateway:
         address, tokens = await gateway_process(stack, fleet_file, queues)
         arguments[2:] = [address, queues.node_prefix, str(tokens)]
-    agents = subprocess.Popen(
-        [sys.executable, "-m", "bench.agent_host", *arguments], stdout=subprocess.PIPE, text=True
-    )  # fmt: skip
+    agents = subprocess.Popen([sys.executable, "-m", "bench.agent_host", *arguments], stdout=subprocess.PIPE, text=True)
     assert agents.stdout is not None
     await asyncio.to_thread(agents.stdout.readline)  # "ready"
     stack.agent_hosts.append(agents)
@@ -211,9 +240,18 @@ async def _run_workers(
         for n in range(control_processes):
             times_file = stack.home / f"{queues.control}-{n}.lock-times.json"
             control = subprocess.Popen(
-                [sys.executable, "-m", "bench.control_host", stack.postgres.url, stack.temporal.address,
-                 queues.control, str(times_file)], stdout=subprocess.PIPE, text=True,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.control_host",
+                    stack.postgres.url,
+                    stack.temporal.address,
+                    queues.control,
+                    str(times_file),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             stack.control_hosts.append((control, times_file))
         for control, _ in stack.control_hosts:
             assert control.stdout is not None
@@ -239,7 +277,7 @@ async def _allocate(stack: Stack, queues: Queues, count: int, gpus: int) -> list
                     timing=FAST,
                     queues=queues,
                 ),
-            )  # fmt: skip
+            )
             for i in ids
         )
     )
@@ -264,10 +302,13 @@ async def _settled(stack: Stack, ids: list[str], states: tuple[str, ...], limit:
             async with stack.sessions() as session:
                 reasons = (
                     await session.execute(
-                        text("SELECT failure_reason, count(*) FROM allocations WHERE id = ANY(:ids) AND "
-                             "state = 'failed' GROUP BY failure_reason"), {"ids": ids},
+                        text(
+                            "SELECT failure_reason, count(*) FROM allocations WHERE id = ANY(:ids) AND "
+                            "state = 'failed' GROUP BY failure_reason"
+                        ),
+                        {"ids": ids},
                     )
-                ).all()  # fmt: skip
+                ).all()
             raise RuntimeError(f"allocations did not settle as {states}: {by_state}; failures: {reasons}")
         await asyncio.sleep(0.05)
 
@@ -326,10 +367,16 @@ async def _measured(meter: CpuMeter, count: int, run: Awaitable[None]) -> tuple[
 
 async def _baseline_batch(stack: Stack, batch: int, shape: str) -> None:
     handles = await asyncio.gather(
-        *(stack.client.start_workflow(BaselineWorkflow.run, BaselineInput(queue="bench.baseline", shape=shape),
-                                      id=f"baseline-{uuid.uuid4().hex}", task_queue="bench.baseline")
-          for _ in range(batch))
-    )  # fmt: skip
+        *(
+            stack.client.start_workflow(
+                BaselineWorkflow.run,
+                BaselineInput(queue="bench.baseline", shape=shape),
+                id=f"baseline-{uuid.uuid4().hex}",
+                task_queue="bench.baseline",
+            )
+            for _ in range(batch)
+        )
+    )
     await asyncio.gather(*(h.result() for h in handles))
 
 
@@ -451,9 +498,11 @@ async def latency(stack: Stack, count: int, via_gateway: bool = True) -> dict[st
 
             started = time.perf_counter()
             handle = await stack.client.start_workflow(
-                BaselineWorkflow.run, BaselineInput(queue="latency.baseline", shape="strict"),
-                id=f"baseline-{uuid.uuid4().hex}", task_queue="latency.baseline",
-            )  # fmt: skip
+                BaselineWorkflow.run,
+                BaselineInput(queue="latency.baseline", shape="strict"),
+                id=f"baseline-{uuid.uuid4().hex}",
+                task_queue="latency.baseline",
+            )
             await handle.result()
             if n >= 2:
                 samples["allocation"].append(took)
@@ -502,38 +551,67 @@ async def contention(stack: Stack, requests: int, control_processes: int = 0) ->
     await _settled(stack, ids, ("active", "failed"))
     elapsed, cpu_after = time.perf_counter() - started, meter.read()
     async with stack.sessions() as session:
-        doubled = await session.scalar(text(
-            "SELECT count(*) FROM (SELECT slot_id FROM allocation_resource_claims WHERE released_at IS NULL "
-            "GROUP BY slot_id HAVING count(*) > 1) d"))  # fmt: skip
+        doubled = await session.scalar(
+            text(
+                "SELECT count(*) FROM (SELECT slot_id FROM allocation_resource_claims WHERE released_at IS NULL "
+                "GROUP BY slot_id HAVING count(*) > 1) d"
+            )
+        )
         failed_attempts = await session.scalar(
             text("SELECT count(*) FROM allocation_events WHERE step = 'attempt_failed' AND allocation_id = ANY(:ids)"),
             {"ids": ids},
         )
         conflicts = await session.scalar(
-            text("SELECT count(*) FROM allocation_events WHERE step = 'attempt_failed' AND reason LIKE 'claim_conflict%' "
-                 "AND allocation_id = ANY(:ids)"), {"ids": ids},
-        )  # fmt: skip
+            text(
+                "SELECT count(*) FROM allocation_events WHERE step = 'attempt_failed' AND reason LIKE 'claim_conflict%' "
+                "AND allocation_id = ANY(:ids)"
+            ),
+            {"ids": ids},
+        )
         active = await session.scalar(
             text("SELECT count(*) FROM allocations WHERE state = 'active' AND id = ANY(:ids)"), {"ids": ids}
         )
         unexplained = await session.scalar(
-            text("SELECT count(*) FROM allocations WHERE state = 'failed' AND coalesce(failure_reason, '') = '' "
-                 "AND id = ANY(:ids)"), {"ids": ids},
-        )  # fmt: skip
-        reasons = dict((await session.execute(
-            text("SELECT split_part(failure_reason, ':', 1), count(*) FROM allocations WHERE state = 'failed' "
-                 "AND id = ANY(:ids) GROUP BY 1"), {"ids": ids})).all())  # fmt: skip
+            text(
+                "SELECT count(*) FROM allocations WHERE state = 'failed' AND coalesce(failure_reason, '') = '' "
+                "AND id = ANY(:ids)"
+            ),
+            {"ids": ids},
+        )
+        reasons = dict(
+            (
+                await session.execute(
+                    text(
+                        "SELECT split_part(failure_reason, ':', 1), count(*) FROM allocations WHERE state = 'failed' "
+                        "AND id = ANY(:ids) GROUP BY 1"
+                    ),
+                    {"ids": ids},
+                )
+            ).all()
+        )
     async with stack.sessions() as session:
-        holding = (await session.execute(text("SELECT id FROM allocations WHERE state = 'active' AND id = ANY(:ids)"),
-                                         {"ids": ids})).scalars().all()  # fmt: skip
+        holding = (
+            (
+                await session.execute(
+                    text("SELECT id FROM allocations WHERE state = 'active' AND id = ANY(:ids)"), {"ids": ids}
+                )
+            )
+            .scalars()
+            .all()
+        )
     await asyncio.gather(*(allocation_client.release(stack.client, i) for i in holding))
     await _settled(stack, list(holding), ("released",))
     for w in workers:
         await w.shutdown()
     times = stack.stop_control_hosts() or [
-        {"held": list(LOCK_TIMES.held), "waited": list(LOCK_TIMES.waited), "fast_refusals": LOCK_TIMES.fast_refusals,
-         "moved": LOCK_TIMES.moved, "unchecked": LOCK_TIMES.unchecked}
-    ]  # fmt: skip
+        {
+            "held": list(LOCK_TIMES.held),
+            "waited": list(LOCK_TIMES.waited),
+            "fast_refusals": LOCK_TIMES.fast_refusals,
+            "moved": LOCK_TIMES.moved,
+            "unchecked": LOCK_TIMES.unchecked,
+        }
+    ]
     stack.stop_agents()
     round_trips = await _record_round_trips(stack.sessions)
     held_all = [ms for t in times for ms in t["held"]]
@@ -595,8 +673,10 @@ async def _print_throughput(stack: Stack, args: argparse.Namespace, via_gateway:
     print("|---|---:|---:|---:|")
     for name in ("strict", "visibility"):
         print(f"| {name} | {result[name]['per_s']:.1f} | {allocation['per_s']:.1f} | {result[name]['ratio']:.2f} |")
-    print("\n| workflow | CPU ms per workflow: control process | Temporal server | node agents | node gateway "
-          "| PostgreSQL | total |")  # fmt: skip
+    print(
+        "\n| workflow | CPU ms per workflow: control process | Temporal server | node agents | node gateway "
+        "| PostgreSQL | total |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name in ("strict", "visibility", "allocation"):
         cpu = result[name]["cpu_ms"]
@@ -605,20 +685,26 @@ async def _print_throughput(stack: Stack, args: argparse.Namespace, via_gateway:
         print(f"| {name} | {cells} | {sum(max(cpu[g], 0.0) for g in groups):.0f} |")  # type: ignore[index]
     profile = result["profile"]
     if profile["split"]:
-        print(f"\nThe control process's CPU per allocation, placement and release: {profile['control_ms']:.1f} ms, "
-              "by what it was doing (bench/sampler.py)\n")  # fmt: skip
+        print(
+            f"\nThe control process's CPU per allocation, placement and release: {profile['control_ms']:.1f} ms, "
+            "by what it was doing (bench/sampler.py)\n"
+        )
         print("| doing | ms per allocation |\n|---|---:|")
         for label, ms in profile["split"].items():  # type: ignore[union-attr]
             print(f"| {label} | {ms:.2f} |")
     a = result["actions"]
-    print(f"\nTemporal actions per allocation (median of {args.rounds * 5} histories): to active "
-          f"{a['to_active']:g} (max {a['max_to_active']:g}), through release {a['total']:g}")  # fmt: skip
+    print(
+        f"\nTemporal actions per allocation (median of {args.rounds * 5} histories): to active "
+        f"{a['to_active']:g} (max {a['max_to_active']:g}), through release {a['total']:g}"
+    )
     # Each part's CPU to `active` by the unit of work it does: the server per action, the gateway and the agents
     # per node step (a poll answered and its completion through the gateway; the step run by the agent).
     cpu, steps = allocation["cpu_ms"], max(a["node_steps"], 1)
     print("\n| part | CPU ms per allocation to active | per unit of its work |\n|---|---:|---|")
-    print(f"| Temporal server | {cpu['temporal']:.0f} | {cpu['temporal'] / a['to_active']:.1f} per action "
-          f"({a['to_active']:g}) |")  # fmt: skip
+    print(
+        f"| Temporal server | {cpu['temporal']:.0f} | {cpu['temporal'] / a['to_active']:.1f} per action "
+        f"({a['to_active']:g}) |"
+    )
     print(f"| node gateway | {cpu['gateway']:.0f} | {cpu['gateway'] / steps:.1f} per node step ({steps:g}) |")
     print(f"| node agents | {cpu['agents']:.0f} | {cpu['agents'] / steps:.1f} per node step ({steps:g}) |")
     print(f"| PostgreSQL | {cpu['postgres']:.0f} | |")
@@ -630,20 +716,26 @@ def _print_contention(c: dict[str, Any]) -> None:
         "\n| requests | active | double claims | failed attempts / allocation | claim conflicts / allocation | settle s |"
     )
     print("|---:|---:|---:|---:|---:|---:|")
-    print(f"| {c['requests']} | {c['active']} | {c['double_claims']} | {c['failed_attempts_per_allocation']:.2f} | "
-          f"{c['claim_conflicts_per_allocation']:.3f} | {c['settle_seconds']:.1f} |")  # fmt: skip
+    print(
+        f"| {c['requests']} | {c['active']} | {c['double_claims']} | {c['failed_attempts_per_allocation']:.2f} | "
+        f"{c['claim_conflicts_per_allocation']:.3f} | {c['settle_seconds']:.1f} |"
+    )
     cpu = c["cpu_seconds"]
-    print(f"\nall {c['requests']} started in {c['started_seconds']:.1f} s; CPU seconds while settling: "
-          + ", ".join(f"{group} {seconds:.1f}" for group, seconds in cpu.items()))  # fmt: skip
+    print(
+        f"\nall {c['requests']} started in {c['started_seconds']:.1f} s; CPU seconds while settling: "
+        + ", ".join(f"{group} {seconds:.1f}" for group, seconds in cpu.items())
+    )
     lock = c["lock"]
     print(f"\nfailed without a reason: {c['failed_without_reason']}; failure reasons: {c['failure_reasons']}")
-    print(f"region lock: {lock['records']} records took it ({lock['moved']} found their node filled since the read "
-          f"and ranked again, {lock['unchecked']} recorded unchecked), "
-          f"{lock['fast_refusals']} requests refused before it; "
-          f"held p50 {lock['held_p50']:.2f} ms, p99 {lock['held_p99']:.2f} ms; "
-          f"waited p50 {lock['waited_p50']:.2f} ms, p99 {lock['waited_p99']:.2f} ms; the record statement's round "
-          f"trip on the idle stack, commit included, p50 {lock['idle_round_trip_p50']:.2f} ms (the benchmark's "
-          f"PostgreSQL runs with fsync off), with fsync on {lock['durable_round_trip_p50']:.2f} ms")  # fmt: skip
+    print(
+        f"region lock: {lock['records']} records took it ({lock['moved']} found their node filled since the read "
+        f"and ranked again, {lock['unchecked']} recorded unchecked), "
+        f"{lock['fast_refusals']} requests refused before it; "
+        f"held p50 {lock['held_p50']:.2f} ms, p99 {lock['held_p99']:.2f} ms; "
+        f"waited p50 {lock['waited_p50']:.2f} ms, p99 {lock['waited_p99']:.2f} ms; the record statement's round "
+        f"trip on the idle stack, commit included, p50 {lock['idle_round_trip_p50']:.2f} ms (the benchmark's "
+        f"PostgreSQL runs with fsync off), with fsync on {lock['durable_round_trip_p50']:.2f} ms"
+    )
 
 
 async def scaled_throughput(stack: Stack, batch: int, rounds: int, control_processes: int) -> dict[str, Any]:
@@ -723,17 +815,21 @@ if __name__ == "__main__":
     parser.add_argument("--snapshot-nodes", default="1000,10000")
     parser.add_argument("--latency", type=int, default=30, help="sequential requests (0: skip)")
     parser.add_argument(
-        "--profile", action="store_true",
+        "--profile",
+        action="store_true",
         help="split the control process's CPU per allocation by what it was doing (bench/sampler.py; samples "
         "every 5 ms, so the throughput figures of a profiled run are not compared with an unprofiled one's)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--control-workers", default="",
+        "--control-workers",
+        default="",
         help="e.g. 1,3: run the throughput batches (--rounds x --batch) and the burst (--contention) with that many "
-             "control worker processes each, in this run, instead of the in-process worker's burst",
-    )  # fmt: skip
+        "control worker processes each, in this run, instead of the in-process worker's burst",
+    )
     parser.add_argument(
-        "--agents", choices=("gateway", "direct", "both"), default="gateway",
+        "--agents",
+        choices=("gateway", "direct", "both"),
+        default="gateway",
         help="how agents reach Temporal in the throughput and latency phases (both: a before/after in one run)",
-    )  # fmt: skip
+    )
     asyncio.run(main(parser.parse_args()))

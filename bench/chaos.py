@@ -292,9 +292,12 @@ async def settled_checks(engine: AsyncEngine, hosts: Hosts, given: set[str]) -> 
         Check(name="active = claimed", ok=active == claimed, detail=_diff("active = claimed", active, claimed)),
         Check(name="claimed = VMs on hosts", ok=claimed == vms, detail=_diff("claimed = VMs", claimed, vms)),
         Check(name="none stuck in flight", ok=not in_flight, detail=f"{sorted(in_flight)[:5]}"),
-        Check(name="no live lease without an allocation in flight", ok=not stray_leases,
-              detail=f"{sorted(stray_leases)[:5]}"),
-    ]  # fmt: skip
+        Check(
+            name="no live lease without an allocation in flight",
+            ok=not stray_leases,
+            detail=f"{sorted(stray_leases)[:5]}",
+        ),
+    ]
 
 
 async def released_checks(engine: AsyncEngine, hosts: Hosts) -> list[Check]:
@@ -389,8 +392,13 @@ async def run_chaos(
             say(f"{part} is back after {back_at - killed_at:.1f}s")
             # Each fault is measured alone: the next kill waits until what this one caught has settled.
             took, unsettled = await settle_times(engine, caught, back_at, give_up_after=settle_timeout)
-            fault = Fault(part=part, in_flight=len(caught), back_after_seconds=round(back_at - killed_at, 1),
-                          settle_seconds=took, unsettled=unsettled)  # fmt: skip
+            fault = Fault(
+                part=part,
+                in_flight=len(caught),
+                back_after_seconds=round(back_at - killed_at, 1),
+                settle_seconds=took,
+                unsettled=unsettled,
+            )
             say(f"{part}: {len(took)} settled after it came back, {fault.settle_summary()} s, {len(unsettled)} not")
             report.faults.append(fault)
             await asyncio.sleep(dwell)
@@ -439,12 +447,22 @@ async def run_chaos(
 
 
 def chaos_stack(
-    state_dir: Path, agent_processes: int = 2, say: Callable[[str], None] = print, *, control_workers: int = 1,
+    state_dir: Path,
+    agent_processes: int = 2,
+    say: Callable[[str], None] = print,
+    *,
+    control_workers: int = 1,
     api_processes: int = 1,
-) -> DevStack:  # fmt: skip
+) -> DevStack:
     settings = Settings(state_dir=state_dir)
-    return DevStack(settings, FLEET, say=say, agent_processes=agent_processes, control_workers=control_workers,
-                    api_processes=api_processes)  # fmt: skip
+    return DevStack(
+        settings,
+        FLEET,
+        say=say,
+        agent_processes=agent_processes,
+        control_workers=control_workers,
+        api_processes=api_processes,
+    )
 
 
 def main(args: argparse.Namespace) -> int:

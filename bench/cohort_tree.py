@@ -54,8 +54,10 @@ def fleet_yaml(shape: str, tenants: int, nodes: int, reclaim: bool = True) -> st
         fair = ", fairSharing: {enabled: true}" if shape == "tree-fair" else ""
         docs.append(f"kind: Cohort\nmetadata: {{name: root}}\nspec: {{gpuQuota: 16{fair}}}")
         for d in range(DEPARTMENTS):
-            docs.append(f"kind: Cohort\nmetadata: {{name: dept-{d}}}\nspec: {{parentName: root, gpuQuota: 8, "
-                        "borrowingLimit: 64}")  # fmt: skip
+            docs.append(
+                f"kind: Cohort\nmetadata: {{name: dept-{d}}}\nspec: {{parentName: root, gpuQuota: 8, "
+                "borrowingLimit: 64}"
+            )
             for team in range(TEAMS):
                 docs.append(f"kind: Cohort\nmetadata: {{name: team-{d}-{team}}}\nspec: {{parentName: dept-{d}}}")
     docs.append(
@@ -93,8 +95,14 @@ def _measure(shape: str, requests: int, tenants: int, nodes: int, repeat: int, r
                 {"id": allocation, "tenant": tenant, "slots": [f"{node}/{2 * k}", f"{node}/{2 * k + 1}"]}
             )
             running.append(Running(allocation, tenant, node, 2, 0, float(n * 2 + k)))
-    state = SlotStateDocument.model_validate({"apiVersion": "berth.dev/v1alpha1", "kind": "SlotState",
-                                              "metadata": {"name": "held"}, "spec": {"allocations": allocations}})  # fmt: skip
+    state = SlotStateDocument.model_validate(
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "SlotState",
+            "metadata": {"name": "held"},
+            "spec": {"allocations": allocations},
+        }
+    )
     snapshot = snapshot_from_fleet(fleet, [state])
     queue = queued_requests(requests, tenants)
     passes = []
@@ -136,8 +144,9 @@ def baseline(revision: str, args: argparse.Namespace) -> dict[str, float]:
     come from that worktree (an editable install's finder, which would point back here, is removed first)."""
     with tempfile.TemporaryDirectory(prefix="berth-baseline-") as tmp:
         tree = Path(tmp) / "tree"
-        subprocess.run(["git", "worktree", "add", "--detach", str(tree), revision], cwd=REPO, check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(tree), revision], cwd=REPO, check=True, capture_output=True
+        )
         try:
             code = (
                 "import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f)]; "
@@ -168,8 +177,10 @@ def main() -> None:
         rows.append((f"flat at {args.baseline}", baseline(args.baseline, args)))
     for shape in ("flat", "tree", "tree-fair"):
         rows.append((shape, measure(shape, args.requests, args.tenants, args.nodes, args.repeat)))
-    print(f"{args.requests} queued requests, {args.tenants} tenants, {args.nodes} nodes x 8 GPUs; median of "
-          f"{args.repeat}, ms")  # fmt: skip
+    print(
+        f"{args.requests} queued requests, {args.tenants} tenants, {args.nodes} nodes x 8 GPUs; median of "
+        f"{args.repeat}, ms"
+    )
     print(f"{'shape':<24}{'pass, no policy':>18}{'pass, reclaiming':>18}{'one plan':>10}")
     for name, figures in rows:
         print(f"{name:<24}{figures['quiet_ms']:>18.1f}{figures['pass_ms']:>18.1f}{figures['preempt_ms']:>10.2f}")

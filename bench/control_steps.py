@@ -73,9 +73,19 @@ class NoClient:
 
 
 def _bundle(node: str, index: int) -> Bundle:
-    return Bundle(slot_id=f"{node}/{index}", slot_index=index, gpu_pci=f"0000:{index + 16:02x}:00.0",
-                  fabric_parent_pci=None, fabric_vf_pci=None, nvme_device=None, numa_node=index // 4, vcpu_count=8,
-                  memory_mib=65536, mac_address=None, private_ip=None)  # fmt: skip
+    return Bundle(
+        slot_id=f"{node}/{index}",
+        slot_index=index,
+        gpu_pci=f"0000:{index + 16:02x}:00.0",
+        fabric_parent_pci=None,
+        fabric_vf_pci=None,
+        nvme_device=None,
+        numa_node=index // 4,
+        vcpu_count=8,
+        memory_mib=65536,
+        mac_address=None,
+        private_ip=None,
+    )
 
 
 class Steps:
@@ -109,29 +119,52 @@ class Allocation:
         self.slot: int | None = None
 
     def change(self, state: str, step: str, **fields: Any) -> StateChange:
-        return StateChange(allocation_id=self.id, run_id="bench", state=state, step=step, node=self.node,
-                           region=REGION, pool=self.pool, at=datetime.now(UTC), **fields)  # fmt: skip
+        return StateChange(
+            allocation_id=self.id,
+            run_id="bench",
+            state=state,
+            step=step,
+            node=self.node,
+            region=REGION,
+            pool=self.pool,
+            at=datetime.now(UTC),
+            **fields,
+        )
 
     def trail(self, *steps: tuple[str, str], opening: bool = False) -> AuditTrail:
-        record = AllocationRecord(allocation_id=self.id, tenant=self.tenant, request=self.request,
-                                  workflow_id=f"allocation/{self.id}") if opening else None  # fmt: skip
+        record = (
+            AllocationRecord(
+                allocation_id=self.id, tenant=self.tenant, request=self.request, workflow_id=f"allocation/{self.id}"
+            )
+            if opening
+            else None
+        )
         return AuditTrail(opening=record, changes=[self.change(state, step) for state, step in steps])
 
 
 async def place(steps: Steps, a: Allocation, used: dict[str, set[int]]) -> None:
-    asked = FindCandidatesInput(allocation_id=a.id, request=a.request, region="",
-                                trail=a.trail(("placing", "select_region"), opening=True),
-                                final=a.change("failed", "failed"))  # fmt: skip
+    asked = FindCandidatesInput(
+        allocation_id=a.id,
+        request=a.request,
+        region="",
+        trail=a.trail(("placing", "select_region"), opening=True),
+        final=a.change("failed", "failed"),
+    )
     choice = await steps.timed("choose_placement", steps.placement.choose_placement, asked)
     assert choice.candidates is not None and choice.candidates.candidates, choice.refusal()
     first = choice.candidates.candidates[0]
     a.node, a.pool = first.node, first.pool
     index = a.slot = min(set(range(8)) - used[first.node])
     used[first.node].add(index)
-    claim = ClaimInput(allocation_id=a.id, attempt=1, node=first.node, tenant=a.tenant, gpu_count=1,
-                       bundles=[_bundle(first.node, index)],
-                       trail=a.trail(("placing", "find_candidates"), ("planning", "plan_bundles"),
-                                     ("claiming", "record_claims")))  # fmt: skip
+    claim = ClaimInput(
+        allocation_id=a.id,
+        attempt=1,
+        node=first.node,
+        tenant=a.tenant,
+        gpu_count=1,
+        bundles=[_bundle(first.node, index)],
+        trail=a.trail(("placing", "find_candidates"), ("planning", "plan_bundles"), ("claiming", "record_claims")),
+    )
     await steps.timed("record_claims", steps.claims.record_claims, claim)
     active = a.trail(("provisioning", "create_vm"), ("waiting_ready", "wait_ready"), ("active", "ready"))
     await steps.timed("record_trail (active)", steps.records.record_trail, active)
@@ -173,11 +206,17 @@ async def main(args: argparse.Namespace) -> None:
                 await place(steps, a, used)
             for _ in range(args.queued):  # requests that wait for capacity: every release's pass judges them
                 waiting = Allocation("bench")
-                entry = EnterQueueInput(allocation_id=waiting.id, tenant="bench", region=REGION,
-                                        request=waiting.request.model_copy(update={"gpu_count": 16}),
-                                        ticket=QueueTicket(priority=0), deadline_at=datetime.now(UTC) + timedelta(hours=1),
-                                        reason="bench", code="insufficient_capacity",
-                                        trail=waiting.trail(("queued", "enter_queue"), opening=True))  # fmt: skip
+                entry = EnterQueueInput(
+                    allocation_id=waiting.id,
+                    tenant="bench",
+                    region=REGION,
+                    request=waiting.request.model_copy(update={"gpu_count": 16}),
+                    ticket=QueueTicket(priority=0),
+                    deadline_at=datetime.now(UTC) + timedelta(hours=1),
+                    reason="bench",
+                    code="insufficient_capacity",
+                    trail=waiting.trail(("queued", "enter_queue"), opening=True),
+                )
                 await steps.admission.enter_queue(entry)
             steps.cpu.clear()
             pg_before, wall = postgres_cpu(postgres), time.perf_counter()
@@ -191,8 +230,10 @@ async def main(args: argparse.Namespace) -> None:
             await engine.dispose()
             postgres.stop()
 
-    print(f"\n{args.allocations} allocations, one at a time, {args.nodes} nodes x 8 GPUs, {args.held} held, "
-          f"{args.queued} queued; milliseconds of this process's CPU per step\n")  # fmt: skip
+    print(
+        f"\n{args.allocations} allocations, one at a time, {args.nodes} nodes x 8 GPUs, {args.held} held, "
+        f"{args.queued} queued; milliseconds of this process's CPU per step\n"
+    )
     print("| step | median | p90 |")
     print("|---|---:|---:|")
     total = 0.0

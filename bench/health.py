@@ -88,8 +88,15 @@ def cost(rounds: int) -> dict[str, list[float]]:
             return [assess(s) for s in topology.signals(node.slots, host)]
 
         spawn = SubprocessRunner()
-        return _timed({"look": look, "discovery": lambda: discover_host(root), "whole look": whole_look,
-                       "one process": lambda: spawn.run(["true"])}, rounds)  # fmt: skip
+        return _timed(
+            {
+                "look": look,
+                "discovery": lambda: discover_host(root),
+                "whole look": whole_look,
+                "one process": lambda: spawn.run(["true"]),
+            },
+            rounds,
+        )
 
 
 async def detection(trials: int) -> list[float]:
@@ -145,11 +152,15 @@ async def _one(sessions, root: Path, node: Node, trial: int) -> float:  # noqa: 
 def main(args: argparse.Namespace) -> None:
     samples = cost(args.rounds)
     look, discovery = statistics.median(samples["look"]), statistics.median(samples["discovery"])
-    print(f"health look of 8 slots (read_signals + assess), {args.rounds} rounds, ms: median {look:.2f}, "
-          f"p99 {_pct(samples['look'], 0.99):.2f}; share of one core at one look every {CHECK_SECONDS:g} s: "
-          f"{100 * look / 1000 / CHECK_SECONDS:.3f}%")  # fmt: skip
-    print(f"baseline, discovery alone (what each look already pays), ms: median {discovery:.2f}, "
-          f"p99 {_pct(samples['discovery'], 0.99):.2f}")  # fmt: skip
+    print(
+        f"health look of 8 slots (read_signals + assess), {args.rounds} rounds, ms: median {look:.2f}, "
+        f"p99 {_pct(samples['look'], 0.99):.2f}; share of one core at one look every {CHECK_SECONDS:g} s: "
+        f"{100 * look / 1000 / CHECK_SECONDS:.3f}%"
+    )
+    print(
+        f"baseline, discovery alone (what each look already pays), ms: median {discovery:.2f}, "
+        f"p99 {_pct(samples['discovery'], 0.99):.2f}"
+    )
     whole, spawn = statistics.median(samples["whole look"]), statistics.median(samples["one process"])
     print(
         f"whole look (sysfs + SMART within its minute + NVML + assess with descriptions), ms: median {whole:.2f}, "
@@ -157,9 +168,11 @@ def main(args: argparse.Namespace) -> None:
         f"ms: median {spawn:.2f}; share of one core: {100 * (whole / CHECK_SECONDS + 8 * spawn / 60) / 1000:.3f}%"
     )
     taken = asyncio.run(detection(args.trials))
-    print(f"AER fatal rise -> slot row failed, {args.trials} trials, s: median {statistics.median(taken):.2f}, "
-          f"max {max(taken):.2f} (the agent looks every {CHECK_SECONDS:g} s, reports every "
-          f"{DEFAULT_INTERVAL_SECONDS:g} s)")  # fmt: skip
+    print(
+        f"AER fatal rise -> slot row failed, {args.trials} trials, s: median {statistics.median(taken):.2f}, "
+        f"max {max(taken):.2f} (the agent looks every {CHECK_SECONDS:g} s, reports every "
+        f"{DEFAULT_INTERVAL_SECONDS:g} s)"
+    )
 
 
 if __name__ == "__main__":

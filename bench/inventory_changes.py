@@ -129,8 +129,10 @@ async def _measure(sessions: async_sessionmaker[AsyncSession], nodes: int, runs:
         await _write(
             sessions,
             "UPDATE node_resource_slots SET validation = :v, validation_reason = :r WHERE node_id = :n AND slot_index = 0",
-            v=valid, r=reason, n=node(i // 2 * 2 + 1),
-        )  # fmt: skip
+            v=valid,
+            r=reason,
+            n=node(i // 2 * 2 + 1),
+        )
 
     async def down_and_up(i: int) -> None:
         async with sessions.begin() as session:
@@ -168,10 +170,14 @@ async def _measure(sessions: async_sessionmaker[AsyncSession], nodes: int, runs:
     for name, samples in taken.items():
         print(f"{'one node taken in: ' + name:52} {statistics.median(samples):8.1f} ms  (max {max(samples):.1f})")
     print(f"{'refresh, nothing changed (every decision)':52} {statistics.median(idle):8.1f} ms")
-    print(f"{'claim of 8 slots (state), 0008 triggers on/off':52} {statistics.median(claim_on):8.2f} / "
-          f"{statistics.median(claim_off):.2f} ms")  # fmt: skip
-    print(f"{'cordon write, 0008 trigger on/off':52} {statistics.median(cordon_on):8.2f} / "
-          f"{statistics.median(cordon_off):.2f} ms")  # fmt: skip
+    print(
+        f"{'claim of 8 slots (state), 0008 triggers on/off':52} {statistics.median(claim_on):8.2f} / "
+        f"{statistics.median(claim_off):.2f} ms"
+    )
+    print(
+        f"{'cordon write, 0008 trigger on/off':52} {statistics.median(cordon_on):8.2f} / "
+        f"{statistics.median(cordon_off):.2f} ms"
+    )
 
 
 async def _set_triggers(sessions: async_sessionmaker[AsyncSession], enabled: bool) -> None:

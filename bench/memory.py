@@ -163,14 +163,27 @@ class Api:
     def __init__(self, database_url: str, temporal_address: str, state_dir: Path) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
         environment = os.environ | {
-            "BERTH_DATABASE_URL": database_url, "BERTH_TEMPORAL_ADDRESS": temporal_address,
+            "BERTH_DATABASE_URL": database_url,
+            "BERTH_TEMPORAL_ADDRESS": temporal_address,
             "BERTH_STATE_DIR": str(state_dir),
-        }  # fmt: skip
+        }
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app", "--host", "127.0.0.1",
-             "--port", self.url.rsplit(":", 1)[1], "--log-level", "warning", "--no-access-log"],
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "api.app:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                self.url.rsplit(":", 1)[1],
+                "--log-level",
+                "warning",
+                "--no-access-log",
+            ],
             env=environment,
-        )  # fmt: skip
+        )
 
     async def wait(self) -> None:
         async with httpx.AsyncClient(base_url=self.url, timeout=5) as client:
@@ -246,8 +259,19 @@ async def simulated_agent(stack: Stack, home: Path, nodes: int, api: Api) -> Mem
     fleet_file = home / "one.yaml"
     fleet_file.write_text(fleet_text)
     token_file, gateway = await _through_gateway(stack, fleet_file, node, "memory-simulated")
-    command = [*_berth(), "worker", "node", "--node-id", node, "--fleet", str(fleet_file), "--api", api.url,
-               "--token-file", token_file]  # fmt: skip
+    command = [
+        *_berth(),
+        "worker",
+        "node",
+        "--node-id",
+        node,
+        "--fleet",
+        str(fleet_file),
+        "--api",
+        api.url,
+        "--token-file",
+        token_file,
+    ]
     environment = _agent_environment(stack, home / "agent") | gateway
     return await measure_agent(stack, command, node, environment, home / "agent.log")
 
@@ -273,10 +297,31 @@ async def libvirt_agent(stack: Stack, home: Path, api: Api) -> Memory | str:
     catalogue = home / "images.yaml"
     base = "/var/lib/berth/pool/ubuntu-24.04.qcow2"  # the base image host.xml's storage pool holds
     catalogue.write_text(yaml.safe_dump({"images": {"ubuntu-24.04": base}, "default": "ubuntu-24.04"}))
-    command = [*_berth(), "worker", "node", "--node-id", host.name, "--topology", "host", "--host-root", str(root),
-               "--runtime", "libvirt", "--libvirt-uri", f"test://{LIBVIRT_HOST}", "--storage-pool", "berth",
-               "--network", "berth-net", "--image-catalogue", str(catalogue), "--api", api.url,
-               "--token-file", token_file]  # fmt: skip
+    command = [
+        *_berth(),
+        "worker",
+        "node",
+        "--node-id",
+        host.name,
+        "--topology",
+        "host",
+        "--host-root",
+        str(root),
+        "--runtime",
+        "libvirt",
+        "--libvirt-uri",
+        f"test://{LIBVIRT_HOST}",
+        "--storage-pool",
+        "berth",
+        "--network",
+        "berth-net",
+        "--image-catalogue",
+        str(catalogue),
+        "--api",
+        api.url,
+        "--token-file",
+        token_file,
+    ]
     environment = _agent_environment(stack, home / "libvirt-agent") | gateway
     return await measure_agent(stack, command, host.name, environment, home / "libvirt-agent.log")
 
@@ -287,9 +332,18 @@ async def agent_host(stack: Stack, home: Path, nodes: int) -> Memory:
     fleet_file = home / "one-agent-host.yaml"
     fleet_file.write_text(fleet_text)
     agent = subprocess.Popen(
-        [sys.executable, "-m", "bench.agent_host", str(fleet_file), str(home / "agent-host"), stack.temporal.address,
-         NODE_QUEUE_PREFIX], stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench.agent_host",
+            str(fleet_file),
+            str(home / "agent-host"),
+            stack.temporal.address,
+            NODE_QUEUE_PREFIX,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert agent.stdout is not None
         await asyncio.to_thread(agent.stdout.readline)  # "ready"

@@ -87,8 +87,10 @@ async def main(args: argparse.Namespace) -> None:
                         sample = await one(stack, api, headers, queues, revision, args.poll_ms / 1000)
                         if n:
                             samples[revision].append(sample)
-            print(f"\n{args.pairs} sequential 1-GPU allocations per revision, alternating, idle stack, read every "
-                  f"{args.poll_ms:g} ms (ms)\n")  # fmt: skip
+            print(
+                f"\n{args.pairs} sequential 1-GPU allocations per revision, alternating, idle stack, read every "
+                f"{args.poll_ms:g} ms (ms)\n"
+            )
             print(
                 "| revision | start -> GET says active: p50 / p90 / max | over 500 ms | release answered: p50 / p90 / max | over 500 ms | runs |"
             )
@@ -98,8 +100,10 @@ async def main(args: argparse.Namespace) -> None:
                 waited = sum(1 for s in found if s["release"] > SLOW_MS)
                 runs = sorted({int(s["runs"]) for s in found})
                 label = "hold in its own run" if revision < HOLD_IN_PLACEMENT_RUN else "hold in the placement run"
-                print(f"| {revision} ({label}) | {summary(found, 'active')} | {slow} of {len(found)} | "
-                      f"{summary(found, 'release')} | {waited} of {len(found)} | {', '.join(map(str, runs))} |")  # fmt: skip
+                print(
+                    f"| {revision} ({label}) | {summary(found, 'active')} | {slow} of {len(found)} | "
+                    f"{summary(found, 'release')} | {waited} of {len(found)} | {', '.join(map(str, runs))} |"
+                )
         finally:
             await stack.shutdown()
 

@@ -52,21 +52,50 @@ GRACE_S = 0.001
 def fleet_yaml(nodes: int) -> str:
     tenant = {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant"}
     documents = [
-        {"apiVersion": "berth.dev/v1alpha1", "kind": "Region", "metadata": {"name": "bench"},
-         "spec": {"prices": {"H200": 3.0}}},
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "Region",
+            "metadata": {"name": "bench"},
+            "spec": {"prices": {"H200": 3.0}},
+        },
         {**tenant, "metadata": {"name": "spot"}, "spec": {"gpuQuota": 10**6}},
         {**tenant, "metadata": {"name": "urgent"}, "spec": {"gpuQuota": 10**6}},
-        {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "spot"},
-         "spec": {"value": 0, "preemptible": True, "gracePeriod": "1ms"}},
-        {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
-         "spec": {"value": 100}},
-        {"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceClass", "metadata": {"name": "h200"},
-         "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": 8}]}},
-        {"apiVersion": "berth.dev/v1alpha1", "kind": "InferenceCluster", "metadata": {"name": "bench-1"},
-         "spec": {"region": "bench", "nodePools": [{"name": "slices", "className": "h200", "shape": "gpu_slice",
-                  "gpuProduct": "H200", "nodeTemplate": {"count": nodes, "namePrefix": "p-", "gpusPerNode": 8,
-                                                          "numaNodes": 2}}]}},
-    ]  # fmt: skip
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "spot"},
+            "spec": {"value": 0, "preemptible": True, "gracePeriod": "1ms"},
+        },
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "urgent"},
+            "spec": {"value": 100},
+        },
+        {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "InferenceClass",
+            "metadata": {"name": "h200"},
+            "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": 8}]},
+        },
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "InferenceCluster",
+            "metadata": {"name": "bench-1"},
+            "spec": {
+                "region": "bench",
+                "nodePools": [
+                    {
+                        "name": "slices",
+                        "className": "h200",
+                        "shape": "gpu_slice",
+                        "gpuProduct": "H200",
+                        "nodeTemplate": {"count": nodes, "namePrefix": "p-", "gpusPerNode": 8, "numaNodes": 2},
+                    }
+                ],
+            },
+        },
+    ]
     return yaml.safe_dump_all(documents, sort_keys=False)
 
 
@@ -102,9 +131,12 @@ async def _events(stack: Stack, steps: tuple[str, ...]) -> dict[tuple[str, str],
 async def _freed(stack: Stack, ids: list[str]) -> dict[str, float]:
     async with stack.sessions() as session:
         rows = await session.execute(
-            text("SELECT allocation_id, max(released_at) FROM allocation_resource_claims "
-                 "WHERE allocation_id = ANY(:ids) GROUP BY 1"), {"ids": ids},
-        )  # fmt: skip
+            text(
+                "SELECT allocation_id, max(released_at) FROM allocation_resource_claims "
+                "WHERE allocation_id = ANY(:ids) GROUP BY 1"
+            ),
+            {"ids": ids},
+        )
         return {a: at.timestamp() for a, at in rows if at is not None}
 
 
@@ -177,14 +209,22 @@ async def run(stack: Stack, nodes: int, decisions: Decisions) -> dict[str, list[
     }
 
 
-async def _start_with(stack: Stack, queues: Queues, allocation_id: str, priority_class: str,
-                      wait: QueueWait | None) -> None:  # fmt: skip
+async def _start_with(
+    stack: Stack, queues: Queues, allocation_id: str, priority_class: str, wait: QueueWait | None
+) -> None:
     tenant = priority_class
     await allocation_client.start_allocation(
         stack.client,
-        AllocationInput(allocation_id=allocation_id, tenant=tenant, request=PlacementRequest(gpu_count=8, tenant=tenant),
-                        timing=FAST, queues=queues, queue=wait, request_body={"priority_class": priority_class}),
-    )  # fmt: skip
+        AllocationInput(
+            allocation_id=allocation_id,
+            tenant=tenant,
+            request=PlacementRequest(gpu_count=8, tenant=tenant),
+            timing=FAST,
+            queues=queues,
+            queue=wait,
+            request_body={"priority_class": priority_class},
+        ),
+    )
 
 
 def report(figures: dict[str, list[float]], nodes: int) -> None:

@@ -70,18 +70,41 @@ FINAL = ("released", "failed", "cancelled", "expired", "preempted")
 def fleet_yaml(nodes: int) -> str:
     tenant = {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant"}
     documents = [
-        {"apiVersion": "berth.dev/v1alpha1", "kind": "Region", "metadata": {"name": "bench"},
-         "spec": {"prices": {"H200": 3.0}, "queueingStrategy": "BestEffortFIFO"}},
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "Region",
+            "metadata": {"name": "bench"},
+            "spec": {"prices": {"H200": 3.0}, "queueingStrategy": "BestEffortFIFO"},
+        },
         {**tenant, "metadata": {"name": FILL}, "spec": {"gpuQuota": 10**6}},
-        *({**tenant, "metadata": {"name": name}, "spec": {"gpuQuota": 10**6, "weight": weight}}
-          for name, weight in TENANTS.items()),
-        {"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceClass", "metadata": {"name": "h200"},
-         "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": 8}]}},
-        {"apiVersion": "berth.dev/v1alpha1", "kind": "InferenceCluster", "metadata": {"name": "bench-1"},
-         "spec": {"region": "bench", "nodePools": [{"name": "slices", "className": "h200", "shape": "gpu_slice",
-                  "gpuProduct": "H200", "nodeTemplate": {"count": nodes, "namePrefix": "q-", "gpusPerNode": 8,
-                                                          "numaNodes": 2}}]}},
-    ]  # fmt: skip
+        *(
+            {**tenant, "metadata": {"name": name}, "spec": {"gpuQuota": 10**6, "weight": weight}}
+            for name, weight in TENANTS.items()
+        ),
+        {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "InferenceClass",
+            "metadata": {"name": "h200"},
+            "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": 8}]},
+        },
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "InferenceCluster",
+            "metadata": {"name": "bench-1"},
+            "spec": {
+                "region": "bench",
+                "nodePools": [
+                    {
+                        "name": "slices",
+                        "className": "h200",
+                        "shape": "gpu_slice",
+                        "gpuProduct": "H200",
+                        "nodeTemplate": {"count": nodes, "namePrefix": "q-", "gpusPerNode": 8, "numaNodes": 2},
+                    }
+                ],
+            },
+        },
+    ]
     return yaml.safe_dump_all(documents, sort_keys=False)
 
 
@@ -135,8 +158,11 @@ class Probe:
         probe = self
         logging.getLogger("temporalio").addHandler(self.failures)
         walk, signal, lock, decide = (
-            AdmissionActivities.walk, AdmissionActivities._signal, admission.lock_region, admission.admission_pass,
-        )  # fmt: skip
+            AdmissionActivities.walk,
+            AdmissionActivities._signal,
+            admission.lock_region,
+            admission.admission_pass,
+        )
 
         async def timed_walk(self: AdmissionActivities, regions: list[str] | None) -> Any:
             caller, allocation = "direct", None
@@ -374,16 +400,18 @@ async def stories(stack: Stack) -> tuple[dict[str, Story], list[tuple[str, str, 
     by_id: dict[str, Story] = defaultdict(Story)
     async with stack.sessions() as session:
         events = await session.execute(
-            text("SELECT allocation_id, step, min(at) FROM allocation_events "
-                 "WHERE step IN ('enter_queue', 'woken', 'ready', 'released') GROUP BY 1, 2")
-        )  # fmt: skip
+            text(
+                "SELECT allocation_id, step, min(at) FROM allocation_events "
+                "WHERE step IN ('enter_queue', 'woken', 'ready', 'released') GROUP BY 1, 2"
+            )
+        )
         claims = (
             await session.execute(
                 text(
                     "SELECT allocation_id, node_id, claimed_at, coalesce(released_at, now()) "
                     "FROM allocation_resource_claims"
                 )
-            )  # fmt: skip
+            )
         ).all()
     steps = {"enter_queue": "queued", "woken": "woken", "ready": "ready", "released": "released"}
     for allocation_id, step, at in events:
@@ -530,22 +558,30 @@ def report(result: dict[str, Any], by_id: dict[str, Story], spans: list, args: a
     requests: list[Request] = result["requests"]
     holders: list[Request] = result["holders"]
     states = Counter("released" if by_id[r.allocation_id].released else "not released" for r in [*requests, *holders])
-    print(f"\nfleet: {args.nodes} nodes x 8 GPUs; {len(holders)} 4-GPU holders; {len(requests)} queued requests "
-          f"(sizes {'/'.join(map(str, SIZES))}, tenants {', '.join(f'{t} w{w}' for t, w in TENANTS.items())}); "
-          f"hold {args.hold:g} s; waves of {args.wave} holders every {args.wave_pause:g} s")  # fmt: skip
-    print(f"fill {result['fill_s']:.1f} s; queueing all {len(requests)} {result['queue_s']:.1f} s; "
-          f"waves + turnover {result['run_s']:.1f} s; final states {dict(states)}")  # fmt: skip
+    print(
+        f"\nfleet: {args.nodes} nodes x 8 GPUs; {len(holders)} 4-GPU holders; {len(requests)} queued requests "
+        f"(sizes {'/'.join(map(str, SIZES))}, tenants {', '.join(f'{t} w{w}' for t, w in TENANTS.items())}); "
+        f"hold {args.hold:g} s; waves of {args.wave} holders every {args.wave_pause:g} s"
+    )
+    print(
+        f"fill {result['fill_s']:.1f} s; queueing all {len(requests)} {result['queue_s']:.1f} s; "
+        f"waves + turnover {result['run_s']:.1f} s; final states {dict(states)}"
+    )
 
     latency = release_to_plan(result["walks"], by_id)
     totals = [1000 * t for t in latency["totals"]]
-    print(f"\n1. release -> next queued request's `woken` step, {len(totals)} releases that woke someone "
-          f"({latency['skipped']} left out: only re-wakes):")  # fmt: skip
+    print(
+        f"\n1. release -> next queued request's `woken` step, {len(totals)} releases that woke someone "
+        f"({latency['skipped']} left out: only re-wakes):"
+    )
     print("\n| part | p50 ms | p99 ms | max ms |\n|---|---:|---:|---:|")
     for name, values in latency["parts"].items():
         ms = [1000 * v for v in values]
         print(f"| {name} | {statistics.median(ms):.0f} | {_pct(ms, 0.99):.0f} | {max(ms):.0f} |")
-    print(f"| **release -> woken** | **{statistics.median(totals):.0f}** | **{_pct(totals, 0.99):.0f}** "
-          f"| {max(totals):.0f} |")  # fmt: skip
+    print(
+        f"| **release -> woken** | **{statistics.median(totals):.0f}** | **{_pct(totals, 0.99):.0f}** "
+        f"| {max(totals):.0f} |"
+    )
 
     released = [by_id[h.allocation_id].freed for h in holders if by_id[h.allocation_id].freed]
     print("\n2. fair share: each tenant's GPU-seconds (`ready` -> `released`) from the first holder's release")
@@ -556,30 +592,40 @@ def report(result: dict[str, Any], by_id: dict[str, Story], spans: list, args: a
         print("\n| tenant | weight | GPU-seconds | share of the four | weighted share | off by |")
         print("|---|---:|---:|---:|---:|---:|")
         for tenant, (seconds, got, due) in share["tenants"].items():
-            print(f"| {tenant} | {TENANTS[tenant]} | {seconds:.0f} | {100 * got:.1f}% | {100 * due:.1f}% "
-                  f"| {100 * (got / due - 1):+.1f}% |")  # fmt: skip
+            print(
+                f"| {tenant} | {TENANTS[tenant]} | {seconds:.0f} | {100 * got:.1f}% | {100 * due:.1f}% "
+                f"| {100 * (got / due - 1):+.1f}% |"
+            )
 
     largest = _largest(requests, by_id, spans, result["passes"])["rows"]
     if largest:
         longest = max(largest, key=lambda row: row["wait"])
         excess = [1000 * row["excess"] for row in largest]
-        print(f"\n3. 8-GPU requests ({len(largest)}): longest wait {longest['wait']:.1f} s ({longest['id']}); its turn "
-              f"came {longest['turn_after']:.1f} s after it queued, it was woken {1000 * longest['excess']:.0f} ms "
-              f"after its turn (reserved {longest['reserved_wait']:.1f} s); some node was first empty "
-              f"{longest['any_empty_after']:.1f} s after it queued")  # fmt: skip
-        print(f"   woken after its turn, all 8-GPU requests: p50 {statistics.median(excess):.0f} ms, "
-              f"p99 {_pct(excess, 0.99):.0f} ms, max {max(excess):.0f} ms; waits p50 "
-              f"{statistics.median(row['wait'] for row in largest):.1f} s")  # fmt: skip
+        print(
+            f"\n3. 8-GPU requests ({len(largest)}): longest wait {longest['wait']:.1f} s ({longest['id']}); its turn "
+            f"came {longest['turn_after']:.1f} s after it queued, it was woken {1000 * longest['excess']:.0f} ms "
+            f"after its turn (reserved {longest['reserved_wait']:.1f} s); some node was first empty "
+            f"{longest['any_empty_after']:.1f} s after it queued"
+        )
+        print(
+            f"   woken after its turn, all 8-GPU requests: p50 {statistics.median(excess):.0f} ms, "
+            f"p99 {_pct(excess, 0.99):.0f} ms, max {max(excess):.0f} ms; waits p50 "
+            f"{statistics.median(row['wait'] for row in largest):.1f} s"
+        )
 
     for phase in ("queue_passes", "run_passes"):
         passes = result[phase]
         name = "while queueing" if phase == "queue_passes" else "during waves and turnover"
         if passes:
-            print(f"\n4. admission passes {name}: {len(passes)}, under the lock p50 {statistics.median(passes):.1f} "
-                  f"ms, p99 {_pct(passes, 0.99):.1f} ms, max {max(passes):.1f} ms")  # fmt: skip
+            print(
+                f"\n4. admission passes {name}: {len(passes)}, under the lock p50 {statistics.median(passes):.1f} "
+                f"ms, p99 {_pct(passes, 0.99):.1f} ms, max {max(passes):.1f} ms"
+            )
     walks = Counter(w.caller for w in result["walks"])
-    print(f"   walks by step: {dict(walks)}; wakes sent: {sum(len(w.signals) for w in result['walks'])}; "
-          f"requests woken more than once: {_rewoken(result['walks'])}")  # fmt: skip
+    print(
+        f"   walks by step: {dict(walks)}; wakes sent: {sum(len(w.signals) for w in result['walks'])}; "
+        f"requests woken more than once: {_rewoken(result['walks'])}"
+    )
     back, revoked = fruitless(result["walks"], result["passes"])
     print(
         f"   woken requests that found no room and went back to the queue: {back}; of them, {revoked} had their "
@@ -587,11 +633,15 @@ def report(result: dict[str, Any], by_id: dict[str, Story], spans: list, args: a
     )
     held, waited = result["decision_lock"]
     if held:
-        print(f"   placement decisions (choose_placement, ...) under the region lock: {len(held)}, held p50 "
-              f"{statistics.median(held):.1f} ms, p99 {_pct(held, 0.99):.1f} ms; waited p50 "
-              f"{statistics.median(waited):.0f} ms, p99 {_pct(waited, 0.99):.0f} ms")  # fmt: skip
-    print(f"   errors logged by the steps (passes that failed and were retried or left to a later pass): "
-          f"{dict(result['failures']) or 'none'}")  # fmt: skip
+        print(
+            f"   placement decisions (choose_placement, ...) under the region lock: {len(held)}, held p50 "
+            f"{statistics.median(held):.1f} ms, p99 {_pct(held, 0.99):.1f} ms; waited p50 "
+            f"{statistics.median(waited):.0f} ms, p99 {_pct(waited, 0.99):.0f} ms"
+        )
+    print(
+        f"   errors logged by the steps (passes that failed and were retried or left to a later pass): "
+        f"{dict(result['failures']) or 'none'}"
+    )
     cpu = result["cpu"]
     print("   CPU seconds during waves and turnover: " + ", ".join(f"{g} {s:.1f}" for g, s in cpu.items()))
 

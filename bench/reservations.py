@@ -59,10 +59,21 @@ async def _reserve(stack: Stack, queues: Queues, node: str, starts: datetime) ->
     reservation_id = f"r-{uuid.uuid4().hex[:8]}"
     ends = starts + timedelta(seconds=LENGTH_S)
     async with stack.sessions.begin() as session:
-        await reservations.create(session, ReservationRow(
-            id=reservation_id, tenant="bench", region="bench", node_id=node, gpu_count=8, gpu_product=None,
-            shape="gpu_slice", starts_at=starts, ends_at=ends, state="reserved",
-        ))  # fmt: skip
+        await reservations.create(
+            session,
+            ReservationRow(
+                id=reservation_id,
+                tenant="bench",
+                region="bench",
+                node_id=node,
+                gpu_count=8,
+                gpu_product=None,
+                shape="gpu_slice",
+                starts_at=starts,
+                ends_at=ends,
+                state="reserved",
+            ),
+        )
     request = PlacementRequest(gpu_count=8, tenant="bench", region="bench")
     await start_reservation(stack.client, reservation_id, "bench", node, request, starts, ends, FAST, queues)
     return reservation_id
@@ -72,9 +83,12 @@ async def _events(stack: Stack, ids: list[str]) -> dict[str, dict[str, float]]:
     """Each allocation's first time at each step, and its very first event (`first`)."""
     async with stack.sessions() as session:
         rows = await session.execute(
-            text("SELECT allocation_id, step, min(at) FROM allocation_events WHERE allocation_id = ANY(:ids) "
-                 "GROUP BY 1, 2"), {"ids": ids},
-        )  # fmt: skip
+            text(
+                "SELECT allocation_id, step, min(at) FROM allocation_events WHERE allocation_id = ANY(:ids) "
+                "GROUP BY 1, 2"
+            ),
+            {"ids": ids},
+        )
     found: dict[str, dict[str, float]] = {}
     for allocation_id, step, at in rows:
         steps = found.setdefault(allocation_id, {})
@@ -88,18 +102,26 @@ async def _allocations_of(stack: Stack, ids: list[str], limit: float) -> dict[st
     deadline = time.monotonic() + limit
     while True:
         async with stack.sessions() as session:
-            rows = (await session.execute(
-                text("SELECT id, allocation_id, starts_at, ends_at, state, reason FROM reservations WHERE id = ANY(:ids)"),
-                {"ids": ids},
-            )).all()  # fmt: skip
+            rows = (
+                await session.execute(
+                    text(
+                        "SELECT id, allocation_id, starts_at, ends_at, state, reason FROM reservations WHERE id = ANY(:ids)"
+                    ),
+                    {"ids": ids},
+                )
+            ).all()
         if rows and all(state == "ended" for *_, state, _ in rows):
             return {r: (a, s, e) for r, a, s, e, _, _ in rows}
         if time.monotonic() > deadline or any(state == "failed" for *_, state, _ in rows):
             async with stack.sessions() as session:
-                failures = dict((await session.execute(
-                    text("SELECT id, failure_reason FROM allocations WHERE id = ANY(:ids)"),
-                    {"ids": [a for _, a, *_ in rows if a]},
-                )).all())  # fmt: skip
+                failures = dict(
+                    (
+                        await session.execute(
+                            text("SELECT id, failure_reason FROM allocations WHERE id = ANY(:ids)"),
+                            {"ids": [a for _, a, *_ in rows if a]},
+                        )
+                    ).all()
+                )
             states = [(r, st, why, failures.get(a)) for r, a, _, _, st, why in rows if st != "ended"]
             raise RuntimeError(f"reservations not all ended after {limit:.0f} s: {states}")
         await asyncio.sleep(0.5)

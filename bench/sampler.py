@@ -25,8 +25,25 @@ import time
 from collections import Counter
 from types import FrameType
 
-IDLE = frozenset({"select", "poll", "epoll", "wait", "acquire", "get", "_worker", "sleep", "_wait_for_tstate_lock",
-                  "run_forever", "_run_once", "accept", "recv", "recv_into", "readline"})  # fmt: skip
+IDLE = frozenset(
+    {
+        "select",
+        "poll",
+        "epoll",
+        "wait",
+        "acquire",
+        "get",
+        "_worker",
+        "sleep",
+        "_wait_for_tstate_lock",
+        "run_forever",
+        "_run_once",
+        "accept",
+        "recv",
+        "recv_into",
+        "readline",
+    }
+)
 
 
 def _label(frame: FrameType | None) -> str | None:

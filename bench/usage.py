@@ -125,8 +125,9 @@ async def reports(sessions: async_sessionmaker[AsyncSession], repeat: int) -> di
     async with sessions.begin() as session:
         await session.execute(text("ANALYZE usage_intervals"))
         await session.execute(text("ANALYZE usage_hourly"))
-        counts = await session.execute(text("SELECT (SELECT count(*) FROM usage_intervals), "
-                                            "(SELECT count(*) FROM usage_hourly)"))  # fmt: skip
+        counts = await session.execute(
+            text("SELECT (SELECT count(*) FROM usage_intervals), (SELECT count(*) FROM usage_hourly)")
+        )
         figures["raw_rows_after"], figures["hourly_rows"] = counts.one()
     figures["rolled_month_ms"] = await timed(repeat, lambda: run(month))
     figures["rolled_old_month_ms"] = await timed(repeat, lambda: run(old_month))
@@ -153,10 +154,20 @@ async def claim_cost(
         for k in range(20):
             allocation = f"claim-{block}-{k}"
             async with sessions.begin() as session:
-                session.add(AllocationRow(id=allocation, tenant="t00", state="claiming", shape="gpu_slice",
-                                          gpu_count=2, request={}, workflow_id=f"allocation/{allocation}"))  # fmt: skip
-            claim = ClaimInput(allocation_id=allocation, attempt=1, node="n01", tenant="t00", gpu_count=2,
-                               bundles=bundles)  # fmt: skip
+                session.add(
+                    AllocationRow(
+                        id=allocation,
+                        tenant="t00",
+                        state="claiming",
+                        shape="gpu_slice",
+                        gpu_count=2,
+                        request={},
+                        workflow_id=f"allocation/{allocation}",
+                    )
+                )
+            claim = ClaimInput(
+                allocation_id=allocation, attempt=1, node="n01", tenant="t00", gpu_count=2, bundles=bundles
+            )
             started = time.perf_counter()
             await claims.record_claims(sessions, claim)
             async with sessions.begin() as session:
@@ -175,8 +186,13 @@ async def claim_cost(
         billed = await session.execute(text("SELECT count(*) FROM usage_intervals WHERE subject LIKE 'claim-%'"))
         assert billed.scalar_one() == len(times[True]), "the ledger billed other than the allocations claimed with it"
     with_ledger = len(times[True])
-    per = {name: {"calls_per_allocation": round(calls / with_ledger, 2),
-                  "ms_per_allocation": round(total / with_ledger, 3)} for name, (calls, total) in functions.items()}  # fmt: skip
+    per = {
+        name: {
+            "calls_per_allocation": round(calls / with_ledger, 2),
+            "ms_per_allocation": round(total / with_ledger, 3),
+        }
+        for name, (calls, total) in functions.items()
+    }
     return {
         "allocations": allocations,
         "claim_release_ms_with_ledger": median_ms(times[True]),
@@ -187,11 +203,19 @@ async def claim_cost(
 
 
 def _bundle(slot: SlotRow) -> Bundle:
-    return Bundle(slot_id=f"{slot.node_id}/{slot.slot_index}", slot_index=slot.slot_index,
-                  gpu_pci=slot.gpu_pci_address, fabric_parent_pci=slot.fabric_parent_pci_address,
-                  fabric_vf_pci=slot.fabric_vf_pci_address, nvme_device=slot.nvme_device, numa_node=slot.numa_node,
-                  vcpu_count=slot.vcpus, memory_mib=slot.memory_mib, mac_address=slot.mac_address,
-                  private_ip=slot.private_ip)  # fmt: skip
+    return Bundle(
+        slot_id=f"{slot.node_id}/{slot.slot_index}",
+        slot_index=slot.slot_index,
+        gpu_pci=slot.gpu_pci_address,
+        fabric_parent_pci=slot.fabric_parent_pci_address,
+        fabric_vf_pci=slot.fabric_vf_pci_address,
+        nvme_device=slot.nvme_device,
+        numa_node=slot.numa_node,
+        vcpu_count=slot.vcpus,
+        memory_mib=slot.memory_mib,
+        mac_address=slot.mac_address,
+        private_ip=slot.private_ip,
+    )
 
 
 def _without_half_life(snapshot: Snapshot) -> Snapshot:

@@ -128,8 +128,18 @@ def _render_list(allocations: list[AllocationSummary]) -> None:
     if not allocations:
         console.print("no allocations", style="dim")
         return
-    rows = table(Column("id", key=True), "tenant", "state", "request", "region", "pool", Column("node", key=True),
-                 "created", Column("ends", wide=True), Column("workflow", wide=True))  # fmt: skip
+    rows = table(
+        Column("id", key=True),
+        "tenant",
+        "state",
+        "request",
+        "region",
+        "pool",
+        Column("node", key=True),
+        "created",
+        Column("ends", wide=True),
+        Column("workflow", wide=True),
+    )
     for allocation in allocations:
         rows.add_row(
             allocation.id,
@@ -411,9 +421,17 @@ def get(
 
 
 def _end(
-    allocation_id: str, method: str, action: str, doing: str, wait: bool, timeout: str, output: OutputFormat,
-    api: str | None, token: str | None, tenant: str | None,
-) -> None:  # fmt: skip
+    allocation_id: str,
+    method: str,
+    action: str,
+    doing: str,
+    wait: bool,
+    timeout: str,
+    output: OutputFormat,
+    api: str | None,
+    token: str | None,
+    tenant: str | None,
+) -> None:
     """Cancel or release; with `wait`, until the allocation has ended (exit 1 past `timeout`)."""
     values.seconds(timeout, "--timeout")
     with api_client(api, token, tenant) as client:

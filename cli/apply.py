@@ -71,8 +71,13 @@ def apply(
         if dry_run:
             fleet, _ = adopt_node_lists(load_fleet(files), cluster, region, capability_list(capabilities))
             refuse_non_inventory(fleet)
-            counts = {"regions": len(fleet.regions), "tenants": len(fleet.tenants), "classes": len(fleet.classes),
-                      "clusters": len(fleet.clusters), "nodes": sum(len(p.nodes) for p in fleet.pools())}  # fmt: skip
+            counts = {
+                "regions": len(fleet.regions),
+                "tenants": len(fleet.tenants),
+                "classes": len(fleet.classes),
+                "clusters": len(fleet.clusters),
+                "nodes": sum(len(p.nodes) for p in fleet.pools()),
+            }
             print_data({"valid": True, "counts": counts}, output) if is_data(output) else console.print(
                 f"valid: {', '.join(f'{v} {k}' for k, v in counts.items())}"
             )

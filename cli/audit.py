@@ -52,21 +52,37 @@ def audit(
 
 def _render(report: AuditReport) -> None:
     when = f"{report.finished_at:%Y-%m-%d %H:%M:%S} UTC" if report.finished_at else "unfinished"
-    console.print(f"Audit {report.run_id} ({report.trigger}{', repair' if report.repair else ''}) at {when}: "
-                  f"{len(report.nodes_checked)} host(s) checked", highlight=False)  # fmt: skip
+    console.print(
+        f"Audit {report.run_id} ({report.trigger}{', repair' if report.repair else ''}) at {when}: "
+        f"{len(report.nodes_checked)} host(s) checked",
+        highlight=False,
+    )
     if not report.findings:
         console.print(styled("[green]no drift[/]: PostgreSQL, Temporal and the hosts agree"))
     else:
-        findings = table(Column("#", number=True), "kind", Column("node", key=True), Column("allocation", key=True),
-                         "slots", "first seen", "repair", title="Findings")  # fmt: skip
+        findings = table(
+            Column("#", number=True),
+            "kind",
+            Column("node", key=True),
+            Column("allocation", key=True),
+            "slots",
+            "first seen",
+            "repair",
+            title="Findings",
+        )
         for number, finding in enumerate(report.findings, 1):
             repair = Text("-" if finding.repair is None else finding.repair.value)
             if finding.repair is not None and finding.blocked:
                 repair = styled("{} [dim](not now)[/]", repair)
             findings.add_row(
-                str(number), finding.kind.value, finding.node or "-", finding.allocation_id or "-",
-                ",".join(map(str, finding.slot_indexes)) or "-", f"{finding.first_seen:%Y-%m-%d %H:%M:%S}", repair,
-            )  # fmt: skip
+                str(number),
+                finding.kind.value,
+                finding.node or "-",
+                finding.allocation_id or "-",
+                ",".join(map(str, finding.slot_indexes)) or "-",
+                f"{finding.first_seen:%Y-%m-%d %H:%M:%S}",
+                repair,
+            )
         findings.print()
         for number, finding in enumerate(report.findings, 1):
             not_now = (
@@ -74,12 +90,25 @@ def _render(report: AuditReport) -> None:
             )
             console.print(styled("{}. {}{}", number, finding.message, not_now), soft_wrap=True)
     if report.repairs:
-        repairs = table("kind", "action", Column("node", key=True), Column("allocation", key=True), "outcome",
-                        "what was done", title="Repairs")  # fmt: skip
+        repairs = table(
+            "kind",
+            "action",
+            Column("node", key=True),
+            Column("allocation", key=True),
+            "outcome",
+            "what was done",
+            title="Repairs",
+        )
         for fix in report.repairs:
             style = REPAIR_STYLES.get(fix.outcome, "white")
-            repairs.add_row(fix.kind.value, fix.action.value, fix.node or "-", fix.allocation_id or "-",
-                            Text(fix.outcome, style=style), fix.message)  # fmt: skip
+            repairs.add_row(
+                fix.kind.value,
+                fix.action.value,
+                fix.node or "-",
+                fix.allocation_id or "-",
+                Text(fix.outcome, style=style),
+                fix.message,
+            )
         repairs.print()
     elif report.repair:
         console.print("nothing was safe to repair now", style="dim")

@@ -53,8 +53,15 @@ class ApiFailure(Exception):
     """The API could not be reached, or answered with an error; `str()` is the one line to show. An answer in the
     API's error envelope keeps its parts (`message` without the code, `code`, `status`, `details`) for `-o json`."""
 
-    def __init__(self, line: str, *, message: str | None = None, code: str = "failed", status: int | None = None,
-                 details: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        line: str,
+        *,
+        message: str | None = None,
+        code: str = "failed",
+        status: int | None = None,
+        details: Any = None,
+    ) -> None:
         super().__init__(line)
         self.message = message or line
         self.code, self.status, self.details = code, status, details
@@ -114,8 +121,11 @@ def acting_tenant(tenant: str | None, token: str | None, announce: bool) -> str 
         return tenant
     tenant = default_tenant()
     if tenant is not None and announce:
-        errors.print(f"acting for tenant {tenant}, the first in `berth up`'s context (choose with --tenant)",
-                     style="dim", highlight=False)  # fmt: skip
+        errors.print(
+            f"acting for tenant {tenant}, the first in `berth up`'s context (choose with --tenant)",
+            style="dim",
+            highlight=False,
+        )
     return tenant
 
 
@@ -136,8 +146,9 @@ def _failure(response: httpx.Response) -> ApiFailure:
         message, code = _one_line(str(error["message"])), str(error["code"])
     except (ValueError, KeyError, TypeError):
         return ApiFailure(f"the API answered HTTP {status} {response.reason_phrase}")
-    return ApiFailure(f"{message} ({code}, HTTP {status})", message=message, code=code, status=status,
-                      details=error.get("details"))  # fmt: skip
+    return ApiFailure(
+        f"{message} ({code}, HTTP {status})", message=message, code=code, status=status, details=error.get("details")
+    )
 
 
 class BerthClient:

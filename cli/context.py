@@ -43,8 +43,10 @@ def context(output: OutputOption = OutputFormat.TEXT) -> None:
     """Show which context file `berth` commands use here (what `berth up` wrote), why that one, and its API."""
     lookup = find_context(Settings())
     if lookup.path is None:
-        fail(f"no context file: looked for {lookup.places()}; start the dev stack with `berth up`, or set "
-             "BERTH_CONTEXT to a context.json")  # fmt: skip
+        fail(
+            f"no context file: looked for {lookup.places()}; start the dev stack with `berth up`, or set "
+            "BERTH_CONTEXT to a context.json"
+        )
     why = SOURCES.get(lookup.source or "", lookup.source)
     if lookup.context is None:
         fail(f"{lookup.path} ({why}) {lookup.problem}")

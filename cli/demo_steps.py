@@ -49,16 +49,19 @@ DEMO_DEPLOYMENT: dict[str, Any] = {
             "spec": {
                 "clusterSelector": {"matchLabels": {"tier": "prod"}},
                 "engines": [
-                    {"name": "prefill", "members": [
-                        {"role": "Leader", "nodeSelector": _gang(8, BIG_GPUS)},
-                        {"role": "Worker", "worker": {"nodes": 1}, "nodeSelector": _gang(8, BIG_GPUS)},
-                    ]},
+                    {
+                        "name": "prefill",
+                        "members": [
+                            {"role": "Leader", "nodeSelector": _gang(8, BIG_GPUS)},
+                            {"role": "Worker", "worker": {"nodes": 1}, "nodeSelector": _gang(8, BIG_GPUS)},
+                        ],
+                    },
                     {"name": "decode", "members": [{"role": "Standalone", "nodeSelector": _gang(8, H100)}]},
                 ],
             }
         },
     },
-}  # fmt: skip
+}
 
 
 class StepFailed(AssertionError):
@@ -165,8 +168,10 @@ class Demo:
             active["state"] == "active", f"expected active, got {active['state']}: {active.get('failure_reason')}"
         )
         attempts = active["attempts"]
-        self.expect([a["node"] for a in attempts] == [active["node"]] and active["node"] != "j22u11",
-                    f"expected one attempt, not on j22u11, got {attempts}")  # fmt: skip
+        self.expect(
+            [a["node"] for a in attempts] == [active["node"]] and active["node"] != "j22u11",
+            f"expected one attempt, not on j22u11, got {attempts}",
+        )
         for attempt in attempts:
             self.say(f"  attempt on {attempt['node']}: {attempt['outcome']} {attempt.get('reason') or ''}")
         self.held.append(allocation)
@@ -181,8 +186,10 @@ class Demo:
         self.call("POST", f"/v1/allocations/{allocation}/cancel", 202)
         cancelled = self.settle(allocation)
         self.expect(cancelled["state"] == "cancelled", f"expected cancelled, got {cancelled['state']}")
-        self.say(f"  cancelled during {'provisioning' if cancelled['attempts'] else 'placement'}; "
-                 f"{len(cancelled['events'])} events in the audit trail")  # fmt: skip
+        self.say(
+            f"  cancelled during {'provisioning' if cancelled['attempts'] else 'placement'}; "
+            f"{len(cancelled['events'])} events in the audit trail"
+        )
 
     def bare_metal(self) -> None:
         self.say("A whole H100 host (8 GPUs) as bare metal: only a host with nothing claimed can take it.")

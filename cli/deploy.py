@@ -101,8 +101,9 @@ def _render(view: DeploymentView) -> None:
     )
     console.print(summary)
     if view.replicas:
-        replicas = table(Column("replica", key=True), "cluster", "index", "pools", "nodes", "phase", "gateway",
-                         title="Replicas")  # fmt: skip
+        replicas = table(
+            Column("replica", key=True), "cluster", "index", "pools", "nodes", "phase", "gateway", title="Replicas"
+        )
         for r in view.replicas:
             replicas.add_row(
                 r.name,
@@ -137,8 +138,10 @@ def _wait(client: BerthClient, name: str, namespace: str, timeout: str) -> dict[
             return data
         if time.monotonic() > deadline:
             follow = f"berth deploy get {name}" + ("" if namespace == DEFAULT_NAMESPACE else f" -n {namespace}")
-            fail(f"deployment {qualified_name(name, namespace)} is not settled after {timeout}; "
-                 f"follow it with `{follow}`")  # fmt: skip
+            fail(
+                f"deployment {qualified_name(name, namespace)} is not settled after {timeout}; "
+                f"follow it with `{follow}`"
+            )
         time.sleep(POLL_SECONDS)
 
 
@@ -174,8 +177,13 @@ def apply(
 
 
 @app.command("get")
-def get(name: NameArgument, namespace: NamespaceOption = None, output: OutputOption = OutputFormat.TEXT,
-        api: ApiOption = None, token: TokenOption = None) -> None:  # fmt: skip
+def get(
+    name: NameArgument,
+    namespace: NamespaceOption = None,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
     """A deployment: desired vs available, each replica's cluster and pools, and why not more."""
     with api_client(api, token) as client:
         data = client.call("GET", _path(name, namespace or DEFAULT_NAMESPACE))
@@ -186,8 +194,12 @@ def get(name: NameArgument, namespace: NamespaceOption = None, output: OutputOpt
 
 
 @app.command("list")
-def list_(namespace: NamespaceOption = None, output: OutputOption = OutputFormat.TEXT, api: ApiOption = None,
-          token: TokenOption = None) -> None:  # fmt: skip
+def list_(
+    namespace: NamespaceOption = None,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
     """Every deployment (of every namespace, unless -n names one) with its last recorded status."""
     with api_client(api, token) as client:
         data = client.call("GET", "/v1/deployments", params={"namespace": namespace} if namespace else None)
@@ -198,17 +210,36 @@ def list_(namespace: NamespaceOption = None, output: OutputOption = OutputFormat
     if not deployments:
         console.print("no deployments", style="dim")
         return
-    rows = table("namespace", Column("name", key=True), "state", Column("available", number=True),
-                 Column("desired", number=True), "phase", "message")  # fmt: skip
+    rows = table(
+        "namespace",
+        Column("name", key=True),
+        "state",
+        Column("available", number=True),
+        Column("desired", number=True),
+        "phase",
+        "message",
+    )
     for d in deployments:
-        rows.add_row(d.namespace, d.name, d.state or "-", str(d.available), str(d.desired),
-                     _styled(d.phase, PHASE_STYLES), d.message)  # fmt: skip
+        rows.add_row(
+            d.namespace,
+            d.name,
+            d.state or "-",
+            str(d.available),
+            str(d.desired),
+            _styled(d.phase, PHASE_STYLES),
+            d.message,
+        )
     rows.print()
 
 
 @app.command("delete")
-def delete(name: NameArgument, namespace: NamespaceOption = None, output: OutputOption = OutputFormat.TEXT,
-           api: ApiOption = None, token: TokenOption = None) -> None:  # fmt: skip
+def delete(
+    name: NameArgument,
+    namespace: NamespaceOption = None,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
+) -> None:
     """Tear down every replica of the deployment (workloads deleted, ledger released), then the deployment."""
     where = namespace or DEFAULT_NAMESPACE
     with api_client(api, token) as client:

@@ -87,17 +87,29 @@ def _render_host(host: HostInventory) -> None:
         memory = f"{gpu.memory_mib} MiB" if gpu.memory_mib else "-"
         gpus.add_row(gpu.address, gpu.product, memory, gpu.driver or "-", _n(gpu.numa_node), _n(gpu.iommu_group))
     gpus.print()
-    fabric = table(Column("fabric", key=True), "role", "parent", "VFs", "driver", "NUMA", "IOMMU group",
-                   title="Fabric")  # fmt: skip
+    fabric = table(Column("fabric", key=True), "role", "parent", "VFs", "driver", "NUMA", "IOMMU group", title="Fabric")
     for device in host.fabric:
-        fabric.add_row(device.address, device.role.value, device.parent or "-", str(len(device.vfs)) if device.vfs
-                       else "-", device.driver or "-", _n(device.numa_node), _n(device.iommu_group))  # fmt: skip
+        fabric.add_row(
+            device.address,
+            device.role.value,
+            device.parent or "-",
+            str(len(device.vfs)) if device.vfs else "-",
+            device.driver or "-",
+            _n(device.numa_node),
+            _n(device.iommu_group),
+        )
     fabric.print()
     nvme = table(Column("NVMe", key=True), "wwid", "size", "NUMA", "by-id", "in use", title="NVMe")
     for namespace in host.nvme:
         size = f"{namespace.size_bytes / 1e12:.2f} TB" if namespace.size_bytes else "-"
-        nvme.add_row(namespace.name, namespace.wwid or "-", size, _n(namespace.numa_node),
-                     namespace.by_id[0] if namespace.by_id else "-", "; ".join(namespace.in_use) or "-")  # fmt: skip
+        nvme.add_row(
+            namespace.name,
+            namespace.wwid or "-",
+            size,
+            _n(namespace.numa_node),
+            namespace.by_id[0] if namespace.by_id else "-",
+            "; ".join(namespace.in_use) or "-",
+        )
     nvme.print()
     for cell in host.numa:
         console.print(f"NUMA {cell.id}: {len(cell.cpus)} CPUs, {cell.memory_mib} MiB", highlight=False)
@@ -110,8 +122,9 @@ def _render_validation(node: Node, validation: NodeValidation) -> None:
     for verdict in validation.slots:
         slot = next(s for s in node.slots if s.index == verdict.index)
         style = STATE_STYLES.get(verdict.state, "white")
-        slots.add_row(str(verdict.index), slot.gpu_pci, Text(verdict.state.value, style=style),
-                      "; ".join(verdict.messages) or "-")  # fmt: skip
+        slots.add_row(
+            str(verdict.index), slot.gpu_pci, Text(verdict.state.value, style=style), "; ".join(verdict.messages) or "-"
+        )
     slots.print()
     valid = sum(1 for v in validation.slots if v.state is ValidationState.VALID)
     raw = sum(1 for v in validation.slots if v.state.counts_raw)

@@ -86,23 +86,37 @@ def render(result: PlacementResult, gpus: int) -> None:
         assert result.refusal is not None
         console.print(styled("[bold red]Refused[/] ({}): {}", result.refusal.code, result.refusal.message))
 
-    levels = table("level", Column("in", number=True), Column("out", number=True), "why the rest were dropped",
-                   title="Levels")  # fmt: skip
+    levels = table(
+        "level", Column("in", number=True), Column("out", number=True), "why the rest were dropped", title="Levels"
+    )
     for level in result.explanation.levels:
         why = ", ".join(phrase(reason, count, gpus) for reason, count in level.dropped.items())
         levels.add_row(str(level.level), str(level.considered), str(level.passed), why)
     levels.print(console)
 
     if result.candidates:
-        candidates = table(Column("rank", number=True), Column("node", key=True), Column("pool", key=True),
-                           Column("free bundles", number=True), title="Candidates")  # fmt: skip
+        candidates = table(
+            Column("rank", number=True),
+            Column("node", key=True),
+            Column("pool", key=True),
+            Column("free bundles", number=True),
+            title="Candidates",
+        )
         for rank, candidate in enumerate(result.candidates, start=1):
             candidates.add_row(str(rank), candidate.node, candidate.pool, str(candidate.free_bundles))
         candidates.print(console)
 
     if result.plan is not None:
-        plan = table(Column("slot", key=True), "GPU", "fabric VF", "NUMA", "NVMe", "MAC", "IP",
-                     title=f"Plan on {result.plan.node}")  # fmt: skip
+        plan = table(
+            Column("slot", key=True),
+            "GPU",
+            "fabric VF",
+            "NUMA",
+            "NVMe",
+            "MAC",
+            "IP",
+            title=f"Plan on {result.plan.node}",
+        )
         for bundle in result.plan.bundles:
             plan.add_row(
                 str(bundle.slot_id),

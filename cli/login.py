@@ -151,8 +151,11 @@ class _Callback(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; charset=utf-8")
         self.end_headers()
-        self.wfile.write(b"Berth: you are logged in. You can close this tab.\n" if "code" in query else
-                         b"Berth: the login was refused. See your terminal.\n")  # fmt: skip
+        self.wfile.write(
+            b"Berth: you are logged in. You can close this tab.\n"
+            if "code" in query
+            else b"Berth: the login was refused. See your terminal.\n"
+        )
         type(self).arrived.set()
 
     def log_message(self, format: str, *args: Any) -> None:  # the terminal is the person's, not a log
@@ -203,8 +206,15 @@ def login(
     server = http.server.HTTPServer(("127.0.0.1", 0), handler)
     redirect = f"http://127.0.0.1:{server.server_port}/callback"
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
-    query = {"response_type": "code", "client_id": client_id, "redirect_uri": redirect, "scope": " ".join(scopes),
-             "state": state, "code_challenge": challenge, "code_challenge_method": "S256"}  # fmt: skip
+    query = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": redirect,
+        "scope": " ".join(scopes),
+        "state": state,
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+    }
     link = f"{authorize}?{urlencode(query)}"
     sys.stderr.write(f"Log in at: {link}\n")
     sys.stderr.flush()
@@ -223,8 +233,14 @@ def login(
         fail(f"the identity provider refused the login: {answer['error']} {answer.get('error_description', '')}")
     client_secret = client_secret or Settings().oidc_client_secret
     named, auth = _client_auth(client_id, client_secret)
-    blank = Credentials(issuer=issuer, client_id=client_id, client_secret=client_secret, token_endpoint=token_endpoint,
-                        id_token="", expires_at=0.0)  # fmt: skip
+    blank = Credentials(
+        issuer=issuer,
+        client_id=client_id,
+        client_secret=client_secret,
+        token_endpoint=token_endpoint,
+        id_token="",
+        expires_at=0.0,
+    )
     try:
         exchanged = httpx.post(
             token_endpoint,
@@ -234,7 +250,7 @@ def login(
                 "redirect_uri": redirect,
                 "code_verifier": verifier,
                 **named,
-            },  # fmt: skip
+            },
             auth=auth,
             timeout=30.0,
         )
@@ -250,9 +266,18 @@ def login(
     console.print(f"Logged in to {url} as {name} (tokens kept in {path}).", highlight=False)
 
 
-def whoami(api: ApiOption = None, token: Annotated[str | None, typer.Option("--token", envvar="BERTH_TOKEN",
-           help="API bearer token; default: your login, else `berth up`'s admin token.")] = None,
-           output: OutputOption = OutputFormat.TEXT) -> None:  # fmt: skip
+def whoami(
+    api: ApiOption = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="BERTH_TOKEN",
+            help="API bearer token; default: your login, else `berth up`'s admin token.",
+        ),
+    ] = None,
+    output: OutputOption = OutputFormat.TEXT,
+) -> None:
     """Who the API takes you for: your name in its audit trail, your role and your tenants."""
     with api_client(api, token) as client:
         me = client.call("GET", "/v1/whoami")

@@ -59,8 +59,10 @@ def migrate(
         if wait is not None:
             seen = asyncio.run(_wait(url, wait))
             if seen != head():
-                fail(f"the database schema is at {seen or 'nothing'}, not {head()}, after {wait:g} s: has "
-                     "`berth migrate` (the migration Job) run?")  # fmt: skip
+                fail(
+                    f"the database schema is at {seen or 'nothing'}, not {head()}, after {wait:g} s: has "
+                    "`berth migrate` (the migration Job) run?"
+                )
             console.print(f"database schema is at {head()}")
             return
         asyncio.run(_migrate(url))

@@ -36,9 +36,19 @@ def _render(nodes: list[NodeInfo]) -> None:
         console.print("no nodes", style="dim")
         return
     numbers = ("GPUs", "validated GPUs", "valid slice bundles", "free", "reserved", "quarantined")
-    rows = table(Column("node", key=True), Column("pool", key=True), "region", "shape", "product", "status", "agent",
-                 *(Column(number, number=True) for number in numbers), "invalid slots",
-                 Column("agent version", wide=True), Column("labels", wide=True))  # fmt: skip
+    rows = table(
+        Column("node", key=True),
+        Column("pool", key=True),
+        "region",
+        "shape",
+        "product",
+        "status",
+        "agent",
+        *(Column(number, number=True) for number in numbers),
+        "invalid slots",
+        Column("agent version", wide=True),
+        Column("labels", wide=True),
+    )
     for node in nodes:
         rows.add_row(
             node.name,
@@ -106,27 +116,52 @@ def get(
     info = NodeInfo.model_validate(data)
     _render([info])
     agent = info.agent
-    console.print(f"agent: {agent.state}, last seen {agent.seen_at or 'never'}, version {agent.version or '-'}"
-                  + (f", down: {agent.down_reason}" if agent.down_reason else ""), highlight=False)  # fmt: skip
+    console.print(
+        f"agent: {agent.state}, last seen {agent.seen_at or 'never'}, version {agent.version or '-'}"
+        + (f", down: {agent.down_reason}" if agent.down_reason else ""),
+        highlight=False,
+    )
     if agent.slices_blocked:
         console.print(agent.slices_blocked, style="yellow", highlight=False)
     for held in info.quarantined:
         console.print(styled("  slot {}: [red]quarantined[/]: {}", held.index, held.reason or "no reason recorded"))
     for slot in info.invalid_slots:
-        console.print(f"  slot {slot.index} ({slot.gpu_pci}): {slot.validation} {slot.reason or ''}: "
-                      f"{slot.message or 'no report from its agent yet'}", highlight=False)  # fmt: skip
+        console.print(
+            f"  slot {slot.index} ({slot.gpu_pci}): {slot.validation} {slot.reason or ''}: "
+            f"{slot.message or 'no report from its agent yet'}",
+            highlight=False,
+        )
     for sick in info.unhealthy:
         health = Text(sick.health, style="red" if sick.health == "failed" else "yellow")
-        console.print(styled("  slot {} ({}): {} since {}: {}", sick.index, sick.gpu_pci, health, sick.since or "-",
-                             "; ".join(sick.reasons) or "no reason given"))  # fmt: skip
+        console.print(
+            styled(
+                "  slot {} ({}): {} since {}: {}",
+                sick.index,
+                sick.gpu_pci,
+                health,
+                sick.since or "-",
+                "; ".join(sick.reasons) or "no reason given",
+            )
+        )
     if info.signals:
-        signals = table(Column("slot", key=True), "health", "signal", "last value", "reported",
-                        title="health signals (as the agent last reported them)")  # fmt: skip
+        signals = table(
+            Column("slot", key=True),
+            "health",
+            "signal",
+            "last value",
+            "reported",
+            title="health signals (as the agent last reported them)",
+        )
         for slot in info.signals:
             for number, (name, value) in enumerate(slot.signals.items()):
                 first = number == 0
-                signals.add_row(str(slot.index) if first else "", slot.health if first else "", name, value,
-                                str(slot.reported_at or "-") if first else "")  # fmt: skip
+                signals.add_row(
+                    str(slot.index) if first else "",
+                    slot.health if first else "",
+                    name,
+                    value,
+                    str(slot.reported_at or "-") if first else "",
+                )
         signals.print()
 
 
@@ -142,8 +177,15 @@ def drain(
         print_data(data, output)
         return
     info = NodeInfo.model_validate(data["node"])
-    console.print(styled("node [bold]{}[/] is {}; told {} allocation(s){}", node, _status(info), len(data["told"]),
-                         f", could not tell {', '.join(data['not_told'])}" if data["not_told"] else ""))  # fmt: skip
+    console.print(
+        styled(
+            "node [bold]{}[/] is {}; told {} allocation(s){}",
+            node,
+            _status(info),
+            len(data["told"]),
+            f", could not tell {', '.join(data['not_told'])}" if data["not_told"] else "",
+        )
+    )
 
 
 @app.command("repair")

@@ -176,8 +176,13 @@ class Rows:
     """A table being filled: `add_row` takes a cell for every column, `-o wide` ones included, and `print` draws
     those the run's format shows."""
 
-    def __init__(self, columns: Sequence[Column | str], title: RenderableType | None, caption: str | None,
-                 options: dict[str, Any]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        columns: Sequence[Column | str],
+        title: RenderableType | None,
+        caption: str | None,
+        options: dict[str, Any],
+    ) -> None:
         self.columns = [column if isinstance(column, Column) else Column(column) for column in columns]
         self.title, self.caption, self.options = title, caption, options
         self.rows: list[tuple[RenderableType, ...]] = []
@@ -191,15 +196,20 @@ class Rows:
         to = to or console
         wide = run.output == OutputFormat.WIDE
         shown = [index for index, column in enumerate(self.columns) if wide or not column.wide]
-        drawn = Table(title=self.title, caption=self.caption, title_justify="left", caption_justify="left",
-                      **self.options)  # fmt: skip
+        drawn = Table(
+            title=self.title, caption=self.caption, title_justify="left", caption_justify="left", **self.options
+        )
         for index in shown:
             # Rich wraps the other columns first, then shrinks every column alike: a key column's minimum width is
             # its longest value, so two rows never read the same (`use1-h200…` twice).
             column = self.columns[index]
             longest = max([cell_len(column.header), *(_width(row[index]) for row in self.rows)])
-            drawn.add_column(column.header.upper(), justify="right" if column.number else "left",
-                             no_wrap=column.key, min_width=longest if column.key else None)  # fmt: skip
+            drawn.add_column(
+                column.header.upper(),
+                justify="right" if column.number else "left",
+                no_wrap=column.key,
+                min_width=longest if column.key else None,
+            )
         for row in self.rows:
             drawn.add_row(*(row[index] for index in shown))
         if not wide:
@@ -209,8 +219,15 @@ class Rows:
         # wider than its console, so a console as wide as the table, on the same stream with the same colours, does.
         needed = Measurement.get(to, to.options.update_width(1 << 16), drawn).maximum
         colours: Any = to.color_system  # the name of the console's colour system, or None for none
-        wide_enough = Console(file=to.file, width=max(to.width, needed), color_system=colours, emoji=False,
-                              force_terminal=to.is_terminal, no_color=to.no_color, markup=False)  # fmt: skip
+        wide_enough = Console(
+            file=to.file,
+            width=max(to.width, needed),
+            color_system=colours,
+            emoji=False,
+            force_terminal=to.is_terminal,
+            no_color=to.no_color,
+            markup=False,
+        )
         wide_enough.print(drawn, crop=False)
 
 
@@ -222,7 +239,8 @@ def _width(cell: RenderableType) -> int:
     return 0
 
 
-def table(*columns: Column | str, title: RenderableType | None = None, caption: str | None = None,
-          **options: Any) -> Rows:  # fmt: skip
+def table(
+    *columns: Column | str, title: RenderableType | None = None, caption: str | None = None, **options: Any
+) -> Rows:
     """Every table the CLI draws, so that they all read alike (`Rows`); `options` go to Rich's `Table` (`box`)."""
     return Rows(columns, title, caption, options)

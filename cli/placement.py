@@ -75,8 +75,18 @@ def render_capacity(pools: list[PoolCapacity], title: str = "Capacity") -> None:
     if not pools:
         console.print("no pools match", style="dim")
         return
-    numbers = ("ready nodes", "cooling off", "GPUs", "validated GPUs", "valid slice bundles", "raw free", "degraded",
-               "failed", *(f"{size}-GPU" for size in SLICE_SIZES), "bare-metal")  # fmt: skip
+    numbers = (
+        "ready nodes",
+        "cooling off",
+        "GPUs",
+        "validated GPUs",
+        "valid slice bundles",
+        "raw free",
+        "degraded",
+        "failed",
+        *(f"{size}-GPU" for size in SLICE_SIZES),
+        "bare-metal",
+    )
     rows = table(
         Column("pool", key=True),
         "region",
@@ -134,8 +144,13 @@ def capacity(
             print_data(data, output)
             return
         numbers = ("GPUs", "held", "reserved", "free", "most on one node")
-        rows = table(Column("pool", key=True), "region", "product", *(Column(n, number=True) for n in numbers),
-                     title=f"capacity at {data['at']}")  # fmt: skip
+        rows = table(
+            Column("pool", key=True),
+            "region",
+            "product",
+            *(Column(n, number=True) for n in numbers),
+            title=f"capacity at {data['at']}",
+        )
         for pool in data["pools"]:
             if product is None or (pool["gpu_product"] or "").casefold() == product.casefold():
                 counts = (pool[name] for name in ("gpus", "held", "reserved", "free", "largest_free"))

@@ -95,11 +95,18 @@ def _plan_json(result: FleetPlan, manifests: list[dict[str, Any]], estimates: di
     document = {**result.model_dump(mode="json", by_alias=True), "newReplicas": manifests}
     if estimates:  # only for a deployment with GGUF members: the stable document is unchanged otherwise
         document["memoryEstimates"] = {
-            member: {"file": e.file, "contextLength": e.context_length, "cacheType": e.cache_type,
-                     "weights": e.weights, "kvCache": e.kv_cache, "compute": e.compute, "total": e.total,
-                     "gpuMemory": e.quantity}
+            member: {
+                "file": e.file,
+                "contextLength": e.context_length,
+                "cacheType": e.cache_type,
+                "weights": e.weights,
+                "kvCache": e.kv_cache,
+                "compute": e.compute,
+                "total": e.total,
+                "gpuMemory": e.quantity,
+            }
             for member, e in estimates.items()
-        }  # fmt: skip
+        }
     return document
 
 

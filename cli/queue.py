@@ -66,13 +66,25 @@ def _render_region(region: RegionQueue) -> None:
         return
     numbers = ("#", "share", "used", "waited")
     remembers = any(item.decayed_gpu_hours is not None for item in region.entries)
-    columns = ("#", "allocation", "tenant", "priority", "request", "share", *(("used",) if remembers else ()),
-               "waited", "deadline", "why")  # fmt: skip
+    columns = (
+        "#",
+        "allocation",
+        "tenant",
+        "priority",
+        "request",
+        "share",
+        *(("used",) if remembers else ()),
+        "waited",
+        "deadline",
+        "why",
+    )
     rows = table(*(Column(c, key=c == "allocation", number=c in numbers) for c in columns), title=title)
     for item in region.entries:
-        used = () if not remembers else (
-            f"{item.decayed_gpu_hours:,.1f} GPU-h" if item.decayed_gpu_hours is not None else "",
-        )  # fmt: skip
+        used = (
+            ()
+            if not remembers
+            else (f"{item.decayed_gpu_hours:,.1f} GPU-h" if item.decayed_gpu_hours is not None else "",)
+        )
         rows.add_row(
             str(item.position),
             item.allocation_id,

@@ -51,44 +51,83 @@ def create(
     starts_at, ends_at = values.rfc3339(start, "--start"), values.rfc3339(end, "--end")
     lasting = values.duration(duration, "--duration")
     tenant = acting_tenant(tenant, token, announce=not is_data(output))
-    body = {"gpu_count": gpus, "region": region, "starts_at": starts_at, "ends_at": ends_at, "duration": lasting,
-            "gpu_product": product, "pool": pool, "shape": shape.value, "tenant": tenant}  # fmt: skip
+    body = {
+        "gpu_count": gpus,
+        "region": region,
+        "starts_at": starts_at,
+        "ends_at": ends_at,
+        "duration": lasting,
+        "gpu_product": product,
+        "pool": pool,
+        "shape": shape.value,
+        "tenant": tenant,
+    }
     with api_client(api, token, tenant) as client:
         data = client.call("POST", "/v1/reservations", json={k: v for k, v in body.items() if v is not None})
     if is_data(output):
         print_data(data, output)
         return
-    console.print(styled("Reservation [bold]{}[/] on {}: {} GPUs from {} to {}", data["id"], data["node"],
-                         data["gpu_count"], data["starts_at"], data["ends_at"]))  # fmt: skip
+    console.print(
+        styled(
+            "Reservation [bold]{}[/] on {}: {} GPUs from {} to {}",
+            data["id"],
+            data["node"],
+            data["gpu_count"],
+            data["starts_at"],
+            data["ends_at"],
+        )
+    )
 
 
 @app.command("list")
 def list_(
-    tenant: TenantOption = None, output: OutputOption = OutputFormat.TEXT, api: ApiOption = None,
+    tenant: TenantOption = None,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
     token: TokenOption = None,
-) -> None:  # fmt: skip
+) -> None:
     """Reservations by start (a tenant token: its own)."""
     with api_client(api, token, tenant) as client:
         data = client.call("GET", "/v1/reservations")
     if is_data(output):
         print_data(data, output)
         return
-    rows = table(Column("reservation", key=True), "tenant", "state", "region", Column("node", key=True),
-                 Column("GPUs", number=True), "starts", "ends", Column("allocation", key=True),
-                 Column("reason", wide=True))  # fmt: skip
+    rows = table(
+        Column("reservation", key=True),
+        "tenant",
+        "state",
+        "region",
+        Column("node", key=True),
+        Column("GPUs", number=True),
+        "starts",
+        "ends",
+        Column("allocation", key=True),
+        Column("reason", wide=True),
+    )
     for r in data["reservations"]:
-        rows.add_row(r["id"], r["tenant"], r["state"], r["region"], r["node"], str(r["gpu_count"]),
-                     _local(r["starts_at"]), _local(r["ends_at"]), r["allocation_id"] or "-",
-                     r["reason"] or "-")  # fmt: skip
+        rows.add_row(
+            r["id"],
+            r["tenant"],
+            r["state"],
+            r["region"],
+            r["node"],
+            str(r["gpu_count"]),
+            _local(r["starts_at"]),
+            _local(r["ends_at"]),
+            r["allocation_id"] or "-",
+            r["reason"] or "-",
+        )
     rows.print()
 
 
 @app.command("cancel")
 def cancel(
     reservation_id: Annotated[str, typer.Argument(help="The reservation's id.", show_default=False)],
-    tenant: TenantOption = None, output: OutputOption = OutputFormat.TEXT, api: ApiOption = None,
+    tenant: TenantOption = None,
+    output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
     token: TokenOption = None,
-) -> None:  # fmt: skip
+) -> None:
     """Cancel a reservation (after its start, its allocation gives everything back)."""
     with api_client(api, token, tenant) as client:
         data = client.call("DELETE", f"/v1/reservations/{reservation_id}")

@@ -136,8 +136,16 @@ def create(
     except (OSError, OperationalError, DBAPIError) as error:
         fail(f"cannot reach the database: {error}")
     if is_data(output):
-        print_data({"role": chosen, "tenant": tenant, "node": node, "token": token,
-                    "expires_at": expires_at.isoformat() if expires_at else None}, output)  # fmt: skip
+        print_data(
+            {
+                "role": chosen,
+                "tenant": tenant,
+                "node": node,
+                "token": token,
+                "expires_at": expires_at.isoformat() if expires_at else None,
+            },
+            output,
+        )
         return
     whose = f"node {node}" if node else f"a {chosen} of tenant {tenant}" if tenant else f"an {chosen}"
     until = f", until {expires_at:%Y-%m-%d %H:%M} UTC" if expires_at else ""
@@ -159,11 +167,18 @@ def list_tokens(
     except (OSError, OperationalError, DBAPIError) as error:
         fail(f"cannot reach the database: {error}")
     found = [
-        {"id": r.id, "role": r.role, "tenant": r.tenant, "node": r.node, "label": r.label,
-         "created_at": r.created_at.isoformat(), "expires_at": r.expires_at.isoformat() if r.expires_at else None,
-         "revoked_at": r.revoked_at.isoformat() if r.revoked_at else None}
+        {
+            "id": r.id,
+            "role": r.role,
+            "tenant": r.tenant,
+            "node": r.node,
+            "label": r.label,
+            "created_at": r.created_at.isoformat(),
+            "expires_at": r.expires_at.isoformat() if r.expires_at else None,
+            "revoked_at": r.revoked_at.isoformat() if r.revoked_at else None,
+        }
         for r in rows
-    ]  # fmt: skip
+    ]
     if is_data(output):
         print_data({"tokens": found}, output)
         return

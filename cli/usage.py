@@ -63,8 +63,11 @@ def render(report: UsageReport, to: Console = console) -> None:
         to.print(styled("no usage from {}", window))
         return
     numbers = ("GPU-hours", "allocations", "peak GPUs", "share of fleet", "reserved GPU-h", "node-hours")
-    rows = table(*_group_cells(report), *(Column(name, number=True) for name in numbers),
-                 title=styled("[bold]usage[/] {} by {}", window, ", ".join(report.by)))  # fmt: skip
+    rows = table(
+        *_group_cells(report),
+        *(Column(name, number=True) for name in numbers),
+        title=styled("[bold]usage[/] {} by {}", window, ", ".join(report.by)),
+    )
     for cells in _row_values(report):
         rows.add_row(
             *(str(cells[name]) if cells[name] is not None else "-" for name in _group_cells(report)),
@@ -113,8 +116,12 @@ def usage(
     since, until = instant(start, "--from"), instant(end, "--to")
     if since is not None and until is not None and since >= until:
         fail(f"--from ({since.isoformat()}) is not before --to ({until.isoformat()})")
-    params = {"from": since.isoformat() if since else None, "to": until.isoformat() if until else None, "by": by,
-              "bucket": bucket}  # fmt: skip
+    params = {
+        "from": since.isoformat() if since else None,
+        "to": until.isoformat() if until else None,
+        "by": by,
+        "bucket": bucket,
+    }
     with api_client(api, token, tenant) as client:
         data = client.call("GET", "/v1/usage", params={k: v for k, v in params.items() if v is not None})
     if is_data(output):

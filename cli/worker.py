@@ -267,9 +267,13 @@ def _serve(main: Callable[[], Coroutine[Any, Any, None]], what: str) -> None:
 
 
 def _libvirt_settings(
-    settings: Settings, uri: str | None, pool: str | None, network: str | None, bridge: str | None,
+    settings: Settings,
+    uri: str | None,
+    pool: str | None,
+    network: str | None,
+    bridge: str | None,
     catalogue_file: Path | None,
-) -> LibvirtSettings:  # fmt: skip
+) -> LibvirtSettings:
     from agent.libvirt.driver import ImageCatalogue, LibvirtSettings
 
     catalogue_file = catalogue_file or settings.image_catalogue

@@ -36,9 +36,13 @@ async def connect(settings: Settings, *, patiently: bool = False) -> Client:
 
     async def attempt() -> Client:
         return await Client.connect(
-            address, namespace=namespace, data_converter=pydantic_data_converter, tls=_tls(settings),
-            interceptors=tracing.interceptors(), api_key=await credentials.token() if credentials else None,
-        )  # fmt: skip
+            address,
+            namespace=namespace,
+            data_converter=pydantic_data_converter,
+            tls=_tls(settings),
+            interceptors=tracing.interceptors(),
+            api_key=await credentials.token() if credentials else None,
+        )
 
     client = await _keep_trying(attempt, f"Temporal at {address}") if patiently else await attempt()
     if credentials is not None:  # its token renewed for as long as the process runs

@@ -72,8 +72,9 @@ class ClientCredentials:
         except httpx.HTTPError as error:
             raise CredentialsError(f"cannot reach the token endpoint {self.token_url}: {error}") from error
         if answer.status_code != 200:
-            raise CredentialsError(f"{self.token_url} refused client {self.client_id}: HTTP {answer.status_code} "
-                                   f"{answer.text[:200]}")  # fmt: skip
+            raise CredentialsError(
+                f"{self.token_url} refused client {self.client_id}: HTTP {answer.status_code} {answer.text[:200]}"
+            )
         body = answer.json()
         token = body.get("access_token")
         if not isinstance(token, str):

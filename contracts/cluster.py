@@ -86,17 +86,23 @@ def connection_of(cluster: Any, annotations: dict[str, str]) -> ClusterConnectio
     if named:
         name, _, key = named.partition("/")
         return ClusterConnection(
-            method="kubeconfig", secret_name=name, secret_key=key or DEFAULT_SECRET_KEY, context=context,
+            method="kubeconfig",
+            secret_name=name,
+            secret_key=key or DEFAULT_SECRET_KEY,
+            context=context,
             gateway=gateway,
-        )  # fmt: skip
+        )
     spec = cluster if isinstance(cluster, dict) else {}
     ref = ((spec.get("existing") or {}).get("secretRef") or {}) if spec.get("source") == "Existing" else {}
     if not ref.get("name"):
         return None
     return ClusterConnection(
-        method="kubeconfig", secret_name=ref["name"], secret_key=ref.get("key") or DEFAULT_SECRET_KEY,
-        context=context, gateway=gateway,
-    )  # fmt: skip
+        method="kubeconfig",
+        secret_name=ref["name"],
+        secret_key=ref.get("key") or DEFAULT_SECRET_KEY,
+        context=context,
+        gateway=gateway,
+    )
 
 
 class ClusterTarget(BaseModel):

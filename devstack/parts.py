@@ -34,9 +34,15 @@ API = "api"
 GATEWAY = "gateway"
 # What only the control plane may know; agents reach Temporal through the gateway and PostgreSQL not at all.
 CONTROL_PLANE_ONLY = (
-    "BERTH_DATABASE_URL", "BERTH_TEMPORAL_ADDRESS", "BERTH_TEMPORAL_TLS", "BERTH_TEMPORAL_TLS_CERT",
-    "BERTH_TEMPORAL_TLS_KEY", "BERTH_TEMPORAL_TLS_CA", "BERTH_GATEWAY_KEY_FILE", "BERTH_GATEWAY_TLS_KEY",
-)  # fmt: skip
+    "BERTH_DATABASE_URL",
+    "BERTH_TEMPORAL_ADDRESS",
+    "BERTH_TEMPORAL_TLS",
+    "BERTH_TEMPORAL_TLS_CERT",
+    "BERTH_TEMPORAL_TLS_KEY",
+    "BERTH_TEMPORAL_TLS_CA",
+    "BERTH_GATEWAY_KEY_FILE",
+    "BERTH_GATEWAY_TLS_KEY",
+)
 
 
 def child_env(settings: Settings, **values: str) -> dict[str, str]:
@@ -117,13 +123,24 @@ def api_part(port: int, state: Path, env: Mapping[str, str], name: str = API) ->
     return Part(
         name,
         [
-            sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app", "--host", "127.0.0.1",
-            "--port", str(port), "--log-level", "warning", "--timeout-graceful-shutdown", "5",
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "api.app:create_app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--timeout-graceful-shutdown",
+            "5",
         ],
         state / "logs" / f"{name}.log",
         env=env,
         ready=lambda _pid: port_open("127.0.0.1", port),
-    )  # fmt: skip
+    )
 
 
 def agent_groups(nodes: list[str], processes: int) -> dict[str, list[str]]:

@@ -150,10 +150,20 @@ class EmbeddedPostgres:
         _give_to(self.data_dir, user)
         if not (self.data_dir / "PG_VERSION").exists():
             initdb = subprocess.run(
-                [str(_install_dir() / "bin" / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER, *auth,
-                 "--encoding=UTF8", "--no-sync"],
-                capture_output=True, text=True, user=user,
-            )  # fmt: skip
+                [
+                    str(_install_dir() / "bin" / "initdb"),
+                    "-D",
+                    str(self.data_dir),
+                    "-U",
+                    SUPERUSER,
+                    *auth,
+                    "--encoding=UTF8",
+                    "--no-sync",
+                ],
+                capture_output=True,
+                text=True,
+                user=user,
+            )
             if initdb.returncode != 0:
                 raise PostgresStartError(f"initdb failed for {self.data_dir}: {initdb.stderr.strip() or initdb.stdout}")
         hba = self.data_dir / "pg_hba.conf"
@@ -168,10 +178,22 @@ class EmbeddedPostgres:
     def command(self) -> list[str]:
         """The server on `self.port` (set it first), its Unix socket in the data directory."""
         return [
-            str(_install_dir() / "bin" / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
-            "-h", "127.0.0.1", "-k", str(self.data_dir), "-c", f"fsync={'on' if self.durable else 'off'}",
-            "-c", "max_connections=300", "-c", "shared_buffers=128MB",
-        ]  # fmt: skip
+            str(_install_dir() / "bin" / "postgres"),
+            "-D",
+            str(self.data_dir),
+            "-p",
+            str(self.port),
+            "-h",
+            "127.0.0.1",
+            "-k",
+            str(self.data_dir),
+            "-c",
+            f"fsync={'on' if self.durable else 'off'}",
+            "-c",
+            "max_connections=300",
+            "-c",
+            "shared_buffers=128MB",
+        ]
 
     def clear_stale_pid_file(self) -> None:
         """Remove a postmaster.pid whose server is gone: a postmaster killed with -9 leaves it, and a new server
@@ -227,9 +249,12 @@ class EmbeddedPostgres:
             # On stdin, not the command line (which every user can read through /proc); the server does not log it.
             literal = self.password.replace("'", "''")
             subprocess.run(
-                [*psql, "-v", "ON_ERROR_STOP=1"], input=f"ALTER ROLE {SUPERUSER} PASSWORD '{literal}';\n",
-                check=True, capture_output=True, text=True,
-            )  # fmt: skip
+                [*psql, "-v", "ON_ERROR_STOP=1"],
+                input=f"ALTER ROLE {SUPERUSER} PASSWORD '{literal}';\n",
+                check=True,
+                capture_output=True,
+                text=True,
+            )
         exists = subprocess.run(
             [*psql, "-c", f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"],
             capture_output=True,

@@ -72,15 +72,31 @@ class DevTemporal:
         self.http_port = self.http_port or free_port()
         self.metrics_port = self.metrics_port or free_port()
         return [
-            temporal_binary(), "server", "start-dev",
-            "--ip", "127.0.0.1", "--port", str(self.port), "--ui-port", str(self.ui_port),
-            "--http-port", str(self.http_port), "--metrics-port", str(self.metrics_port),
-            "--namespace", self.namespace,
-            "--db-filename", str(self.data_dir / "temporal.db"),
-            "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
-            "--log-level", "warn",
+            temporal_binary(),
+            "server",
+            "start-dev",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--ui-port",
+            str(self.ui_port),
+            "--http-port",
+            str(self.http_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--namespace",
+            self.namespace,
+            "--db-filename",
+            str(self.data_dir / "temporal.db"),
+            "--sqlite-pragma",
+            "journal_mode=wal",
+            "--sqlite-pragma",
+            "synchronous=normal",
+            "--log-level",
+            "warn",
             *dev_server_flags(),
-        ]  # fmt: skip
+        ]
 
     def is_ready(self) -> bool:
         """The frontend and the UI accept connections."""

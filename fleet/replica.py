@@ -56,8 +56,11 @@ ERROR_REASONS = frozenset({"ReconcileError", "Unavailable"})
 
 def ready_status(ready: bool) -> dict[str, Any]:
     """The `status` Berth writes on the replicas it records: Ready True once its workload is ready, else Creating."""
-    condition = {"type": "Ready", "status": "True", "reason": "Available"} if ready else {
-        "type": "Ready", "status": "False", "reason": "Creating"}  # fmt: skip
+    condition = (
+        {"type": "Ready", "status": "True", "reason": "Available"}
+        if ready
+        else {"type": "Ready", "status": "False", "reason": "Creating"}
+    )
     return {"conditions": [condition]}
 
 

@@ -114,8 +114,9 @@ async def run_gateway(settings: Settings, ready: Callable[[], None] | None = Non
     upstream = upstream_channel(address, settings)
     policy = GatewayPolicy(namespace=namespace, queue_prefix=settings.node_task_queue_prefix)
     try:
-        gateway = await start_gateway(settings.gateway_listen, upstream, session_factory(engine), key, policy, tls,
-                                      settings.temporal_credentials)  # fmt: skip
+        gateway = await start_gateway(
+            settings.gateway_listen, upstream, session_factory(engine), key, policy, tls, settings.temporal_credentials
+        )
         log.info("node gateway serving on port %d for namespace %s", gateway.port, namespace)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

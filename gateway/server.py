@@ -200,9 +200,12 @@ class NodeGateway(grpc.GenericRpcHandler):
             )
         if isinstance(received, service.RespondActivityTaskFailedRequest):
             return service.RespondActivityTaskFailedRequest(
-                namespace=namespace, task_token=token, failure=received.failure, identity=identity,
+                namespace=namespace,
+                task_token=token,
+                failure=received.failure,
+                identity=identity,
                 last_heartbeat_details=received.last_heartbeat_details,
-            )  # fmt: skip
+            )
         if isinstance(received, service.RespondActivityTaskCanceledRequest):
             return service.RespondActivityTaskCanceledRequest(
                 namespace=namespace, task_token=token, details=received.details, identity=identity

@@ -95,8 +95,9 @@ class CohortTree:
     Kueue's numbers for each node. Nodes are ("tenant", name) and ("cohort", name): a tenant and a cohort may share
     a name."""
 
-    def __init__(self, leaves: Iterable[Leaf], cohorts: Mapping[str, CohortView],
-                 limits_of: Callable[[CohortView], Limits]) -> None:  # fmt: skip
+    def __init__(
+        self, leaves: Iterable[Leaf], cohorts: Mapping[str, CohortView], limits_of: Callable[[CohortView], Limits]
+    ) -> None:
         self.parent: dict[tuple[str, str], tuple[str, str] | None] = {}
         self.children: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self.limits: dict[tuple[str, str], Limits] = {}
@@ -110,8 +111,13 @@ class CohortTree:
         self._usage: dict[tuple[str, str], int] = {}
         self._available: dict[tuple[str, str], int] = {}
 
-    def _attach(self, node: tuple[str, str], cohort: str | None, cohorts: Mapping[str, CohortView],
-                limits_of: Callable[[CohortView], Limits]) -> None:  # fmt: skip
+    def _attach(
+        self,
+        node: tuple[str, str],
+        cohort: str | None,
+        cohorts: Mapping[str, CohortView],
+        limits_of: Callable[[CohortView], Limits],
+    ) -> None:
         """Hang `node` under `cohort`, and each cohort on the way up under its parent, once. A cycle (refused by
         the fleet's validation) ends the climb where it would close, as `path_to_root` does."""
         climbed: set[tuple[str, str]] = set()

@@ -123,8 +123,9 @@ def remembered_usage(tree: CohortTree, node: Node, tenants: Mapping[str, TenantV
     return totals
 
 
-def usage_share(remembered: Mapping[Node, float], node: Node, tenants: Mapping[str, TenantView],
-                cohorts: Mapping[str, CohortView]) -> Share:  # fmt: skip
+def usage_share(
+    remembered: Mapping[Node, float], node: Node, tenants: Mapping[str, TenantView], cohorts: Mapping[str, CohortView]
+) -> Share:
     """The node's decayed GPU-seconds over its weight (weight 0: after every weighted one, if it used anything)."""
     total = remembered.get(node, 0.0)
     weight = weight_of(node, tenants, cohorts)
@@ -133,8 +134,14 @@ def usage_share(remembered: Mapping[Node, float], node: Node, tenants: Mapping[s
     return Share(False, total / weight)
 
 
-def ordering_share(tree: CohortTree, node: Node, tenants: Mapping[str, TenantView], cohorts: Mapping[str, CohortView],
-                   remembered: Mapping[Node, float] | None, usage: int | None = None) -> Share:  # fmt: skip
+def ordering_share(
+    tree: CohortTree,
+    node: Node,
+    tenants: Mapping[str, TenantView],
+    cohorts: Mapping[str, CohortView],
+    remembered: Mapping[Node, float] | None,
+    usage: int | None = None,
+) -> Share:
     """What orders the node among its siblings: its decayed usage over its weight where its tree remembers usage
     (`remembered`, from `remembered_usage`), else its share (`usage`: what it would hold instead of now)."""
     if remembered is not None:
@@ -152,8 +159,12 @@ class Contender:
     arrival: int
 
 
-def tournament(contenders: Iterable[Contender], tree: CohortTree, tenants: Mapping[str, TenantView],
-               cohorts: Mapping[str, CohortView]) -> Contender | None:  # fmt: skip
+def tournament(
+    contenders: Iterable[Contender],
+    tree: CohortTree,
+    tenants: Mapping[str, TenantView],
+    cohorts: Mapping[str, CohortView],
+) -> Contender | None:
     """The request a fair-sharing tree admits next, of its tenants' next requests (`tree`: their cohort tree as it
     is): at each cohort, from the leaves up, the best of its children's candidates by (would not borrow, share with
     it admitted, higher priority, earlier arrival), the share being the child's (the tenant, or the child cohort
@@ -183,6 +194,15 @@ def tournament(contenders: Iterable[Contender], tree: CohortTree, tenants: Mappi
 
 
 __all__ = [
-    "NONE", "Contender", "Share", "ordering_share", "remembered_usage", "share", "shares_fairly", "tenant_share",
-    "tournament", "usage_share", "weight_of",
-]  # fmt: skip
+    "NONE",
+    "Contender",
+    "Share",
+    "ordering_share",
+    "remembered_usage",
+    "share",
+    "shares_fairly",
+    "tenant_share",
+    "tournament",
+    "usage_share",
+    "weight_of",
+]

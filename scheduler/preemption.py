@@ -309,9 +309,11 @@ def _candidates(snapshot: Snapshot, preemptor: Preemptor, running: Iterable[Runn
 
 
 def _take_and_minimise(
-    snapshot: Snapshot, preemptor: Preemptor, candidates: Mapping[Running, str],
+    snapshot: Snapshot,
+    preemptor: Preemptor,
+    candidates: Mapping[Running, str],
     fits: Callable[[Sequence[Running]], bool],
-) -> tuple[list[Running], dict[str, str]] | None:  # fmt: skip
+) -> tuple[list[Running], dict[str, str]] | None:
     """The victims and why each: taken until the request fits, then every victim it fits without given back, the
     last taken first. None when all of them would not do."""
     if Judge(snapshot, preemptor).fair:
@@ -329,9 +331,11 @@ def _take_and_minimise(
 
 
 def _classic_take(
-    snapshot: Snapshot, preemptor: Preemptor, candidates: Mapping[Running, str],
+    snapshot: Snapshot,
+    preemptor: Preemptor,
+    candidates: Mapping[Running, str],
     fits: Callable[[Sequence[Running]], bool],
-) -> dict[Running, str] | None:  # fmt: skip
+) -> dict[Running, str] | None:
     """Kueue's classic preemption: candidates in order, each taken only while it is still eligible once the ones
     before it are gone, until the request fits."""
     taken: dict[Running, str] = {}
@@ -345,9 +349,11 @@ def _classic_take(
 
 
 def _fair_take(
-    snapshot: Snapshot, preemptor: Preemptor, candidates: Mapping[Running, str],
+    snapshot: Snapshot,
+    preemptor: Preemptor,
+    candidates: Mapping[Running, str],
     fits: Callable[[Sequence[Running]], bool],
-) -> dict[Running, str] | None:  # fmt: skip
+) -> dict[Running, str] | None:
     """Kueue's fair-sharing preemption (its `LessThanOrEqualToFinalShare`, then `LessThanInitialShare`): take from
     the tenant with the largest share first; an allocation of another tenant is taken when the preemptor's request
     fits its own nominal quota, or when the preemptor's share with the request admitted would not exceed that
@@ -406,8 +412,11 @@ def _largest_share(snapshot: Snapshot, preemptor: Preemptor, left: Mapping[Runni
     )
     for name in sorted(tenants):
         view = snapshot.tenants.get(name)
-        if view is None or (judge.tree is not None and judge.reclaimable(view) is None and
-                            not any(c.preemptible for c in left if c.tenant == name)):  # fmt: skip
+        if view is None or (
+            judge.tree is not None
+            and judge.reclaimable(view) is None
+            and not any(c.preemptible for c in left if c.tenant == name)
+        ):
             continue
         path = _share_path(snapshot, view, remembered)
         if best is None or path > best[0]:
@@ -476,7 +485,7 @@ def without(snapshot: Snapshot, victims: Sequence[Running]) -> Snapshot:
         tenants.append(
             dataclasses.replace(
                 view, active_gpus=max(0, view.active_gpus - sum(v.gpus for v in theirs)), held=tuple(held)
-            )  # fmt: skip
+            )
         )
     return snapshot.with_nodes(nodes).with_tenants({**snapshot.tenants, **{t.name: t for t in tenants}}.values())
 

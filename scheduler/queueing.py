@@ -239,8 +239,11 @@ class _Preempting:
         if standing is not None and (self.alive.get(entry.allocation_id) or standing.node is not None):
             left = self.alive.get(entry.allocation_id, ())
             where = f" on node {standing.node}" if standing.node else ""
-            why = (f"preempting {len(left)} allocation(s){where}: waiting for them to leave" if left
-                   else f"node {standing.node} is held for it: its preempted allocations have left")  # fmt: skip
+            why = (
+                f"preempting {len(left)} allocation(s){where}: waiting for them to leave"
+                if left
+                else f"node {standing.node} is held for it: its preempted allocations have left"
+            )
             return {"nomination": standing, "reason": why, "code": Reason.PREEMPTING, "reserved": standing.node}
         if code not in (Reason.INSUFFICIENT_CAPACITY, Reason.QUOTA_EXCEEDED):
             return None
@@ -249,14 +252,27 @@ class _Preempting:
         # tenant, no smaller, of no higher priority and created no earlier finds none either (but where this pass's
         # own placements make another tenant borrow, and so its running allocations reclaimable: the next pass,
         # which those placements' starts bring about, sees that).
-        key = (entry.tenant, entry.preemptible, entry.never_preempts, code,
-               _alike(entry, request.model_copy(update={"reserved_nodes": frozenset()})))  # fmt: skip
+        key = (
+            entry.tenant,
+            entry.preemptible,
+            entry.never_preempts,
+            code,
+            _alike(entry, request.model_copy(update={"reserved_nodes": frozenset()})),
+        )
         failed = self.failed.get(key)
-        if failed is not None and any(g <= request.gpu_count and p >= entry.priority and c <= created
-                                      for g, p, c in failed):  # fmt: skip
+        if failed is not None and any(
+            g <= request.gpu_count and p >= entry.priority and c <= created for g, p, c in failed
+        ):
             return None
-        preemptor = Preemptor(entry.allocation_id, entry.tenant, entry.priority, created, request,
-                              preemptible=entry.preemptible, never_preempts=entry.never_preempts)  # fmt: skip
+        preemptor = Preemptor(
+            entry.allocation_id,
+            entry.tenant,
+            entry.priority,
+            created,
+            request,
+            preemptible=entry.preemptible,
+            never_preempts=entry.never_preempts,
+        )
         outcome = plan_preemption(snapshot, entry.region, preemptor, self.running, code)
         if isinstance(outcome, str):
             self.failed.setdefault(key, []).append((request.gpu_count, entry.priority, created))
@@ -441,8 +457,9 @@ class _Walk:
             decayed = tenant.decayed_usage
             if decayed is not None:
                 decayed += gpus * ENTRY_PENALTY_SECONDS
-            more = dataclasses.replace(tenant, in_flight_gpus=tenant.in_flight_gpus + gpus, held=held,
-                                       decayed_usage=decayed)  # fmt: skip
+            more = dataclasses.replace(
+                tenant, in_flight_gpus=tenant.in_flight_gpus + gpus, held=held, decayed_usage=decayed
+            )
             self.snapshot = self.snapshot.with_tenants([*_others(self.snapshot, entry.tenant), more])
         if product is not None:
             self.usage[entry.tenant][product] += gpus

@@ -124,12 +124,17 @@ NO_COHORTS: Cohorts = {}
 
 
 def _leaf(account: Account) -> Leaf:
-    return Leaf(account.tenant, account.cohort, account.nominal, account.used, account.borrowing_limit,
-                account.lending_limit)  # fmt: skip
+    return Leaf(
+        account.tenant, account.cohort, account.nominal, account.used, account.borrowing_limit, account.lending_limit
+    )
 
 
-def tree_of(account: Account, members: Iterable[Account], cohorts: Cohorts,
-            limits_of: Callable[[CohortView], Limits] = total_limits) -> CohortTree:  # fmt: skip
+def tree_of(
+    account: Account,
+    members: Iterable[Account],
+    cohorts: Cohorts,
+    limits_of: Callable[[CohortView], Limits] = total_limits,
+) -> CohortTree:
     """The cohort tree of `account` (`members`: the same account of the other tenants of its tree)."""
     return CohortTree([_leaf(account), *(_leaf(m) for m in members if m.tenant != account.tenant)], cohorts, limits_of)
 
@@ -146,11 +151,15 @@ def decide_account(account: Account, gpus: int, tree: CohortTree, within_nominal
     after = account.used + gpus
     borrowed = max(0, after - account.nominal)
     if within_nominal and borrowed:
-        return QuotaDecision(False, 0, (
-            f"tenant {account.tenant} would exceed its {account.what}: {account.used_text} + {gpus} requested > "
-            f"quota {account.nominal}, and a non-preemptible PriorityClass is admitted only within its nominal quota, "
-            "never on borrowed GPUs"
-        ))  # fmt: skip
+        return QuotaDecision(
+            False,
+            0,
+            (
+                f"tenant {account.tenant} would exceed its {account.what}: {account.used_text} + {gpus} requested > "
+                f"quota {account.nominal}, and a non-preemptible PriorityClass is admitted only within its nominal quota, "
+                "never on borrowed GPUs"
+            ),
+        )
     room = available(account, tree)
     if gpus <= room:
         return QuotaDecision(True, borrowed, "")
@@ -161,11 +170,15 @@ def decide_account(account: Account, gpus: int, tree: CohortTree, within_nominal
     cohort = _cohort_words(account, tree)
     if after <= account.nominal:
         lent = sum(max(0, tree.used[n] - tree.limits[n].nominal) for n in tree.used if n[1] != account.tenant)
-        return QuotaDecision(False, 0, (
-            f"tenant {account.tenant} is within its {account.what} ({sums} <= quota {account.nominal}), but {cohort} "
-            f"has lent it out: {lent} GPUs borrowed by other members; they come back as those are released, or by "
-            "preemption (reclaimWithinCohort)"
-        ))  # fmt: skip
+        return QuotaDecision(
+            False,
+            0,
+            (
+                f"tenant {account.tenant} is within its {account.what} ({sums} <= quota {account.nominal}), but {cohort} "
+                f"has lent it out: {lent} GPUs borrowed by other members; they come back as those are released, or by "
+                "preemption (reclaimWithinCohort)"
+            ),
+        )
     own = f"tenant {account.tenant} would exceed its {account.what}: {sums} > quota {account.nominal}"
     limit = account.borrowing_limit
     if limit is not None and borrowed > limit:
@@ -185,8 +198,9 @@ def _members(tenant: TenantView, tenants: Iterable[TenantView], cohorts: Cohorts
     return tree_members(tenant, tenants, cohorts) if tenant.cohort is not None else []
 
 
-def _flavor_members(tenant: TenantView, flavor: FlavorQuotaView, tenants: Iterable[TenantView],
-                    cohorts: Cohorts) -> list[Account]:  # fmt: skip
+def _flavor_members(
+    tenant: TenantView, flavor: FlavorQuotaView, tenants: Iterable[TenantView], cohorts: Cohorts
+) -> list[Account]:
     """The same quota (product and region) of the other tenants of the tenant's cohort tree: the ones that can lend
     it."""
     key = (flavor.product.casefold(), flavor.region)
@@ -203,14 +217,21 @@ def total_tree(tenant: TenantView, tenants: Iterable[TenantView], cohorts: Cohor
     return tree_of(total_account(tenant), members, cohorts)
 
 
-def flavor_tree(tenant: TenantView, flavor: FlavorQuotaView, tenants: Iterable[TenantView],
-                cohorts: Cohorts = NO_COHORTS) -> CohortTree:  # fmt: skip
+def flavor_tree(
+    tenant: TenantView, flavor: FlavorQuotaView, tenants: Iterable[TenantView], cohorts: Cohorts = NO_COHORTS
+) -> CohortTree:
     members = _flavor_members(tenant, flavor, tenants, cohorts)
     return tree_of(flavor_account(tenant, flavor), members, cohorts, flavor_limits(flavor.product, flavor.region))
 
 
-def decide(tenant: TenantView, gpus: int, tenants: Iterable[TenantView], within_nominal: bool = False,
-           cohorts: Cohorts = NO_COHORTS, tree: CohortTree | None = None) -> QuotaDecision:  # fmt: skip
+def decide(
+    tenant: TenantView,
+    gpus: int,
+    tenants: Iterable[TenantView],
+    within_nominal: bool = False,
+    cohorts: Cohorts = NO_COHORTS,
+    tree: CohortTree | None = None,
+) -> QuotaDecision:
     """Whether `gpus` more fit in `tenant`'s total quota, borrowing through its cohort tree (`tenants`: every tenant
     known, usage applied; `cohorts`: the fleet's Cohort objects; `tree`: that tree, when the caller has it built)
     when it has one and the request may borrow."""
@@ -219,9 +240,14 @@ def decide(tenant: TenantView, gpus: int, tenants: Iterable[TenantView], within_
 
 
 def decide_flavor(
-    tenant: TenantView, product: str, region: str, gpus: int, tenants: Iterable[TenantView],
-    within_nominal: bool = False, cohorts: Cohorts = NO_COHORTS,
-) -> QuotaDecision:  # fmt: skip
+    tenant: TenantView,
+    product: str,
+    region: str,
+    gpus: int,
+    tenants: Iterable[TenantView],
+    within_nominal: bool = False,
+    cohorts: Cohorts = NO_COHORTS,
+) -> QuotaDecision:
     """Whether `gpus` more of `product` in `region` fit the tenant's quota for them (always, for a tenant without
     per-product `quotas`), borrowing from the same quota of its cohort tree."""
     if tenant.quotas is None:
@@ -237,9 +263,14 @@ def decide_flavor(
 
 
 def decide_placement(
-    tenant: TenantView, product: str | None, region: str, gpus: int, tenants: Iterable[TenantView],
-    within_nominal: bool = False, cohorts: Cohorts = NO_COHORTS,
-) -> QuotaDecision:  # fmt: skip
+    tenant: TenantView,
+    product: str | None,
+    region: str,
+    gpus: int,
+    tenants: Iterable[TenantView],
+    within_nominal: bool = False,
+    cohorts: Cohorts = NO_COHORTS,
+) -> QuotaDecision:
     """Both checks for a placement on a node of `product` in `region`: the total, then the product's quota. The
     GPUs it borrows are the larger of the two."""
     tenants = list(tenants)
@@ -256,16 +287,22 @@ def _idle(account: Account) -> Account:
     return dataclasses.replace(account, used=0)
 
 
-def flavor_ceiling(tenant: TenantView, flavor: FlavorQuotaView, tenants: Iterable[TenantView],
-                   cohorts: Cohorts = NO_COHORTS) -> int:  # fmt: skip
+def flavor_ceiling(
+    tenant: TenantView, flavor: FlavorQuotaView, tenants: Iterable[TenantView], cohorts: Cohorts = NO_COHORTS
+) -> int:
     members = [_idle(m) for m in _flavor_members(tenant, flavor, tenants, cohorts)]
     limits = flavor_limits(flavor.product, flavor.region)
-    return available(_idle(flavor_account(tenant, flavor)), tree_of(_idle(flavor_account(tenant, flavor)), members,
-                                                                        cohorts, limits))  # fmt: skip
+    return available(
+        _idle(flavor_account(tenant, flavor)), tree_of(_idle(flavor_account(tenant, flavor)), members, cohorts, limits)
+    )
 
 
-def ceiling(tenant: TenantView, tenants: Iterable[TenantView], wants: Callable[[str], bool] | None = None,
-            cohorts: Cohorts = NO_COHORTS) -> int:  # fmt: skip
+def ceiling(
+    tenant: TenantView,
+    tenants: Iterable[TenantView],
+    wants: Callable[[str], bool] | None = None,
+    cohorts: Cohorts = NO_COHORTS,
+) -> int:
     """The most GPUs one request of `tenant` could ever hold: what it could use were every tenant of its cohort
     tree idle (its nominal quota, plus what the tree could lend it within every borrowing limit on the way); with
     per-product quotas, no more than the largest of those for a product the request `wants`. A request larger than

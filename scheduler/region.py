@@ -125,8 +125,13 @@ class RegionOffer:
         prices = [price for price in (region.price(product) for product in products) if price is not None]
         matching, level = judge_pool_classes(snapshot, request, region.name)
         room = sum(count.of_class(snapshot, pool_class) for pool_class in matching)
-        return cls(products=products, pools=sum(len(pool_class.pools) for pool_class in matching),
-                   price=min(prices, default=None), room=room, pool_reasons=frozenset(level.dropped))  # fmt: skip
+        return cls(
+            products=products,
+            pools=sum(len(pool_class.pools) for pool_class in matching),
+            price=min(prices, default=None),
+            room=room,
+            pool_reasons=frozenset(level.dropped),
+        )
 
     def describe(self, region: RegionView) -> str:
         offered = ", ".join(self.products) or "no matching product"

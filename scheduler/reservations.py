@@ -148,10 +148,12 @@ def latest_end(
     current = mine.until
     held_on = [dataclasses.replace(h, until=None) if h is mine else h for h in holdings]
     blocking = [
-        r for r in reserved
-        if r.node == mine.node and r.window.start >= current
+        r
+        for r in reserved
+        if r.node == mine.node
+        and r.window.start >= current
         and _room(snapshot, mine.node, r.window, held_on, [o for o in reserved if o is not r]) < r.gpus
-    ]  # fmt: skip
+    ]
     if not blocking:
         return None
     first = min(blocking, key=lambda r: r.window.start)

@@ -36,10 +36,21 @@ def build_requirements() -> list[str]:
 def compile_lock(output: Path, *, upgrade: bool = False) -> subprocess.CompletedProcess[str]:
     """Resolve pyproject.toml's dependencies and its build backend into `output` (its pins, if any, preferred)."""
     command = [
-        find_uv_bin(), "pip", "compile", "pyproject.toml", "-",  # "-": the build backend, from standard input
-        "--universal", "--python-version", PYTHON_VERSION, "--generate-hashes", "--quiet",
-        "--custom-compile-command", "python scripts/lock.py", "--output-file", str(output),
-    ]  # fmt: skip
+        find_uv_bin(),
+        "pip",
+        "compile",
+        "pyproject.toml",
+        "-",  # "-": the build backend, from standard input
+        "--universal",
+        "--python-version",
+        PYTHON_VERSION,
+        "--generate-hashes",
+        "--quiet",
+        "--custom-compile-command",
+        "python scripts/lock.py",
+        "--output-file",
+        str(output),
+    ]
     if upgrade:
         command.append("--upgrade")
     return subprocess.run(

@@ -131,7 +131,7 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
             "grace_seconds": c.spec.grace_period,
             "never_preempts": c.spec.preemption_policy == "Never",
             "non_preemptible": c.spec.non_preemptible,
-        }  # fmt: skip
+        }
         for name, c in fleet.priority_classes.items()
     }
     classes = {
@@ -246,9 +246,18 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
         }
         for c in fleet.caches.values()
     }
-    return {"regions": regions, "classes": classes, "tenants": tenants, "cohorts": cohorts, "clusters": clusters,
-            "pools": pools,
-            "nodes": nodes, "slots": slots, "caches": caches, "priority_classes": priority_classes}  # fmt: skip
+    return {
+        "regions": regions,
+        "classes": classes,
+        "tenants": tenants,
+        "cohorts": cohorts,
+        "clusters": clusters,
+        "pools": pools,
+        "nodes": nodes,
+        "slots": slots,
+        "caches": caches,
+        "priority_classes": priority_classes,
+    }
 
 
 def _connection(cluster: Any, annotations: dict[str, str]) -> dict[str, Any] | None:
@@ -311,8 +320,14 @@ async def apply_fleet(session: AsyncSession, fleet: Fleet, prune: bool = False) 
     unchanged = 0
     leftovers: dict[str, list[Any]] = {}
 
-    async def sync(kind: str, model: type[Base], key_of: Callable[[Any], _Key], rows: dict[_Key, dict[str, Any]],
-                   name_of: Callable[[_Key], str] = str, keep: Any = None) -> None:  # fmt: skip
+    async def sync(
+        kind: str,
+        model: type[Base],
+        key_of: Callable[[Any], _Key],
+        rows: dict[_Key, dict[str, Any]],
+        name_of: Callable[[_Key], str] = str,
+        keep: Any = None,
+    ) -> None:
         nonlocal unchanged
         same, extra = await _sync(session, model, kind, key_of, rows, name_of, changes, keep)
         unchanged += same
@@ -344,8 +359,9 @@ async def apply_fleet(session: AsyncSession, fleet: Fleet, prune: bool = False) 
     await sync("Cohort", CohortRow, lambda r: r.name, desired["cohorts"])
     await sync("InferenceCluster", ClusterRow, lambda r: r.name, desired["clusters"])
     await sync("NodePool", PoolRow, lambda r: (r.cluster, r.name), desired["pools"], lambda k: f"{k[0]}/{k[1]}")
-    await sync("ModelCache", ModelCacheRow, lambda r: (r.namespace, r.name), desired["caches"],
-               lambda k: f"{k[0]}/{k[1]}")  # fmt: skip
+    await sync(
+        "ModelCache", ModelCacheRow, lambda r: (r.namespace, r.name), desired["caches"], lambda k: f"{k[0]}/{k[1]}"
+    )
 
     pool_ids = {(p.cluster, p.name): p.id for p in (await session.scalars(select(PoolRow))).all()}
     node_rows = {}
@@ -381,8 +397,18 @@ async def _prune(
         "NodePool": lambda r: f"{r.cluster}/{r.name}",
         "ModelCache": lambda r: f"{r.namespace}/{r.name}",
     }
-    order = ["Slot", "Node", "NodePool", "InferenceCluster", "InferenceClass", "Tenant", "Cohort", "Region",
-             "ModelCache", "PriorityClass"]  # fmt: skip
+    order = [
+        "Slot",
+        "Node",
+        "NodePool",
+        "InferenceCluster",
+        "InferenceClass",
+        "Tenant",
+        "Cohort",
+        "Region",
+        "ModelCache",
+        "PriorityClass",
+    ]
     if not prune:
         # Slots and nodes of objects that stay are part of those objects: report only top-level leftovers.
         for kind in order:

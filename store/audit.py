@@ -130,21 +130,30 @@ async def control_facts(session: AsyncSession) -> ControlFacts:
         .where(ClaimRow.released_at.is_(None))
     )
     nominations = await session.execute(
-        select(QueueEntryRow.allocation_id, QueueEntryRow.nominated_node, QueueEntryRow.victims,
-               QueueEntryRow.nominated_at, AllocationRow.gpu_count)
+        select(
+            QueueEntryRow.allocation_id,
+            QueueEntryRow.nominated_node,
+            QueueEntryRow.victims,
+            QueueEntryRow.nominated_at,
+            AllocationRow.gpu_count,
+        )
         .join(AllocationRow, AllocationRow.id == QueueEntryRow.allocation_id)
         .where(QueueEntryRow.nominated_node.is_not(None), QueueEntryRow.nominated_at.is_not(None))
-    )  # fmt: skip
+    )
     slots = await session.execute(
         select(SlotRow.node_id, SlotRow.id, SlotRow.slot_index, SlotRow.state, SlotRow.quarantine_reason)
         .where(SlotRow.state != "available")
         .order_by(SlotRow.node_id, SlotRow.slot_index)
     )
     allocations = await session.execute(
-        select(AllocationRow.id, AllocationRow.state, AllocationRow.node_id, AllocationRow.ends_at,
-               AllocationRow.request["priority_class"].astext)
-        .where(AllocationRow.state.not_in(FINISHED_STATES))
-    )  # fmt: skip
+        select(
+            AllocationRow.id,
+            AllocationRow.state,
+            AllocationRow.node_id,
+            AllocationRow.ends_at,
+            AllocationRow.request["priority_class"].astext,
+        ).where(AllocationRow.state.not_in(FINISHED_STATES))
+    )
     classes = await class_facts(session)
     return ControlFacts(
         claims=[
@@ -153,7 +162,7 @@ async def control_facts(session: AsyncSession) -> ControlFacts:
         nominations=[
             NominationFact(allocation_id=a, node=n, victims=list(v or []), nominated_at=at, gpus=g)
             for a, n, v, at, g in nominations
-        ],  # fmt: skip
+        ],
         reservations=await _reservation_facts(session),
         usage_drift=[
             UsageDriftFact(allocation_id=d.allocation_id, attempt=d.attempt, message=d.message)
@@ -194,7 +203,7 @@ async def _reservation_facts(session: AsyncSession) -> list[ReservationFact]:
             node_gpus=usable.get(r.node, 0),
             starts_at=datetime.fromtimestamp(r.window.start, UTC),
             ends_at=datetime.fromtimestamp(r.window.end, UTC),
-        )  # fmt: skip
+        )
         for r in held
     ]
 
@@ -223,12 +232,17 @@ async def findings_of(session: AsyncSession, run_id: int) -> list[Finding]:
     )
     return [
         Finding(
-            kind=FindingKind(row.kind), node=row.node, allocation_id=row.allocation_id, slot_indexes=row.slot_indexes,
-            message=row.message, first_seen=row.first_seen, repair=RepairAction(row.repair) if row.repair else None,
+            kind=FindingKind(row.kind),
+            node=row.node,
+            allocation_id=row.allocation_id,
+            slot_indexes=row.slot_indexes,
+            message=row.message,
+            first_seen=row.first_seen,
+            repair=RepairAction(row.repair) if row.repair else None,
             blocked=row.blocked,
         )
         for row in rows
-    ]  # fmt: skip
+    ]
 
 
 async def previous_findings(session: AsyncSession) -> list[Finding]:
@@ -250,11 +264,17 @@ async def record_findings(session: AsyncSession, run_id: int, findings: list[Fin
     for finding in findings:
         session.add(
             AuditFindingRow(
-                run_id=run_id, kind=finding.kind.value, node=finding.node, allocation_id=finding.allocation_id,
-                slot_indexes=finding.slot_indexes, message=finding.message, first_seen=finding.first_seen,
-                repair=finding.repair.value if finding.repair else None, blocked=finding.blocked,
+                run_id=run_id,
+                kind=finding.kind.value,
+                node=finding.node,
+                allocation_id=finding.allocation_id,
+                slot_indexes=finding.slot_indexes,
+                message=finding.message,
+                first_seen=finding.first_seen,
+                repair=finding.repair.value if finding.repair else None,
+                blocked=finding.blocked,
             )
-        )  # fmt: skip
+        )
 
 
 async def finish_run(session: AsyncSession, run_id: int) -> datetime | None:
@@ -276,11 +296,16 @@ async def record_repair(session: AsyncSession, run_id: int | None, repair: Repai
     """The reconciler's own trail, and the allocation's (when it has a row) in `allocation_events`."""
     session.add(
         AuditRepairRow(
-            run_id=run_id, kind=repair.kind.value, action=repair.action.value, node=repair.node,
-            allocation_id=repair.allocation_id, slot_indexes=repair.slot_indexes, outcome=repair.outcome,
+            run_id=run_id,
+            kind=repair.kind.value,
+            action=repair.action.value,
+            node=repair.node,
+            allocation_id=repair.allocation_id,
+            slot_indexes=repair.slot_indexes,
+            outcome=repair.outcome,
             message=repair.message,
         )
-    )  # fmt: skip
+    )
     if repair.allocation_id is None:
         return
     state = await session.scalar(select(AllocationRow.state).where(AllocationRow.id == repair.allocation_id))
@@ -358,18 +383,32 @@ async def repairs_of(session: AsyncSession, run_id: int) -> list[Repair]:
         select(AuditRepairRow).where(AuditRepairRow.run_id == run_id).order_by(AuditRepairRow.id)
     )
     return [
-        Repair(kind=FindingKind(r.kind), action=RepairAction(r.action), node=r.node, allocation_id=r.allocation_id,
-               slot_indexes=r.slot_indexes, outcome=r.outcome, message=r.message, at=r.at)
+        Repair(
+            kind=FindingKind(r.kind),
+            action=RepairAction(r.action),
+            node=r.node,
+            allocation_id=r.allocation_id,
+            slot_indexes=r.slot_indexes,
+            outcome=r.outcome,
+            message=r.message,
+            at=r.at,
+        )
         for r in rows
-    ]  # fmt: skip
+    ]
 
 
 async def report_of(session: AsyncSession, run: AuditRunRow) -> AuditReport:
     return AuditReport(
-        run_id=run.id, workflow_id=run.workflow_id, trigger=run.trigger, repair=run.repair, started_at=run.started_at,
-        finished_at=run.finished_at, nodes_checked=run.nodes_checked, findings=await findings_of(session, run.id),
+        run_id=run.id,
+        workflow_id=run.workflow_id,
+        trigger=run.trigger,
+        repair=run.repair,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        nodes_checked=run.nodes_checked,
+        findings=await findings_of(session, run.id),
         repairs=await repairs_of(session, run.id),
-    )  # fmt: skip
+    )
 
 
 async def findings_by_kind(session: AsyncSession) -> dict[str, int]:

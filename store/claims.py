@@ -122,8 +122,11 @@ async def _check_quota(session: AsyncSession, claim: ClaimInput, product: str | 
     if tenant.cohort is not None:
         cohorts = {row.name: cohort_view(row) for row in (await session.scalars(select(CohortRow))).all()}
         root = root_of(tenant.cohort, cohorts)
-        in_cohorts = [name for name in _named_cohorts(await session.scalars(select(TenantRow.cohort).distinct()))
-                      if root_of(name, cohorts) == root]  # fmt: skip
+        in_cohorts = [
+            name
+            for name in _named_cohorts(await session.scalars(select(TenantRow.cohort).distinct()))
+            if root_of(name, cohorts) == root
+        ]
         members = list(
             (
                 await session.scalars(
@@ -212,11 +215,13 @@ async def untold_failures(session: AsyncSession, node: str) -> list[tuple[str, H
         .join(NodeRow, NodeRow.name == SlotRow.node_id)
         .join(PoolRow, PoolRow.id == NodeRow.pool_id)
         .where(
-            SlotRow.node_id == node, SlotRow.health == "failed", ClaimRow.released_at.is_(None),
+            SlotRow.node_id == node,
+            SlotRow.health == "failed",
+            ClaimRow.released_at.is_(None),
             AllocationRow.state == "active",
         )
         .order_by(ClaimRow.allocation_id, SlotRow.slot_index)
-    )  # fmt: skip
+    )
     return [
         (allocation, HealthNotice(slot=f"{node}/{index}", reason=reason or "failed", replace=policy == "Replace"))
         for allocation, index, reason, policy in rows

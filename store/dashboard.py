@@ -22,24 +22,34 @@ async def slot_counts(session: AsyncSession, now: datetime | None = None) -> lis
     `reserved` (held by an allocation, a plan or a reservation) and `quarantined`."""
     now = now or datetime.now(UTC)
     live = and_(NodeAgentRow.state == "live", NodeAgentRow.expires_at > now)
-    placeable = and_(SlotRow.state == "available", SlotRow.validation == "valid", SlotRow.health == "healthy",
-                     NodeRow.status == "READY", live)  # fmt: skip
+    placeable = and_(
+        SlotRow.state == "available",
+        SlotRow.validation == "valid",
+        SlotRow.health == "healthy",
+        NodeRow.status == "READY",
+        live,
+    )
     rows = await session.execute(
         select(
-            PoolRow.cluster, PoolRow.name, SlotRow.state,
-            func.count(), func.count(case((placeable, 1))),
+            PoolRow.cluster,
+            PoolRow.name,
+            SlotRow.state,
+            func.count(),
+            func.count(case((placeable, 1))),
         )
         .join(NodeRow, NodeRow.name == SlotRow.node_id)
         .join(PoolRow, PoolRow.id == NodeRow.pool_id)
         .outerjoin(NodeAgentRow, NodeAgentRow.node == NodeRow.name)
         .where(SlotRow.approved.is_(True))
         .group_by(PoolRow.cluster, PoolRow.name, SlotRow.state)
-    )  # fmt: skip
+    )
     counted: dict[tuple[str, str], int] = {}
     for cluster, name, state, count, placeable_count in rows:
         pool = f"{cluster}/{name}"
-        for key, value in (((pool, "free" if state == "available" else state), count),
-                           ((pool, "placeable"), placeable_count)):  # fmt: skip
+        for key, value in (
+            ((pool, "free" if state == "available" else state), count),
+            ((pool, "placeable"), placeable_count),
+        ):
             counted[key] = counted.get(key, 0) + int(value)
     return [(pool, state, count) for (pool, state), count in sorted(counted.items())]
 

@@ -89,7 +89,7 @@ async def load_clusters(session: AsyncSession, health: dict[str, Health]) -> lis
                     "name": p.name,
                     "nodes": observed.pools.get(p.name, 0),
                     **({"excluded": observed.excluded[p.name]} if observed.excluded.get(p.name) else {}),
-                }  # fmt: skip
+                }
                 for p in pools.get(row.name, [])
                 if p.shape == "kubernetes"
             ]
@@ -292,7 +292,7 @@ async def record_replica(
             replica_index=index,
             spec=manifest,
             state="recorded",
-        )  # fmt: skip
+        )
     )
     await session.flush()
     for item in usage:

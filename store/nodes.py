@@ -96,8 +96,15 @@ async def quarantined_slots(session: AsyncSession, nodes: list[str] | None = Non
 
 
 # The kind of a health reason, for a metric label of few values (scheduler/host/health.py writes the reasons).
-_REASON_KINDS = (("AER", "aer"), ("link trained", "link"), ("gone from the PCI bus", "gone"), ("Xid", "xid"),
-                 ("NVMe", "nvme"), ("function-level reset", "reset"), ("could not be read", "unreadable"))  # fmt: skip
+_REASON_KINDS = (
+    ("AER", "aer"),
+    ("link trained", "link"),
+    ("gone from the PCI bus", "gone"),
+    ("Xid", "xid"),
+    ("NVMe", "nvme"),
+    ("function-level reset", "reset"),
+    ("could not be read", "unreadable"),
+)
 
 
 def reason_kind(reason: str | None) -> str:

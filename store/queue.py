@@ -89,13 +89,25 @@ class PassRecord:
 
 
 _COLUMNS = (
-    QueueEntryRow.allocation_id, QueueEntryRow.tenant, QueueEntryRow.region, QueueEntryRow.priority,
-    QueueEntryRow.priority_class, QueueEntryRow.gpu_count, QueueEntryRow.request, QueueEntryRow.arrival,
-    QueueEntryRow.enqueued_at, QueueEntryRow.deadline_at, QueueEntryRow.node, QueueEntryRow.reserved_node,
-    QueueEntryRow.reason, QueueEntryRow.code, QueueEntryRow.woken_at, QueueEntryRow.nominated_node,
+    QueueEntryRow.allocation_id,
+    QueueEntryRow.tenant,
+    QueueEntryRow.region,
+    QueueEntryRow.priority,
+    QueueEntryRow.priority_class,
+    QueueEntryRow.gpu_count,
+    QueueEntryRow.request,
+    QueueEntryRow.arrival,
+    QueueEntryRow.enqueued_at,
+    QueueEntryRow.deadline_at,
+    QueueEntryRow.node,
+    QueueEntryRow.reserved_node,
+    QueueEntryRow.reason,
+    QueueEntryRow.code,
+    QueueEntryRow.woken_at,
+    QueueEntryRow.nominated_node,
     QueueEntryRow.victims,
     select(AllocationRow.created_at).where(AllocationRow.id == QueueEntryRow.allocation_id).scalar_subquery(),
-)  # fmt: skip
+)
 
 
 async def enter(
@@ -114,9 +126,18 @@ async def enter(
 ) -> None:
     """Put the allocation in its region's queue, or, if it is there already (woken, and it did not fit after all),
     keep its place and forget the node set aside for it. Idempotent."""
-    values = {"allocation_id": allocation_id, "tenant": tenant, "region": region, "priority": priority,
-              "priority_class": priority_class, "request": request, "gpu_count": gpu_count,
-              "deadline_at": deadline_at, "reason": reason, "code": code}  # fmt: skip
+    values = {
+        "allocation_id": allocation_id,
+        "tenant": tenant,
+        "region": region,
+        "priority": priority,
+        "priority_class": priority_class,
+        "request": request,
+        "gpu_count": gpu_count,
+        "deadline_at": deadline_at,
+        "reason": reason,
+        "code": code,
+    }
     statement = insert(QueueEntryRow).values(**values)
     await session.execute(
         statement.on_conflict_do_update(
@@ -176,11 +197,18 @@ async def has_reservation(session: AsyncSession, region: str) -> bool:
 async def record_pass(session: AsyncSession, records: Iterable[PassRecord]) -> None:
     """What a pass decided for each entry it judged (an entry that left the queue meanwhile matches nothing)."""
     rows = [
-        {"key": r.allocation_id, "node": r.node, "reserved_node": r.reserved_node, "reason": r.reason, "code": r.code,
-         "nominated_node": r.nominated_node, "victims": list(r.victims) if r.victims is not None else None,
-         "nominating": r.victims is not None}
+        {
+            "key": r.allocation_id,
+            "node": r.node,
+            "reserved_node": r.reserved_node,
+            "reason": r.reason,
+            "code": r.code,
+            "nominated_node": r.nominated_node,
+            "victims": list(r.victims) if r.victims is not None else None,
+            "nominating": r.victims is not None,
+        }
         for r in records
-    ]  # fmt: skip
+    ]
     if not rows:
         return
     table = QueueEntryRow.__table__
@@ -301,7 +329,7 @@ async def class_facts(session: AsyncSession) -> PriorityClasses:
             PriorityClassRow.is_default,
             PriorityClassRow.never_preempts,
             PriorityClassRow.non_preemptible,
-        )  # fmt: skip
+        )
     )
     facts, default = {}, None
     for name, value, preemptible, grace, is_default, never, non_preemptible in rows:
@@ -332,19 +360,34 @@ async def active_allocations(session: AsyncSession, region: str) -> list[ActiveA
         .subquery()
     )
     rows = await session.execute(
-        select(AllocationRow.id, AllocationRow.tenant, AllocationRow.node_id, AllocationRow.gpu_count,
-               AllocationRow.borrowed_gpus, AllocationRow.request["priority_class"].astext, started.c.since,
-               AllocationRow.created_at)
+        select(
+            AllocationRow.id,
+            AllocationRow.tenant,
+            AllocationRow.node_id,
+            AllocationRow.gpu_count,
+            AllocationRow.borrowed_gpus,
+            AllocationRow.request["priority_class"].astext,
+            started.c.since,
+            AllocationRow.created_at,
+        )
         .join(started, started.c.allocation_id == AllocationRow.id)
         .where(AllocationRow.region == region, AllocationRow.state == "active", AllocationRow.node_id.is_not(None))
-    )  # fmt: skip
+    )
     result = []
     for allocation_id, tenant, node, gpus, borrowed, named, since, created in rows:
         name, fact = classes.of(named)
-        running = Running(allocation_id, tenant, node, int(gpus), fact.value if fact else 0, since.timestamp(),
-                          borrowed=int(borrowed), preemptible=bool(fact and fact.preemptible),
-                          created=created.timestamp(),
-                          non_preemptible=bool(fact and fact.non_preemptible))  # fmt: skip
+        running = Running(
+            allocation_id,
+            tenant,
+            node,
+            int(gpus),
+            fact.value if fact else 0,
+            since.timestamp(),
+            borrowed=int(borrowed),
+            preemptible=bool(fact and fact.preemptible),
+            created=created.timestamp(),
+            non_preemptible=bool(fact and fact.non_preemptible),
+        )
         result.append(ActiveAllocation(running, name, fact.grace_seconds if fact else 30.0))
     return result
 

@@ -45,10 +45,16 @@ async def window_facts(session: AsyncSession, region: str) -> tuple[list[Holding
     its open reservations not yet held by their allocation (one that is, is among the running allocations)."""
     classes = await class_facts(session)
     rows = await session.execute(
-        select(AllocationRow.id, AllocationRow.node_id, AllocationRow.gpu_count, AllocationRow.ends_at,
-               AllocationRow.request["priority_class"].astext)
-        .where(AllocationRow.region == region, AllocationRow.state.in_(HELD_STATES), AllocationRow.node_id.is_not(None))
-    )  # fmt: skip
+        select(
+            AllocationRow.id,
+            AllocationRow.node_id,
+            AllocationRow.gpu_count,
+            AllocationRow.ends_at,
+            AllocationRow.request["priority_class"].astext,
+        ).where(
+            AllocationRow.region == region, AllocationRow.state.in_(HELD_STATES), AllocationRow.node_id.is_not(None)
+        )
+    )
     holdings = []
     for allocation_id, node, gpus, ends_at, named in rows:
         preemptible = classes.preemptible(named)
@@ -97,9 +103,13 @@ async def listed(session: AsyncSession, tenants: frozenset[str] | None) -> list[
 
 
 async def mark(
-    session: AsyncSession, reservation_id: str, state: str, *, allocation_id: str | None = None,
+    session: AsyncSession,
+    reservation_id: str,
+    state: str,
+    *,
+    allocation_id: str | None = None,
     reason: str | None = None,
-) -> None:  # fmt: skip
+) -> None:
     values: dict[str, object] = {"state": state}
     if allocation_id is not None:
         values["allocation_id"] = allocation_id

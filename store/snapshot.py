@@ -346,11 +346,25 @@ async def load_inventory(session: AsyncSession) -> Inventory:
 
 # Plain column tuples rather than ORM objects: a large fleet has tens of thousands of slot rows.
 _SLOT_COLUMNS = (
-    SlotRow.id, SlotRow.node_id, SlotRow.slot_index, SlotRow.approved, SlotRow.fabric_claim_mode,
-    SlotRow.fabric_vf_pci_address, SlotRow.numa_node, SlotRow.gpu_pci_address, SlotRow.fabric_parent_pci_address,
-    SlotRow.nvme_device, SlotRow.vcpus, SlotRow.memory_mib, SlotRow.mac_address, SlotRow.private_ip,
-    SlotRow.validation, SlotRow.validation_reason, SlotRow.health, SlotRow.health_reason,
-)  # fmt: skip
+    SlotRow.id,
+    SlotRow.node_id,
+    SlotRow.slot_index,
+    SlotRow.approved,
+    SlotRow.fabric_claim_mode,
+    SlotRow.fabric_vf_pci_address,
+    SlotRow.numa_node,
+    SlotRow.gpu_pci_address,
+    SlotRow.fabric_parent_pci_address,
+    SlotRow.nvme_device,
+    SlotRow.vcpus,
+    SlotRow.memory_mib,
+    SlotRow.mac_address,
+    SlotRow.private_ip,
+    SlotRow.validation,
+    SlotRow.validation_reason,
+    SlotRow.health,
+    SlotRow.health_reason,
+)
 _MODES = {m.value: m for m in FabricClaimMode}
 _VALIDATIONS = {v.value: v for v in ValidationState}
 _HEALTH = {h.value: h for h in HealthState}
@@ -378,19 +392,51 @@ async def _read_slots(
 
     def take(rows: Iterable[Row[Any]]) -> None:
         for row in rows:
-            (ident, node, index, approved, mode, vf, numa, gpu, parent, nvme, vcpus, memory, mac, ip, valid, why,
-             health, sick) = row  # fmt: skip
+            (
+                ident,
+                node,
+                index,
+                approved,
+                mode,
+                vf,
+                numa,
+                gpu,
+                parent,
+                nvme,
+                vcpus,
+                memory,
+                mac,
+                ip,
+                valid,
+                why,
+                health,
+                sick,
+            ) = row
             node, held = intern(node), slots_by_node[node]
             positions[ident] = (node, len(held))
             held.append(
                 SlotView(
-                    id=slot_id(node, index), index=index, approved=approved, fabric_claim_mode=_MODES[mode],
-                    fabric_vf_pci=_interned(vf) or None, numa_node=numa, state=SlotState.FREE, holder=None,
-                    gpu_pci=intern(gpu), fabric_parent_pci=_interned(parent), nvme_device=_interned(nvme),
-                    vcpus=vcpus, memory_mib=memory, mac=mac, private_ip=ip, validation=_VALIDATIONS[valid],
-                    validation_reason=_interned(why), health=_HEALTH[health], health_reason=sick,
+                    id=slot_id(node, index),
+                    index=index,
+                    approved=approved,
+                    fabric_claim_mode=_MODES[mode],
+                    fabric_vf_pci=_interned(vf) or None,
+                    numa_node=numa,
+                    state=SlotState.FREE,
+                    holder=None,
+                    gpu_pci=intern(gpu),
+                    fabric_parent_pci=_interned(parent),
+                    nvme_device=_interned(nvme),
+                    vcpus=vcpus,
+                    memory_mib=memory,
+                    mac=mac,
+                    private_ip=ip,
+                    validation=_VALIDATIONS[valid],
+                    validation_reason=_interned(why),
+                    health=_HEALTH[health],
+                    health_reason=sick,
                 )
-            )  # fmt: skip
+            )
 
     if nodes is not None:
         take(await session.execute(query.where(among(SlotRow.node_id, sorted(nodes)))))
@@ -421,9 +467,13 @@ def _node_view(
     agent_live: bool = True,
 ) -> NodeView:
     return NodeView(
-        name=name, status=NodeStatus(status), slots=tuple(slots.get(name, ())), labels=labels, numa_nodes=numa_nodes,
+        name=name,
+        status=NodeStatus(status),
+        slots=tuple(slots.get(name, ())),
+        labels=labels,
+        numa_nodes=numa_nodes,
         agent_live=agent_live,
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)

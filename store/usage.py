@@ -101,7 +101,7 @@ async def report(session: AsyncSession, query: UsageQuery, now: datetime) -> lis
             reserved_gpu_seconds=v["reserved"],
             allocations=v["allocations"],
             peak_gpus=v["peak"],
-        )  # fmt: skip
+        )
         for key, v in sorted(rows.items(), key=lambda kv: tuple("" if k is None else str(k) for k in kv[0]))
     ]
 
@@ -148,9 +148,11 @@ async def _raw(session: AsyncSession, query: UsageQuery, start: datetime, end: d
     group = _group_sql(query.by)
     keys = ["bucket", *(GROUPINGS[name] for name in query.by)]
     equal = " AND ".join(
-        f"coalesce(s.{k}, 'epoch') = coalesce(t.{k}, 'epoch')" if k == "bucket" else f"coalesce(s.{k}, '') = coalesce(t.{k}, '')"
+        f"coalesce(s.{k}, 'epoch') = coalesce(t.{k}, 'epoch')"
+        if k == "bucket"
+        else f"coalesce(s.{k}, '') = coalesce(t.{k}, '')"
         for k in keys
-    )  # fmt: skip
+    )
     sql = f"""
         WITH {_spans(query)}, totals AS (
             SELECT row_number() OVER () AS gid, * FROM (
@@ -298,7 +300,7 @@ async def decayed_usage(
                     "lives": [half_lives[t] for t in stale],
                     "stamps": [now] * len(stale),
                     "values": [result[t] for t in stale],
-                },  # fmt: skip
+                },
             )
         if fresh:  # a half-life that changed leaves its old sums behind
             await session.execute(
@@ -363,8 +365,12 @@ async def _from_history(session: AsyncSession, half_lives: Mapping[str, float], 
     intervals after the rollup's instant, and each rolled-up hour's GPU-seconds spread evenly over its hour."""
     tenants = sorted(half_lives)
     result = dict.fromkeys(tenants, 0.0)
-    params = {"tenants": tenants, "lives": [half_lives[t] for t in tenants], "now": now,
-              "rolled": await rolled_until(session) or datetime(1970, 1, 1, tzinfo=UTC)}  # fmt: skip
+    params = {
+        "tenants": tenants,
+        "lives": [half_lives[t] for t in tenants],
+        "now": now,
+        "rolled": await rolled_until(session) or datetime(1970, 1, 1, tzinfo=UTC),
+    }
     for sql in (_DECAYED_RAW, _DECAYED_HOURS):
         for tenant, value in await session.execute(text(sql), params):
             result[tenant] += float(value or 0.0)
@@ -466,8 +472,10 @@ def _expected_sql(since: datetime | None, allocation: str | None) -> str:
     claims_where, ledger_where = ["TRUE"], ["TRUE"]
     if since is not None:
         claims_where.append("(claimed_at >= :since OR released_at IS NULL OR released_at >= :since)")
-        ledger_where.append("tstzrange(started_at, coalesce(ended_at, 'infinity'::timestamptz)) && "
-                            "tstzrange(:since, 'infinity'::timestamptz)")  # fmt: skip
+        ledger_where.append(
+            "tstzrange(started_at, coalesce(ended_at, 'infinity'::timestamptz)) && "
+            "tstzrange(:since, 'infinity'::timestamptz)"
+        )
     if allocation is not None:
         claims_where.append("allocation_id = :allocation")
         ledger_where.append("subject = :allocation")
@@ -591,7 +599,19 @@ SELECT 'allocation', k.allocation_id, k.attempt, a.tenant, coalesce(p.gpu_produc
 """
 
 __all__ = [
-    "DEFAULT_RETENTION", "GROUPINGS", "Drift", "UsageQuery", "UsageRow", "decayed_usage", "drift",
-    "fleet_gpus", "gpu_seconds_totals", "recount_totals", "repair", "report", "roll_up_step", "rolled_until",
+    "DEFAULT_RETENTION",
+    "GROUPINGS",
+    "Drift",
+    "UsageQuery",
+    "UsageRow",
+    "decayed_usage",
+    "drift",
+    "fleet_gpus",
+    "gpu_seconds_totals",
+    "recount_totals",
+    "repair",
+    "report",
+    "roll_up_step",
+    "rolled_until",
     "with_decayed_usage",
-]  # fmt: skip
+]

@@ -126,8 +126,15 @@ def matches(labels: dict[str, str], selector: str | None) -> bool:
 
 
 def status_error(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> JSONResponse:
-    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": code}  # fmt: skip
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     if details:
         body["details"] = details
     return JSONResponse(body, status_code=code)
@@ -255,8 +262,7 @@ class FakeKubernetes:
         if request.method == "GET":
             obj = self.objects.get(key)
             if obj is None:
-                return status_error(404, "NotFound", f'{resource} "{name}" not found',
-                                    {"name": name, "kind": plural})  # fmt: skip
+                return status_error(404, "NotFound", f'{resource} "{name}" not found', {"name": name, "kind": plural})
             return JSONResponse(obj)
         if request.method == "DELETE":
             return self._delete(key, resource, query.get("propagationPolicy", "Background"))
@@ -272,9 +278,10 @@ class FakeKubernetes:
             items = [
                 copy.deepcopy(o)
                 for (k, ns, _), o in sorted(self.objects.items())
-                if k == kind and (not namespace or ns == namespace)
+                if k == kind
+                and (not namespace or ns == namespace)
                 and matches((o.get("metadata") or {}).get("labels") or {}, selector)
-            ]  # fmt: skip
+            ]
             api_version = f"{group}/{version}" if group else version
             return JSONResponse(
                 {
@@ -282,13 +289,18 @@ class FakeKubernetes:
                     "apiVersion": api_version,
                     "metadata": {"resourceVersion": str(self._version)},
                     "items": items,
-                }  # fmt: skip
+                }
             )
 
     def _apply(
-        self, key: tuple[str, str, str], group: str, version: str, resource: str, query: dict[str, str],
+        self,
+        key: tuple[str, str, str],
+        group: str,
+        version: str,
+        resource: str,
+        query: dict[str, str],
         body: dict[str, Any],
-    ) -> JSONResponse:  # fmt: skip
+    ) -> JSONResponse:
         kind, namespace, name = key
         if not query.get("fieldManager"):
             return status_error(400, "BadRequest", "PATCH requests with apply-patch require a fieldManager")
@@ -299,20 +311,27 @@ class FakeKubernetes:
         if meta.get("namespace", namespace) != namespace:
             return status_error(400, "BadRequest", "the namespace of the object does not match the URL")
         if namespace and namespace not in self.namespaces:
-            return status_error(404, "NotFound", f'namespaces "{namespace}" not found',
-                                {"name": namespace, "kind": "namespaces"})  # fmt: skip
+            return status_error(
+                404, "NotFound", f'namespaces "{namespace}" not found', {"name": namespace, "kind": "namespaces"}
+            )
         problems = validate_object(body)
         if problems:
-            return status_error(422, "Invalid", f'{kind} "{name}" is invalid: ' + "; ".join(problems),
-                                {"name": name, "kind": kind})  # fmt: skip
+            return status_error(
+                422, "Invalid", f'{kind} "{name}" is invalid: ' + "; ".join(problems), {"name": name, "kind": kind}
+            )
         with self._lock:
             self._version += 1
             existing = self.objects.get(key)
             now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             if existing is None:
                 obj = copy.deepcopy(body)
-                obj["metadata"] = {**meta, "namespace": namespace, "uid": str(uuid.uuid4()), "generation": 1,
-                                   "creationTimestamp": now}  # fmt: skip
+                obj["metadata"] = {
+                    **meta,
+                    "namespace": namespace,
+                    "uid": str(uuid.uuid4()),
+                    "generation": 1,
+                    "creationTimestamp": now,
+                }
                 self.changed_at[key] = time.monotonic()
                 code = 201
             else:
@@ -335,7 +354,7 @@ class FakeKubernetes:
                     "apiVersion": api_version,
                     "time": now,
                     "fieldsType": "FieldsV1",
-                }  # fmt: skip
+                }
             ]
             self.objects[key] = obj
             return JSONResponse(copy.deepcopy(obj), status_code=code)
@@ -354,8 +373,15 @@ class FakeKubernetes:
                 return JSONResponse(copy.deepcopy(obj))
             del self.objects[key]
             self._collect(obj["metadata"].get("uid"))
-            return JSONResponse({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                                 "details": {"name": key[2], "uid": obj["metadata"].get("uid")}})  # fmt: skip
+            return JSONResponse(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": {"name": key[2], "uid": obj["metadata"].get("uid")},
+                }
+            )
 
     def _patch_status(self, key: tuple[str, str, str], resource: str, patch: dict[str, Any]) -> JSONResponse:
         with self._lock:
@@ -390,16 +416,31 @@ class FakeKubernetes:
                 up = 0 if self.never_ready or since < self.boot_seconds else wanted
                 generation = obj["metadata"].get("generation", 1)
                 if key[0] == "Deployment":
-                    obj["status"] = {"observedGeneration": generation, "replicas": wanted, "updatedReplicas": wanted,
-                                     "readyReplicas": up, "availableReplicas": up}  # fmt: skip
+                    obj["status"] = {
+                        "observedGeneration": generation,
+                        "replicas": wanted,
+                        "updatedReplicas": wanted,
+                        "readyReplicas": up,
+                        "availableReplicas": up,
+                    }
                 else:
-                    obj["status"] = {"observedGeneration": generation, "replicas": wanted, "readyReplicas": up,
-                                     "updatedReplicas": wanted}  # fmt: skip
+                    obj["status"] = {
+                        "observedGeneration": generation,
+                        "replicas": wanted,
+                        "readyReplicas": up,
+                        "updatedReplicas": wanted,
+                    }
 
 
-def node(name: str, pool: str | None, *, ready: bool = True, cordoned: bool = False,
-         taints: list[dict[str, str]] | None = None,
-         conditions: list[dict[str, str]] | None = None) -> dict[str, Any]:  # fmt: skip
+def node(
+    name: str,
+    pool: str | None,
+    *,
+    ready: bool = True,
+    cordoned: bool = False,
+    taints: list[dict[str, str]] | None = None,
+    conditions: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
     """A node as `kubectl get nodes -o json` prints it (the fields that matter, in their places); `conditions` are
     added as node-problem-detector adds its own (`type`, `status`, `reason`, `message`)."""
     labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
@@ -408,8 +449,10 @@ def node(name: str, pool: str | None, *, ready: bool = True, cordoned: bool = Fa
     spec: dict[str, Any] = {"podCIDR": "10.0.0.0/24", "providerID": f"fake://{name}"}
     if cordoned:
         spec["unschedulable"] = True
-        taints = [*(taints or []), {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule",
-                                    "timeAdded": "2026-01-01T00:00:00Z"}]  # fmt: skip
+        taints = [
+            *(taints or []),
+            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:00Z"},
+        ]
     if taints:
         spec["taints"] = taints
     return {
@@ -424,7 +467,7 @@ def node(name: str, pool: str | None, *, ready: bool = True, cordoned: bool = Fa
                     "type": "Ready",
                     "status": "True" if ready else "Unknown",
                     "reason": "KubeletReady" if ready else "NodeStatusUnknown",
-                },  # fmt: skip
+                },
                 *(conditions or []),
             ],
             "allocatable": {"cpu": "96", "memory": "1Ti", "pods": "110"},

@@ -71,8 +71,16 @@ def build(token_max_age: int) -> flask.Flask:
             return flask.make_response(flask.jsonify({"error": "invalid_client"}), 401)
         now = int(time.time())
         permissions = [s for s in request.form.get("scope", "").split() if ":" in s]
-        token = _sign({"iss": request.host_url.rstrip("/"), "sub": client, "aud": "temporal", "iat": now,
-                       "exp": now + token_max_age, "permissions": permissions})  # fmt: skip
+        token = _sign(
+            {
+                "iss": request.host_url.rstrip("/"),
+                "sub": client,
+                "aud": "temporal",
+                "iat": now,
+                "exp": now + token_max_age,
+                "permissions": permissions,
+            }
+        )
         return flask.jsonify({"access_token": token, "token_type": "Bearer", "expires_in": token_max_age})
 
     @app.after_request
@@ -90,8 +98,14 @@ def build(token_max_age: int) -> flask.Flask:
             return response
         now = int(time.time())
         client = request.authorization.username if request.authorization else request.form.get("client_id")
-        claims = {**user.claims, "sub": user.sub, "iss": request.host_url.rstrip("/"), "aud": client, "iat": now,
-                  "exp": now + token_max_age}  # fmt: skip
+        claims = {
+            **user.claims,
+            "sub": user.sub,
+            "iss": request.host_url.rstrip("/"),
+            "aud": client,
+            "iat": now,
+            "exp": now + token_max_age,
+        }
         answer["id_token"] = _sign(claims)
         response.set_data(json.dumps(answer))
         return response

@@ -152,9 +152,14 @@ def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     "overlay",
-    ["overlays/production", "overlays/production-with-prometheus", "overlays/production-with-identity", "agent",
-     "temporal-identity"],
-)  # fmt: skip
+    [
+        "overlays/production",
+        "overlays/production-with-prometheus",
+        "overlays/production-with-identity",
+        "agent",
+        "temporal-identity",
+    ],
+)
 def test_every_rendered_object_validates_against_the_kubernetes_schemas(overlay: str) -> None:
     objects = render(overlay)
     assert objects
@@ -172,8 +177,12 @@ def test_the_control_plane_runs_non_root_with_requests_and_probes_after_its_sche
     objects = render("overlays/production")
     assert {o["metadata"].get("namespace") for o in objects} == {"berth"}
     workloads = {f"{o['kind']}/{o['metadata']['name']}": o for o in objects if o["kind"] in WORKLOADS}
-    assert sorted(workloads) == ["Deployment/berth-api", "Deployment/berth-control", "Deployment/berth-gateway",
-                                 "Job/berth-migrate"]  # fmt: skip
+    assert sorted(workloads) == [
+        "Deployment/berth-api",
+        "Deployment/berth-control",
+        "Deployment/berth-gateway",
+        "Job/berth-migrate",
+    ]
     for name, workload in workloads.items():
         spec = pod_spec(workload)
         assert spec["securityContext"]["runAsNonRoot"] is True, name
@@ -245,8 +254,9 @@ def test_the_compose_file_and_the_manifests_run_the_same_processes() -> None:
     compose = yaml.safe_load((DEPLOY.parent.parent / "docker-compose.yml").read_text())["services"]
     workloads = [o for o in render("overlays/production") if o["kind"] in ("Deployment", "Job")]
     commands = {tuple(pod_spec(w)["containers"][0]["command"]) for w in workloads}
-    assert commands == {tuple(compose[name]["command"]) for name in ("berth-api", "berth-control", "berth-gateway",
-                                                                    "berth-migrate")}  # fmt: skip
+    assert commands == {
+        tuple(compose[name]["command"]) for name in ("berth-api", "berth-control", "berth-gateway", "berth-migrate")
+    }
 
 
 def _env(container: dict[str, Any]) -> dict[str, Any]:
@@ -271,8 +281,9 @@ def test_people_log_in_with_one_issuer_and_temporal_checks_the_same_identities()
     temporal = render("temporal-identity")
     authorization = by_kind(temporal, "ConfigMap")["temporal-authorization"]["data"]
     assert (authorization["TEMPORAL_AUTH_AUTHORIZER"], authorization["TEMPORAL_AUTH_CLAIM_MAPPER"]) == (
-        "default", "default"
-    )  # fmt: skip
+        "default",
+        "default",
+    )
     assert authorization["TEMPORAL_JWT_KEY_SOURCE1"].startswith(issuer)  # the same issuer's keys
     assert authorization["TEMPORAL_JWT_PERMISSIONS_CLAIM"] == "permissions"
     [ui] = pod_spec(by_kind(temporal, "Deployment")["temporal-ui"])["containers"]
@@ -307,15 +318,18 @@ def test_the_prometheus_operator_gets_the_same_alerts_as_the_rule_file(tmp_path:
         "deploy/prometheus/berth-alerts.yaml changed: run `python scripts/prometheus-rule.py`"
     )
     assert {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]} >= {
-        "BerthNoControlWorker", "BerthAgentDownWithAllocations"
-    }  # fmt: skip
+        "BerthNoControlWorker",
+        "BerthAgentDownWithAllocations",
+    }
 
     # The committed file is the generator's output, so regenerating it changes nothing but what the rules changed.
     generated = tmp_path / "prometheusrule.yaml"
     done = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "prometheus-rule.py"), "--output", str(generated)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     committed = DEPLOY / "overlays" / "production-with-prometheus" / "prometheusrule.yaml"
     assert generated.read_text() == committed.read_text(), "run `python scripts/prometheus-rule.py`"

@@ -37,8 +37,23 @@ import typer
 
 REPO = Path(__file__).resolve().parents[1]
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", ".pytest_cache", ".ruff_cache", "berth.egg-info", ".berth"}
-PACKAGES = {"activities", "agent", "api", "bench", "cli", "config", "contracts", "devstack", "fleet", "gateway",
-            "scheduler", "store", "workflows", "worker", "tests"}  # fmt: skip
+PACKAGES = {
+    "activities",
+    "agent",
+    "api",
+    "bench",
+    "cli",
+    "config",
+    "contracts",
+    "devstack",
+    "fleet",
+    "gateway",
+    "scheduler",
+    "store",
+    "workflows",
+    "worker",
+    "tests",
+}
 
 # (document, name) -> why the document may name it although the repository does not have it. `*` as the document:
 # any document.

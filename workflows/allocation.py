@@ -116,9 +116,14 @@ class AllocationWorkflow:
         self.status = (
             held.status.model_copy(update={"run_id": workflow.info().run_id})
             if held is not None
-            else AllocationStatus(allocation_id=input.allocation_id, run_id=workflow.info().run_id,
-                                  tenant=input.tenant, state="pending", step="accepted")
-        )  # fmt: skip
+            else AllocationStatus(
+                allocation_id=input.allocation_id,
+                run_id=workflow.info().run_id,
+                tenant=input.tenant,
+                state="pending",
+                step="accepted",
+            )
+        )
         self.excluded: set[str] = set(input.request.exclude_nodes)
         self.tried: set[str] = set()  # never the same node twice in one run
         self.retry_requested = False
@@ -245,9 +250,16 @@ class AllocationWorkflow:
         self.status.region, self.status.waiting_reason = region, reason
         self.set_state("queued", "enter_queue", region=region, reason=reason)
         self.woken = False  # a wake from before this entry is answered by the next pass
-        entry = EnterQueueInput(allocation_id=self.input.allocation_id, tenant=self.input.tenant, region=region,
-                                request=self.placement_input(region).request, ticket=self.queue_ticket(),
-                                deadline_at=self.queue_deadline, reason=reason, code=code)  # fmt: skip
+        entry = EnterQueueInput(
+            allocation_id=self.input.allocation_id,
+            tenant=self.input.tenant,
+            region=region,
+            request=self.placement_input(region).request,
+            ticket=self.queue_ticket(),
+            deadline_at=self.queue_deadline,
+            reason=reason,
+            code=code,
+        )
         await self.on_control(steps.enter_queue, entry)
         self.in_queue = True
         left = (self.queue_deadline - workflow.now()).total_seconds()
@@ -370,8 +382,14 @@ class AllocationWorkflow:
         """Step 3 on one node: plan under the node's lease, claim, create the VM, wait until it is ready."""
         node, request, allocation_id = attempt.node, self.input.request, self.input.allocation_id
         self.set_state("planning", "plan_bundles", node=node, attempt=attempt)
-        asked = PlanInput(allocation_id=allocation_id, attempt=attempt.number, gpu_count=request.gpu_count,
-                          shape=request.shape, numa_policy=request.numa_policy, gpus=sorted(request.gpus))  # fmt: skip
+        asked = PlanInput(
+            allocation_id=allocation_id,
+            attempt=attempt.number,
+            gpu_count=request.gpu_count,
+            shape=request.shape,
+            numa_policy=request.numa_policy,
+            gpus=sorted(request.gpus),
+        )
         try:
             plan = await self.on_node(node, steps.plan_bundles, asked, deadline=self.clock.time_left(node))
         except ActivityError as error:
@@ -381,9 +399,15 @@ class AllocationWorkflow:
         saga.add("release_lease", lambda: self.release_lease(node))
 
         self.set_state("claiming", "record_claims", node=node, attempt=attempt)
-        claim = ClaimInput(allocation_id=allocation_id, attempt=attempt.number, node=node, tenant=self.input.tenant,
-                           gpu_count=request.gpu_count, bundles=plan.bundles,
-                           within_nominal=request.within_nominal)  # fmt: skip
+        claim = ClaimInput(
+            allocation_id=allocation_id,
+            attempt=attempt.number,
+            node=node,
+            tenant=self.input.tenant,
+            gpu_count=request.gpu_count,
+            bundles=plan.bundles,
+            within_nominal=request.within_nominal,
+        )
         try:
             await self.on_control(steps.record_claims, claim, deadline=self.clock.time_left(node))
         except ActivityError as error:
@@ -400,10 +424,21 @@ class AllocationWorkflow:
         self.set_state("provisioning", "create_vm", node=node, attempt=attempt)
         # Registered before the create: a create cut short by a failure or a cancel may still have made a VM.
         saga.add("destroy_vm", lambda: self.destroy_vm(node, attempt.number, plan.slot_indexes))
-        spec = VmSpec(allocation_id=allocation_id, node=node, bundles=plan.bundles, image=self.input.image,
-                      ssh_public_keys=self.input.ssh_public_keys)  # fmt: skip
-        create = self.on_node(node, steps.create_vm, spec, start_to_close=CREATE_VM_TIMEOUT, attempts=CREATE_VM_ATTEMPTS,
-                              cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)  # fmt: skip
+        spec = VmSpec(
+            allocation_id=allocation_id,
+            node=node,
+            bundles=plan.bundles,
+            image=self.input.image,
+            ssh_public_keys=self.input.ssh_public_keys,
+        )
+        create = self.on_node(
+            node,
+            steps.create_vm,
+            spec,
+            start_to_close=CREATE_VM_TIMEOUT,
+            attempts=CREATE_VM_ATTEMPTS,
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
         try:
             await self.clock.race(node, create, self.clock.longest_node_call(CREATE_VM_TIMEOUT, CREATE_VM_ATTEMPTS))
         except ActivityError as error:
@@ -425,13 +460,22 @@ class AllocationWorkflow:
         """Probe the readiness gates a window at a time until every gate passes; a gate that failed for good, or no
         readiness within the node's timeout, fails the attempt; past the state's deadline, the allocation."""
         timing = self.input.timing
-        probe = ReadinessInput(allocation_id=self.input.allocation_id, node=node, gpu_count=self.input.request.gpu_count,
-                               window_seconds=timing.readiness_window_seconds)  # fmt: skip
+        probe = ReadinessInput(
+            allocation_id=self.input.allocation_id,
+            node=node,
+            gpu_count=self.input.request.gpu_count,
+            window_seconds=timing.readiness_window_seconds,
+        )
         give_up = workflow.now() + timedelta(seconds=timing.readiness_timeout_seconds)
         while True:
             try:
-                report = await self.on_node(node, steps.wait_ready, probe, deadline=self.clock.time_left(node),
-                                            start_to_close=timedelta(seconds=timing.readiness_window_seconds + 30))  # fmt: skip
+                report = await self.on_node(
+                    node,
+                    steps.wait_ready,
+                    probe,
+                    deadline=self.clock.time_left(node),
+                    start_to_close=timedelta(seconds=timing.readiness_window_seconds + 30),
+                )
             except ActivityError as error:
                 raise self.clock.failure_on(error, node) from error
             if report.ready:
@@ -469,8 +513,12 @@ class AllocationWorkflow:
         await wait_unless_cancelled(workflow.all_handlers_finished)
         if self.release_requested:
             return
-        held = Held(status=self.status, deadlines=self.clock.deadlines, active_since=self.active_since,
-                    max_lease_seconds=self.max_lease)  # fmt: skip
+        held = Held(
+            status=self.status,
+            deadlines=self.clock.deadlines,
+            active_since=self.active_since,
+            max_lease_seconds=self.max_lease,
+        )
         workflow.continue_as_new(self.input.model_copy(update={"held": held}))
 
     def hand_over_due(self) -> str | None:
@@ -502,9 +550,14 @@ class AllocationWorkflow:
             await wait_unless_cancelled(workflow.all_handlers_finished)
         if self.hand_over_due() is None:
             return  # released or preempted meanwhile: served here
-        held = Held(status=self.status, deadlines=self.clock.deadlines, active_since=self.active_since,
-                    max_lease_seconds=self.max_lease, previous_run_id=workflow.info().run_id,
-                    handed_over_because=because)  # fmt: skip
+        held = Held(
+            status=self.status,
+            deadlines=self.clock.deadlines,
+            active_since=self.active_since,
+            max_lease_seconds=self.max_lease,
+            previous_run_id=workflow.info().run_id,
+            handed_over_because=because,
+        )
         workflow.upsert_search_attributes([key.value_unset() for key in sa.ALL])
         workflow.continue_as_new(
             self.input.model_copy(update={"held": held}),
@@ -579,9 +632,14 @@ class AllocationWorkflow:
         # The attempt's end in the trail as every failed attempt's (`attempt_failed`): the API rebuilds attempts from
         # the trail when the workflow does not answer its query. The same state as the step after it: no command more.
         self.set_state("placing", "attempt_failed", node=attempt.node, attempt=attempt, reason=attempt.reason)
-        self.set_state("placing", "replace", node=attempt.node, attempt=attempt,
-                       reason=f"moving off {attempt.node}: its VM is destroyed and its slots wiped, then it is placed "
-                              "again on a healthy node, keeping its end")  # fmt: skip
+        self.set_state(
+            "placing",
+            "replace",
+            node=attempt.node,
+            attempt=attempt,
+            reason=f"moving off {attempt.node}: its VM is destroyed and its slots wiped, then it is placed "
+            "again on a healthy node, keeping its end",
+        )
         slots = [b.slot_index for b in self.status.bundles]
         await shielded(self.destroy_vm(attempt.node, attempt.number, slots, deadline=self.clock.time_left()))
         await shielded(self.release_claims(attempt.number))
@@ -618,8 +676,10 @@ class AllocationWorkflow:
         notice = self.notice
         assert notice is not None
         of = f" (class {notice.priority_class})" if notice.priority_class else ""
-        reason = (f"preempted for a request of priority {notice.priority}{of} ({notice.rule}); released after "
-                  f"{format_duration(notice.grace_seconds)}")  # fmt: skip
+        reason = (
+            f"preempted for a request of priority {notice.priority}{of} ({notice.rule}); released after "
+            f"{format_duration(notice.grace_seconds)}"
+        )
         self.set_state("preempting", "preempt_notice", reason=reason)
         await self.mirror.write_trail()
         try:
@@ -690,8 +750,9 @@ class AllocationWorkflow:
 
     async def release_claims(self, attempt: int | None) -> None:
         """6: the step that frees the capacity walks the region's queue too."""
-        release = ReleaseClaimsInput(allocation_id=self.input.allocation_id, attempt=attempt,
-                                     walk_region=self.status.region)  # fmt: skip
+        release = ReleaseClaimsInput(
+            allocation_id=self.input.allocation_id, attempt=attempt, walk_region=self.status.region
+        )
         await self.on_control(steps.release_claims, release)
 
     async def destroy_vm(
@@ -701,13 +762,24 @@ class AllocationWorkflow:
         quarantine its slots and leave a recovery workflow waiting for the agent to come back and confirm the wipe."""
         teardown = TeardownInput(allocation_id=self.input.allocation_id, node=node, slot_indexes=slot_indexes)
         try:
-            await self.on_node(node, steps.destroy_vm, teardown, attempts=self.input.timing.teardown_attempts,
-                               start_to_close=timedelta(minutes=2), deadline=deadline)  # fmt: skip
+            await self.on_node(
+                node,
+                steps.destroy_vm,
+                teardown,
+                attempts=self.input.timing.teardown_attempts,
+                start_to_close=timedelta(minutes=2),
+                deadline=deadline,
+            )
             return
         except ActivityError as error:
             failure = self.clock.failure_on(error, node) if deadline is not None else node_failure(error, node)
-        quarantine = QuarantineInput(allocation_id=self.input.allocation_id, attempt=attempt, node=node,
-                                     slot_indexes=slot_indexes, reason=f"wipe not confirmed: {failure.reason}")  # fmt: skip
+        quarantine = QuarantineInput(
+            allocation_id=self.input.allocation_id,
+            attempt=attempt,
+            node=node,
+            slot_indexes=slot_indexes,
+            reason=f"wipe not confirmed: {failure.reason}",
+        )
         await self.on_control(steps.quarantine_slots, quarantine)
         await workflow.start_child_workflow(
             SlotRecoveryWorkflow.run,
@@ -757,8 +829,11 @@ class AllocationWorkflow:
         """Its agent judged a GPU of one of its slots failed (issue 27; sent by the API on the agent's report). Told
         once: a second notice while degraded changes nothing."""
         if self.status.state == "active" and not any(step == "gpu_failed" for _, step, _ in self.untold):
-            then = ("its pool moves it to a healthy node" if notice.replace
-                    else "the allocation keeps running: release it and ask again for healthy GPUs")  # fmt: skip
+            then = (
+                "its pool moves it to a healthy node"
+                if notice.replace
+                else "the allocation keeps running: release it and ask again for healthy GPUs"
+            )
             self.untold.append(
                 ("degraded", "gpu_failed", f"the GPU of slot {notice.slot} failed ({notice.reason}); {then}")
             )
@@ -770,8 +845,14 @@ class AllocationWorkflow:
         """An operator drains its node (`berth nodes drain`): its owner is told, it keeps running until released."""
         if self.status.state in ("active", "degraded") and not self.status.drain_told:
             self.status.drain_told = True
-            self.untold.append((None, "drain_notice", f"node {notice.node} is being drained ({notice.reason}): "
-                                "release this allocation and ask again; it keeps running until then"))  # fmt: skip
+            self.untold.append(
+                (
+                    None,
+                    "drain_notice",
+                    f"node {notice.node} is being drained ({notice.reason}): "
+                    "release this allocation and ask again; it keeps running until then",
+                )
+            )
 
     @workflow.signal(name="hand_over")
     def hand_over_signal(self, request: HandOverRequest) -> None:
@@ -830,20 +911,25 @@ class AllocationWorkflow:
         if wanted <= current:
             raise ApplicationError(
                 f"the new end {wanted.isoformat()} is not later than the current end {current.isoformat()}",
-                type="ExtendRefused", non_retryable=True,
-            )  # fmt: skip
+                type="ExtendRefused",
+                non_retryable=True,
+            )
         if request.not_after is not None and wanted > request.not_after:
             raise ApplicationError(
                 f"{request.not_after_reason or 'a reservation needs its GPUs'}: it can end at "
-                f"{request.not_after.isoformat()} at the latest", type="ExtendRefused", non_retryable=True,
-            )  # fmt: skip
+                f"{request.not_after.isoformat()} at the latest",
+                type="ExtendRefused",
+                non_retryable=True,
+            )
         if self.max_lease is not None and self.active_since is not None:
             latest = self.active_since + timedelta(seconds=self.max_lease)
             if wanted > latest:
                 raise ApplicationError(
                     f"the pool grants leases of at most {format_duration(self.max_lease)}: it can end at "
-                    f"{latest.isoformat()} at the latest", type="ExtendRefused", non_retryable=True,
-                )  # fmt: skip
+                    f"{latest.isoformat()} at the latest",
+                    type="ExtendRefused",
+                    non_retryable=True,
+                )
         return wanted
 
     def invalid_state(self, rule: str) -> ApplicationError:

@@ -128,8 +128,9 @@ async def extend(
 ) -> AllocationStatus:
     """Move an active allocation's end later; the workflow's validator refuses what it may not do."""
     try:
-        return await bounded(handle(client, allocation_id).execute_update(AllocationWorkflow.extend, request),
-                             wait_seconds)  # fmt: skip
+        return await bounded(
+            handle(client, allocation_id).execute_update(AllocationWorkflow.extend, request), wait_seconds
+        )
     except WorkflowUpdateFailedError as exc:
         raise refusal(exc) from exc
 

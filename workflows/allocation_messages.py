@@ -11,9 +11,23 @@ from scheduler.bundles import Bundle
 from scheduler.request import PlacementRequest
 
 STATES = (
-    "pending", "queued", "placing", "planning", "claiming", "provisioning", "waiting_ready", "active", "releasing", "released",
-    "failed", "cancelled", "expired", "preempting", "preempted", "degraded",
-)  # fmt: skip
+    "pending",
+    "queued",
+    "placing",
+    "planning",
+    "claiming",
+    "provisioning",
+    "waiting_ready",
+    "active",
+    "releasing",
+    "released",
+    "failed",
+    "cancelled",
+    "expired",
+    "preempting",
+    "preempted",
+    "degraded",
+)
 PLACING_STATES = ("pending", "placing", "planning", "claiming", "provisioning", "waiting_ready")
 FINAL_STATES = ("released", "failed", "cancelled", "expired", "preempted")
 # placed and running: release and cancel tear it down (`degraded`: a GPU of it failed, its owner told; issue 27)

@@ -153,9 +153,15 @@ class Mirror:
     def open(self) -> None:
         """Start the trail with the allocation's row, written with the first step."""
         input = self.input
-        opening = AllocationRecord(allocation_id=input.allocation_id, tenant=input.tenant, request=input.request,
-                                   workflow_id=workflow.info().workflow_id, request_body=input.request_body,
-                                   idempotency_key=input.idempotency_key, requested_by=input.actor)  # fmt: skip
+        opening = AllocationRecord(
+            allocation_id=input.allocation_id,
+            tenant=input.tenant,
+            request=input.request,
+            workflow_id=workflow.info().workflow_id,
+            request_body=input.request_body,
+            idempotency_key=input.idempotency_key,
+            requested_by=input.actor,
+        )
         self.trail = AuditTrail(opening=opening)
 
     async def control_step(
@@ -169,9 +175,12 @@ class Mirror:
         try:
             try:
                 return await workflow.execute_local_activity(
-                    step, argument.model_copy(update={"trail": trail}), schedule_to_close_timeout=deadline,
-                    start_to_close_timeout=CONTROL_TIMEOUT, retry_policy=CONTROL_RETRY,
-                )  # fmt: skip
+                    step,
+                    argument.model_copy(update={"trail": trail}),
+                    schedule_to_close_timeout=deadline,
+                    start_to_close_timeout=CONTROL_TIMEOUT,
+                    retry_policy=CONTROL_RETRY,
+                )
             except (ApplicationError, TimeoutError) as bare:
                 raise as_activity_error(step.__name__) from bare
         except BaseException:

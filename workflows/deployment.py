@@ -178,17 +178,30 @@ class DeploymentWorkflow:
             for e in placement.engines
         ]
         replica = ReplicaView(
-            name=placement.name, cluster=placement.cluster, index=placement.index, workflow_id=child_id,
-            gateway_address=placement.gateway_address, engines=usage, manifest=manifest,
-        )  # fmt: skip
+            name=placement.name,
+            cluster=placement.cluster,
+            index=placement.index,
+            workflow_id=child_id,
+            gateway_address=placement.gateway_address,
+            engines=usage,
+            manifest=manifest,
+        )
         self.replicas[replica.name] = replica
         try:
             child = await workflow.start_child_workflow(
                 ReplicaWorkflow.run,
-                ReplicaInput(namespace=self.namespace, deployment=self.name,
-                             deployment_workflow_id=workflow.info().workflow_id,
-                             name=replica.name, cluster=replica.cluster, index=replica.index, manifest=manifest,
-                             usage=usage, timing=self.input.timing, queues=self.input.queues),
+                ReplicaInput(
+                    namespace=self.namespace,
+                    deployment=self.name,
+                    deployment_workflow_id=workflow.info().workflow_id,
+                    name=replica.name,
+                    cluster=replica.cluster,
+                    index=replica.index,
+                    manifest=manifest,
+                    usage=usage,
+                    timing=self.input.timing,
+                    queues=self.input.queues,
+                ),
                 id=child_id,
                 task_queue=self.input.queues.control,
                 parent_close_policy=ParentClosePolicy.ABANDON,
@@ -196,7 +209,7 @@ class DeploymentWorkflow:
                     [SearchAttributePair(sa.KIND, "replica"), SearchAttributePair(sa.STATE, "starting")]
                 ),
                 static_summary=f"replica {replica.index} of {self.qualified_name} on {replica.cluster}",
-            )  # fmt: skip
+            )
             # Its outcome arrives as a replica_report signal; only mark the handle's result as seen.
             child.add_done_callback(lambda done: done.cancelled() or done.exception())
         except WorkflowAlreadyStartedError:
@@ -221,14 +234,19 @@ class DeploymentWorkflow:
             except TimeoutError:
                 workflow.logger.warning("replica %s did not report its teardown; cleaning up", replica.name)
         await workflow.execute_activity(
-            steps.delete_workload, WorkloadRef(namespace=self.namespace, cluster=replica.cluster, name=replica.name),
-            task_queue=self.input.queues.control, summary=f"delete {replica.name}", **CONTROL_CALL,
-        )  # fmt: skip
-        await workflow.execute_activity(
-            steps.release_replica, ReplicaRef(namespace=self.namespace, name=replica.name),
+            steps.delete_workload,
+            WorkloadRef(namespace=self.namespace, cluster=replica.cluster, name=replica.name),
             task_queue=self.input.queues.control,
-            summary=f"release ledger of {replica.name}", **CONTROL_CALL,
-        )  # fmt: skip
+            summary=f"delete {replica.name}",
+            **CONTROL_CALL,
+        )
+        await workflow.execute_activity(
+            steps.release_replica,
+            ReplicaRef(namespace=self.namespace, name=replica.name),
+            task_queue=self.input.queues.control,
+            summary=f"release ledger of {replica.name}",
+            **CONTROL_CALL,
+        )
         self.replicas.pop(replica.name, None)
 
     async def teardown(self) -> None:
@@ -236,10 +254,11 @@ class DeploymentWorkflow:
         await self.publish("deleting")
         await asyncio.gather(*(self.remove_replica(r, "deployment deleted") for r in list(self.replicas.values())))
         await workflow.execute_activity(
-            steps.delete_deployment_record, DeploymentRef(namespace=self.namespace, name=self.name),
+            steps.delete_deployment_record,
+            DeploymentRef(namespace=self.namespace, name=self.name),
             task_queue=self.input.queues.control,
             **CONTROL_CALL,
-        )  # fmt: skip
+        )
         self.status.available = self.status.scheduled = 0
         await self.publish("deleted", record=False)
 
@@ -252,18 +271,25 @@ class DeploymentWorkflow:
         s = plan.status
         self.status.desired, self.status.min_replicas, self.status.scheduled = s.desired, s.min_replicas, s.available
         self.status.phase, self.status.reason, self.status.message = s.phase.value, s.reason, s.message
-        self.status.clusters = [ClusterNote(cluster=c.cluster, reason=c.reason.value, message=c.message)
-                                for c in s.clusters]  # fmt: skip
+        self.status.clusters = [
+            ClusterNote(cluster=c.cluster, reason=c.reason.value, message=c.message) for c in s.clusters
+        ]
 
     def refresh_replicas(self) -> None:
         self.status.replicas = [
             ReplicaSummary(
-                name=r.name, cluster=r.cluster, index=r.index, phase=r.phase, workflow_id=r.workflow_id,
-                pools={u.engine: u.pool for u in r.engines}, nodes=sum(u.nodes for u in r.engines),
-                gateway_address=r.gateway_address, reason=r.reason,
+                name=r.name,
+                cluster=r.cluster,
+                index=r.index,
+                phase=r.phase,
+                workflow_id=r.workflow_id,
+                pools={u.engine: u.pool for u in r.engines},
+                nodes=sum(u.nodes for u in r.engines),
+                gateway_address=r.gateway_address,
+                reason=r.reason,
             )
             for r in sorted(self.replicas.values(), key=lambda r: (r.cluster, r.index))
-        ]  # fmt: skip
+        ]
         self.status.available = sum(1 for r in self.replicas.values() if r.phase == "ready")
 
     async def publish(self, state: str, record: bool = True) -> None:

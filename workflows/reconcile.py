@@ -88,7 +88,7 @@ class ReconcileWorkflow:
                 control_queue=input.queues.control,
                 orphan_grace_seconds=input.orphan_grace_seconds,
                 hosts=hosts,
-            ),  # fmt: skip
+            ),
         )
         assert report.run_id is not None
         repairs: list[Repair] = []

@@ -36,10 +36,16 @@ class SlotRecoveryWorkflow:
         )
         # No pickup timeout: the agent may be back in an hour or in days; the whole wait is bounded instead.
         result = await node_calls.on_node(
-            input.queues, teardown.node, steps.destroy_vm, teardown, pickup=None,
-            deadline=timedelta(hours=input.wait_for_agent_hours), start_to_close=timedelta(minutes=2),
-            attempts=0, retry_interval=timedelta(minutes=1),
-        )  # fmt: skip
+            input.queues,
+            teardown.node,
+            steps.destroy_vm,
+            teardown,
+            pickup=None,
+            deadline=timedelta(hours=input.wait_for_agent_hours),
+            start_to_close=timedelta(minutes=2),
+            attempts=0,
+            retry_interval=timedelta(minutes=1),
+        )
         await workflow.execute_activity(
             steps.unquarantine_slots,
             SlotsInput(node=teardown.node, slot_indexes=teardown.slot_indexes),

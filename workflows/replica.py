@@ -94,8 +94,9 @@ class ReplicaWorkflow:
             await shielded(undo())
             if cancelled:
                 raise
-            raise ApplicationError(reason, type=LEDGER_CONFLICT if conflict else REPLICA_NOT_READY,
-                                   non_retryable=True) from error  # fmt: skip
+            raise ApplicationError(
+                reason, type=LEDGER_CONFLICT if conflict else REPLICA_NOT_READY, non_retryable=True
+            ) from error
         return self.phase  # unreachable: a replica only ends by removal or failure
 
     async def record(self, saga: Saga) -> None:
@@ -104,10 +105,19 @@ class ReplicaWorkflow:
         saga.add("release_replica", self.release)
         await workflow.execute_activity(
             steps.record_replica,
-            RecordReplicaInput(namespace=i.namespace, deployment=i.deployment, name=i.name, cluster=i.cluster,
-                               index=i.index, manifest=i.manifest, usage=i.usage),
-            task_queue=i.queues.control, summary=f"ledger for {i.name}", **CONTROL_CALL,
-        )  # fmt: skip
+            RecordReplicaInput(
+                namespace=i.namespace,
+                deployment=i.deployment,
+                name=i.name,
+                cluster=i.cluster,
+                index=i.index,
+                manifest=i.manifest,
+                usage=i.usage,
+            ),
+            task_queue=i.queues.control,
+            summary=f"ledger for {i.name}",
+            **CONTROL_CALL,
+        )
         await self.set_phase("starting", "ledger recorded; applying the workload")
 
     async def apply(self, saga: Saga) -> None:
@@ -129,15 +139,19 @@ class ReplicaWorkflow:
         while True:
             readiness: WorkloadReadiness = await workflow.execute_activity(
                 steps.wait_workload_ready,
-                WaitWorkloadInput(namespace=i.namespace, cluster=i.cluster, name=i.name,
-                                  window_seconds=timing.readiness_window_seconds,
-                                  poll_seconds=timing.readiness_poll_seconds),
+                WaitWorkloadInput(
+                    namespace=i.namespace,
+                    cluster=i.cluster,
+                    name=i.name,
+                    window_seconds=timing.readiness_window_seconds,
+                    poll_seconds=timing.readiness_poll_seconds,
+                ),
                 task_queue=i.queues.control,
                 start_to_close_timeout=timedelta(seconds=timing.readiness_window_seconds + 30),
                 heartbeat_timeout=timedelta(seconds=10),
                 retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
                 summary=f"wait for {i.name}",
-            )  # fmt: skip
+            )
             if readiness.ready:
                 return
             self.detail = readiness.message
@@ -155,17 +169,21 @@ class ReplicaWorkflow:
 
     async def release(self) -> None:
         await workflow.execute_activity(
-            steps.release_replica, ReplicaRef(namespace=self.input.namespace, name=self.input.name),
+            steps.release_replica,
+            ReplicaRef(namespace=self.input.namespace, name=self.input.name),
             task_queue=self.input.queues.control,
-            summary=f"release ledger of {self.input.name}", **CONTROL_CALL,
-        )  # fmt: skip
+            summary=f"release ledger of {self.input.name}",
+            **CONTROL_CALL,
+        )
 
     async def delete_workload(self) -> None:
         await workflow.execute_activity(
             steps.delete_workload,
             WorkloadRef(namespace=self.input.namespace, cluster=self.input.cluster, name=self.input.name),
-            task_queue=self.input.queues.control, summary=f"delete {self.input.name}", **CONTROL_CALL,
-        )  # fmt: skip
+            task_queue=self.input.queues.control,
+            summary=f"delete {self.input.name}",
+            **CONTROL_CALL,
+        )
 
     # -- reporting --------------------------------------------------------------------------------------------------
 
@@ -195,8 +213,9 @@ class ReplicaWorkflow:
             await workflow.execute_activity(
                 steps.set_replica_state,
                 ReplicaStateInput(namespace=self.input.namespace, name=self.input.name, state=db_state),
-                task_queue=self.input.queues.control, **CONTROL_CALL,
-            )  # fmt: skip
+                task_queue=self.input.queues.control,
+                **CONTROL_CALL,
+            )
 
     @workflow.query
     def phase_query(self) -> str:

@@ -92,8 +92,9 @@ class ReservationWorkflow:
         )
         self.status.state, self.status.allocation_id = "started", started.allocation_id
         for victim, grace in started.victims:
-            notice = PreemptNotice(priority=FIRST, priority_class=None, grace_seconds=grace,
-                                   rule="a reservation starts on its node")  # fmt: skip
+            notice = PreemptNotice(
+                priority=FIRST, priority_class=None, grace_seconds=grace, rule="a reservation starts on its node"
+            )
             await workflow.get_external_workflow_handle(f"allocation/{victim}").signal("preempt", notice)
         length = (self.input.ends_at - self.input.starts_at).total_seconds()
         allocation = AllocationInput(

@@ -22,20 +22,35 @@ def workflow_id(reservation_id: str) -> str:
 
 
 async def start_reservation(
-    client: Client, reservation_id: str, tenant: str, node: str, request: PlacementRequest, starts_at: datetime,
-    ends_at: datetime, timing: Timing, queues: Queues, actor: str | None = None,
-) -> None:  # fmt: skip
+    client: Client,
+    reservation_id: str,
+    tenant: str,
+    node: str,
+    request: PlacementRequest,
+    starts_at: datetime,
+    ends_at: datetime,
+    timing: Timing,
+    queues: Queues,
+    actor: str | None = None,
+) -> None:
     """Start `reservation/<id>`: `reserved` until `starts_at`, then its allocation on `node` until `ends_at`."""
     pinned = request.model_copy(
         update={
             "nodes": frozenset({node}),
             "reservation_id": reservation_id,
             "lease_seconds": ends_at.timestamp() - starts_at.timestamp(),
-        }  # fmt: skip
+        }
     )
-    start = ReservationInput(reservation_id=reservation_id, tenant=tenant, request=pinned,
-                             starts_at=starts_at, ends_at=ends_at, timing=timing, queues=queues,
-                             actor=actor)  # fmt: skip
+    start = ReservationInput(
+        reservation_id=reservation_id,
+        tenant=tenant,
+        request=pinned,
+        starts_at=starts_at,
+        ends_at=ends_at,
+        timing=timing,
+        queues=queues,
+        actor=actor,
+    )
     await client.start_workflow(
         ReservationWorkflow.run, start, id=workflow_id(reservation_id), task_queue=queues.control
     )

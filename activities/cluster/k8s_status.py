@@ -88,10 +88,14 @@ def observe_pools(
             )
         pools.append(
             PoolObservation(
-                name=name, nodes=total, schedulable=schedulable, autoscaled=name in autoscaled, excluded=excluded,
+                name=name,
+                nodes=total,
+                schedulable=schedulable,
+                autoscaled=name in autoscaled,
+                excluded=excluded,
                 message=message,
             )
-        )  # fmt: skip
+        )
     return pools
 
 
@@ -148,14 +152,18 @@ def object_readiness(obj: Manifest) -> ObjectReadiness | None:
         available = status.get("availableReplicas") or 0
         ready = current and available >= wanted and (status.get("updatedReplicas") or 0) >= wanted
         return ObjectReadiness(
-            ready=ready, pods_ready=min(available, wanted), pods_total=wanted,
+            ready=ready,
+            pods_ready=min(available, wanted),
+            pods_total=wanted,
             message=f"Deployment {name}: {available}/{wanted} available",
-        )  # fmt: skip
+        )
     if kind == "LeaderWorkerSet":
         size = (spec.get("leaderWorkerTemplate") or {}).get("size", 1)
         groups = status.get("readyReplicas") or 0
         return ObjectReadiness(
-            ready=current and groups >= wanted, pods_ready=min(groups, wanted) * size, pods_total=wanted * size,
+            ready=current and groups >= wanted,
+            pods_ready=min(groups, wanted) * size,
+            pods_total=wanted * size,
             message=f"LeaderWorkerSet {name}: {groups}/{wanted} group(s) of {size} ready",
-        )  # fmt: skip
+        )
     return None

@@ -173,9 +173,13 @@ class KubernetesClusterDriver:
         notes = [note] if note else []
         notes += [f"pool {p.name}: {p.message} ({'; '.join(p.excluded)})" for p in pools if p.excluded]
         return ClusterObservation(
-            cluster=cluster, ready=True, gateway_address=gateway, pools=pools,
-            evicted=evictions(nodes, pods, REPLICA_LABEL), message="; ".join(["Ready", *notes]),
-        )  # fmt: skip
+            cluster=cluster,
+            ready=True,
+            gateway_address=gateway,
+            pools=pools,
+            evicted=evictions(nodes, pods, REPLICA_LABEL),
+            message="; ".join(["Ready", *notes]),
+        )
 
     # -- helpers ----------------------------------------------------------------------------------------------------
 

@@ -183,10 +183,17 @@ class AdmissionActivities:
             judged = [e for e in entries if e.allocation_id not in placing]
             # As the forget below leaves each judged entry: only the verdicts that differ from it are written.
             standing = {
-                e.allocation_id: queue.PassRecord(e.allocation_id, None, None, e.reason, e.code, e.nominated_node,
-                                                  tuple(e.victims) if e.victims is not None else None)
+                e.allocation_id: queue.PassRecord(
+                    e.allocation_id,
+                    None,
+                    None,
+                    e.reason,
+                    e.code,
+                    e.nominated_node,
+                    tuple(e.victims) if e.victims is not None else None,
+                )
                 for e in judged
-            }  # fmt: skip
+            }
             await queue.forget_set_asides(session, region, keep=placing)
             base, plans = await self.inventory.snapshot_and_plans(session)
             held = await reservations.holds(session, only_reserved=True)  # a started one's allocation goes first
@@ -240,8 +247,12 @@ def _notices(
             if victim not in active:
                 continue
             why = verdict.preempt_reasons.get(victim) or "its preemption was decided by an earlier admission pass"
-            notice = PreemptNotice(priority=entry.priority, priority_class=entry.priority_class,
-                                   grace_seconds=active[victim].grace_seconds, rule=why)  # fmt: skip
+            notice = PreemptNotice(
+                priority=entry.priority,
+                priority_class=entry.priority_class,
+                grace_seconds=active[victim].grace_seconds,
+                rule=why,
+            )
             notices.append((victim, notice))
     return notices
 

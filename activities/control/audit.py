@@ -102,9 +102,14 @@ class AuditActivities:
             await records.record_findings(session, run.id, findings)
             run_id, started_at = run.id, run.started_at
         return AuditReport(
-            run_id=run_id, workflow_id=request.workflow_id, trigger=request.trigger, repair=request.repair,
-            started_at=started_at, nodes_checked=nodes, findings=findings,
-        )  # fmt: skip
+            run_id=run_id,
+            workflow_id=request.workflow_id,
+            trigger=request.trigger,
+            repair=request.repair,
+            started_at=started_at,
+            nodes_checked=nodes,
+            findings=findings,
+        )
 
     async def _open_workflows(self, control_queue: str) -> tuple[set[str], set[str]]:
         """Allocations whose allocation or slot-recovery workflow, and reservations whose workflow, runs on this
@@ -140,8 +145,9 @@ class AuditActivities:
         if await self._running(check.allocation_id):
             raise ApplicationError(
                 f"allocation {check.allocation_id} has an open workflow again; nothing of it is touched",
-                type=IN_FLIGHT, non_retryable=True,
-            )  # fmt: skip
+                type=IN_FLIGHT,
+                non_retryable=True,
+            )
 
     @activity.defn(name="audit_apply_repair")
     async def audit_apply_repair(self, request: ApplyRepair) -> Repair:
@@ -158,9 +164,16 @@ class AuditActivities:
                 outcome, message = "failed", f"not repaired: {request.node_error}"
             else:
                 outcome, message = await self._apply(session, request)
-            repair = Repair(kind=finding.kind, action=finding.repair, node=finding.node,
-                            allocation_id=finding.allocation_id, slot_indexes=finding.slot_indexes, outcome=outcome,
-                            message=message, at=datetime.now(UTC))  # fmt: skip
+            repair = Repair(
+                kind=finding.kind,
+                action=finding.repair,
+                node=finding.node,
+                allocation_id=finding.allocation_id,
+                slot_indexes=finding.slot_indexes,
+                outcome=outcome,
+                message=message,
+                at=datetime.now(UTC),
+            )
             await records.record_repair(session, request.run_id, repair)
         return repair
 
@@ -249,5 +262,9 @@ class AuditActivities:
 
     def activities(self) -> list[object]:
         return [
-            self.audit_targets, self.audit_assess, self.audit_confirm_idle, self.audit_apply_repair, self.audit_finish,
-        ]  # fmt: skip
+            self.audit_targets,
+            self.audit_assess,
+            self.audit_confirm_idle,
+            self.audit_apply_repair,
+            self.audit_finish,
+        ]

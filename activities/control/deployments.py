@@ -61,8 +61,12 @@ class DeploymentActivities:
             await store.save_deployment(session, namespace, name, input.deployment, deployment.spec.replicas)
             names = await store.cluster_names(session)
         observations = await asyncio.gather(*(asyncio.to_thread(self.clusters.observe_cluster, n) for n in names))
-        health = {o.cluster: Health(o.ready, o.gateway_address, _schedulable(o), o.message,
-                                    {p.name: p.excluded for p in o.pools or []}) for o in observations}  # fmt: skip
+        health = {
+            o.cluster: Health(
+                o.ready, o.gateway_address, _schedulable(o), o.message, {p.name: p.excluded for p in o.pools or []}
+            )
+            for o in observations
+        }
         async with self.sessions() as session:
             clusters = await store.load_clusters(session, health)
             classes = await store.load_classes(session)
@@ -72,8 +76,7 @@ class DeploymentActivities:
         # In a worker thread: the fleet scheduler evaluates the deployment's CEL selectors (each bounded only by
         # Kubernetes' per-expression cost), which must not stall the control worker's event loop and its workflows.
         evicted = {replica: why for o in observations for replica, why in o.evicted.items()}
-        plan = await asyncio.to_thread(plan_deployment, deployment, clusters, classes, [*others, *own], caches,
-                                       evicted)  # fmt: skip
+        plan = await asyncio.to_thread(plan_deployment, deployment, clusters, classes, [*others, *own], caches, evicted)
         manifests = [manifest_dict(replica_manifest(deployment, placement)) for placement in plan.new]
         return PlannedDeployment(plan=plan, new_replicas=manifests, clusters_observed=len(names))
 

@@ -64,10 +64,27 @@ class _Audit:
             for vm in host.vms:
                 self.used.update({(host.node, index): vm.allocation_id for index in vm.slot_indexes})
 
-    def finding(self, kind: FindingKind, message: str, *, node: str | None = None, allocation: str | None = None,
-                slots: Iterable[int] = (), repair: RepairAction | None = None, blocked: str | None = None) -> Finding:  # fmt: skip
-        draft = Finding(kind=kind, node=node, allocation_id=allocation, slot_indexes=sorted(slots), message=message,
-                        first_seen=self.now, repair=repair, blocked=blocked if repair is not None else None)  # fmt: skip
+    def finding(
+        self,
+        kind: FindingKind,
+        message: str,
+        *,
+        node: str | None = None,
+        allocation: str | None = None,
+        slots: Iterable[int] = (),
+        repair: RepairAction | None = None,
+        blocked: str | None = None,
+    ) -> Finding:
+        draft = Finding(
+            kind=kind,
+            node=node,
+            allocation_id=allocation,
+            slot_indexes=sorted(slots),
+            message=message,
+            first_seen=self.now,
+            repair=repair,
+            blocked=blocked if repair is not None else None,
+        )
         first_seen = self.seen_before.get(draft.key())
         return draft.model_copy(update={"first_seen": first_seen}) if first_seen is not None else draft
 
@@ -106,9 +123,12 @@ class _Audit:
                     FindingKind.ORPHAN_VM,
                     f"VM {vm.vm_id} on {node} (allocation {vm.allocation_id}, slots {sorted(vm.slot_indexes)}) is "
                     "accounted for by no active claim",
-                    node=node, allocation=vm.allocation_id, slots=vm.slot_indexes, repair=RepairAction.DESTROY_VM,
+                    node=node,
+                    allocation=vm.allocation_id,
+                    slots=vm.slot_indexes,
+                    repair=RepairAction.DESTROY_VM,
                     blocked=self.vm_blocked(FindingKind.ORPHAN_VM, node, vm),
-                )  # fmt: skip
+                )
 
     def vm_blocked(self, kind: FindingKind, node: str, vm: VmFact) -> str | None:
         """Why a VM may not be destroyed now, or None."""
@@ -134,9 +154,11 @@ class _Audit:
                     FindingKind.ORPHAN_LEASE,
                     f"a lease on {node} for allocation {lease.allocation_id} holds slots {sorted(lease.slot_indexes)} "
                     f"until {lease.expires_at:%Y-%m-%d %H:%M:%S} UTC, but no allocation is in flight for it",
-                    node=node, allocation=lease.allocation_id, slots=lease.slot_indexes,
+                    node=node,
+                    allocation=lease.allocation_id,
+                    slots=lease.slot_indexes,
                     repair=RepairAction.RELEASE_LEASE,
-                )  # fmt: skip
+                )
 
     def stale_claims(self) -> Iterable[Finding]:
         for (allocation, node), indexes in sorted(self.claims.items()):
@@ -154,8 +176,12 @@ class _Audit:
                 FindingKind.STALE_CLAIM,
                 f"allocation {allocation} actively claims slots {sorted(indexes)} of {node}, but its workflow is "
                 "finished or gone" + (f"; its VM {vm.vm_id} is still on the host" if vm else ""),
-                node=node, allocation=allocation, slots=indexes, repair=RepairAction.TEARDOWN, blocked=blocked,
-            )  # fmt: skip
+                node=node,
+                allocation=allocation,
+                slots=indexes,
+                repair=RepairAction.TEARDOWN,
+                blocked=blocked,
+            )
 
     def missing_vms(self) -> Iterable[Finding]:
         """Only while the allocation's workflow runs: that workflow can still release it (an abandoned one is closed
@@ -174,9 +200,10 @@ class _Audit:
                 FindingKind.MISSING_VM,
                 f"allocation {allocation.allocation_id} is active on {host.node}, but the host has no VM for it; "
                 "the reconciler cannot recreate it: release or cancel the allocation",
-                node=host.node, allocation=allocation.allocation_id,
+                node=host.node,
+                allocation=allocation.allocation_id,
                 slots=self.claims.get((allocation.allocation_id, host.node), []),
-            )  # fmt: skip
+            )
 
     def slots(self) -> Iterable[Finding]:
         for slot in self.facts.slots:
@@ -192,17 +219,23 @@ class _Audit:
                 yield self.finding(
                     FindingKind.RESERVED_WITHOUT_CLAIM,
                     f"slot {slot.slot_index} of {slot.node} is reserved, but no active claim holds it",
-                    node=slot.node, slots=[slot.slot_index], repair=RepairAction.FREE_SLOT, blocked=blocked,
-                )  # fmt: skip
+                    node=slot.node,
+                    slots=[slot.slot_index],
+                    repair=RepairAction.FREE_SLOT,
+                    blocked=blocked,
+                )
             elif slot.state == "quarantined" and host is not None and user is None:
                 owner = (slot.quarantine_reason or "").split(":", 1)[0].strip() or None
                 yield self.finding(
                     FindingKind.QUARANTINE_WIPED,
                     f"slot {slot.slot_index} of {slot.node} is quarantined ({slot.quarantine_reason or 'no reason'}), "
                     "but its agent is back and no VM uses it: a wipe now lifts the quarantine",
-                    node=slot.node, allocation=owner, slots=[slot.slot_index], repair=RepairAction.LIFT_QUARANTINE,
+                    node=slot.node,
+                    allocation=owner,
+                    slots=[slot.slot_index],
+                    repair=RepairAction.LIFT_QUARANTINE,
                     blocked=IN_FLIGHT if owner in self.in_flight else None,
-                )  # fmt: skip
+                )
 
     def abandoned_allocations(self) -> Iterable[Finding]:
         for allocation in self.facts.allocations:
@@ -213,8 +246,9 @@ class _Audit:
                 f"allocation {allocation.allocation_id} is {allocation.state} in PostgreSQL, but its workflow is no "
                 "longer running (terminated, timed out or gone), so nothing will move it on or give back what it held; "
                 "closing it records it as failed with the reason",
-                allocation=allocation.allocation_id, repair=RepairAction.CLOSE_ALLOCATION,
-            )  # fmt: skip
+                allocation=allocation.allocation_id,
+                repair=RepairAction.CLOSE_ALLOCATION,
+            )
 
     def nominations_taken(self) -> Iterable[Finding]:
         """A node held for a preemptor must go to it alone: an allocation other than its victims and itself that
@@ -234,8 +268,10 @@ class _Audit:
                     f"{nomination.node} is held for queued request {nomination.allocation_id} (its preemption was "
                     f"decided at {nomination.nominated_at:%Y-%m-%d %H:%M:%S} UTC), but allocation {allocation} "
                     f"claimed slots {sorted(slots)} there after that",
-                    node=nomination.node, allocation=allocation, slots=slots,
-                )  # fmt: skip
+                    node=nomination.node,
+                    allocation=allocation,
+                    slots=slots,
+                )
 
     def reservations_overbooked(self) -> Iterable[Finding]:
         """No GPU is held by two of an active allocation, a nomination and a reservation's window: at each held
@@ -256,13 +292,17 @@ class _Audit:
                 if fact is None or fact.ends_at is None or fact.ends_at > start:
                     until = "no end" if fact is None or fact.ends_at is None else f"until {fact.ends_at:%Y-%m-%d %H:%M}"
                     holders.append((f"allocation {allocation_id} ({until})", len(slots)))
-            holders += [(f"preemptor {n.allocation_id}, nominated", n.gpus) for n in self.facts.nominations
-                        if n.node == node]  # fmt: skip
             holders += [
-                (f"reservation {other.reservation_id}", other.gpus) for other in self.facts.reservations
-                if other is not reservation and other.node == node
-                and other.starts_at < reservation.ends_at and reservation.starts_at < other.ends_at
-            ]  # fmt: skip
+                (f"preemptor {n.allocation_id}, nominated", n.gpus) for n in self.facts.nominations if n.node == node
+            ]
+            holders += [
+                (f"reservation {other.reservation_id}", other.gpus)
+                for other in self.facts.reservations
+                if other is not reservation
+                and other.node == node
+                and other.starts_at < reservation.ends_at
+                and reservation.starts_at < other.ends_at
+            ]
             held = sum(gpus for _, gpus in holders)
             if held + reservation.gpus > reservation.node_gpus:
                 named = ", ".join(f"{who}: {gpus}" for who, gpus in holders)
@@ -289,7 +329,7 @@ class _Audit:
                 "longer running (terminated, timed out or gone): nothing will start or end it, and its GPUs stay "
                 f"promised until its window ends; `berth reservations cancel {reservation.reservation_id}` closes it",
                 node=reservation.node,
-            )  # fmt: skip
+            )
 
     def usage_drifts(self) -> Iterable[Finding]:
         """The usage ledger disagrees with an allocation's claims (someone's hand in the database, or history from
@@ -299,9 +339,11 @@ class _Audit:
             by_allocation.setdefault(found.allocation_id, []).append(found.message)
         for allocation, messages in sorted(by_allocation.items()):
             yield self.finding(
-                FindingKind.USAGE_DRIFT, "; ".join(messages) + ": rebuilding its intervals from its claims fixes it",
-                allocation=allocation, repair=RepairAction.REBUILD_USAGE,
-            )  # fmt: skip
+                FindingKind.USAGE_DRIFT,
+                "; ".join(messages) + ": rebuilding its intervals from its claims fixes it",
+                allocation=allocation,
+                repair=RepairAction.REBUILD_USAGE,
+            )
 
     def gpu_failures_untold(self) -> Iterable[Finding]:
         """An allocation still `active` on a slot whose GPU failed was not told (the API's signal was lost): the
@@ -315,5 +357,8 @@ class _Audit:
                 FindingKind.GPU_FAILURE_UNTOLD,
                 f"allocation {holder} is active on slot {failed.slot_index} of {failed.node}, whose GPU failed "
                 f"({failed.reason or 'no reason recorded'}), and was not told: telling it makes it degraded",
-                node=failed.node, allocation=holder, slots=[failed.slot_index], repair=RepairAction.TELL_ALLOCATION,
-            )  # fmt: skip
+                node=failed.node,
+                allocation=holder,
+                slots=[failed.slot_index],
+                repair=RepairAction.TELL_ALLOCATION,
+            )

@@ -173,9 +173,12 @@ class PlacementActivities:
         self.inventory = inventory or InventoryCache(breaker=breaker)
 
     async def _read(
-        self, allocation_id: str, request: PlacementRequest, trail: AuditTrail | None = None,
+        self,
+        allocation_id: str,
+        request: PlacementRequest,
+        trail: AuditTrail | None = None,
         retract: StateChange | None = None,
-    ) -> tuple[Snapshot, Plans, frozenset[str]]:  # fmt: skip
+    ) -> tuple[Snapshot, Plans, frozenset[str]]:
         """The snapshot without plans in progress, those plans as they are now (both without the lock), and the
         nodes held for the head of a queue other than this allocation. The GPUs of reservations this request would
         overlap are held from it: a request with no end, or one ending after a window starts, does not see them as

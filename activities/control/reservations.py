@@ -32,10 +32,16 @@ class ReservationActivities:
             await reservations.mark(session, row.id, "started", allocation_id=allocation_id)
             # The allocation's row now, as the API writes a create's: `started` names an allocation a read can find.
             await allocations.record_accepted(
-                session, allocation_id=allocation_id, tenant=row.tenant, shape=row.shape, gpu_count=row.gpu_count,
-                gpu_product=row.gpu_product, request={"reservation": row.id}, idempotency_key=None,
+                session,
+                allocation_id=allocation_id,
+                tenant=row.tenant,
+                shape=row.shape,
+                gpu_count=row.gpu_count,
+                gpu_product=row.gpu_product,
+                request={"reservation": row.id},
+                idempotency_key=None,
                 workflow_id=f"allocation/{allocation_id}",
-            )  # fmt: skip
+            )
             free = await session.scalar(
                 select(func.count()).where(SlotRow.node_id == row.node_id, SlotRow.state == "available")
             )

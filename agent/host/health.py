@@ -32,8 +32,11 @@ from scheduler.host.inventory import HostInventory, normalise_pci
 SMART_SECONDS = 60.0  # a SMART log read is an admin command to the controller: once a minute is plenty
 
 _SPEED = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s")
-_TOTALS = {"aer_dev_fatal": "TOTAL_ERR_FATAL", "aer_dev_nonfatal": "TOTAL_ERR_NONFATAL",
-           "aer_dev_correctable": "TOTAL_ERR_COR"}  # fmt: skip
+_TOTALS = {
+    "aer_dev_fatal": "TOTAL_ERR_FATAL",
+    "aer_dev_nonfatal": "TOTAL_ERR_NONFATAL",
+    "aer_dev_correctable": "TOTAL_ERR_COR",
+}
 
 
 def read_signals(
@@ -71,8 +74,9 @@ class SmartLog:
     """Each NVMe's SMART / Health critical-warning byte (NVM Express Base Specification, log page 02h, byte 0), read
     with `nvme smart-log <device> -o json` at most every `interval` seconds; a failed read is no signal."""
 
-    def __init__(self, runner: HostRunner, interval: float = SMART_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self, runner: HostRunner, interval: float = SMART_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.runner, self.interval, self.clock = runner, interval, clock
         self._read: dict[str, tuple[float, int | None]] = {}
 

@@ -54,8 +54,9 @@ class PynvmlHealth:
         found: dict[str, DriverSignals] = {}
         for address, handle in self._handles.items():
             try:
-                found[address] = DriverSignals(via="NVML", answered=True, xids=sorted(set(xids.get(address, []))),
-                                               **_memory(nvml, handle))  # fmt: skip
+                found[address] = DriverSignals(
+                    via="NVML", answered=True, xids=sorted(set(xids.get(address, []))), **_memory(nvml, handle)
+                )
             except nvml.NVMLError_GpuIsLost:
                 found[address] = DriverSignals(via="NVML", answered=True, lost=True, xids=xids.get(address, []))
             except nvml.NVMLError as error:
@@ -112,8 +113,9 @@ def _memory(nvml: Any, handle: Any) -> dict[str, Any]:
     except nvml.NVMLError_NotSupported:
         pass
     try:
-        fields["ecc_uncorrectable"] = int(nvml.nvmlDeviceGetTotalEccErrors(
-            handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC))  # fmt: skip
+        fields["ecc_uncorrectable"] = int(
+            nvml.nvmlDeviceGetTotalEccErrors(handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC)
+        )
     except nvml.NVMLError_NotSupported:
         pass
     # Newer than the calls above: a driver or binding without them has nothing to say, which is not an error.

@@ -513,23 +513,34 @@ class _Scan:
     def virtual_machine(self) -> bool:
         """Whether the kernel runs under a hypervisor (x86's CPUID hypervisor bit, shown as a cpuinfo flag)."""
         cpuinfo = self.text("proc/cpuinfo", None, optional=True) or ""
-        return any(line.startswith("flags") and " hypervisor" in f" {line.partition(':')[2]} "
-                   for line in cpuinfo.splitlines())  # fmt: skip
+        return any(
+            line.startswith("flags") and " hypervisor" in f" {line.partition(':')[2]} " for line in cpuinfo.splitlines()
+        )
 
     def missing_in_a_vm(self, gpus: list[_Function], groups: dict[int, list[str]]) -> None:
         """One line per source a virtual machine lacks, for its GPUs."""
         vm = "a virtual machine (cpuinfo: hypervisor)"
         if not groups:
-            self.problem("sys/kernel/iommu_groups", f"{vm} with no IOMMU groups (no virtual IOMMU): its GPUs cannot "
-                                                    "be passed through to VMs from here", None)  # fmt: skip
+            self.problem(
+                "sys/kernel/iommu_groups",
+                f"{vm} with no IOMMU groups (no virtual IOMMU): its GPUs cannot be passed through to VMs from here",
+                None,
+            )
         no_aer = [g.address for g in gpus if not self.exists(f"{g.path}/aer_dev_fatal")]
         if no_aer:
-            self.problem("sys/bus/pci/devices/*/aer_dev_fatal", f"{vm} with no PCIe AER counters (its PCIe port "
-                         f"services are off): no PCIe errors can be read for {', '.join(no_aer)}", None)  # fmt: skip
+            self.problem(
+                "sys/bus/pci/devices/*/aer_dev_fatal",
+                f"{vm} with no PCIe AER counters (its PCIe port "
+                f"services are off): no PCIe errors can be read for {', '.join(no_aer)}",
+                None,
+            )
         no_numa = sorted(g.address for g in gpus if g.address in self.no_numa)
         if no_numa:
-            self.problem("sys/bus/pci/devices/*/numa_node", f"{vm} that gives no NUMA node (numa_node -1) for "
-                         f"{', '.join(no_numa)}", None)  # fmt: skip
+            self.problem(
+                "sys/bus/pci/devices/*/numa_node",
+                f"{vm} that gives no NUMA node (numa_node -1) for {', '.join(no_numa)}",
+                None,
+            )
 
     def hostname(self) -> str | None:
         return self.text("proc/sys/kernel/hostname", None, optional=True) or None

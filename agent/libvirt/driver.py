@@ -174,8 +174,9 @@ class LibvirtVmDriver:
         """One NIC (the first bundle's MAC) carrying every bundle's private IP (DHCP when the plan has none)."""
         first = spec.bundles[0]
         addresses = [bundle.private_ip for bundle in spec.bundles if bundle.private_ip]
-        nic = GuestInterface(mac=first.mac_address or "", address=addresses[0] if addresses else None,
-                             extra_addresses=addresses[1:])  # fmt: skip
+        nic = GuestInterface(
+            mac=first.mac_address or "", address=addresses[0] if addresses else None, extra_addresses=addresses[1:]
+        )
         return SeedConfig(
             instance_id=spec.allocation_id, hostname=name, ssh_public_keys=list(spec.ssh_public_keys), interfaces=[nic]
         )

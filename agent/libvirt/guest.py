@@ -29,8 +29,9 @@ class GuestAgent(Protocol):
 
 
 def start(agent: GuestAgent, domain: str, argv: list[str]) -> int:
-    reply = agent.command(domain, {"execute": "guest-exec", "arguments": {"path": argv[0], "arg": argv[1:],
-                                                                            "capture-output": True}})  # fmt: skip
+    reply = agent.command(
+        domain, {"execute": "guest-exec", "arguments": {"path": argv[0], "arg": argv[1:], "capture-output": True}}
+    )
     return int(reply["pid"])
 
 

@@ -74,9 +74,12 @@ async def audit_now(app: App, _: Operator, request: AuditRequest | None = None) 
     client = await app.control.client()
     settings = ReconcilerSettings()
     input = ReconcileInput(
-        repair=request.repair, trigger="api", orphan_grace_seconds=settings.orphan_grace_seconds,
-        agent_pickup_seconds=app.timing.agent_pickup_seconds, queues=app.control.queues,
-    )  # fmt: skip
+        repair=request.repair,
+        trigger="api",
+        orphan_grace_seconds=settings.orphan_grace_seconds,
+        agent_pickup_seconds=app.timing.agent_pickup_seconds,
+        queues=app.control.queues,
+    )
     try:
         report = await run_now(client, input, AUDIT_WAIT_SECONDS)
     except TimeoutError as error:
@@ -127,5 +130,5 @@ async def requests_made(
                 at=r.at, actor=r.actor, role=r.role, method=r.method, route=r.route, path=r.path, status=r.status
             )
             for r in rows
-        ]  # fmt: skip
+        ]
     )

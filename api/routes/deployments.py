@@ -91,8 +91,9 @@ async def _put(namespace: str, name: str, request: Request, app: Services) -> De
     try:
         deployment = check_manifest(manifest, name, namespace)
     except InvalidSpec as error:
-        details = [{**p.model_dump(), "field": f"body.{p.field}" if p.field != "body" else "body"}
-                   for p in error.problems]  # fmt: skip
+        details = [
+            {**p.model_dump(), "field": f"body.{p.field}" if p.field != "body" else "body"} for p in error.problems
+        ]
         raise ApiError(422, "invalid_request", str(error), details) from error
     await app.control.require_worker()
     created = await deployment_control.apply(
@@ -130,8 +131,11 @@ _PUT = {
     "openapi_extra": {"requestBody": _BODY},
 }
 _GET = {"response_model": DeploymentView, "responses": error_responses(401, 403, 404, 422)}
-_DELETE = {"status_code": 202, "response_model": DeploymentAccepted,
-           "responses": error_responses(401, 403, 404, 409, 503)}  # fmt: skip
+_DELETE = {
+    "status_code": 202,
+    "response_model": DeploymentAccepted,
+    "responses": error_responses(401, 403, 404, 409, 503),
+}
 
 
 @router.put(LEGACY, **_PUT)

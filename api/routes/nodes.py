@@ -71,10 +71,15 @@ def _agent(agent: NodeAgentRow | None) -> AgentState:
 
 
 def _info(
-    node: NodeRow, pool: PoolRow, region: str | None, agent: NodeAgentRow | None, *counts: int | None,
-    invalid: list[SlotValidation] | None = None, quarantined: list[QuarantinedSlot] | None = None,
+    node: NodeRow,
+    pool: PoolRow,
+    region: str | None,
+    agent: NodeAgentRow | None,
+    *counts: int | None,
+    invalid: list[SlotValidation] | None = None,
+    quarantined: list[QuarantinedSlot] | None = None,
     unhealthy: list[UnhealthySlot] | None = None,
-) -> NodeInfo:  # fmt: skip
+) -> NodeInfo:
     gpus, available, reserved, quarantined_count, validated, compatible = (count or 0 for count in counts)
     live = agent is not None and agent.state == "live"
     return NodeInfo(
@@ -106,11 +111,15 @@ async def _invalid_slots(session: AsyncSession, nodes: list[str] | None = None) 
     for slot in await store.unvalidated_slots(session, nodes):
         result.setdefault(slot.node_id, []).append(
             SlotValidation(
-                index=slot.slot_index, gpu_pci=slot.gpu_pci_address, approved=slot.approved,
-                validation=slot.validation, reason=slot.validation_reason, message=slot.validation_message,
+                index=slot.slot_index,
+                gpu_pci=slot.gpu_pci_address,
+                approved=slot.approved,
+                validation=slot.validation,
+                reason=slot.validation_reason,
+                message=slot.validation_message,
                 validated_at=slot.validated_at,
             )
-        )  # fmt: skip
+        )
     return result
 
 
@@ -131,7 +140,7 @@ async def _unhealthy(session: AsyncSession, nodes: list[str] | None = None) -> d
                 health=slot.health,
                 reasons=list(slot.health_reasons),
                 since=slot.health_at,
-            )  # fmt: skip
+            )
         )
     return result
 
@@ -144,11 +153,12 @@ async def _one(session: AsyncSession, name: str) -> NodeInfo:
     unhealthy = await _unhealthy(session, [name])
     info = _info(*row, invalid=invalid.get(name), quarantined=quarantined.get(name), unhealthy=unhealthy.get(name))
     signals = [
-        SlotSignalsView(index=slot.slot_index, health=slot.health, signals=dict(slot.health_signals),
-                        reported_at=slot.signals_at)
+        SlotSignalsView(
+            index=slot.slot_index, health=slot.health, signals=dict(slot.health_signals), reported_at=slot.signals_at
+        )
         for slot in await store.node_slots(session, name)
         if slot.signals_at is not None
-    ]  # fmt: skip
+    ]
     return info.model_copy(update={"signals": signals})
 
 
@@ -179,7 +189,7 @@ async def list_nodes(
                     invalid=invalid.get(row[0].name),
                     quarantined=quarantined.get(row[0].name),
                     unhealthy=unhealthy.get(row[0].name),
-                )  # fmt: skip
+                )
                 for row in rows
             ],
             next_cursor=cursor.encode("nodes", names[-1]) if more else None,
@@ -201,8 +211,10 @@ async def _set_status(app: Services, name: str, wanted: NodeStatus) -> NodeInfo:
         if node is None:
             raise not_found("node", name)
         if node.status == NodeStatus.DOWN:
-            raise conflict(f"node {name} is DOWN in the fleet file; only a READY, CORDONED or DRAINING node can be "
-                           "cordoned, drained or uncordoned")  # fmt: skip
+            raise conflict(
+                f"node {name} is DOWN in the fleet file; only a READY, CORDONED or DRAINING node can be "
+                "cordoned, drained or uncordoned"
+            )
         if not (wanted is NodeStatus.CORDONED and node.status == NodeStatus.DRAINING):
             await store.set_status(session, node, wanted.value)
         return await _one(session, name)
@@ -262,10 +274,19 @@ async def repair(node: NodePath, body: RepairBody, caller: Operator, app: App) -
             raise ApiError(404, "not_found", f"node {node} has no slot {missing}") from None
         for index, was, reason in repaired:
             message = f"slot {index} of {node} marked repaired by {caller.actor} (was {was}"
-            await audit_records.record_repair(session, None, Repair(
-                kind=FindingKind.GPU_REPAIRED, action=RepairAction.MARK_REPAIRED, node=node, slot_indexes=[index],
-                outcome="done", message=message + (f": {reason})" if reason else ")"), at=now,
-            ))  # fmt: skip
+            await audit_records.record_repair(
+                session,
+                None,
+                Repair(
+                    kind=FindingKind.GPU_REPAIRED,
+                    action=RepairAction.MARK_REPAIRED,
+                    node=node,
+                    slot_indexes=[index],
+                    outcome="done",
+                    message=message + (f": {reason})" if reason else ")"),
+                    at=now,
+                ),
+            )
     app.heartbeats.forget(node)  # its next report goes the full way and is asked for the verdicts again
     app.queue_walks.ask(f"node {node} repaired")
     return RepairResult(node=node, repaired=[RepairedSlot(index=i, was=w, reason=r) for i, w, r in repaired])

@@ -74,9 +74,13 @@ async def explain(
 
 
 async def _with_preemption(
-    app: Services, caller: Principal, body: AllocationCreate, tenant: str | None, snapshot: Snapshot,
+    app: Services,
+    caller: Principal,
+    body: AllocationCreate,
+    tenant: str | None,
+    snapshot: Snapshot,
     result: PlacementResult,
-) -> PlacementResult:  # fmt: skip
+) -> PlacementResult:
     """A dry run of what a queued request like this one would preempt to be placed (issue 26): the same rules as the
     admission pass, over the region's active allocations now. Nothing is told or held."""
     region = result.region or body.region
@@ -87,9 +91,15 @@ async def _with_preemption(
         classes = await queue.class_facts(session)
         active = await queue.active_allocations(session, region)
     _, fact = classes.of(body.priority_class)
-    preemptor = Preemptor("explain", tenant, fact.value if fact else 0, time.time(), body.placement_request(tenant),
-                          preemptible=bool(fact and fact.preemptible),
-                          never_preempts=bool(fact and fact.never_preempts))  # fmt: skip
+    preemptor = Preemptor(
+        "explain",
+        tenant,
+        fact.value if fact else 0,
+        time.time(),
+        body.placement_request(tenant),
+        preemptible=bool(fact and fact.preemptible),
+        never_preempts=bool(fact and fact.never_preempts),
+    )
     outcome = plan_preemption(snapshot, region, preemptor, [a.running for a in active], code)
     if isinstance(outcome, str):
         return result
@@ -100,11 +110,12 @@ async def _with_preemption(
             gpus=v.gpus,
             priority=v.priority,
             rule=outcome.reasons[v.allocation_id],
-        )  # fmt: skip
+        )
         for v in outcome.victims
     ]
-    return result.model_copy(update={"preemption": PreemptionPreview(case=outcome.case, node=outcome.node,
-                                                                      victims=shown)})  # fmt: skip
+    return result.model_copy(
+        update={"preemption": PreemptionPreview(case=outcome.case, node=outcome.node, victims=shown)}
+    )
 
 
 @router.get("/capacity", response_model=CapacityReport, responses=error_responses(401, 422))

@@ -93,10 +93,19 @@ class ReservationList(BaseModel):
 
 def _view(row: ReservationRow) -> ReservationView:
     return ReservationView(
-        id=row.id, tenant=row.tenant, state=row.state, region=row.region, node=row.node_id, gpu_count=row.gpu_count,
-        gpu_product=row.gpu_product, starts_at=row.starts_at, ends_at=row.ends_at, allocation_id=row.allocation_id,
-        reason=row.reason, workflow_id=workflow_id(row.id),
-    )  # fmt: skip
+        id=row.id,
+        tenant=row.tenant,
+        state=row.state,
+        region=row.region,
+        node=row.node_id,
+        gpu_count=row.gpu_count,
+        gpu_product=row.gpu_product,
+        starts_at=row.starts_at,
+        ends_at=row.ends_at,
+        allocation_id=row.allocation_id,
+        reason=row.reason,
+        workflow_id=workflow_id(row.id),
+    )
 
 
 @router.post("", status_code=201, response_model=ReservationView, responses=error_responses(401, 403, 409, 422, 503))
@@ -109,8 +118,9 @@ async def create_reservation(body: Annotated[ReservationCreate, Body()], caller:
         raise invalid_request("body.starts_at", f"starts_at {starts.isoformat()} is not in the future", "window")
     if ends <= starts:
         raise invalid_request("body.ends_at", "ends_at is not after starts_at", "window")
-    request = PlacementRequest(gpu_count=body.gpu_count, gpu_product=body.gpu_product, shape=body.shape,
-                               region=body.region, tenant=tenant)  # fmt: skip
+    request = PlacementRequest(
+        gpu_count=body.gpu_count, gpu_product=body.gpu_product, shape=body.shape, region=body.region, tenant=tenant
+    )
     await app.control.require_worker()
     window = Window(starts.timestamp(), ends.timestamp())
     async with app.sessions.begin() as session:
@@ -130,23 +140,29 @@ async def create_reservation(body: Annotated[ReservationCreate, Body()], caller:
         holdings, reserved = await reservations.window_facts(session, body.region)
         decision = admit(snapshot, request, body.region, window, holdings, reserved)
         if not isinstance(decision, Admitted):
-            suggestions = [
-                {"starts_at": _at(w.start), "ends_at": _at(w.end)} for w in decision.suggestions
-            ]  # fmt: skip
+            suggestions = [{"starts_at": _at(w.start), "ends_at": _at(w.end)} for w in decision.suggestions]
             raise ApiError(409, "window_full", decision.message, {"nearest_windows": suggestions})
         row = ReservationRow(
-            id=uuid.uuid4().hex[:16], tenant=tenant, region=body.region, node_id=decision.node,
-            gpu_count=body.gpu_count, gpu_product=body.gpu_product, shape=body.shape.value, starts_at=starts,
-            ends_at=ends, state="reserved",
-        )  # fmt: skip
+            id=uuid.uuid4().hex[:16],
+            tenant=tenant,
+            region=body.region,
+            node_id=decision.node,
+            gpu_count=body.gpu_count,
+            gpu_product=body.gpu_product,
+            shape=body.shape.value,
+            starts_at=starts,
+            ends_at=ends,
+            state="reserved",
+        )
         await reservations.create(session, row)
         view = _view(row)
         # The workflow starts before the row commits: a start that fails rolls the row back, so no reservation holds
         # GPUs without a workflow to end it. A commit that fails after the start leaves a workflow without a row,
         # which holds nothing and fails at its start time (`start_reservation` finds no row).
         client: Client = await app.control.client()
-        await start_reservation(client, row.id, tenant, row.node_id, request, starts, ends, app.timing,
-                                app.control.queues, caller.actor)  # fmt: skip
+        await start_reservation(
+            client, row.id, tenant, row.node_id, request, starts, ends, app.timing, app.control.queues, caller.actor
+        )
     return view
 
 
@@ -164,8 +180,9 @@ async def get_reservation(reservation_id: IdPath, caller: Viewer, app: App) -> R
         return _view(await _visible(session, reservation_id, caller))
 
 
-@router.delete("/{reservation_id}", status_code=202, response_model=ReservationView,
-               responses=error_responses(401, 404, 409, 503))  # fmt: skip
+@router.delete(
+    "/{reservation_id}", status_code=202, response_model=ReservationView, responses=error_responses(401, 404, 409, 503)
+)
 async def cancel_reservation(reservation_id: IdPath, caller: Member, app: App) -> ReservationView:
     """Cancel a reservation: before its start it holds nothing more; after, its allocation gives everything back."""
     async with app.sessions() as session:

@@ -34,21 +34,30 @@ def grouping(by: str, field: str) -> tuple[str, ...]:
     try:
         return parse_grouping(by)
     except ValueError as error:
-        raise ApiError(422, "unknown_grouping", str(error),
-                       [{"field": field, "value": by, "choices": list(GROUPINGS)}]) from None  # fmt: skip
+        raise ApiError(
+            422, "unknown_grouping", str(error), [{"field": field, "value": by, "choices": list(GROUPINGS)}]
+        ) from None
 
 
 def window(start: datetime | None, end: datetime | None, now: datetime) -> tuple[datetime, datetime]:
     """[from, to): `to` defaults to now, `from` to 30 days before `to`; a `from` not before `to` is a 422."""
     for name, value in (("from", start), ("to", end)):
         if value is not None and value.tzinfo is None:
-            raise ApiError(422, "invalid_window", f"`{name}` needs a UTC offset (2026-11-01T00:00:00Z)",
-                           [{"field": f"query.{name}", "value": value.isoformat()}])  # fmt: skip
+            raise ApiError(
+                422,
+                "invalid_window",
+                f"`{name}` needs a UTC offset (2026-11-01T00:00:00Z)",
+                [{"field": f"query.{name}", "value": value.isoformat()}],
+            )
     end = end or now
     start = start or end - DEFAULT_WINDOW
     if start >= end:
-        raise ApiError(422, "invalid_window", f"`from` ({start.isoformat()}) is not before `to` ({end.isoformat()})",
-                       [{"field": "query.from", "value": start.isoformat()}])  # fmt: skip
+        raise ApiError(
+            422,
+            "invalid_window",
+            f"`from` ({start.isoformat()}) is not before `to` ({end.isoformat()})",
+            [{"field": "query.from", "value": start.isoformat()}],
+        )
     return start, end
 
 
@@ -71,8 +80,12 @@ async def usage_report(
     if tenant is not None and not caller.may_see(tenant):
         raise ApiError(403, "forbidden", f"{caller.actor} cannot read tenant {tenant!r}'s usage")
     if bucket is not None and (min(end, now) - start) / timedelta(**{f"{bucket}s": 1}) > MOST_BUCKETS[bucket]:
-        raise ApiError(422, "too_many_buckets", f"at most {MOST_BUCKETS[bucket]} {bucket}s per report: narrow the "
-                       "window or choose a larger bucket", [{"field": "query.bucket", "value": bucket}])  # fmt: skip
+        raise ApiError(
+            422,
+            "too_many_buckets",
+            f"at most {MOST_BUCKETS[bucket]} {bucket}s per report: narrow the window or choose a larger bucket",
+            [{"field": "query.bucket", "value": bucket}],
+        )
     tenants = frozenset({tenant}) if tenant is not None else caller.visible
     query = usage.UsageQuery(start, end, names, tenants=tenants, bucket=bucket)
     async with app.sessions() as session:
@@ -111,7 +124,14 @@ def usage_response(
                 allocations=row.allocations,
                 peak_gpus=row.peak_gpus,
                 share_of_fleet=round(share, 6) if share is not None else None,
-            )  # fmt: skip
+            )
         )
-    return UsageReport(start=query.start, end=end, by=list(query.by), bucket=query.bucket, fleet_gpus=gpus,
-                       rolled_up_before=rolled, rows=groups)  # fmt: skip
+    return UsageReport(
+        start=query.start,
+        end=end,
+        by=list(query.by),
+        bucket=query.bucket,
+        fleet_gpus=gpus,
+        rolled_up_before=rolled,
+        rows=groups,
+    )

@@ -428,7 +428,7 @@ FUNCTIONS: dict[str, Function] = {
     ),
     "split": Function(
         (_member(LIST_OF_STRING, STRING, STRING), _member(LIST_OF_STRING, STRING, STRING, INT)), strings.split
-    ),  # fmt: skip
+    ),
     "substring": Function((_member(STRING, STRING, INT), _member(STRING, STRING, INT, INT)), strings.substring),
     "trim": Function((_member(STRING, STRING),), strings.trim),
     "join": Function((_member(STRING, LIST_OF_STRING), _member(STRING, LIST_OF_STRING, STRING)), strings.join),

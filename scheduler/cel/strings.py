@@ -157,8 +157,17 @@ def join(elements: Any, separator: Any = None) -> Any:
     return celtypes.StringType(sep.join(texts))
 
 
-_QUOTED = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v", "\\": "\\\\",
-           '"': '\\"'}  # fmt: skip
+_QUOTED = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+    "\\": "\\\\",
+    '"': '\\"',
+}
 
 
 def quote(text: Any) -> Any:

@@ -102,7 +102,7 @@ class Matcher:
                     count=fit.fit.count,
                     per_node=fit.fit.per_node,
                     pods=fit.pods * engine.copies,
-                )  # fmt: skip
+                )
                 for m, fit in enumerate(fits)
                 if fit.per_gpu and fit.fit is not None
             ),

@@ -36,11 +36,14 @@ def plan_moves(demand: Demand, staying: Sequence[ModelReplica], moving: Sequence
     chosen = scale_down([r for r, _ in moving], needed, ScaleDownOrder.HEALTH)
     dropped = [
         DroppedReplica(
-            name=d.name, cluster=d.cluster, index=d.index, reason=DropReason.DRAINED,
+            name=d.name,
+            cluster=d.cluster,
+            index=d.index,
+            reason=DropReason.DRAINED,
             message=f"{why[d.name]}: ready replicas elsewhere took its place",
         )
         for d in chosen.dropped
-    ]  # fmt: skip
+    ]
     starting_elsewhere = any(r.health is not ReplicaHealth.READY for r in staying)
     replacements = 1 if chosen.kept and not starting_elsewhere else 0
     return Moves(kept=chosen.kept, dropped=dropped, replacements=replacements, why=why)

@@ -83,8 +83,9 @@ def plan_deployment(
     declared = {c.metadata.name: c for c in clusters}
     effective, effective_classes = with_published_devices([_autoscaled_counts(c) for c in declared.values()], classes)
     gate = gate_on_cache(deployment, effective, caches or {})
-    plan = schedule_deployment(gate.deployment, gate.clusters, effective_classes, _as_seen_by(deployment, replicas),
-                               evicted)  # fmt: skip
+    plan = schedule_deployment(
+        gate.deployment, gate.clusters, effective_classes, _as_seen_by(deployment, replicas), evicted
+    )
     status = plan.status
     if gate.missing is not None:
         message = f"ModelCache {gate.missing} not found; holding replica placement ({status.available} retained)"

@@ -45,8 +45,11 @@ def retain(
     holders: dict[tuple[str, int], str] = {}
     for replica in ours:
         why = (evicted or {}).get(f"{replica.namespace}/{replica.metadata.name}")
-        problem = (DropReason.NO_EXECUTE_TAINT, why) if why else _problem(replica, demand, clusters, selected, matcher,
-                                                                          holders)  # fmt: skip
+        problem = (
+            (DropReason.NO_EXECUTE_TAINT, why)
+            if why
+            else _problem(replica, demand, clusters, selected, matcher, holders)
+        )
         if problem is None:
             holders[(replica.cluster or "", replica.index)] = replica.metadata.name
             kept.append(replica)

@@ -50,10 +50,13 @@ def scale_down(
             message += f" ({health.value} replicas first)"
         dropped.append(
             DroppedReplica(
-                name=victim.metadata.name, cluster=cluster, index=victim.index, reason=DropReason.SCALED_DOWN,
+                name=victim.metadata.name,
+                cluster=cluster,
+                index=victim.index,
+                reason=DropReason.SCALED_DOWN,
                 message=message,
             )
-        )  # fmt: skip
+        )
         excess -= 1
     victims = {d.name for d in dropped}
     return ScaleDown(kept=[r for r in kept if r.metadata.name not in victims], dropped=dropped)

@@ -203,8 +203,9 @@ def _node_groups(
     return pins
 
 
-def _room(ledger: Ledger, pool: Pool, fit: EngineFit, need: int, strategy: PlacementStrategy | None) -> tuple[
-        int, int, Ledger]:  # fmt: skip
+def _room(
+    ledger: Ledger, pool: Pool, fit: EngineFit, need: int, strategy: PlacementStrategy | None
+) -> tuple[int, int, Ledger]:
     """How many of `need` copies of the engine the group holds, what it has left then, and a ledger with them
     taken. Whole-node engines divide; GPU-level ones are placed one after another, as the fill would."""
     taken = ledger.fork()

@@ -261,8 +261,10 @@ def _device_line(s: PcieSignals) -> str:
     if not s.present:
         return f"{s.address} not on the PCI bus"
     aer = "/".join("?" if v is None else str(v) for v in (s.aer_fatal, s.aer_nonfatal, s.aer_correctable))
-    return (f"{s.address} on {s.driver or 'no driver'}, AER fatal/non-fatal/correctable {aer}, link "
-            f"{_link(s.link_speed, s.link_width)} of {_link(s.max_link_speed, s.max_link_width)}")  # fmt: skip
+    return (
+        f"{s.address} on {s.driver or 'no driver'}, AER fatal/non-fatal/correctable {aer}, link "
+        f"{_link(s.link_speed, s.link_width)} of {_link(s.max_link_speed, s.max_link_width)}"
+    )
 
 
 def _driver_line(d: DriverSignals) -> str:
@@ -270,11 +272,15 @@ def _driver_line(d: DriverSignals) -> str:
         return f"no answer ({d.detail or 'no reply'})"[:512]
     facts = ["GPU lost" if d.lost else "GPU present"]
     facts.append(f"Xids {', '.join(str(x) for x in d.xids)}" if d.xids else "no Xids")
-    for name, value in (("uncorrectable ECC", d.ecc_uncorrectable), ("remap pending", d.remap_pending),
-                        ("remap failed", d.remap_failed), ("retirement pending", d.retirement_pending),
-                        ("channel repair pending", d.channel_repair_pending),
-                        ("TPC repair pending", d.tpc_repair_pending),
-                        ("recovery action", d.recovery_action)):  # fmt: skip
+    for name, value in (
+        ("uncorrectable ECC", d.ecc_uncorrectable),
+        ("remap pending", d.remap_pending),
+        ("remap failed", d.remap_failed),
+        ("retirement pending", d.retirement_pending),
+        ("channel repair pending", d.channel_repair_pending),
+        ("TPC repair pending", d.tpc_repair_pending),
+        ("recovery action", d.recovery_action),
+    ):
         if value is not None:
             facts.append(f"{name} {'yes' if value is True else 'no' if value is False else value}")
     return f"{d.via}: " + ", ".join(facts)
@@ -317,9 +323,13 @@ def assess(now: SlotSignals, before: SlotSignals | None = None) -> SlotHealth:
     action = max(advised, key=lambda a: (RECOVERY_POLICY[a].drain_node, RECOVERY_POLICY[a].verdict.rank), default=None)
     drain = action is not None and RECOVERY_POLICY[action].drain_node
     return SlotHealth(
-        index=now.index, state=worst(*(state for state, _ in found)), reasons=[reason for _, reason in found],
-        signals=describe(now), recovery_action=action, drain_node=drain,
-    )  # fmt: skip
+        index=now.index,
+        state=worst(*(state for state, _ in found)),
+        reasons=[reason for _, reason in found],
+        signals=describe(now),
+        recovery_action=action,
+        drain_node=drain,
+    )
 
 
 def _pcie(role: str, now: PcieSignals, before: PcieSignals | None) -> list[tuple[HealthState, str]]:
@@ -338,19 +348,29 @@ def _pcie(role: str, now: PcieSignals, before: PcieSignals | None) -> list[tuple
     for field, words, at_least, state in rises:
         rise = _rise(getattr(now, field), getattr(before, field) if before else None)
         if rise >= at_least:
-            found.append((state, f"the {role} {now.address} logged {rise} {words} PCIe errors (AER) since the last "
-                                 "report"))  # fmt: skip
+            found.append(
+                (state, f"the {role} {now.address} logged {rise} {words} PCIe errors (AER) since the last report")
+            )
     if _below(now.link_speed, now.max_link_speed) or _below(now.link_width, now.max_link_width):
-        found.append((HealthState.DEGRADED, f"the {role} {now.address}'s link trained at {_link(now.link_speed, now.link_width)}, "
-                                            f"below its {_link(now.max_link_speed, now.max_link_width)}"))  # fmt: skip
+        found.append(
+            (
+                HealthState.DEGRADED,
+                f"the {role} {now.address}'s link trained at {_link(now.link_speed, now.link_width)}, "
+                f"below its {_link(now.max_link_speed, now.max_link_width)}",
+            )
+        )
     return found
 
 
 def _driver(now: DriverSignals, before: DriverSignals | None) -> list[tuple[HealthState, str]]:
     via, who = now.via, "guest" if now.via == "nvidia-smi -q" else "host"
     if not now.answered:
-        return [(HealthState.UNKNOWN, f"the {who} driver did not answer for the GPU ({now.detail or 'no reply'}): "
-                                      "its health is unknown")]  # fmt: skip
+        return [
+            (
+                HealthState.UNKNOWN,
+                f"the {who} driver did not answer for the GPU ({now.detail or 'no reply'}): its health is unknown",
+            )
+        ]
     found: list[tuple[HealthState, str]] = []
     if now.lost:
         found.append((HealthState.FAILED, f"the {who}'s driver lost the GPU ({via}: GPU is lost)"))
@@ -366,8 +386,12 @@ def _driver(now: DriverSignals, before: DriverSignals | None) -> list[tuple[Heal
     policy = RECOVERY_POLICY.get(now.recovery_action) if now.recovery_action is not None else None
     if policy is not None:
         drain = ": drain the node" if policy.drain_node else ""
-        found.append((policy.verdict, f"the {who} driver's recovery action is {now.recovery_action.value} ({via}): "
-                                      f"{policy.why}{drain}"))  # fmt: skip
+        found.append(
+            (
+                policy.verdict,
+                f"the {who} driver's recovery action is {now.recovery_action.value} ({via}): {policy.why}{drain}",
+            )
+        )
     rise = _rise(now.ecc_uncorrectable, before.ecc_uncorrectable if before else 0)
     if rise:
         found.append((HealthState.DEGRADED, f"the GPU logged {rise} uncorrectable ECC errors ({via})"))

@@ -45,9 +45,10 @@ class NodeReport(BaseModel):
         default=None, description="The whole inventory: on start, when the topology changed, or when asked for it."
     )
     health: list[SlotHealth] | None = Field(
-        default=None, max_length=MAX_GPUS,
+        default=None,
+        max_length=MAX_GPUS,
         description="Each approved slot's health verdict (issue 27): on start, and whenever one changed.",
-    )  # fmt: skip
+    )
 
 
 class ReportReply(BaseModel):

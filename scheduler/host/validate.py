@@ -197,11 +197,13 @@ def _nvme_findings(slot: Slot, namespace: NvmeNamespace | None, host: HostInvent
         and other.name != namespace.name
     )
     if siblings:
-        findings.append((
-            SlotCheck.NVME_SHARED_CONTROLLER,
-            f"{label} shares its controller {namespace.controller_pci} with {', '.join(siblings)}: the wipe's NVMe "
-            "format may erase every namespace of the controller",
-        ))  # fmt: skip
+        findings.append(
+            (
+                SlotCheck.NVME_SHARED_CONTROLLER,
+                f"{label} shares its controller {namespace.controller_pci} with {', '.join(siblings)}: the wipe's NVMe "
+                "format may erase every namespace of the controller",
+            )
+        )
     return findings + _numa_findings(label, namespace.numa_node, slot)
 
 

@@ -29,12 +29,31 @@ async def test_releases_while_a_pass_waits_for_the_lock_share_it(sessions, tempo
     async with sessions.begin() as session:
         await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
         request = PlacementRequest(gpu_count=1000, tenant="acme", region="us-east")  # never placed: nobody is woken
-        await record_accepted(session, allocation_id="huge", tenant="acme", shape="gpu_slice", gpu_count=1000,
-                              gpu_product=None, request={}, idempotency_key=None, workflow_id="allocation/huge")  # fmt: skip
+        await record_accepted(
+            session,
+            allocation_id="huge",
+            tenant="acme",
+            shape="gpu_slice",
+            gpu_count=1000,
+            gpu_product=None,
+            request={},
+            idempotency_key=None,
+            workflow_id="allocation/huge",
+        )
         await session.execute(text("UPDATE allocations SET state = 'queued' WHERE id = 'huge'"))
-        await queue.enter(session, allocation_id="huge", tenant="acme", region="us-east", priority=0,
-                          priority_class=None, request=request.model_dump(mode="json"), gpu_count=1000,
-                          deadline_at=datetime.now(UTC) + timedelta(hours=1), reason="", code="")  # fmt: skip
+        await queue.enter(
+            session,
+            allocation_id="huge",
+            tenant="acme",
+            region="us-east",
+            priority=0,
+            priority_class=None,
+            request=request.model_dump(mode="json"),
+            gpu_count=1000,
+            deadline_at=datetime.now(UTC) + timedelta(hours=1),
+            reason="",
+            code="",
+        )
     admission = AdmissionActivities(sessions, temporal_client)
     passes = len(PASS_TIMES.held)
 

@@ -20,9 +20,19 @@ from store.models import AllocationEventRow, ClaimRow, SlotRow, TenantRow
 
 
 def _bundle(index: int) -> Bundle:
-    return Bundle(slot_id=f"j22u05/{index}", slot_index=index, gpu_pci="0000:1b:00.0", fabric_parent_pci=None,
-                  fabric_vf_pci=None, nvme_device=None, numa_node=0, vcpu_count=1, memory_mib=1, mac_address=None,
-                  private_ip=None)  # fmt: skip
+    return Bundle(
+        slot_id=f"j22u05/{index}",
+        slot_index=index,
+        gpu_pci="0000:1b:00.0",
+        fabric_parent_pci=None,
+        fabric_vf_pci=None,
+        nvme_device=None,
+        numa_node=0,
+        vcpu_count=1,
+        memory_mib=1,
+        mac_address=None,
+        private_ip=None,
+    )
 
 
 async def _example_fleet(
@@ -42,18 +52,30 @@ async def test_a_claim_is_all_or_nothing_and_a_refused_claim_keeps_its_story(ses
     slot as it was; the steps the refused claim carried are written all the same (the allocation's story)."""
     env, records, claims = await _example_fleet(sessions, examples_dir)
     for allocation in ("holder", "late"):
-        record = AllocationRecord(allocation_id=allocation, tenant="acme", workflow_id=f"allocation/{allocation}",
-                                  request=PlacementRequest(gpu_count=2))  # fmt: skip
+        record = AllocationRecord(
+            allocation_id=allocation,
+            tenant="acme",
+            workflow_id=f"allocation/{allocation}",
+            request=PlacementRequest(gpu_count=2),
+        )
         await env.run(records.record_trail, AuditTrail(opening=record))
     held = ClaimInput(
         allocation_id="holder", attempt=1, node="j22u05", tenant="acme", gpu_count=1, bundles=[_bundle(1)]
     )
     await env.run(claims.record_claims, held)
 
-    step = StateChange(allocation_id="late", run_id="r1", state="claiming", step="record_claims", attempt=1,
-                       node="j22u05")  # fmt: skip
-    late = ClaimInput(allocation_id="late", attempt=1, node="j22u05", tenant="acme", gpu_count=2,
-                      bundles=[_bundle(0), _bundle(1)], trail=AuditTrail(changes=[step]))  # fmt: skip
+    step = StateChange(
+        allocation_id="late", run_id="r1", state="claiming", step="record_claims", attempt=1, node="j22u05"
+    )
+    late = ClaimInput(
+        allocation_id="late",
+        attempt=1,
+        node="j22u05",
+        tenant="acme",
+        gpu_count=2,
+        bundles=[_bundle(0), _bundle(1)],
+        trail=AuditTrail(changes=[step]),
+    )
     with pytest.raises(ApplicationError) as taken:
         await env.run(claims.record_claims, late)
     assert taken.value.type == "ClaimConflict"
@@ -63,13 +85,17 @@ async def test_a_claim_is_all_or_nothing_and_a_refused_claim_keeps_its_story(ses
     assert missing.value.message == "slots [99] of j22u05 are not in the inventory"
 
     async with sessions() as session:
-        states = dict((await session.execute(
-            select(SlotRow.slot_index, SlotRow.state).where(SlotRow.node_id == "j22u05", SlotRow.slot_index < 2)
-        )).all())  # fmt: skip
+        states = dict(
+            (
+                await session.execute(
+                    select(SlotRow.slot_index, SlotRow.state).where(SlotRow.node_id == "j22u05", SlotRow.slot_index < 2)
+                )
+            ).all()
+        )
         claimed = (await session.scalars(select(ClaimRow.allocation_id))).all()
-        steps = (await session.scalars(
-            select(AllocationEventRow.step).where(AllocationEventRow.allocation_id == "late")
-        )).all()  # fmt: skip
+        steps = (
+            await session.scalars(select(AllocationEventRow.step).where(AllocationEventRow.allocation_id == "late"))
+        ).all()
     assert states == {0: "available", 1: "reserved"} and claimed == ["holder"]
     assert "record_claims" in steps
 
@@ -77,8 +103,12 @@ async def test_a_claim_is_all_or_nothing_and_a_refused_claim_keeps_its_story(ses
 async def test_claims_and_records_are_idempotent_and_conflicts_are_typed(sessions, examples_dir) -> None:
     env, records, claims = await _example_fleet(sessions, examples_dir)
     for allocation in ("a", "b"):
-        record = AllocationRecord(allocation_id=allocation, tenant="acme", workflow_id=f"allocation/{allocation}",
-                                  request=PlacementRequest(gpu_count=2))  # fmt: skip
+        record = AllocationRecord(
+            allocation_id=allocation,
+            tenant="acme",
+            workflow_id=f"allocation/{allocation}",
+            request=PlacementRequest(gpu_count=2),
+        )
         await env.run(records.record_trail, AuditTrail(opening=record))
         await env.run(records.record_trail, AuditTrail(opening=record))
     change = StateChange(
@@ -87,8 +117,9 @@ async def test_claims_and_records_are_idempotent_and_conflicts_are_typed(session
     await env.run(records.record_trail, AuditTrail(changes=[change]))
     await env.run(records.record_trail, AuditTrail(changes=[change]))
 
-    claim = ClaimInput(allocation_id="a", attempt=1, node="j22u05", tenant="acme", gpu_count=2,
-                       bundles=[_bundle(0), _bundle(1)])  # fmt: skip
+    claim = ClaimInput(
+        allocation_id="a", attempt=1, node="j22u05", tenant="acme", gpu_count=2, bundles=[_bundle(0), _bundle(1)]
+    )
     first = await env.run(claims.record_claims, claim)
     assert await env.run(claims.record_claims, claim) == first
 
@@ -110,8 +141,12 @@ async def test_quota_is_rechecked_when_claiming(sessions, examples_dir) -> None:
     big = AllocationRecord(allocation_id="big", tenant="globex", workflow_id="w", request=PlacementRequest(gpu_count=9))
     await env.run(records.record_trail, AuditTrail(opening=big))
     with pytest.raises(ApplicationError, match=r"would exceed its GPU quota: .* > quota 8") as refused:
-        await env.run(claims.record_claims, ClaimInput(allocation_id="big", attempt=1, node="j22u05", tenant="globex",
-                                                       gpu_count=9, bundles=[_bundle(0)]))  # fmt: skip
+        await env.run(
+            claims.record_claims,
+            ClaimInput(
+                allocation_id="big", attempt=1, node="j22u05", tenant="globex", gpu_count=9, bundles=[_bundle(0)]
+            ),
+        )
     assert refused.value.type == "QuotaExceeded"
 
 
@@ -121,15 +156,25 @@ async def test_a_products_quota_in_a_region_is_rechecked_when_claiming(sessions,
     quota = {"product": "H200", "region": "us-east", "nominal": 3, "borrowing_limit": None, "lending_limit": None}
     env, records, claims = await _example_fleet(sessions, examples_dir, quotas=[quota])
     for allocation, slots in (("first", [0, 1]), ("second", [2, 3])):
-        record = AllocationRecord(allocation_id=allocation, tenant="acme", workflow_id=f"allocation/{allocation}",
-                                  request=PlacementRequest(gpu_count=2))  # fmt: skip
+        record = AllocationRecord(
+            allocation_id=allocation,
+            tenant="acme",
+            workflow_id=f"allocation/{allocation}",
+            request=PlacementRequest(gpu_count=2),
+        )
         await env.run(records.record_trail, AuditTrail(opening=record))
         change = StateChange(
             allocation_id=allocation, run_id="r1", state="claiming", step="record_claims", attempt=1, node="j22u05"
         )
         await env.run(records.record_trail, AuditTrail(changes=[change]))
-        claim = ClaimInput(allocation_id=allocation, attempt=1, node="j22u05", tenant="acme", gpu_count=2,
-                           bundles=[_bundle(i) for i in slots])  # fmt: skip
+        claim = ClaimInput(
+            allocation_id=allocation,
+            attempt=1,
+            node="j22u05",
+            tenant="acme",
+            gpu_count=2,
+            bundles=[_bundle(i) for i in slots],
+        )
         if allocation == "first":
             await env.run(claims.record_claims, claim)
     with pytest.raises(ApplicationError) as refused:

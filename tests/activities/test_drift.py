@@ -26,8 +26,12 @@ GRACE = 600.0
 
 
 def vm(allocation: str, *slots: int, age: float = 30.0) -> VmFact:
-    return VmFact(allocation_id=allocation, vm_id=f"vm-{allocation}", slot_indexes=list(slots),
-                  created_at=NOW - timedelta(seconds=age))  # fmt: skip
+    return VmFact(
+        allocation_id=allocation,
+        vm_id=f"vm-{allocation}",
+        slot_indexes=list(slots),
+        created_at=NOW - timedelta(seconds=age),
+    )
 
 
 def claim(allocation: str, node: str, index: int) -> ClaimFact:
@@ -35,8 +39,9 @@ def claim(allocation: str, node: str, index: int) -> ClaimFact:
 
 
 def slot(node: str, index: int, state: str, reason: str | None = None) -> SlotFact:
-    return SlotFact(node=node, slot_id=hash((node, index)) % 10_000, slot_index=index, state=state,
-                    quarantine_reason=reason)  # fmt: skip
+    return SlotFact(
+        node=node, slot_id=hash((node, index)) % 10_000, slot_index=index, state=state, quarantine_reason=reason
+    )
 
 
 def kinds(findings: list[Finding]) -> list[tuple[str, str | None, str | None, list[int]]]:
@@ -69,14 +74,17 @@ def test_each_kind_of_drift_is_found_with_a_sentence() -> None:
                 slot("n2", 0, "reserved"),
                 slot("n2", 3, "reserved"),
                 slot("n2", 2, "quarantined", "old: wipe not confirmed: agent_unreachable"),
-            ],  # fmt: skip
+            ],
             "allocations": [*facts.allocations, AllocationFact(allocation_id="lost", state="active", node="n2")],
             "in_flight": ["a1", "lost"],
         }
     )
     lease = LeaseFact(allocation_id="nobody", slot_indexes=[1], expires_at=NOW + timedelta(seconds=60))
-    hosts = [*hosts, HostState(node="n2", vms=[vm("stray", 4)], leases=[lease]),
-             HostState(node="n3", reachable=False, error="no pickup in 5s")]  # fmt: skip
+    hosts = [
+        *hosts,
+        HostState(node="n2", vms=[vm("stray", 4)], leases=[lease]),
+        HostState(node="n3", reachable=False, error="no pickup in 5s"),
+    ]
     findings = assess(facts, hosts, [], NOW, GRACE)
     assert kinds(findings) == [
         ("agent_unreachable", "n3", None, []),
@@ -139,8 +147,11 @@ def test_slots_are_not_freed_under_a_vm_or_lease_nor_on_an_unreachable_host() ->
     facts = ControlFacts(
         slots=[slot("n", 0, "reserved"), slot("n", 1, "quarantined", "q: x"), slot("gone", 0, "reserved")]
     )
-    host = HostState(node="n", vms=[vm("stray", 0)], leases=[
-        LeaseFact(allocation_id="stray", slot_indexes=[1], expires_at=NOW + timedelta(seconds=5))])  # fmt: skip
+    host = HostState(
+        node="n",
+        vms=[vm("stray", 0)],
+        leases=[LeaseFact(allocation_id="stray", slot_indexes=[1], expires_at=NOW + timedelta(seconds=5))],
+    )
     findings = assess(facts, [host, HostState(node="gone", reachable=False)], [], NOW, GRACE)
     blocked = {(f.kind.value, f.node): f.blocked for f in findings}
     assert blocked[("reserved_without_claim", "n")] == "allocation stray has a VM or a live lease on it"
@@ -193,8 +204,14 @@ def test_a_node_that_promised_a_reservations_gpus_twice_is_reported_naming_what_
     start = NOW + timedelta(hours=1)
 
     def reservation(name: str, node: str, gpus: int, hours: float = 2) -> ReservationFact:
-        return ReservationFact(reservation_id=name, node=node, gpus=gpus, starts_at=start,
-                               ends_at=start + timedelta(hours=hours), node_gpus=4)  # fmt: skip
+        return ReservationFact(
+            reservation_id=name,
+            node=node,
+            gpus=gpus,
+            starts_at=start,
+            ends_at=start + timedelta(hours=hours),
+            node_gpus=4,
+        )
 
     facts = ControlFacts(
         claims=[
@@ -203,7 +220,7 @@ def test_a_node_that_promised_a_reservations_gpus_twice_is_reported_naming_what_
             claim("spot", "n", 2),
             claim("victim", "n", 3),
             claim("other", "m", 0),
-        ],  # fmt: skip
+        ],
         allocations=[
             AllocationFact(allocation_id="forever", state="active", node="n"),
             AllocationFact(allocation_id="ends", state="active", node="n", ends_at=start - timedelta(minutes=1)),

@@ -50,8 +50,13 @@ def test_example_deployment_renders_objects_that_validate_offline() -> None:
         kinds = sorted(o["kind"] for o in objects)
         # prefill (Leader + Worker) is one LeaderWorkerSet, decode (Standalone) a Deployment, one claim template
         # per claiming member.
-        assert kinds == ["Deployment", "LeaderWorkerSet", "ResourceClaimTemplate", "ResourceClaimTemplate",
-                         "ResourceClaimTemplate"]  # fmt: skip
+        assert kinds == [
+            "Deployment",
+            "LeaderWorkerSet",
+            "ResourceClaimTemplate",
+            "ResourceClaimTemplate",
+            "ResourceClaimTemplate",
+        ]
         for obj in objects:
             assert validate_object(obj) == [], obj["kind"]
             assert obj["metadata"]["namespace"] == "ml"
@@ -113,26 +118,49 @@ def test_the_offline_validators_refuse_what_a_server_refuses() -> None:
 def rider_replica(template: bool = True) -> ModelReplica:
     """A Standalone engine whose pod claims 8 GPUs, and a sidecar engine member claiming nothing."""
     members: list[dict[str, Any]] = [
-        {"role": "Standalone", "nodePoolName": "serve",
-         "deviceRequests": [{"name": "gpu", "count": 8, "deviceClassName": "gpu.example.com",
-                             "selectors": [{"cel": 'device.attributes["gpu.example.com"].arch == "hopper"'}]}]},
-    ]  # fmt: skip
+        {
+            "role": "Standalone",
+            "nodePoolName": "serve",
+            "deviceRequests": [
+                {
+                    "name": "gpu",
+                    "count": 8,
+                    "deviceClassName": "gpu.example.com",
+                    "selectors": [{"cel": 'device.attributes["gpu.example.com"].arch == "hopper"'}],
+                }
+            ],
+        },
+    ]
     if template:
-        members[0]["template"] = {"metadata": {"labels": {"app": "llm"}},
-                                  "spec": {"nodeSelector": {"disk": "nvme", "modelplane.ai/pool": "elsewhere"},
-                                           "containers": [{"name": "vllm", "image": "vllm:1"}]}}  # fmt: skip
+        members[0]["template"] = {
+            "metadata": {"labels": {"app": "llm"}},
+            "spec": {
+                "nodeSelector": {"disk": "nvme", "modelplane.ai/pool": "elsewhere"},
+                "containers": [{"name": "vllm", "image": "vllm:1"}],
+            },
+        }
     return ModelReplica.model_validate(
         {
             "apiVersion": "modelplane.ai/v1alpha1",
             "kind": "ModelReplica",
-            "metadata": {"name": "chat-east-0", "namespace": "default",
-                         "labels": {"modelplane.ai/deployment": "chat", "modelplane.ai/cluster": "east",
-                                    "modelplane.ai/replica-index": "0"}},
-            "spec": {"clusterName": "east",
-                     "engines": [{"name": "serve", "copies": 2, "members": members},
-                                 {"name": "router", "members": [{"role": "Standalone", "nodePoolName": "serve"}]}]},
+            "metadata": {
+                "name": "chat-east-0",
+                "namespace": "default",
+                "labels": {
+                    "modelplane.ai/deployment": "chat",
+                    "modelplane.ai/cluster": "east",
+                    "modelplane.ai/replica-index": "0",
+                },
+            },
+            "spec": {
+                "clusterName": "east",
+                "engines": [
+                    {"name": "serve", "copies": 2, "members": members},
+                    {"name": "router", "members": [{"role": "Standalone", "nodePoolName": "serve"}]},
+                ],
+            },
         }
-    )  # fmt: skip
+    )
 
 
 def test_member_template_merged_and_rider_claims_nothing() -> None:
@@ -167,8 +195,10 @@ def tolerating_replica() -> ModelReplica:
     deployment = next(iter(fleet.deployments.values()))
     plan = plan_deployment(deployment, fleet.clusters.values(), fleet.classes, [], fleet.caches)
     manifest = manifest_dict(replica_manifest(deployment, plan.new[0]))
-    written = [{"key": "maintenance", "operator": "Equal", "value": "soon", "effect": "NoSchedule"},
-               {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]  # fmt: skip
+    written = [
+        {"key": "maintenance", "operator": "Equal", "value": "soon", "effect": "NoSchedule"},
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    ]
     for member in manifest["spec"]["engines"][0]["members"]:
         member["template"] = {"spec": {"containers": [{"name": "vllm", "image": "vllm:1"}], "tolerations": written}}
         break  # the leader only: the workers' template writes none
@@ -207,8 +237,9 @@ def test_the_simulated_driver_stores_the_tolerations(tmp_path: Path) -> None:
     driver.apply_workload(render_workload(replica))
     [path] = driver.workload_files()
     stored = json.loads(path.read_text())["workload"]
-    assert stored["tolerations"] == [{"key": "maintenance", "operator": "Equal", "value": "soon",
-                                      "effect": "NoSchedule"}]  # fmt: skip
+    assert stored["tolerations"] == [
+        {"key": "maintenance", "operator": "Equal", "value": "soon", "effect": "NoSchedule"}
+    ]
 
 
 def test_a_malformed_tolerations_annotation_is_refused_not_retried() -> None:
@@ -224,16 +255,18 @@ def test_a_malformed_tolerations_annotation_is_refused_not_retried() -> None:
 
 def test_names_stay_dns_labels() -> None:
     long = dns_name("a-very-long-deployment-name-that-goes-on", "us-east-1-production", "prefill-engine")
-    assert len(long) <= 63 and long != dns_name("a-very-long-deployment-name-that-goes-on", "us-east-1-production",
-                                                 "prefill-engine2")  # fmt: skip
+    assert len(long) <= 63 and long != dns_name(
+        "a-very-long-deployment-name-that-goes-on", "us-east-1-production", "prefill-engine2"
+    )
     assert dns_name("Decode_Engine") != "decode-engine" and dns_name("decode") == "decode"
 
 
 def test_workers_that_differ_cannot_be_one_leader_worker_set() -> None:
     replica = example_replicas()[0].model_dump(mode="json", by_alias=True)
     prefill = replica["spec"]["engines"][0]
-    prefill["members"].append({**prefill["members"][1], "template": {"spec": {"containers": [{"name": "other",
-                                                                                               "image": "x"}]}}})  # fmt: skip
+    prefill["members"].append(
+        {**prefill["members"][1], "template": {"spec": {"containers": [{"name": "other", "image": "x"}]}}}
+    )
     with pytest.raises(WorkloadNotRenderable, match="Worker members differ"):
         render_objects(render_workload(ModelReplica.model_validate(replica)))
 
@@ -316,10 +349,13 @@ def test_objects_no_longer_rendered_are_garbage_collected(fake: FakeKubernetes, 
     driver = driver_for(fake, tmp_path)
     with_router = render_workload(rider_replica())
     driver.apply_workload(with_router)
-    assert [o["metadata"]["name"] for o in fake.of_kind("Deployment")] == ["chat-east-0-router-m0",
-                                                                           "chat-east-0-serve-m0"]  # fmt: skip
-    without = Workload.model_validate({**with_router.model_dump(), "pods": [
-        p for p in with_router.model_dump()["pods"] if p["engine"] == "serve"]})  # fmt: skip
+    assert [o["metadata"]["name"] for o in fake.of_kind("Deployment")] == [
+        "chat-east-0-router-m0",
+        "chat-east-0-serve-m0",
+    ]
+    without = Workload.model_validate(
+        {**with_router.model_dump(), "pods": [p for p in with_router.model_dump()["pods"] if p["engine"] == "serve"]}
+    )
     driver.apply_workload(without)
     fake._reconcile()
     names = [o["metadata"]["name"] for o in fake.of_kind("Deployment") if not o["metadata"].get("deletionTimestamp")]
@@ -363,14 +399,18 @@ def test_pool_counts_only_nodes_that_can_take_work() -> None:
         node("cpu-a", None),
         node("h100-a", "h100"),
     )["items"]
-    pools = observe_pools(nodes, [Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
-                          {"h100": 4, "b200": None})  # fmt: skip
+    pools = observe_pools(
+        nodes, [Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")], {"h100": 4, "b200": None}
+    )
     by_name = {p.name: p for p in pools}
     assert sorted(by_name) == ["b200", "h100", "h200"]  # the unlabelled node is in no pool
     h200 = by_name["h200"]
     assert (h200.nodes, h200.schedulable) == (6, 3)  # a, e (tolerated taint), f (PreferNoSchedule only)
-    assert h200.excluded == ["h200-b: cordoned", "h200-c: NotReady (NodeStatusUnknown)",
-                             "h200-d: tainted maintenance=true:NoExecute"]  # fmt: skip
+    assert h200.excluded == [
+        "h200-b: cordoned",
+        "h200-c: NotReady (NodeStatusUnknown)",
+        "h200-d: tainted maintenance=true:NoExecute",
+    ]
     assert not h200.autoscaled
     h100 = by_name["h100"]
     assert (h100.nodes, h100.schedulable, h100.autoscaled) == (1, 1, True)
@@ -410,9 +450,14 @@ def test_observe_a_real_cluster(fake: FakeKubernetes, tmp_path: Path) -> None:
     assert observed.ready and observed.gateway_address is None
     assert "gateway gw/inference" in observed.message
     assert [(p.name, p.nodes, p.schedulable) for p in observed.pools] == [("h100", 1, 1), ("h200", 2, 1)]
-    fake.put({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-              "metadata": {"name": "inference", "namespace": "gw"},
-              "status": {"addresses": [{"type": "IPAddress", "value": "203.0.113.7"}]}})  # fmt: skip
+    fake.put(
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "Gateway",
+            "metadata": {"name": "inference", "namespace": "gw"},
+            "status": {"addresses": [{"type": "IPAddress", "value": "203.0.113.7"}]},
+        }
+    )
     assert driver.observe_cluster("east").gateway_address == "203.0.113.7"
 
 
@@ -466,8 +511,7 @@ def test_the_fake_follows_the_api_conventions(fake: FakeKubernetes) -> None:
         assert missing.status_code == 404 and missing.json()["reason"] == "NotFound"
         invalid = json.loads(body)
         invalid["spec"]["replicas"] = "two"
-        refused = http.patch(f"{base}/{name}", params={"fieldManager": "t"}, content=json.dumps(invalid),
-                             headers=apply)  # fmt: skip
+        refused = http.patch(f"{base}/{name}", params={"fieldManager": "t"}, content=json.dumps(invalid), headers=apply)
         assert refused.status_code == 422 and refused.json()["reason"] == "Invalid"
         gone = http.delete(f"{base}/{name}", params={"propagationPolicy": "Background"})
         assert gone.status_code == 200 and gone.json()["status"] == "Success"

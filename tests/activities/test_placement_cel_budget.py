@@ -34,9 +34,12 @@ def _choose(allocation_id: str, request: PlacementRequest) -> FindCandidatesInpu
     opening = AllocationRecord(allocation_id=allocation_id, tenant="acme", request=request, workflow_id=allocation_id)
     step = StateChange(allocation_id=allocation_id, run_id="run-1", state="placing", step="select_region")
     return FindCandidatesInput(
-        allocation_id=allocation_id, request=request, region="", trail=AuditTrail(opening=opening, changes=[step]),
+        allocation_id=allocation_id,
+        request=request,
+        region="",
+        trail=AuditTrail(opening=opening, changes=[step]),
         final=StateChange(allocation_id=allocation_id, run_id="run-1", state="failed", step="failed"),
-    )  # fmt: skip
+    )
 
 
 async def _fleet(sessions, examples_dir) -> None:  # type: ignore[no-untyped-def]
@@ -70,8 +73,9 @@ async def test_the_placement_levels_run_off_the_worker_event_loop(
 ) -> None:
     await _fleet(sessions, examples_dir)
     request = PlacementRequest(gpu_count=8, gpu_product="H200", tenant="acme", selectors=[unique_selector(H200)])
-    step = asyncio.create_task(ActivityEnvironment().run(PlacementActivities(sessions).choose_placement,
-                                                         _choose("held", request)))  # fmt: skip
+    step = asyncio.create_task(
+        ActivityEnvironment().run(PlacementActivities(sessions).choose_placement, _choose("held", request))
+    )
     assert await asyncio.to_thread(gated_evaluation.entered.wait, 60)
     async with sessions() as session:  # the loop serves other work while the selector is held
         opened = await session.scalar(select(func.count()).select_from(AllocationRow))

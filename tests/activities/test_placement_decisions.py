@@ -32,8 +32,9 @@ async def test_a_tentative_choice_steers_the_next_decision(sessions, examples_di
     for allocation in ("first", "second"):
         opening = AllocationRecord(allocation_id=allocation, tenant="acme", request=request, workflow_id=allocation)
         await env.run(records.record_trail, AuditTrail(opening=opening))
-        found = await env.run(placement.find_candidates, FindCandidatesInput(allocation_id=allocation, request=request,
-                                                                              region="us-east"))  # fmt: skip
+        found = await env.run(
+            placement.find_candidates, FindCandidatesInput(allocation_id=allocation, request=request, region="us-east")
+        )
         firsts.append(found.candidates[0].node)
         second_choices = [c.node for c in found.candidates]
     assert firsts[0] != firsts[1]
@@ -58,9 +59,12 @@ async def test_a_refusal_is_recorded_as_the_end_and_retracted_by_a_later_try_tha
     opening = AllocationRecord(allocation_id="lost", tenant="acme", request=request, workflow_id="allocation/lost")
     step = StateChange(allocation_id="lost", run_id="run-1", state="placing", step="select_region")
     choose = FindCandidatesInput(
-        allocation_id="lost", request=request, region="", trail=AuditTrail(opening=opening, changes=[step]),
+        allocation_id="lost",
+        request=request,
+        region="",
+        trail=AuditTrail(opening=opening, changes=[step]),
         final=StateChange(allocation_id="lost", run_id="run-1", state="failed", step="failed"),
-    )  # fmt: skip
+    )
 
     async with sessions.begin() as session:  # every agent silent: no node can be ranked
         for node in reporting:
@@ -71,8 +75,10 @@ async def test_a_refusal_is_recorded_as_the_end_and_retracted_by_a_later_try_tha
         row = await session.get(AllocationRow, "lost")
         assert row is not None and (row.state, row.failure_reason) == ("failed", refused.refusal().reason)
         assert await _steps(session, "lost") == [
-            ("select_region", "placing"), ("find_candidates", "placing"), ("failed", "failed")
-        ]  # fmt: skip
+            ("select_region", "placing"),
+            ("find_candidates", "placing"),
+            ("failed", "failed"),
+        ]
 
     await report_hosts(sessions, fleet)  # the agents are back; the lost try's answer never reached the workflow
     placed = await env.run(placement.choose_placement, choose)

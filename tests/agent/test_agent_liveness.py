@@ -70,9 +70,14 @@ async def test_a_step_blocked_longer_than_its_heartbeat_timeout_is_kept_alive(te
     queue = f"liveness-{uuid.uuid4().hex[:8]}"
     with ThreadPoolExecutor(2) as executor:
         async with Worker(
-            temporal_client, task_queue=queue, workflows=[Probe], activities=[step.run], activity_executor=executor,
-            interceptors=[HeartbeatWhileRunning()], max_heartbeat_throttle_interval=timedelta(milliseconds=200),
-        ):  # fmt: skip
+            temporal_client,
+            task_queue=queue,
+            workflows=[Probe],
+            activities=[step.run],
+            activity_executor=executor,
+            interceptors=[HeartbeatWhileRunning()],
+            max_heartbeat_throttle_interval=timedelta(milliseconds=200),
+        ):
             handle = await temporal_client.start_workflow(Probe.run, id=queue, task_queue=queue)
             assert await _details_after_a_beat_of_its_own(handle) == {"phase": "creating"}
             assert await handle.result() == "made"

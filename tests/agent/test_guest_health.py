@@ -15,8 +15,18 @@ from agent.libvirt.guest_health import GuestHealthWatch
 from scheduler.host.health import HealthState, PcieSignals, SlotSignals, assess
 
 GUEST = Path(__file__).resolve().parent.parent / "hosts" / "guest"
-GPU = PcieSignals(address="0000:3c:00.0", present=True, driver="vfio-pci", aer_fatal=0, aer_nonfatal=0,
-                  aer_correctable=0, link_speed=32.0, max_link_speed=32.0, link_width=16, max_link_width=16)  # fmt: skip
+GPU = PcieSignals(
+    address="0000:3c:00.0",
+    present=True,
+    driver="vfio-pci",
+    aer_fatal=0,
+    aer_nonfatal=0,
+    aer_correctable=0,
+    link_speed=32.0,
+    max_link_speed=32.0,
+    link_width=16,
+    max_link_width=16,
+)
 
 
 def recorded(case: str) -> tuple[Exited, Exited]:
@@ -69,8 +79,10 @@ def test_every_reason_of_a_double_bit_error_is_listed_worst_first() -> None:
 
 def test_the_guest_s_gpus_in_pci_order_are_the_plan_s_bundles_in_order() -> None:
     smi, kernel = recorded("clean-two-gpus")
-    kernel = Exited(exit_code=0, stdout=kernel.stdout + "[ 77.1] NVRM: Xid (PCI:0000:08:00): 79, pid=1, GPU has fallen "
-                                                        "off the bus.\n")  # fmt: skip
+    kernel = Exited(
+        exit_code=0,
+        stdout=kernel.stdout + "[ 77.1] NVRM: Xid (PCI:0000:08:00): 79, pid=1, GPU has fallen off the bus.\n",
+    )
     first, second = guest_signals(smi, kernel, gpus=2)
     assert (first.answered, first.xids, second.xids) == (True, [], [79])
     assert guest_signals(smi, kernel, gpus=3)[2].detail == "nvidia-smi -q lists 2 of 3 GPUs"
@@ -81,8 +93,10 @@ def test_a_guest_without_nvidia_smi_is_unknown_never_healthy() -> None:
     [reading] = guest_signals(missing, None, gpus=1)
     judged = assess(SlotSignals(index=0, gpu=GPU, guest=reading))
     assert judged.state is HealthState.UNKNOWN
-    assert judged.reasons == ["the guest driver did not answer for the GPU (nvidia-smi -q failed: nvidia-smi: not found): "
-                              "its health is unknown"]  # fmt: skip
+    assert judged.reasons == [
+        "the guest driver did not answer for the GPU (nvidia-smi -q failed: nvidia-smi: not found): "
+        "its health is unknown"
+    ]
 
 
 class Clock:
@@ -95,10 +109,12 @@ class Clock:
 
 def test_the_watch_starts_each_command_once_polls_it_later_and_looks_again_after_its_interval() -> None:
     smi, kernel = recorded("xid63")
-    agent = RecordedGuestAgent(outcomes={
-        "nvidia-smi -q": Recorded(exit_code=0, stdout=smi.stdout, polls_before_exit=1),
-        "dmesg": Recorded(exit_code=0, stdout=kernel.stdout),
-    })  # fmt: skip
+    agent = RecordedGuestAgent(
+        outcomes={
+            "nvidia-smi -q": Recorded(exit_code=0, stdout=smi.stdout, polls_before_exit=1),
+            "dmesg": Recorded(exit_code=0, stdout=kernel.stdout),
+        }
+    )
     clock = Clock()
     watch = GuestHealthWatch(agent, interval=60, clock=clock)
     assert watch.look("berth-a", 1) == []  # started, nothing to say yet
@@ -121,8 +137,7 @@ def test_a_guest_agent_that_does_not_answer_makes_every_gpu_of_the_vm_unknown() 
 
 
 def test_a_command_that_never_finishes_is_unknown_after_the_interval() -> None:
-    agent = RecordedGuestAgent(outcomes={"nvidia-smi -q": Recorded(polls_before_exit=10**6),
-                                         "dmesg": Recorded()})  # fmt: skip
+    agent = RecordedGuestAgent(outcomes={"nvidia-smi -q": Recorded(polls_before_exit=10**6), "dmesg": Recorded()})
     clock = Clock()
     watch = GuestHealthWatch(agent, interval=60, clock=clock)
     watch.look("berth-a", 1)

@@ -62,18 +62,23 @@ def test_a_double_bit_error_nvml_reports_fails_the_slot_and_the_pending_remap_ke
         "the GPU logged 1 uncorrectable ECC errors (NVML)",
     ]
     # No new event and the count stands: the pending remap alone (the control plane keeps `failed` until repair).
-    assert (quiet.state, quiet.reasons) == (HealthState.DEGRADED, [
-        "a row remap of the GPU's memory waits for a GPU reset (NVML)"])  # fmt: skip
+    assert (quiet.state, quiet.reasons) == (
+        HealthState.DEGRADED,
+        ["a row remap of the GPU's memory waits for a GPU reset (NVML)"],
+    )
 
 
 def test_a_gpu_nvml_has_lost_fails_its_slot(tmp_path: Path) -> None:
     topology, node = _topology(tmp_path, "fallen-off-the-bus.json")
     clean, lost = _looks(topology, node, 2)
     assert clean.state is HealthState.HEALTHY
-    assert (lost.state, lost.reasons) == (HealthState.FAILED, [
-        "the host's driver lost the GPU (NVML: GPU is lost)",
-        "Xid 79 (GPU has fallen off the bus): NVIDIA says RESTART_BM",
-    ])  # fmt: skip
+    assert (lost.state, lost.reasons) == (
+        HealthState.FAILED,
+        [
+            "the host's driver lost the GPU (NVML: GPU is lost)",
+            "Xid 79 (GPU has fallen off the bus): NVIDIA says RESTART_BM",
+        ],
+    )
 
 
 def test_only_the_gpus_the_host_driver_holds_get_an_nvml_reading(tmp_path: Path) -> None:
@@ -89,8 +94,10 @@ def test_an_nvme_whose_smart_log_says_read_only_fails_its_slot_and_is_read_once_
     topology.smart.clock = clock = Clock()
     [verdict] = _looks(topology, node, 1)
     assert verdict.state is HealthState.FAILED
-    assert verdict.reasons == ["the NVMe reports a critical warning: read only",
-                               "the NVMe reports a critical warning: spare below threshold"]  # fmt: skip
+    assert verdict.reasons == [
+        "the NVMe reports a critical warning: read only",
+        "the NVMe reports a critical warning: spare below threshold",
+    ]
     _looks(topology, node, 2)
     runner = topology.smart.runner
     assert isinstance(runner, RecordingRunner) and runner.log.count(SMART) == 1

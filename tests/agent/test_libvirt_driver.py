@@ -31,13 +31,33 @@ BASE = "/var/lib/berth/pool/ubuntu-24.04.qcow2"
 def seed_plan(address: str = "10.100.0.11") -> list[Bundle]:
     """Seed 004's example 2-GPU plan (slots 1 and 2 on NUMA node 0)."""
     return [
-        Bundle(slot_id="n/1", slot_index=1, gpu_pci="0000:3c:00.0", fabric_parent_pci="0000:3a:00.0",
-               fabric_vf_pci="0000:3a:00.2", nvme_device="/dev/disk/by-id/nvme-slot1", numa_node=0, vcpu_count=24,
-               memory_mib=65536, mac_address="52:54:00:00:00:11", private_ip=address),
-        Bundle(slot_id="n/2", slot_index=2, gpu_pci="0000:4b:00.0", fabric_parent_pci="0000:4d:00.0",
-               fabric_vf_pci="0000:4d:00.2", nvme_device="/dev/disk/by-id/nvme-slot2", numa_node=0, vcpu_count=24,
-               memory_mib=65536, mac_address="52:54:00:00:00:12", private_ip="10.100.0.12"),
-    ]  # fmt: skip
+        Bundle(
+            slot_id="n/1",
+            slot_index=1,
+            gpu_pci="0000:3c:00.0",
+            fabric_parent_pci="0000:3a:00.0",
+            fabric_vf_pci="0000:3a:00.2",
+            nvme_device="/dev/disk/by-id/nvme-slot1",
+            numa_node=0,
+            vcpu_count=24,
+            memory_mib=65536,
+            mac_address="52:54:00:00:00:11",
+            private_ip=address,
+        ),
+        Bundle(
+            slot_id="n/2",
+            slot_index=2,
+            gpu_pci="0000:4b:00.0",
+            fabric_parent_pci="0000:4d:00.0",
+            fabric_vf_pci="0000:4d:00.2",
+            nvme_device="/dev/disk/by-id/nvme-slot2",
+            numa_node=0,
+            vcpu_count=24,
+            memory_mib=65536,
+            mac_address="52:54:00:00:00:12",
+            private_ip="10.100.0.12",
+        ),
+    ]
 
 
 @pytest.fixture
@@ -49,9 +69,14 @@ def agent() -> RecordedGuestAgent:
 def driver(tmp_path: Path, agent: RecordedGuestAgent) -> Iterator[LibvirtVmDriver]:
     connection = libvirt.open(f"test://{HOST}")
     settings = LibvirtSettings(
-        uri=f"test://{HOST}", storage_pool="berth", images={"ubuntu-24.04": BASE}, default_image="ubuntu-24.04",
-        network="berth-net", seed_dir=tmp_path / "seeds", disk_gib=20,
-    )  # fmt: skip
+        uri=f"test://{HOST}",
+        storage_pool="berth",
+        images={"ubuntu-24.04": BASE},
+        default_image="ubuntu-24.04",
+        network="berth-net",
+        seed_dir=tmp_path / "seeds",
+        disk_gib=20,
+    )
     yield LibvirtVmDriver(settings, {0: list(range(0, 56)), 1: list(range(56, 112))}, connection, agent)
     connection.close()
 
@@ -68,8 +93,9 @@ def test_a_plan_becomes_a_running_domain_with_exactly_its_devices(driver: Libvir
     facts = parse_domain(domain.XMLDesc(0))  # as libvirt returns it
     assert sorted(facts.hostdev_sources) == ["0000:3a:00.2", "0000:3c:00.0", "0000:4b:00.0", "0000:4d:00.2"]
     assert [(d.source, d.serial) for d in facts.block_disks] == [
-        ("/dev/disk/by-id/nvme-slot1", "berth-slot-1"), ("/dev/disk/by-id/nvme-slot2", "berth-slot-2"),
-    ]  # fmt: skip
+        ("/dev/disk/by-id/nvme-slot1", "berth-slot-1"),
+        ("/dev/disk/by-id/nvme-slot2", "berth-slot-2"),
+    ]
     assert (facts.vcpus, facts.memory_mib, facts.cpuset, facts.numa_nodeset) == (48, 131072, "0-55", "0")
     assert (facts.mac, facts.network, facts.has_guest_agent) == ("52:54:00:00:00:11", "berth-net", True)
     assert facts.boot_disk == f"/var/lib/berth/pool/{domain_name('a-1')}.qcow2"
@@ -215,8 +241,9 @@ def test_list_shows_every_domain_named_for_an_allocation_for_the_reconciler(driv
         driver.connection.defineXML(xml).create()
     listed = driver.list()
     assert [(r.allocation_id, r.vm_id, r.slot_indexes) for r in listed] == [
-        ("a-1", made.vm_id, [1, 2]), ("by-hand", "berth-by-hand", []),
-    ]  # fmt: skip
+        ("a-1", made.vm_id, [1, 2]),
+        ("by-hand", "berth-by-hand", []),
+    ]
     assert driver.get("by-hand").model_dump(exclude={"created_at"}) == listed[1].model_dump(exclude={"created_at"})
     assert driver.destroy("by-hand") is True  # what the reconciler's destroy_vm does to an orphan
     assert [r.allocation_id for r in driver.list()] == ["a-1"]

@@ -28,19 +28,27 @@ def _host(gpus: int = 4, simulation: Simulation | None = None) -> Node:
             "numaNodes": 2,
             "simulation": (simulation or Simulation()).model_dump(by_alias=True),
             "slots": [
-                {"index": i, "gpuPci": f"0000:{0x10 + i:02x}:00.0", "fabricVfPci": f"0000:{0x40 + i:02x}:00.2",
-                 "numaNode": i // 2}
+                {
+                    "index": i,
+                    "gpuPci": f"0000:{0x10 + i:02x}:00.0",
+                    "fabricVfPci": f"0000:{0x40 + i:02x}:00.2",
+                    "numaNode": i // 2,
+                }
                 for i in range(gpus)
             ],
         }
-    )  # fmt: skip
+    )
 
 
 def _agent(tmp_path: Path, host: Node, lease_seconds: float = 60) -> NodeAgent:
     return NodeAgent(
-        "h1", SimulatedTopology(host), SimulatedVmDriver(tmp_path, host.simulation), LeaseStore(tmp_path / "leases"),
-        lease_seconds=lease_seconds, approved=ApprovedSlots(host.slots),
-    )  # fmt: skip
+        "h1",
+        SimulatedTopology(host),
+        SimulatedVmDriver(tmp_path, host.simulation),
+        LeaseStore(tmp_path / "leases"),
+        lease_seconds=lease_seconds,
+        approved=ApprovedSlots(host.slots),
+    )
 
 
 def _plan(allocation: str, gpus: int = 2) -> PlanInput:

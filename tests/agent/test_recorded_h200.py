@@ -63,8 +63,11 @@ def test_a_vm_guest_says_which_sources_it_lacks_one_line_each_and_still_reports_
     host = discover_host(host_root(tmp_path))
     assert [gpu.address for gpu in host.gpus] == [GPU]
     lines = {problem.path: problem.message for problem in host.problems}
-    assert set(lines) == {"/sys/kernel/iommu_groups", "/sys/bus/pci/devices/*/aer_dev_fatal",
-                          "/sys/bus/pci/devices/*/numa_node"}  # fmt: skip
+    assert set(lines) == {
+        "/sys/kernel/iommu_groups",
+        "/sys/bus/pci/devices/*/aer_dev_fatal",
+        "/sys/bus/pci/devices/*/numa_node",
+    }
     assert "no IOMMU groups" in lines["/sys/kernel/iommu_groups"]
     assert (
         f"no PCIe AER counters (its PCIe port services are off): no PCIe errors can be read for {GPU}"
@@ -100,8 +103,10 @@ def test_the_nvml_health_reader_reads_what_it_read_on_the_machine_and_the_driver
         assert getattr(reading, key) == value, key
     assert reading.retirement_pending is None  # NotSupported on Hopper: it remaps rows instead
     assert (reading.recovery_action, reading.channel_repair_pending, reading.tpc_repair_pending) == (
-        RecoveryAction.NONE, False, False,
-    )  # fmt: skip
+        RecoveryAction.NONE,
+        False,
+        False,
+    )
     assert nvml_verdict().state is HealthState.HEALTHY
 
 
@@ -114,22 +119,46 @@ def test_both_detail_sources_name_the_gpu_and_its_memory_as_the_driver_does() ->
 @pytest.mark.parametrize(
     ("changes", "state", "reason", "drain"),
     [
-        ({"recovery_action": [0, 1]}, HealthState.DEGRADED,
-         "the host driver's recovery action is GPU reset (NVML): a GPU reset repairs it", False),
-        ({"recovery_action": [0, 2]}, HealthState.FAILED,
-         "the host driver's recovery action is node reboot (NVML): the OS may be inconsistent until the node "
-         "reboots: drain the node", True),
-        ({"recovery_action": [0, 4]}, HealthState.FAILED,
-         "the host driver's recovery action is drain and reset (NVML): it runs at reduced capacity until drained "
-         "and reset: drain the node", True),
-        ({"repair_status": [1, 0]}, HealthState.DEGRADED,
-         "a channel repair of the GPU waits for a GPU reset (NVML)", False),
-        ({"repair_status": [0, 1]}, HealthState.DEGRADED,
-         "a TPC repair of the GPU waits for a GPU reset (NVML)", False),
-        ({"remapped_rows": [0, 1, 1, 0]}, HealthState.DEGRADED,
-         "a row remap of the GPU's memory waits for a GPU reset (NVML)", False),
+        (
+            {"recovery_action": [0, 1]},
+            HealthState.DEGRADED,
+            "the host driver's recovery action is GPU reset (NVML): a GPU reset repairs it",
+            False,
+        ),
+        (
+            {"recovery_action": [0, 2]},
+            HealthState.FAILED,
+            "the host driver's recovery action is node reboot (NVML): the OS may be inconsistent until the node "
+            "reboots: drain the node",
+            True,
+        ),
+        (
+            {"recovery_action": [0, 4]},
+            HealthState.FAILED,
+            "the host driver's recovery action is drain and reset (NVML): it runs at reduced capacity until drained "
+            "and reset: drain the node",
+            True,
+        ),
+        (
+            {"repair_status": [1, 0]},
+            HealthState.DEGRADED,
+            "a channel repair of the GPU waits for a GPU reset (NVML)",
+            False,
+        ),
+        (
+            {"repair_status": [0, 1]},
+            HealthState.DEGRADED,
+            "a TPC repair of the GPU waits for a GPU reset (NVML)",
+            False,
+        ),
+        (
+            {"remapped_rows": [0, 1, 1, 0]},
+            HealthState.DEGRADED,
+            "a row remap of the GPU's memory waits for a GPU reset (NVML)",
+            False,
+        ),
     ],
-)  # fmt: skip
+)
 def test_one_recorded_nvml_value_in_an_error_state_changes_the_verdict(
     changes: dict[str, object], state: HealthState, reason: str, drain: bool
 ) -> None:
@@ -168,8 +197,10 @@ def test_the_guest_parser_reads_the_real_nvidia_smi_q() -> None:
     assert (reading.ecc_uncorrectable, reading.remap_pending, reading.remap_failed) == (0, False, False)
     assert reading.retirement_pending is None  # `N/A` on Hopper, never read as a number or a no
     assert (reading.recovery_action, reading.channel_repair_pending, reading.tpc_repair_pending) == (
-        RecoveryAction.NONE, False, False,
-    )  # fmt: skip
+        RecoveryAction.NONE,
+        False,
+        False,
+    )
     assert guest_verdict(nvidia_smi_q()).state is HealthState.HEALTHY
 
 
@@ -186,25 +217,60 @@ def _changed(key: str, value: str) -> str:
 @pytest.mark.parametrize(
     ("key", "value", "state", "reason", "drain"),
     [
-        ("GPU Recovery Action", "Reset", HealthState.DEGRADED,
-         "the guest driver's recovery action is GPU reset (nvidia-smi -q): a GPU reset repairs it", False),
-        ("GPU Recovery Action", "Reboot", HealthState.FAILED,
-         "the guest driver's recovery action is node reboot (nvidia-smi -q): the OS may be inconsistent until the "
-         "node reboots: drain the node", True),
-        ("GPU Recovery Action", "Drain P2P", HealthState.DEGRADED,
-         "the guest driver's recovery action is drain peer-to-peer (nvidia-smi -q): its peer-to-peer traffic must "
-         "stop before the driver names the next action", False),
-        ("GPU Recovery Action", "Drain and Reset", HealthState.FAILED,
-         "the guest driver's recovery action is drain and reset (nvidia-smi -q): it runs at reduced capacity until "
-         "drained and reset: drain the node", True),
-        ("Channel Repair Pending", "Yes", HealthState.DEGRADED,
-         "a channel repair of the GPU waits for a GPU reset (nvidia-smi -q)", False),
-        ("TPC Repair Pending", "Yes", HealthState.DEGRADED,
-         "a TPC repair of the GPU waits for a GPU reset (nvidia-smi -q)", False),
-        ("DRAM Uncorrectable", "2", HealthState.DEGRADED,
-         "the GPU logged 2 uncorrectable ECC errors (nvidia-smi -q)", False),
+        (
+            "GPU Recovery Action",
+            "Reset",
+            HealthState.DEGRADED,
+            "the guest driver's recovery action is GPU reset (nvidia-smi -q): a GPU reset repairs it",
+            False,
+        ),
+        (
+            "GPU Recovery Action",
+            "Reboot",
+            HealthState.FAILED,
+            "the guest driver's recovery action is node reboot (nvidia-smi -q): the OS may be inconsistent until the "
+            "node reboots: drain the node",
+            True,
+        ),
+        (
+            "GPU Recovery Action",
+            "Drain P2P",
+            HealthState.DEGRADED,
+            "the guest driver's recovery action is drain peer-to-peer (nvidia-smi -q): its peer-to-peer traffic must "
+            "stop before the driver names the next action",
+            False,
+        ),
+        (
+            "GPU Recovery Action",
+            "Drain and Reset",
+            HealthState.FAILED,
+            "the guest driver's recovery action is drain and reset (nvidia-smi -q): it runs at reduced capacity until "
+            "drained and reset: drain the node",
+            True,
+        ),
+        (
+            "Channel Repair Pending",
+            "Yes",
+            HealthState.DEGRADED,
+            "a channel repair of the GPU waits for a GPU reset (nvidia-smi -q)",
+            False,
+        ),
+        (
+            "TPC Repair Pending",
+            "Yes",
+            HealthState.DEGRADED,
+            "a TPC repair of the GPU waits for a GPU reset (nvidia-smi -q)",
+            False,
+        ),
+        (
+            "DRAM Uncorrectable",
+            "2",
+            HealthState.DEGRADED,
+            "the GPU logged 2 uncorrectable ECC errors (nvidia-smi -q)",
+            False,
+        ),
     ],
-)  # fmt: skip
+)
 def test_one_recorded_nvidia_smi_value_in_an_error_state_changes_the_verdict(
     key: str, value: str, state: HealthState, reason: str, drain: bool
 ) -> None:

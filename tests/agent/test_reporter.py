@@ -80,8 +80,9 @@ async def test_an_agent_reports_through_the_real_api_with_its_node_token(
     client = temporal_env.client
     (tmp_path / "fleet.yaml").write_text(api_fleet())
     agent = serve.simulated_agent(tmp_path / "fleet.yaml", "small", tmp_path / "state")
-    with served_api(database_url, client.service_client.config.target_host, client.namespace, api_fleet(),
-                    tmp_path / "lab") as served:  # fmt: skip
+    with served_api(
+        database_url, client.service_client.config.target_host, client.namespace, api_fleet(), tmp_path / "lab"
+    ) as served:
         async with sessions.begin() as session:
             token, other = (
                 await create_token(session, "node", node="small"),

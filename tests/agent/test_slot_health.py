@@ -39,15 +39,19 @@ def test_a_clean_host_is_healthy_and_its_counters_are_read(tmp_path: Path) -> No
     assert sorted(now) == list(range(8))
     gpu = now[0].gpu
     assert gpu is not None and (gpu.present, gpu.driver, gpu.aer_fatal, gpu.link_speed, gpu.link_width) == (
-        True, "vfio-pci", 0, 32.0, 16,
-    )  # fmt: skip
+        True,
+        "vfio-pci",
+        0,
+        32.0,
+        16,
+    )
     assert now[0].nvme is not None and now[0].nvme.present  # the controller behind the slot's namespace
     assert assess(now[0]).signals == {  # what `berth nodes get` shows of the slot
         "gpu": "0000:1b:00.0 on vfio-pci, AER fatal/non-fatal/correctable 0/0/0, link 32.0 GT/s x16 of 32.0 GT/s x16",
         "fabric": "0000:1a:00.1 on vfio-pci, AER fatal/non-fatal/correctable 0/0/0, link 32.0 GT/s x16 of 32.0 GT/s "
-                  "x16",
+        "x16",
         "nvme": f"{now[0].nvme.address} on nvme, AER fatal/non-fatal/correctable ?/?/?, link ? GT/s x? of ? GT/s x?",
-    }  # fmt: skip
+    }
     assert all(assess(s, s).state is HealthState.HEALTHY for s in now.values())
 
 
@@ -142,5 +146,13 @@ def test_nvme_critical_warnings_and_a_failed_reset_and_nothing_read() -> None:
 
 
 def _clean() -> PcieSignals:
-    return PcieSignals(address="0000:18:00.0", present=True, driver="vfio-pci", aer_fatal=0, link_speed=32.0,
-                       max_link_speed=32.0, link_width=16, max_link_width=16)  # fmt: skip
+    return PcieSignals(
+        address="0000:18:00.0",
+        present=True,
+        driver="vfio-pci",
+        aer_fatal=0,
+        link_speed=32.0,
+        max_link_speed=32.0,
+        link_width=16,
+        max_link_width=16,
+    )

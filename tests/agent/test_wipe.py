@@ -45,10 +45,12 @@ def test_discard_without_format_nvm() -> None:
 
 
 def test_failures_are_reported_with_their_reason_and_stop_the_wipe() -> None:
-    failing = RecordingRunner({
-        f"nvme id-ctrl {DEVICE} -o json": _controller(oacs=0x02, fna=0x04),
-        f"nvme format {DEVICE} --ses=2 --force": Ran(1, stderr="NVMe status: Access Denied: format in progress"),
-    })  # fmt: skip
+    failing = RecordingRunner(
+        {
+            f"nvme id-ctrl {DEVICE} -o json": _controller(oacs=0x02, fna=0x04),
+            f"nvme format {DEVICE} --ses=2 --force": Ran(1, stderr="NVMe status: Access Denied: format in progress"),
+        }
+    )
     outcome = wipe_slot(_slot(), failing)
     assert outcome.error == f"NVMe {DEVICE}: crypto erase failed: NVMe status: Access Denied: format in progress"
     assert not outcome.gpu_reset and not any(line.startswith("write") for line in failing.log)

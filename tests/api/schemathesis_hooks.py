@@ -27,19 +27,42 @@ import schemathesis
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 # Codes that refuse a well-formed request for what it names or how its parts fit together (api/README.md).
-NAMED_REFUSALS = frozenset({
-    "unknown_region", "unknown_product", "unknown_node", "unknown_gpu", "unknown_tenant", "unknown_pool",
-    "unknown_priority_class", "invalid_selector", "selector_cost_exceeded", "unsatisfiable", "topology_mismatch",
-    "invalid_cursor", "invalid_fleet",
-})  # fmt: skip
+NAMED_REFUSALS = frozenset(
+    {
+        "unknown_region",
+        "unknown_product",
+        "unknown_node",
+        "unknown_gpu",
+        "unknown_tenant",
+        "unknown_pool",
+        "unknown_priority_class",
+        "invalid_selector",
+        "selector_cost_exceeded",
+        "unsatisfiable",
+        "topology_mismatch",
+        "invalid_cursor",
+        "invalid_fleet",
+    }
+)
 # Problem types under `invalid_request` that no schema can state: a deployment manifest naming another deployment or
 # namespace than its address, a CEL selector in it that does not compile, a rule between a manifest's fields
 # (`manifest_rule`: unique names, a serving unit's roles; fleet/deployment.py), pinned GPUs that are not as many as
 # `gpu_count` on exactly one pinned node (a rule between fields), an allocation's end or a reservation's window that
 # is not in the future (rules against the clock), a pool filter outside the region filter (`pool_region`), a duration
 # past its field's bounds (`duration_out_of_range`: a pattern cannot bound the sum of `1h30m`'s parts).
-NAMED_PROBLEMS = frozenset({"name_mismatch", "namespace_mismatch", "cel_compile_error", "manifest_rule", "gpu_pins",
-                            "ends_at_past", "window", "pool_region", "duration_out_of_range"})  # fmt: skip
+NAMED_PROBLEMS = frozenset(
+    {
+        "name_mismatch",
+        "namespace_mismatch",
+        "cel_compile_error",
+        "manifest_rule",
+        "gpu_pins",
+        "ends_at_past",
+        "window",
+        "pool_region",
+        "duration_out_of_range",
+    }
+)
 # `invalid_request` on these fields alone depends on the token, not the body: an admin must name the tenant.
 TOKEN_DEPENDENT_FIELDS = frozenset({"body.tenant"})
 

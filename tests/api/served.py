@@ -33,9 +33,16 @@ class Served:
 
 
 async def _serve(
-    database_url: str, temporal_address: str, namespace: str, fleet_text: str, home: Path, listener: socket.socket,
-    ready: asyncio.Future[Served], stop: threading.Event, extra: dict[str, Any],
-) -> None:  # fmt: skip
+    database_url: str,
+    temporal_address: str,
+    namespace: str,
+    fleet_text: str,
+    home: Path,
+    listener: socket.socket,
+    ready: asyncio.Future[Served],
+    stop: threading.Event,
+    extra: dict[str, Any],
+) -> None:
     engine = create_engine(database_url, pool_size=2)
     sessions = session_factory(engine)
     try:
@@ -44,9 +51,14 @@ async def _serve(
             async with sessions.begin() as session:
                 admin = await create_token(session, "admin")
                 tenants = await ensure_tenant_tokens(session)
-            settings = Settings(database_url=database_url, temporal_address=temporal_address,
-                                temporal_namespace=namespace, control_task_queue=lab.queues.control,
-                                node_task_queue_prefix=lab.queues.node_prefix, **extra)  # fmt: skip
+            settings = Settings(
+                database_url=database_url,
+                temporal_address=temporal_address,
+                temporal_namespace=namespace,
+                control_task_queue=lab.queues.control,
+                node_task_queue_prefix=lab.queues.node_prefix,
+                **extra,
+            )
             app = create_app(settings, timing=FAST)
             server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
             serving = asyncio.create_task(server.serve(sockets=[listener]))

@@ -33,17 +33,24 @@ from tests.workflows.lab import FAST, Lab, lab_fleet, running_lab
 from workflows.allocation_messages import FINAL_STATES
 
 HOSTS = {"slow": {"gpus": 1, "simulation": {"bootSeconds": 3600}}, "small": {"gpus": 2}, "big": {"gpus": 4}}
-GLOBEX = {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant", "metadata": {"name": "globex"},
-          "spec": {"gpuQuota": 2}}  # fmt: skip
+GLOBEX = {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant", "metadata": {"name": "globex"}, "spec": {"gpuQuota": 2}}
 FAST_CALLS = TemporalTimeouts(call_seconds=3.0, status_seconds=1.0, worker_cache_seconds=0.5)
 
 
 CLASSES = [
-    {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "spot"},
-     "spec": {"value": 0, "preemptible": True, "gracePeriod": "1s"}},
-    {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
-     "spec": {"value": 100}},
-]  # fmt: skip
+    {
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "spot"},
+        "spec": {"value": 0, "preemptible": True, "gracePeriod": "1s"},
+    },
+    {
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "urgent"},
+        "spec": {"value": 100},
+    },
+]
 
 
 def api_fleet() -> str:
@@ -59,9 +66,14 @@ def app_for(
     **settings: Any,
 ) -> FastAPI:
     return create_app(
-        Settings(**settings), sessions=sessions, temporal=temporal, queues=queues, timing=FAST, timeouts=timeouts,
+        Settings(**settings),
+        sessions=sessions,
+        temporal=temporal,
+        queues=queues,
+        timing=FAST,
+        timeouts=timeouts,
         traced=traced,
-    )  # fmt: skip
+    )
 
 
 async def control_worker_seen(app: FastAPI, timeout: float = 10) -> None:

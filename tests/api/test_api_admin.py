@@ -10,8 +10,12 @@ from sqlalchemy import update
 from store.models import SlotRow
 from tests.api.stack import Stack, api_fleet, bearer
 
-INITECH = {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant", "metadata": {"name": "initech"},
-           "spec": {"gpuQuota": 8}}  # fmt: skip
+INITECH = {
+    "apiVersion": "berth.dev/v1alpha1",
+    "kind": "Tenant",
+    "metadata": {"name": "initech"},
+    "spec": {"gpuQuota": 8},
+}
 
 
 async def test_put_fleet_applies_yaml_and_issues_tokens_to_new_tenants(stack: Stack) -> None:
@@ -61,8 +65,9 @@ async def test_pruning_capacity_that_is_held_is_409_and_writes_nothing(stack: St
     cluster = next(d for d in documents if d["kind"] == "InferenceCluster")
     pool = cluster["spec"]["nodePools"][0]
     pool["nodes"] = [n for n in pool["nodes"] if n["name"] != "small"]
-    response = await stack.http.put("/v1/fleet?prune=true", content=json.dumps({"kind": "List", "items": documents}),
-                                    headers=stack.admin)  # fmt: skip
+    response = await stack.http.put(
+        "/v1/fleet?prune=true", content=json.dumps({"kind": "List", "items": documents}), headers=stack.admin
+    )
     assert response.status_code == 409, response.text
     assert response.json()["error"]["code"] == "apply_refused"
     assert "node small has 2 active claim(s)" in response.json()["error"]["message"]
@@ -77,11 +82,26 @@ async def test_nodes_list_and_cordon(stack: Stack) -> None:
     small = next(n for n in nodes if n["name"] == "small")
     agent = small.pop("agent")
     assert small == {
-        "name": "small", "cluster": "lab-1", "pool": "lab-1/slices", "region": "lab", "shape": "gpu_slice",
-        "gpu_product": "H200", "status": "READY", "declared_status": "READY", "gpus": 2, "available_slots": 0,
-        "reserved_slots": 2, "quarantined_slots": 0, "labels": {}, "validated_gpus": 2, "compatible_gpus": 2,
-        "invalid_slots": [], "quarantined": [], "unhealthy": [], "signals": [],  # signals: `GET /v1/nodes/{node}`
-    }  # fmt: skip
+        "name": "small",
+        "cluster": "lab-1",
+        "pool": "lab-1/slices",
+        "region": "lab",
+        "shape": "gpu_slice",
+        "gpu_product": "H200",
+        "status": "READY",
+        "declared_status": "READY",
+        "gpus": 2,
+        "available_slots": 0,
+        "reserved_slots": 2,
+        "quarantined_slots": 0,
+        "labels": {},
+        "validated_gpus": 2,
+        "compatible_gpus": 2,
+        "invalid_slots": [],
+        "quarantined": [],
+        "unhealthy": [],
+        "signals": [],  # signals: `GET /v1/nodes/{node}`
+    }
     assert agent["state"] == "live" and agent["seen_at"] and agent["topology"]
 
     cordoned = await stack.http.post("/v1/nodes/big/cordon", headers=stack.admin)

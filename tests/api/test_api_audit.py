@@ -14,8 +14,9 @@ from tests.api.stack import Stack, app_for, http_client
 
 
 def plant_orphan_vm(stack: Stack, node: str = "big", allocation: str = "stray") -> None:
-    record = VmRecord(vm_id=f"vm-{allocation}", allocation_id=allocation, slot_indexes=[3],
-                      created_at=datetime.now(UTC).timestamp())  # fmt: skip
+    record = VmRecord(
+        vm_id=f"vm-{allocation}", allocation_id=allocation, slot_indexes=[3], created_at=datetime.now(UTC).timestamp()
+    )
     (stack.lab.home / "nodes" / node / "vms" / f"{allocation}.json").write_text(record.model_dump_json())
 
 
@@ -30,8 +31,11 @@ async def test_audit_finds_repairs_and_counts(stack: Stack) -> None:
     assert body["counts"] == {"orphan_vm": 1}
     [finding] = body["report"]["findings"]
     assert (finding["kind"], finding["node"], finding["allocation_id"], finding["repair"]) == (
-        "orphan_vm", "big", "stray", "destroy_vm",
-    )  # fmt: skip
+        "orphan_vm",
+        "big",
+        "stray",
+        "destroy_vm",
+    )
     assert "accounted for by no active claim" in finding["message"]
     assert finding["blocked"].startswith("grace period")
     assert body["report"]["nodes_checked"] == ["big", "slow", "small"]
@@ -64,8 +68,13 @@ async def test_no_control_worker_or_no_temporal_is_503(stack: Stack, temporal_cl
         response = await http.post("/v1/audit", json={"repair": True}, headers=stack.admin)
         assert response.status_code == 503 and response.json()["error"]["code"] == "no_control_worker"
         assert (await http.get("/v1/audit", headers=stack.admin)).status_code == 200  # reads need no Temporal
-    down = app_for(stack.lab.sessions, None, stack.lab.queues, TemporalTimeouts(connect_seconds=1.0),
-                   temporal_address="127.0.0.1:9")  # fmt: skip
+    down = app_for(
+        stack.lab.sessions,
+        None,
+        stack.lab.queues,
+        TemporalTimeouts(connect_seconds=1.0),
+        temporal_address="127.0.0.1:9",
+    )
     async with http_client(down) as http:
         response = await http.post("/v1/audit", json={}, headers=stack.admin)
         assert response.status_code == 503 and response.json()["error"]["code"] == "temporal_unavailable"

@@ -50,8 +50,14 @@ async def limited(
         async with sessions.begin() as session:
             admin = await create_token(session, "admin", label="tests")
             tenants = await ensure_tenant_tokens(session)
-        app = app_for(sessions, temporal_client, lab.queues, api_max_body_bytes=LIMIT,
-                      api_max_manifest_bytes=MANIFEST_LIMIT, api_max_report_bytes=MANIFEST_LIMIT)  # fmt: skip
+        app = app_for(
+            sessions,
+            temporal_client,
+            lab.queues,
+            api_max_body_bytes=LIMIT,
+            api_max_manifest_bytes=MANIFEST_LIMIT,
+            api_max_report_bytes=MANIFEST_LIMIT,
+        )
         await control_worker_seen(app)
         listener = socket.socket()
         listener.bind(("127.0.0.1", 0))
@@ -105,8 +111,10 @@ async def _exchange(port: int, head: str) -> tuple[str, dict[str, object]]:
 
 
 async def test_a_declared_length_over_the_limit_is_refused_without_waiting_for_the_body(limited: Limited) -> None:
-    head = ("POST /v1/allocations HTTP/1.1\r\nHost: berth.test\r\nContent-Type: application/json\r\n"
-            "Content-Length: 100000000\r\nConnection: close\r\n\r\n")  # fmt: skip
+    head = (
+        "POST /v1/allocations HTTP/1.1\r\nHost: berth.test\r\nContent-Type: application/json\r\n"
+        "Content-Length: 100000000\r\nConnection: close\r\n\r\n"
+    )
     status, body = await _exchange(limited.port, head)  # 100 MB announced, not a byte of it sent
     assert status == "HTTP/1.1 413 Request Entity Too Large"
     assert body["error"]["code"] == "payload_too_large" and body["error"]["details"] == {"limit_bytes": LIMIT}
@@ -165,7 +173,11 @@ async def test_bodies_under_their_limits_are_served_as_before(limited: Limited) 
         malformed = await http.post("/v1/allocations", content=b"{not json", headers=limited.acme)
         assert malformed.status_code == 422  # a valid token's body is parsed and judged as before
     schema = limited.app.openapi()
-    with_body = [(path, method) for path, operations in schema["paths"].items()
-                 for method, operation in operations.items() if "requestBody" in operation]  # fmt: skip
+    with_body = [
+        (path, method)
+        for path, operations in schema["paths"].items()
+        for method, operation in operations.items()
+        if "requestBody" in operation
+    ]
     assert ("/v1/allocations", "post") in with_body and ("/v1/fleet", "put") in with_body
     assert all("413" in schema["paths"][path][method]["responses"] for path, method in with_body)

@@ -21,8 +21,9 @@ async def test_validation_errors_name_the_field(stack: Stack) -> None:
         assert error["code"] == "invalid_request"
         assert [problem["field"] for problem in error["details"]] == [field], (body, error)
         assert field in error["message"]
-    not_json = await stack.http.post("/v1/allocations", content=b"{", headers=stack.acme | {"Content-Type":
-                                     "application/json"})  # fmt: skip
+    not_json = await stack.http.post(
+        "/v1/allocations", content=b"{", headers=stack.acme | {"Content-Type": "application/json"}
+    )
     assert not_json.status_code == 422 and not_json.json()["error"]["code"] == "invalid_request"
     bad_query = await stack.http.get("/v1/allocations", params={"state": "sleeping"}, headers=stack.acme)
     assert bad_query.json()["error"]["details"][0]["field"] == "query.state"
@@ -58,20 +59,45 @@ async def test_openapi_documents_every_route(stack: Stack) -> None:
     schema = (await stack.http.get("/openapi.json")).json()
     routes = {(method.upper(), path) for path, item in schema["paths"].items() for method in item}
     assert routes == {
-        ("POST", "/v1/allocations"), ("GET", "/v1/allocations"), ("GET", "/v1/allocations/{allocation_id}"),
-        ("DELETE", "/v1/allocations/{allocation_id}"), ("POST", "/v1/allocations/{allocation_id}/cancel"),
-        ("POST", "/v1/allocations/{allocation_id}/retry"), ("POST", "/v1/allocations/{allocation_id}/extend"), ("POST", "/v1/reservations"), ("GET", "/v1/reservations"), ("GET", "/v1/capacity/at"),
-        ("GET", "/v1/reservations/{reservation_id}"), ("DELETE", "/v1/reservations/{reservation_id}"), ("POST", "/v1/explain"), ("GET", "/v1/capacity"),
-        ("PUT", "/v1/fleet"), ("GET", "/v1/queues"), ("GET", "/v1/usage"), ("GET", "/v1/nodes"), ("GET", "/v1/nodes/{node}"), ("POST", "/v1/nodes/{node}/cordon"),
+        ("POST", "/v1/allocations"),
+        ("GET", "/v1/allocations"),
+        ("GET", "/v1/allocations/{allocation_id}"),
+        ("DELETE", "/v1/allocations/{allocation_id}"),
+        ("POST", "/v1/allocations/{allocation_id}/cancel"),
+        ("POST", "/v1/allocations/{allocation_id}/retry"),
+        ("POST", "/v1/allocations/{allocation_id}/extend"),
+        ("POST", "/v1/reservations"),
+        ("GET", "/v1/reservations"),
+        ("GET", "/v1/capacity/at"),
+        ("GET", "/v1/reservations/{reservation_id}"),
+        ("DELETE", "/v1/reservations/{reservation_id}"),
+        ("POST", "/v1/explain"),
+        ("GET", "/v1/capacity"),
+        ("PUT", "/v1/fleet"),
+        ("GET", "/v1/queues"),
+        ("GET", "/v1/usage"),
+        ("GET", "/v1/nodes"),
+        ("GET", "/v1/nodes/{node}"),
+        ("POST", "/v1/nodes/{node}/cordon"),
         ("POST", "/v1/nodes/{node}/report"),
-        ("POST", "/v1/nodes/{node}/uncordon"), ("POST", "/v1/nodes/{node}/repair"), ("POST", "/v1/nodes/{node}/drain"), ("GET", "/healthz"), ("GET", "/metrics"),
-        ("PUT", "/v1/deployments/{name}"), ("GET", "/v1/deployments/{name}"), ("DELETE", "/v1/deployments/{name}"),
-        ("GET", "/v1/deployments"), ("GET", "/v1/audit"), ("POST", "/v1/audit"),
+        ("POST", "/v1/nodes/{node}/uncordon"),
+        ("POST", "/v1/nodes/{node}/repair"),
+        ("POST", "/v1/nodes/{node}/drain"),
+        ("GET", "/healthz"),
+        ("GET", "/metrics"),
+        ("PUT", "/v1/deployments/{name}"),
+        ("GET", "/v1/deployments/{name}"),
+        ("DELETE", "/v1/deployments/{name}"),
+        ("GET", "/v1/deployments"),
+        ("GET", "/v1/audit"),
+        ("POST", "/v1/audit"),
         ("PUT", "/v1/namespaces/{namespace}/deployments/{name}"),
         ("GET", "/v1/namespaces/{namespace}/deployments/{name}"),
         ("DELETE", "/v1/namespaces/{namespace}/deployments/{name}"),
-        ("GET", "/v1/whoami"), ("GET", "/v1/auth"), ("GET", "/v1/audit/requests"),
-    }  # fmt: skip
+        ("GET", "/v1/whoami"),
+        ("GET", "/v1/auth"),
+        ("GET", "/v1/audit/requests"),
+    }
     assert schema["paths"]["/v1/allocations"]["post"]["responses"]["422"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/ErrorEnvelope"
     }

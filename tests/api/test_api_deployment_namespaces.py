@@ -52,18 +52,24 @@ class Api:
 
     async def put_fleet(self, *documents: dict[str, Any], prune: bool = False) -> dict[str, Any]:
         body = self.fleet + "".join("---\n" + yaml.safe_dump(d) for d in documents)
-        response = await self.http.put("/v1/fleet", content=body, params={"prune": prune},
-                                       headers={**self.admin, "Content-Type": "application/yaml"})  # fmt: skip
+        response = await self.http.put(
+            "/v1/fleet",
+            content=body,
+            params={"prune": prune},
+            headers={**self.admin, "Content-Type": "application/yaml"},
+        )
         assert response.status_code == 200, response.text
         return response.json()
 
     async def ledger(self) -> list[tuple[str, str, str, int]]:
         """(namespace, replica, cluster, nodes) of every ledger row."""
         async with self.lab.sessions() as session:
-            rows = await session.execute(text(
-                "SELECT u.namespace, u.replica, p.cluster, u.nodes FROM replica_pool_usage u "
-                "JOIN pools p ON p.id = u.pool_id ORDER BY u.namespace, u.replica"
-            ))  # fmt: skip
+            rows = await session.execute(
+                text(
+                    "SELECT u.namespace, u.replica, p.cluster, u.nodes FROM replica_pool_usage u "
+                    "JOIN pools p ON p.id = u.pool_id ORDER BY u.namespace, u.replica"
+                )
+            )
             return [tuple(r) for r in rows]
 
 
@@ -77,8 +83,14 @@ async def api(temporal_client: Client, sessions, tmp_path: Path, fleet_text: str
     async with deployment_lab(temporal_client, sessions, tmp_path, fleet_text) as lab:
         async with sessions.begin() as session:
             admin = await create_token(session, "admin", label="tests")
-        app = create_app(Settings(), sessions=sessions, temporal=temporal_client, queues=lab.queues,
-                         timeouts=FAST_CALLS, deployment_timing=FAST)  # fmt: skip
+        app = create_app(
+            Settings(),
+            sessions=sessions,
+            temporal=temporal_client,
+            queues=lab.queues,
+            timeouts=FAST_CALLS,
+            deployment_timing=FAST,
+        )
         await control_worker_seen(app)
         async with http_client(app) as http:
             yield Api(http, lab, bearer(admin), fleet_text)
@@ -114,13 +126,18 @@ async def test_the_same_name_in_two_namespaces_is_two_deployments(api: Api) -> N
     # Each namespace's replicas hold their own nodes: the fleet's four are taken, two by each.
     assert [(r["cluster"], r["index"]) for r in prod["replicas"]] == [("east", 0), ("west", 0)]
     assert await api.ledger() == [
-        ("default", "llama-east-0", "east", 1), ("default", "llama-west-0", "west", 1),
-        ("prod", "llama-east-0", "east", 1), ("prod", "llama-west-0", "west", 1),
-    ]  # fmt: skip
-    assert sorted(api.lab.clusters.workload_files()) == sorted([
-        api.lab.home / "clusters" / cluster / "workloads" / sub / f"llama-{cluster}-0.json"
-        for cluster in ("east", "west") for sub in ("", "prod")
-    ])  # fmt: skip
+        ("default", "llama-east-0", "east", 1),
+        ("default", "llama-west-0", "west", 1),
+        ("prod", "llama-east-0", "east", 1),
+        ("prod", "llama-west-0", "west", 1),
+    ]
+    assert sorted(api.lab.clusters.workload_files()) == sorted(
+        [
+            api.lab.home / "clusters" / cluster / "workloads" / sub / f"llama-{cluster}-0.json"
+            for cluster in ("east", "west")
+            for sub in ("", "prod")
+        ]
+    )
     default = (await api.http.get("/v1/deployments/llama", headers=api.admin)).json()
     assert (default["namespace"], default["workflow_id"]) == ("default", "deployment/llama")
     same = (await api.http.get("/v1/namespaces/default/deployments/llama", headers=api.admin)).json()
@@ -137,8 +154,10 @@ async def test_the_same_name_in_two_namespaces_is_two_deployments(api: Api) -> N
     assert [(d["namespace"], d["name"]) for d in only["deployments"]] == [("prod", "llama")]
 
     # A body naming another namespace than the path's is refused, naming the field; nothing changes.
-    for path, body in (("/v1/deployments/llama", in_namespace(deployment("llama", 1), "prod")),
-                       (PROD, in_namespace(deployment("llama", 1), "staging"))):  # fmt: skip
+    for path, body in (
+        ("/v1/deployments/llama", in_namespace(deployment("llama", 1), "prod")),
+        (PROD, in_namespace(deployment("llama", 1), "staging")),
+    ):
         response = await api.http.put(path, json=body, headers=api.admin)
         assert response.status_code == 422, response.text
         error = response.json()["error"]
@@ -223,18 +242,23 @@ spec:
 
 @pytest.mark.parametrize("fleet_text", [AUTOSCALED])
 async def test_an_autoscaling_pool_counts_max_node_count_as_berth_plan_does(api: Api) -> None:
-    response = await api.http.put("/v1/deployments/scaled", json=deployment("scaled", 4, min_replicas=1),
-                                  headers=api.admin)  # fmt: skip
+    response = await api.http.put(
+        "/v1/deployments/scaled", json=deployment("scaled", 4, min_replicas=1), headers=api.admin
+    )
     assert response.status_code == 202, response.text
     body = await api.wait_for("/v1/deployments/scaled", ready(3))
     assert [(r["cluster"], r["index"]) for r in body["replicas"]] == [("east", 0), ("east", 1), ("east", 2)]
     assert body["phase"] == "PartiallyScheduled" and body["message"].startswith("3 of 4 replicas scheduled")
-    assert ("capacity counts nodes the autoscaler has not created yet (maxNodeCount) in east/serve "
-            "(3 counted, nodeCount 1); replicas there wait for them") in body["message"]  # fmt: skip
+    assert (
+        "capacity counts nodes the autoscaler has not created yet (maxNodeCount) in east/serve "
+        "(3 counted, nodeCount 1); replicas there wait for them"
+    ) in body["message"]
     # The ledger took all three: it counts what the planner counts.
     assert [row[1:] for row in await api.ledger()] == [
-        ("scaled-east-0", "east", 1), ("scaled-east-1", "east", 1), ("scaled-east-2", "east", 1)
-    ]  # fmt: skip
+        ("scaled-east-0", "east", 1),
+        ("scaled-east-1", "east", 1),
+        ("scaled-east-2", "east", 1),
+    ]
     assert body["recent_failures"] == []
     await api.http.delete("/v1/deployments/scaled", headers=api.admin)
     await api.gone("/v1/deployments/scaled")

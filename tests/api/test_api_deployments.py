@@ -44,8 +44,14 @@ async def api(temporal_client: Client, sessions, tmp_path: Path) -> AsyncIterato
         async with sessions.begin() as session:
             admin = await create_token(session, "admin", label="tests")
             tokens = await ensure_tenant_tokens(session)
-        app = create_app(Settings(), sessions=sessions, temporal=temporal_client, queues=lab.queues,
-                         timeouts=FAST_CALLS, deployment_timing=FAST)  # fmt: skip
+        app = create_app(
+            Settings(),
+            sessions=sessions,
+            temporal=temporal_client,
+            queues=lab.queues,
+            timeouts=FAST_CALLS,
+            deployment_timing=FAST,
+        )
         await control_worker_seen(app)
         async with http_client(app) as http:
             yield Api(http, lab, bearer(admin), bearer(tokens["acme"]))
@@ -63,13 +69,15 @@ async def test_put_get_scale_list_and_delete(api: Api) -> None:
     body = await api.wait_for("llama", ready(2))
     assert (body["desired"], body["phase"], body["live"]) == (2, "FullyScheduled", True)
     assert [(r["cluster"], r["index"], r["pools"], r["phase"]) for r in body["replicas"]] == [
-        ("east", 0, {"serve": "serve"}, "ready"), ("west", 0, {"serve": "serve"}, "ready"),
-    ]  # fmt: skip
+        ("east", 0, {"serve": "serve"}, "ready"),
+        ("west", 0, {"serve": "serve"}, "ready"),
+    ]
 
     # YAML is accepted too; scaling past capacity is partial, with the explanation.
     manifest = yaml.safe_dump(deployment("llama", 4, min_replicas=1))
-    response = await api.http.put("/v1/deployments/llama", content=manifest,
-                                  headers={**api.admin, "Content-Type": "application/yaml"})  # fmt: skip
+    response = await api.http.put(
+        "/v1/deployments/llama", content=manifest, headers={**api.admin, "Content-Type": "application/yaml"}
+    )
     assert response.status_code == 202 and response.json()["created"] is False
     body = await api.wait_for("llama", lambda d: d["desired"] == 4 and ready(3)(d))
     assert (body["phase"], body["reason"]) == ("PartiallyScheduled", "InsufficientCapacity")
@@ -128,8 +136,13 @@ async def test_put_without_a_worker_is_503_and_starts_nothing(temporal_client: C
         admin = await create_token(session, "admin", label="tests")
     from contracts.task_queues import Queues
 
-    app = create_app(Settings(), sessions=sessions, temporal=temporal_client, queues=Queues(control="nobody-polls"),
-                     timeouts=FAST_CALLS)  # fmt: skip
+    app = create_app(
+        Settings(),
+        sessions=sessions,
+        temporal=temporal_client,
+        queues=Queues(control="nobody-polls"),
+        timeouts=FAST_CALLS,
+    )
     async with http_client(app) as http:
         response = await http.put("/v1/deployments/orphan", json=deployment("orphan", 1), headers=bearer(admin))
     assert response.status_code == 503 and response.json()["error"]["code"] == "no_control_worker"

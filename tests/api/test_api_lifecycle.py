@@ -10,10 +10,15 @@ from tests.api.stack import Stack
 async def test_create_becomes_active_and_release_returns_the_gpus(stack: Stack) -> None:
     response = await stack.http.post(
         "/v1/allocations",
-        json={"gpu_count": 2, "gpu_product": "h200", "shape": "gpu_slice", "labels": {"team": "search"},
-              "ssh_public_keys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample user@host"]},
+        json={
+            "gpu_count": 2,
+            "gpu_product": "h200",
+            "shape": "gpu_slice",
+            "labels": {"team": "search"},
+            "ssh_public_keys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample user@host"],
+        },
         headers=stack.acme,
-    )  # fmt: skip
+    )
     assert response.status_code == 202, response.text
     accepted = response.json()
     assert accepted["state"] == "pending"
@@ -26,8 +31,11 @@ async def test_create_becomes_active_and_release_returns_the_gpus(stack: Stack) 
         await asyncio.sleep(0.1)
         allocation = await stack.get(accepted["id"])
     assert (allocation["tenant"], allocation["region"], allocation["pool"], allocation["node"]) == (
-        "acme", "lab", "lab-1/slices", "small",
-    )  # fmt: skip
+        "acme",
+        "lab",
+        "lab-1/slices",
+        "small",
+    )
     assert allocation["live"] is True and allocation["step"] == "ready"
     assert [b["slot_index"] for b in allocation["bundles"]] == [0, 1]
     assert allocation["attempts"] == [{"number": 1, "node": "small", "outcome": "succeeded", "reason": None}]

@@ -58,15 +58,20 @@ async def test_an_agent_reports_for_its_own_node_only(stack: Stack, tmp_path: Pa
     # A heartbeat (no host, same topology and approval) is answered from memory and keeps the node live.
     beat = NodeReport(agent=AGENT, topology=host.topology_hash(), approved=reply["approved"])
     again = await stack.http.post("/v1/nodes/small/report", content=_body(beat), headers=small | JSON)
-    assert again.status_code == 200 and again.json() == {"node": "small", "live": True, "send_host": False,
-                                                          "approved": reply["approved"]}  # fmt: skip
+    assert again.status_code == 200 and again.json() == {
+        "node": "small",
+        "live": True,
+        "send_host": False,
+        "approved": reply["approved"],
+    }
     # The operator changes small's approved slots: within a flush the agent's next report gets them.
     documents = list(yaml.safe_load_all(api_fleet()))
     cluster = next(d for d in documents if d["kind"] == "InferenceCluster")
     small_node = next(n for n in cluster["spec"]["nodePools"][0]["nodes"] if n["name"] == "small")
     small_node["slots"][1]["vcpus"] = 8
-    applied = await stack.http.put("/v1/fleet", content=json.dumps({"kind": "List", "items": documents}),
-                                   headers=stack.admin)  # fmt: skip
+    applied = await stack.http.put(
+        "/v1/fleet", content=json.dumps({"kind": "List", "items": documents}), headers=stack.admin
+    )
     assert applied.status_code == 200, applied.text
     await asyncio.sleep(1.1)  # past the flush interval: this heartbeat's flush sees the changed approval
     await stack.http.post("/v1/nodes/small/report", content=_body(beat), headers=small | JSON)
@@ -94,9 +99,7 @@ async def test_text_postgresql_cannot_store_is_422_not_500(stack: Stack) -> None
     """Found by schemathesis: a NUL, or a lone surrogate escaped in JSON, in the reported host."""
     for hostname in ("a\\u0000b", "\\ud800"):
         body = '{"agent": {"version": "x", "interval_seconds": 30}, "topology": "0", "host": {"hostname": "%s"}}'
-        answer = await stack.http.post(
-            "/v1/nodes/small/report", content=body % hostname, headers=stack.admin | JSON
-        )  # fmt: skip
+        answer = await stack.http.post("/v1/nodes/small/report", content=body % hostname, headers=stack.admin | JSON)
         assert answer.status_code == 422, answer.text
 
 
@@ -109,9 +112,10 @@ async def test_a_revoked_node_token_is_refused_within_five_seconds_even_for_stea
     small = bearer(token)
     host = discover_host(sysfs_tree.gpu_on_nvidia().write(tmp_path))
     first = await stack.http.post(
-        "/v1/nodes/small/report", content=_body(NodeReport(agent=AGENT, topology=host.topology_hash(), host=host)),
+        "/v1/nodes/small/report",
+        content=_body(NodeReport(agent=AGENT, topology=host.topology_hash(), host=host)),
         headers=small | JSON,
-    )  # fmt: skip
+    )
     beat = _body(NodeReport(agent=AGENT, topology=host.topology_hash(), approved=first.json()["approved"]))
     assert (await stack.http.post("/v1/nodes/small/report", content=beat, headers=small | JSON)).status_code == 200
     async with stack.lab.sessions.begin() as session:

@@ -90,9 +90,11 @@ async def test_no_control_worker_is_503_and_changes_nothing(stack: Stack, tempor
         assert create.headers["retry-after"] == "5"
         error = create.json()["error"]
         assert error["code"] == "no_control_worker" and "berth worker control" in error["message"]
-        for method, path, who in [("POST", f"/v1/allocations/{allocation_id}/cancel", stack.acme),
-                                  ("POST", f"/v1/allocations/{allocation_id}/retry", stack.admin),
-                                  ("DELETE", f"/v1/allocations/{allocation_id}", stack.acme)]:  # fmt: skip
+        for method, path, who in [
+            ("POST", f"/v1/allocations/{allocation_id}/cancel", stack.acme),
+            ("POST", f"/v1/allocations/{allocation_id}/retry", stack.admin),
+            ("DELETE", f"/v1/allocations/{allocation_id}", stack.acme),
+        ]:
             response = await http.request(method, path, headers=who)
             # a retry of an active allocation too: the workflow's update validator decides, and no worker runs it
             assert response.status_code == 503, (path, response.text)
@@ -119,15 +121,24 @@ async def test_a_worker_that_stopped_answering_is_503_not_a_hang(stack: Stack) -
 
 
 async def test_temporal_unreachable_is_503_and_leaves_no_row(stack: Stack) -> None:
-    app = app_for(stack.lab.sessions, None, stack.lab.queues, TemporalTimeouts(connect_seconds=1.0),
-                  temporal_address="127.0.0.1:9")  # fmt: skip
+    app = app_for(
+        stack.lab.sessions,
+        None,
+        stack.lab.queues,
+        TemporalTimeouts(connect_seconds=1.0),
+        temporal_address="127.0.0.1:9",
+    )
     async with http_client(app) as http:
         response = await http.post("/v1/allocations", json={"gpu_count": 1}, headers=stack.acme)
         assert response.status_code == 503
         assert response.json()["error"]["code"] == "temporal_unavailable"
         health = await http.get("/healthz")
         assert health.status_code == 503
-        assert health.json() == {"status": "unavailable", "database": "ok", "temporal": "unreachable",
-                                 "control_workers": 0}  # fmt: skip
+        assert health.json() == {
+            "status": "unavailable",
+            "database": "ok",
+            "temporal": "unreachable",
+            "control_workers": 0,
+        }
     async with stack.lab.sessions() as session:
         assert await session.scalar(select(func.count()).select_from(AllocationRow)) == 0

@@ -37,9 +37,15 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 def _allocation(number: int, tenant: str) -> AllocationRow:
     allocation_id = f"{tenant[:1]}{number:04d}"
     return AllocationRow(
-        id=allocation_id, tenant=tenant, state="failed", shape="gpu_slice", gpu_count=1, request={},
-        workflow_id=f"allocation/{allocation_id}", created_at=T0 + timedelta(seconds=number // 3),
-    )  # fmt: skip
+        id=allocation_id,
+        tenant=tenant,
+        state="failed",
+        shape="gpu_slice",
+        gpu_count=1,
+        request={},
+        workflow_id=f"allocation/{allocation_id}",
+        created_at=T0 + timedelta(seconds=number // 3),
+    )
 
 
 async def _write_rows(sessions: async_sessionmaker[AsyncSession]) -> None:

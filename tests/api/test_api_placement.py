@@ -17,12 +17,19 @@ async def test_explain_places_without_side_effects(stack: Stack) -> None:
     assert result["explanation"]["summary"] == (
         "2 H200 GPU slices fit on node small in pool lab-1/slices (lab), with 1 alternate"
     )
-    assert [level["level"] for level in result["explanation"]["levels"]] == ["tenant", "region", "pool", "node",
-                                                                             "bundle"]  # fmt: skip
+    assert [level["level"] for level in result["explanation"]["levels"]] == [
+        "tenant",
+        "region",
+        "pool",
+        "node",
+        "bundle",
+    ]
     node_level = result["explanation"]["levels"][3]
     assert (node_level["considered"], node_level["passed"], node_level["dropped"]) == (
-        3, 2, {"node_too_small": 1},
-    )  # fmt: skip
+        3,
+        2,
+        {"node_too_small": 1},
+    )
     assert node_level["items"] is None
     assert [c["node"] for c in result["candidates"]] == ["small", "big"]
     assert [b["slot_index"] for b in result["plan"]["bundles"]] == [0, 1]
@@ -33,8 +40,10 @@ async def test_explain_places_without_side_effects(stack: Stack) -> None:
     detailed = await stack.http.post("/v1/explain?detail=true", json={"gpu_count": 2}, headers=stack.acme)
     items = detailed.json()["explanation"]["levels"][3]["items"]
     assert {item["name"]: item["reason"] for item in items} == {
-        "big": None, "small": None, "slow": "node_too_small",
-    }  # fmt: skip
+        "big": None,
+        "small": None,
+        "slow": "node_too_small",
+    }
 
 
 async def test_explain_refusals_say_why_and_are_counted(stack: Stack) -> None:
@@ -56,8 +65,7 @@ async def test_explain_refusals_say_why_and_are_counted(stack: Stack) -> None:
 async def test_capacity_counts_raw_free_and_schedulable_slices(stack: Stack) -> None:
     allocation_id = await stack.create(2)
     await stack.wait_for(allocation_id, "active")
-    response = await stack.http.get("/v1/capacity", params={"region": "lab", "gpu_product": "h200"},
-                                    headers=stack.acme)  # fmt: skip
+    response = await stack.http.get("/v1/capacity", params={"region": "lab", "gpu_product": "h200"}, headers=stack.acme)
     assert response.status_code == 200
     [pool] = response.json()["pools"]
     assert (pool["pool"], pool["nodes"], pool["gpus"], pool["raw_free_gpus"]) == ("lab-1/slices", 3, 7, 5)

@@ -67,9 +67,15 @@ async def test_a_tenant_pinning_another_tenants_gpu_never_sees_its_allocation_id
     admin = await _post(stack, "/v1/explain", {"gpu_count": 1, **BIG_FIRST_GPU}, stack.admin, detail="true")
     assert admin.json()["refusal"]["message"] == f"no pinned node can take 1 GPU slice: {claimed}"
     assert admin.json()["holders"] == [
-        {"node": "big", "slot_id": held[0]["name"], "slot_index": 0, "gpu_pci": "0000:10:00.0", "state": "claimed",
-         "allocation": theirs},
-    ]  # fmt: skip
+        {
+            "node": "big",
+            "slot_id": held[0]["name"],
+            "slot_index": 0,
+            "gpu_pci": "0000:10:00.0",
+            "state": "claimed",
+            "allocation": theirs,
+        },
+    ]
 
 
 def _wider_fleet() -> str:
@@ -91,8 +97,14 @@ def _wider_fleet() -> str:
                 slot["mac"] = f"52:54:00:7f:00:{slot['index']:02x}"
                 slot["privateIp"] = f"10.0.127.{10 + slot['index']}"
             documents.append(document)
-    documents.append({"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant", "metadata": {"name": "initech"},
-                      "spec": {"gpuQuota": 8, "requiredJurisdiction": "eu"}})  # fmt: skip
+    documents.append(
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "Tenant",
+            "metadata": {"name": "initech"},
+            "spec": {"gpuQuota": 8, "requiredJurisdiction": "eu"},
+        }
+    )
     return yaml.safe_dump_all(documents, sort_keys=False)
 
 
@@ -129,8 +141,10 @@ async def test_a_tenant_sees_only_the_regions_pools_and_nodes_its_policy_lets_it
     explained = await _post(stack, "/v1/explain", {"gpu_count": 1}, stack.globex, detail="true")
     regions = explained.json()["explanation"]["levels"][1]
     assert (regions["level"], regions["considered"], [item["name"] for item in regions["items"]]) == (
-        "region", 1, ["lab"],
-    )  # fmt: skip
+        "region",
+        1,
+        ["lab"],
+    )
     assert "offlimits" not in explained.text and "remote" not in explained.text
     operator = await _post(stack, "/v1/explain", {"gpu_count": 1, "tenant": "globex"}, stack.admin, detail="true")
     assert operator.json()["explanation"]["levels"][1]["dropped"] == {"region_not_allowed": 1}
@@ -145,8 +159,9 @@ async def test_a_tenant_sees_only_the_regions_pools_and_nodes_its_policy_lets_it
     assert remote["code"] == "unknown_node"
     region = await _unknown(stack, {"region": "offlimits"}, stack.globex)
     assert (region["code"], region["details"]) == (
-        "unknown_region", [{"field": "body.region", "value": "offlimits", "choices": ["lab"]}],
-    )  # fmt: skip
+        "unknown_region",
+        [{"field": "body.region", "value": "offlimits", "choices": ["lab"]}],
+    )
     assert (await _unknown(stack, {"nodes": ["big"]}, initech))["details"][0]["choices"] == ["remote"]
     admin = await _unknown(stack, {"nodes": ["nowhere"], "tenant": "globex"}, stack.admin)
     assert admin["details"][0]["choices"] == ["big", "remote", "slow", "small"]

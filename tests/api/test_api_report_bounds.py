@@ -53,40 +53,81 @@ def _largest_real_host() -> HostInventory:
     (bridges, NVSwitches, management), 36 NVMe namespaces, 8 NUMA cells of 56 CPUs: more than any host Berth runs."""
     numbers = iter(range(1, 1 << 20))
     gpus = [
-        Gpu(address=_address(next(numbers)), vendor_id="10de", device_id="2335", class_code="030200",
-            driver="vfio-pci", numa_node=index % 8, iommu_group=index, product="NVIDIA H200", memory_mib=143771,
-            functions=[_address(next(numbers))])
+        Gpu(
+            address=_address(next(numbers)),
+            vendor_id="10de",
+            device_id="2335",
+            class_code="030200",
+            driver="vfio-pci",
+            numa_node=index % 8,
+            iommu_group=index,
+            product="NVIDIA H200",
+            memory_mib=143771,
+            functions=[_address(next(numbers))],
+        )
         for index in range(16)
-    ]  # fmt: skip
+    ]
     fabric = []
     for index in range(16):
         pf, vfs = _address(next(numbers)), [_address(next(numbers)) for _ in range(127)]
-        fabric.append(FabricDevice(address=pf, vendor_id="15b3", device_id="1021", class_code="020700",
-                                   driver="mlx5_core", numa_node=index % 8, role=FabricRole.PF, vfs=vfs,
-                                   sriov_totalvfs=127, sriov_numvfs=127, netdevs=[f"ibp{index}s0"],
-                                   rdma_devices=[f"mlx5_{index}"]))  # fmt: skip
+        fabric.append(
+            FabricDevice(
+                address=pf,
+                vendor_id="15b3",
+                device_id="1021",
+                class_code="020700",
+                driver="mlx5_core",
+                numa_node=index % 8,
+                role=FabricRole.PF,
+                vfs=vfs,
+                sriov_totalvfs=127,
+                sriov_numvfs=127,
+                netdevs=[f"ibp{index}s0"],
+                rdma_devices=[f"mlx5_{index}"],
+            )
+        )
         fabric += [
-            FabricDevice(address=vf, vendor_id="15b3", device_id="101e", class_code="020700", driver="vfio-pci",
-                         numa_node=index % 8, role=FabricRole.VF, parent=pf, netdevs=[f"ibp{index}s0v{n}"],
-                         rdma_devices=[f"mlx5_{16 + 127 * index + n}"])
+            FabricDevice(
+                address=vf,
+                vendor_id="15b3",
+                device_id="101e",
+                class_code="020700",
+                driver="vfio-pci",
+                numa_node=index % 8,
+                role=FabricRole.VF,
+                parent=pf,
+                netdevs=[f"ibp{index}s0v{n}"],
+                rdma_devices=[f"mlx5_{16 + 127 * index + n}"],
+            )
             for n, vf in enumerate(vfs)
-        ]  # fmt: skip
+        ]
     addresses = [*(g.address for g in gpus), *(g.functions[0] for g in gpus), *(f.address for f in fabric)]
     addresses += [_address(next(numbers)) for _ in range(600)]
     nvme = [
-        NvmeNamespace(name=f"nvme{n}n1", wwid=f"eui.{n:032x}", serial=f"S{n:019d}", size_bytes=3840755982336,
-                      by_id=[f"/dev/disk/by-id/nvme-SAMSUNG_MZWLO3T8HCLS-00A07_S{n:019d}",
-                             f"/dev/disk/by-id/nvme-eui.{n:032x}"], controller_pci=_address(next(numbers)))
+        NvmeNamespace(
+            name=f"nvme{n}n1",
+            wwid=f"eui.{n:032x}",
+            serial=f"S{n:019d}",
+            size_bytes=3840755982336,
+            by_id=[f"/dev/disk/by-id/nvme-SAMSUNG_MZWLO3T8HCLS-00A07_S{n:019d}", f"/dev/disk/by-id/nvme-eui.{n:032x}"],
+            controller_pci=_address(next(numbers)),
+        )
         for n in range(36)
-    ]  # fmt: skip
+    ]
     return HostInventory(
-        hostname="gpu-host-001.example.internal", gpus=gpus, fabric=fabric, nvme=nvme,
+        hostname="gpu-host-001.example.internal",
+        gpus=gpus,
+        fabric=fabric,
+        nvme=nvme,
         numa=[NumaCell(id=cell, cpus=list(range(cell * 56, cell * 56 + 56)), memory_mib=257000) for cell in range(8)],
         iommu_groups={group: [address] for group, address in enumerate(addresses)},
-        pci_functions={address: PciFunction(address=address, vendor_id="8086", device_id="1234",
-                                            class_code="060400", iommu_group=group)
-                       for group, address in enumerate(addresses)},
-    )  # fmt: skip
+        pci_functions={
+            address: PciFunction(
+                address=address, vendor_id="8086", device_id="1234", class_code="060400", iommu_group=group
+            )
+            for group, address in enumerate(addresses)
+        },
+    )
 
 
 def _at_the_bounds() -> HostInventory:
@@ -119,13 +160,25 @@ async def _small_token(stack: Stack) -> dict[str, str]:
 
 
 def _gpu(n: int, **extra: Any) -> dict[str, Any]:
-    return {"address": _address(n), "vendor_id": "10de", "device_id": "2335", "class_code": "030200",
-            "product": "NVIDIA H200", **extra}  # fmt: skip
+    return {
+        "address": _address(n),
+        "vendor_id": "10de",
+        "device_id": "2335",
+        "class_code": "030200",
+        "product": "NVIDIA H200",
+        **extra,
+    }
 
 
 def _pf(n: int, vfs: int) -> dict[str, Any]:
-    return {"address": _address(n), "vendor_id": "15b3", "device_id": "1021", "class_code": "020700", "role": "pf",
-            "vfs": [_address(1000 + n)] * vfs}  # fmt: skip
+    return {
+        "address": _address(n),
+        "vendor_id": "15b3",
+        "device_id": "1021",
+        "class_code": "020700",
+        "role": "pf",
+        "vfs": [_address(1000 + n)] * vfs,
+    }
 
 
 OVERSIZE = {
@@ -209,8 +262,9 @@ async def test_a_host_kept_before_the_bounds_is_forgotten_when_the_fleet_changes
     documents = list(yaml.safe_load_all(api_fleet()))
     cluster = next(d for d in documents if d["kind"] == "InferenceCluster")
     next(n for n in cluster["spec"]["nodePools"][0]["nodes"] if n["name"] == "small")["slots"][1]["vcpus"] = 8
-    applied = await stack.http.put("/v1/fleet", content=json.dumps({"kind": "List", "items": documents}),
-                                   headers=stack.admin)  # fmt: skip
+    applied = await stack.http.put(
+        "/v1/fleet", content=json.dumps({"kind": "List", "items": documents}), headers=stack.admin
+    )
     assert applied.status_code == 200, applied.text
     shown = (await stack.http.get("/v1/nodes/small", headers=stack.admin)).json()
     assert shown["agent"]["topology"] is None

@@ -26,21 +26,39 @@ async def _allocations(stack: Stack) -> int:
 
 
 async def _allocation_workflows(stack: Stack) -> list[str]:
-    return [w.id async for w in stack.lab.starter.list_workflows("WorkflowType = 'AllocationWorkflow'")
-            if w.id.startswith("allocation/")]  # fmt: skip
+    return [
+        w.id
+        async for w in stack.lab.starter.list_workflows("WorkflowType = 'AllocationWorkflow'")
+        if w.id.startswith("allocation/")
+    ]
 
 
 @pytest.mark.parametrize(
     ("body", "code", "field", "choices", "message"),
     [
-        ({"region": "mars"}, "unknown_region", "body.region", ["lab"],
-         "no region 'mars' among the regions your tenant may use; available to you: lab"),
-        ({"gpu_product": "B200"}, "unknown_product", "body.gpu_product", ["H200"],
-         "no B200 in the regions your tenant may use; available to you: H200"),
-        ({"nodes": ["big", "huge"]}, "unknown_node", "body.nodes[1]", ["big", "slow", "small"],
-         "no node 'huge' in the regions your tenant may use; available to you: big, slow, small"),
+        (
+            {"region": "mars"},
+            "unknown_region",
+            "body.region",
+            ["lab"],
+            "no region 'mars' among the regions your tenant may use; available to you: lab",
+        ),
+        (
+            {"gpu_product": "B200"},
+            "unknown_product",
+            "body.gpu_product",
+            ["H200"],
+            "no B200 in the regions your tenant may use; available to you: H200",
+        ),
+        (
+            {"nodes": ["big", "huge"]},
+            "unknown_node",
+            "body.nodes[1]",
+            ["big", "slow", "small"],
+            "no node 'huge' in the regions your tenant may use; available to you: big, slow, small",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_unknown_names_are_422_with_the_choices_and_create_nothing(
     stack: Stack, body: dict[str, Any], code: str, field: str, choices: list[str], message: str
 ) -> None:
@@ -70,9 +88,14 @@ async def test_a_selector_that_does_not_compile_is_422_naming_it_and_the_positio
         assert error["code"] == "invalid_selector"
         assert error["message"] == "selectors[1] does not compile at 1:44: Syntax error: unexpected end of expression"
         assert error["details"] == [
-            {"field": "body.selectors[1]", "expression": body["selectors"][1], "line": 1, "column": 44,
-             "reason": "Syntax error: unexpected end of expression"},
-        ]  # fmt: skip
+            {
+                "field": "body.selectors[1]",
+                "expression": body["selectors"][1],
+                "line": 1,
+                "column": 44,
+                "reason": "Syntax error: unexpected end of expression",
+            },
+        ]
     unknown_field = {"gpu_count": 1, "selectors": ["device.name == 'gpu-0'"]}
     error = (await stack.http.post("/v1/allocations", json=unknown_field, headers=stack.acme)).json()["error"]
     assert error["message"] == "selectors[0] does not compile at 1:8: undefined field 'name'"
@@ -84,16 +107,19 @@ async def test_selectors_and_cluster_selector_decide_the_placement(stack: Stack)
     placed = (await stack.http.post("/v1/explain", json=matching, headers=stack.acme)).json()
     assert placed["placed"] is True and placed["candidates"][0]["node"] == "small"
 
-    other = await stack.http.post("/v1/explain", json={"gpu_count": 2, "selectors": [B200_SELECTOR]},
-                                  headers=stack.acme)  # fmt: skip
+    other = await stack.http.post(
+        "/v1/explain", json={"gpu_count": 2, "selectors": [B200_SELECTOR]}, headers=stack.acme
+    )
     refused = other.json()
     assert refused["placed"] is False, refused
     assert refused["refusal"]["code"] == "no_region"
-    assert refused["refusal"]["message"].endswith("1 has no pool matching the cluster selector, readiness and device "
-                                                  "selectors")  # fmt: skip
+    assert refused["refusal"]["message"].endswith(
+        "1 has no pool matching the cluster selector, readiness and device selectors"
+    )
 
-    labelled = await stack.http.post("/v1/explain", json={"gpu_count": 2, "cluster_selector": {"tier": "gold"}},
-                                     headers=stack.acme)  # fmt: skip
+    labelled = await stack.http.post(
+        "/v1/explain", json={"gpu_count": 2, "cluster_selector": {"tier": "gold"}}, headers=stack.acme
+    )
     assert labelled.json()["placed"] is False
     assert labelled.json()["refusal"]["message"] == refused["refusal"]["message"]
 
@@ -153,16 +179,32 @@ async def test_a_pinned_gpu_is_the_slot_the_allocation_gets_and_a_held_one_is_re
 @pytest.mark.parametrize(
     ("body", "code", "field", "message"),
     [
-        ({"gpus": ["0000:10:00.0"]}, "invalid_request", "body.gpus",
-         "gpus need exactly one pinned node in `nodes`, not 0"),
-        ({"gpus": ["0000:10:00.0"], "nodes": ["big", "small"]}, "invalid_request", "body.gpus",
-         "gpus need exactly one pinned node in `nodes`, not 2"),
-        ({"gpus": ["0000:10:00.0", "0000:11:00.0"], "nodes": ["big"]}, "invalid_request", "body.gpu_count",
-         "gpu_count is 1 but 2 GPUs are pinned: they must be equal"),
-        ({"gpus": ["10:00"], "nodes": ["big"]}, "invalid_request", "body.gpus[0]",
-         "Value error, '10:00' is not a PCI address"),
+        (
+            {"gpus": ["0000:10:00.0"]},
+            "invalid_request",
+            "body.gpus",
+            "gpus need exactly one pinned node in `nodes`, not 0",
+        ),
+        (
+            {"gpus": ["0000:10:00.0"], "nodes": ["big", "small"]},
+            "invalid_request",
+            "body.gpus",
+            "gpus need exactly one pinned node in `nodes`, not 2",
+        ),
+        (
+            {"gpus": ["0000:10:00.0", "0000:11:00.0"], "nodes": ["big"]},
+            "invalid_request",
+            "body.gpu_count",
+            "gpu_count is 1 but 2 GPUs are pinned: they must be equal",
+        ),
+        (
+            {"gpus": ["10:00"], "nodes": ["big"]},
+            "invalid_request",
+            "body.gpus[0]",
+            "Value error, '10:00' is not a PCI address",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_gpu_pins_that_mean_nothing_are_422_naming_the_field(
     stack: Stack, body: dict[str, Any], code: str, field: str, message: str
 ) -> None:

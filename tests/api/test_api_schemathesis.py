@@ -58,8 +58,14 @@ def _fuzz(served: Served, operation: Any, headers: dict[str, str], **fixed: Any)
     for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
         @given(case=operation.as_strategy(generation_mode=mode, **fixed))
-        @settings(max_examples=EXAMPLES, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
-                  suppress_health_check=list(HealthCheck), derandomize=True)  # fmt: skip  # the same cases every run
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+            derandomize=True,
+        )  # the same cases every run
         def exchange(case: schemathesis.Case) -> None:
             nonlocal sent
             sent += 1
@@ -74,8 +80,9 @@ def _fuzz(served: Served, operation: Any, headers: dict[str, str], **fixed: Any)
 
 def test_no_request_gets_a_server_error(database_url: str, temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
     client = temporal_env.client
-    with served_api(database_url, client.service_client.config.target_host, client.namespace, api_fleet(),
-                    tmp_path) as served:  # fmt: skip
+    with served_api(
+        database_url, client.service_client.config.target_host, client.namespace, api_fleet(), tmp_path
+    ) as served:
         _wait_for_worker(served)
         admin, tenant = bearer(served.admin_token), bearer(served.tenant_tokens["acme"])
         real = httpx.post(f"{served.base_url}/v1/allocations", json={"gpu_count": 2}, headers=tenant)
@@ -99,14 +106,27 @@ def _schemathesis(served: Served, token: str, home: Path) -> subprocess.Popen[st
     run by hand: it sends some 3,300 requests per token, minutes here; its 405 finding is pinned below.
     BERTH_SCHEMATHESIS_SEED and BERTH_SCHEMATHESIS_EXAMPLES widen a run by hand."""
     command = [
-        sys.executable, "-m", "schemathesis.cli", "run", f"{served.base_url}/openapi.json",
-        "--checks", "all", "--exclude-checks", "positive_data_acceptance,use_after_free",
-        "-H", f"Authorization: Bearer {token}", "--seed", os.environ.get("BERTH_SCHEMATHESIS_SEED", "21"),
-        "--max-examples", os.environ.get("BERTH_SCHEMATHESIS_EXAMPLES", str(CLI_EXAMPLES)),
-        "--phases", "fuzzing,stateful", "--output-truncate", "false",
-    ]  # fmt: skip
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.api.schemathesis_hooks", "PYTHONPATH": str(REPO),
-           "NO_COLOR": "1"}  # fmt: skip
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
+        "run",
+        f"{served.base_url}/openapi.json",
+        "--checks",
+        "all",
+        "--exclude-checks",
+        "positive_data_acceptance,use_after_free",
+        "-H",
+        f"Authorization: Bearer {token}",
+        "--seed",
+        os.environ.get("BERTH_SCHEMATHESIS_SEED", "21"),
+        "--max-examples",
+        os.environ.get("BERTH_SCHEMATHESIS_EXAMPLES", str(CLI_EXAMPLES)),
+        "--phases",
+        "fuzzing,stateful",
+        "--output-truncate",
+        "false",
+    ]
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.api.schemathesis_hooks", "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
     home.mkdir()
     return subprocess.Popen(command, cwd=home, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -115,11 +135,14 @@ def test_every_check_passes_with_a_tenant_token_and_with_an_admin_token(
     database_url: str, temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
     client = temporal_env.client
-    with served_api(database_url, client.service_client.config.target_host, client.namespace, api_fleet(),
-                    tmp_path / "lab") as served:  # fmt: skip
+    with served_api(
+        database_url, client.service_client.config.target_host, client.namespace, api_fleet(), tmp_path / "lab"
+    ) as served:
         _wait_for_worker(served)
-        runs = {kind: _schemathesis(served, token, tmp_path / kind)
-                for kind, token in (("tenant", served.tenant_tokens["acme"]), ("admin", served.admin_token))}  # fmt: skip
+        runs = {
+            kind: _schemathesis(served, token, tmp_path / kind)
+            for kind, token in (("tenant", served.tenant_tokens["acme"]), ("admin", served.admin_token))
+        }
         for kind, run in runs.items():
             output, _ = run.communicate(timeout=300)
             assert run.returncode == 0, f"with a {kind} token:\n{output[-20000:]}"
@@ -155,8 +178,10 @@ async def test_fleet_files_schemathesis_broke_are_refused_not_server_errors(stac
     assert response.json()["error"]["code"] == "invalid_fleet"
     assert "Tenant/?" in response.json()["error"]["message"]
     # Also found by it: a mapping as `kind`, a number as `metadata.name` (each was a 500 inside the fleet loader).
-    for document in ("apiVersion: berth.dev/v1alpha1\nkind: {a: 1}\nmetadata: {name: web}\n",
-                     "apiVersion: berth.dev/v1alpha1\nkind: Tenant\nmetadata: {name: 5}\n"):  # fmt: skip
+    for document in (
+        "apiVersion: berth.dev/v1alpha1\nkind: {a: 1}\nmetadata: {name: web}\n",
+        "apiVersion: berth.dev/v1alpha1\nkind: Tenant\nmetadata: {name: 5}\n",
+    ):
         answer = await stack.http.put("/v1/fleet", content=document, headers=stack.admin)
         assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_fleet", answer.text
 
@@ -197,8 +222,10 @@ async def test_a_members_pod_template_is_published_as_the_xrd_that_checks_it(sta
     assert _body_schema(openapi, "put", path, "application/yaml") == schema
     manifest = deployment("llama", 1)
     member = manifest["spec"]["template"]["spec"]["engines"][0]["members"][0]
-    member["template"] = {"metadata": {"labels": {"app": "llama"}},
-                          "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.8.5"}]}}  # fmt: skip
+    member["template"] = {
+        "metadata": {"labels": {"app": "llama"}},
+        "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.8.5"}]},
+    }
     assert _allows(openapi, schema, manifest)
     check_manifest(manifest, "llama", "lab")  # the PUT's own check accepts it
     member["template"]["sepc"] = {}  # misspelt
@@ -221,9 +248,20 @@ async def test_a_reported_host_holds_no_nul_as_the_schema_says(stack: Stack) -> 
     schema = _body_schema(openapi, "post", "/v1/nodes/{node}/report")
     report = {"agent": {"version": "x", "interval_seconds": 30}, "topology": "0", "host": {"hostname": "a"}}
     assert _allows(openapi, schema, report)
-    for host in ({"hostname": "a\x00b"}, {"problems": [{"path": "/sys\x00", "message": "unreadable"}]},
-                 {"pci_functions": {"0000:01:00.0\x00": {"address": "0000:01:00.0", "vendor_id": "10de",
-                                                         "device_id": "2335", "class_code": "030200"}}}):  # fmt: skip
+    for host in (
+        {"hostname": "a\x00b"},
+        {"problems": [{"path": "/sys\x00", "message": "unreadable"}]},
+        {
+            "pci_functions": {
+                "0000:01:00.0\x00": {
+                    "address": "0000:01:00.0",
+                    "vendor_id": "10de",
+                    "device_id": "2335",
+                    "class_code": "030200",
+                }
+            }
+        },
+    ):
         assert not _allows(openapi, schema, {**report, "host": host}), host
         answer = await stack.http.post("/v1/nodes/small/report", json={**report, "host": host}, headers=stack.admin)
         assert answer.status_code == 422, answer.text

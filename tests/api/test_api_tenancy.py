@@ -22,9 +22,13 @@ async def test_requests_without_a_valid_token_are_401_in_the_envelope(stack: Sta
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("GET", "/v1/nodes"), ("POST", "/v1/nodes/small/cordon"), ("POST", "/v1/nodes/small/uncordon"),
-     ("PUT", "/v1/fleet")],
-)  # fmt: skip
+    [
+        ("GET", "/v1/nodes"),
+        ("POST", "/v1/nodes/small/cordon"),
+        ("POST", "/v1/nodes/small/uncordon"),
+        ("PUT", "/v1/fleet"),
+    ],
+)
 async def test_admin_routes_refuse_tenant_tokens(stack: Stack, method: str, path: str) -> None:
     response = await stack.http.request(method, path, headers=stack.acme, content="{}")
     assert response.status_code == 403
@@ -43,9 +47,10 @@ async def test_another_tenants_allocation_does_not_exist_for_a_tenant(stack: Sta
         response = await stack.http.request(method, path, json=body, headers=stack.globex)
         assert response.status_code == 404, (method, path, response.text)
         assert response.json()["error"] == {
-            "code": "not_found", "message": f"allocation '{mine}' does not exist",
+            "code": "not_found",
+            "message": f"allocation '{mine}' does not exist",
             "details": {"kind": "allocation", "name": mine},
-        }  # fmt: skip
+        }
     assert (await stack.http.get("/v1/allocations", headers=stack.globex)).json() == {
         "allocations": [],
         "next_cursor": None,

@@ -46,8 +46,12 @@ async def test_every_metric_a_panel_or_an_alert_names_is_served(stack: Stack) ->
     await stack.wait_for(held, "active")
     text = (await stack.http.get("/metrics")).text
     served = exposed(text)
-    missing = {f"{where}: {name}" for where, expr in expressions().items() for name in _METRIC.findall(expr)
-               if name not in served}  # fmt: skip
+    missing = {
+        f"{where}: {name}"
+        for where, expr in expressions().items()
+        for name in _METRIC.findall(expr)
+        if name not in served
+    }
     assert not missing, sorted(missing)
 
     # What they read: the lab's pool (7 GPUs; 2 held), its 3 live agents, the placement just made, a control worker.

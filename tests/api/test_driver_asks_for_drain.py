@@ -62,9 +62,11 @@ async def test_a_node_reboot_the_driver_asks_for_drains_the_node_and_tells_its_a
 
 async def test_a_gpu_reset_the_driver_asks_for_degrades_the_slot_and_drains_nothing(stack: Stack) -> None:
     reporter = AdvisedReporter(
-        stack.lab.agent("big"), ApiSink(stack, await stack.lab.node_token("big")), slot=2,
+        stack.lab.agent("big"),
+        ApiSink(stack, await stack.lab.node_token("big")),
+        slot=2,
         advice=RecoveryAction.GPU_RESET,
-    )  # fmt: skip
+    )
     reply = await reporter.report_once()
     assert reply.drained is None
     node = await _node(stack, "big")

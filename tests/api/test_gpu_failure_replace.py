@@ -71,8 +71,10 @@ async def test_an_allocation_whose_gpu_fails_moves_to_a_healthy_node_keeping_its
     assert steps[told + 1 : told + 3] == [("attempt_failed", "placing"), ("replace", "placing")], str(steps)
     assert steps[-1] == ("ready", "active")
     event = next(e for e in moved["events"] if e["step"] == "gpu_failed")
-    assert event["reason"] == (f"the GPU of slot {sick_node}/0 failed (the GPU {gpu} is gone from the PCI bus); its "
-                               "pool moves it to a healthy node")  # fmt: skip
+    assert event["reason"] == (
+        f"the GPU of slot {sick_node}/0 failed (the GPU {gpu} is gone from the PCI bus); its "
+        "pool moves it to a healthy node"
+    )
     # The replacement's two attempts are the last: the sick node's, failed with the GPU's reason, then the healthy
     # node's. (The first placement may have needed more than one try on a loaded machine: its failures come first.)
     *_, old, new = moved["attempts"]

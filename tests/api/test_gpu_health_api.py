@@ -30,9 +30,10 @@ class ApiSink:
 
     async def send(self, node: str, report: NodeReport) -> ReportReply:
         response = await self.http.post(
-            f"/v1/nodes/{node}/report", content=report.model_dump_json(exclude_none=True),
+            f"/v1/nodes/{node}/report",
+            content=report.model_dump_json(exclude_none=True),
             headers={**self.headers, "Content-Type": "application/json"},
-        )  # fmt: skip
+        )
         assert response.status_code == 200, response.text
         return ReportReply.model_validate(response.json())
 
@@ -86,8 +87,9 @@ async def test_a_failed_gpu_degrades_its_allocation_and_its_slot_waits_for_a_rep
     signals = {s["index"]: s for s in (await _node(stack, "big"))["signals"]}
     assert sorted(signals) == [0, 1, 2, 3]
     assert (signals[1]["health"], signals[1]["signals"]["gpu"]) == ("failed", f"{gpu} not on the PCI bus")
-    assert signals[0]["signals"]["gpu"].endswith("on vfio-pci, AER fatal/non-fatal/correctable 0/0/0, link 32.0 "
-                                                 "GT/s x16 of 32.0 GT/s x16")  # fmt: skip
+    assert signals[0]["signals"]["gpu"].endswith(
+        "on vfio-pci, AER fatal/non-fatal/correctable 0/0/0, link 32.0 GT/s x16 of 32.0 GT/s x16"
+    )
 
     [pool] = (await stack.http.get("/v1/capacity", headers=stack.admin)).json()["pools"]
     assert (pool["degraded_gpus"], pool["failed_gpus"]) == (0, 1)
@@ -108,8 +110,10 @@ async def test_a_failed_gpu_degrades_its_allocation_and_its_slot_waits_for_a_rep
     assert unknown.status_code == 404 and unknown.json()["error"]["message"] == "node big has no slot 9"
     too_soon = await stack.http.post("/v1/nodes/big/repair", json={"slots": [1]}, headers=stack.admin)
     assert too_soon.status_code == 200, too_soon.text
-    assert too_soon.json() == {"node": "big", "repaired": [{"index": 1, "was": "failed", "reason": (
-        f"the GPU {gpu} is gone from the PCI bus")}]}  # fmt: skip
+    assert too_soon.json() == {
+        "node": "big",
+        "repaired": [{"index": 1, "was": "failed", "reason": (f"the GPU {gpu} is gone from the PCI bus")}],
+    }
     assert (await _node(stack, "big"))["unhealthy"] == []
     assert (await reporter.report_once()).send_health  # the agent's verdict did not change: asked for it again
     await reporter.report_once()
@@ -137,9 +141,10 @@ async def test_a_failure_whose_signal_was_lost_is_told_by_the_reconciler(stack: 
     node = (await stack.wait_for(held, "active"))["node"]
     async with stack.lab.sessions.begin() as session:  # the verdict stored, the API's signal lost
         await session.execute(
-            update(SlotRow).where(SlotRow.node_id == node, SlotRow.slot_index == 0)
+            update(SlotRow)
+            .where(SlotRow.node_id == node, SlotRow.slot_index == 0)
             .values(health="failed", health_reason="Xid 79 (GPU has fallen off the bus): NVIDIA says RESTART_BM")
-        )  # fmt: skip
+        )
     found = (await stack.http.post("/v1/audit", headers=stack.admin)).json()
     assert found["counts"] == {"gpu_failure_untold": 1}
     [finding] = found["report"]["findings"]
@@ -192,11 +197,14 @@ async def test_a_gpu_its_guest_says_is_lost_degrades_its_allocation(stack: Stack
     guest.write_text(json.dumps(said))
     await reporter.report_once()
     [event] = await _told(stack, held)
-    assert event["reason"].startswith(f"the GPU of slot {node}/0 failed (the guest's driver lost the GPU (nvidia-smi "
-                                      "-q: GPU is lost))")  # fmt: skip
+    assert event["reason"].startswith(
+        f"the GPU of slot {node}/0 failed (the guest's driver lost the GPU (nvidia-smi -q: GPU is lost))"
+    )
     unhealthy = {s["index"]: s["reasons"] for s in (await _node(stack, node))["unhealthy"]}
-    assert unhealthy[0] == ["the guest's driver lost the GPU (nvidia-smi -q: GPU is lost)",
-                            "Xid 79 (GPU has fallen off the bus): NVIDIA says RESTART_BM"]  # fmt: skip
+    assert unhealthy[0] == [
+        "the guest's driver lost the GPU (nvidia-smi -q: GPU is lost)",
+        "Xid 79 (GPU has fallen off the bus): NVIDIA says RESTART_BM",
+    ]
     assert (await stack.http.delete(f"/v1/allocations/{held}", headers=stack.acme)).status_code == 202
     await stack.wait_for(held, "released")
 

@@ -81,10 +81,17 @@ def queue_fleet() -> str:
 
 def _row(allocation_id: str, tenant: str, state: str, gpus: int, node: str | None = None) -> AllocationRow:
     return AllocationRow(
-        id=allocation_id, tenant=tenant, state=state, shape="gpu_slice", gpu_count=gpus, gpu_product="H200",
-        request={"gpu_count": gpus, "gpu_product": "H200"}, workflow_id=f"allocation/{allocation_id}",
-        region="east" if node == "e1" else "lab" if node else None, node_id=node,
-    )  # fmt: skip
+        id=allocation_id,
+        tenant=tenant,
+        state=state,
+        shape="gpu_slice",
+        gpu_count=gpus,
+        gpu_product="H200",
+        request={"gpu_count": gpus, "gpu_product": "H200"},
+        workflow_id=f"allocation/{allocation_id}",
+        region="east" if node == "e1" else "lab" if node else None,
+        node_id=node,
+    )
 
 
 QUEUED = [  # allocation, tenant, region, priority, class, GPUs: in order of arrival
@@ -109,10 +116,18 @@ async def write_queues(sessions: async_sessionmaker[AsyncSession]) -> None:
         async with sessions.begin() as session:
             request = PlacementRequest(gpu_count=gpus, gpu_product="H200", region=region, tenant=tenant)
             await queue.enter(
-                session, allocation_id=allocation_id, tenant=tenant, region=region, priority=priority,
-                priority_class=name, request=request.model_dump(mode="json"), gpu_count=gpus,
-                deadline_at=deadline, reason="no node can take it now", code="insufficient_capacity",
-            )  # fmt: skip
+                session,
+                allocation_id=allocation_id,
+                tenant=tenant,
+                region=region,
+                priority=priority,
+                priority_class=name,
+                request=request.model_dump(mode="json"),
+                gpu_count=gpus,
+                deadline_at=deadline,
+                reason="no node can take it now",
+                code="insufficient_capacity",
+            )
     async with sessions.begin() as session:
         await queue.forget_set_asides(session, "lab")
         await queue.record_pass(
@@ -126,7 +141,7 @@ async def write_queues(sessions: async_sessionmaker[AsyncSession]) -> None:
                     None,
                     "behind 1 request(s): the head, a-urgent, does not fit (StrictFIFO)",
                     "queued_behind",
-                ),  # fmt: skip
+                ),
                 queue.PassRecord("g-second", None, None, None, None),
                 queue.PassRecord("a-first", "small", None, None, None),
             ],
@@ -333,11 +348,13 @@ async def remembering(
         tokens = {"admin": await create_token(session, "admin")} | await ensure_tenant_tokens(session)
         for tenant, gpus, start, end in (("acme", 4, 130, 10), ("globex", 2, 90, 30)):
             await session.execute(
-                text("INSERT INTO usage_intervals (kind, subject, attempt, tenant, gpus, started_at, ended_at) "
-                     "VALUES ('allocation', :s, 1, :t, :g, now() - make_interval(mins => :a), "
-                     "now() - make_interval(mins => :b))"),
+                text(
+                    "INSERT INTO usage_intervals (kind, subject, attempt, tenant, gpus, started_at, ended_at) "
+                    "VALUES ('allocation', :s, 1, :t, :g, now() - make_interval(mins => :a), "
+                    "now() - make_interval(mins => :b))"
+                ),
                 {"s": f"past-{tenant}", "t": tenant, "g": gpus, "a": start, "b": end},
-            )  # fmt: skip
+            )
     await write_queues(sessions)
     app = app_for(sessions, temporal_client, Queues(control="unused", node_prefix="unused."))
     async with http_client(app) as http:

@@ -38,8 +38,19 @@ INITECH = {
 def api_process(env: dict[str, str], log: Path) -> Iterator[str]:
     """One API process, as the dev stack and the Kubernetes manifests run it; stopped and waited for."""
     port = free_port()
-    command = [sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app", "--host", "127.0.0.1",
-               "--port", str(port), "--log-level", "warning"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "api.app:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     process = spawn(command, log, env=env)  # ends with this test run whatever happens to it
     try:
         deadline = time.monotonic() + 60
@@ -55,10 +66,14 @@ def api_process(env: dict[str, str], log: Path) -> Iterator[str]:
 def _env(database_url: str, client: Client, control: str, node_prefix: str, **more: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
     return env | {
-        "BERTH_DATABASE_URL": database_url, "BERTH_TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "BERTH_TEMPORAL_NAMESPACE": client.namespace, "BERTH_CONTROL_TASK_QUEUE": control,
-        "BERTH_NODE_TASK_QUEUE_PREFIX": node_prefix, "PYTHONPATH": str(REPO), **more,
-    }  # fmt: skip
+        "BERTH_DATABASE_URL": database_url,
+        "BERTH_TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "BERTH_TEMPORAL_NAMESPACE": client.namespace,
+        "BERTH_CONTROL_TASK_QUEUE": control,
+        "BERTH_NODE_TASK_QUEUE_PREFIX": node_prefix,
+        "PYTHONPATH": str(REPO),
+        **more,
+    }
 
 
 async def test_two_api_processes_share_a_tenants_bucket(
@@ -72,8 +87,14 @@ async def test_two_api_processes_share_a_tenants_bucket(
             found = await verify(session, acme["Authorization"].removeprefix("Bearer "))
             assert found is not None
             acme_id = found.token_id
-        env = _env(database_url, temporal_client, lab.queues.control, lab.queues.node_prefix,
-                   BERTH_PERSON_CREATES_PER_SECOND="0.001", BERTH_PERSON_CREATE_BURST="3")  # fmt: skip
+        env = _env(
+            database_url,
+            temporal_client,
+            lab.queues.control,
+            lab.queues.node_prefix,
+            BERTH_PERSON_CREATES_PER_SECOND="0.001",
+            BERTH_PERSON_CREATE_BURST="3",
+        )
         with ExitStack() as processes:
             apis = [processes.enter_context(api_process(env, tmp_path / f"api-{n}.log")) for n in range(2)]
             async with httpx.AsyncClient(timeout=60) as http:

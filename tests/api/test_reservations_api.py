@@ -82,8 +82,9 @@ async def test_a_reservation_is_its_tenants_alone_and_cancelled_before_its_start
     # Another tenant neither sees it, nor can cancel it.
     assert (await stack.http.get(f"/v1/reservations/{reservation}", headers=stack.globex)).status_code == 404
     assert (await stack.http.delete(f"/v1/reservations/{reservation}", headers=stack.globex)).status_code == 404
-    assert reservation not in [r["id"] for r in (await stack.http.get("/v1/reservations", headers=stack.globex)).json()
-                               ["reservations"]]  # fmt: skip
+    assert reservation not in [
+        r["id"] for r in (await stack.http.get("/v1/reservations", headers=stack.globex)).json()["reservations"]
+    ]
     in_the_past = await stack.http.post("/v1/reservations", json={**window, "starts_at": _at(-60)}, headers=stack.acme)
     assert in_the_past.status_code == 422 and "is not in the future" in in_the_past.json()["error"]["message"]
 

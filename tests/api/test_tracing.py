@@ -39,8 +39,12 @@ async def test_one_trace_runs_from_the_api_through_the_workflow_to_the_node_agen
     temporal_client: Client, sessions: async_sessionmaker[AsyncSession], tmp_path: Path
 ) -> None:
     spans = exporter()
-    traced = await Client.connect(temporal_client.service_client.config.target_host, namespace=temporal_client.namespace,
-                                  data_converter=pydantic_data_converter, interceptors=tracing.interceptors(on=True))  # fmt: skip
+    traced = await Client.connect(
+        temporal_client.service_client.config.target_host,
+        namespace=temporal_client.namespace,
+        data_converter=pydantic_data_converter,
+        interceptors=tracing.interceptors(on=True),
+    )
     async with running_stack(traced, sessions, tmp_path, api_fleet(), traced=True) as stack:
         allocation = await stack.create(2)
         assert (await stack.wait_for(allocation, "active"))["node"] == "small"
@@ -53,10 +57,19 @@ async def test_one_trace_runs_from_the_api_through_the_workflow_to_the_node_agen
     assert request.context is not None
     in_trace = [s for s in finished if s.context is not None and s.context.trace_id == request.context.trace_id]
     names = {s.name for s in in_trace}
-    for step in ("StartWorkflow:Allocation", "RunWorkflow:Allocation", "StartActivity:choose_placement",
-                 "RunActivity:choose_placement", "StartActivity:plan_bundles", "RunActivity:plan_bundles",
-                 "StartActivity:record_claims", "RunActivity:record_claims", "StartActivity:create_vm",
-                 "RunActivity:create_vm", "RunActivity:wait_ready"):  # fmt: skip
+    for step in (
+        "StartWorkflow:Allocation",
+        "RunWorkflow:Allocation",
+        "StartActivity:choose_placement",
+        "RunActivity:choose_placement",
+        "StartActivity:plan_bundles",
+        "RunActivity:plan_bundles",
+        "StartActivity:record_claims",
+        "RunActivity:record_claims",
+        "StartActivity:create_vm",
+        "RunActivity:create_vm",
+        "RunActivity:wait_ready",
+    ):
         assert step in names, f"{step} is not in the trace: {sorted(names)}"
     unnamed = [s.name for s in in_trace if (s.attributes or {}).get(tracing.ALLOCATION_ID) != allocation]
     # FastAPI's dependency resolution, where the instrumentation records it, runs before the request's id is made.

@@ -17,10 +17,12 @@ async def _claimed_seconds(stack: Stack, allocation_id: str) -> float:
     """GPU-seconds the claims table says the allocation held (one claim per GPU)."""
     async with stack.lab.sessions() as session:
         seconds = await session.execute(
-            text("SELECT sum(extract(epoch FROM released_at - claimed_at)) FROM allocation_resource_claims "
-                 "WHERE allocation_id = :id"),
+            text(
+                "SELECT sum(extract(epoch FROM released_at - claimed_at)) FROM allocation_resource_claims "
+                "WHERE allocation_id = :id"
+            ),
             {"id": allocation_id},
-        )  # fmt: skip
+        )
         return float(seconds.scalar_one())
 
 

@@ -27,11 +27,19 @@ from workflows.reservation_client import start_reservation
 Row = TypeVar("Row", AllocationRow, ReservationRow)
 
 CLASSES = [
-    {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "spot"},
-     "spec": {"value": 0, "preemptible": True, "gracePeriod": "3s"}},
-    {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
-     "spec": {"value": 100}},
-]  # fmt: skip
+    {
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "spot"},
+        "spec": {"value": 0, "preemptible": True, "gracePeriod": "3s"},
+    },
+    {
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "urgent"},
+        "spec": {"value": 100},
+    },
+]
 FLEET = lab_fleet({"only": {"gpus": 6}}, extra=CLASSES)
 WARNED_AT_ONCE = FAST.model_copy(update={"expiry_warning_seconds": 60})
 
@@ -60,10 +68,21 @@ async def _reserve(lab: Lab, gpus: int, node: str, starts: datetime, ends: datet
     """A reservation as the API leaves an admitted one (api/routes/reservations.py): its row, then its workflow."""
     reservation_id = f"r-{uuid.uuid4().hex[:8]}"
     async with lab.sessions.begin() as session:
-        await reservations.create(session, ReservationRow(
-            id=reservation_id, tenant="acme", region="lab", node_id=node, gpu_count=gpus, gpu_product=None,
-            shape="gpu_slice", starts_at=starts, ends_at=ends, state="reserved",
-        ))  # fmt: skip
+        await reservations.create(
+            session,
+            ReservationRow(
+                id=reservation_id,
+                tenant="acme",
+                region="lab",
+                node_id=node,
+                gpu_count=gpus,
+                gpu_product=None,
+                shape="gpu_slice",
+                starts_at=starts,
+                ends_at=ends,
+                state="reserved",
+            ),
+        )
     request = PlacementRequest(gpu_count=gpus, tenant="acme", region="lab")
     await start_reservation(lab.starter, reservation_id, "acme", node, request, starts, ends, FAST, lab.queues)
     return reservation_id

@@ -34,8 +34,9 @@ def test_one_of_three_control_workers_and_one_of_two_apis_killed_lose_duplicate_
 ) -> None:
     """Issue 28: the control plane as several replicas (3 control workers on the one queue, 2 APIs behind one
     address), one of each killed mid-flight: the checks of the short form hold, and the others carried the load."""
-    stack = chaos_stack(tmp_path / "state", agent_processes=1, say=lambda line: None, control_workers=3,
-                        api_processes=2)  # fmt: skip
+    stack = chaos_stack(
+        tmp_path / "state", agent_processes=1, say=lambda line: None, control_workers=3, api_processes=2
+    )
     context = stack.start()
     pids = {part: stack.pid(part) for part in stack.parts()}
     try:
@@ -48,7 +49,7 @@ def test_one_of_three_control_workers_and_one_of_two_apis_killed_lose_duplicate_
                 in_flight=10,
                 dwell=1.5,
                 say=lambda line: None,
-            )  # fmt: skip
+            )
         )
     finally:
         stack.stop()

@@ -190,9 +190,15 @@ def _spawn(
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         return subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, user=user, env=env,
-            cwd=cwd, start_new_session=True,
-        )  # fmt: skip
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            user=user,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
 
 
 @pytest.fixture

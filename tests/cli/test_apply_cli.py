@@ -48,21 +48,71 @@ spec:
 
 # (what is wrong, how to break the good file, what the message must say)
 BAD_INPUTS = [
-    ("unknown kind", lambda t: t.replace("kind: Region", "kind: Regoin"), "document 1 Regoin/lab: kind: unknown kind 'Regoin'"),
-    ("missing field", lambda t: t.replace("    className: h200\n", ""), "document 3 InferenceCluster/lab-1: spec.nodePools[0].className: is required but missing"),
-    ("duplicate node", lambda t: t + "    - name: n1\n      slots: []\n", "spec.nodePools[0].nodes[1]: node 'n1' is already defined in pool lab-1/slices"),
-    ("duplicate slot", lambda t: t.replace("{index: 1,", "{index: 0,"), "spec.nodePools[0].nodes[0].slots[1].index: 0 is already used by slots[0] of node n1"),
-    ("duplicate fabric VF", lambda t: t.replace("0000:3a:00.2", "0000:1a:00.2"), "slots[1].fabricVfPci: '0000:1a:00.2' is already used by slots[0] of node n1"),
-    ("malformed PCI address", lambda t: t.replace('"0000:3c:00.0"', '"0000:3c:00"'), "slots[1].gpuPci: '0000:3c:00' is not a PCI address"),
-    ("malformed MAC", lambda t: t.replace("52:54:00:00:00:02", "52:54:00:00:02"), "slots[1].mac: '52:54:00:00:02' is not a MAC address"),
-    ("bad quantity", lambda t: t.replace("141Gi", "141Gx"), "document 2 InferenceClass/h200: spec.devices[0].capacity.memory.value: '141Gx' is not a Kubernetes quantity"),
-    ("pool with an unknown class", lambda t: t.replace("className: h200", "className: h100"), "spec.nodePools[0].className: InferenceClass 'h100' is not defined"),
-    ("cluster in an unknown region", lambda t: t.replace("region: lab", "region: mars"), "spec.region: region 'mars' is not defined"),
-    ("bad apiVersion", lambda t: t.replace("modelplane.ai/v1alpha1", "modelplane.ai/v9"), "apiVersion: must be berth.dev/v1alpha1 or modelplane.ai/v1alpha1"),
+    (
+        "unknown kind",
+        lambda t: t.replace("kind: Region", "kind: Regoin"),
+        "document 1 Regoin/lab: kind: unknown kind 'Regoin'",
+    ),
+    (
+        "missing field",
+        lambda t: t.replace("    className: h200\n", ""),
+        "document 3 InferenceCluster/lab-1: spec.nodePools[0].className: is required but missing",
+    ),
+    (
+        "duplicate node",
+        lambda t: t + "    - name: n1\n      slots: []\n",
+        "spec.nodePools[0].nodes[1]: node 'n1' is already defined in pool lab-1/slices",
+    ),
+    (
+        "duplicate slot",
+        lambda t: t.replace("{index: 1,", "{index: 0,"),
+        "spec.nodePools[0].nodes[0].slots[1].index: 0 is already used by slots[0] of node n1",
+    ),
+    (
+        "duplicate fabric VF",
+        lambda t: t.replace("0000:3a:00.2", "0000:1a:00.2"),
+        "slots[1].fabricVfPci: '0000:1a:00.2' is already used by slots[0] of node n1",
+    ),
+    (
+        "malformed PCI address",
+        lambda t: t.replace('"0000:3c:00.0"', '"0000:3c:00"'),
+        "slots[1].gpuPci: '0000:3c:00' is not a PCI address",
+    ),
+    (
+        "malformed MAC",
+        lambda t: t.replace("52:54:00:00:00:02", "52:54:00:00:02"),
+        "slots[1].mac: '52:54:00:00:02' is not a MAC address",
+    ),
+    (
+        "bad quantity",
+        lambda t: t.replace("141Gi", "141Gx"),
+        "document 2 InferenceClass/h200: spec.devices[0].capacity.memory.value: '141Gx' is not a Kubernetes quantity",
+    ),
+    (
+        "pool with an unknown class",
+        lambda t: t.replace("className: h200", "className: h100"),
+        "spec.nodePools[0].className: InferenceClass 'h100' is not defined",
+    ),
+    (
+        "cluster in an unknown region",
+        lambda t: t.replace("region: lab", "region: mars"),
+        "spec.region: region 'mars' is not defined",
+    ),
+    (
+        "bad apiVersion",
+        lambda t: t.replace("modelplane.ai/v1alpha1", "modelplane.ai/v9"),
+        "apiVersion: must be berth.dev/v1alpha1 or modelplane.ai/v1alpha1",
+    ),
     ("not YAML", lambda t: t + "\n  - : : [\n", "is not valid YAML or JSON at line"),
-    ("not inventory", lambda t: t + "---\napiVersion: berth.dev/v1alpha1\nkind: SlotState\nmetadata: {name: w}\n"
-     "spec: {quarantined: [n1/0]}\n", "SlotState documents are not inventory"),
-]  # fmt: skip
+    (
+        "not inventory",
+        lambda t: (
+            t + "---\napiVersion: berth.dev/v1alpha1\nkind: SlotState\nmetadata: {name: w}\n"
+            "spec: {quarantined: [n1/0]}\n"
+        ),
+        "SlotState documents are not inventory",
+    ),
+]
 
 
 def _write(tmp_path: Path, text: str) -> Path:

@@ -30,10 +30,13 @@ GFD = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count"
 KUBECTL_OUTPUT = {
     "apiVersion": "v1",
     "kind": "List",
-    "items": [_node("gpu-a", **GFD), _node("gpu-b", **GFD),
-              _node("gpu-c", **{k: v for k, v in GFD.items() if k != "nvidia.com/gpu.memory"})],
+    "items": [
+        _node("gpu-a", **GFD),
+        _node("gpu-b", **GFD),
+        _node("gpu-c", **{k: v for k, v in GFD.items() if k != "nvidia.com/gpu.memory"}),
+    ],
     "metadata": {"resourceVersion": ""},
-}  # fmt: skip
+}
 
 
 async def test_a_node_list_becomes_a_cluster_of_homogeneous_pools(tmp_path: Path, database_url: str, sessions) -> None:

@@ -24,8 +24,11 @@ def terminal(database_url: str, temporal_env: WorkflowEnvironment, tmp_path: Pat
 def test_audit_shows_the_drift_and_repair_heals_it(terminal: Terminal, tmp_path: Path) -> None:
     assert "no audit has finished yet" in terminal.ok("audit", "--last")
     vm = tmp_path / "lab" / "nodes" / "big" / "vms" / "stray.json"
-    vm.write_text(VmRecord(vm_id="vm-stray", allocation_id="stray", slot_indexes=[2],
-                           created_at=datetime.now(UTC).timestamp()).model_dump_json())  # fmt: skip
+    vm.write_text(
+        VmRecord(
+            vm_id="vm-stray", allocation_id="stray", slot_indexes=[2], created_at=datetime.now(UTC).timestamp()
+        ).model_dump_json()
+    )
 
     shown = terminal.ok("audit")
     assert "3 host(s) checked" in shown

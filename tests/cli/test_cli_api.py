@@ -83,9 +83,14 @@ def open_terminal(
             assert time.monotonic() < deadline, "the control worker never polled"
             time.sleep(0.05)
         settings = Settings(state_dir=tmp_path / "state")
-        context = StackContext(api_url=served.base_url, temporal_address=target, database_url=database_url,
-                               admin_token=served.admin_token, tenant_tokens=served.tenant_tokens,
-                               temporal_ui_url="http://127.0.0.1:8233")  # fmt: skip
+        context = StackContext(
+            api_url=served.base_url,
+            temporal_address=target,
+            database_url=database_url,
+            admin_token=served.admin_token,
+            tenant_tokens=served.tenant_tokens,
+            temporal_ui_url="http://127.0.0.1:8233",
+        )
         write_context(settings, context)
         yield Terminal(served, settings.state_dir, {**UNSET, "BERTH_STATE_DIR": str(settings.state_dir)})
 
@@ -148,8 +153,26 @@ def test_usage_reports_what_was_held_as_a_table_json_and_csv(terminal: Terminal)
 def test_create_json_sends_every_field_under_an_idempotency_key(terminal: Terminal, tmp_path: Path) -> None:
     key_file = tmp_path / "id_ed25519.pub"
     key_file.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE5pYmJsZQ== me@laptop\n")
-    args = ["alloc", "create", "--gpus", "4", "--tenant", "acme", "--product", "H200", "--region", "lab",
-            "--image", "ubuntu-24.04", "--ssh-key", str(key_file), "--label", "team=ml", "--idempotency-key", "k1"]  # fmt: skip
+    args = [
+        "alloc",
+        "create",
+        "--gpus",
+        "4",
+        "--tenant",
+        "acme",
+        "--product",
+        "H200",
+        "--region",
+        "lab",
+        "--image",
+        "ubuntu-24.04",
+        "--ssh-key",
+        str(key_file),
+        "--label",
+        "team=ml",
+        "--idempotency-key",
+        "k1",
+    ]
     first = terminal.json(*args)
     # Its state when the API wrote its row: `pending`, or further on if its workflow wrote the row first.
     assert first["state"] not in ("failed", "cancelled") and first["workflow_id"] == f"allocation/{first['id']}"

@@ -52,10 +52,12 @@ def test_a_duration_without_a_unit_is_refused_by_every_flag_and_by_the_api(termi
         (["alloc", "create", "--gpus", "1", "--duration", "5"], "--duration"),
         (["alloc", "create", "--gpus", "1", "--queue-timeout", "5"], "--queue-timeout"),
         (["alloc", "create", "--gpus", "1", "--wait", "--timeout", "5"], "--timeout"),
-        (["reservations", "create", "--gpus", "1", "--region", "lab", "--start", "+1h", "--duration", "5"],
-         "--duration"),
+        (
+            ["reservations", "create", "--gpus", "1", "--region", "lab", "--start", "+1h", "--duration", "5"],
+            "--duration",
+        ),
         (["alloc", "extend", "any", "--by", "5"], "--by"),
-    ):  # fmt: skip
+    ):
         line = one_error_line(terminal.berth(*args))
         assert line.startswith(f"error: {flag} '5' {NO_UNIT} (a duration is a number and its unit"), line
     assert terminal.json("alloc", "list")["allocations"] == []  # nothing was created: no five-second lease
@@ -72,8 +74,12 @@ def test_a_duration_without_a_unit_is_refused_by_every_flag_and_by_the_api(termi
         error = answer.json()["error"]
         assert error["code"] == "invalid_request" and [d["field"] for d in error["details"]] == [field]
         assert error["message"].startswith(f"the request is not valid: {field}: ") and "has no unit" in error["message"]
-    window = {"gpu_count": 1, "region": "lab", "starts_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat(),
-              "duration": "90"}  # fmt: skip
+    window = {
+        "gpu_count": 1,
+        "region": "lab",
+        "starts_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat(),
+        "duration": "90",
+    }
     refused = httpx.post(f"{api}/v1/reservations", json=window, headers=acme).json()["error"]
     assert refused["details"][0]["field"] == "body.duration" and "'90' has no unit" in refused["message"]
 
@@ -98,8 +104,12 @@ def _two_regions() -> str:
     east["spec"]["nodePools"][0]["gpuProduct"] = "L4"
     for slot in east["spec"]["nodePools"][0]["nodes"][0]["slots"]:
         slot["mac"], slot["privateIp"] = f"52:54:00:ee:00:{slot['index']:02x}", f"10.9.0.{10 + slot['index']}"
-    region = {"apiVersion": "berth.dev/v1alpha1", "kind": "Region", "metadata": {"name": "east"},
-              "spec": {"prices": {"L4": 1.0}}}  # fmt: skip
+    region = {
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "Region",
+        "metadata": {"name": "east"},
+        "spec": {"prices": {"L4": 1.0}},
+    }
     return yaml.safe_dump_all([*documents, east, region], sort_keys=False)
 
 
@@ -115,8 +125,9 @@ def test_a_tenant_is_told_what_is_not_in_its_regions_without_learning_the_rest(
         nowhere = terminal.berth("alloc", "create", "--gpus", "2", "--product", "B200", "--tenant", "globex")
         assert "no B200 in the regions your tenant may use; available to you: L4" in one_error_line(nowhere)
         # An admin sees the whole fleet: H200 exists, and explain says why globex cannot have it.
-        refused = terminal.json("explain", "--gpus", "2", "--product", "H200", "--token",
-                                terminal.served.admin_token, "--tenant", "globex")  # fmt: skip
+        refused = terminal.json(
+            "explain", "--gpus", "2", "--product", "H200", "--token", terminal.served.admin_token, "--tenant", "globex"
+        )
         assert refused["placed"] is False
         unknown = terminal.berth("explain", "--gpus", "1", "--product", "B200")
         assert "product 'B200' does not exist in the fleet; choose one of: H200, L4" in one_error_line(unknown)
@@ -138,12 +149,23 @@ def test_node_statuses_say_what_each_node_is_doing(terminal: Terminal, tmp_path:
     # A node whose agent never reported takes no work: it is not READY, whatever the fleet file says.
     documents = list(yaml.safe_load_all(api_fleet()))
     cluster = next(d for d in documents if d["kind"] == "InferenceCluster")
-    cluster["spec"]["nodePools"][0]["nodes"].append({
-        "name": "quiet", "numaNodes": 1,
-        "slots": [{"index": 0, "gpuPci": "0000:10:00.0", "fabricParentPci": "0000:40:00.0",
-                   "fabricVfPci": "0000:40:00.2", "fabricClaimMode": "per_slot_vf", "mac": "52:54:00:99:00:00",
-                   "privateIp": "10.0.99.10"}],
-    })  # fmt: skip
+    cluster["spec"]["nodePools"][0]["nodes"].append(
+        {
+            "name": "quiet",
+            "numaNodes": 1,
+            "slots": [
+                {
+                    "index": 0,
+                    "gpuPci": "0000:10:00.0",
+                    "fabricParentPci": "0000:40:00.0",
+                    "fabricVfPci": "0000:40:00.2",
+                    "fabricClaimMode": "per_slot_vf",
+                    "mac": "52:54:00:99:00:00",
+                    "privateIp": "10.0.99.10",
+                }
+            ],
+        }
+    )
     fleet = tmp_path / "with-quiet.yaml"
     fleet.write_text(yaml.safe_dump_all(documents, sort_keys=False))
     terminal.ok("apply", "-f", str(fleet))
@@ -170,10 +192,14 @@ def test_yaml_output_is_the_json_answer_and_errors_are_json_under_a_data_format(
 
     missing = terminal.berth("alloc", "get", "nosuch", "-o", "json")
     assert (missing.exit_code, missing.stdout) == (1, "")
-    assert json.loads(missing.stderr) == {"error": {
-        "code": "not_found", "message": "allocation 'nosuch' does not exist", "status": 404,
-        "details": {"kind": "allocation", "name": "nosuch"},
-    }}  # fmt: skip
+    assert json.loads(missing.stderr) == {
+        "error": {
+            "code": "not_found",
+            "message": "allocation 'nosuch' does not exist",
+            "status": 404,
+            "details": {"kind": "allocation", "name": "nosuch"},
+        }
+    }
     bad = terminal.berth("alloc", "create", "--gpus", "1", "--duration", "5", "-o", "yaml")
     error = json.loads(bad.stderr)["error"]
     assert bad.exit_code == 1 and error["code"] == "invalid_argument" and error["message"].startswith("--duration '5'")
@@ -249,17 +275,22 @@ def test_release_and_cancel_wait_until_the_allocation_has_ended(terminal: Termin
 
 def test_times_are_read_as_date_d_users_write_them(terminal: Terminal) -> None:
     before = datetime.now(UTC)
-    made = terminal.json("reservations", "create", "--gpus", "1", "--region", "lab", "--start", "tomorrow",
-                         "--duration", "1h")  # fmt: skip
+    made = terminal.json(
+        "reservations", "create", "--gpus", "1", "--region", "lab", "--start", "tomorrow", "--duration", "1h"
+    )
     starts = datetime.fromisoformat(made["starts_at"])
     assert before + timedelta(hours=24) <= starts <= datetime.now(UTC) + timedelta(hours=24)
     assert datetime.fromisoformat(made["ends_at"]) - starts == timedelta(hours=1)
-    soon = terminal.json("reservations", "create", "--gpus", "1", "--region", "lab", "--start", "now+2h",
-                         "--end", "+3h")  # fmt: skip
+    soon = terminal.json(
+        "reservations", "create", "--gpus", "1", "--region", "lab", "--start", "now+2h", "--end", "+3h"
+    )
     assert timedelta(hours=1) <= datetime.fromisoformat(soon["ends_at"]) - datetime.fromisoformat(soon["starts_at"])
 
-    line = one_error_line(terminal.berth("reservations", "create", "--gpus", "1", "--region", "lab", "--start",
-                                         "next tuesday", "--duration", "1h"))  # fmt: skip
+    line = one_error_line(
+        terminal.berth(
+            "reservations", "create", "--gpus", "1", "--region", "lab", "--start", "next tuesday", "--duration", "1h"
+        )
+    )
     assert line.startswith("error: --start 'next tuesday' is not a time: write an ISO 8601 time (2026-12-01T09:00:00Z")
     assert "now, today, tomorrow or yesterday" in line and "now+DURATION" in line
     at = one_error_line(terminal.berth("capacity", "--at", "soonish"))
@@ -296,13 +327,17 @@ def test_the_context_is_found_where_kubectl_users_look(
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     nothing = one_error_line(berth("context"))
-    assert nothing.startswith(f"error: no context file: looked for .berth/context.json in {elsewhere} and its parents, "
-                              f"{config / 'berth' / 'context.json'}")  # fmt: skip
+    assert nothing.startswith(
+        f"error: no context file: looked for .berth/context.json in {elsewhere} and its parents, "
+        f"{config / 'berth' / 'context.json'}"
+    )
     (config / "berth").mkdir(parents=True)
     (config / "berth" / "context.json").write_text(written)
     described = json.loads(berth("context", "-o", "json").stdout)
-    assert (described["path"], described["source"]) == (str(config / "berth" / "context.json"),
-                                                        "the user's config directory")  # fmt: skip
+    assert (described["path"], described["source"]) == (
+        str(config / "berth" / "context.json"),
+        "the user's config directory",
+    )
     assert described["api_url"] == terminal.served.base_url and "admin_token" in described
     assert terminal.served.admin_token not in json.dumps(described)  # tokens are never shown
 

@@ -96,13 +96,17 @@ def terminal(database_url: str, temporal_env: WorkflowEnvironment, tmp_path: Pat
 
 def test_nodes_get_prints_what_a_node_reported_as_it_is(terminal: Terminal) -> None:
     token = terminal.ok("tokens", "create", "--node", "small").splitlines()[-1]
-    small = next(node for pool in parse_fleet([(None, api_fleet())]).host_pools() for node in pool.nodes
-                 if node.name == "small")  # fmt: skip
+    small = next(
+        node for pool in parse_fleet([(None, api_fleet())]).host_pools() for node in pool.nodes if node.name == "small"
+    )
     host = simulated_host(small)
     host = host.model_copy(update={"gpus": [gpu.model_copy(update={"driver": FAKE}) for gpu in host.gpus]})
     report = NodeReport(agent=AgentInfo(version=FAKE, interval_seconds=30), topology=host.topology_hash(), host=host)
-    answer = httpx.post(f"{terminal.served.base_url}/v1/nodes/small/report", content=report.model_dump_json(),
-                        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})  # fmt: skip
+    answer = httpx.post(
+        f"{terminal.served.base_url}/v1/nodes/small/report",
+        content=report.model_dump_json(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
     assert answer.status_code == 200, answer.text
 
     shown = terminal.ok("nodes", "get", "small")

@@ -44,8 +44,10 @@ def test_namespace_from_the_manifest_or_the_option(terminal: Terminal, tmp_path:
     assert "prod/ns-llama" in terminal.ok("deploy", "get", "ns-llama", "--namespace", "prod")
     listed = terminal.json("deploy", "list")["deployments"]
     assert sorted((d["namespace"], d["name"]) for d in listed) == [
-        ("default", "ns-llama"), ("prod", "ns-llama"), ("staging", "ns-llama")
-    ]  # fmt: skip
+        ("default", "ns-llama"),
+        ("prod", "ns-llama"),
+        ("staging", "ns-llama"),
+    ]
     assert [d["namespace"] for d in terminal.json("deploy", "list", "-n", "prod")["deployments"]] == ["prod"]
     table = terminal.ok("deploy", "list")
     assert "NAMESPACE" in table and "staging" in table

@@ -15,8 +15,10 @@ def test_waiting_for_the_schema_fails_until_the_migration_has_run(empty_database
     env = {"BERTH_DATABASE_URL": empty_database_url}
     waited = runner.invoke(app, ["migrate", "--wait", "0"], env=env)
     assert waited.exit_code == 1
-    assert waited.output.strip() == (f"error: the database schema is at nothing, not {head()}, after 0 s: has "
-                                     "`berth migrate` (the migration Job) run?")  # fmt: skip
+    assert waited.output.strip() == (
+        f"error: the database schema is at nothing, not {head()}, after 0 s: has "
+        "`berth migrate` (the migration Job) run?"
+    )
     migrated = runner.invoke(app, ["migrate"], env=env)
     assert (migrated.exit_code, migrated.output.strip()) == (0, "database schema is up to date")
     ready = runner.invoke(app, ["migrate", "--wait", "30"], env=env)

@@ -90,9 +90,19 @@ def test_json_output_is_the_documented_stable_document() -> None:
     llama, qwen = document["plans"]
     assert set(llama) == {"deployment", "replicas", "dropped", "status", "newReplicas"}
     assert set(llama["status"]) == {
-        "desired", "minReplicas", "available", "retained", "new", "phase", "reason", "message",
-        "clustersChecked", "clusters", "selectorError", "moving",
-    }  # fmt: skip
+        "desired",
+        "minReplicas",
+        "available",
+        "retained",
+        "new",
+        "phase",
+        "reason",
+        "message",
+        "clustersChecked",
+        "clusters",
+        "selectorError",
+        "moving",
+    }
     assert [(r["name"], r["origin"]) for r in llama["replicas"]] == [
         ("llama-70b-us-east-1-0", "retained"),
         ("llama-70b-us-east-1-1", "new"),
@@ -172,7 +182,9 @@ def test_a_directory_of_modelplane_manifests_plans_with_its_model_service_checke
     assert code == 0, out
     document = json.loads(out)
     assert [(p["deployment"], p["status"]["phase"]) for p in document["plans"]] == [
-        ("llama-70b", "FullyScheduled"), ("qwen-32b", "FullyScheduled")]  # fmt: skip
+        ("llama-70b", "FullyScheduled"),
+        ("qwen-32b", "FullyScheduled"),
+    ]
     # The same plan as without the service: it changes no placement.
     without = tmp_path / "without"
     without.mkdir()

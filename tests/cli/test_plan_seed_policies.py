@@ -169,9 +169,12 @@ def where(document: dict[str, Any]) -> list[tuple[str, str, int, str]]:
 
 def two_clusters(tmp_path: Path, a: int, b: int, name: str = "fleet.yaml") -> str:
     return write(
-        tmp_path, name, gpu_class("h100-8x"),
-        inference_cluster("a", [("h100", "h100-8x", a)]), inference_cluster("b", [("h100", "h100-8x", b)]),
-    )  # fmt: skip
+        tmp_path,
+        name,
+        gpu_class("h100-8x"),
+        inference_cluster("a", [("h100", "h100-8x", a)]),
+        inference_cluster("b", [("h100", "h100-8x", b)]),
+    )
 
 
 def test_single_cluster_puts_every_replica_on_one_cluster_that_holds_them_all(tmp_path: Path) -> None:
@@ -186,9 +189,12 @@ def test_single_cluster_puts_every_replica_on_one_cluster_that_holds_them_all(tm
 
 def test_single_cluster_prefers_the_cluster_already_hosting_the_model(tmp_path: Path) -> None:
     fleet = write(
-        tmp_path, "fleet.yaml", gpu_class("h100-8x"),
-        inference_cluster("a", [("h100", "h100-8x", 8)]), inference_cluster("z", [("h100", "h100-8x", 4)]),
-    )  # fmt: skip
+        tmp_path,
+        "fleet.yaml",
+        gpu_class("h100-8x"),
+        inference_cluster("a", [("h100", "h100-8x", 8)]),
+        inference_cluster("z", [("h100", "h100-8x", 4)]),
+    )
     only_z = write(tmp_path, "z.yaml", gpu_class("h100-8x"), inference_cluster("z", [("h100", "h100-8x", 4)]))
     code, initial = plan_json(only_z, write(tmp_path, "d2.yaml", model("m", replicas=2, singleCluster=True)))
     assert code == 0
@@ -233,9 +239,11 @@ def test_turning_single_cluster_on_gathers_the_replicas_on_the_cluster_that_hold
 
 def test_homogeneous_puts_every_replica_on_one_node_group_with_room_for_all_of_them(tmp_path: Path) -> None:
     fleet = write(
-        tmp_path, "fleet.yaml", gpu_class("h100-8x"),
+        tmp_path,
+        "fleet.yaml",
+        gpu_class("h100-8x"),
         inference_cluster("a", [("small", "h100-8x", 2), ("large", "h100-8x", 3)]),
-    )  # fmt: skip
+    )
     code, first_fit = plan_json(fleet, write(tmp_path, "ff.yaml", model("m", replicas=3)))
     assert code == 0 and [p for *_, p in where(first_fit)] == ["small", "small", "large"]
     code, grouped = plan_json(fleet, write(tmp_path, "h.yaml", model("m", replicas=3, homogeneous=True)))
@@ -275,27 +283,33 @@ def test_a_node_list_without_a_cluster_name_is_refused_not_ignored(tmp_path: Pat
 
 def test_node_list_pools_carry_capabilities_from_labels_and_the_option(tmp_path: Path) -> None:
     nodes = write(
-        tmp_path, "nodes.yaml",
+        tmp_path,
+        "nodes.yaml",
         node_list(
-            gfd_node("w1", A100, 8, 40960, **VLLM), gfd_node("w2", A100, 8, 40960, **VLLM),
-            gfd_node("h1", "NVIDIA-H100-80GB-HBM3", 8, 81559, **VLLM), gfd_node("h2", "NVIDIA-H100-80GB-HBM3", 8, 81559),
+            gfd_node("w1", A100, 8, 40960, **VLLM),
+            gfd_node("w2", A100, 8, 40960, **VLLM),
+            gfd_node("h1", "NVIDIA-H100-80GB-HBM3", 8, 81559, **VLLM),
+            gfd_node("h2", "NVIDIA-H100-80GB-HBM3", 8, 81559),
         ),
-    )  # fmt: skip
+    )
     members = [{"role": "Standalone", "resources": {"gpuMemory": "400Gi", "backend": "vllm"}}]
     deployment = write(tmp_path, "d.yaml", model("qwen", replicas=2, members=members))
     # Only the A100 nodes are all labelled vllm: 400Gi spans both of them (8 x 40Gi each), so one replica fits.
     code, labelled = plan_json(nodes, deployment, extra=("--cluster", "byo", "--gateway", "10.0.0.9"))
     assert code == 0
-    assert [(r["cluster"], r["engines"][0]["pool"], r["engines"][0]["members"][0]["fit"])
-            for r in labelled["plans"][0]["replicas"]] == [("byo", "nvidia-a100-sxm4-40gb-8x40960mi", "SeveralNodes")]  # fmt: skip
+    assert [
+        (r["cluster"], r["engines"][0]["pool"], r["engines"][0]["members"][0]["fit"])
+        for r in labelled["plans"][0]["replicas"]
+    ] == [("byo", "nvidia-a100-sxm4-40gb-8x40960mi", "SeveralNodes")]
     assert labelled["plans"][0]["replicas"][0]["gatewayAddress"] == "10.0.0.9"
     assert (
         "pool nvidia-h100-80gb-hbm3-8x81559mi: member 0 (Standalone): class nvidia-h100-80gb-hbm3-8x81559mi "
         "lacks capability vllm (offers none)" in labelled["plans"][0]["status"]["clusters"][0]["message"]
     )
     # The operator says every pool of the list serves vllm: 400Gi fits one H100 node, an earlier resource-fit step.
-    code, option = plan_json(nodes, deployment, extra=("--cluster", "byo", "--gateway", "10.0.0.9",
-                                                       "--capabilities", "vllm"))  # fmt: skip
+    code, option = plan_json(
+        nodes, deployment, extra=("--cluster", "byo", "--gateway", "10.0.0.9", "--capabilities", "vllm")
+    )
     assert code == 0
     assert [
         (r["engines"][0]["pool"], r["engines"][0]["members"][0]["fit"]) for r in option["plans"][0]["replicas"]
@@ -308,16 +322,18 @@ def test_node_list_pools_carry_capabilities_from_labels_and_the_option(tmp_path:
 def test_mig_partitioned_nodes_are_grouped_apart_and_never_count_as_whole_gpus(tmp_path: Path) -> None:
     mixed = {
         "nvidia.com/mig.strategy": "mixed",
-        "nvidia.com/mig-1g.5gb.count": "56", "nvidia.com/mig-1g.5gb.memory": "4864",
-    }  # fmt: skip
+        "nvidia.com/mig-1g.5gb.count": "56",
+        "nvidia.com/mig-1g.5gb.memory": "4864",
+    }
     nodes = write(
-        tmp_path, "nodes.yaml",
+        tmp_path,
+        "nodes.yaml",
         node_list(
             gfd_node("whole", A100, 8, 40960),
             gfd_node("mixed", A100, 8, 40960, **mixed),
             gfd_node("single", f"{A100}-MIG-1g.5gb", 56, 4864, **{"nvidia.com/mig.strategy": "single"}),
         ),
-    )  # fmt: skip
+    )
     product = f'device.attributes["gpu.nvidia.com"].productName == "{A100}"'
     members = [
         {
@@ -337,22 +353,29 @@ def test_mig_partitioned_nodes_are_grouped_apart_and_never_count_as_whole_gpus(t
     assert "pool nvidia-a100-sxm4-40gb-mig-1g-5g-714d9441: member 0 (Standalone): request 'gpu': no device" in message
     # A memory need does not combine MIG instances either: 20Gi fits no 1g.5gb instance, only whole GPUs.
     by_memory = [{"role": "Standalone", "resources": {"gpuMemory": "20Gi"}}]
-    code, fitted = plan_json(nodes, write(tmp_path, "mem.yaml", model("mem", replicas=3, members=by_memory)),
-                             extra=("--cluster", "byo", "--gateway", "10.0.0.9"))  # fmt: skip
+    code, fitted = plan_json(
+        nodes,
+        write(tmp_path, "mem.yaml", model("mem", replicas=3, members=by_memory)),
+        extra=("--cluster", "byo", "--gateway", "10.0.0.9"),
+    )
     assert [r["engines"][0]["pool"] for r in fitted["plans"][0]["replicas"]] == ["nvidia-a100-sxm4-40gb-8x40960mi"]
 
 
 def test_the_mig_managers_labels_decide_whether_a_node_is_mig_as_kaito_reads_them(tmp_path: Path) -> None:
     """Seed 003 (KAITO): a node is MIG-partitioned when `nvidia.com/mig.config` names a layout other than a disabled
     one and `nvidia.com/mig.config.state` is `success`; `pending` is not MIG yet."""
-    mixed = {"nvidia.com/mig.strategy": "mixed",
-             "nvidia.com/mig-1g.5gb.count": "56", "nvidia.com/mig-1g.5gb.memory": "4864"}  # fmt: skip
+    mixed = {
+        "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/mig-1g.5gb.count": "56",
+        "nvidia.com/mig-1g.5gb.memory": "4864",
+    }
 
     def manager(layout: str, state: str) -> dict[str, str]:
         return {"nvidia.com/mig.config": layout, "nvidia.com/mig.config.state": state}
 
     nodes = write(
-        tmp_path, "nodes.yaml",
+        tmp_path,
+        "nodes.yaml",
         node_list(
             gfd_node("applied", A100, 8, 40960, **mixed, **manager("all-1g.5gb", "success")),
             gfd_node("pending", A100, 8, 40960, **manager("all-1g.5gb", "pending")),
@@ -360,10 +383,14 @@ def test_the_mig_managers_labels_decide_whether_a_node_is_mig_as_kaito_reads_the
             gfd_node("unknown-state", A100, 8, 40960, **manager("all-1g.5gb", "done")),
             gfd_node("unlabelled", A100, 8, 40960, **manager("all-1g.5gb", "success")),
         ),
-    )  # fmt: skip
+    )
     product = f'device.attributes["gpu.nvidia.com"].productName == "{A100}"'
-    members = [{"role": "Standalone",
-                "nodeSelector": {"devices": [{"name": "gpu", "count": 8, "selectors": [{"cel": product}]}]}}]  # fmt: skip
+    members = [
+        {
+            "role": "Standalone",
+            "nodeSelector": {"devices": [{"name": "gpu", "count": 8, "selectors": [{"cel": product}]}]},
+        }
+    ]
     deployment = write(tmp_path, "d.yaml", model("m", replicas=3, members=members))
     code, out = run("-f", nodes, "-f", deployment, "--cluster", "byo", "--gateway", "10.0.0.9", "--output", "json")
     assert code == 0
@@ -424,14 +451,15 @@ def test_gfds_single_strategy_label_alone_leaves_a_node_with_whole_gpus(tmp_path
     disabled = {**single, "nvidia.com/mig.config": "all-disabled", "nvidia.com/mig.config.state": "success"}
     applied = {**single, "nvidia.com/mig.config": "all-1g.5gb", "nvidia.com/mig.config.state": "success"}
     nodes = write(
-        tmp_path, "nodes.yaml",
+        tmp_path,
+        "nodes.yaml",
         node_list(
             gfd_node("v100", "Tesla-V100-SXM2-16GB", 8, 16160, **single),  # not MIG-capable: no MIG manager labels
             gfd_node("h100", "NVIDIA-H100-80GB-HBM3", 8, 81559, **disabled),
             gfd_node("a100", f"{A100}-MIG-1g.5gb", 56, 4864, **applied),  # the single strategy's MIG devices
             gfd_node("broken", f"{A100}-MIG-INVALID", 0, 0, **applied),  # GFD's label for a layout it cannot read
         ),
-    )  # fmt: skip
+    )
 
     def selecting(attribute: str, value: str, count: int) -> list[dict[str, Any]]:
         cel = f'device.attributes["gpu.nvidia.com"].{attribute} == "{value}"'
@@ -439,11 +467,12 @@ def test_gfds_single_strategy_label_alone_leaves_a_node_with_whole_gpus(tmp_path
         return [{"role": "Standalone", "nodeSelector": {"devices": [request]}}]
 
     deployments = write(
-        tmp_path, "d.yaml",
+        tmp_path,
+        "d.yaml",
         model("bert", replicas=1, members=selecting("productName", "Tesla-V100-SXM2-16GB", 8)),
         model("llama", replicas=1, members=selecting("productName", "NVIDIA-H100-80GB-HBM3", 8)),
         model("small", replicas=1, members=selecting("migProfile", "1g.5gb", 1)),
-    )  # fmt: skip
+    )
     code, out = run("-f", nodes, "-f", deployments, "--cluster", "byo", "--gateway", "10.0.0.9", "--output", "json")
     assert code == 0, out
     reports, _, answer = out.partition("\n{")  # the skipped nodes (stderr, wrapped to the width), then the JSON
@@ -507,13 +536,17 @@ def test_single_cluster_moves_a_replica_off_a_draining_pool_onto_a_free_one(tmp_
 def test_spread_puts_an_instance_on_an_empty_worker_of_another_pool_whatever_the_pool_order(tmp_path: Path) -> None:
     pools = {"h100": ("h100", "h100-8x", 2), "l40s": ("l40s", "l40s-4x", 1)}
     members = [{"role": "Standalone", "resources": {"gpuMemory": "40Gi", "backend": "vllm"}}]  # one GPU of either
-    deployment = write(tmp_path, "d.yaml", model("qwen", replicas=4, members=members,
-                                                 placementStrategy="spread", fitGranularity="Gpu"))  # fmt: skip
+    deployment = write(
+        tmp_path, "d.yaml", model("qwen", replicas=4, members=members, placementStrategy="spread", fitGranularity="Gpu")
+    )
     for order in (["h100", "l40s"], ["l40s", "h100"]):
         fleet = write(
-            tmp_path, "fleet.yaml", gpu_class("h100-8x"), gpu_class("l40s-4x", memory="48Gi", count=4),
+            tmp_path,
+            "fleet.yaml",
+            gpu_class("h100-8x"),
+            gpu_class("l40s-4x", memory="48Gi", count=4),
             inference_cluster("lab", [pools[name] for name in order]),
-        )  # fmt: skip
+        )
         code, document = plan_json(fleet, deployment)
         assert code == 0
         placed = [

@@ -98,8 +98,18 @@ def test_alloc_create_asks_to_wait_with_a_priority_class(
         bad = terminal.berth("alloc", "create", "--gpus", "1", "--queue-timeout", "soon")
         assert "--queue-timeout 'soon' is not a duration" in one_error_line(bad)  # read before anything is sent
 
-        created = terminal.json("alloc", "create", "--gpus", "1", "--tenant", "globex", "--queue-timeout", "30m",
-                                "--priority-class", "urgent")  # fmt: skip
+        created = terminal.json(
+            "alloc",
+            "create",
+            "--gpus",
+            "1",
+            "--tenant",
+            "globex",
+            "--queue-timeout",
+            "30m",
+            "--priority-class",
+            "urgent",
+        )
 
         async def recorded(sessions: async_sessionmaker[AsyncSession]) -> Any:
             async with sessions() as session:

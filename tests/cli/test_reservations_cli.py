@@ -15,8 +15,20 @@ def _in(hours: float) -> str:
 
 
 def test_a_reservation_is_made_listed_seen_in_the_capacity_then_and_cancelled(terminal: Terminal) -> None:  # noqa: F811
-    made = terminal.ok("reservations", "create", "--gpus", "4", "--region", "lab", "--pool", "lab-1/slices",
-                       "--start", _in(2), "--duration", "1h")  # fmt: skip
+    made = terminal.ok(
+        "reservations",
+        "create",
+        "--gpus",
+        "4",
+        "--region",
+        "lab",
+        "--pool",
+        "lab-1/slices",
+        "--start",
+        _in(2),
+        "--duration",
+        "1h",
+    )
     assert made.startswith("Reservation ") and " on big: 4 GPUs from " in made  # `big` is the only 4-GPU node
     reservation = made.split()[1]
     listed = terminal.json("reservations", "list")["reservations"]
@@ -31,8 +43,9 @@ def test_a_reservation_is_made_listed_seen_in_the_capacity_then_and_cancelled(te
     assert "RESERVED" in terminal.ok("capacity", "--at", _in(2.5))
 
     # The same window again: no node has 4 GPUs then; the nearest window that fits starts at its end.
-    full = terminal.berth("reservations", "create", "--gpus", "4", "--region", "lab", "--start", _in(2),
-                          "--duration", "1h")  # fmt: skip
+    full = terminal.berth(
+        "reservations", "create", "--gpus", "4", "--region", "lab", "--start", _in(2), "--duration", "1h"
+    )
     line = one_error_line(full)
     assert "no node has 4 GPUs free in [" in line and "the nearest windows that fit: [" in line
     assert "(window_full, HTTP 409)" in line
@@ -58,8 +71,9 @@ def test_bad_reservation_input_is_refused_in_one_line(terminal: Terminal) -> Non
     assert "give exactly one of ends_at and duration" in one_error_line(both)
     neither = terminal.berth(*base, "--start", _in(1))
     assert "give exactly one of ends_at and duration" in one_error_line(neither)
-    nowhere = terminal.berth("reservations", "create", "--gpus", "2", "--region", "mars", "--start", _in(1),
-                             "--duration", "1h")  # fmt: skip
+    nowhere = terminal.berth(
+        "reservations", "create", "--gpus", "2", "--region", "mars", "--start", _in(1), "--duration", "1h"
+    )
     assert "region 'mars' does not exist" in one_error_line(nowhere)
     no_pool = terminal.berth(*base, "--pool", "lab-1/gpus", "--start", _in(1), "--duration", "1h")
     assert "region 'lab' has no pool 'lab-1/gpus' (pools: lab-1/" in one_error_line(no_pool)

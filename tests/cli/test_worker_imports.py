@@ -25,13 +25,32 @@ EXAMPLE_FLEET = REPO / "examples" / "fleet.yaml"
 # The control plane: its database, its API, its workflows and their activities, the cluster drivers, the other
 # sub-commands of `berth` (and with them their dependencies).
 CONTROL_PLANE = (
-    "sqlalchemy", "asyncpg", "alembic", "fastapi", "starlette", "uvicorn", "kubernetes", "lightkube",
-    "worker", "store", "api", "devstack.stack", "devstack.supervisor", "activities", "workflows", "scheduler.fleet",
+    "sqlalchemy",
+    "asyncpg",
+    "alembic",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "kubernetes",
+    "lightkube",
+    "worker",
+    "store",
+    "api",
+    "devstack.stack",
+    "devstack.supervisor",
+    "activities",
+    "workflows",
+    "scheduler.fleet",
     # the placement side's CEL stack and the manifest checker: about 13 MB an agent never uses
-    "scheduler.cel", "celpy", "lark", "jsonschema",
+    "scheduler.cel",
+    "celpy",
+    "lark",
+    "jsonschema",
     # an HTTP client with its command-line extras (the report is posted with the standard library): about 5 MB
-    "httpx", "click", "pygments",
-)  # fmt: skip
+    "httpx",
+    "click",
+    "pygments",
+)
 # The fleet's documents beyond a node's own: only an agent that reads a fleet file (a simulated host's) loads them;
 # a real host's agent plans on views made of fleet.vocabulary's enumerations (about 2 MB).
 FLEET_DOCUMENTS = ("fleet.fleet", "fleet.inference_cluster", "fleet.inference_class", "fleet.openapi", "fleet.loader")
@@ -68,9 +87,13 @@ def imported_by(command: list[str], state_dir: Path) -> tuple[set[str], subproce
     environment = {name: value for name, value in os.environ.items() if not name.startswith("BERTH_")}
     environment["BERTH_STATE_DIR"] = str(state_dir)
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", *command], capture_output=True, text=True, cwd=REPO, env=environment,
+        [sys.executable, "-X", "importtime", *command],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=environment,
         timeout=120,
-    )  # fmt: skip
+    )
     lines = [line for line in done.stderr.splitlines() if line.startswith("import time:") and "[us]" not in line]
     return {line.rsplit("|", 1)[1].strip() for line in lines}, done
 
@@ -82,8 +105,11 @@ def _example_node() -> str:
 def test_the_agent_module_imports_nothing_of_the_control_plane() -> None:
     done = subprocess.run(
         [sys.executable, "-c", "import sys, agent.serve; print('\\n'.join(sys.modules))"],
-        capture_output=True, text=True, check=True, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
     modules = set(done.stdout.split())
     assert "agent.serve" in modules
     assert_lean(modules)
@@ -98,8 +124,18 @@ def test_berth_worker_node_builds_its_agent_without_the_control_plane(tmp_path: 
         arguments = ["--node-id", node, "--fleet", str(EXAMPLE_FLEET), "--token-file", str(token)]
     else:
         root = hgx_h200().write(tmp_path / "host")
-        arguments = ["--node-id", node, "--topology", "host", "--host-root", str(root),
-                     "--api", "http://127.0.0.1:9", "--token-file", str(token)]  # fmt: skip
+        arguments = [
+            "--node-id",
+            node,
+            "--topology",
+            "host",
+            "--host-root",
+            str(root),
+            "--api",
+            "http://127.0.0.1:9",
+            "--token-file",
+            str(token),
+        ]
     modules, done = imported_by(["-m", "cli.main", "worker", "node", *arguments], tmp_path / "state")
     assert done.returncode == 1 and "only through the node gateway" in done.stderr, done.stderr[-2000:]
     assert {"agent.activities", "temporalio.worker"} <= modules  # it got as far as its agent and worker
@@ -110,8 +146,18 @@ def test_berth_worker_agents_builds_its_agents_without_the_control_plane(tmp_pat
     node = _example_node()
     (tmp_path / "tokens").mkdir()
     (tmp_path / "tokens" / node).write_text("berth_node_token\n")
-    command = ["-m", "cli.main", "worker", "agents", "--fleet", str(EXAMPLE_FLEET), "--node", node,
-               "--token-dir", str(tmp_path / "tokens")]  # fmt: skip
+    command = [
+        "-m",
+        "cli.main",
+        "worker",
+        "agents",
+        "--fleet",
+        str(EXAMPLE_FLEET),
+        "--node",
+        node,
+        "--token-dir",
+        str(tmp_path / "tokens"),
+    ]
     modules, done = imported_by(command, tmp_path / "state")
     assert done.returncode == 1 and "only through the node gateway" in done.stderr, done.stderr[-2000:]
     assert {"agent.activities", "temporalio.worker"} <= modules

@@ -14,8 +14,10 @@ def test_berth_demo_walks_every_case_and_exits_0(tmp_path: Path) -> None:
     before = {p.pid for p in psutil.process_iter()}
     demo = subprocess.run(
         [sys.executable, "-m", "cli.main", "demo", "--state-dir", str(tmp_path / "state")],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     output = demo.stdout
     assert demo.returncode == 0, output + demo.stderr
     for heading in (
@@ -39,6 +41,9 @@ def test_berth_demo_walks_every_case_and_exits_0(tmp_path: Path) -> None:
     assert "usage " in output and "GPU-HOURS" in output and "namespace:default" in output  # replicas' node-hours
     assert "not as narrated" not in output
     assert "Every step behaved as narrated" in output
-    leftovers = [p for p in psutil.process_iter(["pid", "cmdline"]) if p.pid not in before and p.info["cmdline"]
-                 and str(tmp_path) in " ".join(p.info["cmdline"])]  # fmt: skip
+    leftovers = [
+        p
+        for p in psutil.process_iter(["pid", "cmdline"])
+        if p.pid not in before and p.info["cmdline"] and str(tmp_path) in " ".join(p.info["cmdline"])
+    ]
     assert leftovers == []

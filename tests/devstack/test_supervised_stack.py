@@ -29,8 +29,17 @@ from devstack.process import alive
 from devstack.stack import DevStack
 from tests.workflows.lab import lab_fleet
 
-PARTS = ["postgres", "temporal", "control-worker", "control-worker-2", "api", "api-2", "gateway", "agents-0",
-         "agents-1"]  # fmt: skip
+PARTS = [
+    "postgres",
+    "temporal",
+    "control-worker",
+    "control-worker-2",
+    "api",
+    "api-2",
+    "gateway",
+    "agents-0",
+    "agents-1",
+]
 FLEET = lab_fleet({"host-a": {"gpus": 2}, "host-b": {"gpus": 2}, "host-c": {"gpus": 2}})
 
 
@@ -54,8 +63,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, terminal: Terminal) -> Itera
     home = tmp_path_factory.mktemp("supervised")
     fleet = home / "fleet.yaml"
     fleet.write_text(FLEET)
-    stack = DevStack(Settings(state_dir=home / "state"), fleet, say=terminal, agent_processes=2, control_workers=2,
-                     api_processes=2)  # fmt: skip
+    stack = DevStack(
+        Settings(state_dir=home / "state"), fleet, say=terminal, agent_processes=2, control_workers=2, api_processes=2
+    )
     stack.start()
     try:
         yield stack
@@ -234,8 +244,10 @@ def test_kill_9_of_berth_up_takes_every_part_with_it(tmp_path: Path) -> None:
     fleet.write_text(FLEET)
     up = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "up", "--fleet", str(fleet), "--state-dir", str(state)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines: list[str] = []  # what `berth up` prints, read as it comes: its table follows the context file
     reader = threading.Thread(target=lambda: lines.extend(iter(up.stdout.readline, "")) if up.stdout else None)
     reader.start()

@@ -57,8 +57,13 @@ async def test_berth_up_runs_the_stack_and_ctrl_c_stops_it(tmp_path: Path) -> No
 
         # The example fleet's Kubernetes clusters serve Modelplane's example deployment.
         example = Path(__file__).resolve().parents[2] / "examples" / "modelplane" / "deployment.yaml"
-        deployed = subprocess.run([*BERTH, "deploy", "apply", "-f", str(example), "--wait", "--timeout", "60s",
-                                   "-o", "json"], env=env, capture_output=True, text=True, timeout=90)  # fmt: skip
+        deployed = subprocess.run(
+            [*BERTH, "deploy", "apply", "-f", str(example), "--wait", "--timeout", "60s", "-o", "json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
         assert deployed.returncode == 0, deployed.stderr
         status = json.loads(deployed.stdout)
         assert (status["available"], status["phase"]) == (3, "FullyScheduled")

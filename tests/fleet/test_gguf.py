@@ -25,8 +25,16 @@ app.command()(plan)
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "modelplane"
 
 
-def write_gguf(path: Path, *, layers: int = 2, context: int = 4096, heads: int = 8, kv_heads: int | None = 2,
-               embedding: int = 64, key_length: int | None = None) -> Path:  # fmt: skip
+def write_gguf(
+    path: Path,
+    *,
+    layers: int = 2,
+    context: int = 4096,
+    heads: int = 8,
+    kv_heads: int | None = 2,
+    embedding: int = 64,
+    key_length: int | None = None,
+) -> Path:
     """A tiny llama-architecture file: two tensors (32x64 f16, 64x64 f32: 4,096 + 16,384 bytes)."""
     writer = GGUFWriter(str(path), "llama")
     writer.add_block_count(layers)
@@ -50,15 +58,22 @@ def write_gguf(path: Path, *, layers: int = 2, context: int = 4096, heads: int =
 def test_the_estimate_is_weights_plus_kv_cache_for_the_context_plus_the_compute_allowance(tmp_path: Path) -> None:
     facts = read_facts(write_gguf(tmp_path / "m.gguf"))
     assert (facts.architecture, facts.layers, facts.kv_heads, facts.key_length, facts.weight_bytes) == (
-        "llama", 2, 2, 8, 4096 + 16384)  # fmt: skip
+        "llama",
+        2,
+        2,
+        8,
+        4096 + 16384,
+    )
     found = estimate(facts, GgufModel(file="m.gguf"))
     # KV: 2 layers x 4,096 tokens (the model's own context) x 2 KV heads x (8 + 8) head lengths x 2 bytes (f16)
     assert (found.weights, found.kv_cache, found.compute) == (20480, 2 * 4096 * 2 * 16 * 2, 1024**3)
     assert found.total == 20480 + 524288 + 1024**3
     assert found.quantity == "1025Mi"  # rounded up to whole MiB
     # A longer context and a q8_0 cache (32 values in 34 bytes); an explicit key length.
-    longer = estimate(read_facts(write_gguf(tmp_path / "k.gguf", key_length=32)),
-                      GgufModel(file="k.gguf", contextLength=32768, cacheType="q8_0", computeBuffer="0"))  # fmt: skip
+    longer = estimate(
+        read_facts(write_gguf(tmp_path / "k.gguf", key_length=32)),
+        GgufModel(file="k.gguf", contextLength=32768, cacheType="q8_0", computeBuffer="0"),
+    )
     assert longer.kv_cache == int(2 * 32768 * 2 * (32 + 32) * 34 / 32)
     assert longer.compute == 0
 
@@ -97,8 +112,12 @@ def test_a_file_missing_what_the_estimate_needs_names_the_key(tmp_path: Path) ->
 
 def _deployment(gguf: dict[str, Any]) -> dict[str, Any]:
     member = {"role": "Standalone", "resources": {"gguf": gguf, "backend": "vllm"}}
-    return {"apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelDeployment", "metadata": {"name": "tiny"},
-            "spec": {"replicas": 1, "template": {"spec": {"engines": [{"name": "serve", "members": [member]}]}}}}  # fmt: skip
+    return {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "tiny"},
+        "spec": {"replicas": 1, "template": {"spec": {"engines": [{"name": "serve", "members": [member]}]}}},
+    }
 
 
 def test_berth_plan_places_a_gguf_member_by_its_estimate_and_shows_its_parts(tmp_path: Path) -> None:
@@ -110,14 +129,22 @@ def test_berth_plan_places_a_gguf_member_by_its_estimate_and_shows_its_parts(tmp
     assert result.exit_code == 0, result.output
     document = json.loads(result.output)["plans"][0]
     assert document["memoryEstimates"]["serve/0"] == {
-        "file": str(model), "contextLength": 4096, "cacheType": "f16", "weights": 20480, "kvCache": 524288,
-        "compute": 150 * 1024**3, "total": 20480 + 524288 + 150 * 1024**3, "gpuMemory": "153601Mi",
-    }  # fmt: skip
+        "file": str(model),
+        "contextLength": 4096,
+        "cacheType": "f16",
+        "weights": 20480,
+        "kvCache": 524288,
+        "compute": 150 * 1024**3,
+        "total": 20480 + 524288 + 150 * 1024**3,
+        "gpuMemory": "153601Mi",
+    }
     assert document["status"]["phase"] == "FullyScheduled"
     assert document["replicas"][0]["engines"][0]["members"][0]["fit"] == "GpusOfOneNode"
     text = CliRunner().invoke(app, ["-f", str(EXAMPLES / "fleet.yaml"), "-f", str(deployment)])
-    assert "# tiny serve/0: GGUF estimate 150.00Gi = weights 0.00Gi + KV cache 0.00Gi (4096 tokens, f16) + " \
-           "compute 150.00Gi" in text.output  # fmt: skip
+    assert (
+        "# tiny serve/0: GGUF estimate 150.00Gi = weights 0.00Gi + KV cache 0.00Gi (4096 tokens, f16) + "
+        "compute 150.00Gi" in text.output
+    )
 
 
 def test_berth_plan_with_a_missing_gguf_file_exits_2_naming_it(tmp_path: Path) -> None:
@@ -131,10 +158,12 @@ def test_berth_plan_with_a_missing_gguf_file_exits_2_naming_it(tmp_path: Path) -
 def test_the_control_plane_refuses_a_gguf_member_and_says_what_to_give_instead() -> None:
     with pytest.raises(InvalidSpec) as refused:
         check_manifest(_deployment({"file": "/models/tiny.gguf"}))
-    assert [(p.field, p.message) for p in refused.value.problems] == [(
-        "spec.template.spec.engines[0].members[0].resources.gguf",
-        "is read by `berth plan` only; give resources.gpuMemory (the estimate `berth plan` prints)",
-    )]  # fmt: skip
+    assert [(p.field, p.message) for p in refused.value.problems] == [
+        (
+            "spec.template.spec.engines[0].members[0].resources.gguf",
+            "is read by `berth plan` only; give resources.gpuMemory (the estimate `berth plan` prints)",
+        )
+    ]
 
 
 def test_a_negative_compute_allowance_is_refused() -> None:

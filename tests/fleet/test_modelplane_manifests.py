@@ -195,13 +195,25 @@ def test_a_pool_name_is_any_string_up_to_40_characters() -> None:
     def fleet_with_pool(name: str) -> str:
         return yaml.safe_dump_all(
             [
-                {"apiVersion": API, "kind": "InferenceClass", "metadata": {"name": "c"},
-                 "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "deviceClassName": "gpu.nvidia.com"}]}},
-                {"apiVersion": API, "kind": "InferenceCluster", "metadata": {"name": "k"},
-                 "spec": {"cluster": {"source": "Existing", "existing": {"secretRef": {"name": "s"}}},
-                          "nodePools": [{"name": name, "className": "c"}]}},
+                {
+                    "apiVersion": API,
+                    "kind": "InferenceClass",
+                    "metadata": {"name": "c"},
+                    "spec": {
+                        "devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "deviceClassName": "gpu.nvidia.com"}]
+                    },
+                },
+                {
+                    "apiVersion": API,
+                    "kind": "InferenceCluster",
+                    "metadata": {"name": "k"},
+                    "spec": {
+                        "cluster": {"source": "Existing", "existing": {"secretRef": {"name": "s"}}},
+                        "nodePools": [{"name": name, "className": "c"}],
+                    },
+                },
             ]
-        )  # fmt: skip
+        )
 
     fleet = parse_fleet([("f.yaml", fleet_with_pool("GPU Pool #1 (rack A)"))])
     assert fleet.clusters["k"].spec.node_pools[0].name == "GPU Pool #1 (rack A)"
@@ -328,18 +340,27 @@ KINDS = ["InferenceClass", "InferenceCluster", "ModelDeployment", "ModelReplica"
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_manifest_setting_every_property_of_the_xrd_loads(kind: str) -> None:
     manifest = _manifest(kind)
-    jsonschema.validate({k: v for k, v in manifest.items() if k not in ("apiVersion", "kind", "metadata")},
-                        xrd_schema(kind))  # fmt: skip
-    maps = frozenset(p for p in _walk(xrd_schema(kind)) if p.endswith(("attributes", "capacity", "labels",
-                     "annotations", "matchLabels")))  # fmt: skip
+    jsonschema.validate(
+        {k: v for k, v in manifest.items() if k not in ("apiVersion", "kind", "metadata")}, xrd_schema(kind)
+    )
+    maps = frozenset(
+        p
+        for p in _walk(xrd_schema(kind))
+        if p.endswith(("attributes", "capacity", "labels", "annotations", "matchLabels"))
+    )
     used = _paths_of({k: v for k, v in manifest.items() if k not in ("apiVersion", "kind", "metadata")}, maps=maps)
     assert _walk(xrd_schema(kind)) - used == set()  # the manifest really uses every property
     documents = [manifest]
     if kind == "InferenceCluster":
         documents.insert(0, _manifest("InferenceClass"))
     fleet = parse_fleet([("every.yaml", yaml.safe_dump_all(documents))])
-    loaded = [*fleet.classes.values(), *fleet.clusters.values(), *fleet.deployments.values(),
-              *fleet.replicas.values(), *fleet.caches.values()]  # fmt: skip
+    loaded = [
+        *fleet.classes.values(),
+        *fleet.clusters.values(),
+        *fleet.deployments.values(),
+        *fleet.replicas.values(),
+        *fleet.caches.values(),
+    ]
     assert manifest["metadata"]["name"] in [obj.metadata.name for obj in loaded]
 
 
@@ -351,8 +372,13 @@ def test_a_deployment_using_every_property_plans_and_its_replicas_validate(tmp_p
     cluster = _manifest("InferenceCluster")
     cluster["metadata"]["labels"] = {"k": "x"}
     cluster["spec"]["taints"] = []
-    cluster["status"]["gpuPools"] = [{"name": "x", "nodes": 4, "devices": [
-        {"name": "gpu", "driver": "x", "deviceClassName": "gpu.example.com", "count": 8}]}]  # fmt: skip
+    cluster["status"]["gpuPools"] = [
+        {
+            "name": "x",
+            "nodes": 4,
+            "devices": [{"name": "gpu", "driver": "x", "deviceClassName": "gpu.example.com", "count": 8}],
+        }
+    ]
     cluster["status"]["gateway"] = {"address": "192.0.2.1"}
     cluster["status"]["conditions"] = [{"type": "Ready", "status": "True"}]  # Crossplane's, beside the XRD's status
     documents = [_manifest("InferenceClass"), cluster, deployment]

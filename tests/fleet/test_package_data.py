@@ -20,8 +20,11 @@ def test_every_schema_file_is_declared_package_data() -> None:
     package = resources.files("fleet")
     shipped = sorted(entry.name for entry in package.joinpath("xrd").iterdir() if entry.name.endswith(".json"))
     assert len(shipped) == len(KINDS)
-    undeclared = [name for name in shipped
-                  if not any(fnmatch.fnmatch(f"xrd/{name}", pattern) for pattern in declared.get("fleet", []))]  # fmt: skip
+    undeclared = [
+        name
+        for name in shipped
+        if not any(fnmatch.fnmatch(f"xrd/{name}", pattern) for pattern in declared.get("fleet", []))
+    ]
     assert undeclared == [], f"not in [tool.setuptools.package-data] fleet: {undeclared}"
 
 

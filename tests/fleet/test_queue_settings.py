@@ -220,28 +220,55 @@ def test_a_cohort_tree_loads_and_a_flat_cohort_needs_no_cohort_object() -> None:
 @pytest.mark.parametrize(
     ("documents", "where", "message"),
     [
-        (cohort("a", "{parentName: nowhere}"), ("Cohort/a", "spec.parentName"),
-         "Cohort 'nowhere' is not defined (a parent must be a Cohort object)"),
-        (cohort("a", "{parentName: b}") + cohort("b", "{parentName: c}") + cohort("c", "{parentName: a}"),
-         ("Cohort/a", "spec.parentName"), "parents form a cycle: a -> b -> c -> a"),
+        (
+            cohort("a", "{parentName: nowhere}"),
+            ("Cohort/a", "spec.parentName"),
+            "Cohort 'nowhere' is not defined (a parent must be a Cohort object)",
+        ),
+        (
+            cohort("a", "{parentName: b}") + cohort("b", "{parentName: c}") + cohort("c", "{parentName: a}"),
+            ("Cohort/a", "spec.parentName"),
+            "parents form a cycle: a -> b -> c -> a",
+        ),
         (cohort("a", "{parentName: a}"), ("Cohort/a", "spec.parentName"), "parents form a cycle: a -> a"),
-        (cohort("a", "{gpuQuota: 2, lendingLimit: 3}"), ("Cohort/a", "spec.lendingLimit"),
-         "3 is more than the gpuQuota it lends from (2)"),
-        (cohort("a", "{borrowingLimit: 3}"), ("Cohort/a", "spec.borrowingLimit"),
-         "a borrowingLimit needs a parentName: a root cohort has nothing to borrow from"),
-        (cohort("root", "{}") + cohort("a", "{parentName: root, fairSharing: {enabled: true}}"), ("Cohort/a", "spec.fairSharing"),
-         "fairSharing.enabled is set on a tree's root cohort: it decides for the whole tree, and this "
-         "cohort has parentName 'root'"),
-        (cohort("a", "{fairSharing: {weight: -1}}"), ("Cohort/a", "spec.fairSharing.weight"),
-         "Input should be greater than or equal to 0"),
-        (cohort("a", "{fairSharing: {enabled: true, usageHalfLife: 0s}}"),
-         ("Cohort/a", "spec.fairSharing.usageHalfLife"), "Input should be greater than 0"),
-        (cohort("a", "{fairSharing: {enabled: true, usageHalfLife: -1h}}"),
-         ("Cohort/a", "spec.fairSharing.usageHalfLife"), "'-1h' is not a duration (for example 90s, 15m or 1h30m)"),
-        (cohort("a", "{fairSharing: {usageHalfLife: 168h}}"), ("Cohort/a", "spec.fairSharing"),
-         "usageHalfLife orders a fair-sharing tree: set enabled: true on this root cohort with it"),
+        (
+            cohort("a", "{gpuQuota: 2, lendingLimit: 3}"),
+            ("Cohort/a", "spec.lendingLimit"),
+            "3 is more than the gpuQuota it lends from (2)",
+        ),
+        (
+            cohort("a", "{borrowingLimit: 3}"),
+            ("Cohort/a", "spec.borrowingLimit"),
+            "a borrowingLimit needs a parentName: a root cohort has nothing to borrow from",
+        ),
+        (
+            cohort("root", "{}") + cohort("a", "{parentName: root, fairSharing: {enabled: true}}"),
+            ("Cohort/a", "spec.fairSharing"),
+            "fairSharing.enabled is set on a tree's root cohort: it decides for the whole tree, and this "
+            "cohort has parentName 'root'",
+        ),
+        (
+            cohort("a", "{fairSharing: {weight: -1}}"),
+            ("Cohort/a", "spec.fairSharing.weight"),
+            "Input should be greater than or equal to 0",
+        ),
+        (
+            cohort("a", "{fairSharing: {enabled: true, usageHalfLife: 0s}}"),
+            ("Cohort/a", "spec.fairSharing.usageHalfLife"),
+            "Input should be greater than 0",
+        ),
+        (
+            cohort("a", "{fairSharing: {enabled: true, usageHalfLife: -1h}}"),
+            ("Cohort/a", "spec.fairSharing.usageHalfLife"),
+            "'-1h' is not a duration (for example 90s, 15m or 1h30m)",
+        ),
+        (
+            cohort("a", "{fairSharing: {usageHalfLife: 168h}}"),
+            ("Cohort/a", "spec.fairSharing"),
+            "usageHalfLife orders a fair-sharing tree: set enabled: true on this root cohort with it",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_cohort_is_refused_naming_its_field(documents: str, where: tuple[str, str], message: str) -> None:
     """Kueue's validation of Cohorts: the parent exists, no cycle, a lendingLimit within the quota it lends from,
     a borrowingLimit only where there is a parent to borrow from."""

@@ -40,9 +40,13 @@ class Probe:
     @workflow.run
     async def run(self, queue: str) -> str:
         return await workflow.execute_activity(
-            "probe_step", "hello", task_queue=queue, start_to_close_timeout=timedelta(seconds=60),
-            heartbeat_timeout=timedelta(seconds=30), retry_policy=RetryPolicy(maximum_attempts=1),
-        )  # fmt: skip
+            "probe_step",
+            "hello",
+            task_queue=queue,
+            start_to_close_timeout=timedelta(seconds=60),
+            heartbeat_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )
 
 
 @workflow.defn(name="GatewayCancelProbe", sandboxed=False)
@@ -55,10 +59,13 @@ class CancelProbe:
     @workflow.run
     async def run(self, queue: str) -> str:
         step = workflow.start_activity(
-            "wait_for_cancel", task_queue=queue, start_to_close_timeout=timedelta(seconds=60),
-            heartbeat_timeout=timedelta(seconds=5), retry_policy=RetryPolicy(maximum_attempts=1),
+            "wait_for_cancel",
+            task_queue=queue,
+            start_to_close_timeout=timedelta(seconds=60),
+            heartbeat_timeout=timedelta(seconds=5),
+            retry_policy=RetryPolicy(maximum_attempts=1),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-        )  # fmt: skip
+        )
         await workflow.wait_condition(lambda: self.cancel_now)
         step.cancel()
         try:
@@ -242,8 +249,12 @@ async def test_only_a_live_node_token_gets_through_the_gateway(lab: Lab, tempora
     async with lab.sessions.begin() as session:
         admin = await create_token(session, "admin")
         tenant = await create_token(session, "member", "acme")
-    for token, answer in ((admin, "serves node agents"), (tenant, "serves node agents"),
-                          ("berth_unknown", "unknown or revoked"), ("", "Unauthenticated")):  # fmt: skip
+    for token, answer in (
+        (admin, "serves node agents"),
+        (tenant, "serves node agents"),
+        ("berth_unknown", "unknown or revoked"),
+        ("", "Unauthenticated"),
+    ):
         with pytest.raises(RuntimeError, match=answer):
             await lab.node_client("small", token=token or " ")
 

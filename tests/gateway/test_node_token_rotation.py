@@ -30,9 +30,12 @@ async def test_a_rotated_token_is_taken_without_a_restart_and_the_old_one_stops(
         client = await lab.node_client("small", token=credential.current())
         agent = lab.agent("small")
         worker = Worker(
-            client, task_queue=lab.queues.node("small"), activities=agent.activities(),
-            activity_executor=lab.executor, interceptors=[HeartbeatWhileRunning()],
-        )  # fmt: skip
+            client,
+            task_queue=lab.queues.node("small"),
+            activities=agent.activities(),
+            activity_executor=lab.executor,
+            interceptors=[HeartbeatWhileRunning()],
+        )
         watching = asyncio.create_task(credential.watch(*token_uses(client, None)))
         async with worker:
             await NodeReporter(agent, StoreSink(lab.sessions)).report_once()

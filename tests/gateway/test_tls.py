@@ -68,9 +68,12 @@ async def test_the_control_plane_reaches_temporal_over_mutual_tls(
         queue = f"tls-{uuid.uuid4().hex[:8]}"
         async with Worker(client, task_queue=queue, workflows=[TlsProbe], activities=[greet]):
             result = await client.execute_workflow(
-                TlsProbe.run, "berth", id=f"tls-probe-{uuid.uuid4().hex[:8]}", task_queue=queue,
+                TlsProbe.run,
+                "berth",
+                id=f"tls-probe-{uuid.uuid4().hex[:8]}",
+                task_queue=queue,
                 execution_timeout=timedelta(seconds=30),
-            )  # fmt: skip
+            )
         assert result == "hello, berth"
 
         # The same CA but no client certificate: the frontend ends the handshake and connect fails.
@@ -100,8 +103,10 @@ async def test_the_gateway_reaches_temporal_over_mutual_tls_and_serves_agents_ov
     fleet = lab_fleet({"small": {"gpus": 2}})
     async with (
         tls_relay(plain, pki.server_cert, pki.server_key, client_ca=pki.ca) as frontend,
-        running_lab(temporal_client, temporal_client, sessions, tmp_path / "lab", fleet, agents=[], control=False) as lab,
-    ):  # fmt: skip
+        running_lab(
+            temporal_client, temporal_client, sessions, tmp_path / "lab", fleet, agents=[], control=False
+        ) as lab,
+    ):
         upstream = upstream_channel(frontend, mtls_settings(frontend, pki, namespace))
         policy = GatewayPolicy(namespace=namespace, queue_prefix=lab.queues.node_prefix)
         tls = (pki.server_key.read_bytes(), pki.server_cert.read_bytes())

@@ -38,13 +38,33 @@ def fixture_fleet(nodes: list[dict[str, object]]) -> str:
     --node-id <host>` validates each one."""
     documents = [
         {"apiVersion": "berth.dev/v1alpha1", "kind": "Region", "metadata": {"name": "lab"}, "spec": {}},
-        {"apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceClass", "metadata": {"name": "h200"},
-         "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": 8,
-                               "attributes": {"productName": {"string": "NVIDIA H200"}}}]}},
-        {"apiVersion": "berth.dev/v1alpha1", "kind": "InferenceCluster", "metadata": {"name": "fixtures"},
-         "spec": {"region": "lab", "nodePools": [{"name": "hgx", "className": "h200", "shape": "gpu_slice",
-                                                  "gpuProduct": "H200", "nodes": nodes}]}},
-    ]  # fmt: skip
+        {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "InferenceClass",
+            "metadata": {"name": "h200"},
+            "spec": {
+                "devices": [
+                    {
+                        "name": "gpu",
+                        "driver": "gpu.nvidia.com",
+                        "count": 8,
+                        "attributes": {"productName": {"string": "NVIDIA H200"}},
+                    }
+                ]
+            },
+        },
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "InferenceCluster",
+            "metadata": {"name": "fixtures"},
+            "spec": {
+                "region": "lab",
+                "nodePools": [
+                    {"name": "hgx", "className": "h200", "shape": "gpu_slice", "gpuProduct": "H200", "nodes": nodes}
+                ],
+            },
+        },
+    ]
     return yaml.safe_dump_all(documents, sort_keys=False)
 
 

@@ -77,8 +77,10 @@ class NVMLError_FunctionNotFound(NVMLError):  # noqa: N801
     pass
 
 
-_ERRORS = {cls.__name__: cls for cls in (NVMLError_NotSupported, NVMLError_Timeout, NVMLError_GpuIsLost,
-                                         NVMLError_FunctionNotFound)}  # fmt: skip
+_ERRORS = {
+    cls.__name__: cls
+    for cls in (NVMLError_NotSupported, NVMLError_Timeout, NVMLError_GpuIsLost, NVMLError_FunctionNotFound)
+}
 
 
 class RecordedPynvml:

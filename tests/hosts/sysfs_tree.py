@@ -179,20 +179,71 @@ class HostSpec:
 # The lines of each AER statistics file, as drivers/pci/pcie/aer.c prints them (Linux 6.x; the ABI is
 # Documentation/ABI/testing/sysfs-bus-pci-devices-aer_stats): one "<error> <count>" per error, then the total.
 AER_LINES = {
-    "aer_dev_correctable": (["RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr", "CorrIntErr",
-                             "HeaderOF"], "TOTAL_ERR_COR"),
-    "aer_dev_fatal": (["Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt", "RxOF",
-                       "MalfTLP", "ECRC", "UnsupReq", "ACSViol", "UncorrIntErr", "BlockedTLP", "AtomicOpBlocked",
-                       "TLPBlockedErr", "PoisonTLPBlocked"], "TOTAL_ERR_FATAL"),
-    "aer_dev_nonfatal": (["Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt", "RxOF",
-                          "MalfTLP", "ECRC", "UnsupReq", "ACSViol", "UncorrIntErr", "BlockedTLP", "AtomicOpBlocked",
-                          "TLPBlockedErr", "PoisonTLPBlocked"], "TOTAL_ERR_NONFATAL"),
-}  # fmt: skip
+    "aer_dev_correctable": (
+        ["RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr", "CorrIntErr", "HeaderOF"],
+        "TOTAL_ERR_COR",
+    ),
+    "aer_dev_fatal": (
+        [
+            "Undefined",
+            "DLP",
+            "SDES",
+            "TLP",
+            "FCP",
+            "CmpltTO",
+            "CmpltAbrt",
+            "UnxCmplt",
+            "RxOF",
+            "MalfTLP",
+            "ECRC",
+            "UnsupReq",
+            "ACSViol",
+            "UncorrIntErr",
+            "BlockedTLP",
+            "AtomicOpBlocked",
+            "TLPBlockedErr",
+            "PoisonTLPBlocked",
+        ],
+        "TOTAL_ERR_FATAL",
+    ),
+    "aer_dev_nonfatal": (
+        [
+            "Undefined",
+            "DLP",
+            "SDES",
+            "TLP",
+            "FCP",
+            "CmpltTO",
+            "CmpltAbrt",
+            "UnxCmplt",
+            "RxOF",
+            "MalfTLP",
+            "ECRC",
+            "UnsupReq",
+            "ACSViol",
+            "UncorrIntErr",
+            "BlockedTLP",
+            "AtomicOpBlocked",
+            "TLPBlockedErr",
+            "PoisonTLPBlocked",
+        ],
+        "TOTAL_ERR_NONFATAL",
+    ),
+}
 
 
-def write_pcie_health(root: Path, address: str, *, fatal: int = 0, nonfatal: int = 0, correctable: int = 0,
-                      speed: str = "32.0 GT/s PCIe", max_speed: str = "32.0 GT/s PCIe", width: int = 16,
-                      max_width: int = 16) -> None:  # fmt: skip
+def write_pcie_health(
+    root: Path,
+    address: str,
+    *,
+    fatal: int = 0,
+    nonfatal: int = 0,
+    correctable: int = 0,
+    speed: str = "32.0 GT/s PCIe",
+    max_speed: str = "32.0 GT/s PCIe",
+    width: int = 16,
+    max_width: int = 16,
+) -> None:
     """A function's AER statistics and link attributes, as sysfs shows them (the first error of each file carries
     the count, so the lines add up to the total as the kernel's do)."""
     device = root / "sys/bus/pci/devices" / address
@@ -200,8 +251,12 @@ def write_pcie_health(root: Path, address: str, *, fatal: int = 0, nonfatal: int
         errors, total_name = AER_LINES[name]
         lines = [f"{error} {total if i == 0 else 0}" for i, error in enumerate(errors)] + [f"{total_name} {total}"]
         (device / name).write_text("\n".join(lines) + "\n")
-    for name, value in (("current_link_speed", speed), ("max_link_speed", max_speed),
-                        ("current_link_width", width), ("max_link_width", max_width)):  # fmt: skip
+    for name, value in (
+        ("current_link_speed", speed),
+        ("max_link_speed", max_speed),
+        ("current_link_width", width),
+        ("max_link_width", max_width),
+    ):
         (device / name).write_text(f"{value}\n")
 
 

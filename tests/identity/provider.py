@@ -51,20 +51,36 @@ class Provider:
         verifier = secrets.token_urlsafe(48)
         challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
         redirect = "http://127.0.0.1:9/callback"  # never fetched: the test reads the code from the redirect itself
-        query = {"response_type": "code", "client_id": client_id, "redirect_uri": redirect,
-                 "scope": "openid email profile", "state": "s", "code_challenge": challenge,
-                 "code_challenge_method": "S256"}  # fmt: skip
+        query = {
+            "response_type": "code",
+            "client_id": client_id,
+            "redirect_uri": redirect,
+            "scope": "openid email profile",
+            "state": "s",
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+        }
         location = self.consent(f"{self.discovery()['authorization_endpoint']}?{urlencode(query)}", sub)
         code = parse_qs(urlparse(location).query)["code"][0]
-        tokens = httpx.post(self.discovery()["token_endpoint"], auth=(client_id, CLIENT_SECRET), data={
-            "grant_type": "authorization_code", "code": code, "redirect_uri": redirect,
-            "code_verifier": verifier})  # fmt: skip
+        tokens = httpx.post(
+            self.discovery()["token_endpoint"],
+            auth=(client_id, CLIENT_SECRET),
+            data={
+                "grant_type": "authorization_code",
+                "code": code,
+                "redirect_uri": redirect,
+                "code_verifier": verifier,
+            },
+        )
         assert tokens.status_code == 200, tokens.text
         return tokens.json()
 
     def refresh(self, refresh_token: str, client_id: str = CLIENT_ID) -> dict[str, Any]:
-        answer = httpx.post(self.discovery()["token_endpoint"], auth=(client_id, CLIENT_SECRET), data={
-            "grant_type": "refresh_token", "refresh_token": refresh_token})  # fmt: skip
+        answer = httpx.post(
+            self.discovery()["token_endpoint"],
+            auth=(client_id, CLIENT_SECRET),
+            data={"grant_type": "refresh_token", "refresh_token": refresh_token},
+        )
         assert answer.status_code == 200, answer.text
         return answer.json()
 

@@ -29,9 +29,16 @@ def api(
     database_url: str, temporal_env: WorkflowEnvironment, oidc_provider: Provider, tmp_path: Path
 ) -> Iterator[Served]:
     client = temporal_env.client
-    with served_api(database_url, client.service_client.config.target_host, client.namespace, api_fleet(),
-                    tmp_path / "lab", oidc_issuer_url=oidc_provider.issuer, oidc_client_id=CLIENT_ID,
-                    oidc_roles={"acme-ml": ["member:acme"]}) as served:  # fmt: skip
+    with served_api(
+        database_url,
+        client.service_client.config.target_host,
+        client.namespace,
+        api_fleet(),
+        tmp_path / "lab",
+        oidc_issuer_url=oidc_provider.issuer,
+        oidc_client_id=CLIENT_ID,
+        oidc_roles={"acme-ml": ["member:acme"]},
+    ) as served:
         deadline = time.monotonic() + 10
         while httpx.get(f"{served.base_url}/healthz").json()["control_workers"] == 0:
             assert time.monotonic() < deadline, "the control worker never polled"
@@ -42,13 +49,18 @@ def api(
 def _env(home: Path) -> dict[str, str]:
     """A person's shell: their own config directory, no token, no dev-stack context."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")}
-    return env | {"XDG_CONFIG_HOME": str(home / "config"), "BERTH_STATE_DIR": str(home / "state"),
-                  "PYTHONPATH": str(REPO), "BERTH_OIDC_CLIENT_SECRET": CLIENT_SECRET}  # fmt: skip
+    return env | {
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "BERTH_STATE_DIR": str(home / "state"),
+        "PYTHONPATH": str(REPO),
+        "BERTH_OIDC_CLIENT_SECRET": CLIENT_SECRET,
+    }
 
 
 def berth(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], env=env, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *args], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_login_whoami_act_and_logout(api: Served, oidc_provider: Provider, tmp_path: Path) -> None:
@@ -56,8 +68,13 @@ def test_login_whoami_act_and_logout(api: Served, oidc_provider: Provider, tmp_p
     assert "no API token" in berth(env, "whoami", "--api", api.base_url).stderr  # nobody yet
 
     oidc_provider.put_user("alice@example.com", email="alice@example.com", groups=["acme-ml"])
-    login = subprocess.Popen([sys.executable, "-m", "cli.main", "login", "--api", api.base_url, "--no-browser"],
-                             env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    login = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "login", "--api", api.base_url, "--no-browser"],
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert login.stderr is not None
         line = login.stderr.readline()
@@ -111,6 +128,7 @@ def test_login_to_an_api_without_a_provider_says_to_use_a_token(stack_without_pr
 @pytest.fixture
 def stack_without_provider(database_url: str, temporal_env: WorkflowEnvironment, tmp_path: Path) -> Iterator[Served]:
     client = temporal_env.client
-    with served_api(database_url, client.service_client.config.target_host, client.namespace, api_fleet(),
-                    tmp_path / "lab") as served:  # fmt: skip
+    with served_api(
+        database_url, client.service_client.config.target_host, client.namespace, api_fleet(), tmp_path / "lab"
+    ) as served:
         yield served

@@ -59,8 +59,14 @@ async def people(temporal_client: Client, sessions, oidc_provider: Provider, tmp
             admin = await create_token(session, "admin", label="tests")
             acme = (await ensure_tenant_tokens(session))["acme"]
             node = await create_token(session, "node", node="small", label="tests")
-        app = app_for(sessions, temporal_client, lab.queues, oidc_issuer_url=oidc_provider.issuer,
-                      oidc_client_id=CLIENT_ID, oidc_roles=ROLES)  # fmt: skip
+        app = app_for(
+            sessions,
+            temporal_client,
+            lab.queues,
+            oidc_issuer_url=oidc_provider.issuer,
+            oidc_client_id=CLIENT_ID,
+            oidc_roles=ROLES,
+        )
         await control_worker_seen(app)
         async with http_client(app) as http:
             yield People(app, http, oidc_provider, bearer(admin), bearer(acme), bearer(node))
@@ -74,8 +80,11 @@ async def test_a_member_logs_in_creates_and_is_named_as_the_one_who_asked(people
     alice = people.person("alice@example.com", "acme-ml", "unmapped-group")
     me = (await people.http.get("/v1/whoami", headers=alice)).json()
     assert (me["actor"], me["kind"], me["role"], me["tenants"]) == (
-        "alice@example.com", "person", "member", {"acme": "member"}
-    )  # fmt: skip
+        "alice@example.com",
+        "person",
+        "member",
+        {"acme": "member"},
+    )
     assert me["groups"] == ["acme-ml", "unmapped-group"]
     assert me["expires_at"] is not None  # the ID token's own end
 
@@ -119,8 +128,11 @@ async def test_roles_decide_what_each_person_may_do(people: People) -> None:
 
     # Every mutating request is on record with who made it, refusals too.
     async with people.app.state.services.sessions() as session:
-        rows = (await session.execute(select(ApiRequestRow.actor, ApiRequestRow.route, ApiRequestRow.status)
-                                      .order_by(ApiRequestRow.id))).all()  # fmt: skip
+        rows = (
+            await session.execute(
+                select(ApiRequestRow.actor, ApiRequestRow.route, ApiRequestRow.status).order_by(ApiRequestRow.id)
+            )
+        ).all()
     assert ("olga@example.com", "/v1/nodes/{node}/cordon", 200) in rows
     assert ("olga@example.com", "/v1/fleet", 403) in rows
     assert ("victor@example.com", "/v1/allocations", 403) in rows
@@ -147,9 +159,7 @@ async def test_a_refreshed_token_works_and_a_rotated_key_needs_no_restart(people
     again = people.provider.login("rita@example.com", email="rita@example.com", groups=["acme-ml"])
     assert (await people.http.get("/v1/whoami", headers=bearer(again["id_token"]))).status_code == 200
     # The old key is gone from the set: a token it signed no longer verifies.
-    assert _error(await people.http.get("/v1/whoami", headers=bearer(refreshed["id_token"]))) == (
-        401, "unknown_key"
-    )  # fmt: skip
+    assert _error(await people.http.get("/v1/whoami", headers=bearer(refreshed["id_token"]))) == (401, "unknown_key")
 
 
 def _unsigned(header: dict[str, object], claims: dict[str, object], secret: bytes | None = None) -> str:
@@ -204,8 +214,9 @@ async def test_node_tokens_and_user_tokens_stay_on_their_own_routes(people: Peop
 async def test_an_unreachable_provider_is_a_503_that_names_it(people: People) -> None:
     """The token may well be good: the API cannot tell, and says why, instead of refusing the person."""
     token = people.provider.sign(sub="alice@example.com")
-    people.app.state.services.oidc = OidcVerifier(OidcSettings(issuer=people.provider.issuer.rsplit(":", 1)[0] + ":9",
-                                                               client_id=CLIENT_ID))  # fmt: skip
+    people.app.state.services.oidc = OidcVerifier(
+        OidcSettings(issuer=people.provider.issuer.rsplit(":", 1)[0] + ":9", client_id=CLIENT_ID)
+    )
     answer = await people.http.get("/v1/whoami", headers=bearer(token))
     assert _error(answer) == (401, "wrong_issuer")  # told before anything is fetched: it is not this API's issuer
     unreachable = people.provider.issuer.rsplit(":", 1)[0] + ":9"
@@ -221,10 +232,12 @@ async def test_a_service_accounts_token_holds_its_role_until_it_expires_or_is_re
     """`berth tokens create --tenant acme --role viewer --expires-in ...`, and `revoke --id`, as the API sees them."""
     sessions = people.app.state.services.sessions
     async with sessions.begin() as session:
-        viewer = await create_token(session, "viewer", "acme", label="dashboard",
-                                    expires_at=datetime.now(UTC) + timedelta(days=30))  # fmt: skip
-        expired = await create_token(session, "member", "acme", label="old ci",
-                                     expires_at=datetime.now(UTC) - timedelta(seconds=1))  # fmt: skip
+        viewer = await create_token(
+            session, "viewer", "acme", label="dashboard", expires_at=datetime.now(UTC) + timedelta(days=30)
+        )
+        expired = await create_token(
+            session, "member", "acme", label="old ci", expires_at=datetime.now(UTC) - timedelta(seconds=1)
+        )
     me = (await people.http.get("/v1/whoami", headers=bearer(viewer))).json()
     assert (me["role"], me["tenants"], me["actor"]) == (
         "viewer",

@@ -84,10 +84,15 @@ async def authorizing_frontend(temporal: Client, provider: Provider) -> AsyncIte
 
 
 def _settings(address: str, namespace: str, provider: Provider, **more: Any) -> Settings:
-    return Settings(temporal_address=address, temporal_namespace=namespace,
-                    temporal_oidc_token_url=provider.discovery()["token_endpoint"],
-                    temporal_oidc_client_id=CONTROL_PLANE, temporal_oidc_client_secret="its-secret",
-                    temporal_oidc_scope=f"{namespace}:write", **more)  # fmt: skip
+    return Settings(
+        temporal_address=address,
+        temporal_namespace=namespace,
+        temporal_oidc_token_url=provider.discovery()["token_endpoint"],
+        temporal_oidc_client_id=CONTROL_PLANE,
+        temporal_oidc_client_secret="its-secret",
+        temporal_oidc_scope=f"{namespace}:write",
+        **more,
+    )
 
 
 async def test_the_control_plane_is_let_in_with_its_own_token_and_nobody_without_one(
@@ -109,20 +114,29 @@ async def test_a_node_agent_goes_through_the_gateway_under_the_control_planes_to
     namespace = temporal_client.namespace
     async with (
         authorizing_frontend(temporal_client, oidc_provider) as (address, frontend),
-        running_lab(temporal_client, temporal_client, sessions, tmp_path / "lab", lab_fleet({"small": {"gpus": 2}}),
-                    agents=[], control=False) as lab,
-    ):  # fmt: skip
+        running_lab(
+            temporal_client,
+            temporal_client,
+            sessions,
+            tmp_path / "lab",
+            lab_fleet({"small": {"gpus": 2}}),
+            agents=[],
+            control=False,
+        ) as lab,
+    ):
         upstream = upstream_channel(address, Settings())
         policy = GatewayPolicy(namespace=namespace, queue_prefix=lab.queues.node_prefix)
         credentials = ClientCredentials(
             oidc_provider.discovery()["token_endpoint"], CONTROL_PLANE, "its-secret", f"{namespace}:write"
         )
-        gateway = await start_gateway("127.0.0.1:0", upstream, lab.sessions, os.urandom(32), policy,
-                                      credentials=credentials)  # fmt: skip
+        gateway = await start_gateway(
+            "127.0.0.1:0", upstream, lab.sessions, os.urandom(32), policy, credentials=credentials
+        )
         try:
             token = await lab.node_token("small")
-            node = await connect_node(Settings(node_gateway=f"127.0.0.1:{gateway.port}", temporal_namespace=namespace),
-                                      token)  # fmt: skip
+            node = await connect_node(
+                Settings(node_gateway=f"127.0.0.1:{gateway.port}", temporal_namespace=namespace), token
+            )
             info = await node.workflow_service.get_system_info(GetSystemInfoRequest())
             assert info.server_version
             assert frontend.callers and {c["sub"] for c in frontend.callers} == {CONTROL_PLANE}

@@ -30,8 +30,10 @@ async def test_the_control_plane_gets_a_writer_token_and_renews_it_before_it_exp
     first = await credentials.token()
     claims = unverified_claims(first)
     assert (claims["sub"], claims["permissions"], claims["iss"]) == (
-        "berth-control-plane", ["berth:write"], oidc_provider.issuer
-    )  # fmt: skip
+        "berth-control-plane",
+        ["berth:write"],
+        oidc_provider.issuer,
+    )
     assert credentials.expires_at == clock.now + 3600  # the provider's tokens last an hour
     assert await credentials.token() == first and credentials.expires_at == clock.now + 3600  # kept while it holds
     clock.now += 3600 - 30  # within a minute of its end

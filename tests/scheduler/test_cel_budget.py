@@ -46,11 +46,16 @@ def test_the_issue_selector_is_refused_at_admission_by_its_estimate() -> None:
         admit_selector(ISSUE, REQUEST_BUDGET)
     error = refused.value
     assert (error.code, error.estimated, error.expression, error.budget) == (
-        "selector_cost_exceeded", True, ISSUE, REQUEST_BUDGET
-    )  # fmt: skip
+        "selector_cost_exceeded",
+        True,
+        ISSUE,
+        REQUEST_BUDGET,
+    )
     assert error.cost == compile_selector(ISSUE).estimated_cost > REQUEST_BUDGET
-    assert str(error).endswith(f"is too costly: its estimated cost {error.cost} is over the budget of "
-                               f"{REQUEST_BUDGET} that a request's selectors may spend together")  # fmt: skip
+    assert str(error).endswith(
+        f"is too costly: its estimated cost {error.cost} is over the budget of "
+        f"{REQUEST_BUDGET} that a request's selectors may spend together"
+    )
 
 
 def test_an_admitted_selector_that_costs_too_much_over_the_devices_stops_at_the_budget() -> None:
@@ -62,8 +67,11 @@ def test_an_admitted_selector_that_costs_too_much_over_the_devices_stops_at_the_
             schedule(world(), PlacementRequest(gpu_count=2, selectors=[NESTED]))
         error = refused.value
         assert (error.expression, error.cost, error.budget, error.estimated) == (
-            NESTED, REQUEST_BUDGET + 1, REQUEST_BUDGET, False
-        )  # fmt: skip
+            NESTED,
+            REQUEST_BUDGET + 1,
+            REQUEST_BUDGET,
+            False,
+        )
         assert str(error).startswith(
             f"the request's CEL selectors cost more than the budget of {REQUEST_BUDGET} that a request's selectors may "
             f"spend together (stopped in '{NESTED}"

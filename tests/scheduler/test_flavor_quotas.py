@@ -34,21 +34,38 @@ def fleet_documents(tenants: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         for name, spec in tenants.items()
     ]
     documents += [
-        {"apiVersion": API, "kind": "InferenceClass", "metadata": {"name": product.lower()},
-         "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": 8}]}}
+        {
+            "apiVersion": API,
+            "kind": "InferenceClass",
+            "metadata": {"name": product.lower()},
+            "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": 8}]},
+        }
         for product in ("H100", "H200")
-    ]  # fmt: skip
+    ]
     for region in ("east", "west"):
         pools = [
-            {"name": product.lower(), "className": product.lower(), "shape": "gpu_slice", "gpuProduct": product,
-             "nodeTemplate": {"count": 1, "namePrefix": f"{NODES[(region, product)]}-", "gpusPerNode": 8,
-                              "numaNodes": 1}}
+            {
+                "name": product.lower(),
+                "className": product.lower(),
+                "shape": "gpu_slice",
+                "gpuProduct": product,
+                "nodeTemplate": {
+                    "count": 1,
+                    "namePrefix": f"{NODES[(region, product)]}-",
+                    "gpusPerNode": 8,
+                    "numaNodes": 1,
+                },
+            }
             for product in ("H100", "H200")
-        ]  # fmt: skip
+        ]
         documents.append(
-            {"apiVersion": API, "kind": "InferenceCluster", "metadata": {"name": f"{region}-1"},
-             "spec": {"region": region, "nodePools": pools}}
-        )  # fmt: skip
+            {
+                "apiVersion": API,
+                "kind": "InferenceCluster",
+                "metadata": {"name": f"{region}-1"},
+                "spec": {"region": region, "nodePools": pools},
+            }
+        )
     return documents
 
 
@@ -56,10 +73,14 @@ def world(tenants: dict[str, dict[str, Any]], holds: dict[str, tuple[str, int]] 
     """`holds`: tenant -> (node prefix, GPUs) it holds there, claimed."""
     documents = fleet_documents(tenants)
     allocations = [
-        {"id": f"held-{tenant}", "tenant": tenant, "state": "claimed",
-         "slots": [f"{prefix}-01/{i}" for i in range(gpus)]}
+        {
+            "id": f"held-{tenant}",
+            "tenant": tenant,
+            "state": "claimed",
+            "slots": [f"{prefix}-01/{i}" for i in range(gpus)],
+        }
         for tenant, (prefix, gpus) in (holds or {}).items()
-    ]  # fmt: skip
+    ]
     if allocations:
         documents.append(
             {"apiVersion": API, "kind": "SlotState", "metadata": {"name": "now"}, "spec": {"allocations": allocations}}
@@ -98,8 +119,15 @@ def test_when_one_products_quota_is_used_up_the_request_goes_to_a_product_with_q
 
 
 def test_a_regional_quota_counts_only_that_regions_gpus_and_sends_the_request_where_it_has_room() -> None:
-    tenants = {"acme": {"gpuQuota": 64, "quotas": [
-        {"product": "H200", "region": "east", "nominal": 2}, {"product": "H200", "region": "west", "nominal": 8}]}}  # fmt: skip
+    tenants = {
+        "acme": {
+            "gpuQuota": 64,
+            "quotas": [
+                {"product": "H200", "region": "east", "nominal": 2},
+                {"product": "H200", "region": "west", "nominal": 8},
+            ],
+        }
+    }
     node, _, _ = ask(world(tenants, {"acme": ("e-h200", 2)}), 4)
     assert node == "w-h200-01"  # east is cheaper, but its H200 quota is used up
     _, code, message = ask(world(tenants, {"acme": ("e-h200", 2)}), 4, region="east")
@@ -126,9 +154,13 @@ def test_the_total_gpu_quota_still_caps_every_product_together() -> None:
 def test_a_cohort_lends_a_products_quota_only_to_the_same_products_quota() -> None:
     tenants = {
         "acme": {"gpuQuota": 64, "cohort": "lab", "quotas": [{"product": "H200", "nominal": 2}]},
-        "h200-lender": {"gpuQuota": 64, "cohort": "lab", "quotas": [{"product": "H200", "nominal": 4, "lendingLimit": 3}]},
+        "h200-lender": {
+            "gpuQuota": 64,
+            "cohort": "lab",
+            "quotas": [{"product": "H200", "nominal": 4, "lendingLimit": 3}],
+        },
         "h100-lender": {"gpuQuota": 64, "cohort": "lab", "quotas": [{"product": "H100", "nominal": 16}]},
-    }  # fmt: skip
+    }
     snapshot = world(tenants)
     assert ask(snapshot, 5, gpu_product="H200")[0] == "e-h200-01"  # 2 own + 3 lent
     _, code, message = ask(snapshot, 6, gpu_product="H200")
@@ -138,9 +170,13 @@ def test_a_cohort_lends_a_products_quota_only_to_the_same_products_quota() -> No
 
 def test_borrowing_beyond_a_products_nominal_quota_is_what_the_allocation_is_marked_with() -> None:
     acme = TenantView(
-        name="acme", gpu_quota=100, cohort="lab", quotas=(FlavorQuotaView("H200", None, 2, borrowing_limit=2),),
-        held=(("H200", "east", 1),), active_gpus=1,
-    )  # fmt: skip
+        name="acme",
+        gpu_quota=100,
+        cohort="lab",
+        quotas=(FlavorQuotaView("H200", None, 2, borrowing_limit=2),),
+        held=(("H200", "east", 1),),
+        active_gpus=1,
+    )
     lender = TenantView(name="lender", gpu_quota=100, cohort="lab", quotas=(FlavorQuotaView("H200", None, 8),))
     placed = quota.decide_placement(acme, "H200", "west", 3, [acme, lender])
     assert placed.fits and placed.borrowed == 2  # within the total, 2 beyond its H200 quota
@@ -162,8 +198,15 @@ def test_a_request_over_its_products_quota_waits_only_if_that_quota_could_ever_h
 
 
 def test_explain_names_each_pool_the_quota_refuses_and_why() -> None:
-    tenants = {"acme": {"gpuQuota": 64, "quotas": [{"product": "H200", "region": "east", "nominal": 2},
-                                                   {"product": "H100", "region": "east", "nominal": 8}]}}  # fmt: skip
+    tenants = {
+        "acme": {
+            "gpuQuota": 64,
+            "quotas": [
+                {"product": "H200", "region": "east", "nominal": 2},
+                {"product": "H100", "region": "east", "nominal": 8},
+            ],
+        }
+    }
     snapshot = world(tenants, {"acme": ("e-h200", 2)})
     result = schedule(snapshot, PlacementRequest(gpu_count=2, tenant="acme", region="east"), detail=True)
     assert result.plan is not None and result.plan.node == "e-h100-01"

@@ -88,11 +88,14 @@ def test_a_replica_not_ready_on_a_draining_cluster_goes_first_and_the_ready_one_
 
 
 def test_a_draining_pool_moves_its_replicas_to_another_pool_and_takes_no_new_one() -> None:
-    two_pools = cluster("a", [("old", "h100-8x", 8), ("new", "h100-8x", 8)],
-                        annotations={"berth.dev/draining-pools": "old"})  # fmt: skip
+    two_pools = cluster(
+        "a", [("old", "h100-8x", 8), ("new", "h100-8x", 8)], annotations={"berth.dev/draining-pools": "old"}
+    )
     result = plan(llama(replicas=1), [two_pools], KNOWN, [on("a", 0, READY, pool="old")])
     assert [(r.cluster, r.index, r.origin, r.engines[0].members[0].pool) for r in result.replicas] == [
-        ("a", 0, "retained", "old"), ("a", 1, "new", "new")]  # fmt: skip
+        ("a", 0, "retained", "old"),
+        ("a", 1, "new", "new"),
+    ]
     assert "llama-a-0 (pool old of cluster a draining)" in result.status.message
 
 

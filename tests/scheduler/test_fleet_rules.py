@@ -154,12 +154,18 @@ def test_rule3_scale_down_drops_from_the_most_loaded_cluster_then_the_later_name
 
 # Seed 001 (GPUStack's order, `scaleDownOrder: Health`): replicas in error first, then starting, then ready; among
 # equals Modelplane's rule 3. Health is read from the status conditions a Crossplane composite publishes.
-READY = [{"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
-         {"type": "Ready", "status": "True", "reason": "Available"}]  # fmt: skip
-STARTING = [{"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
-            {"type": "Ready", "status": "False", "reason": "Creating"}]  # fmt: skip
-ERROR = [{"type": "Synced", "status": "False", "reason": "ReconcileError"},
-         {"type": "Ready", "status": "False", "reason": "Creating"}]  # fmt: skip
+READY = [
+    {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
+    {"type": "Ready", "status": "True", "reason": "Available"},
+]
+STARTING = [
+    {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
+    {"type": "Ready", "status": "False", "reason": "Creating"},
+]
+ERROR = [
+    {"type": "Synced", "status": "False", "reason": "ReconcileError"},
+    {"type": "Ready", "status": "False", "reason": "Creating"},
+]
 
 
 def test_scale_down_by_health_removes_replicas_in_error_then_starting_then_ready() -> None:

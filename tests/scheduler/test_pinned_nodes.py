@@ -76,8 +76,13 @@ def test_a_pinned_gpu_that_is_held_or_absent_refuses_the_request_naming_the_gpu_
     world = snapshot(
         claim("a1", "use1-a01", 0), claim("a2", "use1-a01", 1, state="leased"), quarantined=("use1-a01/4",)
     )
-    held = place(world, region="us-east", nodes=["use1-a01"], gpus=["0000:1b:00.0", "0000:3c:00.0", "0000:9a:00.0",
-                                                                    "0000:ff:00.0", "0000:dc:00.0"], gpu_count=5)  # fmt: skip
+    held = place(
+        world,
+        region="us-east",
+        nodes=["use1-a01"],
+        gpus=["0000:1b:00.0", "0000:3c:00.0", "0000:9a:00.0", "0000:ff:00.0", "0000:dc:00.0"],
+        gpu_count=5,
+    )
     assert not held.placed and held.candidates == [] and held.plan is None
     assert held.refusal is not None and held.refusal.code is Reason.PINNED_NODES_UNAVAILABLE
     assert held.refusal.message == (
@@ -101,8 +106,9 @@ def test_pinned_gpus_on_a_node_that_is_down_or_across_numa_nodes_say_so() -> Non
         down.refusal is not None
         and down.refusal.message == "no pinned node can take 2 GPU slices: euw1-a01 is not READY"
     )
-    split = place(snapshot(), region="us-east", nodes=["use1-a01"], gpus=["0000:1b:00.0", "0000:9a:00.0"],
-                  numa_policy="required")  # fmt: skip
+    split = place(
+        snapshot(), region="us-east", nodes=["use1-a01"], gpus=["0000:1b:00.0", "0000:9a:00.0"], numa_policy="required"
+    )
     assert split.refusal is not None and split.refusal.message == (
         "no pinned node can take 2 GPU slices: use1-a01 cannot fit 2 bundles on one NUMA node"
     )
@@ -115,10 +121,12 @@ def test_pinned_gpus_on_a_node_that_is_down_or_across_numa_nodes_say_so() -> Non
         ({"gpus": ["0000:1b:00.0", "0000:3c:00.0"]}, "gpus can be pinned only together with exactly one pinned node"),
         ({"gpus": ["0000:1b:00.0"], "nodes": ["use1-a01"]}, "gpu_count is 2 but 1 distinct GPUs are pinned"),
         ({"gpus": ["1b:00"], "nodes": ["use1-a01"]}, "'1b:00' is not a PCI address"),
-        ({"gpus": ["0000:1b:00.0"], "nodes": ["use1-m01"], "shape": "baremetal", "gpu_count": 1},
-         "gpus can be pinned only for gpu_slice"),
+        (
+            {"gpus": ["0000:1b:00.0"], "nodes": ["use1-m01"], "shape": "baremetal", "gpu_count": 1},
+            "gpus can be pinned only for gpu_slice",
+        ),
     ],
-)  # fmt: skip
+)
 def test_gpu_pins_that_cannot_mean_anything_are_invalid_requests(fields: dict[str, object], message: str) -> None:
     with pytest.raises(ValidationError, match=re.escape(message)):
         PlacementRequest.model_validate({"gpu_count": 2, **fields})

@@ -31,8 +31,9 @@ def policy(snapshot: Snapshot, **by_tenant: object) -> Snapshot:
     return snapshot.with_tenants(tenants.values())
 
 
-def running(allocation_id: str, tenant: str, node: str, gpus: int, priority: int, started: float,
-            **extra: object) -> Running:  # fmt: skip
+def running(
+    allocation_id: str, tenant: str, node: str, gpus: int, priority: int, started: float, **extra: object
+) -> Running:
     return Running(allocation_id, tenant, node, gpus, priority, started, **extra)  # type: ignore[arg-type]
 
 
@@ -70,8 +71,9 @@ def test_nothing_of_equal_or_higher_priority_and_nothing_without_a_policy() -> N
     on_node = [running("held-0", "a", "a01", 8, 10, 10.0)]
     no_policy = plan_preemption(fleet, "r1", preemptor("a", 2, 100), on_node, "insufficient_capacity")
     assert isinstance(no_policy, str) and "preemption policy displaces nothing" in no_policy
-    equal = plan_preemption(policy(fleet, a=(WITHIN, None)), "r1", preemptor("a", 2, 10), on_node,
-                            "insufficient_capacity")  # fmt: skip
+    equal = plan_preemption(
+        policy(fleet, a=(WITHIN, None)), "r1", preemptor("a", 2, 10), on_node, "insufficient_capacity"
+    )
     assert isinstance(equal, str)
 
 
@@ -134,8 +136,13 @@ def test_allocations_of_a_tenant_that_borrows_now_go_first_whatever_each_was_mar
     candidatesOrdering puts workloads of other ClusterQueues that are borrowing first, then lower priority), not by
     what each workload borrowed when it was admitted. b borrows now (12 of a quota of 8), so its allocation on a01,
     claimed while b was within its quota, goes before a's own lower-priority one there."""
-    fleet = world(TWO_H100_NODES, ("a", "a01", 4), ("b", "a01", 4), ("b", "a02", 8),
-                  tenants={"a": (8, 1), "b": (8, 1), "d": (8, 1)})  # fmt: skip
+    fleet = world(
+        TWO_H100_NODES,
+        ("a", "a01", 4),
+        ("b", "a01", 4),
+        ("b", "a02", 8),
+        tenants={"a": (8, 1), "b": (8, 1), "d": (8, 1)},
+    )
     both = PreemptionPolicy(within_tenant=WithinTenant.LOWER_PRIORITY, reclaim_within_cohort=ReclaimWithinCohort.ANY)
     fleet = policy(fleet, a=(both, "c"), b=(PreemptionPolicy(), "c"), d=(PreemptionPolicy(), "c"))
     held = [
@@ -172,8 +179,13 @@ def test_a_non_preemptible_allocation_is_never_a_victim_and_a_never_class_displa
 def test_reclaiming_lent_capacity_takes_the_newest_borrower_and_only_under_the_policy() -> None:
     # Cohort c: b (quota 0) borrows a's quota and fills a01; d fills a02. a asks for 4 within its own quota of 8:
     # its quota fits, no node has room, and b's borrowing allocations are reclaimable.
-    fleet = world(TWO_H100_NODES, ("b", "a01", 4), ("b", "a01", 4), ("d", "a02", 8),
-                  tenants={"a": (8, 1), "b": (0, 1), "d": (8, 1)})  # fmt: skip
+    fleet = world(
+        TWO_H100_NODES,
+        ("b", "a01", 4),
+        ("b", "a01", 4),
+        ("d", "a02", 8),
+        tenants={"a": (8, 1), "b": (0, 1), "d": (8, 1)},
+    )
     reclaim = PreemptionPolicy(reclaim_within_cohort=ReclaimWithinCohort.ANY)
     fleet = policy(fleet, a=(reclaim, "c"), b=(PreemptionPolicy(), "c"))
     borrowing = [
@@ -193,8 +205,9 @@ def test_reclaiming_lent_capacity_takes_the_newest_borrower_and_only_under_the_p
 
 def test_quota_decides_within_the_tenant_and_the_fleet_has_room_elsewhere() -> None:
     # a's quota is 8 and it holds 8 at priority 0 (two allocations); a02 is free. It asks for 4 at priority 10.
-    fleet = policy(world(TWO_H100_NODES, ("a", "a01", 4), ("a", "a01", 4), tenants={"a": (8, 1), "b": (8, 1)}),
-                   a=(WITHIN, None))  # fmt: skip
+    fleet = policy(
+        world(TWO_H100_NODES, ("a", "a01", 4), ("a", "a01", 4), tenants={"a": (8, 1), "b": (8, 1)}), a=(WITHIN, None)
+    )
     held = [running("held-0", "a", "a01", 4, 0, 10.0), running("held-1", "a", "a01", 4, 0, 20.0)]
     outcome = plan_preemption(fleet, "r1", preemptor("a", 4, 10), held, "quota_exceeded")
     assert victims(outcome) == ["held-1"] and outcome.case == "quota" and outcome.node is None
@@ -213,16 +226,20 @@ def test_a_request_that_would_still_borrow_reclaims_only_under_borrow_within_coh
     borrowing = [running("held-0", "b", "a01", 8, 0, 5.0), running("held-1", "b", "a02", 4, 0, 10.0, borrowed=4)]
     refused = plan_preemption(fleet, "r1", preemptor("a", 8, 10), borrowing, "insufficient_capacity")
     assert isinstance(refused, str)  # borrowWithinCohort Never: no reclaiming while it borrows
-    allowed = dataclasses.replace(base, borrow_within_cohort=BorrowWithinCohort.LOWER_PRIORITY,
-                                  max_priority_threshold=0)  # fmt: skip
-    outcome = plan_preemption(policy(fleet, a=(allowed, "c")), "r1", preemptor("a", 8, 10), borrowing,
-                              "insufficient_capacity")  # fmt: skip
+    allowed = dataclasses.replace(
+        base, borrow_within_cohort=BorrowWithinCohort.LOWER_PRIORITY, max_priority_threshold=0
+    )
+    outcome = plan_preemption(
+        policy(fleet, a=(allowed, "c")), "r1", preemptor("a", 8, 10), borrowing, "insufficient_capacity"
+    )
     # priority 0 <= threshold 0 < 10: held-1 alone frees a02's 8 (4 free beside it).
     assert victims(outcome) == ["held-1"] and outcome.node == "a02"
     assert outcome.reasons["held-1"].endswith("(Kueue: InCohortReclaimWhileBorrowing)")
     above = dataclasses.replace(allowed, max_priority_threshold=-1)
-    assert isinstance(plan_preemption(policy(fleet, a=(above, "c")), "r1", preemptor("a", 8, 10), borrowing,
-                                      "insufficient_capacity"), str)  # fmt: skip
+    assert isinstance(
+        plan_preemption(policy(fleet, a=(above, "c")), "r1", preemptor("a", 8, 10), borrowing, "insufficient_capacity"),
+        str,
+    )
 
 
 def test_classic_preemption_compares_no_shares_a_lender_reclaims_whatever_the_borrower_keeps() -> None:
@@ -231,8 +248,9 @@ def test_classic_preemption_compares_no_shares_a_lender_reclaims_whatever_the_bo
     a reclaims them though b keeps nothing and a would then hold 12 of 16."""
     holds = (("a", "a01", 8), ("b", "a02", 4), ("b", "a02", 4))
     fleet = world(TWO_H100_NODES, *holds, tenants={"a": (12, 1), "b": (4, 1)})
-    fleet = policy(fleet, a=(PreemptionPolicy(reclaim_within_cohort=ReclaimWithinCohort.ANY), "c"),
-                   b=(PreemptionPolicy(), "c"))  # fmt: skip
+    fleet = policy(
+        fleet, a=(PreemptionPolicy(reclaim_within_cohort=ReclaimWithinCohort.ANY), "c"), b=(PreemptionPolicy(), "c")
+    )
     borrowing = [running("held-1", "b", "a02", 4, 0, 10.0, borrowed=4), running("held-2", "b", "a02", 4, 0, 11.0)]
     outcome = plan_preemption(fleet, "r1", preemptor("a", 4, 10), borrowing, "insufficient_capacity")
     assert victims(outcome) == ["held-2"] and outcome.node == "a02"  # the newest of b's, either frees enough

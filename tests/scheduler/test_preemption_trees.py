@@ -137,8 +137,11 @@ def test_with_fair_sharing_a_preemptor_within_its_nominal_quota_reclaims_whateve
 def test_with_fair_sharing_the_subtrees_under_the_lowest_common_cohort_are_compared() -> None:
     """org shares fairly; red (r1, r2) and blue (b1) meet at org, so r1's reclaim from b1 compares red's share with
     blue's, not r1's with b1's: red already borrows as much as blue, so r1 takes nothing from b1."""
-    cohorts = {"org": "{gpuQuota: 8, fairSharing: {enabled: true}}", "red": "{parentName: org}",
-               "blue": "{parentName: org}"}  # fmt: skip
+    cohorts = {
+        "org": "{gpuQuota: 8, fairSharing: {enabled: true}}",
+        "red": "{parentName: org}",
+        "blue": "{parentName: org}",
+    }
     tenants: dict[str, Tenant] = {"r1": (0, 1, "red"), "r2": (0, 1, "red"), "b1": (0, 1, "blue")}
     holds = (("r2", "a01", 4), ("b1", "a01", 2), ("b1", "a01", 2))
     fleet = reclaiming(world(ONE_H100_NODE, *holds, tenants=tenants, cohorts=cohorts), "r1")

@@ -323,9 +323,12 @@ def test_a_tenant_below_its_fair_share_gets_nodes_held_for_more_of_its_requests(
     fleet = world(pools, *(("c", f"n0{i}", 6) for i in range(1, 5)), tenants={"a": (64, 1), "c": (64, 1)})
     used = {"c": {"h100": 24}}
     queue = [
-        queued("a-1", "a", 1, 8), queued("a-2", "a", 2, 8), queued("a-3", "a", 3, 8),
-        queued("c-1", "c", 4, 8), queued("c-2", "c", 5, 8),
-    ]  # fmt: skip
+        queued("a-1", "a", 1, 8),
+        queued("a-2", "a", 2, 8),
+        queued("a-3", "a", 3, 8),
+        queued("c-1", "c", 4, 8),
+        queued("c-2", "c", 5, 8),
+    ]
     result = run(fleet, queue, used)
     # a (share 0, fair 1/2 of 32 GPUs = 16) gets a node for two of its requests; c, over its share, for its head.
     assert result.admitted == []
@@ -390,8 +393,14 @@ def test_ordered_gives_positions_by_quota_then_priority_then_arrival() -> None:
         queued("b-low", "b", 6, 1, priority=-1),
     ]
     shown = ordered(queue, fleet, held)
-    assert [entry.allocation_id for entry, _ in shown] == ["a-urgent", "a-early", "b-early", "b-low", "c-late",
-                                                           "c-later"]  # fmt: skip
+    assert [entry.allocation_id for entry, _ in shown] == [
+        "a-urgent",
+        "a-early",
+        "b-early",
+        "b-low",
+        "c-late",
+        "c-later",
+    ]
     assert {standing.share for _, standing in shown} == {0.0}
     assert ordered(list(reversed(queue)), fleet, held) == shown
 

@@ -94,8 +94,17 @@ async def test_pruning_capacity_with_an_active_claim_is_refused_and_changes_noth
 ) -> None:
     async with sessions.begin() as session:
         await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
-        session.add(AllocationRow(id="bm-1", tenant="acme", state="active", shape="baremetal", gpu_count=8,
-                                  request={}, workflow_id="allocation/bm-1"))  # fmt: skip
+        session.add(
+            AllocationRow(
+                id="bm-1",
+                tenant="acme",
+                state="active",
+                shape="baremetal",
+                gpu_count=8,
+                request={},
+                workflow_id="allocation/bm-1",
+            )
+        )
         slot = (await session.scalars(select(SlotRow).where(SlotRow.node_id == "use1-h100-01"))).first()
         session.add(ClaimRow(allocation_id="bm-1", attempt=1, slot_id=slot.id, node_id="use1-h100-01", bundle={}))
     before = await _counts(sessions)
@@ -111,8 +120,11 @@ async def test_two_slots_can_swap_fabric_vfs_in_one_apply(sessions, examples_dir
     async with sessions.begin() as session:
         await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
     text = (examples_dir / "fleet.yaml").read_text()
-    swapped = text.replace('fabricVfPci: "0000:1a:00.2"', "SWAP").replace(
-        'fabricVfPci: "0000:3a:00.2"', 'fabricVfPci: "0000:1a:00.2"').replace("SWAP", 'fabricVfPci: "0000:3a:00.2"')  # fmt: skip
+    swapped = (
+        text.replace('fabricVfPci: "0000:1a:00.2"', "SWAP")
+        .replace('fabricVfPci: "0000:3a:00.2"', 'fabricVfPci: "0000:1a:00.2"')
+        .replace("SWAP", 'fabricVfPci: "0000:3a:00.2"')
+    )
     async with sessions.begin() as session:
         result = await apply_fleet(session, parse_fleet([("fleet.yaml", swapped)]))
     assert {c.name for c in result.changes} == {"j22u05/0", "j22u05/1", "j22u11/0", "j22u11/1"}
@@ -129,7 +141,13 @@ async def test_a_model_service_beside_the_inventory_is_carried_not_written(sessi
     ]
     assert result.summary().endswith("; 1 ModelService checked and not written (routing, not inventory)")
     assert await _counts(sessions) == {
-        "regions": 2, "tenants": 2, "clusters": 5, "pools": 8, "nodes": 9, "node_resource_slots": 60}  # fmt: skip
+        "regions": 2,
+        "tenants": 2,
+        "clusters": 5,
+        "pools": 8,
+        "nodes": 9,
+        "node_resource_slots": 60,
+    }
 
 
 async def test_lists_of_more_nodes_than_a_statement_has_parameters_are_read(sessions, examples_dir: Path) -> None:

@@ -21,9 +21,11 @@ CLASS = {
 def cluster(name: str, annotations: dict[str, str] | None = None, spec_cluster: dict | None = None) -> dict:
     spec: dict = {
         "taints": [{"key": "dedicated", "value": "inference", "effect": "NoSchedule"}],
-        "nodePools": [{"name": "serve", "className": "h200", "nodeCount": 2},
-                      {"name": "burst", "className": "h200", "nodeCount": 1, "maxNodeCount": 6}],
-    }  # fmt: skip
+        "nodePools": [
+            {"name": "serve", "className": "h200", "nodeCount": 2},
+            {"name": "burst", "className": "h200", "nodeCount": 1, "maxNodeCount": 6},
+        ],
+    }
     if spec_cluster is not None:
         spec["cluster"] = spec_cluster
     return {
@@ -36,19 +38,35 @@ def cluster(name: str, annotations: dict[str, str] | None = None, spec_cluster: 
 
 async def test_connection_reference_is_stored_and_read_back(sessions) -> None:
     existing = {"source": "Existing", "existing": {"secretRef": {"name": "prod-east"}}}
-    fleet = parse_fleet([("fleet.yaml", yaml.safe_dump_all([
-        CLASS,
-        cluster("east", {"berth.dev/kube-context": "admin@east", "berth.dev/gateway": "gw/inference"}, existing),
-        cluster("west"),
-    ]))])  # fmt: skip
+    fleet = parse_fleet(
+        [
+            (
+                "fleet.yaml",
+                yaml.safe_dump_all(
+                    [
+                        CLASS,
+                        cluster(
+                            "east",
+                            {"berth.dev/kube-context": "admin@east", "berth.dev/gateway": "gw/inference"},
+                            existing,
+                        ),
+                        cluster("west"),
+                    ]
+                ),
+            )
+        ]
+    )
     async with sessions.begin() as session:
         await apply_fleet(session, fleet)
     async with sessions() as session:
         row = await session.get(ClusterRow, "east")
         assert row is not None and row.connection == {
-            "method": "kubeconfig", "secret_name": "prod-east", "secret_key": "kubeconfig", "context": "admin@east",
+            "method": "kubeconfig",
+            "secret_name": "prod-east",
+            "secret_key": "kubeconfig",
+            "context": "admin@east",
             "gateway": "gw/inference",
-        }  # fmt: skip
+        }
         target = await load_target(session, "east")
         assert target is not None and target.connection.secret_name == "prod-east"
         assert [(t.key, t.value, t.effect) for t in target.tolerations] == [("dedicated", "inference", "NoSchedule")]

@@ -72,30 +72,42 @@ async def test_existing_deployments_move_to_default_and_names_repeat_across_name
     finally:
         await engine.dispose()
     assert [d for d in differences if _table_of(d) in OURS] == []
-    assert await _run(empty_database_url, [
-        "SELECT d.namespace, d.name, r.namespace, r.name, u.namespace, u.nodes FROM model_deployments d "
-        "JOIN model_replicas r ON r.deployment = d.name JOIN replica_pool_usage u ON u.replica = r.name",
-    ]) == [("default", "llama", "default", "llama-east-0", "default", 1)]  # fmt: skip
+    assert await _run(
+        empty_database_url,
+        [
+            "SELECT d.namespace, d.name, r.namespace, r.name, u.namespace, u.nodes FROM model_deployments d "
+            "JOIN model_replicas r ON r.deployment = d.name JOIN replica_pool_usage u ON u.replica = r.name",
+        ],
+    ) == [("default", "llama", "default", "llama-east-0", "default", 1)]
 
     # The same deployment and replica names in another namespace are other rows, with their own ledger.
-    await _run(empty_database_url, [
-        "INSERT INTO model_deployments (namespace, name, spec, replicas, status) VALUES ('prod', 'llama', '{}', 1, '{}')",
-        "INSERT INTO model_replicas (namespace, name, deployment, cluster, replica_index, spec, state) "
-        "VALUES ('prod', 'llama-east-0', 'llama', 'east', 0, '{}', 'ready')",
-        "INSERT INTO replica_pool_usage (namespace, replica, engine, pool_id, nodes) "
-        "SELECT 'prod', 'llama-east-0', 'serve', id, 1 FROM pools",
-    ])  # fmt: skip
+    await _run(
+        empty_database_url,
+        [
+            "INSERT INTO model_deployments (namespace, name, spec, replicas, status) VALUES ('prod', 'llama', '{}', 1, '{}')",
+            "INSERT INTO model_replicas (namespace, name, deployment, cluster, replica_index, spec, state) "
+            "VALUES ('prod', 'llama-east-0', 'llama', 'east', 0, '{}', 'ready')",
+            "INSERT INTO replica_pool_usage (namespace, replica, engine, pool_id, nodes) "
+            "SELECT 'prod', 'llama-east-0', 'serve', id, 1 FROM pools",
+        ],
+    )
     # A replica cannot belong to a deployment of another namespace.
     with pytest.raises(IntegrityError, match="fk_model_replicas_namespace_model_deployments"):
-        await _run(empty_database_url, [
-            "INSERT INTO model_replicas (namespace, name, deployment, cluster, replica_index, spec) "
-            "VALUES ('staging', 'llama-east-1', 'llama', 'east', 1, '{}')",
-        ])  # fmt: skip
+        await _run(
+            empty_database_url,
+            [
+                "INSERT INTO model_replicas (namespace, name, deployment, cluster, replica_index, spec) "
+                "VALUES ('staging', 'llama-east-1', 'llama', 'east', 1, '{}')",
+            ],
+        )
     # Deleting one namespace's deployment cascades to its own replicas and ledger only.
-    assert await _run(empty_database_url, [
-        "DELETE FROM model_deployments WHERE namespace = 'prod'",
-        "SELECT namespace, replica FROM replica_pool_usage",
-    ]) == [("default", "llama-east-0")]  # fmt: skip
+    assert await _run(
+        empty_database_url,
+        [
+            "DELETE FROM model_deployments WHERE namespace = 'prod'",
+            "SELECT namespace, replica FROM replica_pool_usage",
+        ],
+    ) == [("default", "llama-east-0")]
     with pytest.raises(IntegrityError, match="ck_pools_max_node_count"):
         await _run(empty_database_url, ["UPDATE pools SET max_node_count = 0"])
 
@@ -116,6 +128,9 @@ async def test_downgrade_restores_the_single_name_keys(empty_database_url: str) 
             await connection.run_sync(_downgrade)
     finally:
         await engine.dispose()
-    assert await _run(empty_database_url, [
-        "SELECT r.name, u.nodes FROM model_replicas r JOIN replica_pool_usage u ON u.replica = r.name",
-    ]) == [("llama-east-0", 1)]  # fmt: skip
+    assert await _run(
+        empty_database_url,
+        [
+            "SELECT r.name, u.nodes FROM model_replicas r JOIN replica_pool_usage u ON u.replica = r.name",
+        ],
+    ) == [("llama-east-0", 1)]

@@ -38,8 +38,17 @@ def _view(snapshot) -> dict[str, object]:
 
 async def _claim(sessions, allocation: str, node: str, index: int, state: str = "active") -> None:
     async with sessions.begin() as session:
-        session.add(AllocationRow(id=allocation, tenant="acme", state=state, shape="gpu_slice", gpu_count=1,
-                                  request={}, workflow_id=f"allocation/{allocation}"))  # fmt: skip
+        session.add(
+            AllocationRow(
+                id=allocation,
+                tenant="acme",
+                state=state,
+                shape="gpu_slice",
+                gpu_count=1,
+                request={},
+                workflow_id=f"allocation/{allocation}",
+            )
+        )
         await session.flush()
         slot = (
             await session.scalars(select(SlotRow).where(SlotRow.node_id == node, SlotRow.slot_index == index))
@@ -98,9 +107,14 @@ async def _pruned(sessions, node: str) -> None:
             left = await session.scalar(text("SELECT count(*) FROM inventory_changes WHERE node = :n"), {"n": node})
             if left == 0:
                 return
-            holders = (await session.execute(text(
-                "SELECT datname, state, backend_xid::text, left(query, 80) FROM pg_stat_activity "
-                "WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()"))).all()  # fmt: skip
+            holders = (
+                await session.execute(
+                    text(
+                        "SELECT datname, state, backend_xid::text, left(query, 80) FROM pg_stat_activity "
+                        "WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()"
+                    )
+                )
+            ).all()
         await asyncio.sleep(0.05)
     raise AssertionError(f"the change log of {node} was never pruned; transactions holding it back: {holders}")
 

@@ -39,15 +39,29 @@ async def test_apply_writes_a_pools_deadlines_changes_them_and_snapshots_carry_t
 
 async def _failed_attempt(session, allocation: str, node: str, reason: str, minutes_ago: float, now: datetime) -> None:
     if await session.get(AllocationRow, allocation) is None:
-        session.add(AllocationRow(id=allocation, tenant="acme", state="placing", shape="gpu_slice", gpu_count=1,
-                                  request={}, workflow_id=f"allocation/{allocation}"))  # fmt: skip
+        session.add(
+            AllocationRow(
+                id=allocation,
+                tenant="acme",
+                state="placing",
+                shape="gpu_slice",
+                gpu_count=1,
+                request={},
+                workflow_id=f"allocation/{allocation}",
+            )
+        )
         await session.flush()
     session.add(
         AllocationEventRow(
-            allocation_id=allocation, event_key=f"run:{node}:{reason}:{minutes_ago}", state="placing",
-            step="attempt_failed", node_id=node, reason=reason, at=now - timedelta(minutes=minutes_ago),
+            allocation_id=allocation,
+            event_key=f"run:{node}:{reason}:{minutes_ago}",
+            state="placing",
+            step="attempt_failed",
+            node_id=node,
+            reason=reason,
+            at=now - timedelta(minutes=minutes_ago),
         )
-    )  # fmt: skip
+    )
 
 
 async def test_only_the_nodes_own_recent_failures_count(sessions) -> None:

@@ -16,8 +16,17 @@ NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 async def test_records_past_the_retention_go_oldest_first_and_newer_ones_stay(sessions) -> None:
     async with sessions.begin() as session:
         for days, actor in ((200, "a"), (120, "b"), (100, "c"), (10, "d")):
-            session.add(ApiRequestRow(at=NOW - timedelta(days=days), actor=actor, role="member", method="POST",
-                                      route="/v1/allocations", path="/v1/allocations", status=202))  # fmt: skip
+            session.add(
+                ApiRequestRow(
+                    at=NOW - timedelta(days=days),
+                    actor=actor,
+                    role="member",
+                    method="POST",
+                    route="/v1/allocations",
+                    path="/v1/allocations",
+                    status=202,
+                )
+            )
     cutoff = NOW - timedelta(days=90)
     async with sessions.begin() as session:
         assert await prune(session, cutoff, limit=2) == 2

@@ -14,12 +14,38 @@ from store.migrate import upgrade
 from store.models import AllocationRow, ClaimRow, SlotRow, TenantRow
 
 TABLES = {
-    "regions", "clusters", "pools", "inference_classes", "nodes", "node_resource_slots", "tenants", "api_tokens",
-    "allocations", "allocation_resource_claims", "allocation_events", "model_deployments", "model_replicas",
-    "replica_pool_usage", "inventory_version", "node_agents", "liveness_version", "audit_runs", "audit_findings",
-    "audit_repairs", "model_caches", "inventory_changes", "inventory_changes_pruned", "priority_classes", "queue_entries",
-    "cohorts", "usage_intervals", "usage_totals", "usage_hourly", "usage_rollup", "usage_decay",
-}  # fmt: skip
+    "regions",
+    "clusters",
+    "pools",
+    "inference_classes",
+    "nodes",
+    "node_resource_slots",
+    "tenants",
+    "api_tokens",
+    "allocations",
+    "allocation_resource_claims",
+    "allocation_events",
+    "model_deployments",
+    "model_replicas",
+    "replica_pool_usage",
+    "inventory_version",
+    "node_agents",
+    "liveness_version",
+    "audit_runs",
+    "audit_findings",
+    "audit_repairs",
+    "model_caches",
+    "inventory_changes",
+    "inventory_changes_pruned",
+    "priority_classes",
+    "queue_entries",
+    "cohorts",
+    "usage_intervals",
+    "usage_totals",
+    "usage_hourly",
+    "usage_rollup",
+    "usage_decay",
+}
 
 
 async def test_migration_creates_every_table_from_empty(empty_database_url: str) -> None:
@@ -53,7 +79,7 @@ async def _fleet_with_allocation(
                     gpu_count=1,
                     request={},
                     workflow_id=f"allocation/{alloc}",
-                )  # fmt: skip
+                )
             )
         slot = (
             await session.scalars(select(SlotRow).where(SlotRow.node_id == "j22u05", SlotRow.slot_index == 0))
@@ -85,15 +111,20 @@ async def test_a_released_claim_frees_the_slot_for_the_next_one(sessions, exampl
     ("statement", "constraint"),
     [
         # The same fabric VF on two slots of one host would let two VMs share an isolated fabric function.
-        ("UPDATE node_resource_slots SET fabric_vf_pci_address = '0000:1a:00.2' "
-         "WHERE node_id = 'j22u05' AND slot_index = 1", "uq_node_resource_slots_node_id_fabric_vf"),
-        ("UPDATE node_resource_slots SET slot_index = 0 WHERE node_id = 'j22u05' AND slot_index = 1",
-         "uq_node_resource_slots_node_id_slot_index"),
+        (
+            "UPDATE node_resource_slots SET fabric_vf_pci_address = '0000:1a:00.2' "
+            "WHERE node_id = 'j22u05' AND slot_index = 1",
+            "uq_node_resource_slots_node_id_fabric_vf",
+        ),
+        (
+            "UPDATE node_resource_slots SET slot_index = 0 WHERE node_id = 'j22u05' AND slot_index = 1",
+            "uq_node_resource_slots_node_id_slot_index",
+        ),
         ("UPDATE node_resource_slots SET state = 'stolen' WHERE node_id = 'j22u05'", "ck_node_resource_slots_state"),
         ("UPDATE allocations SET gpu_count = 0", "ck_allocations_gpu_count"),
         ("UPDATE tenants SET gpu_quota = -1", "ck_tenants_gpu_quota"),
     ],
-)  # fmt: skip
+)
 async def test_schema_constraints(sessions, examples_dir, statement: str, constraint: str) -> None:
     await _fleet_with_allocation(sessions, examples_dir, "a3")
     with pytest.raises(IntegrityError, match=constraint):

@@ -20,8 +20,14 @@ from store.trail import write_trail
 def _first_trail(allocation_id: str) -> AuditTrail:
     request = PlacementRequest(gpu_count=1, tenant="acme", region="us-east")
     opening = AllocationRecord(allocation_id=allocation_id, tenant="acme", request=request, workflow_id="w")
-    change = StateChange(allocation_id=allocation_id, run_id="r", state="placing", step="select_region",
-                         region="us-east", at=datetime.now(UTC))  # fmt: skip
+    change = StateChange(
+        allocation_id=allocation_id,
+        run_id="r",
+        state="placing",
+        step="select_region",
+        region="us-east",
+        at=datetime.now(UTC),
+    )
     return AuditTrail(opening=opening, changes=[change])
 
 
@@ -33,8 +39,17 @@ async def test_the_first_trail_waiting_on_the_apis_uncommitted_row_mirrors_onto_
         await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
     async with sessions() as api:
         async with api.begin():
-            await record_accepted(api, allocation_id="a1", tenant="acme", shape="gpu_slice", gpu_count=1,
-                                  gpu_product=None, request={}, idempotency_key=None, workflow_id="w")  # fmt: skip
+            await record_accepted(
+                api,
+                allocation_id="a1",
+                tenant="acme",
+                shape="gpu_slice",
+                gpu_count=1,
+                gpu_product=None,
+                request={},
+                idempotency_key=None,
+                workflow_id="w",
+            )
             workflow_write = asyncio.create_task(write_trail(sessions, _first_trail("a1")))
             await _blocked_on_a_lock(sessions)  # the workflow's statement waits on the API's uncommitted key
             assert not workflow_write.done()

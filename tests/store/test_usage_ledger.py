@@ -34,21 +34,44 @@ async def _fleet(sessions: async_sessionmaker[AsyncSession], examples_dir) -> No
 
 
 async def hold(
-    sessions: async_sessionmaker[AsyncSession], allocation: str, tenant: str, slots: list[int], start: datetime,
-    end: datetime | None, *, step: str | None = "release", attempt: int = 1, node: str = "j22u05",
-    priority_class: str | None = None, final: str | None = None,
-) -> None:  # fmt: skip
+    sessions: async_sessionmaker[AsyncSession],
+    allocation: str,
+    tenant: str,
+    slots: list[int],
+    start: datetime,
+    end: datetime | None,
+    *,
+    step: str | None = "release",
+    attempt: int = 1,
+    node: str = "j22u05",
+    priority_class: str | None = None,
+    final: str | None = None,
+) -> None:
     """An allocation holding `slots` of `node` from `start` to `end` (None: still holding), released after its trail
     recorded `step`, as the workflow's release does."""
     async with sessions.begin() as session:
         if await session.get(AllocationRow, allocation) is None:
-            session.add(AllocationRow(id=allocation, tenant=tenant, state="active", shape="gpu_slice",
-                                      gpu_count=len(slots), gpu_product="H200", request={"priority_class": priority_class},
-                                      workflow_id=f"allocation/{allocation}", region="us-east"))  # fmt: skip
+            session.add(
+                AllocationRow(
+                    id=allocation,
+                    tenant=tenant,
+                    state="active",
+                    shape="gpu_slice",
+                    gpu_count=len(slots),
+                    gpu_product="H200",
+                    request={"priority_class": priority_class},
+                    workflow_id=f"allocation/{allocation}",
+                    region="us-east",
+                )
+            )
             await session.flush()
-        rows = (await session.scalars(
-            select(SlotRow).where(SlotRow.node_id == node, SlotRow.slot_index.in_(slots)).order_by(SlotRow.slot_index)
-        )).all()  # fmt: skip
+        rows = (
+            await session.scalars(
+                select(SlotRow)
+                .where(SlotRow.node_id == node, SlotRow.slot_index.in_(slots))
+                .order_by(SlotRow.slot_index)
+            )
+        ).all()
         session.add_all(
             ClaimRow(allocation_id=allocation, attempt=attempt, slot_id=s.id, node_id=node, bundle={}, claimed_at=start)
             for s in rows
@@ -57,8 +80,16 @@ async def hold(
         return
     async with sessions.begin() as session:
         if step is not None:
-            session.add(AllocationEventRow(allocation_id=allocation, event_key=f"{step}-{attempt}", at=end,
-                                           state="releasing", step=step, attempt=attempt))  # fmt: skip
+            session.add(
+                AllocationEventRow(
+                    allocation_id=allocation,
+                    event_key=f"{step}-{attempt}",
+                    at=end,
+                    state="releasing",
+                    step=step,
+                    attempt=attempt,
+                )
+            )
             await session.flush()
         await session.execute(
             text("UPDATE allocation_resource_claims SET released_at = :end WHERE allocation_id = :id AND attempt = :a"),
@@ -79,8 +110,15 @@ async def test_known_intervals_give_exact_gpu_seconds_by_every_grouping(sessions
     await _fleet(sessions, examples_dir)
     await hold(sessions, "a-1", "acme", [0, 1], T0, T0 + 2 * H)  # 4 GPU-hours
     await hold(sessions, "a-2", "acme", [2], T0 + H, T0 + 4 * H, step="preempt", priority_class="batch")  # 3
-    await hold(sessions, "g-1", "globex", [3, 4, 5], T0 + 30 * timedelta(minutes=1), T0 + 90 * timedelta(minutes=1),
-               step="expire")  # 3 GPUs for 1 h  # fmt: skip
+    await hold(
+        sessions,
+        "g-1",
+        "globex",
+        [3, 4, 5],
+        T0 + 30 * timedelta(minutes=1),
+        T0 + 90 * timedelta(minutes=1),
+        step="expire",
+    )  # 3 GPUs for 1 h
 
     rows = await _report(sessions, T0 - H, T0 + 10 * H)
     by_tenant = {r.group["tenant"]: r for r in rows}
@@ -118,10 +156,16 @@ async def test_an_interval_ends_for_every_reason_and_an_open_one_counts_until_no
     # A cancellation in the middle of an attempt names no ending: the final state does, once it is written.
     await hold(sessions, "c-1", "acme", [3], T0, T0 + timedelta(minutes=2), step="provisioning", final="cancelled")
     async with sessions() as session:
-        rows = (await session.execute(
-            select(UsageIntervalRow.subject, UsageIntervalRow.attempt, UsageIntervalRow.end_reason,
-                   UsageIntervalRow.ended_at).order_by(UsageIntervalRow.subject, UsageIntervalRow.attempt)
-        )).all()  # fmt: skip
+        rows = (
+            await session.execute(
+                select(
+                    UsageIntervalRow.subject,
+                    UsageIntervalRow.attempt,
+                    UsageIntervalRow.end_reason,
+                    UsageIntervalRow.ended_at,
+                ).order_by(UsageIntervalRow.subject, UsageIntervalRow.attempt)
+            )
+        ).all()
         now = T0 + 3 * H
         totals = await usage.report(session, usage.UsageQuery(T0, now + H, ("tenant",)), now=now)
     assert [(s, a, r) for s, a, r, _ in rows] == [
@@ -188,8 +232,9 @@ async def test_the_rollup_keeps_every_second_and_survives_a_kill_in_the_middle(
                 await asyncio.sleep(600)
         asyncio.run(main())
     """)
-    child = await asyncio.create_subprocess_exec(sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE,
-                                                 cwd=os.getcwd())  # fmt: skip
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE, cwd=os.getcwd()
+    )
     try:
         assert child.stdout is not None
         line = await asyncio.wait_for(child.stdout.readline(), 60)
@@ -231,8 +276,9 @@ async def test_the_reconciler_finds_and_repairs_a_ledger_that_disagrees_with_the
         total_before = await usage.gpu_seconds_totals(session)
     async with sessions.begin() as session:  # someone's hand: one interval lost, one cut short
         await session.execute(text("DELETE FROM usage_intervals WHERE subject = 'd-2'"))
-        await session.execute(text("UPDATE usage_intervals SET ended_at = started_at + interval '1 hour' "
-                                   "WHERE subject = 'd-1'"))  # fmt: skip
+        await session.execute(
+            text("UPDATE usage_intervals SET ended_at = started_at + interval '1 hour' WHERE subject = 'd-1'")
+        )
     async with sessions() as session:
         found = await usage.drift(session)
     assert [(d.allocation_id, d.attempt) for d in found] == [("d-1", 1), ("d-2", 1)]
@@ -258,14 +304,16 @@ async def test_replicas_charge_their_pools_nodes_and_reservations_are_recorded_a
             "SELECT 'prod', 'llama-0', 'llama', cluster, 0, '{}', 'ready' FROM pools WHERE name = 'h200-slice'",
             "INSERT INTO replica_pool_usage (namespace, replica, engine, pool_id, nodes) "
             "SELECT 'prod', 'llama-0', 'serve', id, 2 FROM pools WHERE name = 'h200-slice'",
-        ):  # fmt: skip
+        ):
             await session.execute(text(statement))
         await session.execute(
-            text("INSERT INTO reservations (id, tenant, region, node_id, gpu_count, gpu_product, shape, starts_at, "
-                 "ends_at, state) VALUES ('r-1', 'acme', 'us-east', 'j22u05', 4, 'H200', 'gpu_slice', :s, :e, "
-                 "'reserved')"),
+            text(
+                "INSERT INTO reservations (id, tenant, region, node_id, gpu_count, gpu_product, shape, starts_at, "
+                "ends_at, state) VALUES ('r-1', 'acme', 'us-east', 'j22u05', 4, 'H200', 'gpu_slice', :s, :e, "
+                "'reserved')"
+            ),
             {"s": T0, "e": T0 + 10 * H},
-        )  # fmt: skip
+        )
     async with sessions.begin() as session:
         await session.execute(text("DELETE FROM model_replicas WHERE name = 'llama-0'"))  # its ledger rows go too
         await session.execute(text("UPDATE reservations SET state = 'cancelled' WHERE id = 'r-1'"))
@@ -273,10 +321,16 @@ async def test_replicas_charge_their_pools_nodes_and_reservations_are_recorded_a
         rows = {
             kind: (tenant, nodes, gpus, end_reason, ended is not None)
             for kind, tenant, nodes, gpus, end_reason, ended in await session.execute(
-                select(UsageIntervalRow.kind, UsageIntervalRow.tenant, UsageIntervalRow.nodes, UsageIntervalRow.gpus,
-                       UsageIntervalRow.end_reason, UsageIntervalRow.ended_at)
+                select(
+                    UsageIntervalRow.kind,
+                    UsageIntervalRow.tenant,
+                    UsageIntervalRow.nodes,
+                    UsageIntervalRow.gpus,
+                    UsageIntervalRow.end_reason,
+                    UsageIntervalRow.ended_at,
+                )
             )
-        }  # fmt: skip
+        }
     assert rows == {
         "replica": ("namespace:prod", 2, 0, "released", True),
         "reservation": ("acme", 0, 4, "cancelled", True),
@@ -320,21 +374,30 @@ async def test_claims_recorded_before_the_ledger_existed_are_billed_by_its_migra
         await upgrade(engine, "0020")
         async with engine.begin() as connection:
             await connection.execute(text("INSERT INTO tenants (name, gpu_quota) VALUES ('acme', 8)"))
-            await connection.execute(text(
-                "INSERT INTO allocations (id, tenant, state, shape, gpu_count, request, workflow_id) VALUES "
-                "('old', 'acme', 'released', 'gpu_slice', 2, '{\"priority_class\": \"batch\"}', 'allocation/old')"
-            ))  # fmt: skip
-            await connection.execute(text(
-                "INSERT INTO allocation_resource_claims (allocation_id, attempt, slot_id, node_id, bundle, claimed_at, "
-                "released_at) SELECT 'old', a, NULL, 'n' || a, '{}', CAST(:t AS timestamptz) + (a - 1) * interval '1 hour', "
-                "CAST(:t AS timestamptz) + a * interval '1 hour' FROM generate_series(1, 2) AS a, generate_series(1, 2) AS gpu"
-            ), {"t": T0})  # fmt: skip
+            await connection.execute(
+                text(
+                    "INSERT INTO allocations (id, tenant, state, shape, gpu_count, request, workflow_id) VALUES "
+                    "('old', 'acme', 'released', 'gpu_slice', 2, '{\"priority_class\": \"batch\"}', 'allocation/old')"
+                )
+            )
+            await connection.execute(
+                text(
+                    "INSERT INTO allocation_resource_claims (allocation_id, attempt, slot_id, node_id, bundle, claimed_at, "
+                    "released_at) SELECT 'old', a, NULL, 'n' || a, '{}', CAST(:t AS timestamptz) + (a - 1) * interval '1 hour', "
+                    "CAST(:t AS timestamptz) + a * interval '1 hour' FROM generate_series(1, 2) AS a, generate_series(1, 2) AS gpu"
+                ),
+                {"t": T0},
+            )
         await upgrade(engine)
         async with engine.connect() as connection:
-            rows = (await connection.execute(text(
-                "SELECT attempt, gpus, priority_class, started_at, ended_at, end_reason, first FROM usage_intervals "
-                "ORDER BY attempt"
-            ))).all()  # fmt: skip
+            rows = (
+                await connection.execute(
+                    text(
+                        "SELECT attempt, gpus, priority_class, started_at, ended_at, end_reason, first FROM usage_intervals "
+                        "ORDER BY attempt"
+                    )
+                )
+            ).all()
             totals = (await connection.execute(text("SELECT tenant, gpu_seconds FROM usage_totals"))).all()
     finally:
         await engine.dispose()

@@ -76,8 +76,9 @@ def k8s_fleet(clusters: dict[str, int], labels: dict[str, str] | None = None) ->
     return yaml.safe_dump_all(documents, sort_keys=False)
 
 
-def deployment(name: str, replicas: int, min_replicas: int | None = None, gpus: int = 8,
-               product: str = "NVIDIA-H200") -> dict[str, Any]:  # fmt: skip
+def deployment(
+    name: str, replicas: int, min_replicas: int | None = None, gpus: int = 8, product: str = "NVIDIA-H200"
+) -> dict[str, Any]:
     """A one-engine deployment: each replica is one pod claiming `gpus` GPUs of `product` (one node)."""
     spec: dict[str, Any] = {
         "replicas": replicas,
@@ -222,8 +223,9 @@ class DeploymentLab:
         """The node selector of the replica's first pod and the devices its claim asks for."""
         if cluster in self.kube:
             api = self.kube[cluster]
-            pod = next(d for d in api.of_kind("Deployment")
-                       if d["metadata"]["labels"]["modelplane.ai/replica"] == replica)["spec"]["template"]  # fmt: skip
+            pod = next(
+                d for d in api.of_kind("Deployment") if d["metadata"]["labels"]["modelplane.ai/replica"] == replica
+            )["spec"]["template"]
             claim_name = pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
             claim = next(c for c in api.of_kind("ResourceClaimTemplate") if c["metadata"]["name"] == claim_name)
             return pod["spec"]["nodeSelector"], claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"]
@@ -242,9 +244,13 @@ class DeploymentLab:
 
 @contextlib.asynccontextmanager
 async def deployment_lab(
-    client: Client, sessions: async_sessionmaker[AsyncSession], home: Path, fleet_text: str,
-    boot_seconds: float = 0.2, driver: str = "simulated",
-) -> AsyncIterator[DeploymentLab]:  # fmt: skip
+    client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    home: Path,
+    fleet_text: str,
+    boot_seconds: float = 0.2,
+    driver: str = "simulated",
+) -> AsyncIterator[DeploymentLab]:
     home.mkdir(parents=True, exist_ok=True)
     kube: dict[str, FakeKubernetes] = {}
     if driver == "kubernetes":
@@ -282,15 +288,27 @@ def _real_clusters(fleet_text: str, secrets: Path, boot_seconds: float) -> tuple
             name = document["metadata"]["name"]
             kube[name] = FakeKubernetes(boot_seconds=boot_seconds, terminate_seconds=0.1).serve()
             namespace, _, gateway = DEFAULT_GATEWAY.partition("/")
-            kube[name].put({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-                            "metadata": {"name": gateway, "namespace": namespace},
-                            "status": {"addresses": [{"type": "Hostname", "value": f"{name}.gateway.example"}]}})  # fmt: skip
-            kube[name].set_nodes(node_list(*(
-                node(f"{name}-{pool['name']}-{i}", pool["name"])
-                for pool in document["spec"]["nodePools"] for i in range(pool.get("nodeCount", 1))
-            )))  # fmt: skip
+            kube[name].put(
+                {
+                    "apiVersion": "gateway.networking.k8s.io/v1",
+                    "kind": "Gateway",
+                    "metadata": {"name": gateway, "namespace": namespace},
+                    "status": {"addresses": [{"type": "Hostname", "value": f"{name}.gateway.example"}]},
+                }
+            )
+            kube[name].set_nodes(
+                node_list(
+                    *(
+                        node(f"{name}-{pool['name']}-{i}", pool["name"])
+                        for pool in document["spec"]["nodePools"]
+                        for i in range(pool.get("nodeCount", 1))
+                    )
+                )
+            )
             (secrets / f"{name}-kubeconfig").mkdir(parents=True, exist_ok=True)
             (secrets / f"{name}-kubeconfig" / "kubeconfig").write_text(kube[name].kubeconfig())
-            document["spec"]["cluster"] = {"source": "Existing",
-                                           "existing": {"secretRef": {"name": f"{name}-kubeconfig"}}}  # fmt: skip
+            document["spec"]["cluster"] = {
+                "source": "Existing",
+                "existing": {"secretRef": {"name": f"{name}-kubeconfig"}},
+            }
     return yaml.safe_dump_all(documents, sort_keys=False), kube

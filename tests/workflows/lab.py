@@ -94,7 +94,7 @@ def lab_fleet(
             "gpuProduct": "H200",
             "nodes": nodes,
             **(slices or {}),
-        }  # fmt: skip
+        }
     ]
     if metal:
         pools.append(
@@ -131,7 +131,7 @@ def lab_fleet(
                     }
                 ]
             },
-        },  # fmt: skip
+        },
         {
             "apiVersion": "berth.dev/v1alpha1",
             "kind": "InferenceCluster",
@@ -229,10 +229,17 @@ class Lab:
         self.control = (control, asyncio.create_task(control.run()))
 
     async def allocate(
-        self, allocation_id: str | None = None, gpus: int = 2, timing: Timing = FAST,
-        shape: CapacityShape = CapacityShape.GPU_SLICE, tenant: str = "acme", queue: QueueWait | None = None,
-        lease: Lease | None = None, request_body: dict[str, Any] | None = None, **request: Any,
-    ) -> WorkflowHandle[Any, AllocationStatus]:  # fmt: skip
+        self,
+        allocation_id: str | None = None,
+        gpus: int = 2,
+        timing: Timing = FAST,
+        shape: CapacityShape = CapacityShape.GPU_SLICE,
+        tenant: str = "acme",
+        queue: QueueWait | None = None,
+        lease: Lease | None = None,
+        request_body: dict[str, Any] | None = None,
+        **request: Any,
+    ) -> WorkflowHandle[Any, AllocationStatus]:
         allocation_id = allocation_id or f"a-{uuid.uuid4().hex[:8]}"
         return await allocation_client.start_allocation(
             self.starter,
@@ -335,9 +342,14 @@ class Lab:
 
 @contextlib.asynccontextmanager
 async def running_lab(
-    starter: Client, worker_client: Client, sessions: async_sessionmaker[AsyncSession], home: Path, fleet_text: str,
-    agents: list[str] | None = None, control: bool = True,
-) -> AsyncIterator[Lab]:  # fmt: skip
+    starter: Client,
+    worker_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    home: Path,
+    fleet_text: str,
+    agents: list[str] | None = None,
+    control: bool = True,
+) -> AsyncIterator[Lab]:
     home.mkdir(parents=True, exist_ok=True)
     fleet_file = home / "fleet.yaml"
     fleet_file.write_text(fleet_text)
@@ -356,9 +368,17 @@ async def running_lab(
     gateway = await gateway_start("127.0.0.1:0")
     with ThreadPoolExecutor(max_workers=32) as executor:
         lab = Lab(
-            starter, worker_client, sessions, home, fleet_file, queues, executor, gateway=f"127.0.0.1:{gateway.port}",
-            gateway_server=gateway, gateway_start=gateway_start,
-        )  # fmt: skip
+            starter,
+            worker_client,
+            sessions,
+            home,
+            fleet_file,
+            queues,
+            executor,
+            gateway=f"127.0.0.1:{gateway.port}",
+            gateway_server=gateway,
+            gateway_start=gateway_start,
+        )
         if control:
             lab.start_control()
         every_node = [n.name for pool in fleet.host_pools() for n in pool.nodes]

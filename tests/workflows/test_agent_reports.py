@@ -34,8 +34,9 @@ async def test_a_report_decides_what_is_ranked_and_a_fixed_slot_comes_back(
 ) -> None:
     broken = sysfs_tree.missing_gpu()  # the fleet approves 8 GPUs; slot 5's GPU is not on the host
     root = broken.write(tmp_path / "host")
-    async with running_lab(temporal_client, temporal_client, sessions, tmp_path / "lab",
-                           _fleet_with(broken.node), agents=[]) as lab:  # fmt: skip
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path / "lab", _fleet_with(broken.node), agents=[]
+    ) as lab:
         agent = host_agent(broken.name, lab.home, root)
         await lab.start_agent(broken.name, activities=agent.activities(), report=False)
         reporter = NodeReporter(agent, StoreSink(sessions))
@@ -43,9 +44,11 @@ async def test_a_report_decides_what_is_ranked_and_a_fixed_slot_comes_back(
         assert reply.slots is not None and len(reply.slots) == 8  # the agent learned its approved slots
 
         async with sessions() as session:
-            slot5 = (await session.execute(
-                SlotRow.__table__.select().where(SlotRow.node_id == broken.name, SlotRow.slot_index == 5)
-            )).one()  # fmt: skip
+            slot5 = (
+                await session.execute(
+                    SlotRow.__table__.select().where(SlotRow.node_id == broken.name, SlotRow.slot_index == 5)
+                )
+            ).one()
         assert (slot5.validation, slot5.validation_reason) == ("invalid", "gpu_absent")
 
         whole = await lab.allocate("whole-1", gpus=8)
@@ -75,8 +78,9 @@ async def test_ten_allocations_in_a_row_pay_no_pickup_timeout_for_a_dead_agent(
     """The example fleet's j22u11 is best fit for 2 H200 GPUs, and its agent is down. Every allocation skips it."""
     fleet = load_fleet([examples_dir / "fleet.yaml"])
     alive = [n.name for pool in fleet.host_pools() for n in pool.nodes if not n.simulation.agent_down]
-    async with running_lab(temporal_client, temporal_client, sessions, tmp_path,
-                           (examples_dir / "fleet.yaml").read_text(), agents=alive) as lab:  # fmt: skip
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, (examples_dir / "fleet.yaml").read_text(), agents=alive
+    ) as lab:
         async with sessions() as session:
             explained = schedule(
                 await load_snapshot(session),

@@ -43,16 +43,20 @@ async def test_happy_path_reaches_active_in_at_most_9_actions(temporal_client, s
     # What the UI's filters saw, in order: `placing` from the start, then the region with `provisioning`.
     started = run.events[0].workflow_execution_started_event_attributes.search_attributes.indexed_fields
     upserts = [
-        {name: payload.data.decode().strip('"') for name, payload in
-         e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields.items()}
+        {
+            name: payload.data.decode().strip('"')
+            for name, payload in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields.items()
+        }
         for e in run.events
         if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
-    ]  # fmt: skip
+    ]
     assert started[STATE.name].data.decode() == '"placing"'
     assert upserts == [
-        {STATE.name: "provisioning", REGION.name: "lab", NODE.name: "one"}, {STATE.name: "active"},
-        {STATE.name: "releasing"}, {STATE.name: "released"},
-    ]  # fmt: skip
+        {STATE.name: "provisioning", REGION.name: "lab", NODE.name: "one"},
+        {STATE.name: "active"},
+        {STATE.name: "releasing"},
+        {STATE.name: "released"},
+    ]
 
     # Only the node's own steps cross a task queue; the control steps ran on the workflow's worker.
     def scheduled(history: WorkflowHistory) -> list[str]:
@@ -67,10 +71,16 @@ async def test_happy_path_reaches_active_in_at_most_9_actions(temporal_client, s
     assert actions.total["timer"] == 0  # a provisioning deadline further away than the create can take: no timer
     # Region and candidates were one step, yet the audit trail tells both decisions.
     assert steps == [
-        ("select_region", "placing"), ("find_candidates", "placing"), ("plan_bundles", "planning"),
-        ("record_claims", "claiming"), ("create_vm", "provisioning"), ("wait_ready", "waiting_ready"),
-        ("ready", "active"), ("release", "releasing"), ("released", "released"),
-    ]  # fmt: skip
+        ("select_region", "placing"),
+        ("find_candidates", "placing"),
+        ("plan_bundles", "planning"),
+        ("record_claims", "claiming"),
+        ("create_vm", "provisioning"),
+        ("wait_ready", "waiting_ready"),
+        ("ready", "active"),
+        ("release", "releasing"),
+        ("released", "released"),
+    ]
 
 
 async def test_a_slow_boot_shows_waiting_ready_in_the_ui_and_the_audit_trail(
@@ -122,9 +132,10 @@ async def test_a_refused_request_costs_one_local_activity_and_one_upsert(tempora
     assert (status.state, attributes.get(STATE), attributes.get(REGION)) == ("failed", "failed", "lab")
     assert row is not None and (row.state, row.failure_reason) == ("failed", reason)
     assert steps == [
-        ("select_region", "placing", None, None), ("find_candidates", "placing", None, None),
+        ("select_region", "placing", None, None),
+        ("find_candidates", "placing", None, None),
         ("failed", "failed", None, reason),
-    ]  # fmt: skip
+    ]
     actions = count_actions([history])
     assert dict(actions.total) == {"start": 1, "local_activity": 1, "upsert": 1}
     assert len(history.events) == 7  # started, one workflow task, the step's marker, the upsert, failed

@@ -57,8 +57,9 @@ async def test_200_concurrent_requests_never_double_allocate_and_release_cleanly
         assert sum(len(s.bundles) for s in active) >= 24
         for status in failed:
             assert status.failure_reason and status.failure_reason.split(":")[0] in (
-                "insufficient_capacity", "sku_unavailable",
-            ), status.failure_reason  # fmt: skip
+                "insufficient_capacity",
+                "sku_unavailable",
+            ), status.failure_reason
         async with sessions() as session:
             rows = dict(
                 (await session.execute(select(AllocationRow.state, func.count()).group_by(AllocationRow.state))).all()

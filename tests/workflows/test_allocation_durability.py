@@ -33,9 +33,12 @@ def _control_process(lab, database_url: str, address: str) -> subprocess.Popen[b
         "BERTH_STATE_DIR": str(lab.home),
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "worker", "control"], env=env, cwd=REPO,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [sys.executable, "-m", "cli.main", "worker", "control"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 async def test_control_worker_killed_mid_saga_then_restarted_completes_without_leaks(
@@ -84,10 +87,24 @@ async def _agent_process(lab, node: str) -> subprocess.Popen[bytes]:
         "BERTH_STATE_DIR": str(lab.home),
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "worker", "node", "--node-id", node, "--topology", "simulated",
-         "--fleet", str(lab.fleet_file)],
-        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "worker",
+            "node",
+            "--node-id",
+            node,
+            "--topology",
+            "simulated",
+            "--fleet",
+            str(lab.fleet_file),
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 async def _serving(client, queue: str, agent: subprocess.Popen[bytes]) -> None:
@@ -116,8 +133,10 @@ async def _started(handle, activity: str) -> None:
     """Until an agent has started `activity` for the workflow (its pending activity is STARTED)."""
     for _ in range(600):
         pending = (await handle.describe()).raw_description.pending_activities
-        if any(a.activity_type.name == activity and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
-               for a in pending):  # fmt: skip
+        if any(
+            a.activity_type.name == activity and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+            for a in pending
+        ):
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"{activity} never started")

@@ -46,8 +46,9 @@ async def _placed_after_failure(lab, allocation_id: str, reason: str, *, claimed
 
 
 async def test_a_node_whose_agent_never_reported_is_not_tried(temporal_client, sessions, tmp_path: Path) -> None:
-    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts()),
-                           agents=["second", "third"]) as lab:  # fmt: skip
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts()), agents=["second", "third"]
+    ) as lab:
         handle = await lab.allocate("never-1", gpus=2)
         status = await lab.wait_for_state(handle, "active", timeout=30)
         assert [(a.node, a.outcome) for a in status.attempts] == [("second", "succeeded")]
@@ -88,8 +89,9 @@ async def test_a_failed_readiness_gate_is_named_and_moves_on(temporal_client, se
     async with running_lab(
         temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts(cloudInitFails=True))
     ) as lab:
-        await _placed_after_failure(lab, "gate-1", "readiness_failed: cloud_init: simulated fault: cloud-init",
-                                    claimed=True)  # fmt: skip
+        await _placed_after_failure(
+            lab, "gate-1", "readiness_failed: cloud_init: simulated fault: cloud-init", claimed=True
+        )
 
 
 async def test_vm_create_failure_is_compensated(temporal_client, sessions, tmp_path: Path) -> None:
@@ -101,8 +103,9 @@ async def test_vm_create_failure_is_compensated(temporal_client, sessions, tmp_p
 
 async def test_claim_conflict_releases_the_lease_and_moves_on(temporal_client, sessions, tmp_path: Path) -> None:
     """Another allocation claims the planned slots between the node's plan and our claim."""
-    async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts()),
-                           agents=["second", "third"]) as lab:  # fmt: skip
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts()), agents=["second", "third"]
+    ) as lab:
         agent = lab.agent("first")
 
         @activity.defn(name="plan_bundles")
@@ -123,8 +126,17 @@ async def _steal(lab, outcome: PlanOutcome) -> None:
     engine = create_engine(str(lab.sessions.kw["bind"].url.render_as_string(hide_password=False)), pool_size=1)
     try:
         async with session_factory(engine).begin() as session:
-            session.add(AllocationRow(id="thief", tenant="acme", state="active", shape="gpu_slice", gpu_count=2,
-                                      request={}, workflow_id="allocation/thief"))  # fmt: skip
+            session.add(
+                AllocationRow(
+                    id="thief",
+                    tenant="acme",
+                    state="active",
+                    shape="gpu_slice",
+                    gpu_count=2,
+                    request={},
+                    workflow_id="allocation/thief",
+                )
+            )
             await session.flush()
             for index in outcome.slot_indexes:
                 slot = (
@@ -191,8 +203,9 @@ async def test_every_candidate_failing_ends_in_sku_unavailable(temporal_client, 
 
 
 async def test_cancel_while_provisioning_compensates_everything(temporal_client, sessions, tmp_path: Path) -> None:
-    async with running_lab(temporal_client, temporal_client, sessions, tmp_path,
-                           lab_fleet(hosts(bootSeconds=3600))) as lab:  # fmt: skip
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts(bootSeconds=3600))
+    ) as lab:
         handle = await lab.allocate("cancel-1", gpus=2)
         await lab.wait_for_state(handle, "waiting_ready")
         assert [p.name for p in lab.vm_records()] == ["cancel-1.json"]
@@ -212,8 +225,9 @@ async def test_cancel_while_provisioning_compensates_everything(temporal_client,
 async def test_operator_retry_mid_flight_moves_elsewhere_and_cleans_the_first_node(
     temporal_client, sessions, tmp_path: Path
 ) -> None:
-    async with running_lab(temporal_client, temporal_client, sessions, tmp_path,
-                           lab_fleet(hosts(bootSeconds=3600))) as lab:  # fmt: skip
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts(bootSeconds=3600))
+    ) as lab:
         handle = await lab.allocate("retry-1", gpus=2)
         await lab.wait_for_state(handle, "waiting_ready")
         accepted = await allocation_client.retry(temporal_client, "retry-1", ["first"])

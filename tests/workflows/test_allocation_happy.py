@@ -44,10 +44,16 @@ async def test_allocation_becomes_active_then_release_returns_everything(
         assert lab.vm_records() == [] and lab.lease_files() == []
         steps = [(step, state) for step, state, _node, _reason in await lab.events("happy-1")]
         assert steps == [
-            ("select_region", "placing"), ("find_candidates", "placing"), ("plan_bundles", "planning"),
-            ("record_claims", "claiming"), ("create_vm", "provisioning"), ("wait_ready", "waiting_ready"),
-            ("ready", "active"), ("release", "releasing"), ("released", "released"),
-        ]  # fmt: skip
+            ("select_region", "placing"),
+            ("find_candidates", "placing"),
+            ("plan_bundles", "planning"),
+            ("record_claims", "claiming"),
+            ("create_vm", "provisioning"),
+            ("wait_ready", "waiting_ready"),
+            ("ready", "active"),
+            ("release", "releasing"),
+            ("released", "released"),
+        ]
         assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
 
 

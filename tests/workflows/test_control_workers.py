@@ -24,15 +24,22 @@ async def test_three_control_workers_share_a_nearly_full_pool_without_a_double_c
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts)) as lab:
         # Each worker has a client of its own, as a worker in another process or pod would.
         clients = [
-            await Client.connect(temporal_client.service_client.config.target_host, namespace=temporal_client.namespace,
-                                 data_converter=pydantic_data_converter)
+            await Client.connect(
+                temporal_client.service_client.config.target_host,
+                namespace=temporal_client.namespace,
+                data_converter=pydantic_data_converter,
+            )
             for _ in range(2)
-        ]  # fmt: skip
+        ]
         others = [
-            worker.control_worker(client, sessions, task_queue=lab.queues.control,
-                                  clusters=worker.simulated_clusters(tmp_path / f"clusters-{n}"))
+            worker.control_worker(
+                client,
+                sessions,
+                task_queue=lab.queues.control,
+                clusters=worker.simulated_clusters(tmp_path / f"clusters-{n}"),
+            )
             for n, client in enumerate(clients)
-        ]  # fmt: skip
+        ]
         running = [asyncio.create_task(w.run()) for w in others]
         try:
             held = [await lab.allocate(f"fill-{i}", gpus=2) for i in range(5)]  # 10 of 12 GPUs

@@ -197,9 +197,13 @@ def slowed(lab: Lab, node: str, activity_name: str, seconds: float) -> list[obje
 
 @asynccontextmanager
 async def slow_host(
-    temporal: Client, sessions: async_sessionmaker[AsyncSession], home: Path, deadlines: dict[str, str],
-    activity_name: str, seconds: float,
-) -> AsyncIterator[tuple[Lab, httpx.AsyncClient, dict[str, str]]]:  # fmt: skip
+    temporal: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    home: Path,
+    deadlines: dict[str, str],
+    activity_name: str,
+    seconds: float,
+) -> AsyncIterator[tuple[Lab, httpx.AsyncClient, dict[str, str]]]:
     """One host `h1` in a pool with `deadlines`, whose agent takes `seconds` longer over `activity_name`."""
     fleet = with_pool_deadlines(lab_fleet({"h1": {"gpus": 2}}), deadlines)
     async with api_over(running_lab(temporal, temporal, sessions, home, fleet), sessions, temporal) as stack:

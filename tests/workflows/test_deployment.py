@@ -39,9 +39,10 @@ async def test_spread_scale_up_partial_and_scale_down(temporal_client, sessions,
         assert (status.desired, status.scheduled, status.phase, status.reason) == (3, 3, "FullyScheduled", None)
         assert status.replicas[0].pools == {"serve": "serve"} and status.replicas[0].nodes == 1
         assert await lab.ledger() == [
-            ("llama-east-0", "east", "serve", 1), ("llama-east-1", "east", "serve", 1),
+            ("llama-east-0", "east", "serve", 1),
+            ("llama-east-1", "east", "serve", 1),
             ("llama-west-0", "west", "serve", 1),
-        ]  # fmt: skip
+        ]
         assert [row[3] for row in await lab.replica_rows()] == ["ready"] * 3
         assert lab.workloads() == ["east/llama-east-0", "east/llama-east-1", "west/llama-west-0"]
         assert lab.first_pod("east", "llama-east-0") == ({"modelplane.ai/pool": "serve"}, 8)  # pinned, 8 GPUs
@@ -55,8 +56,10 @@ async def test_spread_scale_up_partial_and_scale_down(temporal_client, sessions,
         status = await lab.settled("llama", 4)
         assert (status.desired, status.scheduled, status.phase) == (5, 4, "PartiallyScheduled")
         assert status.reason == "InsufficientCapacity" and status.message.startswith("4 of 5 replicas scheduled")
-        assert {(c.cluster, c.reason) for c in status.clusters} == {("east", "InsufficientNodes"),
-                                                                     ("west", "InsufficientNodes")}  # fmt: skip
+        assert {(c.cluster, c.reason) for c in status.clusters} == {
+            ("east", "InsufficientNodes"),
+            ("west", "InsufficientNodes"),
+        }
         assert await lab.overcommitted_pools() == []
 
         # Scale down to 1: from the cluster hosting the most, then the later name, then the highest index.
@@ -91,8 +94,10 @@ async def test_schedule_failed_explains_and_cancel_tears_down(
         status = await lab.wait_until("nothing-fits", lambda s: s.phase is not None and s.state == "steady")
         assert (status.phase, status.scheduled, status.available) == ("ScheduleFailed", 0, 0)
         assert status.reason == "InsufficientCapacity"
-        assert {(c.cluster, c.reason) for c in status.clusters} == {("east", "NoMatchingPool"),
-                                                                     ("west", "NoMatchingPool")}  # fmt: skip
+        assert {(c.cluster, c.reason) for c in status.clusters} == {
+            ("east", "NoMatchingPool"),
+            ("west", "NoMatchingPool"),
+        }
         assert "no device of class h200" in status.clusters[0].message
         assert (await lab.handle("nothing-fits").describe()).typed_search_attributes.get(STATE) == "ScheduleFailed"
 
@@ -178,8 +183,9 @@ async def test_ledger_refuses_an_overcommit_in_the_transaction(sessions, tmp_pat
 
     def record(name: str, manifest: dict) -> RecordReplicaInput:
         usage = [EngineUsage(engine="serve", pool="serve", nodes=1)]
-        return RecordReplicaInput(deployment=name, name=f"{name}-east-0", cluster="east", index=0,
-                                  manifest=manifest, usage=usage)  # fmt: skip
+        return RecordReplicaInput(
+            deployment=name, name=f"{name}-east-0", cluster="east", index=0, manifest=manifest, usage=usage
+        )
 
     assert await acts.record_replica(record("p", plans[0].new_replicas[0])) is True
     assert await acts.record_replica(record("p", plans[0].new_replicas[0])) is False  # idempotent
@@ -217,8 +223,9 @@ async def test_ledger_refuses_gpus_two_plans_both_gave_out_in_the_transaction(se
 
     def record(name: str, manifest: dict, nodes: int) -> RecordReplicaInput:
         usage = [EngineUsage(engine="serve", pool="serve", nodes=nodes)]
-        return RecordReplicaInput(deployment=name, name=f"{name}-east-0", cluster="east", index=0,
-                                  manifest=manifest, usage=usage)  # fmt: skip
+        return RecordReplicaInput(
+            deployment=name, name=f"{name}-east-0", cluster="east", index=0, manifest=manifest, usage=usage
+        )
 
     assert await acts.record_replica(record("p", plans[0].new_replicas[0], 0)) is True
     with pytest.raises(ApplicationError, match="node 0 of pool east/serve would give out 10 x gpu; a node has 8"):

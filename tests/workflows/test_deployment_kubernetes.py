@@ -17,8 +17,11 @@ async def test_observed_nodes_are_the_capacity_and_an_unreachable_cluster_keeps_
     async with deployment_lab(temporal_client, sessions, tmp_path, k8s_fleet({"east": 3}), driver="kubernetes") as lab:
         api = lab.kube["east"]
         # The fleet file says 3 nodes; on the cluster one is cordoned and one NotReady.
-        api.set_nodes(node_list(node("east-0", "serve"), node("east-1", "serve", cordoned=True),
-                                node("east-2", "serve", ready=False)))  # fmt: skip
+        api.set_nodes(
+            node_list(
+                node("east-0", "serve"), node("east-1", "serve", cordoned=True), node("east-2", "serve", ready=False)
+            )
+        )
         spec = deployment("llama", 2)
         spec["spec"]["template"]["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
         await lab.apply(spec)
@@ -62,14 +65,26 @@ def _scheduled_pod(api: FakeKubernetes, replica: str, node_name: str) -> None:
     nothing): its template's labels and tolerations, `spec.nodeName`, and its owner (so it goes with the workload)."""
     served = next(d for d in api.of_kind("Deployment") if d["metadata"]["labels"]["modelplane.ai/replica"] == replica)
     template = served["spec"]["template"]
-    api.put({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"{served['metadata']['name']}-7d9f8-x2k4q", "namespace": served["metadata"]["namespace"],
-                     "labels": template["metadata"]["labels"],
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
-                                          "name": served["metadata"]["name"], "uid": served["metadata"]["uid"]}]},
-        "spec": {**template["spec"], "nodeName": node_name},
-    })  # fmt: skip
+    api.put(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{served['metadata']['name']}-7d9f8-x2k4q",
+                "namespace": served["metadata"]["namespace"],
+                "labels": template["metadata"]["labels"],
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "Deployment",
+                        "name": served["metadata"]["name"],
+                        "uid": served["metadata"]["uid"],
+                    }
+                ],
+            },
+            "spec": {**template["spec"], "nodeName": node_name},
+        }
+    )
 
 
 async def test_unhealthy_nodes_are_named_in_the_status_and_a_replica_on_a_no_execute_node_moves(
@@ -78,12 +93,17 @@ async def test_unhealthy_nodes_are_named_in_the_status_and_a_replica_on_a_no_exe
     """Issue 27 on Kubernetes: a node whose GPU health check set a problem condition is not capacity, and the
     deployment's status says which node and why; a replica whose pod sits on a node the GPU operator tainted
     NoExecute is deleted and created again, on a node that can take it."""
-    unhealthy = {"type": "GpuUnhealthy", "status": "True", "reason": "XidCritical",
-                 "message": "Xid 79 on GPU 0000:1b:00.0"}  # fmt: skip
+    unhealthy = {
+        "type": "GpuUnhealthy",
+        "status": "True",
+        "reason": "XidCritical",
+        "message": "Xid 79 on GPU 0000:1b:00.0",
+    }
     async with deployment_lab(temporal_client, sessions, tmp_path, k8s_fleet({"east": 3}), driver="kubernetes") as lab:
         api = lab.kube["east"]
-        api.set_nodes(node_list(node("east-0", "serve"), node("east-1", "serve"),
-                                node("east-2", "serve", conditions=[unhealthy])))  # fmt: skip
+        api.set_nodes(
+            node_list(node("east-0", "serve"), node("east-1", "serve"), node("east-2", "serve", conditions=[unhealthy]))
+        )
         await lab.apply(deployment("llama", 3))
         status = await lab.settled("llama", 2)
         [note] = status.clusters
@@ -95,8 +115,9 @@ async def test_unhealthy_nodes_are_named_in_the_status_and_a_replica_on_a_no_exe
         _scheduled_pod(api, "llama-east-0", "east-0")
         _scheduled_pod(api, "llama-east-1", "east-1")
         taint = {"key": "nvidia.com/gpu.health", "value": "failed", "effect": "NoExecute"}
-        api.set_nodes(node_list(node("east-0", "serve", taints=[taint]), node("east-1", "serve"),
-                                node("east-2", "serve")))  # fmt: skip
+        api.set_nodes(
+            node_list(node("east-0", "serve", taints=[taint]), node("east-1", "serve"), node("east-2", "serve"))
+        )
         await lab.handle("llama").signal("inventory_changed", {"reason": "east-0 tainted"})
         # Moved: the replica at index 0 is deleted (its pod with it) and created again on east-2, the one node that
         # can take it; the node tainted NoExecute is named as not counted.
@@ -106,9 +127,11 @@ async def test_unhealthy_nodes_are_named_in_the_status_and_a_replica_on_a_no_exe
         assert lab.workloads() == ["east/llama-east-0", "east/llama-east-1"]
         [note] = status.clusters
         assert "(not counted: east-0: tainted nvidia.com/gpu.health=failed:NoExecute)" in note.message
-        assert status.recent_removals == ["llama-east-0: UntoleratedNoExecuteTaint: its pod "
-                                          "llama-east-0-serve-m0-7d9f8-x2k4q runs on node east-0, tainted "
-                                          "nvidia.com/gpu.health=failed:NoExecute"]  # fmt: skip
+        assert status.recent_removals == [
+            "llama-east-0: UntoleratedNoExecuteTaint: its pod "
+            "llama-east-0-serve-m0-7d9f8-x2k4q runs on node east-0, tainted "
+            "nvidia.com/gpu.health=failed:NoExecute"
+        ]
 
         await deployment_client.delete(temporal_client, "llama")
         assert (await lab.handle("llama").result()).state == "deleted"

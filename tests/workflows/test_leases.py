@@ -42,8 +42,13 @@ async def test_an_allocation_is_warned_then_expires_and_gives_everything_back(
         result = await handle.result()
         assert result.state == "expired"
         steps = [(step, state) for step, state, _node, _reason in await lab.events("short")]
-        assert steps[-5:] == [("ready", "active"), ("extended", "active"), ("expiring", "active"),
-                              ("expire", "releasing"), ("expired", "expired")]  # fmt: skip
+        assert steps[-5:] == [
+            ("ready", "active"),
+            ("extended", "active"),
+            ("expiring", "active"),
+            ("expire", "releasing"),
+            ("expired", "expired"),
+        ]
         assert await lab.actors("short") == {"expiring": "berth:expiry", "expire": "berth:expiry"}
         reasons = {step: reason for step, _state, _node, reason in await lab.events("short")}
         assert reasons["expiring"] == f"ends at {extended.ends_at.isoformat()}; extend it to keep it"

@@ -61,14 +61,22 @@ def _fleet() -> str:
 def _libvirt_agent(lab, connection, guest: RecordedGuestAgent, ssh_port: int, tmp_path: Path):
     node = next(n for pool in load_fleet([lab.fleet_file]).host_pools() for n in pool.nodes)
     settings = LibvirtSettings(
-        uri=f"test://{HOST}", storage_pool="berth", images={"ubuntu": "/var/lib/berth/pool/ubuntu-24.04.qcow2"},
-        default_image="ubuntu", network="berth-net", seed_dir=tmp_path / "seeds", disk_gib=20, ssh_port=ssh_port,
-    )  # fmt: skip
-    vms = LibvirtVmDriver(settings, {0: list(range(56)), 1: list(range(56, 112))}, connection, guest,
-                          runner=worker_runner())  # fmt: skip
+        uri=f"test://{HOST}",
+        storage_pool="berth",
+        images={"ubuntu": "/var/lib/berth/pool/ubuntu-24.04.qcow2"},
+        default_image="ubuntu",
+        network="berth-net",
+        seed_dir=tmp_path / "seeds",
+        disk_gib=20,
+        ssh_port=ssh_port,
+    )
+    vms = LibvirtVmDriver(
+        settings, {0: list(range(56)), 1: list(range(56, 112))}, connection, guest, runner=worker_runner()
+    )
     home = tmp_path / "agent"
-    return NodeAgent(node.name, SimulatedTopology(node), vms, LeaseStore(home / "leases"),
-                            approved=ApprovedSlots(node.slots))  # fmt: skip
+    return NodeAgent(
+        node.name, SimulatedTopology(node), vms, LeaseStore(home / "leases"), approved=ApprovedSlots(node.slots)
+    )
 
 
 def worker_runner() -> RecordingRunner:
@@ -107,11 +115,13 @@ async def test_active_then_released_leaves_nothing_in_libvirt(
         assert _left_in_libvirt(connection) == ([], ["ubuntu-24.04.qcow2"])
         assert list((tmp_path / "seeds").iterdir()) == []
         assert agent.vms.runner.log == [
-            "nvme id-ctrl /dev/disk/by-id/nvme-vmhost-0 -o json", "nvme format /dev/disk/by-id/nvme-vmhost-0 --ses=2 --force",
+            "nvme id-ctrl /dev/disk/by-id/nvme-vmhost-0 -o json",
+            "nvme format /dev/disk/by-id/nvme-vmhost-0 --ses=2 --force",
             "write 1 > /sys/bus/pci/devices/0000:10:00.0/reset",
-            "nvme id-ctrl /dev/disk/by-id/nvme-vmhost-1 -o json", "nvme format /dev/disk/by-id/nvme-vmhost-1 --ses=2 --force",
+            "nvme id-ctrl /dev/disk/by-id/nvme-vmhost-1 -o json",
+            "nvme format /dev/disk/by-id/nvme-vmhost-1 --ses=2 --force",
             "write 1 > /sys/bus/pci/devices/0000:11:00.0/reset",
-        ]  # fmt: skip
+        ]
         assert await lab.slot_states() == {"vmhost/0": "available", "vmhost/1": "available"}
     connection.close()
 
@@ -163,6 +173,9 @@ async def test_a_gpu_whose_reset_fails_at_release_is_quarantined_and_reported_fa
             rows = await session.execute(select(SlotRow.slot_index, SlotRow.health, SlotRow.health_reason))
             health = {index: (state, reason) for index, state, reason in rows}
         assert health[1] == ("healthy", None)
-        assert health[0] == ("failed", "the wipe's function-level reset failed: GPU 0000:10:00.0 reset failed: "
-                                       f"[Errno 25] Inappropriate ioctl for device: '{reset}'")  # fmt: skip
+        assert health[0] == (
+            "failed",
+            "the wipe's function-level reset failed: GPU 0000:10:00.0 reset failed: "
+            f"[Errno 25] Inappropriate ioctl for device: '{reset}'",
+        )
     connection.close()

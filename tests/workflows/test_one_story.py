@@ -117,11 +117,26 @@ async def test_a_hand_over_keeps_one_row_per_allocation_and_says_what_came_befor
         current = temporal_client.get_workflow_handle(handles["once-moves"].id)
         asked = await asyncio.to_thread(
             subprocess.run,
-            [temporal_binary(), "workflow", "signal", "--address", temporal_client.service_client.config.target_host,
-             "--namespace", temporal_client.namespace, "--name", "hand_over", "--input", '{"reason": "upgrade"}',
-             "--yes", "--query", f"WorkflowType = 'Allocation' AND ExecutionStatus = 'Running' AND WorkflowId = '{current.id}'"],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            [
+                temporal_binary(),
+                "workflow",
+                "signal",
+                "--address",
+                temporal_client.service_client.config.target_host,
+                "--namespace",
+                temporal_client.namespace,
+                "--name",
+                "hand_over",
+                "--input",
+                '{"reason": "upgrade"}',
+                "--yes",
+                "--query",
+                f"WorkflowType = 'Allocation' AND ExecutionStatus = 'Running' AND WorkflowId = '{current.id}'",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert asked.returncode == 0, asked.stderr
         await _until_runs(temporal_client, "once-moves", 2)
         status = await until_active(temporal_client, "once-moves")

@@ -24,11 +24,19 @@ from workflows.search_attributes import STATE
 
 HISTORIES = Path(__file__).parent / "histories"
 CLASSES = [
-    {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "spot"},
-     "spec": {"value": 0, "preemptible": True, "gracePeriod": "5s"}},
-    {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
-     "spec": {"value": 100}},
-]  # fmt: skip
+    {
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "spot"},
+        "spec": {"value": 0, "preemptible": True, "gracePeriod": "5s"},
+    },
+    {
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "urgent"},
+        "spec": {"value": 100},
+    },
+]
 
 
 async def test_a_preemptible_allocation_is_told_keeps_its_grace_then_leaves_its_node_to_the_preemptor(
@@ -70,8 +78,12 @@ async def test_a_preemptible_allocation_is_told_keeps_its_grace_then_leaves_its_
         placed = await lab.wait_for_state(preemptor, "active")
         assert placed.node == "only"
         steps = [(step, state) for step, state, _node, _reason in await lab.events(spot)]
-        assert steps[-4:] == [("ready", "active"), ("preempt_notice", "preempting"), ("preempt", "releasing"),
-                              ("preempted", "preempted")]  # fmt: skip
+        assert steps[-4:] == [
+            ("ready", "active"),
+            ("preempt_notice", "preempting"),
+            ("preempt", "releasing"),
+            ("preempted", "preempted"),
+        ]
         # The trail says who decided: the admission pass's preemption, not a person.
         assert await lab.actors(spot) == {"preempt_notice": "berth:preemption", "preempt": "berth:preemption"}
         assert await lab.double_claims() == 0

@@ -69,8 +69,11 @@ async def test_a_request_that_may_wait_is_queued_then_placed_when_capacity_frees
         assert await _entries(lab) == {}
         steps = [(step, state) for step, state, _node, _reason in await lab.events(n("waiter"))]
         assert steps[:4] == [
-            ("select_region", "placing"), ("enter_queue", "queued"), ("woken", "placing"), ("find_candidates", "placing"),
-        ]  # fmt: skip
+            ("select_region", "placing"),
+            ("enter_queue", "queued"),
+            ("woken", "placing"),
+            ("find_candidates", "placing"),
+        ]
         await _release(lab, n("waiter"))
 
 
@@ -105,8 +108,9 @@ async def test_the_queue_timeout_fails_it_with_the_last_reason_and_leaves_nothin
         assert getattr(failure.value.cause, "type", None) == "QueueTimeout"
         events = await lab.events(n("short"))
         assert [(step, state) for step, state, _node, _reason in events[-2:]] == [
-            ("queue_timeout", "queued"), ("failed", "failed"),
-        ]  # fmt: skip
+            ("queue_timeout", "queued"),
+            ("failed", "failed"),
+        ]
         assert (events[-1][3] or "").startswith("queue_timeout: not placed within 2s; last: lab: ")
         assert await _entries(lab) == {}
         await _release(lab, n("holder"))
@@ -161,8 +165,12 @@ async def test_with_fair_sharing_the_tenant_with_the_smaller_share_goes_first_an
     would be smaller with its request admitted (small-user: 2/4, against big-user's 4/4)."""
     n = _namer()
     tenants = {"big-user": {"gpuQuota": 0, "cohort": "lab"}, "small-user": {"gpuQuota": 0, "cohort": "lab"}}
-    lab_cohort = {"apiVersion": "berth.dev/v1alpha1", "kind": "Cohort", "metadata": {"name": "lab"},
-                  "spec": {"gpuQuota": 4, "fairSharing": {"enabled": fair}}}  # fmt: skip
+    lab_cohort = {
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "Cohort",
+        "metadata": {"name": "lab"},
+        "spec": {"gpuQuota": 4, "fairSharing": {"enabled": fair}},
+    }
     fleet = lab_fleet({"one": {"gpus": 2}, "two": {"gpus": 2}}, tenants=tenants, extra=[lab_cohort])
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
         holding = await lab.allocate(n("big-holds"), gpus=2, tenant="big-user")
@@ -222,8 +230,9 @@ async def test_strict_fifo_a_head_held_back_by_its_quota_blocks_its_own_tenant_o
     would fit acme's quota waits behind acme's head; another tenant's request is not blocked by it."""
     n = _namer()
     tenants = {"acme": {"gpuQuota": 4}, "globex": {"gpuQuota": 8}}
-    fleet = lab_fleet({"one": {"gpus": 4}, "two": {"gpus": 4}}, tenants=tenants,
-                      region={"queueingStrategy": "StrictFIFO"})  # fmt: skip
+    fleet = lab_fleet(
+        {"one": {"gpus": 4}, "two": {"gpus": 4}}, tenants=tenants, region={"queueingStrategy": "StrictFIFO"}
+    )
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
         await _hold(lab, n("holder"), gpus=3)
         big = await lab.allocate(n("big"), gpus=2, queue=WAIT)  # 3 + 2 > 4: its quota holds it back

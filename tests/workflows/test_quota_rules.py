@@ -20,9 +20,13 @@ from workflows import allocation_client
 from workflows.allocation_messages import QueueWait
 
 BATCH = [
-    {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "batch"},
-     "spec": {"value": 0, "gracePeriod": "1s"}},
-]  # fmt: skip
+    {
+        "apiVersion": "berth.dev/v1alpha1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "batch"},
+        "spec": {"value": 0, "gracePeriod": "1s"},
+    },
+]
 
 
 async def test_each_allocation_records_its_own_part_of_what_its_tenant_borrows(
@@ -84,11 +88,19 @@ async def test_a_non_preemptible_class_is_admitted_within_nominal_quota_only_and
     once, the quota's message), and never a victim, even of its own tenant's higher priority under
     `withinTenant: LowerPriority`."""
     classes = [
-        {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "pinned"},
-         "spec": {"value": 0, "nonPreemptible": True}},
-        {"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
-         "spec": {"value": 100}},
-    ]  # fmt: skip
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "pinned"},
+            "spec": {"value": 0, "nonPreemptible": True},
+        },
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "urgent"},
+            "spec": {"value": 100},
+        },
+    ]
     tenants = {
         "acme": {"gpuQuota": 2, "cohort": "research", "preemption": {"withinTenant": "LowerPriority"}},
         "globex": {"gpuQuota": 8, "cohort": "research"},
@@ -134,10 +146,15 @@ async def test_explain_names_the_kueue_rule_and_never_another_tenants_allocation
         preview = (await stack.http.post("/v1/explain", json=asked, headers=stack.acme)).json()
         assert preview["refusal"]["code"] == "quota_exceeded"
         assert preview["preemption"]["case"] == "quota"
-        assert preview["preemption"]["victims"] == [{
-            "allocation_id": None, "node": preview["preemption"]["victims"][0]["node"], "gpus": 4, "priority": 0,
-            "rule": "reclaimWithinCohort Any: its tenant borrows in cohort research (Kueue: InCohortReclamation)",
-        }]  # fmt: skip
+        assert preview["preemption"]["victims"] == [
+            {
+                "allocation_id": None,
+                "node": preview["preemption"]["victims"][0]["node"],
+                "gpus": 4,
+                "priority": 0,
+                "rule": "reclaimWithinCohort Any: its tenant borrows in cohort research (Kueue: InCohortReclamation)",
+            }
+        ]
         admin = (await stack.http.post("/v1/explain", json={**asked, "tenant": "acme"}, headers=stack.admin)).json()
         assert admin["preemption"]["victims"][0]["allocation_id"] == borrowed
         response = await stack.http.post(f"/v1/allocations/{borrowed}/cancel", headers=stack.globex)
@@ -158,8 +175,9 @@ async def test_two_level_cohorts_borrow_through_the_root_and_the_lender_reclaims
         "borrower": {"gpuQuota": 0, "cohort": "blue"},
     }
     tree = [cohort("org"), cohort("red", parentName="org"), cohort("blue", parentName="org")]
-    fleet = lab_fleet({"one": {"gpus": 4}, "two": {"gpus": 4}, "three": {"gpus": 4}}, tenants=tenants,
-                      extra=[*BATCH, *tree])  # fmt: skip
+    fleet = lab_fleet(
+        {"one": {"gpus": 4}, "two": {"gpus": 4}, "three": {"gpus": 4}}, tenants=tenants, extra=[*BATCH, *tree]
+    )
     tag = uuid.uuid4().hex[:6]
     borrowed, more, reclaiming = f"tree-borrowed-{tag}", f"tree-more-{tag}", f"tree-reclaim-{tag}"
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path, fleet) as lab:
@@ -201,8 +219,9 @@ async def _two_borrowers(temporal_client, sessions, tmp_path: Path, *, fair: boo
     held = [f"fair-{fair}-b{n}-{tag}" for n in range(4)]
     asking = f"fair-{fair}-a-{tag}"
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path / str(fair), fleet) as lab:
-        handles = [await lab.allocate(name, gpus=2, tenant="b", request_body={"priority_class": "batch"})
-                   for name in held]  # fmt: skip
+        handles = [
+            await lab.allocate(name, gpus=2, tenant="b", request_body={"priority_class": "batch"}) for name in held
+        ]
         for handle in handles:
             await lab.wait_for_state(handle, "active")
         waiting = await lab.allocate(asking, gpus=2, tenant="a", queue=QueueWait(timeout_seconds=600))
@@ -223,8 +242,9 @@ async def _two_borrowers(temporal_client, sessions, tmp_path: Path, *, fair: boo
             await asyncio.sleep(0.05)
         if code == "preempting":
             await lab.wait_for_state(waiting, "active")  # its victim has left
-        notices = [reason for name in held for step, _s, _n, reason in await lab.events(name)
-                   if step == "preempt_notice"]  # fmt: skip
+        notices = [
+            reason for name in held for step, _s, _n, reason in await lab.events(name) if step == "preempt_notice"
+        ]
         # Everything ends before the next lab starts: the two share the database and the tenants' names.
         await allocation_client.cancel(temporal_client, asking)
         async with sessions() as session:
@@ -253,8 +273,14 @@ async def test_the_queue_names_each_victim_with_its_rule_and_a_tenant_never_sees
     """`GET /v1/queues` for a queued request that is preempting: the admin reads each victim's id with its rule in
     Kueue's name; the preemptor's tenant reads the rule, never the other tenant's allocation id. With fair sharing
     on, each entry carries its tenant's share of what the cohort lends."""
-    slow = [{"apiVersion": "berth.dev/v1alpha1", "kind": "PriorityClass", "metadata": {"name": "batch"},
-             "spec": {"value": 0, "gracePeriod": "10m"}}]  # fmt: skip  # the victim stays while the test reads
+    slow = [
+        {
+            "apiVersion": "berth.dev/v1alpha1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "batch"},
+            "spec": {"value": 0, "gracePeriod": "10m"},
+        }
+    ]  # the victim stays while the test reads
     tenants = {
         "acme": {"gpuQuota": 0, "cohort": "lab", "preemption": {"reclaimWithinCohort": "Any"}},
         "globex": {"gpuQuota": 0, "cohort": "lab"},

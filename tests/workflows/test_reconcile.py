@@ -65,14 +65,25 @@ async def test_each_drift_is_found_and_the_safe_ones_healed(temporal_client: Cli
         # 2. orphan_vm: a VM on n2 that no claim accounts for
         free = await free_slots(lab, "n2")
         assert free == [0, 1, 2, 3]
-        stray = VmRecord(vm_id="vm-stray", allocation_id="stray", slot_indexes=[0],
-                         created_at=datetime.now(UTC).timestamp())  # fmt: skip
+        stray = VmRecord(
+            vm_id="vm-stray", allocation_id="stray", slot_indexes=[0], created_at=datetime.now(UTC).timestamp()
+        )
         (tmp_path / "nodes" / "n2" / "vms" / "stray.json").write_text(stray.model_dump_json())
         # 3. stale_claim: a claim whose workflow never existed
         ghost_slot = await set_slot(lab, "n2", 1, state="reserved")
         async with lab.sessions.begin() as session:
-            session.add(AllocationRow(id="ghost", tenant="acme", state="failed", shape="gpu_slice", gpu_count=1,
-                                      request={}, workflow_id="allocation/ghost", node_id="n2"))  # fmt: skip
+            session.add(
+                AllocationRow(
+                    id="ghost",
+                    tenant="acme",
+                    state="failed",
+                    shape="gpu_slice",
+                    gpu_count=1,
+                    request={},
+                    workflow_id="allocation/ghost",
+                    node_id="n2",
+                )
+            )
             await session.flush()
             session.add(ClaimRow(allocation_id="ghost", attempt=1, slot_id=ghost_slot, node_id="n2", bundle={}))
         # 4. reserved_without_claim
@@ -83,8 +94,14 @@ async def test_each_drift_is_found_and_the_safe_ones_healed(temporal_client: Cli
         )
         # 6. orphan_lease: a live lease file for an allocation nobody is placing
         bundle = kept.bundles[0].model_copy(update={"slot_index": 3, "slot_id": "n2/3"})
-        lease = Lease(allocation_id="nobody", task_id="t", node="n2", slot_ids=["n2/3"], devices=[bundle],
-                      expires_at=datetime.now(UTC) + timedelta(minutes=5))  # fmt: skip
+        lease = Lease(
+            allocation_id="nobody",
+            task_id="t",
+            node="n2",
+            slot_ids=["n2/3"],
+            devices=[bundle],
+            expires_at=datetime.now(UTC) + timedelta(minutes=5),
+        )
         lab.agent("n2").leases.write(lease)
         # 7. usage_drift: someone's hand lost the usage ledger's interval of an active allocation
         async with lab.sessions.begin() as session:
@@ -106,8 +123,13 @@ async def test_each_drift_is_found_and_the_safe_ones_healed(temporal_client: Cli
 
         repaired = await audit(lab, temporal_client, repair=True)
         done = {(r.kind.value, r.outcome) for r in repaired.repairs}
-        assert done == {("orphan_lease", "done"), ("orphan_vm", "done"), ("reserved_without_claim", "done"),
-                        ("stale_claim", "done"), ("usage_drift", "done")}  # fmt: skip
+        assert done == {
+            ("orphan_lease", "done"),
+            ("orphan_vm", "done"),
+            ("reserved_without_claim", "done"),
+            ("stale_claim", "done"),
+            ("usage_drift", "done"),
+        }
         assert next(f for f in repaired.findings if f.kind is FindingKind.ORPHAN_VM).first_seen == orphan.first_seen
         assert sorted(p.name for p in lab.vm_records()) == ["kept.json"]  # the stray VM is gone, kept is kept
         assert lab.lease_files() == []

@@ -32,8 +32,15 @@ from workflows.allocation_messages import HandOverRequest
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 # As the machine's own check starts it: no sandbox as root, and nothing that reaches past loopback.
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]  # fmt: skip
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 WAIT_MS = 30_000
 
 
@@ -52,10 +59,15 @@ async def browser() -> AsyncIterator[Browser]:
     failure; elsewhere the test skips, saying so in one loud line."""
     if CHROMIUM is None:
         if os.geteuid() == 0 and shutil.which("apt-get") is not None:
-            pytest.fail("chromium is missing although this machine can install it (root, apt): run the README's test "
-                        "command, whose first step scripts/test-prerequisites.sh installs it", pytrace=False)  # fmt: skip
-        pytest.skip("LOUD: chromium is missing and this machine cannot install it (not root or no apt): the Temporal "
-                    "UI browser test did NOT run")  # fmt: skip
+            pytest.fail(
+                "chromium is missing although this machine can install it (root, apt): run the README's test "
+                "command, whose first step scripts/test-prerequisites.sh installs it",
+                pytrace=False,
+            )
+        pytest.skip(
+            "LOUD: chromium is missing and this machine cannot install it (not root or no apt): the Temporal "
+            "UI browser test did NOT run"
+        )
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:

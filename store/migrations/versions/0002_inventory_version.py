@@ -23,7 +23,7 @@ WHOLE_TABLES = ("regions", "inference_classes", "clusters", "pools", "nodes", "t
 SLOT_INVENTORY_COLUMNS = (
     "node_id", "slot_index", "gpu_pci_address", "fabric_parent_pci_address", "fabric_vf_pci_address",
     "fabric_claim_mode", "nvme_device", "numa_node", "vcpus", "memory_mib", "mac_address", "private_ip", "approved",
-)  # fmt: skip
+)
 
 
 def upgrade() -> None:

@@ -28,7 +28,7 @@ depends_on = None
 OLD_SLOT_COLUMNS = (
     "node_id", "slot_index", "gpu_pci_address", "fabric_parent_pci_address", "fabric_vf_pci_address",
     "fabric_claim_mode", "nvme_device", "numa_node", "vcpus", "memory_mib", "mac_address", "private_ip", "approved",
-)  # fmt: skip
+)
 SLOT_COLUMNS = (*OLD_SLOT_COLUMNS, "validation", "validation_reason")
 
 

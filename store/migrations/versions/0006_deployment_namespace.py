@@ -52,11 +52,11 @@ def upgrade() -> None:
     op.create_foreign_key(
         "fk_model_replicas_namespace_model_deployments", "model_replicas", "model_deployments",
         ["namespace", "deployment"], ["namespace", "name"], ondelete="CASCADE",
-    )  # fmt: skip
+    )
     op.create_foreign_key(
         "fk_replica_pool_usage_namespace_model_replicas", "replica_pool_usage", "model_replicas",
         ["namespace", "replica"], ["namespace", "name"], ondelete="CASCADE",
-    )  # fmt: skip
+    )
 
     op.create_table(
         "model_caches",
@@ -97,10 +97,10 @@ def downgrade() -> None:
     op.create_foreign_key(
         "fk_model_replicas_deployment_model_deployments", "model_replicas", "model_deployments",
         ["deployment"], ["name"], ondelete="CASCADE",
-    )  # fmt: skip
+    )
     op.create_foreign_key(
         "fk_replica_pool_usage_replica_model_replicas", "replica_pool_usage", "model_replicas",
         ["replica"], ["name"], ondelete="CASCADE",
-    )  # fmt: skip
+    )
     for table in NAMESPACED:
         op.drop_column(table, "namespace")

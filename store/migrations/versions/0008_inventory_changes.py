@@ -39,7 +39,7 @@ SLOT_COLUMNS = (
     "node_id", "slot_index", "gpu_pci_address", "fabric_parent_pci_address", "fabric_vf_pci_address",
     "fabric_claim_mode", "nvme_device", "numa_node", "vcpus", "memory_mib", "mac_address", "private_ip", "approved",
     "validation", "validation_reason",
-)  # fmt: skip
+)
 _SLOT_ROW = ", ".join(f"{{0}}.{column}" for column in SLOT_COLUMNS)
 
 ROW_FUNCTION = """

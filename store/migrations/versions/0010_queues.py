@@ -24,7 +24,7 @@ branch_labels = None
 depends_on = None
 
 STATES = ("pending", "placing", "planning", "claiming", "provisioning", "waiting_ready", "active", "releasing",
-          "released", "failed", "cancelled")  # fmt: skip
+          "released", "failed", "cancelled")
 
 
 def _one_of(column: str, values: tuple[str, ...]) -> str:

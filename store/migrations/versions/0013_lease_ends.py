@@ -19,7 +19,7 @@ branch_labels = None
 depends_on = None
 
 STATES = ("pending", "queued", "placing", "planning", "claiming", "provisioning", "waiting_ready", "active",
-          "releasing", "released", "failed", "cancelled")  # fmt: skip
+          "releasing", "released", "failed", "cancelled")
 
 
 def _one_of(column: str, values: tuple[str, ...]) -> str:

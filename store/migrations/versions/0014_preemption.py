@@ -23,7 +23,7 @@ branch_labels = None
 depends_on = None
 
 STATES = ("pending", "queued", "placing", "planning", "claiming", "provisioning", "waiting_ready", "active",
-          "releasing", "released", "failed", "cancelled", "expired")  # fmt: skip
+          "releasing", "released", "failed", "cancelled", "expired")
 
 
 def _one_of(column: str, values: tuple[str, ...]) -> str:

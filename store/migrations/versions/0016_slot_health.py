@@ -28,10 +28,10 @@ OLD_COLUMNS = (
     "node_id", "slot_index", "gpu_pci_address", "fabric_parent_pci_address", "fabric_vf_pci_address",
     "fabric_claim_mode", "nvme_device", "numa_node", "vcpus", "memory_mib", "mac_address", "private_ip", "approved",
     "validation", "validation_reason",
-)  # fmt: skip
+)
 NEW_COLUMNS = (*OLD_COLUMNS, "health", "health_reason")
 STATES = ("pending", "queued", "placing", "planning", "claiming", "provisioning", "waiting_ready", "active",
-          "releasing", "released", "failed", "cancelled", "expired", "preempting", "preempted")  # fmt: skip
+          "releasing", "released", "failed", "cancelled", "expired", "preempting", "preempted")
 
 
 def _states(states: tuple[str, ...]) -> None:

@@ -289,7 +289,7 @@ def downgrade() -> None:
     op.execute("DROP TRIGGER usage_close ON allocation_resource_claims")
     op.execute("DROP TRIGGER usage_open ON allocation_resource_claims")
     for function in ("usage_reservations", "usage_replicas", "usage_final_reason", "usage_close_claims",
-                     "usage_open_claims"):  # fmt: skip
+                     "usage_open_claims"):
         op.execute(f"DROP FUNCTION {function}()")
     op.execute("DROP FUNCTION usage_end_reason(text)")
     op.drop_constraint("usage_half_life", "cohorts", type_="check")
