@@ -3,7 +3,7 @@
 The agent is the host-local authority of seed 004. It never trusts the control plane's picture of its host: every
 plan starts from what the topology driver discovers now, each approved slot validated against it
 (`scheduler.host.validate.validate_slots`: a GPU gone, rebound or sharing its IOMMU group is never planned), overlaid
-with the host's own live leases and VMs, and is decided by the same pure planner (`scheduler.bundles.plan_bundles`)
+with the host's own live leases and VMs, and is decided by the same pure planner (`scheduler.placement.bundles.plan_bundles`)
 the control plane previews with.
 """
 
@@ -33,10 +33,10 @@ from contracts.allocation import (
 )
 from contracts.audit import HostState, LeaseFact, VmFact, WipeRequest, WipeResult
 from fleet.vocabulary import NodeStatus
-from scheduler.bundles import plan_bundles
 from scheduler.host.checks import NodeValidation, ValidationState
 from scheduler.host.inventory import HostInventory
 from scheduler.host.validate import validate_slots
+from scheduler.placement.bundles import plan_bundles
 from scheduler.request import PlanRequest
 from scheduler.views import NodeView, SlotState, slot_view
 

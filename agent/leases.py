@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from scheduler.bundles import Bundle
+from scheduler.placement.bundles import Bundle
 
 
 class Lease(BaseModel):

@@ -11,7 +11,7 @@ A request the tenant's quota cannot admit now (GPUs active and in flight plus th
 refused too, 409 `quota_exceeded` with the message placement would have failed it with (issue 21: a burst of 40
 such creates each became a workflow and a row). 409, not 422: the request is valid and may pass once the tenant
 releases GPUs, as `invalid_state` answers an action the object's current state does not allow. The arithmetic is
-the region scheduler's own (`scheduler.region.quota_refusal`) over the tenant's usage read now. Placement stays the
+the region scheduler's own (`scheduler.placement.region.quota_refusal`) over the tenant's usage read now. Placement stays the
 authority: two creates racing may both pass here and one then fails `quota_exceeded` as before.
 
     tenants' policy from the inventory cache + usage (one GROUP BY) -> quota_refusal -> 409 `quota_exceeded`
@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.errors import ApiError
 from api.models import AllocationCreate
-from scheduler.region import quota_refusal
+from scheduler.placement.region import quota_refusal
 from scheduler.snapshot import Snapshot
 from store.snapshot import NO_USAGE, tenant_usage
 

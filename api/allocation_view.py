@@ -19,7 +19,7 @@ from api import queue_view
 from api.errors import not_found
 from api.models import AllocationDetail, AllocationSummary, AttemptView, EventView
 from api.services import Services
-from scheduler.bundles import Bundle
+from scheduler.placement.bundles import Bundle
 from store import allocations as store
 from store import trail
 from store.inventory import InventoryCache

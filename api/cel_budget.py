@@ -23,7 +23,7 @@ import asyncio
 from api.errors import ApiError
 from api.models import AllocationCreate
 from scheduler.cel import SelectorCostExceeded
-from scheduler.placement import PlacementResult, schedule
+from scheduler.placement.schedule import PlacementResult, schedule
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 

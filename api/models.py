@@ -29,8 +29,8 @@ from pydantic_core import PydanticCustomError
 
 from fleet.deadlines import DURATION_FORMS, DURATION_PATTERN, format_duration, typed_duration
 from fleet.meta import Name
-from scheduler.bundles import Bundle
-from scheduler.capacity import PoolCapacity
+from scheduler.placement.bundles import Bundle
+from scheduler.placement.capacity import PoolCapacity
 from scheduler.request import CapacityShape, PciAddress, PlacementRequest
 from store.apply import ApplyChange
 from workflows.allocation_messages import STATES, Lease

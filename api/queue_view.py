@@ -2,7 +2,7 @@
 
     queue_entries (store.queue)  +  the inventory's snapshot (capacity per product, tenants' weights)
       + who holds what (store.queue.holdings)
-      -> scheduler.queueing.ordered: admission order per region, the admission pass's (Kueue's classic order, or
+      -> scheduler.admission.admit.ordered: admission order per region, the admission pass's (Kueue's classic order, or
          its fair-sharing tournament where a cohort tree shares fairly)
       -> each entry's position, share (and decayed usage where a tree remembers usage), wait, and why it is not
          placed yet (what the last admission pass recorded)
@@ -24,10 +24,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api.errors import ApiError
 from api.models import QueueItem, QueueList, QueuePlace, RegionQueue
 from api.request_checks import fleet_for, unknown_name
-from scheduler.pools import ProductFilter, ShapeFilter
-from scheduler.queueing import Standing, ordered
+from scheduler.admission.admit import Standing, ordered
+from scheduler.admission.shares import usage_by_product
+from scheduler.placement.pools import ProductFilter, ShapeFilter
 from scheduler.request import PlacementRequest
-from scheduler.shares import usage_by_product
 from scheduler.snapshot import Snapshot
 from scheduler.views import PoolView
 from store import queue, usage

@@ -20,7 +20,7 @@ from api.errors import ApiError
 from api.models import AllocationCreate
 from fleet.deadlines import format_duration
 from fleet.tenant import DEFAULT_MAX_QUEUE_SECONDS
-from scheduler import quota
+from scheduler.quota import accounts as quota
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from store import queue

@@ -8,7 +8,7 @@ allocation behind for a typo. Here, on the create hot path:
     ->  pinned GPUs are GPUs of the pinned node's approved slots
 
 The names are the fleet as the caller may use it (`fleet_for`): all of it for an admin; for a tenant, the regions its
-policy admits, their pools and those pools' nodes (`scheduler.tenant_scope`). So a tenant's 422 lists only choices
+policy admits, their pools and those pools' nodes (`scheduler.placement.tenant_scope`). So a tenant's 422 lists only choices
 it may use, and a region, product or node it may not use is answered exactly as one that does not exist: a token
 cannot probe the rest of the fleet. The message says so truthfully ("no H200 in the regions your tenant may use;
 available to you: L4"), never that the name does not exist in the fleet. Explain and capacity show a tenant the
@@ -30,9 +30,9 @@ from api.cel_budget import too_costly, too_long
 from api.errors import ApiError
 from api.models import AllocationCreate
 from scheduler.cel import REQUEST_BUDGET, SelectorCompileError, SelectorCostExceeded, admit_selector
+from scheduler.placement.tenant_scope import usable_regions
 from scheduler.request import CapacityShape
 from scheduler.snapshot import Snapshot
-from scheduler.tenant_scope import usable_regions
 from store.inventory import InventoryCache
 from store.tokens import Principal
 

@@ -12,7 +12,7 @@ evaluator's API, so the same figures can be taken of an older tree (the figures 
     git archive 1714591 scheduler | tar -x -C /tmp/before && cd /tmp/before && \
         PYTHONPATH=/path/to/berth python -m bench.cel_cost --speed-only
 
-Worst selector: the costliest selectors a tenant could send, run as explain runs them (`scheduler.placement.schedule`
+Worst selector: the costliest selectors a tenant could send, run as explain runs them (`scheduler.placement.schedule.schedule`
 over a snapshot whose pools publish `DEVICES` distinct devices, 32 selectors in one request) with the old rules (every
 selector admitted whose estimate is at most 1,000,000, each (selector, device) evaluation stopped at 1,000,000, no
 request budget) and with the new ones (admission by estimate against the budget, then the request budget).

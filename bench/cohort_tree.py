@@ -79,9 +79,9 @@ def _measure(shape: str, requests: int, tenants: int, nodes: int, repeat: int, r
     from fleet.loader import parse_fleet
     from fleet.slot_state import SlotStateDocument
     from fleet.vocabulary import QueueingStrategy
+    from scheduler.admission.admit import admission_pass
+    from scheduler.admission.preemption import Preemptor, Running, plan_preemption
     from scheduler.from_fleet import snapshot_from_fleet
-    from scheduler.preemption import Preemptor, Running, plan_preemption
-    from scheduler.queueing import admission_pass
     from scheduler.request import PlacementRequest
 
     fleet = parse_fleet([("fleet.yaml", fleet_yaml(shape, tenants, nodes, reclaim))])
@@ -121,7 +121,7 @@ def _measure(shape: str, requests: int, tenants: int, nodes: int, repeat: int, r
 
 def queued_requests(requests: int, tenants: int) -> list[Any]:
     """`requests` queued requests of 1, 2, 4 and 8 H100 GPUs spread over the tenants, arrivals shuffled (seed 1)."""
-    from scheduler.queueing import QueuedRequest
+    from scheduler.admission.admit import QueuedRequest
     from scheduler.request import PlacementRequest
 
     rng = random.Random(1)

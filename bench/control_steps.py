@@ -53,7 +53,7 @@ from contracts.allocation import (
 from devstack.postgres import EmbeddedPostgres
 from devstack.reports import report_hosts
 from fleet.loader import parse_fleet
-from scheduler.bundles import Bundle
+from scheduler.placement.bundles import Bundle
 from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
 from store.db import create_engine, session_factory

@@ -24,7 +24,7 @@ from fleet.inference_cluster import PoolShape
 from fleet.node import FabricClaimMode, NodeStatus
 from fleet.region import RegionStatus
 from scheduler import cel
-from scheduler.placement import schedule
+from scheduler.placement.schedule import schedule
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView

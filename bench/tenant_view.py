@@ -1,7 +1,7 @@
 """What a tenant's view of the fleet costs: `tenant_view` (Snapshot.within its usable regions) at 10,000 nodes.
 
 A tenant's explain and capacity run over the fleet cut down to the regions its policy admits
-(`scheduler.tenant_scope`), built on every such request. Synthetic fleet of bench/placement.py (two regions, half
+(`scheduler.placement.tenant_scope`), built on every such request. Synthetic fleet of bench/placement.py (two regions, half
 the nodes each): an unrestricted tenant gets the snapshot itself; one allowed a single region gets a view of half
 the nodes. Printed in milliseconds, the fastest and the median run (the median moves with other load on the
 machine), next to one `schedule()` over the whole snapshot and over the view for comparison.
@@ -15,10 +15,10 @@ import argparse
 import statistics
 
 from bench.placement import _timed, synthetic_views
-from scheduler.placement import schedule
+from scheduler.placement.schedule import schedule
+from scheduler.placement.tenant_scope import tenant_view
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
-from scheduler.tenant_scope import tenant_view
 from scheduler.views import TenantView
 
 NODES = 10_000

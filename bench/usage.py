@@ -43,9 +43,9 @@ from contracts.allocation import ClaimInput
 from devstack.postgres import EmbeddedPostgres
 from fleet.loader import parse_fleet
 from fleet.vocabulary import QueueingStrategy
-from scheduler.bundles import Bundle
+from scheduler.admission.admit import admission_pass
 from scheduler.from_fleet import snapshot_from_fleet
-from scheduler.queueing import admission_pass
+from scheduler.placement.bundles import Bundle
 from scheduler.snapshot import Snapshot
 from store import claims, usage
 from store.apply import apply_fleet

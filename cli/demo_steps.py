@@ -26,7 +26,7 @@ from cli.output import styled
 from cli.placement import render_capacity  # the same table `berth capacity` prints
 from cli.usage import render as render_usage  # the same table `berth usage` prints
 from config.context import StackContext
-from scheduler.capacity import PoolCapacity
+from scheduler.placement.capacity import PoolCapacity
 
 FINAL = ("active", "failed", "cancelled", "released", "expired", "preempted")
 

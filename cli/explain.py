@@ -19,7 +19,7 @@ from fleet.errors import FleetError
 from fleet.loader import load_fleet
 from scheduler.cel import SelectorError
 from scheduler.from_fleet import snapshot_from_fleet
-from scheduler.placement import PlacementResult, schedule
+from scheduler.placement.schedule import PlacementResult, schedule
 from scheduler.reasons import phrase
 from scheduler.request import CapacityShape, PlacementRequest
 

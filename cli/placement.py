@@ -19,8 +19,8 @@ from cli.alloc import ClusterSelectorOption, GpuOption, NodeOption, SelectorOpti
 from cli.client import ApiOption, TenantOption, TokenOption, api_client
 from cli.output import Column, OutputFormat, OutputOption, console, is_data, print_data, table
 from fleet.inference_cluster import PoolShape
-from scheduler.capacity import SLICE_SIZES, PoolCapacity
-from scheduler.placement import PlacementResult
+from scheduler.placement.capacity import SLICE_SIZES, PoolCapacity
+from scheduler.placement.schedule import PlacementResult
 from scheduler.request import CapacityShape
 
 

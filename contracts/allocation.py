@@ -10,9 +10,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from scheduler.bundles import Bundle
 from scheduler.explanation import Explanation
-from scheduler.nodes import Candidate
+from scheduler.placement.bundles import Bundle
+from scheduler.placement.nodes import Candidate
 from scheduler.request import CapacityShape, NumaPolicy, PlacementRequest
 
 

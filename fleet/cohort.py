@@ -3,7 +3,7 @@
 A tenant names its cohort (`cohort: team-a`); a cohort no Cohort object defines is a root with no quota of its own,
 which is all a flat cohort is. A Cohort object gives it a parent, a quota of its own that its whole subtree shares,
 limits on what it borrows from its parent and lends to it, and, on a tree's root, whether fair sharing decides
-within the tree (scheduler/cohorts.py has the arithmetic, scheduler/fair_sharing.py the shares).
+within the tree (scheduler/quota/cohorts.py has the arithmetic, scheduler/quota/fair_sharing.py the shares).
 
     kind: Cohort
     metadata: {name: research}

@@ -37,7 +37,7 @@ class PoolHosts:
 class Fleet:
     regions: dict[str, Region] = field(default_factory=dict)
     tenants: dict[str, Tenant] = field(default_factory=dict)
-    # Cohort objects: a cohort tenants name without one is a root with no quota of its own (scheduler/cohorts.py).
+    # Cohort objects: a cohort tenants name without one is a root with no quota of its own (scheduler/quota/cohorts.py).
     cohorts: dict[str, Cohort] = field(default_factory=dict)
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     classes: dict[str, InferenceClass] = field(default_factory=dict)

@@ -54,8 +54,8 @@ class Reason(StrEnum):
     INSUFFICIENT_CAPACITY = "insufficient_capacity"
     NO_COMPATIBLE_BUNDLES = "no_compatible_bundles"
     PINNED_NODES_UNAVAILABLE = "pinned_nodes_unavailable"
-    PREEMPTING = "preempting"  # running allocations were told to leave for it (scheduler/preemption.py)
-    QUEUED_BEHIND = "queued_behind"  # a StrictFIFO queue has requests to place first (scheduler/queueing.py)
+    PREEMPTING = "preempting"  # running allocations were told to leave for it (scheduler/admission/preemption.py)
+    QUEUED_BEHIND = "queued_behind"  # a StrictFIFO queue has requests to place first (scheduler/admission/admit.py)
     # slot (bundle level, inside the node scheduler)
     SLOT_UNAPPROVED = "slot_unapproved"
     SLOT_MISSING_VF = "slot_missing_vf"

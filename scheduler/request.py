@@ -68,7 +68,7 @@ class PlacementRequest(BaseModel):
     exclude_nodes: frozenset[str] = Field(default_factory=frozenset, description="Nodes already tried in this run.")
     reserved_nodes: frozenset[str] = Field(
         default_factory=frozenset,
-        description="Nodes set aside for the request at the head of a queue (scheduler/queueing.py): not for this one.",
+        description="Nodes set aside for the request at the head of a queue (scheduler/admission/admit.py): not for this one.",
     )
     seed: int | None = Field(default=None, description="Rotates the order of equally ranked nodes.")
     lease_seconds: float | None = Field(

@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from scheduler import quota
-from scheduler.cohorts import CohortTree, root_of
 from scheduler.compatibility import NodeProfile, profile_of
+from scheduler.quota import accounts as quota
+from scheduler.quota.cohorts import CohortTree, root_of
 from scheduler.views import CohortView, NodeView, PoolView, RegionView, TenantView
 
 if TYPE_CHECKING:  # the CEL stack (celpy, lark, re2) is 10 MB that node agents, which plan bundles, never use
@@ -41,7 +41,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class PoolClass:
-    """Pools of one region that every pool filter (`scheduler.pools`) judges alike, for any request: the same shape,
+    """Pools of one region that every pool filter (`scheduler.placement.pools`) judges alike, for any request: the same shape,
     GPU product, cluster labels and readiness, longest lease, and devices by content. The pool level judges
     `pool`, the first of them, for all of them."""
 
@@ -109,7 +109,7 @@ class Snapshot:
     ) -> None:
         self.regions: dict[str, RegionView] = {r.name: r for r in sorted(regions, key=lambda r: r.name)}
         self.tenants: dict[str, TenantView] = {t.name: t for t in tenants}
-        self.cohorts: dict[str, CohortView] = {c.name: c for c in cohorts}  # Cohort objects (scheduler.cohorts)
+        self.cohorts: dict[str, CohortView] = {c.name: c for c in cohorts}  # Cohort objects (scheduler.quota.cohorts)
         self.nodes: dict[str, NodeView] = {n.name: n for n in nodes}
         self.pools: tuple[PoolView, ...] = tuple(sorted(pools, key=lambda p: p.key))
         self._keys: dict[NodeProfile, int] = {}  # distinct profiles, numbered
@@ -209,7 +209,7 @@ class Snapshot:
         return new
 
     def total_tree(self, tenant: TenantView) -> CohortTree:
-        """The tenant's cohort tree over GPUs in total (`scheduler.quota.total_tree`), built once per tree for these
+        """The tenant's cohort tree over GPUs in total (`scheduler.quota.accounts.total_tree`), built once per tree for these
         tenants' usage: a pass asks it for every request it judges."""
         if tenant.cohort is None:
             return quota.total_tree(tenant, (), self.cohorts)
@@ -221,7 +221,7 @@ class Snapshot:
 
     def within(self, regions: Iterable[str]) -> Snapshot:
         """This snapshot cut down to `regions`, their pools and those pools' nodes, sharing profiles and groups with
-        this one: the fleet as a tenant may use it (`scheduler.tenant_scope`), so nothing it is shown names or counts
+        this one: the fleet as a tenant may use it (`scheduler.placement.tenant_scope`), so nothing it is shown names or counts
         a region, pool or node it may not use. This snapshot itself when it holds no other region (most tenants):
         a view costs O(nodes kept): 1.8 ms at 5,000 of 10,000 nodes, as much as one placement (bench/tenant_view.py)."""
         wanted = set(regions)
@@ -352,7 +352,7 @@ class Snapshot:
 def _pool_classes(
     by_region: Mapping[str, list[PoolView]], devices: Mapping[str, tuple[Device | Mapping[str, object], ...]]
 ) -> tuple[dict[str, tuple[PoolClass, ...]], dict[str, PoolClass]]:
-    """Each region's pools by what the pool filters look at (keep in step with `scheduler.pools.filter_pools`)."""
+    """Each region's pools by what the pool filters look at (keep in step with `scheduler.placement.pools.filter_pools`)."""
     classes: dict[str, tuple[PoolClass, ...]] = {}
     class_of: dict[str, PoolClass] = {}
     number = 0

@@ -140,7 +140,9 @@ class CohortView:
     quotas: tuple[FlavorQuotaView, ...] = ()  # its own quota per product (and region)
     fair_sharing: bool = False
     weight: float = 1.0  # its fair-sharing weight among its siblings
-    usage_half_life: float | None = None  # seconds; set: its tree orders by decayed usage (scheduler/usage_decay.py)
+    usage_half_life: float | None = (
+        None  # seconds; set: its tree orders by decayed usage (scheduler/quota/usage_decay.py)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,14 +164,14 @@ class TenantView:
     active_gpus: int = 0
     in_flight_gpus: int = 0
     weight: float = 1.0  # fair-sharing weight (0: always last), when its cohort tree shares fairly
-    cohort: str | None = None  # tenants of one cohort lend each other unused quota (scheduler/quota.py)
+    cohort: str | None = None  # tenants of one cohort lend each other unused quota (scheduler/quota/accounts.py)
     borrowing_limit: int | None = None  # None: unlimited
     lending_limit: int | None = None  # None: all of its unused quota
     quotas: tuple[FlavorQuotaView, ...] | None = None  # per product (and region); None: gpu_quota alone
     held: tuple[tuple[str, str, int], ...] = ()  # (product, region, GPUs) of its placed GPUs, for `quotas`
     preemption: PreemptionPolicy = PreemptionPolicy()  # what its queued requests may displace (issue 26)
     # GPU-seconds decayed to the pass's instant, where its tree orders by them (`fairSharing.usageHalfLife`,
-    # scheduler/usage_decay.py); None: its tree, if it shares fairly, goes by what each holds now.
+    # scheduler/quota/usage_decay.py); None: its tree, if it shares fairly, goes by what each holds now.
     decayed_usage: float | None = None
 
 

@@ -16,8 +16,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from contracts.allocation import ClaimInput, HealthNotice
-from scheduler import quota
-from scheduler.cohorts import root_of
+from scheduler.quota import accounts as quota
+from scheduler.quota.cohorts import root_of
 from store.models import AllocationRow, ClaimRow, CohortRow, NodeRow, PoolRow, SlotRow, TenantRow
 from store.snapshot import NO_USAGE, cohort_view, tenant_usage, tenant_view
 from store.trail import write_trail_in

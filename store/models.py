@@ -296,7 +296,7 @@ class TenantRow(Base):
     weight: Mapped[float] = mapped_column(Float, nullable=False, server_default="1")
     priority_classes: Mapped[list[str] | None] = mapped_column(JSONB)
     queue: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
-    # Borrowing and lending unused quota within a cohort (scheduler/quota.py); NULL limits: unlimited.
+    # Borrowing and lending unused quota within a cohort (scheduler/quota/accounts.py); NULL limits: unlimited.
     cohort: Mapped[str | None] = mapped_column(String(253))
     borrowing_limit: Mapped[int | None] = mapped_column(Integer)
     lending_limit: Mapped[int | None] = mapped_column(Integer)
@@ -613,7 +613,9 @@ class QueueEntryRow(Base):
     enqueued_at: Mapped[datetime] = _now()
     deadline_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     node: Mapped[str | None] = mapped_column(String(253))
-    reserved_node: Mapped[str | None] = mapped_column(String(253))  # held for it as the head (scheduler/queueing.py)
+    reserved_node: Mapped[str | None] = mapped_column(
+        String(253)
+    )  # held for it as the head (scheduler/admission/admit.py)
     reason: Mapped[str | None] = mapped_column(Text)
     code: Mapped[str | None] = mapped_column(
         String(64)
@@ -631,7 +633,7 @@ RESERVATION_STATES = ("reserved", "started", "ended", "cancelled", "failed")
 
 class ReservationRow(Base):
     """GPUs promised to a tenant on one node for a window (migration 0015, issue 26): `reserved` until its start
-    (its GPUs held from requests that would overlap it, `scheduler.reservations.with_holds`), `started` once its
+    (its GPUs held from requests that would overlap it, `scheduler.admission.reservations.with_holds`), `started` once its
     allocation was asked for (held until that allocation claims them), then `ended`, `cancelled` or `failed`."""
 
     __tablename__ = "reservations"

@@ -2,7 +2,7 @@
 
     allocation workflow --enter--> queue_entries (arrival kept on every re-entry: a woken request that no longer
                                    fits goes back to its place, not to the end)
-    admission pass --entries, holdings--> scheduler.queueing --record_pass--> node set aside / reason /
+    admission pass --entries, holdings--> scheduler.admission.admit --record_pass--> node set aside / reason /
                                    reserved node per entry
     placement --reserved_nodes, leave--> nodes held for a head left out; the entry goes when a placement is chosen
     API --entries--> GET /v1/queues, an allocation's place
@@ -22,8 +22,8 @@ from sqlalchemy import Boolean, bindparam, case, delete, func, null, or_, select
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from scheduler.preemption import Running
-from scheduler.queueing import Nomination, QueuedRequest
+from scheduler.admission.admit import Nomination, QueuedRequest
+from scheduler.admission.preemption import Running
 from scheduler.request import PlacementRequest
 from store.db import among
 from store.models import AllocationRow, ClaimRow, PriorityClassRow, QueueEntryRow
@@ -401,7 +401,7 @@ async def priority_classes(session: AsyncSession) -> dict[str, tuple[int, bool]]
 async def waiting_ahead(session: AsyncSession, region: str, priority: int) -> list[tuple[str, int, int, str | None]]:
     """(tenant, GPUs, priority, the last verdict's code) of the entries of the region's queue a newcomer of `priority` might wait behind: as
     high or higher, and not yet given a node by a pass (a StrictFIFO queue lets nobody pass them); which of them go
-    before it is the queue's order's to say (`scheduler.queueing.classic_key`)."""
+    before it is the queue's order's to say (`scheduler.admission.admit.classic_key`)."""
     rows = await session.execute(
         select(QueueEntryRow.tenant, QueueEntryRow.gpu_count, QueueEntryRow.priority, QueueEntryRow.code).where(
             QueueEntryRow.region == region, QueueEntryRow.priority >= priority, QueueEntryRow.node.is_(None)

@@ -1,8 +1,8 @@
 """Reservations (issue 26): GPUs promised to a tenant on one node for a future window, and what holds a node's GPUs
-over time (running allocations and their ends, other reservations), as `scheduler.reservations` reads them.
+over time (running allocations and their ends, other reservations), as `scheduler.admission.reservations` reads them.
 
-    API create --region lock--> window_facts -> scheduler.reservations.admit -> create (state reserved)
-    placement  --holds--> the GPUs of reservations not yet held by their allocation (scheduler.reservations.with_holds)
+    API create --region lock--> window_facts -> scheduler.admission.reservations.admit -> create (state reserved)
+    placement  --holds--> the GPUs of reservations not yet held by their allocation (scheduler.admission.reservations.with_holds)
     ReservationWorkflow --start / finish--> started (its allocation asked for) -> ended | cancelled | failed
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from scheduler.reservations import Holding, Reserved, Window
+from scheduler.admission.reservations import Holding, Reserved, Window
 from store.models import AllocationRow, ReservationRow
 from store.queue import class_facts
 from store.snapshot import HELD_STATES

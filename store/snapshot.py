@@ -42,7 +42,7 @@ from scheduler.breaker import BreakerPolicy, Cooling, cooling_nodes
 from scheduler.from_fleet import preemption_policy
 from scheduler.host.checks import ValidationState
 from scheduler.host.health import HealthState
-from scheduler.pending import with_pending_plans
+from scheduler.placement.pending import with_pending_plans
 from scheduler.snapshot import Snapshot
 from scheduler.views import (
     CohortView,
@@ -114,7 +114,7 @@ def tenant_view(row: TenantRow, usage: TenantUsage = NO_USAGE) -> TenantView:
 
 
 def cohort_view(row: CohortRow) -> CohortView:
-    """A Cohort object as the scheduler sees it (scheduler/cohorts.py)."""
+    """A Cohort object as the scheduler sees it (scheduler/quota/cohorts.py)."""
     return CohortView(
         name=row.name,
         parent=row.parent_name,

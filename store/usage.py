@@ -37,8 +37,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import contracts.usage
+from scheduler.quota.usage_decay import half_lives
 from scheduler.snapshot import Snapshot
-from scheduler.usage_decay import half_lives
 
 # The report's groupings (contracts/usage.py), each with its ledger column.
 GROUPINGS: dict[str, str] = dict(
@@ -274,7 +274,7 @@ _WEIGHT = "exp(greatest(-700.0, -ln(2.0) * extract(epoch FROM {age}) / {h}))"
 async def decayed_usage(
     session: AsyncSession, half_lives: Mapping[str, float], now: datetime, *, fold: bool
 ) -> dict[str, float]:
-    """Each tenant's GPU-seconds decayed to `now` with its half-life (scheduler/usage_decay.py): its carried sum
+    """Each tenant's GPU-seconds decayed to `now` with its half-life (scheduler/quota/usage_decay.py): its carried sum
     plus its intervals since, read in one statement. `fold`: carry the sums forward to `now` where they are older
     than `FOLD_EVERY` (the admission pass does, under its region's lock); a tenant with no carried sum for its
     half-life (new, or its half-life changed) is summed from its whole history once."""
@@ -312,7 +312,7 @@ async def decayed_usage(
 
 # Each tenant's carried sum for its half-life, decayed to now, plus its allocation intervals' parts since (those still
 # open, and those ended since the oldest sum: two index scans whatever the ledger's age), in one statement and one
-# row per tenant: scheduler/usage_decay.py's formula, in PostgreSQL.
+# row per tenant: scheduler/quota/usage_decay.py's formula, in PostgreSQL.
 _CARRIED_AND_SINCE = f"""
 WITH l AS (
     SELECT * FROM unnest(CAST(:tenants AS text[]), CAST(:lives AS float8[])) AS l(tenant, h)
@@ -361,7 +361,7 @@ async def with_decayed_usage(session: AsyncSession, snapshot: Snapshot, now: dat
 
 
 async def _from_history(session: AsyncSession, half_lives: Mapping[str, float], now: datetime) -> dict[str, float]:
-    """Decayed usage from a tenant's whole history, summed in PostgreSQL (scheduler/usage_decay.py's formula): the raw
+    """Decayed usage from a tenant's whole history, summed in PostgreSQL (scheduler/quota/usage_decay.py's formula): the raw
     intervals after the rollup's instant, and each rolled-up hour's GPU-seconds spread evenly over its hour."""
     tenants = sorted(half_lives)
     result = dict.fromkeys(tenants, 0.0)

@@ -63,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
         VmSpec,
     )
     from fleet.deadlines import format_duration
-    from scheduler.nodes import Candidate
+    from scheduler.placement.nodes import Candidate
     from workflows import node_calls
     from workflows import search_attributes as sa
     from workflows.allocation_failures import (
@@ -566,7 +566,7 @@ class AllocationWorkflow:
 
     def begin_lease(self, pool: str) -> None:
         """Active now: the end it asked for (`duration_seconds` from now, or `ends_at`), else its pool's `maxLease`
-        from now, else none. The pool's maximum was checked when the pool was chosen (`scheduler.pools`)."""
+        from now, else none. The pool's maximum was checked when the pool was chosen (`scheduler.placement.pools`)."""
         if self.active_since is not None:
             return  # placed again off a failed GPU: it keeps the lease it had
         now = workflow.now()

@@ -7,7 +7,7 @@ from datetime import datetime
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PositiveFloat, model_validator
 
 from contracts.task_queues import Queues
-from scheduler.bundles import Bundle
+from scheduler.placement.bundles import Bundle
 from scheduler.request import PlacementRequest
 
 STATES = (
@@ -232,7 +232,7 @@ class ExtendRequest(BaseModel):
     seconds: PositiveFloat | None = None
     ends_at: AwareDatetime | None = None
     # The latest end the reservations of its node allow, as the API read them under the region's placement lock
-    # (scheduler.reservations.latest_end), and why; None: no reservation limits it.
+    # (scheduler.admission.reservations.latest_end), and why; None: no reservation limits it.
     not_after: AwareDatetime | None = None
     not_after_reason: str | None = None
 

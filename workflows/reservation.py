@@ -1,6 +1,6 @@
 """The reservation workflow (issue 26): GPUs promised for a window, kept by a timer that cannot be lost.
 
-    1. reserved         admitted by the API (scheduler/reservations.py) and recorded; its GPUs are held from every
+    1. reserved         admitted by the API (scheduler/admission/reservations.py) and recorded; its GPUs are held from every
                         request that would overlap its window; wait for its start (cancellable)
     2. start            start_reservation*: `started`, and the preemptible allocations on its node that must leave,
                         each told with the `preempt` signal (a reservation's start outranks them)

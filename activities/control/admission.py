@@ -6,7 +6,7 @@
     admit_queued   for each region, under the region's placement lock, in one transaction:
                      forget what the last pass set aside (it is judged again; not for requests woken lately, which
                      are placing themselves) -> read the queue, the snapshot and who holds what ->
-                     scheduler.queueing.admission_pass -> record each verdict that changed, mark the woken
+                     scheduler.admission.admit.admission_pass -> record each verdict that changed, mark the woken
                    then signal `wake` to each allocation given a node: it places itself (its own choose_placement,
                    which finds the node set aside for it and nobody else's)
 
@@ -29,11 +29,11 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts.allocation import AdmitInput, AdmitResult, EnterQueueInput, LeaveQueueInput, PreemptNotice
-from scheduler.pending import with_pending_plans
-from scheduler.queueing import PassResult, Verdict, admission_pass
+from scheduler.admission.admit import PassResult, Verdict, admission_pass
+from scheduler.admission.reservations import with_holds
+from scheduler.admission.shares import usage_by_product
+from scheduler.placement.pending import with_pending_plans
 from scheduler.reasons import Reason
-from scheduler.reservations import with_holds
-from scheduler.shares import usage_by_product
 from store import queue, reservations
 from store.decisions import lock_region
 from store.inventory import InventoryCache

@@ -41,14 +41,15 @@ from contracts.allocation import (
     StateChange,
 )
 from fleet.vocabulary import QueueingStrategy
-from scheduler import cluster, quota, region
+from scheduler.admission.reservations import with_holds
 from scheduler.breaker import BreakerPolicy
 from scheduler.cel import RequestBudget, SelectorCostExceeded, request_budget
 from scheduler.explanation import Explanation
-from scheduler.pending import Plans, seen_on, with_pending_plans
+from scheduler.placement import cluster, region
+from scheduler.placement.pending import Plans, seen_on, with_pending_plans
+from scheduler.quota import accounts as quota
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
-from scheduler.reservations import with_holds
 from scheduler.snapshot import Snapshot
 from store import queue, reservations
 from store.decisions import Recorded, record_first_choice
@@ -137,7 +138,7 @@ def _candidate_list(snapshot: Snapshot, decision: cluster.CandidateDecision) -> 
 async def _quota_wait(
     choice: PlacementChoice, snapshot: Snapshot, request: PlacementRequest, budget: RequestBudget
 ) -> PlacementChoice:
-    """A request refused by its tenant's quota may wait, in the region `scheduler.region.waiting_region` gives."""
+    """A request refused by its tenant's quota may wait, in the region `scheduler.placement.region.waiting_region` gives."""
     try:
         waits_in = await _off_loop(budget, lambda: region.waiting_region(snapshot, request))
     except SelectorCostExceeded:

@@ -59,7 +59,7 @@ from api.services import Services, services
 from api.temporal import Refused
 from config import tracing
 from fleet.meta import Name
-from scheduler.reservations import latest_end
+from scheduler.admission.reservations import latest_end
 from store import allocations as store
 from store import reservations
 from store.decisions import lock_region
@@ -417,7 +417,7 @@ async def extend_allocation(
 async def _reservations_limit(
     session: AsyncSession, app: Services, allocation_id: str, region: str | None
 ) -> tuple[datetime | None, str | None]:
-    """The latest end the reservations of the allocation's node allow it (scheduler.reservations.latest_end)."""
+    """The latest end the reservations of the allocation's node allow it (scheduler.admission.reservations.latest_end)."""
     if region is None:
         return None, None
     await lock_region(session, region)

@@ -27,12 +27,12 @@ from api.models import AllocationCreate, CapacityReport, Product
 from api.request_checks import check_request, fleet_for
 from api.services import Services, services
 from fleet.meta import Name
-from scheduler.bundles import held_slots
-from scheduler.capacity import capacity
-from scheduler.placement import PlacementResult, PreemptionPreview, PreemptionVictim
-from scheduler.preemption import Preemptor, plan_preemption
+from scheduler.admission.preemption import Preemptor, plan_preemption
+from scheduler.admission.reservations import PoolAt, capacity_at
+from scheduler.placement.bundles import held_slots
+from scheduler.placement.capacity import capacity
+from scheduler.placement.schedule import PlacementResult, PreemptionPreview, PreemptionVictim
 from scheduler.reasons import Reason
-from scheduler.reservations import PoolAt, capacity_at
 from scheduler.snapshot import Snapshot
 from store import queue, reservations
 from store.tokens import Principal

@@ -3,7 +3,7 @@ reservations promise them.
 
 A create is admitted only when one node of the region's pools for its shape can hold it in the window, counting
 running allocations that still hold their GPUs at its start (a preemptible one does not: it is preempted then) and
-every other reservation (scheduler/reservations.py), decided under the region's placement lock so two creates
+every other reservation (scheduler/admission/reservations.py), decided under the region's placement lock so two creates
 cannot both take the last GPUs of a window. Otherwise 409 `window_full` with what the window lacks and the nearest
 windows that would fit. An admitted reservation is a durable workflow of its own (`reservation/<id>`,
 workflows/reservation.py): `reserved` until its start, then its allocation, which expires at the window's end.
@@ -27,8 +27,8 @@ from api.models import Count, LeaseDuration, Product, Strict, given
 from api.request_checks import invalid_request
 from api.services import Services, services
 from fleet.meta import Name
+from scheduler.admission.reservations import Admitted, Window, admit
 from scheduler.request import CapacityShape, PlacementRequest
-from scheduler.reservations import Admitted, Window, admit
 from store import reservations
 from store.decisions import lock_region
 from store.models import ReservationRow

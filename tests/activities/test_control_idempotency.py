@@ -13,7 +13,7 @@ from activities.control.records import RecordActivities
 from contracts.allocation import AllocationRecord, AuditTrail, ClaimInput, ReleaseClaimsInput, StateChange
 from devstack.reports import report_hosts
 from fleet.loader import load_fleet
-from scheduler.bundles import Bundle
+from scheduler.placement.bundles import Bundle
 from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
 from store.models import AllocationEventRow, ClaimRow, SlotRow, TenantRow

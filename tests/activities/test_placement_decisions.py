@@ -12,9 +12,9 @@ from activities.control.records import RecordActivities
 from contracts.allocation import AllocationRecord, AuditTrail, FindCandidatesInput, StateChange
 from devstack.reports import report_hosts
 from fleet.loader import load_fleet
-from scheduler import cluster
 from scheduler.cel import RequestBudget
-from scheduler.pending import with_pending_plans
+from scheduler.placement import cluster
+from scheduler.placement.pending import with_pending_plans
 from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
 from store.decisions import record_first_choice

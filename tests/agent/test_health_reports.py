@@ -17,7 +17,7 @@ from agent.reporter import NodeReporter
 from agent.serve import host_agent
 from fleet.loader import load_fleet
 from fleet.node import Node
-from scheduler.cluster import find_candidates
+from scheduler.placement.cluster import find_candidates
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from store.apply import apply_fleet

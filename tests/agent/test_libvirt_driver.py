@@ -22,7 +22,7 @@ libvirt = libvirt_module()
 
 from agent.libvirt.domain import domain_name, parse_domain  # noqa: E402
 from agent.libvirt.driver import ImageNotFound, LibvirtSettings, LibvirtVmDriver  # noqa: E402
-from scheduler.bundles import Bundle  # noqa: E402
+from scheduler.placement.bundles import Bundle  # noqa: E402
 
 HOST = Path(__file__).resolve().parent.parent / "hosts" / "libvirt" / "host.xml"
 BASE = "/var/lib/berth/pool/ubuntu-24.04.qcow2"

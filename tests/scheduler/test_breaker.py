@@ -11,9 +11,9 @@ import pytest
 from fleet.errors import FleetError
 from fleet.loader import parse_fleet
 from scheduler.breaker import BreakerPolicy, Cooling, cooling_nodes, cooling_off
-from scheduler.capacity import capacity
 from scheduler.from_fleet import snapshot_from_fleet
-from scheduler.placement import schedule
+from scheduler.placement.capacity import capacity
+from scheduler.placement.schedule import schedule
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot

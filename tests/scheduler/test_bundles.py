@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 from fleet.node import FabricClaimMode, NodeStatus
-from scheduler.bundles import plan_bundles
 from scheduler.explanation import Level
 from scheduler.host.checks import ValidationState
+from scheduler.placement.bundles import plan_bundles
 from scheduler.reasons import Reason
 from scheduler.request import CapacityShape, NumaPolicy, PlanRequest
 from scheduler.views import NodeView, SlotState, SlotView

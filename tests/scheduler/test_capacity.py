@@ -6,9 +6,9 @@ import dataclasses
 
 from fleet.loader import parse_fleet
 from fleet.slot_state import SlotStateDocument
-from scheduler.capacity import capacity
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.host.checks import ValidationState
+from scheduler.placement.capacity import capacity
 from scheduler.request import NumaPolicy
 
 FLEET = """

@@ -24,7 +24,7 @@ from scheduler.cel.cost import MAX_COST
 from scheduler.cel.library import REGEX_REFUSED_COST
 from scheduler.cel.selector import MAX_COMPILED, MAX_COMPILED_CHARACTERS, Selector, _CompiledCache
 from scheduler.from_fleet import snapshot_from_fleet
-from scheduler.placement import schedule
+from scheduler.placement.schedule import schedule
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 

@@ -1,12 +1,12 @@
-"""Hierarchical cohorts (scheduler/cohorts.py through scheduler/quota.py): Kueue's resource-node arithmetic over a
+"""Hierarchical cohorts (scheduler/quota/cohorts.py through scheduler/quota/accounts.py): Kueue's resource-node arithmetic over a
 tree of Cohort objects (pkg/cache resource_node.go: subtree quota, usage beyond each child's guaranteed part,
 `available` up the parent chain with each level's borrowing limit), cases drawn from Kueue's hierarchical cohort
 docs and KEP-79."""
 
 from __future__ import annotations
 
-from scheduler.cohorts import path_to_root, root_of
-from scheduler.quota import ceiling, decide
+from scheduler.quota.accounts import ceiling, decide
+from scheduler.quota.cohorts import path_to_root, root_of
 from scheduler.views import CohortView, TenantView
 
 

@@ -11,7 +11,7 @@ from fleet.loader import parse_fleet
 from fleet.slot_state import SlotStateDocument
 from scheduler.explanation import Level, LevelExplanation
 from scheduler.from_fleet import snapshot_from_fleet
-from scheduler.placement import schedule
+from scheduler.placement.schedule import schedule
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot

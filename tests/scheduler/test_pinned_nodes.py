@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 from test_placement import claim, place, snapshot
 
-from scheduler.bundles import plan_bundles
+from scheduler.placement.bundles import plan_bundles
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest, PlanRequest
 

@@ -8,7 +8,7 @@ from fleet.loader import parse_fleet
 from fleet.slot_state import SlotStateDocument
 from scheduler import cel
 from scheduler.from_fleet import snapshot_from_fleet
-from scheduler.placement import PlacementResult, schedule
+from scheduler.placement.schedule import PlacementResult, schedule
 from scheduler.reasons import Reason
 from scheduler.request import CapacityShape, PlacementRequest, Ranking
 from scheduler.snapshot import Snapshot

@@ -13,8 +13,8 @@ import dataclasses
 from test_queueing import BEST_EFFORT, ONE_H100_NODE, Pool, queued, world
 
 from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
-from scheduler.preemption import Preemption, Preemptor, Running, plan_preemption
-from scheduler.queueing import Nomination, admission_pass
+from scheduler.admission.admit import Nomination, admission_pass
+from scheduler.admission.preemption import Preemption, Preemptor, Running, plan_preemption
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import PreemptionPolicy

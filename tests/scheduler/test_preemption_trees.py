@@ -1,4 +1,4 @@
-"""Preemption in cohort trees and under fair sharing (scheduler/preemption.py), each case with the victims it
+"""Preemption in cohort trees and under fair sharing (scheduler/admission/preemption.py), each case with the victims it
 expects and the upstream rule it encodes:
 
 - Kueue's classic hierarchical reclaim (pkg/scheduler/preemption/classical, hierarchical_preemption.go): another
@@ -17,7 +17,7 @@ import dataclasses
 from test_queueing import ONE_H100_NODE, Pool, Tenant, world
 
 from fleet.vocabulary import ReclaimWithinCohort
-from scheduler.preemption import Preemption, Preemptor, Running, plan_preemption
+from scheduler.admission.preemption import Preemption, Preemptor, Running, plan_preemption
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import PreemptionPolicy

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 from fleet.inference_cluster import PoolShape
 from fleet.node import FabricClaimMode, NodeStatus
 from fleet.region import RegionStatus
-from scheduler.bundles import plan_bundles
-from scheduler.capacity import allocations_on
 from scheduler.compatibility import profile_of
 from scheduler.explanation import Level
-from scheduler.placement import PlacementResult, schedule
-from scheduler.pools import filter_pools
+from scheduler.placement.bundles import plan_bundles
+from scheduler.placement.capacity import allocations_on
+from scheduler.placement.pools import filter_pools
+from scheduler.placement.schedule import PlacementResult, schedule
 from scheduler.reasons import Reason
 from scheduler.request import CapacityShape, NumaPolicy, PlacementRequest, PlanRequest, Ranking
 from scheduler.snapshot import Snapshot

@@ -1,4 +1,4 @@
-"""The admission pass over a region's queue (issue 24, `scheduler.queueing`), on small fleets written as an operator
+"""The admission pass over a region's queue (issue 24, `scheduler.admission.admit`), on small fleets written as an operator
 writes them: who is placed next and where, in which position, and why the others still wait.
 
 Every fleet here has one region, `r1`, with one cluster; nodes are named `<prefix><NN>` (e.g. `a01`), and a hold
@@ -14,11 +14,12 @@ import pytest
 from fleet.loader import parse_fleet
 from fleet.slot_state import SlotStateDocument
 from fleet.vocabulary import QueueingStrategy
-from scheduler import queueing, region
+from scheduler.admission import admit as queueing
+from scheduler.admission.admit import PassResult, QueuedRequest, admission_pass, ordered, soonest_node
+from scheduler.admission.shares import usage_by_product
 from scheduler.from_fleet import snapshot_from_fleet
-from scheduler.queueing import PassResult, QueuedRequest, admission_pass, ordered, soonest_node
+from scheduler.placement import region
 from scheduler.request import PlacementRequest
-from scheduler.shares import usage_by_product
 from scheduler.snapshot import Snapshot
 
 BEST_EFFORT = QueueingStrategy.BEST_EFFORT_FIFO
@@ -405,7 +406,7 @@ def test_ordered_gives_positions_by_quota_then_priority_then_arrival() -> None:
     assert ordered(list(reversed(queue)), fleet, held) == shown
 
 
-# Where a request refused by its quota waits (scheduler.region.waiting_region).
+# Where a request refused by its quota waits (scheduler.placement.region.waiting_region).
 
 
 def test_a_request_over_its_quota_waits_in_its_region_unless_it_could_never_fit_in_it() -> None:

@@ -1,8 +1,8 @@
-"""Quotas that borrow and lend within a cohort (scheduler/quota.py, issue 24): Kueue's rules over a tenant's GPUs."""
+"""Quotas that borrow and lend within a cohort (scheduler/quota/accounts.py, issue 24): Kueue's rules over a tenant's GPUs."""
 
 from __future__ import annotations
 
-from scheduler.quota import ceiling, decide
+from scheduler.quota.accounts import ceiling, decide
 from scheduler.views import TenantView
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from fleet.loader import load_fleet
 from scheduler.explanation import Level
 from scheduler.from_fleet import snapshot_from_fleet
-from scheduler.placement import schedule
+from scheduler.placement.schedule import schedule
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from test_queueing import Pool, world
 
+from scheduler.admission.reservations import Admitted, Holding, Refused, Reserved, Window, admit, with_holds
 from scheduler.request import PlacementRequest
-from scheduler.reservations import Admitted, Holding, Refused, Reserved, Window, admit, with_holds
 from scheduler.views import SlotState
 
 TWO_NODES: list[Pool] = [("h100", "H100", 8, 2, "a")]

@@ -14,8 +14,8 @@ from bench.placement import Busyness, synthetic_node
 from fleet.inference_cluster import PoolShape
 from fleet.node import NodeStatus
 from fleet.region import RegionStatus
-from scheduler.pending import with_pending_plans
-from scheduler.placement import PlacementResult, schedule
+from scheduler.placement.pending import with_pending_plans
+from scheduler.placement.schedule import PlacementResult, schedule
 from scheduler.request import CapacityShape, NumaPolicy, PlacementRequest, Ranking
 from scheduler.snapshot import Snapshot
 from scheduler.views import NodeView, PoolView, RegionView, SlotState, TenantView

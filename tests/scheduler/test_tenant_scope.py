@@ -1,4 +1,4 @@
-"""A tenant's view of the fleet (`scheduler.tenant_scope`) and who holds a slot (`scheduler.bundles.held_slots`).
+"""A tenant's view of the fleet (`scheduler.placement.tenant_scope`) and who holds a slot (`scheduler.placement.bundles.held_slots`).
 
 Over test_placement's fleet: regions us-east (us), us-west (us, degraded), eu-west (eu), ap-south (in,
 unavailable); tenants acme (any region), globex (jurisdiction eu), initech (allowed: us-west).
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from test_placement import claim, place, snapshot
 
-from scheduler.bundles import held_slots
-from scheduler.capacity import capacity
-from scheduler.tenant_scope import tenant_view, usable_regions
+from scheduler.placement.bundles import held_slots
+from scheduler.placement.capacity import capacity
+from scheduler.placement.tenant_scope import tenant_view, usable_regions
 from scheduler.views import SlotState
 
 

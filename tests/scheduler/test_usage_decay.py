@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from scheduler.queueing import ordered
+from scheduler.admission.admit import ordered
+from scheduler.quota.usage_decay import ENTRY_PENALTY_SECONDS, Held, contribution, decayed, half_lives
 from scheduler.snapshot import Snapshot
-from scheduler.usage_decay import ENTRY_PENALTY_SECONDS, Held, contribution, decayed, half_lives
 from tests.scheduler.test_queueing import ONE_H100_NODE, Tenant, queued, run, world
 
 DAY = 86400.0

@@ -13,7 +13,7 @@ from agent.reporter import NodeReporter
 from agent.serve import host_agent
 from devstack.reports import report_hosts
 from fleet.loader import load_fleet
-from scheduler.placement import schedule
+from scheduler.placement.schedule import schedule
 from scheduler.request import PlacementRequest
 from store.models import SlotRow
 from store.snapshot import load_snapshot

@@ -20,7 +20,7 @@ and, top-down, how much more n may use:
                          - max(0, usage(n) - guaranteed(n)) + borrowingLimit(n))   reaches (unlimited when unset)
 
 A flat cohort (tenants naming a cohort no Cohort object defines) is a root with no quota of its own: this is then
-exactly the one-level formula of `scheduler.quota`. A tenant in no cohort is a root by itself: its nominal quota is a
+exactly the one-level formula of `scheduler.quota.accounts`. A tenant in no cohort is a root by itself: its nominal quota is a
 hard cap.
 
 Pure: the caller gives the leaves (one account per tenant of the tree) and the fleet's cohorts.

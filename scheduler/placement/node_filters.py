@@ -18,7 +18,7 @@ from typing import Protocol
 
 from fleet.vocabulary import NodeStatus
 from scheduler.compatibility import NodeProfile
-from scheduler.plugins import Filter, first_failure
+from scheduler.placement.plugins import Filter, first_failure
 from scheduler.reasons import Reason
 from scheduler.request import CapacityShape, NumaPolicy
 from scheduler.snapshot import NodeGroup

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from scheduler.compatibility import NodeProfile, hardware_defect, profile_of, state_defect, vf_usage
 from scheduler.explanation import Refusal
-from scheduler.node_filters import Judge, verdict
+from scheduler.placement.node_filters import Judge, verdict
 from scheduler.reasons import Reason, clause
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
@@ -48,7 +48,7 @@ def pinned_gpu_problems(node: NodeView, gpus: frozenset[str], holder: str | None
 
     The other allocation is never named: this text becomes the refusal a tenant reads in explain and in its own
     allocation's failure reason, and a tenant may not learn another tenant's allocation ids. Who holds a slot is
-    data, not prose (`scheduler.bundles.held_slots`), shown to admins only."""
+    data, not prose (`scheduler.placement.bundles.held_slots`), shown to admins only."""
     by_gpu = {slot.gpu_pci: slot for slot in node.slots}
     vf_counts = vf_usage(node)
     problems: list[str] = []

@@ -1,6 +1,6 @@
 """Pool feasibility (cluster scheduler, first half): which pools of the chosen region can serve the request.
 
-Filter plugins (see `scheduler.plugins`), each returning the reason it drops a pool: capacity shape, GPU product,
+Filter plugins (see `scheduler.placement.plugins`), each returning the reason it drops a pool: capacity shape, GPU product,
 cluster matchLabels, cluster readiness, DRA CEL selectors over the GPU devices the pool's InferenceClass
 publishes, the pool's longest lease (`maxLease`) against the request's, and the tenant's quota for the pool's product in its region. A pool passes the selectors when one of its claimable devices satisfies all of them (DRA semantics: the
 selectors of one request apply to the same device).
@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fleet.deadlines import format_duration
-from scheduler import cel, quota
+from scheduler import cel
 from scheduler.explanation import Level, LevelExplanation, Tally
-from scheduler.plugins import Filter, first_failure
+from scheduler.placement.plugins import Filter, first_failure
+from scheduler.quota import accounts as quota
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import PoolClass, Snapshot

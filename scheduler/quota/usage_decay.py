@@ -26,7 +26,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from scheduler.cohorts import root_of
+from scheduler.quota.cohorts import root_of
 from scheduler.views import CohortView, TenantView
 
 # Kueue's default usageSamplingInterval (5 minutes): an admitted request counts this many seconds of its GPUs at once.

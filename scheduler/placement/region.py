@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from fleet.region import RegionStatus
-from scheduler import quota
-from scheduler.capacity import AllocationCount
 from scheduler.explanation import Level, LevelExplanation, Refusal, Tally
-from scheduler.pinning import pinned_refusal, regions_of_pins
-from scheduler.plugins import Filter, first_failure
-from scheduler.pools import judge_pool_classes
+from scheduler.placement.capacity import AllocationCount
+from scheduler.placement.pinning import pinned_refusal, regions_of_pins
+from scheduler.placement.plugins import Filter, first_failure
+from scheduler.placement.pools import judge_pool_classes
+from scheduler.quota import accounts as quota
 from scheduler.reasons import Reason, clause
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
@@ -60,7 +60,7 @@ class Residency:
 
 @dataclass(frozen=True)
 class HoldsPinnedNode:
-    """A request that pins nodes can only be served in a region holding one of them (`scheduler/pinning.py`)."""
+    """A request that pins nodes can only be served in a region holding one of them (`scheduler/placement/pinning.py`)."""
 
     regions: frozenset[str]
 
@@ -166,7 +166,7 @@ def _admit_tenant(
 def _tenant_quota(snapshot: Snapshot, tenant: TenantView, request: PlacementRequest) -> quota.QuotaDecision:
     """The tenant's total quota, then, when it has per-product quotas, whether one of those the request could be
     placed on (a product it wants, a region it may use) has room: which pools may take it is the pool level's
-    (`scheduler.pools.QuotaFilter`)."""
+    (`scheduler.placement.pools.QuotaFilter`)."""
     tenants = snapshot.tenants.values()
     decision = quota.decide(
         tenant, request.gpu_count, tenants, request.within_nominal, snapshot.cohorts, snapshot.total_tree(tenant)

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from scheduler import cluster
+from scheduler.placement import cluster
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import SlotState, SlotView

@@ -1,6 +1,6 @@
 """Shares of the fleet: the fleet's GPUs per product, what each tenant holds of them, and a tenant's weighted
 dominant share of them. The admission pass uses them only to decide which nodes are held for a tenant's further
-requests while they wait (`scheduler.queueing`); who is admitted first is Kueue's rule (`scheduler.fair_sharing`
+requests while they wait (`scheduler.admission.admit`); who is admitted first is Kueue's rule (`scheduler.quota.fair_sharing`
 where a cohort tree shares fairly)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Plans in progress: allocations being placed on a node that no claim records yet, seen by the next decision.
 
 A node lease may exist for them on the host, or a queue's admission pass may have set the capacity aside for a
-woken request (scheduler/queueing.py); either way the next decision must not count those slots as free. Which slots
+woken request (scheduler/admission/admit.py); either way the next decision must not count those slots as free. Which slots
 is the node's decision; for ranking only the count matters.
 """
 

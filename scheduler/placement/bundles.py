@@ -9,7 +9,7 @@ snapshot. It judges the node with the same filter chain as the cluster scheduler
   fewest NUMA nodes otherwise (policy `preferred`), or lowest slot indices (policy `none`);
 - bare metal: every slot of the host;
 - pinned GPUs (`PlanRequest.gpus`): exactly those slots, judged on a view where no other slot is usable
-  (`scheduler.pinning.pinned_slots_view`), or a refusal naming each pinned GPU that cannot be had and why.
+  (`scheduler.placement.pinning.pinned_slots_view`), or a refusal naming each pinned GPU that cannot be had and why.
 
 No text here names the allocation holding a slot (tenants read it); `held_slots` gives holders as data.
 
@@ -26,8 +26,8 @@ from pydantic import BaseModel, ConfigDict
 from scheduler.compatibility import hardware_defect, profile_of, state_defect, vf_usage
 from scheduler.explanation import Level, LevelExplanation, Refusal, Tally
 from scheduler.host.checks import ValidationState
-from scheduler.node_filters import node_filters, verdict
-from scheduler.pinning import pinned_gpus_reason, pinned_slots_view
+from scheduler.placement.node_filters import node_filters, verdict
+from scheduler.placement.pinning import pinned_gpus_reason, pinned_slots_view
 from scheduler.reasons import Reason, clause
 from scheduler.request import CapacityShape, NumaPolicy, PlanRequest
 from scheduler.views import NodeView, SlotId, SlotState, SlotView

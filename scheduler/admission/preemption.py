@@ -19,7 +19,7 @@ A queued request that does not fit may take GPUs back from running allocations w
                  `maxPriorityThreshold`;
                Without fair sharing no shares are compared: Kueue's classic preemption decides by these three
                policies alone, so a lender reclaims from a borrower whatever either holds.
-    fair       where the tree shares fairly (`scheduler.fair_sharing`), `borrowWithinCohort` does not apply and the
+    fair       where the tree shares fairly (`scheduler.quota.fair_sharing`), `borrowWithinCohort` does not apply and the
                shares decide instead (Kueue's fair-sharing strategies): the borrowing tenant with the largest
                share is taken from first; its allocation goes when the request fits its own nominal quota, or when
                the request's side's share with it admitted is at most the victim's side's share once the
@@ -47,7 +47,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
-from scheduler import cluster, fair_sharing, quota
+from scheduler.placement import cluster
+from scheduler.quota import accounts as quota
+from scheduler.quota import fair_sharing
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot

@@ -10,7 +10,7 @@ nodes. Ranking, smaller first:
 - bare metal: every fitting host ranks the same (its size is exactly the request).
 
 A request that pins nodes (`PlacementRequest.nodes`) drops every other node with `node_not_pinned` before any
-filter runs (see `scheduler/pinning.py`); one that also pins GPUs judges its node on the pinned slots alone.
+filter runs (see `scheduler/placement/pinning.py`); one that also pins GPUs judges its node on the pinned slots alone.
 
 Equally ranked nodes are taken in a fixed order (pool, then the snapshot's group order, then name), rotated by the
 request's seed: deterministic for one seed, spread across seeds.
@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict
 
 from scheduler.compatibility import NodeProfile
 from scheduler.explanation import Level, LevelExplanation, Tally
-from scheduler.node_filters import Judge, could_ever_fit, verdict
-from scheduler.pinning import pinned_profile
+from scheduler.placement.node_filters import Judge, could_ever_fit, verdict
+from scheduler.placement.pinning import pinned_profile
 from scheduler.reasons import Reason
 from scheduler.request import CapacityShape, NumaPolicy, PlacementRequest, Ranking
 from scheduler.snapshot import PoolClass, Snapshot
@@ -66,7 +66,7 @@ def rank_classes(
     snapshot: Snapshot, classes: list[PoolClass], request: PlacementRequest, *, detail: bool = False
 ) -> tuple[list[Candidate], LevelExplanation, bool]:
     """Up to 1 + `request.alternates` candidates in rank order over the pools of `classes` (pool classes of one
-    region that passed `scheduler.pools.judge_pool_classes`), the node level's explanation, and whether any node of
+    region that passed `scheduler.placement.pools.judge_pool_classes`), the node level's explanation, and whether any node of
     these pools could ever take the request (its hardware fits, whatever its current state)."""
     if not detail and not request.nodes and not request.gpus:
         return _rank_by_class(snapshot, classes, request)

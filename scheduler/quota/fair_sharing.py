@@ -14,14 +14,14 @@ Admission, where a tree shares fairly, is Kueue's tournament (pkg/scheduler fair
 cohort, from the leaves up, the candidates of its children (each tenant's next request, each child cohort's winner)
 are compared by the share the child would have with that request admitted: a request that would not borrow first,
 then the smaller share, then the higher priority, then the earlier arrival. Preemption's fair strategies are in
-`scheduler.preemption`.
+`scheduler.admission.preemption`.
 
 A tree whose root sets `usageHalfLife` compares, wherever a share is compared for order (the tournament, and which
-tenant preemption takes from first), each node's decayed GPU-seconds (its tenants', `scheduler.usage_decay`) over
+tenant preemption takes from first), each node's decayed GPU-seconds (its tenants', `scheduler.quota.usage_decay`) over
 its weight instead (`usage_share`): what it used lately, not only what it holds now. Whether preemption may take an
 allocation at all (Kueue's strategies) still compares the shares of what is held.
 
-Pure: shares are computed on a `scheduler.cohorts.CohortTree` of the total GPU account.
+Pure: shares are computed on a `scheduler.quota.cohorts.CohortTree` of the total GPU account.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from scheduler.cohorts import CohortTree, root_of
+from scheduler.quota.cohorts import CohortTree, root_of
 from scheduler.views import CohortView, TenantView
 
 Node = tuple[str, str]

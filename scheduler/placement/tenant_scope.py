@@ -9,8 +9,8 @@ view and placement cannot disagree. Admins see the whole snapshot.
 
 from __future__ import annotations
 
-from scheduler.plugins import Filter, first_failure
-from scheduler.region import AllowedForTenant, Residency
+from scheduler.placement.plugins import Filter, first_failure
+from scheduler.placement.region import AllowedForTenant, Residency
 from scheduler.snapshot import Snapshot
 from scheduler.views import RegionView
 

@@ -7,7 +7,7 @@ admission pass walks the queue in order on the capacity as it is now:
       -> order    each tenant's requests by priority, then arrival; of the tenants' next requests, Kueue's
                   classic order: one that fits its tenant's nominal quota before one that would borrow, then
                   the higher priority, then the earlier arrival. Where a cohort tree shares fairly
-                  (`scheduler.fair_sharing`), its tournament's winner stands for the whole tree. Re-judged as
+                  (`scheduler.quota.fair_sharing`), its tournament's winner stands for the whole tree. Re-judged as
                   the pass places requests
       -> for the next request in that order:
            quota           the tenant's active + in-flight GPUs + this request within its quota
@@ -46,16 +46,18 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from fleet.vocabulary import QueueingStrategy
-from scheduler import cluster, fair_sharing, quota
-from scheduler.cohorts import root_of
-from scheduler.pending import with_pending_plans
-from scheduler.preemption import Preemptor, Running, plan_preemption
+from scheduler.admission.preemption import Preemptor, Running, plan_preemption
+from scheduler.admission.shares import Usage, capacity_by_product, dominant_share, product_of
+from scheduler.placement import cluster
+from scheduler.placement.pending import with_pending_plans
+from scheduler.placement.region import quota_refusal
+from scheduler.quota import accounts as quota
+from scheduler.quota import fair_sharing
+from scheduler.quota.cohorts import root_of
+from scheduler.quota.usage_decay import ENTRY_PENALTY_SECONDS
 from scheduler.reasons import Reason
-from scheduler.region import quota_refusal
 from scheduler.request import CapacityShape, PlacementRequest
-from scheduler.shares import Usage, capacity_by_product, dominant_share, product_of
 from scheduler.snapshot import Snapshot
-from scheduler.usage_decay import ENTRY_PENALTY_SECONDS
 from scheduler.views import SlotState, TenantView
 
 
@@ -152,7 +154,7 @@ def admission_pass(
     Preemption (issue 26): `running` are the region's active allocations a request might displace; `nominations`
     what earlier passes decided to preempt. A nominated node is held for its request alone; a request refused for
     capacity or quota with no preemption under way gets one when its tenant's policy (or a preemptible class)
-    allows (`scheduler.preemption`), and the node it frees is held for it from then on."""
+    allows (`scheduler.admission.preemption`), and the node it frees is held for it from then on."""
     queue = list(queue)
     preempting = _Preempting(snapshot, running, nominations or {})
     capacity = capacity_by_product(snapshot)
@@ -348,7 +350,7 @@ class _Walk:
             self.promised[tenant][product] += gpus
 
     def share_of(self, tenant: str) -> float | None:
-        """The tenant's fair-sharing share in its cohort tree now (`scheduler.fair_sharing`), for the verdict."""
+        """The tenant's fair-sharing share in its cohort tree now (`scheduler.quota.fair_sharing`), for the verdict."""
         view = self.snapshot.tenants.get(tenant)
         if view is None:
             return 0.0
@@ -405,7 +407,7 @@ class _Walk:
     def _tournament(
         self, members: set[str], by_tenant: Mapping[str, list[QueuedRequest]], nexts: Mapping[str, int]
     ) -> str | None:
-        """The tenant whose next request a fair-sharing tree admits next (`scheduler.fair_sharing.tournament`)."""
+        """The tenant whose next request a fair-sharing tree admits next (`scheduler.quota.fair_sharing.tournament`)."""
         contenders = [
             fair_sharing.Contender(t, (e := by_tenant[t][nexts[t]]).request.gpu_count, e.priority, e.arrival)
             for t in sorted(members)
@@ -453,7 +455,7 @@ class _Walk:
             pool = next((p for p in self.snapshot.pools_of(node) if p.gpu_product), None)
             held = (*tenant.held, (pool.gpu_product, pool.region, gpus)) if pool and pool.gpu_product else tenant.held
             # Where its tree remembers usage, what was just admitted has used nothing yet: Kueue's entry penalty
-            # keeps one tenant's low usage from winning every request of the pass (scheduler/usage_decay.py).
+            # keeps one tenant's low usage from winning every request of the pass (scheduler/quota/usage_decay.py).
             decayed = tenant.decayed_usage
             if decayed is not None:
                 decayed += gpus * ENTRY_PENALTY_SECONDS

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from fleet.inference_cluster import PoolShape
 from fleet.node import NodeStatus
 from scheduler.compatibility import NodeProfile
-from scheduler.node_filters import node_filters, verdict
+from scheduler.placement.node_filters import node_filters, verdict
 from scheduler.request import CapacityShape, NumaPolicy, same_product
 from scheduler.snapshot import NodeGroup, PoolClass, Snapshot
 from scheduler.views import PoolView

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from scheduler.bundles import BundlePlan, HeldSlot, plan_bundles
 from scheduler.cel import RequestBudget, request_budget
-from scheduler.cluster import find_candidates
 from scheduler.explanation import Explanation, LevelExplanation, Refusal
-from scheduler.nodes import Candidate
-from scheduler.region import select_region
+from scheduler.placement.bundles import BundlePlan, HeldSlot, plan_bundles
+from scheduler.placement.cluster import find_candidates
+from scheduler.placement.nodes import Candidate
+from scheduler.placement.region import select_region
 from scheduler.request import PlacementRequest, PlanRequest
 from scheduler.snapshot import Snapshot
 

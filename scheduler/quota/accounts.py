@@ -19,7 +19,7 @@ the cohort's sum.
     a request of g GPUs of tenant t fits when g <= available(t); without a cohort, when used(t) + g <= nominal(t)
 
 This is Kueue's `available` over a resource node and its cohort (pkg/cache, resource_node.go), for one level; a
-cohort with a parent, or a quota of its own (a Cohort object), makes a tree, and `scheduler.cohorts` computes the
+cohort with a parent, or a quota of its own (a Cohort object), makes a tree, and `scheduler.quota.cohorts` computes the
 same numbers at every level of it (the one-level formula above is its case of a root cohort with no quota).
 
 A tenant has one account for all its GPUs (`gpuQuota`, `borrowingLimit`, `lendingLimit`), and, when its fleet file
@@ -39,7 +39,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from scheduler.cohorts import CohortTree, Leaf, Limits, flavor_limits, total_limits, tree_members
+from scheduler.quota.cohorts import CohortTree, Leaf, Limits, flavor_limits, total_limits, tree_members
 from scheduler.views import CohortView, FlavorQuotaView, TenantView
 
 
@@ -320,7 +320,7 @@ def unbounded_flavors(
     tenant: TenantView, gpus: int, tenants: Iterable[TenantView], cohorts: Cohorts = NO_COHORTS
 ) -> tuple[FlavorQuotaView, ...] | None:
     """The tenant's per-product quotas as they would be were nothing held anywhere: those that could ever take
-    `gpus`, each with room for it. Where a request refused by its quota would wait (`scheduler.region`)."""
+    `gpus`, each with room for it. Where a request refused by its quota would wait (`scheduler.placement.region`)."""
     if tenant.quotas is None:
         return None
     tenants = list(tenants)

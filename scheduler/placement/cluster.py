@@ -13,10 +13,10 @@ from pydantic import BaseModel, ConfigDict
 
 from fleet.vocabulary import NodeStatus
 from scheduler.explanation import LevelExplanation, Refusal
-from scheduler.node_filters import Judge
-from scheduler.nodes import Candidate, pools_in_classes, rank_classes
-from scheduler.pinning import pinned_refusal
-from scheduler.pools import filter_pools, judge_pool_classes
+from scheduler.placement.node_filters import Judge
+from scheduler.placement.nodes import Candidate, pools_in_classes, rank_classes
+from scheduler.placement.pinning import pinned_refusal
+from scheduler.placement.pools import filter_pools, judge_pool_classes
 from scheduler.reasons import Reason
 from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
