@@ -12,7 +12,6 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -33,10 +32,11 @@ from activities.control.reservations import ReservationActivities
 from agent.serving import run_until_signalled
 from config.settings import get_settings
 from contracts.task_queues import CONTROL_QUEUE, Queues
+from store.db import AsyncSession, async_sessionmaker
 from workflows import code_cache
+from workflows.admission_passes import AdmissionPassesWorkflow
 from workflows.allocation import AllocationWorkflow
 from workflows.deployment import DeploymentWorkflow
-from workflows.queue_walk import QueueWalkWorkflow
 from workflows.reconcile import ReconcileWorkflow
 from workflows.reconcile_client import ensure_schedule
 from workflows.recovery import SlotRecoveryWorkflow
@@ -135,7 +135,7 @@ def control_worker(
             DeploymentWorkflow,
             ReplicaWorkflow,
             ReconcileWorkflow,
-            QueueWalkWorkflow,
+            AdmissionPassesWorkflow,
             ReservationWorkflow,
         ],
         activities=control_activities(sessions, client, clusters),

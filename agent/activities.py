@@ -32,12 +32,12 @@ from contracts.allocation import (
     VmSpec,
 )
 from contracts.audit import HostState, LeaseFact, VmFact, WipeRequest, WipeResult
+from contracts.placement import PlanRequest
 from fleet.vocabulary import NodeStatus
 from scheduler.host.checks import NodeValidation, ValidationState
 from scheduler.host.inventory import HostInventory
 from scheduler.host.validate import validate_slots
 from scheduler.placement.bundles import plan_bundles
-from scheduler.request import PlanRequest
 from scheduler.views import NodeView, SlotState, slot_view
 
 LEASE_LOST = "LeaseLost"
@@ -63,7 +63,7 @@ class NodeAgent:
         self.leases = leases
         self.lease_seconds = lease_seconds
         self.approved = approved or ApprovedSlots()
-        # Slots whose GPU's function-level reset failed at their last wipe (issue 27): the reporter's health signal,
+        # Slots whose GPU's function-level reset failed at their last wipe: the reporter's health signal,
         # until a later wipe resets the GPU.
         self.reset_failures: dict[int, str] = {}
 

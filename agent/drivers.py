@@ -43,7 +43,7 @@ class TopologyDriver(Protocol):
         ...
 
     def signals(self, slots: list[Slot], host: HostInventory) -> list[SlotSignals]:
-        """What the host can see of each approved slot's devices now (issue 27): presence, AER counters, links.
+        """What the host can see of each approved slot's devices now: presence, AER counters, links.
         Never raises: an unreadable fact is an absent signal."""
         ...
 
@@ -66,7 +66,7 @@ class VmDriver(Protocol):
         ...
 
     def guest_signals(self) -> dict[int, DriverSignals]:
-        """What each active VM's guest says of its GPUs, by slot index (issue 27; agent/libvirt/guest_health.py).
+        """What each active VM's guest says of its GPUs, by slot index (agent/libvirt/guest_health.py).
         Never blocks on a guest and never raises: a guest that does not answer is a reading that says so."""
         ...
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from scheduler.placement.bundles import Bundle
+from contracts.placement import Bundle
 
 
 class Lease(BaseModel):

@@ -3,7 +3,7 @@
 A node call is scheduled with a heartbeat timeout (`workflows.node_calls.NODE_HEARTBEAT`) so that an agent killed,
 or cut off with the Temporal server, while it runs a step is noticed within seconds and the step retried on the
 agent that comes back, instead of when the step's start-to-close timeout passes (minutes for a VM create: the
-277 s one allocation waited after a chaos run's agent kill, issue 21). A step's own code cannot heartbeat while it
+277 s one allocation waited after a chaos run's agent kill). A step's own code cannot heartbeat while it
 is blocked in a driver call, so this interceptor heartbeats for it from the worker's event loop, every third of the
 timeout, for as long as the step runs. It says "this agent process is alive and running the step"; the
 start-to-close timeout still bounds a step that hangs in a live agent.

@@ -51,7 +51,7 @@ class HttpReportSink:
 
     The standard library's client, on a thread: an agent posts one small report a minute, and httpx (with the
     command-line extras its package imports: click, rich, pygments) cost every host about 5 MB of resident memory
-    for it (issue 14, target 6). Proxies come from the environment as with any urllib client; certificates are
+    for it. Proxies come from the environment as with any urllib client; certificates are
     loaded only for an https API."""
 
     def __init__(self, api_url: str, token: str, timeout: float = 10.0) -> None:

@@ -10,7 +10,7 @@ hosts), and every module it imports is resident memory on every host, so it must
 side (agent.*), temporalio, pydantic and the reporter's HTTP client; the fleet file's loader only for a
 simulated host, and libvirt only when the libvirt runtime is asked for. Never the control plane (worker.py, the
 workflows, store/SQLAlchemy, the API/FastAPI, the cluster drivers): through worker.py an agent took 121 MB
-(issue 14, target 6: 80 MB; `python -m bench.memory` measures it). `tests/cli/test_worker_imports.py` fails when
+against a target of 80 MB (`python -m bench.memory` measures it). `tests/cli/test_worker_imports.py` fails when
 something of the control plane creeps back in.
 """
 

@@ -13,15 +13,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from api import queue_view
 from api.errors import not_found
 from api.models import AllocationDetail, AllocationSummary, AttemptView, EventView
 from api.services import Services
-from scheduler.placement.bundles import Bundle
+from contracts.placement import Bundle
 from store import allocations as store
 from store import trail
+from store.db import AsyncSession
 from store.inventory import InventoryCache
 from store.models import AllocationEventRow, AllocationRow
 from store.tokens import Principal

@@ -15,7 +15,6 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from fastapi import FastAPI
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from api import errors
@@ -35,7 +34,7 @@ from config.settings import Settings, get_settings
 from config.temporal import connect
 from contracts.task_queues import Queues
 from fleet.deployment import ModelDeployment
-from store.db import create_engine, session_factory
+from store.db import AsyncSession, async_sessionmaker, create_engine, session_factory
 from workflows.allocation_messages import Timing
 from workflows.deployment_messages import DeploymentTiming
 
@@ -78,13 +77,13 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if services.database is not None:
             yield
-            await services.queue_walks.close()
+            await services.admission_passes.close()
             return
         engine = create_engine(database_url(settings))
         services.database = session_factory(engine)
         try:
             yield
-            await services.queue_walks.close()
+            await services.admission_passes.close()
         finally:
             await engine.dispose()
 

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import CounterMetricFamily
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.audit import FindingKind
 from store.audit import findings_by_kind, repairs_by_kind
+from store.db import AsyncSession
 
 
 class AuditMetrics:

@@ -2,7 +2,7 @@
 
 Without this, FastAPI reads and parses a whole body before any dependency runs, so a 100 MB `POST
 /v1/allocations` without a token was read into memory and parsed before its 401 (eight in parallel took the API from
-160 MB to 1.05 GB, issue 21). This pure ASGI middleware sits outside routing, where the body is still unread:
+160 MB to 1.05 GB). This pure ASGI middleware sits outside routing, where the body is still unread:
 
 - a `Content-Length` above the route's limit is answered 413 `payload_too_large` at once, without reading a byte;
 - a body sent without one (chunked) is counted as it arrives, and refused 413 the moment it passes the limit, so no

@@ -1,4 +1,4 @@
-"""What a request's CEL selectors may cost the API, and keeping that work off the event loop (issue 21).
+"""What a request's CEL selectors may cost the API, and keeping that work off the event loop.
 
 One tenant's selector once held the API's event loop for 15 s (four nested comprehensions through `POST /v1/explain`),
 and `/healthz` and every other tenant waited. So, here:
@@ -22,9 +22,9 @@ import asyncio
 
 from api.errors import ApiError
 from api.models import AllocationCreate
+from contracts.placement import PlacementRequest
 from scheduler.cel import SelectorCostExceeded
 from scheduler.placement.schedule import PlacementResult, schedule
-from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 
 CODE = SelectorCostExceeded.code

@@ -8,7 +8,7 @@ from typing import Any
 
 from api.errors import not_found
 from api.temporal import ControlPlane
-from fleet.meta import DEFAULT_NAMESPACE
+from contracts.manifest import DEFAULT_NAMESPACE
 from workflows import deployment_client
 from workflows.deployment_messages import DeploymentStatus, DeploymentTiming, qualified_name
 

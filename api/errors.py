@@ -12,17 +12,14 @@ import logging
 import re
 from typing import Any
 
-import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy.exc import DBAPIError, DisconnectionError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
 from fleet.loader import field_path
-from store.outage import is_database_outage
+from store.outage import DATABASE_ERRORS, is_database_outage
 
 log = logging.getLogger("berth.api")
 
@@ -182,14 +179,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
-    for database in (
-        DBAPIError,
-        PoolTimeout,
-        DisconnectionError,
-        ConnectionError,
-        asyncpg.PostgresError,
-        asyncpg.InterfaceError,
-        asyncpg.exceptions.InternalClientError,
-    ):
+    for database in DATABASE_ERRORS:
         app.add_exception_handler(database, _database_error)
     app.add_exception_handler(Exception, _bug)

@@ -20,9 +20,8 @@ import logging
 import time
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from scheduler.host.report import NodeReport
+from store.db import AsyncSession, async_sessionmaker
 from store.liveness import record_heartbeats
 
 log = logging.getLogger("berth.api")

@@ -11,10 +11,10 @@
 - `berth_gpu_seconds_total{tenant, product, region}`: GPU-seconds allocations held, from the usage ledger at scrape
   time, so it survives restarts of every part (api/usage_metrics.py);
 - `berth_queue_length{region, tenant, priority}`, `berth_queue_longest_wait_seconds{region, tenant, priority}`:
-  requests waiting for capacity and the longest wait among them (issue 24), from PostgreSQL at scrape time;
+  requests waiting for capacity and the longest wait among them, from PostgreSQL at scrape time;
 - `berth_gpu_health{pool, health, reason}`: approved slots by their GPU's health and the first word of its reason
-  (`aer`, `link`, `gone`, `xid`, ...; issue 27), from PostgreSQL at scrape time;
-- for dashboards and alerts (issue 28; deploy/grafana, deploy/prometheus), from PostgreSQL at scrape time:
+  (`aer`, `link`, `gone`, `xid`, ...), from PostgreSQL at scrape time;
+- for dashboards and alerts (deploy/grafana, deploy/prometheus), from PostgreSQL at scrape time:
   `berth_slots{pool, state}` (free, placeable, reserved, quarantined), `berth_agents{state}` (live, down),
   `berth_agent_down_allocations{node}` (unfinished allocations on a node whose agent is down),
   `berth_allocation_oldest_seconds{state}` (the longest any allocation has been in each unfinished state),
@@ -29,13 +29,13 @@ from __future__ import annotations
 import re
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.audit_metrics import AuditMetrics
 from api.usage_metrics import UsageMetrics
 from store import dashboard, queue
 from store.allocations import count_by_state, failures_by_reason
+from store.db import AsyncSession
 from store.models import ALLOCATION_STATES
 from store.nodes import slot_health
 

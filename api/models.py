@@ -27,11 +27,10 @@ from pydantic import (
 from pydantic.functional_serializers import SerializerFunctionWrapHandler
 from pydantic_core import PydanticCustomError
 
+from contracts.placement import Bundle, CapacityShape, PciAddress, PlacementRequest
 from fleet.deadlines import DURATION_FORMS, DURATION_PATTERN, format_duration, typed_duration
 from fleet.meta import Name
-from scheduler.placement.bundles import Bundle
 from scheduler.placement.capacity import PoolCapacity
-from scheduler.request import CapacityShape, PciAddress, PlacementRequest
 from store.apply import ApplyChange
 from workflows.allocation_messages import STATES, Lease
 
@@ -148,7 +147,7 @@ LeaseDuration = Annotated[float, _typed_duration(10 * 365 * 24 * 3600, zero=Fals
 
 
 class QueueRequest(Strict):
-    """How long the request may wait in its region's queue (issue 24), as Go and Kubernetes write durations."""
+    """How long the request may wait in its region's queue, as Go and Kubernetes write durations."""
 
     timeout: QueueTimeout = Field(description="`30m`, `2h`, `90s` (a unit is required); `0` never waits.")
 
@@ -248,7 +247,9 @@ class AllocationCreate(Strict):
     def placement_request(
         self, tenant: str | None, exclude_nodes: frozenset[str] = frozenset(), within_nominal: bool = False
     ) -> PlacementRequest:
-        """`within_nominal`: its PriorityClass is non-preemptible (the route looks the class up)."""
+        """What the scheduler places for this body: the one place a create body becomes a PlacementRequest (a
+        reservation's body goes through here too). `within_nominal`: its PriorityClass is non-preemptible (the route
+        looks the class up)."""
         return PlacementRequest(
             gpu_count=self.gpu_count,
             gpu_product=self.gpu_product,
@@ -398,7 +399,7 @@ class SlotValidation(BaseModel):
 
 
 class UnhealthySlot(BaseModel):
-    """A slot whose GPU its agent judged not healthy (issue 27): it takes no new work until repaired."""
+    """A slot whose GPU its agent judged not healthy: it takes no new work until repaired."""
 
     index: int
     gpu_pci: str
@@ -408,7 +409,7 @@ class UnhealthySlot(BaseModel):
 
 
 class SlotSignalsView(BaseModel):
-    """A slot's health signals as its agent last reported them (issue 27): one line per device or source."""
+    """A slot's health signals as its agent last reported them: one line per device or source."""
 
     index: int
     health: str
@@ -485,7 +486,7 @@ class NodeInfo(BaseModel):
         description="Every slot's health signals with their last reported values (`GET /v1/nodes/{node}` only).",
     )
     unhealthy: list[UnhealthySlot] = Field(
-        default_factory=list, description="Slots whose GPU is not healthy (issue 27), until `berth nodes repair`."
+        default_factory=list, description="Slots whose GPU is not healthy, until `berth nodes repair`."
     )
 
 
@@ -508,7 +509,7 @@ class Health(BaseModel):
 
 
 class QueuePlace(BaseModel):
-    """A waiting request's place in its region's queue (issue 24), and why it is not placed yet."""
+    """A waiting request's place in its region's queue, and why it is not placed yet."""
 
     position: int = Field(description="1-based, in admission order, counting every tenant's requests in the region.")
     region: str

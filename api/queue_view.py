@@ -1,4 +1,4 @@
-"""The queues as the API shows them (issue 24): `GET /v1/queues` and an allocation's `queue` place.
+"""The queues as the API shows them: `GET /v1/queues` and an allocation's `queue` place.
 
     queue_entries (store.queue)  +  the inventory's snapshot (capacity per product, tenants' weights)
       + who holds what (store.queue.holdings)
@@ -18,21 +18,18 @@ import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from api.errors import ApiError
 from api.models import QueueItem, QueueList, QueuePlace, RegionQueue
 from api.request_checks import fleet_for, unknown_name
+from contracts.placement import PlacementRequest
 from scheduler.admission.admit import Standing, ordered
 from scheduler.admission.shares import usage_by_product
 from scheduler.placement.pools import ProductFilter, ShapeFilter
-from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import PoolView
-from store import queue, usage
+from store import allocations, queue, usage
+from store.db import AsyncSession
 from store.inventory import InventoryCache
-from store.models import AllocationRow
 from store.queue import QueueEntry
 from store.tokens import Principal
 
@@ -69,9 +66,9 @@ async def _others_victims(
     victims = {v for e in entries for v in e.victims or ()}
     if shown_to is None or not victims:
         return frozenset()
-    owners = await session.execute(select(AllocationRow.id, AllocationRow.tenant).where(AllocationRow.id.in_(victims)))
+    owners = await allocations.tenants_of(session, victims)
     mine = frozenset({shown_to}) if isinstance(shown_to, str) else shown_to
-    return frozenset(victims - {allocation for allocation, tenant in owners if tenant in mine})
+    return frozenset(victims - {allocation for allocation, tenant in owners.items() if tenant in mine})
 
 
 def _place(entry: QueueEntry, position: int, now: datetime, hidden: frozenset[str]) -> dict[str, Any]:

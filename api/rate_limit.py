@@ -22,10 +22,9 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from api.errors import ApiError
 from store import rate_limits
+from store.db import AsyncSession, async_sessionmaker
 from store.tokens import Principal
 
 Clock = Callable[[], float]  # seconds; None: PostgreSQL's clock

@@ -24,15 +24,14 @@ import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from api.cel_budget import too_costly, too_long
 from api.errors import ApiError
 from api.models import AllocationCreate
+from contracts.placement import CapacityShape
 from scheduler.cel import REQUEST_BUDGET, SelectorCompileError, SelectorCostExceeded, admit_selector
 from scheduler.placement.tenant_scope import usable_regions
-from scheduler.request import CapacityShape
 from scheduler.snapshot import Snapshot
+from store.db import AsyncSession
 from store.inventory import InventoryCache
 from store.tokens import Principal
 

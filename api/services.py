@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fastapi import Request
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from api.admission_passes import AdmissionPasses
 from api.heartbeats import Heartbeats
 from api.metrics import Metrics
 from api.oidc import OidcVerifier
-from api.queue_walks import QueueWalks
 from api.rate_limit import CreateLimits
 from api.temporal import ControlPlane
+from store.db import AsyncSession, async_sessionmaker
 from store.inventory import InventoryCache
 from store.token_cache import TokenCache
 from workflows.allocation_messages import Timing
@@ -32,10 +32,10 @@ class Services:
     tokens: TokenCache = field(default_factory=TokenCache)  # verified node tokens; revocations swept within seconds
     create_limits: CreateLimits = field(default_factory=CreateLimits)  # per-tenant and per-person create buckets
     oidc: OidcVerifier | None = None  # people's ID tokens, when an issuer is configured (api/oidc.py)
-    queue_walks: QueueWalks = field(init=False)  # asks for an admission pass when capacity may have grown
+    admission_passes: AdmissionPasses = field(init=False)  # asks for an admission pass when capacity may have grown
 
     def __post_init__(self) -> None:
-        self.queue_walks = QueueWalks(self.control)
+        self.admission_passes = AdmissionPasses(self.control)
 
     @property
     def sessions(self) -> async_sessionmaker[AsyncSession]:

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily
-from sqlalchemy.ext.asyncio import AsyncSession
 
+from store.db import AsyncSession
 from store.usage import gpu_seconds_totals
 
 

@@ -20,7 +20,7 @@
 
 The agents reach Temporal through the node gateway (`berth gateway` in its own process, each host with its own
 token), as every deployment runs them; `--agents both` measures throughput and latency with the agents polling
-Temporal directly too (how they ran before the gateway, issue 22), in the same run, for a before/after.
+Temporal directly too (how they ran before the node gateway), in the same run, for a before/after.
 """
 
 from __future__ import annotations
@@ -28,11 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -40,321 +36,24 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-import httpx
-import psutil
-import yaml
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
-import worker
 from activities.control.placement import LOCK_TIMES
-from api.app import create_app
 from bench.actions import Actions, count_actions, run_histories
 from bench.baseline_workflow import BaselineInput, BaselineWorkflow, noop
+from bench.control_host import lock_times
+from bench.database import embedded_database
+from bench.polling import settled
 from bench.sampler import Sampler
+from bench.stack import CpuMeter, Stack, allocate, api_in_process, release_all, run_workers
+from bench.stats import p50_p99
 from contracts.task_queues import Queues
-from devstack.ports import free_port
-from devstack.postgres import EmbeddedPostgres
-from devstack.ready import is_marked_ready
-from devstack.reports import report_hosts
-from devstack.temporal import DevTemporal
-from fleet.loader import parse_fleet
-from scheduler.request import PlacementRequest
-from store.apply import apply_fleet
-from store.db import create_engine, session_factory
 from store.decisions import record_first_choice
 from store.inventory import InventoryCache
-from store.migrate import upgrade
 from store.snapshot import load_snapshot
-from store.tokens import create_token
 from workflows import allocation_client
-from workflows.allocation_messages import AllocationInput, Timing
-
-FAST = Timing(agent_pickup_seconds=10, readiness_poll_seconds=0.05, readiness_window_seconds=0.5)
-
-
-def fleet_yaml(nodes: int, gpus: int = 8) -> str:
-    documents = [
-        {
-            "apiVersion": "berth.dev/v1alpha1",
-            "kind": "Region",
-            "metadata": {"name": "bench"},
-            "spec": {"prices": {"H200": 3.0}},
-        },
-        {
-            "apiVersion": "berth.dev/v1alpha1",
-            "kind": "Tenant",
-            "metadata": {"name": "bench"},
-            "spec": {"gpuQuota": 10**6},
-        },
-        {
-            "apiVersion": "modelplane.ai/v1alpha1",
-            "kind": "InferenceClass",
-            "metadata": {"name": "h200"},
-            "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": gpus}]},
-        },
-        {
-            "apiVersion": "berth.dev/v1alpha1",
-            "kind": "InferenceCluster",
-            "metadata": {"name": "bench-1"},
-            "spec": {
-                "region": "bench",
-                "nodePools": [
-                    {
-                        "name": "slices",
-                        "className": "h200",
-                        "shape": "gpu_slice",
-                        "gpuProduct": "H200",
-                        "nodeTemplate": {"count": nodes, "namePrefix": "b-", "gpusPerNode": gpus, "numaNodes": 2},
-                    }
-                ],
-            },
-        },
-    ]
-    return yaml.safe_dump_all(documents, sort_keys=False)
-
-
-class Stack:
-    """PostgreSQL, Temporal, a control worker and one agent per simulated host, all in this process."""
-
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        self.postgres = EmbeddedPostgres(home / "pg", durable=False).start()
-        self.temporal = DevTemporal(home / "temporal").start()
-        self.workers: list[Worker] = []
-        self.agent_hosts: list[subprocess.Popen[str]] = []
-        self.gateways: list[subprocess.Popen[bytes]] = []
-        self.control_hosts: list[tuple[subprocess.Popen[str], Path]] = []  # (process, its lock-times file)
-
-    async def connect(self) -> None:
-        self.client = await Client.connect(self.temporal.address, data_converter=pydantic_data_converter)
-        self.engine = create_engine(self.postgres.url, pool_size=20)
-        await upgrade(self.engine)
-        self.sessions = session_factory(self.engine)
-
-    async def load_fleet(self, nodes: int) -> Path:
-        text_ = fleet_yaml(nodes)
-        path = self.home / f"fleet-{nodes}.yaml"
-        path.write_text(text_)
-        async with self.sessions.begin() as session:
-            await apply_fleet(session, parse_fleet([(str(path), text_)]), prune=True)
-        await self.report(path)  # the agents' start reports
-        return path
-
-    async def report(self, fleet_file: Path) -> None:
-        """Every host's report, as its agent sends one on start and then every interval (the bench's agents do
-        not report): a phase longer than three intervals would otherwise find every node down."""
-        await report_hosts(self.sessions, parse_fleet([(str(fleet_file), fleet_file.read_text())]))
-
-    def stop_agents(self) -> None:
-        """End this phase's agent hosts and gateways (each phase has its own queues, tokens and gateway)."""
-        for process in [*self.agent_hosts, *self.gateways]:
-            process.terminate()
-            process.wait(30)
-        self.agent_hosts.clear()
-        self.gateways.clear()
-
-    def stop_control_hosts(self) -> list[dict[str, Any]]:
-        """End this phase's control worker processes; the region lock's times each of them saw."""
-        for process, _ in self.control_hosts:
-            process.terminate()
-        times = []
-        for process, times_file in self.control_hosts:
-            process.wait(60)
-            times.append(json.loads(times_file.read_text()))
-        self.control_hosts.clear()
-        return times
-
-    async def shutdown(self) -> None:
-        """Stop this process's workers, then everything `close` stops."""
-        await asyncio.gather(*(w.shutdown() for w in self.workers), return_exceptions=True)
-        await self.engine.dispose()
-        self.close()
-
-    def close(self) -> None:
-        for control, _ in self.control_hosts:
-            control.terminate()
-            control.wait(30)
-        for agents in self.agent_hosts:
-            agents.terminate()
-            agents.wait(30)
-        for gateway in self.gateways:
-            gateway.terminate()
-            gateway.wait(30)
-        self.temporal.stop()
-        self.postgres.stop()
-
-
-async def gateway_process(stack: Stack, fleet_file: Path, queues: Queues) -> tuple[str, Path]:
-    """`berth gateway` in its own process for these queues, and a directory with a node token per host."""
-    tokens = stack.home / f"{queues.control}-tokens"
-    tokens.mkdir()
-    nodes = [
-        n.name for pool in parse_fleet([(str(fleet_file), fleet_file.read_text())]).host_pools() for n in pool.nodes
-    ]
-    async with stack.sessions.begin() as session:
-        for node in nodes:
-            (tokens / node).write_text(await create_token(session, "node", node=node, label="bench"))
-    address = f"127.0.0.1:{free_port()}"
-    ready = stack.home / f"{queues.control}-gateway.ready"
-    environment = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("BERTH_")},
-        "BERTH_DATABASE_URL": stack.postgres.url,
-        "BERTH_TEMPORAL_ADDRESS": stack.temporal.address,
-        "BERTH_GATEWAY_LISTEN": address,
-        "BERTH_NODE_TASK_QUEUE_PREFIX": queues.node_prefix,
-        "BERTH_STATE_DIR": str(stack.home / "gateway-state"),
-    }
-    gateway = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "gateway", "--ready-file", str(ready)],
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    stack.gateways.append(gateway)
-    while not is_marked_ready(ready, gateway.pid):
-        if gateway.poll() is not None:
-            raise RuntimeError(f"the node gateway exited with {gateway.returncode}")
-        await asyncio.sleep(0.05)
-    return address, tokens
-
-
-async def _run_workers(
-    stack: Stack, fleet_file: Path, queues: Queues, via_gateway: bool = True, control_processes: int = 0
-) -> list[Worker]:
-    """The control worker in this process, or `control_processes` of them each in its own process
-    (`bench.control_host`); the simulated hosts' agents in another, as on real hosts, through the node gateway (a
-    third process) unless `via_gateway` is False."""
-    arguments = [str(fleet_file), str(stack.home / queues.control), stack.temporal.address, queues.node_prefix]
-    if via_gateway:
-        address, tokens = await gateway_process(stack, fleet_file, queues)
-        arguments[2:] = [address, queues.node_prefix, str(tokens)]
-    agents = subprocess.Popen([sys.executable, "-m", "bench.agent_host", *arguments], stdout=subprocess.PIPE, text=True)
-    assert agents.stdout is not None
-    await asyncio.to_thread(agents.stdout.readline)  # "ready"
-    stack.agent_hosts.append(agents)
-    if control_processes:
-        for n in range(control_processes):
-            times_file = stack.home / f"{queues.control}-{n}.lock-times.json"
-            control = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "bench.control_host",
-                    stack.postgres.url,
-                    stack.temporal.address,
-                    queues.control,
-                    str(times_file),
-                ],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            stack.control_hosts.append((control, times_file))
-        for control, _ in stack.control_hosts:
-            assert control.stdout is not None
-            await asyncio.to_thread(control.stdout.readline)  # "ready"
-        return []
-    workers = [worker.control_worker(stack.client, stack.sessions, queues.control)]
-    for w in workers:
-        asyncio.create_task(w.run())
-    stack.workers.extend(workers)
-    return workers
-
-
-async def _allocate(stack: Stack, queues: Queues, count: int, gpus: int) -> list[str]:
-    ids = [f"bench-{uuid.uuid4().hex[:10]}" for _ in range(count)]
-    await asyncio.gather(
-        *(
-            allocation_client.start_allocation(
-                stack.client,
-                AllocationInput(
-                    allocation_id=i,
-                    tenant="bench",
-                    request=PlacementRequest(gpu_count=gpus, tenant="bench"),
-                    timing=FAST,
-                    queues=queues,
-                ),
-            )
-            for i in ids
-        )
-    )
-    return ids
-
-
-async def _settled(stack: Stack, ids: list[str], states: tuple[str, ...], limit: float = 600) -> None:
-    deadline = time.monotonic() + limit
-    while True:
-        async with stack.sessions() as session:
-            by_state = dict(
-                (
-                    await session.execute(
-                        text("SELECT state, count(*) FROM allocations WHERE id = ANY(:ids) GROUP BY state"),
-                        {"ids": ids},
-                    )
-                ).all()
-            )
-        if sum(by_state.get(s, 0) for s in states) == len(ids):
-            return
-        if time.monotonic() > deadline or ("failed" in by_state and "failed" not in states):
-            async with stack.sessions() as session:
-                reasons = (
-                    await session.execute(
-                        text(
-                            "SELECT failure_reason, count(*) FROM allocations WHERE id = ANY(:ids) AND "
-                            "state = 'failed' GROUP BY failure_reason"
-                        ),
-                        {"ids": ids},
-                    )
-                ).all()
-            raise RuntimeError(f"allocations did not settle as {states}: {by_state}; failures: {reasons}")
-        await asyncio.sleep(0.05)
-
-
-class CpuMeter:
-    """CPU seconds used by each process of the stack: where an allocation's cost goes, and robust to a busy machine
-    in a way wall-clock rates are not."""
-
-    def __init__(self, stack: Stack) -> None:
-        self.stack = stack
-
-    def _groups(self) -> dict[str, list[psutil.Process]]:
-        def tree(pid: int | None) -> list[psutil.Process]:
-            if pid is None:
-                return []
-            try:
-                root = psutil.Process(pid)
-                return [root, *root.children(recursive=True)]
-            except psutil.Error:
-                return []
-
-        hosts = [p for host, _ in self.stack.control_hosts for p in tree(host.pid)]
-        return {
-            "control": hosts or [psutil.Process()],  # the control workers' processes, or this one's
-            "client": [psutil.Process()] if hosts else [],  # starting the workflows and watching them settle
-            "temporal": tree(self.stack.temporal.process.pid if self.stack.temporal.process else None),
-            "postgres": tree(self.stack.postgres.process.pid if self.stack.postgres.process else None),
-            "agents": [p for host in self.stack.agent_hosts for p in tree(host.pid)],
-            "gateway": [p for gateway in self.stack.gateways for p in tree(gateway.pid)],
-        }
-
-    def read(self) -> dict[str, float]:
-        """CPU seconds per group. PostgreSQL's and Temporal's server processes also count the children they have
-        reaped: a backend whose connection closed (a control worker process that ended) takes its CPU with it."""
-        servers = {process.pid for process in (self.stack.postgres.process, self.stack.temporal.process) if process}
-        totals: dict[str, float] = {}
-        for name, processes in self._groups().items():
-            seconds = 0.0
-            for process in processes:
-                with contextlib.suppress(psutil.Error):
-                    times = process.cpu_times()
-                    seconds += times.user + times.system
-                    if process.pid in servers:
-                        seconds += times.children_user + times.children_system
-            totals[name] = seconds
-        return totals
 
 
 async def _measured(meter: CpuMeter, count: int, run: Awaitable[None]) -> tuple[float, dict[str, float]]:
@@ -380,15 +79,10 @@ async def _baseline_batch(stack: Stack, batch: int, shape: str) -> None:
     await asyncio.gather(*(h.result() for h in handles))
 
 
-async def _released(stack: Stack, ids: list[str]) -> None:
-    await asyncio.gather(*(allocation_client.release(stack.client, i) for i in ids))
-    await _settled(stack, ids, ("released",))
-
-
 async def _allocation_batch(stack: Stack, queues: Queues, batch: int, ids: list[str]) -> None:
     """1-GPU slice allocations driven to `active`; their ids go into `ids` for the release that follows."""
-    ids.extend(await _allocate(stack, queues, batch, 1))
-    await _settled(stack, ids, ("active",))
+    ids.extend(await allocate(stack, queues, batch, 1))
+    await settled(stack.sessions, ids, ("active",))
 
 
 async def throughput(
@@ -398,7 +92,7 @@ async def throughput(
     fleet_file = await stack.load_fleet(max(8, batch // 4))  # twice the GPUs the batch asks for
     tag = "gw" if via_gateway else "direct"
     queues = Queues(control=f"bench-{tag}.control", node_prefix=f"bench-{tag}.node.")
-    workers = await _run_workers(stack, fleet_file, queues, via_gateway)
+    workers = await run_workers(stack, fleet_file, queues, via_gateway)
     baseline_worker = Worker(stack.client, task_queue="bench.baseline", workflows=[BaselineWorkflow], activities=[noop])
     asyncio.create_task(baseline_worker.run())
     stack.workers.append(baseline_worker)
@@ -416,7 +110,7 @@ async def throughput(
         ids: list[str] = []
         with sampler if profile else contextlib.nullcontext():  # the control process's time, by what it did
             runs["allocation"].append(await _measured(meter, batch, _allocation_batch(stack, queues, batch, ids)))
-            released = await _measured(meter, batch, _released(stack, ids))
+            released = await _measured(meter, batch, release_all(stack, ids))
         release_cpu.append(released[1])
         for i in ids[:5]:
             actions.append(count_actions(await run_histories(stack.client, allocation_client.workflow_id(i))))
@@ -449,21 +143,9 @@ async def throughput(
     return result
 
 
-async def _row_state(stack: Stack, allocation_id: str, wanted: str, limit: float = 60) -> None:
-    """Poll the allocation's row (what `GET /v1/allocations/{id}` answers) every 2 ms until it is `wanted`."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        async with stack.sessions() as session:
-            state = await session.scalar(text("SELECT state FROM allocations WHERE id = :i"), {"i": allocation_id})
-        if state == wanted:
-            return
-        await asyncio.sleep(0.002)
-    raise RuntimeError(f"allocation {allocation_id} did not become {wanted} in {limit:.0f}s")
-
-
-def _percentiles(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    return {"p50": statistics.median(ordered), "p99": ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]}
+async def _row_reads(stack: Stack, allocation_id: str, wanted: str) -> None:
+    """Read the allocation's row (what `GET /v1/allocations/{id}` answers) every 2 ms until it says `wanted`."""
+    await settled(stack.sessions, [allocation_id], (wanted,), every=0.002, timeout=60)
 
 
 async def latency(stack: Stack, count: int, via_gateway: bool = True) -> dict[str, dict[str, float]]:
@@ -472,29 +154,22 @@ async def latency(stack: Stack, count: int, via_gateway: bool = True) -> dict[st
     fleet_file = await stack.load_fleet(8)
     tag = "gw" if via_gateway else "direct"
     queues = Queues(control=f"latency-{tag}.control", node_prefix=f"latency-{tag}.node.")
-    workers = await _run_workers(stack, fleet_file, queues, via_gateway)
+    workers = await run_workers(stack, fleet_file, queues, via_gateway)
     baseline_worker = Worker(
         stack.client, task_queue="latency.baseline", workflows=[BaselineWorkflow], activities=[noop]
     )
     asyncio.create_task(baseline_worker.run())
-    async with stack.sessions.begin() as session:
-        token = await create_token(session, "member", tenant="bench", label="latency")
-    app = create_app(sessions=stack.sessions, temporal=stack.client, queues=queues, timing=FAST)
-    while await app.state.services.control.control_workers() == 0:  # a worker just started polls in a moment
-        await asyncio.sleep(0.05)
-    transport = httpx.ASGITransport(app=app)
     samples: dict[str, list[float]] = {"allocation": [], "strict": []}
-    async with httpx.AsyncClient(transport=transport, base_url="http://berth", timeout=60) as api:
-        headers = {"Authorization": f"Bearer {token}"}
+    async with api_in_process(stack, queues, "latency") as api:
         for n in range(count + 2):  # the first two warm both paths up and are not counted
             started = time.perf_counter()
-            response = await api.post("/v1/allocations", json={"gpu_count": 1}, headers=headers)
+            response = await api.post("/v1/allocations", json={"gpu_count": 1})
             assert response.status_code == 202, response.text
             allocation_id = response.json()["id"]
-            await _row_state(stack, allocation_id, "active")
+            await _row_reads(stack, allocation_id, "active")
             took = 1000 * (time.perf_counter() - started)
             await allocation_client.release(stack.client, allocation_id)
-            await _row_state(stack, allocation_id, "released")
+            await _row_reads(stack, allocation_id, "released")
 
             started = time.perf_counter()
             handle = await stack.client.start_workflow(
@@ -510,7 +185,7 @@ async def latency(stack: Stack, count: int, via_gateway: bool = True) -> dict[st
     for w in [*workers, baseline_worker]:
         await w.shutdown()
     stack.stop_agents()
-    return {name: _percentiles(values) for name, values in samples.items()}
+    return {name: p50_p99(values) for name, values in samples.items()}
 
 
 async def _record_round_trips(sessions: async_sessionmaker[AsyncSession], count: int = 200) -> list[float]:
@@ -526,14 +201,8 @@ async def _record_round_trips(sessions: async_sessionmaker[AsyncSession], count:
 
 async def _durable_record_round_trips(home: Path) -> list[float]:
     """The same on a PostgreSQL that flushes its WAL at each commit (fsync on), as production runs it."""
-    postgres = EmbeddedPostgres(home / "pg-durable", durable=True).start()
-    engine = create_engine(postgres.url)
-    try:
-        await upgrade(engine)
-        return await _record_round_trips(session_factory(engine))
-    finally:
-        await engine.dispose()
-        postgres.stop()
+    async with embedded_database(home / "pg-durable", durable=True) as database:
+        return await _record_round_trips(database.sessions)
 
 
 async def contention(stack: Stack, requests: int, control_processes: int = 0) -> dict[str, Any]:
@@ -542,13 +211,13 @@ async def contention(stack: Stack, requests: int, control_processes: int = 0) ->
     fleet_file = await stack.load_fleet(50)  # 400 GPUs for 2,000 requested
     tag = f"-{control_processes}p" if control_processes else ""
     queues = Queues(control=f"contention{tag}.control", node_prefix=f"contention{tag}.node.")
-    workers = await _run_workers(stack, fleet_file, queues, control_processes=control_processes)
+    workers = await run_workers(stack, fleet_file, queues, control_processes=control_processes)
     LOCK_TIMES.clear()
     meter = CpuMeter(stack)
     cpu_before, started = meter.read(), time.perf_counter()
-    ids = await _allocate(stack, queues, requests, 2)
+    ids = await allocate(stack, queues, requests, 2)
     all_started = time.perf_counter() - started
-    await _settled(stack, ids, ("active", "failed"))
+    await settled(stack.sessions, ids, ("active", "failed"))
     elapsed, cpu_after = time.perf_counter() - started, meter.read()
     async with stack.sessions() as session:
         doubled = await session.scalar(
@@ -599,24 +268,15 @@ async def contention(stack: Stack, requests: int, control_processes: int = 0) ->
             .scalars()
             .all()
         )
-    await asyncio.gather(*(allocation_client.release(stack.client, i) for i in holding))
-    await _settled(stack, list(holding), ("released",))
+    await release_all(stack, list(holding))
     for w in workers:
         await w.shutdown()
-    times = stack.stop_control_hosts() or [
-        {
-            "held": list(LOCK_TIMES.held),
-            "waited": list(LOCK_TIMES.waited),
-            "fast_refusals": LOCK_TIMES.fast_refusals,
-            "moved": LOCK_TIMES.moved,
-            "unchecked": LOCK_TIMES.unchecked,
-        }
-    ]
+    times = stack.stop_control_hosts() or [lock_times()]
     stack.stop_agents()
     round_trips = await _record_round_trips(stack.sessions)
     held_all = [ms for t in times for ms in t["held"]]
     waited_all = [ms for t in times for ms in t["waited"]]
-    held, waited = _percentiles(held_all or [0.0]), _percentiles(waited_all or [0.0])
+    held, waited = p50_p99(held_all or [0.0]), p50_p99(waited_all or [0.0])
     return {
         "requests": requests,
         "active": active,
@@ -743,15 +403,14 @@ async def scaled_throughput(stack: Stack, batch: int, rounds: int, control_proce
     process): the median rate of the rounds, and the CPU each group spent per allocation."""
     fleet_file = await stack.load_fleet(max(8, batch // 4))  # twice the GPUs the batch asks for
     queues = Queues(control=f"scale-{control_processes}p.control", node_prefix=f"scale-{control_processes}p.node.")
-    await _run_workers(stack, fleet_file, queues, control_processes=control_processes)
+    await run_workers(stack, fleet_file, queues, control_processes=control_processes)
     meter = CpuMeter(stack)
     measured = []
     for _ in range(rounds):
         await stack.report(fleet_file)
         ids: list[str] = []
         measured.append(await _measured(meter, batch, _allocation_batch(stack, queues, batch, ids)))
-        await asyncio.gather(*(allocation_client.release(stack.client, i) for i in ids))
-        await _settled(stack, ids, ("released",))
+        await release_all(stack, ids)
     stack.stop_control_hosts()
     stack.stop_agents()
     return {

@@ -3,7 +3,7 @@ nothing else. Its own module, importing nothing heavy, because the workflow sand
 
 Two shapes, both measured in the same run as the allocations:
 
-- `strict`: the same activities and local activities, as no-ops (the issue's baseline).
+- `strict`: the same activities and local activities, as no-ops (the baseline the throughput target is set against).
 - `visibility`: the same, plus the search-attribute upserts an allocation makes (one per change of state, and the
   one `workflow.patched` makes). Those are Temporal's work, demanded of every allocation so the UI can list and
   filter them, and on the dev server's SQLite each is a visibility write costing more than an activity.

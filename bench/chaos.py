@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import random
 import signal
@@ -39,7 +38,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -50,6 +49,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from agent.leases import LeaseStore
 from agent.simulated import SimulatedVmDriver
+from bench.polling import until
+from bench.stats import percentile
 from config.context import StackContext
 from config.settings import Settings
 from devstack.stack import DevStack
@@ -65,7 +66,7 @@ KILLABLE = ("temporal", "postgres", "control-worker", "api", "gateway", "agents-
 IN_FLIGHT = (*PLACING_STATES, "releasing")
 
 
-SETTLE_BOUND_SECONDS = 30.0  # issue 21: every allocation in flight settles within this of the part's return
+SETTLE_BOUND_SECONDS = 30.0  # recovery is bounded: every allocation in flight settles within this of the part's return
 
 
 class Fault(BaseModel):
@@ -79,13 +80,13 @@ class Fault(BaseModel):
     )
     unsettled: list[str] = Field(default_factory=list, description="Still in flight when the wait gave up.")
 
-    def percentile(self, share: float) -> float:
-        """The settle time below which `share` of the allocations fall (nearest rank); 0 with none in flight."""
-        times = sorted(self.settle_seconds)
-        return times[max(0, math.ceil(len(times) * share) - 1)] if times else 0.0
-
     def settle_summary(self) -> dict[str, float]:
-        return {"p50": self.percentile(0.5), "p99": self.percentile(0.99), "max": max(self.settle_seconds, default=0.0)}
+        """The settle times' p50, p99 and max; 0 each with none in flight."""
+        return {
+            "p50": percentile(self.settle_seconds, 0.5, empty=0.0),
+            "p99": percentile(self.settle_seconds, 0.99, empty=0.0),
+            "max": max(self.settle_seconds, default=0.0),
+        }
 
     @property
     def bounded(self) -> bool:
@@ -155,14 +156,12 @@ class Clients:
 
     async def until_answered(self, method: str, path: str, patience: float = 300, **kwargs: object) -> httpx.Response:
         """Retry on a 503 or no answer at all, as Retry-After asks; anything else is the answer."""
-        deadline = time.monotonic() + patience
-        while True:
+
+        async def answer() -> httpx.Response | None:
             response = await self.call(method, path, **kwargs)
-            if response is not None and response.status_code != 503:
-                return response
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{method} {path}: no answer but 503 or nothing for {patience:g}s")
-            await asyncio.sleep(0.5)
+            return response if response is not None and response.status_code != 503 else None
+
+        return await until(answer, every=0.5, timeout=patience, what=f"{method} {path} answered but with a 503")
 
     async def create(self) -> None:
         key = f"chaos-{uuid.uuid4().hex}"
@@ -346,14 +345,6 @@ DOUBLE_CLAIMS = (
 )
 
 
-async def _until(condition: Callable[[], Awaitable[bool]], timeout: float, what: str, poll: float = 1.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not happen within {timeout:g}s")
-        await asyncio.sleep(poll)
-
-
 # -- the run -----------------------------------------------------------------------------------------------------------
 
 
@@ -413,7 +404,7 @@ async def run_chaos(
             states = await _states(engine)
             return not given - set(states) and not any(s in IN_FLIGHT for s in states.values())
 
-        await _until(quiet, settle_timeout, "every allocation active or final")
+        await until(quiet, every=1.0, timeout=settle_timeout, what="every allocation active or final")
         report.created = len(given)
         report.states = dict(Counter((await _states(engine)).values()))
         reasons = await _scalars(engine, "SELECT failure_reason FROM allocations WHERE state = 'failed'")
@@ -428,7 +419,7 @@ async def run_chaos(
         async def all_final() -> bool:
             return all(s in FINAL_STATES for s in (await _states(engine)).values())
 
-        await _until(all_final, settle_timeout, "every allocation released or final")
+        await until(all_final, every=1.0, timeout=settle_timeout, what="every allocation released or final")
         report.released = await released_checks(engine, hosts)
     finally:
         stop.set()

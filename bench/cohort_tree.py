@@ -3,7 +3,7 @@ in one run (pure scheduler: no database, no Temporal; what the control worker do
 
     python -m bench.cohort_tree [--requests 1000] [--tenants 50] [--nodes 64] [--repeat 7] [--baseline REV]
 
-    fleet      `--nodes` 8-GPU nodes, half of every node held by running 4-GPU allocations spread over the tenants
+    fleet      `--nodes` 8-GPU nodes, half of every node held by two running 2-GPU allocations spread over the tenants
     queue      `--requests` queued requests of 1, 2, 4 and 8 GPUs from `--tenants` tenants (quota 8 each, lending and
                borrowing), arrivals shuffled with a fixed seed
     shapes     flat       the tenants in 5 flat cohorts (cohorts tenants name, no Cohort objects): today's shape
@@ -17,13 +17,16 @@ in one run (pure scheduler: no database, no Temporal; what the control worker do
                among the fleet's running allocations, flat against tree
 
 `--baseline REV` also times the flat pass with the code at git revision REV (a temporary worktree, run in a child
-process), so "no slower than today's flat pass" is measured in the same run. Reported: the median of `--repeat`
-timings of each, in milliseconds.
+process), so "no slower than today's flat pass" is measured in the same run. The child runs this file against that
+revision's code: so it imports nothing of bench/, imports Berth only inside the functions it runs, and finds a name
+that has moved since in its older home (`_found`). Reported: the median of `--repeat` timings of each, in
+milliseconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import random
 import statistics
@@ -36,6 +39,22 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DEPARTMENTS, TEAMS = 5, 2
+
+# Where the scheduler's names live now, then where they lived at older revisions: a `--baseline` child imports the
+# code of its revision, which may predate a move.
+REQUEST = ("contracts.placement", "scheduler.request")
+PASS = ("scheduler.admission.admit", "scheduler.queueing")
+PREEMPTION = ("scheduler.admission.preemption", "scheduler.preemption")
+
+
+def _found(name: str, *modules: str) -> Any:
+    """`name` from the first of `modules` that can be imported and has it."""
+    for module in modules:
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+    raise ImportError(f"none of {', '.join(modules)} has {name}")
 
 
 def fleet_yaml(shape: str, tenants: int, nodes: int, reclaim: bool = True) -> str:
@@ -79,10 +98,13 @@ def _measure(shape: str, requests: int, tenants: int, nodes: int, repeat: int, r
     from fleet.loader import parse_fleet
     from fleet.slot_state import SlotStateDocument
     from fleet.vocabulary import QueueingStrategy
-    from scheduler.admission.admit import admission_pass
-    from scheduler.admission.preemption import Preemptor, Running, plan_preemption
     from scheduler.from_fleet import snapshot_from_fleet
-    from scheduler.request import PlacementRequest
+
+    PlacementRequest = _found("PlacementRequest", *REQUEST)
+    admission_pass = _found("admission_pass", *PASS)
+    Preemptor, Running, plan_preemption = (
+        _found(name, *PREEMPTION) for name in ("Preemptor", "Running", "plan_preemption")
+    )
 
     fleet = parse_fleet([("fleet.yaml", fleet_yaml(shape, tenants, nodes, reclaim))])
     names = sorted(fleet_nodes(fleet))
@@ -121,8 +143,8 @@ def _measure(shape: str, requests: int, tenants: int, nodes: int, repeat: int, r
 
 def queued_requests(requests: int, tenants: int) -> list[Any]:
     """`requests` queued requests of 1, 2, 4 and 8 H100 GPUs spread over the tenants, arrivals shuffled (seed 1)."""
-    from scheduler.admission.admit import QueuedRequest
-    from scheduler.request import PlacementRequest
+    PlacementRequest = _found("PlacementRequest", *REQUEST)
+    QueuedRequest = _found("QueuedRequest", *PASS)
 
     rng = random.Random(1)
     arrivals = list(range(requests))

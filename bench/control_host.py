@@ -5,7 +5,7 @@ cache), so several in one benchmark process would share one core and prove nothi
     python -m bench.control_host DATABASE_URL TEMPORAL_ADDRESS CONTROL_QUEUE TIMES_FILE
 
 Prints "ready" once the worker polls; on SIGTERM it shuts down and writes the region lock's times as this process
-saw them (`activities.control.placement.LOCK_TIMES`) to TIMES_FILE as JSON.
+saw them (`activities.control.placement.LOCK_TIMES`, by `lock_times`) to TIMES_FILE as JSON.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -32,14 +33,19 @@ async def main(database_url: str, address: str, task_queue: str, times_file: Pat
         await run_until_signalled([control], ready=lambda: print("ready", flush=True))
     finally:
         await engine.dispose()
-    times = {
+    times_file.write_text(json.dumps(lock_times()))
+
+
+def lock_times() -> dict[str, Any]:
+    """The region lock's times as this process saw them, as JSON goes: what each control worker process reports on
+    its way out, and what `bench.allocation` reads of the one in its own process."""
+    return {
         "held": list(LOCK_TIMES.held),
         "waited": list(LOCK_TIMES.waited),
         "fast_refusals": LOCK_TIMES.fast_refusals,
         "moved": LOCK_TIMES.moved,
         "unchecked": LOCK_TIMES.unchecked,
     }
-    times_file.write_text(json.dumps(times))
 
 
 if __name__ == "__main__":

@@ -32,14 +32,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-import psutil
 from temporalio.testing import ActivityEnvironment
 
 from activities.control.admission import AdmissionActivities
 from activities.control.claims import ClaimActivities
 from activities.control.placement import PlacementActivities
 from activities.control.records import RecordActivities
-from bench.allocation import fleet_yaml
+from bench.cpu import cpu_seconds, process_tree
+from bench.database import embedded_database
+from bench.fleets import bench_fleet
 from contracts.allocation import (
     AllocationRecord,
     AuditTrail,
@@ -50,15 +51,11 @@ from contracts.allocation import (
     ReleaseClaimsInput,
     StateChange,
 )
-from devstack.postgres import EmbeddedPostgres
+from contracts.placement import Bundle, PlacementRequest
 from devstack.reports import report_hosts
 from fleet.loader import parse_fleet
-from scheduler.placement.bundles import Bundle
-from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
-from store.db import create_engine, session_factory
 from store.inventory import InventoryCache
-from store.migrate import upgrade
 
 T = TypeVar("T")
 REGION = "bench"
@@ -178,24 +175,11 @@ async def release(steps: Steps, a: Allocation, used: dict[str, set[int]]) -> Non
     used[a.node].discard(a.slot)
 
 
-def postgres_cpu(postgres: EmbeddedPostgres) -> float:
-    assert postgres.process is not None
-    root = psutil.Process(postgres.process.pid)
-    total = 0.0
-    for process in [root, *root.children(recursive=True)]:
-        times = process.cpu_times()
-        total += times.user + times.system + times.children_user + times.children_system
-    return total
-
-
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="berth-steps-") as home:
-        postgres = EmbeddedPostgres(Path(home) / "pg", durable=False).start()
-        engine = create_engine(postgres.url, pool_size=5)
-        try:
-            await upgrade(engine)
-            sessions = session_factory(engine)
-            fleet = parse_fleet([("fleet.yaml", fleet_yaml(args.nodes))])
+        async with embedded_database(Path(home) / "pg", pool_size=5) as database:
+            sessions = database.sessions
+            fleet = parse_fleet([("fleet.yaml", bench_fleet(args.nodes))])
             async with sessions.begin() as session:
                 await apply_fleet(session, fleet, prune=True)
             await report_hosts(sessions, fleet)
@@ -219,16 +203,19 @@ async def main(args: argparse.Namespace) -> None:
                 )
                 await steps.admission.enter_queue(entry)
             steps.cpu.clear()
-            pg_before, wall = postgres_cpu(postgres), time.perf_counter()
+            assert database.server.process is not None
+            postmaster = database.server.process.pid
+
+            def postgres_cpu() -> float:
+                return cpu_seconds(process_tree(postmaster), reaped_by=[postmaster])
+
+            pg_before, wall = postgres_cpu(), time.perf_counter()
             for _ in range(args.allocations):
                 a = Allocation("bench")
                 await place(steps, a, used)
                 await release(steps, a, used)
-            pg_ms = 1000 * (postgres_cpu(postgres) - pg_before) / args.allocations
+            pg_ms = 1000 * (postgres_cpu() - pg_before) / args.allocations
             wall_ms = 1000 * (time.perf_counter() - wall) / args.allocations
-        finally:
-            await engine.dispose()
-            postgres.stop()
 
     print(
         f"\n{args.allocations} allocations, one at a time, {args.nodes} nodes x 8 GPUs, {args.held} held, "

@@ -18,17 +18,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bench.stats import timed_ms
+from contracts.fleet_plan import FleetPlan
 from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica
 from scheduler import cel
 from scheduler.cel.device import prepare_device
-from scheduler.fleet import FleetPlan, replica_manifest, schedule_deployment
+from scheduler.fleet import replica_manifest, schedule_deployment
 from scheduler.fleet import selectors as fleet_selectors
 
 API = "modelplane.ai/v1alpha1"
@@ -192,15 +193,6 @@ def distinct_pairs_asked(run: Callable[[], FleetPlan]) -> tuple[set[tuple[str, s
         fleet_selectors.compile_selector = original
 
 
-def median_ms(run: Callable[[], object], runs: int) -> float:
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        run()
-        samples.append((time.perf_counter() - start) * 1000)
-    return statistics.median(samples)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="timed runs per point (median reported)")
@@ -234,8 +226,8 @@ def main() -> None:
             count,
             len(others),
             len(placed),
-            median_ms(cold, args.runs),
-            median_ms(steady, args.runs),
+            statistics.median(timed_ms(cold, args.runs)),
+            statistics.median(timed_ms(steady, args.runs)),
             evaluations,
             len(asked),
         )

@@ -1,4 +1,4 @@
-"""GPU health (issue 27): what the agent's health looks cost a host of 8 GPUs, and how long a failing GPU takes to
+"""GPU health: what the agent's health looks cost a host of 8 GPUs, and how long a failing GPU takes to
 leave placement, on the 8x H200 HGX fixture host (tests/hosts) materialised on disk.
 
     python -m bench.health [--rounds 300] [--trials 5]
@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agent.host.health import read_signals
 from agent.host.nvml_health import RecordedNvml
@@ -41,15 +42,13 @@ from agent.host.topology import HostTopology
 from agent.host.wipe import Ran, RecordingRunner, SubprocessRunner
 from agent.reporter import CHECK_SECONDS, DEFAULT_INTERVAL_SECONDS, NodeReporter
 from agent.serve import host_agent
-from bench.host_discovery import _timed
-from bench.queues import _pct
-from devstack.postgres import EmbeddedPostgres
+from bench.database import embedded_database
+from bench.polling import until
+from bench.stats import interleaved_ms, percentile
 from fleet.loader import load_fleet
 from fleet.node import Node
 from scheduler.host.health import assess
 from store.apply import apply_fleet
-from store.db import create_engine, session_factory
-from store.migrate import upgrade
 from store.models import SlotRow
 from store.nodes import repair_slots
 from tests.hosts.materialise import fixture_fleet
@@ -88,7 +87,7 @@ def cost(rounds: int) -> dict[str, list[float]]:
             return [assess(s) for s in topology.signals(node.slots, host)]
 
         spawn = SubprocessRunner()
-        return _timed(
+        return interleaved_ms(
             {
                 "look": look,
                 "discovery": lambda: discover_host(root),
@@ -106,11 +105,8 @@ async def detection(trials: int) -> list[float]:
         root = fixture.write(home / "host")
         node = Node.model_validate(fixture.node)
         _clean(root, node)
-        postgres = EmbeddedPostgres(home / "pg", durable=False).start()
-        engine = create_engine(postgres.url)
-        try:
-            await upgrade(engine)
-            sessions = session_factory(engine)
+        async with embedded_database(home / "pg") as database:
+            sessions = database.sessions
             (home / "fleet.yaml").write_text(fixture_fleet([fixture.node]))
             async with sessions.begin() as session:
                 await apply_fleet(session, load_fleet([home / "fleet.yaml"]))
@@ -118,32 +114,33 @@ async def detection(trials: int) -> list[float]:
             reporter = NodeReporter(agent, StoreSink(sessions), interval_seconds=DEFAULT_INTERVAL_SECONDS)
             running = asyncio.create_task(reporter.run())
             try:
-                while reporter.sent_health is None or len(reporter.sent_health) < len(node.slots):
-                    await asyncio.sleep(0.05)
+
+                async def every_slot_reported() -> bool:
+                    return reporter.sent_health is not None and len(reporter.sent_health) >= len(node.slots)
+
+                await until(every_slot_reported, every=0.05)
                 return [await _one(sessions, root, node, trial) for trial in range(trials)]
             finally:
                 running.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await running
-        finally:
-            await engine.dispose()
-            postgres.destroy()
 
 
-async def _one(sessions, root: Path, node: Node, trial: int) -> float:  # noqa: ANN001
+async def _one(sessions: async_sessionmaker[AsyncSession], root: Path, node: Node, trial: int) -> float:
     slot = node.slots[trial % len(node.slots)]
     await asyncio.sleep(CHECK_SECONDS * (trial % 3) / 3)  # the failure lands at different points of the agent's cycle
     started = time.time()
     write_pcie_health(root, slot.gpu_pci, fatal=trial + 1)
-    while True:
+
+    async def failed() -> bool:
         async with sessions() as session:
             health = await session.scalar(
                 select(SlotRow.health).where(SlotRow.node_id == node.name, SlotRow.slot_index == slot.index)
             )
-        if health == "failed":
-            taken = time.time() - started
-            break
-        await asyncio.sleep(0.02)
+        return health == "failed"
+
+    await until(failed, every=0.02)
+    taken = time.time() - started
     async with sessions.begin() as session:
         await repair_slots(session, node.name, [slot.index], datetime.now(UTC))
     return taken
@@ -154,17 +151,17 @@ def main(args: argparse.Namespace) -> None:
     look, discovery = statistics.median(samples["look"]), statistics.median(samples["discovery"])
     print(
         f"health look of 8 slots (read_signals + assess), {args.rounds} rounds, ms: median {look:.2f}, "
-        f"p99 {_pct(samples['look'], 0.99):.2f}; share of one core at one look every {CHECK_SECONDS:g} s: "
+        f"p99 {percentile(samples['look'], 0.99):.2f}; share of one core at one look every {CHECK_SECONDS:g} s: "
         f"{100 * look / 1000 / CHECK_SECONDS:.3f}%"
     )
     print(
         f"baseline, discovery alone (what each look already pays), ms: median {discovery:.2f}, "
-        f"p99 {_pct(samples['discovery'], 0.99):.2f}"
+        f"p99 {percentile(samples['discovery'], 0.99):.2f}"
     )
     whole, spawn = statistics.median(samples["whole look"]), statistics.median(samples["one process"])
     print(
         f"whole look (sysfs + SMART within its minute + NVML + assess with descriptions), ms: median {whole:.2f}, "
-        f"p99 {_pct(samples['whole look'], 0.99):.2f}; one process spawned (the SMART read's cost, 8 a minute), "
+        f"p99 {percentile(samples['whole look'], 0.99):.2f}; one process spawned (the SMART read's cost, 8 a minute), "
         f"ms: median {spawn:.2f}; share of one core: {100 * (whole / CHECK_SECONDS + 8 * spawn / 60) / 1000:.3f}%"
     )
     taken = asyncio.run(detection(args.trials))

@@ -14,26 +14,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from agent.host.sysfs import discover_host
+from bench.stats import interleaved_ms
 from fleet.node import Node
 from tests.hosts.sysfs_tree import hgx_h200
-
-
-def _timed(actions: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
-    """Milliseconds per call of each action, interleaved round by round so both see the same machine noise."""
-    samples: dict[str, list[float]] = {name: [] for name in actions}
-    for action in actions.values():
-        action()  # warm the page cache and imports
-    for _ in range(rounds):
-        for name, action in actions.items():
-            start = time.perf_counter()
-            action()
-            samples[name].append((time.perf_counter() - start) * 1000)
-    return samples
 
 
 def _validation(root: Path, node: Node) -> Callable[[], object] | None:
@@ -62,7 +49,7 @@ def measure(rounds: int) -> list[dict[str, str | float | int]]:
                 "median ms": statistics.median(samples),
                 "p90 ms": statistics.quantiles(samples, n=10)[-1],
             }
-            for name, samples in _timed(actions, rounds).items()
+            for name, samples in interleaved_ms(actions, rounds).items()
         ]
 
 

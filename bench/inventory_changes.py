@@ -1,8 +1,9 @@
-"""Taking in one node's change at 10,000 nodes: the change log against a full reload (issue 14, target 5).
+"""Taking in one node's change at 10,000 nodes: the change log against a full reload (target: a change costs one
+node's read, not the fleet's).
 
     python -m bench.inventory_changes [--nodes 10000] [--runs 15]
 
-Starts its own PostgreSQL on loopback, applies a fleet of `--nodes` 8-GPU hosts (`bench.allocation.fleet_yaml`),
+Starts its own PostgreSQL on loopback, applies a fleet of `--nodes` 8-GPU hosts (`bench.fleets.bench_fleet`),
 marks every agent live and every slot valid (in SQL: what 10,000 agents' start reports would leave, without
 10,000 reports), and a control worker's `InventoryCache` reads it once. Then, medians over `--runs`:
 - full reload: what every change cost before migration 0008 (the inventory and the down set read whole);
@@ -29,14 +30,12 @@ from pathlib import Path
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from bench.allocation import fleet_yaml
-from devstack.postgres import EmbeddedPostgres
+from bench.database import embedded_database
+from bench.fleets import bench_fleet
 from fleet.loader import parse_fleet
 from store.apply import apply_fleet
-from store.db import create_engine, session_factory
 from store.inventory import InventoryCache
 from store.liveness import mark_down, record_heartbeats
-from store.migrate import upgrade
 
 TRIGGERS_0008 = {
     "nodes": ("nodes_inventory_changes",),
@@ -85,21 +84,13 @@ async def _take_in(
 
 async def main(nodes: int, runs: int) -> None:
     with tempfile.TemporaryDirectory(prefix="berth-bench-inventory-") as home:
-        postgres = EmbeddedPostgres(Path(home) / "pg", durable=False).start()
-        engine = create_engine(postgres.url, pool_size=5)
-        try:
-            await upgrade(engine)
-            sessions = session_factory(engine)
+        async with embedded_database(Path(home) / "pg", pool_size=5) as database:
             started = time.monotonic()
-            text_ = fleet_yaml(nodes)
-            async with sessions.begin() as session:
-                await apply_fleet(session, parse_fleet([("bench.yaml", text_)]), prune=True)
-            await _everyone_reported(sessions)
+            async with database.sessions.begin() as session:
+                await apply_fleet(session, parse_fleet([("bench.yaml", bench_fleet(nodes))]), prune=True)
+            await _everyone_reported(database.sessions)
             print(f"{nodes} hosts applied and reported in {time.monotonic() - started:.0f} s")
-            await _measure(sessions, nodes, runs)
-        finally:
-            await engine.dispose()
-            postgres.stop()
+            await _measure(database.sessions, nodes, runs)
 
 
 async def _measure(sessions: async_sessionmaker[AsyncSession], nodes: int, runs: int) -> None:

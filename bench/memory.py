@@ -1,4 +1,5 @@
-"""Resident memory of a control worker holding a large inventory, and of a node agent (issue 14, target 6).
+"""Resident memory of a control worker holding a large inventory, and of a node agent (targets: 300 MB at 10,000
+nodes, 80 MB for an agent).
 
     python -m bench.memory [--nodes 10000] [--trace] [--control-only]
 
@@ -36,7 +37,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-import httpx
 import psutil
 import yaml
 from sqlalchemy import select, text
@@ -47,9 +47,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 import worker
-from bench.allocation import Stack, fleet_yaml, gateway_process
+from bench.fleets import bench_fleet
+from bench.polling import until
+from bench.stack import ApiProcess, Stack, gateway_process
 from contracts.task_queues import Queues
-from devstack.ports import free_port
 from fleet.loader import parse_fleet
 from store.apply import apply_fleet
 from store.db import create_engine, session_factory
@@ -148,57 +149,9 @@ def _berth() -> list[str]:
 def one_host_fleet(nodes: int) -> tuple[str, str]:
     """A fleet file of just the bench fleet's last host, with the same name and hardware (a template of one host
     starting at its index), and that host's name."""
-    documents = list(yaml.safe_load_all(fleet_yaml(1)))
-    for document in documents:
-        for pool in document["spec"].get("nodePools", []):
-            pool["nodeTemplate"]["firstIndex"] = nodes
-    text_ = yaml.safe_dump_all(documents, sort_keys=False)
+    text_ = bench_fleet(1, first_index=nodes)
     (host,) = [n.name for p in parse_fleet([("one.yaml", text_)]).host_pools() for n in p.nodes]
     return text_, host
-
-
-class Api:
-    """The HTTP API in a process of its own, on loopback, as agents report to it."""
-
-    def __init__(self, database_url: str, temporal_address: str, state_dir: Path) -> None:
-        self.url = f"http://127.0.0.1:{free_port()}"
-        environment = os.environ | {
-            "BERTH_DATABASE_URL": database_url,
-            "BERTH_TEMPORAL_ADDRESS": temporal_address,
-            "BERTH_STATE_DIR": str(state_dir),
-        }
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "api.app:create_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                self.url.rsplit(":", 1)[1],
-                "--log-level",
-                "warning",
-                "--no-access-log",
-            ],
-            env=environment,
-        )
-
-    async def wait(self) -> None:
-        async with httpx.AsyncClient(base_url=self.url, timeout=5) as client:
-            for _ in range(600):
-                try:
-                    if (await client.get("/openapi.json")).status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.1)
-        raise RuntimeError("the API did not start")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(30)
 
 
 async def _polled(client: Client, task_queue: str) -> bool:
@@ -228,14 +181,19 @@ async def measure_agent(
     with log.open("w") as output:
         agent = subprocess.Popen(command, env=os.environ | environment, stdout=output, stderr=subprocess.STDOUT)
     try:
-        started = time.monotonic()
         queue = f"{NODE_QUEUE_PREFIX}{node}"
-        while not (await _polled(stack.client, queue) and await _reported_since(stack, node, since)):
+
+        async def serving() -> bool:
             if agent.poll() is not None:
                 raise RuntimeError(f"{' '.join(command[:4])} ... exited {agent.returncode}: {log.read_text()[-2000:]}")
-            if time.monotonic() - started > 120:
-                raise RuntimeError(f"the agent for {node} did not serve and report in 120 s: {log.read_text()[-2000:]}")
-            await asyncio.sleep(0.2)
+            return await _polled(stack.client, queue) and await _reported_since(stack, node, since)
+
+        async def log_tail() -> str:
+            return log.read_text()[-2000:]
+
+        await until(
+            serving, every=0.2, timeout=120, what=f"the agent for {node} serving and reporting", detail=log_tail
+        )
         await asyncio.sleep(SETTLE_SECONDS)
         return Memory.of(agent.pid)
     finally:
@@ -253,7 +211,7 @@ async def _through_gateway(stack: Stack, fleet_file: Path, node: str, name: str)
     return str(tokens / node), {"BERTH_NODE_GATEWAY": address}
 
 
-async def simulated_agent(stack: Stack, home: Path, nodes: int, api: Api) -> Memory:
+async def simulated_agent(stack: Stack, home: Path, nodes: int, api: ApiProcess) -> Memory:
     """`berth worker node` on the simulated topology and runtime of the bench fleet's last host, reporting."""
     fleet_text, node = one_host_fleet(nodes)
     fleet_file = home / "one.yaml"
@@ -276,7 +234,7 @@ async def simulated_agent(stack: Stack, home: Path, nodes: int, api: Api) -> Mem
     return await measure_agent(stack, command, node, environment, home / "agent.log")
 
 
-async def libvirt_agent(stack: Stack, home: Path, api: Api) -> Memory | str:
+async def libvirt_agent(stack: Stack, home: Path, api: ApiProcess) -> Memory | str:
     """`berth worker node --topology host --runtime libvirt` on the HGX fixture host's sysfs and libvirt's test
     driver, reporting; or why it was not measured."""
     try:
@@ -370,7 +328,7 @@ async def main(nodes: int, trace: bool, control_only: bool = False) -> None:
     with tempfile.TemporaryDirectory(prefix="berth-bench-memory-") as directory:
         home = Path(directory)
         stack = Stack(home)
-        api: Api | None = None
+        api: ApiProcess | None = None
         try:
             await stack.connect()
             started = time.monotonic()
@@ -383,7 +341,7 @@ async def main(nodes: int, trace: bool, control_only: bool = False) -> None:
                 _print_control(idle, loaded, held_nodes, held_slots, traced)
                 return
 
-            api = Api(stack.postgres.url, stack.temporal.address, home / "api")
+            api = ApiProcess(stack.postgres.url, home / "api", stack.temporal.address)
             await api.wait()
             simulated = await simulated_agent(stack, home, nodes, api)
             libvirt = await libvirt_agent(stack, home, api)

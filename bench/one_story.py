@@ -24,44 +24,40 @@ from pathlib import Path
 
 import httpx
 
-from api.app import create_app
 from bench.actions import run_histories
-from bench.allocation import FAST, Stack, _row_state, _run_workers
+from bench.polling import settled, until
+from bench.stack import Request, Stack, api_in_process, run_workers, start
+from bench.stats import percentile
 from contracts.task_queues import Queues
-from scheduler.request import PlacementRequest
-from store.tokens import create_token
 from workflows import allocation_client
-from workflows.allocation_messages import HOLD_IN_PLACEMENT_RUN, REVISION, AllocationInput
+from workflows.allocation_messages import HOLD_IN_PLACEMENT_RUN, REVISION
 
 SLOW_MS = 500.0  # the second mode: an allocation that waited for the hold run
 
 
-async def one(
-    stack: Stack, api: httpx.AsyncClient, headers: dict[str, str], queues: Queues, revision: int, poll: float
-) -> dict[str, float]:
+async def one(stack: Stack, api: httpx.AsyncClient, queues: Queues, revision: int, poll: float) -> dict[str, float]:
     allocation_id = f"story-{uuid.uuid4().hex[:10]}"
-    request = PlacementRequest(gpu_count=1, tenant="bench")
-    input = AllocationInput(allocation_id=allocation_id, tenant="bench", request=request, timing=FAST, queues=queues)
     started = time.perf_counter()
-    await allocation_client.start_allocation(stack.client, input, revision=revision)
-    while True:
-        response = await api.get(f"/v1/allocations/{allocation_id}", headers=headers)
-        if response.status_code == 200 and response.json()["state"] == "active":
-            break
-        await asyncio.sleep(poll)
+    await start(stack, queues, Request(allocation_id, "bench", 1), revision=revision)
+
+    async def says_active() -> bool:
+        response = await api.get(f"/v1/allocations/{allocation_id}")
+        return response.status_code == 200 and response.json()["state"] == "active"
+
+    await until(says_active, every=poll)
     active = 1000 * (time.perf_counter() - started)
     sent = time.perf_counter()
-    response = await api.delete(f"/v1/allocations/{allocation_id}", headers=headers)
+    response = await api.delete(f"/v1/allocations/{allocation_id}")
     assert response.status_code == 202, response.text
     release = 1000 * (time.perf_counter() - sent)
-    await _row_state(stack, allocation_id, "released")
+    await settled(stack.sessions, [allocation_id], ("released",), every=0.002, timeout=60)
     runs = len(await run_histories(stack.client, allocation_client.workflow_id(allocation_id)))
     return {"active": active, "release": release, "runs": runs}
 
 
 def summary(samples: list[dict[str, float]], key: str) -> str:
-    values = sorted(s[key] for s in samples)
-    return f"{statistics.median(values):.0f} | {values[int(0.9 * (len(values) - 1))]:.0f} | {values[-1]:.0f}"
+    values = [s[key] for s in samples]
+    return f"{statistics.median(values):.0f} | {percentile(values, 0.9):.0f} | {max(values):.0f}"
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -71,20 +67,13 @@ async def main(args: argparse.Namespace) -> None:
             await stack.connect()
             fleet_file = await stack.load_fleet(8)
             queues = Queues(control="story.control", node_prefix="story.node.")
-            await _run_workers(stack, fleet_file, queues)
-            async with stack.sessions.begin() as session:
-                token = await create_token(session, "member", tenant="bench", label="one-story")
-            app = create_app(sessions=stack.sessions, temporal=stack.client, queues=queues, timing=FAST)
-            while await app.state.services.control.control_workers() == 0:
-                await asyncio.sleep(0.05)
-            headers = {"Authorization": f"Bearer {token}"}
+            await run_workers(stack, fleet_file, queues)
             revisions = (HOLD_IN_PLACEMENT_RUN - 1, REVISION)
             samples: dict[int, list[dict[str, float]]] = {r: [] for r in revisions}
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://berth", timeout=60) as api:
+            async with api_in_process(stack, queues, "one-story") as api:
                 for n in range(args.pairs + 1):  # the first pair warms both paths up and is not counted
                     for revision in revisions:
-                        sample = await one(stack, api, headers, queues, revision, args.poll_ms / 1000)
+                        sample = await one(stack, api, queues, revision, args.poll_ms / 1000)
                         if n:
                             samples[revision].append(sample)
             print(

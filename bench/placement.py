@@ -16,16 +16,15 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from bench.stats import timed_ms
+from contracts.placement import PlacementRequest
 from fleet.inference_cluster import PoolShape
 from fleet.node import FabricClaimMode, NodeStatus
 from fleet.region import RegionStatus
 from scheduler import cel
 from scheduler.placement.schedule import schedule
-from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView
 
@@ -118,27 +117,18 @@ def synthetic_views(nodes: int, seed: int = 7) -> dict[str, list]:
     return {"regions": regions, "pools": pools, "nodes": hosts, "tenants": tenants}
 
 
-def _timed(action: Callable[[], object], runs: int) -> list[float]:
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        action()
-        samples.append((time.perf_counter() - start) * 1000)
-    return samples
-
-
 def measure(nodes: int, runs: int) -> dict[str, float | int]:
     views = synthetic_views(nodes)
-    build = min(_timed(lambda: Snapshot(**views), 3))
+    build = min(timed_ms(lambda: Snapshot(**views), 3))
     snapshot = Snapshot(**views)
     some_node = views["nodes"][len(views["nodes"]) // 2]
-    update = statistics.median(_timed(lambda: snapshot.with_nodes([some_node]), 20))
+    update = statistics.median(timed_ms(lambda: snapshot.with_nodes([some_node]), 20))
     request = PlacementRequest(gpu_count=2, tenant="acme", selectors=[SELECTOR])
     before = cel.evaluation_count()
     first = schedule(snapshot, request)
     assert first.placed, first.explanation.summary
-    plain = _timed(lambda: schedule(snapshot, request), runs)
-    detailed = _timed(lambda: schedule(snapshot, request, detail=True), max(5, runs // 20))
+    plain = timed_ms(lambda: schedule(snapshot, request), runs)
+    detailed = timed_ms(lambda: schedule(snapshot, request, detail=True), max(5, runs // 20))
     evaluations = cel.evaluation_count() - before
     region_pools = snapshot.pools_in(first.region or "")
     pairs = len(request.selectors) * len({str(pool.devices[0]) for pool in region_pools})

@@ -1,4 +1,4 @@
-"""Preemption under load (issue 26): how long from the admission pass's decision to preempt to the preemptor's plan,
+"""Preemption under load: how long from the admission pass's decision to preempt to the preemptor's plan,
 against a real Temporal dev server and a real PostgreSQL started by the benchmark, with the same path without
 preemption measured in the same run as the baseline.
 
@@ -6,7 +6,7 @@ preemption measured in the same run as the baseline.
 
     baseline   the fleet (N nodes x 8 GPUs) is filled with 8-GPU allocations of priority 0, N requests of 8 GPUs
                queue behind them, and the holders are released one at a time: release -> the queued request's
-               `woken` step (its plan starts), as issue 24's figure
+               `woken` step (its plan starts), as `bench.queues` measures it
     preempt    the fleet is filled with 8-GPU allocations of a preemptible class whose grace period is 1 ms, and N
                requests of a higher class queue one at a time: each first pass decides a preemption (its victims
                and the node held for it) and tells the victim; the victim's grace period passes and it releases;
@@ -33,70 +33,32 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
 from sqlalchemy import text
 
 from activities.control import admission
-from bench.allocation import FAST, Stack, _run_workers
-from bench.queues import Request, _release, _start, _until, print_figures
+from bench.fleets import BERTH, bench_fleet
+from bench.polling import settled
+from bench.rows import step_times
+from bench.stack import Request, Stack, release, run_workers, start
+from bench.stats import print_figures
 from contracts.task_queues import Queues
-from fleet.loader import parse_fleet
-from scheduler.request import PlacementRequest
-from store.apply import apply_fleet
-from workflows import allocation_client
-from workflows.allocation_messages import AllocationInput, QueueWait
+from workflows.allocation_messages import QueueWait
 
 GRACE_S = 0.001
 
 
 def fleet_yaml(nodes: int) -> str:
-    tenant = {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant"}
-    documents = [
+    """The bench fleet with a preemptible class whose grace period is 1 ms and a class above it, a tenant each."""
+    classes = [
         {
-            "apiVersion": "berth.dev/v1alpha1",
-            "kind": "Region",
-            "metadata": {"name": "bench"},
-            "spec": {"prices": {"H200": 3.0}},
-        },
-        {**tenant, "metadata": {"name": "spot"}, "spec": {"gpuQuota": 10**6}},
-        {**tenant, "metadata": {"name": "urgent"}, "spec": {"gpuQuota": 10**6}},
-        {
-            "apiVersion": "berth.dev/v1alpha1",
+            "apiVersion": BERTH,
             "kind": "PriorityClass",
             "metadata": {"name": "spot"},
             "spec": {"value": 0, "preemptible": True, "gracePeriod": "1ms"},
         },
-        {
-            "apiVersion": "berth.dev/v1alpha1",
-            "kind": "PriorityClass",
-            "metadata": {"name": "urgent"},
-            "spec": {"value": 100},
-        },
-        {
-            "apiVersion": "modelplane.ai/v1alpha1",
-            "kind": "InferenceClass",
-            "metadata": {"name": "h200"},
-            "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": 8}]},
-        },
-        {
-            "apiVersion": "berth.dev/v1alpha1",
-            "kind": "InferenceCluster",
-            "metadata": {"name": "bench-1"},
-            "spec": {
-                "region": "bench",
-                "nodePools": [
-                    {
-                        "name": "slices",
-                        "className": "h200",
-                        "shape": "gpu_slice",
-                        "gpuProduct": "H200",
-                        "nodeTemplate": {"count": nodes, "namePrefix": "p-", "gpusPerNode": 8, "numaNodes": 2},
-                    }
-                ],
-            },
-        },
+        {"apiVersion": BERTH, "kind": "PriorityClass", "metadata": {"name": "urgent"}, "spec": {"value": 100}},
     ]
-    return yaml.safe_dump_all(documents, sort_keys=False)
+    return bench_fleet(nodes, tenants={"spot": {}, "urgent": {}}, extra=classes, prefix="p-")
 
 
 class Decisions:
@@ -119,15 +81,6 @@ class Decisions:
         admission.admission_pass = seen  # type: ignore[assignment]
 
 
-async def _events(stack: Stack, steps: tuple[str, ...]) -> dict[tuple[str, str], float]:
-    async with stack.sessions() as session:
-        rows = await session.execute(
-            text("SELECT allocation_id, step, min(at) FROM allocation_events WHERE step = ANY(:steps) GROUP BY 1, 2"),
-            {"steps": list(steps)},
-        )
-        return {(a, step): at.timestamp() for a, step, at in rows}
-
-
 async def _freed(stack: Stack, ids: list[str]) -> dict[str, float]:
     async with stack.sessions() as session:
         rows = await session.execute(
@@ -141,63 +94,59 @@ async def _freed(stack: Stack, ids: list[str]) -> dict[str, float]:
 
 
 async def run(stack: Stack, nodes: int, decisions: Decisions) -> dict[str, list[float]]:
-    path = stack.home / "fleet.yaml"
-    path.write_text(fleet_yaml(nodes))
-    async with stack.sessions.begin() as session:
-        await apply_fleet(session, parse_fleet([(str(path), path.read_text())]), prune=True)
-    await stack.report(path)
+    path = await stack.load_fleet(nodes, fleet_yaml(nodes))
     queues = Queues(control="preempt.control", node_prefix="preempt.node.")
-    await _run_workers(stack, path, queues)
+    await run_workers(stack, path, queues)
     wait = QueueWait(timeout_seconds=3600, priority=100, priority_class="urgent")
 
     # Baseline: holders of priority 0 (not preemptible), requests queued behind them, holders released one by one.
     holders = [Request(f"hold-{uuid.uuid4().hex[:8]}", "spot", 8) for _ in range(nodes)]
-    await asyncio.gather(*(_start(stack, queues, h, None) for h in holders))
-    await _until(stack, [h.allocation_id for h in holders], ("active",), 300, "baseline fill")
+    await asyncio.gather(*(start(stack, queues, h) for h in holders))
+    await _until(stack, [h.allocation_id for h in holders], ("active",), "baseline fill")
     waiting = [Request(f"wait-{uuid.uuid4().hex[:8]}", "urgent", 8) for _ in range(nodes)]
     for request in waiting:
-        await _start(stack, queues, request, QueueWait(timeout_seconds=3600))
-    await _until(stack, [r.allocation_id for r in waiting], ("queued",), 300, "baseline queue")
+        await start(stack, queues, request, QueueWait(timeout_seconds=3600))
+    await _until(stack, [r.allocation_id for r in waiting], ("queued",), "baseline queue")
     asked: dict[str, float] = {}
     for holder in holders:
         asked[holder.allocation_id] = time.time()
-        await _release(stack, holder.allocation_id)
+        await release(stack, holder.allocation_id)
         await asyncio.sleep(0.3)
-    await _until(stack, [r.allocation_id for r in waiting], ("active",), 300, "baseline placed")
+    await _until(stack, [r.allocation_id for r in waiting], ("active",), "baseline placed")
     freed = await _freed(stack, [h.allocation_id for h in holders])
-    woken = await _events(stack, ("woken",))
-    woke = sorted(at for (a, step), at in woken.items() if a in {r.allocation_id for r in waiting})
+    woken = await step_times(stack.sessions, steps=["woken"])
+    woke = sorted(steps["woken"] for a, steps in woken.items() if a in {r.allocation_id for r in waiting})
     baseline = [w - f for f, w in zip(sorted(freed.values()), woke, strict=False)]
     teardown = [freed[a] - at for a, at in asked.items() if a in freed]
     for request in waiting:
-        await _release(stack, request.allocation_id)
-    await _until(stack, [r.allocation_id for r in waiting], ("released",), 300, "baseline released")
+        await release(stack, request.allocation_id)
+    await _until(stack, [r.allocation_id for r in waiting], ("released",), "baseline released")
 
     # Preemption: spot holders, then urgent requests queued one at a time, each preempting one node's holder.
     spots = [f"spot-{uuid.uuid4().hex[:8]}" for _ in range(nodes)]
-    await asyncio.gather(*(_start_with(stack, queues, a, "spot", None) for a in spots))
-    await _until(stack, spots, ("active",), 300, "spot fill")
+    await asyncio.gather(*(start(stack, queues, Request(a, "spot", 8), priority_class="spot") for a in spots))
+    await _until(stack, spots, ("active",), "spot fill")
     urgent = [f"urgent-{uuid.uuid4().hex[:8]}" for _ in range(nodes)]
     for allocation_id in urgent:
-        await _start_with(stack, queues, allocation_id, "urgent", wait)
+        await start(stack, queues, Request(allocation_id, "urgent", 8), wait, priority_class="urgent")
         await asyncio.sleep(0.3)
-    await _until(stack, urgent, ("active",), 300, "preemptors placed")
-    await _until(stack, spots, ("preempted",), 300, "victims preempted")
-    events = await _events(stack, ("woken", "preempt_notice", "preempt"))
+    await _until(stack, urgent, ("active",), "preemptors placed")
+    await _until(stack, spots, ("preempted",), "victims preempted")
+    events = await step_times(stack.sessions, steps=["woken", "preempt_notice", "preempt"])
     victims_freed = await _freed(stack, spots)
     total, notice, leave, grace, wake = [], [], [], [], []
     for preemptor in urgent:
         decided, victims = decisions.at[preemptor]
-        told = max(events[(v, "preempt_notice")] for v in victims)
+        told = max(events[v]["preempt_notice"] for v in victims)
         gone = max(victims_freed[v] for v in victims)
-        up = events[(preemptor, "woken")]
+        up = events[preemptor]["woken"]
         total.append(up - decided - GRACE_S)
         notice.append(told - decided)
         leave.append(gone - told - GRACE_S)
-        grace.append(max(events[(v, "preempt")] for v in victims) - told - GRACE_S)
+        grace.append(max(events[v]["preempt"] for v in victims) - told - GRACE_S)
         wake.append(up - gone)
     for allocation_id in urgent:
-        await _release(stack, allocation_id)
+        await release(stack, allocation_id)
     return {
         "baseline": baseline,
         "teardown": teardown,
@@ -209,22 +158,9 @@ async def run(stack: Stack, nodes: int, decisions: Decisions) -> dict[str, list[
     }
 
 
-async def _start_with(
-    stack: Stack, queues: Queues, allocation_id: str, priority_class: str, wait: QueueWait | None
-) -> None:
-    tenant = priority_class
-    await allocation_client.start_allocation(
-        stack.client,
-        AllocationInput(
-            allocation_id=allocation_id,
-            tenant=tenant,
-            request=PlacementRequest(gpu_count=8, tenant=tenant),
-            timing=FAST,
-            queues=queues,
-            queue=wait,
-            request_body={"priority_class": priority_class},
-        ),
-    )
+async def _until(stack: Stack, ids: list[str], states: tuple[str, ...], what: str) -> None:
+    """Every phase waits for its allocations' rows alike: read every 0.2 s, for at most 5 minutes."""
+    await settled(stack.sessions, ids, states, every=0.2, timeout=300, what=what)
 
 
 def report(figures: dict[str, list[float]], nodes: int) -> None:

@@ -1,8 +1,8 @@
-"""Queues under load (issue 24): a full fleet, many queued requests of mixed sizes from four weighted tenants,
+"""Queues under load: a full fleet, many queued requests of mixed sizes from four weighted tenants,
 capacity freed in waves, against a real Temporal dev server and a real PostgreSQL started by the benchmark.
 
     python -m bench.queues [--requests 200] [--nodes 16] [--hold 8] [--wave 4] [--wave-pause 2] [--seed 1]
-    python -m bench.queues --requests 1000                   # the issue's size
+    python -m bench.queues --requests 1000                   # the size docs/benchmarks.md quotes its targets at
 
     fill       the fleet (N nodes x 8 GPUs) is filled by `fill`'s 4-GPU holders, two per node, placed as today
     queue      `--requests` allocation workflows that may wait (`AllocationInput.queue`), sizes 1, 2, 4 and 8 GPUs
@@ -46,66 +46,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from sqlalchemy import text
 from temporalio import activity
 
 from activities.control import admission
 from activities.control.admission import PASS_TIMES, AdmissionActivities
 from activities.control.placement import LOCK_TIMES
-from bench.allocation import FAST, CpuMeter, Stack, _run_workers
+from bench.fleets import bench_fleet
+from bench.polling import settled
+from bench.rows import step_times
+from bench.stack import CpuMeter, Request, Stack, release, run_workers, start
+from bench.stats import percentile
 from contracts.task_queues import Queues
-from fleet.loader import parse_fleet
-from scheduler.request import PlacementRequest
-from store.apply import apply_fleet
-from workflows import allocation_client
-from workflows.allocation_messages import AllocationInput, QueueWait
+from workflows.allocation_messages import FINAL_STATES, QueueWait
 
 TENANTS = {"alpha": 1, "bravo": 1, "charlie": 2, "delta": 4}  # name -> fair-share weight
 SIZES = (1, 2, 4, 8)
 FILL = "fill"
-FINAL = ("released", "failed", "cancelled", "expired", "preempted")
 
 
 def fleet_yaml(nodes: int) -> str:
-    tenant = {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant"}
-    documents = [
-        {
-            "apiVersion": "berth.dev/v1alpha1",
-            "kind": "Region",
-            "metadata": {"name": "bench"},
-            "spec": {"prices": {"H200": 3.0}, "queueingStrategy": "BestEffortFIFO"},
-        },
-        {**tenant, "metadata": {"name": FILL}, "spec": {"gpuQuota": 10**6}},
-        *(
-            {**tenant, "metadata": {"name": name}, "spec": {"gpuQuota": 10**6, "weight": weight}}
-            for name, weight in TENANTS.items()
-        ),
-        {
-            "apiVersion": "modelplane.ai/v1alpha1",
-            "kind": "InferenceClass",
-            "metadata": {"name": "h200"},
-            "spec": {"devices": [{"name": "gpu", "driver": "gpu.nvidia.com", "count": 8}]},
-        },
-        {
-            "apiVersion": "berth.dev/v1alpha1",
-            "kind": "InferenceCluster",
-            "metadata": {"name": "bench-1"},
-            "spec": {
-                "region": "bench",
-                "nodePools": [
-                    {
-                        "name": "slices",
-                        "className": "h200",
-                        "shape": "gpu_slice",
-                        "gpuProduct": "H200",
-                        "nodeTemplate": {"count": nodes, "namePrefix": "q-", "gpusPerNode": 8, "numaNodes": 2},
-                    }
-                ],
-            },
-        },
-    ]
-    return yaml.safe_dump_all(documents, sort_keys=False)
+    """The bench fleet in a region that queues, with the holders' tenant and the four weighted tenants."""
+    tenants = {FILL: {}, **{name: {"weight": weight} for name, weight in TENANTS.items()}}
+    return bench_fleet(nodes, tenants=tenants, region={"queueingStrategy": "BestEffortFIFO"}, prefix="q-")
 
 
 # -- what the control worker did, recorded in this process --------------------------------------------------------
@@ -213,13 +176,6 @@ class Probe:
 # -- the run --------------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Request:
-    allocation_id: str
-    tenant: str
-    gpus: int
-
-
 def mixed_requests(count: int, seed: int) -> list[Request]:
     """`count` requests (rounded down to a multiple of 16): each tenant an equal number, each size equally often
     within each tenant, in a shuffled arrival order."""
@@ -231,52 +187,6 @@ def mixed_requests(count: int, seed: int) -> list[Request]:
     return requests
 
 
-async def _start(stack: Stack, queues: Queues, request: Request, wait: QueueWait | None) -> None:
-    await allocation_client.start_allocation(
-        stack.client,
-        AllocationInput(
-            allocation_id=request.allocation_id,
-            tenant=request.tenant,
-            request=PlacementRequest(gpu_count=request.gpus, tenant=request.tenant),
-            timing=FAST,
-            queues=queues,
-            queue=wait,
-        ),
-    )
-
-
-async def _states(stack: Stack, ids: list[str]) -> Counter[str]:
-    async with stack.sessions() as session:
-        rows = await session.execute(
-            text("SELECT state, count(*) FROM allocations WHERE id = ANY(:ids) GROUP BY state"), {"ids": ids}
-        )
-        return Counter(dict(rows.all()))
-
-
-async def _until(stack: Stack, ids: list[str], states: tuple[str, ...], limit: float, what: str) -> None:
-    deadline = time.monotonic() + limit
-    while True:
-        by_state = await _states(stack, ids)
-        if sum(by_state[s] for s in states) == len(ids):
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not all {states} after {limit:.0f} s: {dict(by_state)}")
-        await asyncio.sleep(0.2)
-
-
-async def _release(stack: Stack, allocation_id: str, after: float = 0.0) -> None:
-    """Release it (after `after` seconds): the update is retried if it finds no worker in time."""
-    await asyncio.sleep(after)
-    for attempt in range(5):
-        try:
-            await allocation_client.release(stack.client, allocation_id)
-            return
-        except Exception:
-            if attempt == 4:
-                raise
-            await asyncio.sleep(1)
-
-
 async def _report_agents(stack: Stack, fleet_file: Path) -> None:
     """The hosts' reports, as their agents would send them (the bench's agents do not report)."""
     while True:
@@ -285,13 +195,9 @@ async def _report_agents(stack: Stack, fleet_file: Path) -> None:
 
 
 async def run(stack: Stack, args: argparse.Namespace, probe: Probe) -> dict[str, Any]:
-    path = stack.home / "fleet.yaml"
-    path.write_text(fleet_yaml(args.nodes))
-    async with stack.sessions.begin() as session:
-        await apply_fleet(session, parse_fleet([(str(path), path.read_text())]), prune=True)
-    await stack.report(path)
+    path = await stack.load_fleet(args.nodes, fleet_yaml(args.nodes))
     queues = Queues(control="queues.control", node_prefix="queues.node.")
-    await _run_workers(stack, path, queues)
+    await run_workers(stack, path, queues)
     reporter = asyncio.create_task(_report_agents(stack, path))
     meter = CpuMeter(stack)
     tasks: set[asyncio.Task[None]] = set()
@@ -299,8 +205,10 @@ async def run(stack: Stack, args: argparse.Namespace, probe: Probe) -> dict[str,
         # Fill: two 4-GPU holders per node, placed as today (no queue).
         holders = [Request(f"fill-{i}", FILL, 4) for i in range(2 * args.nodes)]
         started = time.perf_counter()
-        await asyncio.gather(*(_start(stack, queues, h, None) for h in holders))
-        await _until(stack, [h.allocation_id for h in holders], ("active",), 300, "fill")
+        await asyncio.gather(*(start(stack, queues, h) for h in holders))
+        await settled(
+            stack.sessions, [h.allocation_id for h in holders], ("active",), every=0.2, timeout=300, what="fill"
+        )
         fill_s = time.perf_counter() - started
 
         # Queue: every request may wait; all of them find the fleet full.
@@ -312,11 +220,11 @@ async def run(stack: Stack, args: argparse.Namespace, probe: Probe) -> dict[str,
 
         async def queued(request: Request) -> None:
             async with limit:
-                await _start(stack, queues, request, wait)
+                await start(stack, queues, request, wait)
 
         started = time.perf_counter()
         await asyncio.gather(*(queued(r) for r in requests))
-        await _until(stack, ids, ("queued",), 600, "queue")
+        await settled(stack.sessions, ids, ("queued",), every=0.2, timeout=600, what="queue")
         queue_s = time.perf_counter() - started
         queue_passes = list(PASS_TIMES.held)
 
@@ -331,7 +239,7 @@ async def run(stack: Stack, args: argparse.Namespace, probe: Probe) -> dict[str,
         async def waves() -> None:
             for i in range(0, len(order), args.wave):
                 for holder in order[i : i + args.wave]:
-                    _spawn(tasks, _release(stack, holder.allocation_id))
+                    _spawn(tasks, release(stack, holder.allocation_id))
                 await asyncio.sleep(args.wave_pause)
 
         _spawn(tasks, waves())
@@ -346,14 +254,16 @@ async def run(stack: Stack, args: argparse.Namespace, probe: Probe) -> dict[str,
             for allocation_id, state in states.items():
                 if state == "active" and allocation_id not in scheduled:
                     scheduled.add(allocation_id)
-                    _spawn(tasks, _release(stack, allocation_id, after=args.hold))
-            if sum(1 for s in states.values() if s in FINAL) == len(ids):
+                    _spawn(tasks, release(stack, allocation_id, after=args.hold))
+            if sum(1 for s in states.values() if s in FINAL_STATES) == len(ids):
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"not all requests ran within {args.limit} s: {Counter(states.values())}")
             await asyncio.sleep(0.1)
         run_s, cpu_after = time.perf_counter() - started, meter.read()
-        await _until(stack, [h.allocation_id for h in holders], ("released",), 120, "holders")
+        await settled(
+            stack.sessions, [h.allocation_id for h in holders], ("released",), every=0.2, timeout=120, what="holders"
+        )
         return {
             "requests": requests,
             "holders": holders,
@@ -397,14 +307,12 @@ class Story:
 
 async def stories(stack: Stack) -> tuple[dict[str, Story], list[tuple[str, str, float, float]]]:
     """Every allocation's story, and every claim as (allocation, node, claimed, released)."""
+    steps = {"enter_queue": "queued", "woken": "woken", "ready": "ready", "released": "released"}
     by_id: dict[str, Story] = defaultdict(Story)
+    for allocation_id, times in (await step_times(stack.sessions, steps=list(steps))).items():
+        for step, at in times.items():
+            setattr(by_id[allocation_id], steps[step], at)
     async with stack.sessions() as session:
-        events = await session.execute(
-            text(
-                "SELECT allocation_id, step, min(at) FROM allocation_events "
-                "WHERE step IN ('enter_queue', 'woken', 'ready', 'released') GROUP BY 1, 2"
-            )
-        )
         claims = (
             await session.execute(
                 text(
@@ -413,28 +321,12 @@ async def stories(stack: Stack) -> tuple[dict[str, Story], list[tuple[str, str, 
                 )
             )
         ).all()
-    steps = {"enter_queue": "queued", "woken": "woken", "ready": "ready", "released": "released"}
-    for allocation_id, step, at in events:
-        setattr(by_id[allocation_id], steps[step], at.timestamp())
     spans = [(a, node, claimed.timestamp(), released.timestamp()) for a, node, claimed, released in claims]
     for allocation_id, node, claimed, released in spans:
         story = by_id[allocation_id]
         story.node, story.claimed = node, claimed
         story.freed = max(story.freed or 0.0, released)
     return dict(by_id), spans
-
-
-def print_figures(figures: dict[str, list[float]], names: dict[str, str], width: int) -> None:
-    """One line per figure: its name, then the p50 and p99 of its samples (seconds) in ms, and how many."""
-    for key, name in names.items():
-        samples = [1000 * s for s in figures[key]]
-        median = statistics.median(samples) if samples else float("nan")
-        print(f"  {name:{width}} {median:8.0f} / {_pct(samples, 0.99):8.0f}  (n={len(samples)})")
-
-
-def _pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
 
 
 def release_to_plan(walks: list[Walk], by_id: dict[str, Story]) -> dict[str, Any]:
@@ -577,9 +469,9 @@ def report(result: dict[str, Any], by_id: dict[str, Story], spans: list, args: a
     print("\n| part | p50 ms | p99 ms | max ms |\n|---|---:|---:|---:|")
     for name, values in latency["parts"].items():
         ms = [1000 * v for v in values]
-        print(f"| {name} | {statistics.median(ms):.0f} | {_pct(ms, 0.99):.0f} | {max(ms):.0f} |")
+        print(f"| {name} | {statistics.median(ms):.0f} | {percentile(ms, 0.99):.0f} | {max(ms):.0f} |")
     print(
-        f"| **release -> woken** | **{statistics.median(totals):.0f}** | **{_pct(totals, 0.99):.0f}** "
+        f"| **release -> woken** | **{statistics.median(totals):.0f}** | **{percentile(totals, 0.99):.0f}** "
         f"| {max(totals):.0f} |"
     )
 
@@ -609,7 +501,7 @@ def report(result: dict[str, Any], by_id: dict[str, Story], spans: list, args: a
         )
         print(
             f"   woken after its turn, all 8-GPU requests: p50 {statistics.median(excess):.0f} ms, "
-            f"p99 {_pct(excess, 0.99):.0f} ms, max {max(excess):.0f} ms; waits p50 "
+            f"p99 {percentile(excess, 0.99):.0f} ms, max {max(excess):.0f} ms; waits p50 "
             f"{statistics.median(row['wait'] for row in largest):.1f} s"
         )
 
@@ -619,7 +511,7 @@ def report(result: dict[str, Any], by_id: dict[str, Story], spans: list, args: a
         if passes:
             print(
                 f"\n4. admission passes {name}: {len(passes)}, under the lock p50 {statistics.median(passes):.1f} "
-                f"ms, p99 {_pct(passes, 0.99):.1f} ms, max {max(passes):.1f} ms"
+                f"ms, p99 {percentile(passes, 0.99):.1f} ms, max {max(passes):.1f} ms"
             )
     walks = Counter(w.caller for w in result["walks"])
     print(
@@ -635,8 +527,8 @@ def report(result: dict[str, Any], by_id: dict[str, Story], spans: list, args: a
     if held:
         print(
             f"   placement decisions (choose_placement, ...) under the region lock: {len(held)}, held p50 "
-            f"{statistics.median(held):.1f} ms, p99 {_pct(held, 0.99):.1f} ms; waited p50 "
-            f"{statistics.median(waited):.0f} ms, p99 {_pct(waited, 0.99):.0f} ms"
+            f"{statistics.median(held):.1f} ms, p99 {percentile(held, 0.99):.1f} ms; waited p50 "
+            f"{statistics.median(waited):.0f} ms, p99 {percentile(waited, 0.99):.0f} ms"
         )
     print(
         f"   errors logged by the steps (passes that failed and were retried or left to a later pass): "

@@ -17,9 +17,7 @@ import time
 from pathlib import Path
 
 from api.rate_limit import CreateLimits, Limit
-from devstack.postgres import EmbeddedPostgres
-from store.db import create_engine, session_factory
-from store.migrate import upgrade
+from bench.database import embedded_database
 from store.tokens import Principal
 
 ROOMY = {"creates_per_second": 1e9, "burst": 1_000_000}  # never refuses: every check takes a token
@@ -38,11 +36,7 @@ async def _round(
 
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="berth-rate-") as home:
-        server = EmbeddedPostgres(Path(home) / "data", durable=False).start()
-        engine = create_engine(server.url, pool_size=max(args.concurrency, 2))
-        try:
-            await upgrade(engine)
-            sessions = session_factory(engine)
+        async with embedded_database(Path(home) / "data", pool_size=max(args.concurrency, 2)) as database:
             cases = {
                 "no limit (baseline)": (CreateLimits(), None, 1),
                 "tenant's bucket": (CreateLimits(), ROOMY, 1),
@@ -52,14 +46,11 @@ async def main(args: argparse.Namespace) -> None:
             found: dict[str, list[float]] = {name: [] for name in cases}
             for _ in range(args.repeat):  # the cases alternate, so the machine's noise falls on all of them
                 for name, (limits, tenant_limit, at_once) in cases.items():
-                    found[name].append(await _round(limits, sessions, tenant_limit, args.takes, at_once))
+                    found[name].append(await _round(limits, database.sessions, tenant_limit, args.takes, at_once))
             print(f"\n{args.takes} checks per round, median of {args.repeat} rounds (ms per check)\n")
             print("| limits | per check |\n|---|---:|")
             for name, samples in found.items():
                 print(f"| {name} | {statistics.median(samples):.3f} |")
-        finally:
-            await engine.dispose()
-            server.stop()
 
 
 if __name__ == "__main__":

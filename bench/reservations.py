@@ -1,4 +1,4 @@
-"""Reservation starts and ends under load (issue 26): how late a reservation becomes its allocation after its start,
+"""Reservation starts and ends under load: how late a reservation becomes its allocation after its start,
 and how late that allocation expires after its end, while a churn of other allocations is placed and released, with
 the churn's own create -> active measured in the same run as the baseline (the placement path without a timer).
 
@@ -29,13 +29,16 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import text
 
-from bench.allocation import FAST, Stack, _run_workers
-from bench.queues import Request, _release, _start, _until, print_figures
+from bench.polling import settled, until
+from bench.rows import step_times
+from bench.stack import FAST, Request, Stack, release, run_workers, start
+from bench.stats import print_figures
+from contracts.placement import PlacementRequest
 from contracts.task_queues import Queues
-from scheduler.request import PlacementRequest
 from store import reservations
 from store.models import ReservationRow
 from workflows.reservation_client import start_reservation
@@ -49,10 +52,12 @@ async def _churn(stack: Stack, queues: Queues, stop: asyncio.Event, created: dic
     while not stop.is_set():
         request = Request(f"churn-{uuid.uuid4().hex[:8]}", "bench", 2)
         created[request.allocation_id] = time.time()
-        await _start(stack, queues, request, None)
-        await _until(stack, [request.allocation_id], ("active",), 120, "churn placed")
-        await _release(stack, request.allocation_id)
-        await _until(stack, [request.allocation_id], ("released",), 120, "churn released")
+        await start(stack, queues, request)
+        await settled(stack.sessions, [request.allocation_id], ("active",), every=0.2, timeout=120, what="churn placed")
+        await release(stack, request.allocation_id)
+        await settled(
+            stack.sessions, [request.allocation_id], ("released",), every=0.2, timeout=120, what="churn released"
+        )
 
 
 async def _reserve(stack: Stack, queues: Queues, node: str, starts: datetime) -> str:
@@ -79,58 +84,46 @@ async def _reserve(stack: Stack, queues: Queues, node: str, starts: datetime) ->
     return reservation_id
 
 
-async def _events(stack: Stack, ids: list[str]) -> dict[str, dict[str, float]]:
-    """Each allocation's first time at each step, and its very first event (`first`)."""
-    async with stack.sessions() as session:
-        rows = await session.execute(
-            text(
-                "SELECT allocation_id, step, min(at) FROM allocation_events WHERE allocation_id = ANY(:ids) "
-                "GROUP BY 1, 2"
-            ),
-            {"ids": ids},
-        )
-    found: dict[str, dict[str, float]] = {}
-    for allocation_id, step, at in rows:
-        steps = found.setdefault(allocation_id, {})
-        steps[step] = at.timestamp()
-        steps["first"] = min(steps.get("first", at.timestamp()), at.timestamp())
-    return found
-
-
 async def _allocations_of(stack: Stack, ids: list[str], limit: float) -> dict[str, tuple[str, datetime, datetime]]:
     """reservation -> (its allocation, start, end), once every one has ended."""
-    deadline = time.monotonic() + limit
-    while True:
+    rows: list[Any] = []
+
+    async def ended() -> bool:
+        nonlocal rows
         async with stack.sessions() as session:
-            rows = (
+            rows = list(
                 await session.execute(
                     text(
                         "SELECT id, allocation_id, starts_at, ends_at, state, reason FROM reservations WHERE id = ANY(:ids)"
                     ),
                     {"ids": ids},
                 )
-            ).all()
-        if rows and all(state == "ended" for *_, state, _ in rows):
-            return {r: (a, s, e) for r, a, s, e, _, _ in rows}
-        if time.monotonic() > deadline or any(state == "failed" for *_, state, _ in rows):
-            async with stack.sessions() as session:
-                failures = dict(
-                    (
-                        await session.execute(
-                            text("SELECT id, failure_reason FROM allocations WHERE id = ANY(:ids)"),
-                            {"ids": [a for _, a, *_ in rows if a]},
-                        )
-                    ).all()
-                )
-            states = [(r, st, why, failures.get(a)) for r, a, _, _, st, why in rows if st != "ended"]
-            raise RuntimeError(f"reservations not all ended after {limit:.0f} s: {states}")
-        await asyncio.sleep(0.5)
+            )
+        if any(state == "failed" for *_, state, _ in rows):
+            raise RuntimeError(f"a reservation failed: {await not_ended()}")
+        return bool(rows) and all(state == "ended" for *_, state, _ in rows)
+
+    async def not_ended() -> str:
+        """Each reservation not ended: its state, why, and why its allocation failed (if it did)."""
+        async with stack.sessions() as session:
+            failures = dict(
+                (
+                    await session.execute(
+                        text("SELECT id, failure_reason FROM allocations WHERE id = ANY(:ids)"),
+                        {"ids": [a for _, a, *_ in rows if a]},
+                    )
+                ).all()
+            )
+        return f"{[(r, st, why, failures.get(a)) for r, a, _, _, st, why in rows if st != 'ended']}"
+
+    await until(ended, every=0.5, timeout=limit, what="every reservation ending", detail=not_ended)
+    return {r: (a, s, e) for r, a, s, e, _, _ in rows}
 
 
 async def run(stack: Stack, count: int, churners: int) -> dict[str, list[float]]:
     path = await stack.load_fleet(2 * count)
     queues = Queues(control="reserve.control", node_prefix="reserve.node.")
-    await _run_workers(stack, path, queues)
+    await run_workers(stack, path, queues)
     stop, created = asyncio.Event(), {}
     first = datetime.now(UTC) + timedelta(seconds=LEAD_S)
     async with stack.sessions() as session:
@@ -145,11 +138,11 @@ async def run(stack: Stack, count: int, churners: int) -> dict[str, list[float]]
             with contextlib.suppress(Exception):
                 await loop
     allocations = [a for a, _, _ in placed.values()]
-    events = await _events(stack, allocations + list(created))
+    events = await step_times(stack.sessions, ids=allocations + list(created))
     started, active, expired = [], [], []
     for allocation, starts, ends in placed.values():
         steps = events[allocation]
-        started.append(steps["first"] - starts.timestamp())
+        started.append(min(steps.values()) - starts.timestamp())  # its first event, whichever step
         active.append(steps["ready"] - starts.timestamp())
         expired.append(steps["expired"] - ends.timestamp())
     baseline = [events[a]["ready"] - at for a, at in created.items() if "ready" in events.get(a, {})]

@@ -14,10 +14,11 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from bench.placement import _timed, synthetic_views
+from bench.placement import synthetic_views
+from bench.stats import timed_ms
+from contracts.placement import PlacementRequest
 from scheduler.placement.schedule import schedule
 from scheduler.placement.tenant_scope import tenant_view
-from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import TenantView
 
@@ -47,7 +48,7 @@ def main() -> None:
     print("| what | fastest ms | median ms |")
     print("|---|---:|---:|")
     for what, action in figures.items():
-        samples = _timed(action, args.runs)
+        samples = timed_ms(action, args.runs)
         print(f"| {what} | {min(samples):.3f} | {statistics.median(samples):.3f} |")
 
 

@@ -39,18 +39,16 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from bench.cohort_tree import fleet_yaml, queued_requests
+from bench.database import embedded_database
 from contracts.allocation import ClaimInput
-from devstack.postgres import EmbeddedPostgres
+from contracts.placement import Bundle
 from fleet.loader import parse_fleet
 from fleet.vocabulary import QueueingStrategy
 from scheduler.admission.admit import admission_pass
 from scheduler.from_fleet import snapshot_from_fleet
-from scheduler.placement.bundles import Bundle
 from scheduler.snapshot import Snapshot
 from store import claims, usage
 from store.apply import apply_fleet
-from store.db import create_engine, session_factory
-from store.migrate import upgrade
 from store.models import AllocationRow, SlotRow
 
 NOW = datetime(2026, 11, 27, tzinfo=UTC)
@@ -270,11 +268,8 @@ def say(figures: dict[str, Any]) -> None:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="berth-usage-") as home:
-        server = EmbeddedPostgres(Path(home) / "data", durable=False).start()
-        engine = create_engine(server.url)
-        try:
-            await upgrade(engine)
-            sessions = session_factory(engine)
+        async with embedded_database(Path(home) / "data") as database:
+            engine, sessions = database.engine, database.sessions
             fleet_text = fleet_yaml("tree-fair", args.tenants, 64, reclaim=False).replace(
                 "fairSharing: {enabled: true}", f"fairSharing: {{enabled: true, usageHalfLife: {HALF_LIFE}}}"
             )
@@ -293,9 +288,6 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             result["pass"] = await admission(sessions, fleet_text, args.requests, args.tenants, args.passes)
             say(result["pass"])
             result["report"] = await reports(sessions, args.repeat)
-        finally:
-            await engine.dispose()
-            server.destroy()
     return result
 
 

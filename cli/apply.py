@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 from rich.text import Text
-from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
 from cli.output import OutputFormat, console, errors, fail, is_data, output_option, print_data, styled
 from cli.plan import capability_list
@@ -22,19 +21,21 @@ from fleet.fleet import Fleet
 from fleet.loader import load_fleet
 from store.apply import ApplyRefused, ApplyResult, apply_fleet, refuse_non_inventory
 from store.db import create_engine, session_factory
+from store.outage import UNREACHABLE_OR_REFUSED, refused_statement
 from store.tokens import ensure_tenant_tokens
+from workflows.admission_passes_client import ask_for_admission_pass
 from workflows.deployment_client import notify_inventory_changed
-from workflows.queue_walk_client import walk_queues
 
 
 async def _tell_deployments(settings: Settings, summary: str) -> int | None:
     """Best effort, after the apply committed: the queues of waiting requests are walked and running deployments
-    re-plan now, instead of at the reconciler's next walk and their next resync (what `PUT /v1/fleet` does too). None when Temporal cannot be reached in a few seconds."""
+    re-plan now, instead of at the reconciler's next walk and their next resync (what `PUT /v1/fleet` does too).
+    None when Temporal cannot be reached in a few seconds."""
     try:
         async with asyncio.timeout(5):
             client = await connect(settings)
             queues = Queues(control=settings.control_task_queue, node_prefix=settings.node_task_queue_prefix)
-            await walk_queues(client, queues, f"fleet applied: {summary}")  # waiting requests may fit now
+            await ask_for_admission_pass(client, queues, f"fleet applied: {summary}")  # waiting requests may fit now
             return await notify_inventory_changed(client, queues, f"fleet applied: {summary}")
     except NotConfigured:
         return 0  # no control plane configured: no deployment to tell
@@ -92,11 +93,12 @@ def apply(
         fail(str(exc))
     except NotConfigured as exc:
         fail(str(exc))
-    except ProgrammingError as exc:
-        if "does not exist" in str(exc.orig):
+    except UNREACHABLE_OR_REFUSED as exc:
+        refused = refused_statement(exc)
+        if refused is not None and "does not exist" in refused:
             fail("the database has no Berth schema yet: run `berth migrate` first")
-        fail(f"the database refused the apply: {exc.orig}")
-    except (OSError, OperationalError, DBAPIError) as exc:
+        if refused is not None:
+            fail(f"the database refused the apply: {refused}")
         fail(f"cannot reach the database: {exc}")
     changed = result.changed()
     told = asyncio.run(_tell_deployments(Settings(), result.summary())) if changed else 0

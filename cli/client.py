@@ -1,7 +1,7 @@
 """How the `berth` commands reach the HTTP API: where it is, which token to send, and every failure as one line.
 
 The API and token come from `--api` / `--token`, else `BERTH_API_URL` / `BERTH_TOKEN`, else the login `berth login`
-kept for that API (cli/login.py), else the `context.json` that `berth up` writes (found as `config.context` finds
+kept for that API (cli/credentials.py), else the `context.json` that `berth up` writes (found as `config.context` finds
 it: `BERTH_CONTEXT`, this directory and its parents, the user's config directory), so a second terminal next to
 `berth up` needs no flags. From the context file the admin
 token is used unless `--tenant NAME` picks that tenant's token: then the command acts exactly as the tenant would.
@@ -23,6 +23,8 @@ import httpx
 import typer
 from pydantic import ValidationError
 
+from cli.api_failure import ApiFailure
+from cli.credentials import logged_in_token
 from cli.output import errors, fail
 from config.context import StackContext, discovered_context, find_context, where_looked
 from config.settings import Settings
@@ -49,24 +51,6 @@ TenantOption = Annotated[
 TIMEOUT_SECONDS = 30.0  # above the API's own Temporal call timeouts, so its 503 arrives before ours
 
 
-class ApiFailure(Exception):
-    """The API could not be reached, or answered with an error; `str()` is the one line to show. An answer in the
-    API's error envelope keeps its parts (`message` without the code, `code`, `status`, `details`) for `-o json`."""
-
-    def __init__(
-        self,
-        line: str,
-        *,
-        message: str | None = None,
-        code: str = "failed",
-        status: int | None = None,
-        details: Any = None,
-    ) -> None:
-        super().__init__(line)
-        self.message = message or line
-        self.code, self.status, self.details = code, status, details
-
-
 @dataclass(frozen=True)
 class Target:
     url: str
@@ -89,8 +73,6 @@ def resolve_target(api: str | None, token: str | None, tenant: str | None = None
     context = lookup.context if lookup is not None else None
     url = api_url(api, context)
     if token is None and tenant is None:
-        from cli.login import logged_in_token  # cli.login builds on this module
-
         token = logged_in_token(url)  # the person who ran `berth login` for this API acts as themselves
     if token is None and context is not None and url == (context.api_url or "").rstrip("/"):
         if tenant is None:

@@ -204,7 +204,7 @@ class Demo:
     def unplaceable(self) -> None:
         self.say(
             "Sixteen H200 GPUs as one slice VM: no host has sixteen. Berth explains the refusal level by level, and "
-            "refuses the request at admission, creating nothing."
+            "refuses the request at once, creating nothing."
         )
         body = {"gpu_count": 16, "gpu_product": "H200", "shape": "gpu_slice"}
         explained = self.call("POST", "/v1/explain", 200, json=body)
@@ -212,7 +212,7 @@ class Demo:
         self.say(f"  explain: {explained['explanation']['summary']}")
         for level in explained["explanation"]["levels"]:
             self.say(f"    {level['level']}: {level['summary']}")  # the summary starts with the counts
-        # No host of the fleet could ever hold it, so the API refuses it at admission: no allocation, no workflow.
+        # No host of the fleet could ever hold it, so the API refuses it at create: no allocation, no workflow.
         refused = self.call("POST", "/v1/allocations", 422, json=body)
         self.expect(refused["error"]["code"] == "unsatisfiable", f"expected unsatisfiable, got {refused['error']}")
         self.say(f"  POST /v1/allocations: 422 {refused['error']['code']}: {refused['error']['message']}")

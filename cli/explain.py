@@ -15,13 +15,13 @@ import typer
 from pydantic import ValidationError
 
 from cli.output import Column, OutputFormat, fail, is_data, make_console, output_option, print_data, styled, table
+from contracts.placement import CapacityShape, PlacementRequest
 from fleet.errors import FleetError
 from fleet.loader import load_fleet
 from scheduler.cel import SelectorError
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.placement.schedule import PlacementResult, schedule
 from scheduler.reasons import phrase
-from scheduler.request import CapacityShape, PlacementRequest
 
 
 class _BadInput(Exception):

@@ -10,13 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from sqlalchemy.exc import DBAPIError, OperationalError
-
 from cli.output import fail
 from cli.worker import ReadyFileOption
 from config.context import NotConfigured
 from config.settings import Settings
 from devstack.ready import mark_ready
+from store.outage import UNREACHABLE_OR_REFUSED
 
 
 def gateway(ready_file: ReadyFileOption = None) -> None:
@@ -31,5 +30,5 @@ def gateway(ready_file: ReadyFileOption = None) -> None:
         fail(str(exc))
     except (OSError, ValueError) as exc:
         fail(f"cannot run the node gateway: {exc}")
-    except (OperationalError, DBAPIError) as exc:
+    except UNREACHABLE_OR_REFUSED as exc:  # after OSError above: the driver's own errors
         fail(f"cannot reach the database: {exc}")

@@ -9,8 +9,8 @@ authorization-code flow with PKCE (RFC 7636) on a loopback redirect (RFC 8252), 
     the tokens, per API URL, in a file only its owner reads    `$XDG_CONFIG_HOME/berth/credentials.json`, mode 0600
 
 Every later command to that API sends the ID token as its bearer, and refreshes it with the refresh token a minute
-before it expires; once the refresh is refused, it asks for `berth login` again. `--token`, `BERTH_TOKEN` and a
-service account's token still win when given (cli/client.py).
+before it expires (cli/credentials.py keeps and refreshes them); once the refresh is refused, it asks for `berth login`
+again. `--token`, `BERTH_TOKEN` and a service account's token still win when given (cli/client.py).
 """
 
 from __future__ import annotations
@@ -18,121 +18,24 @@ from __future__ import annotations
 import base64
 import hashlib
 import http.server
-import json
 import secrets
 import sys
 import threading
-import time
 import webbrowser
-from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import httpx
 import typer
-from pydantic import BaseModel, ValidationError
 
-from cli.client import ApiFailure, ApiOption, api_client, api_url
+from cli.api_failure import ApiFailure
+from cli.client import ApiOption, api_client, api_url
+from cli.credentials import Credentials, client_auth, from_token_answer, id_token_claims, load_all, save
 from cli.output import OutputFormat, OutputOption, console, fail, is_data, print_data
-from config.context import discovered_context, user_config_dir, write_private
-from config.identity import unverified_claims
+from config.context import discovered_context
 from config.settings import Settings
 
 LOGIN_SECONDS = 300.0  # how long the loopback listener waits for the browser
-REFRESH_AHEAD_SECONDS = 60.0
-
-
-class Credentials(BaseModel):
-    """What `berth login` keeps for one API: the tokens and where to refresh them."""
-
-    issuer: str
-    client_id: str
-    client_secret: str | None = None  # a client that must authenticate (Google's "installed app" kind)
-    token_endpoint: str
-    id_token: str
-    refresh_token: str | None = None
-    expires_at: float  # the ID token's `exp`
-
-
-def credentials_file() -> Path:
-    return user_config_dir() / "credentials.json"
-
-
-def _load_all() -> dict[str, Any]:
-    try:
-        found = json.loads(credentials_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}
-
-
-def _save(api: str, credentials: Credentials | None) -> Path:
-    everything = _load_all()
-    if credentials is None:
-        everything.pop(api, None)
-    else:
-        everything[api] = credentials.model_dump()
-    path = credentials_file()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return write_private(path, json.dumps(everything, indent=2) + "\n")
-
-
-def _claims(id_token: str) -> dict[str, Any]:
-    """The ID token's claims, unverified (the API verifies; the CLI only wants `exp` and a name)."""
-    try:
-        return unverified_claims(id_token)
-    except ValueError as error:
-        raise ApiFailure(f"the provider's ID token is {error}") from error
-
-
-def _client_auth(client_id: str, secret: str | None) -> tuple[dict[str, str], tuple[str, str] | None]:
-    """How the client shows itself to the token endpoint: HTTP Basic with its secret when it has one (the method
-    every provider must take, RFC 6749 section 2.3.1), else as a public client naming itself (PKCE protects it)."""
-    return ({}, (client_id, secret)) if secret else ({"client_id": client_id}, None)
-
-
-def _from_token_answer(answer: dict[str, Any], before: Credentials) -> Credentials:
-    id_token = answer.get("id_token")
-    if not isinstance(id_token, str):
-        raise ApiFailure("the provider answered without an ID token (is the `openid` scope allowed for the client?)")
-    return before.model_copy(
-        update={
-            "id_token": id_token,
-            "refresh_token": answer.get("refresh_token") or before.refresh_token,
-            "expires_at": float(_claims(id_token).get("exp", time.time() + 300)),
-        }
-    )
-
-
-def logged_in_token(api: str) -> str | None:
-    """The ID token `berth login` keeps for `api`, refreshed when it is about to expire; None when no one logged
-    in there (or the refresh was refused: the person must log in again)."""
-    found = _load_all().get(api.rstrip("/"))
-    if found is None:
-        return None
-    try:
-        credentials = Credentials.model_validate(found)
-    except ValidationError:
-        return None
-    if credentials.expires_at - time.time() > REFRESH_AHEAD_SECONDS:
-        return credentials.id_token
-    if credentials.refresh_token is None:
-        raise ApiFailure(f"your login to {api} has expired: run `berth login --api {api}`")
-    named, auth = _client_auth(credentials.client_id, credentials.client_secret)
-    try:
-        answer = httpx.post(
-            credentials.token_endpoint,
-            data={"grant_type": "refresh_token", "refresh_token": credentials.refresh_token, **named},
-            auth=auth,
-            timeout=30.0,
-        )
-    except httpx.HTTPError as error:
-        raise ApiFailure(f"cannot refresh your login at {credentials.token_endpoint}: {error}") from error
-    if answer.status_code != 200:
-        raise ApiFailure(f"your login to {api} can no longer be refreshed: run `berth login --api {api}`")
-    refreshed = _from_token_answer(answer.json(), credentials)
-    _save(api.rstrip("/"), refreshed)
-    return refreshed.id_token
 
 
 class _Callback(http.server.BaseHTTPRequestHandler):
@@ -232,7 +135,7 @@ def login(
     if "error" in answer:
         fail(f"the identity provider refused the login: {answer['error']} {answer.get('error_description', '')}")
     client_secret = client_secret or Settings().oidc_client_secret
-    named, auth = _client_auth(client_id, client_secret)
+    named, auth = client_auth(client_id, client_secret)
     blank = Credentials(
         issuer=issuer,
         client_id=client_id,
@@ -255,13 +158,13 @@ def login(
             timeout=30.0,
         )
         exchanged.raise_for_status()
-        credentials = _from_token_answer(exchanged.json(), blank)
+        credentials = from_token_answer(exchanged.json(), blank)
     except (httpx.HTTPError, ValueError) as error:
         fail(f"the identity provider did not give the tokens: {error}")
     except ApiFailure as error:
         fail(str(error))
-    path = _save(url, credentials)
-    claims = _claims(credentials.id_token)
+    path = save(url, credentials)
+    claims = id_token_claims(credentials.id_token)
     name = claims.get("email") or claims.get("preferred_username") or claims.get("sub")
     console.print(f"Logged in to {url} as {name} (tokens kept in {path}).", highlight=False)
 
@@ -297,8 +200,8 @@ def whoami(
 def logout(api: ApiOption = None) -> None:
     """Forget the tokens `berth login` kept for this API (the provider's own session is the browser's)."""
     url = _api_url(api)
-    if url not in _load_all():
+    if url not in load_all():
         console.print(f"Not logged in to {url}.", highlight=False)
         return
-    _save(url, None)
+    save(url, None)
     console.print(f"Logged out of {url}.", highlight=False)

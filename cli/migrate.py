@@ -8,13 +8,13 @@ import time
 from typing import Annotated
 
 import typer
-from sqlalchemy.exc import DBAPIError, OperationalError
 
 from cli.output import console, fail
 from config.context import NotConfigured, database_url
 from config.settings import Settings
 from store.db import create_engine
 from store.migrate import current, head, upgrade
+from store.outage import UNREACHABLE_OR_REFUSED
 
 
 async def _migrate(url: str) -> None:
@@ -33,7 +33,7 @@ async def _wait(url: str, seconds: float) -> str | None:
         while True:
             try:
                 seen = await current(engine)
-            except (OSError, OperationalError, DBAPIError):
+            except UNREACHABLE_OR_REFUSED:
                 seen = None  # not reachable yet (the database starting, a network policy being applied)
             if seen == wanted or time.monotonic() >= deadline:
                 return seen
@@ -68,6 +68,6 @@ def migrate(
         asyncio.run(_migrate(url))
     except NotConfigured as exc:
         fail(str(exc))
-    except (OSError, OperationalError, DBAPIError) as exc:
+    except UNREACHABLE_OR_REFUSED as exc:
         fail(f"cannot migrate the database: {exc}")
     console.print("database schema is up to date")

@@ -22,16 +22,16 @@ import typer
 import yaml
 
 from cli.output import OutputFormat, errors, fail, is_data, output_option, print_data, styled
+from contracts.fleet_plan import EnginePlacement, FleetPlan, Phase
 from fleet.byo import adopt_node_lists
 from fleet.errors import FleetError
 from fleet.fleet import Fleet
 from fleet.gguf import GgufError, read_facts
 from fleet.inference_cluster import ClusterStatus, Condition, Gateway
 from fleet.loader import load_fleet
-from scheduler.fleet import FleetPlan, Phase, manifest_dict, replica_manifest
+from scheduler.fleet import manifest_dict, replica_manifest
 from scheduler.fleet.estimate import MemoryEstimate, estimate, gguf_members, with_estimates
 from scheduler.fleet.planning import plan_deployment
-from scheduler.fleet.results import EnginePlacement
 
 
 def plan(

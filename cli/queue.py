@@ -1,4 +1,4 @@
-"""`berth queue [--region R]`: the requests waiting for capacity, per region, in admission order (issue 24).
+"""`berth queue [--region R]`: the requests waiting for capacity, per region, in admission order.
 
 One call to `GET /v1/queues`. Each region is a table: position (among every tenant's requests of the region),
 allocation, tenant, priority, the request, the tenant's weighted share, how long it has waited, its deadline and why

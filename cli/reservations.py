@@ -1,4 +1,4 @@
-"""`berth reservations create|list|cancel`: GPUs promised for a future window (issue 26), through the HTTP API.
+"""`berth reservations create|list|cancel`: GPUs promised for a future window, through the HTTP API.
 
 `create` is admitted when one node can hold the GPUs in the window; a full window is refused with the nearest
 windows that would fit (`window_full`). A reservation is `reserved` until its start, `started` once it has become an
@@ -16,7 +16,7 @@ from cli import values
 from cli.client import ApiOption, TenantOption, TokenOption, acting_tenant, api_client
 from cli.output import Column, OutputFormat, OutputOption, console, is_data, print_data, styled, table
 from cli.queue import local_time
-from scheduler.request import CapacityShape
+from contracts.placement import CapacityShape
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="GPUs promised for a future window.")
 

@@ -19,14 +19,13 @@ from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
-from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from cli import values
 from cli.output import Column, OutputFormat, OutputOption, console, fail, is_data, print_data, table
 from config.context import NotConfigured, database_url, write_private
 from config.settings import Settings
-from store.db import create_engine, session_factory
+from store.db import AsyncSession, create_engine, session_factory
+from store.outage import UNREACHABLE_OR_REFUSED
 from store.tokens import Role, create_token, listed, revoke_tokens, verify
 
 T = TypeVar("T")
@@ -133,7 +132,7 @@ def create(
         fail(str(error))
     except ValueError as error:  # an unknown tenant or node
         fail(str(error))
-    except (OSError, OperationalError, DBAPIError) as error:
+    except UNREACHABLE_OR_REFUSED as error:
         fail(f"cannot reach the database: {error}")
     if is_data(output):
         print_data(
@@ -164,7 +163,7 @@ def list_tokens(
         rows = _in_database(database_url(Settings()), lambda session: listed(session, include_ended=all_))
     except NotConfigured as error:
         fail(str(error))
-    except (OSError, OperationalError, DBAPIError) as error:
+    except UNREACHABLE_OR_REFUSED as error:
         fail(f"cannot reach the database: {error}")
     found = [
         {
@@ -204,7 +203,7 @@ def _write_node_tokens(nodes: list[str], directory: Path, label: str | None, per
             token = _create(url, "node", None, label, node)
         except ValueError as error:
             fail(str(error))
-        except (OSError, OperationalError, DBAPIError) as error:
+        except UNREACHABLE_OR_REFUSED as error:
             fail(f"cannot reach the database: {error}")
         write_private(path, token + "\n")  # 0600 from its first byte, even over a leftover file
         console.print(f"node token for {node} written to {path}", highlight=False)
@@ -222,7 +221,7 @@ def revoke(
         revoked = _revoke(database_url(Settings()), node, token_id)
     except NotConfigured as error:
         fail(str(error))
-    except (OSError, OperationalError, DBAPIError) as error:
+    except UNREACHABLE_OR_REFUSED as error:
         fail(f"cannot reach the database: {error}")
     if not revoked:
         fail(f"no live token {'of node ' + node if node else f'with id {token_id}'}")
@@ -267,7 +266,7 @@ def rotate(
         fail(str(error))
     except ValueError as error:
         fail(str(error))
-    except (OSError, OperationalError, DBAPIError) as error:
+    except UNREACHABLE_OR_REFUSED as error:
         fail(f"cannot reach the database: {error}")
     try:
         write_private(path, fresh + "\n")
@@ -278,7 +277,7 @@ def rotate(
     time.sleep(pause)
     try:
         revoked = _revoke(url, node=node, keep=keep)
-    except (OSError, OperationalError, DBAPIError) as error:
+    except UNREACHABLE_OR_REFUSED as error:
         fail(f"cannot reach the database to revoke the older tokens ({error}): `berth tokens revoke --id ID` them")
     console.print(f"revoked the older token(s) of {node}: {', '.join(map(str, revoked)) or 'none'}", highlight=False)
 

@@ -1,4 +1,4 @@
-"""Traces (issue 28): OpenTelemetry, on when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) is set, the
+"""Traces: OpenTelemetry, on when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) is set, the
 standard variables, and off otherwise (nothing of OpenTelemetry is even imported then: a node agent stays lean).
 
     POST /v1/allocations                      FastAPI's instrumentation (the API)

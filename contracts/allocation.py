@@ -10,10 +10,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from scheduler.explanation import Explanation
-from scheduler.placement.bundles import Bundle
-from scheduler.placement.nodes import Candidate
-from scheduler.request import CapacityShape, NumaPolicy, PlacementRequest
+from contracts.explanation import Explanation
+from contracts.placement import Bundle, Candidate, CapacityShape, NumaPolicy, PlacementRequest
 
 
 class Model(BaseModel):
@@ -112,7 +110,7 @@ class FindCandidatesInput(Model):
     # The allocation's final step if this one refuses (`choose_placement` only): the step records it with the
     # refusal's reason, so a refused allocation needs no second write. None: the workflow records it itself.
     final: StateChange | None = None
-    # Waiting for capacity (issue 24, `choose_placement` only): whether the request may wait, at what priority, and
+    # Waiting for capacity (`choose_placement` only): whether the request may wait, at what priority, and
     # whether it is in its region's queue already (then a placement chosen takes it out of the queue).
     wait: QueueTicket | None = None
 
@@ -131,7 +129,7 @@ class ClaimInput(Model):
 class ReleaseClaimsInput(Model):
     allocation_id: str
     attempt: int | None = None  # None: every active claim of the allocation
-    # The region whose queue to walk once the claims are released (issue 24): capacity freed is offered to the
+    # The region whose queue to walk once the claims are released: capacity freed is offered to the
     # requests waiting for it in the same step, at no extra cost to the workflow. None: no queue is walked.
     walk_region: str | None = None
     trail: AuditTrail = Field(default_factory=AuditTrail)
@@ -266,7 +264,7 @@ class PlacementChoice(Model):
 
 
 class EnterQueueInput(Model):
-    """Wait in `region`'s queue until `deadline_at` (issue 24); `reason`/`code`: why it is not placed now."""
+    """Wait in `region`'s queue until `deadline_at`; `reason`/`code`: why it is not placed now."""
 
     allocation_id: str
     tenant: str
@@ -286,7 +284,7 @@ class LeaveQueueInput(Model):
 
 
 class PreemptNotice(Model):
-    """Sent to an active allocation an admission pass chose to preempt (issue 26): who displaces it, by priority
+    """Sent to an active allocation an admission pass chose to preempt: who displaces it, by priority
     only (never by tenant), the rule that allows it, and how long it keeps running."""
 
     priority: int
@@ -296,7 +294,7 @@ class PreemptNotice(Model):
 
 
 class HealthNotice(Model):
-    """Sent to an allocation holding a slot whose GPU its agent judged failed (issue 27): which slot, and why."""
+    """Sent to an allocation holding a slot whose GPU its agent judged failed: which slot, and why."""
 
     slot: str  # "<node>/<index>"
     reason: str
@@ -304,14 +302,14 @@ class HealthNotice(Model):
 
 
 class DrainNotice(Model):
-    """Sent to each allocation of a node an operator drains (issue 27)."""
+    """Sent to each allocation of a node an operator drains."""
 
     node: str
     reason: str = "an operator's drain"
 
 
 class ReservationStart(Model):
-    """A reservation's start (issue 26): its allocation's id, and the preemptible allocations on its node to tell
+    """A reservation's start: its allocation's id, and the preemptible allocations on its node to tell
     to leave so it has room, each with its grace period."""
 
     allocation_id: str

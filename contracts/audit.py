@@ -29,10 +29,10 @@ class FindingKind(StrEnum):
     QUARANTINE_WIPED = "quarantine_wiped"
     AGENT_UNREACHABLE = "agent_unreachable"
     ABANDONED_ALLOCATION = "abandoned_allocation"  # unfinished in PostgreSQL, its workflow ended (say, terminated)
-    NOMINATION_TAKEN = "nomination_taken"  # a node held for a preemptor was given to another allocation (issue 26)
-    RESERVATION_OVERBOOKED = "reservation_overbooked"  # a node cannot give its reservations their GPUs (issue 26)
+    NOMINATION_TAKEN = "nomination_taken"  # a node held for a preemptor was given to another allocation
+    RESERVATION_OVERBOOKED = "reservation_overbooked"  # a node cannot give its reservations their GPUs
     ABANDONED_RESERVATION = "abandoned_reservation"  # open in PostgreSQL, its workflow ended (say, terminated)
-    GPU_FAILURE_UNTOLD = "gpu_failure_untold"  # an active allocation holds a failed GPU and was not told (issue 27)
+    GPU_FAILURE_UNTOLD = "gpu_failure_untold"  # an active allocation holds a failed GPU and was not told
     GPU_REPAIRED = "gpu_repaired"  # an operator's repair of a slot's GPU (`berth nodes repair`), for the trail
     USAGE_DRIFT = "usage_drift"  # the usage ledger and an allocation's claims disagree (store/usage.py)
 
@@ -99,7 +99,7 @@ class ClaimFact(Model):
 
 
 class NominationFact(Model):
-    """A node an admission pass holds for a queued request whose preemption it decided (issue 26)."""
+    """A node an admission pass holds for a queued request whose preemption it decided."""
 
     allocation_id: str  # the preemptor
     node: str
@@ -128,7 +128,7 @@ class OpenReservationFact(Model):
 
 
 class FailedSlotFact(Model):
-    """A slot whose GPU its agent judged failed (issue 27)."""
+    """A slot whose GPU its agent judged failed."""
 
     node: str
     slot_index: int

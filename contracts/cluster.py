@@ -28,9 +28,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# The tolerations a cluster's workloads carry are the ModelDeployment's one model (re-exported here), matched by
+# The tolerations a cluster's workloads carry are the ModelDeployment's one model, matched by
 # `scheduler.fleet.tolerations.tolerates`, Kubernetes' rule; serialized as before: key, operator, value, effect.
-from fleet.deployment import Toleration
+from contracts.manifest import Toleration
 
 KUBECONFIG_SECRET_ANNOTATION = "berth.dev/kubeconfig-secret"
 CONTEXT_ANNOTATION = "berth.dev/kube-context"
@@ -145,7 +145,7 @@ class ClusterObservation(BaseModel):
     evicted: dict[str, str] = Field(
         default_factory=dict,
         description="`<namespace>/<replica>` -> why, for replicas with a pod on a node tainted NoExecute that the pod "
-        "does not tolerate: the deployment moves them (issue 27).",
+        "does not tolerate: the deployment moves them.",
     )
 
 

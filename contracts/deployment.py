@@ -11,9 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.cluster import WorkloadReadiness
-from fleet.meta import DEFAULT_NAMESPACE
-from scheduler.fleet.results import FleetPlan
+from contracts.fleet_plan import FleetPlan
+from contracts.manifest import DEFAULT_NAMESPACE
 
 LEDGER_CONFLICT = "LedgerConflict"
 REPLICA_NOT_READY = "ReplicaNotReady"
@@ -91,6 +90,3 @@ class WaitWorkloadInput(Model):
     name: str
     window_seconds: float = 5.0
     poll_seconds: float = 0.5
-
-
-__all__ = ["WorkloadReadiness"]

@@ -10,12 +10,11 @@ nothing, as on the dev stack.
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from agent.simulated import simulated_host
 from fleet.fleet import Fleet
 from fleet.node import Node
 from scheduler.host.report import AgentInfo, NodeReport
+from store.db import AsyncSession, async_sessionmaker
 from store.node_reports import record_report
 
 

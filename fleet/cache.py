@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from contracts.manifest import DEFAULT_NAMESPACE, TaintEffect
 from fleet.deployment import ClusterSelector, ModelDeployment
-from fleet.inference_cluster import InferenceCluster, Taint, TaintEffect
-from fleet.meta import DEFAULT_NAMESPACE
+from fleet.inference_cluster import InferenceCluster, Taint
 from fleet.model_cache import ModelCache
 
 NOT_STAGED_TAINT = "berth.dev/model-cache-not-staged"

@@ -21,8 +21,9 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, ValidationInfo, field_validator, model_validator
 
+from contracts.manifest import Spec
 from fleet.deadlines import Duration
-from fleet.meta import Name, ObjectMeta, Spec
+from fleet.meta import Name, ObjectMeta
 from fleet.tenant import FlavorQuota, _within
 
 

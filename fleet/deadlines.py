@@ -22,7 +22,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from fleet.meta import Spec
+from contracts.manifest import Spec
 
 # The states an allocation can sit in before it is active, then `releasing`; `placing` covers `pending`.
 DEADLINE_STATES = ("placing", "planning", "claiming", "provisioning", "waiting_ready", "releasing")

@@ -19,28 +19,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
-from pydantic_core import PydanticCustomError
 
+from contracts.manifest import Role, Spec, Toleration, rule_broken
 from fleet.inference_class import QUANTITY_PATTERN
-from fleet.inference_cluster import TaintEffect
-from fleet.meta import Carried, Name, ObjectMeta, Spec
+from fleet.meta import Carried, Name, ObjectMeta
 from fleet.openapi import check_block, published_schema
 
-MANIFEST_RULE = "manifest_rule"
 POD_TEMPLATE = "spec.template.spec.engines[].members[].template"  # a member's pod template, in the XRD
-
-
-def rule_broken(message: str) -> PydanticCustomError:
-    """A rule between a manifest's fields (Modelplane's admission rules: unique names, a serving unit's roles, what
-    a member may carry), which no schema states: its own problem type (`manifest_rule`), so a client, and the API's
-    schema checks, can tell it from a malformed field."""
-    return PydanticCustomError(MANIFEST_RULE, "{rule}", {"rule": message})
-
-
-class Role(StrEnum):
-    STANDALONE = "Standalone"
-    LEADER = "Leader"
-    WORKER = "Worker"
 
 
 class PlacementStrategy(StrEnum):
@@ -74,16 +59,20 @@ class DeviceRequest(Spec):
     selectors: list[CelSelector] = Field(min_length=1)
 
 
+def _require_unique(what: str, names: list[str]) -> None:
+    """Refuse a list whose `what` repeat a name, naming every name repeated."""
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise rule_broken(f"{what} must be unique (repeated: {', '.join(duplicates)})")
+
+
 class NodeSelector(Spec):
     devices: list[DeviceRequest] = Field(min_length=1)
 
     @field_validator("devices")
     @classmethod
     def _unique_request_names(cls, devices: list[DeviceRequest]) -> list[DeviceRequest]:
-        names = [d.name for d in devices]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise rule_broken(f"device request names must be unique (repeated: {', '.join(duplicates)})")
+        _require_unique("device request names", [d.name for d in devices])
         return devices
 
 
@@ -240,28 +229,6 @@ class Engine(Spec):
         return self
 
 
-class Toleration(Spec):
-    """A toleration as a ModelDeployment and a pod spec write it; the one model of it in Berth (the cluster driver's
-    `contracts.cluster.Toleration` is this class). Kubernetes' matching rule is `scheduler.fleet.tolerations`."""
-
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] = "Equal"
-    value: str | None = None
-    effect: TaintEffect | None = Field(default=None, description="Unset matches every effect.")
-
-    @model_validator(mode="after")
-    def _operator_fields(self) -> Toleration:
-        if self.operator == "Equal" and not self.key:
-            raise rule_broken("an Equal toleration must set a key")
-        if self.operator == "Exists" and self.value is not None:
-            raise rule_broken("an Exists toleration must not set a value")
-        return self
-
-    def manifest(self) -> dict[str, str]:
-        """As a pod spec writes it: unset fields left out."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
 class ClusterSelector(Spec):
     match_labels: dict[str, str] = Field(default_factory=dict)
 
@@ -323,10 +290,7 @@ class TemplateSpec(Spec):
     @field_validator("engines")
     @classmethod
     def _unique_engine_names(cls, engines: list[Engine]) -> list[Engine]:
-        names = [e.name for e in engines]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise rule_broken(f"engine names must be unique (repeated: {', '.join(duplicates)})")
+        _require_unique("engine names", [e.name for e in engines])
         return engines
 
 

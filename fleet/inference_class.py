@@ -12,7 +12,8 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeInt, StrictBool, StrictInt, StrictStr, field_validator, model_validator
 
-from fleet.meta import Carried, ObjectMeta, Spec
+from contracts.manifest import Spec
+from fleet.meta import Carried, ObjectMeta
 from fleet.openapi import check_block
 
 # Kubernetes resource.Quantity: a signed decimal number with a binary suffix, a decimal suffix, or an exponent.

@@ -14,22 +14,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from contracts.manifest import Spec, TaintEffect
 from fleet.deadlines import Duration, PoolDeadlines
 from fleet.inference_class import Device
-from fleet.meta import Carried, Name, ObjectMeta, PoolName, Spec
+from fleet.meta import Carried, Name, ObjectMeta, PoolName
 from fleet.node import Node, NodeTemplate
 from fleet.openapi import check_block
 from fleet.vocabulary import PoolShape
 
 
-class TaintEffect(StrEnum):
-    NO_SCHEDULE = "NoSchedule"
-    PREFER_NO_SCHEDULE = "PreferNoSchedule"
-    NO_EXECUTE = "NoExecute"
-
-
 class GpuFailurePolicy(StrEnum):
-    """What Berth does with an active allocation whose GPU its agent judged failed (issue 27)."""
+    """What Berth does with an active allocation whose GPU its agent judged failed."""
 
     TELL = "Tell"  # the allocation goes `degraded` and keeps running: its owner decides
     REPLACE = "Replace"  # the same, then it moves to a healthy node (the old one's VM destroyed, its NVMe wiped)

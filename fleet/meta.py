@@ -10,7 +10,8 @@ import re
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
-from pydantic.alias_generators import to_camel
+
+from contracts.manifest import DEFAULT_NAMESPACE
 
 API_VERSIONS: tuple[str, ...] = ("berth.dev/v1alpha1", "modelplane.ai/v1alpha1")
 
@@ -25,8 +26,6 @@ Name = Annotated[
 # of the `modelplane.ai/pool` node label, which Kubernetes restricts further (see `fleet.meta.label_value_problem`).
 PoolName = Annotated[str, StringConstraints(min_length=1, max_length=40)]
 
-DEFAULT_NAMESPACE = "default"
-
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
@@ -36,16 +35,6 @@ def label_value_problem(value: str) -> str | None:
     if len(value) > 63 or not _LABEL_VALUE.match(value):
         return f"{value!r} is not a valid Kubernetes label value, so pods cannot be pinned to it by modelplane.ai/pool"
     return None
-
-
-class Spec(BaseModel):
-    """Base for every spec-like block: camelCase in YAML, snake_case in Python, unknown fields are errors.
-
-    Unknown fields are refused rather than ignored because a typo such as `nodeCont` would otherwise silently
-    change what gets scheduled.
-    """
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
 
 class ObjectMeta(BaseModel):

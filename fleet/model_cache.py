@@ -12,8 +12,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
+from contracts.manifest import Spec
 from fleet.deployment import ClusterSelector
-from fleet.meta import Carried, ObjectMeta, Spec
+from fleet.meta import Carried, ObjectMeta
 
 
 class SecretKeyRef(Spec):

@@ -12,7 +12,8 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from fleet.meta import Carried, ObjectMeta, Spec
+from contracts.manifest import Spec
+from fleet.meta import Carried, ObjectMeta
 from fleet.openapi import check_block
 
 

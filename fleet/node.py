@@ -12,7 +12,8 @@ from ipaddress import IPv4Address
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt, field_validator
 
-from fleet.meta import Name, Spec
+from contracts.manifest import Spec
+from fleet.meta import Name
 from fleet.vocabulary import FabricClaimMode, NodeStatus
 
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")

@@ -1,4 +1,4 @@
-"""PriorityClass: a named priority for allocations that wait for capacity (issue 24).
+"""PriorityClass: a named priority for allocations that wait for capacity.
 
 Modelled on Kubernetes' PriorityClass (scheduling.k8s.io/v1: an integer `value`, at most one `globalDefault`), which
 Kueue's workloads use too: a queued request with the higher value is admitted first, whatever its tenant's share.
@@ -22,8 +22,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from contracts.manifest import Spec
 from fleet.deadlines import Duration
-from fleet.meta import ObjectMeta, Spec
+from fleet.meta import ObjectMeta
 from fleet.vocabulary import ClassPreemptionPolicy
 
 # Kubernetes reserves values above 1,000,000,000 for system classes; Berth keeps to the user range.
@@ -41,7 +42,7 @@ class PriorityClassSpec(Spec):
     preemptible: bool = Field(
         default=False,
         description="Spot: a running allocation of this class may be displaced by any queued request that is not "
-        "preemptible itself (issue 26).",
+        "preemptible itself.",
     )
     grace_period: Duration = Field(
         default=30.0,

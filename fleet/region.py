@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field, PositiveFloat
 
-from fleet.meta import ObjectMeta, Spec
+from contracts.manifest import Spec
+from fleet.meta import ObjectMeta
 from fleet.vocabulary import QueueingStrategy, RegionStatus
 
 

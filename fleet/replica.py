@@ -33,7 +33,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from fleet.deployment import ModelCacheRef, Role, Serving, WorkerSpec, member_pods
+from contracts.manifest import Role
+from fleet.deployment import ModelCacheRef, Serving, WorkerSpec, member_pods
 from fleet.meta import Carried, ObjectMeta
 
 DEPLOYMENT_LABEL = "modelplane.ai/deployment"

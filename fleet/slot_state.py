@@ -24,7 +24,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from fleet.meta import ObjectMeta, Spec
+from contracts.manifest import Spec
+from fleet.meta import ObjectMeta
 
 
 class SlotHold(Spec):

@@ -15,8 +15,9 @@ from pydantic import (
     model_validator,
 )
 
+from contracts.manifest import Spec
 from fleet.deadlines import Duration, format_duration
-from fleet.meta import Name, ObjectMeta, Spec
+from fleet.meta import Name, ObjectMeta
 from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
 
 DEFAULT_MAX_QUEUE_SECONDS = 7 * 24 * 3600.0  # the longest wait a request may ask for when the tenant sets none
@@ -43,7 +44,7 @@ class TenantRateLimit(Spec):
 
 
 class TenantQueue(Spec):
-    """How this tenant's requests wait for capacity (issue 24). A request asks to wait with `queue: {timeout}`; with
+    """How this tenant's requests wait for capacity. A request asks to wait with `queue: {timeout}`; with
     `defaultTimeout` set, a request that says nothing waits that long (one that asks `timeout: 0` does not wait)."""
 
     default_timeout: Duration | None = Field(
@@ -64,7 +65,7 @@ class TenantQueue(Spec):
 
 
 class FlavorQuota(Spec):
-    """A nominal quota for one GPU product, in one region or in every region (issue 24): Kueue's nominalQuota of
+    """A nominal quota for one GPU product, in one region or in every region: Kueue's nominalQuota of
     one resource flavor. A tenant with `quotas` may be placed only on a product (and region) one of them names."""
 
     product: str = Field(min_length=1, max_length=64, description="The GPU product, as pools name it (`gpuProduct`).")
@@ -157,7 +158,7 @@ class TenantSpec(Spec):
         "set, a product (or region) none of them names is not the tenant's to use.",
     )
     preemption: TenantPreemption = Field(
-        default_factory=TenantPreemption, description="What its queued requests may displace (issue 26)."
+        default_factory=TenantPreemption, description="What its queued requests may displace."
     )
 
     @model_validator(mode="after")

@@ -10,13 +10,14 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
+from contracts.manifest import DEFAULT_NAMESPACE
 from fleet.cohort import Cohort
 from fleet.deployment import ModelDeployment
 from fleet.errors import FleetProblem
 from fleet.fleet import Fleet
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
-from fleet.meta import DEFAULT_NAMESPACE, ObjectMeta
+from fleet.meta import ObjectMeta
 from fleet.model_cache import ModelCache
 from fleet.model_service import ModelService
 from fleet.node import Node

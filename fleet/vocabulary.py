@@ -4,7 +4,7 @@ its queueing strategy may be.
 Apart from the documents that use them (pydantic models) because the scheduler's views are made of them, and the
 node agent plans on those views: an agent that imported them from the documents loaded the whole fleet schema
 (every document, the carried-block checks) into the resident memory of every GPU host (docs/benchmarks.md,
-"Performance (issue 14)"). The documents' modules re-export them.
+"Memory"). The documents' modules re-export them.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class RegionStatus(StrEnum):
 
 
 class QueueingStrategy(StrEnum):
-    """Kueue's names for how a queue's head treats those behind it (issue 24)."""
+    """Kueue's names for how a queue's head treats those behind it."""
 
     STRICT_FIFO = "StrictFIFO"  # the head blocks everyone behind it until it is placed
     BEST_EFFORT_FIFO = "BestEffortFIFO"  # a head that does not fit lets those behind it be placed

@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from config.context import database_url, temporal_target
 from config.settings import Settings
 from config.temporal_credentials import ClientCredentials
 from gateway.seal import TaskTokenSeal
 from gateway.server import GatewayPolicy, NodeGateway
-from store.db import create_engine, session_factory
+from store.db import AsyncSession, async_sessionmaker, create_engine, session_factory
 
 log = logging.getLogger("berth.gateway")
 

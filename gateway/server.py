@@ -23,14 +23,14 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError, Message
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.api.enums.v1 import TaskQueueKind
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice import v1 as service
 
 from gateway.rules import SERVICE, Handling, handling, node_queue, refusal
 from gateway.seal import SealError, TaskTokenSeal
+from store.db import AsyncSession, async_sessionmaker
+from store.outage import ANY_DATABASE_ERROR
 from store.token_cache import SWEEP_SECONDS, TokenCache
 from store.tokens import Principal
 
@@ -155,7 +155,7 @@ class NodeGateway(grpc.GenericRpcHandler):
             raise Refused(grpc.StatusCode.UNAUTHENTICATED, "send this node's token (`authorization: Bearer ...`)")
         try:
             principal = await self.tokens.principal(self.sessions, token)
-        except (OSError, SQLAlchemyError) as error:  # down, or its connection pool exhausted
+        except ANY_DATABASE_ERROR as error:  # down, or its connection pool exhausted
             raise Refused(grpc.StatusCode.UNAVAILABLE, f"cannot verify the node token now: {error}") from None
         if principal is None:
             raise Refused(grpc.StatusCode.UNAUTHENTICATED, "the node token is unknown or revoked")

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from contracts.reasons import Reason
 from fleet.vocabulary import FabricClaimMode, NodeStatus
 from scheduler.breaker import Cooling
 from scheduler.host.checks import ValidationState
 from scheduler.host.health import HealthState
-from scheduler.reasons import Reason
 from scheduler.views import NodeView, SlotState, SlotView
 
 _VALIDATION_DEFECTS = {
@@ -59,7 +59,7 @@ def hardware_defect(slot: SlotView, vf_counts: Counter[str]) -> Reason | None:
 def state_defect(slot: SlotView, holder: str | None = None) -> Reason | None:
     """Why the slot is not free for `holder` (None: it is). Slots `holder` already claims or leases count as free,
     so a node agent re-planning the same allocation gets the same answer; quarantine binds everyone. A free slot
-    whose GPU is not healthy takes no new work (issue 27)."""
+    whose GPU is not healthy takes no new work."""
     if slot.state is SlotState.FREE:
         return None if slot.health.placeable else Reason.SLOT_UNHEALTHY
     if holder is not None and slot.holder == holder and slot.state is not SlotState.QUARANTINED:

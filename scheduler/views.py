@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from contracts.placement import SlotId
 from fleet.vocabulary import (
     BorrowWithinCohort,
     FabricClaimMode,
@@ -28,8 +29,6 @@ from scheduler.host.health import HealthState
 
 if TYPE_CHECKING:
     from fleet.node import Slot
-
-SlotId = str | int
 
 
 class SlotState(StrEnum):
@@ -62,7 +61,7 @@ class SlotView:
     # there is no agent to ask, and the operator's approval is all there is.
     validation: ValidationState = ValidationState.VALID
     validation_reason: str | None = None  # the first failed check (`scheduler.host.checks.SlotCheck`)
-    # Its agent's health verdict (issue 27): only a healthy slot takes new work; what holds it keeps it.
+    # Its agent's health verdict: only a healthy slot takes new work; what holds it keeps it.
     health: HealthState = HealthState.HEALTHY
     health_reason: str | None = None
 
@@ -84,7 +83,7 @@ class RegionView:
     status: RegionStatus
     jurisdiction: str | None = None
     prices: Mapping[str, float] = field(default_factory=dict)  # per GPU-hour, by product
-    queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO  # how its queue is walked (issue 24)
+    queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO  # how its queue is walked
 
     def price(self, product: str) -> float | None:
         wanted = product.casefold()
@@ -147,7 +146,7 @@ class CohortView:
 
 @dataclass(frozen=True, slots=True)
 class PreemptionPolicy:
-    """A tenant's `preemption` (issue 26): Kueue's ClusterQueue preemption, per tenant. Nothing by default."""
+    """A tenant's `preemption`: Kueue's ClusterQueue preemption, per tenant. Nothing by default."""
 
     within_tenant: WithinTenant = WithinTenant.NEVER
     reclaim_within_cohort: ReclaimWithinCohort = ReclaimWithinCohort.NEVER
@@ -169,7 +168,7 @@ class TenantView:
     lending_limit: int | None = None  # None: all of its unused quota
     quotas: tuple[FlavorQuotaView, ...] | None = None  # per product (and region); None: gpu_quota alone
     held: tuple[tuple[str, str, int], ...] = ()  # (product, region, GPUs) of its placed GPUs, for `quotas`
-    preemption: PreemptionPolicy = PreemptionPolicy()  # what its queued requests may displace (issue 26)
+    preemption: PreemptionPolicy = PreemptionPolicy()  # what its queued requests may displace
     # GPU-seconds decayed to the pass's instant, where its tree orders by them (`fairSharing.usageHalfLife`,
     # scheduler/quota/usage_decay.py); None: its tree, if it shares fairly, goes by what each holds now.
     decayed_usage: float | None = None

@@ -8,7 +8,7 @@ again (its row goes back to `pending`; the new run's trail says the same a step 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -144,6 +144,14 @@ async def events_of(session: AsyncSession, allocation_id: str) -> list[Allocatio
             )
         ).all()
     )
+
+
+async def tenants_of(session: AsyncSession, allocation_ids: Collection[str]) -> dict[str, str]:
+    """allocation id -> its tenant, for those of `allocation_ids` that exist."""
+    rows = await session.execute(
+        select(AllocationRow.id, AllocationRow.tenant).where(AllocationRow.id.in_(allocation_ids))
+    )
+    return {allocation: tenant for allocation, tenant in rows.all()}
 
 
 async def pool_name(session: AsyncSession, pool_id: int | None) -> tuple[str, str] | None:

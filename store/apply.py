@@ -261,7 +261,7 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
 
 
 def _connection(cluster: Any, annotations: dict[str, str]) -> dict[str, Any] | None:
-    """The cluster's connection reference (issue 15), or None: it stays simulated."""
+    """The cluster's connection reference, or None: it stays simulated."""
     connection = connection_of(cluster, annotations)
     return connection.model_dump(mode="json") if connection else None
 

@@ -206,7 +206,7 @@ async def unquarantine_slots(session: AsyncSession, node: str, slot_indexes: lis
 
 
 async def untold_failures(session: AsyncSession, node: str) -> list[tuple[str, HealthNotice]]:
-    """The active allocations of `node` that hold a slot whose GPU its agent judged failed (issue 27) and have not
+    """The active allocations of `node` that hold a slot whose GPU its agent judged failed and have not
     been told yet (they are still `active`, not `degraded`): (allocation, what it is told), one per slot."""
     rows = await session.execute(
         select(ClaimRow.allocation_id, SlotRow.slot_index, SlotRow.health_reason, PoolRow.on_gpu_failure)

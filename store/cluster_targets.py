@@ -6,7 +6,8 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from contracts.cluster import ClusterConnection, ClusterTarget, Toleration
+from contracts.cluster import ClusterConnection, ClusterTarget
+from contracts.manifest import Toleration
 from store.models import ClusterRow, PoolRow
 
 

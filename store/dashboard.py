@@ -1,4 +1,4 @@
-"""What an on-call person's dashboard and alerts read (issue 28): capacity by pool, agents, allocations stuck in a
+"""What an on-call person's dashboard and alerts read: capacity by pool, agents, allocations stuck in a
 state, how long placement takes. Read from PostgreSQL at scrape time (api/metrics.py), so every API replica reports
 the same truth.
 """

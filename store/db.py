@@ -1,4 +1,4 @@
-"""Engine and session factory for the async PostgreSQL store."""
+"""Engine and session factory for the async PostgreSQL store, and the session types everyone else names."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, String, any_, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+# The session types the rest of Berth annotates with (`AsyncSession`, `async_sessionmaker[AsyncSession]`): it imports
+# them from here, so no module outside store/ imports SQLAlchemy itself.
+__all__ = ["AsyncEngine", "AsyncSession", "among", "async_sessionmaker", "create_engine", "ping", "session_factory"]
 
 
 def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:

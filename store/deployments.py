@@ -48,7 +48,7 @@ class Health:
 
     ready: bool
     gateway_address: str | None
-    pools: dict[str, int] | None = None  # a real cluster: per pool, the nodes that can take work now (issue 15)
+    pools: dict[str, int] | None = None  # a real cluster: per pool, the nodes that can take work now
     message: str = ""  # the driver's reason, e.g. why the cluster cannot be reached (never a credential)
     excluded: dict[str, list[str]] = field(default_factory=dict)  # per pool, `<node>: <why>` of nodes not counted
 

@@ -65,7 +65,7 @@ ALLOCATION_STATES = (
     "expired",
     "preempting",
     "preempted",
-    "degraded",  # active on a slot whose GPU failed; its owner was told (issue 27)
+    "degraded",  # active on a slot whose GPU failed; its owner was told
 )
 
 
@@ -93,7 +93,7 @@ class RegionRow(Base):
     jurisdiction: Mapped[str | None] = mapped_column(String(64))
     prices: Mapped[dict[str, float]] = mapped_column(JSONB, nullable=False, default=dict)
     labels: Mapped[dict[str, str]] = mapped_column(JSONB, nullable=False, default=dict)
-    # How the region's queue of waiting requests is walked (migration 0010, issue 24).
+    # How the region's queue of waiting requests is walked (migration 0010).
     queueing_strategy: Mapped[str] = mapped_column(String(16), nullable=False, server_default="BestEffortFIFO")
 
 
@@ -109,7 +109,7 @@ class PriorityClassRow(Base):
     value: Mapped[int] = mapped_column(Integer, nullable=False)
     is_default: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     description: Mapped[str | None] = mapped_column(Text)
-    # Preemption (migration 0014, issue 26): spot, anyone may displace it; the notice before its release.
+    # Preemption (migration 0014): spot, anyone may displace it; the notice before its release.
     preemptible: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
     grace_seconds: Mapped[float] = mapped_column(Float, nullable=False, server_default="30")
     # Migration 0019: `preemptionPolicy: Never` (displaces nobody) and `nonPreemptible` (never displaced, admitted
@@ -237,7 +237,7 @@ class SlotRow(Base):
     validation_reason: Mapped[str | None] = mapped_column(String(32))
     validation_message: Mapped[str | None] = mapped_column(Text)
     validated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # Its health as its agent judged it (issue 27, scheduler/host/health.py), kept at its worst since `repaired_at`:
+    # Its health as its agent judged it (scheduler/host/health.py), kept at its worst since `repaired_at`:
     # only `healthy` slots are ranked; `health_reason` is the first of `health_reasons`.
     health: Mapped[str] = mapped_column(String(16), nullable=False, server_default="healthy")
     health_reason: Mapped[str | None] = mapped_column(Text)
@@ -291,7 +291,7 @@ class TenantRow(Base):
     required_jurisdiction: Mapped[str | None] = mapped_column(String(64))
     # {"creates_per_second", "burst"} (fleet.tenant.TenantRateLimit); NULL: no limit. Read by the API's create path.
     rate_limit: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
-    # Waiting for capacity (migration 0010, issue 24): the fair-share weight, the PriorityClasses the tenant may name
+    # Waiting for capacity (migration 0010): the fair-share weight, the PriorityClasses the tenant may name
     # (NULL: every class), and {"default_timeout", "max_timeout"} in seconds (fleet.tenant.TenantQueue).
     weight: Mapped[float] = mapped_column(Float, nullable=False, server_default="1")
     priority_classes: Mapped[list[str] | None] = mapped_column(JSONB)
@@ -303,7 +303,7 @@ class TenantRow(Base):
     # Nominal quotas per GPU product and region (migration 0011): [{"product", "region", "nominal",
     # "borrowing_limit", "lending_limit"}] (fleet.tenant.FlavorQuota); NULL: gpu_quota alone.
     quotas: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
-    # What its queued requests may displace (migration 0014, issue 26): fleet.tenant.TenantPreemption, snake_case.
+    # What its queued requests may displace (migration 0014): fleet.tenant.TenantPreemption, snake_case.
     preemption: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
 
 
@@ -381,7 +381,7 @@ class AllocationRow(Base):
     # GPUs beyond its tenant's nominal quota when its claims were recorded: it runs on quota borrowed from the
     # tenant's cohort (migration 0010), which preemption may reclaim.
     borrowed_gpus: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
-    # When its lease ends and its release saga runs (issue 26, migration 0013); NULL: no end.
+    # When its lease ends and its release saga runs (migration 0013); NULL: no end.
     ends_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
@@ -590,7 +590,7 @@ class InventoryChangesPrunedRow(Base):
 
 
 class QueueEntryRow(Base):
-    """An allocation waiting for capacity in a region's queue (migration 0010, issue 24). It holds nothing: the row
+    """An allocation waiting for capacity in a region's queue (migration 0010). It holds nothing: the row
     keeps the request's place (`arrival`, never renewed while it waits) and what the last admission pass decided
     for it: `node`, the node the pass set aside for it (counted as a plan in progress until the allocation's own
     placement takes it or the next pass moves it), or `reason`, why it is not placed yet, and `reserved_node`, the
@@ -609,7 +609,7 @@ class QueueEntryRow(Base):
     priority: Mapped[int] = mapped_column(Integer, nullable=False)
     priority_class: Mapped[str | None] = mapped_column(String(253))
     gpu_count: Mapped[int] = mapped_column(Integer, nullable=False)
-    request: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)  # scheduler.request.PlacementRequest
+    request: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)  # contracts.placement.PlacementRequest
     enqueued_at: Mapped[datetime] = _now()
     deadline_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     node: Mapped[str | None] = mapped_column(String(253))
@@ -621,7 +621,7 @@ class QueueEntryRow(Base):
         String(64)
     )  # the reason's code: quota_exceeded, insufficient_capacity, ...
     woken_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # last signalled to place itself
-    # Preemption (migration 0014, issue 26): the node the pass nominated for it and the allocations told to leave it
+    # Preemption (migration 0014): the node the pass nominated for it and the allocations told to leave it
     # (or, when quota decided, only those), kept across passes until it is placed or leaves the queue.
     nominated_node: Mapped[str | None] = mapped_column(String(253))
     victims: Mapped[list[str] | None] = mapped_column(JSONB)
@@ -632,7 +632,7 @@ RESERVATION_STATES = ("reserved", "started", "ended", "cancelled", "failed")
 
 
 class ReservationRow(Base):
-    """GPUs promised to a tenant on one node for a window (migration 0015, issue 26): `reserved` until its start
+    """GPUs promised to a tenant on one node for a window (migration 0015): `reserved` until its start
     (its GPUs held from requests that would overlap it, `scheduler.admission.reservations.with_holds`), `started` once its
     allocation was asked for (held until that allocation claims them), then `ended`, `cancelled` or `failed`."""
 

@@ -168,7 +168,7 @@ async def revalidate(session: AsyncSession, nodes: list[str], now: datetime | No
         try:
             host = HostInventory.model_validate(agent.host)
         except ValidationError:
-            # Kept before reports were bounded (issue 21) and larger than any host: forgotten, its slots
+            # Kept before reports were bounded and larger than any host: forgotten, its slots
             # unvalidated until the agent's next report, which is asked for its host again.
             agent.topology = agent.host = None
             _write_verdicts(rows, {}, now)
@@ -197,7 +197,7 @@ async def _store_validation(
 
 
 def _write_health(rows: list[SlotRow], verdicts: list[SlotHealth], now: datetime) -> None:
-    """Take in the agent's health verdicts (issue 27). `degraded` and `failed` stand until the slot is repaired
+    """Take in the agent's health verdicts. `degraded` and `failed` stand until the slot is repaired
     (`berth nodes repair`): a counter that rose once, or a GPU that fell off the bus and came back, is not trusted
     again on its own; a worse verdict replaces them. `healthy` and `unknown` follow the agent."""
     by_index = {verdict.index: verdict for verdict in verdicts}

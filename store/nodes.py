@@ -137,7 +137,7 @@ async def node_slots(session: AsyncSession, node: str) -> list[SlotRow]:
 
 
 async def unhealthy_slots(session: AsyncSession, nodes: list[str] | None = None) -> list[SlotRow]:
-    """Every slot (of `nodes`, when given) whose health is not `healthy` (issue 27), by node and index."""
+    """Every slot (of `nodes`, when given) whose health is not `healthy`, by node and index."""
     query = select(SlotRow).where(SlotRow.health != "healthy").order_by(SlotRow.node_id, SlotRow.slot_index)
     if nodes is not None:
         query = query.where(among(SlotRow.node_id, nodes))
@@ -147,7 +147,7 @@ async def unhealthy_slots(session: AsyncSession, nodes: list[str] | None = None)
 async def repair_slots(
     session: AsyncSession, node: str, indexes: list[int], now: datetime
 ) -> list[tuple[int, str, str | None]]:
-    """An operator repaired these slots (issue 27): each is healthy again until its agent judges otherwise, and its
+    """An operator repaired these slots: each is healthy again until its agent judges otherwise, and its
     agent is asked for its verdicts again (`repaired_at`). Returns (index, health before, its reason) per slot;
     raises LookupError naming an index the node does not have."""
     rows = {

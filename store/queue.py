@@ -1,4 +1,4 @@
-"""The queues of requests waiting for capacity (issue 24): entries, what each admission pass decided, reservations.
+"""The queues of requests waiting for capacity: entries, what each admission pass decided, reservations.
 
     allocation workflow --enter--> queue_entries (arrival kept on every re-entry: a woken request that no longer
                                    fits goes back to its place, not to the end)
@@ -22,9 +22,9 @@ from sqlalchemy import Boolean, bindparam, case, delete, func, null, or_, select
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from contracts.placement import PlacementRequest
 from scheduler.admission.admit import Nomination, QueuedRequest
 from scheduler.admission.preemption import Running
-from scheduler.request import PlacementRequest
 from store.db import among
 from store.models import AllocationRow, ClaimRow, PriorityClassRow, QueueEntryRow
 from store.snapshot import holds_gpus
@@ -38,7 +38,7 @@ class QueueEntry:
     priority: int
     priority_class: str | None
     gpu_count: int
-    request: dict[str, Any]  # scheduler.request.PlacementRequest, as JSON
+    request: dict[str, Any]  # contracts.placement.PlacementRequest, as JSON
     arrival: int
     enqueued_at: datetime
     deadline_at: datetime
@@ -69,7 +69,7 @@ class QueueEntry:
 
     @property
     def nomination(self) -> Nomination | None:
-        """What an earlier pass decided to preempt for it (issue 26), if anything."""
+        """What an earlier pass decided to preempt for it, if anything."""
         if not self.victims:
             return None
         return Nomination(self.nominated_node, tuple(self.victims))
@@ -305,7 +305,7 @@ class PriorityClasses:
         return name, self.facts.get(name) if name is not None else None
 
     def preemptible(self, named: str | None) -> bool:
-        """Whether a request that named `named` is of a preemptible class (issue 26)."""
+        """Whether a request that named `named` is of a preemptible class."""
         _, fact = self.of(named)
         return fact is not None and fact.preemptible
 

@@ -1,4 +1,4 @@
-"""Reservations (issue 26): GPUs promised to a tenant on one node for a future window, and what holds a node's GPUs
+"""Reservations: GPUs promised to a tenant on one node for a future window, and what holds a node's GPUs
 over time (running allocations and their ends, other reservations), as `scheduler.admission.reservations` reads them.
 
     API create --region lock--> window_facts -> scheduler.admission.reservations.admit -> create (state reserved)
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select, text, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from scheduler.admission.reservations import Holding, Reserved, Window
-from store.models import AllocationRow, ReservationRow
+from store.models import AllocationRow, ReservationRow, SlotRow
 from store.queue import class_facts
 from store.snapshot import HELD_STATES
 
@@ -38,6 +38,13 @@ async def holds(session: AsyncSession, *, only_reserved: bool = False) -> list[R
         Reserved(ident, node, gpus, Window(starts.timestamp(), ends.timestamp()))
         for ident, node, gpus, starts, ends in rows
     ]
+
+
+async def free_slots(session: AsyncSession, node: str) -> int:
+    """How many of the node's slots are available now: the room a starting reservation has on it before it asks
+    preemptible allocations to leave."""
+    count = await session.scalar(select(func.count()).where(SlotRow.node_id == node, SlotRow.state == "available"))
+    return int(count or 0)
 
 
 async def window_facts(session: AsyncSession, region: str) -> tuple[list[Holding], list[Reserved]]:

@@ -522,7 +522,7 @@ def _sql_list(values: Iterable[str]) -> str:
 # Every decision reads this. One statement, each part one JSON array of rows, written out once: five statements
 # through the driver and the ORM, or one built from SQLAlchemy expressions per call (its cache key alone costs more
 # than the query), spent more of the control worker's CPU than PostgreSQL spends answering (docs/benchmarks.md,
-# "Performance (issue 14)"). One statement is also one snapshot: the parts agree with one another.
+# "Performance"). One statement is also one snapshot: the parts agree with one another.
 _LIVE_STATE = text(
     "SELECT "
     "(SELECT coalesce(json_agg(json_build_array(c.slot_id, c.allocation_id)), '[]') "

@@ -1,8 +1,8 @@
 """Verified node tokens, remembered for minutes and forgotten within a second or two of their revocation.
 
 Ten thousand agents reporting every minute, and every call a node gateway passes on, must not each cost a token
-look-up; but a revoked node token must stop working within seconds, in every API process and every node gateway
-(issue 22). So a verified token is kept for `TTL_SECONDS`, and the cache is trusted only while its revocation sweep
+look-up; but a revoked node token must stop working within seconds, in every API process and every node gateway.
+So a verified token is kept for `TTL_SECONDS`, and the cache is trusted only while its revocation sweep
 is fresh: at most every `SWEEP_SECONDS`, the first caller that finds it stale asks PostgreSQL which tokens were
 revoked within the TTL (one small query per process, whatever the number of agents) and drops them. When the sweep
 cannot run (the database is down), nothing cached is trusted: every token is verified afresh, which fails closed.

@@ -28,7 +28,7 @@ AGENT_UNREACHABLE = "agent_unreachable"
 # why the INSERT carries the newest state itself; the events' foreign key is checked at the end of the statement,
 # when the row exists. Written out once: a
 # statement built from SQLAlchemy expressions per trail cost the control worker more CPU than PostgreSQL spent on it
-# (docs/benchmarks.md, "Performance (issue 14)").
+# (docs/benchmarks.md, "The cost per part").
 _WRITE_TRAIL = text(
     "WITH opened AS ("
     " INSERT INTO allocations (id, tenant, state, shape, gpu_count, gpu_product, request, workflow_id,"

@@ -1,4 +1,4 @@
-"""Holding a CEL evaluation where it runs, to show deterministically that it does not run on the event loop (issue 21).
+"""Holding a CEL evaluation where it runs, to show deterministically that it does not run on the event loop.
 
 `gated_evaluation` holds the first evaluation of a selector until the test releases it and notes the thread it runs
 in. If evaluation ran on the event loop, holding it would hold the loop: the test could not go on (answer `/healthz`,

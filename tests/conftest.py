@@ -80,7 +80,9 @@ async def empty_database_url(postgres: EmbeddedPostgres) -> str:
 async def database_url(postgres: EmbeddedPostgres, migrated_template: str) -> str:
     """A fresh, migrated database for this test alone."""
     name = f"test_{next(_database_numbers)}"
-    await _admin(postgres, f'CREATE DATABASE "{name}" TEMPLATE "{migrated_template}"')
+    # FILE_COPY copies the template's files rather than writing every page of it to the WAL (PostgreSQL's default
+    # since 15): with fsync off it costs half as much, and a run creates some 650 of these.
+    await _admin(postgres, f'CREATE DATABASE "{name}" TEMPLATE "{migrated_template}" STRATEGY FILE_COPY')
     return _url(postgres, name)
 
 

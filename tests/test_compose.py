@@ -214,7 +214,7 @@ def test_each_berth_service_environment_is_valid_settings(
             except ValidationError as error:
                 pytest.fail(f"service {service.name!r}: its BERTH_* environment is not valid settings: {error}")
         if service.argv[:3] == ["berth", "worker", "node"]:
-            # A GPU host's agent knows the API and the node gateway, nothing else of the control plane (issue 22).
+            # A GPU host's agent knows the API and the node gateway, nothing else of the control plane.
             assert settings.node_gateway and settings.api_url, f"agent {service.name!r} needs the gateway and the API"
             assert not (settings.database_url or settings.temporal_address), (
                 f"agent {service.name!r} is given the database or Temporal: a compromised host would have them"

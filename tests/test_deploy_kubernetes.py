@@ -14,7 +14,7 @@ import json
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import jsonschema
@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from config.identity import OidcSettings
+from contracts.cluster import ClusterConnection
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy" / "kubernetes"
@@ -333,3 +334,25 @@ def test_the_prometheus_operator_gets_the_same_alerts_as_the_rule_file(tmp_path:
     assert done.returncode == 0, done.stderr
     committed = DEPLOY / "overlays" / "production-with-prometheus" / "prometheusrule.yaml"
     assert generated.read_text() == committed.read_text(), "run `python scripts/prometheus-rule.py`"
+
+
+def test_a_mounted_kubeconfig_secret_is_where_an_inference_cluster_s_secret_ref_finds_it(tmp_path: Path) -> None:
+    """Kubernetes mounts a Secret's keys as files in its mountPath; the control worker reads an InferenceCluster's
+    `secretRef {name, key}` at `<BERTH_CLUSTER_SECRETS_DIR>/<name>/<key>`. Each Secret mounted under that directory
+    must therefore sit in a directory named for itself, or no secretRef can ever name its files."""
+    control = by_kind(render("overlays/production"), "Deployment")["berth-control"]
+    spec = pod_spec(control)
+    [worker] = [c for c in spec["containers"] if any(e["name"] == "BERTH_CLUSTER_SECRETS_DIR" for e in c["env"])]
+    secrets_dir = PurePosixPath(next(e["value"] for e in worker["env"] if e["name"] == "BERTH_CLUSTER_SECRETS_DIR"))
+    secrets = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+    mounted = [m for m in worker["volumeMounts"] if PurePosixPath(m["mountPath"]).is_relative_to(secrets_dir)]
+    assert mounted, "no kubeconfig Secret is mounted under BERTH_CLUSTER_SECRETS_DIR"
+    for mount in mounted:
+        secret = secrets[mount["name"]]
+        assert PurePosixPath(mount["mountPath"]) == secrets_dir / secret, mount
+        # The Secret as the kubelet lays it out (one file per key), then found as the worker finds it.
+        local = tmp_path / PurePosixPath(mount["mountPath"]).relative_to("/")
+        local.mkdir(parents=True)
+        (local / "prod-east").write_text("apiVersion: v1\nkind: Config\n")
+        connection = ClusterConnection(method="kubeconfig", secret_name=secret, secret_key="prod-east")
+        assert connection.kubeconfig_path(tmp_path / secrets_dir.relative_to("/")) == local / "prod-east"

@@ -21,7 +21,7 @@ Code blocks are checked for commands and for paths that start at one of the repo
 prose in code spans for all four. docs/benchmarks.md is history, but it is checked like the rest: a figure measured
 on something since retired keeps its name only through `EXCEPTIONS`, which holds every name a document may keep
 without the repository having it, each with its reason (another project's files, a field that looks like a module).
-README.md's Settings table must also list every variable Berth reads. Nothing is imported but the CLI.
+docs/settings.md's table must also list every variable Berth reads. Nothing is imported but the CLI.
 """
 
 from __future__ import annotations
@@ -394,13 +394,12 @@ def test_documents_name_only_what_exists() -> None:
     assert not problems, f"documents name {sum(map(len, problems.values()))} things the repository lacks:\n{report}"
 
 
-def test_the_readme_lists_every_setting() -> None:
-    """README.md's Settings table names every variable Berth reads (the table is where operators look)."""
-    text = (REPO / "README.md").read_text()
-    table = text[text.index("## Settings") :]
-    table = table[: table.index("\n## ")]
+def test_the_settings_page_lists_every_setting() -> None:
+    """docs/settings.md's table names every variable Berth reads (the table is where operators look)."""
+    text = (REPO / "docs" / "settings.md").read_text()
+    table = "\n".join(line for line in text.splitlines() if line.startswith("|"))
     missing = sorted(name for name in known_variables() if f"`{name}`" not in table)
-    assert not missing, f"README.md's Settings table lacks {', '.join(missing)}"
+    assert not missing, f"docs/settings.md's table lacks {', '.join(missing)}"
 
 
 def test_the_checks_catch_what_is_gone() -> None:

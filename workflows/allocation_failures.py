@@ -13,7 +13,7 @@ SKU_UNAVAILABLE = "SkuUnavailable"
 PLACEMENT_REFUSED = "PlacementRefused"
 QUOTA_EXCEEDED = "QuotaExceeded"
 DEADLINE_EXCEEDED = "DeadlineExceeded"
-QUEUE_TIMEOUT = "QueueTimeout"  # waited in its region's queue past its timeout (issue 24)
+QUEUE_TIMEOUT = "QueueTimeout"  # waited in its region's queue past its timeout
 
 # A node agent's error types (agent/activities.py) as an attempt's reason codes.
 _NODE_CODES = {

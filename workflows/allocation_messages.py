@@ -6,9 +6,8 @@ from datetime import datetime
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PositiveFloat, model_validator
 
+from contracts.placement import Bundle, PlacementRequest
 from contracts.task_queues import Queues
-from scheduler.placement.bundles import Bundle
-from scheduler.request import PlacementRequest
 
 STATES = (
     "pending",
@@ -30,7 +29,7 @@ STATES = (
 )
 PLACING_STATES = ("pending", "placing", "planning", "claiming", "provisioning", "waiting_ready")
 FINAL_STATES = ("released", "failed", "cancelled", "expired", "preempted")
-# placed and running: release and cancel tear it down (`degraded`: a GPU of it failed, its owner told; issue 27)
+# placed and running: release and cancel tear it down (`degraded`: a GPU of it failed, its owner told)
 HOLDING_STATES = ("active", "preempting", "degraded")
 
 
@@ -141,8 +140,8 @@ class AllocationInput(BaseModel):
         default=0, ge=0, description="The workflow revision the run was started with (`REVISION`); 0: before them."
     )
     held: Held | None = Field(default=None, description="A hold run's start: the active allocation it holds.")
-    queue: QueueWait | None = Field(default=None, description="Wait for capacity instead of failing (issue 24).")
-    lease: Lease | None = Field(default=None, description="An end for the allocation (issue 26); None: no end.")
+    queue: QueueWait | None = Field(default=None, description="Wait for capacity instead of failing.")
+    lease: Lease | None = Field(default=None, description="An end for the allocation; None: no end.")
 
 
 class Lease(BaseModel):
@@ -191,9 +190,9 @@ class AllocationStatus(BaseModel):
     attempts: list[Attempt] = Field(default_factory=list)
     failure_reason: str | None = None
     waiting_reason: str | None = None  # queued: why it is not placed yet (the refusal it waits on)
-    ends_at: datetime | None = None  # active with an end: when its release saga runs (issue 26)
+    ends_at: datetime | None = None  # active with an end: when its release saga runs
     expiry_warned: bool = False  # its owner has been told it ends soon (`expiring`)
-    drain_told: bool = False  # its owner has been told its node is being drained (issue 27)
+    drain_told: bool = False  # its owner has been told its node is being drained
 
 
 class Held(BaseModel):

@@ -15,12 +15,13 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributePair, SearchAttributeUpdate, TypedSearchAttributes
+from temporalio.common import SearchAttributePair, SearchAttributeUpdate, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import steps
     from contracts.allocation import AllocationRecord, AuditTrail, StateChange
+    from workflows import control_calls
     from workflows import search_attributes as sa
     from workflows.allocation_failures import as_activity_error
     from workflows.allocation_messages import (
@@ -53,8 +54,6 @@ UI_STATES = frozenset(
         *FINAL_STATES,
     }
 )
-CONTROL_TIMEOUT = timedelta(seconds=30)  # each try of a control step
-CONTROL_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10))
 
 
 class Mirror:
@@ -174,13 +173,7 @@ class Mirror:
         trail = self.take_trail()
         try:
             try:
-                return await workflow.execute_local_activity(
-                    step,
-                    argument.model_copy(update={"trail": trail}),
-                    schedule_to_close_timeout=deadline,
-                    start_to_close_timeout=CONTROL_TIMEOUT,
-                    retry_policy=CONTROL_RETRY,
-                )
+                return await control_calls.local(step, argument.model_copy(update={"trail": trail}), deadline=deadline)
             except (ApplicationError, TimeoutError) as bare:
                 raise as_activity_error(step.__name__) from bare
         except BaseException:
@@ -202,12 +195,7 @@ class Mirror:
     async def write_trail(self) -> None:
         """Write the unwritten steps now: the workflow is about to wait with no control step ahead."""
         if self.trail:
-            await workflow.execute_local_activity(
-                steps.record_trail,
-                self.take_trail(),
-                start_to_close_timeout=CONTROL_TIMEOUT,
-                retry_policy=CONTROL_RETRY,
-            )
+            await control_calls.local(steps.record_trail, self.take_trail())
 
     def story(self) -> str:
         """The markdown the Temporal UI shows as this allocation's current details."""

@@ -26,10 +26,13 @@ back by signal, by workflow id, which always reaches the current run.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import TypeVar
 
+from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import WorkflowAlreadyStartedError, is_cancelled_exception
 from temporalio.workflow import ParentClosePolicy
 
@@ -49,8 +52,9 @@ with workflow.unsafe.imports_passed_through():
         ReplicaRef,
         WorkloadRef,
     )
+    from contracts.fleet_plan import FleetPlan, ReplicaPlacement
     from fleet.replica import ready_status
-    from scheduler.fleet.results import FleetPlan, ReplicaPlacement
+    from workflows import control_calls
     from workflows import search_attributes as sa
     from workflows.cancellation import wait_unless_cancelled
     from workflows.deployment_messages import (
@@ -70,10 +74,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.replica import ReplicaWorkflow, replica_workflow_id
     from workflows.saga import shielded
 
-CONTROL_CALL = {
-    "start_to_close_timeout": timedelta(seconds=60),
-    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10)),
-}
+R = TypeVar("R")
+
 FAILURES_KEPT = 10
 
 
@@ -138,16 +140,14 @@ class DeploymentWorkflow:
         self.reconciles_this_run += 1
         self.status.reconciles += 1
         await self.publish("reconciling")
-        planned: PlannedDeployment = await workflow.execute_activity(
+        planned: PlannedDeployment = await self.control(
             steps.plan_deployment,
             PlanDeploymentInput(
                 deployment=self.manifest,
                 # with each replica's readiness, for a scale-down that removes those still starting first
                 own_replicas=[{**r.manifest, "status": ready_status(r.phase == "ready")} for r in self.live_replicas()],
             ),
-            task_queue=self.input.queues.control,
             summary=f"plan {self.qualified_name}",
-            **CONTROL_CALL,
         )
         plan = planned.plan
         # Set before the awaits below: a replacement may report ready before its start is even confirmed here.
@@ -233,19 +233,15 @@ class DeploymentWorkflow:
                 )
             except TimeoutError:
                 workflow.logger.warning("replica %s did not report its teardown; cleaning up", replica.name)
-        await workflow.execute_activity(
+        await self.control(
             steps.delete_workload,
             WorkloadRef(namespace=self.namespace, cluster=replica.cluster, name=replica.name),
-            task_queue=self.input.queues.control,
             summary=f"delete {replica.name}",
-            **CONTROL_CALL,
         )
-        await workflow.execute_activity(
+        await self.control(
             steps.release_replica,
             ReplicaRef(namespace=self.namespace, name=replica.name),
-            task_queue=self.input.queues.control,
             summary=f"release ledger of {replica.name}",
-            **CONTROL_CALL,
         )
         self.replicas.pop(replica.name, None)
 
@@ -253,14 +249,15 @@ class DeploymentWorkflow:
         """Remove every replica, then the deployment's row. Runs to completion even while being cancelled."""
         await self.publish("deleting")
         await asyncio.gather(*(self.remove_replica(r, "deployment deleted") for r in list(self.replicas.values())))
-        await workflow.execute_activity(
-            steps.delete_deployment_record,
-            DeploymentRef(namespace=self.namespace, name=self.name),
-            task_queue=self.input.queues.control,
-            **CONTROL_CALL,
-        )
+        await self.control(steps.delete_deployment_record, DeploymentRef(namespace=self.namespace, name=self.name))
         self.status.available = self.status.scheduled = 0
         await self.publish("deleted", record=False)
+
+    async def control(self, step: Callable[..., Awaitable[R]], argument: BaseModel, summary: str | None = None) -> R:
+        """A control step of the deployment's own, on the control queue (workflows/control_calls.py)."""
+        return await control_calls.on_control(
+            self.input.queues, step, argument, start_to_close=control_calls.DEPLOYMENT_TIMEOUT, summary=summary
+        )
 
     # -- status, UI and the deployment's row --------------------------------------------------------------------------
 
@@ -300,13 +297,11 @@ class DeploymentWorkflow:
         )
         workflow.set_current_details(self.story())
         if record:
-            await workflow.execute_activity(
+            await self.control(
                 steps.record_deployment_status,
                 DeploymentStatusRecord(
                     namespace=self.namespace, name=self.name, status=self.status.model_dump(mode="json")
                 ),
-                task_queue=self.input.queues.control,
-                **CONTROL_CALL,
             )
 
     def story(self) -> str:

@@ -23,8 +23,8 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from contracts.manifest import DEFAULT_NAMESPACE
 from contracts.task_queues import Queues
-from fleet.meta import DEFAULT_NAMESPACE
 from workflows.client_calls import Rejected, WorkerUnavailable, bounded, refusal
 from workflows.deployment import DeploymentWorkflow, initial_search_attributes
 from workflows.deployment_messages import (

@@ -7,8 +7,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 from contracts.deployment import EngineUsage
+from contracts.manifest import DEFAULT_NAMESPACE
 from contracts.task_queues import Queues
-from fleet.meta import DEFAULT_NAMESPACE
 
 # The deployment workflow's own state (BerthState while it runs); the scheduling phase is separate.
 DEPLOYMENT_STATES = ("pending", "reconciling", "steady", "deleting", "deleted")

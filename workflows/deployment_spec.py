@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from contracts.manifest import DEFAULT_NAMESPACE
 from fleet.deployment import ModelDeployment
 from fleet.loader import field_path
-from fleet.meta import DEFAULT_NAMESPACE
 from scheduler.cel import SelectorCompileError, compile_selector
 
 

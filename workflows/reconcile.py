@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -47,12 +46,9 @@ with workflow.unsafe.imports_passed_through():
         WipeRequest,
     )
     from contracts.task_queues import Queues
-    from workflows import node_calls
+    from workflows import control_calls, node_calls
 
 R = TypeVar("R")
-
-CONTROL_TIMEOUT = timedelta(seconds=30)
-CONTROL_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5)
 
 
 class ReconcileInput(BaseModel):
@@ -98,7 +94,8 @@ class ReconcileWorkflow:
                     workflow.set_current_details(f"repairing: {finding.message}")
                     repairs.append(await self.repair(report.run_id, finding))
         finished = await self.control(steps.audit_finish, FinishAudit(run_id=report.run_id))
-        if workflow.patched("walk-queues"):  # 6, since issue 24; the marker keeps a run in flight at upgrade replaying
+        # Step 6 came after the reconciler's first release: the marker keeps a run in flight at the upgrade replaying.
+        if workflow.patched("walk-queues"):
             workflow.set_current_details("walking the queues of requests waiting for capacity")
             await self.control(steps.admit_queued, AdmitInput())
         done = report.model_copy(update={"repairs": repairs, "finished_at": finished})
@@ -136,13 +133,8 @@ class ReconcileWorkflow:
         return await self.control(steps.audit_apply_repair, applied)
 
     async def control(self, step: Callable[..., Awaitable[R]], *args: BaseModel) -> R:
-        return await workflow.execute_activity(
-            step,
-            args=list(args),
-            task_queue=self.input.queues.control,
-            start_to_close_timeout=CONTROL_TIMEOUT,
-            retry_policy=CONTROL_RETRY,
-        )
+        """Five tries at most: the next pass looks again (workflows/control_calls.py)."""
+        return await control_calls.on_control(self.input.queues, step, *args, retry=control_calls.RECONCILE_RETRY)
 
     async def on_node(self, node: str, step: Callable[..., R], *args: BaseModel, **options: Any) -> R:
         """Two tries; an agent that does not pick the task up in time is unreachable (workflows/node_calls.py)."""

@@ -16,7 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts import steps
     from contracts.allocation import SlotsInput, TeardownInput, TeardownResult
     from contracts.task_queues import Queues
-    from workflows import node_calls
+    from workflows import control_calls, node_calls
 
 
 class SlotRecoveryInput(BaseModel):
@@ -46,10 +46,10 @@ class SlotRecoveryWorkflow:
             attempts=0,
             retry_interval=timedelta(minutes=1),
         )
-        await workflow.execute_activity(
+        await control_calls.on_control(
+            input.queues,
             steps.unquarantine_slots,
             SlotsInput(node=teardown.node, slot_indexes=teardown.slot_indexes),
-            task_queue=input.queues.control,
-            start_to_close_timeout=timedelta(seconds=30),
+            retry=control_calls.DEFAULT_RETRY,
         )
         return result

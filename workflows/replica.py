@@ -18,7 +18,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 from temporalio.workflow import ActivityCancellationType
 
@@ -29,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     import jsonschema  # noqa: F401
 
     from contracts import steps
+    from contracts.cluster import WorkloadReadiness
     from contracts.deployment import (
         LEDGER_CONFLICT,
         REPLICA_NOT_READY,
@@ -37,19 +37,14 @@ with workflow.unsafe.imports_passed_through():
         ReplicaRef,
         ReplicaStateInput,
         WaitWorkloadInput,
-        WorkloadReadiness,
         WorkloadRef,
     )
-    from fleet.meta import DEFAULT_NAMESPACE
+    from contracts.manifest import DEFAULT_NAMESPACE
+    from workflows import control_calls
     from workflows import search_attributes as sa
     from workflows.cancellation import wait_unless_cancelled
     from workflows.deployment_messages import ReplicaInput, ReplicaReport
     from workflows.saga import Saga, shielded
-
-CONTROL_CALL = {
-    "start_to_close_timeout": timedelta(seconds=30),
-    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10)),
-}
 
 
 def replica_workflow_id(deployment: str, cluster: str, index: int, namespace: str = DEFAULT_NAMESPACE) -> str:
@@ -103,7 +98,8 @@ class ReplicaWorkflow:
         i = self.input
         # Registered first: the transaction may commit and its activity still time out.
         saga.add("release_replica", self.release)
-        await workflow.execute_activity(
+        await control_calls.on_control(
+            i.queues,
             steps.record_replica,
             RecordReplicaInput(
                 namespace=i.namespace,
@@ -114,22 +110,19 @@ class ReplicaWorkflow:
                 manifest=i.manifest,
                 usage=i.usage,
             ),
-            task_queue=i.queues.control,
             summary=f"ledger for {i.name}",
-            **CONTROL_CALL,
         )
         await self.set_phase("starting", "ledger recorded; applying the workload")
 
     async def apply(self, saga: Saga) -> None:
         i = self.input
         saga.add("delete_workload", self.delete_workload)  # before the apply: a cut-short apply may have created it
-        await workflow.execute_activity(
+        await control_calls.on_control(
+            i.queues,
             steps.apply_workload,
             ApplyWorkloadInput(manifest=i.manifest),
-            task_queue=i.queues.control,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=f"apply {i.name} on {i.cluster}",
-            **CONTROL_CALL,
         )
         await self.set_phase("starting", "workload applied; waiting for its pods", db_state="applied")
 
@@ -137,7 +130,8 @@ class ReplicaWorkflow:
         i, timing = self.input, self.input.timing
         deadline = workflow.now() + timedelta(seconds=timing.readiness_timeout_seconds)
         while True:
-            readiness: WorkloadReadiness = await workflow.execute_activity(
+            readiness: WorkloadReadiness = await control_calls.on_control(
+                i.queues,
                 steps.wait_workload_ready,
                 WaitWorkloadInput(
                     namespace=i.namespace,
@@ -146,10 +140,8 @@ class ReplicaWorkflow:
                     window_seconds=timing.readiness_window_seconds,
                     poll_seconds=timing.readiness_poll_seconds,
                 ),
-                task_queue=i.queues.control,
-                start_to_close_timeout=timedelta(seconds=timing.readiness_window_seconds + 30),
-                heartbeat_timeout=timedelta(seconds=10),
-                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+                start_to_close=timedelta(seconds=timing.readiness_window_seconds + 30),  # one window and a margin
+                heartbeat=timedelta(seconds=10),  # it heartbeats while it probes: a lost worker is noticed
                 summary=f"wait for {i.name}",
             )
             if readiness.ready:
@@ -168,21 +160,19 @@ class ReplicaWorkflow:
     # -- compensations ------------------------------------------------------------------------------------------------
 
     async def release(self) -> None:
-        await workflow.execute_activity(
+        await control_calls.on_control(
+            self.input.queues,
             steps.release_replica,
             ReplicaRef(namespace=self.input.namespace, name=self.input.name),
-            task_queue=self.input.queues.control,
             summary=f"release ledger of {self.input.name}",
-            **CONTROL_CALL,
         )
 
     async def delete_workload(self) -> None:
-        await workflow.execute_activity(
+        await control_calls.on_control(
+            self.input.queues,
             steps.delete_workload,
             WorkloadRef(namespace=self.input.namespace, cluster=self.input.cluster, name=self.input.name),
-            task_queue=self.input.queues.control,
             summary=f"delete {self.input.name}",
-            **CONTROL_CALL,
         )
 
     # -- reporting --------------------------------------------------------------------------------------------------
@@ -210,11 +200,10 @@ class ReplicaWorkflow:
             + f"\n\n{detail}"
         )
         if db_state is not None:
-            await workflow.execute_activity(
+            await control_calls.on_control(
+                self.input.queues,
                 steps.set_replica_state,
                 ReplicaStateInput(namespace=self.input.namespace, name=self.input.name, state=db_state),
-                task_queue=self.input.queues.control,
-                **CONTROL_CALL,
             )
 
     @workflow.query

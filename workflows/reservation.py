@@ -1,4 +1,4 @@
-"""The reservation workflow (issue 26): GPUs promised for a window, kept by a timer that cannot be lost.
+"""The reservation workflow: GPUs promised for a window, kept by a timer that cannot be lost.
 
     1. reserved         admitted by the API (scheduler/admission/reservations.py) and recorded; its GPUs are held from every
                         request that would overlap its window; wait for its start (cancellable)
@@ -15,7 +15,7 @@ gives everything back. `*` marks local activities.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 from temporalio import workflow
@@ -25,15 +25,15 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from contracts import steps
     from contracts.allocation import PreemptNotice, ReservationRef
+    from contracts.placement import PlacementRequest
     from contracts.task_queues import Queues
     from fleet.priority_class import MAX_PRIORITY
-    from scheduler.request import PlacementRequest
+    from workflows import control_calls
     from workflows.allocation import AllocationWorkflow
     from workflows.allocation_messages import REVISION, AllocationInput, Lease, QueueWait, Timing
     from workflows.allocation_mirror import initial_search_attributes
     from workflows.saga import shielded
 
-STEP_TIMEOUT = timedelta(seconds=30)
 FIRST = MAX_PRIORITY + 1  # a reservation's allocation goes before any PriorityClass in its region's queue
 
 
@@ -87,9 +87,7 @@ class ReservationWorkflow:
 
     async def start(self) -> workflow.ChildWorkflowHandle:
         ref = ReservationRef(reservation_id=self.input.reservation_id)
-        started = await workflow.execute_local_activity(
-            steps.start_reservation, ref, start_to_close_timeout=STEP_TIMEOUT
-        )
+        started = await control_calls.local(steps.start_reservation, ref, retry=control_calls.DEFAULT_RETRY)
         self.status.state, self.status.allocation_id = "started", started.allocation_id
         for victim, grace in started.victims:
             notice = PreemptNotice(
@@ -123,7 +121,7 @@ class ReservationWorkflow:
     async def finish(self, state: str, reason: str) -> None:
         self.status.state, self.status.reason = state, reason
         ref = ReservationRef(reservation_id=self.input.reservation_id, state=state, reason=reason)
-        await workflow.execute_local_activity(steps.finish_reservation, ref, start_to_close_timeout=STEP_TIMEOUT)
+        await control_calls.local(steps.finish_reservation, ref, retry=control_calls.DEFAULT_RETRY)
 
     @workflow.query
     def status_query(self) -> ReservationStatus:

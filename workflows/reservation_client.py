@@ -1,4 +1,4 @@
-"""Starting a reservation's workflow (issue 26): what the API calls once a window is admitted and its row written,
+"""Starting a reservation's workflow: what the API calls once a window is admitted and its row written,
 and what the benchmark and the chaos test call for theirs.
 
 The workflow's request is the reservation's, pinned to the node it was admitted on and carrying the reservation's
@@ -11,8 +11,8 @@ from datetime import datetime
 
 from temporalio.client import Client
 
+from contracts.placement import PlacementRequest
 from contracts.task_queues import Queues
-from scheduler.request import PlacementRequest
 from workflows.allocation_messages import Timing
 from workflows.reservation import ReservationInput, ReservationWorkflow
 

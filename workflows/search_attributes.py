@@ -16,7 +16,7 @@ REGION: SearchAttributeKey[str] = SearchAttributeKey.for_keyword("BerthRegion")
 NODE: SearchAttributeKey[str] = SearchAttributeKey.for_keyword("BerthNode")
 TENANT: SearchAttributeKey[str] = SearchAttributeKey.for_keyword("BerthTenant")
 GPU_COUNT: SearchAttributeKey[int] = SearchAttributeKey.for_int("BerthGpuCount")
-# An allocation with an end (issue 26): when it ends, and whether its owner has been warned that it ends soon.
+# An allocation with an end: when it ends, and whether its owner has been warned that it ends soon.
 ENDS_AT: SearchAttributeKey[datetime] = SearchAttributeKey.for_datetime("BerthEndsAt")
 EXPIRING: SearchAttributeKey[bool] = SearchAttributeKey.for_bool("BerthExpiring")
 

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from activities.cluster.workload import Workload
 from contracts.cluster import ClusterObservation, WorkloadReadiness
-from fleet.meta import DEFAULT_NAMESPACE
+from contracts.manifest import DEFAULT_NAMESPACE
 
 
 class ClusterDriver(Protocol):

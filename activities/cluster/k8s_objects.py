@@ -23,8 +23,7 @@ import re
 from typing import Any
 
 from activities.cluster.workload import POOL_LABEL, Pod, ResourceClaim, Workload, WorkloadNotRenderable
-from contracts.cluster import Toleration
-from fleet.deployment import Role
+from contracts.manifest import Role, Toleration
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGER = "berth"

@@ -8,7 +8,7 @@
   cordoned nodes counted as capacity). Every node left out is named with why.
 - Evictions: a replica with a pod on a node tainted NoExecute that the pod does not tolerate (its own
   `spec.tolerations`, as Kubernetes' taint manager judges it) is to be moved: the deployment deletes it and
-  creates it again where it fits (issue 27). A pool the autoscaler grows is counted as the nodes that exist, and the message says so
+  creates it again where it fits. A pool the autoscaler grows is counted as the nodes that exist, and the message says so
   (Modelplane #139): nodes it has not created yet are not capacity.
 - Readiness: a Deployment is ready when its controller has seen the latest spec and every replica is available; a
   LeaderWorkerSet when every group is ready (`status.readyReplicas`). A ResourceClaimTemplate has no status.
@@ -21,7 +21,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from activities.cluster.workload import POOL_LABEL
-from contracts.cluster import PoolObservation, Toleration
+from contracts.cluster import PoolObservation
+from contracts.manifest import Toleration
 from fleet.inference_cluster import Taint
 from scheduler.fleet.tolerations import BLOCKS_NEW, EVICTS, describe, untolerated
 

@@ -48,7 +48,7 @@ from contracts.cluster import (
     ConnectionUnavailable,
     WorkloadReadiness,
 )
-from fleet.meta import DEFAULT_NAMESPACE
+from contracts.manifest import DEFAULT_NAMESPACE
 
 DeploymentResource = create_namespaced_resource("apps", "v1", "Deployment", "deployments")
 LeaderWorkerSetResource = create_namespaced_resource(

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from activities.cluster.workload import Workload
 from contracts.cluster import ClusterObservation, WorkloadReadiness
-from fleet.meta import DEFAULT_NAMESPACE
+from contracts.manifest import DEFAULT_NAMESPACE
 
 DEFAULT_BOOT_SECONDS = 1.0
 

@@ -12,10 +12,9 @@ import asyncio
 import threading
 import time
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from contracts.cluster import ClusterTarget
 from store.cluster_targets import load_target
+from store.db import AsyncSession, async_sessionmaker
 
 
 class ClusterTargets:

@@ -18,9 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from contracts.cluster import Toleration
-from fleet.deployment import Role
-from fleet.meta import DEFAULT_NAMESPACE
+from contracts.manifest import DEFAULT_NAMESPACE, Role, Toleration
 from fleet.replica import ModelReplica
 from scheduler.fleet.manifests import TOLERATIONS_ANNOTATION
 

@@ -1,4 +1,4 @@
-"""Control-side queue activities (issue 24): entering and leaving a region's queue, and the admission pass.
+"""Control-side queue activities: entering and leaving a region's queue, and the admission pass.
 
     enter_queue    the allocation's trail (`queued`), then its entry (a re-entry keeps its place), then a pass
                    (unless it waits behind others or behind a head that holds its node)
@@ -23,18 +23,18 @@ import time
 from collections import deque
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts.allocation import AdmitInput, AdmitResult, EnterQueueInput, LeaveQueueInput, PreemptNotice
+from contracts.reasons import Reason
 from scheduler.admission.admit import PassResult, Verdict, admission_pass
 from scheduler.admission.reservations import with_holds
 from scheduler.admission.shares import usage_by_product
 from scheduler.placement.pending import with_pending_plans
-from scheduler.reasons import Reason
 from store import queue, reservations
+from store.db import AsyncSession, async_sessionmaker
 from store.decisions import lock_region
 from store.inventory import InventoryCache
 from store.trail import write_trail

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
@@ -38,6 +37,7 @@ from contracts.audit import (
 )
 from store import audit as records
 from store import requests, usage
+from store.db import AsyncSession, async_sessionmaker
 from store.usage import DEFAULT_RETENTION
 
 ALLOCATION_PREFIX = "allocation/"

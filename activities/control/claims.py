@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from contracts.allocation import AdmitResult, ClaimInput, QuarantineInput, ReleaseClaimsInput, SlotsInput
 from store import claims as store
+from store.db import AsyncSession, async_sessionmaker
 from store.trail import write_trail, write_trail_in
 
 CLAIM_CONFLICT = "ClaimConflict"

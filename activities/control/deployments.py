@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -33,6 +32,7 @@ from fleet.replica import ModelReplica
 from scheduler.fleet import manifest_dict, replica_manifest
 from scheduler.fleet.planning import plan_deployment
 from store import deployments as store
+from store.db import AsyncSession, async_sessionmaker
 from store.deployments import Health, LedgerOvercommit, Usage
 
 

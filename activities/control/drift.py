@@ -347,7 +347,7 @@ class _Audit:
 
     def gpu_failures_untold(self) -> Iterable[Finding]:
         """An allocation still `active` on a slot whose GPU failed was not told (the API's signal was lost): the
-        repair tells it, and it goes `degraded` (issue 27)."""
+        repair tells it, and it goes `degraded`."""
         states = {a.allocation_id: a.state for a in self.facts.allocations}
         for failed in self.facts.failed_slots:
             holder = self.claimed.get((failed.node, failed.slot_index))

@@ -17,7 +17,7 @@ runs out.
 The scheduler's levels run in a worker thread (`asyncio.to_thread`), never on the worker's event loop: a request's
 CEL selectors may cost up to their budget of CPU, and meanwhile the loop must go on running other allocations'
 activities and the workflow tasks of the worker. One step's levels charge one CEL budget (`scheduler.cel`); past it
-the step refuses with `selector_cost_exceeded`, naming the selector (issue 21)."""
+the step refuses with `selector_cost_exceeded`, naming the selector."""
 
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from contracts.allocation import (
@@ -40,18 +39,19 @@ from contracts.allocation import (
     RegionChoice,
     StateChange,
 )
+from contracts.explanation import Explanation
+from contracts.placement import PlacementRequest
+from contracts.reasons import Reason
 from fleet.vocabulary import QueueingStrategy
 from scheduler.admission.reservations import with_holds
 from scheduler.breaker import BreakerPolicy
 from scheduler.cel import RequestBudget, SelectorCostExceeded, request_budget
-from scheduler.explanation import Explanation
 from scheduler.placement import cluster, region
 from scheduler.placement.pending import Plans, seen_on, with_pending_plans
 from scheduler.quota import accounts as quota
-from scheduler.reasons import Reason
-from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from store import queue, reservations
+from store.db import AsyncSession, async_sessionmaker
 from store.decisions import Recorded, record_first_choice
 from store.inventory import InventoryCache
 from store.trail import write_trail, write_trail_in

@@ -11,10 +11,10 @@ run).
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from contracts.allocation import AuditTrail
+from store.db import AsyncSession, async_sessionmaker
 from store.trail import write_trail
 
 

@@ -1,4 +1,4 @@
-"""Control-side reservation steps (issue 26): a reservation's start and its end, recorded in PostgreSQL.
+"""Control-side reservation steps: a reservation's start and its end, recorded in PostgreSQL.
 
 start_reservation    `started`, its allocation's id and row recorded (so its hold lasts until that allocation
                      claims the GPUs, and a read finds the allocation at once), and the preemptible allocations on its
@@ -8,14 +8,12 @@ finish_reservation   ended, cancelled or failed, with the reason
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from contracts.allocation import ReservationRef, ReservationStart
 from store import allocations, queue, reservations
-from store.models import SlotRow
+from store.db import AsyncSession, async_sessionmaker
 
 
 class ReservationActivities:
@@ -42,11 +40,8 @@ class ReservationActivities:
                 idempotency_key=None,
                 workflow_id=f"allocation/{allocation_id}",
             )
-            free = await session.scalar(
-                select(func.count()).where(SlotRow.node_id == row.node_id, SlotRow.state == "available")
-            )
             victims: list[tuple[str, float]] = []
-            room = int(free or 0)
+            room = await reservations.free_slots(session, row.node_id)
             on_node = [a for a in await queue.active_allocations(session, row.region) if a.running.node == row.node_id]
             for active in sorted(on_node, key=lambda a: a.running.started, reverse=True):  # the newest first
                 if room >= row.gpu_count:

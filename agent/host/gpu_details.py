@@ -13,7 +13,8 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Any, Protocol
 
-from scheduler.host.inventory import GpuDetailSource, normalise_pci
+from contracts.pci import normalise_pci
+from scheduler.host.inventory import GpuDetailSource
 
 GpuDetail = tuple[str, int | None]  # (product name, memory MiB)
 MIB = 1024 * 1024

@@ -1,4 +1,4 @@
-"""What the host can see of each approved slot's devices (issue 27): read from sysfs every report interval, whether
+"""What the host can see of each approved slot's devices: read from sysfs every report interval, whether
 the slot is in use or not, with no vendor driver (a slice's GPU is bound to vfio-pci: the host's NVIDIA driver cannot
 see it). Judged by `scheduler.host.health.assess`.
 
@@ -25,9 +25,10 @@ from collections.abc import Callable, Iterable
 
 from agent.host.rootfs import HostRoot
 from agent.host.wipe import HostRunner
+from contracts.pci import normalise_pci
 from fleet.node import Slot
 from scheduler.host.health import DriverSignals, PcieSignals, SlotSignals
-from scheduler.host.inventory import HostInventory, normalise_pci
+from scheduler.host.inventory import HostInventory
 
 SMART_SECONDS = 60.0  # a SMART log read is an admin command to the controller: once a minute is plenty
 

@@ -26,8 +26,8 @@ import json
 from pathlib import Path
 from typing import Any, Protocol
 
+from contracts.pci import normalise_pci
 from scheduler.host.health import NVML_RECOVERY_ACTIONS, DriverSignals
-from scheduler.host.inventory import normalise_pci
 
 
 class NvmlHealth(Protocol):

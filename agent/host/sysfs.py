@@ -39,6 +39,7 @@ from typing import Any
 
 from agent.host.gpu_details import GpuDetail, GpuDetails, GpuDetailsError
 from agent.host.rootfs import HostRoot
+from contracts.pci import normalise_pci
 from scheduler.host.inventory import (
     MAX_MESSAGE,
     MAX_NAME,
@@ -53,7 +54,6 @@ from scheduler.host.inventory import (
     NumaCell,
     NvmeNamespace,
     PciFunction,
-    normalise_pci,
     pci_device,
 )
 

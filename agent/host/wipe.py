@@ -86,7 +86,7 @@ class SlotWipe(BaseModel):
     nvme_method: str | None = None  # crypto_erase, user_data_erase, discard; None when the slot has no NVMe
     gpu_reset: bool = False
     error: str | None = None
-    reset_error: str | None = None  # the GPU's function-level reset failed: a health signal too (issue 27)
+    reset_error: str | None = None  # the GPU's function-level reset failed: a health signal too
 
     @property
     def ok(self) -> bool:

@@ -46,8 +46,8 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from contracts.allocation import VmSpec
-from scheduler.host.inventory import normalise_pci
-from scheduler.placement.bundles import Bundle
+from contracts.pci import normalise_pci
+from contracts.placement import Bundle
 
 # Never change this: every domain Berth has defined is named by a UUID in it, and a new namespace would make
 # `create` define a second domain for an allocation that already has one.

@@ -1,4 +1,4 @@
-"""The guest checks of a libvirt host's VMs (issue 27): `nvidia-smi -q` and `dmesg` in each ready guest, through
+"""The guest checks of a libvirt host's VMs: `nvidia-smi -q` and `dmesg` in each ready guest, through
 the QEMU guest agent, at a modest interval (`GUEST_CHECK_SECONDS`); parsed and judged by agent/guest_health.py. Each
 command is started once and polled on later looks, as the readiness gates do, so a look never blocks. A guest agent
 that does not answer, an image without `nvidia-smi`, a command that never finishes: every GPU of the VM is "not

@@ -8,11 +8,11 @@ reused one. The answer follows what Temporal accepted:
 
 - a selector that does not compile, or a region, product or pinned node the fleet does not have: 422 with the
   position or the valid choices (api/request_checks.py), and nothing was created; so is a request no host of the
-  fleet could ever hold (`unsatisfiable`, api/admission.py);
+  fleet could ever hold (`unsatisfiable`, api/feasibility.py);
 - more creates than the tenant's `rateLimit` allows: 429 `rate_limited` with `Retry-After` (api/rate_limit.py),
   before anything is checked or created;
-- a request the tenant's quota cannot admit now: 409 `quota_exceeded`, the message placement would fail it with,
-  and nothing was created (api/admission.py; placement stays the authority);
+- a request the tenant's quota cannot hold now: 409 `quota_exceeded`, the message placement would fail it with,
+  and nothing was created (api/feasibility.py; placement stays the authority);
 - PostgreSQL or Temporal unreachable before the start: 503, and nothing was created;
 - the start accepted: 202, even when writing the allocation's row then fails (the workflow writes the same row,
   key included, as its first step, so the allocation appears as soon as PostgreSQL is back);
@@ -33,13 +33,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Response
 from pydantic import ValidationError
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import allocation_view, cursor
-from api.admission import check_admissible, check_quota
 from api.auth import Member, Operator, Viewer, acting_tenant, require_act
 from api.cursor import CursorParam
 from api.errors import ApiError, ErrorEnvelope, conflict, error_responses
+from api.feasibility import check_quota, check_satisfiable, queue_ceiling
 from api.models import (
     RECORDED,
     AllocationAccepted,
@@ -53,7 +52,7 @@ from api.models import (
     IdempotencyKey,
     RetryBody,
 )
-from api.queueing import queue_ceiling, queue_wait, within_nominal
+from api.queue_wait import queue_wait, within_nominal
 from api.request_checks import check_request
 from api.services import Services, services
 from api.temporal import Refused
@@ -62,6 +61,7 @@ from fleet.meta import Name
 from scheduler.admission.reservations import latest_end
 from store import allocations as store
 from store import reservations
+from store.db import AsyncSession
 from store.decisions import lock_region
 from store.outage import is_database_outage
 from workflows.allocation_client import workflow_id
@@ -176,7 +176,7 @@ async def create_allocation(
         await app.create_limits.check(app.sessions, tenant, tenant_row.rate_limit, caller)  # 429 before costlier checks
         await check_request(session, app.inventory, body, caller)  # 422 before anything exists: no row, no workflow
         snapshot = (await app.inventory.inventory(session)).snapshot
-        check_admissible(snapshot, body)  # no host that big: 422 as well
+        check_satisfiable(snapshot, body)  # no host that big: 422 as well
         wait = await queue_wait(session, tenant_row, body)  # its queue timeout and priority: 422 if not allowed
         nominal_only = await within_nominal(session, body.priority_class)  # a non-preemptible class never borrows
         if wait is None or body.gpu_count > queue_ceiling(snapshot, tenant_row, body.placement_request(tenant)):

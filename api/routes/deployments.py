@@ -28,7 +28,8 @@ from api.cursor import CursorParam
 from api.deployment_models import DeploymentAccepted, DeploymentList, DeploymentSummary, DeploymentView
 from api.errors import ApiError, error_responses, not_found
 from api.services import Services, services
-from fleet.meta import DEFAULT_NAMESPACE, Name
+from contracts.manifest import DEFAULT_NAMESPACE
+from fleet.meta import Name
 from store.deployments import deployment_page, load_deployment
 from workflows.deployment_client import workflow_id
 from workflows.deployment_messages import DeploymentStatus, qualified_name

@@ -11,7 +11,6 @@ from dataclasses import fields
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
-from sqlalchemy.exc import DataError, IntegrityError
 
 from api import deployment_control
 from api.auth import Admin
@@ -23,6 +22,7 @@ from fleet.kinds import KINDS
 from fleet.loader import parse_fleet
 from fleet.meta import API_VERSIONS
 from store.apply import ApplyRefused, apply_fleet
+from store.outage import DATABASE_ERRORS, refused_value
 from store.tokens import ensure_tenant_tokens
 
 # What a deployment's placement reads: a change to one re-plans running deployments at once, not at their resync.
@@ -110,10 +110,12 @@ async def put_fleet(
             tokens = await ensure_tenant_tokens(session)
     except ApplyRefused as error:
         raise ApiError(409, "apply_refused", str(error)) from error
-    except (DataError, IntegrityError) as error:  # a value the file validation let through but PostgreSQL refuses
-        raise _invalid(f"PostgreSQL refused a value of the fleet file: {error.orig}") from error
+    except DATABASE_ERRORS as error:
+        if (refused := refused_value(error)) is None:
+            raise  # an outage or a bug: the API's database handler answers it
+        raise _invalid(f"PostgreSQL refused a value of the fleet file: {refused}") from error
     if result.changed():  # a quota, a node, a region: any may admit a waiting request
-        app.queue_walks.ask("fleet applied: " + result.summary())
+        app.admission_passes.ask("fleet applied: " + result.summary())
     if any(change.kind in PLACEMENT_INPUTS and change.action != "kept" for change in result.changes):
         await deployment_control.inventory_changed(app.control, "fleet applied: " + result.summary())
     return FleetApplied(

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Response
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from api import cursor
 from api.auth import Operator, Reporter
@@ -47,6 +46,7 @@ from scheduler.host.report import NodeReport, ReportReply
 from store import audit as audit_records
 from store import claims
 from store import nodes as store
+from store.db import AsyncSession
 from store.models import NodeAgentRow, NodeRow, PoolRow
 from store.node_reports import ReportTooLarge, TopologyMismatch, UnstorableReport, record_report
 
@@ -230,7 +230,7 @@ async def cordon(node: NodePath, caller: Operator, app: App) -> NodeInfo:
 async def uncordon(node: NodePath, caller: Operator, app: App) -> NodeInfo:
     """Let the node take allocations again, cordoned or drained. Uncordoning a READY node changes nothing."""
     info = await _set_status(app, node, NodeStatus.READY)
-    app.queue_walks.ask(f"node {node} uncordoned")
+    app.admission_passes.ask(f"node {node} uncordoned")
     return info
 
 
@@ -262,7 +262,7 @@ async def _tell_drain(app: Services, notice: DrainNotice) -> tuple[list[str], li
 
 @router.post("/{node}/repair", response_model=RepairResult, responses=error_responses(401, 403, 404, 422))
 async def repair(node: NodePath, body: RepairBody, caller: Operator, app: App) -> RepairResult:
-    """An operator repaired these slots' GPUs (issue 27): each is healthy and takes work again until its agent
+    """An operator repaired these slots' GPUs: each is healthy and takes work again until its agent
     judges otherwise (the agent is asked for its verdicts again at its next report). Recorded in the audit trail."""
     now = datetime.now(UTC)
     async with app.sessions.begin() as session:
@@ -288,12 +288,12 @@ async def repair(node: NodePath, body: RepairBody, caller: Operator, app: App) -
                 ),
             )
     app.heartbeats.forget(node)  # its next report goes the full way and is asked for the verdicts again
-    app.queue_walks.ask(f"node {node} repaired")
+    app.admission_passes.ask(f"node {node} repaired")
     return RepairResult(node=node, repaired=[RepairedSlot(index=i, was=w, reason=r) for i, w, r in repaired])
 
 
 async def _tell_failures(app: Services, node: str) -> None:
-    """Tell each active allocation holding a slot of `node` whose GPU failed (issue 27): its workflow goes
+    """Tell each active allocation holding a slot of `node` whose GPU failed: its workflow goes
     `degraded`. Best effort: a report is never refused for it, and one not told now is told on the node's next
     report that carries health, or by the reconciler (`gpu_failure_untold`)."""
     async with app.sessions() as session:
@@ -345,5 +345,5 @@ async def report(node: NodePath, body: NodeReport, caller: Reporter, app: App) -
         log.warning("node %s drains: %s", node, reply.drained)
         await _tell_drain(app, DrainNotice(node=node, reason=reply.drained))
     # Not a heartbeat: the agent (re)started, or its host or approval changed, so its node may take work again.
-    app.queue_walks.ask(f"node {node} reported")
+    app.admission_passes.ask(f"node {node} reported")
     return reply

@@ -26,13 +26,13 @@ from api.errors import error_responses
 from api.models import AllocationCreate, CapacityReport, Product
 from api.request_checks import check_request, fleet_for
 from api.services import Services, services
+from contracts.reasons import Reason
 from fleet.meta import Name
 from scheduler.admission.preemption import Preemptor, plan_preemption
 from scheduler.admission.reservations import PoolAt, capacity_at
 from scheduler.placement.bundles import held_slots
 from scheduler.placement.capacity import capacity
 from scheduler.placement.schedule import PlacementResult, PreemptionPreview, PreemptionVictim
-from scheduler.reasons import Reason
 from scheduler.snapshot import Snapshot
 from store import queue, reservations
 from store.tokens import Principal
@@ -81,7 +81,7 @@ async def _with_preemption(
     snapshot: Snapshot,
     result: PlacementResult,
 ) -> PlacementResult:
-    """A dry run of what a queued request like this one would preempt to be placed (issue 26): the same rules as the
+    """A dry run of what a queued request like this one would preempt to be placed: the same rules as the
     admission pass, over the region's active allocations now. Nothing is told or held."""
     region = result.region or body.region
     code = str(result.refusal.code) if result.refusal is not None else ""
@@ -144,7 +144,7 @@ async def get_capacity_at(
     at: Annotated[AwareDatetime, Query(description="The instant (RFC 3339, with an offset).")],
     region: Name | None = None,
 ) -> CapacityAt:
-    """Per pool at an instant (issue 26): GPUs held then by running allocations that have not ended by it, promised
+    """Per pool at an instant: GPUs held then by running allocations that have not ended by it, promised
     to reservations whose window covers it, and free (in all, and the most on one node). A tenant sees only the
     pools of the regions it may use."""
     async with app.sessions() as session:

@@ -1,4 +1,4 @@
-"""`GET /v1/queues`: the requests waiting for capacity, per region, in admission order (issue 24).
+"""`GET /v1/queues`: the requests waiting for capacity, per region, in admission order.
 
 Each request's position (among every tenant's requests of its region), priority, its tenant's weighted share, how
 long it has waited, its deadline, and why it is not placed yet: what the last admission pass recorded (the reason

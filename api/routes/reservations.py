@@ -1,4 +1,4 @@
-"""`/v1/reservations`: GPUs promised for a future window (issue 26), as AWS Capacity Blocks and GCP calendar-mode
+"""`/v1/reservations`: GPUs promised for a future window, as AWS Capacity Blocks and GCP calendar-mode
 reservations promise them.
 
 A create is admitted only when one node of the region's pools for its shape can hold it in the window, counting
@@ -23,12 +23,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import Member, Viewer, acting_tenant, require_act
 from api.errors import ApiError, error_responses, not_found
-from api.models import Count, LeaseDuration, Product, Strict, given
+from api.models import AllocationCreate, Count, LeaseDuration, Product, Strict, given
 from api.request_checks import invalid_request
 from api.services import Services, services
+from contracts.placement import CapacityShape, PlacementRequest
 from fleet.meta import Name
 from scheduler.admission.reservations import Admitted, Window, admit
-from scheduler.request import CapacityShape, PlacementRequest
 from store import reservations
 from store.decisions import lock_region
 from store.models import ReservationRow
@@ -70,6 +70,14 @@ class ReservationCreate(Strict):
 
     def end(self) -> datetime:
         return self.ends_at if self.ends_at is not None else self.starts_at + timedelta(seconds=self.duration or 0)
+
+    def placement_request(self, tenant: str) -> PlacementRequest:
+        """The GPUs to place, as the allocation the reservation becomes at its start asks for them: through
+        `AllocationCreate.placement_request`, so a create body becomes a PlacementRequest in one place only."""
+        allocation = AllocationCreate(
+            gpu_count=self.gpu_count, gpu_product=self.gpu_product, shape=self.shape, region=self.region
+        )
+        return allocation.placement_request(tenant)
 
 
 class ReservationView(BaseModel):
@@ -118,9 +126,7 @@ async def create_reservation(body: Annotated[ReservationCreate, Body()], caller:
         raise invalid_request("body.starts_at", f"starts_at {starts.isoformat()} is not in the future", "window")
     if ends <= starts:
         raise invalid_request("body.ends_at", "ends_at is not after starts_at", "window")
-    request = PlacementRequest(
-        gpu_count=body.gpu_count, gpu_product=body.gpu_product, shape=body.shape, region=body.region, tenant=tenant
-    )
+    request = body.placement_request(tenant)
     await app.control.require_worker()
     window = Window(starts.timestamp(), ends.timestamp())
     async with app.sessions.begin() as session:

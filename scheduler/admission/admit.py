@@ -1,4 +1,4 @@
-"""Queues: who among the requests waiting for capacity in a region is placed next (issue 24).
+"""Queues: who among the requests waiting for capacity in a region is placed next.
 
 A request that asked to wait and could fit once capacity frees waits in its region's queue, holding nothing. Each
 admission pass walks the queue in order on the capacity as it is now:
@@ -45,6 +45,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from contracts.placement import CapacityShape, PlacementRequest
+from contracts.reasons import Reason
 from fleet.vocabulary import QueueingStrategy
 from scheduler.admission.preemption import Preemptor, Running, plan_preemption
 from scheduler.admission.shares import Usage, capacity_by_product, dominant_share, product_of
@@ -55,8 +57,6 @@ from scheduler.quota import accounts as quota
 from scheduler.quota import fair_sharing
 from scheduler.quota.cohorts import root_of
 from scheduler.quota.usage_decay import ENTRY_PENALTY_SECONDS
-from scheduler.reasons import Reason
-from scheduler.request import CapacityShape, PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import SlotState, TenantView
 
@@ -136,8 +136,8 @@ def classic_key(entry: QueuedRequest, tenant: TenantView | None) -> tuple[bool, 
 def ordered(queue: Iterable[QueuedRequest], snapshot: Snapshot, usage: Usage) -> list[tuple[QueuedRequest, Standing]]:
     """The queue in admission order as it stands (no placements), each with its tenant's share and decayed usage:
     for showing positions. The same order the pass walks, but for what its own placements change."""
-    walk = _Walk(snapshot, usage, capacity_by_product(snapshot))
-    return list(walk.in_order(list(queue)))
+    state = _PassState(snapshot, usage, capacity_by_product(snapshot))
+    return list(state.in_order(list(queue)))
 
 
 def admission_pass(
@@ -151,14 +151,14 @@ def admission_pass(
     """Walk one region's queue in order on `snapshot` (usage, plans in progress and reservations of requests that
     are not queued already applied) and decide, for each queued request, whether it is placed now.
 
-    Preemption (issue 26): `running` are the region's active allocations a request might displace; `nominations`
+    Preemption: `running` are the region's active allocations a request might displace; `nominations`
     what earlier passes decided to preempt. A nominated node is held for its request alone; a request refused for
     capacity or quota with no preemption under way gets one when its tenant's policy (or a preemptible class)
     allows (`scheduler.admission.preemption`), and the node it frees is held for it from then on."""
     queue = list(queue)
     preempting = _Preempting(snapshot, running, nominations or {})
     capacity = capacity_by_product(snapshot)
-    walk = _Walk(snapshot, usage, capacity)
+    state = _PassState(snapshot, usage, capacity)
     result = PassResult()
     blocked_by: QueuedRequest | None = None
     blocked_tenants: dict[str, QueuedRequest] = {}  # StrictFIFO: a tenant whose head its own quota holds back
@@ -168,7 +168,7 @@ def admission_pass(
     # gets nodes held for its requests until, counting them, it would reach it (alone in the queue: its head only).
     waiting = {e.tenant for e in queue}
     fair = 1.0 / sum(_weight(snapshot, tenant) for tenant in waiting) if len(waiting) > 1 else 0.0
-    for position, (entry, (share, usage)) in enumerate(walk.in_order(queue), start=1):
+    for position, (entry, (share, usage)) in enumerate(state.in_order(queue), start=1):
         if blocked_by is not None:
             reason = (
                 f"behind {position - 1} request(s): the head, {blocked_by.allocation_id}, does not fit (StrictFIFO)"
@@ -185,16 +185,16 @@ def admission_pass(
             continue
         held = frozenset(reserved | preempting.held_for_others(entry.allocation_id))
         request = entry.request.model_copy(update={"reserved_nodes": held})
-        refusal = walk.refusal(entry, request)
+        refusal = state.refusal(entry, request)
         if refusal is None:
-            node = walk.place(entry, request)
+            node = state.place(entry, request)
             if node is not None:
                 result.verdicts.append(Verdict(entry.allocation_id, position, share, usage=usage, node=node))
                 continue
-            refusal = walk.last_refusal
+            refusal = state.last_refusal
         code, reason = refusal
         verdict = Verdict(entry.allocation_id, position, share, usage=usage, reason=reason, code=code)
-        preempted = preempting.decide(walk.snapshot, entry, request, code)
+        preempted = preempting.decide(state.snapshot, entry, request, code)
         if preempted is not None:
             result.verdicts.append(dataclasses.replace(verdict, **preempted))
             continue
@@ -203,13 +203,13 @@ def admission_pass(
         elif strategy is QueueingStrategy.STRICT_FIFO:
             blocked_by = entry
         elif code == Reason.INSUFFICIENT_CAPACITY and (
-            entry.tenant not in heads or walk.share(entry.tenant, promised=True) < fair
+            entry.tenant not in heads or state.share(entry.tenant, promised=True) < fair
         ):
-            node = walk.soonest(entry, request)
+            node = state.soonest(entry, request)
             if node is not None:
                 reserved.add(node)
                 heads.add(entry.tenant)
-                walk.promise(entry.tenant, node, entry.request.gpu_count)
+                state.promise(entry.tenant, node, entry.request.gpu_count)
                 verdict = dataclasses.replace(verdict, reserved=node)
         result.verdicts.append(verdict)
     return result
@@ -312,7 +312,7 @@ def _weight(snapshot: Snapshot, tenant: str) -> float:
     return view.weight if view is not None else 1.0
 
 
-class _Walk:
+class _PassState:
     """The pass's moving state: the snapshot with its own admissions set aside, tenants' usage and shares."""
 
     def __init__(self, snapshot: Snapshot, usage: Usage, capacity: Mapping[str, int]) -> None:

@@ -1,4 +1,4 @@
-"""Preemption (issue 26): which running allocations a queued request may displace, and which it does.
+"""Preemption: which running allocations a queued request may displace, and which it does.
 
 A queued request that does not fit may take GPUs back from running allocations when policy allows, in Kueue's terms
 (its `preemption` of a ClusterQueue, here a Tenant's) and with kube-scheduler's choice of node:
@@ -46,12 +46,12 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from contracts.placement import PlacementRequest
+from contracts.reasons import Reason
 from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
 from scheduler.placement import cluster
 from scheduler.quota import accounts as quota
 from scheduler.quota import fair_sharing
-from scheduler.reasons import Reason
-from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import PreemptionPolicy, SlotState, TenantView
 

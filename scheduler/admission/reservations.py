@@ -1,4 +1,4 @@
-"""Reservations (issue 26): GPUs promised for a future window `[start, end)`, in the manner of AWS Capacity Blocks,
+"""Reservations: GPUs promised for a future window `[start, end)`, in the manner of AWS Capacity Blocks,
 GCP calendar-mode reservations and Slurm reservations.
 
     admit    a reservation is admitted only if one node of the pools serving its shape can hold it then: the node's
@@ -24,8 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from contracts.placement import PlacementRequest
 from scheduler.placement import cluster
-from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import SlotState, SlotView
 

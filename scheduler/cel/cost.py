@@ -16,19 +16,19 @@ Kubernetes would cancel for this reason):
 * `matches` costs ceil(0.1 x the text's length) x ceil(0.25 x the pattern's length), cel-go's regex estimate.
 
 Berth charges, besides, what cel-go gets for nothing but cel-python copies or walks element by element (found
-probing Berth as a tenant, issue 21): joining two lists costs the elements copied, `in` the elements scanned, `==` of
+probing Berth as a tenant): joining two lists costs the elements copied, `in` the elements scanned, `==` of
 lists and maps every element compared (a list nesting itself k times holds 2**k elements for k units otherwise), and
 `join`, `replace` and `format` the characters they write.
 
 The tracker lives in a context variable set for the duration of one `evaluate`, so library functions charge it
 without being handed it.
 
-**The request budget** (issue 21). Kubernetes' limit is per expression, and cel-go runs 1,000,000 units in about a
+**The request budget**. Kubernetes' limit is per expression, and cel-go runs 1,000,000 units in about a
 millisecond; cel-python runs 15 to 60 units per millisecond (`python -m bench.cel_cost`), so one expression at that
 limit is about a minute of CPU, and a request carries up to 32 selectors evaluated against every distinct device
 it meets. So every evaluation made for one request (all its selectors over all the devices of one scheduling pass)
 also charges one `RequestBudget` of `REQUEST_BUDGET` units, at most about 65 ms of CPU at the slowest speed measured
-(derivation in docs/benchmarks.md, "CEL cost budget (issue 21)"); past it the whole request stops with `RequestCostExceeded`, which is the
+(derivation in docs/benchmarks.md, "CEL selectors: the evaluator's speed and the request budget"); past it the whole request stops with `RequestCostExceeded`, which is the
 request's fault, not the device's: it is never remembered as a device's outcome, and callers refuse the request
 (HTTP 422 `selector_cost_exceeded` from explain, placement refusal `selector_cost_exceeded` for an allocation). A
 selector whose estimated cost alone is over the budget is refused the same way at admission. An evaluation made

@@ -14,7 +14,7 @@ cel-python 0.5 interprets the syntax tree directly. This subclass of its evaluat
 * Actual cost (cost.py): every evaluated node that is more than a precedence wrapper or a literal costs 1, every
   comprehension iteration 1 more; past the limit evaluation stops with `CostLimitExceeded` (past the request's
   budget, `RequestCostExceeded`).
-* Speed (issue 21): precedence wrappers are skipped rather than visited, and cel-python's per-operator typing casts
+* Speed: precedence wrappers are skipped rather than visited, and cel-python's per-operator typing casts
   made cheap; together about twice as fast on the selectors bench/cel_cost.py measures.
 """
 
@@ -40,7 +40,7 @@ _RECURSION_LIMIT = 2500
 sys.setrecursionlimit(max(sys.getrecursionlimit(), _RECURSION_LIMIT))
 
 # cel-python's operators run `cast(Tuple[List[Result], Result], ...)` at every call, and typing rebuilds and hashes its
-# large `Result` union each time: about half the CPU of a comprehension-heavy selector (profiled, issue 21). `Result`
+# large `Result` union each time: about half the CPU of a comprehension-heavy selector (profiled). `Result`
 # is a type hint only (cel-python never tests a value against it), so it is made `Any` for the running interpreter.
 if hasattr(_celpy_evaluation, "Result"):
     _celpy_evaluation.Result = Any  # type: ignore[attr-defined]

@@ -173,7 +173,7 @@ def _traversing(name: str) -> Callable[..., Any]:
 
 # RE2 compiles `\pL{1000}` (five characters) into a program of megabytes, ~100 ms of CPU each time: a regex may use
 # this much memory (normal patterns use a few KB; a larger one is an error, as an oversized regex is to RE2), and
-# besides cel-go's charge it costs its compiled program's size (Berth's charges, issue 21).
+# besides cel-go's charge it costs its compiled program's size (Berth's charges).
 REGEX_MAX_MEMORY = 256 << 10
 REGEX_PROGRAM_FACTOR = 0.01  # units per instruction of the compiled program (~20 units per ms of compiling)
 REGEX_REFUSED_COST = 60  # a pattern over the memory bound: what finding that out costs (1 to 3 ms)

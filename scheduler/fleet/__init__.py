@@ -1,36 +1,7 @@
-"""The fleet scheduler for ModelDeployments (seeds 000, 001, 002, 003). See README.md in this folder."""
+"""The fleet scheduler for ModelDeployments (seeds 000, 001, 002, 003). See README.md in this folder. What it
+returns, the plan, is `contracts/fleet_plan.py`."""
 
 from scheduler.fleet.manifests import manifest_dict, replica_manifest
-from scheduler.fleet.results import (
-    ClusterReason,
-    ClusterVerdict,
-    DeploymentStatus,
-    DroppedReplica,
-    DropReason,
-    EnginePlacement,
-    FleetPlan,
-    MemberPlacement,
-    Phase,
-    ReplicaPlacement,
-    RequestPlacement,
-    StatusReason,
-)
 from scheduler.fleet.schedule import schedule_deployment
 
-__all__ = [
-    "ClusterReason",
-    "ClusterVerdict",
-    "DeploymentStatus",
-    "DropReason",
-    "DroppedReplica",
-    "EnginePlacement",
-    "FleetPlan",
-    "MemberPlacement",
-    "Phase",
-    "ReplicaPlacement",
-    "RequestPlacement",
-    "StatusReason",
-    "manifest_dict",
-    "replica_manifest",
-    "schedule_deployment",
-]
+__all__ = ["manifest_dict", "replica_manifest", "schedule_deployment"]

@@ -9,15 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from contracts.manifest import Role, Toleration
 from fleet.deployment import (
     DeviceRequest,
     FitGranularity,
     ModelDeployment,
     ModelResources,
     PlacementStrategy,
-    Role,
     ScaleDownOrder,
-    Toleration,
 )
 from scheduler.cel.quantity import Quantity, QuantityError, parse_quantity
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from contracts.fleet_plan import ClusterReason
 from fleet.deployment import PlacementStrategy
 from scheduler.fleet.demand import Demand, EngineDemand
 from scheduler.fleet.ledger import Charge, Ledger
 from scheduler.fleet.matching import EngineFit, Matcher
 from scheduler.fleet.pools import Pool
-from scheduler.fleet.results import ClusterReason
 
 
 @dataclass(frozen=True)

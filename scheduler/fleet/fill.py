@@ -17,6 +17,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from contracts.fleet_plan import ClusterReason
 from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica
 from scheduler.fleet import tolerations
@@ -26,7 +27,6 @@ from scheduler.fleet.engines import EngineChoice, Refusal, place_engines
 from scheduler.fleet.ledger import Ledger
 from scheduler.fleet.matching import Matcher
 from scheduler.fleet.pools import Pool, gateway_address, is_ready, not_ready_message
-from scheduler.fleet.results import ClusterReason
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from contracts.fleet_plan import ReplicaPlacement
 from fleet.deployment import ModelDeployment
 from fleet.meta import ObjectMeta
 from fleet.replica import (
@@ -26,7 +27,6 @@ from fleet.replica import (
     ReplicaMember,
     ReplicaSelector,
 )
-from scheduler.fleet.results import ReplicaPlacement
 
 DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"  # NVIDIA's DRA driver's DeviceClass, for a request whose device names none
 TOLERATIONS_ANNOTATION = "berth.dev/tolerations"

@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from contracts.fleet_plan import FitStep
 from fleet.inference_class import InferenceClass
 from scheduler.fleet.capabilities import missing_capabilities
 from scheduler.fleet.demand import EngineDemand, MemberDemand
 from scheduler.fleet.devices import Claim, match_requests
 from scheduler.fleet.ledger import GpuPods
-from scheduler.fleet.resource_fit import FitStep, MemoryFit, fit_memory
+from scheduler.fleet.resource_fit import MemoryFit, fit_memory
 from scheduler.fleet.selectors import DeviceSelectors
 
 

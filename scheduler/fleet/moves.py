@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from contracts.fleet_plan import DeploymentStatus, DroppedReplica, DropReason
 from fleet.deployment import ScaleDownOrder
 from fleet.replica import ModelReplica, ReplicaHealth
 from scheduler.fleet.demand import Demand
-from scheduler.fleet.results import DeploymentStatus, DroppedReplica, DropReason
 from scheduler.fleet.scale_down import scale_down
 
 

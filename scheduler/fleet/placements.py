@@ -10,17 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import TypeVar
 
-from fleet.replica import ModelReplica, ReplicaEngine, ReplicaMember, stamped_member_cost
-from scheduler.fleet.engines import EngineChoice
-from scheduler.fleet.fill import NewReplica
-from scheduler.fleet.resource_fit import FitStep
-from scheduler.fleet.results import (
+from contracts.fleet_plan import (
     EnginePlacement,
+    FitStep,
     GpuPlacement,
     MemberPlacement,
     ReplicaPlacement,
     RequestPlacement,
 )
+from fleet.replica import ModelReplica, ReplicaEngine, ReplicaMember, stamped_member_cost
+from scheduler.fleet.engines import EngineChoice
+from scheduler.fleet.fill import NewReplica
 
 Source = TypeVar("Source")
 

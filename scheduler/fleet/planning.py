@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from contracts.fleet_plan import FleetPlan, Phase, StatusReason
 from fleet.cache import gate_on_cache
 from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
@@ -22,7 +23,7 @@ from fleet.inference_cluster import InferenceCluster, PoolShape
 from fleet.model_cache import ModelCache
 from fleet.published import with_published_devices
 from fleet.replica import DEPLOYMENT_LABEL, ModelReplica
-from scheduler.fleet import FleetPlan, Phase, StatusReason, schedule_deployment
+from scheduler.fleet import schedule_deployment
 
 
 def _autoscaled_counts(cluster: InferenceCluster) -> InferenceCluster:

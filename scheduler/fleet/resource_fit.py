@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import StrEnum
 from fractions import Fraction
 
+from contracts.fleet_plan import FitStep
 from fleet.inference_class import ClaimKind, Device, InferenceClass
 from scheduler.cel.quantity import Quantity, QuantityError, parse_quantity
 from scheduler.fleet.demand import MemoryNeed
@@ -32,18 +32,6 @@ from scheduler.fleet.demand import MemoryNeed
 DISTRIBUTED_BACKENDS = frozenset({"vllm", "sglang", "mindie"})
 MIG_ATTRIBUTE = "migProfile"  # a MIG GPU instance (`fleet/nodelist.py`): it may hold a model alone, never with others
 CPU_BACKENDS = frozenset({"voxbox", "custom"})
-
-
-class FitStep(StrEnum):
-    ONE_GPU = "OneGpu"
-    GPUS_OF_ONE_NODE = "GpusOfOneNode"
-    SEVERAL_NODES = "SeveralNodes"
-    CPU = "Cpu"
-
-    @property
-    def rank(self) -> int:
-        """1 for the most preferred step; engines without a memory need rank 0."""
-        return list(FitStep).index(self) + 1
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from contracts.fleet_plan import DroppedReplica, DropReason
 from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica, ReplicaEngine
 from scheduler.fleet import tolerations
 from scheduler.fleet.demand import Demand
 from scheduler.fleet.matching import Matcher
 from scheduler.fleet.pools import Pool
-from scheduler.fleet.results import DroppedReplica, DropReason
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from contracts.fleet_plan import DroppedReplica, DropReason
 from fleet.deployment import ScaleDownOrder
 from fleet.replica import ModelReplica, ReplicaHealth
-from scheduler.fleet.results import DroppedReplica, DropReason
 
 HEALTH_FIRST = (ReplicaHealth.ERROR, ReplicaHealth.STARTING, ReplicaHealth.READY)
 

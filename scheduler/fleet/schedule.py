@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from contracts.fleet_plan import FleetPlan
 from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
@@ -30,7 +31,6 @@ from scheduler.fleet.matching import Matcher
 from scheduler.fleet.moves import plan_moves, with_moves
 from scheduler.fleet.placements import PlacementRecords
 from scheduler.fleet.pools import SelectedPools, gateway_address
-from scheduler.fleet.results import FleetPlan
 from scheduler.fleet.retain import retain
 from scheduler.fleet.scale_down import scale_down
 from scheduler.fleet.selectors import DeviceSelectors

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from contracts.fleet_plan import ClusterVerdict, DeploymentStatus, Phase, SelectorProblem, StatusReason
 from scheduler.cel import SelectorCompileError
 from scheduler.fleet.demand import Demand
 from scheduler.fleet.engines import Refusal
-from scheduler.fleet.results import ClusterVerdict, DeploymentStatus, Phase, SelectorProblem, StatusReason
 
 
 def deployment_status(

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from contracts.fleet_plan import ClusterReason, DroppedReplica, DropReason, StatusReason
 from fleet.deployment import PlacementStrategy
 from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica, ReplicaEngine
@@ -41,7 +42,6 @@ from scheduler.fleet.fill import Filled, NewReplica, ineligibility
 from scheduler.fleet.ledger import Ledger
 from scheduler.fleet.matching import EngineFit, Matcher
 from scheduler.fleet.pools import Pool
-from scheduler.fleet.results import ClusterReason, DroppedReplica, DropReason, StatusReason
 
 KAITO_DENIAL = "No suitable node group found: insufficient capacity or no matching configurations after filtering."
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from fleet.deployment import Toleration
-from fleet.inference_cluster import Taint, TaintEffect
+from contracts.manifest import TaintEffect, Toleration
+from fleet.inference_cluster import Taint
 
 BLOCKS_NEW = frozenset({TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE})
 EVICTS = frozenset({TaintEffect.NO_EXECUTE})

@@ -6,23 +6,20 @@ NVML and `nvidia-smi`; NVML only adds detail for GPUs the host driver still hold
 validation turns it into a slot reason.
 
 PCI addresses are always `dddd:bb:dd.f`, lower case, 4-digit domain (sysfs and libvirt style); anything with an
-8-digit domain (nvidia-smi's `pci_bus_id`) is normalised by `normalise_pci` before it enters these models.
+8-digit domain (nvidia-smi's `pci_bus_id`) is normalised by `contracts.pci.normalise_pci` before it enters these
+models.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from enum import StrEnum
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-_PCI = re.compile(r"^(?:[0-9a-fA-F]{4}|[0-9a-fA-F]{8}):[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
-
-
 # What one host can have, with room to spare: every reported string and list is bounded by these, so a node token
-# cannot make the control plane store (and `GET /v1/nodes` show) megabytes for one host (issue 21). Discovery never
+# cannot make the control plane store (and `GET /v1/nodes` show) megabytes for one host. Discovery never
 # reaches them on a real host: each says where it comes from.
 MAX_PCI_FUNCTIONS = 4096  # an 8-GPU HGX host lists about 600 functions (bridges, NVSwitches, NICs, NVMe); 16 fabric
 #                           PFs with every SR-IOV VF mlx5 allows (127 each) add about 2,000 more
@@ -50,15 +47,6 @@ DeviceName = Annotated[str, StringConstraints(max_length=MAX_NAME)]
 Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]
 PathText = Annotated[str, StringConstraints(max_length=MAX_PATH)]
 Message = Annotated[str, StringConstraints(max_length=MAX_MESSAGE)]
-
-
-def normalise_pci(address: str) -> str:
-    """`00000000:3C:00.0` (nvidia-smi) or `0000:3c:00.0` (sysfs) -> `0000:3c:00.0`. Raises ValueError otherwise."""
-    value = address.strip()
-    if not _PCI.match(value):
-        raise ValueError(f"{address!r} is not a PCI address")
-    domain, rest = value.split(":", 1)
-    return f"{int(domain, 16):04x}:{rest.lower()}"
 
 
 def pci_device(address: str) -> str:

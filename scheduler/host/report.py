@@ -47,7 +47,7 @@ class NodeReport(BaseModel):
     health: list[SlotHealth] | None = Field(
         default=None,
         max_length=MAX_GPUS,
-        description="Each approved slot's health verdict (issue 27): on start, and whenever one changed.",
+        description="Each approved slot's health verdict: on start, and whenever one changed.",
     )
 
 

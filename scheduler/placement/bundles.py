@@ -23,50 +23,16 @@ from collections import Counter
 
 from pydantic import BaseModel, ConfigDict
 
+from contracts.explanation import Level, LevelExplanation, Refusal
+from contracts.placement import Bundle, CapacityShape, NumaPolicy, PlanRequest, SlotId
+from contracts.reasons import Reason
 from scheduler.compatibility import hardware_defect, profile_of, state_defect, vf_usage
-from scheduler.explanation import Level, LevelExplanation, Refusal, Tally
+from scheduler.explanation import Tally
 from scheduler.host.checks import ValidationState
 from scheduler.placement.node_filters import node_filters, verdict
 from scheduler.placement.pinning import pinned_gpus_reason, pinned_slots_view
-from scheduler.reasons import Reason, clause
-from scheduler.request import CapacityShape, NumaPolicy, PlanRequest
-from scheduler.views import NodeView, SlotId, SlotState, SlotView
-
-
-class Bundle(BaseModel):
-    """One slot as the runtime executor attaches it (seed 004's plan shape, plus the slot id to claim)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    slot_id: SlotId
-    slot_index: int
-    gpu_pci: str
-    fabric_parent_pci: str | None
-    fabric_vf_pci: str | None
-    nvme_device: str | None
-    numa_node: int
-    vcpu_count: int
-    memory_mib: int
-    mac_address: str | None
-    private_ip: str | None
-
-    @classmethod
-    def of(cls, slot: SlotView) -> Bundle:
-        """A slot whose validation is not `valid` (a raw GPU handed over whole with bare metal) carries no fabric VF:
-        its VF is absent, someone else's, or declared twice, and must not be passed through."""
-        return cls(
-            slot_id=slot.id,
-            slot_index=slot.index,
-            gpu_pci=slot.gpu_pci,
-            fabric_parent_pci=slot.fabric_parent_pci,
-            fabric_vf_pci=slot.fabric_vf_pci if slot.validation is ValidationState.VALID else None,
-            nvme_device=slot.nvme_device,
-            numa_node=slot.numa_node,
-            vcpu_count=slot.vcpus,
-            memory_mib=slot.memory_mib,
-            mac_address=slot.mac,
-            private_ip=slot.private_ip,
-        )
+from scheduler.reasons import clause
+from scheduler.views import NodeView, SlotState, SlotView
 
 
 class BundlePlan(BaseModel):
@@ -125,9 +91,27 @@ def plan_bundles(node: NodeView, request: PlanRequest, *, detail: bool = False) 
         node=node.name,
         capacity_shape=request.shape,
         gpu_count=len(chosen),
-        bundles=[Bundle.of(slot) for slot in chosen],
+        bundles=[bundle_of(slot) for slot in chosen],
     )
     return PlanResult(plan=plan, refusal=None, explanation=explanation)
+
+
+def bundle_of(slot: SlotView) -> Bundle:
+    """A slot whose validation is not `valid` (a raw GPU handed over whole with bare metal) carries no fabric VF: its
+    VF is absent, someone else's, or declared twice, and must not be passed through."""
+    return Bundle(
+        slot_id=slot.id,
+        slot_index=slot.index,
+        gpu_pci=slot.gpu_pci,
+        fabric_parent_pci=slot.fabric_parent_pci,
+        fabric_vf_pci=slot.fabric_vf_pci if slot.validation is ValidationState.VALID else None,
+        nvme_device=slot.nvme_device,
+        numa_node=slot.numa_node,
+        vcpu_count=slot.vcpus,
+        memory_mib=slot.memory_mib,
+        mac_address=slot.mac,
+        private_ip=slot.private_ip,
+    )
 
 
 def _describe(slot: SlotView) -> str:

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
+from contracts.placement import CapacityShape, NumaPolicy, same_product
 from fleet.inference_cluster import PoolShape
 from fleet.node import NodeStatus
 from scheduler.compatibility import NodeProfile
 from scheduler.placement.node_filters import node_filters, verdict
-from scheduler.request import CapacityShape, NumaPolicy, same_product
 from scheduler.snapshot import NodeGroup, PoolClass, Snapshot
 from scheduler.views import PoolView
 
@@ -89,7 +89,7 @@ class PoolCapacity(BaseModel):
     validated_gpus: int  # slots whose GPU the node agents validated on the host (raw GPUs that really exist)
     compatible_gpus: int  # slots that are slice bundles: approved, own VF, validated (node-scheduler capacity)
     raw_free_gpus: int  # validated slots no one holds on ready nodes, compatible or not
-    degraded_gpus: int = 0  # slots whose GPU its agent judged degraded or could not read: no new work (issue 27)
+    degraded_gpus: int = 0  # slots whose GPU its agent judged degraded or could not read: no new work
     failed_gpus: int = 0  # slots whose GPU failed, until repaired
     slices: dict[int, int]  # GPUs per slice -> slice allocations of that size that would fit now
     baremetal_nodes: int  # whole hosts a bare-metal request could take now

@@ -11,14 +11,14 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict
 
+from contracts.explanation import LevelExplanation, Refusal
+from contracts.placement import Candidate, PlacementRequest
+from contracts.reasons import Reason
 from fleet.vocabulary import NodeStatus
-from scheduler.explanation import LevelExplanation, Refusal
 from scheduler.placement.node_filters import Judge
-from scheduler.placement.nodes import Candidate, pools_in_classes, rank_classes
+from scheduler.placement.nodes import pools_in_classes, rank_classes
 from scheduler.placement.pinning import pinned_refusal
 from scheduler.placement.pools import filter_pools, judge_pool_classes
-from scheduler.reasons import Reason
-from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import NodeView, PoolView
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Protocol
 
+from contracts.placement import CapacityShape, NumaPolicy
+from contracts.reasons import Reason
 from fleet.vocabulary import NodeStatus
 from scheduler.compatibility import NodeProfile
 from scheduler.placement.plugins import Filter, first_failure
-from scheduler.reasons import Reason
-from scheduler.request import CapacityShape, NumaPolicy
 from scheduler.snapshot import NodeGroup
 
 
@@ -140,7 +140,7 @@ class FreeBundles:
 
 @dataclass(frozen=True)
 class Healthy:
-    """Bundles free but for their GPU's health (issue 27): degraded, failed or unknown slots take no new work."""
+    """Bundles free but for their GPU's health: degraded, failed or unknown slots take no new work."""
 
     gpus: int
     static = False

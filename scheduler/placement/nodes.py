@@ -23,27 +23,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate, groupby
 
-from pydantic import BaseModel, ConfigDict
-
+from contracts.explanation import Level, LevelExplanation
+from contracts.placement import Candidate, CapacityShape, NumaPolicy, PlacementRequest, Ranking
+from contracts.reasons import Reason
 from scheduler.compatibility import NodeProfile
-from scheduler.explanation import Level, LevelExplanation, Tally
+from scheduler.explanation import Tally
 from scheduler.placement.node_filters import Judge, could_ever_fit, verdict
 from scheduler.placement.pinning import pinned_profile
-from scheduler.reasons import Reason
-from scheduler.request import CapacityShape, NumaPolicy, PlacementRequest, Ranking
 from scheduler.snapshot import PoolClass, Snapshot
 from scheduler.views import PoolView
-
-
-class Candidate(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    node: str
-    pool: str  # cluster/pool
-    cluster: str
-    region: str
-    free_bundles: int  # compatible free bundles on the node now
-
 
 # (score, pool position, pool, node names, profile): one run of nodes of one pool that rank the same.
 _Feasible = tuple[tuple[int, ...], int, PoolView, tuple[str, ...], NodeProfile]

@@ -1,7 +1,6 @@
 """Seed 001's GPU matching policy for allocations: a request that pins nodes is served by one of them or refused.
 
-GPUStack users pick the GPUs a model runs on, and complain when the scheduler quietly runs it elsewhere (GPUStack
-issue #915). So pinning is a hard filter, not a preference: every other node is dropped with `node_not_pinned`,
+GPUStack users pick the GPUs a model runs on, and complain when the scheduler quietly runs it elsewhere. So pinning is a hard filter, not a preference: every other node is dropped with `node_not_pinned`,
 and when no pinned node can take the request now the refusal is `pinned_nodes_unavailable`, naming each pinned node
 and why it cannot (unknown, in another region, in a pool that does not serve the request, excluded in this run, or
 the node filter's own reason: not READY, full, cooling off...). The reasons are built only on refusal, so a pinned
@@ -19,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
+from contracts.explanation import Refusal
+from contracts.placement import PlacementRequest
+from contracts.reasons import Reason
 from scheduler.compatibility import NodeProfile, hardware_defect, profile_of, state_defect, vf_usage
-from scheduler.explanation import Refusal
 from scheduler.placement.node_filters import Judge, verdict
-from scheduler.reasons import Reason, clause
-from scheduler.request import PlacementRequest
+from scheduler.reasons import clause
 from scheduler.snapshot import Snapshot
 from scheduler.views import NodeView, PoolView
 

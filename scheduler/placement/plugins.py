@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol, TypeVar
 
-from scheduler.reasons import Reason
+from contracts.reasons import Reason
 
 Item = TypeVar("Item", contravariant=True)
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from contracts.explanation import Level, LevelExplanation
+from contracts.placement import PlacementRequest
+from contracts.reasons import Reason
 from fleet.deadlines import format_duration
 from scheduler import cel
-from scheduler.explanation import Level, LevelExplanation, Tally
+from scheduler.explanation import Tally
 from scheduler.placement.plugins import Filter, first_failure
 from scheduler.quota import accounts as quota
-from scheduler.reasons import Reason
-from scheduler.request import PlacementRequest
 from scheduler.snapshot import PoolClass, Snapshot
 from scheduler.views import PoolView
 
@@ -94,7 +95,7 @@ class DeviceSelectorFilter:
 
 @dataclass
 class LeaseFilter:
-    """A request with an end (issue 26) goes only to pools whose `maxLease` is at least as long."""
+    """A request with an end goes only to pools whose `maxLease` is at least as long."""
 
     request: PlacementRequest
     messages: dict[str, str] = field(default_factory=dict)  # pool key -> the two durations
@@ -109,7 +110,7 @@ class LeaseFilter:
 
 @dataclass
 class QuotaFilter:
-    """A tenant with per-product quotas (issue 24) may be placed only on pools whose product, in their region, its
+    """A tenant with per-product quotas may be placed only on pools whose product, in their region, its
     quota (with what its cohort lends) still has room for: Kueue's flavor assignment, pool by pool."""
 
     snapshot: Snapshot

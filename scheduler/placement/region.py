@@ -15,15 +15,17 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
+from contracts.explanation import Level, LevelExplanation, Refusal
+from contracts.placement import PlacementRequest
+from contracts.reasons import Reason
 from fleet.region import RegionStatus
-from scheduler.explanation import Level, LevelExplanation, Refusal, Tally
+from scheduler.explanation import Tally
 from scheduler.placement.capacity import AllocationCount
 from scheduler.placement.pinning import pinned_refusal, regions_of_pins
 from scheduler.placement.plugins import Filter, first_failure
 from scheduler.placement.pools import judge_pool_classes
 from scheduler.quota import accounts as quota
-from scheduler.reasons import Reason, clause
-from scheduler.request import PlacementRequest
+from scheduler.reasons import clause
 from scheduler.snapshot import Snapshot
 from scheduler.views import RegionView, TenantView
 
@@ -210,13 +212,13 @@ def _quota_places(snapshot: Snapshot, tenant: TenantView, request: PlacementRequ
 
 def quota_refusal(snapshot: Snapshot, request: PlacementRequest) -> Refusal | None:
     """The `quota_exceeded` refusal region selection would give the request now, or None: for admission to refuse
-    early with the same code and message (api/admission.py), from the same arithmetic."""
+    early with the same code and message (api/feasibility.py), from the same arithmetic."""
     _, refusal, _ = _admit_tenant(snapshot, request, detail=False)
     return refusal if refusal is not None and refusal.code is Reason.QUOTA_EXCEEDED else None
 
 
 def waiting_region(snapshot: Snapshot, request: PlacementRequest) -> str | None:
-    """Where a request refused by its tenant's quota waits for it (issue 24): the region it would be given were the
+    """Where a request refused by its tenant's quota waits for it: the region it would be given were the
     quota no object (the tenant's other policy still holds); None when it could never fit in the quota, even with
     everything an idle cohort could lend (`quota.ceiling`), so waiting cannot help."""
     tenant = snapshot.tenants.get(request.tenant or "")

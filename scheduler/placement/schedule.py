@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from contracts.explanation import Explanation, LevelExplanation, Refusal
+from contracts.placement import Candidate, PlacementRequest, PlanRequest
 from scheduler.cel import RequestBudget, request_budget
-from scheduler.explanation import Explanation, LevelExplanation, Refusal
 from scheduler.placement.bundles import BundlePlan, HeldSlot, plan_bundles
 from scheduler.placement.cluster import find_candidates
-from scheduler.placement.nodes import Candidate
 from scheduler.placement.region import select_region
-from scheduler.request import PlacementRequest, PlanRequest
 from scheduler.snapshot import Snapshot
 
 
@@ -33,7 +32,7 @@ class PlacementResult(BaseModel):
     # Who holds the held slots of the pinned and the chosen nodes. Never set by `schedule`: its text and this result
     # reach tenants, who may not learn others' allocation ids; the API adds it for admins (api/routes/placement.py).
     holders: list[HeldSlot] | None = None
-    # A dry run of preemption (issue 26): what a queued request of this priority would displace to be placed; the
+    # A dry run of preemption: what a queued request of this priority would displace to be placed; the
     # API adds it to a refusal for capacity or quota (api/routes/placement.py). None: nothing would be.
     preemption: PreemptionPreview | None = None
 

@@ -1,4 +1,4 @@
-"""Quotas that borrow and lend (issue 24): Kueue's cohort rules, over a tenant's GPUs and over its GPUs of one
+"""Quotas that borrow and lend: Kueue's cohort rules, over a tenant's GPUs and over its GPUs of one
 product (and region).
 
 Every quota is an account: a nominal figure, what the tenant holds against it, and the limits of its cohort. As in

@@ -1,4 +1,4 @@
-"""The admission pass as the control worker runs it (activities/control/admission.py, issue 24), on real PostgreSQL:
+"""The admission pass as the control worker runs it (activities/control/admission.py), on real PostgreSQL:
 a burst of releases in one worker makes one pass of the region's queue, not one each queued on its lock."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, select, text
 
 from activities.control.admission import PASS_TIMES, AdmissionActivities
+from contracts.placement import PlacementRequest
 from fleet.loader import load_fleet
-from scheduler.request import PlacementRequest
 from store import queue
 from store.allocations import record_accepted
 from store.apply import apply_fleet

@@ -11,10 +11,9 @@ from temporalio.testing import ActivityEnvironment
 from activities.control.claims import ClaimActivities
 from activities.control.records import RecordActivities
 from contracts.allocation import AllocationRecord, AuditTrail, ClaimInput, ReleaseClaimsInput, StateChange
+from contracts.placement import Bundle, PlacementRequest
 from devstack.reports import report_hosts
 from fleet.loader import load_fleet
-from scheduler.placement.bundles import Bundle
-from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
 from store.models import AllocationEventRow, ClaimRow, SlotRow, TenantRow
 

@@ -178,7 +178,7 @@ def test_an_expired_lease_is_left_to_the_reaper() -> None:
 
 
 def test_a_node_held_for_a_preemptor_and_taken_by_another_allocation_is_reported() -> None:
-    """Issue 26, item 4: a nominated node goes to its preemptor alone. Claims there of its victims, of the preemptor
+    """A nominated node goes to its preemptor alone. Claims there of its victims, of the preemptor
     and of allocations that held slots before the nomination are fine; one claimed after it by anyone else is not."""
     decided = NOW - timedelta(seconds=60)
 

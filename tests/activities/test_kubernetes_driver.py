@@ -20,7 +20,8 @@ from activities.cluster.k8s_status import observe_pools
 from activities.cluster.kubernetes import KubernetesClusterDriver, WorkloadRejected
 from activities.cluster.simulated import SimulatedClusterDriver
 from activities.cluster.workload import Workload, render_workload
-from contracts.cluster import ClusterConnection, ClusterTarget, Toleration, connection_of
+from contracts.cluster import ClusterConnection, ClusterTarget, connection_of
+from contracts.manifest import Toleration
 from fleet.loader import load_fleet
 from fleet.replica import ModelReplica
 from scheduler.fleet import manifest_dict, replica_manifest

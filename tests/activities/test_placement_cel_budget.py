@@ -1,4 +1,4 @@
-"""The control worker's placement step under a request's CEL budget (issue 21; real PostgreSQL, the real
+"""The control worker's placement step under a request's CEL budget (real PostgreSQL, the real
 `choose_placement` activity): a request whose selectors pass the budget is refused with `selector_cost_exceeded` and
 that is recorded as its end; the scheduler's levels run in a worker thread, so the worker's event loop (its other
 activities, its workflow tasks) goes on meanwhile.
@@ -15,10 +15,10 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.control.placement import PlacementActivities
 from contracts.allocation import AllocationRecord, AuditTrail, FindCandidatesInput, StateChange
+from contracts.placement import PlacementRequest
 from devstack.reports import report_hosts
 from fleet.loader import load_fleet
 from scheduler.cel import REQUEST_BUDGET
-from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
 from store.models import AllocationRow
 from tests.cel_gate import Gate, gated_evaluation, unique_selector

@@ -10,12 +10,12 @@ from temporalio.testing import ActivityEnvironment
 from activities.control.placement import PlacementActivities
 from activities.control.records import RecordActivities
 from contracts.allocation import AllocationRecord, AuditTrail, FindCandidatesInput, StateChange
+from contracts.placement import PlacementRequest
 from devstack.reports import report_hosts
 from fleet.loader import load_fleet
 from scheduler.cel import RequestBudget
 from scheduler.placement import cluster
 from scheduler.placement.pending import with_pending_plans
-from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
 from store.decisions import record_first_choice
 from store.liveness import mark_down

@@ -23,7 +23,7 @@ from agent.libvirt.domain import (
     parse_domain,
 )
 from contracts.allocation import VmSpec
-from scheduler.placement.bundles import Bundle
+from contracts.placement import Bundle
 from tests.libvirt_required import tools
 
 NUMA_0 = [*range(0, 24), *range(96, 120)]

@@ -1,4 +1,4 @@
-"""The guest's view of its GPUs (issue 27): `nvidia-smi -q` and the kernel's Xid lines of the fixtures under
+"""The guest's view of its GPUs: `nvidia-smi -q` and the kernel's Xid lines of the fixtures under
 tests/hosts/guest/ (their README says where their shape comes from), parsed and judged by the one verdict function,
 and read through the real libvirt VM runtime (libvirt's test driver) with the guest agent answering as QEMU
 documents. A guest that does not answer is `unknown`, never healthy; a guest still booting is not asked."""

@@ -1,4 +1,4 @@
-"""Slot health through the agent's report loop into PostgreSQL and placement (issue 27), on a fixture host shaped
+"""Slot health through the agent's report loop into PostgreSQL and placement, on a fixture host shaped
 like an HGX H200's /sys: a GPU whose AER fatal counter rises is `failed` within one look of the agent (seconds, not
 the report interval), stays failed once the counter stands still, and placement stops choosing it at once
 (`gpu_unhealthy`); a link trained down is `degraded`; a GPU that falls off the bus is out of placement too."""
@@ -15,11 +15,11 @@ from sqlalchemy import select
 
 from agent.reporter import NodeReporter
 from agent.serve import host_agent
+from contracts.placement import PlacementRequest
+from contracts.reasons import Reason
 from fleet.loader import load_fleet
 from fleet.node import Node
 from scheduler.placement.cluster import find_candidates
-from scheduler.reasons import Reason
-from scheduler.request import PlacementRequest
 from store.apply import apply_fleet
 from store.inventory import InventoryCache
 from store.models import SlotRow

@@ -1,4 +1,4 @@
-"""The host-side signals beyond sysfs (issue 27), through the real topology driver over a fixture host whose slot 0
+"""The host-side signals beyond sysfs, through the real topology driver over a fixture host whose slot 0
 GPU is bound to the host's `nvidia` driver: NVML's recorded health sequences (tests/hosts/nvml/) and an NVMe's
 SMART log as nvme-cli prints it (tests/hosts/nvme/), each judged at each look by the one verdict function."""
 

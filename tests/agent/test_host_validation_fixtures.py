@@ -1,4 +1,4 @@
-"""Each fixture host of the issue, discovered from its /sys-shaped tree and checked against the slots the fleet
+"""Each fixture host of tests/hosts/sysfs_tree.py, discovered from its /sys-shaped tree and checked against the slots the fleet
 approves for it: what `berth nodes discover` and the agent's reports say about it."""
 
 from __future__ import annotations

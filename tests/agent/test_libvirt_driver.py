@@ -22,7 +22,7 @@ libvirt = libvirt_module()
 
 from agent.libvirt.domain import domain_name, parse_domain  # noqa: E402
 from agent.libvirt.driver import ImageNotFound, LibvirtSettings, LibvirtVmDriver  # noqa: E402
-from scheduler.placement.bundles import Bundle  # noqa: E402
+from contracts.placement import Bundle  # noqa: E402
 
 HOST = Path(__file__).resolve().parent.parent / "hosts" / "libvirt" / "host.xml"
 BASE = "/var/lib/berth/pool/ubuntu-24.04.qcow2"
@@ -253,7 +253,7 @@ def test_list_shows_every_domain_named_for_an_allocation_for_the_reconciler(driv
 def test_the_guest_of_a_ready_vm_reports_each_gpu_by_its_slot(
     driver: LibvirtVmDriver, agent: RecordedGuestAgent, listener: int
 ) -> None:
-    """Issue 27: once its gates passed, the guest's `nvidia-smi -q` and kernel log are read (tests/hosts/guest/),
+    """Once its gates passed, the guest's `nvidia-smi -q` and kernel log are read (tests/hosts/guest/),
     the guest's GPUs in PCI order being the plan's slots in order; a VM still booting is not asked."""
     guest = Path(__file__).resolve().parent.parent / "hosts" / "guest" / "clean-two-gpus"
     xid = "[ 88.2] NVRM: Xid (PCI:0000:08:00): 95, pid=7, name=python3, Uncontained: FBHUB. RST: Yes, D-RST: No\n"

@@ -17,8 +17,8 @@ from agent.approved import ApprovedSlots
 from agent.leases import LeaseStore
 from agent.simulated import SimulatedTopology, SimulatedVmDriver
 from contracts.allocation import LeaseRef, PlanInput, ReadinessInput, TeardownInput, VmSpec
+from contracts.placement import CapacityShape
 from fleet.node import Node, Simulation
-from scheduler.request import CapacityShape
 
 
 def _host(gpus: int = 4, simulation: Simulation | None = None) -> Node:

@@ -1,6 +1,6 @@
-"""A slot's health from what its host can see (issue 27): the agent's sysfs reader over a fixture host shaped like
+"""A slot's health from what its host can see: the agent's sysfs reader over a fixture host shaped like
 an HGX H200's /sys, and the pure verdict over it: AER counters rising, a link trained down, a device gone from the
-bus, an NVMe critical warning, and every Xid of NVIDIA's catalog the issue names."""
+bus, an NVMe critical warning, and the Xids of NVIDIA's catalog."""
 
 from __future__ import annotations
 

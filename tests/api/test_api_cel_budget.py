@@ -1,4 +1,4 @@
-"""A tenant's CEL selectors cannot stall the API or the control worker (issue 21): a selector too costly by its
+"""A tenant's CEL selectors cannot stall the API or the control worker: a selector too costly by its
 estimate is a 422 `selector_cost_exceeded` at admission, a request whose selectors together pass their budget is a
 422 from explain and a refusal with the same code for an allocation, and while explain evaluates, in a worker
 thread, `/healthz` answers.

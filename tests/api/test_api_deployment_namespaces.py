@@ -1,4 +1,4 @@
-"""The live path of issue 13 over HTTP against the real stack (PostgreSQL, Temporal, a control worker; simulated
+"""The deployments' live path over HTTP against the real stack (PostgreSQL, Temporal, a control worker; simulated
 clusters): namespaced deployments, ModelCaches applied with the fleet and honoured by placement, and an autoscaling
 pool's maxNodeCount counted as `berth plan` counts it."""
 

@@ -63,7 +63,7 @@ async def test_create_becomes_active_and_release_returns_the_gpus(stack: Stack) 
 
 
 async def test_an_allocation_with_an_end_shows_it_and_is_extended_within_the_api(stack: Stack) -> None:
-    """Issue 26, item 1, as a client sees it: `duration` or `ends_at` on create (one of them, in the future), the end
+    """An allocation's end as a client sees it: `duration` or `ends_at` on create (one of them, in the future), the end
     in every read, `POST .../extend` moving it, and the refusals in the API's words."""
     both = await stack.http.post(
         "/v1/allocations",
@@ -106,7 +106,7 @@ async def test_an_allocation_with_an_end_shows_it_and_is_extended_within_the_api
 
 
 async def test_explain_says_what_a_request_would_preempt_before_anything_is(stack: Stack) -> None:
-    """Issue 26's dry run: a request that does not fit now is told which allocations a preemption would displace
+    """Preemption's dry run: a request that does not fit now is told which allocations a preemption would displace
     (the admission pass's own rules), and nothing is told or held. Its own allocations are named by id."""
     spot = await stack.create(4, priority_class="spot")
     await stack.wait_for(spot, "active")  # on `big`, the only 4-GPU host

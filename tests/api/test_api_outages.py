@@ -1,4 +1,4 @@
-"""Exactly-once creates and honest answers while PostgreSQL or Temporal fail (issue 12, items 1 and 2).
+"""Exactly-once creates and honest answers while PostgreSQL or Temporal fail.
 
 The API under test reaches the session's real PostgreSQL and Temporal server through a loopback TCP proxy
 (`tests/faults.py`) that a test cuts and restores: the client side sees real resets and refusals. Every answer must

@@ -1,4 +1,4 @@
-"""Keyset pages on the list routes (issue 21): `GET /v1/allocations` and `GET /v1/deployments` answer a page and a
+"""Keyset pages on the list routes: `GET /v1/allocations` and `GET /v1/deployments` answer a page and a
 `next_cursor`; following it returns every row exactly once, in order, and a cursor the API did not give out is a
 422 `invalid_cursor`. `berth alloc list --all` follows the cursors.
 

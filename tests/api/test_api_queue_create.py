@@ -1,4 +1,4 @@
-"""Creating a request that may wait (issue 24): `queue: {timeout}` and `priority_class` on `POST /v1/allocations`,
+"""Creating a request that may wait: `queue: {timeout}` and `priority_class` on `POST /v1/allocations`,
 checked against the fleet file before anything exists, and the tenant's waiting default.
 
 The lab fleet (tests/api/stack.py): `globex` has a quota of 2 GPUs; host `small` (2 GPUs) makes a 2-GPU request

@@ -1,4 +1,4 @@
-"""Per-tenant create rate limits (issue 21): the fleet file's `Tenant.spec.rateLimit` is a token bucket over
+"""Per-tenant create rate limits: the fleet file's `Tenant.spec.rateLimit` is a token bucket over
 `POST /v1/allocations`; the create past it is a 429 `rate_limited` with `Retry-After`, creating nothing, and time
 refills it. The API's clock is stepped by the test (no sleeps): `Services.create_limits` takes an injected clock.
 

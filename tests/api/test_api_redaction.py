@@ -1,5 +1,5 @@
-"""What a tenant may learn through the API about everything that is not its own (issue 21, items "explain and
-pinning name other tenants' allocations" and "a tenant sees the whole fleet").
+"""What a tenant may learn through the API about everything that is not its own: explain and
+pinning never name other tenants' allocations, and a tenant does not see the whole fleet.
 
 - Another tenant's allocation ids: a GPU held by globex, pinned by acme through explain (with and without detail)
   and through a create, is "claimed by another allocation" everywhere acme looks (the refusal, the bundle level's

@@ -1,4 +1,4 @@
-"""Node reports are bounded (issue 21): a node token once stored a 5.2 MB host, and `GET /v1/nodes` grew to 5.25 MB.
+"""Node reports are bounded: a node token once stored a 5.2 MB host, and `GET /v1/nodes` grew to 5.25 MB.
 
 Every reported string and list has a bound taken from what a real host has (`scheduler/host/inventory.py`), lists
 nested in lists are counted over the whole host, and the whole inventory is at most `MAX_HOST_BYTES` of JSON. A

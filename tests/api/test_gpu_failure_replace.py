@@ -1,4 +1,4 @@
-"""A pool that replaces allocations off failed GPUs (`onGpuFailure: Replace`, issue 27), end to end through the API:
+"""A pool that replaces allocations off failed GPUs (`onGpuFailure: Replace`), end to end through the API:
 the node's agent (simulated host, its real report loop) reports a GPU gone from the bus; the allocation holding it
 is told (`degraded`, with the reason), its VM on that node is destroyed and its slots wiped and freed, and it is
 placed again on a healthy node, keeping the end it had; the failed slot stays out of placement."""

@@ -1,4 +1,4 @@
-"""A GPU that fails under an active allocation, end to end through the API (issue 27): the node's agent (simulated
+"""A GPU that fails under an active allocation, end to end through the API: the node's agent (simulated
 host, its real report loop) reports the slot `failed` with its own token; the allocation holding it goes `degraded`
 with the reason and keeps running; the slot takes no new work, even once free, until an operator repairs it; the
 repair is in the audit trail and the agent is asked for its verdicts again. A failure whose signal was lost is found
@@ -183,7 +183,7 @@ async def test_a_drain_marks_the_node_draining_and_tells_each_allocation_on_it_o
 
 
 async def test_a_gpu_its_guest_says_is_lost_degrades_its_allocation(stack: Stack) -> None:
-    """The guest's side (issue 27): the simulated guest answers with the recorded `nvidia-smi -q` and kernel log
+    """The guest's side: the simulated guest answers with the recorded `nvidia-smi -q` and kernel log
     of a GPU that fell off the bus (tests/hosts/guest/xid79), read through the real parser by the agent's loop."""
     held = await stack.create(2)
     active = await stack.wait_for(held, "active")
@@ -210,7 +210,7 @@ async def test_a_gpu_its_guest_says_is_lost_degrades_its_allocation(stack: Stack
 
 
 async def test_a_repair_through_one_api_process_reaches_an_agent_reporting_to_another(stack: Stack) -> None:
-    """Several API processes (issue 28) each answer an agent's steady reports from their own memory. A repair
+    """Several API processes each answer an agent's steady reports from their own memory. A repair
     served by one must still get the agent asked for its verdicts again when its reports land on another."""
     other = app_for(stack.lab.sessions, stack.lab.starter, stack.lab.queues)
     other.state.services.heartbeats.flush_every = 0  # it writes (and reads back) at every steady report

@@ -1,4 +1,4 @@
-"""`GET /v1/queues`, an allocation's `queue` place and the queue metrics (issue 24, visibility).
+"""`GET /v1/queues`, an allocation's `queue` place and the queue metrics.
 
 The queues are written straight into PostgreSQL as the allocation workflows and admission passes write them
 (`store.queue.enter`, `record_pass`): no workflow runs, so nothing moves while the test reads. The fleet: region
@@ -34,9 +34,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from contracts.placement import PlacementRequest
 from contracts.task_queues import Queues
 from fleet.loader import load_fleet
-from scheduler.request import PlacementRequest
 from store import queue
 from store.apply import apply_fleet
 from store.models import AllocationRow

@@ -1,4 +1,4 @@
-"""Reservations through the API against a real stack (issue 26, item 3): a window admitted on the node that can hold
+"""Reservations through the API against a real stack: a window admitted on the node that can hold
 it then, a full window refused with the nearest windows that fit, the reserved GPUs held from requests that would
 overlap it, and at its start the reservation becomes an allocation on its node (a preemptible allocation there
 preempted), which expires at its end."""

@@ -1,4 +1,4 @@
-"""One trace from `POST /v1/allocations` to the node agent (issue 28): FastAPI's instrumentation on the API and
+"""One trace from `POST /v1/allocations` to the node agent: FastAPI's instrumentation on the API and
 temporalio's tracing interceptor on every Temporal client (the API's, the control worker's, the node agents' through
 the node gateway), spans kept by an in-memory exporter. The trace holds the request, the workflow's start and run,
 its control steps and the agent's plan and VM create, and every one of its spans names the allocation (but FastAPI's

@@ -1,4 +1,4 @@
-"""Ends, preemption and reservations under kill -9 of the control worker (issue 26): an allocation in its preemption
+"""Ends, preemption and reservations under kill -9 of the control worker: an allocation in its preemption
 grace period, an allocation reaching its end, and a reservation reaching its start and then its end each survive a
 SIGKILL of `berth worker control` (its own process, as `berth up` runs it): the victim is preempted once and its node
 goes to the preemptor alone, the leased allocation expires once, the reservation becomes one allocation on its node
@@ -16,7 +16,7 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from scheduler.request import PlacementRequest
+from contracts.placement import PlacementRequest
 from store import reservations
 from store.models import AllocationRow, ReservationRow
 from tests.chaos.test_queue_chaos import _entries, _namer, _release_and_wait, _until, control_process

@@ -1,4 +1,4 @@
-"""The chaos suite's short form (issue 12, item 4): `berth up`'s supervised stack under load, each of its parts
+"""The chaos suite's short form: `berth up`'s supervised stack under load, each of its parts
 killed with SIGKILL in turn and restarted by the supervisor, then the checks of `bench/chaos.py` (nothing lost,
 duplicated or leaked; the database, the hosts and the API agree; every allocation in flight at a kill active or final
 within 30 s of the part's return). `python -m bench.chaos` is the long form."""
@@ -32,7 +32,7 @@ def running(tmp_path: Path) -> Iterator[tuple[DevStack, StackContext]]:
 def test_one_of_three_control_workers_and_one_of_two_apis_killed_lose_duplicate_and_leak_nothing(
     tmp_path: Path,
 ) -> None:
-    """Issue 28: the control plane as several replicas (3 control workers on the one queue, 2 APIs behind one
+    """The control plane as several replicas (3 control workers on the one queue, 2 APIs behind one
     address), one of each killed mid-flight: the checks of the short form hold, and the others carried the load."""
     stack = chaos_stack(
         tmp_path / "state", agent_processes=1, say=lambda line: None, control_workers=3, api_processes=2

@@ -1,4 +1,4 @@
-"""Queues under kill -9 (issue 24, item 6): requests waiting for capacity survive a SIGKILL of the control worker
+"""Queues under kill -9: requests waiting for capacity survive a SIGKILL of the control worker
 and of PostgreSQL, before and during the admission pass that frees capacity for them, and each is placed exactly
 once.
 

@@ -189,7 +189,7 @@ def test_create_json_sends_every_field_under_an_idempotency_key(terminal: Termin
 def test_wait_on_an_allocation_that_fails_exits_1_with_its_reason_and_retry_places_it_again(
     terminal: Terminal,
 ) -> None:
-    # Over the tenant's quota is refused at admission (issue 21): one line, and no allocation to follow.
+    # Over the tenant's quota is refused at create: one line, and no allocation to follow.
     over = terminal.berth("alloc", "create", "--gpus", "4", "--tenant", "globex", "--wait")
     line = one_error_line(over)
     assert "tenant globex would exceed its GPU quota" in line and "4 requested > quota 2" in line

@@ -1,5 +1,5 @@
-"""What the CLI did not write itself prints as it came, never as Rich markup (issue 21: a node's reported
-`[bold red]FAKE: node healthy[/]` was drawn by `berth nodes get` as a red "FAKE: node healthy").
+"""What the CLI did not write itself prints as it came, never as Rich markup: a node's reported
+`[bold red]FAKE: node healthy[/]` must not be drawn by `berth nodes get` as a red "FAKE: node healthy".
 
 The mechanism is `cli/output.py`'s: consoles read no markup in strings, and the CLI's own styling is a `styled`
 template whose values go in as plain text. The first tests pin that mechanism down and check that every styled

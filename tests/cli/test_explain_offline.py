@@ -98,7 +98,7 @@ def test_slot_state_documents_answer_what_if_questions(tmp_path: Path) -> None:
     assert "3 active + 3 in flight + 3 requested > quota 8" in quota["refusal"]["message"]
 
 
-# Three nested 10-element `all()`s: over a request's whole CEL budget on the first device (issue 21).
+# Three nested 10-element `all()`s: over a request's whole CEL budget on the first device.
 TEN = "[500, 501, 502, 503, 504, 505, 506, 507, 508, 509]"
 COSTLY = f"{TEN}.all(a, {TEN}.all(b, {TEN}.all(c, a + b + c > 0)))"
 

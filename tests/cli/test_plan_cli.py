@@ -176,7 +176,7 @@ def test_files_without_a_deployment_are_refused() -> None:
 
 
 def test_a_directory_of_modelplane_manifests_plans_with_its_model_service_checked_and_carried(tmp_path: Path) -> None:
-    """Issue 25: a Modelplane example directory holds ModelServices beside the deployments; they are checked against
+    """A Modelplane example directory holds ModelServices beside the deployments; they are checked against
     Modelplane's XRD and carried (they place nothing), and a directory is read as `kubectl apply -f DIR` reads it."""
     code, out = run(str(EXAMPLES), output="json")
     assert code == 0, out

@@ -1,5 +1,5 @@
-"""`berth queue`, `berth alloc get` on a queued allocation and `berth alloc create --queue-timeout --priority-class`
-(issue 24), run as a person runs them next to `berth up`: the real API served by uvicorn, the context file only.
+"""`berth queue`, `berth alloc get` on a queued allocation and `berth alloc create --queue-timeout --priority-class`,
+run as a person runs them next to `berth up`: the real API served by uvicorn, the context file only.
 
 The queues are those of tests/api/test_queues_api.py, written straight into PostgreSQL (no workflow moves them).
 """

@@ -1,5 +1,5 @@
-"""`berth reservations create|list|cancel` and `berth capacity --at` against the API served over the lab fleet
-(issue 26), as a person types them: the reservation made and listed, the capacity it takes in its window, a full
+"""`berth reservations create|list|cancel` and `berth capacity --at` against the API served over the lab fleet,
+as a person types them: the reservation made and listed, the capacity it takes in its window, a full
 window refused in one line naming the nearest window that fits, bad input refused without a traceback."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The node agent stays lean: `berth worker node` (and `berth worker agents`) run on every GPU host, and each module of
-the control plane they pull in is resident memory on each host (issue 14, target 6). What is asserted is what
+the control plane they pull in is resident memory on each host. What is asserted is what
 matters and does not drift with the machine: which modules the process imports, not how many megabytes it holds
 (`python -m bench.memory` measures those).
 

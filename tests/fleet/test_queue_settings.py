@@ -1,4 +1,4 @@
-"""The fleet file's queueing settings (issue 24): PriorityClass documents, a tenant's weight, priorityClasses and
+"""The fleet file's queueing settings: PriorityClass documents, a tenant's weight, priorityClasses and
 queue, a region's queueingStrategy; their defaults, and the problems an operator is shown for each mistake."""
 
 from __future__ import annotations

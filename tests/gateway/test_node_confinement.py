@@ -1,4 +1,4 @@
-"""A node's credential reaches only its own node's work (issue 22), against the real Temporal server and PostgreSQL.
+"""A node's credential reaches only its own node's work, against the real Temporal server and PostgreSQL.
 
 Every client here is what a compromised GPU host has: its own node token and the node gateway's address. With
 them it cannot start, signal, update, cancel, terminate, describe or list any workflow or read any history, poll

@@ -1,5 +1,5 @@
 """A node's token rotated under its running agent: the agent rereads its file, keeps serving through the node
-gateway with the new token, and the old one, once revoked, is refused (issue 22: rotation without a restart)."""
+gateway with the new token, and the old one, once revoked, is refused: rotation without a restart."""
 
 from __future__ import annotations
 

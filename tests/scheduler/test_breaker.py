@@ -8,14 +8,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from contracts.placement import PlacementRequest
+from contracts.reasons import Reason
 from fleet.errors import FleetError
 from fleet.loader import parse_fleet
 from scheduler.breaker import BreakerPolicy, Cooling, cooling_nodes, cooling_off
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.placement.capacity import capacity
 from scheduler.placement.schedule import schedule
-from scheduler.reasons import Reason
-from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from tests.workflows.lab import lab_fleet
 from tests.workflows.test_deadlines_breakers import with_pool_deadlines

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from contracts.explanation import Level
+from contracts.placement import CapacityShape, NumaPolicy, PlanRequest
+from contracts.reasons import Reason
 from fleet.node import FabricClaimMode, NodeStatus
-from scheduler.explanation import Level
 from scheduler.host.checks import ValidationState
 from scheduler.placement.bundles import plan_bundles
-from scheduler.reasons import Reason
-from scheduler.request import CapacityShape, NumaPolicy, PlanRequest
 from scheduler.views import NodeView, SlotState, SlotView
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from contracts.placement import NumaPolicy
 from fleet.loader import parse_fleet
 from fleet.slot_state import SlotStateDocument
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.host.checks import ValidationState
 from scheduler.placement.capacity import capacity
-from scheduler.request import NumaPolicy
 
 FLEET = """
 apiVersion: berth.dev/v1alpha1

@@ -1,4 +1,4 @@
-"""A request's CEL selectors share one cost budget (issue 21): the worst selector is refused by its estimate, a
+"""A request's CEL selectors share one cost budget: the worst selector is refused by its estimate, a
 costly request stops at the budget whatever its selectors and devices, and normal requests still place.
 
 The example fleet's slice pools publish two distinct devices (H200 in us-east, L4 in eu-west); a request for GPU
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.placement import PlacementRequest
 from fleet.loader import load_fleet
 from scheduler.cel import (
     REQUEST_BUDGET,
@@ -25,12 +26,11 @@ from scheduler.cel.library import REGEX_REFUSED_COST
 from scheduler.cel.selector import MAX_COMPILED, MAX_COMPILED_CHARACTERS, Selector, _CompiledCache
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.placement.schedule import schedule
-from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
 TEN = "[500, 501, 502, 503, 504, 505, 506, 507, 508, 509]"
-ISSUE = f"{TEN}.all(a, {TEN}.all(b, {TEN}.all(c, {TEN}.all(d, a + b + c + d > 0))))"  # the issue's shape
+ISSUE = f"{TEN}.all(a, {TEN}.all(b, {TEN}.all(c, {TEN}.all(d, a + b + c + d > 0))))"  # within Kubernetes' per-expression limit
 NESTED = f"{TEN}.all(a, {TEN}.all(b, a + b > 0))"  # estimated 742, costs 532 per device
 H200 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"'
 

@@ -7,13 +7,13 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from contracts.explanation import Level, LevelExplanation
+from contracts.placement import PlacementRequest
+from contracts.reasons import Reason
 from fleet.loader import parse_fleet
 from fleet.slot_state import SlotStateDocument
-from scheduler.explanation import Level, LevelExplanation
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.placement.schedule import schedule
-from scheduler.reasons import Reason
-from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 
 FLEET = """

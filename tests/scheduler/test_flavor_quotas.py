@@ -1,4 +1,4 @@
-"""Nominal quotas per GPU product and region (issue 24; scheduler/quota/accounts.py): Kueue's nominal quota per resource
+"""Nominal quotas per GPU product and region (scheduler/quota/accounts.py): Kueue's nominal quota per resource
 flavor, with cohorts that borrow and lend the same product's quota, judged by the whole placement pipeline on a
 fleet file with two regions and two products."""
 
@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 import yaml
 
+from contracts.placement import PlacementRequest
+from contracts.reasons import Reason
 from fleet.loader import FleetError, parse_fleet
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.placement.region import waiting_region
 from scheduler.placement.schedule import schedule
 from scheduler.quota import accounts as quota
-from scheduler.reasons import Reason
-from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import FlavorQuotaView, TenantView
 

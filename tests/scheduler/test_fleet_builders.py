@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from contracts.fleet_plan import FleetPlan
 from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica
-from scheduler.fleet import FleetPlan, schedule_deployment
+from scheduler.fleet import schedule_deployment
 
 API = "modelplane.ai/v1alpha1"
 

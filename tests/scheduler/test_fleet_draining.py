@@ -1,6 +1,6 @@
 """Seed 002 (Seldon Core 2: a server being deleted takes no models, and models move off a draining replica): a
 cluster being deleted or marked draining, or a draining pool, takes no new replicas, and its replicas move elsewhere
-one at a time, each removed only once a ready replica elsewhere has taken its place (issue 25, item 3)."""
+one at a time, each removed only once a ready replica elsewhere has taken its place."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from test_fleet_builders import (
     standalone,
 )
 
-from scheduler.fleet import ClusterReason, DropReason
+from contracts.fleet_plan import ClusterReason, DropReason
 
 H100 = inference_class("h100-8x", gpu("H100"))
 KNOWN = classes(H100)

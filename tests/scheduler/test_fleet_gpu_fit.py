@@ -4,7 +4,7 @@ GPU out twice.
 
 The rules follow the seed's "Resource Fit Policy" and "Placement Strategy Policy": candidates in the order single
 GPU, several GPUs of one worker, across workers, CPU; binpack places an instance "in the bin with the least
-remaining space", spread distributes instances over workers; and, from issue 25, a vLLM-class backend counts on 90%
+remaining space", spread distributes instances over workers; and a vLLM-class backend counts on 90%
 of each GPU (GPUStack starts vLLM with --gpu-memory-utilization 0.9). Every plan is fed back as the next plan's
 input, as `berth plan` output is.
 """
@@ -18,8 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_fleet_builders import classes, cluster, deployment, engine, gpu, inference_class, member, plan
 
+from contracts.fleet_plan import ClusterReason, FleetPlan
 from fleet.replica import MEMBER_GPUS_ANNOTATION, ModelReplica, stamped_member_cost
-from scheduler.fleet import ClusterReason, FleetPlan, manifest_dict, replica_manifest
+from scheduler.fleet import manifest_dict, replica_manifest
 
 H100 = inference_class("h100-8x", gpu("H100", memory="80Gi"), capabilities=["vllm", "custom"])
 MIG = inference_class(

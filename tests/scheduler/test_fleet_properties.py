@@ -20,9 +20,10 @@ from test_fleet_builders import (
     replica,
 )
 
+from contracts.fleet_plan import FleetPlan
 from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica, stamped_member_cost
-from scheduler.fleet import FleetPlan, replica_manifest
+from scheduler.fleet import replica_manifest
 from scheduler.fleet.pools import published_pools
 
 PRODUCTS = ("H100", "H200", "L40S")

@@ -1,4 +1,4 @@
-"""The fleet scheduler's numbered rules (issue 6, from seed 000), one table or case per rule, as a user sees them:
+"""The fleet scheduler's numbered rules (from seed 000), one table or case per rule, as a user sees them:
 where replicas land, which are removed and why, and what the status says."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from test_fleet_builders import (
     where,
 )
 
-from fleet.deployment import Toleration
+from contracts.fleet_plan import ClusterReason, DropReason, Phase, StatusReason
+from contracts.manifest import Toleration
 from fleet.inference_cluster import Taint
-from scheduler.fleet import ClusterReason, DropReason, Phase, StatusReason
 from scheduler.fleet.tolerations import tolerates
 
 H100 = inference_class("h100-8x", gpu("H100"))

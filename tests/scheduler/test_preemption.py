@@ -1,4 +1,4 @@
-"""Preemption's victims (issue 26) in hand-built fleets: each case states the victims it expects and why.
+"""Preemption's victims in hand-built fleets: each case states the victims it expects and why.
 
 The rules are Kueue's (its preemption documentation: withinClusterQueue, reclaimWithinCohort, borrowWithinCohort,
 the candidate order "borrowing workloads of other ClusterQueues first, then lower priority, then the most recently
@@ -12,10 +12,10 @@ import dataclasses
 
 from test_queueing import BEST_EFFORT, ONE_H100_NODE, Pool, queued, world
 
+from contracts.placement import PlacementRequest
 from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
 from scheduler.admission.admit import Nomination, admission_pass
 from scheduler.admission.preemption import Preemption, Preemptor, Running, plan_preemption
-from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import PreemptionPolicy
 

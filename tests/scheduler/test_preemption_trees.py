@@ -16,9 +16,9 @@ import dataclasses
 
 from test_queueing import ONE_H100_NODE, Pool, Tenant, world
 
+from contracts.placement import PlacementRequest
 from fleet.vocabulary import ReclaimWithinCohort
 from scheduler.admission.preemption import Preemption, Preemptor, Running, plan_preemption
-from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 from scheduler.views import PreemptionPolicy
 

@@ -12,17 +12,17 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from contracts.explanation import Level
+from contracts.placement import CapacityShape, NumaPolicy, PlacementRequest, PlanRequest, Ranking
+from contracts.reasons import Reason
 from fleet.inference_cluster import PoolShape
 from fleet.node import FabricClaimMode, NodeStatus
 from fleet.region import RegionStatus
 from scheduler.compatibility import profile_of
-from scheduler.explanation import Level
 from scheduler.placement.bundles import plan_bundles
 from scheduler.placement.capacity import allocations_on
 from scheduler.placement.pools import filter_pools
 from scheduler.placement.schedule import PlacementResult, schedule
-from scheduler.reasons import Reason
-from scheduler.request import CapacityShape, NumaPolicy, PlacementRequest, PlanRequest, Ranking
 from scheduler.snapshot import Snapshot
 from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView
 

@@ -1,4 +1,4 @@
-"""The admission pass over a region's queue (issue 24, `scheduler.admission.admit`), on small fleets written as an operator
+"""The admission pass over a region's queue (`scheduler.admission.admit`), on small fleets written as an operator
 writes them: who is placed next and where, in which position, and why the others still wait.
 
 Every fleet here has one region, `r1`, with one cluster; nodes are named `<prefix><NN>` (e.g. `a01`), and a hold
@@ -11,6 +11,7 @@ import dataclasses
 
 import pytest
 
+from contracts.placement import PlacementRequest
 from fleet.loader import parse_fleet
 from fleet.slot_state import SlotStateDocument
 from fleet.vocabulary import QueueingStrategy
@@ -19,7 +20,6 @@ from scheduler.admission.admit import PassResult, QueuedRequest, admission_pass,
 from scheduler.admission.shares import usage_by_product
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.placement import region
-from scheduler.request import PlacementRequest
 from scheduler.snapshot import Snapshot
 
 BEST_EFFORT = QueueingStrategy.BEST_EFFORT_FIFO

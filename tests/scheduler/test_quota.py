@@ -1,4 +1,4 @@
-"""Quotas that borrow and lend within a cohort (scheduler/quota/accounts.py, issue 24): Kueue's rules over a tenant's GPUs."""
+"""Quotas that borrow and lend within a cohort (scheduler/quota/accounts.py): Kueue's rules over a tenant's GPUs."""
 
 from __future__ import annotations
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from contracts.explanation import Level
+from contracts.placement import PlacementRequest
+from contracts.reasons import Reason
 from fleet.loader import load_fleet
-from scheduler.explanation import Level
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.placement.schedule import schedule
-from scheduler.reasons import Reason
-from scheduler.request import PlacementRequest
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
 H200 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"'

@@ -1,4 +1,4 @@
-"""Reservations' admission (issue 26, item 3), in hand-built fleets: a window is admitted only where a node can hold
+"""Reservations' admission, in hand-built fleets: a window is admitted only where a node can hold
 it then, counting running allocations that still hold their GPUs at its start (a preemptible one does not: it is
 preempted then) and every overlapping reservation; a refusal says what the window lacks and the nearest windows that
 fit. Before its allocation holds them, a reservation's GPUs are held from every request that would overlap it."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from test_queueing import Pool, world
 
+from contracts.placement import PlacementRequest
 from scheduler.admission.reservations import Admitted, Holding, Refused, Reserved, Window, admit, with_holds
-from scheduler.request import PlacementRequest
 from scheduler.views import SlotState
 
 TWO_NODES: list[Pool] = [("h100", "H100", 8, 2, "a")]

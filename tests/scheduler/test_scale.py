@@ -11,12 +11,12 @@ import random
 import pytest
 
 from bench.placement import Busyness, synthetic_node
+from contracts.placement import CapacityShape, NumaPolicy, PlacementRequest, Ranking
 from fleet.inference_cluster import PoolShape
 from fleet.node import NodeStatus
 from fleet.region import RegionStatus
 from scheduler.placement.pending import with_pending_plans
 from scheduler.placement.schedule import PlacementResult, schedule
-from scheduler.request import CapacityShape, NumaPolicy, PlacementRequest, Ranking
 from scheduler.snapshot import Snapshot
 from scheduler.views import NodeView, PoolView, RegionView, SlotState, TenantView
 

@@ -8,9 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from contracts.cluster import ClusterConnection, ClusterTarget
-from contracts.cluster import Toleration as DriverToleration
-from fleet.deployment import Toleration
-from fleet.inference_cluster import Taint, TaintEffect
+from contracts.manifest import TaintEffect, Toleration
+from fleet.inference_cluster import Taint
 from scheduler.fleet.tolerations import tolerates
 
 GPU = Taint(key="gpu", value="h200", effect=TaintEffect.NO_SCHEDULE)
@@ -78,7 +77,7 @@ def test_a_taint_from_the_api_server_is_read_into_the_one_model() -> None:
 
 
 def test_the_driver_toleration_is_the_one_model_and_serializes_as_before() -> None:
-    assert DriverToleration is Toleration
+    assert ClusterTarget.model_fields["tolerations"].annotation == list[Toleration]
     exists = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
     equal = Toleration(key="maintenance", value="soon", effect="NoExecute")
     # A pod spec's form: unset fields left out, plain strings.

@@ -131,7 +131,7 @@ async def test_two_slots_can_swap_fabric_vfs_in_one_apply(sessions, examples_dir
 
 
 async def test_a_model_service_beside_the_inventory_is_carried_not_written(sessions, examples_dir: Path) -> None:
-    """Issue 25: Modelplane's directories hold ModelServices; an apply checks them and says it did not write them,
+    """Modelplane's directories hold ModelServices; an apply checks them and says it did not write them,
     rather than refusing the whole file set."""
     fleet = load_fleet([examples_dir / "fleet.yaml", examples_dir / "modelplane" / "service.yaml"])
     async with sessions.begin() as session:

@@ -1,4 +1,4 @@
-"""`berth apply` writes the fleet file's queueing settings (issue 24) to PostgreSQL: priority classes, a tenant's
+"""`berth apply` writes the fleet file's queueing settings to PostgreSQL: priority classes, a tenant's
 weight, priority classes and queue, a region's queueing strategy; and the default class may move in one apply."""
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ async def test_shared_parent_slots_may_repeat_the_parent_but_not_a_vf(sessions, 
 
 def test_the_store_knows_every_state_the_workflow_ends_in_and_the_schema_takes_every_state() -> None:
     """`store` sits below `workflows`, so it keeps its own list of final states: an allocation ended `expired` or
-    `preempted` (issue 26) must not look unfinished to the reconciler (it would be reported abandoned)."""
+    `preempted` must not look unfinished to the reconciler (it would be reported abandoned)."""
     from store.audit import FINISHED_STATES
     from store.models import ALLOCATION_STATES
     from workflows.allocation_messages import FINAL_STATES, STATES

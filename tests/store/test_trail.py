@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from sqlalchemy import select, text
 
 from contracts.allocation import AllocationRecord, AuditTrail, StateChange
+from contracts.placement import PlacementRequest
 from fleet.loader import load_fleet
-from scheduler.request import PlacementRequest
 from store.allocations import record_accepted
 from store.apply import apply_fleet
 from store.models import AllocationEventRow, AllocationRow

@@ -29,12 +29,12 @@ from agent.liveness import HeartbeatWhileRunning
 from agent.reporter import NodeReporter
 from agent.serve import simulated_agent
 from config.settings import Settings
+from contracts.placement import CapacityShape, PlacementRequest
 from contracts.task_queues import Queues
 from fleet.loader import load_fleet
 from gateway.serve import RunningGateway, start_gateway, upstream_channel
 from gateway.server import GatewayPolicy
 from scheduler.host.report import NodeReport, ReportReply
-from scheduler.request import CapacityShape, PlacementRequest
 from store.apply import apply_fleet
 from store.models import AllocationEventRow, ClaimRow, SlotRow
 from store.node_reports import record_report

@@ -1,5 +1,5 @@
 """Node agents' reports against real Temporal and real PostgreSQL: a report decides what the scheduler ranks, and a
-node whose agent is gone is not ranked (issue 10)."""
+node whose agent is gone is not ranked."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import yaml
 
 from agent.reporter import NodeReporter
 from agent.serve import host_agent
+from contracts.placement import PlacementRequest
 from devstack.reports import report_hosts
 from fleet.loader import load_fleet
 from scheduler.placement.schedule import schedule
-from scheduler.request import PlacementRequest
 from store.models import SlotRow
 from store.snapshot import load_snapshot
 from tests.hosts import sysfs_tree

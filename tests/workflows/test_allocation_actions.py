@@ -1,4 +1,4 @@
-"""What an allocation costs in Temporal actions (issue 14), counted from its history as Temporal Cloud bills them,
+"""What an allocation costs in Temporal actions, counted from its history as Temporal Cloud bills them,
 and the UI story and audit trail it keeps while it makes fewer of them."""
 
 from __future__ import annotations

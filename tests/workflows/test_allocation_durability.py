@@ -145,7 +145,7 @@ async def _started(handle, activity: str) -> None:
 async def test_an_agent_killed_mid_create_is_retried_when_it_returns_not_after_the_create_timeout(
     temporal_client, sessions, tmp_path: Path
 ) -> None:
-    """Issue 21's 277 s: an agent killed while it created the VM left the step to its start-to-close timeout
+    """The 277 s a chaos run once saw: an agent killed while it created the VM left the step to its start-to-close timeout
     (5 min), whose retry then found the lease expired. The agent heartbeats every step it runs, so the kill shows
     as a heartbeat timeout within 10 s and the create is retried, on the same node, by the agent that came back."""
     hosts = {"h1": {"gpus": 2, "simulation": {"createSeconds": 5}}}

@@ -1,4 +1,4 @@
-"""Faults the allocation saga must survive (issue 4): each against real Temporal, real PostgreSQL and real node-agent
+"""Faults the allocation saga must survive: each against real Temporal, real PostgreSQL and real node-agent
 workers whose hosts are simulated. In every case the allocation ends somewhere a user understands, and nothing of a
 failed attempt is left on the node it tried."""
 

@@ -1,4 +1,4 @@
-"""Several control workers on one control task queue (issue 28: "scaling out is Temporal's"), each with its own
+"""Several control workers on one control task queue ("scaling out is Temporal's"), each with its own
 inventory cache and its own placement state, deciding at once on a pool with room for two more GPUs: exactly two
 requests are placed, the others are refused for want of capacity (never a claim conflict left unresolved), no slot
 is ever claimed twice, and releasing everything gives every slot back. Which worker decides which request is

@@ -266,7 +266,7 @@ async def test_continue_as_new_keeps_replicas(temporal_client, sessions, tmp_pat
 async def test_replicas_move_off_a_cluster_marked_draining_one_at_a_time(
     temporal_client, sessions, tmp_path: Path
 ) -> None:
-    """Issue 25 (seed 002): an operator marks `east` draining with an apply; its replicas move to `west`, each
+    """Draining (seed 002): an operator marks `east` draining with an apply; its replicas move to `west`, each
     removed only once its replacement is ready, so two replicas serve throughout."""
     fleet = k8s_fleet({"east": 2, "west": 2})
     async with deployment_lab(temporal_client, sessions, tmp_path, fleet) as lab:

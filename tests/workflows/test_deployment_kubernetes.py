@@ -90,7 +90,7 @@ def _scheduled_pod(api: FakeKubernetes, replica: str, node_name: str) -> None:
 async def test_unhealthy_nodes_are_named_in_the_status_and_a_replica_on_a_no_execute_node_moves(
     temporal_client, sessions, tmp_path: Path
 ) -> None:
-    """Issue 27 on Kubernetes: a node whose GPU health check set a problem condition is not capacity, and the
+    """GPU health on Kubernetes: a node whose GPU health check set a problem condition is not capacity, and the
     deployment's status says which node and why; a replica whose pod sits on a node the GPU operator tainted
     NoExecute is deleted and created again, on a node that can take it."""
     unhealthy = {

@@ -1,4 +1,4 @@
-"""Allocations with an end (issue 26, item 1), against real PostgreSQL and Temporal: the owner is warned before the
+"""Allocations with an end, against real PostgreSQL and Temporal: the owner is warned before the
 end, the end runs the release saga and the allocation ends `expired`; an extension moves the end, up to the pool's
 `maxLease`; a pool with a `maxLease` takes no request for longer, and gives an allocation with no end its own.
 

@@ -149,7 +149,7 @@ async def test_cancelled_while_waiting_for_readiness_leaves_nothing(
 async def test_a_gpu_whose_reset_fails_at_release_is_quarantined_and_reported_failed(
     temporal_client, sessions, tmp_path: Path, ssh_port: int
 ) -> None:
-    """Issue 27: the wipe's function-level reset of one GPU is refused by the kernel (as sysfs refuses a write to
+    """The wipe's function-level reset of one GPU is refused by the kernel (as sysfs refuses a write to
     `reset` on a device that cannot be reset). The teardown fails, the slots are quarantined with the reason, and
     the agent's next report judges that slot `failed` for its reset: it waits for an operator's repair."""
     connection = libvirt.open(f"test://{HOST}")

@@ -1,4 +1,4 @@
-"""Preemption (issue 26) against real PostgreSQL and Temporal: a queued request of a higher class displaces a
+"""Preemption against real PostgreSQL and Temporal: a queued request of a higher class displaces a
 preemptible allocation; the victim is told (`preempting`, with the preemptor's priority and never its tenant), keeps
 its grace period, then releases as a release does (`preempted`); the freed node is held for the preemptor, which is
 placed there, and none of a stream of requests that came meanwhile takes any of it."""

@@ -1,4 +1,4 @@
-"""Waiting for capacity (issue 24): requests that may wait are queued instead of failing, and the admission pass
+"""Waiting for capacity: requests that may wait are queued instead of failing, and the admission pass
 that runs when capacity frees places the right one next, against real PostgreSQL and Temporal."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from store.apply import apply_fleet
 from store.models import AllocationRow
 from tests.workflows.lab import Lab, lab_fleet, running_lab
 from workflows import allocation_client
+from workflows.admission_passes import AdmissionPassesWorkflow
+from workflows.admission_passes_client import ask_for_admission_pass
 from workflows.allocation_messages import QueueWait
-from workflows.queue_walk import QueueWalkWorkflow
-from workflows.queue_walk_client import walk_queues
 from workflows.search_attributes import STATE
 
 WAIT = QueueWait(timeout_seconds=600)
@@ -292,10 +292,10 @@ async def test_a_request_over_its_products_quota_waits_for_that_products_gpus(
         await _release(lab, n("over-h200"))
 
 
-async def test_a_walk_asked_for_from_outside_places_what_now_fits_and_its_history_replays(
+async def test_an_admission_pass_asked_for_from_outside_places_what_now_fits_and_its_history_replays(
     temporal_client, sessions, tmp_path: Path
 ) -> None:
-    """`walk_queues` (what the API and `berth apply` call after a change): here the change is a quota raised by an
+    """`ask_for_admission_pass` (what the API and `berth apply` call after a change): here the change is a quota raised by an
     apply written straight to PostgreSQL, which nothing else announces (no release comes; the tests run no
     reconciler schedule)."""
     n = _namer()
@@ -307,14 +307,14 @@ async def test_a_walk_asked_for_from_outside_places_what_now_fits_and_its_histor
         async with lab.sessions.begin() as session:
             await apply_fleet(session, parse_fleet([("fleet.yaml", lab_fleet({"one": {"gpus": 4}}, quota=4))]))
 
-        await walk_queues(temporal_client, lab.queues, "quota raised")
+        await ask_for_admission_pass(temporal_client, lab.queues, "quota raised")
         await lab.wait_for_state(waiting, "active")
-        walk = temporal_client.get_workflow_handle(f"queue-walk/{lab.queues.control}")
-        assert await walk.result() >= 1
-        history = await walk.fetch_history()
+        passes = temporal_client.get_workflow_handle(f"queue-walk/{lab.queues.control}")
+        assert await passes.result() >= 1
+        history = await passes.fetch_history()
         await _release(lab, n("holder"))
         await _release(lab, n("over-quota"))
-    await Replayer(workflows=[QueueWalkWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
+    await Replayer(workflows=[AdmissionPassesWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
 
 
 async def test_a_tenant_borrows_its_cohorts_unused_quota_is_marked_so_and_waits_when_the_cohort_has_none_left(

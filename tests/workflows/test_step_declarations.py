@@ -75,13 +75,27 @@ def test_each_declared_step_is_implemented_with_the_same_name_and_types(declared
 
 
 @pytest.mark.parametrize(
-    "module", ["allocation", "allocation_mirror", "reconcile", "recovery", "node_calls", "deployment", "replica"]
+    "module",
+    [
+        "allocation",
+        "allocation_attempt",
+        "allocation_hold",
+        "allocation_calls",
+        "allocation_mirror",
+        "reconcile",
+        "recovery",
+        "reservation",
+        "node_calls",
+        "control_calls",
+        "deployment",
+        "replica",
+    ],
 )
 def test_the_workflows_call_no_activity_by_a_string_name(module: str) -> None:
     """What the workflows run is a declaration of contracts/steps.py, never a
     name in a string (which "go to definition" cannot follow and no type checker can hold against the result)."""
     tree = ast.parse((Path(__file__).parents[2] / "workflows" / f"{module}.py").read_text())
-    callers = {"execute_activity", "execute_local_activity", "on_node", "on_control", "control"}
+    callers = {"execute_activity", "execute_local_activity", "on_node", "on_control", "control", "local"}
     by_string = [
         f"line {call.lineno}: {ast.unparse(call)[:80]}"
         for call in ast.walk(tree)

@@ -1,6 +1,6 @@
 """the reconciler's records: audit runs, their findings, and every repair
 
-Issue 12, item 5. A Temporal Schedule runs the `Reconcile` workflow every minute; each run is an `audit_runs` row
+A Temporal Schedule runs the `Reconcile` workflow every minute; each run is an `audit_runs` row
 with its `audit_findings` (kind, node, allocation, slots, message, first_seen, the repair it would take or why not).
 `audit_repairs` is the reconciler's own trail, never pruned: a run that is pruned leaves its repairs in place
 (`run_id` set to NULL). Nothing here touches the inventory, so no inventory trigger is involved.

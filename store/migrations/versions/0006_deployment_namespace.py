@@ -1,6 +1,6 @@
 """namespaced ModelDeployments, stored ModelCaches, and a pool's maxNodeCount
 
-Issue 13, the live path. Three things the deployment API and its planning activity need that `berth plan` already
+Three things the deployment API and its planning activity need that `berth plan` already
 had from the files:
 
 - ModelDeployments are namespaced (Modelplane's kind is): the same name in two namespaces is two deployments, so

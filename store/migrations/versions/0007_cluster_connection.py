@@ -1,6 +1,6 @@
 """clusters.connection: how the control worker reaches a real cluster's API server (a reference, not a secret)
 
-Issue 15. A JSON object (`contracts/cluster.py` ClusterConnection: `method` kubeconfig or in-cluster,
+A JSON object (`contracts/cluster.py` ClusterConnection: `method` kubeconfig or in-cluster,
 `secretName`/`secretKey` of the mounted kubeconfig Secret, `context`, `gateway`), NULL for a cluster that has
 none and stays on the simulated driver. The Secret's content never reaches the database.
 

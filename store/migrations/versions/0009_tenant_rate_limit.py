@@ -1,4 +1,4 @@
-"""tenant rate limit and keyset paging of allocations (issue 21)
+"""tenant rate limit and keyset paging of allocations
 
 - `tenants.rate_limit` (JSONB, NULL: no limit): the fleet file's `spec.rateLimit` of a Tenant, `{creates_per_second,
   burst}`, which the API's create path reads to size the tenant's token bucket.

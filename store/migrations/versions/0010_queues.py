@@ -1,4 +1,4 @@
-"""queues: waiting for capacity with priorities and fair share (issue 24)
+"""queues: waiting for capacity with priorities and fair share
 
 - `queue_entries`: an allocation waiting in a region's queue, with its place (`arrival`, an identity column: the
   order of arrival, kept while it waits), priority, deadline, and what the last admission pass decided for it.

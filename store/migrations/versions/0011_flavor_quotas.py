@@ -1,4 +1,4 @@
-"""flavor quotas: a tenant's nominal quota per GPU product and region (issue 24)
+"""flavor quotas: a tenant's nominal quota per GPU product and region
 
 - `tenants.quotas`: the fleet file's `quotas`, [{"product", "region", "nominal", "borrowing_limit",
   "lending_limit"}]; NULL: the tenant's `gpu_quota` alone, as before.

@@ -1,4 +1,4 @@
-"""cluster draining: the InferenceCluster metadata the fleet scheduler reads to drain a cluster (issue 25)
+"""cluster draining: the InferenceCluster metadata the fleet scheduler reads to drain a cluster
 
 - `clusters.annotations`: the fleet file's annotations (`berth.dev/draining`, `berth.dev/draining-pools`, ...).
 - `clusters.deletion_timestamp`: the Kubernetes `metadata.deletionTimestamp`, when the file carries one.

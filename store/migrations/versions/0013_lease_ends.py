@@ -1,4 +1,4 @@
-"""allocations with an end (issue 26, item 1)
+"""allocations with an end
 
 - `allocations.ends_at`: when an active allocation's lease ends (its release saga then runs); NULL: no end.
 - `allocations.state` may be `expired`: released because its lease ended.

@@ -1,4 +1,4 @@
-"""preemption (issue 26, item 2)
+"""preemption
 
 - `tenants.preemption`: what the tenant's queued requests may displace (fleet.tenant.TenantPreemption).
 - `priority_classes.preemptible`, `grace_seconds`: spot classes anyone may displace; the notice before a release.

@@ -1,4 +1,4 @@
-"""reservations (issue 26, item 3)
+"""reservations
 
 `reservations`: GPUs promised to a tenant on one node for a window `[starts_at, ends_at)`: `reserved` until its
 start, `started` once its allocation (`allocation_id`) has been asked for, then `ended` (its allocation ended),

@@ -1,4 +1,4 @@
-"""slot health (issue 27): each approved slot's health verdict as its agent last judged it, kept at its worst since
+"""slot health: each approved slot's health verdict as its agent last judged it, kept at its worst since
 the slot's last repair
 
 `node_resource_slots.health` (`healthy`, `unknown`, `degraded`, `failed`), `health_reasons` (the reasons, most

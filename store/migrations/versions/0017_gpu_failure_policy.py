@@ -1,4 +1,4 @@
-"""a pool's policy for a failed GPU under an active allocation, and each slot's last health signals (issue 27)
+"""a pool's policy for a failed GPU under an active allocation, and each slot's last health signals
 
 - `pools.on_gpu_failure`: `Tell` (the allocation goes `degraded` and keeps running) or `Replace` (it also moves to
   a healthy node); fleet file `onGpuFailure`, `Tell` for every pool that existed before.

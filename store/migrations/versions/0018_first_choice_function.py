@@ -1,4 +1,4 @@
-"""a region's placement decision recorded in one statement (issue 28, item 5)
+"""a region's placement decision recorded in one statement
 
 `berth_record_first_choice` takes the region's decision lock (the same transaction-scoped advisory lock every other
 region-wide step takes) and checks what allocations the ranking did not see on the chosen node have taken there

@@ -12,8 +12,21 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from fleet.deployment import Role
-from scheduler.fleet.resource_fit import FitStep
+from contracts.manifest import Role
+
+
+class FitStep(StrEnum):
+    """Seed 001's resource-fit step a member's device request came from (`scheduler/fleet/resource_fit.py`)."""
+
+    ONE_GPU = "OneGpu"
+    GPUS_OF_ONE_NODE = "GpusOfOneNode"
+    SEVERAL_NODES = "SeveralNodes"
+    CPU = "Cpu"
+
+    @property
+    def rank(self) -> int:
+        """1 for the most preferred step; engines without a memory need rank 0."""
+        return list(FitStep).index(self) + 1
 
 
 class Phase(StrEnum):

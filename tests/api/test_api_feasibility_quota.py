@@ -1,4 +1,4 @@
-"""Quota at admission (issue 21): a create the tenant's quota cannot admit now is a 409 `quota_exceeded` at once,
+"""Quota at create: a create the tenant's quota cannot hold now is a 409 `quota_exceeded` at once,
 with the message placement would have failed it with, and leaves no row and no workflow; one within the quota is
 accepted, and a retried Idempotency-Key of an accepted create is still answered 200.
 

@@ -1,8 +1,10 @@
-"""What the scheduler is asked: a placement request (region, cluster and node levels) and a plan request (node level).
+"""What the scheduler is asked and what it answers: a placement request (region, cluster and node levels), a plan
+request (node level), the candidate nodes it chooses and the bundles a plan is made of.
 
 The placement request is the allocation API body plus the knobs the workflow sets itself (nodes to exclude on a
 retry, the tie-break seed). The plan request is the narrower intent a node agent receives: the node scheduler must
-not know quota, tenant policy or other regions, so it is not given them.
+not know quota, tenant policy or other regions, so it is not given them. The scheduler that answers them is
+`scheduler/placement/`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
-from scheduler.host.inventory import normalise_pci
+from contracts.pci import normalise_pci
 
 # A GPU's PCI address as the host's slots name it: `00000000:1B:00.0` (nvidia-smi) is `0000:1b:00.0`.
 PciAddress = Annotated[str, AfterValidator(normalise_pci)]
@@ -72,7 +74,7 @@ class PlacementRequest(BaseModel):
     )
     seed: int | None = Field(default=None, description="Rotates the order of equally ranked nodes.")
     lease_seconds: float | None = Field(
-        default=None, gt=0, description="How long the allocation will be held (issue 26): only pools granting as long."
+        default=None, gt=0, description="How long the allocation will be held: only pools granting as long."
     )
     reservation_id: str | None = Field(
         default=None, description="The reservation this allocation is the start of: its own hold is not in its way."
@@ -132,3 +134,37 @@ def check_gpu_pins(gpus: frozenset[str], gpu_count: int, shape: CapacityShape) -
         raise ValueError("gpus can be pinned only for gpu_slice: a bare-metal allocation takes the whole host")
     if len(gpus) != gpu_count:
         raise ValueError(f"gpu_count is {gpu_count} but {len(gpus)} distinct GPUs are pinned: they must be equal")
+
+
+# A slot's stable id, given by whoever builds the scheduler's view (fleet-built snapshots use "<node>/<index>").
+SlotId = str | int
+
+
+class Candidate(BaseModel):
+    """A node that can take the request, as the cluster level ranks it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    pool: str  # cluster/pool
+    cluster: str
+    region: str
+    free_bundles: int  # compatible free bundles on the node now
+
+
+class Bundle(BaseModel):
+    """One slot as the runtime executor attaches it (seed 004's plan shape, plus the slot id to claim)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    slot_id: SlotId
+    slot_index: int
+    gpu_pci: str
+    fabric_parent_pci: str | None
+    fabric_vf_pci: str | None
+    nvme_device: str | None
+    numa_node: int
+    vcpu_count: int
+    memory_mib: int
+    mac_address: str | None
+    private_ip: str | None

@@ -1,4 +1,5 @@
-"""How a create waits for capacity (issue 24): its queue timeout and priority, from the body and the fleet file.
+"""How a create waits in its region's queue for capacity: its queue timeout and priority, from the body and the fleet
+file.
 
     body.queue.timeout, else the tenant's queue.defaultTimeout  -> none or 0: the request does not wait
                                                                 -> over the tenant's queue.maxTimeout: 422
@@ -7,23 +8,17 @@
                                                                    `priority_class_not_allowed`
     -> workflows.allocation_messages.QueueWait (None: fails when nothing fits, as ever)
 
-A request that waits skips the create's quota check when it alone could fit in the tenant's quota, borrowing from
-an idle cohort included (it waits for GPUs to come back); a larger one is refused 409 as before, since waiting could
-never admit it.
+Whether a request that waits still gets the create's quota check is api/feasibility.py's `queue_ceiling`.
 """
 
 from __future__ import annotations
-
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.errors import ApiError
 from api.models import AllocationCreate
 from fleet.deadlines import format_duration
 from fleet.tenant import DEFAULT_MAX_QUEUE_SECONDS
-from scheduler.quota import accounts as quota
-from scheduler.request import PlacementRequest
-from scheduler.snapshot import Snapshot
 from store import queue
+from store.db import AsyncSession
 from store.models import TenantRow
 from workflows.allocation_messages import QueueWait
 
@@ -71,13 +66,3 @@ async def within_nominal(session: AsyncSession, asked: str | None) -> bool:
     is admitted only within its tenant's nominal quota, never on borrowed GPUs."""
     _, fact = (await queue.class_facts(session)).of(asked)
     return bool(fact and fact.non_preemptible)
-
-
-def queue_ceiling(snapshot: Snapshot, tenant: TenantRow, request: PlacementRequest) -> int:
-    """The most GPUs the tenant could ever hold of what the request wants (its quotas, plus what an idle cohort
-    could lend it): a request that waits and is larger than this is refused at once, since waiting could never
-    admit it."""
-    view = snapshot.tenants.get(tenant.name)
-    if view is None:
-        return tenant.gpu_quota
-    return quota.ceiling(view, snapshot.tenants.values(), request.wants_product, snapshot.cohorts)

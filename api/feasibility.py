@@ -1,4 +1,5 @@
-"""Admission: what placement would refuse anyway is refused before anything exists (seed 003's fast fail).
+"""Feasibility at create time: what placement would refuse anyway is refused before anything exists (seed 003's fast
+fail), so a refused create leaves no workflow and no row behind.
 
 "Never" means no host of the asked shape and product (in the asked region) has that many GPUs at all, whatever is
 claimed, cordoned or down right now: those requests would only start a workflow that fails at its first step, and
@@ -7,14 +8,18 @@ not fit now still becomes an allocation, which fails with `insufficient_capacity
 
     the API's inventory cache -> largest host per (region, product, shape), kept per snapshot -> 422 `unsatisfiable`
 
-A request the tenant's quota cannot admit now (GPUs active and in flight plus the request over `gpuQuota`) is
-refused too, 409 `quota_exceeded` with the message placement would have failed it with (issue 21: a burst of 40
-such creates each became a workflow and a row). 409, not 422: the request is valid and may pass once the tenant
-releases GPUs, as `invalid_state` answers an action the object's current state does not allow. The arithmetic is
-the region scheduler's own (`scheduler.placement.region.quota_refusal`) over the tenant's usage read now. Placement stays the
-authority: two creates racing may both pass here and one then fails `quota_exceeded` as before.
+A request the tenant's quota cannot hold now (GPUs active and in flight plus the request over `gpuQuota`) is
+refused too, 409 `quota_exceeded` with the message placement would have failed it with: otherwise a burst of such
+creates each became a workflow and a row, only to fail. 409, not 422: the request is valid and may pass once the
+tenant releases GPUs, as `invalid_state` answers an action the object's current state does not allow. The arithmetic
+is the region scheduler's own (`scheduler.placement.region.quota_refusal`) over the tenant's usage read now.
+Placement stays the authority: two creates racing may both pass here and one then fails `quota_exceeded` as before.
 
     tenants' policy from the inventory cache + usage (one GROUP BY) -> quota_refusal -> 409 `quota_exceeded`
+
+A request that waits in its region's queue skips the quota check when it alone could fit the most its tenant could
+ever hold (`queue_ceiling`): it waits for GPUs to come back. A larger one is refused as before, since waiting could
+never get it placed.
 """
 
 from __future__ import annotations
@@ -22,12 +27,14 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from api.errors import ApiError
 from api.models import AllocationCreate
+from contracts.placement import PlacementRequest
 from scheduler.placement.region import quota_refusal
+from scheduler.quota import accounts as quota
 from scheduler.snapshot import Snapshot
+from store.db import AsyncSession
+from store.models import TenantRow
 from store.snapshot import NO_USAGE, tenant_usage
 
 Shape = tuple[str, str, str]  # (region, product casefolded, shape)
@@ -54,7 +61,7 @@ class _Largest:
 _largest = _Largest()
 
 
-def check_admissible(snapshot: Snapshot, body: AllocationCreate) -> None:
+def check_satisfiable(snapshot: Snapshot, body: AllocationCreate) -> None:
     """422 `unsatisfiable` when no host could ever hold the request; `details` name the largest host of each
     product and region of the asked shape, so the caller sees what could be asked instead. Pinned nodes are judged
     by the pinned-node checks of the placement itself."""
@@ -88,11 +95,11 @@ def check_admissible(snapshot: Snapshot, body: AllocationCreate) -> None:
 async def check_quota(
     session: AsyncSession, snapshot: Snapshot, body: AllocationCreate, within_nominal: bool = False
 ) -> None:
-    """409 `quota_exceeded` when the tenant's quotas cannot admit the request now. `snapshot` gives the tenants'
+    """409 `quota_exceeded` when the tenant's quotas cannot hold the request now. `snapshot` gives the tenants'
     policy (the inventory cache's, which a fleet apply refreshes); their usage is read here, in the caller's session.
 
     The create route asks this of a request that does not wait, and of one that waits but could never fit its
-    quotas; one that waits and could fit later is queued instead."""
+    quotas (`queue_ceiling`); one that waits and could fit later is queued instead."""
     tenant = body.tenant
     view = snapshot.tenants.get(tenant or "")
     if view is None:
@@ -119,3 +126,13 @@ async def check_quota(
         "requested_gpus": body.gpu_count,
     }
     raise ApiError(409, refusal.code.value, refusal.message, details)
+
+
+def queue_ceiling(snapshot: Snapshot, tenant: TenantRow, request: PlacementRequest) -> int:
+    """The most GPUs the tenant could ever hold of what the request wants (its quotas, plus what an idle cohort
+    could lend it): a request that waits and is larger than this is refused at once, since waiting could never
+    get it placed."""
+    view = snapshot.tenants.get(tenant.name)
+    if view is None:
+        return tenant.gpu_quota
+    return quota.ceiling(view, snapshot.tenants.values(), request.wants_product, snapshot.cohorts)

@@ -1,4 +1,4 @@
-"""Admission (issue 14): a request no host of the fleet could ever hold is a 422 at once, with the largest host of
+"""Feasibility at create: a request no host of the fleet could ever hold is a 422 at once, with the largest host of
 each kind, and creates no row and no workflow; one that only does not fit now is still accepted (and then fails
 with its explanation). The lab fleet (tests/api/stack.py): one slice pool of H200 hosts with 1, 2 and 4 GPUs."""
 

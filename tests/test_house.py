@@ -1,0 +1,45 @@
+"""The house keeps its rules: the layering contracts in pyproject.toml, the formatter's layout, the linter's checks.
+
+Each rule is a well-kept tool's own configuration, run here as a user would run it from the repository's root, so
+a change that breaks one fails the suite with the tool's own explanation (import-linter names the chain of imports
+that breaks a contract; ruff names the file and the line).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _tool(name: str) -> str:
+    """The console script installed beside this Python (the dev extra installs both), else the one on PATH."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    assert found, f"{name} is not installed: pip install -e '.[dev]' installs it"
+    return found
+
+
+def _run(*command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_the_import_contracts_hold() -> None:
+    """contracts/ imports nothing of Berth, scheduler/ no I/O, only store/ the database, the agent nothing of the
+    control plane, and every package only the layers below it."""
+    result = _run(_tool("lint-imports"), "--no-cache", "--no-logo")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Contracts: 6 kept, 0 broken." in result.stdout, result.stdout
+
+
+def test_the_formatter_has_nothing_to_change() -> None:
+    result = _run(sys.executable, "-m", "ruff", "format", "--check", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_linter_finds_nothing() -> None:
+    result = _run(sys.executable, "-m", "ruff", "check", ".")
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,219 @@
+"""Step 3 on one candidate node: plan_bundles@node (a lease) -> record_claims* -> create_vm@node -> wait_ready@node.
+
+The attempt races an operator's `retry`; whatever it leaves undone (the lease, the claims, a VM that may exist) is
+compensated newest first by its saga, shielded from cancellation. A failure on the node fails the attempt and the
+placement moves to the next candidate (workflows/allocation.py); a `final` one (quota at claim time, a state's
+deadline) fails the allocation once the attempt is undone. The attempt that succeeds makes the allocation `active`
+and starts its lease, which the hold (allocation_hold.py) keeps until its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from contracts import steps
+    from contracts.allocation import ClaimInput, LeaseRef, PlanInput, ReadinessInput, VmSpec
+    from contracts.placement import Candidate
+    from workflows import search_attributes as sa
+    from workflows.allocation_calls import AllocationCalls
+    from workflows.allocation_failures import QUOTA_EXCEEDED, AttemptFailed, node_failure
+    from workflows.allocation_handlers import Inbox
+    from workflows.allocation_messages import END_WITH_ACTIVE, Attempt
+    from workflows.saga import Saga
+
+CREATE_VM_TIMEOUT = timedelta(minutes=5)
+CREATE_VM_ATTEMPTS = 3
+
+
+class CandidateAttempt(AllocationCalls):
+    inbox: Inbox
+    pool_deadlines: dict[str, dict[str, float]]  # pool -> its own state deadlines, of the candidates seen
+    pool_max_leases: dict[str, float]  # pool -> its maxLease in seconds, of the candidates seen
+
+    async def try_candidate(self, candidate: Candidate) -> bool:
+        """Run one attempt, racing it against an operator's `retry`; compensate whatever it leaves undone."""
+        attempt = Attempt(number=len(self.status.attempts) + 1, node=candidate.node, pool=candidate.pool)
+        self.clock.deadlines = self.input.timing.deadlines.with_overrides(self.pool_deadlines.get(candidate.pool, {}))
+        self.status.attempts.append(attempt)
+        self.status.node, self.status.pool = candidate.node, candidate.pool
+        saga = Saga()
+        self.inbox.retry = False
+        running = asyncio.ensure_future(self.attempt(attempt, saga))
+        retry = asyncio.ensure_future(workflow.wait_condition(lambda: self.inbox.retry))
+        try:
+            await workflow.wait([running, retry], return_when=asyncio.FIRST_COMPLETED)
+            if running.done():
+                running.result()  # raises the attempt's failure, if any
+                return True
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+            raise AttemptFailed("operator_retry", "abandoned by an operator's retry")
+        except AttemptFailed as failure:
+            attempt.outcome = "abandoned" if failure.code == "operator_retry" else "failed"
+            attempt.reason = failure.reason
+            # A failure that ends the allocation keeps its state while it compensates: there is no next candidate.
+            state = self.status.state if failure.final else "placing"
+            self.set_state(state, "attempt_failed", node=candidate.node, attempt=attempt, reason=attempt.reason)
+            await saga.compensate()
+            self.status.node = self.status.pool = None
+            self.status.bundles = []
+            if failure.final:
+                raise failure.ending() from failure
+            return False
+        except GeneratorExit:
+            raise  # the worker is dropping this run from memory; it resumes from its history, undo included
+        except BaseException:
+            # Cancellation (or a failure of the whole request): stop the attempt, then undo it.
+            attempt.outcome = "cancelled"
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+            await saga.compensate()
+            raise
+        finally:
+            retry.cancel()
+
+    async def attempt(self, attempt: Attempt, saga: Saga) -> None:
+        """Step 3 on one node: plan under the node's lease, claim, create the VM, wait until it is ready."""
+        node, request, allocation_id = attempt.node, self.input.request, self.input.allocation_id
+        self.set_state("planning", "plan_bundles", node=node, attempt=attempt)
+        asked = PlanInput(
+            allocation_id=allocation_id,
+            attempt=attempt.number,
+            gpu_count=request.gpu_count,
+            shape=request.shape,
+            numa_policy=request.numa_policy,
+            gpus=sorted(request.gpus),
+        )
+        try:
+            plan = await self.on_node(node, steps.plan_bundles, asked, deadline=self.clock.time_left(node))
+        except ActivityError as error:
+            raise self.clock.failure_on(error, node) from error
+        if plan.refusal_code is not None:
+            raise AttemptFailed(plan.refusal_code, plan.refusal_message or "the node refused the plan")
+        saga.add("release_lease", lambda: self.release_lease(node))
+
+        self.set_state("claiming", "record_claims", node=node, attempt=attempt)
+        claim = ClaimInput(
+            allocation_id=allocation_id,
+            attempt=attempt.number,
+            node=node,
+            tenant=self.input.tenant,
+            gpu_count=request.gpu_count,
+            bundles=plan.bundles,
+            within_nominal=request.within_nominal,
+        )
+        try:
+            await self.on_control(steps.record_claims, claim, deadline=self.clock.time_left(node))
+        except ActivityError as error:
+            cause = error.cause
+            if isinstance(cause, ApplicationError) and cause.type == "QuotaExceeded":
+                # The attempt failed, with the reason, then the allocation.
+                raise AttemptFailed("quota_exceeded", cause.message, final=QUOTA_EXCEEDED) from error
+            if isinstance(cause, ApplicationError) and cause.type == "ClaimConflict":
+                raise AttemptFailed("claim_conflict", cause.message) from error
+            raise
+        saga.add("release_claims", lambda: self.release_claims(attempt.number))
+        self.status.bundles = plan.bundles
+
+        self.set_state("provisioning", "create_vm", node=node, attempt=attempt)
+        # Registered before the create: a create cut short by a failure or a cancel may still have made a VM.
+        saga.add("destroy_vm", lambda: self.destroy_vm(node, attempt.number, plan.slot_indexes))
+        spec = VmSpec(
+            allocation_id=allocation_id,
+            node=node,
+            bundles=plan.bundles,
+            image=self.input.image,
+            ssh_public_keys=self.input.ssh_public_keys,
+        )
+        create = self.on_node(
+            node,
+            steps.create_vm,
+            spec,
+            start_to_close=CREATE_VM_TIMEOUT,
+            attempts=CREATE_VM_ATTEMPTS,
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+        try:
+            await self.clock.race(node, create, self.clock.longest_node_call(CREATE_VM_TIMEOUT, CREATE_VM_ATTEMPTS))
+        except ActivityError as error:
+            raise node_failure(error, node) from error
+
+        self.set_state("waiting_ready", "wait_ready", node=node, attempt=attempt)
+        await self.wait_until_ready(node)
+        attempt.outcome = "succeeded"
+        self.begin_lease(attempt.pool)
+        ends_at = self.status.ends_at
+        if self.input.revision >= END_WITH_ACTIVE:  # the end rides with `active`: one upsert, not two
+            ends = self.mirror.end_values(ends_at, expiring=False)
+            self.set_state("active", "ready", node=node, attempt=attempt, ends_at=ends_at, also=ends)
+        else:
+            self.set_state("active", "ready", node=node, attempt=attempt, ends_at=ends_at)
+            self.mirror.publish_end(ends_at, expiring=False)
+
+    async def wait_until_ready(self, node: str) -> None:
+        """Probe the readiness gates a window at a time until every gate passes; a gate that failed for good, or no
+        readiness within the node's timeout, fails the attempt; past the state's deadline, the allocation."""
+        timing = self.input.timing
+        probe = ReadinessInput(
+            allocation_id=self.input.allocation_id,
+            node=node,
+            gpu_count=self.input.request.gpu_count,
+            window_seconds=timing.readiness_window_seconds,
+        )
+        give_up = workflow.now() + timedelta(seconds=timing.readiness_timeout_seconds)
+        while True:
+            try:
+                report = await self.on_node(
+                    node,
+                    steps.wait_ready,
+                    probe,
+                    deadline=self.clock.time_left(node),
+                    start_to_close=timedelta(seconds=timing.readiness_window_seconds + 30),
+                )
+            except ActivityError as error:
+                raise self.clock.failure_on(error, node) from error
+            if report.ready:
+                return
+            if self.mirror.published.get(sa.STATE.name) != "waiting_ready":
+                # Not ready at the first look: this boot takes a while, so the UI and the audit trail show the wait
+                # (a boot that is ready at once never pays for either).
+                self.mirror.publish(self.mirror.search_values("waiting_ready"))
+                await self.mirror.write_trail()
+            if report.failed_gate is not None:  # failed for good: no point waiting out the timeout
+                raise AttemptFailed("readiness_failed", f"{report.failed_gate}: {report.failure or 'failed'}")
+            remaining = (give_up - workflow.now()).total_seconds()
+            if remaining <= 0:
+                raise AttemptFailed(
+                    "readiness_timeout",
+                    f"not ready after {timing.readiness_timeout_seconds:g}s: waiting for {', '.join(report.pending())}",
+                )
+            left = self.clock.time_left(node)  # past the state's deadline: the allocation fails
+            pause = min(timing.readiness_poll_seconds, remaining)
+            await workflow.sleep(pause if left is None else min(pause, left.total_seconds()))
+
+    def begin_lease(self, pool: str) -> None:
+        """Active now: the end it asked for (`duration_seconds` from now, or `ends_at`), else its pool's `maxLease`
+        from now, else none. The pool's maximum was checked when the pool was chosen (`scheduler.placement.pools`)."""
+        if self.active_since is not None:
+            return  # placed again off a failed GPU: it keeps the lease it had
+        now = workflow.now()
+        self.active_since, self.max_lease = now, self.pool_max_leases.get(pool)
+        lease = self.input.lease
+        if lease is not None and lease.ends_at is not None:
+            self.status.ends_at = lease.ends_at
+        elif lease is not None and lease.duration_seconds is not None:
+            self.status.ends_at = now + timedelta(seconds=lease.duration_seconds)
+        elif self.max_lease is not None:
+            self.status.ends_at = now + timedelta(seconds=self.max_lease)
+
+    async def release_lease(self, node: str) -> None:
+        try:
+            await self.on_node(node, steps.release_lease, LeaseRef(allocation_id=self.input.allocation_id, node=node))
+        except ActivityError:
+            pass  # an unreachable agent cannot free its lease; the lease expires and the agent reaps it

@@ -1,0 +1,210 @@
+"""Step 4, the hold: the active allocation held until a release, a cancellation, its end or a preemption, then torn
+down (destroy_vm@node and its wipe, release_claims*).
+
+While it holds, the hold acts on what the messages left in the run's inbox (allocation_handlers.py): an extension
+moves the end (its owner is warned `Timing.expiry_warning_seconds` before it: `expiring`), a preemption notice gives
+the victim its grace period (`preempting`), a failed GPU or a drained node is told to its owner (`degraded`, the
+drain notice), and a failed GPU its pool replaces ends the hold so the placement runs again (workflows/allocation.py).
+
+Revision 4 on, the run that placed the allocation holds it; its hold goes on in a fresh run of its own
+(continue-as-new, `AllocationInput.held`) when its history grows long or an operator sends `hand_over`. Revisions 2
+and 3 continued into a hold run at `active`, which runs this same code.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from fleet.deadlines import format_duration
+    from workflows import search_attributes as sa
+    from workflows.allocation_calls import AllocationCalls
+    from workflows.allocation_handlers import Inbox
+    from workflows.allocation_messages import HOLD_IN_PLACEMENT_RUN, HOLDING_STATES, RELEASING_WRITTEN_FIRST, Held
+    from workflows.allocation_mirror import search_attributes_of
+    from workflows.cancellation import wait_unless_cancelled
+
+REPLACE = ("placing", "replace")  # the hold's ending when its pool replaces it off a failed GPU
+HAND_OVER = ("active", "hand_over")  # the hold's ending when it goes on in a fresh run (its history grew long)
+
+
+class AllocationHold(AllocationCalls):
+    inbox: Inbox
+
+    async def hold_until_released(self) -> tuple[str, str]:
+        """Hold until a release or, for an allocation with an end, the end (`expired`); its owner is warned
+        `Timing.expiry_warning_seconds` before it. An extension moves the end and the warning with it."""
+        while True:
+            await self.mirror.write_trail()
+            if self.inbox.replacement is not None:
+                return REPLACE
+            if self.hand_over_due() is not None:
+                return HAND_OVER
+            ends_at = self.status.ends_at
+            if ends_at is None:
+                await wait_unless_cancelled(self.interrupted)
+                if self.tell_owner():
+                    continue
+                if self.inbox.release:
+                    return "released", "release"
+                if self.inbox.notice is None:
+                    continue  # a hand-over is due: the loop's top
+                return await self.serve_notice()
+            warn_at = ends_at - timedelta(seconds=self.input.timing.expiry_warning_seconds)
+            now = workflow.now()
+            if now >= ends_at:
+                return "expired", "expire"
+            if now >= warn_at and not self.status.expiry_warned:
+                self.warn_of_end(ends_at)
+                continue
+            instant = ends_at if self.status.expiry_warned else warn_at
+            self.inbox.end_moved = False
+            try:
+                await wait_unless_cancelled(self.interrupted, instant - now)
+            except TimeoutError:
+                continue
+            if self.tell_owner():
+                continue
+            if self.inbox.release:
+                return "released", "release"
+            if self.inbox.notice is not None:
+                return await self.serve_notice()
+
+    def interrupted(self) -> bool:
+        return (
+            self.inbox.release
+            or self.inbox.end_moved
+            or self.inbox.notice is not None
+            or bool(self.inbox.untold)
+            or self.hand_over_due() is not None
+        )
+
+    def tell_owner(self) -> bool:
+        """Record what its owner must be told: a failed GPU (`degraded`) or its node being drained. It
+        keeps running, as its owner decides: the event, the state and the Temporal UI say why. True when something
+        was told now (the hold then writes the trail)."""
+        told, self.inbox.untold = self.inbox.untold, []
+        for state, step, reason in told:
+            self.set_state(state or self.status.state, step, reason=reason)
+        return bool(told)
+
+    async def serve_notice(self) -> tuple[str, str]:
+        """Preempted: `preempting` for the grace period its PriorityClass gives, then the release saga,
+        final state `preempted`. Its owner sees the preemptor's priority, never its tenant; a release meanwhile
+        ends it at once, as `released`."""
+        notice = self.inbox.notice
+        assert notice is not None
+        of = f" (class {notice.priority_class})" if notice.priority_class else ""
+        reason = (
+            f"preempted for a request of priority {notice.priority}{of} ({notice.rule}); released after "
+            f"{format_duration(notice.grace_seconds)}"
+        )
+        self.set_state("preempting", "preempt_notice", reason=reason)
+        await self.mirror.write_trail()
+        try:
+            await wait_unless_cancelled(lambda: self.inbox.release, timedelta(seconds=notice.grace_seconds))
+        except TimeoutError:
+            return "preempted", "preempt"
+        return "released", "release"
+
+    def warn_of_end(self, ends_at: datetime) -> None:
+        """`expiring`: the owner sees it in the allocation's events, `berth alloc get` and the Temporal UI."""
+        self.status.expiry_warned = True
+        self.set_state(self.status.state, "expiring", reason=f"ends at {ends_at.isoformat()}; extend it to keep it")
+        self.mirror.publish_end(ends_at, expiring=True)
+
+    def holds_itself(self) -> bool:
+        """Revision 4 on: the run that places the allocation holds it too, so its page in the Temporal UI tells the
+        whole story and `active` is answered at once. Before, the placement run continued as new at `active`, and
+        Temporal's minimum interval between runs (1 s by default) kept the hold run from answering meanwhile."""
+        return self.input.revision >= HOLD_IN_PLACEMENT_RUN
+
+    async def continue_into_hold(self) -> None:
+        """Revisions 2 and 3: hand the active allocation to a fresh run that only holds it. A release taken while this
+        run finished its work is served here instead, and so is a cancellation (one the SDK swallowed included: the
+        hold run would never hear of it)."""
+        await self.mirror.write_trail()
+        await wait_unless_cancelled(workflow.all_handlers_finished)
+        if self.inbox.release:
+            return
+        held = Held(
+            status=self.status,
+            deadlines=self.clock.deadlines,
+            active_since=self.active_since,
+            max_lease_seconds=self.max_lease,
+        )
+        workflow.continue_as_new(self.input.model_copy(update={"held": held}))
+
+    def hand_over_due(self) -> str | None:
+        """Why the hold should go on in a fresh run now, or None. Its history reached `Timing.hold_history_events`
+        (or Temporal suggests it: a history too long to keep replaying), or an operator asked (`hand_over`, before
+        an upgrade that drops this run's revision). A release or a preemption under way is served first."""
+        if not self.holds_itself() or self.inbox.release or self.inbox.notice is not None:
+            return None
+        info, limit = workflow.info(), self.input.timing.hold_history_events
+        if self.inbox.hand_over is not None:
+            return f"asked: {self.inbox.hand_over.reason or 'an operator asked'}"
+        if info.is_continue_as_new_suggested():
+            return "Temporal suggested it: the history is long"
+        if info.get_current_history_length() >= limit:
+            return f"its history reached {limit} events"
+        return None
+
+    async def hand_over(self) -> None:
+        """Go on holding in a fresh run (continue-as-new) whose input carries the allocation (node, bundles,
+        attempts, end) and says which run it continues. This run's search attributes are unset before it closes, so
+        a filter on state, region, node or tenant lists the allocation once: by its open run. Returns, holding on
+        here, when a release or a preemption came while it wrote its trail."""
+        because = self.hand_over_due()
+        assert because is not None
+        self.set_state(self.status.state, "hand_over", reason=f"the hold goes on in a fresh run: {because}")
+        await wait_unless_cancelled(workflow.all_handlers_finished)
+        while self.mirror.trail:  # a handler's step written too, before the run closes
+            await self.mirror.write_trail()
+            await wait_unless_cancelled(workflow.all_handlers_finished)
+        if self.hand_over_due() is None:
+            return  # released or preempted meanwhile: served here
+        held = Held(
+            status=self.status,
+            deadlines=self.clock.deadlines,
+            active_since=self.active_since,
+            max_lease_seconds=self.max_lease,
+            previous_run_id=workflow.info().run_id,
+            handed_over_because=because,
+        )
+        workflow.upsert_search_attributes([key.value_unset() for key in sa.ALL])
+        workflow.continue_as_new(
+            self.input.model_copy(update={"held": held}),
+            search_attributes=search_attributes_of(self.input, self.status, self.mirror.published),
+        )
+
+    async def teardown(self, final_state: str, step: str) -> None:
+        """Give everything back: destroy the VM and wipe its slots, release the claims. Runs to completion even
+        when the workflow is being cancelled.
+
+        Since revision 5 the row says `releasing` before the host's part starts, and the final state is written
+        with the release of the claims, in its transaction: the row is never `active` while the VM goes, nor final
+        while its GPUs are still claimed, and the release costs no more actions than before."""
+        await self.leave_queue()  # cancelled while waiting: nothing is held, only the queue's entry
+        if self.status.state in HOLDING_STATES:
+            self.set_state("releasing", step)
+            written_first = self.input.revision >= RELEASING_WRITTEN_FIRST
+            if written_first:
+                await self.mirror.write_trail()  # the row says `releasing` while the host's part runs
+            attempt = self.status.attempts[-1]
+            await self.destroy_vm(
+                attempt.node,
+                attempt.number,
+                [b.slot_index for b in self.status.bundles],
+                deadline=self.clock.time_left(),
+            )
+            if written_first:
+                self.status.bundles = []
+                self.set_state(final_state, final_state)  # rides with the release of the claims
+            await self.release_claims(None)
+        self.status.bundles = []
+        if self.status.state != final_state:
+            self.set_state(final_state, final_state)
+        await self.mirror.write_trail()  # nothing left to write when the final state rode with the release
