@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.allocation_calls import AllocationCalls
     from workflows.allocation_failures import QUOTA_EXCEEDED, AttemptFailed, node_failure
     from workflows.allocation_handlers import Inbox
-    from workflows.allocation_messages import END_WITH_ACTIVE, Attempt
+    from workflows.allocation_messages import END_WITH_ACTIVE, LEASE_UNDONE_BEFORE_PLAN, Attempt
     from workflows.saga import Saga
 
 CREATE_VM_TIMEOUT = timedelta(minutes=5)
@@ -90,13 +90,20 @@ class CandidateAttempt(AllocationCalls):
             numa_policy=request.numa_policy,
             gpus=sorted(request.gpus),
         )
+        lease_undone_first = self.input.revision >= LEASE_UNDONE_BEFORE_PLAN
+        if lease_undone_first:
+            # Registered before the plan, as destroy_vm is before the create: a plan whose answer is lost (its
+            # deadline passed while the agent still planned) may have leased all the same.
+            saga.add("release_lease", lambda: self.release_lease(node))
         try:
             plan = await self.on_node(node, steps.plan_bundles, asked, deadline=self.clock.time_left(node))
         except ActivityError as error:
             raise self.clock.failure_on(error, node) from error
         if plan.refusal_code is not None:
+            saga.discard("release_lease")  # a refusal leases nothing
             raise AttemptFailed(plan.refusal_code, plan.refusal_message or "the node refused the plan")
-        saga.add("release_lease", lambda: self.release_lease(node))
+        if not lease_undone_first:
+            saga.add("release_lease", lambda: self.release_lease(node))
 
         self.set_state("claiming", "record_claims", node=node, attempt=attempt)
         claim = ClaimInput(

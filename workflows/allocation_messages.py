@@ -110,14 +110,19 @@ class Timing(BaseModel):
 #      placement), so the decision costs no upsert of its own: the region it chose is published with `provisioning`
 #      (or `queued`, or the refusal's `failed`). 9 actions to `active` and 15 through release, from 10 and 16. An
 #      allocation with an end (a lease, its pool's maxLease) publishes the end with `active`, in the same upsert.
+#   7: the lease's release is registered before the node's plan, not after its answer: a plan whose answer is
+#      lost (its deadline passed while the agent was still planning, a worker gone after leasing) may have leased,
+#      and the attempt's undo now gives that lease back at once instead of leaving it to its expiry. A refusal
+#      leases nothing, so it drops that undo.
 # The workflow keeps the branches of the previous revision only (docs/design.md, "Upgrading the allocation
 # workflow"): a placement phase in flight drains within its per-state deadlines; revision 2 differs from 3 only in
 # never being queued, which needs no branch, and its hold runs are revision 3's.
-REVISION = 6
+REVISION = 7
 HOLD_IN_PLACEMENT_RUN = 4  # the first revision whose placement run holds the allocation itself
 RELEASING_WRITTEN_FIRST = 5  # the first revision whose teardown writes `releasing` before the host's part
 PLACING_FROM_START = 6  # the first revision started in `placing` rather than `pending`
 END_WITH_ACTIVE = 6  # the first revision whose end is published with `active`, in one upsert
+LEASE_UNDONE_BEFORE_PLAN = 7  # the first revision that registers the lease's release before the plan
 
 
 class AllocationInput(BaseModel):

@@ -39,6 +39,13 @@ class Saga:
     def add(self, name: str, undo: Callable[[], Awaitable[None]]) -> None:
         self.steps.append((name, undo))
 
+    def discard(self, name: str) -> None:
+        """Drop the newest undo step of that name: the step it would undo turned out to have done nothing."""
+        for index in range(len(self.steps) - 1, -1, -1):
+            if self.steps[index][0] == name:
+                del self.steps[index]
+                return
+
     async def compensate(self) -> None:
         async def undo_all() -> None:
             while self.steps:

@@ -120,6 +120,26 @@ async def test_claim_conflict_releases_the_lease_and_moves_on(temporal_client, s
         await _placed_after_failure_with_thief(lab)
 
 
+async def test_a_plan_whose_answer_is_lost_leaves_no_lease_on_its_node(
+    temporal_client, sessions, tmp_path: Path
+) -> None:
+    """The node leased the slots but its answer never reached the workflow (in production: the plan's deadline
+    passed while the agent was still planning). The attempt fails over to the next node, and its undo gives the
+    lease on `first` back at once rather than leaving it there until it expires."""
+    async with running_lab(
+        temporal_client, temporal_client, sessions, tmp_path, lab_fleet(hosts()), agents=["second", "third"]
+    ) as lab:
+        agent = lab.agent("first")
+
+        @activity.defn(name="plan_bundles")
+        def plan_then_lose_the_answer(request: PlanInput) -> PlanOutcome:
+            agent.plan(request)  # the lease is written on the host
+            raise ApplicationError("the plan's answer was lost", type="AnswerLost", non_retryable=True)
+
+        await lab.start_agent("first", [plan_then_lose_the_answer, *agent.activities()[1:]])
+        await _placed_after_failure(lab, "lost-answer", "")
+
+
 async def _steal(lab, outcome: PlanOutcome) -> None:
     from store.db import create_engine, session_factory
 
