@@ -69,21 +69,30 @@ async def migrated_template(postgres: EmbeddedPostgres) -> str:
 
 
 @pytest.fixture
-async def empty_database_url(postgres: EmbeddedPostgres) -> str:
+async def empty_database_url(postgres: EmbeddedPostgres) -> AsyncIterator[str]:
     """A brand-new database with no schema at all."""
     name = f"empty_{next(_database_numbers)}"
     await _admin(postgres, f'CREATE DATABASE "{name}"')
-    return _url(postgres, name)
+    yield _url(postgres, name)
+    await _drop(postgres, name)
 
 
 @pytest.fixture
-async def database_url(postgres: EmbeddedPostgres, migrated_template: str) -> str:
+async def database_url(postgres: EmbeddedPostgres, migrated_template: str) -> AsyncIterator[str]:
     """A fresh, migrated database for this test alone."""
     name = f"test_{next(_database_numbers)}"
     # FILE_COPY copies the template's files rather than writing every page of it to the WAL (PostgreSQL's default
     # since 15): with fsync off it costs half as much, and a run creates some 650 of these.
     await _admin(postgres, f'CREATE DATABASE "{name}" TEMPLATE "{migrated_template}" STRATEGY FILE_COPY')
-    return _url(postgres, name)
+    yield _url(postgres, name)
+    await _drop(postgres, name)
+
+
+async def _drop(server: EmbeddedPostgres, database: str) -> None:
+    """Drop a test's database when the test is done. Some 650 are made per run: left in place, the session's end
+    spent 20 to 30 s per worker deleting their files, where a drop while they are still cached costs about 9 ms.
+    FORCE ends any connection a test's processes left behind."""
+    await _admin(server, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
 @pytest.fixture

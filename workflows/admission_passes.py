@@ -17,19 +17,15 @@ workflow, and never lost (Temporal refuses to complete a workflow that has a sig
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from pydantic import BaseModel, Field
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from contracts import steps
     from contracts.allocation import AdmitInput
     from contracts.task_queues import Queues
+    from workflows import control_calls
 
-PASS_TIMEOUT = timedelta(minutes=1)
-PASS_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5)  # then the reconciler's pass
 PASSES_PER_RUN = 100  # then continue as new, with what is still asked: the history stays short
 
 
@@ -62,12 +58,12 @@ class AdmissionPassesWorkflow:
                 workflow.continue_as_new(AdmissionPassesInput(queues=input.queues, asked=self.asked))
             workflow.set_current_details(f"admission pass over every queue: {'; '.join(self.asked[:5])}")
             self.asked = []
-            await workflow.execute_activity(
+            await control_calls.on_control(
+                input.queues,
                 steps.admit_queued,
                 AdmitInput(),
-                task_queue=input.queues.control,
-                start_to_close_timeout=PASS_TIMEOUT,
-                retry_policy=PASS_RETRY,
+                start_to_close=control_calls.ADMISSION_PASS_TIMEOUT,
+                retry=control_calls.PASS_RETRY,
             )
             passes += 1
         return passes

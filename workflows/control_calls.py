@@ -28,10 +28,12 @@ CONTROL_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10))  # until don
 # A deployment's own steps get twice as long a try: `plan_deployment` reads the observed state of every cluster and
 # runs the fleet scheduler over it in one step, where a replica's step touches one cluster.
 DEPLOYMENT_TIMEOUT = timedelta(seconds=60)
-# The reconciler's steps give up after five tries: a pass runs every minute from a schedule that skips a run while
-# the last one is still going (overlap SKIP), so a pass stuck retrying would hold back every later one; the next
-# pass looks again from scratch.
-RECONCILE_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5)
+# A pass gives up after five tries, and the next pass looks again from scratch: the reconciler's steps (its
+# schedule skips a run while the last one is still going, so a pass stuck retrying would hold back every later one)
+# and an announced admission pass (the reconciler's own pass admits within a minute what it failed to).
+PASS_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5)
+# An admission pass reads and admits over every region's queue in one step.
+ADMISSION_PASS_TIMEOUT = timedelta(minutes=1)
 # Temporal's default policy (until done, backing off from 1 s to 100 s): a reservation's start and finish, and slot
 # recovery's unquarantine. Each runs once per window or per recovered node, so a step that keeps failing may be
 # tried less often than one a placement waits on.

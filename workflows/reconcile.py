@@ -134,7 +134,7 @@ class ReconcileWorkflow:
 
     async def control(self, step: Callable[..., Awaitable[R]], *args: BaseModel) -> R:
         """Five tries at most: the next pass looks again (workflows/control_calls.py)."""
-        return await control_calls.on_control(self.input.queues, step, *args, retry=control_calls.RECONCILE_RETRY)
+        return await control_calls.on_control(self.input.queues, step, *args, retry=control_calls.PASS_RETRY)
 
     async def on_node(self, node: str, step: Callable[..., R], *args: BaseModel, **options: Any) -> R:
         """Two tries; an agent that does not pick the task up in time is unreachable (workflows/node_calls.py)."""
