@@ -17,6 +17,7 @@ from api import queue_view
 from api.errors import not_found
 from api.models import AllocationDetail, AllocationSummary, AttemptView, EventView
 from api.services import Services
+from contracts.allocation import FINAL_STATES
 from contracts.placement import Bundle
 from store import allocations as store
 from store import trail
@@ -24,7 +25,7 @@ from store.db import AsyncSession
 from store.inventory import InventoryCache
 from store.models import AllocationEventRow, AllocationRow
 from store.tokens import Principal
-from workflows.allocation_messages import FINAL_STATES, AllocationStatus
+from workflows.allocation_messages import AllocationStatus
 
 
 async def visible_allocation(session: AsyncSession, allocation_id: str, caller: Principal) -> AllocationRow:

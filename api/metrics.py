@@ -33,10 +33,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.audit_metrics import AuditMetrics
 from api.usage_metrics import UsageMetrics
+from contracts.allocation import ALLOCATION_STATES
 from store import dashboard, queue
 from store.allocations import count_by_state, failures_by_reason
 from store.db import AsyncSession
-from store.models import ALLOCATION_STATES
 from store.nodes import slot_health
 
 _REASON_CODE = re.compile(r"^[a-z][a-z_]*$")

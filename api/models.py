@@ -27,14 +27,15 @@ from pydantic import (
 from pydantic.functional_serializers import SerializerFunctionWrapHandler
 from pydantic_core import PydanticCustomError
 
+from contracts.allocation import ALLOCATION_STATES
 from contracts.placement import Bundle, CapacityShape, PciAddress, PlacementRequest
 from fleet.deadlines import DURATION_FORMS, DURATION_PATTERN, format_duration, typed_duration
 from fleet.meta import Name
 from scheduler.placement.capacity import PoolCapacity
 from store.apply import ApplyChange
-from workflows.allocation_messages import STATES, Lease
+from workflows.allocation_messages import Lease
 
-AllocationState = Literal[STATES]  # type: ignore[valid-type]
+AllocationState = Literal[ALLOCATION_STATES]  # type: ignore[valid-type]
 AllocationId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 Product = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,62}[A-Za-z0-9])?$")]
 IdempotencyKey = Annotated[str, StringConstraints(pattern=r"^[\x21-\x7e]{1,255}$")]

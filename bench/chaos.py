@@ -53,12 +53,12 @@ from bench.polling import until
 from bench.stats import percentile
 from config.context import StackContext
 from config.settings import Settings
+from contracts.allocation import FINAL_STATES, PLACING_STATES
 from devstack.stack import DevStack
 from fleet.node import Simulation
 from store import usage
 from store.db import create_engine
 from store.outage import is_database_outage
-from workflows.allocation_messages import FINAL_STATES, PLACING_STATES
 
 FLEET = Path(__file__).with_name("chaos_fleet.yaml")
 TENANT = "chaos"

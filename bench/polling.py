@@ -16,7 +16,7 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bench.rows import allocation_states, failure_reasons
-from workflows.allocation_messages import FINAL_STATES
+from contracts.allocation import FINAL_STATES
 
 T = TypeVar("T")
 

@@ -23,8 +23,8 @@ from cli.client import ApiOption, BerthClient, TenantOption, TokenOption, acting
 from cli.output import Column, OutputFormat, OutputOption, console, fail, is_data, print_data, styled, table
 from config.context import discovered_context
 from config.settings import Settings
+from contracts.allocation import FINAL_STATES
 from contracts.placement import CapacityShape
-from workflows.allocation_messages import FINAL_STATES
 
 app = typer.Typer(help="Request, follow and give back GPU allocations.", no_args_is_help=True, add_completion=False)
 

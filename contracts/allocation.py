@@ -13,6 +13,30 @@ from pydantic import BaseModel, ConfigDict, Field
 from contracts.explanation import Explanation
 from contracts.placement import Bundle, Candidate, CapacityShape, NumaPolicy, PlacementRequest
 
+# Every state an allocation is in, as its workflow, its row (a CHECK constraint) and the API name them.
+ALLOCATION_STATES = (
+    "pending",
+    "queued",
+    "placing",
+    "planning",
+    "claiming",
+    "provisioning",
+    "waiting_ready",
+    "active",
+    "releasing",
+    "released",
+    "failed",
+    "cancelled",
+    "expired",
+    "preempting",
+    "preempted",
+    "degraded",
+)
+PLACING_STATES = ("pending", "placing", "planning", "claiming", "provisioning", "waiting_ready")
+FINAL_STATES = ("released", "failed", "cancelled", "expired", "preempted")
+# placed and running: release and cancel tear it down (`degraded`: a GPU of it failed, its owner told)
+HOLDING_STATES = ("active", "preempting", "degraded")
+
 
 class Model(BaseModel):
     model_config = ConfigDict(frozen=True)

@@ -17,7 +17,7 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
-from contracts.allocation import HealthNotice
+from contracts.allocation import FINAL_STATES, HealthNotice
 from contracts.audit import (
     AllocationFact,
     AuditReport,
@@ -49,7 +49,6 @@ from store.models import (
 from store.queue import class_facts
 
 KEEP_RUNS_DAYS = 14
-FINISHED_STATES = ("released", "failed", "cancelled", "expired", "preempted")  # FINAL_STATES (store is below workflows)
 
 
 class AuditRunRow(Base):
@@ -152,7 +151,7 @@ async def control_facts(session: AsyncSession) -> ControlFacts:
             AllocationRow.node_id,
             AllocationRow.ends_at,
             AllocationRow.request["priority_class"].astext,
-        ).where(AllocationRow.state.not_in(FINISHED_STATES))
+        ).where(AllocationRow.state.not_in(FINAL_STATES))
     )
     classes = await class_facts(session)
     return ControlFacts(

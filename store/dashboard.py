@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from store.audit import FINISHED_STATES as FINAL_STATES
+from contracts.allocation import FINAL_STATES
 from store.models import AllocationEventRow, AllocationRow, NodeAgentRow, NodeRow, PoolRow, SlotRow
 
 PLACEMENT_WINDOW = timedelta(hours=1)  # the placements the latency quantiles are taken over

@@ -31,6 +31,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from contracts.allocation import ALLOCATION_STATES
+
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -49,24 +51,6 @@ HEALTH_STATES = ("healthy", "unknown", "degraded", "failed")  # scheduler.host.h
 AGENT_STATES = ("live", "down")
 TOKEN_ROLES = ("viewer", "member", "operator", "admin", "node")  # store/tokens.py says what each may do
 QUEUEING_STRATEGIES = ("StrictFIFO", "BestEffortFIFO")
-ALLOCATION_STATES = (
-    "pending",
-    "queued",
-    "placing",
-    "planning",
-    "claiming",
-    "provisioning",
-    "waiting_ready",
-    "active",
-    "releasing",
-    "released",
-    "failed",
-    "cancelled",
-    "expired",
-    "preempting",
-    "preempted",
-    "degraded",  # active on a slot whose GPU failed; its owner was told
-)
 
 
 def _one_of(column: str, values: tuple[str, ...]) -> str:

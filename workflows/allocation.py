@@ -42,7 +42,14 @@ from temporalio.exceptions import ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from contracts import steps
-    from contracts.allocation import CandidateList, EnterQueueInput, FindCandidatesInput, QueueTicket, RegionChoice
+    from contracts.allocation import (
+        FINAL_STATES,
+        CandidateList,
+        EnterQueueInput,
+        FindCandidatesInput,
+        QueueTicket,
+        RegionChoice,
+    )
     from contracts.placement import Candidate
     from fleet.deadlines import format_duration
     from workflows.allocation_attempt import CandidateAttempt
@@ -55,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.allocation_handlers import Inbox, MessageHandlers
     from workflows.allocation_hold import HAND_OVER, REPLACE, AllocationHold
-    from workflows.allocation_messages import FINAL_STATES, AllocationInput, AllocationStatus
+    from workflows.allocation_messages import AllocationInput, AllocationStatus
     from workflows.allocation_mirror import Mirror
     from workflows.saga import shielded
     from workflows.state_deadlines import StateClock

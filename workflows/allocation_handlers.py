@@ -17,12 +17,10 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from contracts.allocation import DrainNotice, HealthNotice, PreemptNotice
+    from contracts.allocation import HOLDING_STATES, PLACING_STATES, DrainNotice, HealthNotice, PreemptNotice
     from fleet.deadlines import format_duration
     from workflows.allocation_calls import AllocationCalls
     from workflows.allocation_messages import (
-        HOLDING_STATES,
-        PLACING_STATES,
         AllocationStatus,
         ExtendRequest,
         HandOverRequest,

@@ -18,11 +18,12 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from contracts.allocation import HOLDING_STATES
     from fleet.deadlines import format_duration
     from workflows import search_attributes as sa
     from workflows.allocation_calls import AllocationCalls
     from workflows.allocation_handlers import Inbox
-    from workflows.allocation_messages import HOLD_IN_PLACEMENT_RUN, HOLDING_STATES, RELEASING_WRITTEN_FIRST, Held
+    from workflows.allocation_messages import HOLD_IN_PLACEMENT_RUN, RELEASING_WRITTEN_FIRST, Held
     from workflows.allocation_mirror import search_attributes_of
     from workflows.cancellation import wait_unless_cancelled
 

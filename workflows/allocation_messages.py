@@ -9,29 +9,6 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PositiveFloat,
 from contracts.placement import Bundle, PlacementRequest
 from contracts.task_queues import Queues
 
-STATES = (
-    "pending",
-    "queued",
-    "placing",
-    "planning",
-    "claiming",
-    "provisioning",
-    "waiting_ready",
-    "active",
-    "releasing",
-    "released",
-    "failed",
-    "cancelled",
-    "expired",
-    "preempting",
-    "preempted",
-    "degraded",
-)
-PLACING_STATES = ("pending", "placing", "planning", "claiming", "provisioning", "waiting_ready")
-FINAL_STATES = ("released", "failed", "cancelled", "expired", "preempted")
-# placed and running: release and cancel tear it down (`degraded`: a GPU of it failed, its owner told)
-HOLDING_STATES = ("active", "preempting", "degraded")
-
 
 class Deadlines(BaseModel):
     """The longest an allocation may stay in each state before it compensates and fails (`deadline_exceeded`).

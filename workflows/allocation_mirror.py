@@ -20,17 +20,11 @@ from temporalio.exceptions import ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import steps
-    from contracts.allocation import AllocationRecord, AuditTrail, StateChange
+    from contracts.allocation import FINAL_STATES, AllocationRecord, AuditTrail, StateChange
     from workflows import control_calls
     from workflows import search_attributes as sa
     from workflows.allocation_failures import as_activity_error
-    from workflows.allocation_messages import (
-        FINAL_STATES,
-        PLACING_FROM_START,
-        AllocationInput,
-        AllocationStatus,
-        Attempt,
-    )
+    from workflows.allocation_messages import PLACING_FROM_START, AllocationInput, AllocationStatus, Attempt
 
 R = TypeVar("R")
 

@@ -24,6 +24,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.control.drift import assess
+from contracts.allocation import FINAL_STATES
 from contracts.audit import (
     ApplyRepair,
     AssessInput,
@@ -222,7 +223,7 @@ class AuditActivities:
         reason saying how the workflow ended and in which state (`workflow_terminated: ... while provisioning`). One
         that completed returned its final status, and the row takes that (its own last write was lost)."""
         row = await records.locked_allocation(session, allocation_id)
-        if row is None or row.state in records.FINISHED_STATES:
+        if row is None or row.state in FINAL_STATES:
             return "skipped", f"allocation {allocation_id} is {row.state if row else 'gone'}; nothing changed"
         status = await self._status(allocation_id)
         if status == WorkflowExecutionStatus.RUNNING:
@@ -231,7 +232,7 @@ class AuditActivities:
         state, reason = "failed", self._ended_reason(status, before)
         if status == WorkflowExecutionStatus.COMPLETED:
             result = await self.client.get_workflow_handle(f"{ALLOCATION_PREFIX}{allocation_id}").result()
-            if isinstance(result, dict) and result.get("state") in records.FINISHED_STATES:
+            if isinstance(result, dict) and result.get("state") in FINAL_STATES:
                 state, reason = result["state"], result.get("failure_reason")
         await records.close_allocation(session, row, state, reason)
         return "done", f"closed allocation {allocation_id}: {before} -> {state}" + (f" ({reason})" if reason else "")

@@ -57,6 +57,7 @@ from api.request_checks import check_request
 from api.services import Services, services
 from api.temporal import Refused
 from config import tracing
+from contracts.allocation import FINAL_STATES, HOLDING_STATES, PLACING_STATES
 from fleet.meta import Name
 from scheduler.admission.reservations import latest_end
 from store import allocations as store
@@ -65,14 +66,7 @@ from store.db import AsyncSession
 from store.decisions import lock_region
 from store.outage import is_database_outage
 from workflows.allocation_client import workflow_id
-from workflows.allocation_messages import (
-    FINAL_STATES,
-    HOLDING_STATES,
-    PLACING_STATES,
-    AllocationInput,
-    ExtendRequest,
-    QueueWait,
-)
+from workflows.allocation_messages import AllocationInput, ExtendRequest, QueueWait
 
 log = logging.getLogger("berth.api")
 router = APIRouter(prefix="/v1/allocations", tags=["allocations"])

@@ -27,10 +27,10 @@ from temporalio.client import Client
 from api.app import create_app
 from api.temporal import TemporalTimeouts
 from config.settings import Settings
+from contracts.allocation import FINAL_STATES
 from contracts.task_queues import Queues
 from store.tokens import create_token, ensure_tenant_tokens
 from tests.workflows.lab import FAST, Lab, lab_fleet, running_lab
-from workflows.allocation_messages import FINAL_STATES
 
 HOSTS = {"slow": {"gpus": 1, "simulation": {"bootSeconds": 3600}}, "small": {"gpus": 2}, "big": {"gpus": 4}}
 GLOBEX = {"apiVersion": "berth.dev/v1alpha1", "kind": "Tenant", "metadata": {"name": "globex"}, "spec": {"gpuQuota": 2}}

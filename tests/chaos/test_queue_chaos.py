@@ -31,6 +31,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from contracts.allocation import PLACING_STATES
 from devstack.ports import free_port
 from devstack.postgres import EmbeddedPostgres
 from devstack.process import alive, clear_session
@@ -41,7 +42,7 @@ from store.migrate import upgrade
 from store.outage import is_database_outage
 from tests.workflows.lab import Lab, lab_fleet, running_lab
 from workflows import allocation_client
-from workflows.allocation_messages import PLACING_STATES, AllocationStatus, QueueWait
+from workflows.allocation_messages import AllocationStatus, QueueWait
 from workflows.client_calls import WorkerUnavailable
 
 REPO = Path(__file__).resolve().parents[2]

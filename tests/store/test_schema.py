@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from sqlalchemy import inspect, select, text
 from sqlalchemy.exc import IntegrityError
@@ -141,12 +143,13 @@ async def test_shared_parent_slots_may_repeat_the_parent_but_not_a_vf(sessions, 
     assert set(parents) == {"0000:1a:00.0"} and len(parents) == 8
 
 
-def test_the_store_knows_every_state_the_workflow_ends_in_and_the_schema_takes_every_state() -> None:
-    """`store` sits below `workflows`, so it keeps its own list of final states: an allocation ended `expired` or
-    `preempted` must not look unfinished to the reconciler (it would be reported abandoned)."""
-    from store.audit import FINISHED_STATES
-    from store.models import ALLOCATION_STATES
-    from workflows.allocation_messages import FINAL_STATES, STATES
+async def test_the_migrated_schema_takes_exactly_the_states_an_allocation_can_be_in(engine) -> None:
+    """The allocation states live in one place (contracts.allocation); the migrations write them into a CHECK
+    constraint of their own. A state the workflow can reach but no migration added would fail its write."""
+    from contracts.allocation import ALLOCATION_STATES
 
-    assert set(FINISHED_STATES) == set(FINAL_STATES)
-    assert set(ALLOCATION_STATES) == set(STATES)
+    async with engine.connect() as connection:
+        definition = await connection.scalar(
+            text("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'ck_allocations_state'")
+        )
+    assert set(re.findall(r"'([a-z_]+)'", definition)) == set(ALLOCATION_STATES)

@@ -29,12 +29,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
-from contracts.allocation import VmInfo, VmSpec
+from contracts.allocation import PLACING_STATES, VmInfo, VmSpec
 from store.models import AllocationRow
 from tests.workflows.lab import Lab, lab_fleet, running_lab
 from tests.workflows.test_reconcile import audit, found
 from workflows import allocation_client
-from workflows.allocation_messages import PLACING_STATES
 from workflows.reconcile import ReconcileWorkflow
 
 HOSTS = {"n1": {"gpus": 4}, "n2": {"gpus": 4}}
