@@ -34,6 +34,7 @@ from bench.fleets import bench_fleet
 from bench.polling import settled, until
 from contracts.placement import PlacementRequest
 from contracts.task_queues import Queues
+from devstack.parts import api_command
 from devstack.ports import free_port
 from devstack.postgres import EmbeddedPostgres
 from devstack.ready import is_marked_ready
@@ -284,27 +285,12 @@ class ApiProcess:
     clients reach it in production."""
 
     def __init__(self, database_url: str, state_dir: Path, temporal_address: str | None = None) -> None:
-        self.url = f"http://127.0.0.1:{free_port()}"
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
         environment = os.environ | {"BERTH_DATABASE_URL": database_url, "BERTH_STATE_DIR": str(state_dir)}
         if temporal_address is not None:
             environment["BERTH_TEMPORAL_ADDRESS"] = temporal_address
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "api.app:create_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                self.url.rsplit(":", 1)[1],
-                "--log-level",
-                "warning",
-                "--no-access-log",
-            ],
-            env=environment,
-        )
+        self.process = subprocess.Popen([*api_command(port), "--no-access-log"], env=environment)
 
     async def wait(self) -> None:
         async with httpx.AsyncClient(base_url=self.url, timeout=5) as client:

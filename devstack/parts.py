@@ -119,24 +119,17 @@ def agents_part(
     return _berth_part(name, arguments, state, agent_env(env))
 
 
+def api_command(port: int) -> list[str]:
+    """The HTTP API on loopback, as the dev stack, the benchmarks and the tests run it (the manifests run the same
+    app factory)."""
+    factory = ["-m", "uvicorn", "--factory", "api.app:create_app", "--host", "127.0.0.1", "--port", str(port)]
+    return [sys.executable, *factory, "--log-level", "warning"]
+
+
 def api_part(port: int, state: Path, env: Mapping[str, str], name: str = API) -> Part:
     return Part(
         name,
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "api.app:create_app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--timeout-graceful-shutdown",
-            "5",
-        ],
+        [*api_command(port), "--timeout-graceful-shutdown", "5"],
         state / "logs" / f"{name}.log",
         env=env,
         ready=lambda _pid: port_open("127.0.0.1", port),

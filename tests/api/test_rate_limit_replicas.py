@@ -9,7 +9,6 @@ service account) may create 3 at once too.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -19,6 +18,7 @@ import httpx
 import yaml
 from temporalio.client import Client
 
+from devstack.parts import api_command
 from devstack.ports import free_port, port_open
 from devstack.process import spawn, stop
 from store.tokens import create_token, ensure_tenant_tokens, verify
@@ -38,20 +38,7 @@ INITECH = {
 def api_process(env: dict[str, str], log: Path) -> Iterator[str]:
     """One API process, as the dev stack and the Kubernetes manifests run it; stopped and waited for."""
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--factory",
-        "api.app:create_app",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
-    process = spawn(command, log, env=env)  # ends with this test run whatever happens to it
+    process = spawn(api_command(port), log, env=env)  # ends with this test run whatever happens to it
     try:
         deadline = time.monotonic() + 60
         while not port_open("127.0.0.1", port):
