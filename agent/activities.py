@@ -67,9 +67,13 @@ class NodeAgent:
         # until a later wipe resets the GPU.
         self.reset_failures: dict[int, str] = {}
 
+    def discover(self) -> HostInventory:
+        """The host as discovered now, with the line that says how it runs VMs (the report carries both)."""
+        return self.topology.discover().model_copy(update={"vm_runtime": self.vms.runtime()})
+
     def validated(self, host: HostInventory | None = None) -> tuple[HostInventory, NodeValidation]:
         """The host as discovered now, and every approved slot checked against it."""
-        host = host or self.topology.discover()
+        host = host or self.discover()
         return host, validate_slots(self.approved.slots, host)
 
     def topology_view(self) -> NodeView:

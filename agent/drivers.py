@@ -23,6 +23,10 @@ class VmCreateError(RuntimeError):
     """The runtime could not create the VM (a libvirt error, a device that failed to attach, ...)."""
 
 
+class VmRuntimeUnavailable(RuntimeError):
+    """The runtime itself did not answer (libvirtd restarting): the step is retried, nothing is judged failed."""
+
+
 class ImageNotFound(VmCreateError):
     """The requested image is not in the node's image catalogue: a refusal of the request, not a fault of the node."""
 
@@ -49,6 +53,10 @@ class TopologyDriver(Protocol):
 
 
 class VmDriver(Protocol):
+    def runtime(self) -> str:
+        """One line for the host report: which runtime, which accelerator and why, whether GPUs pass through."""
+        ...
+
     def create(self, spec: VmSpec) -> VmRecord:
         """Create and boot a VM with the plan's devices attached. Idempotent by allocation id."""
         ...

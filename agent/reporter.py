@@ -123,7 +123,7 @@ class NodeReporter:
     async def report_once(self, host: HostInventory | None = None) -> ReportReply:
         """One report: the whole host the first time and whenever it changed, the slots' health the first time and
         whenever a verdict changed, a heartbeat otherwise."""
-        host = host or await asyncio.to_thread(self.agent.topology.discover)
+        host = host or await asyncio.to_thread(self.agent.discover)
         health = await asyncio.to_thread(self.judge_health, host)
         topology = host.topology_hash()
         info = AgentInfo(version=AGENT_VERSION, interval_seconds=self.interval)
@@ -164,7 +164,7 @@ class NodeReporter:
         reported_at = float("-inf")
         while True:
             try:
-                host = await asyncio.to_thread(self.agent.topology.discover)
+                host = await asyncio.to_thread(self.agent.discover)
                 due = time.monotonic() - reported_at >= self.interval
                 sick = self.sent_health is None or await asyncio.to_thread(self._health_moved, host)
                 if due or sick or host.topology_hash() != self._sent_topology:

@@ -178,6 +178,9 @@ class SimulatedVmDriver:
     def _path(self, allocation_id: str) -> Path:
         return self.vm_dir / f"{allocation_id.replace('/', '_')}.json"
 
+    def runtime(self) -> str:
+        return "simulated VMs (nothing boots)"
+
     def create(self, spec: VmSpec) -> VmRecord:
         existing = self.get(spec.allocation_id)
         if existing is not None:

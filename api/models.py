@@ -11,7 +11,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
+import yaml
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     BeforeValidator,
@@ -27,7 +29,7 @@ from pydantic import (
 from pydantic.functional_serializers import SerializerFunctionWrapHandler
 from pydantic_core import PydanticCustomError
 
-from contracts.allocation import ALLOCATION_STATES
+from contracts.allocation import ALLOCATION_STATES, USER_DATA_MAX_BYTES, USER_DATA_RESERVED_KEYS
 from contracts.placement import Bundle, CapacityShape, PciAddress, PlacementRequest
 from fleet.deadlines import DURATION_FORMS, DURATION_PATTERN, format_duration, typed_duration
 from fleet.meta import Name
@@ -80,6 +82,61 @@ SshPublicKey = Annotated[
     StringConstraints(
         max_length=16384, pattern=r"^(ssh|ecdsa|sk)-[A-Za-z0-9@._-]+ [A-Za-z0-9+/]+={0,3}( [^\x00-\x1f\x7f]*)?$"
     ),
+]
+
+USER_DATA_HEADER = "#cloud-config"
+
+
+def _cloud_config_shape(value: str) -> str:
+    """What a schema can say of a tenant's cloud-config, checked with the body: its size and its first line, the
+    header without which cloud-init does not read the text as cloud-config at all. The text is kept as the tenant
+    wrote it (comments included). What it says is `cloud_config_problem`'s to check: parsing 64 KiB of YAML takes
+    up to half a second, which the routes spend off the event loop."""
+    size = len(value.encode())
+    if size > USER_DATA_MAX_BYTES:
+        raise PydanticCustomError(
+            "user_data_too_large",
+            "is {size} bytes; user-data may be at most {limit} bytes (64 KiB)",
+            {"size": size, "limit": USER_DATA_MAX_BYTES},
+        )
+    first, _, _ = value.partition("\n")
+    if first.rstrip(" \t\r") != USER_DATA_HEADER:  # as the published pattern has it
+        raise PydanticCustomError(
+            "user_data_header",
+            "must start with the line {header}: cloud-init reads the document as cloud-config only then",
+            {"header": USER_DATA_HEADER},
+        )
+    return value
+
+
+def cloud_config_problem(text: str) -> tuple[str, str] | None:
+    """What is wrong with a cloud-config document's content, as (problem type, message), or None. It must parse as
+    a YAML mapping (the header alone is an empty one), so that the agent can merge it into the seed's own document,
+    and may not set a key that document sets (`USER_DATA_RESERVED_KEYS`, each with why). No JSON Schema can state
+    either, so each is a problem type of its own under `invalid_request` (tests/api/schemathesis_hooks.py)."""
+    try:
+        document = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as error:  # RecursionError: nested deeper than the parser recurses
+        problem = " ".join(str(error).split()) if isinstance(error, yaml.YAMLError) else "it is nested too deeply"
+        return "user_data_yaml", f"is not YAML: {problem}"
+    if document is None:
+        return None
+    if not isinstance(document, dict):
+        kind = "list" if isinstance(document, list) else "scalar"
+        return "user_data_not_mapping", f"is a YAML {kind}, not a mapping: a cloud-config document maps module keys"
+    reserved = [key for key in USER_DATA_RESERVED_KEYS if key in document]
+    if reserved:
+        why = "; ".join(f"{key}: {USER_DATA_RESERVED_KEYS[key]}" for key in reserved)
+        return "user_data_reserved_key", f"may not set {', '.join(reserved)}, which Berth's seed sets itself ({why})"
+    return None
+
+
+# Published as what the schema can say: a string of at most 64 KiB whose first line is the header. maxLength
+# counts characters and the limit bytes, so a long non-ASCII text may still be refused, `user_data_too_large`.
+UserData = Annotated[
+    str,
+    AfterValidator(_cloud_config_shape),
+    WithJsonSchema({"type": "string", "maxLength": USER_DATA_MAX_BYTES, "pattern": r"^#cloud-config[ \t\r]*(\n|$)"}),
 ]
 
 
@@ -172,6 +229,15 @@ class AllocationCreate(Strict):
     region: Name | None = Field(default=None, description="Unset lets the region scheduler choose.")
     image: Image | None = None
     ssh_public_keys: list[SshPublicKey] = Field(default_factory=list, max_length=32)
+    user_data: UserData | None = Field(
+        default=None,
+        description="A cloud-init `#cloud-config` document for the VM, as text: its first line `#cloud-config`, at "
+        "most 64 KiB, a YAML mapping. Merged into the user-data of the VM's NoCloud seed, so it may not set the keys "
+        "the seed sets itself: `hostname` and `fqdn` (Berth names the VM), `ssh_authorized_keys` (the keys are "
+        "`ssh_public_keys`), `ssh_pwauth` and `disable_root` (key logins only, no root), `users` (a users list "
+        "replaces the default user, which carries the SSH keys). Stored with the request and in the workflow's "
+        "history: put no secrets in it. A bad document is a 422 `invalid_request` naming `body.user_data`.",
+    )
     labels: Labels = Field(default_factory=dict, max_length=MAX_LABELS)
     tenant: Name | None = Field(
         default=None, description="Whose allocation this is. Required with an admin token; a tenant token's own."
@@ -267,7 +333,17 @@ class AllocationCreate(Strict):
         )
 
 
-_NEWER_FIELDS = ("selectors", "cluster_selector", "nodes", "gpus", "queue", "priority_class", "duration", "ends_at")
+_NEWER_FIELDS = (
+    "selectors",
+    "cluster_selector",
+    "nodes",
+    "gpus",
+    "queue",
+    "priority_class",
+    "duration",
+    "ends_at",
+    "user_data",
+)
 
 
 class AllocationAccepted(BaseModel):
@@ -387,6 +463,11 @@ class AgentState(BaseModel):
     version: str | None = None
     topology: str | None = Field(default=None, description="The hash of the host inventory it last reported.")
     slices_blocked: str | None = Field(default=None, description="Why no slot of the node may be sliced, if so.")
+    vm_runtime: str | None = Field(
+        default=None,
+        description="How its agent runs VMs, as it last reported: the hypervisor, KVM or TCG (and why), and whether "
+        "GPUs are passed through.",
+    )
 
 
 class SlotValidation(BaseModel):

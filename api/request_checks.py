@@ -4,7 +4,8 @@ Schema validation (api/models.py) cannot know the fleet: a region, product or no
 it exists. Without these checks an unknown region was accepted (202) and the workflow failed later, leaving a failed
 allocation behind for a typo. Here, on the create hot path:
 
-    selectors compile and GPU pins are consistent (pure)  ->  names exist in the fleet (the API's inventory cache)
+    selectors compile, user-data is a cloud-config mapping, GPU pins are consistent (pure)
+    ->  names exist in the fleet (the API's inventory cache)
     ->  pinned GPUs are GPUs of the pinned node's approved slots
 
 The names are the fleet as the caller may use it (`fleet_for`): all of it for an admin; for a tenant, the regions its
@@ -26,7 +27,7 @@ from datetime import UTC, datetime
 
 from api.cel_budget import too_costly, too_long
 from api.errors import ApiError
-from api.models import AllocationCreate
+from api.models import AllocationCreate, cloud_config_problem
 from contracts.placement import CapacityShape
 from scheduler.cel import REQUEST_BUDGET, SelectorCompileError, SelectorCostExceeded, admit_selector
 from scheduler.placement.tenant_scope import usable_regions
@@ -128,6 +129,17 @@ def invalid_request(field: str, message: str, problem: str = "gpu_pins") -> ApiE
     )
 
 
+def check_user_data(body: AllocationCreate) -> None:
+    """A tenant's cloud-config that is not a YAML mapping, or that sets a key the VM's seed sets itself, is a 422
+    naming `body.user_data` (its header and size were checked with the body)."""
+    if body.user_data is None:
+        return
+    problem = cloud_config_problem(body.user_data)
+    if problem is not None:
+        kind, message = problem
+        raise invalid_request("body.user_data", message, kind)
+
+
 def check_lease(body: AllocationCreate) -> None:
     """An end in the past (or now) would release the allocation as soon as it is placed: refused instead."""
     if body.ends_at is not None and body.ends_at <= datetime.now(UTC):
@@ -211,6 +223,8 @@ async def check_request(
     """Every check of this module, cheapest first, against the fleet as `viewer` may use it; raises the first
     ApiError (422)."""
     await asyncio.to_thread(check_selectors, body)  # parsing a long selector takes ~0.25 s: off the event loop
+    if body.user_data is not None:
+        await asyncio.to_thread(check_user_data, body)  # so may 64 KiB of YAML (up to ~0.5 s)
     check_gpu_pins(body)
     check_lease(body)
     snapshot = (await inventory.inventory(session)).snapshot

@@ -63,6 +63,18 @@ def _ssh_key(value: str) -> str:
         fail(f"--ssh-key: {value!r} is neither an SSH public key nor a readable file ({error.strerror})")
 
 
+def _user_data(path: Path | None) -> str | None:
+    """The cloud-config document in the file named, as text; the API checks what it says."""
+    if path is None:
+        return None
+    try:
+        return path.expanduser().read_text(encoding="utf-8")
+    except OSError as error:
+        fail(f"--user-data: cannot read {str(path)!r} ({error.strerror})", reason="invalid_argument")
+    except UnicodeDecodeError:
+        fail(f"--user-data: {str(path)!r} is not UTF-8 text", reason="invalid_argument")
+
+
 def key_values(pairs: list[str], option: str) -> dict[str, str]:
     """`KEY=VALUE` options (`--label`, `--cluster-selector`) as a mapping; a malformed one is a one-line error."""
     labels: dict[str, str] = {}
@@ -288,6 +300,14 @@ def create(
     ssh_keys: Annotated[
         list[str] | None, typer.Option("--ssh-key", help="SSH public key, or a file holding one (repeatable).")
     ] = None,
+    user_data: Annotated[
+        Path | None,
+        typer.Option(
+            "--user-data",
+            help="A cloud-init #cloud-config file for the VM (at most 64 KiB), merged into its seed; it may not set "
+            "hostname, fqdn, ssh_authorized_keys, ssh_pwauth, disable_root or users.",
+        ),
+    ] = None,
     labels: Annotated[list[str] | None, typer.Option("--label", help="KEY=VALUE (repeatable).")] = None,
     selector: SelectorOption = None,
     cluster_selector: ClusterSelectorOption = None,
@@ -342,6 +362,7 @@ def create(
         "tenant": tenant,
         "image": image,
         "ssh_public_keys": [_ssh_key(key) for key in ssh_keys or []],
+        "user_data": _user_data(user_data),
         "labels": key_values(labels or [], "--label"),
         **placement_fields(selector, cluster_selector, node, gpu),
         "queue": {"timeout": wait_for} if wait_for is not None else None,

@@ -121,6 +121,8 @@ def get(
         + (f", down: {agent.down_reason}" if agent.down_reason else ""),
         highlight=False,
     )
+    if agent.vm_runtime:
+        console.print(f"VM runtime: {agent.vm_runtime}", highlight=False)
     if agent.slices_blocked:
         console.print(agent.slices_blocked, style="yellow", highlight=False)
     for held in info.quarantined:

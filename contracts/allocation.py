@@ -37,6 +37,21 @@ FINAL_STATES = ("released", "failed", "cancelled", "expired", "preempted")
 # placed and running: release and cancel tear it down (`degraded`: a GPU of it failed, its owner told)
 HOLDING_STATES = ("active", "preempting", "degraded")
 
+# A tenant's cloud-config (`VmSpec.user_data`): at most this many bytes (UTF-8), the API's limit. The VM's NoCloud
+# seed already carries one document, which the tenant's is merged into.
+USER_DATA_MAX_BYTES = 64 * 1024
+# The keys the seed sets itself, and why a tenant's document may not set them: each is part of how the tenant's
+# VM is reached and locked down, so the API refuses a document that sets one rather than let it be replaced.
+USER_DATA_RESERVED_KEYS: dict[str, str] = {
+    "hostname": "Berth names the VM after its allocation",
+    "fqdn": "Berth names the VM after its allocation",
+    "ssh_authorized_keys": "the allocation's ssh_public_keys are the keys that log in",
+    "ssh_pwauth": "Berth's VMs take key logins only",
+    "disable_root": "Berth's VMs allow no root login",
+    "users": "a users list replaces the default user, which carries the allocation's ssh_public_keys, "
+    "and would lock the tenant out",
+}
+
 
 class Model(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -214,6 +229,10 @@ class VmSpec(Model):
     bundles: list[Bundle]
     image: str | None = None
     ssh_public_keys: list[str] = Field(default_factory=list)
+    # The tenant's `#cloud-config` document, as text, as the API accepted it: its first line `#cloud-config`, a YAML
+    # mapping setting none of USER_DATA_RESERVED_KEYS, at most USER_DATA_MAX_BYTES. The agent merges it into the
+    # seed's own user-data. None: the seed's document alone.
+    user_data: str | None = None
 
 
 class VmInfo(Model):
@@ -242,6 +261,8 @@ class Readiness(Model):
     detail: str = ""
     failed_gate: str | None = None
     failure: str | None = None
+    address: str | None = None  # where the gates reached the VM (the plan's address, or its DHCP lease)
+    console: list[str] = Field(default_factory=list)  # the serial console's last lines while it is not ready
 
     @property
     def ready(self) -> bool:

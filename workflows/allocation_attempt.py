@@ -18,7 +18,7 @@ from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from contracts import steps
-    from contracts.allocation import ClaimInput, LeaseRef, PlanInput, ReadinessInput, VmSpec
+    from contracts.allocation import ClaimInput, LeaseRef, PlanInput, Readiness, ReadinessInput, VmSpec
     from contracts.placement import Candidate
     from workflows import search_attributes as sa
     from workflows.allocation_calls import AllocationCalls
@@ -29,6 +29,8 @@ with workflow.unsafe.imports_passed_through():
 
 CREATE_VM_TIMEOUT = timedelta(minutes=5)
 CREATE_VM_ATTEMPTS = 3
+CONSOLE_REASON_LINES = 4  # of a failed boot's console, in the attempt's reason
+CONSOLE_LINE_CHARS = 160
 
 
 class CandidateAttempt(AllocationCalls):
@@ -137,6 +139,7 @@ class CandidateAttempt(AllocationCalls):
             bundles=plan.bundles,
             image=self.input.image,
             ssh_public_keys=self.input.ssh_public_keys,
+            user_data=self.input.user_data,
         )
         create = self.on_node(
             node,
@@ -193,12 +196,16 @@ class CandidateAttempt(AllocationCalls):
                 self.mirror.publish(self.mirror.search_values("waiting_ready"))
                 await self.mirror.write_trail()
             if report.failed_gate is not None:  # failed for good: no point waiting out the timeout
-                raise AttemptFailed("readiness_failed", f"{report.failed_gate}: {report.failure or 'failed'}")
+                failure = f"{report.failed_gate}: {report.failure or 'failed'}"
+                raise AttemptFailed("readiness_failed", failure + _console_lines(report))
             remaining = (give_up - workflow.now()).total_seconds()
             if remaining <= 0:
+                waiting = f"waiting for {', '.join(report.pending())}"
                 raise AttemptFailed(
                     "readiness_timeout",
-                    f"not ready after {timing.readiness_timeout_seconds:g}s: waiting for {', '.join(report.pending())}",
+                    f"not ready after {timing.readiness_timeout_seconds:g}s: {waiting}"
+                    + (f" ({report.detail})" if report.detail else "")
+                    + _console_lines(report),
                 )
             left = self.clock.time_left(node)  # past the state's deadline: the allocation fails
             pause = min(timing.readiness_poll_seconds, remaining)
@@ -224,3 +231,9 @@ class CandidateAttempt(AllocationCalls):
             await self.on_node(node, steps.release_lease, LeaseRef(allocation_id=self.input.allocation_id, node=node))
         except ActivityError:
             pass  # an unreachable agent cannot free its lease; the lease expires and the agent reaps it
+
+
+def _console_lines(report: Readiness) -> str:
+    """A failed boot's last console lines, for the attempt's reason (`alloc get`, explain): the few that say most."""
+    lines = [line[:CONSOLE_LINE_CHARS] for line in report.console[-CONSOLE_REASON_LINES:]]
+    return f"; console: {' | '.join(lines)}" if lines else ""

@@ -110,6 +110,9 @@ class AllocationInput(BaseModel):
     request: PlacementRequest
     image: str | None = None
     ssh_public_keys: list[str] = Field(default_factory=list)
+    user_data: str | None = Field(
+        default=None, description="The tenant's `#cloud-config` document, checked by the API (`VmSpec.user_data`)."
+    )
     labels: dict[str, str] = Field(default_factory=dict)
     request_body: dict[str, object] = Field(default_factory=dict, description="The API body, kept for the audit.")
     idempotency_key: str | None = Field(default=None, description="The create request's Idempotency-Key, if any.")

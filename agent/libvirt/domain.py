@@ -9,9 +9,10 @@ What the guest gets:
 - vCPUs and memory: the sums over the bundles. When every bundle sits on one NUMA node, the vCPUs float over that
   node's host CPUs and memory is bound to it (`strict`); a plan spread over NUMA nodes is not pinned at all, because
   pinning it to one node would be wrong and pinning it to several buys nothing.
-- the boot disk (a qcow2 overlay, `vda`), the NoCloud seed (a read-only SATA cdrom, `sda`), and each bundle's raw
-  NVMe as a virtio block disk (`vdb`, `vdc`, ... in bundle order) whose serial `berth-slot-<slot index>` lets the
-  guest find a slot's disk by `/dev/disk/by-id/virtio-berth-slot-<n>` whatever order the kernel probes them in;
+- the boot disk (a qcow2 overlay, `vda`), each bundle's raw NVMe as a virtio block disk (`vdb`, `vdc`, ... in
+  bundle order) whose serial `berth-slot-<slot index>` lets the guest find a slot's disk by
+  `/dev/disk/by-id/virtio-berth-slot-<n>` whatever order the kernel probes them in, and the NoCloud seed last, a
+  read-only virtio disk with the serial `berth-seed`;
 - each bundle's GPU and fabric VF passed through (`managed='yes'`: libvirt binds them to vfio-pci and back), at
   pinned guest PCI addresses (the layout below), one virtio NIC with the first bundle's MAC, the guest agent
   channel, a serial console, and no memory balloon (a balloon cannot reclaim memory that VFIO has pinned).
@@ -54,6 +55,7 @@ from contracts.placement import Bundle
 DOMAIN_NAMESPACE = uuid.UUID("897023a2-de2f-4924-a025-15badc478f46")
 
 GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0"
+SEED_SERIAL = "berth-seed"  # the seed disk's serial: how a reader of the XML tells it from the boot disk
 MAX_NAME_LENGTH = 64
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]")
 _MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
@@ -71,6 +73,13 @@ class DomainConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     machine: str = "q35"
+    # The accelerator: `kvm` (hardware virtualisation, every real GPU host) or `qemu` (TCG, software emulation: a
+    # host where KVM does not run guests, such as a VM without nested virtualisation). The driver chooses it per host
+    # (driver.py, `choose_accelerator`) and the host report says which; never a silent fallback.
+    domain_type: Literal["kvm", "qemu"] = "kvm"
+    # False on a host with no GPU to pass through (a test host, a laptop): the plan's GPUs and NVMe are bookkeeping
+    # only, nothing of them is attached, and the `gpus` readiness gate is skipped and says so.
+    passthrough: bool = True
     # UEFI (OVMF) by default: GPUs with large BARs (H100, H200) need the 64-bit MMIO space that OVMF maps and SeaBIOS
     # does not; libvirt picks the firmware build (`<os firmware='efi'>`). `bios` for images that cannot boot UEFI.
     firmware: Literal["efi", "bios"] = "efi"
@@ -190,22 +199,45 @@ def parse_cpuset(text: str) -> list[int]:
 # The domain XML ------------------------------------------------------------------------------------------------
 
 
+class DirectBoot(BaseModel):
+    """A kernel and initrd booted directly, for an image whose disk has no boot loader (Berth's own test image);
+    a cloud image boots from its own disk through the firmware and needs none of this."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kernel: Path
+    initrd: Path | None = None
+    cmdline: str = ""
+
+
 class _Placement(NamedTuple):
     cpuset: str
     numa_node: int
 
 
-def domain_xml(spec: VmSpec, config: DomainConfig, *, boot_disk: Path, seed_iso: Path) -> str:
-    """The `<domain type='kvm'>` document for one allocation: same spec and config, same bytes."""
+def domain_xml(
+    spec: VmSpec,
+    config: DomainConfig,
+    *,
+    boot_disk: Path,
+    seed_iso: Path,
+    boot: DirectBoot | None = None,
+    console_log: Path | None = None,
+) -> str:
+    """The `<domain>` document for one allocation: same spec, config and image, same bytes. `console_log`: where
+    the serial console's output is kept (virtlogd writes it), so a boot that fails can be read afterwards."""
     if not spec.bundles:
         raise ValueError(f"allocation {spec.allocation_id}: a VM needs at least one bundle")
-    for path, what in ((boot_disk, "boot disk"), (seed_iso, "seed ISO")):
-        if not path.is_absolute():
+    paths = [(boot_disk, "boot disk"), (seed_iso, "seed ISO"), (console_log, "console log")]
+    if boot is not None:
+        paths += [(boot.kernel, "kernel"), (boot.initrd, "initrd")]
+    for path, what in paths:
+        if path is not None and not path.is_absolute():
             raise ValueError(f"the {what} path {str(path)!r} must be absolute (libvirt resolves nothing)")
     mac = _first_mac(spec)
     placement = _placement(spec.bundles, config)
 
-    root = ET.Element("domain", {"type": "kvm"})
+    root = ET.Element("domain", {"type": config.domain_type})
     ET.SubElement(root, "name").text = domain_name(spec.allocation_id, prefix=config.name_prefix)
     ET.SubElement(root, "uuid").text = str(domain_uuid(spec.allocation_id))
     ET.SubElement(root, "memory", {"unit": "MiB"}).text = str(sum(b.memory_mib for b in spec.bundles))
@@ -215,8 +247,8 @@ def domain_xml(spec: VmSpec, config: DomainConfig, *, boot_disk: Path, seed_iso:
         vcpu.set("cpuset", placement.cpuset)
         numatune = ET.SubElement(root, "numatune")
         ET.SubElement(numatune, "memory", {"mode": "strict", "nodeset": str(placement.numa_node)})
-    _os_and_features(root, config)
-    root.append(_devices(spec, config, mac, boot_disk=boot_disk, seed_iso=seed_iso))
+    _os_and_features(root, config, boot)
+    root.append(_devices(spec, config, mac, boot_disk=boot_disk, seed_iso=seed_iso, console_log=console_log))
 
     ET.indent(root, space="  ")
     return ET.tostring(root, encoding="unicode") + "\n"
@@ -253,49 +285,70 @@ def _placement(bundles: Sequence[Bundle], config: DomainConfig) -> _Placement | 
     return _Placement(cpuset=format_cpuset(cpus), numa_node=node)
 
 
-def _os_and_features(root: ET.Element, config: DomainConfig) -> None:
+def _os_and_features(root: ET.Element, config: DomainConfig, boot: DirectBoot | None) -> None:
     os_ = ET.SubElement(root, "os", {"firmware": "efi"} if config.firmware == "efi" else {})
     ET.SubElement(os_, "type", {"arch": "x86_64", "machine": config.machine}).text = "hvm"
-    ET.SubElement(os_, "boot", {"dev": "hd"})
+    if boot is None:
+        ET.SubElement(os_, "boot", {"dev": "hd"})
+    else:
+        ET.SubElement(os_, "kernel").text = str(boot.kernel)
+        if boot.initrd is not None:
+            ET.SubElement(os_, "initrd").text = str(boot.initrd)
+        if boot.cmdline:
+            ET.SubElement(os_, "cmdline").text = boot.cmdline
     features = ET.SubElement(root, "features")
     ET.SubElement(features, "acpi")
     ET.SubElement(features, "apic")
-    ET.SubElement(root, "cpu", {"mode": "host-passthrough"})
+    if config.domain_type == "kvm":
+        # The host's CPU as it is: what GPU drivers and CUDA expect. TCG cannot pass a CPU through: QEMU's default
+        # model then, which every x86-64 kernel boots on.
+        ET.SubElement(root, "cpu", {"mode": "host-passthrough"})
     ET.SubElement(root, "clock", {"offset": "utc"})
     ET.SubElement(root, "on_poweroff").text = "destroy"
     ET.SubElement(root, "on_reboot").text = "restart"
     ET.SubElement(root, "on_crash").text = "destroy"
 
 
-def _devices(spec: VmSpec, config: DomainConfig, mac: str, *, boot_disk: Path, seed_iso: Path) -> ET.Element:
+def _devices(
+    spec: VmSpec, config: DomainConfig, mac: str, *, boot_disk: Path, seed_iso: Path, console_log: Path | None
+) -> ET.Element:
     devices = ET.Element("devices")
     if config.emulator:
         ET.SubElement(devices, "emulator").text = config.emulator
-    devices.append(_file_disk("disk", "qcow2", boot_disk, target="vda", bus="virtio"))
-    devices.append(_file_disk("cdrom", "raw", seed_iso, target="sda", bus="sata", readonly=True))
-    for disk in _nvme_disks(spec.bundles):
-        devices.append(disk)
-    for bus in range(1, 2 * len(spec.bundles) + 1):
-        devices.append(_root_port(bus))
-    for position, bundle in enumerate(spec.bundles):
-        for hostdev in _bundle_hostdevs(position, bundle):
-            devices.append(hostdev)
+    devices.append(_file_disk("qcow2", boot_disk, target="vda"))
+    nvme = _nvme_disks(spec.bundles) if config.passthrough else []
+    devices.extend(nvme)
+    # The seed is a read-only virtio disk, not a cdrom: a cdrom on q35 is SATA (AHCI), a driver cloud kernels leave
+    # out (Debian's cloud kernel boots without it and cloud-init then never finds its seed), while every cloud
+    # image has virtio-blk. NoCloud finds the seed by its label on any block device.
+    seed_target = "vd" + _disk_letters(len(nvme) + 1)
+    devices.append(_file_disk("raw", seed_iso, target=seed_target, readonly=True, serial=SEED_SERIAL))
+    if config.passthrough:
+        for bus in range(1, 2 * len(spec.bundles) + 1):
+            devices.append(_root_port(bus))
+        for position, bundle in enumerate(spec.bundles):
+            for hostdev in _bundle_hostdevs(position, bundle):
+                devices.append(hostdev)
     devices.append(_interface(config, mac))
     channel = ET.SubElement(devices, "channel", {"type": "unix"})
     ET.SubElement(channel, "target", {"type": "virtio", "name": GUEST_AGENT_CHANNEL})
-    ET.SubElement(devices, "serial", {"type": "pty"})
+    serial = ET.SubElement(devices, "serial", {"type": "pty"})
+    if console_log is not None:  # virtlogd keeps a copy of everything the console prints
+        ET.SubElement(serial, "log", {"file": str(console_log), "append": "off"})
     ET.SubElement(devices, "console", {"type": "pty"})
     ET.SubElement(devices, "memballoon", {"model": "none"})
     return devices
 
 
-def _file_disk(device: str, fmt: str, path: Path, *, target: str, bus: str, readonly: bool = False) -> ET.Element:
-    disk = ET.Element("disk", {"type": "file", "device": device})
+def _file_disk(fmt: str, path: Path, *, target: str, readonly: bool = False, serial: str | None = None) -> ET.Element:
+    disk = ET.Element("disk", {"type": "file", "device": "disk"})
     ET.SubElement(disk, "driver", {"name": "qemu", "type": fmt})
     ET.SubElement(disk, "source", {"file": str(path)})
-    ET.SubElement(disk, "target", {"dev": target, "bus": bus})
+    ET.SubElement(disk, "target", {"dev": target, "bus": "virtio"})
     if readonly:
         ET.SubElement(disk, "readonly")
+    if serial is not None:
+        ET.SubElement(disk, "serial").text = serial
     return disk
 
 
@@ -464,8 +517,8 @@ def parse_domain(xml: str) -> DomainFacts:
         numa_mode=numa.get("mode", "strict") if numa is not None else None,
         hostdevs=_hostdevs(root),
         block_disks=_block_disks(root),
-        boot_disk=_file_disk_source(root, "disk"),
-        seed_iso=_file_disk_source(root, "cdrom"),
+        boot_disk=_file_disk_source(root, seed=False),
+        seed_iso=_file_disk_source(root, seed=True),
         mac=mac_address.lower() if mac_address else None,
         network=source.get("network") if source is not None else None,
         bridge=source.get("bridge") if source is not None else None,
@@ -541,9 +594,14 @@ def _block_disks(root: ET.Element) -> list[BlockDisk]:
     return found
 
 
-def _file_disk_source(root: ET.Element, device: str) -> str | None:
+def _file_disk_source(root: ET.Element, *, seed: bool) -> str | None:
+    """The boot disk (the first file disk that is not the seed) or the seed (its serial, or a cdrom as older
+    domains carried it)."""
     for disk in root.iterfind("devices/disk"):
         source = disk.find("source")
-        if disk.get("type") == "file" and disk.get("device", "disk") == device and source is not None:
+        if disk.get("type") != "file" or source is None:
+            continue
+        is_seed = disk.findtext("serial") == SEED_SERIAL or disk.get("device") == "cdrom"
+        if is_seed == seed:
             return source.get("file")
     return None

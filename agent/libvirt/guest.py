@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,17 +55,17 @@ def _decode(data: str | None) -> str:
 class LibvirtGuestAgent:
     """The real thing: the guest agent of a domain on the agent's libvirt connection."""
 
-    def __init__(self, connection: Any) -> None:
-        self.connection = connection
+    def __init__(self, connection: Callable[[], Any]) -> None:
+        self.connection = connection  # the driver's, reopened after a libvirtd restart
 
     def command(self, domain: str, request: dict[str, Any], timeout_seconds: int = 5) -> dict[str, Any]:
         import libvirt
         import libvirt_qemu
 
         try:
-            handle = self.connection.lookupByName(domain)
+            handle = self.connection().lookupByName(domain)
             reply = libvirt_qemu.qemuAgentCommand(handle, json.dumps(request), timeout_seconds, 0)
-        except libvirt.libvirtError as error:
+        except (libvirt.libvirtError, RuntimeError) as error:  # RuntimeError: the driver's reconnect failed
             raise GuestAgentError(str(error)) from error
         return json.loads(reply).get("return", {})
 

@@ -1,8 +1,9 @@
 """The readiness gates of a VM, each by name (seed 004: SSH, cloud-init completion, nvidia-smi):
 
     ssh         a TCP connection to the VM's address on port 22
-    cloud_init  `cloud-init status --wait` in the guest: 0 done; 2 done with recoverable errors (passes, logged);
-                1 failed, with cloud-init's message (the gate fails: waiting longer will not help)
+    cloud_init  `cloud-init status --wait --long` in the guest: 0 done; 2 done with recoverable errors (passes,
+                logged); 1 failed, with cloud-init's own words from its `detail` and `errors` (the gate fails: waiting
+                longer will not help)
     gpus        `nvidia-smi -L` in the guest, once cloud-init is done: exactly the plan's GPU count (a different
                 count fails the gate; a non-zero exit, a driver still loading, is retried until the timeout)
 
@@ -20,8 +21,32 @@ from agent.libvirt.guest import GuestAgent, GuestAgentError, poll, start
 
 log = logging.getLogger("berth.agent")
 
-CLOUD_INIT = ["cloud-init", "status", "--wait"]
+CLOUD_INIT = ["cloud-init", "status", "--wait", "--long"]
 NVIDIA_SMI = ["nvidia-smi", "-L"]
+
+
+def cloud_init_says(output: str) -> str:
+    """What `cloud-init status --long` says went wrong: its `status`, then the lines under `detail:` and `errors:`
+    (22.4 puts the failing module under `detail`, 23.4 on lists `errors`), on one line; the last line of anything else."""
+    lines = [line.rstrip() for line in output.splitlines() if line.strip()]
+    status = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("status:")), None)
+    said: list[str] = []
+    collecting = False
+    for line in lines:
+        key = line.split(":", 1)[0]
+        if key in ("detail", "errors", "recoverable_errors") and not line.startswith(" "):
+            collecting = key != "recoverable_errors" or status == "done"
+            rest = line.split(":", 1)[1].strip()
+            if collecting and rest and rest != "[]":
+                said.append(rest)
+            continue
+        if line[:1].isalpha() and ":" in line:  # the next top-level field
+            collecting = False
+        elif collecting:
+            said.append(line.strip().lstrip("- ").strip())
+    if status is None and not said:
+        return lines[-1] if lines else ""
+    return "; ".join([f"status: {status}" if status else "", *said]).strip("; ")
 
 
 class GateState(StrEnum):
@@ -53,12 +78,19 @@ class Gates:
 
     agent: GuestAgent
     ssh_port: int = 22
+    skip_gpus: bool = False  # a host whose GPUs are bookkeeping only: nothing to look for inside
     _pids: dict[tuple[str, str], int] = field(default_factory=dict)
 
-    def probe(self, domain: str, address: str | None, gpu_count: int) -> list[GateResult]:
-        ssh = probe_ssh(address, self.ssh_port)
+    def probe(self, domain: str, address: str | None, gpu_count: int, no_address: str = "") -> list[GateResult]:
+        """`no_address`: why there is no address yet, for the `ssh` gate's message."""
+        if address is None:
+            ssh = GateResult("ssh", GateState.PENDING, no_address or "the VM has no address to reach")
+        else:
+            ssh = probe_ssh(address, self.ssh_port)
         cloud_init = self._cloud_init(domain)
-        if cloud_init.state is GateState.PASSED:
+        if self.skip_gpus:
+            gpus = GateResult("gpus", GateState.PASSED, "skipped: this host passes no GPU through (bookkeeping only)")
+        elif cloud_init.state is GateState.PASSED:
             gpus = self._gpus(domain, gpu_count)
         else:
             gpus = GateResult("gpus", GateState.PENDING, "waits for cloud-init")
@@ -88,13 +120,13 @@ class Gates:
         if isinstance(outcome, GateResult):
             return outcome
         code, output = outcome
-        last = output.splitlines()[-1] if output else ""
+        said = cloud_init_says(output)
         if code == 0:
             return GateResult("cloud_init", GateState.PASSED, "done")
         if code == 2:
             log.warning("cloud-init in %s finished with recoverable errors: %s", domain, output)
-            return GateResult("cloud_init", GateState.PASSED, f"done with recoverable errors: {last}")
-        return GateResult("cloud_init", GateState.FAILED, last or f"cloud-init status exited {code}")
+            return GateResult("cloud_init", GateState.PASSED, f"done with recoverable errors: {said}")
+        return GateResult("cloud_init", GateState.FAILED, said or f"cloud-init status exited {code}")
 
     def _gpus(self, domain: str, expected: int) -> GateResult:
         outcome = self._run(domain, "gpus", NVIDIA_SMI)

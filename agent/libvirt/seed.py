@@ -35,6 +35,8 @@ import yaml
 from pycdlib import dates
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from contracts.allocation import USER_DATA_RESERVED_KEYS
+
 VOLUME_LABEL = "cidata"
 SEED_DATE = datetime(2000, 1, 1, tzinfo=UTC)
 """Every date in the image. Any fixed instant would do; nothing in cloud-init reads them."""
@@ -45,7 +47,7 @@ _FILES = (
     ("user-data", "/USERDATA.;1"),
     ("network-config", "/NETCFG.;1"),
 )
-_USER_DATA_KEYS = ("hostname", "ssh_authorized_keys", "ssh_pwauth", "disable_root")
+_USER_DATA_KEYS = tuple(USER_DATA_RESERVED_KEYS)  # what the seed sets itself: no addition may replace it
 
 _SECTOR = 2048
 _FIRST_VD_SECTOR = 16

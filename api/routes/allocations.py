@@ -111,6 +111,7 @@ def _input(
         request=body.placement_request(tenant, frozenset(exclude_nodes), within_nominal=nominal_only),
         image=body.image,
         ssh_public_keys=body.ssh_public_keys,
+        user_data=body.user_data,
         labels=body.labels,
         request_body=body.model_dump(mode="json"),
         idempotency_key=key,

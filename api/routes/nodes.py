@@ -67,6 +67,7 @@ def _agent(agent: NodeAgentRow | None) -> AgentState:
         version=agent.agent_version,
         topology=agent.topology,
         slices_blocked=agent.slices_blocked,
+        vm_runtime=(agent.host or {}).get("vm_runtime"),
     )
 
 

@@ -192,6 +192,9 @@ class DriverSignals(Model):
     via: Literal["nvidia-smi -q", "NVML"] = "nvidia-smi -q"
     answered: bool
     detail: str | None = Field(default=None, max_length=512)  # why it did not answer
+    # The VM holding the GPU is not running (its QEMU killed, a crash, a poweroff inside): the allocation lost its
+    # GPUs whatever their own health, which is what its replacement path is for.
+    vm_stopped: str | None = Field(default=None, max_length=512)
     lost: bool = False  # the guest's driver lost the GPU (nvidia-smi: "GPU is lost"), Xid 79's face inside
     xids: list[int] = Field(default_factory=list, max_length=64)  # the guest's kernel log since boot, NVML's events
     ecc_uncorrectable: int | None = Field(default=None, ge=0)  # volatile uncorrectable (double-bit, DRAM) count
@@ -268,6 +271,8 @@ def _device_line(s: PcieSignals) -> str:
 
 
 def _driver_line(d: DriverSignals) -> str:
+    if d.vm_stopped:
+        return f"VM stopped ({d.vm_stopped})"[:512]
     if not d.answered:
         return f"no answer ({d.detail or 'no reply'})"[:512]
     facts = ["GPU lost" if d.lost else "GPU present"]
@@ -364,6 +369,8 @@ def _pcie(role: str, now: PcieSignals, before: PcieSignals | None) -> list[tuple
 
 def _driver(now: DriverSignals, before: DriverSignals | None) -> list[tuple[HealthState, str]]:
     via, who = now.via, "guest" if now.via == "nvidia-smi -q" else "host"
+    if now.vm_stopped:
+        return [(HealthState.FAILED, f"the VM holding the GPU stopped: {now.vm_stopped}")]
     if not now.answered:
         return [
             (

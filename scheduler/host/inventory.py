@@ -152,6 +152,9 @@ class HostInventory(Model):
     only when the hash moves."""
 
     hostname: Text | None = None
+    # The VM runtime as the agent runs it: hypervisor, accelerator (KVM or TCG, and why) and whether GPUs pass
+    # through (agent/drivers.py, `VmDriver.runtime`). Not part of the topology's hash: it describes, it is no device.
+    vm_runtime: Text | None = None
     gpus: list[Gpu] = Field(default_factory=list, max_length=MAX_GPUS)
     fabric: list[FabricDevice] = Field(default_factory=list, max_length=MAX_PCI_FUNCTIONS)
     nvme: list[NvmeNamespace] = Field(default_factory=list, max_length=MAX_NVME)
@@ -190,7 +193,7 @@ class HostInventory(Model):
         return self
 
     def topology_hash(self) -> str:
-        return hashlib.sha256(self.model_dump_json(exclude={"hostname"}).encode()).hexdigest()[:16]
+        return hashlib.sha256(self.model_dump_json(exclude={"hostname", "vm_runtime"}).encode()).hexdigest()[:16]
 
     def gpu(self, address: str) -> Gpu | None:
         return next((gpu for gpu in self.gpus if gpu.address == address), None)

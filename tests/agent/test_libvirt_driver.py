@@ -154,7 +154,7 @@ def _ready_driver(driver: LibvirtVmDriver, port: int) -> LibvirtVmDriver:
 
 def test_every_gate_passes(driver: LibvirtVmDriver, agent: RecordedGuestAgent, listener: int) -> None:
     agent.outcomes = {
-        "cloud-init status --wait": Recorded(exit_code=0, stdout="status: done", polls_before_exit=1),
+        "cloud-init status --wait --long": Recorded(exit_code=0, stdout="status: done", polls_before_exit=1),
         "nvidia-smi -L": Recorded(stdout="GPU 0: NVIDIA H200 (UUID: GPU-1)\nGPU 1: NVIDIA H200 (UUID: GPU-2)\n"),
     }
     _ready_driver(driver, listener)
@@ -162,13 +162,18 @@ def test_every_gate_passes(driver: LibvirtVmDriver, agent: RecordedGuestAgent, l
     assert (first.ssh, first.cloud_init, first.ready) == (True, False, False) and first.failed_gate is None
     ready = driver.readiness("r-1", gpu_count=2)
     assert ready.ready, ready.detail
-    assert [line for _, line in agent.started] == ["cloud-init status --wait", "nvidia-smi -L"]  # started once each
+    assert [line for _, line in agent.started] == [
+        "cloud-init status --wait --long",
+        "nvidia-smi -L",
+    ]  # started once each
 
 
 def test_cloud_init_failure_fails_its_gate_with_its_message(
     driver: LibvirtVmDriver, agent: RecordedGuestAgent, listener: int
 ) -> None:
-    agent.outcomes = {"cloud-init status --wait": Recorded(exit_code=1, stdout="status: error\nerror: apt failed")}
+    agent.outcomes = {
+        "cloud-init status --wait --long": Recorded(exit_code=1, stdout="status: error\nerror: apt failed")
+    }
     _ready_driver(driver, listener)
     report = driver.readiness("r-1", gpu_count=2)
     assert (report.failed_gate, report.failure) == ("cloud_init", "error: apt failed")
@@ -176,7 +181,7 @@ def test_cloud_init_failure_fails_its_gate_with_its_message(
 
 def test_recoverable_cloud_init_errors_pass(driver: LibvirtVmDriver, agent: RecordedGuestAgent, listener: int) -> None:
     agent.outcomes = {
-        "cloud-init status --wait": Recorded(exit_code=2, stdout="status: degraded done"),
+        "cloud-init status --wait --long": Recorded(exit_code=2, stdout="status: degraded done"),
         "nvidia-smi -L": Recorded(stdout="GPU 0: NVIDIA H200\nGPU 1: NVIDIA H200\n"),
     }
     _ready_driver(driver, listener)
@@ -187,7 +192,7 @@ def test_a_guest_seeing_the_wrong_gpus_fails_the_gpus_gate(
     driver: LibvirtVmDriver, agent: RecordedGuestAgent, listener: int
 ) -> None:
     agent.outcomes = {
-        "cloud-init status --wait": Recorded(exit_code=0),
+        "cloud-init status --wait --long": Recorded(exit_code=0),
         "nvidia-smi -L": Recorded(stdout="GPU 0: NVIDIA H200 (UUID: GPU-1)\n"),
     }
     _ready_driver(driver, listener)
@@ -258,7 +263,7 @@ def test_the_guest_of_a_ready_vm_reports_each_gpu_by_its_slot(
     guest = Path(__file__).resolve().parent.parent / "hosts" / "guest" / "clean-two-gpus"
     xid = "[ 88.2] NVRM: Xid (PCI:0000:08:00): 95, pid=7, name=python3, Uncontained: FBHUB. RST: Yes, D-RST: No\n"
     agent.outcomes = {
-        "cloud-init status --wait": Recorded(exit_code=0),
+        "cloud-init status --wait --long": Recorded(exit_code=0),
         "nvidia-smi -L": Recorded(stdout="GPU 0: NVIDIA H100\nGPU 1: NVIDIA H100\n"),
         "nvidia-smi -q": Recorded(stdout=(guest / "nvidia-smi-q.txt").read_text()),
         "dmesg": Recorded(stdout=(guest / "dmesg.txt").read_text() + xid),

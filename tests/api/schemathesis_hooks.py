@@ -49,7 +49,9 @@ NAMED_REFUSALS = frozenset(
 # (`manifest_rule`: unique names, a serving unit's roles; fleet/deployment.py), pinned GPUs that are not as many as
 # `gpu_count` on exactly one pinned node (a rule between fields), an allocation's end or a reservation's window that
 # is not in the future (rules against the clock), a pool filter outside the region filter (`pool_region`), a duration
-# past its field's bounds (`duration_out_of_range`: a pattern cannot bound the sum of `1h30m`'s parts).
+# past its field's bounds (`duration_out_of_range`: a pattern cannot bound the sum of `1h30m`'s parts), user-data
+# that is not a YAML mapping or sets a key the VM's seed sets itself (what text says is no schema's to state), or
+# that is over 64 KiB in UTF-8 though within the schema's maxLength (which counts characters).
 NAMED_PROBLEMS = frozenset(
     {
         "name_mismatch",
@@ -61,6 +63,10 @@ NAMED_PROBLEMS = frozenset(
         "window",
         "pool_region",
         "duration_out_of_range",
+        "user_data_yaml",
+        "user_data_not_mapping",
+        "user_data_reserved_key",
+        "user_data_too_large",
     }
 )
 # `invalid_request` on these fields alone depends on the token, not the body: an admin must name the tenant.

@@ -1,6 +1,7 @@
 """The allocation request's placement constraints through the API: DRA CEL selectors, a cluster selector and pinned
 nodes reach the scheduler; a selector that does not compile, or a region, product or node the fleet lacks, is a 422
-at once with the position or the valid choices, and creates nothing.
+at once with the position or the valid choices, and creates nothing. A tenant's cloud-config (`user_data`) reaches
+the VM's spec as written, and one the seed could not take is a 422 naming `body.user_data` and why.
 
 The lab fleet (tests/api/stack.py): region `lab`, cluster `lab-1` with pool `slices` of H200 (class `h200`, whose
 device publishes `productName: "NVIDIA H200"` under driver gpu.nvidia.com), nodes `slow`, `small` and `big`.
@@ -13,8 +14,10 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from contracts.allocation import USER_DATA_MAX_BYTES, VmSpec
 from store.models import AllocationRow
 from tests.api.stack import Stack
+from workflows.allocation_messages import AllocationInput
 
 H200_SELECTOR = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"'
 B200_SELECTOR = 'device.attributes["gpu.nvidia.com"].productName.lowerAscii().endsWith("b200")'
@@ -231,4 +234,115 @@ async def test_a_gpu_that_is_not_the_pinned_nodes_is_422_with_its_gpus_as_choice
                 {"field": "body.gpus[1]", "value": "0000:12:00.0", "choices": ["0000:10:00.0", "0000:11:00.0"]}
             ],
         }
+    assert await _allocations(stack) == 0 and await _allocation_workflows(stack) == []
+
+
+CLOUD_CONFIG = "#cloud-config\n# the tenant's own comment\npackages: [htop]\nruncmd:\n  - [touch, /var/tmp/ready]\n"
+
+
+async def test_user_data_reaches_the_vm_spec_as_written(stack: Stack) -> None:
+    allocation_id = await stack.create(2, user_data=CLOUD_CONFIG)
+    await stack.wait_for(allocation_id, "active")
+    history = await stack.lab.starter.get_workflow_handle(f"allocation/{allocation_id}").fetch_history()
+    converter = stack.lab.starter.data_converter
+    started = history.events[0].workflow_execution_started_event_attributes
+    [workflow_input] = await converter.decode(started.input.payloads, [AllocationInput])
+    assert workflow_input.user_data == CLOUD_CONFIG
+    [create_vm] = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "create_vm"
+    ]
+    [spec] = await converter.decode(create_vm.input.payloads, [VmSpec])
+    assert spec.user_data == CLOUD_CONFIG  # the text itself, comments and all: the agent merges it into the seed
+    async with stack.lab.sessions() as session:
+        recorded = await session.scalar(select(AllocationRow.request).where(AllocationRow.id == allocation_id))
+    assert recorded["user_data"] == CLOUD_CONFIG  # a retry of a failed allocation starts again from this body
+
+    # The header alone is an empty cloud-config; without user-data the recorded body has no such key (its
+    # fingerprint is the one it had before the field existed).
+    bare = await stack.create(1, user_data="#cloud-config\r\n")
+    plain = await stack.create(1)
+    async with stack.lab.sessions() as session:
+        rows = {row.id: row.request for row in await session.execute(select(AllocationRow.id, AllocationRow.request))}
+    assert rows[bare]["user_data"] == "#cloud-config\r\n" and "user_data" not in rows[plain]
+
+
+@pytest.mark.parametrize(
+    ("user_data", "problem", "message"),
+    [
+        (
+            "packages: [htop]\n",
+            "user_data_header",
+            "must start with the line #cloud-config: cloud-init reads the document as cloud-config only then",
+        ),
+        (
+            "#cloud-config-archive\n- type: text/cloud-config\n",
+            "user_data_header",
+            "must start with the line #cloud-config: cloud-init reads the document as cloud-config only then",
+        ),
+        (
+            "#cloud-config\n- htop\n",
+            "user_data_not_mapping",
+            "is a YAML list, not a mapping: a cloud-config document maps module keys",
+        ),
+        (
+            "#cloud-config\nruncmd: [\n",
+            "user_data_yaml",
+            "is not YAML: while parsing a flow node expected the node content, but found '<stream end>' in "
+            '"<unicode string>", line 3, column 1: ^',
+        ),
+        (
+            "#cloud-config\na: " + "[" * 2000 + "]" * 2000 + "\n",
+            "user_data_yaml",
+            "is not YAML: it is nested too deeply",
+        ),
+        (
+            "#cloud-config\npackages: [htop]\nusers:\n  - name: me\n",
+            "user_data_reserved_key",
+            "may not set users, which Berth's seed sets itself (users: a users list replaces the default user, which "
+            "carries the allocation's ssh_public_keys, and would lock the tenant out)",
+        ),
+        (
+            "#cloud-config\nssh_pwauth: true\nhostname: mine\n",
+            "user_data_reserved_key",
+            "may not set hostname, ssh_pwauth, which Berth's seed sets itself (hostname: Berth names the VM after its "
+            "allocation; ssh_pwauth: Berth's VMs take key logins only)",
+        ),
+        (
+            "#cloud-config\n# " + "x" * USER_DATA_MAX_BYTES + "\n",
+            "user_data_too_large",
+            f"is {USER_DATA_MAX_BYTES + 17} bytes; user-data may be at most 65536 bytes (64 KiB)",
+        ),
+        (
+            "#cloud-config\n# " + "é" * (USER_DATA_MAX_BYTES // 2) + "\n",  # within maxLength, over in bytes
+            "user_data_too_large",
+            f"is {USER_DATA_MAX_BYTES + 17} bytes; user-data may be at most 65536 bytes (64 KiB)",
+        ),
+    ],
+    ids=[
+        "no_header",
+        "archive_header",
+        "list",
+        "not_yaml",
+        "nested_too_deeply",
+        "users",
+        "hostname_and_ssh_pwauth",
+        "too_large",
+        "too_large_in_bytes",
+    ],
+)
+async def test_user_data_the_seed_cannot_take_is_422_naming_the_problem_and_creates_nothing(
+    stack: Stack, user_data: str, problem: str, message: str
+) -> None:
+    for path in ("/v1/allocations", "/v1/explain"):
+        response = await stack.http.post(path, json={"gpu_count": 1, "user_data": user_data}, headers=stack.acme)
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["code"] == "invalid_request"
+        assert error["message"] == f"the request is not valid: body.user_data: {message}"
+        assert [(p["field"], p["type"], p["message"]) for p in error["details"]] == [
+            ("body.user_data", problem, message)
+        ]
     assert await _allocations(stack) == 0 and await _allocation_workflows(stack) == []

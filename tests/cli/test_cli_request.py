@@ -53,3 +53,18 @@ def test_constraints_reach_the_scheduler_and_mistakes_are_one_line(terminal: Ter
     bad_pair = one_error_line(terminal.berth("alloc", "create", "--gpus", "1", "--cluster-selector", "tier"))
     assert bad_pair == "error: --cluster-selector: expected KEY=VALUE, got 'tier'"
     assert [a["id"] for a in terminal.json("alloc", "list")["allocations"]] == [created["id"]]
+
+
+def test_user_data_is_read_from_the_file_named_and_a_mistake_is_one_line(terminal: Terminal, tmp_path: Path) -> None:
+    config = tmp_path / "cloud-config.yaml"
+    config.write_text("#cloud-config\npackages: [htop]\n")
+    created = terminal.json("alloc", "create", "--gpus", "2", "--tenant", "acme", "--user-data", str(config))
+    assert terminal.wait_for(created["id"], "active")["node"] == "small"  # `slow`, a 1-GPU fit, never boots
+
+    missing = one_error_line(terminal.berth("alloc", "create", "--gpus", "1", "--user-data", str(tmp_path / "nope")))
+    assert missing == f"error: --user-data: cannot read '{tmp_path / 'nope'}' (No such file or directory)"
+    config.write_text("#cloud-config\nusers: [default]\n")
+    refused = one_error_line(terminal.berth("alloc", "create", "--gpus", "1", "--user-data", str(config)))
+    assert refused.startswith("error: the request is not valid: body.user_data: may not set users, ")
+    assert refused.endswith("(invalid_request, HTTP 422)")
+    assert [a["id"] for a in terminal.json("alloc", "list")["allocations"]] == [created["id"]]
