@@ -45,9 +45,16 @@ if TYPE_CHECKING:  # the libvirt runtime's modules are imported only when it is 
     from agent.libvirt.driver import LibvirtSettings
 
 
-def simulated_agent(fleet_file: Path, node_id: str, state_dir: Path, lease_seconds: float = 120.0) -> NodeAgent:
+def simulated_agent(
+    fleet_file: Path,
+    node_id: str,
+    state_dir: Path,
+    lease_seconds: float = 120.0,
+    libvirt: LibvirtSettings | None = None,
+) -> NodeAgent:
     """A node agent whose host is simulated from the node's entry in the fleet file (whose loader only simulated
-    agents import: a real host's agent reads no fleet file)."""
+    agents import: a real host's agent reads no fleet file). With `libvirt`, its VMs are real ones on this
+    machine's libvirt while its hardware stays the fleet entry's (`berth up --real-vms`)."""
     from fleet.loader import load_fleet
 
     fleet = load_fleet([fleet_file])
@@ -55,10 +62,11 @@ def simulated_agent(fleet_file: Path, node_id: str, state_dir: Path, lease_secon
     if node is None:
         raise ValueError(f"node {node_id!r} is not in {fleet_file}")
     home = state_dir / "nodes" / node_id
+    vms = SimulatedVmDriver(home, node.simulation) if libvirt is None else libvirt_vms(libvirt, HostTopology(Path("/")))
     return NodeAgent(
         node_id,
         SimulatedTopology(node, home / "health.json"),
-        SimulatedVmDriver(home, node.simulation),
+        vms,
         LeaseStore(home / "leases"),
         lease_seconds=lease_seconds,
         approved=ApprovedSlots(node.slots),  # until the control plane's reply says otherwise
@@ -76,14 +84,16 @@ def host_agent(
     plane's reply to its first report, and VMs on libvirt when `libvirt` is given (else the simulated runtime)."""
     home = state_dir / "nodes" / node_id
     topology = HostTopology(root, gpu_details)
-    if libvirt is None:
-        vms: VmDriver = SimulatedVmDriver(home, Simulation())
-    else:
-        from agent.libvirt.driver import LibvirtVmDriver  # needs libvirt-python (the `host` extra)
-
-        cpus = {cell.id: cell.cpus for cell in topology.discover().numa}
-        vms = LibvirtVmDriver(libvirt, cpus)
+    vms = SimulatedVmDriver(home, Simulation()) if libvirt is None else libvirt_vms(libvirt, topology)
     return NodeAgent(node_id, topology, vms, LeaseStore(home / "leases"))
+
+
+def libvirt_vms(settings: LibvirtSettings, topology: HostTopology) -> VmDriver:
+    """The libvirt runtime, its VMs pinned to this machine's NUMA cells as sysfs describes them."""
+    from agent.libvirt.driver import LibvirtVmDriver  # needs libvirt-python (the `host` extra)
+
+    cpus = {cell.id: cell.cpus for cell in topology.discover().numa}
+    return LibvirtVmDriver(settings, cpus)
 
 
 def node_worker(

@@ -14,7 +14,8 @@ from cli.output import console, fail, styled
 from config.context import StackContext
 from config.settings import Settings
 from devstack.postgres import PostgresStartError
-from devstack.stack import AlreadyRunning, DevStack, default_fleet_file
+from devstack.real_vms import RealVmsUnavailable
+from devstack.stack import AlreadyRunning, DevStack, default_fleet_file, real_vms_fleet_file
 from devstack.supervisor import PartFailed
 from devstack.temporal import TemporalStartError
 from fleet.errors import FleetError
@@ -54,10 +55,19 @@ def up(
     api_processes: Annotated[
         int, typer.Option("--api-processes", min=1, max=16, help="Run N API processes behind the one API address.")
     ] = 1,
+    real_vms: Annotated[
+        bool,
+        typer.Option(
+            "--real-vms",
+            help="The hosts' VMs are real guests on this machine's libvirt (QEMU; root), from a Debian image built "
+            "once per machine; their GPUs are bookkeeping only. Default fleet: examples/real-vms/fleet.yaml.",
+        ),
+    ] = False,
 ) -> None:
     """Run the local stack until Ctrl-C: PostgreSQL, Temporal and its UI, workers, simulated hosts and the API."""
     settings = Settings(**({"state_dir": state_dir} if state_dir else {}))
-    fleet_file = fleet or settings.fleet_file or default_fleet_file()
+    default = real_vms_fleet_file() if real_vms else default_fleet_file()
+    fleet_file = fleet or settings.fleet_file or default
     if not fleet_file.exists():
         fail(f"fleet file {fleet_file} does not exist (give one with --fleet)")
     stack = DevStack(
@@ -67,6 +77,7 @@ def up(
         agent_processes=agent_processes,
         control_workers=control_workers,
         api_processes=api_processes,
+        real_vms=real_vms,
     )
     try:
         context = stack.start()
@@ -76,7 +87,7 @@ def up(
         console.print(f"Berth is already running (pid {exc.context.pid}); reusing it.")
         _show(exc.context, settings)
         return
-    except (FleetError, PostgresStartError, TemporalStartError, PartFailed, OSError) as exc:
+    except (FleetError, PostgresStartError, TemporalStartError, PartFailed, RealVmsUnavailable, OSError) as exc:
         fail(str(exc))
 
     stopping = threading.Event()

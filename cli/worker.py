@@ -100,8 +100,21 @@ def node(
         ),
     ] = None,
     runtime: Annotated[
-        Runtime, typer.Option("--runtime", help="libvirt: VMs on this host's libvirt (needs --topology host).")
+        Runtime,
+        typer.Option(
+            "--runtime",
+            help="libvirt: VMs on this host's libvirt (with --topology simulated: real VMs, the fleet entry's GPUs "
+            "as bookkeeping only).",
+        ),
     ] = Runtime.SIMULATED,
+    libvirt_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--libvirt-config",
+            help="YAML of the libvirt runtime's settings (uri, storage_pool, images, network, accelerator, ...); "
+            "the options below override it.",
+        ),
+    ] = None,
     libvirt_uri: Annotated[str | None, typer.Option("--libvirt-uri", help="[env BERTH_LIBVIRT_URI]")] = None,
     storage_pool: Annotated[str | None, typer.Option("--storage-pool", help="[env BERTH_LIBVIRT_POOL]")] = None,
     network: Annotated[
@@ -122,15 +135,16 @@ def node(
     if gateway is not None:
         settings.node_gateway = gateway
     try:
-        if runtime is Runtime.LIBVIRT and topology is not Topology.HOST:
-            fail("--runtime libvirt runs VMs on this host: use it with --topology host")
+        libvirt = None
+        if runtime is Runtime.LIBVIRT:
+            libvirt = _libvirt_settings(
+                settings, libvirt_config, libvirt_uri, storage_pool, network, bridge, image_catalogue
+            )
         if topology is Topology.HOST:
-            libvirt = None
-            if runtime is Runtime.LIBVIRT:
-                libvirt = _libvirt_settings(settings, libvirt_uri, storage_pool, network, bridge, image_catalogue)
             agent = serve.host_agent(node_id, settings.state_dir, host_root or settings.host_root, libvirt=libvirt)
         else:
-            agent = serve.simulated_agent(fleet or _default_fleet(settings), node_id, settings.state_dir)
+            fleet_file = fleet or _default_fleet(settings)
+            agent = serve.simulated_agent(fleet_file, node_id, settings.state_dir, libvirt=libvirt)
     except typer.Exit:
         raise
     except (FleetError, ValueError, OSError) as exc:
@@ -181,6 +195,14 @@ def agents(
         typer.Option("--node", help="A host to serve (repeat); default every host whose agent is not agentDown."),
     ] = None,
     api: Annotated[str | None, typer.Option("--api", help="The API to report to (env BERTH_API_URL).")] = None,
+    libvirt_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--libvirt-config",
+            help="Run these hosts' VMs for real on this machine's libvirt, with the settings in this YAML file "
+            "(`berth up --real-vms` writes it); their GPUs stay the fleet's bookkeeping.",
+        ),
+    ] = None,
     ready_file: ReadyFileOption = None,
 ) -> None:
     """Simulated node agents for several hosts of a fleet in one process, each on `berth.node.<node>` with its own
@@ -198,9 +220,16 @@ def agents(
             nodes = [
                 n.name for p in load_fleet([fleet_file]).host_pools() for n in p.nodes if not n.simulation.agent_down
             ]
-        served = [serve.simulated_agent(fleet_file, node, settings.state_dir) for node in nodes]
+        libvirt = _libvirt_settings(settings, libvirt_config) if libvirt_config is not None else None
+        served = [serve.simulated_agent(fleet_file, node, settings.state_dir, libvirt=libvirt) for node in nodes]
+    except typer.Exit:
+        raise
     except (FleetError, ValueError, OSError) as exc:
         fail(str(exc))
+    except ImportError as exc:
+        fail(f"--libvirt-config needs libvirt-python: pip install -e '.[host]' (Debian: libvirt-dev first): {exc}")
+    except Exception as exc:  # noqa: BLE001 - libvirt.libvirtError (no libvirtd): one line, no traceback
+        fail(f"cannot open libvirt: {exc}")
     api_url = api or settings.api_url
     try:
         credentials = {agent.node: NodeCredential(path=token_dir / agent.node) for agent in served}
@@ -268,17 +297,32 @@ def _serve(main: Callable[[], Coroutine[Any, Any, None]], what: str) -> None:
 
 def _libvirt_settings(
     settings: Settings,
-    uri: str | None,
-    pool: str | None,
-    network: str | None,
-    bridge: str | None,
-    catalogue_file: Path | None,
+    config_file: Path | None,
+    uri: str | None = None,
+    pool: str | None = None,
+    network: str | None = None,
+    bridge: str | None = None,
+    catalogue_file: Path | None = None,
 ) -> LibvirtSettings:
     from agent.libvirt.driver import ImageCatalogue, LibvirtSettings
 
     catalogue_file = catalogue_file or settings.image_catalogue
+    if config_file is not None:
+        catalogue = ImageCatalogue.load(catalogue_file) if catalogue_file is not None else None
+        return LibvirtSettings.load(
+            config_file,
+            uri=uri,
+            storage_pool=pool,
+            network=network,
+            bridge=bridge,
+            images=catalogue.images if catalogue else None,
+            default_image=catalogue.default if catalogue else None,
+        )
     if catalogue_file is None:
-        fail("--runtime libvirt needs an image catalogue: --image-catalogue FILE (images: {name: base.qcow2})")
+        fail(
+            "--runtime libvirt needs an image catalogue: --image-catalogue FILE (images: {name: base.qcow2}) "
+            "or a --libvirt-config that lists its images"
+        )
     catalogue = ImageCatalogue.load(catalogue_file)
     return LibvirtSettings(
         uri=uri or settings.libvirt_uri,

@@ -112,10 +112,19 @@ def gateway_part(state: Path, env: Mapping[str, str]) -> Part:
 
 
 def agents_part(
-    name: str, nodes: list[str], fleet_file: Path, token_dir: Path, state: Path, env: Mapping[str, str]
+    name: str,
+    nodes: list[str],
+    fleet_file: Path,
+    token_dir: Path,
+    state: Path,
+    env: Mapping[str, str],
+    libvirt_config: Path | None = None,
 ) -> Part:
+    """The simulated hosts' agents; with `libvirt_config`, their VMs are real ones on this machine's libvirt."""
     node_options = [option for node in nodes for option in ("--node", node)]
     arguments = ["worker", "agents", "--fleet", str(fleet_file), "--token-dir", str(token_dir), *node_options]
+    if libvirt_config is not None:
+        arguments += ["--libvirt-config", str(libvirt_config)]
     return _berth_part(name, arguments, state, agent_env(env))
 
 

@@ -31,10 +31,11 @@ from typing import IO
 
 from config.context import StackContext, read_context, write_context
 from config.settings import Settings
-from devstack import parts
+from devstack import parts, real_vms
 from devstack.balancer import LoopbackBalancer
 from devstack.ports import free_port
 from devstack.postgres import EmbeddedPostgres, PostgresStartError
+from devstack.real_vms import RealVmHost
 from devstack.supervisor import Backoff, PartFailed, Supervisor
 from devstack.temporal import DevTemporal
 from devstack.tokens import gateway_key, issue_tokens, write_token_files
@@ -48,6 +49,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def default_fleet_file() -> Path:
     return REPO_ROOT / "examples" / "fleet.yaml"
+
+
+def real_vms_fleet_file() -> Path:
+    """One host whose VMs are real (`berth up --real-vms`)."""
+    return REPO_ROOT / "examples" / "real-vms" / "fleet.yaml"
 
 
 class AlreadyRunning(RuntimeError):
@@ -78,7 +84,10 @@ class DevStack:
     api_processes: int = 1
     backoff: Backoff = field(default_factory=Backoff)
     start_timeout: float = 90.0
+    # The fleet's hosts run real VMs on this machine's libvirt (devstack/real_vms.py); their GPUs stay bookkeeping.
+    real_vms: bool = False
     skipped: list[str] = field(default_factory=list)  # hosts with no agent (agentDown in the fleet)
+    _real_vms: RealVmHost | None = None
     _supervisor: Supervisor | None = None
     _context: StackContext | None = None
     _lock: IO[str] | None = None
@@ -110,6 +119,8 @@ class DevStack:
             temporal = DevTemporal(state / "temporal", namespace=self.settings.temporal_namespace)
             self._run(parts.temporal_part(temporal))
             nodes = self._agent_nodes(fleet_file)
+            if self.real_vms:
+                self._real_vms = real_vms.prepare(fleet_file, state, self.say)
             admin_token, tenant_tokens, node_tokens = asyncio.run(issue_tokens(postgres.url, nodes))
             token_dir = write_token_files(state / "tokens", node_tokens)
             api_url = f"http://127.0.0.1:{free_port()}"
@@ -135,8 +146,9 @@ class DevStack:
                 supervisor.add(part)
             supervisor.add(parts.gateway_part(state, env))
             groups = parts.agent_groups(nodes, self.agent_processes)
+            libvirt_config = self._real_vms.config_file if self._real_vms else None
             for name, group in groups.items():  # started beside the API: they report as soon as it answers
-                supervisor.add(parts.agents_part(name, group, fleet_file, token_dir, state, env))
+                supervisor.add(parts.agents_part(name, group, fleet_file, token_dir, state, env, libvirt_config))
             self._wait(*(part.name for part in workers), *(part.name for part in apis), parts.GATEWAY, *groups)
             down = f" (no agent for {', '.join(self.skipped)}: agentDown in the fleet)" if self.skipped else ""
             self.say(f"{len(nodes)} node agents running in {len(groups)} process(es){down}")
@@ -245,6 +257,9 @@ class DevStack:
         if self._supervisor is not None:
             self._supervisor.stop()
             self._supervisor = None
+        if self._real_vms is not None:  # after the agents: none is left to make a VM while they go
+            self._real_vms.teardown(self.say)
+            self._real_vms = None
         if self._balancer is not None:
             self._balancer.stop()
             self._balancer = None

@@ -135,6 +135,15 @@ class LibvirtSettings(BaseModel):
         "and the readiness gates use the address libvirt's DHCP lease (or the guest agent, on a bridge) reports.",
     )
 
+    @classmethod
+    def load(cls, path: Path, **overrides: object) -> LibvirtSettings:
+        """The settings from a YAML file (`berth worker node|agents --libvirt-config`), command-line values over it."""
+        document = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(document, dict):
+            raise ValueError(f"{path}: a libvirt config is a mapping of settings, not {type(document).__name__}")
+        given = {key: value for key, value in overrides.items() if value is not None}
+        return cls.model_validate({**document, **given})
+
     @model_validator(mode="after")
     def _one_network(self) -> LibvirtSettings:
         if self.bridge is not None:
