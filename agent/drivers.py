@@ -36,6 +36,9 @@ class VmRecord(BaseModel):
 
     vm_id: str
     allocation_id: str
+    # The node whose agent made it: where several agents share one hypervisor (a dev stack, the tests), each sees
+    # only its own VMs. None in records made before it was kept, and for domains without Berth's metadata.
+    node: str | None = None
     slot_indexes: list[int]
     private_ips: list[str] = Field(default_factory=list)
     created_at: float  # epoch seconds

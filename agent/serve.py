@@ -62,7 +62,11 @@ def simulated_agent(
     if node is None:
         raise ValueError(f"node {node_id!r} is not in {fleet_file}")
     home = state_dir / "nodes" / node_id
-    vms = SimulatedVmDriver(home, node.simulation) if libvirt is None else libvirt_vms(libvirt, HostTopology(Path("/")))
+    vms = (
+        SimulatedVmDriver(home, node.simulation)
+        if libvirt is None
+        else libvirt_vms(libvirt, HostTopology(Path("/")), node_id)
+    )
     return NodeAgent(
         node_id,
         SimulatedTopology(node, home / "health.json"),
@@ -84,16 +88,16 @@ def host_agent(
     plane's reply to its first report, and VMs on libvirt when `libvirt` is given (else the simulated runtime)."""
     home = state_dir / "nodes" / node_id
     topology = HostTopology(root, gpu_details)
-    vms = SimulatedVmDriver(home, Simulation()) if libvirt is None else libvirt_vms(libvirt, topology)
+    vms = SimulatedVmDriver(home, Simulation()) if libvirt is None else libvirt_vms(libvirt, topology, node_id)
     return NodeAgent(node_id, topology, vms, LeaseStore(home / "leases"))
 
 
-def libvirt_vms(settings: LibvirtSettings, topology: HostTopology) -> VmDriver:
+def libvirt_vms(settings: LibvirtSettings, topology: HostTopology, node_id: str) -> VmDriver:
     """The libvirt runtime, its VMs pinned to this machine's NUMA cells as sysfs describes them."""
     from agent.libvirt.driver import LibvirtVmDriver  # needs libvirt-python (the `host` extra)
 
     cpus = {cell.id: cell.cpus for cell in topology.discover().numa}
-    return LibvirtVmDriver(settings, cpus)
+    return LibvirtVmDriver(settings, cpus, node=node_id)
 
 
 def node_worker(

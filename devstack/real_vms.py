@@ -59,14 +59,7 @@ class RealVmHost:
             say(f"real VMs: libvirt is not answering ({error.get_error_message()}); VMs of this stack may remain")
             return
         try:
-            gone = 0
-            for domain in connection.listAllDomains(0):
-                if str(self.folder) not in domain.XMLDesc(0):
-                    continue
-                if domain.isActive():
-                    domain.destroy()
-                domain.undefine()
-                gone += 1
+            gone = remove_domains_on(connection, self.folder)
             _destroy(connection.storagePoolLookupByName, self.pool)
             _destroy(connection.networkLookupByName, self.network)
         finally:
@@ -91,11 +84,7 @@ def prepare(fleet_file: Path, state: Path, say: Callable[[str], None], accelerat
     try:
         _destroy(connection.storagePoolLookupByName, name)  # a stack killed before its teardown left these
         _destroy(connection.networkLookupByName, name)
-        for domain in connection.listAllDomains(0):
-            if str(folder) in domain.XMLDesc(0):
-                if domain.isActive():
-                    domain.destroy()
-                domain.undefine()
+        remove_domains_on(connection, folder)
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True, mode=0o711)
         connection.storagePoolCreateXML(
@@ -178,6 +167,38 @@ def _connect() -> Any:
             f"libvirtd does not answer at {URI} ({error.get_error_message()}): start it (`libvirtd --daemon`, "
             "with `virtlogd --daemon`), as scripts/test-prerequisites.sh does"
         ) from error
+
+
+def domains_on(connection: Any, folder: Path) -> list[str]:
+    """The names of the domains whose disks are in `folder`: the VMs of one stack (or one test session)."""
+    import libvirt
+
+    names = []
+    for domain in connection.listAllDomains(0):
+        try:
+            if str(folder) in domain.XMLDesc(0):
+                names.append(domain.name())
+        except libvirt.libvirtError:
+            continue  # undefined since it was listed
+    return sorted(names)
+
+
+def remove_domains_on(connection: Any, folder: Path) -> int:
+    """Destroy and undefine every domain whose disks are in `folder`; how many there were."""
+    import libvirt
+
+    removed = 0
+    for name in domains_on(connection, folder):
+        try:
+            domain = connection.lookupByName(name)
+            if domain.isActive():
+                domain.destroy()
+            domain.undefine()
+            removed += 1
+        except libvirt.libvirtError as error:
+            if error.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                raise
+    return removed
 
 
 def _destroy(lookup: Callable[[str], Any], name: str) -> None:

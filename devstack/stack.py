@@ -86,6 +86,7 @@ class DevStack:
     start_timeout: float = 90.0
     # The fleet's hosts run real VMs on this machine's libvirt (devstack/real_vms.py); their GPUs stay bookkeeping.
     real_vms: bool = False
+    accelerator: str | None = None  # the real VMs' (kvm, tcg; default BERTH_REAL_VMS_ACCELERATOR, else auto)
     skipped: list[str] = field(default_factory=list)  # hosts with no agent (agentDown in the fleet)
     _real_vms: RealVmHost | None = None
     _supervisor: Supervisor | None = None
@@ -120,7 +121,7 @@ class DevStack:
             self._run(parts.temporal_part(temporal))
             nodes = self._agent_nodes(fleet_file)
             if self.real_vms:
-                self._real_vms = real_vms.prepare(fleet_file, state, self.say)
+                self._real_vms = real_vms.prepare(fleet_file, state, self.say, self.accelerator)
             admin_token, tenant_tokens, node_tokens = asyncio.run(issue_tokens(postgres.url, nodes))
             token_dir = write_token_files(state / "tokens", node_tokens)
             api_url = f"http://127.0.0.1:{free_port()}"

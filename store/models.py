@@ -227,6 +227,8 @@ class SlotRow(Base):
     health_reason: Mapped[str | None] = mapped_column(Text)
     health_reasons: Mapped[list[str]] = mapped_column(JSONB, nullable=False, server_default=text("'[]'::jsonb"))
     health_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # False for a verdict that ends with its cause (a stopped VM), not with a repair (migration 0023).
+    health_lasting: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("true"))
     repaired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Each signal's value in the agent's last health report, and when (migration 0017): `berth nodes get` shows them.
     health_signals: Mapped[dict[str, str]] = mapped_column(JSONB, nullable=False, server_default=text("'{}'::jsonb"))

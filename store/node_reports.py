@@ -199,7 +199,8 @@ async def _store_validation(
 def _write_health(rows: list[SlotRow], verdicts: list[SlotHealth], now: datetime) -> None:
     """Take in the agent's health verdicts. `degraded` and `failed` stand until the slot is repaired
     (`berth nodes repair`): a counter that rose once, or a GPU that fell off the bus and came back, is not trusted
-    again on its own; a worse verdict replaces them. `healthy` and `unknown` follow the agent."""
+    again on its own; a worse verdict replaces them. `healthy` and `unknown` follow the agent, and so does a verdict
+    that is not `lasting` (a VM that stopped: it ends with the VM, the device was not at fault)."""
     by_index = {verdict.index: verdict for verdict in verdicts}
     for row in rows:
         verdict = by_index.get(row.slot_index)
@@ -209,14 +210,15 @@ def _write_health(rows: list[SlotRow], verdicts: list[SlotHealth], now: datetime
             row.health_signals = verdict.signals
         row.signals_at = now
         stored = HealthState(row.health)
-        if stored in STICKY and verdict.state.rank <= stored.rank:
+        if stored in STICKY and row.health_lasting and verdict.state.rank <= stored.rank:
             continue
-        if (row.health, row.health_reasons) != (
+        if (row.health, row.health_reasons, row.health_lasting) != (
             verdict.state.value,
             verdict.reasons,
+            verdict.lasting,
         ) or row.repaired_at == row.health_at:
             row.health, row.health_reason, row.health_reasons = verdict.state.value, verdict.reason, verdict.reasons
-            row.health_at = now
+            row.health_lasting, row.health_at = verdict.lasting, now
 
 
 def _write_verdicts(rows: list[SlotRow], verdicts: dict[int, SlotVerdict], now: datetime) -> None:

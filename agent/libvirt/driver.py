@@ -162,10 +162,12 @@ class LibvirtVmDriver:
         guest_agent: GuestAgent | None = None,
         clock: Callable[[], float] = time.time,
         runner: HostRunner | None = None,
+        node: str | None = None,
     ) -> None:
         import libvirt
 
         self.settings = settings
+        self.node = node  # this agent's node: a domain another node's agent made on a shared libvirt is not ours
         libvirt.registerErrorHandler(lambda _context, _error: None, None)  # errors are raised; libvirt need not print
         self._connection = connection or libvirt.open(settings.uri)
         guest = guest_agent or LibvirtGuestAgent(lambda: self.connection)
@@ -230,6 +232,7 @@ class LibvirtVmDriver:
             record = VmRecord(
                 vm_id=name,
                 allocation_id=spec.allocation_id,
+                node=spec.node,
                 slot_indexes=[bundle.slot_index for bundle in spec.bundles],
                 private_ips=[bundle.private_ip for bundle in spec.bundles if bundle.private_ip],
                 created_at=self.clock(),
@@ -316,9 +319,20 @@ class LibvirtVmDriver:
         return sorted((record for record in records if record is not None), key=lambda r: r.allocation_id)
 
     def _record(self, domain: Any) -> VmRecord | None:
-        record = _record_of(domain.XMLDesc(0))
+        """The domain's record; None for a domain that is not Berth's, or that was undefined since it was listed
+        (another allocation's teardown runs beside every listing)."""
+        import libvirt
+
+        try:
+            xml = domain.XMLDesc(0)
+        except libvirt.libvirtError as error:
+            if error.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                return None
+            raise
+        record = _record_of(xml)
         if record is not None:
-            return record
+            mine = self.node is None or record.node in (None, self.node)
+            return record if mine else None
         name = domain.name()
         allocation = name.removeprefix(DOMAIN_PREFIX)
         if name == allocation or not allocation or domain_name(allocation) != name:
@@ -440,7 +454,7 @@ class LibvirtVmDriver:
             record = self._record(domain)
             if record is None or not record.slot_indexes:
                 continue
-            if not domain.isActive():
+            if not _is_active(domain):
                 # Its QEMU is gone (killed, crashed, powered off inside): the allocation's GPUs are lost to it now,
                 # not at its release. Told as the GPUs' reading, so its health and replacement path runs.
                 stopped = f"the VM {record.vm_id} is not running ({_stop_reason(domain)})"
@@ -506,13 +520,26 @@ def _kvm_usable(connection: Any) -> tuple[bool, str]:
 _STOP_REASONS = {
     1: "shut down from inside",
     2: "destroyed",
-    3: "its QEMU process ended unexpectedly",
+    3: "crashed: its QEMU process ended unexpectedly or was killed",
     4: "migrated away",
     5: "saved",
     6: "failed to start",
     7: "restored from a snapshot",
-    8: "its QEMU process was killed or crashed",
+    8: "stopped by libvirtd while it reconnected to it",
 }
+
+
+def _is_active(domain: Any) -> bool:
+    """Whether the domain runs; an undefined domain (its teardown ran since it was listed) counts as running, since
+    a teardown, not a death, ended it."""
+    import libvirt
+
+    try:
+        return bool(domain.isActive())
+    except libvirt.libvirtError as error:
+        if error.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+            return True
+        raise
 
 
 def _stop_reason(domain: Any) -> str:
@@ -556,10 +583,10 @@ def _tenant_user_data(text: str | None) -> dict[str, object] | None:
 
 
 def _undefine(domain: Any) -> None:
-    import libvirt
-
     """Undefine with the UEFI NVRAM, managed save and snapshot metadata (QEMU refuses a plain undefine of a domain
     with NVRAM). A driver that does not know those flags (libvirt's test driver) has none of them: undefine plainly."""
+    import libvirt
+
     flags = (
         libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
         | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE

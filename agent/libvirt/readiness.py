@@ -25,27 +25,41 @@ CLOUD_INIT = ["cloud-init", "status", "--wait", "--long"]
 NVIDIA_SMI = ["nvidia-smi", "-L"]
 
 
+_STATUS_FIELDS = ("status", "extended_status", "boot_status_code", "last_update", "time", "detail", "errors")
+_STATUS_FIELDS += ("recoverable_errors",)
+
+
 def cloud_init_says(output: str) -> str:
-    """What `cloud-init status --long` says went wrong: its `status`, then the lines under `detail:` and `errors:`
-    (22.4 puts the failing module under `detail`, 23.4 on lists `errors`), on one line; the last line of anything else."""
-    lines = [line.rstrip() for line in output.splitlines() if line.strip()]
-    status = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("status:")), None)
-    said: list[str] = []
-    collecting = False
-    for line in lines:
-        key = line.split(":", 1)[0]
-        if key in ("detail", "errors", "recoverable_errors") and not line.startswith(" "):
-            collecting = key != "recoverable_errors" or status == "done"
-            rest = line.split(":", 1)[1].strip()
-            if collecting and rest and rest != "[]":
-                said.append(rest)
-            continue
-        if line[:1].isalpha() and ":" in line:  # the next top-level field
-            collecting = False
-        elif collecting:
-            said.append(line.strip().lstrip("- ").strip())
-    if status is None and not said:
-        return lines[-1] if lines else ""
+    """What `cloud-init status --long` says, on one line: its status, then what went wrong in its own words.
+
+    cloud-init 22.4 (Debian 12) names the failing module under `detail:`; 23.4 on list them under `errors:` (and a
+    degraded `done`'s warnings under `recoverable_errors:`, by level), keeping `detail:` for the datasource; 24.4 on
+    print `--wait`'s dots on the status line itself (`....status: error`). A field runs until the next of
+    `status --long`'s own field names at the start of a line, so an error's text is never cut at a colon in it."""
+    sections: dict[str, list[str]] = {}
+    current: str | None = None
+    level = ""  # recoverable errors come grouped under their level (`WARNING:`)
+    for raw in output.splitlines():
+        line = raw.rstrip()
+        head = line.lstrip(".")
+        key, colon, rest = head.partition(":")
+        if colon and key in _STATUS_FIELDS and not raw[:1].isspace():
+            current, level = key, ""
+            sections[current] = [rest.strip()] if rest.strip() and rest.strip() not in ("[]", "{}") else []
+        elif current is not None and line.strip():
+            item = line.strip()
+            if item.endswith(":") and item[:-1].isupper():
+                level = item[:-1]
+                continue
+            item = item[2:] if item.startswith("- ") else item
+            sections[current].append(f"{level}: {item}" if level else item)
+    status = " ".join(sections.get("status", [])) or None
+    if status is None and not sections:
+        lines = [line for line in output.splitlines() if line.strip()]
+        return lines[-1].strip() if lines else ""
+    said = sections.get("errors") or (sections.get("detail") if status == "error" else None) or []
+    if status and status.startswith("done"):
+        said = [*said, *sections.get("recoverable_errors", [])]
     return "; ".join([f"status: {status}" if status else "", *said]).strip("; ")
 
 

@@ -231,6 +231,9 @@ class SlotHealth(Model):
     # The driver's advice, by name, where it advised anything but none, and whether it means the node is to be drained.
     recovery_action: RecoveryAction | None = None
     drain_node: bool = False
+    # Whether a degraded or failed verdict stands until the slot is repaired (a device's fault), or ends with its
+    # cause: a stopped VM fails the slot's allocation, not the GPU, and the slot serves again after its teardown.
+    lasting: bool = True
 
     @property
     def reason(self) -> str | None:
@@ -323,6 +326,9 @@ def assess(now: SlotSignals, before: SlotSignals | None = None) -> SlotHealth:
         found.append((HealthState.FAILED, f"the wipe's function-level reset failed: {now.wipe_failed}"))
     if now.gpu is None:
         found.append((HealthState.UNKNOWN, "the GPU's PCI function could not be read"))
+    lasting = any(state in STICKY for state, _ in found)  # the devices' own verdicts stand until a repair
+    if now.guest is not None and now.guest.vm_stopped:
+        found.append((HealthState.FAILED, f"the VM holding the GPU stopped: {now.guest.vm_stopped}"))
     found.sort(key=lambda pair: -pair[0].rank)
     # The weightiest advice, when the guest's and the host's drivers give different ones.
     action = max(advised, key=lambda a: (RECOVERY_POLICY[a].drain_node, RECOVERY_POLICY[a].verdict.rank), default=None)
@@ -334,6 +340,7 @@ def assess(now: SlotSignals, before: SlotSignals | None = None) -> SlotHealth:
         signals=describe(now),
         recovery_action=action,
         drain_node=drain,
+        lasting=lasting or not (now.guest is not None and now.guest.vm_stopped),
     )
 
 
@@ -370,7 +377,7 @@ def _pcie(role: str, now: PcieSignals, before: PcieSignals | None) -> list[tuple
 def _driver(now: DriverSignals, before: DriverSignals | None) -> list[tuple[HealthState, str]]:
     via, who = now.via, "guest" if now.via == "nvidia-smi -q" else "host"
     if now.vm_stopped:
-        return [(HealthState.FAILED, f"the VM holding the GPU stopped: {now.vm_stopped}")]
+        return []  # not the driver's word on the GPU: `assess` judges the stopped VM on its own
     if not now.answered:
         return [
             (

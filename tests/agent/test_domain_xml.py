@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import subprocess
 import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from agent.libvirt.domain import (
+    SEED_SERIAL,
     BlockDisk,
+    DirectBoot,
     DomainConfig,
     PciHostdev,
     domain_name,
@@ -33,6 +37,8 @@ BOOT = POOL / "alloc-7f3a.qcow2"
 SEED = POOL / "alloc-7f3a-seed.iso"
 NVME_1 = "/dev/disk/by-id/nvme-SAMSUNG_MZWLO3T8HCLS-00A07_S6RENA0W100001"
 NVME_2 = "/dev/disk/by-id/nvme-SAMSUNG_MZWLO3T8HCLS-00A07_S6RENA0W100002"
+IMAGES = Path("/var/lib/berth/images")
+CONSOLE = POOL / "alloc-7f3a-console.log"
 
 
 def _bundle(slot: int, gpu: str, parent: str, vf: str, nvme: str, *, numa: int = 0, mac: str | None = None) -> Bundle:
@@ -72,8 +78,47 @@ def _config(**overrides: object) -> DomainConfig:
     return DomainConfig.model_validate(values | overrides)
 
 
-def _xml(bundles: list[Bundle] | None = None, config: DomainConfig | None = None) -> str:
-    return domain_xml(_spec(bundles or _seed_plan()), config or _config(), boot_disk=BOOT, seed_iso=SEED)
+def _xml(
+    bundles: list[Bundle] | None = None,
+    config: DomainConfig | None = None,
+    *,
+    boot: DirectBoot | None = None,
+    console_log: Path | None = None,
+) -> str:
+    return domain_xml(
+        _spec(bundles or _seed_plan()),
+        config or _config(),
+        boot_disk=BOOT,
+        seed_iso=SEED,
+        boot=boot,
+        console_log=console_log,
+    )
+
+
+DEBIAN_BOOT = DirectBoot(
+    kernel=IMAGES / "vmlinuz-6.1.0-28-cloud-amd64",
+    initrd=IMAGES / "initrd.img-6.1.0-28-cloud-amd64",
+    cmdline="root=/dev/vda console=ttyS0",
+)
+
+# Every shape of document Berth writes: the accelerator (KVM, or TCG without a host CPU to pass through), with the
+# plan's devices passed through or not, pinned to a NUMA node or not, booted by the firmware (UEFI or BIOS) from the
+# disk or directly from a kernel, with the console kept in a file or not, on a network or a bridge.
+SHAPES: dict[str, Callable[[], str]] = {
+    "kvm-passthrough-pinned": lambda: _xml(config=_config(emulator="/usr/bin/qemu-system-x86_64")),
+    "kvm-passthrough-unpinned": lambda: _xml(_seed_plan(second_numa=1)),
+    "tcg-no-passthrough": lambda: _xml(config=_config(domain_type="qemu", passthrough=False)),
+    "direct-boot-initrd-cmdline": lambda: _xml(boot=DEBIAN_BOOT),
+    "direct-boot-kernel-only": lambda: _xml(boot=DirectBoot(kernel=DEBIAN_BOOT.kernel)),
+    "console-log": lambda: _xml(console_log=CONSOLE),
+    "efi": lambda: _xml(config=_config(firmware="efi")),
+    "bios": lambda: _xml(config=_config(firmware="bios")),
+    "bridge": lambda: _xml(config=_config(network=None, bridge="br-tenant")),
+    # what the real_vm tests boot: TCG, no passthrough, BIOS, Debian's kernel booted directly, the console kept
+    "tcg-test-host": lambda: _xml(
+        config=_config(domain_type="qemu", passthrough=False, firmware="bios"), boot=DEBIAN_BOOT, console_log=CONSOLE
+    ),
+}
 
 
 def test_the_seed_plan_gives_one_vm_with_both_bundles_pinned_to_numa_0() -> None:
@@ -298,21 +343,21 @@ def test_the_config_wants_exactly_one_attachment_and_a_q35_machine() -> None:
     assert _config(machine="pc-q35-7.2").machine == "pc-q35-7.2"
 
 
-def test_libvirts_schema_accepts_the_document(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shape", SHAPES)
+def test_libvirts_schema_accepts_the_document(tmp_path: Path, shape: str) -> None:
     tools("virt-xml-validate", "xmllint")
-    config = _config(emulator="/usr/bin/qemu-system-x86_64")
-    for second_numa in (0, 1):  # pinned and unpinned
-        path = tmp_path / f"domain-{second_numa}.xml"
-        path.write_text(domain_xml(_spec(_seed_plan(second_numa=second_numa)), config, boot_disk=BOOT, seed_iso=SEED))
-        result = subprocess.run(["virt-xml-validate", str(path), "domain"], capture_output=True, text=True, check=False)
-        assert result.returncode == 0, result.stdout + result.stderr
+    path = tmp_path / f"{shape}.xml"
+    path.write_text(SHAPES[shape]())
+    result = subprocess.run(["virt-xml-validate", str(path), "domain"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_libvirts_test_driver_defines_starts_and_returns_the_same_facts(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shape", SHAPES)
+def test_libvirts_test_driver_defines_starts_and_returns_the_same_facts(tmp_path: Path, shape: str) -> None:
     """libvirt's own parser is the final word: define and start the domain in the test driver (in process, nothing
     touched on the host), and read back what it returns."""
     tools("virsh")
-    xml = _xml()
+    xml = SHAPES[shape]()
     path = tmp_path / "domain.xml"
     path.write_text(xml)
     commands = f"define {path}; start berth-alloc-7f3a; dumpxml berth-alloc-7f3a"
@@ -323,3 +368,135 @@ def test_libvirts_test_driver_defines_starts_and_returns_the_same_facts(tmp_path
 
     returned = result.stdout[result.stdout.index("<domain") :]
     assert parse_domain(returned) == parse_domain(xml)
+    written, kept = ET.fromstring(xml), ET.fromstring(returned)
+    assert kept.get("type") == written.get("type")
+    for path in ("os/kernel", "os/initrd", "os/cmdline", "devices/serial/log"):
+        assert (kept.find(path) is None) == (written.find(path) is None), path
+        if written.find(path) is not None:
+            assert (kept.findtext(path), kept.find(path).attrib) == (written.findtext(path), written.find(path).attrib)
+
+
+def _disks(xml: str) -> list[tuple[str | None, str | None, str | None, str | None, bool, str | None]]:
+    """Each disk as (device, source, target, bus, read-only, serial), in document order."""
+    found = []
+    for disk in ET.fromstring(xml).iterfind("devices/disk"):
+        source, target = disk.find("source"), disk.find("target")
+        found.append(
+            (
+                disk.get("device"),
+                None if source is None else source.get("file") or source.get("dev"),
+                None if target is None else target.get("dev"),
+                None if target is None else target.get("bus"),
+                disk.find("readonly") is not None,
+                disk.findtext("serial"),
+            )
+        )
+    return found
+
+
+def test_the_seed_is_a_read_only_virtio_disk_after_the_nvme_disks() -> None:
+    """Not a SATA cdrom: Debian's cloud kernel has no AHCI driver. Its serial tells it from the boot disk."""
+    xml = _xml()
+    assert _disks(xml) == [
+        ("disk", str(BOOT), "vda", "virtio", False, None),
+        ("disk", NVME_1, "vdb", "virtio", False, "berth-slot-1"),
+        ("disk", NVME_2, "vdc", "virtio", False, "berth-slot-2"),
+        ("disk", str(SEED), "vdd", "virtio", True, SEED_SERIAL),
+    ]
+    assert SEED_SERIAL == "berth-seed"
+    assert "cdrom" not in xml and "sata" not in xml
+    one = _xml(_seed_plan()[:1])
+    assert [target for _, _, target, _, _, _ in _disks(one)] == ["vda", "vdb", "vdc"]  # boot, slot 1's NVMe, seed
+
+
+def test_parse_domain_finds_the_seed_disk_by_its_serial_as_libvirt_returns_it() -> None:
+    """Wherever the seed disk sits among the disks, its serial says it is the seed; the boot disk is the other file
+    disk (an older domain's seed, a cdrom, is read as well: test_parse_domain_reads_what_libvirt_returns)."""
+    returned = f"""<domain type='qemu' id='3'>
+  <name>berth-alloc-7f3a</name>
+  <uuid>{domain_uuid("alloc-7f3a")}</uuid>
+  <memory unit='KiB'>2097152</memory>
+  <vcpu placement='static'>2</vcpu>
+  <os><type arch='x86_64' machine='pc-q35-7.2'>hvm</type><kernel>/k/vmlinuz</kernel></os>
+  <devices>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw'/>
+      <source file='{SEED}' index='1'/>
+      <backingStore/>
+      <target dev='vdb' bus='virtio'/>
+      <readonly/>
+      <serial>berth-seed</serial>
+      <alias name='virtio-disk1'/>
+    </disk>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2'/>
+      <source file='{BOOT}' index='2'/>
+      <target dev='vda' bus='virtio'/>
+      <alias name='virtio-disk0'/>
+    </disk>
+    <interface type='network'><mac address='52:54:00:0a:00:01'/><source network='berth-private'/></interface>
+  </devices>
+</domain>
+"""
+    facts = parse_domain(returned)
+    assert (facts.boot_disk, facts.seed_iso) == (str(BOOT), str(SEED))
+    assert (facts.block_disks, facts.hostdevs, facts.has_guest_agent) == ([], [], False)
+
+
+def test_tcg_without_passthrough_attaches_nothing_of_the_plan() -> None:
+    """A host where KVM does not run guests and no GPU passes through: QEMU's own CPU model (TCG cannot pass the
+    host's through), no hostdevs, no NVMe, no root ports; the plan's MAC, CPUs and memory still hold."""
+    xml = _xml(config=_config(domain_type="qemu", passthrough=False))
+    root = ET.fromstring(xml)
+    assert root.get("type") == "qemu" and root.find("cpu") is None
+    assert root.find("devices/hostdev") is None and root.find("devices/controller") is None
+    assert _disks(xml) == [
+        ("disk", str(BOOT), "vda", "virtio", False, None),
+        ("disk", str(SEED), "vdb", "virtio", True, SEED_SERIAL),
+    ]
+    facts = parse_domain(xml)
+    assert (facts.vcpus, facts.memory_mib, facts.cpuset, facts.mac) == (48, 131072, "0-23,96-119", "52:54:00:0a:00:01")
+    assert (facts.hostdevs, facts.block_disks, facts.seed_iso) == ([], [], str(SEED))
+
+    kvm = ET.fromstring(_xml(config=_config(domain_type="kvm", passthrough=False)))
+    assert kvm.get("type") == "kvm" and kvm.find("cpu").attrib == {"mode": "host-passthrough"}
+    assert kvm.find("devices/hostdev") is None
+    with pytest.raises(ValueError, match="domain_type"):
+        _config(domain_type="tcg")  # libvirt's word for TCG is `qemu`
+
+
+def test_direct_kernel_boot_names_the_kernel_initrd_and_command_line_instead_of_a_boot_device() -> None:
+    os_ = ET.fromstring(_xml(boot=DEBIAN_BOOT)).find("os")
+    assert os_ is not None and [child.tag for child in os_] == ["type", "kernel", "initrd", "cmdline"]
+    assert (os_.findtext("kernel"), os_.findtext("initrd"), os_.findtext("cmdline")) == (
+        str(DEBIAN_BOOT.kernel),
+        str(DEBIAN_BOOT.initrd),
+        "root=/dev/vda console=ttyS0",
+    )
+    kernel_only = ET.fromstring(_xml(boot=DirectBoot(kernel=DEBIAN_BOOT.kernel))).find("os")
+    assert kernel_only is not None and [child.tag for child in kernel_only] == ["type", "kernel"]
+    from_disk = ET.fromstring(_xml()).find("os")
+    assert from_disk is not None and [(c.tag, c.attrib) for c in from_disk][1:] == [("boot", {"dev": "hd"})]
+
+    with pytest.raises(ValueError, match="the kernel path 'vmlinuz' must be absolute"):
+        _xml(boot=DirectBoot(kernel=Path("vmlinuz")))
+    with pytest.raises(ValueError, match="the initrd path 'initrd.img' must be absolute"):
+        _xml(boot=DirectBoot(kernel=DEBIAN_BOOT.kernel, initrd=Path("initrd.img")))
+
+
+def test_the_console_is_kept_in_its_log_file_when_one_is_given() -> None:
+    serial = ET.fromstring(_xml(console_log=CONSOLE)).find("devices/serial")
+    assert serial is not None and serial.attrib == {"type": "pty"}
+    assert [(child.tag, child.attrib) for child in serial] == [("log", {"file": str(CONSOLE), "append": "off"})]
+    plain = ET.fromstring(_xml()).find("devices/serial")
+    assert plain is not None and list(plain) == []
+    with pytest.raises(ValueError, match="the console log path 'console.log' must be absolute"):
+        _xml(console_log=Path("console.log"))
+
+
+def test_uefi_by_default_and_bios_when_configured() -> None:
+    assert _config().firmware == "efi"
+    assert ET.fromstring(_xml()).find("os").attrib == {"firmware": "efi"}
+    assert ET.fromstring(_xml(config=_config(firmware="bios"))).find("os").attrib == {}
+    with pytest.raises(ValueError, match="firmware"):
+        _config(firmware="coreboot")

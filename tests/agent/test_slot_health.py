@@ -13,7 +13,7 @@ from agent.host.health import read_signals
 from agent.host.rootfs import HostRoot
 from agent.host.sysfs import discover_host
 from fleet.node import Node
-from scheduler.host.health import CORRECTABLE_BURST, HealthState, PcieSignals, SlotSignals, assess
+from scheduler.host.health import CORRECTABLE_BURST, DriverSignals, HealthState, PcieSignals, SlotSignals, assess
 from tests.hosts.sysfs_tree import hgx_h200, write_pcie_health
 
 
@@ -143,6 +143,26 @@ def test_nvme_critical_warnings_and_a_failed_reset_and_nothing_read() -> None:
     reset = assess(SlotSignals(index=0, gpu=_clean(), wipe_failed="FLR timed out"))
     assert reset.state is HealthState.FAILED and reset.reason == "the wipe's function-level reset failed: FLR timed out"
     assert assess(SlotSignals(index=0)).state is HealthState.UNKNOWN  # never taken for healthy
+
+
+def test_a_stopped_vm_fails_the_slots_it_held_whatever_the_gpus_own_health() -> None:
+    """The VM's QEMU killed, a crash, a poweroff inside: the allocation lost its GPUs, so each slot it held is failed
+    with the runtime's words, above the `unknown` of a guest that cannot answer."""
+    stopped = "the VM berth-a-1 is not running (its QEMU process ended unexpectedly)"
+    verdict = assess(SlotSignals(index=3, gpu=_clean(), guest=DriverSignals(answered=False, vm_stopped=stopped)))
+    assert verdict.state is HealthState.FAILED
+    assert verdict.reasons == [f"the VM holding the GPU stopped: {stopped}"]
+    assert verdict.signals["guest"] == f"VM stopped ({stopped})"
+    assert verdict.recovery_action is None and not verdict.drain_node
+
+    silent = assess(SlotSignals(index=3, gpu=_clean(), guest=DriverSignals(answered=False, detail="no guest agent")))
+    assert silent.state is HealthState.UNKNOWN  # not answering is not stopping
+    assert "VM stopped" not in silent.signals["guest"] and "stopped" not in (silent.reason or "")
+
+    # The line is bounded like every signal line; the reason carries the whole of what the runtime said.
+    long = "x" * 512
+    bounded = assess(SlotSignals(index=3, gpu=_clean(), guest=DriverSignals(answered=False, vm_stopped=long)))
+    assert len(bounded.signals["guest"]) == 512 and bounded.reasons == [f"the VM holding the GPU stopped: {long}"]
 
 
 def _clean() -> PcieSignals:

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from devstack.guest_image import GuestImage, ImageBuildError, ensure_image, missing_tools
+from devstack.real_vms import remove_domains_on
 
 URI = "qemu:///system"
 IMAGES_ROOT = Path("/var/lib/libvirt/images")
@@ -145,11 +146,7 @@ def vm_pool(real_libvirt) -> Iterator[tuple[str, Path]]:
         f"<pool type='dir'><name>{name}</name><target><path>{folder}</path></target></pool>", 0
     )
     yield name, folder
-    for domain in real_libvirt.listAllDomains(0):  # any guest a failed test left on this session's disks
-        if str(folder) in domain.XMLDesc(0):
-            if domain.isActive():
-                domain.destroy()
-            domain.undefine()
+    remove_domains_on(real_libvirt, folder)  # any guest a failed test left on this session's disks
     pool.destroy()
     shutil.rmtree(folder, ignore_errors=True)
 
