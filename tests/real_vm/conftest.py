@@ -58,14 +58,32 @@ def _cannot_run() -> str | None:
     return None
 
 
+class Reconnecting:
+    """A libvirt connection that reopens itself when libvirtd restarted under it (one test restarts it)."""
+
+    def __init__(self) -> None:
+        import libvirt
+
+        self._connection = libvirt.open(URI)
+
+    def __getattr__(self, name: str) -> object:
+        import libvirt
+
+        try:
+            alive = self._connection.isAlive()
+        except libvirt.libvirtError:
+            alive = False
+        if not alive:
+            self._connection = libvirt.open(URI)
+        return getattr(self._connection, name)
+
+
 @pytest.fixture(scope="session")
 def real_libvirt() -> Iterator[object]:
     missing = _cannot_run()
     if missing is not None:
         pytest.skip(f"LOUD: real VMs cannot boot on this machine: {missing}: the real_vm tests did NOT run")
-    import libvirt
-
-    connection = libvirt.open(URI)
+    connection = Reconnecting()
     yield connection
     connection.close()
 
@@ -130,9 +148,9 @@ def network_xml(network: VmNetwork, *, dhcp: bool = True, reservations: dict[str
 def vm_network(real_libvirt) -> Iterator[VmNetwork]:
     suffix = uuid.uuid4().hex[:6]
     network = VmNetwork(name=f"berth-test-{suffix}", bridge=f"brt-{suffix}", subnet=free_subnet())
-    created = real_libvirt.networkCreateXML(network_xml(network))
+    real_libvirt.networkCreateXML(network_xml(network))
     yield network
-    created.destroy()
+    real_libvirt.networkLookupByName(network.name).destroy()
 
 
 @pytest.fixture(scope="session")
@@ -142,12 +160,12 @@ def vm_pool(real_libvirt) -> Iterator[tuple[str, Path]]:
     folder = IMAGES_ROOT / f"berth-test-{suffix}"
     folder.mkdir(parents=True, mode=0o711)
     name = f"berth-test-{suffix}"
-    pool = real_libvirt.storagePoolCreateXML(
+    real_libvirt.storagePoolCreateXML(
         f"<pool type='dir'><name>{name}</name><target><path>{folder}</path></target></pool>", 0
     )
     yield name, folder
     remove_domains_on(real_libvirt, folder)  # any guest a failed test left on this session's disks
-    pool.destroy()
+    real_libvirt.storagePoolLookupByName(name).destroy()
     shutil.rmtree(folder, ignore_errors=True)
 
 
