@@ -14,7 +14,7 @@ What the guest holds, and why each piece:
 - cloud-init (reads the NoCloud seed: hostname, the tenant's SSH key, user-data), with `locales` so its locale
   module can set C.UTF-8 (without it cloud-init ends in `status: error`);
 - openssh-server (the `ssh` readiness gate and the tenant's way in);
-- qemu-guest-agent (the `cloud_init` gate runs `cloud-init status --wait` through it);
+- qemu-guest-agent (the `cloud_init` gate runs `cloud-init status --wait --long` through it);
 - ifupdown and isc-dhcp-client (cloud-init renders its network config for ifupdown), the cloud kernel and
   initramfs-tools (its virtio_blk is a module, so the initrd is needed).
 
@@ -63,6 +63,8 @@ _CUSTOMIZE = [
     "printf 'locale: C.UTF-8\\ndatasource_list: [NoCloud, None]\\n' > \"$1/etc/cloud/cloud.cfg.d/90-berth.cfg\"",
     # a machine id per guest, made at first boot, never one shared by every VM of the image
     'truncate -s 0 "$1/etc/machine-id"',
+    # not the build machine's name: cloud-init names each guest after its allocation
+    'echo localhost > "$1/etc/hostname"',
     # host keys per guest: cloud-init makes them at first boot
     'rm -f "$1"/etc/ssh/ssh_host_*',
     # nothing to fetch at run time and nothing of the build's caches in the image
