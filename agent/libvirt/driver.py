@@ -189,11 +189,13 @@ class LibvirtVmDriver:
 
     @property
     def connection(self) -> Any:
-        """The libvirt connection, reopened when libvirtd restarted under it (a dead connection stays dead)."""
+        """The libvirt connection, reopened when libvirtd restarted under it (a dead connection stays dead). A
+        connection whose daemon went away can still say it is alive until a call fails on its socket, so a cheap call
+        (the library version, answered by libvirtd) is the test."""
         import libvirt
 
         try:
-            alive = self._connection.isAlive()
+            alive = bool(self._connection.isAlive()) and self._connection.getLibVersion() > 0
         except libvirt.libvirtError:
             alive = False
         if not alive:

@@ -76,6 +76,12 @@ class GateResult:
     message: str = ""
 
 
+def _forgot_pid(error: GuestAgentError) -> bool:
+    """The guest agent's answer to `guest-exec-status` of a pid it does not know (QEMU: "Invalid parameter 'pid'")."""
+    text = str(error).lower()
+    return "invalid parameter" in text and "pid" in text
+
+
 def probe_ssh(address: str | None, port: int = 22, timeout: float = 1.0) -> GateResult:
     if address is None:
         return GateResult("ssh", GateState.PENDING, "the VM has no address to reach")
@@ -115,14 +121,21 @@ class Gates:
             del self._pids[key]
 
     def _run(self, domain: str, gate: str, argv: list[str]) -> tuple[int, str] | GateResult:
-        """(exit code, output) once the command exited; a PENDING result while it runs or the agent is away."""
+        """(exit code, output) once the command exited; a PENDING result while it runs or the agent is away.
+
+        A command once started is polled until it exits, never started again while it may still run: a guest agent
+        that is slow to answer (a loaded guest, software emulation) would otherwise get a second `cloud-init status`
+        at every timeout, each slowing the guest further, until none ever finishes. Only a guest agent that no longer
+        knows the pid (the guest rebooted, the agent restarted) makes it start afresh."""
+        key = (domain, gate)
         try:
-            pid = self._pids.get((domain, gate))
+            pid = self._pids.get(key)
             if pid is None:
-                pid = self._pids[(domain, gate)] = start(self.agent, domain, argv)
+                pid = self._pids[key] = start(self.agent, domain, argv)
             exited = poll(self.agent, domain, pid)
         except GuestAgentError as error:
-            self._pids.pop((domain, gate), None)
+            if _forgot_pid(error):
+                self._pids.pop(key, None)
             return GateResult(gate, GateState.PENDING, f"guest agent not answering: {error}")
         if exited is None:
             return GateResult(gate, GateState.PENDING, f"`{' '.join(argv)}` still running")

@@ -27,6 +27,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.libvirt.driver import CatalogueImage, LibvirtSettings, LibvirtVmDriver
+from contracts.allocation import VmSpec
+from contracts.placement import Bundle
 from devstack.guest_image import GuestImage, ImageBuildError, ensure_image, missing_tools
 from devstack.real_vms import remove_domains_on
 
@@ -70,7 +73,7 @@ class Reconnecting:
         import libvirt
 
         try:
-            alive = self._connection.isAlive()
+            alive = bool(self._connection.isAlive()) and self._connection.getLibVersion() > 0
         except libvirt.libvirtError:
             alive = False
         if not alive:
@@ -178,6 +181,44 @@ def ssh_key(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "tenant@berth-test", "-f", str(key)], check=True
     )
     return key, key.with_suffix(".pub").read_text().strip()
+
+
+def make_driver(guest_image, vm_network, vm_pool, **overrides) -> LibvirtVmDriver:
+    pool_name, folder = vm_pool
+    settings = LibvirtSettings(
+        uri=URI,
+        storage_pool=pool_name,
+        images={"debian": CatalogueImage(**guest_image.catalogue_entry())},
+        default_image="debian",
+        network=vm_network.name,
+        seed_dir=folder,
+        disk_gib=4,
+        accelerator="tcg",
+        passthrough=False,
+        firmware="bios",
+        guest_addressing="dhcp",
+        **overrides,
+    )
+    return LibvirtVmDriver(settings, {0: sorted(os.sched_getaffinity(0))})  # this machine's CPUs, as NUMA node 0
+
+
+def vm_spec(allocation: str, mac: str, public_key: str, user_data: str | None = None, slot: int = 0) -> VmSpec:
+    bundle = Bundle(
+        slot_id=f"vmhost/{slot}",
+        slot_index=slot,
+        gpu_pci=f"0000:{0x10 + slot:02x}:00.0",  # bookkeeping only on this host: nothing is attached
+        fabric_parent_pci=None,
+        fabric_vf_pci=None,
+        nvme_device=None,
+        numa_node=0,
+        vcpu_count=1,
+        memory_mib=640,
+        mac_address=mac,
+        private_ip=None,
+    )
+    return VmSpec(
+        allocation_id=allocation, node="vmhost", bundles=[bundle], ssh_public_keys=[public_key], user_data=user_data
+    )
 
 
 def ssh(key: Path, address: str, command: str, user: str = "debian") -> subprocess.CompletedProcess[str]:

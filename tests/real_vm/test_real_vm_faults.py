@@ -30,8 +30,7 @@ from agent.reporter import NodeReporter
 from agent.simulated import SimulatedTopology
 from devstack.real_vms import domains_on
 from fleet.loader import load_fleet
-from tests.real_vm.conftest import URI, VmNetwork, free_subnet, network_xml
-from tests.real_vm.test_real_guests import make_driver, vm_spec
+from tests.real_vm.conftest import URI, VmNetwork, free_subnet, make_driver, network_xml, vm_spec
 from tests.workflows.lab import FAST, StoreSink, lab_fleet, running_lab
 
 pytestmark = [pytest.mark.real_vm, pytest.mark.xdist_group("real_vm")]

@@ -1,10 +1,12 @@
 """`berth up --real-vms` as a user meets it: allocations made through the CLI and the HTTP API boot real guests.
 
 One stack for the module (examples/real-vms/fleet.yaml: one host, two slots). Two allocations boot side by side on
-the host: one a tenant waits for with `berth alloc create --wait` while the node agent is killed with -9 mid-boot,
-the other with user-data that makes cloud-init fail. The first is `active` only once its gates pass, shows its
-address, lets the tenant in over SSH with its key, and leaves nothing once released; the second fails its attempt
-with cloud-init's own words, and the saga undoes everything it did.
+the host: one a tenant waits for with `berth alloc create --user-data FILE --wait` while the node agent is killed
+with -9 mid-boot, the other with user-data that makes cloud-init fail. The first is `active` only once its gates
+pass, shows its address, lets the tenant in over SSH with its key (as the image's user, never root) where its
+user-data has run; its QEMU killed from outside, the agent sees a dead VM and its owner is told; released, it leaves
+nothing, and the slot serves again without a repair. The second fails its attempt with cloud-init's own words, and
+the saga undoes everything it did.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tests.real_vm.conftest import ssh
 
 pytestmark = [pytest.mark.real_vm, pytest.mark.xdist_group("real_vm")]
 
+GOOD_USER_DATA = "#cloud-config\nruncmd:\n  - [sh, -c, 'echo made by user-data > /var/tmp/berth-user-data']\n"
 FAILING_USER_DATA = "#cloud-config\nruncmd:\n  - [sh, -c, 'echo the tenant script failed >&2; exit 3']\n"
 
 
@@ -104,12 +107,11 @@ def test_two_allocations_boot_real_guests_side_by_side_through_the_cli_and_the_a
         # The tenant's own command, waiting; meanwhile the node agent is killed mid-boot and restarted.
         key_file = tmp_path / "key.pub"
         key_file.write_text(public_key + "\n")
+        user_data = tmp_path / "user-data.yaml"
+        user_data.write_text(GOOD_USER_DATA)
+        command = ["alloc", "create", "--gpus", "1", "--ssh-key", str(key_file), "--user-data", str(user_data)]
         waited: dict[str, subprocess.CompletedProcess[str]] = {}
-        create = threading.Thread(
-            target=lambda: waited.update(
-                done=berth(stack, "alloc", "create", "--gpus", "1", "--ssh-key", str(key_file), "--wait", "-o", "json")
-            )
-        )
+        create = threading.Thread(target=lambda: waited.update(done=berth(stack, *command, "--wait", "-o", "json")))
         create.start()
         deadline = time.monotonic() + 120
         while len(domains(real_libvirt, pool_folder)) < 2:
@@ -132,9 +134,11 @@ def test_two_allocations_boot_real_guests_side_by_side_through_the_cli_and_the_a
         [bundle] = json.loads(shown.stdout)["bundles"]
         address = bundle["private_ip"]
         assert address.startswith("10.213.250.")
-        inside = ssh(key, address, "hostname; cloud-init status")
+        # The tenant's key logs in as the image's default user; the seed named the guest and ran the user-data.
+        inside = ssh(key, address, "hostname; cat /var/tmp/berth-user-data; cloud-init status")
         assert inside.returncode == 0, inside.stderr
-        assert inside.stdout.split("\n")[:2] == [f"berth-{good_id}", "status: done"]
+        assert inside.stdout.split("\n")[:3] == [f"berth-{good_id}", "made by user-data", "status: done"]
+        assert ssh(key, address, "true", user="root").returncode != 0  # no root logins
 
         # Its QEMU killed from outside: the agent sees a dead VM and the allocation's health path tells its owner.
         qemu = int(Path(f"/run/libvirt/qemu/berth-{good_id}.pid").read_text())
@@ -142,7 +146,7 @@ def test_two_allocations_boot_real_guests_side_by_side_through_the_cli_and_the_a
         degraded = wait_for(client, good_id, {"degraded", "failed", "released"}, timeout=60)
         assert degraded["state"] == "degraded", degraded
         [told] = [event["reason"] for event in degraded["events"] if event["step"] == "gpu_failed"]
-        assert f"the VM holding the GPU stopped: the VM berth-{good_id} is not running (crashed" in told, told
+        assert f"the VM holding the GPU stopped: the VM berth-{good_id} is not running (" in told, told
 
         failed = wait_for(client, bad_id, {"failed", "cancelled", "active"})
         assert failed["state"] == "failed", failed
