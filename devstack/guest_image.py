@@ -14,7 +14,7 @@ What the guest holds, and why each piece:
 - cloud-init (reads the NoCloud seed: hostname, the tenant's SSH key, user-data), with `locales` so its locale
   module can set C.UTF-8 (without it cloud-init ends in `status: error`);
 - openssh-server (the `ssh` readiness gate and the tenant's way in);
-- qemu-guest-agent (the `cloud_init` gate runs `cloud-init status --wait --long` through it);
+- qemu-guest-agent (the `cloud_init` gate runs `cloud-init status --long` through it);
 - ifupdown and isc-dhcp-client (cloud-init renders its network config for ifupdown), the cloud kernel and
   initramfs-tools (its virtio_blk is a module, so the initrd is needed).
 

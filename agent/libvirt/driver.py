@@ -428,7 +428,7 @@ class LibvirtVmDriver:
         domain = self._lookup(name)
         if domain is not None:
             if domain.isActive():
-                domain.destroy()
+                _destroy_running(domain)
             _undefine(domain)
         self._delete_volume(f"{name}.qcow2")
         self._seed_path(name).unlink(missing_ok=True)
@@ -529,6 +529,17 @@ _STOP_REASONS = {
     7: "restored from a snapshot",
     8: "stopped by libvirtd while it reconnected to it",
 }
+
+
+def _destroy_running(domain: Any) -> None:
+    """Stop a running domain; one that stopped on its own since it was looked at is as good."""
+    import libvirt
+
+    try:
+        domain.destroy()
+    except libvirt.libvirtError as error:
+        if error.get_error_code() != libvirt.VIR_ERR_OPERATION_INVALID or domain.isActive():
+            raise
 
 
 def _is_active(domain: Any) -> bool:

@@ -1,9 +1,10 @@
 """The readiness gates of a VM, each by name (seed 004: SSH, cloud-init completion, nvidia-smi):
 
     ssh         a TCP connection to the VM's address on port 22
-    cloud_init  `cloud-init status --wait --long` in the guest: 0 done; 2 done with recoverable errors (passes,
-                logged); 1 failed, with cloud-init's own words from its `detail` and `errors` (the gate fails: waiting
-                longer will not help)
+    cloud_init  `cloud-init status --long` in the guest, asked again at each probe once the last answer came:
+                `not run` or `running` waits; 0 done; 2 done with recoverable errors (passes, logged); 1 failed,
+                with cloud-init's own words from its `detail` and `errors` (the gate fails: waiting longer will not
+                help); `disabled` fails (the image would never read the seed)
     gpus        `nvidia-smi -L` in the guest, once cloud-init is done: exactly the plan's GPU count (a different
                 count fails the gate; a non-zero exit, a driver still loading, is retried until the timeout)
 
@@ -21,12 +22,22 @@ from agent.libvirt.guest import GuestAgent, GuestAgentError, poll, start
 
 log = logging.getLogger("berth.agent")
 
-CLOUD_INIT = ["cloud-init", "status", "--wait", "--long"]
+# Not `--wait`: a probe asks and gets its answer; a `--wait` started early in a slow boot was seen never to return.
+CLOUD_INIT = ["cloud-init", "status", "--long"]
 NVIDIA_SMI = ["nvidia-smi", "-L"]
 
 
 _STATUS_FIELDS = ("status", "extended_status", "boot_status_code", "last_update", "time", "detail", "errors")
 _STATUS_FIELDS += ("recoverable_errors",)
+
+
+def cloud_init_status(output: str) -> str | None:
+    """The `status:` of `cloud-init status` (`running`, `done`, `error`, ...), None when it printed none."""
+    for line in output.splitlines():
+        key, colon, rest = line.lstrip(".").partition(":")
+        if colon and key == "status":
+            return rest.strip()
+    return None
 
 
 def cloud_init_says(output: str) -> str:
@@ -148,6 +159,11 @@ class Gates:
             return outcome
         code, output = outcome
         said = cloud_init_says(output)
+        status = cloud_init_status(output)
+        if code in (0, 2) and status in ("not run", "running"):
+            return GateResult("cloud_init", GateState.PENDING, f"cloud-init is {status}")
+        if code == 0 and status == "disabled":
+            return GateResult("cloud_init", GateState.FAILED, "cloud-init is disabled in the image: no seed is read")
         if code == 0:
             return GateResult("cloud_init", GateState.PASSED, "done")
         if code == 2:

@@ -174,7 +174,7 @@ def _ready_driver(driver: LibvirtVmDriver, port: int) -> LibvirtVmDriver:
 
 def test_every_gate_passes(driver: LibvirtVmDriver, agent: RecordedGuestAgent, listener: int) -> None:
     agent.outcomes = {
-        "cloud-init status --wait --long": Recorded(exit_code=0, stdout="status: done", polls_before_exit=1),
+        "cloud-init status --long": Recorded(exit_code=0, stdout="status: done", polls_before_exit=1),
         "nvidia-smi -L": Recorded(stdout="GPU 0: NVIDIA H200 (UUID: GPU-1)\nGPU 1: NVIDIA H200 (UUID: GPU-2)\n"),
     }
     _ready_driver(driver, listener)
@@ -183,7 +183,7 @@ def test_every_gate_passes(driver: LibvirtVmDriver, agent: RecordedGuestAgent, l
     ready = driver.readiness("r-1", gpu_count=2)
     assert ready.ready, ready.detail
     assert [line for _, line in agent.started] == [
-        "cloud-init status --wait --long",
+        "cloud-init status --long",
         "nvidia-smi -L",
     ]  # started once each
 
@@ -191,7 +191,7 @@ def test_every_gate_passes(driver: LibvirtVmDriver, agent: RecordedGuestAgent, l
 def test_cloud_init_failure_fails_its_gate_with_its_message(
     driver: LibvirtVmDriver, agent: RecordedGuestAgent, listener: int
 ) -> None:
-    agent.outcomes = {"cloud-init status --wait --long": Recorded(exit_code=1, stdout=CLOUD_INIT_22_4_ERROR)}
+    agent.outcomes = {"cloud-init status --long": Recorded(exit_code=1, stdout=CLOUD_INIT_22_4_ERROR)}
     _ready_driver(driver, listener)
     report = driver.readiness("r-1", gpu_count=2)
     assert (report.failed_gate, report.failure) == ("cloud_init", f"status: error; {RUNPARTS_FAILED}")
@@ -199,7 +199,7 @@ def test_cloud_init_failure_fails_its_gate_with_its_message(
 
 def test_recoverable_cloud_init_errors_pass(driver: LibvirtVmDriver, agent: RecordedGuestAgent, listener: int) -> None:
     agent.outcomes = {
-        "cloud-init status --wait --long": Recorded(exit_code=2, stdout=CLOUD_INIT_23_4_DEGRADED_DONE),
+        "cloud-init status --long": Recorded(exit_code=2, stdout=CLOUD_INIT_23_4_DEGRADED_DONE),
         "nvidia-smi -L": Recorded(stdout="GPU 0: NVIDIA H200\nGPU 1: NVIDIA H200\n"),
     }
     _ready_driver(driver, listener)
@@ -207,7 +207,7 @@ def test_recoverable_cloud_init_errors_pass(driver: LibvirtVmDriver, agent: Reco
     assert report.ready and "cloud_init: done with recoverable errors: status: done" in report.detail
 
 
-# `cloud-init status --wait --long` as each cloud-init prints it (cloudinit/cmd/status.py at the tag): the dots while
+# `cloud-init status --long` as each cloud-init prints it (cloudinit/cmd/status.py at the tag): the dots while
 # it waits, the status, then the long fields. 22.4 (Debian 12, Berth's own guest image) lists the errors under
 # `detail:`; 23.4 on print the datasource there and list `errors:` and `recoverable_errors:` (by level), tab-indented;
 # 24.1 on put the detail on its own line's end; 24.4 on no longer end the line of dots before `status:`.
@@ -305,7 +305,7 @@ def test_a_guest_seeing_the_wrong_gpus_fails_the_gpus_gate(
     driver: LibvirtVmDriver, agent: RecordedGuestAgent, listener: int
 ) -> None:
     agent.outcomes = {
-        "cloud-init status --wait --long": Recorded(exit_code=0),
+        "cloud-init status --long": Recorded(exit_code=0),
         "nvidia-smi -L": Recorded(stdout="GPU 0: NVIDIA H200 (UUID: GPU-1)\n"),
     }
     _ready_driver(driver, listener)
@@ -376,7 +376,7 @@ def test_the_guest_of_a_ready_vm_reports_each_gpu_by_its_slot(
     guest = Path(__file__).resolve().parent.parent / "hosts" / "guest" / "clean-two-gpus"
     xid = "[ 88.2] NVRM: Xid (PCI:0000:08:00): 95, pid=7, name=python3, Uncontained: FBHUB. RST: Yes, D-RST: No\n"
     agent.outcomes = {
-        "cloud-init status --wait --long": Recorded(exit_code=0),
+        "cloud-init status --long": Recorded(exit_code=0),
         "nvidia-smi -L": Recorded(stdout="GPU 0: NVIDIA H100\nGPU 1: NVIDIA H100\n"),
         "nvidia-smi -q": Recorded(stdout=(guest / "nvidia-smi-q.txt").read_text()),
         "dmesg": Recorded(stdout=(guest / "dmesg.txt").read_text() + xid),
@@ -492,7 +492,7 @@ def test_without_passthrough_nothing_is_attached_and_the_gpus_gate_says_it_is_sk
     connection = libvirt.open(f"test://{HOST}")
     try:
         driver = LibvirtVmDriver(_settings(tmp_path, passthrough=False), HOST_CPUS, connection, agent)
-        agent.outcomes = {"cloud-init status --wait --long": Recorded(exit_code=0, stdout="status: done")}
+        agent.outcomes = {"cloud-init status --long": Recorded(exit_code=0, stdout="status: done")}
         _ready_driver(driver, listener)
         facts = parse_domain(connection.lookupByName(domain_name("r-1")).XMLDesc(0))
         assert (facts.hostdevs, facts.block_disks) == ([], [])
@@ -500,7 +500,7 @@ def test_without_passthrough_nothing_is_attached_and_the_gpus_gate_says_it_is_sk
         report = driver.readiness("r-1", gpu_count=2)
         assert report.ready and report.address == "127.0.0.1"
         assert "gpus: skipped: this host passes no GPU through (bookkeeping only)" in report.detail
-        assert [line for _, line in agent.started] == ["cloud-init status --wait --long"]  # no nvidia-smi
+        assert [line for _, line in agent.started] == ["cloud-init status --long"]  # no nvidia-smi
         assert driver.guest_signals() == {}  # a running VM without GPUs: nothing to ask its guest
     finally:
         connection.close()
@@ -514,7 +514,7 @@ def test_dhcp_addressing_leaves_the_address_to_the_network_and_waits_for_its_lea
     connection = libvirt.open(f"test://{HOST}")
     try:
         driver = LibvirtVmDriver(_settings(tmp_path, guest_addressing="dhcp"), HOST_CPUS, connection, agent)
-        agent.outcomes = {"cloud-init status --wait --long": Recorded(polls_before_exit=10**6)}
+        agent.outcomes = {"cloud-init status --long": Recorded(polls_before_exit=10**6)}
         driver.create(VmSpec(allocation_id="a-9", node="n", bundles=seed_plan()))
         iso = pycdlib.PyCdlib()
         iso.open(str(tmp_path / "seeds" / f"{domain_name('a-9')}-seed.iso"))
@@ -685,3 +685,22 @@ def test_a_dead_connection_is_reopened_and_one_that_cannot_be_is_the_runtime_una
     finally:
         if driver._connection is not second:
             driver._connection.close()
+
+
+def test_cloud_init_still_running_is_asked_again_and_a_disabled_one_fails(
+    driver: LibvirtVmDriver, agent: RecordedGuestAgent, listener: int
+) -> None:
+    """`cloud-init status --long` answers at once (no `--wait`): `running` waits and is asked again on a later probe;
+    `disabled` fails, since such an image never reads its seed."""
+    agent.outcomes = {"cloud-init status --long": Recorded(exit_code=0, stdout="status: running\ntime: now\n")}
+    _ready_driver(driver, listener)
+    report = driver.readiness("r-1", gpu_count=2)
+    assert (report.cloud_init, report.failed_gate) == (False, None)
+    assert "cloud_init: cloud-init is running" in report.detail
+    agent.outcomes = {"cloud-init status --long": Recorded(exit_code=0, stdout="status: disabled\n")}
+    report = driver.readiness("r-1", gpu_count=2)
+    assert (report.failed_gate, report.failure) == (
+        "cloud_init",
+        "cloud-init is disabled in the image: no seed is read",
+    )
+    assert [line for _, line in agent.started] == ["cloud-init status --long", "cloud-init status --long"]

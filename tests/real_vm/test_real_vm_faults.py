@@ -148,6 +148,7 @@ def test_libvirtd_restarting_under_the_agent_loses_nothing_and_leaks_nothing(
     assert [p.name for p in folder.iterdir() if "rv-restart" in p.name] == []  # a create that failed made nothing
 
     driver.create(spec)  # the same driver, reconnected: what the activity's retry does
+    time.sleep(3)  # the guest booting, libvirt's start of it long finished
     _stop_libvirtd()
     _start_libvirtd()
     import libvirt

@@ -34,7 +34,7 @@ from agent.libvirt.driver import LibvirtSettings, LibvirtVmDriver  # noqa: E402
 
 HOST = Path(__file__).resolve().parent.parent / "hosts" / "libvirt" / "host.xml"
 READY = {
-    "cloud-init status --wait --long": Recorded(exit_code=0, stdout="status: done"),
+    "cloud-init status --long": Recorded(exit_code=0, stdout="status: done"),
     "nvidia-smi -L": Recorded(stdout="GPU 0: NVIDIA H200 (UUID: GPU-1)\nGPU 1: NVIDIA H200 (UUID: GPU-2)\n"),
 }
 
@@ -130,7 +130,7 @@ async def test_cancelled_while_waiting_for_readiness_leaves_nothing(
     temporal_client, sessions, tmp_path: Path, ssh_port: int
 ) -> None:
     connection = libvirt.open(f"test://{HOST}")
-    guest = RecordedGuestAgent(outcomes={"cloud-init status --wait --long": Recorded(polls_before_exit=10**6)})
+    guest = RecordedGuestAgent(outcomes={"cloud-init status --long": Recorded(polls_before_exit=10**6)})
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path / "lab", _fleet(), agents=[]) as lab:
         agent = _libvirt_agent(lab, connection, guest, ssh_port, tmp_path)
         await lab.start_agent(agent.node, activities=agent.activities(), report=False)
