@@ -48,11 +48,11 @@ from pathlib import Path
 from typing import Any
 
 from agent.libvirt.domain import domain_name
-from agent.libvirt.driver import CatalogueImage, LibvirtSettings, LibvirtVmDriver
+from agent.libvirt.driver import LibvirtVmDriver
 from contracts.allocation import VmSpec
-from contracts.placement import Bundle
-from devstack.guest_image import GuestImage, ensure_image, missing_tools
-from tests.real_vm.conftest import IMAGES_ROOT, URI, VmNetwork, free_subnet, network_xml
+from devstack.guest_image import GuestImage, ensure_image
+from devstack.real_vms import cannot_run, guest_host_settings
+from tests.real_vm.conftest import IMAGES_ROOT, URI, VmNetwork, free_subnet, network_xml, vm_spec
 
 POLL_SECONDS = 0.5
 BOOT_TIMEOUT = 900.0  # two TCG guests on two cores reach cloud-init's end in a few minutes; a hung boot, never
@@ -69,28 +69,6 @@ PHASES = {
 
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def cannot_run() -> str | None:
-    """What this machine lacks to boot real guests, in a few words; None when nothing."""
-    if os.geteuid() != 0:
-        return "not root (libvirt's QEMU driver at qemu:///system and its bridge need root)"
-    lacking = [tool for tool in ("qemu-system-x86_64", "virsh", "ssh-keygen") if shutil.which(tool) is None]
-    lacking += missing_tools()
-    if lacking:
-        return f"{', '.join(lacking)} not installed (scripts/test-prerequisites.sh installs them)"
-    try:
-        import libvirt
-    except ImportError:
-        return "libvirt-python is not installed"
-    try:
-        libvirt.registerErrorHandler(lambda _context, _error: None, None)
-        libvirt.open(URI).close()
-    except libvirt.libvirtError as error:
-        return (
-            f"libvirtd does not answer at {URI} ({error.get_error_message()}); scripts/test-prerequisites.sh starts it"
-        )
-    return None
 
 
 # ---- the guest image ------------------------------------------------------------------------------------------------
@@ -169,19 +147,7 @@ def lab(image: GuestImage) -> Iterator[Lab]:
         key = keys / "id_ed25519"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench@berth", "-f", str(key)], check=True)
 
-        settings = LibvirtSettings(
-            uri=URI,
-            storage_pool=f"berth-bench-{suffix}",
-            images={"debian": CatalogueImage(**image.catalogue_entry())},
-            default_image="debian",
-            network=network.name,
-            seed_dir=folder,
-            disk_gib=4,
-            accelerator="tcg",
-            passthrough=False,
-            firmware="bios",
-            guest_addressing="dhcp",
-        )
+        settings = guest_host_settings(image, network.name, f"berth-bench-{suffix}", folder, accelerator="tcg")
         driver = LibvirtVmDriver(settings, {0: sorted(os.sched_getaffinity(0))}, connection=connection)
         log(f"lab: {driver.runtime()}; network {network.name} on {network.bridge} ({network.subnet}, isolated)")
         yield Lab(connection, driver, network, folder, key.with_suffix(".pub").read_text().strip(), suffix)
@@ -205,23 +171,6 @@ def remove_domains_on(connection: Any, folder: Path) -> None:
 
 
 # ---- one boot -------------------------------------------------------------------------------------------------------
-
-
-def vm_spec(allocation: str, mac: str, public_key: str, slot: int) -> VmSpec:
-    bundle = Bundle(
-        slot_id=f"benchhost/{slot}",
-        slot_index=slot,
-        gpu_pci=f"0000:{0x10 + slot:02x}:00.0",  # bookkeeping only on this host: nothing is attached
-        fabric_parent_pci=None,
-        fabric_vf_pci=None,
-        nvme_device=None,
-        numa_node=0,
-        vcpu_count=1,
-        memory_mib=640,
-        mac_address=mac,
-        private_ip=None,
-    )
-    return VmSpec(allocation_id=allocation, node="benchhost", bundles=[bundle], ssh_public_keys=[public_key])
 
 
 def boot(the_lab: Lab, spec: VmSpec, phases: dict[str, float], others: set[str]) -> None:

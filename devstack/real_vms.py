@@ -23,13 +23,16 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from devstack.guest_image import GuestImage, ImageBuildError, ensure_image, missing_tools
 from fleet.loader import load_fleet
 from fleet.node import Node
+
+if TYPE_CHECKING:
+    from agent.libvirt.driver import LibvirtSettings
 
 URI = "qemu:///system"
 IMAGES_ROOT = Path("/var/lib/libvirt/images")
@@ -95,24 +98,61 @@ def prepare(fleet_file: Path, state: Path, say: Callable[[str], None], accelerat
         raise RealVmsUnavailable(f"libvirt refused the stack's network or pool: {error}") from error
     finally:
         connection.close()
-    settings = {
-        "uri": URI,
-        "storage_pool": name,
-        "images": {"debian": image.catalogue_entry()},
-        "default_image": "debian",
-        "network": name,
-        "seed_dir": str(folder),
-        "disk_gib": 4,
-        "accelerator": accelerator or os.environ.get("BERTH_REAL_VMS_ACCELERATOR", "auto"),
-        "passthrough": False,
-        "firmware": "bios",
-        "guest_addressing": "dhcp",
-    }
+    chosen = accelerator or os.environ.get("BERTH_REAL_VMS_ACCELERATOR", "auto")
+    settings = guest_host_settings(image, name, name, folder, chosen)
     config_file = state / "real-vms" / "libvirt.yaml"
     config_file.parent.mkdir(parents=True, exist_ok=True)
-    config_file.write_text(yaml.safe_dump(settings, sort_keys=False))
+    config_file.write_text(yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False))
     say(f"real VMs: network {name} ({_subnet(nodes)}), pool {folder}, image {image.disk}")
     return RealVmHost(network=name, pool=name, folder=folder, config_file=config_file, image=image)
+
+
+def cannot_run() -> str | None:
+    """What this machine lacks to boot real guests, in a few words; None when nothing. The dev stack, the real_vm
+    tests and the benchmark ask the same question."""
+    if os.geteuid() != 0:
+        return "not root (libvirt's QEMU driver at qemu:///system and its bridge need root)"
+    lacking = [tool for tool in ("qemu-system-x86_64", "virsh", "ssh", "ssh-keygen") if shutil.which(tool) is None]
+    lacking += missing_tools()
+    if lacking:
+        return f"{', '.join(lacking)} not installed (scripts/test-prerequisites.sh installs them)"
+    if not os.path.exists("/dev/net/tun"):
+        return "/dev/net/tun is missing (a guest's NIC needs a tap device)"
+    try:
+        import libvirt
+    except ImportError:
+        return "libvirt-python is not installed: pip install -e '.[host]'"
+    libvirt.registerErrorHandler(lambda _context, _error: None, None)
+    try:
+        libvirt.open(URI).close()
+    except libvirt.libvirtError as error:
+        return (
+            f"libvirtd does not answer at {URI} ({error.get_error_message()}): scripts/test-prerequisites.sh starts "
+            "it (with virtlogd)"
+        )
+    return None
+
+
+def guest_host_settings(
+    image: GuestImage, network: str, pool: str, folder: Path, accelerator: str = "auto"
+) -> LibvirtSettings:
+    """A libvirt runtime for a host without GPUs that boots Berth's test image: GPUs bookkeeping only, the image
+    booted directly under BIOS, the address from the network's DHCP."""
+    from agent.libvirt.driver import CatalogueImage, LibvirtSettings
+
+    return LibvirtSettings(
+        uri=URI,
+        storage_pool=pool,
+        images={"debian": CatalogueImage(**image.catalogue_entry())},
+        default_image="debian",
+        network=network,
+        seed_dir=folder,
+        disk_gib=4,
+        accelerator=accelerator,
+        passthrough=False,
+        firmware="bios",
+        guest_addressing="dhcp",
+    )
 
 
 def network_xml(name: str, bridge: str, nodes: list[Node]) -> str:
@@ -147,26 +187,12 @@ def _subnet(nodes: list[Node]) -> ipaddress.IPv4Network:
 
 
 def _connect() -> Any:
-    if os.geteuid() != 0:
-        raise RealVmsUnavailable("--real-vms needs root: libvirt's QEMU driver at qemu:///system and a bridge")
-    lacking = [tool for tool in ("qemu-system-x86_64",) if shutil.which(tool) is None] + missing_tools()
-    if lacking:
-        raise RealVmsUnavailable(
-            f"--real-vms needs {', '.join(lacking)}: `bash scripts/test-prerequisites.sh` installs QEMU, libvirt, "
-            "mmdebstrap and starts libvirtd"
-        )
-    try:
-        import libvirt
-    except ImportError as error:
-        raise RealVmsUnavailable(f"--real-vms needs libvirt-python: pip install -e '.[host]' ({error})") from error
-    libvirt.registerErrorHandler(lambda _context, _error: None, None)
-    try:
-        return libvirt.open(URI)
-    except libvirt.libvirtError as error:
-        raise RealVmsUnavailable(
-            f"libvirtd does not answer at {URI} ({error.get_error_message()}): start it (`libvirtd --daemon`, "
-            "with `virtlogd --daemon`), as scripts/test-prerequisites.sh does"
-        ) from error
+    missing = cannot_run()
+    if missing is not None:
+        raise RealVmsUnavailable(f"--real-vms cannot run here: {missing}")
+    import libvirt
+
+    return libvirt.open(URI)
 
 
 def domains_on(connection: Any, folder: Path) -> list[str]:

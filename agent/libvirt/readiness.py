@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -110,7 +112,12 @@ class Gates:
     agent: GuestAgent
     ssh_port: int = 22
     skip_gpus: bool = False  # a host whose GPUs are bookkeeping only: nothing to look for inside
-    _pids: dict[tuple[str, str], int] = field(default_factory=dict)
+    # A command the guest agent still calls running after this long is given up and asked again: QEMU's agent was
+    # seen to report a `cloud-init status` as running for ever after the process had gone (its output pipes never
+    # closed), and the gate must not wait out the whole readiness timeout on one lost answer.
+    command_seconds: float = 90.0
+    clock: Callable[[], float] = time.monotonic
+    _pids: dict[tuple[str, str], tuple[int, float]] = field(default_factory=dict)  # (domain, gate) -> (pid, since)
 
     def probe(self, domain: str, address: str | None, gpu_count: int, no_address: str = "") -> list[GateResult]:
         """`no_address`: why there is no address yet, for the `ssh` gate's message."""
@@ -138,19 +145,22 @@ class Gates:
         that is slow to answer (a loaded guest, software emulation) would otherwise get a second `cloud-init status`
         at every timeout, each slowing the guest further, until none ever finishes. Only a guest agent that no longer
         knows the pid (the guest rebooted, the agent restarted) makes it start afresh."""
-        key = (domain, gate)
+        key, command = (domain, gate), " ".join(argv)
         try:
-            pid = self._pids.get(key)
-            if pid is None:
-                pid = self._pids[key] = start(self.agent, domain, argv)
+            if key not in self._pids:
+                self._pids[key] = (start(self.agent, domain, argv), self.clock())
+            pid, since = self._pids[key]
             exited = poll(self.agent, domain, pid)
         except GuestAgentError as error:
             if _forgot_pid(error):
                 self._pids.pop(key, None)
             return GateResult(gate, GateState.PENDING, f"guest agent not answering: {error}")
         if exited is None:
-            return GateResult(gate, GateState.PENDING, f"`{' '.join(argv)}` still running")
-        del self._pids[(domain, gate)]
+            if self.clock() - since >= self.command_seconds:
+                del self._pids[key]
+                return GateResult(gate, GateState.PENDING, f"`{command}` gave no answer in {self.command_seconds:g}s")
+            return GateResult(gate, GateState.PENDING, f"`{command}` still running")
+        del self._pids[key]
         return exited.exit_code, (exited.stdout + "\n" + exited.stderr).strip()
 
     def _cloud_init(self, domain: str) -> GateResult:

@@ -704,3 +704,21 @@ def test_cloud_init_still_running_is_asked_again_and_a_disabled_one_fails(
         "cloud-init is disabled in the image: no seed is read",
     )
     assert [line for _, line in agent.started] == ["cloud-init status --long", "cloud-init status --long"]
+
+
+def test_a_command_the_guest_agent_never_finishes_is_asked_again(
+    driver: LibvirtVmDriver, agent: RecordedGuestAgent, listener: int
+) -> None:
+    """QEMU's agent can report a command as running for ever after it has gone: past `command_seconds` the gate
+    gives it up, says so, and asks again, rather than wait out the readiness timeout on one lost answer."""
+    now = [0.0]
+    driver.gates.clock = lambda: now[0]
+    agent.outcomes = {"cloud-init status --long": Recorded(exit_code=0, stdout="status: done", polls_before_exit=10**6)}
+    _ready_driver(driver, listener)
+    assert "cloud-init status --long` still running" in driver.readiness("r-1", gpu_count=2).detail
+    now[0] = driver.gates.command_seconds
+    given_up = driver.readiness("r-1", gpu_count=2)
+    assert "`cloud-init status --long` gave no answer in 90s" in given_up.detail and given_up.failed_gate is None
+    agent.outcomes = {"cloud-init status --long": Recorded(exit_code=0, stdout="status: done")}
+    assert driver.readiness("r-1", gpu_count=2).cloud_init
+    assert [line for _, line in agent.started if line.startswith("cloud-init")] == ["cloud-init status --long"] * 2

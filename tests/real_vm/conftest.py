@@ -27,38 +27,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.libvirt.driver import CatalogueImage, LibvirtSettings, LibvirtVmDriver
+from agent.libvirt.driver import LibvirtVmDriver
 from contracts.allocation import VmSpec
 from contracts.placement import Bundle
-from devstack.guest_image import GuestImage, ImageBuildError, ensure_image, missing_tools
-from devstack.real_vms import remove_domains_on
+from devstack.guest_image import GuestImage, ImageBuildError, ensure_image
+from devstack.real_vms import cannot_run, guest_host_settings, remove_domains_on
 
 URI = "qemu:///system"
 IMAGES_ROOT = Path("/var/lib/libvirt/images")
-
-
-def _cannot_run() -> str | None:
-    """What this machine lacks to boot real guests, in a few words; None when nothing."""
-    if os.geteuid() != 0:
-        return "not root (libvirt's QEMU driver at qemu:///system and its bridge need root)"
-    lacking = [tool for tool in ("qemu-system-x86_64", "virsh", "ssh", "ssh-keygen") if shutil.which(tool) is None]
-    lacking += missing_tools()
-    if lacking:
-        return f"{', '.join(lacking)} not installed (scripts/test-prerequisites.sh installs them)"
-    if not os.path.exists("/dev/net/tun"):
-        return "/dev/net/tun is missing (a guest's NIC needs a tap device)"
-    try:
-        import libvirt
-    except ImportError:
-        return "libvirt-python is not installed"
-    try:
-        libvirt.registerErrorHandler(lambda _context, _error: None, None)
-        libvirt.open(URI).close()
-    except libvirt.libvirtError as error:
-        return (
-            f"libvirtd does not answer at {URI} ({error.get_error_message()}); scripts/test-prerequisites.sh starts it"
-        )
-    return None
 
 
 class Reconnecting:
@@ -83,7 +59,7 @@ class Reconnecting:
 
 @pytest.fixture(scope="session")
 def real_libvirt() -> Iterator[object]:
-    missing = _cannot_run()
+    missing = cannot_run()
     if missing is not None:
         pytest.skip(f"LOUD: real VMs cannot boot on this machine: {missing}: the real_vm tests did NOT run")
     connection = Reconnecting()
@@ -185,20 +161,8 @@ def ssh_key(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 def make_driver(guest_image, vm_network, vm_pool, **overrides) -> LibvirtVmDriver:
     pool_name, folder = vm_pool
-    settings = LibvirtSettings(
-        uri=URI,
-        storage_pool=pool_name,
-        images={"debian": CatalogueImage(**guest_image.catalogue_entry())},
-        default_image="debian",
-        network=vm_network.name,
-        seed_dir=folder,
-        disk_gib=4,
-        accelerator="tcg",
-        passthrough=False,
-        firmware="bios",
-        guest_addressing="dhcp",
-        **overrides,
-    )
+    settings = guest_host_settings(guest_image, vm_network.name, pool_name, folder, accelerator="tcg")
+    settings = settings.model_copy(update=overrides)
     return LibvirtVmDriver(settings, {0: sorted(os.sched_getaffinity(0))})  # this machine's CPUs, as NUMA node 0
 
 

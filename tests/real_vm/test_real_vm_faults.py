@@ -25,10 +25,10 @@ from agent.activities import NodeAgent
 from agent.approved import ApprovedSlots
 from agent.drivers import VmRuntimeUnavailable
 from agent.leases import LeaseStore
-from agent.libvirt.driver import CatalogueImage, LibvirtSettings, LibvirtVmDriver
+from agent.libvirt.driver import LibvirtVmDriver
 from agent.reporter import NodeReporter
 from agent.simulated import SimulatedTopology
-from devstack.real_vms import domains_on
+from devstack.real_vms import domains_on, guest_host_settings
 from fleet.loader import load_fleet
 from tests.real_vm.conftest import URI, VmNetwork, free_subnet, make_driver, network_xml, vm_spec
 from tests.workflows.lab import FAST, StoreSink, lab_fleet, running_lab
@@ -62,19 +62,7 @@ async def test_a_guest_that_gets_no_address_fails_at_the_readiness_deadline_with
     pool_name, folder = vm_pool
     async with running_lab(temporal_client, temporal_client, sessions, tmp_path / "lab", _fleet(mac), agents=[]) as lab:
         node = next(n for pool in load_fleet([lab.fleet_file]).host_pools() for n in pool.nodes)
-        settings = LibvirtSettings(
-            uri=URI,
-            storage_pool=pool_name,
-            images={"debian": CatalogueImage(**guest_image.catalogue_entry())},
-            default_image="debian",
-            network=silent_network.name,
-            seed_dir=folder,
-            disk_gib=4,
-            accelerator="tcg",
-            passthrough=False,
-            firmware="bios",
-            guest_addressing="dhcp",
-        )
+        settings = guest_host_settings(guest_image, silent_network.name, pool_name, folder, accelerator="tcg")
         vms = LibvirtVmDriver(settings, {0: sorted(os.sched_getaffinity(0))}, node=node.name)
         agent = NodeAgent(
             node.name, SimulatedTopology(node), vms, LeaseStore(tmp_path / "leases"), approved=ApprovedSlots(node.slots)
