@@ -116,15 +116,17 @@ class Gates:
     # seen to report a `cloud-init status` as running for ever after the process had gone (its output pipes never
     # closed), and the gate must not wait out the whole readiness timeout on one lost answer.
     command_seconds: float = 90.0
+    # SSH is knocked on at most this often while it is not up, and not again once it was: every connection makes
+    # the guest's sshd fork, and a probe every quarter second kept a software-emulated guest so busy that its own
+    # `cloud-init status` never finished.
+    ssh_every: float = 2.0
     clock: Callable[[], float] = time.monotonic
     _pids: dict[tuple[str, str], tuple[int, float]] = field(default_factory=dict)  # (domain, gate) -> (pid, since)
+    _ssh: dict[str, tuple[float, GateResult]] = field(default_factory=dict)  # domain -> (when, last answer)
 
     def probe(self, domain: str, address: str | None, gpu_count: int, no_address: str = "") -> list[GateResult]:
         """`no_address`: why there is no address yet, for the `ssh` gate's message."""
-        if address is None:
-            ssh = GateResult("ssh", GateState.PENDING, no_address or "the VM has no address to reach")
-        else:
-            ssh = probe_ssh(address, self.ssh_port)
+        ssh = self._ssh_gate(domain, address, no_address)
         cloud_init = self._cloud_init(domain)
         if self.skip_gpus:
             gpus = GateResult("gpus", GateState.PASSED, "skipped: this host passes no GPU through (bookkeeping only)")
@@ -134,9 +136,21 @@ class Gates:
             gpus = GateResult("gpus", GateState.PENDING, "waits for cloud-init")
         return [ssh, cloud_init, gpus]
 
+    def _ssh_gate(self, domain: str, address: str | None, no_address: str) -> GateResult:
+        if address is None:
+            return GateResult("ssh", GateState.PENDING, no_address or "the VM has no address to reach")
+        now = self.clock()
+        last = self._ssh.get(domain)
+        if last is not None and (last[1].state is GateState.PASSED or now - last[0] < self.ssh_every):
+            return last[1]
+        result = probe_ssh(address, self.ssh_port)
+        self._ssh[domain] = (now, result)
+        return result
+
     def forget(self, domain: str) -> None:
         for key in [key for key in self._pids if key[0] == domain]:
             del self._pids[key]
+        self._ssh.pop(domain, None)
 
     def _run(self, domain: str, gate: str, argv: list[str]) -> tuple[int, str] | GateResult:
         """(exit code, output) once the command exited; a PENDING result while it runs or the agent is away.

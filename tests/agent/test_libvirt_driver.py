@@ -722,3 +722,24 @@ def test_a_command_the_guest_agent_never_finishes_is_asked_again(
     agent.outcomes = {"cloud-init status --long": Recorded(exit_code=0, stdout="status: done")}
     assert driver.readiness("r-1", gpu_count=2).cloud_init
     assert [line for _, line in agent.started if line.startswith("cloud-init")] == ["cloud-init status --long"] * 2
+
+
+def test_ssh_is_knocked_on_sparingly_and_not_again_once_it_answered(
+    driver: LibvirtVmDriver, agent: RecordedGuestAgent
+) -> None:
+    """Each connection makes the guest's sshd fork: while SSH is down it is tried at most every `ssh_every`
+    seconds, and once it answered it is not tried again (a probe every quarter second starved an emulated guest)."""
+    now = [0.0]
+    driver.gates.clock = lambda: now[0]
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    port = server.getsockname()[1]  # bound, not listening: connections are refused
+    _ready_driver(driver, port)
+    assert driver.readiness("r-1", gpu_count=2).ssh is False
+    server.listen()
+    assert driver.readiness("r-1", gpu_count=2).ssh is False  # not knocked on again yet
+    now[0] = driver.gates.ssh_every
+    assert driver.readiness("r-1", gpu_count=2).ssh is True
+    server.close()
+    now[0] += 10 * driver.gates.ssh_every
+    assert driver.readiness("r-1", gpu_count=2).ssh is True  # it answered once: not asked again
