@@ -198,13 +198,14 @@ class NodeAgent:
 
     @activity.defn(name="wait_ready")
     def wait_ready(self, request: ReadinessInput) -> Readiness:
-        """Probe the gates until they pass or the window closes, heartbeating each probe; the workflow bounds the
-        total wait with its own readiness timeout and calls again."""
+        """Probe the gates until they pass, one fails for good, or the window closes, heartbeating each probe; the
+        workflow bounds the total wait with its own readiness timeout and calls again. A failure is answered at once:
+        the next probe would ask the guest afresh, and the answer that failed would be lost in a window's last look."""
         deadline = time.monotonic() + request.window_seconds
         while True:
             report = self.vms.readiness(request.allocation_id, request.gpu_count)
             activity.heartbeat(report.model_dump())
-            if report.ready or time.monotonic() >= deadline:
+            if report.ready or report.failed_gate is not None or time.monotonic() >= deadline:
                 return report
             time.sleep(request.poll_seconds)
 

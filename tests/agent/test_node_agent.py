@@ -16,7 +16,7 @@ from agent.activities import NodeAgent
 from agent.approved import ApprovedSlots
 from agent.leases import LeaseStore
 from agent.simulated import SimulatedTopology, SimulatedVmDriver
-from contracts.allocation import LeaseRef, PlanInput, ReadinessInput, TeardownInput, VmSpec
+from contracts.allocation import LeaseRef, PlanInput, Readiness, ReadinessInput, TeardownInput, VmSpec
 from contracts.placement import CapacityShape
 from fleet.node import Node, Simulation
 
@@ -120,3 +120,28 @@ def test_simulated_faults(tmp_path: Path) -> None:
     env.run(hung.create_vm, VmSpec(allocation_id="a", node="h1", bundles=plan.bundles))
     report = env.run(hung.wait_ready, ReadinessInput(allocation_id="a", node="h1", gpu_count=2, window_seconds=0.3))
     assert not report.ready and report.pending() == ["cloud_init", "gpus"]
+
+
+def test_a_gate_that_failed_for_good_is_answered_at_once_not_lost_in_the_window(tmp_path: Path) -> None:
+    """A real guest's `cloud-init status` answers once: the probe after a failure asks afresh and sees it running.
+    The failure must be what the window answers, not the look that came after it."""
+    agent, env = _agent(tmp_path, _host()), ActivityEnvironment()
+    plan = env.run(agent.plan, _plan("a"))
+    env.run(agent.create_vm, VmSpec(allocation_id="a", node="h1", bundles=plan.bundles))
+    looks = iter(
+        [
+            Readiness(ssh=True, cloud_init=False, nvidia_smi=False, detail="cloud_init: still running"),
+            Readiness(
+                ssh=True,
+                cloud_init=False,
+                nvidia_smi=False,
+                failed_gate="cloud_init",
+                failure="status: error; ('scripts-user', RuntimeError('Runparts: 1 failures'))",
+            ),
+        ]
+    )
+    after = Readiness(ssh=True, cloud_init=False, nvidia_smi=False, detail="cloud_init: asked again, still running")
+    agent.vms.readiness = lambda allocation_id, gpu_count: next(looks, after)  # type: ignore[method-assign]
+    request = ReadinessInput(allocation_id="a", node="h1", gpu_count=2, window_seconds=5, poll_seconds=0.01)
+    report = env.run(agent.wait_ready, request)
+    assert report.failed_gate == "cloud_init" and report.failure is not None and "scripts-user" in report.failure
