@@ -10,7 +10,7 @@
     guest_signals: each ready guest's GPUs; a domain that stopped (its QEMU killed, a crash, a poweroff inside) is
              a failed GPU reading for each of its slots, so the allocation's health and replacement path runs.
     destroy: destroy, undefine, delete the overlay, the seed and the console log; idempotent.
-    wipe:    each released slot's NVMe erased and GPU reset (`host/wipe.py`).
+    wipe:    each released slot's NVMe erased and GPU reset (`host/wipe.py`); nothing where nothing was passed through.
 
 The accelerator is chosen per host (`choose_accelerator`): KVM where it is usable, TCG where it is not or where the
 operator says so; `runtime()` says which, and the agent's host report carries that line. A host with no GPU to pass
@@ -474,6 +474,11 @@ class LibvirtVmDriver:
         return found
 
     def wipe(self, slots: list[Slot]) -> list[SlotWipe]:
+        """Each slot's NVMe erased and GPU reset; nothing on a host whose GPUs are bookkeeping only: its slots name
+        devices it does not have, and what no VM was given needs no scrubbing (a reset of an absent GPU would fail
+        and quarantine the slot for nothing)."""
+        if not self.settings.passthrough:
+            return [SlotWipe(index=slot.index) for slot in slots]
         return [wipe_slot(slot, self.runner) for slot in slots]
 
     # helpers ------------------------------------------------------------------------------------------------------

@@ -15,8 +15,10 @@ import pytest
 import yaml
 
 from agent.drivers import VmCreateError
+from agent.host.wipe import RecordingRunner, SlotWipe
 from agent.libvirt.guest import Recorded, RecordedGuestAgent
 from contracts.allocation import VmSpec
+from fleet.node import Slot
 from tests.libvirt_required import libvirt_module
 
 libvirt = libvirt_module()
@@ -502,6 +504,10 @@ def test_without_passthrough_nothing_is_attached_and_the_gpus_gate_says_it_is_sk
         assert "gpus: skipped: this host passes no GPU through (bookkeeping only)" in report.detail
         assert [line for _, line in agent.started] == ["cloud-init status --long"]  # no nvidia-smi
         assert driver.guest_signals() == {}  # a running VM without GPUs: nothing to ask its guest
+        driver.runner = RecordingRunner({})  # whatever the wipe would run on the host is recorded
+        slots = [Slot(index=i, gpu_pci=b.gpu_pci, nvme_device=f"/dev/nvme{i}n1") for i, b in enumerate(seed_plan())]
+        assert driver.wipe(slots) == [SlotWipe(index=0), SlotWipe(index=1)]  # nothing was given: nothing to scrub
+        assert driver.runner.log == []
     finally:
         connection.close()
 
