@@ -196,7 +196,9 @@ async def test_readiness_that_never_comes_times_out_and_moves_on(
         handle = await lab.allocate("slow-1", gpus=2, timing=timing)
         status = await lab.wait_for_state(handle, "active", timeout=90)
         assert [(a.node, a.outcome) for a in status.attempts] == [("first", "failed"), ("second", "succeeded")]
-        assert status.attempts[0].reason == "readiness_timeout: not ready after 600s: waiting for cloud_init, gpus"
+        assert status.attempts[0].reason == (
+            "readiness_timeout: not ready after 600s: waiting for cloud_init, gpus (simulated fault: cloud-init hangs)"
+        )
         assert (await lab.slot_states())["first/0"] == "available"
         assert [p.name for p in lab.vm_records()] == ["slow-1.json"]
         await allocation_client.release(temporal_client, "slow-1")
