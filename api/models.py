@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     AwareDatetime,
@@ -29,7 +28,7 @@ from pydantic import (
 from pydantic.functional_serializers import SerializerFunctionWrapHandler
 from pydantic_core import PydanticCustomError
 
-from contracts.allocation import ALLOCATION_STATES, USER_DATA_MAX_BYTES, USER_DATA_RESERVED_KEYS
+from contracts.allocation import ALLOCATION_STATES, USER_DATA_MAX_BYTES
 from contracts.placement import Bundle, CapacityShape, PciAddress, PlacementRequest
 from fleet.deadlines import DURATION_FORMS, DURATION_PATTERN, format_duration, typed_duration
 from fleet.meta import Name
@@ -107,28 +106,6 @@ def _cloud_config_shape(value: str) -> str:
             {"header": USER_DATA_HEADER},
         )
     return value
-
-
-def cloud_config_problem(text: str) -> tuple[str, str] | None:
-    """What is wrong with a cloud-config document's content, as (problem type, message), or None. It must parse as
-    a YAML mapping (the header alone is an empty one), so that the agent can merge it into the seed's own document,
-    and may not set a key that document sets (`USER_DATA_RESERVED_KEYS`, each with why). No JSON Schema can state
-    either, so each is a problem type of its own under `invalid_request` (tests/api/schemathesis_hooks.py)."""
-    try:
-        document = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError) as error:  # RecursionError: nested deeper than the parser recurses
-        problem = " ".join(str(error).split()) if isinstance(error, yaml.YAMLError) else "it is nested too deeply"
-        return "user_data_yaml", f"is not YAML: {problem}"
-    if document is None:
-        return None
-    if not isinstance(document, dict):
-        kind = "list" if isinstance(document, list) else "scalar"
-        return "user_data_not_mapping", f"is a YAML {kind}, not a mapping: a cloud-config document maps module keys"
-    reserved = [key for key in USER_DATA_RESERVED_KEYS if key in document]
-    if reserved:
-        why = "; ".join(f"{key}: {USER_DATA_RESERVED_KEYS[key]}" for key in reserved)
-        return "user_data_reserved_key", f"may not set {', '.join(reserved)}, which Berth's seed sets itself ({why})"
-    return None
 
 
 # Published as what the schema can say: a string of at most 64 KiB whose first line is the header. maxLength

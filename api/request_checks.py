@@ -27,7 +27,8 @@ from datetime import UTC, datetime
 
 from api.cel_budget import too_costly, too_long
 from api.errors import ApiError
-from api.models import AllocationCreate, cloud_config_problem
+from api.models import AllocationCreate
+from contracts.allocation import cloud_config_problem
 from contracts.placement import CapacityShape
 from scheduler.cel import REQUEST_BUDGET, SelectorCompileError, SelectorCostExceeded, admit_selector
 from scheduler.placement.tenant_scope import usable_regions

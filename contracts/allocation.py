@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.explanation import Explanation
@@ -51,6 +52,37 @@ USER_DATA_RESERVED_KEYS: dict[str, str] = {
     "users": "a users list replaces the default user, which carries the allocation's ssh_public_keys, "
     "and would lock the tenant out",
 }
+
+
+def cloud_config_problem(text: str) -> tuple[str, str] | None:
+    """What is wrong with a cloud-config document's content, as (problem type, message), or None. It must parse as
+    a YAML mapping (the header alone is an empty one), so that the agent can merge it into the seed's own document,
+    and may not set a key that document sets (`USER_DATA_RESERVED_KEYS`, each with why). No JSON Schema can state
+    either, so each is a problem type of its own under `invalid_request` (tests/api/schemathesis_hooks.py)."""
+    try:
+        document = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as error:  # RecursionError: nested deeper than the parser recurses
+        problem = " ".join(str(error).split()) if isinstance(error, yaml.YAMLError) else "it is nested too deeply"
+        return "user_data_yaml", f"is not YAML: {problem}"
+    if document is None:
+        return None
+    if not isinstance(document, dict):
+        kind = "list" if isinstance(document, list) else "scalar"
+        return "user_data_not_mapping", f"is a YAML {kind}, not a mapping: a cloud-config document maps module keys"
+    reserved = [key for key in USER_DATA_RESERVED_KEYS if key in document]
+    if reserved:
+        why = "; ".join(f"{key}: {USER_DATA_RESERVED_KEYS[key]}" for key in reserved)
+        return "user_data_reserved_key", f"may not set {', '.join(reserved)}, which Berth's seed sets itself ({why})"
+    return None
+
+
+def cloud_config(text: str) -> dict[str, object]:
+    """The tenant's cloud-config as the mapping the agent merges into the seed's own document; ValueError, with
+    `cloud_config_problem`'s message, for one the API would have refused."""
+    problem = cloud_config_problem(text)
+    if problem is not None:
+        raise ValueError(f"user-data {problem[1]}")
+    return yaml.safe_load(text) or {}
 
 
 class Model(BaseModel):

@@ -44,7 +44,7 @@ from agent.libvirt.guest import GuestAgent, LibvirtGuestAgent
 from agent.libvirt.guest_health import GuestHealthWatch
 from agent.libvirt.readiness import Gates, GateState
 from agent.libvirt.seed import GuestInterface, SeedConfig, write_seed_iso
-from contracts.allocation import Readiness, VmSpec
+from contracts.allocation import Readiness, VmSpec, cloud_config
 from fleet.node import Slot
 from scheduler.host.health import DriverSignals
 
@@ -297,7 +297,7 @@ class LibvirtVmDriver:
             mac=first.mac_address or "", address=addresses[0] if addresses else None, extra_addresses=addresses[1:]
         )
         try:
-            extra = _tenant_user_data(spec.user_data)
+            extra = cloud_config(spec.user_data) if spec.user_data else None
             return SeedConfig(
                 instance_id=spec.allocation_id,
                 hostname=name,
@@ -585,19 +585,6 @@ def _connection_lost(error: BaseException) -> bool:
         libvirt.VIR_ERR_INVALID_CONN,
         libvirt.VIR_ERR_RPC,
     )
-
-
-def _tenant_user_data(text: str | None) -> dict[str, object] | None:
-    """The tenant's `#cloud-config` document as a mapping merged into Berth's user-data (seed.py refuses keys it
-    sets itself)."""
-    if not text:
-        return None
-    document = yaml.safe_load(text)
-    if document is None:
-        return None
-    if not isinstance(document, dict):
-        raise ValueError("user-data must be a cloud-config mapping")
-    return document
 
 
 def _undefine(domain: Any) -> None:
