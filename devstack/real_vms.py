@@ -20,6 +20,7 @@ import hashlib
 import ipaddress
 import os
 import shutil
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +131,23 @@ def cannot_run() -> str | None:
             f"libvirtd does not answer at {URI} ({error.get_error_message()}): scripts/test-prerequisites.sh starts "
             "it (with virtlogd)"
         )
+    problem = virtlogd_problem()
+    if problem is not None:
+        return problem
+    return None
+
+
+def virtlogd_problem(socket_path: str = "/run/libvirt/virtlogd-sock") -> str | None:
+    """Whether virtlogd answers, which libvirtd only finds out when a guest starts (every start then fails). Its
+    socket file alone proves nothing: /run can outlive the daemon, as on a machine restored from a snapshot."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(socket_path)
+        except OSError as error:
+            return (
+                f"virtlogd does not answer at {socket_path} ({error.strerror}): every guest start would fail; "
+                "scripts/test-prerequisites.sh starts it"
+            )
     return None
 
 

@@ -29,6 +29,11 @@ have_vm_tools() {
         && [ -e /usr/lib/x86_64-linux-gnu/libvirt/connection-driver/libvirt_driver_qemu.so ]
 }
 
+virtlogd_running() {
+    local pid
+    pid=$(cat /run/virtlogd.pid 2>/dev/null) && [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = virtlogd ]
+}
+
 have_browser() {
     command -v chromium >/dev/null
 }
@@ -59,7 +64,17 @@ if have_vm_tools && [ "$(id -u)" = 0 ]; then
         chgrp kvm /dev/kvm && chmod 0660 /dev/kvm
     fi
     if ! virsh -c qemu:///system version >/dev/null 2>&1; then
-        [ -S /run/libvirt/virtlogd-sock ] || virtlogd --daemon
+        # A socket file proves nothing: /run can outlive the daemons (a machine restored from a snapshot keeps
+        # /run/libvirt/virtlogd-sock with no one listening, and every guest start then fails on it). The pid file's
+        # process, checked by name, is what says virtlogd runs.
+        if ! virtlogd_running; then
+            rm -f /run/libvirt/virtlogd-sock /run/libvirt/virtlogd-admin-sock
+            virtlogd --daemon
+            for _ in $(seq 50); do
+                [ -S /run/libvirt/virtlogd-sock ] && break
+                sleep 0.1
+            done
+        fi
         libvirtd --daemon >/dev/null 2>&1
         for _ in $(seq 50); do
             virsh -c qemu:///system version >/dev/null 2>&1 && break
