@@ -13,9 +13,9 @@ exist (404), so no one can probe which ids are taken; a viewer of a tenant who t
 
 Refusals: 401 when the caller is not known (`unauthenticated`, `invalid_token`, `token_expired`, `token_revoked`,
 and for ID tokens `token_not_yet_valid`, `wrong_issuer`, `wrong_audience`, `unsupported_algorithm`,
-`invalid_signature`, `unknown_key`); 403 when it is known but may not (`forbidden`; `node_token` for a node agent's
-token anywhere but its own node's report, `not_a_node` for a person's or a service account's token on the node
-route), as RFC 6750 tells an invalid token (401) from an insufficient one (403).
+`invalid_signature`, `unknown_key`, `email_not_verified`); 403 when it is known but may not (`forbidden`;
+`node_token` for a node agent's token anywhere but its own node's report, `not_a_node` for a person's or a service
+account's token on the node route), as RFC 6750 tells an invalid token (401) from an insufficient one (403).
 
 Node tokens are checked through `store/token_cache.py`: ten thousand agents heartbeating must not cost ten thousand
 token look-ups a minute, yet a revoked node token stops working within seconds (the cache sweeps revocations).

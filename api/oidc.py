@@ -10,9 +10,10 @@ verifies it, never with hand-written cryptography (joserfc):
                the public key are refused), with the key the token's `kid` names
     claims     `iss` is the issuer, `aud` holds the client id, `exp` is ahead and `nbf`/`iat` not ahead (with a
                minute's leeway for clock skew)
-    mapping    the username claim names the actor; the groups claim gives roles: each group named in
-               `roles` grants `viewer:<tenant>`, `member:<tenant>`, `operator` or `admin`, the highest of each wins;
-               a person in no mapped group is a viewer of nothing, who sees nothing
+    mapping    the username claim names the actor (with `email`, only an address the provider verified); the
+               groups claim gives roles: each group named in `roles` grants `viewer:<tenant>`, `member:<tenant>`,
+               `operator` or `admin`, the highest of each wins; a person in no mapped group is a viewer of nothing,
+               who sees nothing
 
 Each refusal is a 401 with a code a client can act on (`token_expired`: log in again or refresh).
 """
@@ -195,7 +196,18 @@ class OidcVerifier:
             raise OidcRefused("invalid_token", "the token names no subject (sub)")
 
     def principal(self, claims: dict[str, Any]) -> Principal:
-        """The person, with the roles their groups grant."""
+        """The person, with the roles their groups grant.
+
+        An address the provider has not verified names no one: at a provider that lets anyone sign up, Mallory could
+        register alice@example.com and act as Alice. So, as Kubernetes' OIDC authenticator does, with the username
+        claim `email` a token whose `email_verified` is there and not `true` is refused; one without it is taken
+        (many providers verify every address and never say so)."""
+        if self.settings.username_claim == "email" and claims.get("email_verified", True) is not True:
+            raise OidcRefused(
+                "email_not_verified",
+                f"the provider has not verified the address {claims.get('email')!r} (email_verified is "
+                f"{claims['email_verified']!r}): verify it at the provider, then log in again",
+            )
         name = claims.get(self.settings.username_claim)
         actor = name if isinstance(name, str) and name else str(claims["sub"])
         raw = claims.get(self.settings.groups_claim) or []

@@ -251,3 +251,21 @@ async def test_a_service_accounts_token_holds_its_role_until_it_expires_or_is_re
     async with sessions.begin() as session:
         assert await revoke_tokens(session, token_id=me["token_id"]) == [me["token_id"]]
     assert _error(await people.http.get("/v1/whoami", headers=bearer(viewer))) == (401, "token_revoked")
+
+
+async def test_an_unverified_email_never_names_the_caller(people: People) -> None:
+    """With the username claim `email` (the default), a token whose `email_verified` is false is refused, as
+    Kubernetes' OIDC authenticator refuses it: anyone may sign up at some providers with an address they do not own.
+    A token that does not say (no `email_verified`) is taken, as Kubernetes takes it."""
+    unverified = people.provider.login("eve", email="alice@example.com", email_verified=False, groups=["acme-ml"])
+    answer = await people.http.get("/v1/whoami", headers=bearer(unverified["id_token"]))
+    assert _error(answer) == (401, "email_not_verified"), answer.text
+    assert "alice@example.com" in answer.json()["error"]["message"]
+    assert answer.headers["WWW-Authenticate"] == "Bearer"
+
+    verified = people.provider.login("alice", email="alice@example.com", email_verified=True, groups=["acme-ml"])
+    me = await people.http.get("/v1/whoami", headers=bearer(verified["id_token"]))
+    assert me.status_code == 200 and me.json()["actor"] == "alice@example.com", me.text
+    unsaid = people.provider.sign(sub="bob", email="bob@example.com")
+    me = await people.http.get("/v1/whoami", headers=bearer(unsaid))
+    assert me.status_code == 200 and me.json()["actor"] == "bob@example.com", me.text
