@@ -17,6 +17,7 @@ from api import queue_view
 from api.errors import not_found
 from api.models import AllocationDetail, AllocationSummary, AttemptView, EventView
 from api.services import Services
+from api.temporal import OutcomeUnknown
 from contracts.allocation import FINAL_STATES
 from contracts.placement import Bundle
 from store import allocations as store
@@ -39,11 +40,15 @@ async def visible_allocation(session: AsyncSession, allocation_id: str, caller: 
 @asynccontextmanager
 async def requested(app: Services, row: AllocationRow, step: str, caller: Principal) -> AsyncIterator[None]:
     """Record who asks for `step` in the allocation's trail before the workflow is asked, so the trail names them
-    ahead of the steps that carry it out; a request the workflow refuses is taken back out."""
+    ahead of the steps that carry it out. A request known not to have been carried out (refused, or never sent) is
+    taken back out; one whose answer was lost (`OutcomeUnknown`) stays, since the workflow may still carry it out
+    and the trail must then say who asked."""
     async with app.sessions.begin() as session:
         key = await trail.record_request(session, row.id, row.state, step, caller.actor)
     try:
         yield
+    except OutcomeUnknown:
+        raise
     except BaseException:
         async with app.sessions.begin() as session:
             await trail.retract_request(session, row.id, key)

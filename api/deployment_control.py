@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from api.errors import not_found
-from api.temporal import ControlPlane
+from api.temporal import Call, ControlPlane
 from contracts.manifest import DEFAULT_NAMESPACE
 from workflows import deployment_client
 from workflows.deployment_messages import DeploymentStatus, DeploymentTiming, qualified_name
@@ -21,7 +21,11 @@ async def apply(
     namespace: str = DEFAULT_NAMESPACE,
 ) -> bool:
     client = await control.client()
-    async with control.call(not_found("deployment", qualified_name(name, namespace))):
+    change = Call(
+        action=f"the spec of deployment {qualified_name(name, namespace)}",
+        again="The same PUT is safe to send again: it applies the spec once.",
+    )
+    async with control.call(not_found("deployment", qualified_name(name, namespace)), change):
         return await deployment_client.apply(
             client,
             name,
@@ -41,7 +45,8 @@ async def running(control: ControlPlane, name: str, namespace: str = DEFAULT_NAM
 
 async def delete(control: ControlPlane, name: str, namespace: str = DEFAULT_NAMESPACE) -> DeploymentStatus:
     client = await control.client()
-    async with control.call(not_found("deployment", qualified_name(name, namespace))):
+    change = Call(action=f"the deletion of deployment {qualified_name(name, namespace)}")
+    async with control.call(not_found("deployment", qualified_name(name, namespace)), change):
         return await deployment_client.delete(client, name, control.timeouts.call_seconds, namespace)
 
 

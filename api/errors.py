@@ -69,7 +69,7 @@ _DESCRIPTIONS = {
     413: "The body is larger than this route's limit (`details.limit_bytes`); nothing of it was read past the limit.",
     422: "The request does not match the schema; `details` lists each field path and what is wrong with it.",
     503: "Temporal, PostgreSQL or the identity provider is unreachable, or no control worker runs; nothing was "
-    "changed. Retry later.",
+    "changed. Retry later. Except `outcome_unknown`: the action was sent and may still be carried out.",
 }
 
 

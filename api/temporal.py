@@ -73,6 +73,43 @@ class Refused(ApiError):
         self.state = state
 
 
+class Call(BaseModel):
+    """A call that changes something, as a caller is told of it when its answer is lost: what it was, and whether
+    sending it again is safe."""
+
+    model_config = ConfigDict(frozen=True)
+
+    action: str  # "the release of allocation a1"
+    again: str = "Read it to see whether it was before sending it again."
+
+
+def _idempotent(action: str, done: str) -> Call:
+    return Call(action=action, again=f"It is safe to send again: it answers 202 once the {done}.")
+
+
+class OutcomeUnknown(ApiError):
+    """503 `outcome_unknown`: the call went to Temporal but its answer did not come back in time, so the workflow may
+    still carry it out (an update waits in Temporal for the next control worker to poll, and one restarting takes
+    it then). Such a caller must not be told "nothing was changed": the allocation's trail keeps who asked, and a
+    release or cancel sent again answers 202 once it is done."""
+
+    def __init__(self, call: Call, why: str) -> None:
+        super().__init__(
+            503,
+            "outcome_unknown",
+            f"{call.action} was sent, but {why}, so whether it was carried out is unknown: it may still be, once a "
+            f"control worker answers. {call.again}",
+            headers={"Retry-After": "5"},
+        )
+
+
+class WorkflowGone(ApiError):
+    """409: the workflow the call was for has ended (or never ran); a route that can answer from the row does."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(409, "invalid_state", message)
+
+
 class ControlPlane:
     """Reaches the allocation workflows. `client` is either a connected client or a way to connect lazily (the API
     starts, and answers reads, while Temporal is still coming up)."""
@@ -130,14 +167,15 @@ class ControlPlane:
             raise unavailable("no_control_worker", NO_WORKER.format(queue=self.queues.control))
 
     @contextlib.asynccontextmanager
-    async def call(self, missing: ApiError) -> AsyncIterator[None]:
-        """Translate what Temporal says into HTTP: refused -> 409, no answer -> 503 naming whether Temporal itself or
-        the control worker is missing, no such workflow -> `missing`."""
+    async def call(self, missing: ApiError, change: Call | None = None) -> AsyncIterator[None]:
+        """Translate what Temporal says into HTTP: refused -> 409, no such workflow -> `missing`, and no answer in
+        time -> 503 naming whether Temporal itself or the control worker is missing. For a `change` that answer is
+        `outcome_unknown`: the call may still be carried out; a read that got no answer changed nothing."""
         try:
             async with asyncio.timeout(self.timeouts.call_seconds):
                 yield
         except (WorkerUnavailable, TimeoutError, RPCTimeoutOrCancelledError) as error:
-            raise await self._no_answer() from error
+            raise await self._no_answer(change) from error
         except Rejected as error:
             raise Refused(str(error), error.state) from error
         except WorkflowAlreadyStartedError as error:
@@ -145,16 +183,20 @@ class ControlPlane:
         except RPCError as error:
             if error.status == RPCStatusCode.NOT_FOUND:
                 raise missing from error
+            if change is not None and error.status in _ANSWER_LOST:
+                raise OutcomeUnknown(change, f"Temporal's answer was lost ({error.message})") from error
             raise unavailable("temporal_unavailable", f"Temporal did not accept the call: {error.message}") from error
 
-    async def _no_answer(self) -> ApiError:
-        """Nothing came back in time: Temporal is down (its client retries quietly until our deadline), or it is up
-        and no control worker took the task."""
+    async def _no_answer(self, change: Call | None) -> ApiError:
+        """Nothing came back in time: Temporal is down (its client retries quietly until our deadline, so a call may
+        or may not have reached it), or it is up and no control worker took the task (an update waits there for
+        one). Either way a change may yet be carried out."""
         if not await self.reachable():
-            return unavailable("temporal_unavailable", "Temporal is unreachable; nothing was changed. Retry later.")
-        return unavailable(
-            "no_control_worker", f"no Berth control worker answered within {self.timeouts.call_seconds:g}s"
-        )
+            if change is None:
+                return unavailable("temporal_unavailable", "Temporal is unreachable; nothing was changed. Retry later.")
+            return OutcomeUnknown(change, "Temporal stopped answering")
+        waited = f"no Berth control worker answered within {self.timeouts.call_seconds:g}s"
+        return unavailable("no_control_worker", waited) if change is None else OutcomeUnknown(change, waited)
 
     async def start(self, input: AllocationInput, fingerprint: str | None = None) -> StartResult:
         """Start the allocation's workflow, exactly once per id.
@@ -204,27 +246,35 @@ class ControlPlane:
 
     async def restart(self, input: AllocationInput) -> None:
         client = await self.client()
-        async with self.call(_gone(input.allocation_id)):
+        async with self.call(
+            _gone(input.allocation_id), Call(action=f"the restart of allocation {input.allocation_id}")
+        ):
             await allocation_client.restart_failed(client, input)
 
     async def cancel(self, allocation_id: str) -> None:
         client = await self.client()
-        async with self.call(_gone(allocation_id)):
+        async with self.call(
+            _gone(allocation_id),
+            _idempotent(f"the cancellation of allocation {allocation_id}", "allocation is cancelled"),
+        ):
             await allocation_client.cancel(client, allocation_id)
 
     async def retry(self, allocation_id: str, exclude_nodes: list[str]) -> RetryAccepted:
         client = await self.client()
-        async with self.call(_gone(allocation_id)):
+        async with self.call(_gone(allocation_id), Call(action=f"the retry of allocation {allocation_id}")):
             return await allocation_client.retry(client, allocation_id, exclude_nodes, self.timeouts.call_seconds)
 
     async def release(self, allocation_id: str) -> AllocationStatus:
         client = await self.client()
-        async with self.call(_gone(allocation_id)):
+        async with self.call(
+            _gone(allocation_id),
+            _idempotent(f"the release of allocation {allocation_id}", "allocation is releasing or released"),
+        ):
             return await allocation_client.release(client, allocation_id, self.timeouts.call_seconds)
 
     async def extend(self, allocation_id: str, request: ExtendRequest) -> AllocationStatus:
         client = await self.client()
-        async with self.call(_gone(allocation_id)):
+        async with self.call(_gone(allocation_id), Call(action=f"the extension of allocation {allocation_id}")):
             return await allocation_client.extend(client, allocation_id, request, self.timeouts.call_seconds)
 
     async def tell_gpu_failure(self, allocation_id: str, notice: HealthNotice) -> None:
@@ -252,5 +302,5 @@ class ControlPlane:
             return False
 
 
-def _gone(allocation_id: str) -> ApiError:
-    return conflict(f"the workflow of allocation {allocation_id} no longer exists")
+def _gone(allocation_id: str) -> WorkflowGone:
+    return WorkflowGone(f"the workflow of allocation {allocation_id} no longer exists")

@@ -55,7 +55,7 @@ from api.models import (
 from api.queue_wait import queue_wait, within_nominal
 from api.request_checks import check_request
 from api.services import Services, services
-from api.temporal import Refused
+from api.temporal import Refused, WorkflowGone
 from config import tracing
 from contracts.allocation import FINAL_STATES, HOLDING_STATES, PLACING_STATES
 from fleet.meta import Name
@@ -64,6 +64,7 @@ from store import allocations as store
 from store import reservations
 from store.db import AsyncSession
 from store.decisions import lock_region
+from store.models import AllocationRow
 from store.outage import is_database_outage
 from workflows.allocation_client import workflow_id
 from workflows.allocation_messages import AllocationInput, ExtendRequest, QueueWait
@@ -279,10 +280,13 @@ def _position(created_at: datetime, allocation_id: str) -> str:
 )
 async def cancel_allocation(allocation_id: IdPath, caller: Member, app: App) -> AllocationAccepted:
     """Cancel an allocation waiting in a queue, being placed or active: its workflow undoes everything and ends
-    `cancelled`."""
+    `cancelled`. One already cancelled answers 202 as well, so a cancel sent again after a lost answer (503
+    `outcome_unknown`) is told it is done rather than refused."""
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
     require_act(caller, row.tenant)
+    if row.state in CANCEL_DONE:
+        return AllocationAccepted(id=row.id, state=row.state, workflow_id=row.workflow_id)
     if row.state not in (*PLACING_STATES, "queued", *HOLDING_STATES):
         raise conflict(
             f"allocation {allocation_id} is {row.state}; only one queued, being placed or active can be cancelled"
@@ -291,8 +295,11 @@ async def cancel_allocation(allocation_id: IdPath, caller: Member, app: App) -> 
     # The row trails the workflow by a step (its trail rides with the next control step), so answer with the state
     # the workflow itself reports, as a read does.
     live = await app.control.live_status(allocation_id)
-    async with allocation_view.requested(app, row, "cancel_requested", caller):
-        await app.control.cancel(allocation_id)
+    try:
+        async with allocation_view.requested(app, row, "cancel_requested", caller):
+            await app.control.cancel(allocation_id)
+    except (Refused, WorkflowGone):  # its workflow has ended: cancelled by an earlier request, or otherwise
+        return await _already(app, row, CANCEL_DONE)
     return AllocationAccepted(id=row.id, state=live.state if live else row.state, workflow_id=row.workflow_id)
 
 
@@ -353,10 +360,14 @@ async def retry_allocation(
     responses=error_responses(401, 404, 409, 422, 503),
 )
 async def release_allocation(allocation_id: IdPath, caller: Member, app: App) -> AllocationAccepted:
-    """Release an active allocation: its VM is destroyed, its GPUs wiped and returned; it ends `released`."""
+    """Release an active allocation: its VM is destroyed, its GPUs wiped and returned; it ends `released`. As a
+    DELETE should be, it is idempotent: one already releasing or released answers 202 with that state, so a release
+    sent again after a lost answer (503 `outcome_unknown`) is told it is done rather than refused."""
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
     require_act(caller, row.tenant)
+    if row.state in RELEASE_DONE:
+        return AllocationAccepted(id=row.id, state=row.state, workflow_id=row.workflow_id)
     if row.state in FINAL_STATES:  # its workflow has ended and takes no update: the row is the answer
         raise _not_releasable(allocation_id, row.state)
     await app.control.require_worker()
@@ -364,10 +375,30 @@ async def release_allocation(allocation_id: IdPath, caller: Member, app: App) ->
         async with allocation_view.requested(app, row, "release_requested", caller):
             status = await app.control.release(allocation_id)  # the workflow's validator decides
     except Refused as refused:
+        if refused.state in RELEASE_DONE:
+            return AllocationAccepted(id=row.id, state=refused.state, workflow_id=row.workflow_id)
         if refused.state is None:
             raise
         raise _not_releasable(allocation_id, refused.state) from refused
+    except WorkflowGone:  # it ended between the read above and the call
+        return await _already(app, row, RELEASE_DONE)
     return AllocationAccepted(id=row.id, state=status.state, workflow_id=row.workflow_id)
+
+
+# The states in which a release, or a cancel, has already been carried out: asked again, each answers 202.
+RELEASE_DONE = ("releasing", "released")
+CANCEL_DONE = ("cancelled",)
+
+
+async def _already(app: Services, row: AllocationRow, done: tuple[str, ...]) -> AllocationAccepted:
+    """The answer to an action whose workflow had ended when asked: 202 when the row, read again, shows the action
+    done (an earlier request carried it out), else 409 naming the state it ended in."""
+    async with app.sessions() as session:
+        now = await store.load_allocation(session, row.id)
+    state = now.state if now is not None else row.state
+    if state in done:
+        return AllocationAccepted(id=row.id, state=state, workflow_id=row.workflow_id)
+    raise conflict(f"allocation {row.id} is {state}; its workflow has ended")
 
 
 @router.post(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from contracts.allocation import PLACING_STATES
 from tests.api.stack import Stack
 
 
@@ -21,7 +22,8 @@ async def test_create_becomes_active_and_release_returns_the_gpus(stack: Stack) 
     )
     assert response.status_code == 202, response.text
     accepted = response.json()
-    assert accepted["state"] == "pending"
+    # Its row's state: `pending`, or a step further where the workflow's first write beat the API's.
+    assert accepted["state"] in PLACING_STATES
     assert accepted["workflow_id"] == f"allocation/{accepted['id']}"
 
     allocation = await stack.wait_for(accepted["id"], "active")
@@ -56,10 +58,10 @@ async def test_create_becomes_active_and_release_returns_the_gpus(stack: Stack) 
     assert [e["step"] for e in final["events"]][-2:] == ["release", "released"]
     assert await stack.lab.active_claims() == {}
 
+    # A release sent again (its first answer lost, say) is told it is done; the trail records nothing more.
     again = await stack.http.delete(f"/v1/allocations/{accepted['id']}", headers=stack.acme)
-    assert again.status_code == 409
-    assert again.json()["error"]["code"] == "invalid_state"
-    assert "released" in again.json()["error"]["message"]
+    assert (again.status_code, again.json()["state"]) == (202, "released"), again.text
+    assert [e["step"] for e in (await stack.get(accepted["id"]))["events"]][-2:] == ["release", "released"]
 
 
 async def test_an_allocation_with_an_end_shows_it_and_is_extended_within_the_api(stack: Stack) -> None:

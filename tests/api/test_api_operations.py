@@ -9,7 +9,7 @@ from temporalio.client import Client
 from api.temporal import TemporalTimeouts
 from contracts.task_queues import Queues
 from store.models import AllocationRow
-from tests.api.stack import Stack, app_for, http_client
+from tests.api.stack import Stack, app_for, control_worker_seen, http_client
 
 
 async def test_cancel_while_placing_gives_everything_back(stack: Stack) -> None:
@@ -23,8 +23,11 @@ async def test_cancel_while_placing_gives_everything_back(stack: Stack) -> None:
     assert await stack.lab.active_claims() == {}
     assert stack.lab.vm_records() == []
 
+    # A cancel sent again (its first answer lost, say) is told it is done, not refused; nothing more is recorded.
     twice = await stack.http.post(f"/v1/allocations/{allocation_id}/cancel", headers=stack.acme)
-    assert twice.status_code == 409 and "cancelled" in twice.json()["error"]["message"]
+    assert (twice.status_code, twice.json()["state"]) == (202, "cancelled"), twice.text
+    again = await stack.get(allocation_id)
+    assert [e["step"] for e in again["events"]].count("cancel_requested") == 1
     retry = await stack.http.post(f"/v1/allocations/{allocation_id}/retry", headers=stack.admin)
     assert retry.status_code == 409
 
@@ -105,19 +108,43 @@ async def test_no_control_worker_is_503_and_changes_nothing(stack: Stack, tempor
     assert (await stack.get(allocation_id))["state"] == "active"
 
 
-async def test_a_worker_that_stopped_answering_is_503_not_a_hang(stack: Stack) -> None:
+async def test_a_release_whose_answer_is_lost_keeps_who_asked_and_is_done_when_sent_again(stack: Stack) -> None:
+    """The control worker stops; the server still lists it as a recent poller, so the release is sent and waits in
+    Temporal for a worker. The caller is not told "nothing was changed" (a worker coming back takes it), the trail
+    keeps who asked, and the release sent again answers 202 however the first one ended."""
     allocation_id = await stack.create(2)
     await stack.wait_for(allocation_id, "active")
     control, task = stack.lab.control
     await control.shutdown()
     await task
     stack.lab.control = None
-    # The server still lists the worker as a recent poller; the release update then finds no one to take it.
-    response = await stack.http.delete(f"/v1/allocations/{allocation_id}", headers=stack.acme)
-    assert response.status_code == 503
-    assert response.json()["error"]["code"] == "no_control_worker"
+
+    lost = await stack.http.delete(f"/v1/allocations/{allocation_id}", headers=stack.acme)
+    assert lost.status_code == 503, lost.text
+    assert lost.headers["retry-after"] == "5"
+    error = lost.json()["error"]
+    assert error["code"] == "outcome_unknown"
+    assert error["message"].startswith(
+        f"the release of allocation {allocation_id} was sent, but no Berth control worker answered within 3s, so "
+        "whether it was carried out is unknown"
+    )
+    assert "safe to send again" in error["message"]
     read = await stack.get(allocation_id)
     assert (read["state"], read["live"]) == ("active", False)  # served from PostgreSQL alone
+    [asked] = [e for e in read["events"] if e["step"] == "release_requested"]
+    assert asked["actor"] == read["requested_by"]
+
+    stack.lab.start_control()
+    await control_worker_seen(stack.http._transport.app)  # type: ignore[attr-defined]
+    again = await stack.http.delete(f"/v1/allocations/{allocation_id}", headers=stack.acme)
+    assert again.status_code == 202, again.text
+    released = await stack.wait_for(allocation_id, "released")
+    asked = [e for e in released["events"] if e["step"] == "release_requested"]
+    assert asked and {e["actor"] for e in asked} == {read["requested_by"]}
+    assert await stack.lab.active_claims() == {}
+
+    once_more = await stack.http.delete(f"/v1/allocations/{allocation_id}", headers=stack.acme)
+    assert (once_more.status_code, once_more.json()["state"]) == (202, "released"), once_more.text
 
 
 async def test_temporal_unreachable_is_503_and_leaves_no_row(stack: Stack) -> None:
