@@ -45,6 +45,13 @@ from store.tokens import RANK, PersonRole, Principal
 ASYMMETRIC = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 
 
+# What reading a token that anyone may have written can raise: joserfc's own refusals; ValueError for base64 that is
+# not (binascii.Error), bytes that are not UTF-8 (UnicodeDecodeError), JSON that is not, or a date past year 9999;
+# RecursionError for JSON nested deeper than the interpreter's stack; OverflowError for a number no date or float
+# holds (a signed `exp` of 10**20); TypeError for a claim of a type no check expected.
+UNREADABLE = (JoseError, ValueError, TypeError, RecursionError, OverflowError)
+
+
 def _kids(keys: KeySet) -> set[str]:
     return {key.kid for key in keys.keys if key.kid}
 
@@ -141,12 +148,20 @@ class OidcVerifier:
             return self._keys
 
     async def verify(self, token: str) -> Principal:
-        """The person an ID token stands for; `OidcRefused` with the failed check's code otherwise."""
+        """The person an ID token stands for; `OidcRefused` with the failed check's code otherwise.
+
+        Anyone can send any bytes as a token, so whatever reading them raises is the sender's mistake, a 401
+        `invalid_token`, never a 500 (see `UNREADABLE`). The provider's own answers are read under their own
+        guard, in `_get` and `_key_set`, and a provider that cannot be read stays `OidcUnavailable`."""
         try:
-            compact = jws.extract_compact(token.encode())
-            header, unverified = compact.protected, json.loads(compact.payload)
-        except (JoseError, ValueError, UnicodeError) as error:
-            raise OidcRefused("invalid_token", f"the bearer is not a JWT: {error}") from error
+            return await self._verify(token)
+        except UNREADABLE as error:
+            reason = getattr(error, "description", None) or str(error) or type(error).__name__
+            raise OidcRefused("invalid_token", f"the token cannot be read: {reason}") from error
+
+    async def _verify(self, token: str) -> Principal:
+        compact = jws.extract_compact(token.encode())
+        header, unverified = compact.protected, json.loads(compact.payload)
         if not isinstance(unverified, dict):
             raise OidcRefused("invalid_token", "the token's payload is not a JSON object")
         issuer = unverified.get("iss")

@@ -269,3 +269,30 @@ async def test_an_unverified_email_never_names_the_caller(people: People) -> Non
     unsaid = people.provider.sign(sub="bob", email="bob@example.com")
     me = await people.http.get("/v1/whoami", headers=bearer(unsaid))
     assert me.status_code == 200 and me.json()["actor"] == "bob@example.com", me.text
+
+
+async def test_a_malformed_token_is_a_401_never_a_500(people: People) -> None:
+    """Whatever a bearer holds, reading it ends in a 401 `invalid_token`: a payload nested too deep to parse, a
+    provider-signed `exp` past any date, bytes that are not base64 or not UTF-8."""
+    kid = httpx.get(people.provider.discovery()["jwks_uri"]).json()["keys"][0]["kid"]
+    header = {"alg": "RS256", "kid": kid}
+
+    def raw(head: bytes, payload: bytes) -> str:
+        return ".".join(base64.urlsafe_b64encode(part).rstrip(b"=").decode() for part in (head, payload, b"sig"))
+
+    cases = {
+        "a payload nested 5,000 deep": raw(json.dumps(header).encode(), b"[" * 5000 + b"]" * 5000),
+        "a claim nested 5,000 deep": raw(
+            json.dumps(header).encode(),
+            b'{"iss": "' + people.provider.issuer.encode() + b'", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        ),
+        "an exp of 10**20": people.provider.sign(sub="mallory", exp=10**20),
+        "a payload that is not UTF-8": raw(json.dumps(header).encode(), b'{"iss": "\xff"}'),
+        "a payload that is not base64": raw(json.dumps(header).encode(), b"{}").replace(".e30.", ".!!!.", 1),
+        "a header that is a list": raw(b"[1, 2]", b"{}"),
+    }
+    for case, token in cases.items():
+        answer = await people.http.get("/v1/whoami", headers=bearer(token))
+        assert _error(answer) == (401, "invalid_token"), (case, answer.text)
+        assert answer.json()["error"]["message"].startswith("the token cannot be read: "), (case, answer.text)
+        assert answer.headers["WWW-Authenticate"] == "Bearer"
