@@ -74,3 +74,29 @@ class BorrowWithinCohort(StrEnum):
 
     NEVER = "Never"
     LOWER_PRIORITY = "LowerPriority"
+
+
+class FairSharingStrategy(StrEnum):
+    """Kueue's fair-sharing preemption strategies (its `fairSharing.preemptionStrategies`), which a tree's root lists
+    in the order they are tried: a victim of another tenant is taken under the first that allows it."""
+
+    # the preemptor's share with its request admitted is at most the victim tenant's share once the victim is gone
+    LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
+    # the preemptor's share with its request admitted is below the victim tenant's share as it is now
+    LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
+
+
+# Kueue's default when a configuration names none.
+DEFAULT_FAIR_SHARING_STRATEGIES = (
+    FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
+    FairSharingStrategy.LESS_THAN_INITIAL_SHARE,
+)
+
+
+class CohortQuotaMode(StrEnum):
+    """What a Cohort's own quota means for the tenants under it."""
+
+    # Kueue's Cohort: its quota adds to what its members' quotas give the subtree
+    ADDITIVE = "Additive"
+    # KAI-Scheduler's department: its quota caps what its members together may use (their quotas lie within it)
+    DEPARTMENT = "Department"

@@ -14,8 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from contracts.placement import SlotId
 from fleet.vocabulary import (
+    DEFAULT_FAIR_SHARING_STRATEGIES,
     BorrowWithinCohort,
+    CohortQuotaMode,
     FabricClaimMode,
+    FairSharingStrategy,
     NodeStatus,
     PoolShape,
     QueueingStrategy,
@@ -142,6 +145,9 @@ class CohortView:
     usage_half_life: float | None = (
         None  # seconds; set: its tree orders by decayed usage (scheduler/quota/usage_decay.py)
     )
+    # On a fair-sharing root: the strategies its preemptions try, in order (Kueue's `preemptionStrategies`).
+    preemption_strategies: tuple[FairSharingStrategy, ...] = DEFAULT_FAIR_SHARING_STRATEGIES
+    quota_mode: CohortQuotaMode = CohortQuotaMode.ADDITIVE  # Department: its quota caps its subtree (KAI)
 
 
 @dataclass(frozen=True, slots=True)
