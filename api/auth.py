@@ -63,7 +63,8 @@ async def verified(token: str | None, app: Services) -> Principal:
         except OidcRefused as refused:
             raise ApiError(401, refused.code, refused.message, headers=CHALLENGE) from refused
         except OidcUnavailable as error:
-            raise ApiError(503, "identity_provider_unavailable", str(error)) from error
+            retry = {"Retry-After": str(error.retry_after)}  # when the verifier will ask the provider again
+            raise ApiError(503, "identity_provider_unavailable", str(error), headers=retry) from error
     raise ApiError(401, "invalid_token", "the bearer is neither a Berth token nor an ID token (JWT)", headers=CHALLENGE)
 
 

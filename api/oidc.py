@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -81,7 +82,12 @@ class OidcRefused(Exception):
 
 
 class OidcUnavailable(Exception):
-    """The provider's discovery document or keys could not be read (a 503: the token may well be good)."""
+    """The provider's discovery document or keys could not be read (a 503: the token may well be good);
+    `retry_after` is how many seconds until the verifier asks the provider again, the 503's `Retry-After`."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class OidcVerifier:
@@ -99,9 +105,26 @@ class OidcVerifier:
         self._discovery: dict[str, Any] | None = None
         self._keys: KeySet | None = None
         self._fetched_at = float("-inf")
+        self._failed_at = float("-inf")
+        self._failure = ""
         self._lock = asyncio.Lock()
 
+    def _unavailable(self, message: str) -> OidcUnavailable:
+        """The provider could not be read: remembered, so that `_get` answers from this failure, without asking,
+        until `jwks_refresh_seconds` have passed. Each request would otherwise wait out its own timeout, one after
+        another behind the key lock, and a provider that is struggling would get every request's retry."""
+        self._failed_at = self._clock()
+        self._failure = message
+        return OidcUnavailable(message, self._retry_after())
+
+    def _retry_after(self) -> int:
+        """Whole seconds until the provider is asked again (at least 1, as a `Retry-After` of 0 invites a loop)."""
+        left = self.settings.jwks_refresh_seconds - (self._clock() - self._failed_at)
+        return max(1, math.ceil(left))
+
     async def _get(self, url: str) -> dict[str, Any]:
+        if self._clock() - self._failed_at < self.settings.jwks_refresh_seconds:
+            raise OidcUnavailable(self._failure, self._retry_after())
         try:
             if self._client is not None:
                 answer = await self._client.get(url)
@@ -111,9 +134,9 @@ class OidcVerifier:
             answer.raise_for_status()
             document = answer.json()
         except (httpx.HTTPError, ValueError) as error:
-            raise OidcUnavailable(f"the OIDC provider did not answer {url}: {error}") from error
+            raise self._unavailable(f"the OIDC provider did not answer {url}: {error}") from error
         if not isinstance(document, dict):
-            raise OidcUnavailable(f"the OIDC provider's {url} is not a JSON object")
+            raise self._unavailable(f"the OIDC provider's {url} is not a JSON object")
         return document
 
     async def discovery(self) -> dict[str, Any]:
@@ -122,12 +145,12 @@ class OidcVerifier:
             url = self.settings.issuer.rstrip("/") + "/.well-known/openid-configuration"
             document = await self._get(url)
             if document.get("issuer") != self.settings.issuer:
-                raise OidcUnavailable(
+                raise self._unavailable(
                     f"the discovery document at {url} names issuer {document.get('issuer')!r}, not "
                     f"{self.settings.issuer!r}: configure the issuer exactly as the provider names itself"
                 )
             if not isinstance(document.get("jwks_uri"), str):
-                raise OidcUnavailable(f"the discovery document at {url} has no jwks_uri")
+                raise self._unavailable(f"the discovery document at {url} has no jwks_uri")
             self._discovery = document
         return self._discovery
 
@@ -143,7 +166,7 @@ class OidcVerifier:
                 try:
                     self._keys = KeySet.import_key_set(document)  # type: ignore[arg-type]
                 except (JoseError, ValueError, TypeError, KeyError) as error:
-                    raise OidcUnavailable(f"the provider's keys cannot be read: {error}") from error
+                    raise self._unavailable(f"the provider's keys cannot be read: {error}") from error
                 self._fetched_at = self._clock()
             return self._keys
 

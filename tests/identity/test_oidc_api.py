@@ -225,6 +225,17 @@ async def test_an_unreachable_provider_is_a_503_that_names_it(people: People) ->
     answer = await people.http.get("/v1/whoami", headers=bearer(forged))
     assert _error(answer) == (503, "identity_provider_unavailable"), answer.text
     assert unreachable in answer.json()["error"]["message"]
+    # When to try again: the verifier asks the provider again no sooner than `jwks_refresh_seconds` (10 s).
+    assert answer.headers["Retry-After"] == "10"
+    again = await people.http.get("/v1/whoami", headers=bearer(forged))
+    assert _error(again) == (503, "identity_provider_unavailable"), again.text
+    assert again.json()["error"]["message"] == answer.json()["error"]["message"]
+    assert 1 <= int(again.headers["Retry-After"]) <= 10
+    people.app.state.services.oidc = OidcVerifier(
+        OidcSettings(issuer=unreachable, client_id=CLIENT_ID, jwks_refresh_seconds=30)
+    )
+    answer = await people.http.get("/v1/whoami", headers=bearer(forged))
+    assert _error(answer) == (503, "identity_provider_unavailable") and answer.headers["Retry-After"] == "30"
     assert (await people.http.get("/v1/whoami", headers=people.acme)).status_code == 200  # Berth tokens still work
 
 
