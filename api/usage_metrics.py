@@ -1,7 +1,9 @@
 """`berth_gpu_seconds_total{tenant, product, region}`: GPU-seconds allocations held, from the usage ledger at scrape
-time (store/usage.py: closed intervals' totals plus the open ones so far). Nothing is kept in memory, so the counter
-survives a restart of every part, reads the same from every API replica, and only grows: the ledger's totals are
-added to at each interval's close, never taken from."""
+time (store/usage.py `gpu_seconds_totals`: closed intervals' totals plus the open ones so far). Nothing is kept in
+memory, so the counter survives a restart of every part and reads the same from every API process, whether
+Prometheus scrapes each as its own target or one behind a load balancer. It only grows: the ledger's totals are
+added to at each interval's close, never taken from, and an open interval is counted only up to the start of the
+oldest transaction still in progress (`counted_until`), where a release still to commit can end it, never past."""
 
 from __future__ import annotations
 

@@ -250,18 +250,59 @@ async def fleet_gpus(session: AsyncSession, regions: Sequence[str] | None = None
 
 
 async def gpu_seconds_totals(session: AsyncSession) -> list[tuple[str, str, str, float]]:
-    """(tenant, product, region, GPU-seconds ever) of allocations: closed intervals' totals plus the open ones so far.
-    From the database alone, so the counter survives a restart of every part and never goes back."""
+    """(tenant, product, region, GPU-seconds ever) of allocations: closed intervals' totals plus the open ones up to
+    `counted_until`. From the database alone, so the counter survives a restart of every part, reads the same from
+    every API process, and never goes back: an open interval is counted no further than any close still to come
+    can end it, so its close adds at least what it had already counted. Call it in a READ COMMITTED transaction
+    (the default): the ledger is read by a statement of its own, after the bound."""
+    until = await counted_until(session)
     sql = """
         SELECT tenant, gpu_product, region, sum(seconds) FROM (
             SELECT tenant, gpu_product, region, gpu_seconds AS seconds FROM usage_totals WHERE kind = 'allocation'
             UNION ALL
             SELECT tenant, coalesce(gpu_product, ''), coalesce(region, ''),
-                   gpus * greatest(0, extract(epoch FROM clock_timestamp() - started_at))
+                   gpus * greatest(0, extract(epoch FROM CAST(:until AS timestamptz) - started_at))
               FROM usage_intervals WHERE ended_at IS NULL AND kind = 'allocation'
         ) AS t GROUP BY tenant, gpu_product, region ORDER BY 1, 2, 3
     """
-    return [(t, p, r, float(s)) for t, p, r, s in await session.execute(text(sql))]
+    return [(t, p, r, float(s)) for t, p, r, s in await session.execute(text(sql), {"until": until})]
+
+
+# The start of the oldest transaction still in progress in this database, other than the caller's (autovacuum runs
+# no triggers). A statement shows as active a moment before its transaction's start is published: its start is the
+# statement's, `query_start`, then.
+_OLDEST_IN_PROGRESS = """
+SELECT min(coalesce(xact_start, CASE WHEN state = 'active' THEN query_start END)) FROM pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type <> 'autovacuum worker'
+"""
+
+
+async def counted_until(session: AsyncSession) -> datetime:
+    """How far open intervals may be counted without a later close undercutting them: the database's clock, or the
+    start of the oldest transaction still in progress if earlier.
+
+    A close ends an interval at its transaction's start (`released_at = now()`) but shows only at its commit. Were a
+    scrape between the two to count the still open interval up to its own clock, the scrape after the commit would
+    read less, and Prometheus takes any decrease for a counter reset (increase() and rate() add the whole value
+    again). Every transaction that can still commit a close is either in progress now, so the bound is at most its
+    start, or begins after the clock is read, so it ends intervals after the bound. Bounds only grow, so scrapes
+    from any number of API processes read one series that never goes down. A long transaction holds the open part
+    back (never down) until it ends; the counter then catches up.
+
+    Three statements, in this order: the clock (and a fresh view of pg_stat_activity, which PostgreSQL otherwise
+    keeps for the whole transaction); the transactions in progress, a round trip later, so that one begun before the
+    clock shows by then; and, by the caller, the ledger, whose snapshot then holds every close committed by a
+    transaction the bound did not see. The API's role must see the other parts' sessions (deploy/ gives every part
+    one role; or grant it pg_read_all_stats), with `track_activities` on, PostgreSQL's default."""
+    clock, isolation = (
+        await session.execute(
+            text("SELECT clock_timestamp(), current_setting('transaction_isolation') FROM pg_stat_clear_snapshot()")
+        )
+    ).one()
+    if isolation != "read committed":  # one snapshot for the whole transaction: the ledger's would predate the bound
+        raise RuntimeError(f"the usage counter must be read under READ COMMITTED, not {isolation.upper()}")
+    oldest: datetime | None = (await session.execute(text(_OLDEST_IN_PROGRESS))).scalar_one()
+    return clock if oldest is None else min(clock, oldest)
 
 
 # -- decayed usage ------------------------------------------------------------------------------------------------
@@ -604,6 +645,7 @@ __all__ = [
     "Drift",
     "UsageQuery",
     "UsageRow",
+    "counted_until",
     "decayed_usage",
     "drift",
     "fleet_gpus",
