@@ -34,10 +34,12 @@ from joserfc.errors import (
     BadSignatureError,
     ExpiredTokenError,
     InvalidClaimError,
+    InvalidKeyCurveError,
     JoseError,
     MissingClaimError,
 )
 from joserfc.jwk import KeySet
+from joserfc.jws import JWSRegistry
 
 from config.identity import OidcSettings
 from store.tokens import RANK, PersonRole, Principal
@@ -57,15 +59,20 @@ def _kids(keys: KeySet) -> set[str]:
     return {key.kid for key in keys.keys if key.kid}
 
 
-def _decode(token: str, keys: KeySet, allowed: list[str]) -> dict[str, Any]:
-    """The claims of a token whose signature verifies with one of `keys` (the one its `kid` names, else each)."""
-    candidates = (
-        [keys] if jws.extract_compact(token.encode()).protected.get("kid") else [KeySet([k]) for k in keys.keys]
-    )
+def _decode(token: str, keys: KeySet, algorithm: str, allowed: list[str]) -> dict[str, Any]:
+    """The claims of a token whose signature verifies with one of `keys`: the one its `kid` names, else each key of
+    the type its algorithm needs. A provider may publish an RSA and an EC key side by side, and a token that names
+    no key says which kind it was signed with only by its `alg`: an RSA key is no answer for an ES256 token, so it is
+    skipped, not taken as the token's refusal (nor is an EC key of another curve)."""
+    if jws.extract_compact(token.encode()).protected.get("kid"):
+        candidates = [keys]
+    else:
+        kind = JWSRegistry.algorithms[algorithm].key_type
+        candidates = [KeySet([key]) for key in keys.keys if key.key_type == kind]
     for candidate in candidates:
         try:
             return jwt.decode(token, candidate, algorithms=allowed).claims
-        except BadSignatureError:
+        except (BadSignatureError, InvalidKeyCurveError):
             continue
         except JoseError as error:
             raise OidcRefused("invalid_token", f"the token cannot be verified: {error.description or error}") from error
@@ -203,11 +210,12 @@ class OidcVerifier:
         if kid is not None and kid not in _kids(keys):
             raise OidcRefused("unknown_key", f"the token is signed with key {kid!r}, which the issuer does not publish")
         try:
-            decoded = _decode(token, keys, allowed)
+            decoded = _decode(token, keys, algorithm, allowed)
         except OidcRefused as refused:
             if kid is not None or refused.code != "invalid_signature":
                 raise
-            decoded = _decode(token, await self._key_set(None, rotated=True), allowed)  # no kid: keys may be new
+            rotated = await self._key_set(None, rotated=True)  # no kid: the keys may be new
+            decoded = _decode(token, rotated, algorithm, allowed)
         self._check_claims(decoded)
         return self.principal(decoded)
 

@@ -6,6 +6,8 @@ PyPI, built on authlib) with its real discovery document, JWKS, authorization en
   every few weeks, Keycloak and Dex on demand). Tokens signed after it carry the new key's id (`kid`).
 - `POST /test/sign`: the given claims signed with the provider's current key, for the tokens a real provider never
   issues on request (already expired, not yet valid, for another audience).
+- `POST /test/publish`: another public key (a JWK with its `alg`) in the JWKS after the provider's own, its
+  algorithm announced in the discovery document, as a provider that signs with an RSA and an EC key publishes both.
 - The client-credentials grant, for the control plane's own token at Temporal (config/temporal_credentials.py).
 - A refresh answers with a fresh ID token too, as Keycloak, Dex, Okta and Google do (OpenID Connect Core 1.0,
   section 12.2: "Upon successful validation of the Refresh Token, the response body is the Token Response of
@@ -56,6 +58,26 @@ def build(token_max_age: int) -> flask.Flask:
     @app.post("/test/sign")
     def sign() -> flask.Response:
         return flask.jsonify({"token": _sign(flask.request.get_json(force=True))})
+
+    published: list[dict[str, Any]] = []
+
+    @app.post("/test/publish")
+    def publish() -> flask.Response:
+        published.append(flask.request.get_json(force=True))
+        return flask.jsonify({"keys": len(published)})
+
+    @app.after_request
+    def with_published(response: flask.Response) -> flask.Response:
+        path = flask.request.path
+        if not published or response.status_code != 200 or path not in ("/jwks", "/.well-known/openid-configuration"):
+            return response
+        document = json.loads(response.get_data())
+        if path == "/jwks":
+            document["keys"] += published
+        else:
+            document["id_token_signing_alg_values_supported"] += [key["alg"] for key in published]
+        response.set_data(json.dumps(document))
+        return response
 
     @app.before_request
     def client_credentials() -> flask.Response | None:

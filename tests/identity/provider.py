@@ -87,6 +87,10 @@ class Provider:
     def rotate(self) -> str:
         return httpx.post(f"{self.issuer}/test/rotate").json()["kid"]
 
+    def publish(self, public_key: dict[str, Any]) -> None:
+        """Another public key in the provider's JWKS, after its own (a JWK with its `alg`)."""
+        assert httpx.post(f"{self.issuer}/test/publish", json=public_key).status_code == 200
+
     def sign(self, **claims: Any) -> str:
         """`claims` signed with the provider's current key: iss, aud, sub, iat and exp default to a good token's."""
         now = int(time.time())

@@ -21,7 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi import FastAPI
-from joserfc.jwk import RSAKey
+from joserfc import jwt
+from joserfc.jwk import ECKey, RSAKey
 from sqlalchemy import select
 from temporalio.client import Client
 
@@ -30,7 +31,7 @@ from config.identity import OidcSettings
 from store.models import ApiRequestRow
 from store.tokens import create_token, ensure_tenant_tokens, revoke_tokens
 from tests.api.stack import api_fleet, app_for, bearer, control_worker_seen, http_client
-from tests.identity.provider import CLIENT_ID, Provider
+from tests.identity.provider import CLIENT_ID, Provider, running_provider
 from tests.workflows.lab import running_lab
 from workflows.search_attributes import ACTOR
 
@@ -307,3 +308,23 @@ async def test_a_malformed_token_is_a_401_never_a_500(people: People) -> None:
         assert _error(answer) == (401, "invalid_token"), (case, answer.text)
         assert answer.json()["error"]["message"].startswith("the token cannot be read: "), (case, answer.text)
         assert answer.headers["WWW-Authenticate"] == "Bearer"
+
+
+async def test_a_token_without_kid_is_checked_with_each_key_of_its_algorithms_type(people: People) -> None:
+    """A provider that signs with an RSA and an EC key publishes both; an ES256 token that names no key is checked
+    with the EC key, not refused at the RSA key that comes first."""
+    ec_key = ECKey.generate_key("P-256")
+    with running_provider() as provider:
+        provider.publish(ec_key.as_dict(private=False) | {"alg": "ES256", "use": "sig"})
+        jwks = httpx.get(provider.discovery()["jwks_uri"]).json()["keys"]
+        assert [key["kty"] for key in jwks] == ["RSA", "EC"]
+        people.app.state.services.oidc = OidcVerifier(OidcSettings(issuer=provider.issuer, client_id=CLIENT_ID))
+        now = int(time.time())
+        claims = {"iss": provider.issuer, "aud": CLIENT_ID, "sub": "erin", "email": "erin@example.com"}
+        token = jwt.encode({"alg": "ES256"}, claims | {"iat": now, "exp": now + 600}, ec_key)
+        me = await people.http.get("/v1/whoami", headers=bearer(token))
+        assert me.status_code == 200 and me.json()["actor"] == "erin@example.com", me.text
+
+        # Signed by some other EC key, it is still refused: every key of the type was tried.
+        forged = jwt.encode({"alg": "ES256"}, claims | {"iat": now, "exp": now + 600}, ECKey.generate_key("P-256"))
+        assert _error(await people.http.get("/v1/whoami", headers=bearer(forged))) == (401, "invalid_signature")
