@@ -110,12 +110,12 @@ def usage(
     try:
         parse_grouping(by)
     except ValueError as error:
-        fail(f"--by: {error}")
+        fail(f"--by: {error}", reason="invalid_argument")
     if bucket is not None and bucket not in BUCKETS:
-        fail(f"--bucket {bucket!r}: choose from {', '.join(BUCKETS)}")
+        fail(f"--bucket {bucket!r}: choose from {', '.join(BUCKETS)}", reason="invalid_argument")
     since, until = instant(start, "--from"), instant(end, "--to")
     if since is not None and until is not None and since >= until:
-        fail(f"--from ({since.isoformat()}) is not before --to ({until.isoformat()})")
+        fail(f"--from ({since.isoformat()}) is not before --to ({until.isoformat()})", reason="invalid_argument")
     params = {
         "from": since.isoformat() if since else None,
         "to": until.isoformat() if until else None,
