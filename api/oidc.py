@@ -162,13 +162,21 @@ class OidcVerifier:
         return self._discovery
 
     async def _key_set(self, kid: str | None, *, rotated: bool = False) -> KeySet:
-        """The cached keys, fetched again when a token names a key id they lack, or (`rotated`) when a token that
-        names none does not verify with them: the provider rotated its keys. At most once per
-        `jwks_refresh_seconds`, so that made-up tokens cannot make the API hammer the provider."""
+        """The cached keys, fetched again when they are `jwks_max_age_seconds` old, so that a key the provider
+        withdrew (after a leak, say) stops verifying tokens within that time; and sooner when a token names a key
+        id they lack, or (`rotated`) when a token that names none does not verify with them: the provider rotated
+        its keys. Those early fetches happen at most once per `jwks_refresh_seconds`, so that made-up tokens cannot
+        make the API hammer the provider.
+
+        Keys past their maximum age are never used: when they cannot be fetched again, the answer is
+        `OidcUnavailable` (a 503), not the old keys. A grace with stale keys would stretch the time a withdrawn key
+        keeps working by however long the provider stays unreachable, and whoever can make it unreachable from here
+        would choose that time."""
         async with self._lock:
+            age = self._clock() - self._fetched_at
             known = self._keys is not None and not rotated and (kid is None or kid in _kids(self._keys))
-            stale = self._clock() - self._fetched_at >= self.settings.jwks_refresh_seconds
-            if self._keys is None or (not known and stale):
+            expired = age >= self.settings.jwks_max_age_seconds
+            if self._keys is None or expired or (not known and age >= self.settings.jwks_refresh_seconds):
                 document = await self._get((await self.discovery())["jwks_uri"])
                 try:
                     self._keys = KeySet.import_key_set(document)  # type: ignore[arg-type]

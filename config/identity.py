@@ -27,6 +27,11 @@ class OidcSettings(BaseModel):
     jwks_refresh_seconds: float = Field(
         default=10.0, ge=0, description="The least time between two fetches of the keys for an unknown key id."
     )
+    jwks_max_age_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long the keys are trusted before they are fetched again, so a withdrawn key stops working.",
+    )
 
     @field_validator("roles")
     @classmethod

@@ -8,6 +8,7 @@ The lab fleet (tests/api/stack.py) has tenants acme and globex. Groups: `acme-ml
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -328,3 +329,33 @@ async def test_a_token_without_kid_is_checked_with_each_key_of_its_algorithms_ty
         # Signed by some other EC key, it is still refused: every key of the type was tried.
         forged = jwt.encode({"alg": "ES256"}, claims | {"iat": now, "exp": now + 600}, ECKey.generate_key("P-256"))
         assert _error(await people.http.get("/v1/whoami", headers=bearer(forged))) == (401, "invalid_signature")
+
+
+async def test_a_key_the_provider_removed_is_refused_once_the_cached_keys_are_too_old(people: People) -> None:
+    """The keys are cached for `jwks_max_age_seconds` at most: a key the provider has withdrawn (say, after it
+    leaked) stops verifying tokens by then, even if no token with an unknown key id ever makes the API look."""
+    settings = OidcSettings(issuer=people.provider.issuer, client_id=CLIENT_ID, roles=ROLES, jwks_max_age_seconds=1)
+    people.app.state.services.oidc = OidcVerifier(settings)
+    leaked = people.provider.sign(sub="rita@example.com", email="rita@example.com", groups=["acme-ml"])
+    assert (await people.http.get("/v1/whoami", headers=bearer(leaked))).status_code == 200
+
+    people.provider.rotate()  # the old key is gone from the provider's JWKS
+    await asyncio.sleep(2.5)  # well past the keys' maximum age
+    answer = await people.http.get("/v1/whoami", headers=bearer(leaked))
+    assert _error(answer) == (401, "unknown_key"), answer.text
+    fresh = people.provider.sign(sub="rita@example.com", email="rita@example.com", groups=["acme-ml"])
+    assert (await people.http.get("/v1/whoami", headers=bearer(fresh))).status_code == 200
+
+
+async def test_keys_too_old_to_trust_and_no_provider_to_refresh_them_are_a_503(people: People) -> None:
+    """Past their maximum age the cached keys are not used, even when the provider cannot be reached to replace
+    them: a withdrawn key must stop working within the maximum age, whatever happens to the provider."""
+    with running_provider() as provider:
+        settings = OidcSettings(issuer=provider.issuer, client_id=CLIENT_ID, jwks_max_age_seconds=1)
+        people.app.state.services.oidc = OidcVerifier(settings)
+        token = provider.sign(sub="rita", email="rita@example.com")
+        assert (await people.http.get("/v1/whoami", headers=bearer(token))).status_code == 200
+    await asyncio.sleep(2.5)  # the provider is stopped, and the keys are well past their maximum age
+    answer = await people.http.get("/v1/whoami", headers=bearer(token))
+    assert _error(answer) == (503, "identity_provider_unavailable"), answer.text
+    assert provider.issuer in answer.json()["error"]["message"] and answer.headers["Retry-After"] == "10"
