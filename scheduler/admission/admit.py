@@ -196,6 +196,12 @@ def admission_pass(
         verdict = Verdict(entry.allocation_id, position, share, usage=usage, reason=reason, code=code)
         preempted = preempting.decide(state.snapshot, entry, request, code)
         if preempted is not None:
+            # The GPUs it will take are its tenant's from now on in this pass, as Kueue adds a preempting
+            # workload's usage before it issues the preemptions: a tenant with room for one request never takes
+            # victims for two, and later requests see the quota it is about to use.
+            nomination = preempted["nomination"]
+            assert isinstance(nomination, Nomination)
+            state.charge(entry, nomination.node, entry.request.gpu_count, admitted=False)
             result.verdicts.append(dataclasses.replace(verdict, **preempted))
             continue
         if strategy is QueueingStrategy.STRICT_FIFO and code == Reason.QUOTA_EXCEEDED:
@@ -444,20 +450,27 @@ class _PassState:
             return None
         node = decision.candidates[0].node
         self.snapshot = with_pending_plans(self.snapshot, {node: [(entry.allocation_id, request.gpu_count)]})
-        self._charge(entry, node, request.gpu_count)
+        self.charge(entry, node, request.gpu_count)
         return node
 
-    def _charge(self, entry: QueuedRequest, node: str, gpus: int) -> None:
-        """The tenant now holds these GPUs in flight: for its quota and its share in the rest of the pass."""
+    def charge(self, entry: QueuedRequest, node: str | None, gpus: int, *, admitted: bool = True) -> None:
+        """The tenant now holds these GPUs in flight: for its quota and its share in the rest of the pass. `node`:
+        where they will be (None: a preemption for its quota, on whichever node its placement finds, charged to
+        the product it asked for, if any); `admitted`: placed now, rather than waiting for its victims to leave."""
         tenant = self.snapshot.tenants.get(entry.tenant)
-        product = product_of(self.snapshot, node)
-        if tenant is not None:
+        if node is not None:
+            product = product_of(self.snapshot, node)
             pool = next((p for p in self.snapshot.pools_of(node) if p.gpu_product), None)
-            held = (*tenant.held, (pool.gpu_product, pool.region, gpus)) if pool and pool.gpu_product else tenant.held
+            place = (pool.gpu_product, pool.region) if pool is not None and pool.gpu_product else None
+        else:
+            product = entry.request.gpu_product
+            place = (product, entry.region) if product else None
+        if tenant is not None:
+            held = (*tenant.held, (*place, gpus)) if place is not None else tenant.held
             # Where its tree remembers usage, what was just admitted has used nothing yet: Kueue's entry penalty
             # keeps one tenant's low usage from winning every request of the pass (scheduler/quota/usage_decay.py).
             decayed = tenant.decayed_usage
-            if decayed is not None:
+            if decayed is not None and admitted:
                 decayed += gpus * ENTRY_PENALTY_SECONDS
             more = dataclasses.replace(
                 tenant, in_flight_gpus=tenant.in_flight_gpus + gpus, held=held, decayed_usage=decayed

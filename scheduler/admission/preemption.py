@@ -260,10 +260,20 @@ def _for_quota(snapshot: Snapshot, region: str, preemptor: Preemptor, running: l
         return "no running allocation may be displaced for its quota (its tenant's preemption policy)"
 
     def fits(victims: Sequence[Running]) -> bool:
+        """The quota the request was refused by, judged as its admission judges it: a non-preemptible request
+        within its tenant's nominal quota alone, however much the cohort could lend."""
         freed = without(snapshot, victims)
         tenant = freed.tenants[preemptor.tenant]
-        return quota.decide(tenant, preemptor.request.gpu_count, freed.tenants.values(), cohorts=freed.cohorts).fits
+        return quota.decide(
+            tenant,
+            preemptor.request.gpu_count,
+            freed.tenants.values(),
+            within_nominal=preemptor.request.within_nominal,
+            cohorts=freed.cohorts,
+        ).fits
 
+    if fits([]):  # never a preemption that takes nothing: the refusal came from elsewhere
+        return "its quota already has room: displacing allocations would not change what holds it back"
     chosen = _take_and_minimise(snapshot, preemptor, candidates, fits)
     if chosen is None:
         return "displacing every allocation its policy allows would still not fit its quota"
@@ -289,6 +299,8 @@ def _for_capacity(snapshot: Snapshot, region: str, preemptor: Preemptor, running
         def fits(victims: Sequence[Running], pinned: PlacementRequest = pinned) -> bool:
             return not cluster.find_candidates(without(snapshot, victims), pinned, region).refusal
 
+        if fits([]):  # it has room already (held for another request, say): nothing to displace here
+            continue
         chosen = _take_and_minimise(snapshot, preemptor, candidates, fits)
         if chosen is None:
             continue
