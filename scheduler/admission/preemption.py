@@ -20,12 +20,15 @@ A queued request that does not fit may take GPUs back from running allocations w
                Without fair sharing no shares are compared: Kueue's classic preemption decides by these three
                policies alone, so a lender reclaims from a borrower whatever either holds.
     fair       where the tree shares fairly (`scheduler.quota.fair_sharing`), `borrowWithinCohort` does not apply and the
-               shares decide instead (Kueue's fair-sharing strategies): the borrowing tenant with the largest
-               share is taken from first; its allocation goes when the request fits its own nominal quota, or when
-               the request's side's share with it admitted is at most the victim's side's share once the
-               allocation is gone (`LessThanOrEqualToFinalShare`), the two sides being the children of their lowest
-               common cohort; what that leaves is then taken, one allocation per tenant, where the request's side's
-               share is below the victim's side's as it is (`LessThanInitialShare`).
+               shares decide instead, by the strategies the tree's root lists (Kueue's `preemptionStrategies`,
+               default both): the borrowing tenant with the largest share is taken from first; its allocation goes
+               when the request fits its own nominal quota (named InCohortReclamation, as Kueue names it), or when
+               the first strategy lets it (named InCohortFairSharing): the request's side's share with it admitted
+               is at most the victim's side's share once the allocation is gone (`LessThanOrEqualToFinalShare`),
+               or below that side's share as it is (`LessThanInitialShare`), the two sides being the children of
+               their lowest common cohort. With a second strategy, what the first left is then taken, one
+               allocation per tenant, largest share first, where `LessThanInitialShare` lets it; only that phase's
+               own victims limit it.
     order      other tenants' allocations first (those reclaimed without borrowing before the rest), then lower
                priority, then the most recently started (Kueue's candidate order); each is re-checked as the ones
                before it are taken, and passed over once its tenant no longer borrows.
@@ -48,10 +51,17 @@ from dataclasses import dataclass
 
 from contracts.placement import PlacementRequest
 from contracts.reasons import Reason
-from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
+from fleet.vocabulary import (
+    DEFAULT_FAIR_SHARING_STRATEGIES,
+    BorrowWithinCohort,
+    FairSharingStrategy,
+    ReclaimWithinCohort,
+    WithinTenant,
+)
 from scheduler.placement import cluster
 from scheduler.quota import accounts as quota
 from scheduler.quota import fair_sharing
+from scheduler.quota.cohorts import root_of
 from scheduler.snapshot import Snapshot
 from scheduler.views import PreemptionPolicy, SlotState, TenantView
 
@@ -147,6 +157,19 @@ class Judge:
         self.fair = self.mine is not None and fair_sharing.shares_fairly(self.mine, snapshot.cohorts)
         self.within_below = self._within_below()
         self._reclaimable: dict[str, Node | None] = {}
+        # Its request fits its tenant's nominal quota: under fair sharing it then reclaims whatever the shares
+        # say (Kueue's preemptor within nominal), and the rule is named reclamation, not fair sharing.
+        self.within_nominal = self.mine is not None and (
+            quota.used(self.mine) + preemptor.request.gpu_count <= self.mine.gpu_quota
+        )
+
+    @property
+    def strategies(self) -> tuple[FairSharingStrategy, ...]:
+        """The fair-sharing strategies its tree's root lists, in the order they are tried (Kueue's default pair
+        where the root names none)."""
+        root = root_of(self.mine.cohort, self.snapshot.cohorts) if self.mine is not None else None
+        view = self.snapshot.cohorts.get(root) if root is not None else None
+        return view.preemption_strategies if view is not None else DEFAULT_FAIR_SHARING_STRATEGIES
 
     def _within_below(self) -> dict[Node, bool]:
         """cohort above the preemptor -> whether its request fits the quota of a node strictly below that cohort
@@ -220,7 +243,7 @@ class Judge:
         # No tenant is named: the words reach the preemptor's tenant too (explain, the victim's notice is the victim's).
         words = f"reclaimWithinCohort {policy.reclaim_within_cohort}: its tenant borrows in cohort {meeting[1]}"
         if self.fair:  # borrowWithinCohort does not apply under fair sharing; the shares decide (`_fair_take`)
-            return kueue_named(words, IN_COHORT_FAIR_SHARING)
+            return kueue_named(words, IN_COHORT_RECLAMATION if self.within_nominal else IN_COHORT_FAIR_SHARING)
         if self.within_below.get(meeting, False):
             return kueue_named(words, IN_COHORT_RECLAMATION)
         threshold = policy.max_priority_threshold
@@ -368,45 +391,71 @@ def _fair_take(
     candidates: Mapping[Running, str],
     fits: Callable[[Sequence[Running]], bool],
 ) -> dict[Running, str] | None:
-    """Kueue's fair-sharing preemption (its `LessThanOrEqualToFinalShare`, then `LessThanInitialShare`): take from
-    the tenant with the largest share first; an allocation of another tenant is taken when the preemptor's request
-    fits its own nominal quota, or when the preemptor's share with the request admitted would not exceed that
-    tenant's share once the allocation is gone (then, for what is left, when it is below that tenant's share as it
-    is), each compared between the two subtrees that meet at their lowest common cohort."""
+    """Kueue's fair-sharing preemption, in its tree's strategies (`Judge.strategies`).
+
+    First phase: take from the tenant with the largest share first (its own tenant's allocations before any);
+    another tenant's allocation is taken when the preemptor's request fits its own nominal quota, or when the first
+    strategy lets it, comparing the preemptor's side with its request admitted against the victim's side, the two
+    children of their lowest common cohort; one that does not pass is kept for the second phase. Second phase (a
+    second strategy listed, which is LessThanInitialShare): of what the first left, one allocation per tenant, the
+    largest share first, while the preemptor's side is below the victim's side as it is. Only the second phase's
+    own victims limit it: a tenant that lost one to the first phase may lose one more there (Kueue's
+    `runSecondFsStrategy`)."""
+    judge = Judge(snapshot, preemptor)
+    first, *rest = judge.strategies
     taken: dict[Running, str] = {}
-    within_nominal = (mine := snapshot.tenants.get(preemptor.tenant)) is not None and (
-        quota.used(mine) + preemptor.request.gpu_count <= mine.gpu_quota
-    )
     left = dict(candidates)
     retry: list[Running] = []
     while left:
-        state = without(snapshot, list(taken))
-        target = _largest_share(state, preemptor, left)
+        target = _largest_share(without(snapshot, list(taken)), preemptor, left)
         if target is None:
             break
-        theirs = [c for c in left if c.tenant == target]
-        for victim in theirs:
+        for victim in [c for c in left if c.tenant == target]:
             del left[victim]
-            why = candidates[victim]
-            if victim.tenant != preemptor.tenant and not within_nominal and not victim.preemptible:
-                mine_share, their_share = _sibling_shares(without(snapshot, [*taken, victim]), preemptor, victim)
-                if mine_share > their_share:
-                    retry.append(victim)
-                    continue
-            taken[victim] = why
+            if not _reclaims_freely(judge, preemptor, victim) and not _passes(
+                first, snapshot, preemptor, list(taken), victim
+            ):
+                retry.append(victim)
+                continue
+            taken[victim] = candidates[victim]
             if fits(list(taken)):
                 return taken
             break  # choose the target again on what is left
-    for victim in retry:  # LessThanInitialShare: one allocation per tenant, while the preemptor's share is smaller
+    if not rest:
+        return None
+    while retry:  # LessThanInitialShare, one allocation per tenant
         state = without(snapshot, list(taken))
-        if any(v.tenant == victim.tenant for v in taken) or not Judge(state, preemptor).still_eligible(victim):
+        target = _largest_share(state, preemptor, dict.fromkeys(retry, ""))
+        if target is None:
+            break
+        victim = next(v for v in retry if v.tenant == target)
+        retry = [v for v in retry if v.tenant != target]
+        if not Judge(state, preemptor).still_eligible(victim):
             continue
-        mine_share, their_share = _sibling_shares(state, preemptor, victim)
-        if mine_share < their_share:
+        if _passes(FairSharingStrategy.LESS_THAN_INITIAL_SHARE, snapshot, preemptor, list(taken), victim):
             taken[victim] = candidates[victim]
             if fits(list(taken)):
                 return taken
     return None
+
+
+def _reclaims_freely(judge: Judge, preemptor: Preemptor, victim: Running) -> bool:
+    """Taken whatever the shares: its own tenant's, a preemptible one, or any when the preemptor's request fits its
+    tenant's nominal quota (Kueue: a preemptor within nominal reclaims what was lent)."""
+    return victim.tenant == preemptor.tenant or victim.preemptible or judge.within_nominal
+
+
+def _passes(
+    strategy: FairSharingStrategy, snapshot: Snapshot, preemptor: Preemptor, taken: list[Running], victim: Running
+) -> bool:
+    """Whether `strategy` lets the preemptor take `victim`, the allocations `taken` already gone: the preemptor's
+    side's share with its request admitted, at most the victim's side's share once it is gone
+    (LessThanOrEqualToFinalShare), or below that side's share as it is (LessThanInitialShare)."""
+    if strategy is FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE:
+        mine, theirs = _sibling_shares(without(snapshot, [*taken, victim]), preemptor, victim)
+        return mine <= theirs
+    mine, theirs = _sibling_shares(without(snapshot, taken), preemptor, victim)
+    return mine < theirs
 
 
 def _largest_share(snapshot: Snapshot, preemptor: Preemptor, left: Mapping[Running, str]) -> str | None:

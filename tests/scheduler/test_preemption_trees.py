@@ -132,6 +132,10 @@ def test_with_fair_sharing_a_preemptor_within_its_nominal_quota_reclaims_whateve
         fleet, "r1", preemptor("a", 4), [running("held-0", "b", "a01", 8, 10.0)], "quota_exceeded"
     )
     assert victims(outcome) == ["held-0"]
+    # Kueue names it as the classic rule: the shares did not decide.
+    assert outcome.reasons["held-0"] == (
+        "reclaimWithinCohort Any: its tenant borrows in cohort lab (Kueue: InCohortReclamation)"
+    )
 
 
 def test_with_fair_sharing_the_subtrees_under_the_lowest_common_cohort_are_compared() -> None:
