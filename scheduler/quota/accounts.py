@@ -20,7 +20,10 @@ the cohort's sum.
 
 This is Kueue's `available` over a resource node and its cohort (pkg/cache, resource_node.go), for one level; a
 cohort with a parent, or a quota of its own (a Cohort object), makes a tree, and `scheduler.quota.cohorts` computes the
-same numbers at every level of it (the one-level formula above is its case of a root cohort with no quota).
+same numbers at every level of it (the one-level formula above is its case of a root cohort with no quota). A
+cohort in `Department` mode (KAI-Scheduler's department) bounds what its members hold together: a request that
+would take it beyond its quota is refused naming it, and for a non-preemptible request that quota is nominal quota
+too, as KAI checks a non-preemptible workload against its queue's quota and each parent queue's.
 
 A tenant has one account for all its GPUs (`gpuQuota`, `borrowingLimit`, `lendingLimit`), and, when its fleet file
 gives `quotas`, one per GPU product (in one region, or in every region together: Kueue's nominal quota per
@@ -39,7 +42,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from scheduler.quota.cohorts import CohortTree, Leaf, Limits, flavor_limits, total_limits, tree_members
+from scheduler.quota.cohorts import CohortTree, FullDepartment, Leaf, Limits, flavor_limits, total_limits, tree_members
 from scheduler.views import CohortView, FlavorQuotaView, TenantView
 
 
@@ -160,6 +163,9 @@ def decide_account(account: Account, gpus: int, tree: CohortTree, within_nominal
                 "never on borrowed GPUs"
             ),
         )
+    full = tree.full_department(("tenant", account.tenant), gpus)
+    if full is not None:
+        return QuotaDecision(False, 0, _department_words(account, gpus, full, within_nominal))
     room = available(account, tree)
     if gpus <= room:
         return QuotaDecision(True, borrowed, "")
@@ -186,6 +192,28 @@ def decide_account(account: Account, gpus: int, tree: CohortTree, within_nominal
     left = max(0, room - max(0, account.nominal - account.used))
     needed = borrowed - account.borrowed
     return QuotaDecision(False, 0, f"{own}, and {cohort} has {left} GPUs left to lend ({needed} needed)")
+
+
+def _department_words(account: Account, gpus: int, full: FullDepartment, within_nominal: bool) -> str:
+    """Why a department refuses: its members together would hold more than its quota. A non-preemptible request
+    is told that nominal quota binds at the department too (KAI-Scheduler checks a non-preemptible workload against
+    the quota of its queue and of every queue above it): the department's quota is nominal quota its members share,
+    and what they hold beyond their own quotas is borrowed from each other."""
+    sums = f"{account.used_text} + {gpus} requested"
+    if account.used + gpus <= account.nominal:
+        own = f"tenant {account.tenant} is within its {account.what} ({sums} <= quota {account.nominal})"
+    else:
+        own = f"tenant {account.tenant} would exceed its {account.what} ({sums} > quota {account.nominal})"
+    words = (
+        f"{own}, but department {full.cohort} would exceed its quota: {full.total} held by its members + {gpus} "
+        f"requested > quota {full.bound}"
+    )
+    if within_nominal:
+        return (
+            f"{words}, and a non-preemptible PriorityClass is admitted only within nominal quota, its department's "
+            "included"
+        )
+    return f"{words}; its members get GPUs back as they release them, or by preemption (reclaimWithinCohort)"
 
 
 def _cohort_words(account: Account, tree: CohortTree) -> str:
