@@ -45,7 +45,18 @@ CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
 async def verified(token: str | None, app: Services) -> Principal:
-    """Whom a bearer stands for; 401 with the reason when no one."""
+    """Whom a bearer stands for; 401 with the reason when no one, 503 when the identity provider cannot tell.
+
+    Every refusal is counted by its code (`berth_auth_refusals_total`): the request log records only callers who
+    proved who they are (docs/identity.md says why), so the counter is what shows a flood of forged tokens."""
+    try:
+        return await _identify(token, app)
+    except ApiError as refusal:
+        app.metrics.auth_refusals.labels(refusal.code).inc()
+        raise
+
+
+async def _identify(token: str | None, app: Services) -> Principal:
     if token is None:
         raise ApiError(401, "unauthenticated", "send `Authorization: Bearer <token>`", headers=CHALLENGE)
     if plausible(token):

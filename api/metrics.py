@@ -7,6 +7,8 @@
 - `berth_allocation_refusals{reason}`: failed allocations by the reason code their workflow failed with
   (`sku_unavailable`, `quota_exceeded`, `insufficient_capacity`, ...), also from PostgreSQL;
 - `berth_explain_refusals_total{reason}`: dry-run explanations that ended in a refusal, by reason code;
+- `berth_auth_refusals_total{code}`: requests refused at authentication (401, and 503 when the identity provider
+  cannot be read), by code: the only trace of callers who never proved who they are (api/auth.py);
 - `berth_audit_findings{kind}`, `berth_audit_repairs_total{kind, outcome}`: the reconciler's (api/audit_metrics.py);
 - `berth_gpu_seconds_total{tenant, product, region}`: GPU-seconds allocations held, from the usage ledger at scrape
   time, so it survives restarts of every part (api/usage_metrics.py);
@@ -68,6 +70,9 @@ class Metrics:
             "Dry-run explanations that refused, by reason code.",
             ["reason"],
             registry=self.registry,
+        )
+        self.auth_refusals = Counter(
+            "berth_auth_refusals", "Requests refused at authentication, by code.", ["code"], registry=self.registry
         )
         self.audit = AuditMetrics(self.registry)  # the reconciler's findings and repairs
         self.usage = UsageMetrics(self.registry)  # GPU-seconds per tenant, from the usage ledger

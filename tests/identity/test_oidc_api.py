@@ -359,3 +359,31 @@ async def test_keys_too_old_to_trust_and_no_provider_to_refresh_them_are_a_503(p
     answer = await people.http.get("/v1/whoami", headers=bearer(token))
     assert _error(answer) == (503, "identity_provider_unavailable"), answer.text
     assert provider.issuer in answer.json()["error"]["message"] and answer.headers["Retry-After"] == "10"
+
+
+async def test_every_refusal_at_authentication_is_counted_by_its_code(people: People) -> None:
+    """Callers who never proved who they are have no place in the request log; `/metrics` counts them, by code, once
+    each, whether the refusal came before the body was read (a create) or at the route (a read)."""
+    junk = bearer("not.a-jwt.at-all")
+    assert _error(await people.http.get("/v1/whoami", headers=junk)) == (401, "invalid_token")
+    refused = await people.http.post("/v1/allocations", json={"gpu_count": 1}, headers=junk)
+    assert _error(refused) == (401, "invalid_token")
+    assert _error(await people.http.get("/v1/whoami")) == (401, "unauthenticated")
+    unreachable = people.provider.issuer.rsplit(":", 1)[0] + ":9"
+    people.app.state.services.oidc = OidcVerifier(OidcSettings(issuer=unreachable, client_id=CLIENT_ID))
+    unverifiable = bearer(people.provider.sign(iss=unreachable))
+    assert _error(await people.http.get("/v1/whoami", headers=unverifiable)) == (503, "identity_provider_unavailable")
+    assert (await people.http.get("/v1/whoami", headers=people.acme)).status_code == 200  # no refusal, not counted
+
+    scraped = await people.http.get("/metrics")
+    assert scraped.status_code == 200
+    counted = {
+        line.split(" ")[0]: line.split(" ")[1]
+        for line in scraped.text.splitlines()
+        if line.startswith("berth_auth_refusals_total{")
+    }
+    assert counted == {
+        'berth_auth_refusals_total{code="invalid_token"}': "2.0",
+        'berth_auth_refusals_total{code="unauthenticated"}': "1.0",
+        'berth_auth_refusals_total{code="identity_provider_unavailable"}': "1.0",
+    }
