@@ -4,18 +4,22 @@ A person logs in with `berth login` (cli/login.py) and sends the provider's ID t
 verifies it, never with hand-written cryptography (joserfc):
 
     discovery  `<issuer>/.well-known/openid-configuration`, whose `issuer` must be the configured one exactly
-    keys       its `jwks_uri`, cached; a token signed with a key id not in the cache fetches the set again (no
-               more than once per `jwks_refresh_seconds`), so the provider can rotate its keys with no restart
+    keys       its `jwks_uri`, cached for `jwks_max_age_seconds` at most, so a key the provider withdrew stops
+               working; a token signed with a key id not in the cache fetches the set again (no more than once per
+               `jwks_refresh_seconds`), so the provider can rotate its keys with no restart
     signature  an asymmetric algorithm the provider announces (`alg: none`, HMAC, and an HS256 token "signed" with
-               the public key are refused), with the key the token's `kid` names
-    claims     `iss` is the issuer, `aud` holds the client id, `exp` is ahead and `nbf`/`iat` not ahead (with a
-               minute's leeway for clock skew)
+               the public key are refused), with the key the token's `kid` names, else each key of the algorithm's
+               type
+    claims     `iss` is the issuer, `aud` holds the client id, `exp` is ahead and `nbf`/`iat` not ahead (with
+               `leeway_seconds` for clock skew)
     mapping    the username claim names the actor (with `email`, only an address the provider verified); the
                groups claim gives roles: each group named in `roles` grants `viewer:<tenant>`, `member:<tenant>`,
                `operator` or `admin`, the highest of each wins; a person in no mapped group is a viewer of nothing,
                who sees nothing
 
-Each refusal is a 401 with a code a client can act on (`token_expired`: log in again or refresh).
+Each refusal is a 401 with a code a client can act on (`token_expired`: log in again or refresh); a token that cannot
+even be read is `invalid_token`, never a 500. A provider that cannot be read is a 503 with `Retry-After`.
+docs/identity.md lists the codes and the settings.
 """
 
 from __future__ import annotations

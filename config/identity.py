@@ -25,7 +25,10 @@ class OidcSettings(BaseModel):
     )
     leeway_seconds: int = Field(default=60, ge=0, le=300, description="Clock skew allowed on exp, nbf and iat.")
     jwks_refresh_seconds: float = Field(
-        default=10.0, ge=0, description="The least time between two fetches of the keys for an unknown key id."
+        default=10.0,
+        ge=0,
+        description="The least time between two fetches of the keys for a token they do not verify, and after a "
+        "failed fetch (the 503's Retry-After).",
     )
     jwks_max_age_seconds: float = Field(
         default=300.0,

@@ -133,6 +133,10 @@ class Settings(BaseSettings):
         default=None,
         description="`berth login`'s client secret, for a provider whose CLI client must have one (Google's).",
     )
+    # How the API verifies ID tokens; the defaults, bounds and meanings are OidcSettings' own.
+    oidc_leeway_seconds: int = OidcSettings.model_fields["leeway_seconds"].default
+    oidc_jwks_refresh_seconds: float = OidcSettings.model_fields["jwks_refresh_seconds"].default
+    oidc_jwks_max_age_seconds: float = OidcSettings.model_fields["jwks_max_age_seconds"].default
     person_creates_per_second: float | None = Field(
         default=None, gt=0, description="Each person's (and service account's) allocation creates per second."
     )
@@ -178,6 +182,9 @@ class Settings(BaseSettings):
             username_claim=self.oidc_username_claim,
             groups_claim=self.oidc_groups_claim,
             roles=self.oidc_roles,
+            leeway_seconds=self.oidc_leeway_seconds,
+            jwks_refresh_seconds=self.oidc_jwks_refresh_seconds,
+            jwks_max_age_seconds=self.oidc_jwks_max_age_seconds,
         )
 
     @property
