@@ -113,6 +113,8 @@ def snapshot_from_fleet(fleet: Fleet, states: Iterable[SlotStateDocument] = ()) 
             fair_sharing=cohort.spec.fair_sharing.enabled,
             weight=cohort.spec.fair_sharing.weight,
             usage_half_life=cohort.spec.fair_sharing.usage_half_life,
+            preemption_strategies=cohort.spec.fair_sharing.preemption_strategies,
+            quota_mode=cohort.spec.quota_mode,
         )
         for name, cohort in fleet.cohorts.items()
     ]

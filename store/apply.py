@@ -171,6 +171,8 @@ def _desired(fleet: Fleet) -> dict[str, dict[_Key, dict[str, Any]]]:
             "fair_sharing": c.spec.fair_sharing.enabled,
             "weight": c.spec.fair_sharing.weight,
             "usage_half_life_seconds": c.spec.fair_sharing.usage_half_life,
+            "preemption_strategies": list(c.spec.fair_sharing.preemption_strategies),
+            "quota_mode": c.spec.quota_mode.value,
         }
         for name, c in fleet.cohorts.items()
     }

@@ -7,6 +7,7 @@ host) are enforced here by the database, so no bug elsewhere can double-allocate
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +33,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from contracts.allocation import ALLOCATION_STATES
+from fleet.vocabulary import DEFAULT_FAIR_SHARING_STRATEGIES, CohortQuotaMode, FairSharingStrategy
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -51,6 +53,8 @@ HEALTH_STATES = ("healthy", "unknown", "degraded", "failed")  # scheduler.host.h
 AGENT_STATES = ("live", "down")
 TOKEN_ROLES = ("viewer", "member", "operator", "admin", "node")  # store/tokens.py says what each may do
 QUEUEING_STRATEGIES = ("StrictFIFO", "BestEffortFIFO")
+COHORT_QUOTA_MODES = tuple(m.value for m in CohortQuotaMode)  # a Cohort's quotaMode
+FAIR_SHARING_STRATEGIES = [s.value for s in FairSharingStrategy]  # what preemptionStrategies may name
 
 
 def _one_of(column: str, values: tuple[str, ...]) -> str:
@@ -302,6 +306,12 @@ class CohortRow(Base):
     __table_args__ = (
         CheckConstraint("gpu_quota >= 0", name="gpu_quota"),
         CheckConstraint("usage_half_life_seconds > 0", name="usage_half_life"),
+        CheckConstraint(_one_of("quota_mode", COHORT_QUOTA_MODES), name="quota_mode"),
+        CheckConstraint(
+            "jsonb_typeof(preemption_strategies) = 'array' AND preemption_strategies <> '[]'::jsonb "
+            f"AND preemption_strategies <@ '{json.dumps(FAIR_SHARING_STRATEGIES)}'::jsonb",
+            name="preemption_strategies",
+        ),
     )
 
     name: Mapped[str] = mapped_column(String(253), primary_key=True)
@@ -315,6 +325,13 @@ class CohortRow(Base):
     weight: Mapped[float] = mapped_column(Float, nullable=False, server_default="1")
     # `fairSharing.usageHalfLife` on a fair-sharing root (migration 0021): order by decayed usage; NULL: by share.
     usage_half_life_seconds: Mapped[float | None] = mapped_column(Float)
+    # `fairSharing.preemptionStrategies` (migration 0024): the fair-sharing strategies its tree's preemptions try,
+    # in order; every cohort has Kueue's default pair unless its fleet file names others (on a fair-sharing root).
+    preemption_strategies: Mapped[list[str]] = mapped_column(
+        JSONB, nullable=False, server_default=json.dumps([s.value for s in DEFAULT_FAIR_SHARING_STRATEGIES])
+    )
+    # `quotaMode` (migration 0024): Additive (Kueue's Cohort) or Department (KAI-Scheduler's department).
+    quota_mode: Mapped[str] = mapped_column(String(16), nullable=False, server_default="Additive")
 
 
 class ApiTokenRow(Base):

@@ -38,6 +38,7 @@ from fleet.inference_cluster import ClusterStatus, PoolShape
 from fleet.node import FabricClaimMode, NodeStatus
 from fleet.region import QueueingStrategy, RegionStatus
 from fleet.tenant import TenantPreemption
+from fleet.vocabulary import CohortQuotaMode, FairSharingStrategy
 from scheduler.breaker import BreakerPolicy, Cooling, cooling_nodes
 from scheduler.from_fleet import preemption_policy
 from scheduler.host.checks import ValidationState
@@ -125,6 +126,8 @@ def cohort_view(row: CohortRow) -> CohortView:
         fair_sharing=row.fair_sharing,
         weight=row.weight,
         usage_half_life=row.usage_half_life_seconds,
+        preemption_strategies=tuple(FairSharingStrategy(s) for s in row.preemption_strategies),
+        quota_mode=CohortQuotaMode(row.quota_mode),
     )
 
 

@@ -12,11 +12,13 @@ from scheduler.views import CohortView, FlavorQuotaView, TenantView
 ADDITIVE, DEPARTMENT = CohortQuotaMode.ADDITIVE, CohortQuotaMode.DEPARTMENT
 
 
-def cohorts(mode: CohortQuotaMode = DEPARTMENT, quota: int = 8, **more: object) -> dict[str, CohortView]:
+def cohorts(
+    mode: CohortQuotaMode = DEPARTMENT, quota: int = 8, quotas: tuple[FlavorQuotaView, ...] = ()
+) -> dict[str, CohortView]:
     """org (a root with no quota) above the department `vision`, beside the tenant `other` with 10 GPUs idle."""
     return {
         "org": CohortView(name="org"),
-        "vision": CohortView(name="vision", parent="org", gpu_quota=quota, quota_mode=mode, **more),  # type: ignore[arg-type]
+        "vision": CohortView(name="vision", parent="org", gpu_quota=quota, quotas=quotas, quota_mode=mode),
     }
 
 
