@@ -52,10 +52,10 @@ from store.tokens import RANK, PersonRole, Principal
 ASYMMETRIC = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 
 
-# What reading a token that anyone may have written can raise: joserfc's own refusals; ValueError for base64 that is
-# not (binascii.Error), bytes that are not UTF-8 (UnicodeDecodeError), JSON that is not, or a date past year 9999;
-# RecursionError for JSON nested deeper than the interpreter's stack; OverflowError for a number no date or float
-# holds (a signed `exp` of 10**20); TypeError for a claim of a type no check expected.
+# What reading a token that anyone may have written can raise: joserfc's own refusals; ValueError for text that is not
+# base64 (binascii.Error), bytes that are not UTF-8 (UnicodeDecodeError), text that is not JSON, or a date past the
+# year 9999; RecursionError for JSON nested deeper than the interpreter's stack; OverflowError for a number no date
+# or float holds (a signed `exp` of 10**20); TypeError for a claim of a type no check expected.
 UNREADABLE = (JoseError, ValueError, TypeError, RecursionError, OverflowError)
 
 
