@@ -32,6 +32,7 @@ from contracts.allocation import (
     VmSpec,
 )
 from contracts.audit import HostState, LeaseFact, VmFact, WipeRequest, WipeResult
+from contracts.failures import IMAGE_NOT_FOUND, LEASE_LOST, SLOT_IN_USE, VM_CREATE_FAILED, WIPE_FAILED
 from contracts.placement import PlanRequest
 from fleet.vocabulary import NodeStatus
 from scheduler.host.checks import NodeValidation, ValidationState
@@ -39,12 +40,6 @@ from scheduler.host.inventory import HostInventory
 from scheduler.host.validate import validate_slots
 from scheduler.placement.bundles import plan_bundles
 from scheduler.views import NodeView, SlotState, slot_view
-
-LEASE_LOST = "LeaseLost"
-VM_CREATE_FAILED = "VmCreateFailed"
-IMAGE_NOT_FOUND = "ImageNotFound"
-WIPE_FAILED = "WipeFailed"
-SLOT_IN_USE = "SlotInUse"
 
 
 class NodeAgent:

@@ -14,6 +14,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from config.identity import OidcSettings
+from contracts.task_queues import CONTROL_QUEUE, NODE_QUEUE_PREFIX
 
 if TYPE_CHECKING:  # httpx, which it needs, is more than a node agent should carry: imported when used
     from config.temporal_credentials import ClientCredentials
@@ -38,8 +39,8 @@ class Settings(BaseSettings):
     temporal_tls_cert: Path | None = None
     temporal_tls_key: Path | None = None
     temporal_tls_ca: Path | None = None
-    control_task_queue: str = "berth.control"
-    node_task_queue_prefix: str = "berth.node."
+    control_task_queue: str = CONTROL_QUEUE
+    node_task_queue_prefix: str = NODE_QUEUE_PREFIX
     fleet_file: Path | None = Field(
         default=None, description="Fleet file `berth up` applies; default examples/fleet.yaml."
     )

@@ -37,6 +37,8 @@ PLACING_STATES = ("pending", "placing", "planning", "claiming", "provisioning", 
 FINAL_STATES = ("released", "failed", "cancelled", "expired", "preempted")
 # placed and running: release and cancel tear it down (`degraded`: a GPU of it failed, its owner told)
 HOLDING_STATES = ("active", "preempting", "degraded")
+# running for its owner (not being preempted): it can be extended, and is told of a failed GPU or a drain
+RUNNING_STATES = ("active", "degraded")
 
 # A tenant's cloud-config (`VmSpec.user_data`): at most this many bytes (UTF-8), the API's limit. The VM's NoCloud
 # seed already carries one document, which the tenant's is merged into.

@@ -13,7 +13,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-CONTROL_QUEUE = "berth.control"  # as contracts.task_queues; activities do not import workflows
+from contracts.task_queues import CONTROL_QUEUE
 
 
 class Model(BaseModel):

@@ -50,16 +50,11 @@ with workflow.unsafe.imports_passed_through():
         QueueTicket,
         RegionChoice,
     )
+    from contracts.failures import PLACEMENT_REFUSED, QUEUE_TIMEOUT, QUOTA_EXCEEDED, SKU_UNAVAILABLE
     from contracts.placement import Candidate
     from fleet.deadlines import format_duration
     from workflows.allocation_attempt import CandidateAttempt
-    from workflows.allocation_failures import (
-        PLACEMENT_REFUSED,
-        QUEUE_TIMEOUT,
-        QUOTA_EXCEEDED,
-        SKU_UNAVAILABLE,
-        AttemptFailed,
-    )
+    from workflows.allocation_failures import AttemptFailed
     from workflows.allocation_handlers import Inbox, MessageHandlers
     from workflows.allocation_hold import HAND_OVER, REPLACE, AllocationHold
     from workflows.allocation_messages import AllocationInput, AllocationStatus

@@ -19,10 +19,11 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from contracts import steps
     from contracts.allocation import ClaimInput, LeaseRef, PlanInput, Readiness, ReadinessInput, VmSpec
+    from contracts.failures import CLAIM_CONFLICT, QUOTA_EXCEEDED
     from contracts.placement import Candidate
     from workflows import search_attributes as sa
     from workflows.allocation_calls import AllocationCalls
-    from workflows.allocation_failures import QUOTA_EXCEEDED, AttemptFailed, node_failure
+    from workflows.allocation_failures import AttemptFailed, node_failure
     from workflows.allocation_handlers import Inbox
     from workflows.allocation_messages import END_WITH_ACTIVE, LEASE_UNDONE_BEFORE_PLAN, Attempt
     from workflows.saga import Saga
@@ -121,10 +122,10 @@ class CandidateAttempt(AllocationCalls):
             await self.on_control(steps.record_claims, claim, deadline=self.clock.time_left(node))
         except ActivityError as error:
             cause = error.cause
-            if isinstance(cause, ApplicationError) and cause.type == "QuotaExceeded":
+            if isinstance(cause, ApplicationError) and cause.type == QUOTA_EXCEEDED:
                 # The attempt failed, with the reason, then the allocation.
                 raise AttemptFailed("quota_exceeded", cause.message, final=QUOTA_EXCEEDED) from error
-            if isinstance(cause, ApplicationError) and cause.type == "ClaimConflict":
+            if isinstance(cause, ApplicationError) and cause.type == CLAIM_CONFLICT:
                 raise AttemptFailed("claim_conflict", cause.message) from error
             raise
         saga.add("release_claims", lambda: self.release_claims(attempt.number))

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
 
-SKU_UNAVAILABLE = "SkuUnavailable"
-PLACEMENT_REFUSED = "PlacementRefused"
-QUOTA_EXCEEDED = "QuotaExceeded"
-DEADLINE_EXCEEDED = "DeadlineExceeded"
-QUEUE_TIMEOUT = "QueueTimeout"  # waited in its region's queue past its timeout
+from contracts.failures import (
+    IMAGE_NOT_FOUND,
+    LEASE_LOST,
+    SKU_UNAVAILABLE,
+    VM_CREATE_FAILED,
+    WIPE_FAILED,
+)
 
-# A node agent's error types (agent/activities.py) as an attempt's reason codes.
+# A node agent's error types as an attempt's reason codes.
 _NODE_CODES = {
-    "VmCreateFailed": "vm_create_failed",
-    "LeaseLost": "lease_lost",
-    "ImageNotFound": "image_not_found",
-    "WipeFailed": "wipe_failed",
+    VM_CREATE_FAILED: "vm_create_failed",
+    LEASE_LOST: "lease_lost",
+    IMAGE_NOT_FOUND: "image_not_found",
+    WIPE_FAILED: "wipe_failed",
 }
 
 

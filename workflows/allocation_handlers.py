@@ -17,7 +17,14 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from contracts.allocation import HOLDING_STATES, PLACING_STATES, DrainNotice, HealthNotice, PreemptNotice
+    from contracts.allocation import (
+        HOLDING_STATES,
+        PLACING_STATES,
+        RUNNING_STATES,
+        DrainNotice,
+        HealthNotice,
+        PreemptNotice,
+    )
     from fleet.deadlines import format_duration
     from workflows.allocation_calls import AllocationCalls
     from workflows.allocation_messages import (
@@ -62,7 +69,7 @@ class MessageHandlers(AllocationCalls):
     def preempt(self, notice: PreemptNotice) -> None:
         """An admission pass chose this active allocation to make room for a queued request; a second notice (sent
         again after a lost one) changes nothing."""
-        if self.status.state in ("active", "degraded") and self.inbox.notice is None:
+        if self.status.state in RUNNING_STATES and self.inbox.notice is None:
             self.inbox.notice = notice
 
     @workflow.signal(name="gpu_failed")
@@ -84,7 +91,7 @@ class MessageHandlers(AllocationCalls):
     @workflow.signal(name="drain")
     def drain(self, notice: DrainNotice) -> None:
         """An operator drains its node (`berth nodes drain`): its owner is told, it keeps running until released."""
-        if self.status.state in ("active", "degraded") and not self.status.drain_told:
+        if self.status.state in RUNNING_STATES and not self.status.drain_told:
             self.status.drain_told = True
             self.inbox.untold.append(
                 (
@@ -137,7 +144,7 @@ class MessageHandlers(AllocationCalls):
 
     @extend.validator
     def validate_extend(self, request: ExtendRequest) -> None:
-        if self.status.state not in ("active", "degraded"):
+        if self.status.state not in RUNNING_STATES:
             raise self.invalid_state("only an active allocation can be extended")
         if self.status.ends_at is None:
             raise self.invalid_state("it has no end to extend")

@@ -17,9 +17,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from contracts.failures import DEADLINE_EXCEEDED
     from fleet.deadlines import format_duration
     from workflows import node_calls
-    from workflows.allocation_failures import DEADLINE_EXCEEDED, AttemptFailed, node_failure, past_overall_timeout
+    from workflows.allocation_failures import AttemptFailed, node_failure, past_overall_timeout
     from workflows.allocation_messages import Deadlines
 
 R = TypeVar("R")

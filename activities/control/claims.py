@@ -14,12 +14,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from contracts.allocation import AdmitResult, ClaimInput, QuarantineInput, ReleaseClaimsInput, SlotsInput
+from contracts.failures import CLAIM_CONFLICT, QUOTA_EXCEEDED
 from store import claims as store
 from store.db import AsyncSession, async_sessionmaker
 from store.trail import write_trail, write_trail_in
-
-CLAIM_CONFLICT = "ClaimConflict"
-QUOTA_EXCEEDED = "QuotaExceeded"
 
 
 class QueueWalker(Protocol):

@@ -43,12 +43,12 @@ from contracts.explanation import Explanation
 from contracts.placement import PlacementRequest
 from contracts.reasons import Reason
 from fleet.vocabulary import QueueingStrategy
+from scheduler.admission.admit import classic_order
 from scheduler.admission.reservations import with_holds
 from scheduler.breaker import BreakerPolicy
 from scheduler.cel import RequestBudget, SelectorCostExceeded, request_budget
 from scheduler.placement import cluster, region
 from scheduler.placement.pending import Plans, seen_on, with_pending_plans
-from scheduler.quota import accounts as quota
 from scheduler.snapshot import Snapshot
 from store import queue, reservations
 from store.db import AsyncSession, async_sessionmaker
@@ -326,19 +326,16 @@ class PlacementActivities:
         async with self.sessions() as session:
             waiting = await queue.waiting_ahead(session, region_name, wait.priority)
 
-        def borrows(tenant: str, gpus: int) -> bool:
-            held = snapshot.tenants.get(tenant)
-            return held is not None and quota.used(held) + gpus > held.gpu_quota
-
         own = request.tenant or ""
-        mine = (borrows(own, request.gpu_count), -wait.priority)
+        # Every waiting request arrived before the newcomer: arrival 0 for them, 1 for it.
+        mine = classic_order(snapshot.tenants.get(own), request.gpu_count, wait.priority, 1)
 
         def blocks(tenant: str, gpus: int, priority: int, code: str | None) -> bool:
             if tenant == own:  # its own tenant's earlier requests of its priority or higher: a queue keeps its order
                 return True
             if code in (Reason.QUOTA_EXCEEDED, Reason.QUEUED_BEHIND):  # held back for its own tenant, or behind
                 return False  # another that is counted here itself (StrictFIFO blocks a tenant behind its quota)
-            return (borrows(tenant, gpus), -priority) <= mine
+            return classic_order(snapshot.tenants.get(tenant), gpus, priority, 0) < mine
 
         return sum(1 for entry in waiting if blocks(*entry))
 

@@ -57,7 +57,7 @@ from api.request_checks import check_request
 from api.services import Services, services
 from api.temporal import Refused, WorkflowGone
 from config import tracing
-from contracts.allocation import FINAL_STATES, HOLDING_STATES, PLACING_STATES
+from contracts.allocation import FINAL_STATES, HOLDING_STATES, PLACING_STATES, RUNNING_STATES
 from fleet.meta import Name
 from scheduler.admission.reservations import latest_end
 from store import allocations as store
@@ -415,7 +415,7 @@ async def extend_allocation(
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
     require_act(caller, row.tenant)
-    if row.state not in ("active", "degraded"):
+    if row.state not in RUNNING_STATES:
         # Refused before the lock below is taken: a workflow still placing may be waiting for that same lock in a
         # control step, and its update could then not be delivered until the API's call gave up.
         raise conflict(f"allocation {allocation_id} is {row.state}; only an active one can be extended")

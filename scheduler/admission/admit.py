@@ -126,11 +126,16 @@ class PassResult:
         return {v.allocation_id: v.reserved for v in self.verdicts if v.reserved is not None}
 
 
+def classic_order(tenant: TenantView | None, gpus: int, priority: int, arrival: int) -> tuple[bool, int, int]:
+    """Kueue's order without fair sharing, smaller first: a request that fits its tenant's nominal quota before one
+    that would borrow, then the higher priority, then the earlier arrival. The one copy of the rule: the pass walks
+    by it, and a StrictFIFO newcomer counts the requests it must let go first by it."""
+    borrows = tenant is not None and quota.used(tenant) + gpus > tenant.gpu_quota
+    return (borrows, -priority, arrival)
+
+
 def classic_key(entry: QueuedRequest, tenant: TenantView | None) -> tuple[bool, int, int]:
-    """Kueue's order without fair sharing: a request that fits its tenant's nominal quota before one that would
-    borrow, then the higher priority, then the earlier arrival (smaller first)."""
-    borrows = tenant is not None and quota.used(tenant) + entry.request.gpu_count > tenant.gpu_quota
-    return (borrows, -entry.priority, entry.arrival)
+    return classic_order(tenant, entry.request.gpu_count, entry.priority, entry.arrival)
 
 
 def ordered(queue: Iterable[QueuedRequest], snapshot: Snapshot, usage: Usage) -> list[tuple[QueuedRequest, Standing]]:

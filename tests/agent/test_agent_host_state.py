@@ -10,9 +10,9 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from agent.activities import SLOT_IN_USE, WIPE_FAILED
 from contracts.allocation import VmSpec
 from contracts.audit import WipeRequest
+from contracts.failures import SLOT_IN_USE, WIPE_FAILED
 from fleet.node import Simulation
 from tests.agent.test_node_agent import _agent, _host, _plan
 
