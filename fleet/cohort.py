@@ -39,6 +39,13 @@ from fleet.meta import Name, ObjectMeta
 from fleet.tenant import FlavorQuota, _within
 from fleet.vocabulary import DEFAULT_FAIR_SHARING_STRATEGIES, CohortQuotaMode, FairSharingStrategy
 
+# The strategy lists Kueue's configuration accepts (its validation of `fairSharing.preemptionStrategies`).
+VALID_STRATEGY_LISTS = (
+    (FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,),
+    (FairSharingStrategy.LESS_THAN_INITIAL_SHARE,),
+    DEFAULT_FAIR_SHARING_STRATEGIES,
+)
+
 
 class CohortFairSharing(Spec):
     """Kueue's fair sharing, switched per tree (off by default, as in Kueue)."""
@@ -70,8 +77,9 @@ class CohortFairSharing(Spec):
         cls, strategies: tuple[FairSharingStrategy, ...], info: ValidationInfo
     ) -> tuple[FairSharingStrategy, ...]:
         """Checked only where written: unset, a root takes Kueue's default pair. A list nobody could act on (on a
-        tree that does not share fairly), an empty one (no preemption could ever be justified) or one naming a
-        strategy twice (the second try would repeat the first) is a mistake worth telling."""
+        tree that does not share fairly), an empty one (no preemption could ever be justified) or one Kueue's
+        configuration refuses is a mistake worth telling: Kueue accepts only the lists `VALID_STRATEGY_LISTS`, as
+        its second phase only ever applies LessThanInitialShare (one allocation per tenant)."""
         if not info.data.get("enabled"):
             raise ValueError(
                 "preemptionStrategies choose how a fair-sharing tree preempts: set enabled: true on this root cohort "
@@ -82,9 +90,12 @@ class CohortFairSharing(Spec):
                 "name at least one strategy, or leave preemptionStrategies unset for Kueue's default "
                 f"[{', '.join(DEFAULT_FAIR_SHARING_STRATEGIES)}]"
             )
-        twice = sorted({s for s in strategies if strategies.count(s) > 1})
-        if twice:
-            raise ValueError(f"{', '.join(twice)} is named more than once: each strategy is tried once, in order")
+        if strategies not in VALID_STRATEGY_LISTS:
+            named = "; ".join(f"[{', '.join(valid)}]" for valid in VALID_STRATEGY_LISTS)
+            raise ValueError(
+                f"[{', '.join(strategies)}] is not a list Kueue accepts: one of {named} (a second strategy is "
+                "always LessThanInitialShare, tried once per tenant on what the first left)"
+            )
         return strategies
 
     @model_validator(mode="after")

@@ -64,7 +64,21 @@ def test_a_department_with_per_product_quotas_alone_loads() -> None:
                 "[LessThanInitialShare, LessThanOrEqualToFinalShare, LessThanInitialShare]}}",
             ),
             "spec.fairSharing.preemptionStrategies",
-            "LessThanInitialShare is named more than once: each strategy is tried once, in order",
+            "[LessThanInitialShare, LessThanOrEqualToFinalShare, LessThanInitialShare] is not a list Kueue accepts: "
+            "one of [LessThanOrEqualToFinalShare]; [LessThanInitialShare]; [LessThanOrEqualToFinalShare, "
+            "LessThanInitialShare] (a second strategy is always LessThanInitialShare, tried once per tenant on what "
+            "the first left)",
+        ),
+        (
+            cohort(
+                "a",
+                "{fairSharing: {enabled: true, preemptionStrategies: [LessThanInitialShare, LessThanOrEqualToFinalShare]}}",
+            ),
+            "spec.fairSharing.preemptionStrategies",
+            "[LessThanInitialShare, LessThanOrEqualToFinalShare] is not a list Kueue accepts: "
+            "one of [LessThanOrEqualToFinalShare]; [LessThanInitialShare]; [LessThanOrEqualToFinalShare, "
+            "LessThanInitialShare] (a second strategy is always LessThanInitialShare, tried once per tenant on what "
+            "the first left)",
         ),
         (
             cohort("a", "{fairSharing: {enabled: true, preemptionStrategies: [LessThanFinalShare]}}"),
