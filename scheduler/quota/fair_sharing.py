@@ -18,8 +18,8 @@ then the smaller share, then the higher priority, then the earlier arrival. Pree
 
 A tree whose root sets `usageHalfLife` compares, wherever a share is compared for order (the tournament, and which
 tenant preemption takes from first), each node's decayed GPU-seconds (its tenants', `scheduler.quota.usage_decay`) over
-its weight instead (`usage_share`): what it used lately, not only what it holds now. Whether preemption may take an
-allocation at all (Kueue's strategies) still compares the shares of what is held.
+its weight instead (`usage_share`; weight 0: always last): what it used lately, not only what it holds now. Whether
+preemption may take an allocation at all (Kueue's strategies) still compares the shares of what is held.
 
 Pure: shares are computed on a `scheduler.quota.cohorts.CohortTree` of the total GPU account.
 """
@@ -126,11 +126,17 @@ def remembered_usage(tree: CohortTree, node: Node, tenants: Mapping[str, TenantV
 def usage_share(
     remembered: Mapping[Node, float], node: Node, tenants: Mapping[str, TenantView], cohorts: Mapping[str, CohortView]
 ) -> Share:
-    """The node's decayed GPU-seconds over its weight (weight 0: after every weighted one, if it used anything)."""
+    """The node's decayed GPU-seconds over its weight; weight 0: after every weighted one, even having used nothing.
+
+    Kueue's admission fair sharing counts usage over a weight of 0 as infinite (pkg/util/admissionfairsharing,
+    `CalculateUsage`), so a weight-0 LocalQueue that has used nothing still goes after one of weight 1 that has used
+    nothing either (pkg/scheduler/scheduler_afs_test.go, "does not prioritize a zero-weight localqueue"). A share of
+    what is held puts weight 0 last only while it borrows (`share`, as Kueue's DRS does); usage is not borrowing,
+    and counting none as 0 let an idle weight-0 tenant win on arrival. Two weight-0 nodes compare by their usage."""
     total = remembered.get(node, 0.0)
     weight = weight_of(node, tenants, cohorts)
     if weight == 0:
-        return Share(total > 0, total)
+        return Share(True, total)
     return Share(False, total / weight)
 
 
