@@ -18,8 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from contracts.allocation import ClaimInput, HealthNotice
 from scheduler.quota import accounts as quota
 from scheduler.quota.cohorts import root_of
-from store.models import AllocationRow, ClaimRow, CohortRow, NodeRow, PoolRow, SlotRow, TenantRow
-from store.snapshot import NO_USAGE, cohort_view, tenant_usage, tenant_view
+from store.models import AllocationRow, ClaimRow, ClusterRow, CohortRow, NodeRow, PoolRow, SlotRow, TenantRow
+from store.snapshot import NO_USAGE, TenantUsage, cohort_view, tenant_usage, tenant_view
 from store.trail import write_trail_in
 
 
@@ -142,7 +142,37 @@ async def _check_quota(session: AsyncSession, claim: ClaimInput, product: str | 
     )
     if not decision.fits:
         raise QuotaExceeded(decision.message)
-    return min(claim.gpu_count, decision.borrowed)
+    if not decision.borrowed:
+        return 0
+    # Its own part of the excess, measured against what the tenant holds by claims: measured against requests
+    # still being placed too, two placed at once would each record the same GPU as borrowed.
+    claimed = await _claimed(session, [m.name for m in members], claim.allocation_id)
+    settled = [tenant_view(member, claimed.get(member.name, NO_USAGE)) for member in members]
+    mine = next(v for v in settled if v.name == tenant.name)
+    own_part = quota.decide_placement(mine, product, region or "", claim.gpu_count, settled, False, cohorts)
+    return min(claim.gpu_count, own_part.borrowed)
+
+
+async def _claimed(session: AsyncSession, tenants: list[str], exclude: str) -> dict[str, TenantUsage]:
+    """tenant -> the GPUs it holds by active claims (a request still being placed holds none), by product and
+    region; `exclude`: the allocation being claimed."""
+    rows = await session.execute(
+        select(AllocationRow.tenant, PoolRow.gpu_product, ClusterRow.region, func.count())
+        .select_from(ClaimRow)
+        .join(AllocationRow, AllocationRow.id == ClaimRow.allocation_id)
+        .join(NodeRow, NodeRow.name == ClaimRow.node_id)
+        .join(PoolRow, PoolRow.id == NodeRow.pool_id)
+        .join(ClusterRow, ClusterRow.name == PoolRow.cluster)
+        .where(ClaimRow.released_at.is_(None), AllocationRow.tenant.in_(tenants), AllocationRow.id != exclude)
+        .group_by(AllocationRow.tenant, PoolRow.gpu_product, ClusterRow.region)
+    )
+    held: dict[str, list[tuple[str, str, int]]] = {}
+    for tenant, product, region, gpus in rows:
+        held.setdefault(tenant, []).append((product or "", region or "", int(gpus)))
+    return {
+        tenant: TenantUsage(active=sum(g for *_, g in places), held=tuple(p for p in places if p[0] and p[1]))
+        for tenant, places in held.items()
+    }
 
 
 def _named_cohorts(names: Iterable[str | None]) -> list[str]:

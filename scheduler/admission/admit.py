@@ -171,8 +171,10 @@ def admission_pass(
     heads: set[str] = set()  # tenants with a request that holds a node
     # The weighted dominant share each tenant with waiting requests would hold were shares equal: a tenant below it
     # gets nodes held for its requests until, counting them, it would reach it (alone in the queue: its head only).
+    # (Every waiting tenant of weight 0: none has a share to be below; each gets its head's hold only.)
     waiting = {e.tenant for e in queue}
-    fair = 1.0 / sum(_weight(snapshot, tenant) for tenant in waiting) if len(waiting) > 1 else 0.0
+    weights = sum(_weight(snapshot, tenant) for tenant in waiting)
+    fair = 1.0 / weights if len(waiting) > 1 and weights > 0 else 0.0
     for position, (entry, (share, usage)) in enumerate(state.in_order(queue), start=1):
         if blocked_by is not None:
             reason = (

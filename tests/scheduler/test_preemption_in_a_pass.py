@@ -105,3 +105,17 @@ def test_a_non_preemptible_request_displaces_its_own_tenants_lower_priority_work
     [verdict] = result.verdicts
     assert verdict.nomination is not None and verdict.nomination.victims == ("held-1",), verdict.reason
     assert verdict.reason is not None and verdict.reason.startswith("preempting 1 allocation(s) for its quota")
+
+
+def test_a_queue_whose_every_tenant_has_weight_zero_is_walked_like_any_other() -> None:
+    """The holds beyond a tenant's head weigh tenants by weight; with every waiting tenant at weight 0 there is no
+    share to be below, so each gets its head's hold, and the pass decides as it would otherwise."""
+    fleet = world(ONE_H100_NODE, ("b", "a01", 4), tenants={"zero": (8, 0), "a": (8, 0), "b": (8, 1)})
+    queue = [queued("big-zero", "zero", 1, 8), queued("big-a", "a", 2, 8), queued("small-a", "a", 3, 4)]
+
+    result = admission_pass(fleet, queue, {}, BEST_EFFORT)
+
+    by_id = {v.allocation_id: v for v in result.verdicts}
+    assert by_id["big-zero"].reserved == "a01"  # the first head the node can hold once b's 4 leave
+    assert by_id["big-a"].code == by_id["small-a"].code == "insufficient_capacity"
+    assert result.admitted == []  # a01's free 4 are held for big-zero
