@@ -10,13 +10,12 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.control.claims import ClaimActivities
 from activities.control.records import RecordActivities
-from contracts.allocation import AllocationRecord, AuditTrail, ClaimInput
-from contracts.placement import PlacementRequest
+from contracts.allocation import AuditTrail, ClaimInput
 from devstack.reports import report_hosts
 from fleet.loader import load_fleet
 from store.apply import apply_fleet
 from store.models import AllocationRow, TenantRow
-from tests.activities.test_control_idempotency import _bundle
+from tests.activities.test_control_idempotency import _bundle, opening
 
 
 async def test_two_requests_placed_at_once_record_the_tenants_real_excess_between_them(sessions, examples_dir) -> None:
@@ -28,13 +27,7 @@ async def test_two_requests_placed_at_once_record_the_tenants_real_excess_betwee
     await report_hosts(sessions, load_fleet([examples_dir / "fleet.yaml"]))
     env, records, claims = ActivityEnvironment(), RecordActivities(sessions), ClaimActivities(sessions)
     for allocation in ("first", "second"):
-        record = AllocationRecord(
-            allocation_id=allocation,
-            tenant="acme",
-            workflow_id=f"allocation/{allocation}",
-            request=PlacementRequest(gpu_count=1),
-        )
-        await env.run(records.record_trail, AuditTrail(opening=record))
+        await env.run(records.record_trail, AuditTrail(opening=opening(allocation, gpus=1)))
 
     for index, allocation in enumerate(("first", "second")):
         claim = ClaimInput(

@@ -34,6 +34,16 @@ def _bundle(index: int) -> Bundle:
     )
 
 
+def opening(allocation: str, gpus: int, tenant: str = "acme") -> AllocationRecord:
+    """The first record of an allocation (its row, in state pending: in flight)."""
+    return AllocationRecord(
+        allocation_id=allocation,
+        tenant=tenant,
+        workflow_id=f"allocation/{allocation}",
+        request=PlacementRequest(gpu_count=gpus),
+    )
+
+
 async def _example_fleet(
     sessions, examples_dir, **acme: object
 ) -> tuple[ActivityEnvironment, RecordActivities, ClaimActivities]:  # type: ignore[no-untyped-def]
@@ -51,12 +61,7 @@ async def test_a_claim_is_all_or_nothing_and_a_refused_claim_keeps_its_story(ses
     slot as it was; the steps the refused claim carried are written all the same (the allocation's story)."""
     env, records, claims = await _example_fleet(sessions, examples_dir)
     for allocation in ("holder", "late"):
-        record = AllocationRecord(
-            allocation_id=allocation,
-            tenant="acme",
-            workflow_id=f"allocation/{allocation}",
-            request=PlacementRequest(gpu_count=2),
-        )
+        record = opening(allocation, gpus=2)
         await env.run(records.record_trail, AuditTrail(opening=record))
     held = ClaimInput(
         allocation_id="holder", attempt=1, node="j22u05", tenant="acme", gpu_count=1, bundles=[_bundle(1)]
@@ -102,12 +107,7 @@ async def test_a_claim_is_all_or_nothing_and_a_refused_claim_keeps_its_story(ses
 async def test_claims_and_records_are_idempotent_and_conflicts_are_typed(sessions, examples_dir) -> None:
     env, records, claims = await _example_fleet(sessions, examples_dir)
     for allocation in ("a", "b"):
-        record = AllocationRecord(
-            allocation_id=allocation,
-            tenant="acme",
-            workflow_id=f"allocation/{allocation}",
-            request=PlacementRequest(gpu_count=2),
-        )
+        record = opening(allocation, gpus=2)
         await env.run(records.record_trail, AuditTrail(opening=record))
         await env.run(records.record_trail, AuditTrail(opening=record))
     change = StateChange(
@@ -155,12 +155,7 @@ async def test_a_products_quota_in_a_region_is_rechecked_when_claiming(sessions,
     quota = {"product": "H200", "region": "us-east", "nominal": 3, "borrowing_limit": None, "lending_limit": None}
     env, records, claims = await _example_fleet(sessions, examples_dir, quotas=[quota])
     for allocation, slots in (("first", [0, 1]), ("second", [2, 3])):
-        record = AllocationRecord(
-            allocation_id=allocation,
-            tenant="acme",
-            workflow_id=f"allocation/{allocation}",
-            request=PlacementRequest(gpu_count=2),
-        )
+        record = opening(allocation, gpus=2)
         await env.run(records.record_trail, AuditTrail(opening=record))
         change = StateChange(
             allocation_id=allocation, run_id="r1", state="claiming", step="record_claims", attempt=1, node="j22u05"
