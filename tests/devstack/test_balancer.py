@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
+import logging
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -129,6 +132,47 @@ class Dying:
     def stop(self) -> None:
         self.server.close()
         self.thread.join(timeout=5)
+
+
+def _closed_by_the_balancer(connection: socket.socket) -> bool:
+    """The balancer ended this client's connection: end of stream or a reset, not silence."""
+    connection.settimeout(5)
+    try:
+        return connection.recv(1024) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_stopping_ends_every_connection_and_leaves_no_handler_pending(
+    backends: list[Backend], caplog: pytest.LogCaptureFixture
+) -> None:
+    """`berth up --api-processes 2` stopped with Ctrl-C printed "Task was destroyed but it is pending!" for a
+    connection handler: the stack had stopped cleanly, and the message said otherwise. Here, at each stop, one
+    connection is piped to a backend that holds it open, one waits for a backend that never comes, and a few arrive
+    in the very moment of the stop. Each client sees its connection end, and asyncio reports nothing: no handler was
+    left pending when the loop closed, none ended with an error."""
+    held = Backend("held")  # waits for a request that does not come: the connection stays piped
+    caplog.set_level(logging.WARNING, logger="asyncio")
+    try:
+        for _ in range(10):
+            balancer = LoopbackBalancer(free_port(), [held.port], patience=30).start()
+            waiting = LoopbackBalancer(free_port(), [free_port()], patience=30).start()
+            clients = [
+                socket.create_connection(("127.0.0.1", port), timeout=5) for port in (balancer.port, waiting.port)
+            ]
+            time.sleep(0.1)  # both handlers running
+            clients += [socket.create_connection(("127.0.0.1", port), timeout=5) for port in [waiting.port] * 3]
+            balancer.stop()
+            waiting.stop()
+            try:
+                assert all(_closed_by_the_balancer(client) for client in clients)
+            finally:
+                for client in clients:
+                    client.close()
+        gc.collect()  # a pending task the loop dropped is reported when it is collected
+    finally:
+        held.stop()
+    assert [record.getMessage() for record in caplog.records] == []
 
 
 def test_a_backend_dying_mid_request_ends_the_clients_connection() -> None:
