@@ -16,6 +16,9 @@ from config.context import StackContext
 from devstack.process import alive
 from devstack.stack import DevStack
 
+# Starts processes of its own (a stack, a CLI run): never in the quick tier (tests/tiers.py).
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[tuple[DevStack, StackContext]]:

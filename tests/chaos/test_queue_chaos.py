@@ -34,16 +34,19 @@ from temporalio.client import Client
 from contracts.allocation import PLACING_STATES
 from devstack.ports import free_port
 from devstack.postgres import EmbeddedPostgres
-from devstack.process import alive, clear_session
+from devstack.process import alive, as_user, clear_session
 from devstack.ready import is_marked_ready
 from store import queue
 from store.db import create_engine, session_factory
 from store.migrate import upgrade
 from store.outage import is_database_outage
 from tests.workflows.lab import Lab, lab_fleet, running_lab
-from workflows import allocation_client
-from workflows.allocation_messages import AllocationStatus, QueueWait
+from workflows.allocation import client as allocation_client
+from workflows.allocation.messages import AllocationStatus, QueueWait
 from workflows.client_calls import WorkerUnavailable
+
+# Starts processes of its own (a stack, a CLI run): never in the quick tier (tests/tiers.py).
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT = QueueWait(timeout_seconds=600)
@@ -147,16 +150,11 @@ class OwnPostgres:
         server.port = server.port or free_port()
         self.server = server
         deadline = time.monotonic() + timeout
-        for tries in range(1, 4):
-            server.process = _spawn(server.command(), server.log_file, user=user)
-            self.pids.append(server.process.pid)
-            while not await asyncio.to_thread(server.is_ready) and server.process.poll() is None:
-                assert time.monotonic() < deadline, f"PostgreSQL did not accept connections within {timeout:g}s"
-                await asyncio.sleep(0.1)
-            # A child forked from this process (its gRPC threads running) was seen to die of SIGSEGV before it ran
-            # PostgreSQL at all (1 start in about 20 full runs): started again, as `berth up`'s supervisor would.
-            if server.process.poll() is None or server.process.returncode >= 0 or tries == 3:
-                break
+        server.process = _spawn(server.command(), server.log_file, user=user)
+        self.pids.append(server.process.pid)
+        while not await asyncio.to_thread(server.is_ready) and server.process.poll() is None:
+            assert time.monotonic() < deadline, f"PostgreSQL did not accept connections within {timeout:g}s"
+            await asyncio.sleep(0.1)
         assert server.process.poll() is None, server.log_file.read_text(errors="replace")[-2000:]
         await asyncio.to_thread(server.ensure_database)
 
@@ -185,17 +183,19 @@ def _spawn(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """`devstack.process.spawn` without its pre-exec hook (the parent-death signal): a Python hook between fork and
-    exec is unsafe in a process whose gRPC threads are running (the test's Temporal clients), and its child may die
-    of a segmentation fault before it execs. The fixtures end what they start instead."""
+    """`devstack.process.spawn` without its parent-death signal: the fixtures end what they start instead. The user
+    is switched as spawn switches it (`as_user`), by the program the child execs: Popen's own `user=` would fork,
+    and a child forked from this process, whose gRPC threads run, died of SIGSEGV before it ran PostgreSQL now and
+    then."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
+    command, popen_user = as_user(command, user)
     with open(log_file, "ab") as log:
         return subprocess.Popen(
             command,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            user=user,
+            user=popen_user,
             env=env,
             cwd=cwd,
             start_new_session=True,

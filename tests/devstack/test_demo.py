@@ -8,6 +8,10 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
+
+# Starts processes of its own (a stack, a CLI run): never in the quick tier (tests/tiers.py).
+pytestmark = pytest.mark.slow
 
 
 def test_berth_demo_walks_every_case_and_exits_0(tmp_path: Path) -> None:

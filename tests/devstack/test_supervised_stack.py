@@ -29,6 +29,9 @@ from devstack.process import alive
 from devstack.stack import DevStack
 from tests.workflows.lab import lab_fleet
 
+# Starts processes of its own (a stack, a CLI run): never in the quick tier (tests/tiers.py).
+pytestmark = pytest.mark.slow
+
 PARTS = [
     "postgres",
     "temporal",

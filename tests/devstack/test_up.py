@@ -18,6 +18,9 @@ import psutil
 import pytest
 from sqlalchemy.engine import make_url
 
+# Starts processes of its own (a stack, a CLI run): never in the quick tier (tests/tiers.py).
+pytestmark = pytest.mark.slow
+
 BERTH = [sys.executable, "-m", "cli.main"]
 
 
