@@ -1,5 +1,5 @@
-"""Feasibility at create time: what placement would refuse anyway is refused before anything exists (seed 003's fast
-fail), so a refused create leaves no workflow and no row behind.
+"""Feasibility at create time: what placement would refuse anyway is refused before anything exists (docs/seeds.md,
+"Refusing at create what can never fit"), so a refused create leaves no workflow and no row behind.
 
 "Never" means no host of the asked shape and product (in the asked region) has that many GPUs at all, whatever is
 claimed, cordoned or down right now: those requests would only start a workflow that fails at its first step, and
@@ -99,7 +99,12 @@ async def check_quota(
     policy (the inventory cache's, which a fleet apply refreshes); their usage is read here, in the caller's session.
 
     The create route asks this of a request that does not wait, and of one that waits but could never fit its
-    quotas (`queue_ceiling`); one that waits and could fit later is queued instead."""
+    quotas (`queue_ceiling`); one that waits and could fit later is queued instead.
+
+    A fast answer, not the judgement: it is the region level's own check (`quota_refusal`, the arithmetic of
+    `scheduler.quota.accounts`), asked before anything exists so that a refusal is a 409 rather than a failed
+    allocation. The placement asks it again on fresher usage, and the claim decides, under the tenant's lock
+    (`store.claims`)."""
     tenant = body.tenant
     view = snapshot.tenants.get(tenant or "")
     if view is None:

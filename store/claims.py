@@ -113,6 +113,10 @@ async def _check_quota(session: AsyncSession, claim: ClaimInput, product: str | 
     many of this allocation's GPUs are borrowed from its cohort tree (its own part of the tenant's excess: of 1 GPU,
     at most 1, however much its tenant borrowed before).
 
+    This is the judgement: the API's 409 (`api.feasibility.check_quota`) and the placement's refusal
+    (`scheduler.placement.region`) ask the same arithmetic (`scheduler.quota.accounts`) earlier, for a fast answer,
+    on usage that may have moved since; only here is the usage read under the lock that makes it true.
+
     Quota checks are serialised per tenant, and per cohort tree when the tenant is in one (every member's row
     locked, in name order): two allocations cannot both take the last headroom, nor the last GPUs a tree lends."""
     tenant = await session.get(TenantRow, claim.tenant, with_for_update=True)

@@ -2,9 +2,9 @@
 
 It decides from tenant policy, region status, jurisdiction, which products each region offers at what price, and
 an aggregate of how many allocations of this size each region's matching pools could take; never from PCI
-addresses, NUMA or host state (seed 004). A region the user names is validated, never second-guessed; otherwise
-the best allowed region wins: one with room first, available before degraded, then the lower price, then the
-most room, then the name.
+addresses, NUMA or host state (docs/seeds.md, "Four layers, each deciding only what it knows"). A region the user
+names is validated, never second-guessed; otherwise the best allowed region wins: one with room first, available
+before degraded, then the lower price, then the most room, then the name.
 """
 
 from __future__ import annotations
@@ -168,7 +168,8 @@ def _admit_tenant(
 def _tenant_quota(snapshot: Snapshot, tenant: TenantView, request: PlacementRequest) -> quota.QuotaDecision:
     """The tenant's total quota, then, when it has per-product quotas, whether one of those the request could be
     placed on (a product it wants, a region it may use) has room: which pools may take it is the pool level's
-    (`scheduler.placement.pools.QuotaFilter`)."""
+    (`scheduler.placement.pools.QuotaFilter`). An early answer on the snapshot's usage, for the placement and the
+    API's 409; the claim's check under lock (`store.claims`) decides with the same arithmetic."""
     tenants = snapshot.tenants.values()
     decision = quota.decide(
         tenant, request.gpu_count, tenants, request.within_nominal, snapshot.cohorts, snapshot.total_tree(tenant)
