@@ -1,6 +1,7 @@
 """The node agent's activities: plan under a lease, create the VM, wait for readiness, tear down and wipe.
 
-The agent is the host-local authority of seed 004. It never trusts the control plane's picture of its host: every
+The agent is the host-local authority, the node scheduler of docs/seeds.md, "Four layers, each deciding only what
+it knows". It never trusts the control plane's picture of its host: every
 plan starts from what the topology driver discovers now, each approved slot validated against it
 (`scheduler.host.validate.validate_slots`: a GPU gone, rebound or sharing its IOMMU group is never planned), overlaid
 with the host's own live leases and VMs, and is decided by the same pure planner (`scheduler.placement.bundles.plan_bundles`)

@@ -1,4 +1,4 @@
-"""Host-local leases: the node scheduler's same-host race guard (seed 004).
+"""Host-local leases: the node scheduler's same-host race guard (docs/seeds.md, "A host-local lease before a plan").
 
 A lease says "these slots are being placed for this allocation until this time". It is one JSON file per
 allocation in the lease directory, written atomically (temp file, fsync, rename) while holding an exclusive lock on

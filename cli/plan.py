@@ -111,7 +111,8 @@ def _plan_json(result: FleetPlan, manifests: list[dict[str, Any]], estimates: di
 
 
 def capability_list(text: str | None) -> list[str]:
-    """`--capabilities vllm,sglang` as a list; pools derived from a NodeList offer these (seed 003)."""
+    """`--capabilities vllm,sglang` as a list; pools derived from a NodeList offer these (docs/seeds.md, "Node groups
+    from GPU Feature Discovery labels")."""
     return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 

@@ -142,7 +142,8 @@ class AuditTrail(Model):
 
 
 class Refusal(Model):
-    """A level of seed 004 that said no: the code, the message, and the explanation of every level it ran."""
+    """A placement level that said no (docs/seeds.md, "Four layers, each deciding only what it knows"): the code,
+    the message, and the explanation of every level it ran."""
 
     refusal_code: str | None = None
     refusal_message: str | None = None
@@ -285,7 +286,8 @@ class ReadinessInput(Model):
 
 
 class Readiness(Model):
-    """The three readiness gates of seed 004, by name (`ssh`, `cloud_init`, `gpus`); `ready` when all pass.
+    """The three readiness gates by name (`ssh`, `cloud_init`, `gpus`; docs/seeds.md, "Readiness gates"); `ready`
+    when all pass.
     `failed_gate` names a gate that failed for good (cloud-init reported an error, the guest sees the wrong number of
     GPUs): the attempt fails at once with `readiness_failed: <gate>: <failure>` instead of waiting out its timeout."""
 

@@ -16,7 +16,7 @@ from contracts.manifest import Role
 
 
 class FitStep(StrEnum):
-    """Seed 001's resource-fit step a member's device request came from (`scheduler/fleet/resource_fit.py`)."""
+    """The resource-fit step a member's device request came from (docs/seeds.md, "Resource fit from a memory need")."""
 
     ONE_GPU = "OneGpu"
     GPUS_OF_ONE_NODE = "GpusOfOneNode"
@@ -96,9 +96,9 @@ class MemberPlacement(Output):
     pool: str | None
     nodes: int  # whole-node cost: pods x copies when the member claims devices and is not GPU-level, else 0
     device_requests: list[RequestPlacement]
-    fit: FitStep | None = None  # seed 001: the resource-fit step that derived the request
-    span: int | None = None  # seed 001 SeveralNodes: nodes one copy spans
-    gpus: GpuPlacement | None = None  # seed 001 GPU-level fit: the devices it holds of shared nodes
+    fit: FitStep | None = None  # the resource-fit step that derived the request (`FitStep`)
+    span: int | None = None  # the resource fit's SeveralNodes: nodes one copy spans
+    gpus: GpuPlacement | None = None  # docs/seeds.md, "GPU-level fit": the devices it holds of shared nodes
 
 
 class EnginePlacement(Output):

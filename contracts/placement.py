@@ -153,7 +153,8 @@ class Candidate(BaseModel):
 
 
 class Bundle(BaseModel):
-    """One slot as the runtime executor attaches it (seed 004's plan shape, plus the slot id to claim)."""
+    """One slot as the runtime executor attaches it (docs/seeds.md, "The GPU slice bundle"), plus the slot id to
+    claim."""
 
     model_config = ConfigDict(frozen=True)
 

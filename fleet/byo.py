@@ -1,4 +1,5 @@
-"""Bring-your-own clusters (seed 003): turn NodeLists read from a fleet file into a cluster with homogeneous pools.
+"""Bring-your-own clusters (docs/seeds.md, "Node groups from GPU Feature Discovery labels"): turn NodeLists read from
+a fleet file into a cluster with homogeneous pools.
 
 A NodeList does not say which cluster it describes, so the operator names it (`berth apply --cluster NAME`). Its
 GPU nodes are grouped by their GPU Feature Discovery labels into `kubernetes` pools, each with an InferenceClass

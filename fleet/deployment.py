@@ -7,9 +7,10 @@ whose `nodeSelector.devices` are DRA device requests with CEL selectors). Carrie
 members' pod `template`s (checked against the XRD), `serving`, an engine's `phase`, `template.metadata.labels`.
 `spec.crossplane` and `status` are accepted and not read, so a manifest copied from a live control plane loads.
 
-Berth's additions, each from a seed: `spec.minReplicas` (seed 002, partial scheduling), `requirements` (seed 002,
-capabilities a pool's class must offer), a member's `resources.gpuMemory` with an optional `backend` instead of
-device requests (seed 001, resource fit), and `placementStrategy` (seed 001, binpack or spread among fitting pools).
+Berth's additions, each from a seed, by its heading in docs/seeds.md: `spec.minReplicas` ("Partial scheduling above
+minReplicas"), `requirements` ("Capabilities a pool must offer"), a member's `resources.gpuMemory` with an
+optional `backend` instead of device requests ("Resource fit from a memory need"), and `placementStrategy`
+("Binpack and spread", among fitting pools).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class FitGranularity(StrEnum):
     """What the fleet ledger charges a member sized by model memory (`resources`) for."""
 
     NODE = "Node"  # a whole node per pod, as Modelplane charges every member (the default)
-    GPU = "Gpu"  # only the GPUs each pod claims: instances share a node's GPUs (seed 001, GPUStack's GPU-level fit)
+    GPU = "Gpu"  # only the GPUs each pod claims: instances share a node's GPUs (docs/seeds.md, "GPU-level fit")
 
 
 class CelSelector(Spec):
@@ -88,8 +89,8 @@ def quantity_text(value: object, example: str) -> object:
 
 
 class GgufModel(Spec):
-    """Seed 001 (GPUStack estimates a GGUF model's need from the file): the memory need read from a GGUF file's
-    metadata and tensor table by `berth plan` (fleet/gguf.py), instead of a figure."""
+    """The memory need read from a GGUF file's metadata and tensor table by `berth plan` (fleet/gguf.py), instead of
+    a figure (docs/seeds.md, "Estimating a GGUF model's memory")."""
 
     file: str = Field(min_length=1, description="Path of the .gguf file (relative: to the current directory).")
     context_length: PositiveInt | None = Field(
@@ -117,8 +118,8 @@ def _gpu_memory_published_as_required(schema: dict[str, Any]) -> None:
 
 
 class ModelResources(Spec):
-    """Seed 001: the model's GPU memory need, given (`gpuMemory`) or estimated from a GGUF file (`gguf`); the
-    scheduler derives the device request per pool."""
+    """The model's GPU memory need, given (`gpuMemory`) or estimated from a GGUF file (`gguf`); the scheduler
+    derives the device request per pool (docs/seeds.md, "Resource fit from a memory need")."""
 
     model_config = ConfigDict(json_schema_extra=_gpu_memory_published_as_required)
 

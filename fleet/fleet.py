@@ -52,7 +52,8 @@ class Fleet:
     services: dict[str, ModelService] = field(default_factory=dict)
     # What-if slot holds for offline `berth explain -f`; never applied to a database.
     slot_states: dict[str, SlotStateDocument] = field(default_factory=dict)
-    # Kubernetes NodeLists of bring-your-own clusters (seed 003), as read; `fleet.byo` turns them into pools.
+    # Kubernetes NodeLists of bring-your-own clusters, as read; `fleet.byo` turns them into pools (docs/seeds.md,
+    # "Node groups from GPU Feature Discovery labels").
     node_lists: list[dict[str, Any]] = field(default_factory=list)
 
     def pools(self) -> list[PoolHosts]:

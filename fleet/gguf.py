@@ -1,6 +1,7 @@
-"""Seed 001: what a GGUF model file says about its memory need, read with the `gguf` package (llama.cpp's own
-reader; no weight is loaded: the reader maps the file and reads only the headers). The estimate made from it is a
-pure function of these facts (`scheduler/fleet/estimate.py`), the sum of three parts:
+"""What a GGUF model file says about its memory need (docs/seeds.md, "Estimating a GGUF model's memory"), read with
+the `gguf` package (llama.cpp's own reader; no weight is loaded: the reader maps the file and reads only the
+headers). The estimate made from it is a pure function of these facts (`scheduler/fleet/estimate.py`), the sum of
+three parts:
 
     weights      the bytes of every tensor, as stored (quantised types included): what is loaded onto the GPUs
     KV cache     layers x context tokens x KV heads x (key length + value length) x the cache type's bytes per

@@ -1,8 +1,8 @@
 """GPU hosts of slice and bare-metal pools, and the slots (bundles) they are cut into.
 
-A slot is seed 004's bundle: 1 GPU + 1 fabric VF + 1 raw NVMe + CPU + memory + MAC/IP. Only slots with
-`fabricClaimMode: per_slot_vf` and their own VF address can be sliced; a node whose slots share a parent fabric
-device still counts its raw GPUs but cannot host concurrent slices.
+A slot is a bundle (docs/seeds.md, "The GPU slice bundle"): 1 GPU + 1 fabric VF + 1 raw NVMe + CPU + memory +
+MAC/IP. Only slots with `fabricClaimMode: per_slot_vf` and their own VF address can be sliced; a node whose slots
+share a parent fabric device still counts its raw GPUs but cannot host concurrent slices.
 """
 
 from __future__ import annotations

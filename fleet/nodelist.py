@@ -1,4 +1,5 @@
-"""Seed 003: pools for a bring-your-own cluster, from its nodes as `kubectl get nodes -o yaml` prints them.
+"""Pools for a bring-your-own cluster, from its nodes as `kubectl get nodes -o yaml` prints them (docs/seeds.md,
+"Node groups from GPU Feature Discovery labels").
 
 NVIDIA GPU Feature Discovery labels every GPU node with `nvidia.com/gpu.product`, `nvidia.com/gpu.count` and
 `nvidia.com/gpu.memory` (MiB per GPU). Nodes are grouped by those three values, as KAITO groups them, so each group
@@ -40,8 +41,8 @@ COUNT_LABEL = "nvidia.com/gpu.count"
 MEMORY_LABEL = "nvidia.com/gpu.memory"
 GFD_LABELS = (PRODUCT_LABEL, COUNT_LABEL, MEMORY_LABEL)
 GPU_DRIVER = "gpu.nvidia.com"
-# Berth's label for what a node's GPUs can serve (seed 001/002 capabilities: vllm, sglang, ...): one label per
-# capability, `capabilities.berth.dev/vllm: "true"`, since a label value cannot hold a list.
+# Berth's label for what a node's GPUs can serve (docs/seeds.md, "Capabilities a pool must offer": vllm, sglang,
+# ...): one label per capability, `capabilities.berth.dev/vllm: "true"`, since a label value cannot hold a list.
 CAPABILITY_PREFIX = "capabilities.berth.dev/"
 # The GPU operator's MIG manager: the layout asked for (`all-1g.5gb`, `all-balanced`, `all-disabled`, ...) and how
 # applying it went. KAITO reads a node as MIG-partitioned only once a non-disabled layout is applied (`success`);

@@ -8,9 +8,9 @@ defines is an error, except the two that replicas written by earlier Berth versi
 `device` on a request), which are still read.
 
 `berth plan` writes new replicas in this same shape, so a plan can be fed back in as input, and what it writes
-validates against Modelplane's ModelReplica XRD: the seed 001 span of a member that the resource fit spread over
-several nodes, which the XRD has no field for, travels in the annotation `berth.dev/member-nodes`
-(`{"<engine>": {"<member index>": nodes}}`).
+validates against Modelplane's ModelReplica XRD: the span of a member that the resource fit (docs/seeds.md,
+"Resource fit from a memory need") spread over several nodes, which the XRD has no field for, travels in the
+annotation `berth.dev/member-nodes` (`{"<engine>": {"<member index>": nodes}}`).
 
 The ledger charges a replica at the cost it was stamped with (its `deviceRequests`), not at what the current spec
 would cost: a member without device requests claims nothing and costs no nodes.
@@ -88,7 +88,7 @@ class ReplicaDeviceRequest(Observed):
 
 
 class MemberGpus(Observed):
-    """Seed 001's GPU-level fit: the pool's node (by the ledger's number) each pod's GPUs were charged on."""
+    """The pool's node (by the ledger's number) each pod's GPUs were charged on (docs/seeds.md, "GPU-level fit")."""
 
     device: str = Field(min_length=1, description="The InferenceClass device the pods claim.")
     nodes: list[NonNegativeInt] = Field(description="One node number per pod, copies after one another.")

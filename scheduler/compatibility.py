@@ -1,10 +1,12 @@
-"""What makes a slot a usable slice bundle (seed 004), and a node's summary of its usable bundles.
+"""What makes a slot a usable slice bundle (docs/seeds.md, "A slice needs its own fabric VF"), and a node's
+summary of its usable bundles.
 
 The rules are stricter than raw GPU counting on purpose. A slot is a compatible bundle only if it is approved, has
 `fabric_claim_mode=per_slot_vf` and a non-empty fabric VF address that no other slot of the node uses, and its node
 agent validated it against the real host; a shared parent fabric device is not a concurrency approval. A compatible
 bundle is free when no other allocation claims or leases it and it is not quarantined. A slot whose only failed
-checks are about the fabric (`raw_only`) still counts as a raw GPU (seed 004: raw GPUs count, slices do not).
+checks are about the fabric (`raw_only`) still counts as a raw GPU (docs/seeds.md, "Raw free GPUs versus
+placeable slices").
 
 Both the cluster scheduler (over a snapshot) and the node scheduler (over its own host view) judge nodes through
 `NodeProfile`, so the two can only disagree when the host state itself differs.

@@ -43,7 +43,8 @@ class SlotState(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class SlotView:
-    """One slot (seed 004 bundle) and its state. The device identities feed the node scheduler's plan."""
+    """One slot (docs/seeds.md, "The GPU slice bundle") and its state. The device identities feed the node
+    scheduler's plan."""
 
     id: SlotId  # stable, given by the caller (fleet-built snapshots use "<node>/<index>")
     index: int

@@ -312,10 +312,10 @@ async def _check_shared_nodes(
     cluster_row: ClusterRow | None,
     manifest: dict[str, Any],
 ) -> None:
-    """The GPU-level half of the re-check (seed 001, fitGranularity Gpu): the usage rows count whole nodes only, so
-    the pools' ledger is rebuilt from every replica recorded on the cluster plus this one, which is what the plan
-    did, and refused when a node would give out more GPUs than it has or more nodes would be taken than published.
-    Runs under the pools' row locks, like the node count."""
+    """The GPU-level half of the re-check (fitGranularity Gpu; docs/seeds.md, "GPU-level fit"): the usage rows count
+    whole nodes only, so the pools' ledger is rebuilt from every replica recorded on the cluster plus this one, which
+    is what the plan did, and refused when a node would give out more GPUs than it has or more nodes would be taken
+    than published. Runs under the pools' row locks, like the node count."""
     rows = (await session.scalars(select(ModelReplicaRow.spec).where(ModelReplicaRow.cluster == cluster))).all()
     replicas = [ModelReplica.model_validate(spec) for spec in (*rows, manifest)]
     if not any(m.gpus is not None for r in replicas for e in r.spec.engines for m in e.members):

@@ -182,7 +182,7 @@ class NodeRow(Base):
 
 
 class SlotRow(Base):
-    """One seed-004 bundle: GPU + fabric VF + NVMe + CPU + memory + MAC/IP on one host."""
+    """One bundle of a host: GPU + fabric VF + NVMe + CPU + memory + MAC/IP (docs/seeds.md, "The GPU slice bundle")."""
 
     __tablename__ = "node_resource_slots"
     __table_args__ = (
@@ -219,8 +219,8 @@ class SlotRow(Base):
     approved: Mapped[bool] = mapped_column(Boolean, nullable=False)
     state: Mapped[str] = mapped_column(String(16), nullable=False, server_default="available")
     quarantine_reason: Mapped[str | None] = mapped_column(Text)
-    # The node agent's check of this approved slot against its host (seed 004 near-term change 4): the operator
-    # approves (`approved`), the agent validates. Only approved and validated slots are ranked.
+    # The node agent's check of this approved slot against its host: the operator approves (`approved`), the agent
+    # validates (docs/seeds.md, "Approved slots, checked on the host"). Only approved and validated slots are ranked.
     validation: Mapped[str] = mapped_column(String(16), nullable=False, server_default="unvalidated")
     validation_reason: Mapped[str | None] = mapped_column(String(32))
     validation_message: Mapped[str | None] = mapped_column(Text)

@@ -14,7 +14,8 @@ control worker serves real and simulated clusters side by side.
              still there after the wait, the call fails and the activity retries
     observe  Ready when the API server answers; the gateway address from the Gateway the connection names;
              per pool the nodes that can take work. An unreachable cluster is observed not Ready with the reason;
-             nothing is deleted because of it (retained replicas stay, seed 000)
+             nothing is deleted because of it (retained replicas stay: docs/seeds.md, "Existing replicas keep
+             their place")
 
 The client is lightkube's synchronous one: the activities already run driver calls in a thread. Credentials are
 read from the mounted Secret file only when a client is built; messages name the Secret, never its content (a

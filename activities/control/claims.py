@@ -1,4 +1,5 @@
-"""Claims: the durable record of which allocation holds which slots (seed 004's allocation_resource_claims).
+"""Claims: the durable record of which allocation holds which slots, `allocation_resource_claims` (docs/seeds.md,
+"Claims recorded durably").
 
 Each activity is one transaction (store/claims.py) and idempotent by (allocation, attempt): a retried activity finds
 its own work done and changes nothing. A double claim is impossible at three depths: the scheduler skips claimed

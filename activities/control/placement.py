@@ -255,7 +255,8 @@ class PlacementActivities:
 
     @activity.defn(name="choose_placement")
     async def choose_placement(self, request: FindCandidatesInput) -> PlacementChoice:
-        """Seed 004's region and cluster levels in one step on one read: the allocation's first control step.
+        """The region and cluster levels (docs/seeds.md, "Four layers, each deciding only what it knows") in one
+        step on one read: the allocation's first control step.
 
         A refusal here is the allocation's end (no attempt has been made). When the workflow hands over its final
         step (`request.final`), the refusal is recorded as that step here, so a refused allocation costs one write

@@ -1,4 +1,5 @@
-"""Wiping a slot on release, before it is free again (seed 004 runtime executor item 6), as Ironic cleans disks:
+"""Wiping a slot on release, before it is free again (docs/seeds.md, "Wiping a slot before reuse"), as Ironic
+cleans disks:
 
     NVMe:  `nvme id-ctrl <dev> -o json`: Format NVM supported (OACS bit 1)?
               crypto erase supported (FNA bit 2)?  -> `nvme format <dev> --ses=2 --force`   (crypto erase)

@@ -1,8 +1,9 @@
 """The libvirt domain XML for one allocation, as a pure function of its VM spec and the agent's configuration.
 
 `create` on the libvirt runtime defines this document and starts it. Everything in it comes from the accepted
-node-scheduler plan (seed 004: the runtime executor must not invent a placement), and the same allocation always
-gives the same name, UUID and bytes, which is what lets `create` run twice and change nothing the second time.
+node-scheduler plan, since the runtime executor invents no placement (docs/seeds.md, "The runtime executor carries
+out the plan"), and the same allocation always gives the same name, UUID and bytes, which is what lets `create`
+run twice and change nothing the second time.
 
 What the guest gets:
 

@@ -1,4 +1,4 @@
-"""The readiness gates of a VM, each by name (seed 004: SSH, cloud-init completion, nvidia-smi):
+"""The readiness gates of a VM, each by name (docs/seeds.md, "Readiness gates"):
 
     ssh         a TCP connection to the VM's address on port 22
     cloud_init  `cloud-init status --long` in the guest, asked again at each probe once the last answer came:

@@ -66,7 +66,8 @@ class GuestInterface(BaseModel):
     mac: str
     address: str | None = None
     prefix: int = Field(default=24, ge=1, le=32)
-    # More addresses on the same NIC: a multi-GPU VM has one NIC and one private IP per bundle (seed 004).
+    # More addresses on the same NIC: a multi-GPU VM has one NIC and one private IP per bundle
+    # (docs/seeds.md, "The GPU slice bundle").
     extra_addresses: list[str] = Field(default_factory=list)
     gateway: str | None = None
     nameservers: list[str] = Field(default_factory=list)

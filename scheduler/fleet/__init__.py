@@ -1,4 +1,4 @@
-"""The fleet scheduler for ModelDeployments (seeds 000, 001, 002, 003). See README.md in this folder. What it
+"""The fleet scheduler for ModelDeployments (docs/seeds.md, seeds 000 to 003). See README.md in this folder. What it
 returns, the plan, is `contracts/fleet_plan.py`."""
 
 from scheduler.fleet.manifests import manifest_dict, replica_manifest

@@ -1,7 +1,9 @@
-"""Seed 002's capability filter: a pool serves a member only if its class offers every capability required.
+"""The capability filter (docs/seeds.md, "Capabilities a pool must offer"): a pool serves a member only if its class
+offers every capability required.
 
 Requirements come from the deployment (`spec.template.spec.requirements`, Seldon's `spec.requirements`) and from a
-member's `resources.backend` (seed 001's backend framework policy: a pool must support the backend it would run).
+member's `resources.backend` (docs/seeds.md, "Filter policies that name their reason": a pool must support the
+backend it would run).
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ from scheduler.cel.quantity import Quantity, QuantityError, parse_quantity
 
 @dataclass(frozen=True)
 class MemoryNeed:
-    """Seed 001: GPU memory one copy of the model needs, and the backend that decides the fallbacks."""
+    """GPU memory one copy of the model needs, and the backend that decides the fallbacks (docs/seeds.md, "Resource
+    fit from a memory need")."""
 
     text: str
     amount: Quantity | None  # None: the text matches the quantity syntax but does not parse (e.g. 1e999)
@@ -70,8 +71,10 @@ class Demand:
     tolerations: tuple[Toleration, ...]
     strategy: PlacementStrategy | None
     engines: tuple[EngineDemand, ...]
-    single_cluster: bool = False  # every replica on one cluster (seed 002)
-    homogeneous: bool = False  # each engine of every replica on one node group (pool) of one cluster (seed 003)
+    single_cluster: bool = False  # every replica on one cluster (docs/seeds.md, "A model on one cluster")
+    # Each engine of every replica on one node group (pool) of one cluster (docs/seeds.md, "One node group for every
+    # replica").
+    homogeneous: bool = False
     scale_down_order: ScaleDownOrder = ScaleDownOrder.MODELPLANE  # which replicas a scale-down removes first
 
     @property

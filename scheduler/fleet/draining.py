@@ -1,5 +1,5 @@
-"""Seed 002 (Seldon excludes a server being deleted and moves models off a draining replica): clusters and pools
-that take no new replicas and whose replicas move elsewhere, one at a time.
+"""Draining (docs/seeds.md, "Draining moves replicas one at a time"): clusters and pools that take no new replicas
+and whose replicas move elsewhere, one at a time.
 
 A cluster drains when it is being deleted (`metadata.deletionTimestamp`, the Kubernetes convention) or an operator
 annotates it `berth.dev/draining: "true"`; some of its pools drain when it is annotated

@@ -2,12 +2,13 @@
 
 Engines are placed in order. Each takes the first pool, in published order, that hosts all its members (see
 `matching.py`) and still has room for its whole cost (free nodes; for GPU-level members, GPUs on one node per pod:
-`ledger.py`); a pool taken by an earlier engine of the same replica
-shows the nodes that engine used. Two refinements come from seed 001 and apply only when asked for: pools where a
-member's memory need fits at an earlier resource-fit step are preferred, and `placementStrategy` picks among the
-fitting pools the one left with the fewest (binpack) or the most (spread) free nodes; under spread, GPU-level pods go
-first to a pool where they need no node another instance uses, as within a pool. Greedy, like Modelplane: it
-may miss an assignment a search would find when engines compete for one pool, and never overcommits.
+`ledger.py`); a pool taken by an earlier engine of the same replica shows the nodes that engine used. Two
+refinements come from GPUStack and apply only when asked for: pools where a member's memory need fits at an
+earlier resource-fit step are preferred (docs/seeds.md, "Resource fit from a memory need"), and
+`placementStrategy` picks among the fitting pools the one left with the fewest (binpack) or the most (spread) free
+nodes (docs/seeds.md, "Binpack and spread"); under spread, GPU-level pods go first to a pool where they need no
+node another instance uses, as within a pool. Greedy, like Modelplane: it may miss an assignment a search would
+find when engines compete for one pool, and never overcommits.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Seed 001: a GGUF member's memory need from the facts its file states (read by `fleet.gguf.read_facts`, in the
-caller): weights + KV cache for the context + the stated compute allowance. The formula and its sources are in
-fleet/gguf.py; this is the arithmetic, and the deployment rewritten with each estimate as the member's `gpuMemory`.
+"""A GGUF member's memory need (docs/seeds.md, "Estimating a GGUF model's memory") from the facts its file states
+(read by `fleet.gguf.read_facts`, in the caller): weights + KV cache for the context + the stated compute
+allowance. The formula and its sources are in fleet/gguf.py; this is the arithmetic, and the deployment rewritten
+with each estimate as the member's `gpuMemory`.
 """
 
 from __future__ import annotations

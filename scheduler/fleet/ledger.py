@@ -7,12 +7,12 @@ deployment's dropped and scaled-down replicas are not charged: their nodes are b
 without which delete-then-create could never converge. A member pinned to a pool that no longer exists holds no
 node and is charged nowhere.
 
-Two kinds of charge share a pool. Modelplane's is a whole node per pod. Seed 001's GPU-level fit (`fitGranularity:
-Gpu`) charges a pod only the GPUs it claims, on one node: the ledger then keeps those nodes by number (0, 1, ...:
-names for the pool's nodes that hold GPU-level pods, not Kubernetes node names), with the devices each has given
-out, and stamps the numbers on the replica (`berth.dev/member-gpus`) so the next pass charges exactly the same
-nodes. A node holding GPU-level pods is never given out whole, and a whole node never takes a GPU-level pod, so
-the free whole nodes are the published ones minus both.
+Two kinds of charge share a pool. Modelplane's is a whole node per pod. GPU-level fit (`fitGranularity: Gpu`;
+docs/seeds.md, "GPU-level fit") charges a pod only the GPUs it claims, on one node: the ledger then keeps those
+nodes by number (0, 1, ...: names for the pool's nodes that hold GPU-level pods, not Kubernetes node names), with
+the devices each has given out, and stamps the numbers on the replica (`berth.dev/member-gpus`) so the next pass
+charges exactly the same nodes. A node holding GPU-level pods is never given out whole, and a whole node never
+takes a GPU-level pod, so the free whole nodes are the published ones minus both.
 """
 
 from __future__ import annotations

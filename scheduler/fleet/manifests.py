@@ -3,9 +3,10 @@
 Labels are Modelplane's (deployment, cluster, per-cluster index) on top of the template's own labels; each member
 carries its pinned pool, its pod template and the requests it claims (with the DeviceClass each is claimed through),
 which is what the ledger charges it by on the next pass. The object validates against Modelplane's ModelReplica XRD
-(`fleet/replica.py` says how Berth's one extra, a member's seed 001 span, travels as an annotation). The
-deployment's tolerations, which the XRD has no replica field for either, travel as the `berth.dev/tolerations`
-annotation (a JSON list, as a pod spec writes them) so the cluster driver puts them on the replica's pods.
+(`fleet/replica.py` says how Berth's one extra, a member's multi-node span from docs/seeds.md, "Resource fit from a
+memory need", travels as an annotation). The deployment's tolerations, which the XRD has no replica field for
+either, travel as the `berth.dev/tolerations` annotation (a JSON list, as a pod spec writes them) so the cluster
+driver puts them on the replica's pods.
 """
 
 from __future__ import annotations

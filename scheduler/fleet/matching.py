@@ -24,7 +24,9 @@ from scheduler.fleet.selectors import DeviceSelectors
 class MemberFit:
     claims: tuple[Claim, ...]  # empty: the member claims nothing and rides on its gang's nodes at no cost
     pods: int  # pods of one copy
-    fit: MemoryFit | None = None  # how seed 001's resource fit derived the claim, for members that gave memory
+    # How the resource fit derived the claim, for members that gave memory (docs/seeds.md, "Resource fit from a
+    # memory need").
+    fit: MemoryFit | None = None
     per_gpu: bool = False  # fitGranularity Gpu, within one node: charged the GPUs it claims, not whole nodes
 
 
@@ -32,7 +34,7 @@ class MemberFit:
 class EngineFit:
     members: tuple[MemberFit, ...]
     nodes: int  # whole nodes on one pool: pods x copies of every member that claims devices, except GPU-level ones
-    rank: int  # seed 001 step reached (0 when no member states a memory need); lower is preferred
+    rank: int  # resource-fit step reached (0 when no member states a memory need); lower is preferred
     gpus: tuple[GpuPods, ...] = ()  # what the GPU-level members claim, pod by pod (`ledger.py` finds them a node)
 
 

@@ -1,4 +1,5 @@
-"""Seed 001's resource fit: derive a member's device request from the GPU memory its model needs.
+"""The resource fit (docs/seeds.md, "Resource fit from a memory need"): derive a member's device request from the
+GPU memory its model needs.
 
 Per pool, the candidates are tried in GPUStack's order and the first that fits is taken:
 

@@ -1,5 +1,5 @@
-"""Rule 2: which existing replicas of this deployment keep their place (seed 002's "prefer the server already
-hosting the model": a replica is never moved to improve the picture, so placement does not flip-flop).
+"""Rule 2: which existing replicas of this deployment keep their place: a replica is never moved to improve the
+picture, so placement does not flip-flop (docs/seeds.md, "Existing replicas keep their place").
 
 A replica is kept while its cluster still exists for this deployment (present, and still matching clusterSelector,
 as Modelplane only ever sees selected clusters), carries no NoExecute taint the deployment does not tolerate (nor

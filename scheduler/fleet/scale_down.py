@@ -3,9 +3,9 @@ this deployment on its cluster, cluster name, index): the most loaded cluster fi
 highest index. Removing only at the margin keeps spread (no cluster loses its last replica while another holds two)
 and leaves the survivors' indices dense.
 
-With the deployment's `scaleDownOrder: Health` (seed 001, GPUStack's order), replicas in error go first, then those
-still starting, then ready ones (`ModelReplica.health`, from its status conditions); among replicas of equal health,
-the rule above, with each cluster's load counted over every kept replica."""
+With the deployment's `scaleDownOrder: Health` (GPUStack's order: docs/seeds.md, "Scale-down by health"), replicas
+in error go first, then those still starting, then ready ones (`ModelReplica.health`, from its status conditions);
+among replicas of equal health, the rule above, with each cluster's load counted over every kept replica."""
 
 from __future__ import annotations
 

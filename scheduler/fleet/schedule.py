@@ -9,8 +9,9 @@ With `singleCluster` or `homogeneous`, `together.py` takes the place of the fill
 every replica instead of spreading. Replicas moving off draining capacity move the same way under either: one
 replacement at a time (`moves.py`).
 
-Below minReplicas (seed 002) the fill's new replicas are held back: nothing new is placed, the retained replicas
-stay, and the status is ScheduleFailed saying how many could have been placed.
+Below minReplicas the fill's new replicas are held back (docs/seeds.md, "Partial scheduling above minReplicas"):
+nothing new is placed, the retained replicas stay, and the status is ScheduleFailed saying how many could have
+been placed.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def schedule_deployment(
         filled = fill(demand, by_name, open_pools, survivors, ledger, matcher, moves.replacements)
     held_back = 0
     if demand.min_replicas and len(kept_replicas) + len(filled.placed) < demand.min_replicas:
-        # Seed 002: partial scheduling only above minReplicas. Below it, place nothing new (retained replicas stay).
+        # docs/seeds.md, "Partial scheduling above minReplicas": below it, place nothing new (retained replicas stay).
         held_back, filled = len(filled.placed), Filled(placed=[], refusals=filled.refusals)
 
     kept = sorted(kept_replicas, key=lambda r: (r.cluster or "", r.index))

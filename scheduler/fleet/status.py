@@ -1,9 +1,10 @@
-"""Rule 9: the deployment's status, in Modelplane's reasons and seed 002's phases.
+"""Rule 9: the deployment's status, in Modelplane's reasons and Seldon's phases (docs/seeds.md, "Partial scheduling
+above minReplicas").
 
 Desired vs available replicas; FullyScheduled when every replica has a place, PartiallyScheduled when at least
 minReplicas do (at least one when minReplicas is unset: Modelplane treats a short fill as partial, not an error),
-ScheduleFailed below that (and then no new replica is placed: seed 002 schedules partially only above
-minReplicas; the message says how many could have been). When the plan falls short, the reason says why:
+ScheduleFailed below that (and then no new replica is placed: scheduling is partial only above minReplicas; the
+message says how many could have been). When the plan falls short, the reason says why:
 NoClusters when no cluster matches clusterSelector, else InsufficientCapacity with Modelplane's "N of M replicas scheduled (checked K clusters)" and,
 beyond Modelplane, why each selected cluster took no further replica.
 """

@@ -1,4 +1,5 @@
-"""Seeds 002 and 003: every replica of a deployment on one cluster, or on one node group, instead of spreading.
+"""Every replica of a deployment on one cluster, or on one node group, instead of spreading (docs/seeds.md, "A model
+on one cluster" and "One node group for every replica").
 
 Two opt-in options under `spec.template.spec` (Modelplane spreads, so both are off by default):
 

@@ -1,9 +1,9 @@
-"""Reason codes for an approved slot that does not match its host (seed 004 node scheduler item 8), and what each
-failure means for scheduling.
+"""Reason codes for an approved slot that does not match its host (docs/seeds.md, "Approved slots, checked on the
+host"), and what each failure means for scheduling.
 
 A slot whose failures are all about the fabric (`RAW_ONLY_CHECKS`) still counts as a raw GPU and can go to a
-bare-metal request, but is never a slice bundle: seed 004 says raw GPUs still count where the per-slot VF is missing,
-slices do not. Any other failure makes the slot unusable until the host or the fleet file is fixed.
+bare-metal request, but is never a slice bundle (docs/seeds.md, "Raw free GPUs versus placeable slices"). Any other
+failure makes the slot unusable until the host or the fleet file is fixed.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ class NodeValidation(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     slots: list[SlotVerdict] = Field(default_factory=list)
-    slices_blocked: str | None = None  # why no slot of the node may be sliced (seed 004's j22u15/j22u11 caution)
+    # Why no slot of the node may be sliced (docs/seeds.md, "A shared parent fabric device blocks slices").
+    slices_blocked: str | None = None
 
     def verdict(self, index: int) -> SlotVerdict | None:
         return next((slot for slot in self.slots if slot.index == index), None)

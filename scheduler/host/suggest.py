@@ -1,7 +1,8 @@
 """A first slot block for the fleet file, drafted from what discovery found, so an operator edits rather than types.
 
-Seed 004 wants slot approval to come from each node's own topology, not from a profile copied between hosts. This
-drafts that topology as slots; the operator still reviews it, adds each slot's MAC and private IP, and approves it.
+Slot approval comes from each node's own topology, not from a profile copied between hosts (docs/seeds.md, "Slot
+approval from each host's own topology"). This drafts that topology as slots; the operator still reviews it, adds
+each slot's MAC and private IP, and approves it.
 
 How devices are paired, GPUs taken in PCI address order (deterministic, so the same host always drafts the same
 block):
@@ -9,7 +10,7 @@ block):
 - fabric: the nearest free SR-IOV VF: same NUMA node first, then VFs of the PF fewest slots use so far (GPUs spread
   over the NICs, as rail-optimised HGX hosts are cabled), then PCI distance (same domain, smallest bus difference),
   then address. A GPU left without a VF gets `shared_parent` on its nearest PF when the host has one (a raw GPU,
-  never a slice: seed 004), `none` otherwise.
+  never a slice: docs/seeds.md, "A slice needs its own fabric VF"), `none` otherwise.
 - NVMe: the nearest namespace nothing on the host uses (never a mounted or LVM/dm/md-held one): same NUMA node
   first, then PCI bus distance of its controller, then name. `nvmeDevice` is its first by-id link (what operators
   read), or `/dev/<name>` when it has none.

@@ -1,4 +1,5 @@
-"""An operator's slots checked against what discovery found on the host (seed 004, node scheduler item 8).
+"""An operator's slots checked against what discovery found on the host (docs/seeds.md, "Approved slots, checked
+on the host").
 
 The fleet file is the operator's approved inventory; the host is the truth. A slot that names a GPU the host lacks,
 a GPU still held by the host driver, an NVMe that is mounted or a VF that belongs to another PF would fail at VM
@@ -208,7 +209,8 @@ def _nvme_findings(slot: Slot, namespace: NvmeNamespace | None, host: HostInvent
 
 
 def _fabric_findings(slot: Slot, host: HostInventory, declarers: dict[str, list[int]]) -> list[Finding]:
-    """Seed 004: a slice needs its own VF; a parent device without one is no concurrency approval."""
+    """A slice needs its own VF; a parent device without one is no concurrency approval (docs/seeds.md, "A slice
+    needs its own fabric VF")."""
     if not _claims_vf(slot):
         return [(SlotCheck.NO_PER_SLOT_VF, _no_vf_sentence(slot))]
     address = slot.fabric_vf_pci or ""
@@ -287,8 +289,9 @@ def _indices(indices: Iterable[int]) -> str:
 
 
 def _slices_blocked(slots: Sequence[Slot], verdicts: Sequence[SlotVerdict]) -> str | None:
-    """Seed 004's caution for j22u15/j22u11: slots mapping one parent fabric device with no per-slot VF identity make
-    the node unschedulable for GPU VM slices; so does a node where no slot is a valid bundle but some are raw GPUs."""
+    """Slots mapping one parent fabric device with no per-slot VF identity make the node unschedulable for GPU VM
+    slices (docs/seeds.md, "A shared parent fabric device blocks slices"); so does a node where no slot is a valid
+    bundle but some are raw GPUs."""
     shared = _shared_parents(slots)
     if shared:
         indices = _indices(index for members in shared.values() for index in members)
@@ -309,8 +312,8 @@ def _slices_blocked(slots: Sequence[Slot], verdicts: Sequence[SlotVerdict]) -> s
 
 
 def _shared_parents(slots: Sequence[Slot]) -> dict[str, list[int]]:
-    """Parent fabric devices that two or more slots without their own VF map: seed 004's j22u15 shape. Several slots
-    under one PF, each with its own VF, are fine."""
+    """Parent fabric devices that two or more slots without their own VF map (docs/seeds.md, "A shared parent
+    fabric device blocks slices"). Several slots under one PF, each with its own VF, are fine."""
     by_parent: dict[str, list[int]] = defaultdict(list)
     for slot in slots:
         if slot.fabric_parent_pci and not _claims_vf(slot):

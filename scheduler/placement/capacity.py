@@ -1,8 +1,9 @@
 """Capacity surfaces: per pool, raw free GPUs next to what the node scheduler would actually accept.
 
-Seed 004 asks capacity surfaces to tell raw available slots from node-scheduler-compatible capacity: a host whose
-slots share a parent fabric device shows 8 raw free GPUs and room for 0 slices. Each slice count answers "how many
-allocations of this size alone would fit right now", computed independently per size.
+Capacity surfaces tell raw free slots from what the node scheduler would accept (docs/seeds.md, "Raw free GPUs
+versus placeable slices"): a host whose slots share a parent fabric device shows 8 raw free GPUs and room for 0
+slices. Each slice count answers "how many allocations of this size alone would fit right now", computed
+independently per size.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The cluster scheduler: inside one region, the pools that can serve a request and the ranked candidate nodes.
 
 It picks nodes by how many compatible bundles they could give, never the exact GPU, VF, NVMe or MAC tuple: that is
-the node scheduler's decision, made on the host under a lease (seed 004). The workflow tries the candidates in
-order, so alternates make a node that changed under us cost one attempt, not a whole new scheduling pass.
+the node scheduler's decision, made on the host under a lease (docs/seeds.md, "Four layers, each deciding only what
+it knows"). The workflow tries the candidates in order, so alternates make a node that changed under us cost one
+attempt, not a whole new scheduling pass.
 """
 
 from __future__ import annotations

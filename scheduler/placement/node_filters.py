@@ -83,7 +83,7 @@ class SlotApproval:
 
 @dataclass(frozen=True)
 class PerSlotFabric:
-    """Approved slots only become bundles with their own fabric VF (seed 004)."""
+    """Only approved slots with their own fabric VF are bundles (docs/seeds.md, "A slice needs its own fabric VF")."""
 
     gpus: int
     static = True

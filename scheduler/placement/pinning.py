@@ -1,4 +1,5 @@
-"""Seed 001's GPU matching policy for allocations: a request that pins nodes is served by one of them or refused.
+"""Pinned nodes for allocations (docs/seeds.md, "Pinned nodes and GPUs"): a request that pins nodes is served by one
+of them or refused.
 
 GPUStack users pick the GPUs a model runs on, and complain when the scheduler quietly runs it elsewhere. So pinning is a hard filter, not a preference: every other node is dropped with `node_not_pinned`,
 and when no pinned node can take the request now the refusal is `pinned_nodes_unavailable`, naming each pinned node

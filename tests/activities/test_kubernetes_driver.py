@@ -86,8 +86,9 @@ def test_example_deployment_renders_objects_that_validate_offline() -> None:
 
 
 def test_a_gpu_level_replica_claims_exactly_its_gpus_per_pod() -> None:
-    """Seed 001's GPU-level fit (examples/gpustack): a 140Gi vLLM instance holds 2 of a worker's 8 H100s, so its
-    pod's ResourceClaimTemplate asks for exactly 2 GPUs, and the pod shares the worker with other instances."""
+    """GPU-level fit (docs/seeds.md, "GPU-level fit"; examples/gpustack): a 140Gi vLLM instance holds 2 of a worker's
+    8 H100s, so its pod's ResourceClaimTemplate asks for exactly 2 GPUs, and the pod shares the worker with other
+    instances."""
     gpustack = EXAMPLES.parent / "gpustack"
     fleet = load_fleet([gpustack / "fleet.yaml", gpustack / "deployments.yaml"])
     deployment = fleet.deployments["llama-70b"]

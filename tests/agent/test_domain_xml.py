@@ -1,7 +1,8 @@
-"""The libvirt domain XML of one allocation, built from seed 004's 2-GPU example plan: what the VM gets (CPUs pinned
-to the plan's NUMA node, its memory bound there, both bundles' GPUs, VFs and NVMe disks at fixed guest addresses, the
-first slot's MAC), that the same allocation always gives the same bytes, and that what libvirt hands back still
-reads the same. Pure: no libvirt here, except `virt-xml-validate` when it is installed."""
+"""The libvirt domain XML of one allocation, built from the example 2-GPU plan of docs/seeds.md, "The GPU slice
+bundle": what the VM gets (CPUs pinned to the plan's NUMA node, its memory bound there, both bundles' GPUs, VFs and
+NVMe disks at fixed guest addresses, the first slot's MAC), that the same allocation always gives the same bytes,
+and that what libvirt hands back still reads the same. Pure: no libvirt here, except `virt-xml-validate` when it is
+installed."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def _bundle(slot: int, gpu: str, parent: str, vf: str, nvme: str, *, numa: int =
 
 
 def _seed_plan(*, second_numa: int = 0, first_mac: str | None = "52:54:00:0a:00:01") -> list[Bundle]:
-    """Seed 004's example 2-GPU plan: slots 1 and 2, both on NUMA node 0."""
+    """The example 2-GPU plan of docs/seeds.md, "The GPU slice bundle": slots 1 and 2, both on NUMA node 0."""
     return [
         _bundle(1, "0000:3c:00.0", "0000:3a:00.0", "0000:3a:00.2", NVME_1, mac=first_mac),
         _bundle(2, "0000:4b:00.0", "0000:4d:00.0", "0000:4d:00.2", NVME_2, numa=second_numa, mac="52:54:00:0a:00:02"),

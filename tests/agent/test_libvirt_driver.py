@@ -44,7 +44,7 @@ BASE = "/var/lib/berth/pool/ubuntu-24.04.qcow2"
 
 
 def seed_plan(address: str = "10.100.0.11") -> list[Bundle]:
-    """Seed 004's example 2-GPU plan (slots 1 and 2 on NUMA node 0)."""
+    """The example 2-GPU plan of docs/seeds.md, "The GPU slice bundle" (slots 1 and 2 on NUMA node 0)."""
     return [
         Bundle(
             slot_id="n/1",

@@ -1,5 +1,6 @@
-"""Seed 003 through `berth apply`: a bring-your-own cluster's nodes, as `kubectl get nodes -o yaml` prints them,
-become homogeneous pools with a derived InferenceClass; a node without its GPU labels is reported, not guessed."""
+"""docs/seeds.md, "Node groups from GPU Feature Discovery labels", through `berth apply`: a bring-your-own cluster's
+nodes, as `kubectl get nodes -o yaml` prints them, become homogeneous pools with a derived InferenceClass; a node
+without its GPU labels is reported, not guessed."""
 
 from __future__ import annotations
 

@@ -125,7 +125,8 @@ def test_errors_are_one_line_with_a_non_zero_exit(
 
 
 def test_pinned_gpus_place_on_exactly_those_slots() -> None:
-    """Seed 001's GPU matching: a node and GPUs on it pinned (nvidia-smi's spelling accepted), exactly those slots."""
+    """docs/seeds.md, "Pinned nodes and GPUs": a node and GPUs on it pinned (nvidia-smi's spelling accepted), exactly
+    those slots."""
     examples = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
     pinned = ["-f", str(examples), "--product", "H200", "--node", "j22u05", "--gpu", "00000000:3C:00.0"]
     document = json.loads(runner.invoke(app, [*pinned, "--gpus", "1", "--output", "json"]).stdout)

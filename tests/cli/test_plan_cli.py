@@ -110,7 +110,7 @@ def test_json_output_is_the_documented_stable_document() -> None:
     ]
     assert [m["metadata"]["name"] for m in llama["newReplicas"]] == ["llama-70b-us-east-1-1", "llama-70b-us-west-2-0"]
     # qwen is planned after llama and sees its new replicas: us-west-2 has only the L40S pool left, where 200Gi
-    # needs two whole nodes (seed 001's third step).
+    # needs two whole nodes (the third step of docs/seeds.md, "Resource fit from a memory need").
     assert qwen["status"]["phase"] == "FullyScheduled" and qwen["status"]["minReplicas"] == 2
     west = [r for r in qwen["replicas"] if r["cluster"] == "us-west-2"]
     assert [

@@ -1,7 +1,7 @@
-"""Seed policies as `berth plan` shows them: partial scheduling only above minReplicas (seed 002), a resource fit
-that refuses degenerate capacities instead of crashing (seeds 001/002), every replica on one cluster or one node
-group when asked (seeds 002/003), NodeLists planned as a bring-your-own cluster (seed 003), replicas moving off a
-draining pool under singleCluster (seed 002), and GPU-level spread across pools (seed 001)."""
+"""Seed policies as `berth plan` shows them (each a section of docs/seeds.md): partial scheduling only above
+minReplicas, a resource fit that refuses degenerate capacities instead of crashing, every replica on one cluster or
+one node group when asked, NodeLists planned as a bring-your-own cluster, replicas moving off a draining pool under
+singleCluster, and GPU-level spread across pools."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def plan_json(*files: str, extra: tuple[str, ...] = ()) -> tuple[int, dict[str, 
     return code, json.loads(out)
 
 
-# Seed 002: partial scheduling only above minReplicas.
+# docs/seeds.md, "Partial scheduling above minReplicas".
 
 
 def test_below_min_replicas_nothing_new_is_placed_and_the_plan_says_how_many_could_have_been(tmp_path: Path) -> None:
@@ -134,7 +134,7 @@ def test_retained_replicas_count_toward_min_replicas_and_are_kept_when_it_is_not
     ]
 
 
-# Seeds 001/002: the resource fit never crashes on a degenerate capacity.
+# docs/seeds.md, "Resource fit from a memory need": it never crashes on a degenerate capacity.
 
 
 def test_a_device_publishing_zero_or_unusable_memory_is_a_refusal_with_a_reason_not_a_crash(tmp_path: Path) -> None:
@@ -159,7 +159,7 @@ def test_a_memory_need_that_is_not_a_usable_quantity_is_refused_per_pool(tmp_pat
     assert "gpuMemory '0' is not a positive, finite quantity" in out
 
 
-# Seed 002: a model on at most one server (singleCluster); seed 003: one node group (homogeneous).
+# docs/seeds.md, "A model on one cluster" (singleCluster) and "One node group for every replica" (homogeneous).
 
 
 def where(document: dict[str, Any]) -> list[tuple[str, str, int, str]]:
@@ -258,7 +258,8 @@ def test_homogeneous_puts_every_replica_on_one_node_group_with_room_for_all_of_t
     assert "#   a: InsufficientNodes: holds 3 of 4 replicas on node group large: " in out
 
 
-# Seed 003: a NodeList is planned as a bring-your-own cluster, never silently ignored.
+# docs/seeds.md, "Node groups from GPU Feature Discovery labels": a NodeList is planned as a bring-your-own cluster,
+# never silently ignored.
 
 
 def gfd_node(name: str, product: str, count: int, memory: int, **labels: str) -> dict[str, Any]:
@@ -362,8 +363,9 @@ def test_mig_partitioned_nodes_are_grouped_apart_and_never_count_as_whole_gpus(t
 
 
 def test_the_mig_managers_labels_decide_whether_a_node_is_mig_as_kaito_reads_them(tmp_path: Path) -> None:
-    """Seed 003 (KAITO): a node is MIG-partitioned when `nvidia.com/mig.config` names a layout other than a disabled
-    one and `nvidia.com/mig.config.state` is `success`; `pending` is not MIG yet."""
+    """docs/seeds.md, "Node groups from GPU Feature Discovery labels" (MIG, as KAITO reads it): a node is
+    MIG-partitioned when `nvidia.com/mig.config` names a layout other than a disabled one and
+    `nvidia.com/mig.config.state` is `success`; `pending` is not MIG yet."""
     mixed = {
         "nvidia.com/mig.strategy": "mixed",
         "nvidia.com/mig-1g.5gb.count": "56",
@@ -413,8 +415,9 @@ GPUSTACK = Path(__file__).resolve().parents[2] / "examples" / "gpustack"
 def test_a_gpustack_style_fleet_shows_gpu_level_placements_and_refusals_and_the_plan_reads_back(
     tmp_path: Path,
 ) -> None:
-    """Seed 001's GPU-level fit (fitGranularity Gpu) on examples/gpustack: instances share workers, each row says
-    which GPUs it holds, the refusal names every worker's free GPUs, and the written plan charges the same GPUs."""
+    """GPU-level fit (fitGranularity Gpu; docs/seeds.md, "GPU-level fit") on examples/gpustack: instances share
+    workers, each row says which GPUs it holds, the refusal names every worker's free GPUs, and the written plan
+    charges the same GPUs."""
     files = ["-f", str(GPUSTACK / "fleet.yaml"), "-f", str(GPUSTACK / "deployments.yaml")]
     shown = runner.invoke(app, files)
     assert shown.exit_code == 0, shown.output
@@ -439,10 +442,11 @@ def test_a_gpustack_style_fleet_shows_gpu_level_placements_and_refusals_and_the_
     assert [p["status"]["retained"] for p in again["plans"]] == [8, 2]
 
 
-# Seed 003: GPU Feature Discovery labels `nvidia.com/mig.strategy` on every GPU node under the single or mixed
-# strategy, whether or not a GPU is MIG-enabled (k8s-device-plugin's internal/lm/mig-strategy_test.go: "single
-# non-mig device returns non-mig (none) labels" carries `nvidia.com/mig.strategy: single`), and the GPU operator's
-# MIG guide installs with `--set mig.strategy=single`. A MIG-enabled node under that strategy has a product ending in
+# docs/seeds.md, "Node groups from GPU Feature Discovery labels": GPU Feature Discovery labels
+# `nvidia.com/mig.strategy` on every GPU node under the single or mixed strategy, whether or not a GPU is
+# MIG-enabled (k8s-device-plugin's internal/lm/mig-strategy_test.go: "single non-mig device returns non-mig (none)
+# labels" carries `nvidia.com/mig.strategy: single`), and the GPU operator's MIG guide installs with
+# `--set mig.strategy=single`. A MIG-enabled node under that strategy has a product ending in
 # `-MIG-<profile>`, or `-MIG-INVALID` with a count of 0 when its GPUs do not share one profile.
 
 
@@ -489,8 +493,9 @@ def test_gfds_single_strategy_label_alone_leaves_a_node_with_whole_gpus(tmp_path
     }
 
 
-# Seed 002: Seldon moves a model's replica off a draining server replica onto a free one; a model on at most one
-# server (singleCluster) moves the same way, its replacement on the same cluster.
+# docs/seeds.md, "Draining moves replicas one at a time": Seldon moves a model's replica off a draining server
+# replica onto a free one; a model on at most one server (singleCluster) moves the same way, its replacement on the
+# same cluster.
 
 
 def test_single_cluster_moves_a_replica_off_a_draining_pool_onto_a_free_one(tmp_path: Path) -> None:
@@ -529,8 +534,9 @@ def test_single_cluster_moves_a_replica_off_a_draining_pool_onto_a_free_one(tmp_
         assert moved["plans"][0]["status"]["phase"] == "FullyScheduled"
 
 
-# Seed 001: GPUStack's spread scores a worker without instances highest (its placement scorer's "level 1: max score,
-# no model instances"), whichever pool the worker is in and whatever order the pools are listed in.
+# docs/seeds.md, "Binpack and spread": GPUStack's spread scores a worker without instances highest (its placement
+# scorer's "level 1: max score, no model instances"), whichever pool the worker is in and whatever order the pools
+# are listed in.
 
 
 def test_spread_puts_an_instance_on_an_empty_worker_of_another_pool_whatever_the_pool_order(tmp_path: Path) -> None:

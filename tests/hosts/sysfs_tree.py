@@ -483,7 +483,8 @@ def _escape_mount(path: str) -> str:
 
 # --- ready-made hosts --------------------------------------------------------------------------------------------
 
-# Seed 004's j22u05 bundle profile: slot -> GPU and fabric PF. NVMe controllers are this fixture's own choice.
+# The j22u05 bundle profile (docs/seeds.md, "Slot approval from each host's own topology"): slot -> GPU and fabric
+# PF. NVMe controllers are this fixture's own choice.
 SLOT_GPUS = ("1b", "3c", "4b", "5c", "9a", "bb", "cd", "dc")
 SLOT_FABRIC = ("1a", "3a", "4d", "5d", "9b", "ba", "ca", "db")
 SLOT_NVME = ("21", "22", "23", "24", "a1", "a2", "a3", "a4")
@@ -548,7 +549,7 @@ def _hgx_node(name: str, host: int, *, shared_parent: bool = False) -> dict[str,
             "privateIp": f"10.100.{host}.{10 + i}",
             "approved": True,
         }
-        if shared_parent:  # seed 004's j22u15 shape: pairs of slots name one parent, and no slot has a VF
+        if shared_parent:  # j22u15's shape, here by pairs: slots name one parent, and no slot has a VF
             slot.update(fabricParentPci=_pci(SLOT_FABRIC[i - i % 2]), fabricClaimMode="shared_parent")
             del slot["fabricVfPci"]
         slots.append(slot)
@@ -561,7 +562,8 @@ def hgx_h200() -> FixtureHost:
 
 
 def j22u15() -> FixtureHost:
-    """Seed 004's j22u15: fabric PFs without VFs (sriov_numvfs 0), slots sharing a parent per pair."""
+    """j22u15 (docs/seeds.md, "A shared parent fabric device blocks slices"): fabric PFs without VFs (sriov_numvfs
+    0), slots sharing a parent per pair."""
     return FixtureHost(_hgx_spec("j22u15", 15, vfs=False), _hgx_node("j22u15", 15, shared_parent=True))
 
 

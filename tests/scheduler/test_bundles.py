@@ -1,4 +1,5 @@
-"""The node scheduler's bundle planning (seed 004): which slots one allocation gets on one host, or why none."""
+"""The node scheduler's bundle planning (docs/seeds.md, "The GPU slice bundle"): which slots one allocation gets
+on one host, or why none."""
 
 from __future__ import annotations
 

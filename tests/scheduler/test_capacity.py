@@ -1,4 +1,5 @@
-"""Capacity surfaces: raw free GPUs next to what the node scheduler would accept (seed 004)."""
+"""Capacity surfaces: raw free GPUs next to what the node scheduler would accept (docs/seeds.md, "Raw free GPUs
+versus placeable slices")."""
 
 from __future__ import annotations
 

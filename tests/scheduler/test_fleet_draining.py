@@ -1,6 +1,6 @@
-"""Seed 002 (Seldon Core 2: a server being deleted takes no models, and models move off a draining replica): a
-cluster being deleted or marked draining, or a draining pool, takes no new replicas, and its replicas move elsewhere
-one at a time, each removed only once a ready replica elsewhere has taken its place."""
+"""Draining (docs/seeds.md, "Draining moves replicas one at a time"): a cluster being deleted or marked draining, or
+a draining pool, takes no new replicas, and its replicas move elsewhere one at a time, each removed only once a
+ready replica elsewhere has taken its place."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-"""Seed 001 (GPUStack, 001_dc474b146061fe86.txt), GPU-level resource fit: `fitGranularity: Gpu` charges a member
-sized by model memory only the GPUs its pods claim, so instances share a worker's GPUs, and the ledger never gives a
-GPU out twice.
+"""GPU-level resource fit (docs/seeds.md, "GPU-level fit"): `fitGranularity: Gpu` charges a member sized by model
+memory only the GPUs its pods claim, so instances share a worker's GPUs, and the ledger never gives a GPU out twice.
 
-The rules follow the seed's "Resource Fit Policy" and "Placement Strategy Policy": candidates in the order single
-GPU, several GPUs of one worker, across workers, CPU; binpack places an instance "in the bin with the least
-remaining space", spread distributes instances over workers; and a vLLM-class backend counts on 90%
+The rules follow docs/seeds.md, "Resource fit from a memory need" and "Binpack and spread": candidates in the
+order single GPU, several GPUs of one worker, across workers, CPU; binpack places an instance where the least room
+is left, spread distributes instances over workers; and a vLLM-class backend counts on 90%
 of each GPU (GPUStack starts vLLM with --gpu-memory-utilization 0.9). Every plan is fed back as the next plan's
 input, as `berth plan` output is.
 """

@@ -1,5 +1,5 @@
-"""The fleet scheduler's numbered rules (from seed 000), one table or case per rule, as a user sees them:
-where replicas land, which are removed and why, and what the status says."""
+"""The fleet scheduler's numbered rules (from docs/seeds.md, "Seed 000: Modelplane's fleet scheduler"), one table
+or case per rule, as a user sees them: where replicas land, which are removed and why, and what the status says."""
 
 from __future__ import annotations
 
@@ -152,8 +152,9 @@ def test_rule3_scale_down_drops_from_the_most_loaded_cluster_then_the_later_name
     assert where(result) == [("a", 0, "retained"), ("b", 0, "retained")]
 
 
-# Seed 001 (GPUStack's order, `scaleDownOrder: Health`): replicas in error first, then starting, then ready; among
-# equals Modelplane's rule 3. Health is read from the status conditions a Crossplane composite publishes.
+# docs/seeds.md, "Scale-down by health" (`scaleDownOrder: Health`): replicas in error first, then starting, then
+# ready; among equals Modelplane's rule 3. Health is read from the status conditions a Crossplane composite
+# publishes.
 READY = [
     {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
     {"type": "Ready", "status": "True", "reason": "Available"},
@@ -517,6 +518,7 @@ def test_rule9_min_replicas_decides_between_partially_scheduled_and_schedule_fai
 ) -> None:
     target = one_gpu_deployment(replicas=5, min_replicas=min_replicas)
     result = plan(target, [cluster("a", [("h100", "h100-8x", capacity)])], KNOWN)
-    below_min = min_replicas is not None and capacity < min_replicas  # seed 002: then nothing new is placed
+    # Below minReplicas nothing new is placed (docs/seeds.md, "Partial scheduling above minReplicas").
+    below_min = min_replicas is not None and capacity < min_replicas
     assert (result.status.available, result.status.phase) == (0 if below_min else capacity, phase)
     assert (result.status.reason is None) == (phase is Phase.FULLY_SCHEDULED)

@@ -1,5 +1,6 @@
 """Seeds 001 (GPUStack resource fit, binpack and spread), 002 (Seldon capabilities, stickiness, partial scheduling)
-and 003 (KAITO node groups from GPU Feature Discovery labels) on the fleet scheduler's inputs."""
+and 003 (KAITO node groups from GPU Feature Discovery labels) on the fleet scheduler's inputs; docs/seeds.md has a
+section for each rule."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def served(result: object) -> object:
     return result.replicas[0].engines[0].members[0]
 
 
-# Seed 001: the resource fit, step by step.
+# docs/seeds.md, "Resource fit from a memory need", step by step; "Binpack and spread".
 
 
 @pytest.mark.parametrize(
@@ -121,7 +122,8 @@ def test_seed001_placement_strategy_also_applies_to_device_requests() -> None:
     assert pools_of(plan(target, [cluster("a", pools)], KNOWN)) == {("a", 0): ["fuller"]}
 
 
-# Seed 002: capabilities and requirements, stickiness, partial scheduling.
+# docs/seeds.md: "Capabilities a pool must offer", "Existing replicas keep their place", "Partial scheduling above
+# minReplicas".
 
 
 def test_seed002_a_pool_lacking_a_required_capability_is_not_eligible() -> None:
@@ -159,7 +161,7 @@ def test_seed002_partial_scheduling_above_min_replicas() -> None:
     assert failed.status.phase is Phase.SCHEDULE_FAILED
 
 
-# Seed 003: node groups from GPU Feature Discovery labels.
+# docs/seeds.md, "Node groups from GPU Feature Discovery labels".
 
 
 def node(name: str, **labels: str) -> dict[str, object]:
@@ -235,10 +237,11 @@ def test_seed003_anything_but_a_node_list_is_refused() -> None:
 
 
 def test_seed003_the_proposals_node_group_table_leaves_only_the_group_with_a_node_per_replica() -> None:
-    """Seed 003 (003_27606a75b8dbdcdf.txt), "Examples": node groups A100 4 x 40960 (2 nodes), A100 8 x 81920 (1
-    node), A10 1 x 24576 (1 node); a preset of 8GB per replica with 2 replicas. NodeGroupSizeFilter drops the groups
-    with fewer nodes than replicas (KAITO places one replica per node, no bin-packing), so only A100 4 x 40 GB, which
-    has 2 nodes, remains: Berth's `homogeneous` placement picks it, and refuses with KAITO's denial when it is gone."""
+    """KAITO's proposal's example (docs/seeds.md, "One node group for every replica"): node groups A100 4 x 40960
+    (2 nodes), A100 8 x 81920 (1 node), A10 1 x 24576 (1 node); a preset of 8GB per replica with 2 replicas.
+    NodeGroupSizeFilter drops the groups with fewer nodes than replicas (KAITO places one replica per node, no
+    bin-packing), so only A100 4 x 40 GB, which has 2 nodes, remains: Berth's `homogeneous` placement picks it, and
+    refuses with KAITO's denial when it is gone."""
     a100_40 = {"product": "NVIDIA-A100-SXM4-40GB", "count": "4", "memory": "40960"}
     items = [
         node("a100-40-a", **a100_40),

@@ -1,8 +1,10 @@
-"""An operator's slots checked against a discovered host (seed 004 node scheduler item 8, `validate_slots`).
+"""An operator's slots checked against a discovered host by `validate_slots` (docs/seeds.md, "Approved slots,
+checked on the host").
 
-The host is an 8x H200 HGX built directly as a `HostInventory`: GPUs at seed 004's addresses, one fabric PF per GPU
-with one vfio-bound VF at function .1, one NVMe namespace per slot, every device in its own IOMMU group. The helpers
-here are shared with `test_host_suggest.py`.
+The host is an 8x H200 HGX built directly as a `HostInventory`: GPUs and fabric PFs at the j22u05 profile's
+addresses (docs/seeds.md, "Slot approval from each host's own topology"), one vfio-bound VF at function .1 of each
+PF, one NVMe namespace per slot, every device in its own IOMMU group. The helpers here are shared with
+`test_host_suggest.py`.
 """
 
 from __future__ import annotations

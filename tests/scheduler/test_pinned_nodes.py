@@ -1,5 +1,6 @@
-"""Seed 001's GPU matching policy for allocations: a request that pins nodes runs on one of them or is refused with
-`pinned_nodes_unavailable`, naming each pinned node and why; it is never placed elsewhere (GPUStack #915)."""
+"""Pinned nodes for allocations (docs/seeds.md, "Pinned nodes and GPUs"): a request that pins nodes runs on one of
+them or is refused with `pinned_nodes_unavailable`, naming each pinned node and why; it is never placed elsewhere
+(GPUStack #915)."""
 
 from __future__ import annotations
 

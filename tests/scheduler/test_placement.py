@@ -1,4 +1,5 @@
-"""Region and cluster scheduling (seed 004) over small fleets written the way an operator writes them."""
+"""Region and cluster scheduling (docs/seeds.md, "Four layers, each deciding only what it knows") over small
+fleets written the way an operator writes them."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """node agents: liveness, the host each agent reported, and per-slot validation against it
 
-Seed 004 near-term change 4: `node_resource_slots` stays the operator's approved inventory, and the node agent
-validates each approved slot against its real host. PostgreSQL keeps both, per slot. Agents report through the API
-with a node-scoped token (`api_tokens.node`); they hold no database credentials.
+`node_resource_slots` stays the operator's approved inventory, and the node agent validates each approved slot
+against its real host (docs/seeds.md, "Approved slots, checked on the host"). PostgreSQL keeps both, per slot.
+Agents report through the API with a node-scoped token (`api_tokens.node`); they hold no database credentials.
 
 `node_agents` is a table of its own so that heartbeats never move `inventory_version`; only a change of an agent's
 state (live <-> down) moves `liveness_version`, which control workers check on every decision. Slot validation is
