@@ -1,5 +1,5 @@
-"""Seed 001 (GPUStack estimates a GGUF model's memory need from the file): weights, KV cache for the context, and a
-stated compute allowance, from GGUF files these tests write with the same `gguf` package (llama.cpp's)."""
+"""docs/seeds.md, "Estimating a GGUF model's memory": weights, KV cache for the context, and a stated compute
+allowance, from GGUF files these tests write with the same `gguf` package (llama.cpp's)."""
 
 from __future__ import annotations
 
