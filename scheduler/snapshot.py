@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from scheduler.compatibility import NodeProfile, profile_of
-from scheduler.quota import accounts as quota
-from scheduler.quota.cohorts import CohortTree, root_of
 from scheduler.views import CohortView, NodeView, PoolView, RegionView, TenantView
 
 if TYPE_CHECKING:  # the CEL stack (celpy, lark, re2) is 10 MB that node agents, which plan bundles, never use
@@ -122,7 +120,7 @@ class Snapshot:
         self._pools_of: dict[str, list[PoolView]] = {}
         self._memo: dict[tuple[object, ...], object] = {}
         self._profile_memo: dict[tuple[int, object], object] = {}
-        self._trees: dict[str | None, CohortTree] = {}  # root cohort -> its tree over GPUs in total, as tenants are
+        self._trees: dict[str, object] = {}  # root cohort -> what `per_tree` keeps for it, as tenants are
         for pool in self.pools:
             missing = [name for name in pool.nodes if name not in self.nodes]
             if missing:
@@ -208,16 +206,14 @@ class Snapshot:
         new._trees = {}
         return new
 
-    def total_tree(self, tenant: TenantView) -> CohortTree:
-        """The tenant's cohort tree over GPUs in total (`scheduler.quota.accounts.total_tree`), built once per tree for these
-        tenants' usage: a pass asks it for every request it judges."""
-        if tenant.cohort is None:
-            return quota.total_tree(tenant, (), self.cohorts)
-        root = root_of(tenant.cohort, self.cohorts)
-        tree = self._trees.get(root)
-        if tree is None or ("tenant", tenant.name) not in tree.parent:
-            tree = self._trees[root] = quota.total_tree(tenant, self.tenants.values(), self.cohorts)
-        return tree
+    def per_tree(self, root: str, compute: Callable[[], T]) -> T:
+        """`compute()`, kept for this snapshot's tenants under a cohort tree's root: what depends on the tree's
+        tenants and their usage (`scheduler.quota.accounts.snapshot_tree`), which `with_tenants` forgets."""
+        try:
+            return self._trees[root]  # type: ignore[return-value]
+        except KeyError:
+            value = self._trees[root] = compute()
+            return value
 
     def within(self, regions: Iterable[str]) -> Snapshot:
         """This snapshot cut down to `regions`, their pools and those pools' nodes, sharing profiles and groups with

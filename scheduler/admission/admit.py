@@ -367,7 +367,7 @@ class _PassState:
         view = self.snapshot.tenants.get(tenant)
         if view is None:
             return 0.0
-        return fair_sharing.tenant_share(self.snapshot.total_tree(view), view).shown
+        return fair_sharing.tenant_share(quota.snapshot_tree(self.snapshot, view), view).shown
 
     def usage_of(self, tenant: str) -> float | None:
         """The tenant's decayed GPU-seconds as the pass now counts them (with its entry penalties), if its tree
@@ -425,7 +425,7 @@ class _PassState:
             fair_sharing.Contender(t, (e := by_tenant[t][nexts[t]]).request.gpu_count, e.priority, e.arrival)
             for t in sorted(members)
         ]
-        tree = self.snapshot.total_tree(self.snapshot.tenants[contenders[0].tenant])
+        tree = quota.snapshot_tree(self.snapshot, self.snapshot.tenants[contenders[0].tenant])
         winner = fair_sharing.tournament(contenders, tree, self.snapshot.tenants, self.snapshot.cohorts)
         return winner.tenant if winner is not None else None
 

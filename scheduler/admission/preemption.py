@@ -153,7 +153,7 @@ class Judge:
     def __init__(self, snapshot: Snapshot, preemptor: Preemptor) -> None:
         self.snapshot, self.preemptor = snapshot, preemptor
         self.mine = snapshot.tenants.get(preemptor.tenant)
-        self.tree = snapshot.total_tree(self.mine) if self.mine else None
+        self.tree = quota.snapshot_tree(snapshot, self.mine) if self.mine else None
         self.fair = self.mine is not None and fair_sharing.shares_fairly(self.mine, snapshot.cohorts)
         self.within_below = self._within_below()
         self._reclaimable: dict[str, Node | None] = {}
@@ -469,7 +469,7 @@ def _largest_share(snapshot: Snapshot, preemptor: Preemptor, left: Mapping[Runni
     best: tuple[tuple[fair_sharing.Share, ...], str] | None = None
     mine = snapshot.tenants.get(preemptor.tenant)
     remembered = (
-        fair_sharing.remembered_usage(snapshot.total_tree(mine), ("tenant", mine.name), snapshot.tenants)
+        fair_sharing.remembered_usage(quota.snapshot_tree(snapshot, mine), ("tenant", mine.name), snapshot.tenants)
         if mine is not None and mine.cohort is not None
         else None
     )
@@ -492,7 +492,7 @@ def _share_path(
 ) -> tuple[fair_sharing.Share, ...]:
     """The shares of the tenant's cohorts from the root's children down, then its own (where the tree remembers
     usage, decayed usage over weight: the tenant that used most lately gives back first)."""
-    tree = snapshot.total_tree(tenant)
+    tree = quota.snapshot_tree(snapshot, tenant)
     node: Node = ("tenant", tenant.name)
     path = [*reversed(tree.ancestors(node))][1:] + [node]
     known = remembered if remembered is not None and node in remembered else None
@@ -506,7 +506,7 @@ def _sibling_shares(
     common cohort on its side (Kueue's almost-LCA), on `snapshot`."""
     mine = snapshot.tenants[preemptor.tenant]
     theirs = snapshot.tenants[victim.tenant]
-    tree = snapshot.total_tree(mine)
+    tree = quota.snapshot_tree(snapshot, mine)
     me, them = ("tenant", mine.name), ("tenant", theirs.name)
     meeting = tree.lowest_common_ancestor(me, them)
     if meeting is None:

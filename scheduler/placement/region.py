@@ -172,7 +172,12 @@ def _tenant_quota(snapshot: Snapshot, tenant: TenantView, request: PlacementRequ
     API's 409; the claim's check under lock (`store.claims`) decides with the same arithmetic."""
     tenants = snapshot.tenants.values()
     decision = quota.decide(
-        tenant, request.gpu_count, tenants, request.within_nominal, snapshot.cohorts, snapshot.total_tree(tenant)
+        tenant,
+        request.gpu_count,
+        tenants,
+        request.within_nominal,
+        snapshot.cohorts,
+        quota.snapshot_tree(snapshot, tenant),
     )
     if not decision.fits or tenant.quotas is None:
         return decision

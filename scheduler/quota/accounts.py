@@ -41,9 +41,22 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from scheduler.quota.cohorts import CohortTree, FullDepartment, Leaf, Limits, flavor_limits, total_limits, tree_members
+from scheduler.quota.cohorts import (
+    CohortTree,
+    FullDepartment,
+    Leaf,
+    Limits,
+    flavor_limits,
+    root_of,
+    total_limits,
+    tree_members,
+)
 from scheduler.views import CohortView, FlavorQuotaView, TenantView
+
+if TYPE_CHECKING:  # the snapshot asks nothing of quota: it keeps what `snapshot_tree` builds, per tree
+    from scheduler.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -243,6 +256,18 @@ def total_tree(tenant: TenantView, tenants: Iterable[TenantView], cohorts: Cohor
     """The tenant's cohort tree over its GPUs in total."""
     members = [total_account(m) for m in _members(tenant, tenants, cohorts)]
     return tree_of(total_account(tenant), members, cohorts)
+
+
+def snapshot_tree(snapshot: Snapshot, tenant: TenantView) -> CohortTree:
+    """The tenant's cohort tree over GPUs in total for the snapshot's tenants and their usage, built once per tree
+    and snapshot: an admission pass asks it for every request it judges."""
+    if tenant.cohort is None:
+        return total_tree(tenant, (), snapshot.cohorts)
+    root = root_of(tenant.cohort, snapshot.cohorts) or tenant.cohort
+    tree = snapshot.per_tree(root, lambda: total_tree(tenant, snapshot.tenants.values(), snapshot.cohorts))
+    if ("tenant", tenant.name) not in tree.parent:  # a tenant the snapshot does not list: its own tree, unkept
+        return total_tree(tenant, [*snapshot.tenants.values(), tenant], snapshot.cohorts)
+    return tree
 
 
 def flavor_tree(
