@@ -34,14 +34,14 @@ from config.settings import get_settings
 from contracts.task_queues import CONTROL_QUEUE, Queues
 from store.db import AsyncSession, async_sessionmaker
 from workflows import code_cache
-from workflows.admission_passes import AdmissionPassesWorkflow
-from workflows.allocation import AllocationWorkflow
-from workflows.deployment import DeploymentWorkflow
-from workflows.reconcile import ReconcileWorkflow
-from workflows.reconcile_client import ensure_schedule
-from workflows.recovery import SlotRecoveryWorkflow
-from workflows.replica import ReplicaWorkflow
-from workflows.reservation import ReservationWorkflow
+from workflows.allocation.workflow import AllocationWorkflow
+from workflows.deployment.replica import ReplicaWorkflow
+from workflows.deployment.workflow import DeploymentWorkflow
+from workflows.queue_walk.workflow import QueueWalkWorkflow
+from workflows.reconcile.client import ensure_schedule
+from workflows.reconcile.workflow import ReconcileWorkflow
+from workflows.recovery.workflow import SlotRecoveryWorkflow
+from workflows.reservation.workflow import ReservationWorkflow
 from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 
 __all__ = [
@@ -135,7 +135,7 @@ def control_worker(
             DeploymentWorkflow,
             ReplicaWorkflow,
             ReconcileWorkflow,
-            AdmissionPassesWorkflow,
+            QueueWalkWorkflow,
             ReservationWorkflow,
         ],
         activities=control_activities(sessions, client, clusters),

@@ -15,7 +15,7 @@ import contextlib
 import logging
 
 from api.temporal import ControlPlane
-from workflows.admission_passes_client import ask_for_admission_pass
+from workflows.queue_walk.client import ask_for_admission_pass
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from store.db import AsyncSession
 from store.inventory import InventoryCache
 from store.models import AllocationEventRow, AllocationRow
 from store.tokens import Principal
-from workflows.allocation_messages import AllocationStatus
+from workflows.allocation.messages import AllocationStatus
 
 
 async def visible_allocation(session: AsyncSession, allocation_id: str, caller: Principal) -> AllocationRow:

@@ -35,8 +35,8 @@ from config.temporal import connect
 from contracts.task_queues import Queues
 from fleet.deployment import ModelDeployment
 from store.db import AsyncSession, async_sessionmaker, create_engine, session_factory
-from workflows.allocation_messages import Timing
-from workflows.deployment_messages import DeploymentTiming
+from workflows.allocation.messages import Timing
+from workflows.deployment.messages import DeploymentTiming
 
 
 def _version() -> str:

@@ -9,8 +9,8 @@ from typing import Any
 from api.errors import not_found
 from api.temporal import Call, ControlPlane
 from contracts.manifest import DEFAULT_NAMESPACE
-from workflows import deployment_client
-from workflows.deployment_messages import DeploymentStatus, DeploymentTiming, qualified_name
+from workflows.deployment import client as deployment_client
+from workflows.deployment.messages import DeploymentStatus, DeploymentTiming, qualified_name
 
 
 async def apply(

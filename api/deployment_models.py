@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from workflows.deployment_messages import ClusterNote, ReplicaSummary
+from workflows.deployment.messages import ClusterNote, ReplicaSummary
 
 
 class DeploymentAccepted(BaseModel):

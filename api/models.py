@@ -34,7 +34,7 @@ from fleet.deadlines import DURATION_FORMS, DURATION_PATTERN, format_duration, t
 from fleet.meta import Name
 from scheduler.placement.capacity import PoolCapacity
 from store.apply import ApplyChange
-from workflows.allocation_messages import Lease
+from workflows.allocation.messages import Lease
 
 AllocationState = Literal[ALLOCATION_STATES]  # type: ignore[valid-type]
 AllocationId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]

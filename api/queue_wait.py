@@ -20,7 +20,7 @@ from fleet.tenant import DEFAULT_MAX_QUEUE_SECONDS
 from store import queue
 from store.db import AsyncSession
 from store.models import TenantRow
-from workflows.allocation_messages import QueueWait
+from workflows.allocation.messages import QueueWait
 
 
 async def queue_wait(session: AsyncSession, tenant: TenantRow, body: AllocationCreate) -> QueueWait | None:

@@ -16,8 +16,8 @@ from api.temporal import ControlPlane
 from store.db import AsyncSession, async_sessionmaker
 from store.inventory import InventoryCache
 from store.token_cache import TokenCache
-from workflows.allocation_messages import Timing
-from workflows.deployment_messages import DeploymentTiming
+from workflows.allocation.messages import Timing
+from workflows.deployment.messages import DeploymentTiming
 
 
 @dataclass

@@ -26,8 +26,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.errors import ApiError, conflict, unavailable
 from contracts.allocation import DrainNotice, HealthNotice
 from contracts.task_queues import Queues
-from workflows import allocation_client
-from workflows.allocation_messages import AllocationInput, AllocationStatus, ExtendRequest, RetryAccepted
+from workflows.allocation import client as allocation_client
+from workflows.allocation.messages import AllocationInput, AllocationStatus, ExtendRequest, RetryAccepted
 from workflows.client_calls import Rejected, WorkerUnavailable
 
 

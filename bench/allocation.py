@@ -53,7 +53,7 @@ from contracts.task_queues import Queues
 from store.decisions import record_first_choice
 from store.inventory import InventoryCache
 from store.snapshot import load_snapshot
-from workflows import allocation_client
+from workflows.allocation import client as allocation_client
 
 
 async def _measured(meter: CpuMeter, count: int, run: Awaitable[None]) -> tuple[float, dict[str, float]]:

@@ -42,7 +42,7 @@ from bench.rows import step_times
 from bench.stack import Request, Stack, release, run_workers, start
 from bench.stats import print_figures
 from contracts.task_queues import Queues
-from workflows.allocation_messages import QueueWait
+from workflows.allocation.messages import QueueWait
 
 GRACE_S = 0.001
 

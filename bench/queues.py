@@ -59,7 +59,7 @@ from bench.stack import CpuMeter, Request, Stack, release, run_workers, start
 from bench.stats import percentile
 from contracts.allocation import FINAL_STATES
 from contracts.task_queues import Queues
-from workflows.allocation_messages import QueueWait
+from workflows.allocation.messages import QueueWait
 
 TENANTS = {"alpha": 1, "bravo": 1, "charlie": 2, "delta": 4}  # name -> fair-share weight
 SIZES = (1, 2, 4, 8)

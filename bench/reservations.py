@@ -41,7 +41,7 @@ from contracts.placement import PlacementRequest
 from contracts.task_queues import Queues
 from store import reservations
 from store.models import ReservationRow
-from workflows.reservation_client import start_reservation
+from workflows.reservation.client import start_reservation
 
 LEAD_S = 20.0  # from the reservation's creation to its start
 LENGTH_S = 20.0

@@ -45,8 +45,8 @@ from store.apply import apply_fleet
 from store.db import create_engine, session_factory
 from store.migrate import upgrade
 from store.tokens import create_token
-from workflows import allocation_client
-from workflows.allocation_messages import REVISION, AllocationInput, QueueWait, Timing
+from workflows.allocation import client as allocation_client
+from workflows.allocation.messages import REVISION, AllocationInput, QueueWait, Timing
 
 # Simulated hosts boot at once: a benchmark's allocation waits for Berth, not for a boot.
 FAST = Timing(agent_pickup_seconds=10, readiness_poll_seconds=0.05, readiness_window_seconds=0.5)

@@ -23,8 +23,8 @@ from store.apply import ApplyRefused, ApplyResult, apply_fleet, refuse_non_inven
 from store.db import create_engine, session_factory
 from store.outage import UNREACHABLE_OR_REFUSED, refused_statement
 from store.tokens import ensure_tenant_tokens
-from workflows.admission_passes_client import ask_for_admission_pass
-from workflows.deployment_client import notify_inventory_changed
+from workflows.deployment.client import notify_inventory_changed
+from workflows.queue_walk.client import ask_for_admission_pass
 
 
 async def _tell_deployments(settings: Settings, summary: str) -> int | None:

@@ -25,7 +25,7 @@ from cli import values
 from cli.client import ApiOption, BerthClient, TokenOption, api_client, segment
 from cli.output import Column, OutputFormat, OutputOption, console, fail, is_data, print_data, styled, table
 from contracts.manifest import DEFAULT_NAMESPACE
-from workflows.deployment_messages import qualified_name
+from workflows.deployment.messages import qualified_name
 
 app = typer.Typer(help="Create, follow and delete ModelDeployments.", no_args_is_help=True, add_completion=False)
 

@@ -32,7 +32,7 @@ from temporalio.common import SearchAttributeIndexedValueType
 import cli.main
 from config.settings import Settings
 from fleet.loader import load_fleet
-from workflows.reconcile_client import ReconcilerSettings
+from workflows.reconcile.client import ReconcilerSettings
 from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 
 REPO = Path(__file__).resolve().parent.parent

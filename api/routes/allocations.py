@@ -66,8 +66,8 @@ from store.db import AsyncSession
 from store.decisions import lock_region
 from store.models import AllocationRow
 from store.outage import is_database_outage
-from workflows.allocation_client import workflow_id
-from workflows.allocation_messages import AllocationInput, ExtendRequest, QueueWait
+from workflows.allocation.client import workflow_id
+from workflows.allocation.messages import AllocationInput, ExtendRequest, QueueWait
 
 log = logging.getLogger("berth.api")
 router = APIRouter(prefix="/v1/allocations", tags=["allocations"])

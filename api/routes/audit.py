@@ -22,8 +22,8 @@ from api.services import Services, services
 from contracts.audit import AuditReport, Finding
 from store import requests
 from store.audit import latest_run, report_of
-from workflows.reconcile import ReconcileInput
-from workflows.reconcile_client import ReconcilerSettings, run_now
+from workflows.reconcile.client import ReconcilerSettings, run_now
+from workflows.reconcile.workflow import ReconcileInput
 
 router = APIRouter(prefix="/v1/audit", tags=["admin"])
 App = Annotated[Services, Depends(services)]

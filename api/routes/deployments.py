@@ -31,9 +31,9 @@ from api.services import Services, services
 from contracts.manifest import DEFAULT_NAMESPACE
 from fleet.meta import Name
 from store.deployments import deployment_page, load_deployment
-from workflows.deployment_client import workflow_id
-from workflows.deployment_messages import DeploymentStatus, qualified_name
-from workflows.deployment_spec import InvalidSpec, check_manifest, normalised
+from workflows.deployment.client import workflow_id
+from workflows.deployment.messages import DeploymentStatus, qualified_name
+from workflows.deployment.spec import InvalidSpec, check_manifest, normalised
 
 router = APIRouter(prefix="/v1", tags=["deployments"])
 App = Annotated[Services, Depends(services)]

@@ -33,7 +33,7 @@ from store import reservations
 from store.decisions import lock_region
 from store.models import ReservationRow
 from store.tokens import Principal
-from workflows.reservation_client import start_reservation, workflow_id
+from workflows.reservation.client import start_reservation, workflow_id
 
 router = APIRouter(prefix="/v1/reservations", tags=["reservations"])
 App = Annotated[Services, Depends(services)]

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 
 from store.models import AllocationRow
 from tests.api.stack import Stack
-from workflows.allocation_client import workflow_id
+from workflows.allocation.client import workflow_id
 
 
 async def _created(stack: Stack) -> tuple[int, list[str]]:

@@ -18,7 +18,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.routes.allocations import keyed_allocation_id
 from store.models import AllocationRow
 from tests.api.stack import Stack
-from workflows.allocation_client import workflow_id
+from workflows.allocation.client import workflow_id
 
 OVER = "tenant globex would exceed its GPU quota: 2 active + 0 in flight + 1 requested > quota 2"
 

@@ -9,7 +9,7 @@ from sqlalchemy import select
 from bench.actions import run_histories
 from store.models import AllocationRow
 from tests.api.stack import Stack
-from workflows import allocation_client
+from workflows.allocation import client as allocation_client
 
 
 async def _row_state(stack: Stack, allocation_id: str) -> str | None:

@@ -33,7 +33,7 @@ from store.tokens import create_token, ensure_tenant_tokens
 from tests.api.stack import api_fleet, app_for, bearer, control_worker_seen, http_client
 from tests.faults import TcpProxy
 from tests.workflows.lab import Lab, running_lab
-from workflows.allocation_client import workflow_id
+from workflows.allocation.client import workflow_id
 
 
 @dataclass

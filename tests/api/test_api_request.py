@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from contracts.allocation import USER_DATA_MAX_BYTES, VmSpec
 from store.models import AllocationRow
 from tests.api.stack import Stack
-from workflows.allocation_messages import AllocationInput
+from workflows.allocation.messages import AllocationInput
 
 H200_SELECTOR = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"'
 B200_SELECTOR = 'device.attributes["gpu.nvidia.com"].productName.lowerAscii().endsWith("b200")'

@@ -37,7 +37,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.api.served import Served, served_api
 from tests.api.stack import Stack, api_fleet, bearer
 from tests.workflows.deployment_lab import deployment
-from workflows.deployment_spec import check_manifest
+from workflows.deployment.spec import check_manifest
 
 EXAMPLES = 5  # per operation and round: the CLI run below checks every operation with both tokens too
 CLI_EXAMPLES = 3  # per operation and phase of a schemathesis command run, one per token kind

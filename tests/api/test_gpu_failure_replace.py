@@ -25,7 +25,7 @@ from tests.api.test_gpu_health_api import ApiSink, _fail_gpu, _node
 from tests.ledger import billed
 from tests.workflows.lab import lab_fleet
 from tests.workflows.test_replay import HISTORIES
-from workflows.allocation import AllocationWorkflow
+from workflows.allocation.workflow import AllocationWorkflow
 
 
 async def _active_on(stack: Stack, allocation_id: str, node: str, timeout: float = 60) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from store import reservations
 from store.models import AllocationRow, ReservationRow
 from tests.chaos.test_queue_chaos import _entries, _namer, _release_and_wait, _until, control_process
 from tests.workflows.lab import FAST, Lab, lab_fleet, running_lab
-from workflows.allocation_messages import Lease, QueueWait
-from workflows.reservation_client import start_reservation
+from workflows.allocation.messages import Lease, QueueWait
+from workflows.reservation.client import start_reservation
 
 Row = TypeVar("Row", AllocationRow, ReservationRow)
 

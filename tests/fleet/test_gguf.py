@@ -18,7 +18,7 @@ from cli.plan import plan
 from fleet.deployment import GgufModel
 from fleet.gguf import GgufError, read_facts
 from scheduler.fleet.estimate import estimate
-from workflows.deployment_spec import InvalidSpec, check_manifest
+from workflows.deployment.spec import InvalidSpec, check_manifest
 
 app = typer.Typer(add_completion=False)
 app.command()(plan)

@@ -30,7 +30,7 @@ from temporalio.worker import Worker
 
 from store.tokens import create_token, revoke_tokens
 from tests.workflows.lab import Lab, lab_fleet, running_lab
-from workflows import allocation_client
+from workflows.allocation import client as allocation_client
 
 
 @workflow.defn(name="GatewayProbe", sandboxed=False)  # a test module imports what no sandbox allows

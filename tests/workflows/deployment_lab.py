@@ -29,8 +29,8 @@ from contracts.task_queues import Queues
 from fleet.loader import load_fleet
 from store.apply import apply_fleet
 from tests.kube_fake import FakeKubernetes, node, node_list
-from workflows import deployment_client
-from workflows.deployment_messages import DeploymentStatus, DeploymentTiming
+from workflows.deployment import client as deployment_client
+from workflows.deployment.messages import DeploymentStatus, DeploymentTiming
 
 FAST = DeploymentTiming(
     resync_seconds=3600,

@@ -39,8 +39,8 @@ from store.apply import apply_fleet
 from store.models import AllocationEventRow, ClaimRow, SlotRow
 from store.node_reports import record_report
 from store.tokens import create_token
-from workflows import allocation_client
-from workflows.allocation_messages import AllocationInput, AllocationStatus, Lease, QueueWait, Timing
+from workflows.allocation import client as allocation_client
+from workflows.allocation.messages import AllocationInput, AllocationStatus, Lease, QueueWait, Timing
 
 FAST = Timing(
     agent_pickup_seconds=2.0,

@@ -19,7 +19,7 @@ from store.models import SlotRow
 from store.snapshot import load_snapshot
 from tests.hosts import sysfs_tree
 from tests.workflows.lab import FAST, StoreSink, lab_fleet, running_lab
-from workflows import allocation_client
+from workflows.allocation import client as allocation_client
 
 
 def _fleet_with(node: dict) -> str:

@@ -14,8 +14,8 @@ from temporalio.client import WorkflowFailureError, WorkflowHistory
 from bench.actions import Actions, count_actions, run_histories
 from store.models import AllocationRow
 from tests.workflows.lab import lab_fleet, running_lab
-from workflows import allocation_client
-from workflows.allocation_messages import AllocationStatus
+from workflows.allocation import client as allocation_client
+from workflows.allocation.messages import AllocationStatus
 from workflows.search_attributes import NODE, REGION, STATE
 
 

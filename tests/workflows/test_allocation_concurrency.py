@@ -12,8 +12,8 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 
 from store.models import AllocationRow
 from tests.workflows.lab import lab_fleet, running_lab
-from workflows import allocation_client
-from workflows.allocation_messages import AllocationStatus
+from workflows.allocation import client as allocation_client
+from workflows.allocation.messages import AllocationStatus
 
 REQUESTS = 200
 

@@ -19,7 +19,7 @@ from agent.reporter import NodeReporter
 from bench.actions import run_histories
 from store.models import SlotRow
 from tests.workflows.lab import FAST, StoreSink, lab_fleet, running_lab
-from workflows import allocation_client
+from workflows.allocation import client as allocation_client
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ from contracts.allocation import PlanInput, PlanOutcome
 from store.models import AllocationRow, ClaimRow, NodeAgentRow, SlotRow
 from tests.ledger import billed
 from tests.workflows.lab import FAST, lab_fleet, running_lab
-from workflows import allocation_client
+from workflows.allocation import client as allocation_client
 
 
 # Best fit ranks a 2-GPU request onto `first` (2 GPUs), then `second` (3), then `third` (4).

@@ -8,7 +8,7 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 
 from tests.workflows.lab import lab_fleet, running_lab
-from workflows import allocation_client
+from workflows.allocation import client as allocation_client
 from workflows.search_attributes import STATE, TENANT
 
 

@@ -14,7 +14,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 import worker
 from tests.workflows.lab import lab_fleet, running_lab
-from workflows import allocation_client
+from workflows.allocation import client as allocation_client
 
 
 async def test_three_control_workers_share_a_nearly_full_pool_without_a_double_claim(

@@ -32,8 +32,8 @@ from store.models import SlotRow, TenantRow
 from store.tokens import create_token
 from tests.api.stack import app_for, bearer, control_worker_seen, http_client
 from tests.workflows.lab import FAST, Lab, lab_fleet, running_lab
-from workflows import allocation_client
-from workflows.allocation import AllocationWorkflow
+from workflows.allocation import client as allocation_client
+from workflows.allocation.workflow import AllocationWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 

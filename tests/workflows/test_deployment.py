@@ -17,10 +17,10 @@ from temporalio.worker import Replayer
 from fleet.loader import parse_fleet
 from store.apply import apply_fleet
 from tests.workflows.deployment_lab import CLUSTER_DRIVERS, deployment, deployment_lab, k8s_fleet
-from workflows import deployment_client
-from workflows.deployment import DeploymentWorkflow
-from workflows.deployment_messages import DeploymentStatus
-from workflows.replica import ReplicaWorkflow
+from workflows.deployment import client as deployment_client
+from workflows.deployment.messages import DeploymentStatus
+from workflows.deployment.replica import ReplicaWorkflow
+from workflows.deployment.workflow import DeploymentWorkflow
 from workflows.search_attributes import KIND, STATE
 
 

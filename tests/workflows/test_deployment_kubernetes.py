@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.kube_fake import FakeKubernetes, node, node_list
 from tests.workflows.deployment_lab import deployment, deployment_lab, k8s_fleet
-from workflows import deployment_client
+from workflows.deployment import client as deployment_client
 
 
 async def test_observed_nodes_are_the_capacity_and_an_unreachable_cluster_keeps_its_replicas(

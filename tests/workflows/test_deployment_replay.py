@@ -18,9 +18,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from tests.workflows.deployment_lab import deployment, deployment_lab, k8s_fleet
-from workflows import deployment_client
-from workflows.deployment import DeploymentWorkflow
-from workflows.replica import ReplicaWorkflow
+from workflows.deployment import client as deployment_client
+from workflows.deployment.replica import ReplicaWorkflow
+from workflows.deployment.workflow import DeploymentWorkflow
 
 HISTORIES = Path(__file__).parent / "deployment_histories"
 

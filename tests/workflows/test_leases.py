@@ -19,9 +19,9 @@ from bench.actions import Actions, count_actions, run_histories
 from store.models import AllocationRow
 from tests.ledger import billed
 from tests.workflows.lab import FAST, lab_fleet, running_lab
-from workflows import allocation_client
-from workflows.allocation import AllocationWorkflow
-from workflows.allocation_messages import ExtendRequest, Lease
+from workflows.allocation import client as allocation_client
+from workflows.allocation.messages import ExtendRequest, Lease
+from workflows.allocation.workflow import AllocationWorkflow
 from workflows.search_attributes import ENDS_AT, EXPIRING, STATE
 
 HISTORIES = Path(__file__).parent / "histories"

@@ -25,7 +25,7 @@ from fleet.loader import load_fleet
 from store.models import SlotRow
 from tests.libvirt_required import libvirt_module
 from tests.workflows.lab import FAST, StoreSink, lab_fleet, running_lab
-from workflows import allocation_client
+from workflows.allocation import client as allocation_client
 
 libvirt = libvirt_module()
 

@@ -21,10 +21,10 @@ from temporalio.worker import Replayer
 from bench.actions import run_histories
 from devstack.temporal import temporal_binary
 from tests.workflows.lab import FAST, lab_fleet, running_lab
-from workflows import allocation_client
 from workflows import search_attributes as sa
-from workflows.allocation import AllocationWorkflow
-from workflows.allocation_messages import AllocationStatus, ExtendRequest, Lease
+from workflows.allocation import client as allocation_client
+from workflows.allocation.messages import AllocationStatus, ExtendRequest, Lease
+from workflows.allocation.workflow import AllocationWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW

@@ -17,9 +17,9 @@ from store import queue
 from store.models import AllocationRow
 from tests.ledger import billed
 from tests.workflows.lab import lab_fleet, running_lab
-from workflows import allocation_client
-from workflows.allocation import AllocationWorkflow
-from workflows.allocation_messages import QueueWait
+from workflows.allocation import client as allocation_client
+from workflows.allocation.messages import QueueWait
+from workflows.allocation.workflow import AllocationWorkflow
 from workflows.search_attributes import STATE
 
 HISTORIES = Path(__file__).parent / "histories"

@@ -17,10 +17,10 @@ from store import queue
 from store.apply import apply_fleet
 from store.models import AllocationRow
 from tests.workflows.lab import Lab, lab_fleet, running_lab
-from workflows import allocation_client
-from workflows.admission_passes import AdmissionPassesWorkflow
-from workflows.admission_passes_client import ask_for_admission_pass
-from workflows.allocation_messages import QueueWait
+from workflows.allocation import client as allocation_client
+from workflows.allocation.messages import QueueWait
+from workflows.queue_walk.client import ask_for_admission_pass
+from workflows.queue_walk.workflow import QueueWalkWorkflow
 from workflows.search_attributes import STATE
 
 WAIT = QueueWait(timeout_seconds=600)
@@ -314,7 +314,7 @@ async def test_an_admission_pass_asked_for_from_outside_places_what_now_fits_and
         history = await passes.fetch_history()
         await _release(lab, n("holder"))
         await _release(lab, n("over-quota"))
-    await Replayer(workflows=[AdmissionPassesWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
+    await Replayer(workflows=[QueueWalkWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
 
 
 async def test_a_tenant_borrows_its_cohorts_unused_quota_is_marked_so_and_waits_when_the_cohort_has_none_left(

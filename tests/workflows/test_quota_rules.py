@@ -16,8 +16,8 @@ from store import queue
 from store.models import AllocationRow
 from tests.api.stack import running_stack
 from tests.workflows.lab import lab_fleet, running_lab
-from workflows import allocation_client
-from workflows.allocation_messages import QueueWait
+from workflows.allocation import client as allocation_client
+from workflows.allocation.messages import QueueWait
 
 BATCH = [
     {

@@ -24,8 +24,8 @@ from store.audit import AuditRepairRow
 from store.models import AllocationRow, ClaimRow, SlotRow
 from tests.ledger import billed
 from tests.workflows.lab import Lab, lab_fleet, running_lab
-from workflows.reconcile import ReconcileInput, ReconcileWorkflow
-from workflows.reconcile_client import ReconcilerSettings, ensure_schedule, run_now
+from workflows.reconcile.client import ReconcilerSettings, ensure_schedule, run_now
+from workflows.reconcile.workflow import ReconcileInput, ReconcileWorkflow
 
 HOSTS = {"n1": {"gpus": 4}, "n2": {"gpus": 4}, "n3": {"gpus": 1}}
 

@@ -30,10 +30,10 @@ from temporalio.worker import Replayer
 
 from bench.actions import run_histories
 from tests.workflows.lab import lab_fleet, running_lab
-from workflows import allocation_client
-from workflows.allocation import AllocationWorkflow
-from workflows.allocation_messages import QueueWait
-from workflows.recovery import SlotRecoveryWorkflow
+from workflows.allocation import client as allocation_client
+from workflows.allocation.messages import QueueWait
+from workflows.allocation.workflow import AllocationWorkflow
+from workflows.recovery.workflow import SlotRecoveryWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 

@@ -33,8 +33,8 @@ from contracts.allocation import PLACING_STATES, VmInfo, VmSpec
 from store.models import AllocationRow
 from tests.workflows.lab import Lab, lab_fleet, running_lab
 from tests.workflows.test_reconcile import audit, found
-from workflows import allocation_client
-from workflows.reconcile import ReconcileWorkflow
+from workflows.allocation import client as allocation_client
+from workflows.reconcile.workflow import ReconcileWorkflow
 
 HOSTS = {"n1": {"gpus": 4}, "n2": {"gpus": 4}}
 OPERATOR = "terminated by an operator in the Temporal UI"

@@ -26,8 +26,8 @@ from devstack.process import stop
 from devstack.temporal import DevTemporal
 from tests.workflows.lab import lab_fleet, running_lab
 from tests.workflows.test_one_story import until_active
-from workflows import allocation_client
-from workflows.allocation_messages import HandOverRequest
+from workflows.allocation import client as allocation_client
+from workflows.allocation.messages import HandOverRequest
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -1,4 +1,4 @@
-"""Ask for an admission pass over every queue now (workflows/admission_passes.py): signal-with-start of the one
+"""Ask for an admission pass over every queue now (workflows/queue_walk/workflow.py): signal-with-start of the one
 `queue-walk/<control queue>` workflow."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 
 from contracts.task_queues import Queues
-from workflows.admission_passes import AdmissionPassesInput, AdmissionPassesWorkflow, workflow_id
+from workflows.queue_walk.workflow import QueueWalkInput, QueueWalkWorkflow, workflow_id
 
 
 async def ask_for_admission_pass(client: Client, queues: Queues, reason: str) -> None:
     """Start the pass, or, while one runs, ask it for one more. Returns once Temporal has the ask; the pass runs on
     the control worker."""
     await client.start_workflow(
-        AdmissionPassesWorkflow.run,
-        AdmissionPassesInput(queues=queues),
+        QueueWalkWorkflow.run,
+        QueueWalkInput(queues=queues),
         id=workflow_id(queues),
         task_queue=queues.control,
         start_signal="again",

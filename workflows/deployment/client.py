@@ -26,8 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from contracts.manifest import DEFAULT_NAMESPACE
 from contracts.task_queues import Queues
 from workflows.client_calls import Rejected, WorkerUnavailable, bounded, refusal
-from workflows.deployment import DeploymentWorkflow, initial_search_attributes
-from workflows.deployment_messages import (
+from workflows.deployment.messages import (
     DeleteRequest,
     DeploymentInput,
     DeploymentStatus,
@@ -36,6 +35,7 @@ from workflows.deployment_messages import (
     SpecUpdate,
     qualified_name,
 )
+from workflows.deployment.workflow import DeploymentWorkflow, initial_search_attributes
 
 DEFAULT_TIMEOUT = 10.0
 

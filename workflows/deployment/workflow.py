@@ -57,7 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import control_calls
     from workflows import search_attributes as sa
     from workflows.cancellation import wait_unless_cancelled
-    from workflows.deployment_messages import (
+    from workflows.deployment.messages import (
         ClusterNote,
         DeleteRequest,
         DeploymentInput,
@@ -70,8 +70,8 @@ with workflow.unsafe.imports_passed_through():
         SpecUpdate,
         qualified_name,
     )
-    from workflows.deployment_spec import check_manifest
-    from workflows.replica import ReplicaWorkflow, replica_workflow_id
+    from workflows.deployment.replica import ReplicaWorkflow, replica_workflow_id
+    from workflows.deployment.spec import check_manifest
     from workflows.saga import shielded
 
 R = TypeVar("R")

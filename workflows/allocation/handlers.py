@@ -26,8 +26,8 @@ with workflow.unsafe.imports_passed_through():
         PreemptNotice,
     )
     from fleet.deadlines import format_duration
-    from workflows.allocation_calls import AllocationCalls
-    from workflows.allocation_messages import (
+    from workflows.allocation.calls import AllocationCalls
+    from workflows.allocation.messages import (
         AllocationStatus,
         ExtendRequest,
         HandOverRequest,

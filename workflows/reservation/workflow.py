@@ -29,9 +29,9 @@ with workflow.unsafe.imports_passed_through():
     from contracts.task_queues import Queues
     from fleet.priority_class import MAX_PRIORITY
     from workflows import control_calls
-    from workflows.allocation import AllocationWorkflow
-    from workflows.allocation_messages import REVISION, AllocationInput, Lease, QueueWait, Timing
-    from workflows.allocation_mirror import initial_search_attributes
+    from workflows.allocation.messages import REVISION, AllocationInput, Lease, QueueWait, Timing
+    from workflows.allocation.mirror import initial_search_attributes
+    from workflows.allocation.workflow import AllocationWorkflow
     from workflows.saga import shielded
 
 FIRST = MAX_PRIORITY + 1  # a reservation's allocation goes before any PriorityClass in its region's queue

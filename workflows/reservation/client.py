@@ -13,8 +13,8 @@ from temporalio.client import Client
 
 from contracts.placement import PlacementRequest
 from contracts.task_queues import Queues
-from workflows.allocation_messages import Timing
-from workflows.reservation import ReservationInput, ReservationWorkflow
+from workflows.allocation.messages import Timing
+from workflows.reservation.workflow import ReservationInput, ReservationWorkflow
 
 
 def workflow_id(reservation_id: str) -> str:

@@ -1,5 +1,5 @@
-"""Admission passes over every region's queue, asked for when capacity may have grown outside an allocation's own
-steps: a fleet apply, a node uncordoned, an agent whose report makes slots usable again.
+"""The queue walk: admission passes over every region's queue, asked for when capacity may have grown outside an
+allocation's own steps: a fleet apply, a node uncordoned, an agent whose report makes slots usable again.
 
 Releases, cancels and lifted quarantines run their region's admission pass in their own step
 (activities/control/claims.py); the reconciler runs one over every queue each minute, for what nothing announced.
@@ -11,7 +11,7 @@ now, not within a minute:
                            the inventory before the change that signalled
 
 One workflow id per control queue (`queue-walk/<control queue>`), started with signal-with-start
-(`admission_passes_client.ask_for_admission_pass`): an ask while a pass runs is a signal to it, never a second
+(`workflows.queue_walk.client.ask_for_admission_pass`): an ask while a pass runs is a signal to it, never a second
 workflow, and never lost (Temporal refuses to complete a workflow that has a signal it has not seen).
 """
 
@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
 PASSES_PER_RUN = 100  # then continue as new, with what is still asked: the history stays short
 
 
-class AdmissionPassesInput(BaseModel):
+class QueueWalkInput(BaseModel):
     queues: Queues
     asked: list[str] = Field(default_factory=list)  # asks carried over from the run before
 
@@ -40,8 +40,8 @@ def workflow_id(queues: Queues) -> str:
     return f"queue-walk/{queues.control}"
 
 
-@workflow.defn(name="QueueWalk")  # its first name: recorded histories and running clusters know it by that
-class AdmissionPassesWorkflow:
+@workflow.defn(name="QueueWalk")
+class QueueWalkWorkflow:
     def __init__(self) -> None:
         self.asked: list[str] = []  # why, since the last pass began
 
@@ -50,12 +50,12 @@ class AdmissionPassesWorkflow:
         self.asked.append(reason)
 
     @workflow.run
-    async def run(self, input: AdmissionPassesInput) -> int:
+    async def run(self, input: QueueWalkInput) -> int:
         self.asked = [*input.asked, *self.asked]
         passes = 0
         while self.asked:
             if passes == PASSES_PER_RUN:
-                workflow.continue_as_new(AdmissionPassesInput(queues=input.queues, asked=self.asked))
+                workflow.continue_as_new(QueueWalkInput(queues=input.queues, asked=self.asked))
             workflow.set_current_details(f"admission pass over every queue: {'; '.join(self.asked[:5])}")
             self.asked = []
             await control_calls.on_control(

@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import control_calls
     from workflows import search_attributes as sa
     from workflows.cancellation import wait_unless_cancelled
-    from workflows.deployment_messages import ReplicaInput, ReplicaReport
+    from workflows.deployment.messages import ReplicaInput, ReplicaReport
     from workflows.saga import Saga, shielded
 
 

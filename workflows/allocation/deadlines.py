@@ -20,8 +20,8 @@ with workflow.unsafe.imports_passed_through():
     from contracts.failures import DEADLINE_EXCEEDED
     from fleet.deadlines import format_duration
     from workflows import node_calls
-    from workflows.allocation_failures import AttemptFailed, node_failure, past_overall_timeout
-    from workflows.allocation_messages import Deadlines
+    from workflows.allocation.failures import AttemptFailed, node_failure, past_overall_timeout
+    from workflows.allocation.messages import Deadlines
 
 R = TypeVar("R")
 

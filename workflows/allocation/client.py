@@ -16,8 +16,7 @@ from temporalio.client import (
 from temporalio.common import QueryRejectCondition, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from workflows.allocation import AllocationWorkflow
-from workflows.allocation_messages import (
+from workflows.allocation.messages import (
     REVISION,
     AllocationInput,
     AllocationStatus,
@@ -26,7 +25,8 @@ from workflows.allocation_messages import (
     RetryAccepted,
     RetryRequest,
 )
-from workflows.allocation_mirror import initial_search_attributes
+from workflows.allocation.mirror import initial_search_attributes
+from workflows.allocation.workflow import AllocationWorkflow
 from workflows.client_calls import Rejected, bounded, refusal
 
 DEFAULT_TIMEOUT = 10.0

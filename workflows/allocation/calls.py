@@ -2,7 +2,7 @@
 (control steps with the unwritten audit trail and the state's deadline, node steps with the run's pickup timeout) and
 the compensations that give back what an attempt or a hold took.
 
-The workflow (workflows/allocation.py) is its parts put together, each a base class of it built on this one: the
+The workflow (workflows/allocation/workflow.py) is its parts put together, each a base class of it built on this one: the
 attempt on one node (allocation_attempt.py), the hold (allocation_hold.py) and the message handlers
 (allocation_handlers.py). The workflow's `__init__` sets the state declared here and in each part.
 """
@@ -22,11 +22,11 @@ with workflow.unsafe.imports_passed_through():
     from contracts import steps
     from contracts.allocation import LeaveQueueInput, QuarantineInput, ReleaseClaimsInput, TeardownInput
     from workflows import node_calls
-    from workflows.allocation_failures import node_failure, past_overall_timeout
-    from workflows.allocation_messages import AllocationInput, AllocationStatus
-    from workflows.allocation_mirror import Mirror
-    from workflows.recovery import SlotRecoveryInput, SlotRecoveryWorkflow
-    from workflows.state_deadlines import StateClock
+    from workflows.allocation.deadlines import StateClock
+    from workflows.allocation.failures import node_failure, past_overall_timeout
+    from workflows.allocation.messages import AllocationInput, AllocationStatus
+    from workflows.allocation.mirror import Mirror
+    from workflows.recovery.workflow import SlotRecoveryInput, SlotRecoveryWorkflow
 
 R = TypeVar("R")
 
@@ -41,7 +41,7 @@ class AllocationCalls:
     max_lease: float | None  # its pool's `maxLease` in seconds: extensions stop there
 
     def set_state(self, state: str, step: str, **details: Any) -> None:
-        """Move to a state: its deadline's clock, and what the world sees of it (workflows/allocation_mirror.py)."""
+        """Move to a state: its deadline's clock, and what the world sees of it (workflows/allocation/mirror.py)."""
         if state != self.status.state:
             self.clock.restart()
         self.mirror.move(state, step, **details)
@@ -51,7 +51,7 @@ class AllocationCalls:
     async def on_control(
         self, step: Callable[[Any], Awaitable[R]], argument: BaseModel, *, deadline: timedelta | None = None
     ) -> R:
-        """Run a control step with the unwritten audit trail (workflows/allocation_mirror.py). `deadline`: what is
+        """Run a control step with the unwritten audit trail (workflows/allocation/mirror.py). `deadline`: what is
         left of the state's deadline; past it, with every retry, the state's deadline has passed."""
         try:
             return await self.mirror.control_step(step, argument, deadline)

@@ -23,8 +23,8 @@ with workflow.unsafe.imports_passed_through():
     from contracts.allocation import FINAL_STATES, AllocationRecord, AuditTrail, StateChange
     from workflows import control_calls
     from workflows import search_attributes as sa
-    from workflows.allocation_failures import as_activity_error
-    from workflows.allocation_messages import PLACING_FROM_START, AllocationInput, AllocationStatus, Attempt
+    from workflows.allocation.failures import as_activity_error
+    from workflows.allocation.messages import PLACING_FROM_START, AllocationInput, AllocationStatus, Attempt
 
 R = TypeVar("R")
 

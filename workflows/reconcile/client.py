@@ -26,7 +26,7 @@ from temporalio.client import (
 
 from contracts.audit import AuditReport
 from contracts.task_queues import Queues
-from workflows.reconcile import ReconcileInput, ReconcileWorkflow
+from workflows.reconcile.workflow import ReconcileInput, ReconcileWorkflow
 
 SCHEDULE_ID = "berth-reconciler"
 

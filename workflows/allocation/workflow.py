@@ -21,12 +21,12 @@ workflow: the attempt on one node (allocation_attempt.py), the hold, 4 (allocati
 (allocation_handlers.py), and what they all stand on: the calls out and the compensations, 6 (allocation_calls.py).
 
 Every state change is mirrored to PostgreSQL (the allocation's row and its events) and to the Temporal UI
-(workflows/allocation_mirror.py); each state has a deadline (workflows/state_deadlines.py). Control steps run as
+(workflows/allocation/mirror.py); each state has a deadline (workflows/allocation/deadlines.py). Control steps run as
 local activities on the worker that runs the workflow: no task-queue round trip, no activity task on the server.
 Compensations run even when the workflow is being cancelled, and a node that cannot be reached for teardown gets
 its slots quarantined rather than blocking the allocation forever.
 
-Revisions (`AllocationInput.revision`, workflows/allocation_messages.py): a run keeps the revision it started with.
+Revisions (`AllocationInput.revision`, workflows/allocation/messages.py): a run keeps the revision it started with.
 The code keeps the current revision and the previous one; a placement phase drains within its per-state deadlines,
 and a held allocation of an older revision is handed over to a hold run on an operator's `hand_over` signal before
 an upgrade drops its revision (docs/design.md, "Upgrading").
@@ -53,14 +53,14 @@ with workflow.unsafe.imports_passed_through():
     from contracts.failures import PLACEMENT_REFUSED, QUEUE_TIMEOUT, QUOTA_EXCEEDED, SKU_UNAVAILABLE
     from contracts.placement import Candidate
     from fleet.deadlines import format_duration
-    from workflows.allocation_attempt import CandidateAttempt
-    from workflows.allocation_failures import AttemptFailed
-    from workflows.allocation_handlers import Inbox, MessageHandlers
-    from workflows.allocation_hold import HAND_OVER, REPLACE, AllocationHold
-    from workflows.allocation_messages import AllocationInput, AllocationStatus
-    from workflows.allocation_mirror import Mirror
+    from workflows.allocation.attempt import CandidateAttempt
+    from workflows.allocation.deadlines import StateClock
+    from workflows.allocation.failures import AttemptFailed
+    from workflows.allocation.handlers import Inbox, MessageHandlers
+    from workflows.allocation.hold import HAND_OVER, REPLACE, AllocationHold
+    from workflows.allocation.messages import AllocationInput, AllocationStatus
+    from workflows.allocation.mirror import Mirror
     from workflows.saga import shielded
-    from workflows.state_deadlines import StateClock
 
 
 @workflow.defn(name="Allocation")

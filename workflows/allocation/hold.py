@@ -4,7 +4,7 @@ down (destroy_vm@node and its wipe, release_claims*).
 While it holds, the hold acts on what the messages left in the run's inbox (allocation_handlers.py): an extension
 moves the end (its owner is warned `Timing.expiry_warning_seconds` before it: `expiring`), a preemption notice gives
 the victim its grace period (`preempting`), a failed GPU or a drained node is told to its owner (`degraded`, the
-drain notice), and a failed GPU its pool replaces ends the hold so the placement runs again (workflows/allocation.py).
+drain notice), and a failed GPU its pool replaces ends the hold so the placement runs again (workflows/allocation/workflow.py).
 
 Revision 4 on, the run that placed the allocation holds it; its hold goes on in a fresh run of its own
 (continue-as-new, `AllocationInput.held`) when its history grows long or an operator sends `hand_over`. Revisions 2
@@ -21,10 +21,10 @@ with workflow.unsafe.imports_passed_through():
     from contracts.allocation import HOLDING_STATES
     from fleet.deadlines import format_duration
     from workflows import search_attributes as sa
-    from workflows.allocation_calls import AllocationCalls
-    from workflows.allocation_handlers import Inbox
-    from workflows.allocation_messages import HOLD_IN_PLACEMENT_RUN, RELEASING_WRITTEN_FIRST, Held
-    from workflows.allocation_mirror import search_attributes_of
+    from workflows.allocation.calls import AllocationCalls
+    from workflows.allocation.handlers import Inbox
+    from workflows.allocation.messages import HOLD_IN_PLACEMENT_RUN, RELEASING_WRITTEN_FIRST, Held
+    from workflows.allocation.mirror import search_attributes_of
     from workflows.cancellation import wait_unless_cancelled
 
 REPLACE = ("placing", "replace")  # the hold's ending when its pool replaces it off a failed GPU

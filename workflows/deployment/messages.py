@@ -100,7 +100,7 @@ class DeploymentInput(BaseModel):
     name: str
     # Histories from before namespaces carry none: those deployments were all in "default".
     namespace: str = DEFAULT_NAMESPACE
-    manifest: dict[str, Any]  # the ModelDeployment, normalised (workflows.deployment_spec.normalised)
+    manifest: dict[str, Any]  # the ModelDeployment, normalised (workflows.deployment.spec.normalised)
     timing: DeploymentTiming = Field(default_factory=DeploymentTiming)
     queues: Queues = Field(default_factory=Queues)
     # Carried over by continue-as-new:

@@ -2,7 +2,7 @@
 
 The attempt races an operator's `retry`; whatever it leaves undone (the lease, the claims, a VM that may exist) is
 compensated newest first by its saga, shielded from cancellation. A failure on the node fails the attempt and the
-placement moves to the next candidate (workflows/allocation.py); a `final` one (quota at claim time, a state's
+placement moves to the next candidate (workflows/allocation/workflow.py); a `final` one (quota at claim time, a state's
 deadline) fails the allocation once the attempt is undone. The attempt that succeeds makes the allocation `active`
 and starts its lease, which the hold (allocation_hold.py) keeps until its end.
 """
@@ -22,10 +22,10 @@ with workflow.unsafe.imports_passed_through():
     from contracts.failures import CLAIM_CONFLICT, QUOTA_EXCEEDED
     from contracts.placement import Candidate
     from workflows import search_attributes as sa
-    from workflows.allocation_calls import AllocationCalls
-    from workflows.allocation_failures import AttemptFailed, node_failure
-    from workflows.allocation_handlers import Inbox
-    from workflows.allocation_messages import END_WITH_ACTIVE, LEASE_UNDONE_BEFORE_PLAN, Attempt
+    from workflows.allocation.calls import AllocationCalls
+    from workflows.allocation.failures import AttemptFailed, node_failure
+    from workflows.allocation.handlers import Inbox
+    from workflows.allocation.messages import END_WITH_ACTIVE, LEASE_UNDONE_BEFORE_PLAN, Attempt
     from workflows.saga import Saga
 
 CREATE_VM_TIMEOUT = timedelta(minutes=5)

@@ -1,0 +1,1 @@
+"""The ModelDeployment workflow (workflow.py) and its replicas' child workflows (replica.py)."""

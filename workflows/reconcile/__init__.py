@@ -1,0 +1,1 @@
+"""The reconciler: PostgreSQL, Temporal and the hosts compared, and repaired when asked."""

@@ -1,0 +1,1 @@
+"""The reservation workflow: GPUs promised for a window, then its allocation."""
