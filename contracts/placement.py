@@ -59,8 +59,8 @@ class PlacementRequest(BaseModel):
     alternates: NonNegativeInt = Field(default=5, description="Candidate nodes returned besides the chosen one.")
     nodes: frozenset[str] = Field(
         default_factory=frozenset,
-        description="Pinned nodes (seed 001's GPU matching policy): only these may take the request; when none of "
-        "them can, the request is refused with `pinned_nodes_unavailable`, never placed elsewhere.",
+        description="Pinned nodes: only these may take the request; when none of them can, the request is refused "
+        "with `pinned_nodes_unavailable`, never placed elsewhere.",
     )
     gpus: frozenset[PciAddress] = Field(
         default_factory=frozenset,

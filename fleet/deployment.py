@@ -258,32 +258,33 @@ class TemplateSpec(Spec):
     tolerations: list[Toleration] = Field(default_factory=list)
     engines: list[Engine] = Field(min_length=1)
     requirements: list[str] = Field(
-        default_factory=list, description="Capabilities every pool used must offer, e.g. vllm (seed 002)."
+        default_factory=list,
+        description="Capabilities every pool used must offer (its class's `capabilities`), e.g. vllm.",
     )
     placement_strategy: PlacementStrategy | None = Field(
         default=None, description="Among fitting pools of a cluster: binpack or spread; unset takes the first."
     )
     single_cluster: bool = Field(
         default=False,
-        description="Berth addition (seed 002: a model on at most one server): every replica on one cluster, the "
-        "one already hosting it preferred; refused when no cluster holds all replicas (or minReplicas of them).",
+        description="Berth addition (as Seldon Core 2 puts a model on at most one server): every replica on one "
+        "cluster, the one already hosting it preferred; refused when no cluster holds all replicas (or minReplicas "
+        "of them).",
     )
     homogeneous: bool = Field(
         default=False,
-        description="Berth addition (seed 003's NodeGroupSizeFilter): every replica's engine on one node group "
+        description="Berth addition (after KAITO's NodeGroupSizeFilter): every replica's engine on one node group "
         "(pool) of one cluster with enough free nodes for all replicas (or minReplicas of them).",
     )
     scale_down_order: ScaleDownOrder = Field(
         default=ScaleDownOrder.MODELPLANE,
-        description="Berth addition (seed 001, GPUStack's order): `Health` removes replicas in error first, then "
-        "those still starting, then ready ones, each by Modelplane's order; `Modelplane` (the default) by its order "
-        "alone.",
+        description="Berth addition (GPUStack's order): `Health` removes replicas in error first, then those still "
+        "starting, then ready ones, each by Modelplane's order; `Modelplane` (the default) by its order alone.",
     )
     fit_granularity: FitGranularity = Field(
         default=FitGranularity.NODE,
-        description="Berth addition (seed 001, GPUStack's GPU-level fit): `Gpu` charges a member sized by "
-        "`resources` only the GPUs its pods claim, so instances share a node's GPUs; `Node` (the default, "
-        "Modelplane's ledger) charges a whole node per pod.",
+        description="Berth addition (GPUStack's GPU-level fit): `Gpu` charges a member sized by `resources` only the "
+        "GPUs its pods claim, so instances share a node's GPUs; `Node` (the default, Modelplane's ledger) charges a "
+        "whole node per pod.",
     )
     model_cache_ref: ModelCacheRef | None = None
     serving: Serving | None = None
@@ -304,7 +305,9 @@ class ModelDeploymentSpec(Spec):
     crossplane: Carried | None = Field(default=None, description="What Crossplane adds to a live XR; carried.")
     replicas: NonNegativeInt
     min_replicas: NonNegativeInt | None = Field(
-        default=None, description="Fewest replicas that still count as scheduled (seed 002 partial scheduling)."
+        default=None,
+        description="Fewest replicas that still count as scheduled: with at least this many but fewer than asked the "
+        "status is PartiallyScheduled; below it nothing new is placed and the status is ScheduleFailed.",
     )
     template: Template
 

@@ -92,7 +92,8 @@ class InferenceClassSpec(Spec):
     devices: list[Device] = Field(default_factory=list)
     capabilities: list[str] = Field(
         default_factory=list,
-        description="Serving capabilities of pools of this class, e.g. vllm, sglang (seed 002).",
+        description="Serving capabilities of pools of this class, e.g. vllm, sglang: a pool serves a deployment "
+        "only if they include every one it requires and each member's backend.",
     )
 
     @field_validator("provisioning")

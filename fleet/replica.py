@@ -105,7 +105,7 @@ class ReplicaMember(Observed):
     nodes: int | None = Field(
         default=None,
         exclude=True,
-        description="Berth: nodes each copy spans when the resource fit (seed 001) spread it out; written as the "
+        description="Berth: nodes each copy spans when the resource fit spread it over several nodes; written as the "
         "berth.dev/member-nodes annotation.",
     )
     gpus: MemberGpus | None = Field(
