@@ -24,10 +24,6 @@ from scheduler.placement.schedule import PlacementResult, schedule
 from scheduler.reasons import phrase
 
 
-class _BadInput(Exception):
-    """Something the user can fix; reported as one line."""
-
-
 def explain(
     file: Annotated[Path, typer.Option("--file", "-f", help="Fleet file (YAML), optionally with SlotState documents.")],
     gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPUs requested.")],

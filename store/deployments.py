@@ -24,7 +24,7 @@ from fleet.cache import cache_key
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
 from fleet.model_cache import ModelCache
-from fleet.replica import DEPLOYMENT_LABEL, ModelReplica, ready_status
+from fleet.replica import ModelReplica, ready_status
 from scheduler.fleet.ledger import build_ledger, overcommitted
 from scheduler.fleet.pools import Pool
 from store.models import (
@@ -341,6 +341,3 @@ async def release_replica(session: AsyncSession, namespace: str, name: str) -> b
     result = await session.execute(delete(ModelReplicaRow).where(_replica(namespace, name)))
     return bool(result.rowcount)
 
-
-def deployment_of(manifest: dict[str, Any]) -> str | None:
-    return (manifest.get("metadata") or {}).get("labels", {}).get(DEPLOYMENT_LABEL)
