@@ -340,4 +340,3 @@ async def release_replica(session: AsyncSession, namespace: str, name: str) -> b
     """Delete the replica's row and (by cascade) its ledger rows; True if there was one."""
     result = await session.execute(delete(ModelReplicaRow).where(_replica(namespace, name)))
     return bool(result.rowcount)
-
