@@ -27,16 +27,18 @@ from workflows.deployment.client import notify_inventory_changed
 from workflows.queue_walk.client import ask_for_admission_pass
 
 
-async def _tell_deployments(settings: Settings, summary: str) -> int | None:
-    """Best effort, after the apply committed: the queues of waiting requests are walked and running deployments
-    re-plan now, instead of at the reconciler's next walk and their next resync (what `PUT /v1/fleet` does too).
-    None when Temporal cannot be reached in a few seconds."""
+async def _tell_deployments(settings: Settings, result: ApplyResult) -> int | None:
+    """Best effort, after the apply committed: the queues of waiting requests are walked and, where a placement input
+    changed (`ApplyResult.replans_deployments`), running deployments re-plan now, instead of at the reconciler's
+    next walk and their next resync: what `PUT /v1/fleet` does. How many deployments were told; None when Temporal
+    cannot be reached in a few seconds."""
+    why = f"fleet applied: {result.summary()}"
     try:
         async with asyncio.timeout(5):
             client = await connect(settings)
             queues = Queues(control=settings.control_task_queue, node_prefix=settings.node_task_queue_prefix)
-            await ask_for_admission_pass(client, queues, f"fleet applied: {summary}")  # waiting requests may fit now
-            return await notify_inventory_changed(client, queues, f"fleet applied: {summary}")
+            await ask_for_admission_pass(client, queues, why)  # waiting requests may fit now
+            return await notify_inventory_changed(client, queues, why) if result.replans_deployments() else 0
     except NotConfigured:
         return 0  # no control plane configured: no deployment to tell
     except Exception:  # noqa: BLE001 - Temporal unreachable: the inventory is written all the same
@@ -101,7 +103,7 @@ def apply(
             fail(f"the database refused the apply: {refused}")
         fail(f"cannot reach the database: {exc}")
     changed = result.changed()
-    told = asyncio.run(_tell_deployments(Settings(), result.summary())) if changed else 0
+    told = asyncio.run(_tell_deployments(Settings(), result)) if changed else 0
     if is_data(output):
         print_data({**result.model_dump(mode="json"), "tenant_tokens": tokens, "deployments_told": told}, output)
         return

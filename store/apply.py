@@ -65,8 +65,18 @@ class ApplyResult(BaseModel):
         return text
 
     def changed(self) -> bool:
-        """Whether the inventory changed (what was kept or only carried did not change it)."""
+        """Whether the inventory changed (what was kept or only carried did not change it): any change (a quota, a
+        node, a region) may admit a waiting request, so the queues are walked."""
         return any(c.action not in ("kept", "carried") for c in self.changes)
+
+    def replans_deployments(self) -> bool:
+        """Whether something a deployment's placement reads changed: running deployments then re-plan at once, not
+        at their resync. The one rule for `PUT /v1/fleet` and `berth apply` alike."""
+        return any(c.kind in PLACEMENT_INPUTS and c.action not in ("kept", "carried") for c in self.changes)
+
+
+# What a deployment's placement reads.
+PLACEMENT_INPUTS = ("InferenceCluster", "NodePool", "InferenceClass", "ModelCache")
 
 
 class ApplyRefused(Exception):

@@ -25,9 +25,6 @@ from store.apply import ApplyRefused, apply_fleet
 from store.outage import DATABASE_ERRORS, refused_value
 from store.tokens import ensure_tenant_tokens
 
-# What a deployment's placement reads: a change to one re-plans running deployments at once, not at their resync.
-PLACEMENT_INPUTS = ("InferenceCluster", "NodePool", "InferenceClass", "ModelCache")
-
 router = APIRouter(prefix="/v1", tags=["admin"])
 App = Annotated[Services, Depends(services)]
 
@@ -116,7 +113,7 @@ async def put_fleet(
         raise _invalid(f"PostgreSQL refused a value of the fleet file: {refused}") from error
     if result.changed():  # a quota, a node, a region: any may admit a waiting request
         app.admission_passes.ask("fleet applied: " + result.summary())
-    if any(change.kind in PLACEMENT_INPUTS and change.action != "kept" for change in result.changes):
+    if result.replans_deployments():
         await deployment_control.inventory_changed(app.control, "fleet applied: " + result.summary())
     return FleetApplied(
         summary=result.summary(), changes=result.changes, unchanged=result.unchanged, tenant_tokens=tokens

@@ -81,9 +81,16 @@ def test_berth_apply_tells_running_deployments_to_replan(terminal: Terminal, tmp
     terminal.ok("deploy", "apply", "-f", file, "--wait", "--timeout", "60s")
     assert terminal.json("deploy", "get", "regrow")["available"] == 3  # east 2 + west 1 nodes
 
+    env = {**terminal.env, "BERTH_CONTROL_TASK_QUEUE": terminal.served.control_queue}
+    # A change no placement reads (a new tenant) walks the queues but re-plans no deployment, as PUT /v1/fleet does.
+    tenant = tmp_path / "tenant.yaml"
+    tenant.write_text("apiVersion: berth.dev/v1alpha1\nkind: Tenant\nmetadata: {name: newcomer}\nspec: {gpuQuota: 1}\n")
+    quiet = runner.invoke(app, ["apply", "-f", str(tenant), "-o", "json"], env=env)
+    assert quiet.exit_code == 0, quiet.output
+    assert json.loads(quiet.output)["deployments_told"] == 0
+
     grown = tmp_path / "grown.yaml"
     grown.write_text(k8s_fleet({"east": 2, "west": 2}))
-    env = {**terminal.env, "BERTH_CONTROL_TASK_QUEUE": terminal.served.control_queue}
     applied = runner.invoke(app, ["apply", "-f", str(grown)], env=env)
     assert applied.exit_code == 0, applied.output
     assert "told 1 running deployment(s) to re-plan" in applied.output
