@@ -4,7 +4,8 @@ ready replica elsewhere has taken its place."""
 
 from __future__ import annotations
 
-from test_fleet_builders import (
+from contracts.fleet_plan import ClusterReason, DropReason
+from tests.scheduler.fleet.builders import (
     classes,
     cluster,
     deployment,
@@ -15,8 +16,6 @@ from test_fleet_builders import (
     replica,
     standalone,
 )
-
-from contracts.fleet_plan import ClusterReason, DropReason
 
 H100 = inference_class("h100-8x", gpu("H100"))
 KNOWN = classes(H100)

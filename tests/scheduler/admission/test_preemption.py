@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from test_queueing import BEST_EFFORT, ONE_H100_NODE, Pool, queued, world
-
 from contracts.placement import PlacementRequest
 from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
 from scheduler.admission.admit import Nomination, admission_pass
 from scheduler.admission.preemption import Preemption, Preemptor, Running, plan_preemption
 from scheduler.snapshot import Snapshot
 from scheduler.views import PreemptionPolicy
+from tests.scheduler.admission.test_queueing import BEST_EFFORT, ONE_H100_NODE, Pool, queued, world
 
 TWO_H100_NODES: list[Pool] = [("h100", "H100", 8, 2, "a")]
 WITHIN = PreemptionPolicy(within_tenant=WithinTenant.LOWER_PRIORITY)

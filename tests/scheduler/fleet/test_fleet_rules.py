@@ -4,7 +4,12 @@ or case per rule, as a user sees them: where replicas land, which are removed an
 from __future__ import annotations
 
 import pytest
-from test_fleet_builders import (
+
+from contracts.fleet_plan import ClusterReason, DropReason, Phase, StatusReason
+from contracts.manifest import Toleration
+from fleet.inference_cluster import Taint
+from scheduler.fleet.tolerations import tolerates
+from tests.scheduler.fleet.builders import (
     classes,
     cluster,
     deployment,
@@ -19,11 +24,6 @@ from test_fleet_builders import (
     standalone,
     where,
 )
-
-from contracts.fleet_plan import ClusterReason, DropReason, Phase, StatusReason
-from contracts.manifest import Toleration
-from fleet.inference_cluster import Taint
-from scheduler.fleet.tolerations import tolerates
 
 H100 = inference_class("h100-8x", gpu("H100"))
 H200 = inference_class("h200-8x", gpu("H200", memory="141Gi"))

@@ -8,11 +8,11 @@ import re
 
 import pytest
 from pydantic import ValidationError
-from test_placement import claim, place, snapshot
 
 from contracts.placement import PlacementRequest, PlanRequest
 from contracts.reasons import Reason
 from scheduler.placement.bundles import plan_bundles
+from tests.scheduler.placement.test_placement import claim, place, snapshot
 
 
 def test_a_pinned_request_only_ever_considers_the_pinned_nodes() -> None:

@@ -6,12 +6,11 @@ unavailable); tenants acme (any region), globex (jurisdiction eu), initech (allo
 
 from __future__ import annotations
 
-from test_placement import claim, place, snapshot
-
 from scheduler.placement.bundles import held_slots
 from scheduler.placement.capacity import capacity
 from scheduler.placement.tenant_scope import tenant_view, usable_regions
 from scheduler.views import SlotState
+from tests.scheduler.placement.test_placement import claim, place, snapshot
 
 
 def test_a_tenants_regions_are_those_its_allowed_regions_and_jurisdiction_admit() -> None:

@@ -11,7 +11,7 @@ import pytest
 from scheduler.admission.admit import ordered
 from scheduler.quota.usage_decay import ENTRY_PENALTY_SECONDS, Held, contribution, decayed, half_lives
 from scheduler.snapshot import Snapshot
-from tests.scheduler.test_queueing import ONE_H100_NODE, Tenant, queued, run, world
+from tests.scheduler.admission.test_queueing import ONE_H100_NODE, Tenant, queued, run, world
 
 DAY = 86400.0
 NOW = 1_800_000_000.0  # an instant, in seconds since the epoch

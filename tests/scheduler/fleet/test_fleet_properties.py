@@ -7,7 +7,13 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_fleet_builders import (
+
+from contracts.fleet_plan import FleetPlan
+from fleet.inference_cluster import InferenceCluster
+from fleet.replica import ModelReplica, stamped_member_cost
+from scheduler.fleet import replica_manifest
+from scheduler.fleet.pools import published_pools
+from tests.scheduler.fleet.builders import (
     classes,
     cluster,
     deployment,
@@ -19,12 +25,6 @@ from test_fleet_builders import (
     product_is,
     replica,
 )
-
-from contracts.fleet_plan import FleetPlan
-from fleet.inference_cluster import InferenceCluster
-from fleet.replica import ModelReplica, stamped_member_cost
-from scheduler.fleet import replica_manifest
-from scheduler.fleet.pools import published_pools
 
 PRODUCTS = ("H100", "H200", "L40S")
 KNOWN = classes(

@@ -44,8 +44,8 @@ from scheduler.admission.preemption import Running
 from scheduler.quota.usage_decay import ENTRY_PENALTY_SECONDS, Held, decayed
 from scheduler.snapshot import Snapshot
 from scheduler.views import PreemptionPolicy
-from tests.scheduler.test_queueing import ONE_H100_NODE, Pool, Tenant, queued, run, world
-from tests.scheduler.test_usage_decay import with_usage
+from tests.scheduler.admission.test_queueing import ONE_H100_NODE, Pool, Tenant, queued, run, world
+from tests.scheduler.quota.test_usage_decay import with_usage
 
 HOUR = 3600.0
 WEEK = 168 * HOUR  # Kueue's documented usageHalfLifeTime

@@ -28,7 +28,7 @@ from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.placement.schedule import schedule
 from scheduler.snapshot import Snapshot
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "fleet.yaml"
 TEN = "[500, 501, 502, 503, 504, 505, 506, 507, 508, 509]"
 ISSUE = f"{TEN}.all(a, {TEN}.all(b, {TEN}.all(c, {TEN}.all(d, a + b + c + d > 0))))"  # within Kubernetes' per-expression limit
 NESTED = f"{TEN}.all(a, {TEN}.all(b, a + b > 0))"  # estimated 742, costs 532 per device

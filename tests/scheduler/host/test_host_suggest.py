@@ -8,7 +8,7 @@ from scheduler.host.checks import SlotCheck, ValidationState
 from scheduler.host.inventory import FabricDevice, Gpu, HostInventory
 from scheduler.host.suggest import suggest_slots
 from scheduler.host.validate import validate_slots
-from tests.scheduler.test_host_validation import (
+from tests.scheduler.host.test_host_validation import (
     GPU_BUSES,
     PF_BUSES,
     by_id,

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from test_preemption import ONE_H100_NODE, WITHIN, policy, running
-from test_queueing import BEST_EFFORT, queued, world
-
 from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort
 from scheduler.admission.admit import QueuedRequest, admission_pass
 from scheduler.admission.preemption import Running
 from scheduler.snapshot import Snapshot
 from scheduler.views import PreemptionPolicy
+from tests.scheduler.admission.test_preemption import ONE_H100_NODE, WITHIN, policy, running
+from tests.scheduler.admission.test_queueing import BEST_EFFORT, queued, world
 
 RECLAIM = PreemptionPolicy(reclaim_within_cohort=ReclaimWithinCohort.ANY)
 

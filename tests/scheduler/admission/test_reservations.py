@@ -5,11 +5,10 @@ fit. Before its allocation holds them, a reservation's GPUs are held from every 
 
 from __future__ import annotations
 
-from test_queueing import Pool, world
-
 from contracts.placement import PlacementRequest
 from scheduler.admission.reservations import Admitted, Holding, Refused, Reserved, Window, admit, with_holds
 from scheduler.views import SlotState
+from tests.scheduler.admission.test_queueing import Pool, world
 
 TWO_NODES: list[Pool] = [("h100", "H100", 8, 2, "a")]
 HOUR = 3600.0

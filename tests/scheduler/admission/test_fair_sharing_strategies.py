@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from test_preemption_trees import FAIR, preemptor, reclaiming, running, victims
-from test_queueing import ONE_H100_NODE, Tenant, world
-
 from fleet.vocabulary import FairSharingStrategy
 from scheduler.admission.preemption import Running, plan_preemption
 from scheduler.snapshot import Snapshot
+from tests.scheduler.admission.test_preemption_trees import FAIR, preemptor, reclaiming, running, victims
+from tests.scheduler.admission.test_queueing import ONE_H100_NODE, Tenant, world
 
 FINAL = FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE
 INITIAL = FairSharingStrategy.LESS_THAN_INITIAL_SHARE

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from test_queueing import ONE_H100_NODE, Pool, Tenant, world
-
 from contracts.placement import PlacementRequest
 from fleet.vocabulary import ReclaimWithinCohort
 from scheduler.admission.preemption import Preemption, Preemptor, Running, plan_preemption
 from scheduler.snapshot import Snapshot
 from scheduler.views import PreemptionPolicy
+from tests.scheduler.admission.test_queueing import ONE_H100_NODE, Pool, Tenant, world
 
 RECLAIM = PreemptionPolicy(reclaim_within_cohort=ReclaimWithinCohort.ANY)
 TWO_NODES: list[Pool] = [("h100", "H100", 8, 2, "a")]

@@ -12,7 +12,7 @@ from fleet.loader import load_fleet
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.placement.schedule import schedule
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fleet.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "fleet.yaml"
 H200 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"'
 
 

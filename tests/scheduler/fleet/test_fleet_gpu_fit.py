@@ -15,11 +15,11 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_fleet_builders import classes, cluster, deployment, engine, gpu, inference_class, member, plan
 
 from contracts.fleet_plan import ClusterReason, FleetPlan
 from fleet.replica import MEMBER_GPUS_ANNOTATION, ModelReplica, stamped_member_cost
 from scheduler.fleet import manifest_dict, replica_manifest
+from tests.scheduler.fleet.builders import classes, cluster, deployment, engine, gpu, inference_class, member, plan
 
 H100 = inference_class("h100-8x", gpu("H100", memory="80Gi"), capabilities=["vllm", "custom"])
 MIG = inference_class(

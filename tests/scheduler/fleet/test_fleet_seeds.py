@@ -5,7 +5,12 @@ section for each rule."""
 from __future__ import annotations
 
 import pytest
-from test_fleet_builders import (
+
+from contracts.fleet_plan import ClusterReason, Phase
+from fleet.inference_cluster import InferenceCluster
+from fleet.nodelist import pools_from_node_list
+from scheduler.fleet import replica_manifest
+from tests.scheduler.fleet.builders import (
     API,
     classes,
     cluster,
@@ -21,11 +26,6 @@ from test_fleet_builders import (
     standalone,
     where,
 )
-
-from contracts.fleet_plan import ClusterReason, Phase
-from fleet.inference_cluster import InferenceCluster
-from fleet.nodelist import pools_from_node_list
-from scheduler.fleet import replica_manifest
 
 H100 = inference_class("h100-8x", gpu("H100", memory="80Gi"), capabilities=["vllm"])
 H200 = inference_class("h200-8x", gpu("H200", memory="141Gi"), capabilities=["vllm", "sglang"])
