@@ -39,7 +39,7 @@ from agent.libvirt.readiness import cloud_init_says  # noqa: E402
 from contracts.placement import Bundle  # noqa: E402
 from scheduler.host.health import HealthState, PcieSignals, SlotSignals, assess  # noqa: E402
 
-HOST = Path(__file__).resolve().parent.parent / "hosts" / "libvirt" / "host.xml"
+HOST = Path(__file__).resolve().parents[2] / "hosts" / "libvirt" / "host.xml"
 BASE = "/var/lib/berth/pool/ubuntu-24.04.qcow2"
 
 
@@ -375,7 +375,7 @@ def test_the_guest_of_a_ready_vm_reports_each_gpu_by_its_slot(
 ) -> None:
     """Once its gates passed, the guest's `nvidia-smi -q` and kernel log are read (tests/hosts/guest/),
     the guest's GPUs in PCI order being the plan's slots in order; a VM still booting is not asked."""
-    guest = Path(__file__).resolve().parent.parent / "hosts" / "guest" / "clean-two-gpus"
+    guest = Path(__file__).resolve().parents[2] / "hosts" / "guest" / "clean-two-gpus"
     xid = "[ 88.2] NVRM: Xid (PCI:0000:08:00): 95, pid=7, name=python3, Uncontained: FBHUB. RST: Yes, D-RST: No\n"
     agent.outcomes = {
         "cloud-init status --long": Recorded(exit_code=0),

@@ -15,7 +15,7 @@ from fleet.node import Node
 from scheduler.host.health import HealthState, SlotHealth, SlotSignals, assess
 from tests.hosts.sysfs_tree import gpu_on_nvidia, write_pcie_health
 
-HOSTS = Path(__file__).resolve().parent.parent / "hosts"
+HOSTS = Path(__file__).resolve().parents[2] / "hosts"
 SMART = "nvme smart-log /dev/nvme0n1 -o json"  # slot 0's namespace
 
 
