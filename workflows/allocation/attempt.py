@@ -22,10 +22,10 @@ with workflow.unsafe.imports_passed_through():
     from contracts.failures import CLAIM_CONFLICT, QUOTA_EXCEEDED
     from contracts.placement import Candidate
     from workflows import search_attributes as sa
-    from workflows.allocation.calls import AllocationCalls
+    from workflows.allocation.calls import Calls
     from workflows.allocation.failures import AttemptFailed, node_failure
-    from workflows.allocation.handlers import Inbox
     from workflows.allocation.messages import END_WITH_ACTIVE, LEASE_UNDONE_BEFORE_PLAN, Attempt
+    from workflows.allocation.state import RunState
     from workflows.saga import Saga
 
 CREATE_VM_TIMEOUT = timedelta(minutes=5)
@@ -34,21 +34,24 @@ CONSOLE_REASON_LINES = 4  # of a failed boot's console, in the attempt's reason
 CONSOLE_LINE_CHARS = 160
 
 
-class CandidateAttempt(AllocationCalls):
-    inbox: Inbox
-    pool_deadlines: dict[str, dict[str, float]]  # pool -> its own state deadlines, of the candidates seen
-    pool_max_leases: dict[str, float]  # pool -> its maxLease in seconds, of the candidates seen
+class NodeAttempt:
+    def __init__(self, state: RunState, calls: Calls) -> None:
+        self.state = state
+        self.calls = calls
+        self.mirror = calls.mirror
+        self.clock = calls.clock
 
     async def try_candidate(self, candidate: Candidate) -> bool:
         """Run one attempt, racing it against an operator's `retry`; compensate whatever it leaves undone."""
-        attempt = Attempt(number=len(self.status.attempts) + 1, node=candidate.node, pool=candidate.pool)
-        self.clock.deadlines = self.input.timing.deadlines.with_overrides(self.pool_deadlines.get(candidate.pool, {}))
-        self.status.attempts.append(attempt)
-        self.status.node, self.status.pool = candidate.node, candidate.pool
+        state, status = self.state, self.state.status
+        attempt = Attempt(number=len(status.attempts) + 1, node=candidate.node, pool=candidate.pool)
+        state.deadlines = state.input.timing.deadlines.with_overrides(state.pool_deadlines.get(candidate.pool, {}))
+        status.attempts.append(attempt)
+        status.node, status.pool = candidate.node, candidate.pool
         saga = Saga()
-        self.inbox.retry = False
+        state.inbox.retry = False
         running = asyncio.ensure_future(self.attempt(attempt, saga))
-        retry = asyncio.ensure_future(workflow.wait_condition(lambda: self.inbox.retry))
+        retry = asyncio.ensure_future(workflow.wait_condition(lambda: state.inbox.retry))
         try:
             await workflow.wait([running, retry], return_when=asyncio.FIRST_COMPLETED)
             if running.done():
@@ -61,11 +64,11 @@ class CandidateAttempt(AllocationCalls):
             attempt.outcome = "abandoned" if failure.code == "operator_retry" else "failed"
             attempt.reason = failure.reason
             # A failure that ends the allocation keeps its state while it compensates: there is no next candidate.
-            state = self.status.state if failure.final else "placing"
-            self.set_state(state, "attempt_failed", node=candidate.node, attempt=attempt, reason=attempt.reason)
+            now_in = status.state if failure.final else "placing"
+            self.calls.set_state(now_in, "attempt_failed", node=candidate.node, attempt=attempt, reason=attempt.reason)
             await saga.compensate()
-            self.status.node = self.status.pool = None
-            self.status.bundles = []
+            status.node = status.pool = None
+            status.bundles = []
             if failure.final:
                 raise failure.ending() from failure
             return False
@@ -83,8 +86,9 @@ class CandidateAttempt(AllocationCalls):
 
     async def attempt(self, attempt: Attempt, saga: Saga) -> None:
         """Step 3 on one node: plan under the node's lease, claim, create the VM, wait until it is ready."""
-        node, request, allocation_id = attempt.node, self.input.request, self.input.allocation_id
-        self.set_state("planning", "plan_bundles", node=node, attempt=attempt)
+        input, node = self.state.input, attempt.node
+        request, allocation_id = input.request, input.allocation_id
+        self.calls.set_state("planning", "plan_bundles", node=node, attempt=attempt)
         asked = PlanInput(
             allocation_id=allocation_id,
             attempt=attempt.number,
@@ -93,13 +97,13 @@ class CandidateAttempt(AllocationCalls):
             numa_policy=request.numa_policy,
             gpus=sorted(request.gpus),
         )
-        lease_undone_first = self.input.revision >= LEASE_UNDONE_BEFORE_PLAN
+        lease_undone_first = input.revision >= LEASE_UNDONE_BEFORE_PLAN
         if lease_undone_first:
             # Registered before the plan, as destroy_vm is before the create: a plan whose answer is lost (its
             # deadline passed while the agent still planned) may have leased all the same.
             saga.add("release_lease", lambda: self.release_lease(node))
         try:
-            plan = await self.on_node(node, steps.plan_bundles, asked, deadline=self.clock.time_left(node))
+            plan = await self.calls.on_node(node, steps.plan_bundles, asked, deadline=self.clock.time_left(node))
         except ActivityError as error:
             raise self.clock.failure_on(error, node) from error
         if plan.refusal_code is not None:
@@ -108,18 +112,18 @@ class CandidateAttempt(AllocationCalls):
         if not lease_undone_first:
             saga.add("release_lease", lambda: self.release_lease(node))
 
-        self.set_state("claiming", "record_claims", node=node, attempt=attempt)
+        self.calls.set_state("claiming", "record_claims", node=node, attempt=attempt)
         claim = ClaimInput(
             allocation_id=allocation_id,
             attempt=attempt.number,
             node=node,
-            tenant=self.input.tenant,
+            tenant=input.tenant,
             gpu_count=request.gpu_count,
             bundles=plan.bundles,
             within_nominal=request.within_nominal,
         )
         try:
-            await self.on_control(steps.record_claims, claim, deadline=self.clock.time_left(node))
+            await self.calls.on_control(steps.record_claims, claim, deadline=self.clock.time_left(node))
         except ActivityError as error:
             cause = error.cause
             if isinstance(cause, ApplicationError) and cause.type == QUOTA_EXCEEDED:
@@ -128,21 +132,21 @@ class CandidateAttempt(AllocationCalls):
             if isinstance(cause, ApplicationError) and cause.type == CLAIM_CONFLICT:
                 raise AttemptFailed("claim_conflict", cause.message) from error
             raise
-        saga.add("release_claims", lambda: self.release_claims(attempt.number))
-        self.status.bundles = plan.bundles
+        saga.add("release_claims", lambda: self.calls.release_claims(attempt.number))
+        self.state.status.bundles = plan.bundles
 
-        self.set_state("provisioning", "create_vm", node=node, attempt=attempt)
+        self.calls.set_state("provisioning", "create_vm", node=node, attempt=attempt)
         # Registered before the create: a create cut short by a failure or a cancel may still have made a VM.
-        saga.add("destroy_vm", lambda: self.destroy_vm(node, attempt.number, plan.slot_indexes))
+        saga.add("destroy_vm", lambda: self.calls.destroy_vm(node, attempt.number, plan.slot_indexes))
         spec = VmSpec(
             allocation_id=allocation_id,
             node=node,
             bundles=plan.bundles,
-            image=self.input.image,
-            ssh_public_keys=self.input.ssh_public_keys,
-            user_data=self.input.user_data,
+            image=input.image,
+            ssh_public_keys=input.ssh_public_keys,
+            user_data=input.user_data,
         )
-        create = self.on_node(
+        create = self.calls.on_node(
             node,
             steps.create_vm,
             spec,
@@ -155,32 +159,33 @@ class CandidateAttempt(AllocationCalls):
         except ActivityError as error:
             raise node_failure(error, node) from error
 
-        self.set_state("waiting_ready", "wait_ready", node=node, attempt=attempt)
+        self.calls.set_state("waiting_ready", "wait_ready", node=node, attempt=attempt)
         await self.wait_until_ready(node)
         attempt.outcome = "succeeded"
         self.begin_lease(attempt.pool)
-        ends_at = self.status.ends_at
-        if self.input.revision >= END_WITH_ACTIVE:  # the end rides with `active`: one upsert, not two
+        ends_at = self.state.status.ends_at
+        if input.revision >= END_WITH_ACTIVE:  # the end rides with `active`: one upsert, not two
             ends = self.mirror.end_values(ends_at, expiring=False)
-            self.set_state("active", "ready", node=node, attempt=attempt, ends_at=ends_at, also=ends)
+            self.calls.set_state("active", "ready", node=node, attempt=attempt, ends_at=ends_at, also=ends)
         else:
-            self.set_state("active", "ready", node=node, attempt=attempt, ends_at=ends_at)
+            self.calls.set_state("active", "ready", node=node, attempt=attempt, ends_at=ends_at)
             self.mirror.publish_end(ends_at, expiring=False)
 
     async def wait_until_ready(self, node: str) -> None:
         """Probe the readiness gates a window at a time until every gate passes; a gate that failed for good, or no
         readiness within the node's timeout, fails the attempt; past the state's deadline, the allocation."""
-        timing = self.input.timing
+        input = self.state.input
+        timing = input.timing
         probe = ReadinessInput(
-            allocation_id=self.input.allocation_id,
+            allocation_id=input.allocation_id,
             node=node,
-            gpu_count=self.input.request.gpu_count,
+            gpu_count=input.request.gpu_count,
             window_seconds=timing.readiness_window_seconds,
         )
         give_up = workflow.now() + timedelta(seconds=timing.readiness_timeout_seconds)
         while True:
             try:
-                report = await self.on_node(
+                report = await self.calls.on_node(
                     node,
                     steps.wait_ready,
                     probe,
@@ -215,21 +220,23 @@ class CandidateAttempt(AllocationCalls):
     def begin_lease(self, pool: str) -> None:
         """Active now: the end it asked for (`duration_seconds` from now, or `ends_at`), else its pool's `maxLease`
         from now, else none. The pool's maximum was checked when the pool was chosen (`scheduler.placement.pools`)."""
-        if self.active_since is not None:
+        state = self.state
+        if state.active_since is not None:
             return  # placed again off a failed GPU: it keeps the lease it had
         now = workflow.now()
-        self.active_since, self.max_lease = now, self.pool_max_leases.get(pool)
-        lease = self.input.lease
+        state.active_since, state.max_lease = now, state.pool_max_leases.get(pool)
+        lease = state.input.lease
         if lease is not None and lease.ends_at is not None:
-            self.status.ends_at = lease.ends_at
+            state.status.ends_at = lease.ends_at
         elif lease is not None and lease.duration_seconds is not None:
-            self.status.ends_at = now + timedelta(seconds=lease.duration_seconds)
-        elif self.max_lease is not None:
-            self.status.ends_at = now + timedelta(seconds=self.max_lease)
+            state.status.ends_at = now + timedelta(seconds=lease.duration_seconds)
+        elif state.max_lease is not None:
+            state.status.ends_at = now + timedelta(seconds=state.max_lease)
 
     async def release_lease(self, node: str) -> None:
         try:
-            await self.on_node(node, steps.release_lease, LeaseRef(allocation_id=self.input.allocation_id, node=node))
+            lease = LeaseRef(allocation_id=self.state.input.allocation_id, node=node)
+            await self.calls.on_node(node, steps.release_lease, lease)
         except ActivityError:
             pass  # an unreachable agent cannot free its lease; the lease expires and the agent reaps it
 

@@ -1,16 +1,12 @@
-"""What every part of an allocation run stands on: the state the parts share, the move to a new state, the calls out
-(control steps with the unwritten audit trail and the state's deadline, node steps with the run's pickup timeout) and
-the compensations that give back what an attempt or a hold took.
-
-The workflow (workflows/allocation/workflow.py) is its parts put together, each a base class of it built on this one: the
-attempt on one node (allocation_attempt.py), the hold (allocation_hold.py) and the message handlers
-(allocation_handlers.py). The workflow's `__init__` sets the state declared here and in each part.
+"""What every part of an allocation run stands on: the move to a new state, the calls out (control steps with the
+unwritten audit trail and the state's deadline, node steps with the run's pickup timeout) and the compensations
+that give back what an attempt or a hold took (step 6 of workflow.py: releasing claims walks the region's queue).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -24,25 +20,22 @@ with workflow.unsafe.imports_passed_through():
     from workflows import node_calls
     from workflows.allocation.deadlines import StateClock
     from workflows.allocation.failures import node_failure, past_overall_timeout
-    from workflows.allocation.messages import AllocationInput, AllocationStatus
     from workflows.allocation.mirror import Mirror
+    from workflows.allocation.state import RunState
     from workflows.recovery.workflow import SlotRecoveryInput, SlotRecoveryWorkflow
 
 R = TypeVar("R")
 
 
-class AllocationCalls:
-    input: AllocationInput
-    status: AllocationStatus  # what the `status_query` answers, and the mirror shows
-    mirror: Mirror  # the status as the world sees it: the Temporal UI and the audit trail (allocation_mirror.py)
-    clock: StateClock  # the deadline of the state it is in (state_deadlines.py)
-    in_queue: bool  # its entry is in the region's queue (the placement step takes it out when it places)
-    active_since: datetime | None  # when it became active: its lease counts from then
-    max_lease: float | None  # its pool's `maxLease` in seconds: extensions stop there
+class Calls:
+    def __init__(self, state: RunState, mirror: Mirror, clock: StateClock) -> None:
+        self.state = state
+        self.mirror = mirror  # the status as the world sees it: the Temporal UI and the audit trail (mirror.py)
+        self.clock = clock  # the deadline of the state it is in (deadlines.py)
 
     def set_state(self, state: str, step: str, **details: Any) -> None:
-        """Move to a state: its deadline's clock, and what the world sees of it (workflows/allocation/mirror.py)."""
-        if state != self.status.state:
+        """Move to a state: its deadline's clock, and what the world sees of it (mirror.py)."""
+        if state != self.state.status.state:
             self.clock.restart()
         self.mirror.move(state, step, **details)
 
@@ -51,26 +44,27 @@ class AllocationCalls:
     async def on_control(
         self, step: Callable[[Any], Awaitable[R]], argument: BaseModel, *, deadline: timedelta | None = None
     ) -> R:
-        """Run a control step with the unwritten audit trail (workflows/allocation/mirror.py). `deadline`: what is
-        left of the state's deadline; past it, with every retry, the state's deadline has passed."""
+        """Run a control step with the unwritten audit trail (mirror.py). `deadline`: what is left of the state's
+        deadline; past it, with every retry, the state's deadline has passed."""
         try:
             return await self.mirror.control_step(step, argument, deadline)
         except ActivityError as error:
             if deadline is not None and past_overall_timeout(error):
-                raise self.clock.passed(self.status.node) from error
+                raise self.clock.passed(self.state.status.node) from error
             raise
 
     async def on_node(self, node: str, step: Callable[[Any], R], argument: BaseModel, **options: Any) -> R:
         """A node step on the node's agent, with this allocation's pickup timeout (workflows/node_calls.py)."""
-        pickup = timedelta(seconds=self.input.timing.agent_pickup_seconds)
-        return await node_calls.on_node(self.input.queues, node, step, argument, pickup=pickup, **options)
+        input = self.state.input
+        pickup = timedelta(seconds=input.timing.agent_pickup_seconds)
+        return await node_calls.on_node(input.queues, node, step, argument, pickup=pickup, **options)
 
     # -- giving back --------------------------------------------------------------------------------------------------
 
     async def release_claims(self, attempt: int | None) -> None:
         """6: the step that frees the capacity walks the region's queue too."""
         release = ReleaseClaimsInput(
-            allocation_id=self.input.allocation_id, attempt=attempt, walk_region=self.status.region
+            allocation_id=self.state.input.allocation_id, attempt=attempt, walk_region=self.state.status.region
         )
         await self.on_control(steps.release_claims, release)
 
@@ -79,13 +73,14 @@ class AllocationCalls:
     ) -> None:
         """Destroy and wipe on the node; if the node cannot be reached, or not within `deadline` (a release's),
         quarantine its slots and leave a recovery workflow waiting for the agent to come back and confirm the wipe."""
-        teardown = TeardownInput(allocation_id=self.input.allocation_id, node=node, slot_indexes=slot_indexes)
+        input = self.state.input
+        teardown = TeardownInput(allocation_id=input.allocation_id, node=node, slot_indexes=slot_indexes)
         try:
             await self.on_node(
                 node,
                 steps.destroy_vm,
                 teardown,
-                attempts=self.input.timing.teardown_attempts,
+                attempts=input.timing.teardown_attempts,
                 start_to_close=timedelta(minutes=2),
                 deadline=deadline,
             )
@@ -93,7 +88,7 @@ class AllocationCalls:
         except ActivityError as error:
             failure = self.clock.failure_on(error, node) if deadline is not None else node_failure(error, node)
         quarantine = QuarantineInput(
-            allocation_id=self.input.allocation_id,
+            allocation_id=input.allocation_id,
             attempt=attempt,
             node=node,
             slot_indexes=slot_indexes,
@@ -102,9 +97,9 @@ class AllocationCalls:
         await self.on_control(steps.quarantine_slots, quarantine)
         await workflow.start_child_workflow(
             SlotRecoveryWorkflow.run,
-            SlotRecoveryInput(teardown=teardown, queues=self.input.queues),
-            id=f"recovery/{node}/{self.input.allocation_id}/{attempt}",
-            task_queue=self.input.queues.control,
+            SlotRecoveryInput(teardown=teardown, queues=input.queues),
+            id=f"recovery/{node}/{input.allocation_id}/{attempt}",
+            task_queue=input.queues.control,
             parent_close_policy=ParentClosePolicy.ABANDON,
             static_summary=f"wipe {len(slot_indexes)} slot(s) of {node} when its agent returns",
         )
@@ -112,7 +107,7 @@ class AllocationCalls:
     async def leave_queue(self) -> None:
         """Out of the region's queue (timed out, cancelled, refused for good), if it is in one; a StrictFIFO queue
         may let those behind it pass now, so the step walks the queue again."""
-        if self.in_queue:
-            leave = LeaveQueueInput(allocation_id=self.input.allocation_id, region=self.status.region)
+        if self.state.in_queue:
+            leave = LeaveQueueInput(allocation_id=self.state.input.allocation_id, region=self.state.status.region)
             await self.on_control(steps.leave_queue, leave)
-            self.in_queue = False
+            self.state.in_queue = False

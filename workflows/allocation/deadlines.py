@@ -9,7 +9,7 @@ that may create something (a VM) and could outlast the deadline is raced against
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from datetime import timedelta
 from typing import TypeVar
 
@@ -21,17 +21,20 @@ with workflow.unsafe.imports_passed_through():
     from fleet.deadlines import format_duration
     from workflows import node_calls
     from workflows.allocation.failures import AttemptFailed, node_failure, past_overall_timeout
-    from workflows.allocation.messages import Deadlines
+    from workflows.allocation.state import RunState
 
 R = TypeVar("R")
 
 
 class StateClock:
-    def __init__(self, state: Callable[[], str], deadlines: Deadlines, pickup: timedelta) -> None:
-        self.state = state  # the allocation's current state
-        self.deadlines = deadlines  # the defaults, then the chosen pool's once a candidate is tried
-        self.pickup = pickup
+    def __init__(self, state: RunState) -> None:
+        self.state = state  # the allocation's state, and each state's deadline (`RunState.deadlines`)
+        self.pickup = timedelta(seconds=state.input.timing.agent_pickup_seconds)
         self.entered = workflow.now()  # when the current state's clock started
+
+    def current_state(self) -> str:
+        """The state the allocation is in, whose deadline runs."""
+        return self.state.status.state
 
     def restart(self) -> None:
         self.entered = workflow.now()
@@ -39,7 +42,7 @@ class StateClock:
     def time_left(self, node: str | None = None) -> timedelta | None:
         """What is left of the current state's deadline; None for a state without one. Already past it: the
         deadline's failure."""
-        limit = self.deadlines.of(self.state())
+        limit = self.state.deadlines.of(self.current_state())
         if limit is None:
             return None
         left = self.entered + timedelta(seconds=limit) - workflow.now()
@@ -49,8 +52,8 @@ class StateClock:
 
     def passed(self, node: str | None) -> AttemptFailed:
         """The failure of a state that took longer than its deadline."""
-        state = "placing" if self.state() == "pending" else self.state()
-        limit = self.deadlines.of(state) or 0.0
+        state = "placing" if self.current_state() == "pending" else self.current_state()
+        limit = self.state.deadlines.of(state) or 0.0
         where = f" on node {node}" if node else ""
         return AttemptFailed(
             "deadline_exceeded", f"{state} took longer than {format_duration(limit)}{where}", final=DEADLINE_EXCEEDED

@@ -4,13 +4,12 @@
 A handler never waits and runs no step: it checks the message against the state (an update's validator refuses it,
 unrecorded in the history), records what was asked in the run's `Inbox` (an extension also moves the end the world
 sees) and returns; the flow acts on it at its next turn (the candidate loop on a `retry`, the queue on a `wake`, the
-hold on the rest). What each message may do when: workflows/README.md, "Operator messages"; their types:
-allocation_messages.py.
+hold on the rest). The workflow (workflow.py) declares each handler to Temporal and hands it to `Messages`. What
+each message may do when: workflows/README.md, "Operator messages"; their types: messages.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -26,53 +25,34 @@ with workflow.unsafe.imports_passed_through():
         PreemptNotice,
     )
     from fleet.deadlines import format_duration
-    from workflows.allocation.calls import AllocationCalls
+    from workflows.allocation.calls import Calls
     from workflows.allocation.messages import (
         AllocationStatus,
         ExtendRequest,
         HandOverRequest,
-        ReleaseRequest,
         RetryAccepted,
         RetryRequest,
     )
+    from workflows.allocation.state import RunState
 
 
-@dataclass
-class Inbox:
-    """What the messages asked that the flow has yet to act on."""
+class Messages:
+    def __init__(self, state: RunState, calls: Calls) -> None:
+        self.state = state
+        self.status = state.status  # what the messages are checked against
+        self.inbox = state.inbox  # where they leave what they asked
+        self.calls = calls
 
-    retry: bool = False  # abandon the running attempt, go on with the next candidate
-    release: bool = False  # give everything back: final state `released`
-    woken: bool = False  # an admission pass set a node aside for this queued request: place again
-    end_moved: bool = False  # an extension came: the hold re-reads the end
-    notice: PreemptNotice | None = None  # told to leave for a queued request
-    # What its owner must be told while it holds: (state to take, None to keep; step; reason).
-    untold: list[tuple[str | None, str, str]] = field(default_factory=list)
-    replacement: HealthNotice | None = None  # its pool replaces it off a failed GPU (`onGpuFailure`)
-    hand_over: HandOverRequest | None = None  # an operator asked the hold to go on in a fresh run
-
-
-class MessageHandlers(AllocationCalls):
-    inbox: Inbox
-    excluded: set[str]  # never tried in this run: the request's exclusions and every operator's `retry`'s
-
-    @workflow.query
-    def status_query(self) -> AllocationStatus:
-        return self.status
-
-    @workflow.signal(name="wake")
     def wake(self) -> None:
         """An admission pass set a node aside for this queued request (activities/control/admission.py)."""
         self.inbox.woken = True
 
-    @workflow.signal(name="preempt")
     def preempt(self, notice: PreemptNotice) -> None:
         """An admission pass chose this active allocation to make room for a queued request; a second notice (sent
         again after a lost one) changes nothing."""
         if self.status.state in RUNNING_STATES and self.inbox.notice is None:
             self.inbox.notice = notice
 
-    @workflow.signal(name="gpu_failed")
     def gpu_failed(self, notice: HealthNotice) -> None:
         """Its agent judged a GPU of one of its slots failed (sent by the API on the agent's report). Told once: a
         second notice while degraded changes nothing."""
@@ -88,7 +68,6 @@ class MessageHandlers(AllocationCalls):
             if notice.replace:
                 self.inbox.replacement = notice
 
-    @workflow.signal(name="drain")
     def drain(self, notice: DrainNotice) -> None:
         """An operator drains its node (`berth nodes drain`): its owner is told, it keeps running until released."""
         if self.status.state in RUNNING_STATES and not self.status.drain_told:
@@ -102,48 +81,41 @@ class MessageHandlers(AllocationCalls):
                 )
             )
 
-    @workflow.signal(name="hand_over")
-    def hand_over_signal(self, request: HandOverRequest) -> None:
+    def hand_over(self, request: HandOverRequest) -> None:
         """Go on holding in a fresh run (revision 4 on; a run still being placed does so once active). Sent to every
         held allocation of a revision before an upgrade drops its branches (docs/design.md, "Upgrading")."""
         if self.inbox.hand_over is None:
             self.inbox.hand_over = request
 
-    @workflow.update
-    async def retry(self, request: RetryRequest) -> RetryAccepted:
+    def retry(self, request: RetryRequest) -> RetryAccepted:
         """Abandon the running attempt (compensating it) and go on with the next candidate."""
-        self.excluded |= set(request.exclude_nodes)
+        self.state.excluded |= set(request.exclude_nodes)
         abandoned = self.status.node
         self.inbox.retry = True
-        return RetryAccepted(abandoned_node=abandoned, excluded_nodes=sorted(self.excluded))
+        return RetryAccepted(abandoned_node=abandoned, excluded_nodes=sorted(self.state.excluded))
 
-    @retry.validator
-    def validate_retry(self, request: RetryRequest) -> None:
+    def check_retry(self) -> None:
         if self.status.state not in PLACING_STATES:
             raise self.invalid_state("only an allocation being placed can be retried")
 
-    @workflow.update
-    async def release(self, request: ReleaseRequest) -> AllocationStatus:
+    def release(self) -> AllocationStatus:
         self.inbox.release = True
         return self.status
 
-    @release.validator
-    def validate_release(self, request: ReleaseRequest) -> None:
+    def check_release(self) -> None:
         if self.status.state not in HOLDING_STATES:
             hint = " (cancel it instead)" if self.status.state in (*PLACING_STATES, "queued") else ""
             raise self.invalid_state(f"only an active allocation can be released{hint}")
 
-    @workflow.update
-    async def extend(self, request: ExtendRequest) -> AllocationStatus:
+    def extend(self, request: ExtendRequest) -> AllocationStatus:
         """Move the end later: the warning is given again before the new end."""
         ends_at = self.extended_end(request)
         self.status.ends_at, self.status.expiry_warned, self.inbox.end_moved = ends_at, False, True
-        self.set_state(self.status.state, "extended", reason=f"ends at {ends_at.isoformat()}", ends_at=ends_at)
-        self.mirror.publish_end(ends_at, expiring=False)
+        self.calls.set_state(self.status.state, "extended", reason=f"ends at {ends_at.isoformat()}", ends_at=ends_at)
+        self.calls.mirror.publish_end(ends_at, expiring=False)
         return self.status
 
-    @extend.validator
-    def validate_extend(self, request: ExtendRequest) -> None:
+    def check_extend(self, request: ExtendRequest) -> None:
         if self.status.state not in RUNNING_STATES:
             raise self.invalid_state("only an active allocation can be extended")
         if self.status.ends_at is None:
@@ -169,11 +141,12 @@ class MessageHandlers(AllocationCalls):
                 type="ExtendRefused",
                 non_retryable=True,
             )
-        if self.max_lease is not None and self.active_since is not None:
-            latest = self.active_since + timedelta(seconds=self.max_lease)
+        max_lease, active_since = self.state.max_lease, self.state.active_since
+        if max_lease is not None and active_since is not None:
+            latest = active_since + timedelta(seconds=max_lease)
             if wanted > latest:
                 raise ApplicationError(
-                    f"the pool grants leases of at most {format_duration(self.max_lease)}: it can end at "
+                    f"the pool grants leases of at most {format_duration(max_lease)}: it can end at "
                     f"{latest.isoformat()} at the latest",
                     type="ExtendRefused",
                     non_retryable=True,

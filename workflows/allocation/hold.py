@@ -1,7 +1,7 @@
 """Step 4, the hold: the active allocation held until a release, a cancellation, its end or a preemption, then torn
 down (destroy_vm@node and its wipe, release_claims*).
 
-While it holds, the hold acts on what the messages left in the run's inbox (allocation_handlers.py): an extension
+While it holds, the hold acts on what the messages left in the run's inbox (handlers.py): an extension
 moves the end (its owner is warned `Timing.expiry_warning_seconds` before it: `expiring`), a preemption notice gives
 the victim its grace period (`preempting`), a failed GPU or a drained node is told to its owner (`degraded`, the
 drain notice), and a failed GPU its pool replaces ends the hold so the placement runs again (workflows/allocation/workflow.py).
@@ -21,18 +21,22 @@ with workflow.unsafe.imports_passed_through():
     from contracts.allocation import HOLDING_STATES
     from fleet.deadlines import format_duration
     from workflows import search_attributes as sa
-    from workflows.allocation.calls import AllocationCalls
-    from workflows.allocation.handlers import Inbox
-    from workflows.allocation.messages import HOLD_IN_PLACEMENT_RUN, RELEASING_WRITTEN_FIRST, Held
+    from workflows.allocation.calls import Calls
+    from workflows.allocation.messages import HOLD_IN_PLACEMENT_RUN, RELEASING_WRITTEN_FIRST
     from workflows.allocation.mirror import search_attributes_of
+    from workflows.allocation.state import RunState
     from workflows.cancellation import wait_unless_cancelled
 
 REPLACE = ("placing", "replace")  # the hold's ending when its pool replaces it off a failed GPU
 HAND_OVER = ("active", "hand_over")  # the hold's ending when it goes on in a fresh run (its history grew long)
 
 
-class AllocationHold(AllocationCalls):
-    inbox: Inbox
+class Hold:
+    def __init__(self, state: RunState, calls: Calls) -> None:
+        self.state = state
+        self.inbox = state.inbox  # what the messages asked (handlers.py), for the hold to act on
+        self.calls = calls
+        self.mirror = calls.mirror
 
     async def hold_until_released(self) -> tuple[str, str]:
         """Hold until a release or, for an allocation with an end, the end (`expired`); its owner is warned
@@ -43,7 +47,7 @@ class AllocationHold(AllocationCalls):
                 return REPLACE
             if self.hand_over_due() is not None:
                 return HAND_OVER
-            ends_at = self.status.ends_at
+            ends_at = self.state.status.ends_at
             if ends_at is None:
                 await wait_unless_cancelled(self.interrupted)
                 if self.tell_owner():
@@ -53,14 +57,14 @@ class AllocationHold(AllocationCalls):
                 if self.inbox.notice is None:
                     continue  # a hand-over is due: the loop's top
                 return await self.serve_notice()
-            warn_at = ends_at - timedelta(seconds=self.input.timing.expiry_warning_seconds)
+            warn_at = ends_at - timedelta(seconds=self.state.input.timing.expiry_warning_seconds)
             now = workflow.now()
             if now >= ends_at:
                 return "expired", "expire"
-            if now >= warn_at and not self.status.expiry_warned:
+            if now >= warn_at and not self.state.status.expiry_warned:
                 self.warn_of_end(ends_at)
                 continue
-            instant = ends_at if self.status.expiry_warned else warn_at
+            instant = ends_at if self.state.status.expiry_warned else warn_at
             self.inbox.end_moved = False
             try:
                 await wait_unless_cancelled(self.interrupted, instant - now)
@@ -88,7 +92,7 @@ class AllocationHold(AllocationCalls):
         was told now (the hold then writes the trail)."""
         told, self.inbox.untold = self.inbox.untold, []
         for state, step, reason in told:
-            self.set_state(state or self.status.state, step, reason=reason)
+            self.calls.set_state(state or self.state.status.state, step, reason=reason)
         return bool(told)
 
     async def serve_notice(self) -> tuple[str, str]:
@@ -102,7 +106,7 @@ class AllocationHold(AllocationCalls):
             f"preempted for a request of priority {notice.priority}{of} ({notice.rule}); released after "
             f"{format_duration(notice.grace_seconds)}"
         )
-        self.set_state("preempting", "preempt_notice", reason=reason)
+        self.calls.set_state("preempting", "preempt_notice", reason=reason)
         await self.mirror.write_trail()
         try:
             await wait_unless_cancelled(lambda: self.inbox.release, timedelta(seconds=notice.grace_seconds))
@@ -112,15 +116,17 @@ class AllocationHold(AllocationCalls):
 
     def warn_of_end(self, ends_at: datetime) -> None:
         """`expiring`: the owner sees it in the allocation's events, `berth alloc get` and the Temporal UI."""
-        self.status.expiry_warned = True
-        self.set_state(self.status.state, "expiring", reason=f"ends at {ends_at.isoformat()}; extend it to keep it")
+        self.state.status.expiry_warned = True
+        self.calls.set_state(
+            self.state.status.state, "expiring", reason=f"ends at {ends_at.isoformat()}; extend it to keep it"
+        )
         self.mirror.publish_end(ends_at, expiring=True)
 
     def holds_itself(self) -> bool:
         """Revision 4 on: the run that places the allocation holds it too, so its page in the Temporal UI tells the
         whole story and `active` is answered at once. Before, the placement run continued as new at `active`, and
         Temporal's minimum interval between runs (1 s by default) kept the hold run from answering meanwhile."""
-        return self.input.revision >= HOLD_IN_PLACEMENT_RUN
+        return self.state.input.revision >= HOLD_IN_PLACEMENT_RUN
 
     async def continue_into_hold(self) -> None:
         """Revisions 2 and 3: hand the active allocation to a fresh run that only holds it. A release taken while this
@@ -130,13 +136,7 @@ class AllocationHold(AllocationCalls):
         await wait_unless_cancelled(workflow.all_handlers_finished)
         if self.inbox.release:
             return
-        held = Held(
-            status=self.status,
-            deadlines=self.clock.deadlines,
-            active_since=self.active_since,
-            max_lease_seconds=self.max_lease,
-        )
-        workflow.continue_as_new(self.input.model_copy(update={"held": held}))
+        workflow.continue_as_new(self.state.input.model_copy(update={"held": self.state.held()}))
 
     def hand_over_due(self) -> str | None:
         """Why the hold should go on in a fresh run now, or None. Its history reached `Timing.hold_history_events`
@@ -144,7 +144,7 @@ class AllocationHold(AllocationCalls):
         an upgrade that drops this run's revision). A release or a preemption under way is served first."""
         if not self.holds_itself() or self.inbox.release or self.inbox.notice is not None:
             return None
-        info, limit = workflow.info(), self.input.timing.hold_history_events
+        info, limit = workflow.info(), self.state.input.timing.hold_history_events
         if self.inbox.hand_over is not None:
             return f"asked: {self.inbox.hand_over.reason or 'an operator asked'}"
         if info.is_continue_as_new_suggested():
@@ -160,25 +160,18 @@ class AllocationHold(AllocationCalls):
         here, when a release or a preemption came while it wrote its trail."""
         because = self.hand_over_due()
         assert because is not None
-        self.set_state(self.status.state, "hand_over", reason=f"the hold goes on in a fresh run: {because}")
+        self.calls.set_state(self.state.status.state, "hand_over", reason=f"the hold goes on in a fresh run: {because}")
         await wait_unless_cancelled(workflow.all_handlers_finished)
         while self.mirror.trail:  # a handler's step written too, before the run closes
             await self.mirror.write_trail()
             await wait_unless_cancelled(workflow.all_handlers_finished)
         if self.hand_over_due() is None:
             return  # released or preempted meanwhile: served here
-        held = Held(
-            status=self.status,
-            deadlines=self.clock.deadlines,
-            active_since=self.active_since,
-            max_lease_seconds=self.max_lease,
-            previous_run_id=workflow.info().run_id,
-            handed_over_because=because,
-        )
+        held = self.state.held(handed_over_because=because)
         workflow.upsert_search_attributes([key.value_unset() for key in sa.ALL])
         workflow.continue_as_new(
-            self.input.model_copy(update={"held": held}),
-            search_attributes=search_attributes_of(self.input, self.status, self.mirror.published),
+            self.state.input.model_copy(update={"held": held}),
+            search_attributes=search_attributes_of(self.state.input, self.state.status, self.mirror.published),
         )
 
     async def teardown(self, final_state: str, step: str) -> None:
@@ -188,24 +181,24 @@ class AllocationHold(AllocationCalls):
         Since revision 5 the row says `releasing` before the host's part starts, and the final state is written
         with the release of the claims, in its transaction: the row is never `active` while the VM goes, nor final
         while its GPUs are still claimed, and the release costs no more actions than before."""
-        await self.leave_queue()  # cancelled while waiting: nothing is held, only the queue's entry
-        if self.status.state in HOLDING_STATES:
-            self.set_state("releasing", step)
-            written_first = self.input.revision >= RELEASING_WRITTEN_FIRST
+        await self.calls.leave_queue()  # cancelled while waiting: nothing is held, only the queue's entry
+        if self.state.status.state in HOLDING_STATES:
+            self.calls.set_state("releasing", step)
+            written_first = self.state.input.revision >= RELEASING_WRITTEN_FIRST
             if written_first:
                 await self.mirror.write_trail()  # the row says `releasing` while the host's part runs
-            attempt = self.status.attempts[-1]
-            await self.destroy_vm(
+            attempt = self.state.status.attempts[-1]
+            await self.calls.destroy_vm(
                 attempt.node,
                 attempt.number,
-                [b.slot_index for b in self.status.bundles],
-                deadline=self.clock.time_left(),
+                [b.slot_index for b in self.state.status.bundles],
+                deadline=self.calls.clock.time_left(),
             )
             if written_first:
-                self.status.bundles = []
-                self.set_state(final_state, final_state)  # rides with the release of the claims
-            await self.release_claims(None)
-        self.status.bundles = []
-        if self.status.state != final_state:
-            self.set_state(final_state, final_state)
+                self.state.status.bundles = []
+                self.calls.set_state(final_state, final_state)  # rides with the release of the claims
+            await self.calls.release_claims(None)
+        self.state.status.bundles = []
+        if self.state.status.state != final_state:
+            self.calls.set_state(final_state, final_state)
         await self.mirror.write_trail()  # nothing left to write when the final state rode with the release

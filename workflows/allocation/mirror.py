@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import search_attributes as sa
     from workflows.allocation.failures import as_activity_error
     from workflows.allocation.messages import PLACING_FROM_START, AllocationInput, AllocationStatus, Attempt
+    from workflows.allocation.state import RunState
 
 R = TypeVar("R")
 
@@ -51,12 +52,12 @@ UI_STATES = frozenset(
 
 
 class Mirror:
-    def __init__(self, input: AllocationInput, status: AllocationStatus) -> None:
-        self.input = input
-        self.status = status
+    def __init__(self, state: RunState) -> None:
+        self.state = state
         self.trail = AuditTrail()  # steps not yet written to PostgreSQL
         # The search attribute values as they stand (set when the run was started), so only changes are upserted.
-        started_as = status.state if input.held is not None else initial_state(input)
+        input = state.input
+        started_as = state.status.state if input.held is not None else initial_state(input)
         self.published: dict[str, str] = self.search_values(started_as, input.request.region)
 
     def move(
@@ -76,9 +77,10 @@ class Mirror:
         """Move to a state: the status, the UI (search attributes for the states it filters on, unless `publish` is
         off, with `also` in the same upsert; the current details always) and the audit trail (unless a control step
         `recorded` the step already)."""
-        self.status.state, self.status.step = state, step
+        status = self.state.status
+        status.state, status.step = state, step
         if state == "failed":
-            self.status.failure_reason = reason
+            status.failure_reason = reason
         if publish and state in UI_STATES and state != "waiting_ready":
             self.publish(self.search_values(state, region, node), also)
         workflow.set_current_details(self.story())
@@ -99,13 +101,13 @@ class Mirror:
     ) -> StateChange:
         """The step as the audit trail records it."""
         return StateChange(
-            allocation_id=self.input.allocation_id,
+            allocation_id=self.state.input.allocation_id,
             run_id=workflow.info().run_id,
             state=state,
             step=step,
             attempt=attempt.number if attempt else None,
             node=node,
-            region=region or self.status.region,
+            region=region or self.state.status.region,
             pool=attempt.pool if attempt else None,
             reason=reason,
             at=workflow.now(),
@@ -115,8 +117,8 @@ class Mirror:
     def search_values(self, state: str, region: str | None = None, node: str | None = None) -> dict[str, str]:
         return {
             sa.STATE.name: state,
-            sa.REGION.name: region or self.status.region or "",
-            sa.NODE.name: node or self.status.node or "",
+            sa.REGION.name: region or self.state.status.region or "",
+            sa.NODE.name: node or self.state.status.node or "",
         }
 
     def publish(self, values: dict[str, str], also: Sequence[SearchAttributeUpdate[Any]] = ()) -> None:
@@ -145,7 +147,7 @@ class Mirror:
 
     def open(self) -> None:
         """Start the trail with the allocation's row, written with the first step."""
-        input = self.input
+        input = self.state.input
         opening = AllocationRecord(
             allocation_id=input.allocation_id,
             tenant=input.tenant,
@@ -193,10 +195,10 @@ class Mirror:
 
     def story(self) -> str:
         """The markdown the Temporal UI shows as this allocation's current details."""
-        s = self.status
+        s, input = self.state.status, self.state.input
         lines = [
-            f"**{s.state}** ({s.step}) - {self.input.request.describe()} for tenant {s.tenant}"
-            + (f", asked by {self.input.actor}" if self.input.actor else ""),
+            f"**{s.state}** ({s.step}) - {input.request.describe()} for tenant {s.tenant}"
+            + (f", asked by {input.actor}" if input.actor else ""),
             "",
             f"region: {s.region or '-'} | pool: {s.pool or '-'} | node: {s.node or '-'}",
         ]
@@ -206,7 +208,7 @@ class Mirror:
         if s.attempts:
             lines += ["", "| attempt | node | outcome | reason |", "| --- | --- | --- | --- |"]
             lines += [f"| {a.number} | {a.node} | {a.outcome} | {a.reason or ''} |" for a in s.attempts]
-        held = self.input.held
+        held = input.held
         if held is not None and held.previous_run_id is not None:
             lines += [
                 "",
