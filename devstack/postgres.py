@@ -32,7 +32,7 @@ from urllib.parse import quote
 
 from config.context import write_private
 from devstack.ports import free_port
-from devstack.process import alive, spawn, stop
+from devstack.process import alive, as_user, spawn, stop
 
 SYSTEM_USER = "embedded_postgres"
 DATABASE = "berth"
@@ -149,7 +149,7 @@ class EmbeddedPostgres:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         _give_to(self.data_dir, user)
         if not (self.data_dir / "PG_VERSION").exists():
-            initdb = subprocess.run(
+            command, popen_user = as_user(
                 [
                     str(_install_dir() / "bin" / "initdb"),
                     "-D",
@@ -160,10 +160,9 @@ class EmbeddedPostgres:
                     "--encoding=UTF8",
                     "--no-sync",
                 ],
-                capture_output=True,
-                text=True,
-                user=user,
+                user,
             )
+            initdb = subprocess.run(command, capture_output=True, text=True, user=popen_user)
             if initdb.returncode != 0:
                 raise PostgresStartError(f"initdb failed for {self.data_dir}: {initdb.stderr.strip() or initdb.stdout}")
         hba = self.data_dir / "pg_hba.conf"

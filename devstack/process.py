@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -28,24 +29,49 @@ _PR_SET_PDEATHSIG = 1
 # locks their threads (Temporal's, grpc's) held at the fork, and such a child died of SIGSEGV before its exec now and
 # then. A system without setpriv (it is in util-linux, essential on Debian) falls back to the preexec_fn, with prctl
 # resolved here in the parent rather than loaded in the child.
+#
+# setpriv also makes the child another user (PostgreSQL's, under root), for the same reason: given `user=`, Popen
+# starts the child with fork() rather than vfork(), and fork() runs those handlers even with no Python in the child.
+# gRPC's handler restarts its threads in the child, which then died of SIGSEGV, SIGBUS or SIGABRT before its exec,
+# about once in a few hundred starts from a process whose gRPC threads run (the test suite's, with its Temporal
+# clients and node gateway), where the parent saw only a start that failed.
 _SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
 _prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl if sys.platform.startswith("linux") else None
 
 
-def _with_parent_death_signal(command: list[str], sig: signal.Signals) -> tuple[list[str], Callable[[], None] | None]:
-    """The command to run and the preexec_fn (None when none is needed) that make the child get `sig` when the
-    thread that forked it dies."""
+def _setpriv_user(user: str | None) -> list[str]:
+    """setpriv's options that make the command it runs `user`, in that user's groups (none for None)."""
+    if user is None:
+        return []
+    entry = pwd.getpwnam(user)
+    return [f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups"]
+
+
+def as_user(command: list[str], user: str | None) -> tuple[list[str], str | None]:
+    """`command` made to run as `user` (None: as ourselves), and the `user=` still to give Popen: None when setpriv
+    switches, so that Popen can start the child with vfork() (see above)."""
+    if user is None or _SETPRIV is None:
+        return command, user
+    return [_SETPRIV, *_setpriv_user(user), "--", *command], None
+
+
+def _launch(
+    command: list[str], sig: signal.Signals, user: str | None
+) -> tuple[list[str], Callable[[], None] | None, str | None]:
+    """The command to run, the preexec_fn and the `user=` to give Popen (None when not needed) that make the child
+    run as `user` and get `sig` when the thread that forked it dies. setpriv sets the signal after it switched user:
+    the kernel clears it at a change of user."""
     if _SETPRIV is not None:
-        return [_SETPRIV, f"--pdeathsig={sig.name}", "--", *command], None
+        return [_SETPRIV, f"--pdeathsig={sig.name}", *_setpriv_user(user), "--", *command], None, None
     prctl = _prctl
     if prctl is None:
-        return command, None
+        return command, None, user
     number = int(sig)
 
     def _set() -> None:
         prctl(_PR_SET_PDEATHSIG, number)
 
-    return command, _set
+    return command, _set, user
 
 
 def spawn(
@@ -58,7 +84,7 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """Run `command` in its own session with output appended to `log_file`."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    command, preexec = _with_parent_death_signal(command, on_parent_death)
+    command, preexec, user = _launch(command, on_parent_death, user)
     with open(log_file, "ab") as log:
         return subprocess.Popen(
             command,
