@@ -30,7 +30,7 @@ from bench.stack import Request, Stack, api_in_process, run_workers, start
 from bench.stats import percentile
 from contracts.task_queues import Queues
 from workflows.allocation import client as allocation_client
-from workflows.allocation.messages import HOLD_IN_PLACEMENT_RUN, REVISION
+from workflows.allocation.revisions import HOLD_IN_PLACEMENT_RUN, REVISION
 
 SLOW_MS = 500.0  # the second mode: an allocation that waited for the hold run
 

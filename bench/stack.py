@@ -46,7 +46,8 @@ from store.db import create_engine, session_factory
 from store.migrate import upgrade
 from store.tokens import create_token
 from workflows.allocation import client as allocation_client
-from workflows.allocation.messages import REVISION, AllocationInput, QueueWait, Timing
+from workflows.allocation.messages import AllocationInput, QueueWait, Timing
+from workflows.allocation.revisions import REVISION
 
 # Simulated hosts boot at once: a benchmark's allocation waits for Berth, not for a boot.
 FAST = Timing(agent_pickup_seconds=10, readiness_poll_seconds=0.05, readiness_window_seconds=0.5)

@@ -35,7 +35,7 @@ async def test_happy_path_reaches_active_in_at_most_9_actions(temporal_client, s
     # too, so no continue-as-new (a run start) is paid at `active`, and it starts in `placing`, so the decision
     # needs no upsert of its own.
     assert Actions.count(actions.to_active) <= 9, actions.to_active
-    # 15 through release: since revision 5 the row says `releasing` (one local activity) before the host's teardown,
+    # 15 through release: the row says `releasing` (one local activity) before the host's teardown,
     # and the final state rides with the release of the claims instead of a write of its own.
     assert Actions.count(actions.total) <= 15, actions.total
     assert actions.total["patch_marker"] == 0

@@ -112,7 +112,7 @@ async def test_a_hand_over_keeps_one_row_per_allocation_and_says_what_came_befor
             await until_active(temporal_client, name, every=0.1)
         first_run = handles["once-moves"].result_run_id
         assert first_run is not None
-        # An operator asks, as docs/design.md says to before an upgrade drops this revision: the Temporal CLI's batch
+        # An operator asks, as before an upgrade that retires this revision (docs/design.md): the Temporal CLI's batch
         # signal to the runs a visibility query finds. The hold goes on in a fresh run.
         current = temporal_client.get_workflow_handle(handles["once-moves"].id)
         asked = await asyncio.to_thread(

@@ -1,21 +1,15 @@
 """Determinism: recorded allocation histories must replay on the current workflow code.
 
 The files in histories/ were recorded from real runs (happy path with release, a fallthrough after a failed
-create, a cancellation while provisioning, a refusal, and since revision 3 a request that waited in its queue and
-was woken; an allocation with an end, extended, warned and expired, recorded by tests/workflows/test_leases.py; one
-preempted, by tests/workflows/test_preemption.py; one moved off a failed GPU by its pool, by
-tests/api/test_gpu_failure_replace.py; a hold handed over to a fresh run, two runs `_1` and `_2`, by
-tests/workflows/test_one_story.py), for the current revision (unprefixed: one run from placement to release), for
-the previous one (`allocation_revision6-*`, whose lease's undo was registered only after the node's plan answered),
-revision 5's (`allocation_revision5-*`, started in `pending` with its own `placing` upsert), revision 4's
-(`allocation_revision4-*`, whose release writes nothing before the host's teardown) and revision 3's
-(`allocation_revision3-*`, where an allocation that reached `active` is two runs, the placement and its hold, `_1`
-and `_2`), kept because revisions 5 to 7 changed only the release, the start's search attributes and when an undo
-is registered, which need no branch of their own beyond the one the lease's undo keeps. `allocation_revision2-*` are kept while
-revision 2's hold runs may be open: their hold is revision 3's. The workflow keeps the current and the previous revisions' branches (docs/design.md,
-"Upgrading the allocation workflow"): when a revision retires, its files go with its branches. A change that would
-break running workflows fails here; it needs a new revision (or `workflow.patched(...)`). Re-record the current
-revision's files with BERTH_RECORD_HISTORIES=1.
+create, a cancellation while provisioning, a refusal, and a request that waited in its queue and was woken; an
+allocation with an end, extended, warned and expired, recorded by tests/workflows/test_leases.py; one preempted, by
+tests/workflows/test_preemption.py; one moved off a failed GPU by its pool, by tests/api/test_gpu_failure_replace.py;
+a hold handed over to a fresh run, two runs `_1` and `_2`, by tests/workflows/test_one_story.py), for the current
+revision (unprefixed: one run from placement to release) and for the previous one (`allocation_revision6-*`, whose
+lease's undo was registered only after the node's plan answered): the two the code runs
+(workflows/allocation/revisions.py). When a revision retires, its files go with its branches (docs/design.md,
+"Upgrading the allocation workflow"). A change that would break running workflows fails here; it needs a new
+revision (or `workflow.patched(...)`). Re-record the current revision's files with BERTH_RECORD_HISTORIES=1.
 """
 
 from __future__ import annotations

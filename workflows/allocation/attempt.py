@@ -24,7 +24,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows import search_attributes as sa
     from workflows.allocation.calls import Calls
     from workflows.allocation.failures import AttemptFailed, node_failure
-    from workflows.allocation.messages import END_WITH_ACTIVE, LEASE_UNDONE_BEFORE_PLAN, Attempt
+    from workflows.allocation.messages import Attempt
+    from workflows.allocation.revisions import LEASE_UNDONE_BEFORE_PLAN
     from workflows.allocation.state import RunState
     from workflows.saga import Saga
 
@@ -164,12 +165,8 @@ class NodeAttempt:
         attempt.outcome = "succeeded"
         self.begin_lease(attempt.pool)
         ends_at = self.state.status.ends_at
-        if input.revision >= END_WITH_ACTIVE:  # the end rides with `active`: one upsert, not two
-            ends = self.mirror.end_values(ends_at, expiring=False)
-            self.calls.set_state("active", "ready", node=node, attempt=attempt, ends_at=ends_at, also=ends)
-        else:
-            self.calls.set_state("active", "ready", node=node, attempt=attempt, ends_at=ends_at)
-            self.mirror.publish_end(ends_at, expiring=False)
+        ends = self.mirror.end_values(ends_at, expiring=False)  # the end rides with `active`: one upsert, not two
+        self.calls.set_state("active", "ready", node=node, attempt=attempt, ends_at=ends_at, also=ends)
 
     async def wait_until_ready(self, node: str) -> None:
         """Probe the readiness gates a window at a time until every gate passes; a gate that failed for good, or no

@@ -17,7 +17,6 @@ from temporalio.common import QueryRejectCondition, WorkflowIDConflictPolicy, Wo
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from workflows.allocation.messages import (
-    REVISION,
     AllocationInput,
     AllocationStatus,
     ExtendRequest,
@@ -26,6 +25,7 @@ from workflows.allocation.messages import (
     RetryRequest,
 )
 from workflows.allocation.mirror import initial_search_attributes
+from workflows.allocation.revisions import REVISION
 from workflows.allocation.workflow import AllocationWorkflow
 from workflows.client_calls import Rejected, bounded, refusal
 
@@ -53,7 +53,7 @@ async def start_allocation(
 ) -> WorkflowHandle[AllocationWorkflow, AllocationStatus]:
     """Start the allocation's workflow. A failed allocation may be started again under the same id (a new run);
     a running or completed one may not (`WorkflowAlreadyStartedError`). The run gets the workflow's current
-    revision, which it keeps for life (`revision`: the previous one, for a benchmark or a test that compares)."""
+    revision, which it keeps for life (`revision`: another this code runs, for a benchmark or a test that compares)."""
     input = input.model_copy(update={"revision": revision})
     return await client.start_workflow(
         AllocationWorkflow.run,
@@ -84,8 +84,7 @@ async def status(client: Client, allocation_id: str, wait_seconds: float = DEFAU
     """The running workflow's own account. Only an open run answers: a closed one (released, failed, or terminated
     in the Temporal UI, which skips the compensation) would replay its last state, `active` for a terminated hold,
     while the row and the reconciler know better (`WorkflowQueryRejectedError`). A query that reached a run as it
-    continued as new (a hold handing over, or revision 3's placement run at `active`) is asked again: the new run
-    answers it."""
+    continued as new (a hold handing over) is asked again: the new run answers it."""
 
     async def ask() -> AllocationStatus:
         while True:

@@ -82,8 +82,9 @@ class Messages:
             )
 
     def hand_over(self, request: HandOverRequest) -> None:
-        """Go on holding in a fresh run (revision 4 on; a run still being placed does so once active). Sent to every
-        held allocation of a revision before an upgrade drops its branches (docs/design.md, "Upgrading")."""
+        """Go on holding in a fresh run, of the current revision (a run still being placed does so once active).
+        Sent to the runs of a revision before an upgrade retires it (docs/design.md, "Upgrading the allocation
+        workflow")."""
         if self.inbox.hand_over is None:
             self.inbox.hand_over = request
 

@@ -6,9 +6,9 @@ moves the end (its owner is warned `Timing.expiry_warning_seconds` before it: `e
 the victim its grace period (`preempting`), a failed GPU or a drained node is told to its owner (`degraded`, the
 drain notice), and a failed GPU its pool replaces ends the hold so the placement runs again (workflows/allocation/workflow.py).
 
-Revision 4 on, the run that placed the allocation holds it; its hold goes on in a fresh run of its own
-(continue-as-new, `AllocationInput.held`) when its history grows long or an operator sends `hand_over`. Revisions 2
-and 3 continued into a hold run at `active`, which runs this same code.
+The run that placed the allocation holds it; its hold goes on in a fresh run of its own (continue-as-new,
+`AllocationInput.held`) when its history grows long or an operator sends `hand_over`, and the fresh run takes the
+current revision: its history is this code's from its first event.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ with workflow.unsafe.imports_passed_through():
     from fleet.deadlines import format_duration
     from workflows import search_attributes as sa
     from workflows.allocation.calls import Calls
-    from workflows.allocation.messages import HOLD_IN_PLACEMENT_RUN, RELEASING_WRITTEN_FIRST
     from workflows.allocation.mirror import search_attributes_of
+    from workflows.allocation.revisions import REVISION
     from workflows.allocation.state import RunState
     from workflows.cancellation import wait_unless_cancelled
 
@@ -122,27 +122,11 @@ class Hold:
         )
         self.mirror.publish_end(ends_at, expiring=True)
 
-    def holds_itself(self) -> bool:
-        """Revision 4 on: the run that places the allocation holds it too, so its page in the Temporal UI tells the
-        whole story and `active` is answered at once. Before, the placement run continued as new at `active`, and
-        Temporal's minimum interval between runs (1 s by default) kept the hold run from answering meanwhile."""
-        return self.state.input.revision >= HOLD_IN_PLACEMENT_RUN
-
-    async def continue_into_hold(self) -> None:
-        """Revisions 2 and 3: hand the active allocation to a fresh run that only holds it. A release taken while this
-        run finished its work is served here instead, and so is a cancellation (one the SDK swallowed included: the
-        hold run would never hear of it)."""
-        await self.mirror.write_trail()
-        await wait_unless_cancelled(workflow.all_handlers_finished)
-        if self.inbox.release:
-            return
-        workflow.continue_as_new(self.state.input.model_copy(update={"held": self.state.held()}))
-
     def hand_over_due(self) -> str | None:
         """Why the hold should go on in a fresh run now, or None. Its history reached `Timing.hold_history_events`
         (or Temporal suggests it: a history too long to keep replaying), or an operator asked (`hand_over`, before
-        an upgrade that drops this run's revision). A release or a preemption under way is served first."""
-        if not self.holds_itself() or self.inbox.release or self.inbox.notice is not None:
+        an upgrade that retires this run's revision). A release or a preemption under way is served first."""
+        if self.inbox.release or self.inbox.notice is not None:
             return None
         info, limit = workflow.info(), self.state.input.timing.hold_history_events
         if self.inbox.hand_over is not None:
@@ -156,8 +140,10 @@ class Hold:
     async def hand_over(self) -> None:
         """Go on holding in a fresh run (continue-as-new) whose input carries the allocation (node, bundles,
         attempts, end) and says which run it continues. This run's search attributes are unset before it closes, so
-        a filter on state, region, node or tenant lists the allocation once: by its open run. Returns, holding on
-        here, when a release or a preemption came while it wrote its trail."""
+        a filter on state, region, node or tenant lists the allocation once: by its open run. The fresh run is of the
+        current revision, whatever this one's: so handing over is how an upgrade moves a held allocation off a
+        revision it retires. Returns, holding on here, when a release or a preemption came while it wrote its
+        trail."""
         because = self.hand_over_due()
         assert because is not None
         self.calls.set_state(self.state.status.state, "hand_over", reason=f"the hold goes on in a fresh run: {because}")
@@ -170,7 +156,7 @@ class Hold:
         held = self.state.held(handed_over_because=because)
         workflow.upsert_search_attributes([key.value_unset() for key in sa.ALL])
         workflow.continue_as_new(
-            self.state.input.model_copy(update={"held": held}),
+            self.state.input.model_copy(update={"held": held, "revision": REVISION}),
             search_attributes=search_attributes_of(self.state.input, self.state.status, self.mirror.published),
         )
 
@@ -178,15 +164,13 @@ class Hold:
         """Give everything back: destroy the VM and wipe its slots, release the claims. Runs to completion even
         when the workflow is being cancelled.
 
-        Since revision 5 the row says `releasing` before the host's part starts, and the final state is written
-        with the release of the claims, in its transaction: the row is never `active` while the VM goes, nor final
-        while its GPUs are still claimed, and the release costs no more actions than before."""
+        The row says `releasing` before the host's part starts, and the final state is written with the release of
+        the claims, in its transaction: the row is never `active` while the VM goes, nor final while its GPUs are
+        still claimed, and the release costs no more actions than a write of its own would."""
         await self.calls.leave_queue()  # cancelled while waiting: nothing is held, only the queue's entry
         if self.state.status.state in HOLDING_STATES:
             self.calls.set_state("releasing", step)
-            written_first = self.state.input.revision >= RELEASING_WRITTEN_FIRST
-            if written_first:
-                await self.mirror.write_trail()  # the row says `releasing` while the host's part runs
+            await self.mirror.write_trail()  # the row says `releasing` while the host's part runs
             attempt = self.state.status.attempts[-1]
             await self.calls.destroy_vm(
                 attempt.node,
@@ -194,9 +178,8 @@ class Hold:
                 [b.slot_index for b in self.state.status.bundles],
                 deadline=self.calls.clock.time_left(),
             )
-            if written_first:
-                self.state.status.bundles = []
-                self.calls.set_state(final_state, final_state)  # rides with the release of the claims
+            self.state.status.bundles = []
+            self.calls.set_state(final_state, final_state)  # rides with the release of the claims
             await self.calls.release_claims(None)
         self.state.status.bundles = []
         if self.state.status.state != final_state:

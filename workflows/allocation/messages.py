@@ -65,43 +65,6 @@ class Timing(BaseModel):
     )
 
 
-# The allocation workflow's revision that runs started now get (`AllocationInput.revision`), and what each one
-# changed. A run keeps the revision it was started with, so a history replays the way it was made; unlike a
-# `workflow.patched` marker, a revision costs no history event and no search-attribute upsert.
-#   1: the control steps are local activities; `placing` is published with the placement decision (a refused
-#      request goes from `pending` straight to `failed`), and a refusal is recorded by the placement step itself.
-#   2: the run that reaches `active` continues as new into its hold run (`AllocationInput.held`), which waits for
-#      release or cancellation and tears down: the long-lived history holds only the hold.
-#   3: a request that may wait (`AllocationInput.queue`) waits in its region's queue (`queued`) instead of failing.
-#      (Releasing claims walks the region's queue in every revision: the pass rides on the step, adding no command.)
-#   4: the run that reaches `active` holds it itself: the Temporal UI's page of the allocation tells its whole story,
-#      and nothing waits for the server's minimum interval between runs (`history.continueAsNewMinInterval`, 1 s).
-#      It hands over to a hold run only when its history grows long (Temporal's suggestion, or
-#      `Timing.hold_history_events`) or an operator asks (the `hand_over` signal, before an upgrade that drops its
-#      revision), and the run it leaves keeps no Berth search attribute, so every filter lists the allocation once.
-#   5: a release (an owner's, a preemption's, an expiry's) writes `releasing` to the allocation's row before the
-#      host's teardown starts, so the API never shows `active` for an allocation whose VM is being destroyed (a
-#      teardown waiting for an unreachable agent can take the pool's whole `releasing` deadline); its final state
-#      rides with the release of the claims, in that step's transaction, instead of a write of its own.
-#   6: the run starts in `placing` (its search attribute set by the start itself, as the run's first step is the
-#      placement), so the decision costs no upsert of its own: the region it chose is published with `provisioning`
-#      (or `queued`, or the refusal's `failed`). 9 actions to `active` and 15 through release, from 10 and 16. An
-#      allocation with an end (a lease, its pool's maxLease) publishes the end with `active`, in the same upsert.
-#   7: the lease's release is registered before the node's plan, not after its answer: a plan whose answer is
-#      lost (its deadline passed while the agent was still planning, a worker gone after leasing) may have leased,
-#      and the attempt's undo now gives that lease back at once instead of leaving it to its expiry. A refusal
-#      leases nothing, so it drops that undo.
-# The workflow keeps the branches of the previous revision only (docs/design.md, "Upgrading the allocation
-# workflow"): a placement phase in flight drains within its per-state deadlines; revision 2 differs from 3 only in
-# never being queued, which needs no branch, and its hold runs are revision 3's.
-REVISION = 7
-HOLD_IN_PLACEMENT_RUN = 4  # the first revision whose placement run holds the allocation itself
-RELEASING_WRITTEN_FIRST = 5  # the first revision whose teardown writes `releasing` before the host's part
-PLACING_FROM_START = 6  # the first revision started in `placing` rather than `pending`
-END_WITH_ACTIVE = 6  # the first revision whose end is published with `active`, in one upsert
-LEASE_UNDONE_BEFORE_PLAN = 7  # the first revision that registers the lease's release before the plan
-
-
 class AllocationInput(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -122,7 +85,9 @@ class AllocationInput(BaseModel):
     timing: Timing = Field(default_factory=Timing)
     queues: Queues = Field(default_factory=Queues)
     revision: int = Field(
-        default=0, ge=0, description="The workflow revision the run was started with (`REVISION`); 0: before them."
+        default=0,
+        ge=0,
+        description="The workflow revision the run was started with (revisions.py, `REVISION`); 0: before them.",
     )
     held: Held | None = Field(default=None, description="A hold run's start: the active allocation it holds.")
     queue: QueueWait | None = Field(default=None, description="Wait for capacity instead of failing.")
@@ -145,7 +110,7 @@ class Lease(BaseModel):
 
 
 class QueueWait(BaseModel):
-    """A request that may wait in its region's queue when no node can take it now (revision 3)."""
+    """A request that may wait in its region's queue when no node can take it now."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -181,8 +146,9 @@ class AllocationStatus(BaseModel):
 
 
 class Held(BaseModel):
-    """What a hold run takes over from the run before it (continue-as-new): the run that placed the allocation
-    (revisions 2 and 3, at `active`), or a hold whose history grew long (revision 4)."""
+    """What a hold run takes over from the run before it (continue-as-new): a hold whose history grew long or that an
+    operator asked to hand over (or, in retired revisions 2 and 3, the run that placed the allocation, at `active`).
+    The run state's part that outlives a run (state.py, `RunState.held`)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -190,8 +156,8 @@ class Held(BaseModel):
     deadlines: Deadlines = Field(description="The chosen pool's: `releasing` bounds the teardown.")
     active_since: datetime | None = Field(default=None, description="When it became active (a lease counts from it).")
     max_lease_seconds: float | None = Field(default=None, description="The pool's `maxLease`: extensions stop there.")
-    previous_run_id: str | None = Field(default=None, description="The run it continues (revision 4): its story.")
-    handed_over_because: str | None = Field(default=None, description="Why that run handed over (revision 4).")
+    previous_run_id: str | None = Field(default=None, description="The run it continues: its story.")
+    handed_over_because: str | None = Field(default=None, description="Why that run handed over.")
 
 
 AllocationInput.model_rebuild()

@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import control_calls
     from workflows import search_attributes as sa
     from workflows.allocation.failures import as_activity_error
-    from workflows.allocation.messages import PLACING_FROM_START, AllocationInput, AllocationStatus, Attempt
+    from workflows.allocation.messages import AllocationInput, AllocationStatus, Attempt
     from workflows.allocation.state import RunState
 
 R = TypeVar("R")
@@ -33,6 +33,10 @@ R = TypeVar("R")
 # whose request a step carries out (that request is its own event, written by the API: api/allocation_view.py).
 PREEMPTION, EXPIRY = "berth:preemption", "berth:expiry"
 CONTROL_PLANE_STEPS = {"preempt_notice": PREEMPTION, "preempt": PREEMPTION, "expiring": EXPIRY, "expire": EXPIRY}
+
+# The state the UI shows from a run's start: placing is its first step, so the placement decision needs no upsert of
+# its own.
+STARTED_AS = "placing"
 
 # The states worth a search-attribute upsert: long enough for the UI to filter on. `waiting_ready` only once a boot
 # turns out not to be immediate (the workflow publishes it then); planning and claiming last milliseconds.
@@ -57,7 +61,7 @@ class Mirror:
         self.trail = AuditTrail()  # steps not yet written to PostgreSQL
         # The search attribute values as they stand (set when the run was started), so only changes are upserted.
         input = state.input
-        started_as = state.status.state if input.held is not None else initial_state(input)
+        started_as = state.status.state if input.held is not None else STARTED_AS
         self.published: dict[str, str] = self.search_values(started_as, input.request.region)
 
     def move(
@@ -228,17 +232,11 @@ class Mirror:
         return "\n".join(lines)
 
 
-def initial_state(input: AllocationInput) -> str:
-    """The state the UI shows from the start: `placing` since revision 6, as placing is the run's first step (the
-    decision then costs no upsert of its own); `pending` before."""
-    return "placing" if input.revision >= PLACING_FROM_START else "pending"
-
-
 def initial_search_attributes(input: AllocationInput) -> TypedSearchAttributes:
     """What the UI shows of an allocation from its start (the client sets them when it starts the workflow)."""
     pairs: list[SearchAttributePair[Any]] = [
         SearchAttributePair(sa.KIND, "allocation"),
-        SearchAttributePair(sa.STATE, initial_state(input)),
+        SearchAttributePair(sa.STATE, STARTED_AS),
         SearchAttributePair(sa.TENANT, input.tenant),
         SearchAttributePair(sa.GPU_COUNT, input.request.gpu_count),
         SearchAttributePair(sa.REGION, input.request.region or ""),

@@ -55,9 +55,9 @@ class Placement:
     async def choose_placement(self, *, woken: bool = False) -> tuple[str, list[Candidate]]:
         """Steps 1 and 2 as one control step on one snapshot; the trail still records each decision as its step.
 
-        The UI shows `placing` from the run's start (revision 6; before, it learnt it with the decision) and learns
-        the region with the next state it shows, and the step records a refusal as the allocation's final step: a
-        request refused here costs one local activity, one search-attribute upsert (`failed`) and one write.
+        The UI shows `placing` from the run's start (set by the start itself) and learns the region with the next
+        state it shows, and the step records a refusal as the allocation's final step: a request refused here costs
+        one local activity, one search-attribute upsert (`failed`) and one write.
         `woken`: a queued request deciding again (its state is set already)."""
         state = self.state
         if not woken:

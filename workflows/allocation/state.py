@@ -77,14 +77,14 @@ class RunState:
             queue_deadline=queue_deadline,
         )
 
-    def held(self, handed_over_because: str | None = None) -> Held:
-        """What the next run takes over when this one continues as new: with the reason, a hold handing over (the
-        next run names this one as the run it continues); without, revisions 2 and 3's run placed at `active`."""
+    def held(self, handed_over_because: str) -> Held:
+        """What the next run takes over when this hold hands over (continue-as-new); it names this run as the one it
+        continues, and why."""
         return Held(
             status=self.status,
             deadlines=self.deadlines,
             active_since=self.active_since,
             max_lease_seconds=self.max_lease,
-            previous_run_id=workflow.info().run_id if handed_over_because is not None else None,
+            previous_run_id=workflow.info().run_id,
             handed_over_because=handed_over_because,
         )

@@ -27,10 +27,10 @@ Control steps run as local activities on the worker that runs the workflow: no t
 task on the server. Compensations run even when the workflow is being cancelled, and a node that cannot be reached
 for teardown gets its slots quarantined rather than blocking the allocation forever.
 
-Revisions (`AllocationInput.revision`, workflows/allocation/messages.py): a run keeps the revision it started with.
-The code keeps the current revision and the previous one; a placement phase drains within its per-state deadlines,
-and a held allocation of an older revision is handed over to a hold run on an operator's `hand_over` signal before
-an upgrade drops its revision (docs/design.md, "Upgrading").
+Revisions (revisions.py): a run keeps the revision it started with, and this code runs the current revision and the
+one before it. A run of an older one is refused before it takes a step: an upgrade hands such runs over to a fresh
+run of the current revision, or waits for them to end, before it deploys (docs/design.md, "Upgrading the allocation
+workflow").
 """
 
 from __future__ import annotations
@@ -56,8 +56,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.allocation.mirror import Mirror
     from workflows.allocation.placement import Placement
+    from workflows.allocation.revisions import retired
     from workflows.allocation.state import RunState
     from workflows.saga import shielded
+
+
+class RetiredRevision(RuntimeError):
+    """A run of a revision this code no longer runs (revisions.py, `retired`)."""
 
 
 @workflow.defn(name="Allocation")
@@ -73,13 +78,15 @@ class AllocationWorkflow:
 
     @workflow.run
     async def run(self, input: AllocationInput) -> AllocationStatus:
+        if (why := retired(input)) is not None:
+            # Not a failure of the allocation: the workflow task fails and Temporal tries it again, so the run waits,
+            # its history untouched, for a worker that still runs its revision.
+            raise RetiredRevision(why)
         placement, hold = self.placement, self.hold
         try:
             if input.held is None:
                 self.mirror.open()
                 await placement.place()  # 1, 2 (queued between them, if it waits), 3 (and 5 when nothing works)
-                if not hold.holds_itself():
-                    await hold.continue_into_hold()  # revisions 2 and 3: 4 in a hold run of its own
             workflow.set_current_details(self.mirror.story())
             ending = await hold.hold_until_released()  # 4
             while ending in (REPLACE, HAND_OVER):
@@ -87,11 +94,7 @@ class AllocationWorkflow:
                     await hold.hand_over()  # continues as new, unless a release or a notice came meanwhile
                 else:
                     hold.tell_owner()  # told first (`degraded`), when the notice came while the hold wrote its trail
-                    await placement.move_off_failed_gpu()  # 3 again, on a healthy node
-                    if not hold.holds_itself():
-                        await hold.continue_into_hold()  # revisions 2 and 3: a new hold run
-                        ending = "released", "release"  # released while it moved: the new placement is given back
-                        break
+                    await placement.move_off_failed_gpu()  # 3 again, on a healthy node, then the hold goes on
                 ending = await hold.hold_until_released()
             await shielded(hold.teardown(*ending))
         except BaseException as error:

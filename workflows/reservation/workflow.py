@@ -29,8 +29,9 @@ with workflow.unsafe.imports_passed_through():
     from contracts.task_queues import Queues
     from fleet.priority_class import MAX_PRIORITY
     from workflows import control_calls
-    from workflows.allocation.messages import REVISION, AllocationInput, Lease, QueueWait, Timing
+    from workflows.allocation.messages import AllocationInput, Lease, QueueWait, Timing
     from workflows.allocation.mirror import initial_search_attributes
+    from workflows.allocation.revisions import REVISION
     from workflows.allocation.workflow import AllocationWorkflow
     from workflows.saga import shielded
 
