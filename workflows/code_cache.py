@@ -3,8 +3,8 @@
 Temporal's sandbox re-imports a workflow's module (and the workflow modules it imports) for every workflow run it
 starts, so that runs share no module state. Python reads that import's bytecode from `__pycache__` when it can; with
 `PYTHONDONTWRITEBYTECODE=1` (Berth's container image, most others, and this project's CI) there is none, and every
-run compiled `workflows/allocation/workflow.py` from source: about 5 ms of the control worker's CPU per allocation, an eighth
-of it in a burst of a thousand requests (docs/benchmarks.md, "Throughput and CPU against the baselines").
+run compiled `workflows/allocation/workflow.py` from source: about 5 ms of the control worker's CPU per allocation,
+an eighth of it in a burst of a thousand requests (docs/benchmarks.md, "Throughput and CPU against the baselines").
 
 `install` puts a finder in front of `sys.meta_path` that hands out the normal source loader with one change: the code
 object it compiles is kept, keyed by the file and its modification time and size, and reused by the next import of

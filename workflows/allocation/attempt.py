@@ -2,9 +2,9 @@
 
 The attempt races an operator's `retry`; whatever it leaves undone (the lease, the claims, a VM that may exist) is
 compensated newest first by its saga, shielded from cancellation. A failure on the node fails the attempt and the
-placement moves to the next candidate (workflows/allocation/workflow.py); a `final` one (quota at claim time, a state's
-deadline) fails the allocation once the attempt is undone. The attempt that succeeds makes the allocation `active`
-and starts its lease, which the hold (allocation_hold.py) keeps until its end.
+placement moves to the next candidate (placement.py); a `final` one (quota at claim time, a state's deadline)
+fails the allocation once the attempt is undone. The attempt that succeeds makes the allocation `active` and starts
+its lease, which the hold (hold.py) keeps until its end.
 """
 
 from __future__ import annotations

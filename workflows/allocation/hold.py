@@ -1,10 +1,10 @@
 """Step 4, the hold: the active allocation held until a release, a cancellation, its end or a preemption, then torn
 down (destroy_vm@node and its wipe, release_claims*).
 
-While it holds, the hold acts on what the messages left in the run's inbox (handlers.py): an extension
-moves the end (its owner is warned `Timing.expiry_warning_seconds` before it: `expiring`), a preemption notice gives
-the victim its grace period (`preempting`), a failed GPU or a drained node is told to its owner (`degraded`, the
-drain notice), and a failed GPU its pool replaces ends the hold so the placement runs again (workflows/allocation/workflow.py).
+While it holds, the hold acts on what the messages left in the run's inbox (handlers.py): an extension moves the
+end (its owner is warned `Timing.expiry_warning_seconds` before it: `expiring`), a preemption notice gives the victim
+its grace period (`preempting`), a failed GPU or a drained node is told to its owner (`degraded`, the drain notice),
+and a failed GPU its pool replaces ends the hold so the placement runs again (placement.py).
 
 The run that placed the allocation holds it; its hold goes on in a fresh run of its own (continue-as-new,
 `AllocationInput.held`) when its history grows long or an operator sends `hand_over`, and the fresh run takes the
