@@ -188,7 +188,7 @@ def _storable_text(components: dict[str, Any], root: str) -> None:
 
 def _model_deployment(schema: dict[str, Any]) -> dict[str, str]:
     """ModelDeployment's JSON schema among the document's components, with `metadata.name` optional: a manifest
-    without it (or without its namespace) takes the one its address names (workflows/deployment_spec.py)."""
+    without it (or without its namespace) takes the one its address names (workflows/deployment/spec.py)."""
     template = "#/components/schemas/{model}"
     model = ModelDeployment.model_json_schema(ref_template=template)
     definitions = {**model.pop("$defs", {}), "ModelDeployment": model}

@@ -6,7 +6,7 @@ file.
     body.priority_class, else the fleet's default PriorityClass -> unknown: 422 `unknown_priority_class`
                                                                 -> not in the tenant's priorityClasses: 422
                                                                    `priority_class_not_allowed`
-    -> workflows.allocation_messages.QueueWait (None: fails when nothing fits, as ever)
+    -> workflows.allocation.messages.QueueWait (None: fails when nothing fits, as ever)
 
 Whether a request that waits still gets the create's quota check is api/feasibility.py's `queue_ceiling`.
 """

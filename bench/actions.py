@@ -41,8 +41,8 @@ class Actions:
 
 
 async def run_histories(client: Client, workflow_id: str) -> list[WorkflowHistory]:
-    """Every run of the workflow, from its first: one for an allocation of revision 4 unless its hold handed over to
-    a fresh run; two for one of revisions 2 and 3 that reached `active` (it continued as new into its hold run)."""
+    """Every run of the workflow, from its first: one for an allocation unless its hold handed over to a fresh run
+    (its history grew long, or an operator asked)."""
     description = await client.get_workflow_handle(workflow_id).describe()
     run_id: str | None = description.raw_description.workflow_execution_info.first_run_id or description.run_id
     histories: list[WorkflowHistory] = []

@@ -7,7 +7,7 @@ the churn's own create -> active measured in the same run as the baseline (the p
 The fleet has 2 x R nodes of 8 GPUs. R reservations of 8 GPUs, one per node of the first half, start one second
 apart, 20 s after they were made, and last 20 s; C loops meanwhile create a 2-GPU allocation with no end, wait until
 it is active, release it and start again (the reservations' holds keep them on the other half). Each reservation is
-made as the API makes one (its row, then its workflow, `workflows.reservation_client`); the control worker runs in
+made as the API makes one (its row, then its workflow, `workflows.reservation.client`); the control worker runs in
 this process, the simulated hosts' agents in another, through the node gateway, as `bench.allocation` runs them.
 
 Reported, p50 and p99, wall clock on this machine (PostgreSQL, Temporal and this process share its clock):

@@ -18,7 +18,7 @@ IMAGE_NOT_FOUND = "ImageNotFound"
 WIPE_FAILED = "WipeFailed"
 SLOT_IN_USE = "SlotInUse"
 
-# The allocation's own failures, as its run ends (workflows/allocation_failures.py)
+# The allocation's own failures, as its run ends (workflows/allocation/failures.py)
 SKU_UNAVAILABLE = "SkuUnavailable"
 PLACEMENT_REFUSED = "PlacementRefused"
 DEADLINE_EXCEEDED = "DeadlineExceeded"

@@ -3,7 +3,7 @@ non-final state on this pool's hosts before it gives back what it did and fails.
 
 Durations are written as Go and Kubernetes write them (`90s`, `15m`, `1h30m`) or, in a fleet file, as a number of
 seconds. Only the states given here change; the others keep the control plane's defaults
-(`workflows.allocation_messages.Timing`).
+(`workflows.allocation.messages.Timing`).
 
 A duration a person types (a `berth` flag, a field of an API body) must carry its unit: `typed_duration` refuses a
 bare `5`, which is as likely meant as five hours as five seconds, and says what it accepts. A fleet file keeps its

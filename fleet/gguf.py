@@ -14,7 +14,7 @@ three parts:
 Cache types' bytes per element are ggml's: f32 4, f16 and bf16 2, q8_0 34/32 (32 values in 34 bytes), q4_0 18/32.
 The estimate is the member's `gpuMemory`; the resource fit then splits it over GPUs and nodes as the candidate
 order requires (`scheduler/fleet/resource_fit.py`). Only `berth plan` reads files: the control plane refuses a
-member that names one (`workflows/deployment_spec.py`).
+member that names one (`workflows/deployment/spec.py`).
 """
 
 from __future__ import annotations

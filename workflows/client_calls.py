@@ -1,5 +1,5 @@
-"""What the thin client modules (`allocation_client`, `deployment_client`) share: every call that needs a worker to
-answer is bounded, because Temporal would otherwise wait for one for ever (sdk-python#514)."""
+"""What the thin client modules (`workflows.allocation.client`, `workflows.deployment.client`) share: every call
+that needs a worker to answer is bounded, because Temporal would otherwise wait for one for ever (sdk-python#514)."""
 
 from __future__ import annotations
 

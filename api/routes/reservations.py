@@ -6,7 +6,7 @@ running allocations that still hold their GPUs at its start (a preemptible one d
 every other reservation (scheduler/admission/reservations.py), decided under the region's placement lock so two creates
 cannot both take the last GPUs of a window. Otherwise 409 `window_full` with what the window lacks and the nearest
 windows that would fit. An admitted reservation is a durable workflow of its own (`reservation/<id>`,
-workflows/reservation.py): `reserved` until its start, then its allocation, which expires at the window's end.
+workflows/reservation/workflow.py): `reserved` until its start, then its allocation, which expires at the window's end.
 A tenant sees and cancels only its own.
 """
 

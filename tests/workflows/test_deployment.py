@@ -101,7 +101,7 @@ async def test_schedule_failed_explains_and_cancel_tears_down(
         assert "no device of class h200" in status.clusters[0].message
         assert (await lab.handle("nothing-fits").describe()).typed_search_attributes.get(STATE) == "ScheduleFailed"
 
-        # minReplicas above what fits: two would fit, three are needed, so none is started (seed 002).
+        # minReplicas above what fits: two would fit, three are needed, so none is started (docs/seeds.md, "Partial scheduling above minReplicas").
         await lab.apply(deployment("big", 3, min_replicas=3))
         status = await lab.wait_until("big", lambda s: s.phase is not None and s.state == "steady")
         assert (status.phase, status.scheduled, status.available, status.replicas) == ("ScheduleFailed", 0, 0, [])
@@ -197,7 +197,7 @@ async def test_ledger_refuses_an_overcommit_in_the_transaction(sessions, tmp_pat
 
 
 async def test_ledger_refuses_gpus_two_plans_both_gave_out_in_the_transaction(sessions, tmp_path: Path) -> None:
-    """fitGranularity Gpu (seed 001): two plans that both put 5 of the one node's 8 GPUs on it, and a whole-node
+    """fitGranularity Gpu (docs/seeds.md, "GPU-level fit"): two plans that both put 5 of the one node's 8 GPUs on it, and a whole-node
     plan that saw the node free: only the first is recorded; the others are LedgerConflicts naming the node."""
     from activities.cluster.simulated import SimulatedClusterDriver
     from activities.control.deployments import DeploymentActivities
@@ -266,7 +266,7 @@ async def test_continue_as_new_keeps_replicas(temporal_client, sessions, tmp_pat
 async def test_replicas_move_off_a_cluster_marked_draining_one_at_a_time(
     temporal_client, sessions, tmp_path: Path
 ) -> None:
-    """Draining (seed 002): an operator marks `east` draining with an apply; its replicas move to `west`, each
+    """Draining (docs/seeds.md, "Draining moves replicas one at a time"): an operator marks `east` draining with an apply; its replicas move to `west`, each
     removed only once its replacement is ready, so two replicas serve throughout."""
     fleet = k8s_fleet({"east": 2, "west": 2})
     async with deployment_lab(temporal_client, sessions, tmp_path, fleet) as lab:

@@ -1,6 +1,6 @@
 """The deployment workflow on real clusters (the Kubernetes driver against an API server fake per cluster): only
 nodes that can take work are capacity, and a cluster that cannot be reached is not Ready while the replicas it
-already runs stay (seed 000: a degraded cluster is retained)."""
+already runs stay (docs/seeds.md, "Existing replicas keep their place": a degraded cluster is retained)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The allocation workflow: seed 004's placement, made durable (docs/design.md section 2; docs/seeds.md, "Four
-layers, each deciding only what it knows").
+"""The allocation workflow: the hierarchical placement, made durable (docs/design.md section 2; docs/seeds.md, "Four
+layers, each deciding only what it knows" and "Next node, or a refusal with the topology's reason").
 
     1. select_region       tenant policy, quota, region status, product and price
     2. find_candidates     a pool and ranked candidate nodes from a fresh snapshot

@@ -10,8 +10,9 @@ from contracts.deployment import EngineUsage
 from contracts.manifest import DEFAULT_NAMESPACE
 from contracts.task_queues import Queues
 
-# The deployment workflow's own state (BerthState while it runs); the scheduling phase is separate.
-DEPLOYMENT_STATES = ("pending", "reconciling", "steady", "deleting", "deleted")
+# The deployment workflow's own state (BerthState while it runs); the scheduling phase is separate. The workflow
+# publishes these by name, checked against this one list.
+DeploymentState = Literal["pending", "reconciling", "steady", "deleting", "deleted"]
 ReplicaPhase = Literal["starting", "ready", "failed", "removing", "removed"]
 
 
@@ -79,7 +80,7 @@ class DeploymentStatus(BaseModel):
 
     name: str
     namespace: str = DEFAULT_NAMESPACE
-    state: str = "pending"
+    state: DeploymentState = "pending"
     desired: int = 0
     min_replicas: int | None = None
     scheduled: int = 0  # replicas the last plan found a place for

@@ -61,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
         ClusterNote,
         DeleteRequest,
         DeploymentInput,
+        DeploymentState,
         DeploymentStatus,
         InventoryChanged,
         ReplicaInput,
@@ -289,7 +290,7 @@ class DeploymentWorkflow:
         ]
         self.status.available = sum(1 for r in self.replicas.values() if r.phase == "ready")
 
-    async def publish(self, state: str, record: bool = True) -> None:
+    async def publish(self, state: DeploymentState, record: bool = True) -> None:
         self.status.state = state
         self.refresh_replicas()
         workflow.upsert_search_attributes(

@@ -15,7 +15,7 @@
     6. admit_queued              walk every region's queue: capacity a repair freed, a fleet change or a lost wake
                                  since the last pass (activities/control/admission.py)
 
-A Temporal Schedule (`reconcile_client.ensure_schedule`, id `berth-reconciler`, overlap SKIP) runs it every minute;
+A Temporal Schedule (`workflows.reconcile.client.ensure_schedule`, id `berth-reconciler`, overlap SKIP) runs it every minute;
 `POST /v1/audit` and `berth audit` run one now. One run is short and starts fresh each time: no continue-as-new.
 """
 

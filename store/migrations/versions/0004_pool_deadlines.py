@@ -1,7 +1,7 @@
 """pool deadlines and the node breaker's index
 
 `pools.deadlines` holds a pool's per-state overall deadlines from the fleet file (seconds by
-state name; NULL: the defaults from `workflows.allocation_messages.Timing`). The pools trigger of migration 0002
+state name; NULL: the defaults from `workflows.allocation.messages.Timing`). The pools trigger of migration 0002
 already moves `inventory_version` on any change to the row, so control workers pick new deadlines up with the rest
 of the inventory.
 
