@@ -32,6 +32,10 @@ from workflows.search_attributes import ALL as SEARCH_ATTRIBUTES
 # COLUMNS=80 from the controller besides.
 os.environ["COLUMNS"] = "200"
 
+# tests/child_crashes.py: a process a test started that crashed (SIGSEGV, SIGABRT, ...) fails that test, unless the
+# test sent the signal itself. pytester lets that plugin's own test run tests in a pytest of their own.
+pytest_plugins = ["tests.child_crashes", "pytester"]
+
 TEMPLATE = "berth_template"
 _database_numbers = itertools.count(1)
 
