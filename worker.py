@@ -29,8 +29,8 @@ from activities.control.deployments import DeploymentActivities
 from activities.control.placement import PlacementActivities
 from activities.control.records import RecordActivities
 from activities.control.reservations import ReservationActivities
-from agent.serving import run_until_signalled
 from config.settings import get_settings
+from config.worker_process import run_until_signalled
 from contracts.task_queues import CONTROL_QUEUE, Queues
 from store.db import AsyncSession, async_sessionmaker
 from workflows import code_cache

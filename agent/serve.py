@@ -36,8 +36,8 @@ from agent.host.topology import HostTopology
 from agent.leases import LeaseStore
 from agent.liveness import HeartbeatWhileRunning
 from agent.reporter import HttpReportSink, NodeReporter
-from agent.serving import run_until_signalled
 from agent.simulated import SimulatedTopology, SimulatedVmDriver
+from config.worker_process import run_until_signalled
 from contracts.task_queues import NODE_QUEUE_PREFIX
 from fleet.node import Simulation
 

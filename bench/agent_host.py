@@ -19,7 +19,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agent.serve import node_worker, simulated_agent
-from agent.serving import run_until_signalled
+from config.worker_process import run_until_signalled
 from fleet.loader import load_fleet
 
 

@@ -21,7 +21,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 import worker
 from activities.control.placement import LOCK_TIMES
-from agent.serving import run_until_signalled
+from config.worker_process import run_until_signalled
 from store.db import create_engine, session_factory
 
 

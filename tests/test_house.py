@@ -7,6 +7,7 @@ that breaks a contract; ruff names the file and the line).
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -43,3 +44,33 @@ def test_the_formatter_has_nothing_to_change() -> None:
 def test_the_linter_finds_nothing() -> None:
     result = _run(sys.executable, "-m", "ruff", "check", ".")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# worker.py stands at the top of the repository (the house's layout), where import-linter, which reads packages
+# only, cannot hold it to a layer. It is the control worker's registrations: it sits beside the API, importing only
+# the layers below, and only the entry points above it (cli/, bench/) import it.
+WORKER_IMPORTS = {"activities", "agent", "config", "contracts", "fleet", "scheduler", "store", "workflows"}
+WORKER_IMPORTED_BY = {"bench", "cli", "tests"}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_worker_py_imports_only_the_layers_below_it_and_only_entry_points_import_it() -> None:
+    packages = {p.parent.name for p in REPO.glob("*/__init__.py")}
+    mine = _imports(REPO / "worker.py") & packages
+    assert mine <= WORKER_IMPORTS, f"worker.py imports {sorted(mine - WORKER_IMPORTS)}, above or beside it"
+    importers = {
+        path.relative_to(REPO).parts[0]
+        for path in REPO.rglob("*.py")
+        if ".git" not in path.parts and path.name != "worker.py" and "worker" in _imports(path)
+    }
+    assert importers <= WORKER_IMPORTED_BY, f"worker.py is imported from {sorted(importers - WORKER_IMPORTED_BY)}"

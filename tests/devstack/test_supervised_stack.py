@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent.serving import LIVENESS_SECONDS
 from config.context import read_context
 from config.settings import Settings
+from config.worker_process import LIVENESS_SECONDS
 from devstack.parts import alive_file
 from devstack.process import alive
 from devstack.stack import DevStack
