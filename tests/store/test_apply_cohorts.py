@@ -22,7 +22,7 @@ spec: {status: available}
 apiVersion: berth.dev/v1alpha1
 kind: Cohort
 metadata: {name: org}
-spec: {fairSharing: {enabled: true, preemptionStrategies: [LessThanInitialShare, LessThanOrEqualToFinalShare]}}
+spec: {fairSharing: {enabled: true, preemptionStrategies: [LessThanOrEqualToFinalShare]}}
 ---
 apiVersion: berth.dev/v1alpha1
 kind: Cohort
@@ -51,10 +51,7 @@ async def test_a_cohorts_strategies_and_quota_mode_reach_the_snapshot_read_from_
     async with sessions() as session:
         cohorts = (await load_snapshot(session)).cohorts
 
-    assert cohorts["org"].preemption_strategies == (
-        FairSharingStrategy.LESS_THAN_INITIAL_SHARE,
-        FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
-    )
+    assert cohorts["org"].preemption_strategies == (FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,)
     assert cohorts["org"].quota_mode is CohortQuotaMode.ADDITIVE
     assert cohorts["vision"].quota_mode is CohortQuotaMode.DEPARTMENT
     assert cohorts["vision"].gpu_quota == 8
@@ -63,7 +60,7 @@ async def test_a_cohorts_strategies_and_quota_mode_reach_the_snapshot_read_from_
 
 async def test_changing_the_strategies_updates_the_cohort_and_the_same_file_again_changes_nothing(sessions) -> None:
     await _apply(sessions)
-    edited = FLEET.replace("[LessThanInitialShare, LessThanOrEqualToFinalShare]", "[LessThanInitialShare]")
+    edited = FLEET.replace("[LessThanOrEqualToFinalShare]", "[LessThanInitialShare]")
     async with sessions.begin() as session:
         result = await apply_fleet(session, parse_fleet([("fleet.yaml", edited)]))
     assert [(c.kind, c.name, c.action) for c in result.changes] == [("Cohort", "org", "updated")]
