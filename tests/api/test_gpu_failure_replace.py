@@ -23,8 +23,8 @@ from bench.actions import run_histories
 from tests.api.stack import Stack, running_stack
 from tests.api.test_gpu_health_api import ApiSink, _fail_gpu, _node
 from tests.ledger import billed
+from tests.workflows.allocation.test_replay import HISTORIES
 from tests.workflows.lab import lab_fleet
-from tests.workflows.test_replay import HISTORIES
 from workflows.allocation.workflow import AllocationWorkflow
 
 
@@ -107,7 +107,7 @@ async def test_an_allocation_whose_gpu_fails_moves_to_a_healthy_node_keeping_its
     ]
 
     # One run: placed, held, moved off the failed GPU and held again, so its page tells the whole story. It replays
-    # on this code; BERTH_RECORD_HISTORIES=1 keeps it for tests/workflows/test_replay.py.
+    # on this code; BERTH_RECORD_HISTORIES=1 keeps it for tests/workflows/allocation/test_replay.py.
     client = stack.lab.starter
     histories = await run_histories(client, f"allocation/{held}")
     assert len(histories) == 1

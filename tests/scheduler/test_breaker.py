@@ -17,8 +17,8 @@ from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.placement.capacity import capacity
 from scheduler.placement.schedule import schedule
 from scheduler.snapshot import Snapshot
+from tests.workflows.allocation.test_deadlines_breakers import with_pool_deadlines
 from tests.workflows.lab import lab_fleet
-from tests.workflows.test_deadlines_breakers import with_pool_deadlines
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 POLICY = BreakerPolicy(threshold=3, window_seconds=300, cooloff_seconds=600)

@@ -11,8 +11,8 @@ from scheduler.breaker import BreakerPolicy
 from store.apply import apply_fleet
 from store.models import AllocationEventRow, AllocationRow, PoolRow
 from store.snapshot import load_live_state, load_snapshot
+from tests.workflows.allocation.test_deadlines_breakers import with_pool_deadlines
 from tests.workflows.lab import lab_fleet
-from tests.workflows.test_deadlines_breakers import with_pool_deadlines
 
 
 async def test_apply_writes_a_pools_deadlines_changes_them_and_snapshots_carry_them(sessions) -> None:

@@ -24,8 +24,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from config.context import StackContext
 from devstack.process import stop
 from devstack.temporal import DevTemporal
+from tests.workflows.allocation.test_one_story import until_active
 from tests.workflows.lab import lab_fleet, running_lab
-from tests.workflows.test_one_story import until_active
 from workflows.allocation import client as allocation_client
 from workflows.allocation.messages import HandOverRequest
 

@@ -2,9 +2,9 @@
 
 The files in histories/ were recorded from real runs (happy path with release, a fallthrough after a failed
 create, a cancellation while provisioning, a refusal, and a request that waited in its queue and was woken; an
-allocation with an end, extended, warned and expired, recorded by tests/workflows/test_leases.py; one preempted, by
-tests/workflows/test_preemption.py; one moved off a failed GPU by its pool, by tests/api/test_gpu_failure_replace.py;
-a hold handed over to a fresh run, two runs `_1` and `_2`, by tests/workflows/test_one_story.py), for the current
+allocation with an end, extended, warned and expired, recorded by tests/workflows/allocation/test_leases.py; one preempted, by
+tests/workflows/allocation/test_preemption.py; one moved off a failed GPU by its pool, by tests/api/test_gpu_failure_replace.py;
+a hold handed over to a fresh run, two runs `_1` and `_2`, by tests/workflows/allocation/test_one_story.py), for the current
 revision (unprefixed: one run from placement to release) and for the previous one (`allocation_revision6-*`, whose
 lease's undo was registered only after the node's plan answered): the two the code runs
 (workflows/allocation/revisions.py). When a revision retires, its files go with its branches (docs/design.md,

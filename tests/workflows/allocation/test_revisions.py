@@ -15,8 +15,8 @@ from temporalio.client import Client
 
 from bench.actions import run_histories
 from contracts.placement import PlacementRequest
+from tests.workflows.allocation.test_one_story import until_active
 from tests.workflows.lab import lab_fleet, running_lab
-from tests.workflows.test_one_story import until_active
 from workflows.allocation import client as allocation_client
 from workflows.allocation import retire
 from workflows.allocation.messages import AllocationInput, AllocationStatus, Deadlines, HandOverRequest, Held

@@ -32,7 +32,7 @@ libvirt = libvirt_module()
 from agent.libvirt.domain import parse_domain  # noqa: E402
 from agent.libvirt.driver import LibvirtSettings, LibvirtVmDriver  # noqa: E402
 
-HOST = Path(__file__).resolve().parent.parent / "hosts" / "libvirt" / "host.xml"
+HOST = Path(__file__).resolve().parents[2] / "hosts" / "libvirt" / "host.xml"
 READY = {
     "cloud-init status --long": Recorded(exit_code=0, stdout="status: done"),
     "nvidia-smi -L": Recorded(stdout="GPU 0: NVIDIA H200 (UUID: GPU-1)\nGPU 1: NVIDIA H200 (UUID: GPU-2)\n"),

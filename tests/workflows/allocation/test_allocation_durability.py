@@ -21,7 +21,7 @@ from store.models import SlotRow
 from tests.workflows.lab import FAST, StoreSink, lab_fleet, running_lab
 from workflows.allocation import client as allocation_client
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _control_process(lab, database_url: str, address: str) -> subprocess.Popen[bytes]:

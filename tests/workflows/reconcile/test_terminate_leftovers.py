@@ -32,7 +32,7 @@ from temporalio.worker import Replayer
 from contracts.allocation import PLACING_STATES, VmInfo, VmSpec
 from store.models import AllocationRow
 from tests.workflows.lab import Lab, lab_fleet, running_lab
-from tests.workflows.test_reconcile import audit, found
+from tests.workflows.reconcile.test_reconcile import audit, found
 from workflows.allocation import client as allocation_client
 from workflows.reconcile.workflow import ReconcileWorkflow
 

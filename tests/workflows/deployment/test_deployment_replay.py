@@ -1,7 +1,7 @@
 """Determinism of the deployment and replica workflows: histories recorded from real runs must replay on the
 current code.
 
-The files in deployment_histories/ were recorded before deployments were namespaced (a default-namespace
+The files in histories/ here were recorded before deployments were namespaced (a default-namespace
 deployment of two replicas, scaled to one, then deleted), so a change to the commands these workflows issue for a
 default-namespace deployment, which would break the ones running now, fails here. Re-record with
 BERTH_RECORD_HISTORIES=1 only after an intended change guarded by `workflow.patched(...)`.
@@ -22,7 +22,7 @@ from workflows.deployment import client as deployment_client
 from workflows.deployment.replica import ReplicaWorkflow
 from workflows.deployment.workflow import DeploymentWorkflow
 
-HISTORIES = Path(__file__).parent / "deployment_histories"
+HISTORIES = Path(__file__).parent / "histories"
 
 
 def _replayer() -> Replayer:
