@@ -29,8 +29,8 @@ from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica
 from scheduler import cel
 from scheduler.cel.device import prepare_device
-from scheduler.fleet import replica_manifest, schedule_deployment
-from scheduler.fleet import selectors as fleet_selectors
+from scheduler.deployment import replica_manifest, schedule_deployment
+from scheduler.deployment import selectors as fleet_selectors
 
 API = "modelplane.ai/v1alpha1"
 REPLICAS = 1000

@@ -3,7 +3,7 @@ replicas, worked out from files alone, with no services running (as `nomad job p
 
 Text output is a YAML stream: the new replicas as ModelReplica documents, so `berth plan ... > replicas.yaml`
 gives a file the next plan takes with `-f replicas.yaml`, headed by the placement and status as `#` comments.
-`--output json` prints the stable document described in scheduler/fleet/README.md. Several deployments in the
+`--output json` prints the stable document described in scheduler/deployment/README.md. Several deployments in the
 files are planned in name order, each seeing the replicas planned before it. Exit status: 0 when every deployment
 is at least partially scheduled, 1 when one is ScheduleFailed, 2 when the files are invalid.
 
@@ -29,9 +29,9 @@ from fleet.fleet import Fleet
 from fleet.gguf import GgufError, read_facts
 from fleet.inference_cluster import ClusterStatus, Condition, Gateway
 from fleet.loader import load_fleet
-from scheduler.fleet import manifest_dict, replica_manifest
-from scheduler.fleet.estimate import MemoryEstimate, estimate, gguf_members, with_estimates
-from scheduler.fleet.planning import plan_deployment
+from scheduler.deployment import manifest_dict, replica_manifest
+from scheduler.deployment.estimate import MemoryEstimate, estimate, gguf_members, with_estimates
+from scheduler.deployment.planning import plan_deployment
 
 
 def plan(

@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 # The tolerations a cluster's workloads carry are the ModelDeployment's one model, matched by
-# `scheduler.fleet.tolerations.tolerates`, Kubernetes' rule; serialized as before: key, operator, value, effect.
+# `scheduler.deployment.tolerations.tolerates`, Kubernetes' rule; serialized as before: key, operator, value, effect.
 from contracts.manifest import Toleration
 
 KUBECONFIG_SECRET_ANNOTATION = "berth.dev/kubeconfig-secret"

@@ -50,7 +50,7 @@ class ClusterReason(StrEnum):
     NOT_READY = "NotReady"
     NO_GATEWAY_ADDRESS = "NoGatewayAddress"
     UNTOLERATED_TAINT = "UntoleratedTaint"
-    DRAINING = "Draining"  # being deleted, or marked draining (scheduler/fleet/draining.py)
+    DRAINING = "Draining"  # being deleted, or marked draining (scheduler/deployment/draining.py)
     NO_MATCHING_POOL = "NoMatchingPool"  # some engine fits no pool, whatever the capacity
     INSUFFICIENT_NODES = "InsufficientNodes"  # some engine fits a pool that lacks free nodes
 
@@ -150,7 +150,9 @@ class DeploymentStatus(Output):
     clusters_checked: int  # clusters matching clusterSelector
     clusters: list[ClusterVerdict]  # per cluster, why it took no more; given whenever the plan falls short
     selector_error: SelectorProblem | None = None
-    moving: list[str] = Field(default_factory=list)  # replicas moving off draining capacity (scheduler/fleet/moves.py)
+    moving: list[str] = Field(
+        default_factory=list
+    )  # replicas moving off draining capacity (scheduler/deployment/moves.py)
 
 
 class FleetPlan(Output):

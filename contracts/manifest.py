@@ -54,7 +54,7 @@ class TaintEffect(StrEnum):
 class Toleration(Spec):
     """A toleration as a ModelDeployment and a pod spec write it; the one model of it in Berth (a deployment's
     tolerations and those the cluster driver puts on a cluster's workloads). Kubernetes' matching rule is
-    `scheduler.fleet.tolerations`."""
+    `scheduler.deployment.tolerations`."""
 
     key: str | None = None
     operator: Literal["Exists", "Equal"] = "Equal"

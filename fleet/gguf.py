@@ -1,6 +1,6 @@
 """What a GGUF model file says about its memory need (docs/seeds.md, "Estimating a GGUF model's memory"), read with
 the `gguf` package (llama.cpp's own reader; no weight is loaded: the reader maps the file and reads only the
-headers). The estimate made from it is a pure function of these facts (`scheduler/fleet/estimate.py`), the sum of
+headers). The estimate made from it is a pure function of these facts (`scheduler/deployment/estimate.py`), the sum of
 three parts:
 
     weights      the bytes of every tensor, as stored (quantised types included): what is loaded onto the GPUs
@@ -13,7 +13,7 @@ three parts:
 
 Cache types' bytes per element are ggml's: f32 4, f16 and bf16 2, q8_0 34/32 (32 values in 34 bytes), q4_0 18/32.
 The estimate is the member's `gpuMemory`; the resource fit then splits it over GPUs and nodes as the candidate
-order requires (`scheduler/fleet/resource_fit.py`). Only `berth plan` reads files: the control plane refuses a
+order requires (`scheduler/deployment/resource_fit.py`). Only `berth plan` reads files: the control plane refuses a
 member that names one (`workflows/deployment/spec.py`).
 """
 

@@ -254,5 +254,5 @@ class ModelReplica(Observed):
 
 def stamped_member_cost(member: ReplicaMember, copies: int) -> int:
     """Whole nodes a placed member holds: pods x copies when it claims devices, else 0 (it rides on its gang's
-    nodes); a GPU-level member holds GPUs of shared nodes instead (`scheduler/fleet/ledger.py` charges them)."""
+    nodes); a GPU-level member holds GPUs of shared nodes instead (`scheduler/deployment/ledger.py` charges them)."""
     return member.pods * copies if member.device_requests and member.gpus is None else 0

@@ -25,8 +25,8 @@ from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
 from fleet.model_cache import ModelCache
 from fleet.replica import ModelReplica, ready_status
-from scheduler.fleet.ledger import build_ledger, overcommitted
-from scheduler.fleet.pools import Pool
+from scheduler.deployment.ledger import build_ledger, overcommitted
+from scheduler.deployment.pools import Pool
 from store.models import (
     ClusterRow,
     InferenceClassRow,
@@ -219,7 +219,7 @@ async def delete_deployment(session: AsyncSession, namespace: str, name: str) ->
 def _published_nodes(pool: PoolRow, cluster_status: dict[str, Any] | None) -> int:
     """What the scheduler counts as the pool's nodes: the status's published count when it lists pools, else the
     Kubernetes pool's maxNodeCount when it autoscales, or its nodeCount (slice and bare-metal pools serve no
-    replicas). The same count `scheduler.fleet.planning` plans with, so the ledger never refuses what the plan placed."""
+    replicas). The same count `scheduler.deployment.planning` plans with, so the ledger never refuses what the plan placed."""
     published = (cluster_status or {}).get("gpuPools") or []
     if published:
         entry = next((p for p in published if p.get("name") == pool.name), None)

@@ -60,7 +60,7 @@ PACKAGES = {
 EXCEPTIONS: dict[tuple[str, str], str] = {
     ("fleet/README.md", "fn.py"): "Modelplane's composition function, in modelplaneai/modelplane, not here",
     ("fleet/README.md", "worker.nodes"): "a ModelDeployment member's field (Modelplane), not the module worker.py",
-    ("scheduler/fleet/README.md", "worker.nodes"): "a ModelDeployment member's field (Modelplane), not worker.py",
+    ("scheduler/deployment/README.md", "worker.nodes"): "a ModelDeployment member's field (Modelplane), not worker.py",
 }
 
 

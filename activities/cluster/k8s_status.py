@@ -24,7 +24,7 @@ from activities.cluster.workload import POOL_LABEL
 from contracts.cluster import PoolObservation
 from contracts.manifest import Toleration
 from fleet.inference_cluster import Taint
-from scheduler.fleet.tolerations import BLOCKS_NEW, EVICTS, describe, untolerated
+from scheduler.deployment.tolerations import BLOCKS_NEW, EVICTS, describe, untolerated
 
 Manifest = dict[str, Any]
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from contracts.manifest import DEFAULT_NAMESPACE, Role, Toleration
 from fleet.replica import ModelReplica
-from scheduler.fleet.manifests import TOLERATIONS_ANNOTATION
+from scheduler.deployment.manifests import TOLERATIONS_ANNOTATION
 
 POOL_LABEL = "modelplane.ai/pool"
 DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"

@@ -29,8 +29,8 @@ from contracts.deployment import (
 )
 from fleet.deployment import ModelDeployment
 from fleet.replica import ModelReplica
-from scheduler.fleet import manifest_dict, replica_manifest
-from scheduler.fleet.planning import plan_deployment
+from scheduler.deployment import manifest_dict, replica_manifest
+from scheduler.deployment.planning import plan_deployment
 from store import deployments as store
 from store.db import AsyncSession, async_sessionmaker
 from store.deployments import Health, LedgerOvercommit, Usage

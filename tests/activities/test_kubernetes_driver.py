@@ -24,8 +24,8 @@ from contracts.cluster import ClusterConnection, ClusterTarget, connection_of
 from contracts.manifest import Toleration
 from fleet.loader import load_fleet
 from fleet.replica import ModelReplica
-from scheduler.fleet import manifest_dict, replica_manifest
-from scheduler.fleet.planning import plan_deployment
+from scheduler.deployment import manifest_dict, replica_manifest
+from scheduler.deployment.planning import plan_deployment
 from tests.kube_fake import FakeKubernetes, matches, node, node_list, validate_object
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "modelplane"

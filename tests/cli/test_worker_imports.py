@@ -40,7 +40,7 @@ CONTROL_PLANE = (
     "devstack.supervisor",
     "activities",
     "workflows",
-    "scheduler.fleet",
+    "scheduler.deployment",
     # the placement side's CEL stack and the manifest checker: about 13 MB an agent never uses
     "scheduler.cel",
     "celpy",

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from cli.plan import plan
 from fleet.deployment import GgufModel
 from fleet.gguf import GgufError, read_facts
-from scheduler.fleet.estimate import estimate
+from scheduler.deployment.estimate import estimate
 from workflows.deployment.spec import InvalidSpec, check_manifest
 
 app = typer.Typer(add_completion=False)

@@ -9,7 +9,7 @@ had from the files:
 - `model_caches`: ModelCache documents applied with the fleet (`berth apply`, `PUT /v1/fleet`), read by the
   planning activity for a deployment's `modelCacheRef`.
 - `pools.max_node_count`: an autoscaling Kubernetes pool counts maxNodeCount nodes when no status publishes a
-  count, as `berth plan` does (scheduler/fleet/planning.py); the ledger counts the same.
+  count, as `berth plan` does (scheduler/deployment/planning.py); the ledger counts the same.
 
 Revision ID: 0006
 Revises: 0005

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from contracts.fleet_plan import DeploymentStatus, DroppedReplica, DropReason
 from fleet.deployment import ScaleDownOrder
 from fleet.replica import ModelReplica, ReplicaHealth
-from scheduler.fleet.demand import Demand
-from scheduler.fleet.scale_down import scale_down
+from scheduler.deployment.demand import Demand
+from scheduler.deployment.scale_down import scale_down
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ ready replica elsewhere has taken its place."""
 from __future__ import annotations
 
 from contracts.fleet_plan import ClusterReason, DropReason
-from tests.scheduler.fleet.builders import (
+from tests.scheduler.deployment.builders import (
     classes,
     cluster,
     deployment,

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from contracts.fleet_plan import ClusterReason
 from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica
-from scheduler.fleet import tolerations
-from scheduler.fleet.demand import Demand
-from scheduler.fleet.draining import cluster_draining
-from scheduler.fleet.engines import EngineChoice, Refusal, place_engines
-from scheduler.fleet.ledger import Ledger
-from scheduler.fleet.matching import Matcher
-from scheduler.fleet.pools import Pool, gateway_address, is_ready, not_ready_message
+from scheduler.deployment import tolerations
+from scheduler.deployment.demand import Demand
+from scheduler.deployment.draining import cluster_draining
+from scheduler.deployment.engines import EngineChoice, Refusal, place_engines
+from scheduler.deployment.ledger import Ledger
+from scheduler.deployment.matching import Matcher
+from scheduler.deployment.pools import Pool, gateway_address, is_ready, not_ready_message
 
 
 @dataclass(frozen=True)

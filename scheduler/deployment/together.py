@@ -37,12 +37,12 @@ from contracts.fleet_plan import ClusterReason, DroppedReplica, DropReason, Stat
 from fleet.deployment import PlacementStrategy
 from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica, ReplicaEngine
-from scheduler.fleet.demand import Demand
-from scheduler.fleet.engines import Refusal, place_engines, strategy_key
-from scheduler.fleet.fill import Filled, NewReplica, ineligibility
-from scheduler.fleet.ledger import Ledger
-from scheduler.fleet.matching import EngineFit, Matcher
-from scheduler.fleet.pools import Pool
+from scheduler.deployment.demand import Demand
+from scheduler.deployment.engines import Refusal, place_engines, strategy_key
+from scheduler.deployment.fill import Filled, NewReplica, ineligibility
+from scheduler.deployment.ledger import Ledger
+from scheduler.deployment.matching import EngineFit, Matcher
+from scheduler.deployment.pools import Pool
 
 KAITO_DENIAL = "No suitable node group found: insufficient capacity or no matching configurations after filtering."
 

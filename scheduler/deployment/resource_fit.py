@@ -28,7 +28,7 @@ from fractions import Fraction
 from contracts.fleet_plan import FitStep
 from fleet.inference_class import ClaimKind, Device, InferenceClass
 from scheduler.cel.quantity import Quantity, QuantityError, parse_quantity
-from scheduler.fleet.demand import MemoryNeed
+from scheduler.deployment.demand import MemoryNeed
 
 DISTRIBUTED_BACKENDS = frozenset({"vllm", "sglang", "mindie"})
 MIG_ATTRIBUTE = "migProfile"  # a MIG GPU instance (`fleet/nodelist.py`): it may hold a model alone, never with others

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from contracts.fleet_plan import ClusterReason, FleetPlan
 from fleet.replica import MEMBER_GPUS_ANNOTATION, ModelReplica, stamped_member_cost
-from scheduler.fleet import manifest_dict, replica_manifest
-from tests.scheduler.fleet.builders import classes, cluster, deployment, engine, gpu, inference_class, member, plan
+from scheduler.deployment import manifest_dict, replica_manifest
+from tests.scheduler.deployment.builders import classes, cluster, deployment, engine, gpu, inference_class, member, plan
 
 H100 = inference_class("h100-8x", gpu("H100", memory="80Gi"), capabilities=["vllm", "custom"])
 MIG = inference_class(

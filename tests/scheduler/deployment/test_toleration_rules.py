@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from contracts.cluster import ClusterConnection, ClusterTarget
 from contracts.manifest import TaintEffect, Toleration
 from fleet.inference_cluster import Taint
-from scheduler.fleet.tolerations import tolerates
+from scheduler.deployment.tolerations import tolerates
 
 GPU = Taint(key="gpu", value="h200", effect=TaintEffect.NO_SCHEDULE)
 GPU_EVICT = Taint(key="gpu", value="h200", effect=TaintEffect.NO_EXECUTE)

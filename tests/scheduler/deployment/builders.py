@@ -14,7 +14,7 @@ from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica
-from scheduler.fleet import schedule_deployment
+from scheduler.deployment import schedule_deployment
 
 API = "modelplane.ai/v1alpha1"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from fleet.deployment import DeviceRequest
 from fleet.inference_class import ClaimKind, InferenceClass
-from scheduler.fleet.selectors import DeviceSelectors
+from scheduler.deployment.selectors import DeviceSelectors
 
 
 @dataclass(frozen=True)

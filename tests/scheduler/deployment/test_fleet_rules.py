@@ -8,8 +8,8 @@ import pytest
 from contracts.fleet_plan import ClusterReason, DropReason, Phase, StatusReason
 from contracts.manifest import Toleration
 from fleet.inference_cluster import Taint
-from scheduler.fleet.tolerations import tolerates
-from tests.scheduler.fleet.builders import (
+from scheduler.deployment.tolerations import tolerates
+from tests.scheduler.deployment.builders import (
     classes,
     cluster,
     deployment,

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 
 from contracts.fleet_plan import ClusterVerdict, DeploymentStatus, Phase, SelectorProblem, StatusReason
 from scheduler.cel import SelectorCompileError
-from scheduler.fleet.demand import Demand
-from scheduler.fleet.engines import Refusal
+from scheduler.deployment.demand import Demand
+from scheduler.deployment.engines import Refusal
 
 
 def deployment_status(

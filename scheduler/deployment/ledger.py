@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from fleet.deployment import PlacementStrategy
 from fleet.replica import ModelReplica, stamped_member_cost
-from scheduler.fleet.pools import Pool
+from scheduler.deployment.pools import Pool
 
 Usage = dict[int, dict[str, int]]  # node number -> device -> devices given out on that node
 

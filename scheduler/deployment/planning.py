@@ -1,7 +1,7 @@
 """The fleet scheduler's inputs read as Modelplane reads them, and its status said as Modelplane would say it.
 
 `plan_deployment` is what `berth plan` and the deployment workflow's planning activity call. It stays pure (files
-or rows in, a plan out) and wraps `scheduler.fleet.schedule_deployment` with what a Modelplane manifest means:
+or rows in, a plan out) and wraps `scheduler.deployment.schedule_deployment` with what a Modelplane manifest means:
 
 1. published devices (`status.gpuPools[].devices`) are what pools match against (`fleet/published.py`);
 2. a pool that autoscales counts `maxNodeCount` nodes, as Modelplane publishes it, when the status publishes no
@@ -23,7 +23,7 @@ from fleet.inference_cluster import InferenceCluster, PoolShape
 from fleet.model_cache import ModelCache
 from fleet.published import with_published_devices
 from fleet.replica import DEPLOYMENT_LABEL, ModelReplica
-from scheduler.fleet import schedule_deployment
+from scheduler.deployment import schedule_deployment
 
 
 def _autoscaled_counts(cluster: InferenceCluster) -> InferenceCluster:

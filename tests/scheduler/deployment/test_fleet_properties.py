@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from contracts.fleet_plan import FleetPlan
 from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica, stamped_member_cost
-from scheduler.fleet import replica_manifest
-from scheduler.fleet.pools import published_pools
-from tests.scheduler.fleet.builders import (
+from scheduler.deployment import replica_manifest
+from scheduler.deployment.pools import published_pools
+from tests.scheduler.deployment.builders import (
     classes,
     cluster,
     deployment,

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 from contracts.fleet_plan import ClusterReason
 from fleet.deployment import PlacementStrategy
-from scheduler.fleet.demand import Demand, EngineDemand
-from scheduler.fleet.ledger import Charge, Ledger
-from scheduler.fleet.matching import EngineFit, Matcher
-from scheduler.fleet.pools import Pool
+from scheduler.deployment.demand import Demand, EngineDemand
+from scheduler.deployment.ledger import Charge, Ledger
+from scheduler.deployment.matching import EngineFit, Matcher
+from scheduler.deployment.pools import Pool
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica
-from scheduler.fleet.pools import Pool
+from scheduler.deployment.pools import Pool
 
 DRAINING_ANNOTATION = "berth.dev/draining"
 DRAINING_POOLS_ANNOTATION = "berth.dev/draining-pools"

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 from contracts.fleet_plan import FitStep
 from fleet.inference_class import InferenceClass
-from scheduler.fleet.capabilities import missing_capabilities
-from scheduler.fleet.demand import EngineDemand, MemberDemand
-from scheduler.fleet.devices import Claim, match_requests
-from scheduler.fleet.ledger import GpuPods
-from scheduler.fleet.resource_fit import MemoryFit, fit_memory
-from scheduler.fleet.selectors import DeviceSelectors
+from scheduler.deployment.capabilities import missing_capabilities
+from scheduler.deployment.demand import EngineDemand, MemberDemand
+from scheduler.deployment.devices import Claim, match_requests
+from scheduler.deployment.ledger import GpuPods
+from scheduler.deployment.resource_fit import MemoryFit, fit_memory
+from scheduler.deployment.selectors import DeviceSelectors
 
 
 @dataclass(frozen=True)

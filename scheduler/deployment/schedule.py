@@ -24,19 +24,19 @@ from fleet.inference_class import InferenceClass
 from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica
 from scheduler.cel import SelectorCompileError
-from scheduler.fleet.demand import compile_demand
-from scheduler.fleet.draining import WithoutDrainingPools, split
-from scheduler.fleet.fill import Filled, fill
-from scheduler.fleet.ledger import build_ledger
-from scheduler.fleet.matching import Matcher
-from scheduler.fleet.moves import plan_moves, with_moves
-from scheduler.fleet.placements import PlacementRecords
-from scheduler.fleet.pools import SelectedPools, gateway_address
-from scheduler.fleet.retain import retain
-from scheduler.fleet.scale_down import scale_down
-from scheduler.fleet.selectors import DeviceSelectors
-from scheduler.fleet.status import deployment_status, invalid_selector_status
-from scheduler.fleet.together import fill_together
+from scheduler.deployment.demand import compile_demand
+from scheduler.deployment.draining import WithoutDrainingPools, split
+from scheduler.deployment.fill import Filled, fill
+from scheduler.deployment.ledger import build_ledger
+from scheduler.deployment.matching import Matcher
+from scheduler.deployment.moves import plan_moves, with_moves
+from scheduler.deployment.placements import PlacementRecords
+from scheduler.deployment.pools import SelectedPools, gateway_address
+from scheduler.deployment.retain import retain
+from scheduler.deployment.scale_down import scale_down
+from scheduler.deployment.selectors import DeviceSelectors
+from scheduler.deployment.status import deployment_status, invalid_selector_status
+from scheduler.deployment.together import fill_together
 
 
 def schedule_deployment(

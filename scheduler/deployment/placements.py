@@ -19,8 +19,8 @@ from contracts.fleet_plan import (
     RequestPlacement,
 )
 from fleet.replica import ModelReplica, ReplicaEngine, ReplicaMember, stamped_member_cost
-from scheduler.fleet.engines import EngineChoice
-from scheduler.fleet.fill import NewReplica
+from scheduler.deployment.engines import EngineChoice
+from scheduler.deployment.fill import NewReplica
 
 Source = TypeVar("Source")
 

@@ -9,8 +9,8 @@ import pytest
 from contracts.fleet_plan import ClusterReason, Phase
 from fleet.inference_cluster import InferenceCluster
 from fleet.nodelist import pools_from_node_list
-from scheduler.fleet import replica_manifest
-from tests.scheduler.fleet.builders import (
+from scheduler.deployment import replica_manifest
+from tests.scheduler.deployment.builders import (
     API,
     classes,
     cluster,

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from contracts.fleet_plan import DroppedReplica, DropReason
 from fleet.inference_cluster import InferenceCluster
 from fleet.replica import ModelReplica, ReplicaEngine
-from scheduler.fleet import tolerations
-from scheduler.fleet.demand import Demand
-from scheduler.fleet.matching import Matcher
-from scheduler.fleet.pools import Pool
+from scheduler.deployment import tolerations
+from scheduler.deployment.demand import Demand
+from scheduler.deployment.matching import Matcher
+from scheduler.deployment.pools import Pool
 
 
 @dataclass(frozen=True)
