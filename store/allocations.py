@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, Select, func, select, tuple_, update
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from store.models import AllocationEventRow, AllocationRow, ClaimRow, PoolRow, TenantRow
@@ -32,46 +31,6 @@ async def by_idempotency_key(session: AsyncSession, tenant: str, key: str) -> Al
     return await session.scalar(
         select(AllocationRow).where(AllocationRow.tenant == tenant, AllocationRow.idempotency_key == key)
     )
-
-
-async def record_accepted(
-    session: AsyncSession,
-    *,
-    allocation_id: str,
-    tenant: str,
-    shape: str,
-    gpu_count: int,
-    gpu_product: str | None,
-    request: dict[str, Any],
-    idempotency_key: str | None,
-    workflow_id: str,
-    requested_by: str | None = None,
-) -> str:
-    """Write the row of an allocation whose workflow Temporal has accepted, unless it is there already (the workflow
-    may have written it first); the row's state, whoever wrote it."""
-    await session.execute(
-        insert(AllocationRow)
-        .values(
-            id=allocation_id,
-            tenant=tenant,
-            state="pending",
-            shape=shape,
-            gpu_count=gpu_count,
-            gpu_product=gpu_product,
-            request=request,
-            idempotency_key=idempotency_key,
-            workflow_id=workflow_id,
-            requested_by=requested_by,
-        )
-        .on_conflict_do_nothing()  # any of its keys: the id, or the tenant's Idempotency-Key
-    )
-    if requested_by is not None:  # the workflow's first step may have written the row first: who asked is ours to say
-        await session.execute(
-            update(AllocationRow)
-            .where(AllocationRow.id == allocation_id, AllocationRow.requested_by.is_(None))
-            .values(requested_by=requested_by)
-        )
-    return await session.scalar(select(AllocationRow.state).where(AllocationRow.id == allocation_id)) or "pending"
 
 
 async def record_restarted(session: AsyncSession, allocation_id: str) -> None:

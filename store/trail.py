@@ -12,12 +12,12 @@ import json
 import uuid
 from typing import Any
 
-from sqlalchemy import delete, insert, text
+from sqlalchemy import delete, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from contracts.allocation import AuditTrail, StateChange
+from contracts.allocation import AllocationRecord, AuditTrail, StateChange
 from store.liveness import mark_down
-from store.models import AllocationEventRow
+from store.models import AllocationEventRow, AllocationRow
 
 AGENT_UNREACHABLE = "agent_unreachable"
 
@@ -84,12 +84,21 @@ async def write_trail_in(session: AsyncSession, trail: AuditTrail, retract: Stat
     parameters = _trail_parameters(trail) | {"retract": [event_key(retract)] if retract is not None else []}
     opened, mirrored = (await session.execute(_WRITE_TRAIL, parameters)).one()
     if trail.opening is not None and trail.changes and opened == 0 and mirrored == 0:
-        # The API's row (`record_accepted`) committed while this statement waited on its key: the INSERT gave
-        # way to it, but the UPDATE's snapshot, taken before, could not see it. A new statement sees it.
+        # The API's opening of the row committed while this statement waited on its key: the INSERT gave way to
+        # it, but the UPDATE's snapshot, taken before, could not see it. A new statement sees it.
         opened, mirrored = (await session.execute(_WRITE_TRAIL, parameters)).one()
     if trail.changes and opened == 0 and mirrored == 0:
         raise ValueError(f"allocation {trail.changes[-1].allocation_id} has no row; its trail must open it first")
     await _mark_unreachable_agents_down(session, trail.changes)
+
+
+async def open_row(session: AsyncSession, opening: AllocationRecord) -> str:
+    """Open the allocation's row with the statement its trail's first write runs, ahead of the workflow, so that a
+    read finds it at once (the API's create, a reservation's start): whichever of the two comes second changes
+    nothing. The row's state, whoever wrote it."""
+    await write_trail_in(session, AuditTrail(opening=opening))
+    state = await session.scalar(select(AllocationRow.state).where(AllocationRow.id == opening.allocation_id))
+    return state or "pending"
 
 
 def _trail_parameters(trail: AuditTrail) -> dict[str, Any]:

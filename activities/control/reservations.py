@@ -11,8 +11,9 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from contracts.allocation import ReservationRef, ReservationStart
-from store import allocations, queue, reservations
+from contracts.allocation import AllocationRecord, ReservationRef, ReservationStart
+from contracts.placement import CapacityShape, PlacementRequest
+from store import queue, reservations, trail
 from store.db import AsyncSession, async_sessionmaker
 
 
@@ -29,17 +30,17 @@ class ReservationActivities:
             allocation_id = row.allocation_id or f"{row.id}-a"
             await reservations.mark(session, row.id, "started", allocation_id=allocation_id)
             # The allocation's row now, as the API writes a create's: `started` names an allocation a read can find.
-            await allocations.record_accepted(
-                session,
+            request = PlacementRequest(
+                gpu_count=row.gpu_count, gpu_product=row.gpu_product, shape=CapacityShape(row.shape), tenant=row.tenant
+            )
+            opening = AllocationRecord(
                 allocation_id=allocation_id,
                 tenant=row.tenant,
-                shape=row.shape,
-                gpu_count=row.gpu_count,
-                gpu_product=row.gpu_product,
-                request={"reservation": row.id},
-                idempotency_key=None,
+                request=request,
                 workflow_id=f"allocation/{allocation_id}",
+                request_body={"reservation": row.id},
             )
+            await trail.open_row(session, opening)
             victims: list[tuple[str, float]] = []
             room = await reservations.free_slots(session, row.node_id)
             on_node = [a for a in await queue.active_allocations(session, row.region) if a.running.node == row.node_id]

@@ -61,7 +61,7 @@ from contracts.allocation import FINAL_STATES, HOLDING_STATES, PLACING_STATES, R
 from fleet.meta import Name
 from scheduler.admission.reservations import latest_end
 from store import allocations as store
-from store import reservations
+from store import reservations, trail
 from store.db import AsyncSession
 from store.decisions import lock_region
 from store.models import AllocationRow
@@ -182,43 +182,25 @@ async def create_allocation(
     allocation_id = keyed_allocation_id(tenant, idempotency_key) if idempotency_key else uuid.uuid4().hex[:16]
     tracing.tag_allocation(allocation_id)
     request = fingerprint(recorded)
-    outcome = await app.control.start(
-        _input(app, allocation_id, body, [], idempotency_key, wait, nominal_only, caller.actor), request
-    )
+    started = _input(app, allocation_id, body, [], idempotency_key, wait, nominal_only, caller.actor)
+    outcome = await app.control.start(started, request)
     if not outcome.started:  # this key's workflow already exists: an earlier request's answer was lost
         assert idempotency_key is not None  # a random id never collides
         if outcome.fingerprint and outcome.fingerprint != request:
             raise _key_reused(idempotency_key, allocation_id)
         response.status_code = 200
-    state = await _record(app, allocation_id, body, recorded, idempotency_key, caller.actor)
+    state = await _record(app, started)
     return AllocationAccepted(id=allocation_id, state=state, workflow_id=workflow_id(allocation_id))
 
 
-async def _record(
-    app: Services,
-    allocation_id: str,
-    body: AllocationCreate,
-    recorded: dict[str, object],
-    key: str | None,
-    actor: str,
-) -> str:
-    """Write the allocation's row so that reads find it at once; its state. Best effort: the workflow is already
-    running and writes the same row as its first step, so an outage here costs only that head start."""
-    assert body.tenant is not None  # the recorded body always names its tenant
+async def _record(app: Services, started: AllocationInput) -> str:
+    """Open the allocation's row so that reads find it at once; its state. The row's one writer is its trail: this
+    is the opening the workflow's first step writes (`AllocationInput.opening`), written early for a fast read,
+    and whichever comes second changes nothing. Best effort: an outage here costs only that head start."""
+    allocation_id = started.allocation_id
     try:
         async with app.sessions.begin() as session:
-            return await store.record_accepted(
-                session,
-                allocation_id=allocation_id,
-                tenant=body.tenant,
-                shape=body.shape.value,
-                gpu_count=body.gpu_count,
-                gpu_product=body.gpu_product,
-                request=recorded,
-                idempotency_key=key,
-                workflow_id=workflow_id(allocation_id),
-                requested_by=actor,
-            )
+            return await trail.open_row(session, started.opening(workflow_id(allocation_id)))
     except Exception as error:
         if not is_database_outage(error):
             raise

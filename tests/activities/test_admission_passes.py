@@ -9,12 +9,13 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, select, text
 
 from activities.control.admission import PASS_TIMES, AdmissionActivities
+from contracts.allocation import AllocationRecord
 from contracts.placement import PlacementRequest
 from fleet.loader import load_fleet
 from store import queue
-from store.allocations import record_accepted
 from store.apply import apply_fleet
 from store.decisions import lock_region
+from store.trail import open_row
 
 
 async def _waiting_for_the_lock(sessions) -> bool:  # type: ignore[no-untyped-def]
@@ -29,16 +30,9 @@ async def test_releases_while_a_pass_waits_for_the_lock_share_it(sessions, tempo
     async with sessions.begin() as session:
         await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
         request = PlacementRequest(gpu_count=1000, tenant="acme", region="us-east")  # never placed: nobody is woken
-        await record_accepted(
+        await open_row(
             session,
-            allocation_id="huge",
-            tenant="acme",
-            shape="gpu_slice",
-            gpu_count=1000,
-            gpu_product=None,
-            request={},
-            idempotency_key=None,
-            workflow_id="allocation/huge",
+            AllocationRecord(allocation_id="huge", tenant="acme", request=request, workflow_id="allocation/huge"),
         )
         await session.execute(text("UPDATE allocations SET state = 'queued' WHERE id = 'huge'"))
         await queue.enter(

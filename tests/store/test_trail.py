@@ -1,4 +1,4 @@
-"""The allocation's first trail write against the API's own write of the same row (`record_accepted`), both real
+"""The allocation's first trail write against the API's own opening of the same row (`open_row`), both real
 PostgreSQL transactions: whichever commits first, the row ends at the workflow's newest state."""
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from sqlalchemy import select, text
 from contracts.allocation import AllocationRecord, AuditTrail, StateChange
 from contracts.placement import PlacementRequest
 from fleet.loader import load_fleet
-from store.allocations import record_accepted
 from store.apply import apply_fleet
 from store.models import AllocationEventRow, AllocationRow
-from store.trail import write_trail
+from store.trail import open_row, write_trail
 
 
 def _first_trail(allocation_id: str) -> AuditTrail:
@@ -39,17 +38,9 @@ async def test_the_first_trail_waiting_on_the_apis_uncommitted_row_mirrors_onto_
         await apply_fleet(session, load_fleet([examples_dir / "fleet.yaml"]))
     async with sessions() as api:
         async with api.begin():
-            await record_accepted(
-                api,
-                allocation_id="a1",
-                tenant="acme",
-                shape="gpu_slice",
-                gpu_count=1,
-                gpu_product=None,
-                request={},
-                idempotency_key=None,
-                workflow_id="w",
-            )
+            opening = _first_trail("a1").opening
+            assert opening is not None
+            await open_row(api, opening)
             workflow_write = asyncio.create_task(write_trail(sessions, _first_trail("a1")))
             await _blocked_on_a_lock(sessions)  # the workflow's statement waits on the API's uncommitted key
             assert not workflow_write.done()

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PositiveFloat, model_validator
 
+from contracts.allocation import AllocationRecord
 from contracts.placement import Bundle, PlacementRequest
 from contracts.task_queues import Queues
 
@@ -92,6 +93,20 @@ class AllocationInput(BaseModel):
     held: Held | None = Field(default=None, description="A hold run's start: the active allocation it holds.")
     queue: QueueWait | None = Field(default=None, description="Wait for capacity instead of failing.")
     lease: Lease | None = Field(default=None, description="An end for the allocation; None: no end.")
+
+    def opening(self, workflow_id: str) -> AllocationRecord:
+        """The allocation's row as its trail opens it: the workflow's first step writes it, and the API writes the
+        same record a moment earlier (`store.trail.write_trail`, which makes a second write change nothing), so a
+        read right after the create finds it."""
+        return AllocationRecord(
+            allocation_id=self.allocation_id,
+            tenant=self.tenant,
+            request=self.request,
+            workflow_id=workflow_id,
+            request_body=self.request_body,
+            idempotency_key=self.idempotency_key,
+            requested_by=self.actor,
+        )
 
 
 class Lease(BaseModel):

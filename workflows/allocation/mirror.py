@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import steps
-    from contracts.allocation import FINAL_STATES, AllocationRecord, AuditTrail, StateChange
+    from contracts.allocation import FINAL_STATES, AuditTrail, StateChange
     from workflows import control_calls
     from workflows import search_attributes as sa
     from workflows.allocation.failures import as_activity_error
@@ -151,17 +151,7 @@ class Mirror:
 
     def open(self) -> None:
         """Start the trail with the allocation's row, written with the first step."""
-        input = self.state.input
-        opening = AllocationRecord(
-            allocation_id=input.allocation_id,
-            tenant=input.tenant,
-            request=input.request,
-            workflow_id=workflow.info().workflow_id,
-            request_body=input.request_body,
-            idempotency_key=input.idempotency_key,
-            requested_by=input.actor,
-        )
-        self.trail = AuditTrail(opening=opening)
+        self.trail = AuditTrail(opening=self.state.input.opening(workflow.info().workflow_id))
 
     async def control_step(
         self, step: Callable[[Any], Awaitable[R]], argument: BaseModel, deadline: timedelta | None
