@@ -91,7 +91,10 @@ def _libvirtd_pid() -> int | None:
 def _ours_to_restart() -> bool:
     """Only a libvirtd that scripts/test-prerequisites.sh started is this test's to stop and start again."""
     try:
-        return int(Path("/run/berth-test-libvirtd.pid").read_text()) == _libvirtd_pid()
+        pid = _libvirtd_pid()
+        recorded = int(Path("/run/berth-test-libvirtd.pid").read_text())
+        # /run can outlive its processes (a machine restored from a snapshot): the pid must still be libvirtd's.
+        return recorded == pid and Path(f"/proc/{pid}/comm").read_text().strip() == "libvirtd"
     except (OSError, ValueError):
         return False
 
