@@ -29,3 +29,7 @@ KINDS: dict[str, type[BaseModel]] = {
     "ModelService": ModelService,
     "SlotState": SlotStateDocument,
 }
+
+# What a ModelDeployment's placement reads (NodePool: a pool of an InferenceCluster, as an apply reports it): a
+# change to one of these makes running deployments re-plan at once rather than at their resync.
+PLACEMENT_INPUTS = frozenset({"InferenceCluster", "NodePool", "InferenceClass", "ModelCache"})

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from contracts.cluster import connection_of
 from fleet.fleet import Fleet
 from fleet.inference_cluster import PoolShape
+from fleet.kinds import PLACEMENT_INPUTS
 from store.db import among
 from store.models import (
     AllocationRow,
@@ -73,10 +74,6 @@ class ApplyResult(BaseModel):
         """Whether something a deployment's placement reads changed: running deployments then re-plan at once, not
         at their resync. The one rule for `PUT /v1/fleet` and `berth apply` alike."""
         return any(c.kind in PLACEMENT_INPUTS and c.action not in ("kept", "carried") for c in self.changes)
-
-
-# What a deployment's placement reads.
-PLACEMENT_INPUTS = ("InferenceCluster", "NodePool", "InferenceClass", "ModelCache")
 
 
 class ApplyRefused(Exception):
