@@ -47,6 +47,8 @@ class TemporalTimeouts(BaseModel):
 _ANSWER_LOST = frozenset(
     {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED, RPCStatusCode.UNKNOWN}
 )
+# Statuses with which a reachable but loaded server drops a call; UNAVAILABLE (nothing listening) is not one.
+_DROPPED = frozenset({RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED})
 
 
 class StartResult(BaseModel):
@@ -141,7 +143,9 @@ class ControlPlane:
 
     async def control_workers(self) -> int:
         """How many control workers have polled the control queue lately. A positive answer is cached briefly; a
-        zero is not, so a worker that has just started is seen at once."""
+        zero is not, so a worker that has just started is seen at once. When the server drops the describe call itself
+        (a loaded server answers "operation was canceled"), a worker seen within the poller freshness window still
+        counts: the server's own answer would have counted a poll that old too."""
         now = time.monotonic()
         if self._workers_seen is not None and now - self._workers_seen[0] < self.timeouts.worker_cache_seconds:
             return self._workers_seen[1]
@@ -156,6 +160,9 @@ class ControlPlane:
                 request, timeout=timedelta(seconds=self.timeouts.worker_check_seconds)
             )
         except RPCError as error:
+            seen = self._workers_seen
+            if error.status in _DROPPED and seen is not None and now - seen[0] < self.timeouts.poller_fresh_seconds:
+                return seen[1]
             raise unavailable("temporal_unavailable", f"Temporal is unreachable: {error.message}") from error
         oldest = datetime.now(UTC) - timedelta(seconds=self.timeouts.poller_fresh_seconds)
         count = sum(1 for p in response.pollers if p.last_access_time.ToDatetime(tzinfo=UTC) >= oldest)

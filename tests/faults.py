@@ -3,7 +3,9 @@
 PostgreSQL and the Temporal server are real and shared by the whole test session, so a test cannot kill them. It
 can put this proxy between one client (an engine, a Temporal client) and the server and cut it: every open
 connection is reset and new ones are refused, which is what a client sees when the server dies or the network
-partitions (ECONNRESET mid-statement, then ECONNREFUSED), nothing simulated on the client's side.
+partitions (ECONNRESET mid-statement, then ECONNREFUSED), nothing simulated on the client's side. It can also
+`stall`: connections stay open and nothing passes, which is what a client sees of a server too loaded to answer
+(its own deadline fires, as gRPC's DEADLINE_EXCEEDED).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
         self.port = 0
 
     @property
@@ -48,6 +52,13 @@ class TcpProxy:
         if self._server is None:
             await self._listen()
 
+    def stall(self) -> None:
+        """Hold every byte, both ways, until `flow`; connections stay open."""
+        self._flowing.clear()
+
+    def flow(self) -> None:
+        self._flowing.set()
+
     async def stop(self) -> None:
         await self.cut()
         for task in list(self._tasks):
@@ -74,9 +85,9 @@ class TcpProxy:
             self._writers.discard(writer)
             writer.transport.abort()
 
-    @staticmethod
-    async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
             while data := await reader.read(65536):
+                await self._flowing.wait()
                 writer.write(data)
                 await writer.drain()

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from api.app import create_app
+from api.errors import ApiError
 from api.temporal import TemporalTimeouts
 from config.settings import Settings
 from contracts.allocation import FINAL_STATES
@@ -77,10 +78,20 @@ def app_for(
 
 
 async def control_worker_seen(app: FastAPI, timeout: float = 10) -> None:
-    """A worker that has just started takes a moment to poll; the API refuses to act until it has."""
+    """A worker that has just started takes a moment to poll; the API refuses to act until it has. A loaded Temporal
+    dev server may also drop one describe call ("operation was canceled", a 503 the API's clients retry): that too
+    is "not yet", until the deadline."""
     deadline = asyncio.get_running_loop().time() + timeout
-    while await app.state.services.control.control_workers() == 0:
-        assert asyncio.get_running_loop().time() < deadline, "the lab's control worker never polled"
+    while True:
+        try:
+            if await app.state.services.control.control_workers() > 0:
+                return
+            why = "the lab's control worker never polled"
+        except ApiError as error:
+            if error.status != 503:
+                raise
+            why = f"Temporal never answered whether the control worker polls: {error.message}"
+        assert asyncio.get_running_loop().time() < deadline, why
         await asyncio.sleep(0.05)
 
 

@@ -30,7 +30,7 @@ from store.db import create_engine, session_factory
 from store.models import AllocationRow
 from store.outage import is_database_outage
 from store.tokens import create_token, ensure_tenant_tokens
-from tests.api.stack import api_fleet, app_for, bearer, control_worker_seen, http_client
+from tests.api.stack import FAST_CALLS, api_fleet, app_for, bearer, control_worker_seen, http_client
 from tests.faults import TcpProxy
 from tests.workflows.lab import Lab, running_lab
 from workflows.allocation.client import workflow_id
@@ -47,6 +47,7 @@ class Faulty:
     temporal_client: Client  # direct, not through the proxy
     acme: dict[str, str]
     admin: dict[str, str]
+    proxied_client: Client  # the API's, through the Temporal proxy
 
     async def rows(self, **where: Any) -> list[AllocationRow]:
         async with self.lab.sessions() as session:
@@ -83,7 +84,9 @@ async def faulty(
             app = app_for(session_factory(engine), proxied_client, lab.queues)
             await control_worker_seen(app)
             async with http_client(app) as http:
-                yield Faulty(http, lab, database, temporal, temporal_client, bearer(tokens["acme"]), bearer(admin))
+                yield Faulty(
+                    http, lab, database, temporal, temporal_client, bearer(tokens["acme"]), bearer(admin), proxied_client
+                )
     finally:
         await engine.dispose()
         await database.stop()
@@ -192,6 +195,38 @@ async def test_temporal_down_is_temporal_unavailable_not_no_control_worker(fault
     assert retried.status_code in (200, 202), retried.text
     await faulty.wait_for(retried.json()["id"], "active")
     assert len(await faulty.rows(tenant="acme")) == 1
+
+
+def _control_workers(metrics: httpx.Response) -> float:
+    assert metrics.status_code == 200, metrics.text
+    line = next(line for line in metrics.text.splitlines() if line.startswith("berth_control_workers "))
+    return float(line.split()[1])
+
+
+async def test_a_temporal_too_loaded_to_answer_does_not_hide_a_worker_it_just_reported(faulty: Faulty) -> None:
+    """A loaded server may drop the worker check (its deadline passes, or it answers "operation was canceled"); a
+    worker it reported within the poller freshness window still counts, as the server's own answer would count it.
+    Nothing listening at all is still "Temporal does not answer" (-1)."""
+    assert _control_workers(await faulty.http.get("/metrics", headers=faulty.admin)) == 1
+    await asyncio.sleep(FAST_CALLS.worker_cache_seconds)  # the next check asks the server again
+    faulty.temporal.stall()
+    try:
+        assert _control_workers(await faulty.http.get("/metrics", headers=faulty.admin)) == 1
+    finally:
+        faulty.temporal.flow()
+    never_saw_one = app_for(faulty.lab.sessions, faulty.proxied_client, faulty.lab.queues)
+    faulty.temporal.stall()
+    try:
+        async with http_client(never_saw_one) as http:
+            assert _control_workers(await http.get("/metrics", headers=faulty.admin)) == -1
+    finally:
+        faulty.temporal.flow()
+    await faulty.temporal.cut()
+    try:
+        await asyncio.sleep(FAST_CALLS.worker_cache_seconds)
+        assert _control_workers(await faulty.http.get("/metrics", headers=faulty.admin)) == -1
+    finally:
+        await faulty.temporal.restore()
 
 
 def test_outages_are_told_apart_from_bugs() -> None:
