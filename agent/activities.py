@@ -35,12 +35,12 @@ from contracts.allocation import (
 from contracts.audit import HostState, LeaseFact, VmFact, WipeRequest, WipeResult
 from contracts.failures import IMAGE_NOT_FOUND, LEASE_LOST, SLOT_IN_USE, VM_CREATE_FAILED, WIPE_FAILED
 from contracts.placement import PlanRequest
-from fleet.vocabulary import NodeStatus
+from contracts.vocabulary import NodeStatus, SlotState
 from scheduler.host.checks import NodeValidation, ValidationState
 from scheduler.host.inventory import HostInventory
 from scheduler.host.validate import validate_slots
 from scheduler.placement.bundles import plan_bundles
-from scheduler.views import NodeView, SlotState, slot_view
+from scheduler.views import NodeView, slot_view
 
 
 class NodeAgent:

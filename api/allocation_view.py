@@ -15,10 +15,10 @@ from contextlib import asynccontextmanager
 
 from api import queue_view
 from api.errors import not_found
-from api.models import AllocationDetail, AllocationSummary, AttemptView, EventView
 from api.services import Services
 from api.temporal import OutcomeUnknown
 from contracts.allocation import FINAL_STATES
+from contracts.http import AllocationDetail, AllocationSummary, AttemptView, EventView
 from contracts.placement import Bundle
 from store import allocations as store
 from store import trail

@@ -21,10 +21,10 @@ from __future__ import annotations
 import asyncio
 
 from api.errors import ApiError
-from api.models import AllocationCreate
-from contracts.placement import PlacementRequest
+from contracts.http import AllocationCreate
+from contracts.placement import PlacementRequest, PlacementResult
 from scheduler.cel import SelectorCostExceeded
-from scheduler.placement.schedule import PlacementResult, schedule
+from scheduler.placement.schedule import schedule
 from scheduler.snapshot import Snapshot
 
 CODE = SelectorCostExceeded.code

@@ -28,7 +28,7 @@ import dataclasses
 from collections import defaultdict
 
 from api.errors import ApiError
-from api.models import AllocationCreate
+from contracts.http import AllocationCreate
 from contracts.placement import PlacementRequest
 from scheduler.placement.region import quota_refusal
 from scheduler.quota import accounts as quota

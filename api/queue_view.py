@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from api.errors import ApiError
-from api.models import QueueItem, QueueList, QueuePlace, RegionQueue
 from api.request_checks import fleet_for, unknown_name
+from contracts.http import QueueItem, QueueList, QueuePlace, RegionQueue
 from contracts.placement import PlacementRequest
 from scheduler.admission.admit import Standing, ordered
 from scheduler.admission.shares import usage_by_product

@@ -14,8 +14,8 @@ Whether a request that waits still gets the create's quota check is api/feasibil
 from __future__ import annotations
 
 from api.errors import ApiError
-from api.models import AllocationCreate
-from fleet.deadlines import format_duration
+from contracts.durations import format_duration
+from contracts.http import AllocationCreate
 from fleet.tenant import DEFAULT_MAX_QUEUE_SECONDS
 from store import queue
 from store.db import AsyncSession

@@ -1,6 +1,6 @@
 """The allocation request's checks against what exists, made before anything is created or explained.
 
-Schema validation (api/models.py) cannot know the fleet: a region, product or node name is well formed whether or not
+Schema validation (contracts/http.py) cannot know the fleet: a region, product or node name is well formed whether or not
 it exists. Without these checks an unknown region was accepted (202) and the workflow failed later, leaving a failed
 allocation behind for a typo. Here, on the create hot path:
 
@@ -27,8 +27,8 @@ from datetime import UTC, datetime
 
 from api.cel_budget import too_costly, too_long
 from api.errors import ApiError
-from api.models import AllocationCreate
 from contracts.allocation import cloud_config_problem
+from contracts.http import AllocationCreate
 from contracts.placement import CapacityShape
 from scheduler.cel import REQUEST_BUDGET, SelectorCompileError, SelectorCostExceeded, admit_selector
 from scheduler.placement.tenant_scope import usable_regions

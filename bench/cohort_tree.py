@@ -95,9 +95,9 @@ def measure(shape: str, requests: int, tenants: int, nodes: int, repeat: int) ->
 
 
 def _measure(shape: str, requests: int, tenants: int, nodes: int, repeat: int, reclaim: bool) -> dict[str, float]:
+    from contracts.vocabulary import QueueingStrategy
     from fleet.loader import parse_fleet
     from fleet.slot_state import SlotStateDocument
-    from fleet.vocabulary import QueueingStrategy
     from scheduler.from_fleet import snapshot_from_fleet
 
     PlacementRequest = _found("PlacementRequest", *REQUEST)

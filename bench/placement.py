@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 from bench.stats import timed_ms
 from contracts.placement import PlacementRequest
-from fleet.inference_cluster import PoolShape
-from fleet.node import FabricClaimMode, NodeStatus
+from contracts.vocabulary import NodeStatus, PoolShape, SlotState
+from fleet.node import FabricClaimMode
 from fleet.region import RegionStatus
 from scheduler import cel
 from scheduler.placement.schedule import schedule
 from scheduler.snapshot import Snapshot
-from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView
+from scheduler.views import NodeView, PoolView, RegionView, SlotView, TenantView
 
 SIZES = (100, 1_000, 10_000, 50_000)
 NODES_PER_POOL = 250

@@ -42,8 +42,8 @@ from bench.cohort_tree import fleet_yaml, queued_requests
 from bench.database import embedded_database
 from contracts.allocation import ClaimInput
 from contracts.placement import Bundle
+from contracts.vocabulary import QueueingStrategy
 from fleet.loader import parse_fleet
-from fleet.vocabulary import QueueingStrategy
 from scheduler.admission.admit import admission_pass
 from scheduler.from_fleet import snapshot_from_fleet
 from scheduler.snapshot import Snapshot

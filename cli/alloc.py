@@ -16,7 +16,6 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from api.models import AllocationAccepted, AllocationDetail, AllocationList, AllocationSummary
 from cli import queue as queue_view
 from cli import values
 from cli.client import ApiOption, BerthClient, TenantOption, TokenOption, acting_tenant, api_client, segment
@@ -24,6 +23,7 @@ from cli.output import Column, OutputFormat, OutputOption, console, fail, is_dat
 from config.context import discovered_context
 from config.settings import Settings
 from contracts.allocation import FINAL_STATES
+from contracts.http import AllocationAccepted, AllocationDetail, AllocationList, AllocationSummary
 from contracts.placement import CapacityShape
 
 app = typer.Typer(help="Request, follow and give back GPU allocations.", no_args_is_help=True, add_completion=False)

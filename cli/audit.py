@@ -13,10 +13,10 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from api.routes.audit import AuditView
 from cli.client import ApiOption, TokenOption, api_client
 from cli.output import Column, OutputFormat, OutputOption, console, fail, is_data, print_data, styled, table
 from contracts.audit import AuditReport
+from contracts.http import AuditView
 
 REPAIR_STYLES = {"done": "green", "skipped": "yellow", "failed": "red"}
 

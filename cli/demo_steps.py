@@ -21,12 +21,12 @@ import httpx
 from rich.console import Console
 from rich.text import Text
 
-from api.models import UsageReport
 from cli.output import styled
 from cli.placement import render_capacity  # the same table `berth capacity` prints
 from cli.usage import render as render_usage  # the same table `berth usage` prints
 from config.context import StackContext
-from scheduler.placement.capacity import PoolCapacity
+from contracts.http import UsageReport
+from contracts.placement import PoolCapacity
 
 FINAL = ("active", "failed", "cancelled", "released", "expired", "preempted")
 

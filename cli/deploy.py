@@ -20,10 +20,10 @@ import yaml
 from rich.table import Table
 from rich.text import Text
 
-from api.deployment_models import DeploymentAccepted, DeploymentList, DeploymentView
 from cli import values
 from cli.client import ApiOption, BerthClient, TokenOption, api_client, segment
 from cli.output import Column, OutputFormat, OutputOption, console, fail, is_data, print_data, styled, table
+from contracts.http import DeploymentAccepted, DeploymentList, DeploymentView
 from contracts.manifest import DEFAULT_NAMESPACE
 from workflows.deployment.messages import qualified_name
 

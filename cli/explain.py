@@ -15,12 +15,12 @@ import typer
 from pydantic import ValidationError
 
 from cli.output import Column, OutputFormat, fail, is_data, make_console, output_option, print_data, styled, table
-from contracts.placement import CapacityShape, PlacementRequest
+from contracts.placement import CapacityShape, PlacementRequest, PlacementResult
 from fleet.errors import FleetError
 from fleet.loader import load_fleet
 from scheduler.cel import SelectorError
 from scheduler.from_fleet import snapshot_from_fleet
-from scheduler.placement.schedule import PlacementResult, schedule
+from scheduler.placement.schedule import schedule
 from scheduler.reasons import phrase
 
 

@@ -15,10 +15,10 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from api.models import NodeInfo, NodeList, NodeState
 from cli.client import ApiOption, TokenOption, api_client, segment
 from cli.discover import discover
 from cli.output import Column, OutputFormat, OutputOption, console, is_data, print_data, styled, table
+from contracts.http import NodeInfo, NodeList, NodeState
 
 app = typer.Typer(help="GPU hosts (admin token).", no_args_is_help=True, add_completion=False)
 

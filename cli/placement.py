@@ -12,16 +12,15 @@ from typing import Annotated
 
 import typer
 
-from api.models import CapacityReport
 from cli import explain as offline
 from cli import values
 from cli.alloc import ClusterSelectorOption, GpuOption, NodeOption, SelectorOption, key_values, placement_fields
 from cli.client import ApiOption, TenantOption, TokenOption, api_client
 from cli.output import Column, OutputFormat, OutputOption, console, is_data, print_data, table
-from contracts.placement import CapacityShape
-from fleet.inference_cluster import PoolShape
-from scheduler.placement.capacity import SLICE_SIZES, PoolCapacity
-from scheduler.placement.schedule import PlacementResult
+from contracts.http import CapacityReport
+from contracts.placement import CapacityShape, PlacementResult, PoolCapacity
+from contracts.vocabulary import PoolShape
+from scheduler.placement.capacity import SLICE_SIZES
 
 
 def explain(

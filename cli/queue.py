@@ -14,9 +14,9 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from api.models import QueueItem, QueueList, QueuePlace, RegionQueue
 from cli.client import ApiOption, TenantOption, TokenOption, api_client
 from cli.output import Column, OutputFormat, OutputOption, console, is_data, print_data, styled, table
+from contracts.http import QueueItem, QueueList, QueuePlace, RegionQueue
 
 
 def waited(seconds: float) -> str:

@@ -18,10 +18,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from api.models import UsageReport
 from cli import values
 from cli.client import ApiOption, TenantOption, TokenOption, api_client
 from cli.output import Column, console, fail, is_data, output_option, print_data, styled, table
+from contracts.http import UsageReport
 from contracts.usage import BUCKETS, GROUPINGS, parse_grouping
 
 COLUMNS = ("gpu_hours", "allocations", "peak_gpus", "share_of_fleet", "reserved_gpu_hours", "node_hours")

@@ -1,7 +1,7 @@
 """Durations and times as a person types them on the command line, read the same way by every flag and refused
 before anything is sent, with the flag's name and what would have been taken.
 
-A duration needs its unit (`fleet.deadlines.typed_duration`, the API's own parser): `--duration 5` is refused
+A duration needs its unit (`contracts.durations.typed_duration`, the API's own parser): `--duration 5` is refused
 rather than read as five seconds. A time is ISO 8601, or relative to now as `date -d` users write it:
 
     2026-12-01T09:00:00Z, 2026-12-01 09:00+02:00    ISO 8601; without an offset UTC, a date alone its midnight UTC
@@ -19,7 +19,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from cli.output import fail
-from fleet.deadlines import DURATION_FORMS, typed_duration
+from contracts.durations import DURATION_FORMS, typed_duration
 
 TIME_FORMS = (
     "an ISO 8601 time (2026-12-01T09:00:00Z, 2026-12-01 09:00+02:00; UTC without an offset, a date alone its "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PositiveFloat, model_validator
 
 from contracts.explanation import Explanation
 from contracts.placement import Bundle, Candidate, CapacityShape, NumaPolicy, PlacementRequest
@@ -413,3 +413,18 @@ class AdmitInput(Model):
 class AdmitResult(Model):
     woken: list[str] = Field(default_factory=list)  # allocations woken to place themselves
     waiting: int = 0
+
+
+class Lease(BaseModel):
+    """When an allocation ends by itself: `duration_seconds` after it becomes active, or at `ends_at`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    duration_seconds: PositiveFloat | None = None
+    ends_at: AwareDatetime | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Lease:
+        if (self.duration_seconds is None) == (self.ends_at is None):
+            raise ValueError("a lease gives exactly one of duration_seconds and ends_at")
+        return self

@@ -90,3 +90,21 @@ class WaitWorkloadInput(Model):
     name: str
     window_seconds: float = 5.0
     poll_seconds: float = 0.5
+
+
+class ReplicaSummary(BaseModel):
+    name: str
+    cluster: str
+    index: int
+    phase: str
+    pools: dict[str, str]  # engine -> pool
+    nodes: int
+    gateway_address: str | None = None
+    workflow_id: str
+    reason: str | None = None
+
+
+class ClusterNote(BaseModel):
+    cluster: str
+    reason: str
+    message: str

@@ -9,13 +9,19 @@ so a toleration a ModelDeployment writes is the one the driver puts on a pod.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 DEFAULT_NAMESPACE = "default"
+
+# A DNS-1123 label-ish name: what Kubernetes would accept as an object name, and safe in a Temporal task queue.
+Name = Annotated[
+    str,
+    StringConstraints(pattern=r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?$"),
+]
 
 MANIFEST_RULE = "manifest_rule"
 

@@ -9,12 +9,15 @@ not know quota, tenant policy or other regions, so it is not given them. The sch
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
+from contracts.explanation import Explanation, Refusal
 from contracts.pci import normalise_pci
+from contracts.vocabulary import PoolShape, SlotState
 
 # A GPU's PCI address as the host's slots name it: `00000000:1B:00.0` (nvidia-smi) is `0000:1b:00.0`.
 PciAddress = Annotated[str, AfterValidator(normalise_pci)]
@@ -169,3 +172,112 @@ class Bundle(BaseModel):
     memory_mib: int
     mac_address: str | None
     private_ip: str | None
+
+
+class PoolCapacity(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    pool: str  # cluster/pool
+    cluster: str
+    region: str
+    shape: PoolShape
+    gpu_product: str | None
+    nodes: int
+    ready_nodes: int  # READY, with a live node agent
+    agents_down: int  # nodes whose agent is not live (counted in `nodes`, never in `ready_nodes`)
+    cooling_off: int = 0  # ready nodes the breaker leaves out after repeated failed attempts (no slices counted)
+    gpus: int  # slots the fleet declares, whatever the hosts say
+    validated_gpus: int  # slots whose GPU the node agents validated on the host (raw GPUs that really exist)
+    compatible_gpus: int  # slots that are slice bundles: approved, own VF, validated (node-scheduler capacity)
+    raw_free_gpus: int  # validated slots no one holds on ready nodes, compatible or not
+    degraded_gpus: int = 0  # slots whose GPU its agent judged degraded or could not read: no new work
+    failed_gpus: int = 0  # slots whose GPU failed, until repaired
+    slices: dict[int, int]  # GPUs per slice -> slice allocations of that size that would fit now
+    baremetal_nodes: int  # whole hosts a bare-metal request could take now
+
+
+class BundlePlan(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    capacity_shape: CapacityShape
+    gpu_count: int
+    bundles: list[Bundle]
+
+    @property
+    def slot_ids(self) -> list[SlotId]:
+        return [bundle.slot_id for bundle in self.bundles]
+
+
+class HeldSlot(BaseModel):
+    """A slot of a node and the allocation that claims or leases it (or whose failure left it quarantined).
+
+    The scheduler's text (refusals, summaries, per-item detail) says only that a slot is claimed, leased or
+    quarantined: that text reaches tenants, in explain and in their own allocations' failure reasons, and a tenant
+    may not learn another tenant's allocation ids. Who holds what is this structured list instead, which a caller
+    shows to whom it may (the API: to admins, next to explain's answer)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    slot_id: str  # as the bundle level's per-item detail names the slot
+    slot_index: int
+    gpu_pci: str
+    state: SlotState
+    allocation: str
+
+
+class PlacementResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    placed: bool
+    region: str | None
+    candidates: list[Candidate]  # chosen node first, then alternates
+    plan: BundlePlan | None  # what the chosen node's scheduler would plan, given the snapshot's view of it
+    refusal: Refusal | None
+    explanation: Explanation
+    # Who holds the held slots of the pinned and the chosen nodes. Never set by `schedule`: its text and this result
+    # reach tenants, who may not learn others' allocation ids; the API adds it for admins (api/routes/placement.py).
+    holders: list[HeldSlot] | None = None
+    # A dry run of preemption: what a queued request of this priority would displace to be placed; the
+    # API adds it to a refusal for capacity or quota (api/routes/placement.py). None: nothing would be.
+    preemption: PreemptionPreview | None = None
+
+    @property
+    def chosen(self) -> Candidate | None:
+        return self.candidates[0] if self.candidates else None
+
+
+class PreemptionVictim(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    allocation_id: str | None  # shown to admins and to its own tenant only
+    node: str
+    gpus: int
+    priority: int
+    rule: str
+
+
+class PreemptionPreview(BaseModel):
+    """What a preemption would take: `case` quota or capacity, the node it would free (capacity), the victims."""
+
+    model_config = ConfigDict(frozen=True)
+
+    case: str
+    node: str | None
+    victims: list[PreemptionVictim]
+
+
+@dataclass(frozen=True)
+class PoolAt:
+    """A pool's GPUs at one instant: held by running allocations that still hold them then, promised to reservations
+    whose window covers it, and free (in all, and the most on one node: the largest request it could take)."""
+
+    pool: str
+    region: str
+    gpu_product: str | None
+    gpus: int
+    held: int
+    reserved: int
+    free: int
+    largest_free: int

@@ -34,10 +34,10 @@ from typing import Literal
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, ValidationInfo, field_validator, model_validator
 
 from contracts.manifest import Spec
+from contracts.vocabulary import DEFAULT_FAIR_SHARING_STRATEGIES, CohortQuotaMode, FairSharingStrategy
 from fleet.deadlines import Duration
 from fleet.meta import Name, ObjectMeta
 from fleet.tenant import FlavorQuota, _within
-from fleet.vocabulary import DEFAULT_FAIR_SHARING_STRATEGIES, CohortQuotaMode, FairSharingStrategy
 
 # The strategy lists Kueue's configuration accepts (its validation of `fairSharing.preemptionStrategies`).
 VALID_STRATEGY_LISTS = (

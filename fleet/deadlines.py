@@ -22,31 +22,11 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
+from contracts.durations import NUMBER, typed_duration
 from contracts.manifest import Spec
 
 # The states an allocation can sit in before it is active, then `releasing`; `placing` covers `pending`.
 DEADLINE_STATES = ("placing", "planning", "claiming", "provisioning", "waiting_ready", "releasing")
-
-_NUMBER = r"[0-9]+(?:\.[0-9]+)?"  # ASCII digits only: `\d` would take other scripts' digits too
-_PART = re.compile(f"({_NUMBER})(ms|h|m|s)")
-_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-# What `typed_duration` accepts, exactly: `0`, or numbers each with its unit. The API publishes it as the fields'
-# JSON Schema pattern, so what the schema calls well formed and what the parser takes are the same strings.
-DURATION_PATTERN = f"^(0|({_NUMBER}(h|m|s|ms))+)$"
-DURATION_FORMS = "a number and its unit (h, m, s or ms), parts added: 90s, 15m, 2h, 1h30m; 0 needs none"
-
-
-def typed_duration(text: str) -> float:
-    """A duration a person typed, in seconds: `"1h30m"` -> 5400.0. A bare number other than 0 is refused with the
-    forms that would be taken; so is anything else that is not a duration."""
-    if text == "0":
-        return 0.0
-    if re.fullmatch(DURATION_PATTERN, text):
-        return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _PART.findall(text))
-    if re.fullmatch(_NUMBER, text.strip()):
-        n = text.strip()
-        raise ValueError(f"{text!r} has no unit: write {n}s, {n}m or {n}h (a duration is {DURATION_FORMS})")
-    raise ValueError(f"{text!r} is not a duration: write {DURATION_FORMS}")
 
 
 def parse_duration(value: object) -> object:
@@ -56,27 +36,13 @@ def parse_duration(value: object) -> object:
         raise ValueError(f"{str(value).lower()} is not a duration (for example 90s, 15m or 1h30m)")
     if isinstance(value, str):
         text = value.strip()
-        if re.fullmatch(_NUMBER, text):
+        if re.fullmatch(NUMBER, text):
             return float(text)
         try:
             return typed_duration(text)
         except ValueError:
             raise ValueError(f"{value!r} is not a duration (for example 90s, 15m or 1h30m)") from None
     return value
-
-
-def format_duration(seconds: float) -> str:
-    """Go's `time.Duration` text, which operators already read in Kubernetes and Temporal: 900 -> "15m0s"."""
-    if seconds < 1:
-        return f"{seconds * 1000:g}ms"
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    text = f"{secs:.3f}".rstrip("0").rstrip(".") + "s"
-    if hours:
-        return f"{int(hours)}h{int(minutes)}m{text}"
-    if minutes:
-        return f"{int(minutes)}m{text}"
-    return text
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]

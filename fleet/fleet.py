@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from contracts.vocabulary import PoolShape
 from fleet.cohort import Cohort
 from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
-from fleet.inference_cluster import InferenceCluster, NodePool, PoolShape
+from fleet.inference_cluster import InferenceCluster, NodePool
 from fleet.model_cache import ModelCache
 from fleet.model_service import ModelService
 from fleet.node import Node

@@ -15,12 +15,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from contracts.manifest import Spec, TaintEffect
+from contracts.vocabulary import PoolShape
 from fleet.deadlines import Duration, PoolDeadlines
 from fleet.inference_class import Device
 from fleet.meta import Carried, Name, ObjectMeta, PoolName
 from fleet.node import Node, NodeTemplate
 from fleet.openapi import check_block
-from fleet.vocabulary import PoolShape
 
 
 class GpuFailurePolicy(StrEnum):

@@ -11,15 +11,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from contracts.manifest import DEFAULT_NAMESPACE
+from contracts.manifest import DEFAULT_NAMESPACE, Name
 
 API_VERSIONS: tuple[str, ...] = ("berth.dev/v1alpha1", "modelplane.ai/v1alpha1")
-
-# A DNS-1123 label-ish name: what Kubernetes would accept as an object name, and safe in a Temporal task queue.
-Name = Annotated[
-    str,
-    StringConstraints(pattern=r"^[a-z0-9]([a-z0-9.\-]{0,251}[a-z0-9])?$"),
-]
 
 # A node pool's name, as Modelplane's InferenceCluster XRD allows it: any string of 1 to 40 characters. It is never
 # an object name, a task queue or a path segment in Berth; it is a PostgreSQL column (253 characters) and the value

@@ -13,8 +13,8 @@ from ipaddress import IPv4Address
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt, field_validator
 
 from contracts.manifest import Spec
+from contracts.vocabulary import FabricClaimMode, NodeStatus
 from fleet.meta import Name
-from fleet.vocabulary import FabricClaimMode, NodeStatus
 
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 MAC_ADDRESS = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")

@@ -23,9 +23,9 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from contracts.manifest import Spec
+from contracts.vocabulary import ClassPreemptionPolicy
 from fleet.deadlines import Duration
 from fleet.meta import ObjectMeta
-from fleet.vocabulary import ClassPreemptionPolicy
 
 # Kubernetes reserves values above 1,000,000,000 for system classes; Berth keeps to the user range.
 MAX_PRIORITY = 1_000_000_000

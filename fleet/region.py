@@ -7,8 +7,8 @@ from typing import Literal
 from pydantic import Field, PositiveFloat
 
 from contracts.manifest import Spec
+from contracts.vocabulary import QueueingStrategy, RegionStatus
 from fleet.meta import ObjectMeta
-from fleet.vocabulary import QueueingStrategy, RegionStatus
 
 
 class RegionSpec(Spec):

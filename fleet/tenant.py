@@ -15,10 +15,11 @@ from pydantic import (
     model_validator,
 )
 
+from contracts.durations import format_duration
 from contracts.manifest import Spec
-from fleet.deadlines import Duration, format_duration
+from contracts.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
+from fleet.deadlines import Duration
 from fleet.meta import Name, ObjectMeta
-from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
 
 DEFAULT_MAX_QUEUE_SECONDS = 7 * 24 * 3600.0  # the longest wait a request may ask for when the tenant sets none
 

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
 
-from fleet.deadlines import format_duration
+from contracts.durations import format_duration
 
 
 class BreakerPolicy(BaseModel):

@@ -18,11 +18,11 @@ from collections import Counter
 from dataclasses import dataclass
 
 from contracts.reasons import Reason
-from fleet.vocabulary import FabricClaimMode, NodeStatus
+from contracts.vocabulary import FabricClaimMode, NodeStatus, SlotState
 from scheduler.breaker import Cooling
 from scheduler.host.checks import ValidationState
 from scheduler.host.health import HealthState
-from scheduler.views import NodeView, SlotState, SlotView
+from scheduler.views import NodeView, SlotView
 
 _VALIDATION_DEFECTS = {
     ValidationState.UNVALIDATED: Reason.SLOT_UNVALIDATED,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from contracts.vocabulary import SlotState
 from fleet.fleet import Fleet
 from fleet.inference_class import ClaimKind
 from fleet.node import Node
@@ -24,7 +25,6 @@ from scheduler.views import (
     PoolView,
     PreemptionPolicy,
     RegionView,
-    SlotState,
     TenantView,
     slot_id,
     slot_view,

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from contracts.placement import SlotId
-from fleet.vocabulary import (
+from contracts.vocabulary import (
     DEFAULT_FAIR_SHARING_STRATEGIES,
     BorrowWithinCohort,
     CohortQuotaMode,
@@ -24,6 +23,7 @@ from fleet.vocabulary import (
     QueueingStrategy,
     ReclaimWithinCohort,
     RegionStatus,
+    SlotState,
     WithinTenant,
 )
 from scheduler.breaker import Cooling
@@ -32,13 +32,6 @@ from scheduler.host.health import HealthState
 
 if TYPE_CHECKING:
     from fleet.node import Slot
-
-
-class SlotState(StrEnum):
-    FREE = "free"
-    CLAIMED = "claimed"  # recorded in allocation_resource_claims: an active allocation holds it
-    LEASED = "leased"  # a node agent's short host-local lease: an allocation is being placed on it
-    QUARANTINED = "quarantined"  # not wiped yet after a failure: never handed out until an agent confirms the wipe
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,15 +8,16 @@ file cannot yank GPUs out from under running VMs.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contracts.cluster import connection_of
+from contracts.fleet_apply import Action, ApplyChange
+from contracts.vocabulary import PoolShape
 from fleet.fleet import Fleet
-from fleet.inference_cluster import PoolShape
 from fleet.kinds import PLACEMENT_INPUTS
 from store.db import among
 from store.models import (
@@ -35,15 +36,6 @@ from store.models import (
     TenantRow,
 )
 from store.node_reports import revalidate
-
-# "carried": read and checked, not inventory, so not written (a ModelService: Modelplane's routing, not capacity).
-Action = Literal["created", "updated", "deleted", "kept", "carried"]
-
-
-class ApplyChange(BaseModel):
-    kind: str
-    name: str
-    action: Action
 
 
 class ApplyResult(BaseModel):

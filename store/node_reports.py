@@ -21,8 +21,8 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from contracts.vocabulary import NodeStatus
 from fleet.node import Slot
-from fleet.vocabulary import NodeStatus
 from scheduler.host.checks import NodeValidation, SlotVerdict, ValidationState
 from scheduler.host.health import STICKY, HealthState, SlotHealth
 from scheduler.host.inventory import MAX_HOST_BYTES, HostInventory

@@ -34,28 +34,18 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from fleet.inference_cluster import ClusterStatus, PoolShape
-from fleet.node import FabricClaimMode, NodeStatus
+from contracts.vocabulary import CohortQuotaMode, FairSharingStrategy, NodeStatus, PoolShape, SlotState
+from fleet.inference_cluster import ClusterStatus
+from fleet.node import FabricClaimMode
 from fleet.region import QueueingStrategy, RegionStatus
 from fleet.tenant import TenantPreemption
-from fleet.vocabulary import CohortQuotaMode, FairSharingStrategy
 from scheduler.breaker import BreakerPolicy, Cooling, cooling_nodes
 from scheduler.from_fleet import preemption_policy
 from scheduler.host.checks import ValidationState
 from scheduler.host.health import HealthState
 from scheduler.placement.pending import with_pending_plans
 from scheduler.snapshot import Snapshot
-from scheduler.views import (
-    CohortView,
-    FlavorQuotaView,
-    NodeView,
-    PoolView,
-    RegionView,
-    SlotState,
-    SlotView,
-    TenantView,
-    slot_id,
-)
+from scheduler.views import CohortView, FlavorQuotaView, NodeView, PoolView, RegionView, SlotView, TenantView, slot_id
 from store.db import among
 from store.liveness import Liveness, load_liveness
 from store.models import (

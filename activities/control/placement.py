@@ -42,7 +42,7 @@ from contracts.allocation import (
 from contracts.explanation import Explanation
 from contracts.placement import PlacementRequest
 from contracts.reasons import Reason
-from fleet.vocabulary import QueueingStrategy
+from contracts.vocabulary import QueueingStrategy
 from scheduler.admission.admit import classic_order
 from scheduler.admission.reservations import with_holds
 from scheduler.breaker import BreakerPolicy

@@ -39,7 +39,13 @@ from api.auth import Member, Operator, Viewer, acting_tenant, require_act
 from api.cursor import CursorParam
 from api.errors import ApiError, ErrorEnvelope, conflict, error_responses
 from api.feasibility import check_quota, check_satisfiable, queue_ceiling
-from api.models import (
+from api.queue_wait import queue_wait, within_nominal
+from api.request_checks import check_request
+from api.services import Services, services
+from api.temporal import Refused, WorkflowGone
+from config import tracing
+from contracts.allocation import FINAL_STATES, HOLDING_STATES, PLACING_STATES, RUNNING_STATES
+from contracts.http import (
     RECORDED,
     AllocationAccepted,
     AllocationCreate,
@@ -52,13 +58,7 @@ from api.models import (
     IdempotencyKey,
     RetryBody,
 )
-from api.queue_wait import queue_wait, within_nominal
-from api.request_checks import check_request
-from api.services import Services, services
-from api.temporal import Refused, WorkflowGone
-from config import tracing
-from contracts.allocation import FINAL_STATES, HOLDING_STATES, PLACING_STATES, RUNNING_STATES
-from fleet.meta import Name
+from contracts.manifest import Name
 from scheduler.admission.reservations import latest_end
 from store import allocations as store
 from store import reservations, trail

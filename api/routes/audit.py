@@ -8,11 +8,10 @@ after a timeout, may still finish: `GET` shows it then).
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime
 from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
@@ -20,6 +19,7 @@ from api.auth import Operator
 from api.errors import error_responses, unavailable
 from api.services import Services, services
 from contracts.audit import AuditReport, Finding
+from contracts.http import AuditRequest, AuditView, RequestRecord, RequestRecords
 from store import requests
 from store.audit import latest_run, report_of
 from workflows.reconcile.client import ReconcilerSettings, run_now
@@ -29,20 +29,6 @@ router = APIRouter(prefix="/v1/audit", tags=["admin"])
 App = Annotated[Services, Depends(services)]
 
 AUDIT_WAIT_SECONDS = 60.0  # an unreachable agent costs its pickup timeout; repairs wipe slots
-
-
-class AuditRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    repair: bool = Field(default=False, description="Also fix what is safe to fix (each fix is recorded).")
-
-
-class AuditView(BaseModel):
-    """The latest audit: when it ran, what it found (by kind, with first_seen), what it repaired."""
-
-    ran: bool = Field(description="False until some audit has finished.")
-    counts: dict[str, int] = Field(default_factory=dict, description="Findings by kind.")
-    report: AuditReport | None = None
 
 
 def _view(report: AuditReport | None) -> AuditView:
@@ -94,20 +80,6 @@ async def audit_now(app: App, _: Operator, request: AuditRequest | None = None) 
     except RPCError as error:
         raise unavailable("temporal_unavailable", f"Temporal did not accept the audit: {error.message}") from error
     return _view(report)
-
-
-class RequestRecord(BaseModel):
-    at: datetime
-    actor: str
-    role: str
-    method: str
-    route: str
-    path: str
-    status: int
-
-
-class RequestRecords(BaseModel):
-    requests: list[RequestRecord] = Field(description="Newest first.")
 
 
 @router.get("/requests", response_model=RequestRecords, responses=error_responses(401, 403, 422))

@@ -25,11 +25,10 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from api import cursor, deployment_control
 from api.auth import Admin
 from api.cursor import CursorParam
-from api.deployment_models import DeploymentAccepted, DeploymentList, DeploymentSummary, DeploymentView
 from api.errors import ApiError, error_responses, not_found
 from api.services import Services, services
-from contracts.manifest import DEFAULT_NAMESPACE
-from fleet.meta import Name
+from contracts.http import DeploymentAccepted, DeploymentList, DeploymentSummary, DeploymentView
+from contracts.manifest import DEFAULT_NAMESPACE, Name
 from store.deployments import deployment_page, load_deployment
 from workflows.deployment.client import workflow_id
 from workflows.deployment.messages import DeploymentStatus, qualified_name

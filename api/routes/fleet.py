@@ -15,8 +15,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from api import deployment_control
 from api.auth import Admin
 from api.errors import ApiError, error_responses
-from api.models import FleetApplied
 from api.services import Services, services
+from contracts.http import FleetApplied
 from fleet.errors import FleetError
 from fleet.kinds import KINDS
 from fleet.loader import parse_fleet

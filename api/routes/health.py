@@ -8,8 +8,8 @@ from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.errors import ApiError, error_responses
-from api.models import Health
 from api.services import Services, services
+from contracts.http import Health
 from store.db import ping
 
 router = APIRouter(tags=["operations"])

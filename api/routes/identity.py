@@ -3,41 +3,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, Field
 
 from api.auth import Viewer
 from api.errors import error_responses
 from api.services import Services, services
+from contracts.http import AuthConfig, OidcLogin, WhoAmI
 
 router = APIRouter(prefix="/v1", tags=["identity"])
 App = Annotated[Services, Depends(services)]
-
-
-class WhoAmI(BaseModel):
-    actor: str = Field(description="How the audit trail names the caller.")
-    kind: Literal["token", "person"]
-    role: str = Field(description="The highest role held: viewer, member, operator or admin.")
-    tenants: dict[str, str] = Field(
-        description="tenant -> role; empty for an operator or admin, who hold every tenant."
-    )
-    all_tenants: bool = Field(description="Whether the caller holds every tenant (an operator or admin).")
-    groups: list[str] = Field(description="A person's groups, as the identity provider said.")
-    token_id: int | None = None
-    expires_at: datetime | None = None
-
-
-class OidcLogin(BaseModel):
-    issuer: str
-    client_id: str
-    scopes: list[str]
-
-
-class AuthConfig(BaseModel):
-    oidc: OidcLogin | None = Field(description="Where people log in; null: this API takes Berth tokens only.")
 
 
 @router.get("/whoami", response_model=WhoAmI, responses=error_responses(401, 403))

@@ -1,7 +1,7 @@
 """`/v1/nodes` (admin): the GPU hosts, their agents and slot validation, cordoning and draining; and the agents'
 reports.
 
-A node's `status` says what it is doing (`api.models.NodeState`): READY takes new allocations; NOT_READY is READY
+A node's `status` says what it is doing (`contracts.http.NodeState`): READY takes new allocations; NOT_READY is READY
 in the fleet but has no live agent (it never reported, or stopped), so nothing lands there either; CORDONED takes
 nothing new and keeps what it has; DRAINING was drained: nothing new, and each allocation's owner was told to move;
 DOWN is the fleet file's. The scheduler places only on READY nodes with a live agent, so READY is exactly "takes
@@ -23,7 +23,10 @@ from api import cursor
 from api.auth import Operator, Reporter
 from api.cursor import CursorParam
 from api.errors import ApiError, conflict, error_responses, not_found
-from api.models import (
+from api.services import Services, services
+from contracts.allocation import DrainNotice
+from contracts.audit import FindingKind, Repair, RepairAction
+from contracts.http import (
     AgentState,
     DrainResult,
     NodeInfo,
@@ -37,11 +40,8 @@ from api.models import (
     SlotValidation,
     UnhealthySlot,
 )
-from api.services import Services, services
-from contracts.allocation import DrainNotice
-from contracts.audit import FindingKind, Repair, RepairAction
-from fleet.meta import Name
-from fleet.node import NodeStatus
+from contracts.manifest import Name
+from contracts.vocabulary import NodeStatus
 from scheduler.host.report import NodeReport, ReportReply
 from store import audit as audit_records
 from store import claims

@@ -14,25 +14,24 @@ claimed, leased or quarantined, and who holds which slot is the structured `hold
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Query
-from pydantic import AwareDatetime, BaseModel
+from pydantic import AwareDatetime
 
 from api.auth import Viewer, acting_tenant
 from api.cel_budget import explain_off_loop
 from api.errors import error_responses
-from api.models import AllocationCreate, CapacityReport, Product
 from api.request_checks import check_request, fleet_for
 from api.services import Services, services
+from contracts.http import AllocationCreate, CapacityAt, CapacityReport, Product
+from contracts.manifest import Name
+from contracts.placement import PlacementResult, PreemptionPreview, PreemptionVictim
 from contracts.reasons import Reason
-from fleet.meta import Name
 from scheduler.admission.preemption import Preemptor, plan_preemption
-from scheduler.admission.reservations import PoolAt, capacity_at
+from scheduler.admission.reservations import capacity_at
 from scheduler.placement.bundles import held_slots
 from scheduler.placement.capacity import capacity
-from scheduler.placement.schedule import PlacementResult, PreemptionPreview, PreemptionVictim
 from scheduler.snapshot import Snapshot
 from store import queue, reservations
 from store.tokens import Principal
@@ -130,11 +129,6 @@ async def get_capacity(
     async with app.sessions() as session:
         snapshot = fleet_for(await app.inventory.snapshot(session), caller)
     return CapacityReport(pools=capacity(snapshot, region=region, gpu_product=gpu_product))
-
-
-class CapacityAt(BaseModel):
-    at: datetime
-    pools: list[PoolAt]
 
 
 @router.get("/capacity/at", response_model=CapacityAt, responses=error_responses(401, 422))

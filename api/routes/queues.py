@@ -15,9 +15,9 @@ from fastapi import APIRouter, Depends, Query
 from api import queue_view
 from api.auth import Viewer
 from api.errors import error_responses
-from api.models import QueueList
 from api.services import Services, services
-from fleet.meta import Name
+from contracts.http import QueueList
+from contracts.manifest import Name
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"])
 App = Annotated[Services, Depends(services)]

@@ -13,21 +13,22 @@ A tenant sees and cancels only its own.
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Path
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import Member, Viewer, acting_tenant, require_act
 from api.errors import ApiError, error_responses, not_found
-from api.models import AllocationCreate, Count, LeaseDuration, Product, Strict, given
 from api.request_checks import invalid_request
 from api.services import Services, services
-from contracts.placement import CapacityShape, PlacementRequest
-from fleet.meta import Name
+from contracts.http import (
+    ReservationCreate,
+    ReservationList,
+    ReservationView,
+)
 from scheduler.admission.reservations import Admitted, Window, admit
 from store import reservations
 from store.decisions import lock_region
@@ -38,65 +39,6 @@ from workflows.reservation.client import start_reservation, workflow_id
 router = APIRouter(prefix="/v1/reservations", tags=["reservations"])
 App = Annotated[Services, Depends(services)]
 IdPath = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", description="The reservation's id.")]
-
-
-class ReservationCreate(Strict):
-    """GPUs of one node for `[starts_at, ends_at)` (or `duration` from `starts_at`)."""
-
-    model_config = ConfigDict(json_schema_extra={"oneOf": [given("ends_at"), given("duration")]})
-
-    gpu_count: Count = Field(ge=1, le=1024)
-    gpu_product: Product | None = None
-    shape: CapacityShape = CapacityShape.GPU_SLICE
-    region: Name
-    pool: str | None = Field(
-        default=None,
-        max_length=507,
-        pattern=r"^[a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9.-]*$",
-        description="One pool of the region (`cluster/pool`, as `berth capacity` names it); unset: any that serves it.",
-    )
-    starts_at: AwareDatetime = Field(description="RFC 3339 with an offset; in the future.")
-    ends_at: AwareDatetime | None = Field(default=None, description="After starts_at.")
-    duration: LeaseDuration | None = Field(
-        default=None, description="`48h`, `90m` (a unit is required): the alternative."
-    )
-    tenant: Name | None = Field(default=None, description="Required with an admin token; a tenant token's own.")
-
-    @model_validator(mode="after")
-    def _one_end(self) -> ReservationCreate:
-        if (self.ends_at is None) == (self.duration is None):
-            raise ValueError("give exactly one of ends_at and duration")
-        return self
-
-    def end(self) -> datetime:
-        return self.ends_at if self.ends_at is not None else self.starts_at + timedelta(seconds=self.duration or 0)
-
-    def placement_request(self, tenant: str) -> PlacementRequest:
-        """The GPUs to place, as the allocation the reservation becomes at its start asks for them: through
-        `AllocationCreate.placement_request`, so a create body becomes a PlacementRequest in one place only."""
-        allocation = AllocationCreate(
-            gpu_count=self.gpu_count, gpu_product=self.gpu_product, shape=self.shape, region=self.region
-        )
-        return allocation.placement_request(tenant)
-
-
-class ReservationView(BaseModel):
-    id: str
-    tenant: str
-    state: str  # reserved, started, ended, cancelled, failed
-    region: str
-    node: str
-    gpu_count: int
-    gpu_product: str | None
-    starts_at: datetime
-    ends_at: datetime
-    allocation_id: str | None = Field(description="The allocation it became at its start.")
-    reason: str | None
-    workflow_id: str
-
-
-class ReservationList(BaseModel):
-    reservations: list[ReservationView]
 
 
 def _view(row: ReservationRow) -> ReservationView:

@@ -14,11 +14,11 @@ from fastapi import APIRouter, Depends, Query
 
 from api.auth import Viewer
 from api.errors import ApiError, error_responses
-from api.models import UsageGroup, UsageReport
 from api.request_checks import fleet_for
 from api.services import Services, services
+from contracts.http import UsageGroup, UsageReport
+from contracts.manifest import Name
 from contracts.usage import GROUPINGS, parse_grouping
-from fleet.meta import Name
 from store import usage
 
 router = APIRouter(prefix="/v1/usage", tags=["usage"])

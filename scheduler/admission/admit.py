@@ -47,7 +47,7 @@ from typing import NamedTuple
 
 from contracts.placement import CapacityShape, PlacementRequest
 from contracts.reasons import Reason
-from fleet.vocabulary import QueueingStrategy
+from contracts.vocabulary import QueueingStrategy, SlotState
 from scheduler.admission.preemption import Preemptor, Running, plan_preemption
 from scheduler.admission.shares import Usage, capacity_by_product, dominant_share, product_of
 from scheduler.placement import cluster
@@ -58,7 +58,7 @@ from scheduler.quota import fair_sharing
 from scheduler.quota.cohorts import root_of
 from scheduler.quota.usage_decay import ENTRY_PENALTY_SECONDS
 from scheduler.snapshot import Snapshot
-from scheduler.views import SlotState, TenantView
+from scheduler.views import TenantView
 
 
 @dataclass(frozen=True)

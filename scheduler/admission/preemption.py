@@ -51,11 +51,12 @@ from dataclasses import dataclass
 
 from contracts.placement import PlacementRequest
 from contracts.reasons import Reason
-from fleet.vocabulary import (
+from contracts.vocabulary import (
     DEFAULT_FAIR_SHARING_STRATEGIES,
     BorrowWithinCohort,
     FairSharingStrategy,
     ReclaimWithinCohort,
+    SlotState,
     WithinTenant,
 )
 from scheduler.placement import cluster
@@ -63,7 +64,7 @@ from scheduler.quota import accounts as quota
 from scheduler.quota import fair_sharing
 from scheduler.quota.cohorts import root_of
 from scheduler.snapshot import Snapshot
-from scheduler.views import PreemptionPolicy, SlotState, TenantView
+from scheduler.views import PreemptionPolicy, TenantView
 
 Node = tuple[str, str]
 NO_POLICY = PreemptionPolicy()

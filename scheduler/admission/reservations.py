@@ -24,10 +24,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from contracts.placement import PlacementRequest
+from contracts.placement import PlacementRequest, PoolAt
+from contracts.vocabulary import SlotState
 from scheduler.placement import cluster
 from scheduler.snapshot import Snapshot
-from scheduler.views import SlotState, SlotView
+from scheduler.views import SlotView
 
 MAX_SUGGESTIONS = 3
 
@@ -206,21 +207,6 @@ def _nearest(
 
 def _text(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat()
-
-
-@dataclass(frozen=True)
-class PoolAt:
-    """A pool's GPUs at one instant: held by running allocations that still hold them then, promised to reservations
-    whose window covers it, and free (in all, and the most on one node: the largest request it could take)."""
-
-    pool: str
-    region: str
-    gpu_product: str | None
-    gpus: int
-    held: int
-    reserved: int
-    free: int
-    largest_free: int
 
 
 def capacity_at(

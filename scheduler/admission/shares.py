@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from fleet.vocabulary import PoolShape
+from contracts.vocabulary import PoolShape
 from scheduler.snapshot import Snapshot
 
 Usage = dict[str, dict[str, int]]  # tenant -> GPU product (casefolded) -> GPUs held

@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from contracts.fleet_plan import FleetPlan, Phase, StatusReason
+from contracts.vocabulary import PoolShape
 from fleet.cache import gate_on_cache
 from fleet.deployment import ModelDeployment
 from fleet.inference_class import InferenceClass
-from fleet.inference_cluster import InferenceCluster, PoolShape
+from fleet.inference_cluster import InferenceCluster
 from fleet.model_cache import ModelCache
 from fleet.published import with_published_devices
 from fleet.replica import DEPLOYMENT_LABEL, ModelReplica

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
-from fleet.inference_cluster import InferenceCluster, PoolShape
+from contracts.vocabulary import PoolShape
+from fleet.inference_cluster import InferenceCluster
 
 
 class Pool(NamedTuple):

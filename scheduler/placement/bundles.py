@@ -24,28 +24,16 @@ from collections import Counter
 from pydantic import BaseModel, ConfigDict
 
 from contracts.explanation import Level, LevelExplanation, Refusal
-from contracts.placement import Bundle, CapacityShape, NumaPolicy, PlanRequest, SlotId
+from contracts.placement import Bundle, BundlePlan, CapacityShape, HeldSlot, NumaPolicy, PlanRequest
 from contracts.reasons import Reason
+from contracts.vocabulary import SlotState
 from scheduler.compatibility import hardware_defect, profile_of, state_defect, vf_usage
 from scheduler.explanation import Tally
 from scheduler.host.checks import ValidationState
 from scheduler.placement.node_filters import node_filters, verdict
 from scheduler.placement.pinning import pinned_gpus_reason, pinned_slots_view
 from scheduler.reasons import clause
-from scheduler.views import NodeView, SlotState, SlotView
-
-
-class BundlePlan(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    node: str
-    capacity_shape: CapacityShape
-    gpu_count: int
-    bundles: list[Bundle]
-
-    @property
-    def slot_ids(self) -> list[SlotId]:
-        return [bundle.slot_id for bundle in self.bundles]
+from scheduler.views import NodeView, SlotView
 
 
 class PlanResult(BaseModel):
@@ -118,24 +106,6 @@ def _describe(slot: SlotView) -> str:
     """A slot's per-item detail: its state ("claimed"), never who holds it (see `held_slots`)."""
     checked = f", {slot.validation}" + (f" ({slot.validation_reason})" if slot.validation_reason else "")
     return f"index {slot.index}, NUMA {slot.numa_node}, GPU {slot.gpu_pci or '?'}, {slot.state}{checked}"
-
-
-class HeldSlot(BaseModel):
-    """A slot of a node and the allocation that claims or leases it (or whose failure left it quarantined).
-
-    The scheduler's text (refusals, summaries, per-item detail) says only that a slot is claimed, leased or
-    quarantined: that text reaches tenants, in explain and in their own allocations' failure reasons, and a tenant
-    may not learn another tenant's allocation ids. Who holds what is this structured list instead, which a caller
-    shows to whom it may (the API: to admins, next to explain's answer)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    node: str
-    slot_id: str  # as the bundle level's per-item detail names the slot
-    slot_index: int
-    gpu_pci: str
-    state: SlotState
-    allocation: str
 
 
 def held_slots(node: NodeView) -> list[HeldSlot]:

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict
-
-from contracts.placement import CapacityShape, NumaPolicy, same_product
-from fleet.inference_cluster import PoolShape
-from fleet.node import NodeStatus
+from contracts.placement import CapacityShape, NumaPolicy, PoolCapacity, same_product
+from contracts.vocabulary import NodeStatus
 from scheduler.compatibility import NodeProfile
 from scheduler.placement.node_filters import node_filters, verdict
 from scheduler.snapshot import NodeGroup, PoolClass, Snapshot
@@ -72,28 +69,6 @@ class AllocationCount:
 
     def _allocations_on(self, profile: NodeProfile) -> int:
         return allocations_on(profile, self.shape, self.gpus, self.numa_policy)
-
-
-class PoolCapacity(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    pool: str  # cluster/pool
-    cluster: str
-    region: str
-    shape: PoolShape
-    gpu_product: str | None
-    nodes: int
-    ready_nodes: int  # READY, with a live node agent
-    agents_down: int  # nodes whose agent is not live (counted in `nodes`, never in `ready_nodes`)
-    cooling_off: int = 0  # ready nodes the breaker leaves out after repeated failed attempts (no slices counted)
-    gpus: int  # slots the fleet declares, whatever the hosts say
-    validated_gpus: int  # slots whose GPU the node agents validated on the host (raw GPUs that really exist)
-    compatible_gpus: int  # slots that are slice bundles: approved, own VF, validated (node-scheduler capacity)
-    raw_free_gpus: int  # validated slots no one holds on ready nodes, compatible or not
-    degraded_gpus: int = 0  # slots whose GPU its agent judged degraded or could not read: no new work
-    failed_gpus: int = 0  # slots whose GPU failed, until repaired
-    slices: dict[int, int]  # GPUs per slice -> slice allocations of that size that would fit now
-    baremetal_nodes: int  # whole hosts a bare-metal request could take now
 
 
 def capacity(

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from contracts.explanation import LevelExplanation, Refusal
 from contracts.placement import Candidate, PlacementRequest
 from contracts.reasons import Reason
-from fleet.vocabulary import NodeStatus
+from contracts.vocabulary import NodeStatus
 from scheduler.placement.node_filters import Judge
 from scheduler.placement.nodes import pools_in_classes, rank_classes
 from scheduler.placement.pinning import pinned_refusal

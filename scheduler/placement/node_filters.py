@@ -18,7 +18,7 @@ from typing import Protocol
 
 from contracts.placement import CapacityShape, NumaPolicy
 from contracts.reasons import Reason
-from fleet.vocabulary import NodeStatus
+from contracts.vocabulary import NodeStatus
 from scheduler.compatibility import NodeProfile
 from scheduler.placement.plugins import Filter, first_failure
 from scheduler.snapshot import NodeGroup

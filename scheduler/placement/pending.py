@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from contracts.vocabulary import SlotState
 from scheduler.snapshot import Snapshot
-from scheduler.views import SlotState, SlotView
+from scheduler.views import SlotView
 
 Plans = dict[str, list[tuple[str, int]]]  # node -> [(allocation, GPUs)]
 

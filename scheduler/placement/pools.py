@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from contracts.durations import format_duration
 from contracts.explanation import Level, LevelExplanation
 from contracts.placement import PlacementRequest
 from contracts.reasons import Reason
-from fleet.deadlines import format_duration
 from scheduler import cel
 from scheduler.explanation import Tally
 from scheduler.placement.plugins import Filter, first_failure

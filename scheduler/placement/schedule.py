@@ -9,57 +9,17 @@ the same counts.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-
 from contracts.explanation import Explanation, LevelExplanation, Refusal
-from contracts.placement import Candidate, PlacementRequest, PlanRequest
+from contracts.placement import (
+    PlacementRequest,
+    PlacementResult,
+    PlanRequest,
+)
 from scheduler.cel import RequestBudget, request_budget
-from scheduler.placement.bundles import BundlePlan, HeldSlot, plan_bundles
+from scheduler.placement.bundles import plan_bundles
 from scheduler.placement.cluster import find_candidates
 from scheduler.placement.region import select_region
 from scheduler.snapshot import Snapshot
-
-
-class PlacementResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    placed: bool
-    region: str | None
-    candidates: list[Candidate]  # chosen node first, then alternates
-    plan: BundlePlan | None  # what the chosen node's scheduler would plan, given the snapshot's view of it
-    refusal: Refusal | None
-    explanation: Explanation
-    # Who holds the held slots of the pinned and the chosen nodes. Never set by `schedule`: its text and this result
-    # reach tenants, who may not learn others' allocation ids; the API adds it for admins (api/routes/placement.py).
-    holders: list[HeldSlot] | None = None
-    # A dry run of preemption: what a queued request of this priority would displace to be placed; the
-    # API adds it to a refusal for capacity or quota (api/routes/placement.py). None: nothing would be.
-    preemption: PreemptionPreview | None = None
-
-    @property
-    def chosen(self) -> Candidate | None:
-        return self.candidates[0] if self.candidates else None
-
-
-class PreemptionVictim(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    allocation_id: str | None  # shown to admins and to its own tenant only
-    node: str
-    gpus: int
-    priority: int
-    rule: str
-
-
-class PreemptionPreview(BaseModel):
-    """What a preemption would take: `case` quota or capacity, the node it would free (capacity), the victims."""
-
-    model_config = ConfigDict(frozen=True)
-
-    case: str
-    node: str | None
-    victims: list[PreemptionVictim]
-
 
 PlacementResult.model_rebuild()
 

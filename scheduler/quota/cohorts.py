@@ -48,7 +48,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from fleet.vocabulary import CohortQuotaMode
+from contracts.vocabulary import CohortQuotaMode
 from scheduler.views import CohortView, TenantView
 
 

@@ -85,7 +85,14 @@ async def faulty(
             await control_worker_seen(app)
             async with http_client(app) as http:
                 yield Faulty(
-                    http, lab, database, temporal, temporal_client, bearer(tokens["acme"]), bearer(admin), proxied_client
+                    http,
+                    lab,
+                    database,
+                    temporal,
+                    temporal_client,
+                    bearer(tokens["acme"]),
+                    bearer(admin),
+                    proxied_client,
                 )
     finally:
         await engine.dispose()

@@ -16,12 +16,13 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from contracts.allocation import Lease
 from contracts.placement import PlacementRequest
 from store import reservations
 from store.models import AllocationRow, ReservationRow
 from tests.chaos.test_queue_chaos import _entries, _namer, _release_and_wait, _until, control_process
 from tests.workflows.lab import FAST, Lab, lab_fleet, running_lab
-from workflows.allocation.messages import Lease, QueueWait
+from workflows.allocation.messages import QueueWait
 from workflows.reservation.client import start_reservation
 
 Row = TypeVar("Row", AllocationRow, ReservationRow)

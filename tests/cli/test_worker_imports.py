@@ -52,7 +52,7 @@ CONTROL_PLANE = (
     "pygments",
 )
 # The fleet's documents beyond a node's own: only an agent that reads a fleet file (a simulated host's) loads them;
-# a real host's agent plans on views made of fleet.vocabulary's enumerations (about 2 MB).
+# a real host's agent plans on views made of contracts.vocabulary's enumerations (about 2 MB).
 FLEET_DOCUMENTS = ("fleet.fleet", "fleet.inference_cluster", "fleet.inference_class", "fleet.openapi", "fleet.loader")
 ALLOWED_WORKFLOWS = {"workflows", "contracts.task_queues"}  # the queue names are all an agent needs of workflows/
 ALLOWED_CLI = {"cli", "cli.main", "cli.output", "cli.worker"}

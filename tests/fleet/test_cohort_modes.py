@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.vocabulary import DEFAULT_FAIR_SHARING_STRATEGIES, CohortQuotaMode, FairSharingStrategy
+from contracts.vocabulary import DEFAULT_FAIR_SHARING_STRATEGIES, CohortQuotaMode, FairSharingStrategy
 from scheduler.from_fleet import snapshot_from_fleet
 from tests.fleet.test_queue_settings import REGION, cohort, parse, problems, tenant
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.vocabulary import QueueingStrategy
 from fleet.errors import FleetError
 from fleet.loader import load_fleet, parse_fleet
 from fleet.tenant import DEFAULT_MAX_QUEUE_SECONDS
-from fleet.vocabulary import QueueingStrategy
 from scheduler.from_fleet import snapshot_from_fleet
 
 REGION = """

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 
 from sqlalchemy import select, text, update
 
+from contracts.vocabulary import SlotState
 from devstack.reports import report_hosts, simulated_report
 from fleet.loader import load_fleet
 from scheduler.host.checks import ValidationState
-from scheduler.views import SlotState
 from store import snapshot as snapshot_module
 from store.apply import apply_fleet
 from store.inventory import _PRUNE, InventoryCache

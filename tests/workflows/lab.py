@@ -29,6 +29,7 @@ from agent.liveness import HeartbeatWhileRunning
 from agent.reporter import NodeReporter
 from agent.serve import simulated_agent
 from config.settings import Settings
+from contracts.allocation import Lease
 from contracts.placement import CapacityShape, PlacementRequest
 from contracts.task_queues import Queues
 from fleet.loader import load_fleet
@@ -40,7 +41,7 @@ from store.models import AllocationEventRow, ClaimRow, SlotRow
 from store.node_reports import record_report
 from store.tokens import create_token
 from workflows.allocation import client as allocation_client
-from workflows.allocation.messages import AllocationInput, AllocationStatus, Lease, QueueWait, Timing
+from workflows.allocation.messages import AllocationInput, AllocationStatus, QueueWait, Timing
 
 FAST = Timing(
     agent_pickup_seconds=2.0,

@@ -17,8 +17,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from contracts.durations import format_duration
     from contracts.failures import DEADLINE_EXCEEDED
-    from fleet.deadlines import format_duration
     from workflows import node_calls
     from workflows.allocation.failures import AttemptFailed, node_failure, past_overall_timeout
     from workflows.allocation.state import RunState

@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
         HealthNotice,
         PreemptNotice,
     )
-    from fleet.deadlines import format_duration
+    from contracts.durations import format_duration
     from workflows.allocation.calls import Calls
     from workflows.allocation.messages import (
         AllocationStatus,

@@ -19,7 +19,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from contracts.allocation import HOLDING_STATES
-    from fleet.deadlines import format_duration
+    from contracts.durations import format_duration
     from workflows import search_attributes as sa
     from workflows.allocation.calls import Calls
     from workflows.allocation.mirror import search_attributes_of

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, PositiveFloat, model_validator
 
-from contracts.allocation import AllocationRecord
+from contracts.allocation import AllocationRecord, Lease
 from contracts.placement import Bundle, PlacementRequest
 from contracts.task_queues import Queues
 
@@ -107,21 +107,6 @@ class AllocationInput(BaseModel):
             idempotency_key=self.idempotency_key,
             requested_by=self.actor,
         )
-
-
-class Lease(BaseModel):
-    """When an allocation ends by itself: `duration_seconds` after it becomes active, or at `ends_at`."""
-
-    model_config = ConfigDict(frozen=True)
-
-    duration_seconds: PositiveFloat | None = None
-    ends_at: AwareDatetime | None = None
-
-    @model_validator(mode="after")
-    def _one(self) -> Lease:
-        if (self.duration_seconds is None) == (self.ends_at is None):
-            raise ValueError("a lease gives exactly one of duration_seconds and ends_at")
-        return self
 
 
 class QueueWait(BaseModel):

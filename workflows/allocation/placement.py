@@ -13,9 +13,9 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from contracts import steps
     from contracts.allocation import CandidateList, EnterQueueInput, FindCandidatesInput, QueueTicket, RegionChoice
+    from contracts.durations import format_duration
     from contracts.failures import PLACEMENT_REFUSED, QUEUE_TIMEOUT, QUOTA_EXCEEDED, SKU_UNAVAILABLE
     from contracts.placement import Candidate
-    from fleet.deadlines import format_duration
     from workflows.allocation.attempt import NodeAttempt
     from workflows.allocation.calls import Calls
     from workflows.allocation.failures import AttemptFailed

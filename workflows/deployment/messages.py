@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
-from contracts.deployment import EngineUsage
+from contracts.deployment import ClusterNote, EngineUsage, ReplicaSummary
 from contracts.manifest import DEFAULT_NAMESPACE
 from contracts.task_queues import Queues
 
@@ -55,24 +55,6 @@ class ReplicaView(BaseModel):
     phase: ReplicaPhase = "starting"
     reason: str | None = None
     manifest: dict[str, Any]
-
-
-class ReplicaSummary(BaseModel):
-    name: str
-    cluster: str
-    index: int
-    phase: str
-    pools: dict[str, str]  # engine -> pool
-    nodes: int
-    gateway_address: str | None = None
-    workflow_id: str
-    reason: str | None = None
-
-
-class ClusterNote(BaseModel):
-    cluster: str
-    reason: str
-    message: str
 
 
 class DeploymentStatus(BaseModel):

@@ -44,12 +44,14 @@ with workflow.unsafe.imports_passed_through():
 
     from contracts import steps
     from contracts.deployment import (
+        ClusterNote,
         DeploymentRef,
         DeploymentStatusRecord,
         EngineUsage,
         PlanDeploymentInput,
         PlannedDeployment,
         ReplicaRef,
+        ReplicaSummary,
         WorkloadRef,
     )
     from contracts.fleet_plan import FleetPlan, ReplicaPlacement
@@ -58,7 +60,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows import search_attributes as sa
     from workflows.cancellation import wait_unless_cancelled
     from workflows.deployment.messages import (
-        ClusterNote,
         DeleteRequest,
         DeploymentInput,
         DeploymentState,
@@ -66,7 +67,6 @@ with workflow.unsafe.imports_passed_through():
         InventoryChanged,
         ReplicaInput,
         ReplicaReport,
-        ReplicaSummary,
         ReplicaView,
         SpecUpdate,
         qualified_name,

@@ -24,12 +24,12 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from contracts import steps
-    from contracts.allocation import PreemptNotice, ReservationRef
+    from contracts.allocation import Lease, PreemptNotice, ReservationRef
     from contracts.placement import PlacementRequest
     from contracts.task_queues import Queues
     from fleet.priority_class import MAX_PRIORITY
     from workflows import control_calls
-    from workflows.allocation.messages import AllocationInput, Lease, QueueWait, Timing
+    from workflows.allocation.messages import AllocationInput, QueueWait, Timing
     from workflows.allocation.mirror import initial_search_attributes
     from workflows.allocation.revisions import REVISION
     from workflows.allocation.workflow import AllocationWorkflow

@@ -38,7 +38,7 @@ import math
 
 import pytest
 
-from fleet.vocabulary import ReclaimWithinCohort
+from contracts.vocabulary import ReclaimWithinCohort
 from scheduler.admission.admit import PassResult, admission_pass, ordered
 from scheduler.admission.preemption import Running
 from scheduler.quota.usage_decay import ENTRY_PENALTY_SECONDS, Held, decayed

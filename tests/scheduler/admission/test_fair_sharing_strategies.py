@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from fleet.vocabulary import FairSharingStrategy
+from contracts.vocabulary import FairSharingStrategy
 from scheduler.admission.preemption import Running, plan_preemption
 from scheduler.snapshot import Snapshot
 from tests.scheduler.admission.test_preemption_trees import FAIR, preemptor, reclaiming, running, victims

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from contracts.placement import PlacementRequest
-from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
+from contracts.vocabulary import BorrowWithinCohort, ReclaimWithinCohort, WithinTenant
 from scheduler.admission.admit import Nomination, admission_pass
 from scheduler.admission.preemption import Preemption, Preemptor, Running, plan_preemption
 from scheduler.snapshot import Snapshot

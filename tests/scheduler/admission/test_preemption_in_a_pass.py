@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from fleet.vocabulary import BorrowWithinCohort, ReclaimWithinCohort
+from contracts.vocabulary import BorrowWithinCohort, ReclaimWithinCohort
 from scheduler.admission.admit import QueuedRequest, admission_pass
 from scheduler.admission.preemption import Running
 from scheduler.snapshot import Snapshot

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from contracts.placement import PlacementRequest
-from fleet.vocabulary import ReclaimWithinCohort
+from contracts.vocabulary import ReclaimWithinCohort
 from scheduler.admission.preemption import Preemption, Preemptor, Running, plan_preemption
 from scheduler.snapshot import Snapshot
 from scheduler.views import PreemptionPolicy

@@ -12,9 +12,9 @@ import dataclasses
 import pytest
 
 from contracts.placement import PlacementRequest
+from contracts.vocabulary import QueueingStrategy
 from fleet.loader import parse_fleet
 from fleet.slot_state import SlotStateDocument
-from fleet.vocabulary import QueueingStrategy
 from scheduler.admission import admit as queueing
 from scheduler.admission.admit import PassResult, QueuedRequest, admission_pass, ordered, soonest_node
 from scheduler.admission.shares import usage_by_product

@@ -6,8 +6,8 @@ fit. Before its allocation holds them, a reservation's GPUs are held from every 
 from __future__ import annotations
 
 from contracts.placement import PlacementRequest
+from contracts.vocabulary import SlotState
 from scheduler.admission.reservations import Admitted, Holding, Refused, Reserved, Window, admit, with_holds
-from scheduler.views import SlotState
 from tests.scheduler.admission.test_queueing import Pool, world
 
 TWO_NODES: list[Pool] = [("h100", "H100", 8, 2, "a")]

@@ -8,10 +8,11 @@ import dataclasses
 from contracts.explanation import Level
 from contracts.placement import CapacityShape, NumaPolicy, PlanRequest
 from contracts.reasons import Reason
-from fleet.node import FabricClaimMode, NodeStatus
+from contracts.vocabulary import NodeStatus, SlotState
+from fleet.node import FabricClaimMode
 from scheduler.host.checks import ValidationState
 from scheduler.placement.bundles import plan_bundles
-from scheduler.views import NodeView, SlotState, SlotView
+from scheduler.views import NodeView, SlotView
 
 
 def slot(

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from contracts.placement import CapacityShape, PlacementRequest, Ranking
+from contracts.placement import CapacityShape, PlacementRequest, PlacementResult, Ranking
 from contracts.reasons import Reason
 from fleet.loader import parse_fleet
 from fleet.slot_state import SlotStateDocument
 from scheduler import cel
 from scheduler.from_fleet import snapshot_from_fleet
-from scheduler.placement.schedule import PlacementResult, schedule
+from scheduler.placement.schedule import schedule
 from scheduler.snapshot import Snapshot
 
 FLEET = """

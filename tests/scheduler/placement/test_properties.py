@@ -13,18 +13,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contracts.explanation import Level
-from contracts.placement import CapacityShape, NumaPolicy, PlacementRequest, PlanRequest, Ranking
+from contracts.placement import CapacityShape, NumaPolicy, PlacementRequest, PlacementResult, PlanRequest, Ranking
 from contracts.reasons import Reason
-from fleet.inference_cluster import PoolShape
-from fleet.node import FabricClaimMode, NodeStatus
+from contracts.vocabulary import NodeStatus, PoolShape, SlotState
+from fleet.node import FabricClaimMode
 from fleet.region import RegionStatus
 from scheduler.compatibility import profile_of
 from scheduler.placement.bundles import plan_bundles
 from scheduler.placement.capacity import allocations_on
 from scheduler.placement.pools import filter_pools
-from scheduler.placement.schedule import PlacementResult, schedule
+from scheduler.placement.schedule import schedule
 from scheduler.snapshot import Snapshot
-from scheduler.views import NodeView, PoolView, RegionView, SlotState, SlotView, TenantView
+from scheduler.views import NodeView, PoolView, RegionView, SlotView, TenantView
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PRODUCTS = ("H200", "H100")

@@ -11,14 +11,13 @@ import random
 import pytest
 
 from bench.placement import Busyness, synthetic_node
-from contracts.placement import CapacityShape, NumaPolicy, PlacementRequest, Ranking
-from fleet.inference_cluster import PoolShape
-from fleet.node import NodeStatus
+from contracts.placement import CapacityShape, NumaPolicy, PlacementRequest, PlacementResult, Ranking
+from contracts.vocabulary import NodeStatus, PoolShape, SlotState
 from fleet.region import RegionStatus
 from scheduler.placement.pending import with_pending_plans
-from scheduler.placement.schedule import PlacementResult, schedule
+from scheduler.placement.schedule import schedule
 from scheduler.snapshot import Snapshot
-from scheduler.views import NodeView, PoolView, RegionView, SlotState, TenantView
+from scheduler.views import NodeView, PoolView, RegionView, TenantView
 
 GPUS = 8
 SELECTOR = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("64Gi")) >= 0'

@@ -6,10 +6,10 @@ unavailable); tenants acme (any region), globex (jurisdiction eu), initech (allo
 
 from __future__ import annotations
 
+from contracts.vocabulary import SlotState
 from scheduler.placement.bundles import held_slots
 from scheduler.placement.capacity import capacity
 from scheduler.placement.tenant_scope import tenant_view, usable_regions
-from scheduler.views import SlotState
 from tests.scheduler.placement.test_placement import claim, place, snapshot
 
 

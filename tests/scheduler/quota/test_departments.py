@@ -5,7 +5,7 @@ request must fit it as nominal quota."""
 
 from __future__ import annotations
 
-from fleet.vocabulary import CohortQuotaMode
+from contracts.vocabulary import CohortQuotaMode
 from scheduler.quota.accounts import ceiling, decide, decide_placement
 from scheduler.views import CohortView, FlavorQuotaView, TenantView
 

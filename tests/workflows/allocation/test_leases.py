@@ -16,11 +16,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from bench.actions import Actions, count_actions, run_histories
+from contracts.allocation import Lease
 from store.models import AllocationRow
 from tests.ledger import billed
 from tests.workflows.lab import FAST, lab_fleet, running_lab
 from workflows.allocation import client as allocation_client
-from workflows.allocation.messages import ExtendRequest, Lease
+from workflows.allocation.messages import ExtendRequest
 from workflows.allocation.workflow import AllocationWorkflow
 from workflows.search_attributes import ENDS_AT, EXPIRING, STATE
 

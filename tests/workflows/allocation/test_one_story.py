@@ -19,11 +19,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from bench.actions import run_histories
+from contracts.allocation import Lease
 from devstack.temporal import temporal_binary
 from tests.workflows.lab import FAST, lab_fleet, running_lab
 from workflows import search_attributes as sa
 from workflows.allocation import client as allocation_client
-from workflows.allocation.messages import AllocationStatus, ExtendRequest, Lease
+from workflows.allocation.messages import AllocationStatus, ExtendRequest
 from workflows.allocation.workflow import AllocationWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"

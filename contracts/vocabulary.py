@@ -4,7 +4,8 @@ its queueing strategy may be.
 Apart from the documents that use them (pydantic models) because the scheduler's views are made of them, and the
 node agent plans on those views: an agent that imported them from the documents loaded the whole fleet schema
 (every document, the carried-block checks) into the resident memory of every GPU host (docs/benchmarks.md,
-"Memory"). The documents' modules re-export them.
+"Memory"). The documents' modules re-export them. They are in the wire format because the API's answers (a pool's
+capacity, a node's status) carry them to clients that load no fleet schema at all.
 """
 
 from __future__ import annotations
@@ -100,3 +101,10 @@ class CohortQuotaMode(StrEnum):
     ADDITIVE = "Additive"
     # KAI-Scheduler's department: its quota caps what its members together may use (their quotas lie within it)
     DEPARTMENT = "Department"
+
+
+class SlotState(StrEnum):
+    FREE = "free"
+    CLAIMED = "claimed"  # recorded in allocation_resource_claims: an active allocation holds it
+    LEASED = "leased"  # a node agent's short host-local lease: an allocation is being placed on it
+    QUARANTINED = "quarantined"  # not wiped yet after a failure: never handed out until an agent confirms the wipe

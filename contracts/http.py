@@ -1,4 +1,5 @@
-"""What goes over the wire: request bodies and responses of the HTTP API (docs/design.md section 6).
+"""What goes over the wire: request bodies and responses of the HTTP API (docs/design.md section 6), one
+definition that the API validates with, the Python client (`berth/`) parses with and the CLI prints from.
 
 Request fields are constrained tightly (names, lengths, no control characters) so that anything that passes
 validation can be stored and scheduled; a bad value is a 422 naming the field, never a database error.
@@ -7,7 +8,7 @@ validation can be stored and scheduled; a bad value is a 422 naming the field, n
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -28,13 +29,13 @@ from pydantic import (
 from pydantic.functional_serializers import SerializerFunctionWrapHandler
 from pydantic_core import PydanticCustomError
 
-from contracts.allocation import ALLOCATION_STATES, USER_DATA_MAX_BYTES
-from contracts.placement import Bundle, CapacityShape, PciAddress, PlacementRequest
-from fleet.deadlines import DURATION_FORMS, DURATION_PATTERN, format_duration, typed_duration
-from fleet.meta import Name
-from scheduler.placement.capacity import PoolCapacity
-from store.apply import ApplyChange
-from workflows.allocation.messages import Lease
+from contracts.allocation import ALLOCATION_STATES, USER_DATA_MAX_BYTES, Lease
+from contracts.audit import AuditReport
+from contracts.deployment import ClusterNote, ReplicaSummary
+from contracts.durations import DURATION_FORMS, DURATION_PATTERN, format_duration, typed_duration
+from contracts.fleet_apply import ApplyChange
+from contracts.manifest import Name
+from contracts.placement import Bundle, CapacityShape, PciAddress, PlacementRequest, PoolAt, PoolCapacity
 
 AllocationState = Literal[ALLOCATION_STATES]  # type: ignore[valid-type]
 AllocationId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
@@ -138,7 +139,7 @@ RECORDED = {"recorded": True}  # validation context: a body the API stored, whos
 
 
 def _typed_duration(most: float, zero: bool) -> BeforeValidator:
-    """A duration in a request body: a string with its unit (`fleet.deadlines.typed_duration`), never a bare number,
+    """A duration in a request body: a string with its unit (`contracts.durations.typed_duration`), never a bare number,
     which a person may have meant in hours as well as in seconds. A body the API recorded is read back with the
     `RECORDED` context, its durations then being the seconds it stored. The bounds are checked here, as their own
     problem type: no JSON Schema pattern can bound the sum of a duration's parts."""
@@ -656,3 +657,169 @@ class UsageReport(BaseModel):
     rows: list[UsageGroup]
 
     model_config = {"populate_by_name": True}
+
+
+# Deployments (the request body is the ModelDeployment manifest itself).
+
+
+class DeploymentAccepted(BaseModel):
+    name: str
+    created: bool = Field(description="True when this PUT created the deployment, false when it updated the spec.")
+    workflow_id: str
+
+
+class DeploymentView(BaseModel):
+    """A deployment's status: desired vs available, where each replica runs, and why there are not more."""
+
+    name: str
+    namespace: str
+    state: str = Field(description="pending, reconciling, steady, deleting or deleted.")
+    desired: int
+    min_replicas: int | None
+    scheduled: int = Field(description="Replicas the last plan found a place for.")
+    available: int = Field(description="Replicas whose workload is ready.")
+    phase: str | None = Field(description="FullyScheduled, PartiallyScheduled or ScheduleFailed (the last plan).")
+    reason: str | None
+    message: str = Field(description="The explanation, e.g. `2 of 3 replicas scheduled (checked 2 clusters)`.")
+    clusters: list[ClusterNote] = Field(description="Per cluster that took no more replicas: reason and message.")
+    replicas: list[ReplicaSummary]
+    recent_failures: list[str]
+    recent_removals: list[str] = Field(
+        default_factory=list,
+        description="`<replica>: <reason>: <why>` of replicas the deployment removed lately, e.g. moved off a node "
+        "tainted NoExecute (`UntoleratedNoExecuteTaint`).",
+    )
+    workflow_id: str
+    live: bool = Field(description="Whether the running workflow answered; false: the last status it recorded.")
+
+
+class DeploymentSummary(BaseModel):
+    namespace: str
+    name: str
+    state: str | None
+    desired: int
+    available: int
+    phase: str | None
+    message: str
+
+
+class DeploymentList(BaseModel):
+    deployments: list[DeploymentSummary]
+    next_cursor: str | None = Field(
+        default=None, description="Pass as `cursor` for the next page; null on the last page."
+    )
+
+
+class WhoAmI(BaseModel):
+    actor: str = Field(description="How the audit trail names the caller.")
+    kind: Literal["token", "person"]
+    role: str = Field(description="The highest role held: viewer, member, operator or admin.")
+    tenants: dict[str, str] = Field(
+        description="tenant -> role; empty for an operator or admin, who hold every tenant."
+    )
+    all_tenants: bool = Field(description="Whether the caller holds every tenant (an operator or admin).")
+    groups: list[str] = Field(description="A person's groups, as the identity provider said.")
+    token_id: int | None = None
+    expires_at: datetime | None = None
+
+
+class OidcLogin(BaseModel):
+    issuer: str
+    client_id: str
+    scopes: list[str]
+
+
+class AuthConfig(BaseModel):
+    oidc: OidcLogin | None = Field(description="Where people log in; null: this API takes Berth tokens only.")
+
+
+class AuditRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    repair: bool = Field(default=False, description="Also fix what is safe to fix (each fix is recorded).")
+
+
+class AuditView(BaseModel):
+    """The latest audit: when it ran, what it found (by kind, with first_seen), what it repaired."""
+
+    ran: bool = Field(description="False until some audit has finished.")
+    counts: dict[str, int] = Field(default_factory=dict, description="Findings by kind.")
+    report: AuditReport | None = None
+
+
+class RequestRecord(BaseModel):
+    at: datetime
+    actor: str
+    role: str
+    method: str
+    route: str
+    path: str
+    status: int
+
+
+class RequestRecords(BaseModel):
+    requests: list[RequestRecord] = Field(description="Newest first.")
+
+
+class CapacityAt(BaseModel):
+    at: datetime
+    pools: list[PoolAt]
+
+
+class ReservationCreate(Strict):
+    """GPUs of one node for `[starts_at, ends_at)` (or `duration` from `starts_at`)."""
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": [given("ends_at"), given("duration")]})
+
+    gpu_count: Count = Field(ge=1, le=1024)
+    gpu_product: Product | None = None
+    shape: CapacityShape = CapacityShape.GPU_SLICE
+    region: Name
+    pool: str | None = Field(
+        default=None,
+        max_length=507,
+        pattern=r"^[a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9.-]*$",
+        description="One pool of the region (`cluster/pool`, as `berth capacity` names it); unset: any that serves it.",
+    )
+    starts_at: AwareDatetime = Field(description="RFC 3339 with an offset; in the future.")
+    ends_at: AwareDatetime | None = Field(default=None, description="After starts_at.")
+    duration: LeaseDuration | None = Field(
+        default=None, description="`48h`, `90m` (a unit is required): the alternative."
+    )
+    tenant: Name | None = Field(default=None, description="Required with an admin token; a tenant token's own.")
+
+    @model_validator(mode="after")
+    def _one_end(self) -> ReservationCreate:
+        if (self.ends_at is None) == (self.duration is None):
+            raise ValueError("give exactly one of ends_at and duration")
+        return self
+
+    def end(self) -> datetime:
+        return self.ends_at if self.ends_at is not None else self.starts_at + timedelta(seconds=self.duration or 0)
+
+    def placement_request(self, tenant: str) -> PlacementRequest:
+        """The GPUs to place, as the allocation the reservation becomes at its start asks for them: through
+        `AllocationCreate.placement_request`, so a create body becomes a PlacementRequest in one place only."""
+        allocation = AllocationCreate(
+            gpu_count=self.gpu_count, gpu_product=self.gpu_product, shape=self.shape, region=self.region
+        )
+        return allocation.placement_request(tenant)
+
+
+class ReservationView(BaseModel):
+    id: str
+    tenant: str
+    state: str  # reserved, started, ended, cancelled, failed
+    region: str
+    node: str
+    gpu_count: int
+    gpu_product: str | None
+    starts_at: datetime
+    ends_at: datetime
+    allocation_id: str | None = Field(description="The allocation it became at its start.")
+    reason: str | None
+    workflow_id: str
+
+
+class ReservationList(BaseModel):
+    reservations: list[ReservationView]

@@ -1,0 +1,1 @@
+"""Berth's Python client (being written)."""
