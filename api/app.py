@@ -23,7 +23,19 @@ from api.metrics import Metrics, RequestCounter
 from api.oidc import OidcVerifier
 from api.rate_limit import CreateLimits, Limit
 from api.request_log import RequestLog
-from api.routes import allocations, audit, deployments, fleet, health, identity, nodes, placement, reservations, usage
+from api.routes import (
+    allocations,
+    audit,
+    deployments,
+    fleet,
+    health,
+    identity,
+    nodes,
+    placement,
+    reservations,
+    tokens,
+    usage,
+)
 from api.routes import queues as queue_routes
 from api.services import Services
 from api.steady_reports import SteadyReports
@@ -112,6 +124,7 @@ def create_app(
         reservations,
         usage,
         fleet,
+        tokens,
         audit,
         identity,
         health,

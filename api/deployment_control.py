@@ -59,12 +59,12 @@ async def live_status(control: ControlPlane, name: str, namespace: str = DEFAULT
         return None
 
 
-async def inventory_changed(control: ControlPlane, reason: str) -> None:
-    """Best effort: tell running deployments to re-plan now (their resync timer would, later). Never fails the
-    caller: the inventory is already written."""
+async def inventory_changed(control: ControlPlane, reason: str) -> int | None:
+    """Best effort: tell running deployments to re-plan now (their resync timer would, later); how many were told,
+    None when Temporal could not be told. Never fails the caller: the inventory is already written."""
     try:
         client = await control.client()
         async with asyncio.timeout(control.timeouts.status_seconds):
-            await deployment_client.notify_inventory_changed(client, control.queues, reason)
+            return await deployment_client.notify_inventory_changed(client, control.queues, reason)
     except Exception:  # noqa: BLE001 - unreachable Temporal or a slow visibility store: the resync covers it
-        return
+        return None

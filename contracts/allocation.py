@@ -40,6 +40,11 @@ HOLDING_STATES = ("active", "preempting", "degraded")
 # running for its owner (not being preempted): it can be extended, and is told of a failed GPU or a drain
 RUNNING_STATES = ("active", "degraded")
 
+# Every state a reservation is in (its row's CHECK constraint, the API's view): `reserved` until its start, `started`
+# once its allocation was asked for, then one of the final ones.
+RESERVATION_STATES = ("reserved", "started", "ended", "cancelled", "failed")
+RESERVATION_FINAL_STATES = ("ended", "cancelled", "failed")
+
 # A tenant's cloud-config (`VmSpec.user_data`): at most this many bytes (UTF-8), the API's limit. The VM's NoCloud
 # seed already carries one document, which the tenant's is merged into.
 USER_DATA_MAX_BYTES = 64 * 1024

@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from contracts.fleet_plan import FleetPlan
 from contracts.manifest import DEFAULT_NAMESPACE
 
+# The deployment workflow's own state (BerthState while it runs; the API's `state`): `deleted` is its last.
+DEPLOYMENT_STATES = ("pending", "reconciling", "steady", "deleting", "deleted")
+DEPLOYMENT_FINAL_STATES = ("deleted",)
+
 LEDGER_CONFLICT = "LedgerConflict"
 REPLICA_NOT_READY = "ReplicaNotReady"
 

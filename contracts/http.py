@@ -8,6 +8,7 @@ validation can be stored and scheduled; a bad value is a 422 naming the field, n
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -425,13 +426,148 @@ class CapacityReport(BaseModel):
     pools: list[PoolCapacity]
 
 
+class FleetCounts(BaseModel):
+    """What the fleet file declares (NodeLists adopted), as `berth apply --dry-run` counts it."""
+
+    regions: int
+    tenants: int
+    classes: int
+    clusters: int
+    nodes: int = Field(description="Every node of every pool.")
+
+
+class SkippedNode(BaseModel):
+    """A node of a NodeList that became no pool's: what it lacks, never guessed."""
+
+    name: str
+    reason: str
+
+
 class FleetApplied(BaseModel):
-    summary: str
+    summary: str = Field(description="What changed, in one line; with `dry_run`, what the file declares.")
+    dry_run: bool = Field(default=False, description="True: the file was only validated; nothing was written.")
+    counts: FleetCounts
     changes: list[ApplyChange]
     unchanged: int
+    skipped: list[SkippedNode] = Field(
+        default_factory=list, description="Nodes of the NodeLists that no pool took, each with the reason."
+    )
     tenant_tokens: dict[str, str] = Field(
         description="Tokens created now for tenants that had none; shown once, store them."
     )
+    deployments_told: int | None = Field(
+        default=0,
+        description="Running ModelDeployments told to re-plan now; null when Temporal could not be told (they re-plan "
+        "at their next resync).",
+    )
+
+
+# Lifetimes of tokens are also counted in whole days (`90d`), beside every typed duration.
+LIFETIME_DAYS = r"^[0-9]+d$"
+LIFETIME_PATTERN = f"({LIFETIME_DAYS})|({DURATION_PATTERN})"
+LIFETIME_MOST = 10 * 365 * 86400.0
+
+
+def lifetime_seconds(text: str) -> float:
+    """A token's lifetime in seconds: whole days (`90d`) or a typed duration (`12h`, `1h30m`); ValueError else."""
+    if re.fullmatch(LIFETIME_DAYS, text):
+        return int(text[:-1]) * 86400.0
+    try:
+        return typed_duration(text)
+    except ValueError as error:
+        raise ValueError(f"{error}; or whole days, as in 90d") from None
+
+
+def _lifetime(value: object) -> float:
+    if not isinstance(value, str):
+        raise PydanticCustomError("duration_type", "a lifetime is a string: 90d, 12h, 1h30m")
+    try:
+        seconds = lifetime_seconds(value)
+    except ValueError as error:
+        raise PydanticCustomError("duration_format", "{message}", {"message": str(error)}) from None
+    if not 0 < seconds <= LIFETIME_MOST:
+        raise PydanticCustomError(
+            "duration_out_of_range",
+            "{text} is out of range: a token's lifetime is more than 0 and at most 3650d",
+            {"text": repr(value)},
+        )
+    return seconds
+
+
+TokenLifetime = Annotated[
+    float, BeforeValidator(_lifetime), WithJsonSchema({"type": "string", "pattern": LIFETIME_PATTERN})
+]
+TokenRole = Literal["viewer", "member", "operator", "admin", "node"]
+TOKEN_LABEL = r"^[^\x00-\x1f\x7f]{0,200}$"
+
+
+class TokenCreate(Strict):
+    """`POST /v1/tokens`: a service account's token (a role; a tenant for viewer and member) or a node agent's."""
+
+    role: TokenRole | None = Field(
+        default=None,
+        description="viewer or member (with `tenant`; member when unset), operator or admin (no tenant: they hold "
+        "every tenant), node (with `node`; the default there).",
+    )
+    tenant: Name | None = Field(default=None, description="The tenant of a viewer's or member's token.")
+    node: Name | None = Field(default=None, description="A node agent's token: it reports for this node only.")
+    label: Annotated[str, StringConstraints(pattern=TOKEN_LABEL)] | None = Field(
+        default=None, description="A note on who holds it."
+    )
+    expires_in: TokenLifetime | None = Field(
+        default=None, description="It stops working after this long: `90d`, `12h`, `1h30m`; unset: never."
+    )
+
+    @model_validator(mode="after")
+    def _one_scope(self) -> TokenCreate:
+        if sum((self.role in ("operator", "admin"), self.tenant is not None, self.node is not None)) != 1:
+            raise ValueError("give exactly one of tenant (viewer or member), role operator|admin, or node")
+        if self.tenant is not None and self.role not in (None, "viewer", "member"):
+            raise ValueError(f"a tenant's token is a viewer or a member, not {self.role}")
+        if self.node is not None and self.role not in (None, "node"):
+            raise ValueError(f"a node's token has the role node, not {self.role}")
+        return self
+
+    def chosen_role(self) -> TokenRole:
+        """The role given, else what the scope implies: node for a node, member for a tenant."""
+        if self.role is not None:
+            return self.role
+        return "node" if self.node is not None else "member"
+
+
+class TokenCreated(BaseModel):
+    id: int
+    role: TokenRole
+    tenant: str | None
+    node: str | None
+    label: str | None
+    expires_at: datetime | None
+    token: str = Field(description="The bearer itself: shown this once, only its digest is kept.")
+
+
+class TokenView(BaseModel):
+    id: int
+    role: TokenRole
+    tenant: str | None
+    node: str | None
+    label: str | None
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+
+class TokenList(BaseModel):
+    tokens: list[TokenView] = Field(description="Oldest first; never a plaintext.")
+
+
+class TokensRevoked(BaseModel):
+    revoked: list[int] = Field(description="The ids revoked now, ascending; refused everywhere within seconds.")
+
+
+# Long polls (`wait_for` on a GET): how long one request may wait for a state.
+WAIT_MOST_SECONDS = 60.0
+WAIT_DEFAULT_SECONDS = 30.0
+WaitTimeout = Annotated[float, _typed_duration(WAIT_MOST_SECONDS, zero=True), DURATION_SCHEMA]
 
 
 class AgentState(BaseModel):

@@ -18,6 +18,11 @@ from fleet.meta import API_VERSIONS, ObjectMeta
 from fleet.nodelist import SkippedNode, pools_from_node_list
 
 
+def capability_list(text: str | None) -> list[str]:
+    """`vllm,sglang` (a flag's or a query's comma-separated capabilities) as a list, blanks dropped."""
+    return [item.strip() for item in (text or "").split(",") if item.strip()]
+
+
 def adopt_node_lists(
     fleet: Fleet, cluster: str | None, region: str | None = None, capabilities: Sequence[str] = ()
 ) -> tuple[Fleet, list[SkippedNode]]:

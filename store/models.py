@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from contracts.allocation import ALLOCATION_STATES
+from contracts.allocation import ALLOCATION_STATES, RESERVATION_STATES
 from contracts.vocabulary import DEFAULT_FAIR_SHARING_STRATEGIES, CohortQuotaMode, FairSharingStrategy
 
 NAMING = {
@@ -629,9 +629,6 @@ class QueueEntryRow(Base):
     nominated_node: Mapped[str | None] = mapped_column(String(253))
     victims: Mapped[list[str] | None] = mapped_column(JSONB)
     nominated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # when the pass decided it
-
-
-RESERVATION_STATES = ("reserved", "started", "ended", "cancelled", "failed")
 
 
 class ReservationRow(Base):

@@ -105,22 +105,33 @@ async def create_token(
     node: str | None = None,
     expires_at: datetime | None = None,
 ) -> str:
-    """Store a new token and return its plaintext, the only time it is ever available. The caller commits."""
+    """Store a new token and return its plaintext, the only time it is ever available. The caller commits. Raises
+    ValueError for a role and scope that do not go together, `UnknownScope` for a tenant or node the fleet does not
+    have."""
     if (role in TENANT_ROLES) != (tenant is not None) or (role == "node") != (node is not None):
         raise ValueError(
             "a viewer or member token names one tenant; an operator or admin token no tenant (it holds every "
             "tenant); a node token one node"
         )
     if tenant is not None and await session.get(TenantRow, tenant) is None:
-        raise ValueError(f"unknown tenant {tenant!r}: apply a fleet file that declares it first")
+        raise UnknownScope("tenant", tenant)
     if node is not None and await session.get(NodeRow, node) is None:
-        raise ValueError(f"unknown node {node!r}: apply a fleet file that declares it first")
+        raise UnknownScope("node", node)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     session.add(
         ApiTokenRow(token_sha256=digest(token), role=role, tenant=tenant, node=node, label=label, expires_at=expires_at)
     )
     await session.flush()
     return token
+
+
+class UnknownScope(ValueError):
+    """The tenant or node a token would be scoped to is not in the fleet."""
+
+    def __init__(self, kind: Literal["tenant", "node"], name: str) -> None:
+        super().__init__(f"unknown {kind} {name!r}: apply a fleet file that declares it first")
+        self.kind = kind
+        self.name = name
 
 
 def principal_of(row: ApiTokenRow) -> Principal:

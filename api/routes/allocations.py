@@ -39,12 +39,13 @@ from api.auth import Member, Operator, Viewer, acting_tenant, require_act
 from api.cursor import CursorParam
 from api.errors import ApiError, ErrorEnvelope, conflict, error_responses
 from api.feasibility import check_quota, check_satisfiable, queue_ceiling
+from api.long_poll import Wait, waiting
 from api.queue_wait import queue_wait, within_nominal
 from api.request_checks import check_request
 from api.services import Services, services
 from api.temporal import Refused, WorkflowGone
 from config import tracing
-from contracts.allocation import FINAL_STATES, HOLDING_STATES, PLACING_STATES, RUNNING_STATES
+from contracts.allocation import ALLOCATION_STATES, FINAL_STATES, HOLDING_STATES, PLACING_STATES, RUNNING_STATES
 from contracts.http import (
     RECORDED,
     AllocationAccepted,
@@ -66,6 +67,7 @@ from store.db import AsyncSession
 from store.decisions import lock_region
 from store.models import AllocationRow
 from store.outage import is_database_outage
+from store.tokens import Principal
 from workflows.allocation.client import workflow_id
 from workflows.allocation.messages import AllocationInput, ExtendRequest, QueueWait
 
@@ -208,9 +210,28 @@ async def _record(app: Services, started: AllocationInput) -> str:
         return "pending"
 
 
+async def _state(app: Services, allocation_id: str, caller: Principal) -> str:
+    """The allocation's state as its GET would answer it (the running workflow's own, else its row's), read without
+    holding a database session while the workflow is asked."""
+    async with app.sessions() as session:
+        row = await allocation_view.visible_allocation(session, allocation_id, caller)
+    if row.state in FINAL_STATES:
+        return row.state
+    live = await app.control.live_status(allocation_id)
+    return live.state if live is not None else row.state
+
+
 @router.get("/{allocation_id}", response_model=AllocationDetail, responses=error_responses(401, 404, 422))
-async def get_allocation(allocation_id: IdPath, caller: Viewer, app: App) -> AllocationDetail:
-    """One allocation: where it is, its attempts node by node, and every step it went through."""
+async def get_allocation(
+    allocation_id: IdPath,
+    caller: Viewer,
+    app: App,
+    wait: Annotated[Wait | None, Depends(waiting("allocation", ALLOCATION_STATES, FINAL_STATES))],
+) -> AllocationDetail:
+    """One allocation: where it is, its attempts node by node, and every step it went through. With `wait_for`,
+    answered once it is in one of those states or a final one, or at `timeout` (api/long_poll.py)."""
+    if wait is not None:
+        await wait.until(lambda: _state(app, allocation_id, caller), str)
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
         live = await app.control.live_status(allocation_id) if row.state not in FINAL_STATES else None

@@ -26,7 +26,9 @@ from api import cursor, deployment_control
 from api.auth import Admin
 from api.cursor import CursorParam
 from api.errors import ApiError, error_responses, not_found
+from api.long_poll import Wait, waiting
 from api.services import Services, services
+from contracts.deployment import DEPLOYMENT_FINAL_STATES, DEPLOYMENT_STATES
 from contracts.http import DeploymentAccepted, DeploymentList, DeploymentSummary, DeploymentView
 from contracts.manifest import DEFAULT_NAMESPACE, Name
 from store.deployments import deployment_page, load_deployment
@@ -153,19 +155,30 @@ async def put_namespaced_deployment(
     return await _put(namespace, name, request, app)
 
 
+Waiting = Annotated[Wait | None, Depends(waiting("deployment", DEPLOYMENT_STATES, DEPLOYMENT_FINAL_STATES))]
+
+
+async def _get_waiting(namespace: str, name: str, app: Services, wait: Wait | None) -> DeploymentView:
+    if wait is None:
+        return await _get(namespace, name, app)
+    return await wait.until(lambda: _get(namespace, name, app), lambda view: view.state)
+
+
 @router.get(LEGACY, **_GET)
-async def get_deployment(name: NamePath, caller: Admin, app: App) -> DeploymentView:
+async def get_deployment(name: NamePath, caller: Admin, app: App, wait: Waiting) -> DeploymentView:
     """Desired vs available replicas, each replica's cluster and pools, and the scheduler's explanation (namespace
-    `default`)."""
-    return await _get(DEFAULT_NAMESPACE, name, app)
+    `default`). With `wait_for`, answered once it is in one of those states or deleted, or at `timeout`
+    (api/long_poll.py)."""
+    return await _get_waiting(DEFAULT_NAMESPACE, name, app, wait)
 
 
 @router.get(NAMESPACED, **_GET)
 async def get_namespaced_deployment(
-    namespace: NamespacePath, name: NamePath, caller: Admin, app: App
+    namespace: NamespacePath, name: NamePath, caller: Admin, app: App, wait: Waiting
 ) -> DeploymentView:
-    """Desired vs available replicas, each replica's cluster and pools, and the scheduler's explanation."""
-    return await _get(namespace, name, app)
+    """Desired vs available replicas, each replica's cluster and pools, and the scheduler's explanation. With
+    `wait_for`, answered once it is in one of those states or deleted, or at `timeout` (api/long_poll.py)."""
+    return await _get_waiting(namespace, name, app, wait)
 
 
 @router.get("/deployments", response_model=DeploymentList, responses=error_responses(401, 403, 422))

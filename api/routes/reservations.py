@@ -22,8 +22,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import Member, Viewer, acting_tenant, require_act
 from api.errors import ApiError, error_responses, not_found
+from api.long_poll import Wait, waiting
 from api.request_checks import invalid_request
 from api.services import Services, services
+from contracts.allocation import RESERVATION_FINAL_STATES, RESERVATION_STATES
 from contracts.http import (
     ReservationCreate,
     ReservationList,
@@ -122,10 +124,21 @@ async def list_reservations(caller: Viewer, app: App) -> ReservationList:
     return ReservationList(reservations=[_view(row) for row in rows])
 
 
-@router.get("/{reservation_id}", response_model=ReservationView, responses=error_responses(401, 404))
-async def get_reservation(reservation_id: IdPath, caller: Viewer, app: App) -> ReservationView:
-    async with app.sessions() as session:
-        return _view(await _visible(session, reservation_id, caller))
+@router.get("/{reservation_id}", response_model=ReservationView, responses=error_responses(401, 404, 422))
+async def get_reservation(
+    reservation_id: IdPath,
+    caller: Viewer,
+    app: App,
+    wait: Annotated[Wait | None, Depends(waiting("reservation", RESERVATION_STATES, RESERVATION_FINAL_STATES))],
+) -> ReservationView:
+    """One reservation. With `wait_for`, answered once it is in one of those states or a final one, or at
+    `timeout` (api/long_poll.py)."""
+
+    async def read() -> ReservationView:
+        async with app.sessions() as session:
+            return _view(await _visible(session, reservation_id, caller))
+
+    return await wait.until(read, lambda view: view.state) if wait is not None else await read()
 
 
 @router.delete(

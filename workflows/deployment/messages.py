@@ -6,13 +6,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
-from contracts.deployment import ClusterNote, EngineUsage, ReplicaSummary
+from contracts.deployment import DEPLOYMENT_STATES, ClusterNote, EngineUsage, ReplicaSummary
 from contracts.manifest import DEFAULT_NAMESPACE
 from contracts.task_queues import Queues
 
 # The deployment workflow's own state (BerthState while it runs); the scheduling phase is separate. The workflow
-# publishes these by name, checked against this one list.
-DeploymentState = Literal["pending", "reconciling", "steady", "deleting", "deleted"]
+# publishes these by name, checked against this one list (contracts.deployment.DEPLOYMENT_STATES).
+DeploymentState = Literal[DEPLOYMENT_STATES]  # type: ignore[valid-type]
 ReplicaPhase = Literal["starting", "ready", "failed", "removing", "removed"]
 
 
