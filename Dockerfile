@@ -26,9 +26,10 @@ COPY requirements.lock /src/requirements.lock
 RUN pip --python /opt/venv/bin/python install --require-hashes --only-binary=:all: --no-compile \
         -r /src/requirements.lock
 COPY . /src
-# Berth itself, built with the locked setuptools (no build isolation: it would fetch an unpinned one) and nothing
-# else (no index, no dependencies: they are all installed above).
-RUN pip --python /opt/venv/bin/python install --no-deps --no-build-isolation --no-index --no-compile /src \
+# Berth itself with its server extra (the control plane: the lock above is resolved with it), built with the locked
+# setuptools (no build isolation: it would fetch an unpinned one) and nothing else (no index, no dependencies: they
+# are all installed above).
+RUN pip --python /opt/venv/bin/python install --no-deps --no-build-isolation --no-index --no-compile '/src[server]' \
     && pip --python /opt/venv/bin/python check \
     && installed="$(/opt/venv/bin/python -c 'import importlib.metadata as m; print(m.version("berth"))')" \
     && if [ "$installed" != "$VERSION" ]; then \

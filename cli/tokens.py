@@ -280,20 +280,3 @@ def rotate(
     except UNREACHABLE_OR_REFUSED as error:
         fail(f"cannot reach the database to revoke the older tokens ({error}): `berth tokens revoke --id ID` them")
     console.print(f"revoked the older token(s) of {node}: {', '.join(map(str, revoked)) or 'none'}", highlight=False)
-
-
-@app.command("gateway-key")
-def gateway_key(
-    to: Annotated[Path, typer.Option("--to", help="The key file the node gateway reads (BERTH_GATEWAY_KEY_FILE).")],
-) -> None:
-    """Write a new task-token sealing key for the node gateway (mode 0600), unless the file already holds one: every
-    gateway replica shares it, and it must survive their restarts."""
-    from gateway.seal import ensure_key_file
-
-    try:
-        written = ensure_key_file(to)
-    except OSError as error:
-        fail(f"cannot write {to}: {error.strerror}")
-    console.print(
-        f"node gateway key written to {to}" if written else f"{to} already holds a key; kept", highlight=False
-    )

@@ -2,9 +2,10 @@
 
 The image installs from this file alone (`pip install --require-hashes --only-binary=:all:`), so two builds of one
 commit get the same packages, and a file on the package index that changed under a known version fails the build
-instead of entering it. The lock holds Berth's runtime dependencies (pyproject.toml's `[project].dependencies`) and
-its build backend (`[build-system].requires`: the image builds Berth's own wheel without fetching anything else);
-not the `dev` or `host` extras. It is resolved for CPython 3.11, the image's Python, on every platform (uv's
+instead of entering it. The lock holds what the image runs, the control plane: Berth's dependencies
+(pyproject.toml's `[project].dependencies`, the client's), its `server` extra (the API, workers, gateway and agents)
+and its build backend (`[build-system].requires`: the image builds Berth's own wheel without fetching anything
+else); not the `dev` or `host` extras. It is resolved for CPython 3.11, the image's Python, on every platform (uv's
 universal resolution), so the same file serves an x86-64 and an arm64 build.
 
     python scripts/lock.py              # after changing dependencies: keeps every pin that still fits
@@ -27,6 +28,7 @@ from uv import find_uv_bin
 REPO = Path(__file__).resolve().parent.parent
 LOCK = REPO / "requirements.lock"
 PYTHON_VERSION = "3.11"  # the Dockerfile's base image
+EXTRAS = ["server"]  # what the image runs beside the client
 
 
 def build_requirements() -> list[str]:
@@ -34,13 +36,15 @@ def build_requirements() -> list[str]:
 
 
 def compile_lock(output: Path, *, upgrade: bool = False) -> subprocess.CompletedProcess[str]:
-    """Resolve pyproject.toml's dependencies and its build backend into `output` (its pins, if any, preferred)."""
+    """Resolve pyproject.toml's dependencies, its `EXTRAS` and its build backend into `output` (its pins, if any,
+    preferred)."""
     command = [
         find_uv_bin(),
         "pip",
         "compile",
         "pyproject.toml",
         "-",  # "-": the build backend, from standard input
+        *(f"--extra={extra}" for extra in EXTRAS),
         "--universal",
         "--python-version",
         PYTHON_VERSION,

@@ -191,7 +191,13 @@ def test_the_image_is_labelled_with_the_version_its_berth_reports() -> None:
 
 def test_the_lock_pins_every_dependency_with_hashes() -> None:
     entries = locked()
-    requirements = [*PYPROJECT["project"]["dependencies"], *PYPROJECT["build-system"]["requires"]]
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert LOCK_SCRIPT.EXTRAS == ["server"], "the image runs the control plane: the lock resolves the server extra"
+    requirements = [
+        *PYPROJECT["project"]["dependencies"],
+        *(text for extra in LOCK_SCRIPT.EXTRAS for text in extras[extra]),
+        *PYPROJECT["build-system"]["requires"],
+    ]
     for text in requirements:
         requirement = Requirement(text)
         versions = [version for version, _ in entries.get(canonicalize_name(requirement.name), [])]

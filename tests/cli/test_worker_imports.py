@@ -55,7 +55,7 @@ CONTROL_PLANE = (
 # a real host's agent plans on views made of contracts.vocabulary's enumerations (about 2 MB).
 FLEET_DOCUMENTS = ("fleet.fleet", "fleet.inference_cluster", "fleet.inference_class", "fleet.openapi", "fleet.loader")
 ALLOWED_WORKFLOWS = {"workflows", "contracts.task_queues"}  # the queue names are all an agent needs of workflows/
-ALLOWED_CLI = {"cli", "cli.main", "cli.output", "cli.worker"}
+ALLOWED_CLI = {"cli", "cli.main", "cli.output", "cli.control_plane", "cli.control_plane.worker"}
 LIBVIRT = ("libvirt", "agent.libvirt")
 
 

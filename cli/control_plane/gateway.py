@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from cli.control_plane.worker import ReadyFileOption
 from cli.output import fail
-from cli.worker import ReadyFileOption
 from config.context import NotConfigured
 from config.settings import Settings
 from devstack.ready import mark_ready

@@ -9,7 +9,7 @@ from typing import Annotated
 import httpx
 import typer
 
-from cli.demo_steps import Demo
+from cli.control_plane.demo_steps import Demo
 from cli.output import console, fail, styled
 from config.context import StackContext, read_context
 from config.settings import Settings
