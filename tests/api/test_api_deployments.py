@@ -156,6 +156,7 @@ async def test_a_fleet_change_replans_running_deployments(api: Api) -> None:
     bigger = k8s_fleet({"east": 3, "west": 1}) + "---\n" + yaml.safe_dump(TENANT)
     applied = await api.http.put("/v1/fleet", content=bigger, headers={**api.admin, "Content-Type": "application/yaml"})
     assert applied.status_code == 200, applied.text
+    assert applied.json()["deployments_told"] == 1  # `grow`, told at once
     body = await api.wait_for("grow", lambda d: ready(4)(d))  # no resync timer needed: the apply signalled it
     assert body["phase"] == "FullyScheduled"
     assert [(r["cluster"], r["index"]) for r in body["replicas"]] == [
@@ -164,3 +165,25 @@ async def test_a_fleet_change_replans_running_deployments(api: Api) -> None:
         ("east", 2),
         ("west", 0),
     ]
+
+
+async def test_a_get_can_wait_for_the_deployment_state(api: Api) -> None:
+    """api/long_poll.py on deployments: the GET answers once the deployment is steady (or at its timeout); a state
+    deployments do not have is a 422, and a deployment that does not exist is the usual 404, at once."""
+    response = await api.http.put("/v1/deployments/waited", json=deployment("waited", 1), headers=api.admin)
+    assert response.status_code == 202, response.text
+    deadline = asyncio.get_running_loop().time() + 60
+    while True:  # each long poll lasts at most its timeout; a loaded machine may need more than one
+        body = await api.http.get("/v1/deployments/waited?wait_for=steady&timeout=30s", headers=api.admin)
+        assert body.status_code == 200, body.text
+        if body.json()["state"] == "steady" or asyncio.get_running_loop().time() > deadline:
+            break
+    assert body.json()["state"] == "steady"
+    namespaced = await api.http.get(
+        "/v1/namespaces/default/deployments/waited", params={"wait_for": "steady,deleted"}, headers=api.admin
+    )
+    assert namespaced.status_code == 200 and namespaced.json()["state"] == "steady"
+    bad = await api.http.get("/v1/deployments/waited", params={"wait_for": "active"}, headers=api.admin)
+    assert bad.status_code == 422 and "the states are pending, reconciling, steady" in bad.json()["error"]["message"]
+    missing = await api.http.get("/v1/deployments/nosuch", params={"wait_for": "steady"}, headers=api.admin)
+    assert missing.status_code == 404
