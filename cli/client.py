@@ -1,7 +1,7 @@
 """How the `berth` commands reach the HTTP API: where it is, which token to send, and every failure as one line.
 
 The API and token come from `--api` / `--token`, else `BERTH_API_URL` / `BERTH_TOKEN`, else the login `berth login`
-kept for that API (cli/credentials.py), else the `context.json` that `berth up` writes (found as `config.context` finds
+kept for that API (berth/credentials.py), else the `context.json` that `berth up` writes (found as `config.context` finds
 it: `BERTH_CONTEXT`, this directory and its parents, the user's config directory), so a second terminal next to
 `berth up` needs no flags. From the context file the admin
 token is used unless `--tenant NAME` picks that tenant's token: then the command acts exactly as the tenant would.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -23,10 +22,13 @@ import httpx
 import typer
 from pydantic import ValidationError
 
+from berth import target
+from berth.errors import BerthError
+from berth.target import Target
 from cli.api_failure import ApiFailure
-from cli.credentials import logged_in_token
+from cli.credentials import as_api_failure
 from cli.output import errors, fail
-from config.context import StackContext, discovered_context, find_context, where_looked
+from config.context import StackContext, discovered_context
 from config.settings import Settings
 
 ApiOption = Annotated[
@@ -51,42 +53,22 @@ TenantOption = Annotated[
 TIMEOUT_SECONDS = 30.0  # above the API's own Temporal call timeouts, so its 503 arrives before ours
 
 
-@dataclass(frozen=True)
-class Target:
-    url: str
-    token: str
-
-
 def api_url(api: str | None, context: StackContext | None = None) -> str:
     """The API a command talks to: `--api` / BERTH_API_URL, else the one `berth up` started."""
-    url = (api or (context.api_url if context else None) or "").rstrip("/")
-    if not url:
-        hint = f"or start the dev stack with `berth up` ({where_looked(Settings())})"
-        raise ApiFailure(f"no Berth API configured: pass --api, set BERTH_API_URL, {hint}")
-    return url
+    try:
+        return target.api_url(api, context)
+    except BerthError as error:
+        raise as_api_failure(error) from error
 
 
 def resolve_target(api: str | None, token: str | None, tenant: str | None = None) -> Target:
-    """Where to send requests and with which token: explicit values first, then `berth up`'s context file. A token
-    from the context file is only ever sent to the context's own API, never to another URL given with --api."""
-    lookup = find_context(Settings()) if api is None or token is None else None
-    context = lookup.context if lookup is not None else None
-    url = api_url(api, context)
-    if token is None and tenant is None:
-        token = logged_in_token(url)  # the person who ran `berth login` for this API acts as themselves
-    if token is None and context is not None and url == (context.api_url or "").rstrip("/"):
-        if tenant is None:
-            token = context.admin_token
-        elif tenant in context.tenant_tokens:
-            token = context.tenant_tokens[tenant]
-        else:
-            known = ", ".join(sorted(context.tenant_tokens)) or "none"
-            where = lookup.path if lookup is not None else "the context file"
-            raise ApiFailure(f"{where} has no token for tenant {tenant!r} (it has: {known})")
-    if not token:
-        hint = f"or start the dev stack with `berth up` ({where_looked(Settings())})"
-        raise ApiFailure(f"no API token: pass --token, set BERTH_TOKEN, log in (`berth login`) {hint}")
-    return Target(url, token)
+    """Where to send requests and with which token, resolved as `berth.Client` resolves it (berth/target.py):
+    explicit values first (Typer has read BERTH_API_URL and BERTH_TOKEN into them), then the login, then `berth
+    up`'s context file, whose token is only ever sent to the context's own API."""
+    try:
+        return target.resolve_target(api, token, tenant)
+    except BerthError as error:
+        raise as_api_failure(error) from error
 
 
 def default_tenant() -> str | None:

@@ -1,116 +1,52 @@
-"""What `berth login` keeps: a person's tokens per API URL, in a file only its owner reads
-(`$XDG_CONFIG_HOME/berth/credentials.json`, mode 0600), and the ID token every later command to that API sends,
-refreshed with the refresh token a minute before it expires (`logged_in_token`).
-
-The commands that fill and empty it are cli/login.py; cli/client.py asks it for the bearer to send. It knows nothing
-of either, so the imports run one way: client -> credentials, login -> client and credentials.
+"""What `berth login` keeps, now in the library (berth/credentials.py) so that `berth.Client` and the CLI read the
+same login: this module gives the CLI its functions, with the library's errors as the CLI's `ApiFailure` (one line).
 """
 
 from __future__ import annotations
 
-import json
-import time
-from pathlib import Path
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-import httpx
-from pydantic import BaseModel, ValidationError
-
+from berth import credentials as kept
+from berth.credentials import REFRESH_AHEAD_SECONDS, Credentials, client_auth, credentials_file, load_all, save
+from berth.errors import BerthError
 from cli.api_failure import ApiFailure
-from config.context import user_config_dir, write_private
-from config.identity import unverified_claims
 
-REFRESH_AHEAD_SECONDS = 60.0
+F = TypeVar("F", bound=Callable[..., Any])
 
-
-class Credentials(BaseModel):
-    """What `berth login` keeps for one API: the tokens and where to refresh them."""
-
-    issuer: str
-    client_id: str
-    client_secret: str | None = None  # a client that must authenticate (Google's "installed app" kind)
-    token_endpoint: str
-    id_token: str
-    refresh_token: str | None = None
-    expires_at: float  # the ID token's `exp`
+__all__ = [
+    "REFRESH_AHEAD_SECONDS",
+    "Credentials",
+    "client_auth",
+    "credentials_file",
+    "from_token_answer",
+    "id_token_claims",
+    "load_all",
+    "logged_in_token",
+    "save",
+]
 
 
-def credentials_file() -> Path:
-    return user_config_dir() / "credentials.json"
+def as_api_failure(error: BerthError) -> ApiFailure:
+    """A library error as the CLI reports it: one line, with the API's code and status when it answered."""
+    if error.status is None:
+        return ApiFailure(error.message)
+    line = f"{error.message} ({error.code}, HTTP {error.status})"
+    return ApiFailure(line, message=error.message, code=error.code, status=error.status, details=error.details)
 
 
-def load_all() -> dict[str, Any]:
-    try:
-        found = json.loads(credentials_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}
+def _one_line(function: F) -> F:
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except BerthError as error:
+            raise as_api_failure(error) from error
+
+    return call  # type: ignore[return-value]
 
 
-def save(api: str, credentials: Credentials | None) -> Path:
-    everything = load_all()
-    if credentials is None:
-        everything.pop(api, None)
-    else:
-        everything[api] = credentials.model_dump()
-    path = credentials_file()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return write_private(path, json.dumps(everything, indent=2) + "\n")
-
-
-def id_token_claims(id_token: str) -> dict[str, Any]:
-    """The ID token's claims, unverified (the API verifies; the CLI only wants `exp` and a name)."""
-    try:
-        return unverified_claims(id_token)
-    except ValueError as error:
-        raise ApiFailure(f"the provider's ID token is {error}") from error
-
-
-def client_auth(client_id: str, secret: str | None) -> tuple[dict[str, str], tuple[str, str] | None]:
-    """How the client shows itself to the token endpoint: HTTP Basic with its secret when it has one (the method
-    every provider must take, RFC 6749 section 2.3.1), else as a public client naming itself (PKCE protects it)."""
-    return ({}, (client_id, secret)) if secret else ({"client_id": client_id}, None)
-
-
-def from_token_answer(answer: dict[str, Any], before: Credentials) -> Credentials:
-    id_token = answer.get("id_token")
-    if not isinstance(id_token, str):
-        raise ApiFailure("the provider answered without an ID token (is the `openid` scope allowed for the client?)")
-    return before.model_copy(
-        update={
-            "id_token": id_token,
-            "refresh_token": answer.get("refresh_token") or before.refresh_token,
-            "expires_at": float(id_token_claims(id_token).get("exp", time.time() + 300)),
-        }
-    )
-
-
-def logged_in_token(api: str) -> str | None:
-    """The ID token `berth login` keeps for `api`, refreshed when it is about to expire; None when no one logged
-    in there (or the refresh was refused: the person must log in again)."""
-    found = load_all().get(api.rstrip("/"))
-    if found is None:
-        return None
-    try:
-        credentials = Credentials.model_validate(found)
-    except ValidationError:
-        return None
-    if credentials.expires_at - time.time() > REFRESH_AHEAD_SECONDS:
-        return credentials.id_token
-    if credentials.refresh_token is None:
-        raise ApiFailure(f"your login to {api} has expired: run `berth login --api {api}`")
-    named, auth = client_auth(credentials.client_id, credentials.client_secret)
-    try:
-        answer = httpx.post(
-            credentials.token_endpoint,
-            data={"grant_type": "refresh_token", "refresh_token": credentials.refresh_token, **named},
-            auth=auth,
-            timeout=30.0,
-        )
-    except httpx.HTTPError as error:
-        raise ApiFailure(f"cannot refresh your login at {credentials.token_endpoint}: {error}") from error
-    if answer.status_code != 200:
-        raise ApiFailure(f"your login to {api} can no longer be refreshed: run `berth login --api {api}`")
-    refreshed = from_token_answer(answer.json(), credentials)
-    save(api.rstrip("/"), refreshed)
-    return refreshed.id_token
+id_token_claims = _one_line(kept.id_token_claims)
+from_token_answer = _one_line(kept.from_token_answer)
+logged_in_token = _one_line(kept.logged_in_token)
