@@ -501,6 +501,11 @@ TokenRole = Literal["viewer", "member", "operator", "admin", "node"]
 TOKEN_LABEL = r"^[^\x00-\x1f\x7f]{0,200}$"
 
 
+def _scope(message: str) -> PydanticCustomError:
+    """A role and scope that do not go together: a rule between fields, its own problem type (`token_scope`)."""
+    return PydanticCustomError("token_scope", "{message}", {"message": message})
+
+
 class TokenCreate(Strict):
     """`POST /v1/tokens`: a service account's token (a role; a tenant for viewer and member) or a node agent's."""
 
@@ -521,11 +526,11 @@ class TokenCreate(Strict):
     @model_validator(mode="after")
     def _one_scope(self) -> TokenCreate:
         if sum((self.role in ("operator", "admin"), self.tenant is not None, self.node is not None)) != 1:
-            raise ValueError("give exactly one of tenant (viewer or member), role operator|admin, or node")
+            raise _scope("give exactly one of tenant (viewer or member), role operator|admin, or node")
         if self.tenant is not None and self.role not in (None, "viewer", "member"):
-            raise ValueError(f"a tenant's token is a viewer or a member, not {self.role}")
+            raise _scope(f"a tenant's token is a viewer or a member, not {self.role}")
         if self.node is not None and self.role not in (None, "node"):
-            raise ValueError(f"a node's token has the role node, not {self.role}")
+            raise _scope(f"a node's token has the role node, not {self.role}")
         return self
 
     def chosen_role(self) -> TokenRole:

@@ -21,10 +21,13 @@ still fails the run.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import schemathesis
 from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+from contracts.durations import DURATION_PATTERN
 
 # Codes that refuse a well-formed request for what it names or how its parts fit together (api/README.md).
 NAMED_REFUSALS = frozenset(
@@ -51,7 +54,8 @@ NAMED_REFUSALS = frozenset(
 # is not in the future (rules against the clock), a pool filter outside the region filter (`pool_region`), a duration
 # past its field's bounds (`duration_out_of_range`: a pattern cannot bound the sum of `1h30m`'s parts), user-data
 # that is not a YAML mapping or sets a key the VM's seed sets itself (what text says is no schema's to state), or
-# that is over 64 KiB in UTF-8 though within the schema's maxLength (which counts characters).
+# that is over 64 KiB in UTF-8 though within the schema's maxLength (which counts characters), a token's role and
+# scope that do not go together (`token_scope`: a rule between fields).
 NAMED_PROBLEMS = frozenset(
     {
         "name_mismatch",
@@ -67,6 +71,7 @@ NAMED_PROBLEMS = frozenset(
         "user_data_not_mapping",
         "user_data_reserved_key",
         "user_data_too_large",
+        "token_scope",
     }
 )
 # `invalid_request` on these fields alone depends on the token, not the body: an admin must name the tenant.
@@ -96,3 +101,27 @@ def well_formed_requests_refused_only_for_what_they_name(ctx: Any, response: Any
         if isinstance(error, dict) and _named_refusal(error):
             return None
     return positive_data_acceptance(ctx, response, case)
+
+
+@schemathesis.hook
+def map_query(ctx: Any, query: Any) -> Any:
+    """A long poll (`wait_for`, api/long_poll.py) waits up to its `timeout`, 30s when it names none: a run would spend
+    minutes waiting. A well-formed timeout, or none, becomes `0` (answer at once), which keeps a valid request valid
+    and an invalid one invalid."""
+    if isinstance(query, dict) and "wait_for" in query:
+        timeout = query.get("timeout")
+        if timeout is None or (isinstance(timeout, str) and re.fullmatch(DURATION_PATTERN, timeout)):
+            query["timeout"] = "0"
+    return query
+
+
+@schemathesis.hook
+def map_path_parameters(ctx: Any, path_parameters: Any) -> Any:
+    """`DELETE /v1/tokens/{token_id}` with a small id would revoke the very token the run calls with: a well-formed
+    id becomes one no token has (a 404), so the run keeps its token."""
+    operation = getattr(ctx, "operation", None)
+    if getattr(operation, "path", None) == "/v1/tokens/{token_id}" and isinstance(path_parameters, dict):
+        token_id = path_parameters.get("token_id")
+        if isinstance(token_id, int) and not isinstance(token_id, bool) and 1 <= token_id <= 2**31 - 1:
+            path_parameters["token_id"] = 2**31 - 1
+    return path_parameters
