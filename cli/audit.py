@@ -16,7 +16,6 @@ from rich.text import Text
 from cli.client import ApiOption, TokenOption, api_client
 from cli.output import Column, OutputFormat, OutputOption, console, fail, is_data, print_data, styled, table
 from contracts.audit import AuditReport
-from contracts.http import AuditView
 
 REPAIR_STYLES = {"done": "green", "skipped": "yellow", "failed": "red"}
 
@@ -36,14 +35,10 @@ def audit(
     if repair and last:
         fail("--repair runs an audit; --last only shows the latest one: pick one")
     with api_client(api, token) as client:
-        if last:
-            data = client.call("GET", "/v1/audit")
-        else:
-            data = client.call("POST", "/v1/audit", json={"repair": repair})
+        view = client.audit.latest() if last else client.audit.run(repair=repair)
     if is_data(output):
-        print_data(data, output)
+        print_data(view.model_dump(mode="json", by_alias=True), output)
         return
-    view = AuditView.model_validate(data)
     if view.report is None:
         console.print("no audit has finished yet; run `berth audit`", style="dim")
         return

@@ -20,12 +20,12 @@ import yaml
 from rich.table import Table
 from rich.text import Text
 
+from berth import Client
 from cli import values
-from cli.client import ApiOption, BerthClient, TokenOption, api_client, segment
+from cli.client import ApiOption, TokenOption, api_client
 from cli.output import Column, OutputFormat, OutputOption, console, fail, is_data, print_data, styled, table
-from contracts.http import DeploymentAccepted, DeploymentList, DeploymentView
+from contracts.http import DeploymentAccepted, DeploymentView
 from contracts.manifest import DEFAULT_NAMESPACE
-from workflows.deployment.messages import qualified_name
 
 app = typer.Typer(help="Create, follow and delete ModelDeployments.", no_args_is_help=True, add_completion=False)
 
@@ -42,11 +42,15 @@ def _styled(value: str | None, styles: dict[str, str]) -> Text:
     return Text(value or "-", style=styles.get(value or "", "yellow"))
 
 
-def _path(name: str, namespace: str = DEFAULT_NAMESPACE) -> str:
-    """`default` keeps the path it always had, so this CLI works with an API from before namespaces too."""
-    if namespace == DEFAULT_NAMESPACE:
-        return f"/v1/deployments/{segment(name)}"
-    return f"/v1/namespaces/{segment(namespace)}/deployments/{segment(name)}"
+def qualified_name(name: str, namespace: str = DEFAULT_NAMESPACE) -> str:
+    """A deployment as an operator tells it apart: `<namespace>/<name>` outside `default`."""
+    return name if namespace == DEFAULT_NAMESPACE else f"{namespace}/{name}"
+
+
+def _addressed(namespace: str) -> str | None:
+    """The client's `namespace=` for a namespace: None for `default`, which keeps the path it always had
+    (`/v1/deployments/NAME`), so this CLI works with an API from before namespaces too."""
+    return None if namespace == DEFAULT_NAMESPACE else namespace
 
 
 def _namespace_of(document: dict[str, Any], option: str | None) -> str:
@@ -130,12 +134,12 @@ def _settled(view: DeploymentView) -> bool:
     return view.state == "steady" and all(r.phase == "ready" for r in view.replicas)
 
 
-def _wait(client: BerthClient, name: str, namespace: str, timeout: str) -> dict[str, Any]:
+def _wait(client: Client, name: str, namespace: str, timeout: str) -> DeploymentView:
     deadline = time.monotonic() + values.seconds(timeout, "--timeout")
     while True:
-        data = client.call("GET", _path(name, namespace))
-        if _settled(DeploymentView.model_validate(data)):
-            return data
+        view = client.deployments.get(name, namespace=_addressed(namespace))
+        if _settled(view):
+            return view
         if time.monotonic() > deadline:
             follow = f"berth deploy get {name}" + ("" if namespace == DEFAULT_NAMESPACE else f" -n {namespace}")
             fail(
@@ -158,20 +162,29 @@ def apply(
     """Create or update the ModelDeployments in FILE; their workflows place and start the replicas."""
     documents = _documents(file)
     values.seconds(timeout, "--timeout")
-    answers: list[dict[str, Any]] = []
+    accepted_all: list[DeploymentAccepted] = []
+    views: list[DeploymentView] = []
     with api_client(api, token) as client:
         for document in documents:
             name, where = document["metadata"]["name"], _namespace_of(document, namespace)
-            accepted = client.call("PUT", _path(name, where), json=document)
+            # A document naming no namespace, sent to `default`, keeps its old path; otherwise the namespace is
+            # named, so that `-n` is where it goes and the API refuses a document that says otherwise.
+            unnamed = where == DEFAULT_NAMESPACE and not (document.get("metadata") or {}).get("namespace")
+            accepted = client.deployments.apply(document, namespace=None if unnamed else where)
             if not is_data(output):
-                verb = "Created" if DeploymentAccepted.model_validate(accepted).created else "Updated"
+                verb = "Created" if accepted.created else "Updated"
                 console.print(styled("{} deployment [bold]{}[/].", verb, qualified_name(name, where)))
-            answers.append(_wait(client, name, where, timeout) if wait else accepted)
+            if wait:
+                views.append(_wait(client, name, where, timeout))
+            else:
+                accepted_all.append(accepted)
     if is_data(output):
-        print_data(answers[0] if len(answers) == 1 else answers, output)
+        answers = views if wait else accepted_all
+        dumped = [answer.model_dump(mode="json", by_alias=True) for answer in answers]
+        print_data(dumped[0] if len(dumped) == 1 else dumped, output)
     elif wait:
-        for answer in answers:
-            _render(DeploymentView.model_validate(answer))
+        for view in views:
+            _render(view)
     else:
         console.print("Follow with `berth deploy get NAME`.", style="dim", highlight=False)
 
@@ -186,11 +199,11 @@ def get(
 ) -> None:
     """A deployment: desired vs available, each replica's cluster and pools, and why not more."""
     with api_client(api, token) as client:
-        data = client.call("GET", _path(name, namespace or DEFAULT_NAMESPACE))
-        if is_data(output):
-            print_data(data, output)
-        else:
-            _render(DeploymentView.model_validate(data))
+        view = client.deployments.get(name, namespace=_addressed(namespace or DEFAULT_NAMESPACE))
+    if is_data(output):
+        print_data(view.model_dump(mode="json", by_alias=True), output)
+    else:
+        _render(view)
 
 
 @app.command("list")
@@ -202,11 +215,13 @@ def list_(
 ) -> None:
     """Every deployment (of every namespace, unless -n names one) with its last recorded status."""
     with api_client(api, token) as client:
-        data = client.call("GET", "/v1/deployments", params={"namespace": namespace} if namespace else None)
-        if is_data(output):
-            print_data(data, output)
-            return
-        deployments = DeploymentList.model_validate(data).deployments
+        deployments = list(client.deployments.list(namespace=namespace or None))
+    if is_data(output):
+        print_data(
+            {"deployments": [d.model_dump(mode="json", by_alias=True) for d in deployments], "next_cursor": None},
+            output,
+        )
+        return
     if not deployments:
         console.print("no deployments", style="dim")
         return
@@ -243,7 +258,7 @@ def delete(
     """Tear down every replica of the deployment (workloads deleted, ledger released), then the deployment."""
     where = namespace or DEFAULT_NAMESPACE
     with api_client(api, token) as client:
-        data = client.call("DELETE", _path(name, where))
+        data = client.deployments.delete(name, namespace=_addressed(where)).model_dump(mode="json", by_alias=True)
     if is_data(output):
         print_data(data, output)
     else:

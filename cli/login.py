@@ -183,7 +183,7 @@ def whoami(
 ) -> None:
     """Who the API takes you for: your name in its audit trail, your role and your tenants."""
     with api_client(api, token) as client:
-        me = client.call("GET", "/v1/whoami")
+        me = client.whoami().model_dump(mode="json", by_alias=True)
     if is_data(output):
         print_data(me, output)
         return

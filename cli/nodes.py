@@ -15,10 +15,10 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from cli.client import ApiOption, TokenOption, api_client, segment
+from cli.client import ApiOption, TokenOption, api_client
 from cli.discover import discover
 from cli.output import Column, OutputFormat, OutputOption, console, is_data, print_data, styled, table
-from contracts.http import NodeInfo, NodeList, NodeState
+from contracts.http import NodeInfo, NodeState
 
 app = typer.Typer(help="GPU hosts (admin token).", no_args_is_help=True, add_completion=False)
 
@@ -89,17 +89,14 @@ def list_(
     token: TokenOption = None,
 ) -> None:
     """Every node with its pool, status and slot usage."""
-    params = {"region": region, "status": status.value if status else None}
     with api_client(api, token) as client:
-        data = client.call("GET", "/v1/nodes", params=params)
-        pages = [data]
-        while pages[-1].get("next_cursor"):  # every page: an operator's list is the whole fleet
-            pages.append(client.call("GET", "/v1/nodes", params={**params, "cursor": pages[-1]["next_cursor"]}))
-    data = {"nodes": [node for page in pages for node in page["nodes"]], "next_cursor": None}
+        nodes = list(client.nodes.list(region=region, status=status.value if status else None))  # every page
+    # an operator's list is the whole fleet: one list, as if one page
+    data = {"nodes": [node.model_dump(mode="json", by_alias=True) for node in nodes], "next_cursor": None}
     if is_data(output):
         print_data(data, output)
     else:
-        _render(NodeList.model_validate(data).nodes)
+        _render(nodes)
 
 
 @app.command("get")
@@ -109,7 +106,7 @@ def get(
     """One node: its agent, every slot that does not validate or is not healthy with the agent's reason, and every
     slot's health signals with their last reported values."""
     with api_client(api, token) as client:
-        data = client.call("GET", f"/v1/nodes/{segment(node)}")
+        data = client.nodes.get(node).model_dump(mode="json", by_alias=True)
     if is_data(output):
         print_data(data, output)
         return
@@ -174,7 +171,7 @@ def drain(
     """Stop placing on the node (DRAINING) and tell each allocation on it to move: its owner releases it when ready.
     `uncordon` ends the drain."""
     with api_client(api, token) as client:
-        data = client.call("POST", f"/v1/nodes/{segment(node)}/drain")
+        data = client.nodes.drain(node).model_dump(mode="json", by_alias=True)
     if is_data(output):
         print_data(data, output)
         return
@@ -201,7 +198,7 @@ def repair(
     """Mark slots repaired after their GPU was fixed or replaced: they take work again until their agent judges
     otherwise (recorded in the audit trail)."""
     with api_client(api, token) as client:
-        data = client.call("POST", f"/v1/nodes/{segment(node)}/repair", json={"slots": slots})
+        data = client.nodes.repair(node, slots).model_dump(mode="json", by_alias=True)
     if is_data(output):
         print_data(data, output)
         return
@@ -214,7 +211,7 @@ app.command("discover")(discover)
 
 def _set_status(node: str, action: str, output: OutputFormat, api: str | None, token: str | None) -> None:
     with api_client(api, token) as client:
-        data = client.call("POST", f"/v1/nodes/{segment(node)}/{action}")
+        data = getattr(client.nodes, action)(node).model_dump(mode="json", by_alias=True)
         if is_data(output):
             print_data(data, output)
         else:

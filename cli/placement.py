@@ -17,8 +17,7 @@ from cli import values
 from cli.alloc import ClusterSelectorOption, GpuOption, NodeOption, SelectorOption, key_values, placement_fields
 from cli.client import ApiOption, TenantOption, TokenOption, api_client
 from cli.output import Column, OutputFormat, OutputOption, console, is_data, print_data, table
-from contracts.http import CapacityReport
-from contracts.placement import CapacityShape, PlacementResult, PoolCapacity
+from contracts.placement import CapacityShape, PoolCapacity
 from contracts.vocabulary import PoolShape
 from scheduler.placement.capacity import SLICE_SIZES
 
@@ -63,11 +62,11 @@ def explain(
     body = {key: value for key, value in body.items() if value is not None}
     body.update(placement_fields(selector, cluster_selector, node, gpu))
     with api_client(api, token, tenant) as client:
-        data = client.call("POST", "/v1/explain", params={"detail": "true"}, json=body)
-        if is_data(output):
-            print_data(data, output)
-        else:
-            offline.render(PlacementResult.model_validate(data), gpus)
+        result = client.explain(body, detail=True)
+    if is_data(output):
+        print_data(result.model_dump(mode="json", by_alias=True), output)
+    else:
+        offline.render(result, gpus)
 
 
 def render_capacity(pools: list[PoolCapacity], title: str = "Capacity") -> None:
@@ -138,7 +137,7 @@ def capacity(
     if at is not None:
         instant = values.rfc3339(at, "--at")
         with api_client(api, token) as client:
-            data = client.call("GET", "/v1/capacity/at", params={"at": instant, "region": region})
+            data = client.capacity.at(instant, region=region).model_dump(mode="json", by_alias=True)
         if is_data(output):
             print_data(data, output)
             return
@@ -157,8 +156,8 @@ def capacity(
         rows.print()
         return
     with api_client(api, token) as client:
-        data = client.call("GET", "/v1/capacity", params={"region": region, "gpu_product": product})
-        if is_data(output):
-            print_data(data, output)
-        else:
-            render_capacity(CapacityReport.model_validate(data).pools)
+        report = client.capacity.now(region=region, gpu_product=product)
+    if is_data(output):
+        print_data(report.model_dump(mode="json", by_alias=True), output)
+    else:
+        render_capacity(report.pools)

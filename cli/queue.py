@@ -132,8 +132,8 @@ def queue(
     """The requests waiting for capacity, per region, in the order they will be placed: priority, then the
     tenant's weighted share, then arrival; with how long each has waited and why it is not placed yet."""
     with api_client(api, token, tenant) as client:
-        data = client.call("GET", "/v1/queues", params={"region": region, "pool": pool})
-        if is_data(output):
-            print_data(data, output)
-            return
-        render(QueueList.model_validate(data))
+        queues = client.queues.get(region=region, pool=pool)
+    if is_data(output):
+        print_data(queues.model_dump(mode="json", by_alias=True), output)
+        return
+    render(queues)

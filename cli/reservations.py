@@ -63,7 +63,9 @@ def create(
         "tenant": tenant,
     }
     with api_client(api, token, tenant) as client:
-        data = client.call("POST", "/v1/reservations", json={k: v for k, v in body.items() if v is not None})
+        # the flags as the API takes them, sent as they are: the API judges them, in its own words
+        reservation = client.reservations.create({k: v for k, v in body.items() if v is not None})
+    data = reservation.model_dump(mode="json", by_alias=True)
     if is_data(output):
         print_data(data, output)
         return
@@ -88,7 +90,7 @@ def list_(
 ) -> None:
     """Reservations by start (a tenant token: its own)."""
     with api_client(api, token, tenant) as client:
-        data = client.call("GET", "/v1/reservations")
+        data = {"reservations": [r.model_dump(mode="json", by_alias=True) for r in client.reservations.list()]}
     if is_data(output):
         print_data(data, output)
         return
@@ -130,7 +132,7 @@ def cancel(
 ) -> None:
     """Cancel a reservation (after its start, its allocation gives everything back)."""
     with api_client(api, token, tenant) as client:
-        data = client.call("DELETE", f"/v1/reservations/{reservation_id}")
+        data = client.reservations.cancel(reservation_id).model_dump(mode="json", by_alias=True)
     if is_data(output):
         print_data(data, output)
         return

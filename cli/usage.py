@@ -116,18 +116,11 @@ def usage(
     since, until = instant(start, "--from"), instant(end, "--to")
     if since is not None and until is not None and since >= until:
         fail(f"--from ({since.isoformat()}) is not before --to ({until.isoformat()})", reason="invalid_argument")
-    params = {
-        "from": since.isoformat() if since else None,
-        "to": until.isoformat() if until else None,
-        "by": by,
-        "bucket": bucket,
-    }
     with api_client(api, token, tenant) as client:
-        data = client.call("GET", "/v1/usage", params={k: v for k, v in params.items() if v is not None})
+        report = client.usage(start=since, end=until, by=by, bucket=bucket)
     if is_data(output):
-        print_data(data, output)
+        print_data(report.model_dump(mode="json", by_alias=True), output)
         return
-    report = UsageReport.model_validate(data)
     if output is UsageFormat.CSV:
         write_csv(report)
         return
