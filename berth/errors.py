@@ -70,6 +70,27 @@ class NotConfigured(BerthError):
     """Nothing says which API to call or which token to send."""
 
 
+def invalid_request(problems: list[dict[str, Any]]) -> InvalidRequest:
+    """A request body refused before it is sent, in the words and shape of the API's own 422: `invalid_request`,
+    "the request is not valid: body.gpu_count: ...", `details` one `{field, message, type}` per problem (pydantic's
+    `errors()`, whose locations get the API's `body.` prefix)."""
+    listed = [
+        {"field": _field_path(("body", *problem["loc"])), "message": problem["msg"], "type": problem["type"]}
+        for problem in problems
+    ]
+    summary = "; ".join(f"{p['field']}: {p['message']}" for p in listed[:3])
+    more = f" (and {len(listed) - 3} more)" if len(listed) > 3 else ""
+    return InvalidRequest(f"the request is not valid: {summary}{more}", code="invalid_request", details=listed)
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """`('body', 'labels', 0)` -> `body.labels[0]`, as the API writes a field's place."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
 BY_STATUS: dict[int, type[BerthError]] = {
     400: InvalidRequest,
     401: Unauthorized,

@@ -12,18 +12,19 @@ from datetime import datetime
 from typing import Annotated, Any, TypeVar, get_args, get_origin
 
 import httpx
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.json_schema import WithJsonSchema
 
 from berth import errors
 from berth._http import Http
 from berth.routes import Route, calls
-from contracts.allocation import FINAL_STATES
+from contracts.allocation import ALLOCATION_STATES, FINAL_STATES
 from contracts.http import (
     AllocationAccepted,
     AllocationCreate,
     AllocationDetail,
     AllocationEnd,
+    AllocationList,
     AllocationSummary,
     AuditRequest,
     AuditView,
@@ -31,6 +32,7 @@ from contracts.http import (
     CapacityAt,
     CapacityReport,
     DeploymentAccepted,
+    DeploymentList,
     DeploymentSummary,
     DeploymentView,
     DrainResult,
@@ -38,6 +40,7 @@ from contracts.http import (
     FleetApplied,
     Health,
     NodeInfo,
+    NodeList,
     QueueList,
     QueuePlace,
     RepairBody,
@@ -120,25 +123,44 @@ def duration_text(value: str | float | None) -> str | None:
     return seconds_text(float(value))
 
 
-def allocation_body(request: AllocationCreate | None, fields: Mapping[str, Any]) -> AllocationCreate:
-    """The body of a create or an explain: `request` as given, or built from keyword fields, where `gpus=8` (an
-    int) and `product="H200"` are short for `gpu_count` and `gpu_product` (a list of PCI addresses as `gpus` pins
-    them, as in the body)."""
+def allocation_body(request: AllocationCreate | Mapping[str, Any] | None, fields: Mapping[str, Any]) -> Any:
+    """The body of a create or an explain (see `body`), where the keyword fields `gpus=8` (an int) and
+    `product="H200"` are short for `gpu_count` and `gpu_product` (a list of PCI addresses as `gpus` pins them, as in
+    the body), and `queue="30m"` for `queue={"timeout": "30m"}`."""
+    shorthand = dict(fields)
+    if isinstance(shorthand.get("gpus"), int):
+        shorthand["gpu_count"] = shorthand.pop("gpus")
+    if "product" in shorthand:
+        shorthand["gpu_product"] = shorthand.pop("product")
+    if isinstance(shorthand.get("queue"), str):
+        shorthand["queue"] = {"timeout": shorthand["queue"]}
+    return body(AllocationCreate, request, shorthand, durations=("duration",))
+
+
+def body(
+    model: type[BaseModel],
+    request: BaseModel | Mapping[str, Any] | None,
+    fields: Mapping[str, Any],
+    *,
+    durations: Sequence[str] = (),
+) -> Any:
+    """A request body as JSON, from one of three things: `request`, a model instance (sent as it is); `request`, a
+    mapping (JSON already, sent as it is: the API is its judge, as for a body read from a file or typed at a
+    prompt); or keyword `fields`, checked against `model` before anything is sent, so a mistake is an
+    `InvalidRequest` in the API's own words without a round trip. Numbers given for the `durations` fields are
+    seconds."""
     if request is not None:
         if fields:
-            raise TypeError("give an AllocationCreate or keyword fields, not both")
-        return request
-    body = dict(fields)
-    if isinstance(body.get("gpus"), int):
-        body["gpu_count"] = body.pop("gpus")
-    if "product" in body:
-        body["gpu_product"] = body.pop("product")
-    for name in ("duration",):
-        if isinstance(body.get(name), int | float):
-            body[name] = seconds_text(float(body[name]))
-    if isinstance(body.get("queue"), str):
-        body["queue"] = {"timeout": body["queue"]}
-    return AllocationCreate.model_validate(body)
+            raise TypeError(f"give a {model.__name__} (or a mapping) or keyword fields, not both")
+        return wire(request) if isinstance(request, BaseModel) else dict(request)
+    given = {name: value for name, value in fields.items() if value is not None}
+    for name in durations:
+        if isinstance(given.get(name), int | float) and not isinstance(given.get(name), bool):
+            given[name] = seconds_text(float(given[name]))
+    try:
+        return wire(model.model_validate(given))
+    except ValidationError as error:
+        raise errors.invalid_request(error.errors(include_url=False)) from None
 
 
 def _at(value: datetime | str | None) -> str | None:
@@ -230,6 +252,43 @@ class Resource:
                 await self._http.transport.sleep(min(gap, max(deadline - time.monotonic(), 0.0)))
                 gap = min(gap * 2, SLOWEST_POLL_SECONDS)
 
+    async def _watch(
+        self,
+        route: Route,
+        model: type[M],
+        path: Mapping[str, str],
+        states: Iterable[str],
+        final: Iterable[str],
+        timeout: float,  # noqa: ASYNC109 - a deadline over many long polls, under both drivers
+    ) -> AsyncIterator[M]:
+        """The thing as it is now, then again each time its state changes, by long polls that wait for any other
+        state: it ends after a final state, or quietly when `timeout` passes (the last one yielded is where it
+        stands)."""
+        deadline = time.monotonic() + timeout
+        found = await self._answer(route, model, path=path)
+        yield found
+        gap = 0.25
+        while found.state not in final:  # type: ignore[attr-defined]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            hold = min(left, LONG_POLL_SECONDS)
+            others = [state for state in states if state != found.state]  # type: ignore[attr-defined]
+            asked = time.monotonic()
+            now = await self._answer(
+                route,
+                model,
+                path=path,
+                params={"wait_for": ",".join(others), "timeout": seconds_text(round(hold, 3))},
+                read_timeout=hold + self._http.timeouts.read,
+            )
+            if now.state != found.state:  # type: ignore[attr-defined]
+                yield now
+            elif time.monotonic() - asked < hold / 2:  # not held: an API without long polls
+                await self._http.transport.sleep(min(gap, max(deadline - time.monotonic(), 0.0)))
+                gap = min(gap * 2, SLOWEST_POLL_SECONDS)
+            found = now
+
 
 CREATE_ALLOCATION = Route("POST", "/v1/allocations", idempotent=True)  # always sent with an Idempotency-Key
 LIST_ALLOCATIONS = Route("GET", "/v1/allocations")
@@ -245,16 +304,18 @@ class Allocations(Resource):
 
     @calls(CREATE_ALLOCATION)
     async def create(
-        self, request: AllocationCreate | None = None, *, idempotency_key: str | None = None, **fields: Any
+        self,
+        request: AllocationCreate | Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        **fields: Any,
     ) -> AllocationAccepted:
         """Ask for an allocation: an `AllocationCreate`, or its fields as keywords (`gpus=2, product="H200",
         duration="4h", tenant="acme"`). Every create carries an Idempotency-Key (a fresh one unless given), so a
         retry after a lost answer is the same allocation, never a second."""
-        body = allocation_body(request, fields)
         key = idempotency_key or f"berth-py-{uuid.uuid4().hex}"
-        return await self._answer(
-            CREATE_ALLOCATION, AllocationAccepted, json=wire(body), headers={"Idempotency-Key": key}
-        )
+        json = allocation_body(request, fields)
+        return await self._answer(CREATE_ALLOCATION, AllocationAccepted, json=json, headers={"Idempotency-Key": key})
 
     @calls(LIST_ALLOCATIONS)
     async def list(
@@ -272,6 +333,21 @@ class Allocations(Resource):
         async for item in self._pages(LIST_ALLOCATIONS, "allocations", AllocationSummary, params, page_size):
             yield item
 
+    @calls(LIST_ALLOCATIONS)
+    async def page(
+        self,
+        *,
+        state: str | None = None,
+        region: str | None = None,
+        node: str | None = None,
+        tenant: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> AllocationList:
+        """One page, from `cursor` (a `next_cursor` an earlier page gave): for a program that keeps its place."""
+        params = {"state": state, "region": region, "node": node, "tenant": tenant, "limit": limit, "cursor": cursor}
+        return await self._answer(LIST_ALLOCATIONS, AllocationList, params=params)
+
     @calls(GET_ALLOCATION)
     async def get(self, allocation_id: str) -> Allocation:
         return await self._answer(GET_ALLOCATION, Allocation, path={"allocation_id": allocation_id})
@@ -284,6 +360,14 @@ class Allocations(Resource):
         return await self._long_poll(
             GET_ALLOCATION, Allocation, {"allocation_id": allocation_id}, wanted, FINAL_STATES, timeout
         )
+
+    @calls(GET_ALLOCATION)
+    async def watch(self, allocation_id: str, *, timeout: float = 600.0) -> AsyncIterator[Allocation]:  # noqa: ASYNC109
+        """The allocation now, then each time its state changes, until it ends (or `timeout` passes): what `berth
+        alloc create --wait` prints as it goes. Long polls, never a busy loop."""
+        path = {"allocation_id": allocation_id}
+        async for allocation in self._watch(GET_ALLOCATION, Allocation, path, ALLOCATION_STATES, FINAL_STATES, timeout):
+            yield allocation
 
     @calls(RELEASE_ALLOCATION)
     async def release(self, allocation_id: str) -> AllocationAccepted:
@@ -300,17 +384,15 @@ class Allocations(Resource):
         self, allocation_id: str, *, by: str | float | None = None, until: datetime | None = None
     ) -> AllocationEnd:
         """Move an active allocation's end: `by` a duration (`"2h"`, or seconds) from its current end, or `until`."""
-        body = ExtendBody.model_validate({"by": duration_text(by), "until": until})
-        return await self._answer(
-            EXTEND_ALLOCATION, AllocationEnd, path={"allocation_id": allocation_id}, json=wire(body)
-        )
+        json = body(ExtendBody, None, {"by": duration_text(by), "until": until})
+        return await self._answer(EXTEND_ALLOCATION, AllocationEnd, path={"allocation_id": allocation_id}, json=json)
 
     @calls(RETRY_ALLOCATION)
     async def retry(self, allocation_id: str, *, exclude_nodes: Sequence[str] = ()) -> AllocationAccepted:
         """An operator's retry: being placed, go on with the next node; failed, place it again as a new run."""
-        body = RetryBody(exclude_nodes=list(exclude_nodes))
+        json = wire(RetryBody(exclude_nodes=list(exclude_nodes)))
         return await self._answer(
-            RETRY_ALLOCATION, AllocationAccepted, path={"allocation_id": allocation_id}, json=wire(body)
+            RETRY_ALLOCATION, AllocationAccepted, path={"allocation_id": allocation_id}, json=json
         )
 
 
@@ -325,13 +407,13 @@ class Reservations(Resource):
     """GPUs of one node held for a window in the future (`/v1/reservations`)."""
 
     @calls(CREATE_RESERVATION)
-    async def create(self, request: ReservationCreate | None = None, **fields: Any) -> ReservationView:
+    async def create(
+        self, request: ReservationCreate | Mapping[str, Any] | None = None, **fields: Any
+    ) -> ReservationView:
         """Reserve: a `ReservationCreate` or its fields (`gpu_count`, `region`, `starts_at`, `duration` or
         `ends_at`, ...). The API takes no Idempotency-Key here, so a lost answer is not retried."""
-        if request is None:
-            fields = {**fields, "duration": duration_text(fields.get("duration"))}
-            request = ReservationCreate.model_validate(fields)
-        return await self._answer(CREATE_RESERVATION, ReservationView, json=wire(request))
+        json = body(ReservationCreate, request, fields, durations=("duration",))
+        return await self._answer(CREATE_RESERVATION, ReservationView, json=json)
 
     @calls(LIST_RESERVATIONS)
     async def list(self) -> AsyncIterator[ReservationView]:
@@ -399,6 +481,19 @@ class Nodes(Resource):
         async for node in self._pages(LIST_NODES, "nodes", NodeInfo, {"region": region, "status": status}, page_size):
             yield node
 
+    @calls(LIST_NODES)
+    async def page(
+        self,
+        *,
+        region: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> NodeList:
+        """One page, from `cursor` (a `next_cursor` an earlier page gave)."""
+        params = {"region": region, "status": status, "limit": limit, "cursor": cursor}
+        return await self._answer(LIST_NODES, NodeList, params=params)
+
     @calls(GET_NODE)
     async def get(self, node: str) -> NodeInfo:
         return await self._answer(GET_NODE, NodeInfo, path={"node": node})
@@ -424,8 +519,8 @@ class Nodes(Resource):
     async def report(self, node: str, report: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
         """Send a node agent's report (the agent's `NodeReport`, as a model or a mapping). The answer is the API's
         `ReportReply` as JSON (its model lives with the agent's scheduler code, which a client install lacks)."""
-        body = report.model_dump(mode="json", exclude_none=True) if isinstance(report, BaseModel) else dict(report)
-        answer: dict[str, Any] = (await self._answer(REPORT, path={"node": node}, json=body)).json()
+        sent = report.model_dump(mode="json", exclude_none=True) if isinstance(report, BaseModel) else dict(report)
+        answer: dict[str, Any] = (await self._answer(REPORT, path={"node": node}, json=sent)).json()
         return answer
 
 
@@ -540,6 +635,14 @@ class Deployments(Resource):
         async for item in self._pages(LIST_DEPLOYMENTS, "deployments", DeploymentSummary, params, page_size):
             yield item
 
+    @calls(LIST_DEPLOYMENTS)
+    async def page(
+        self, *, namespace: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> DeploymentList:
+        """One page, from `cursor` (a `next_cursor` an earlier page gave)."""
+        params = {"namespace": namespace, "limit": limit, "cursor": cursor}
+        return await self._answer(LIST_DEPLOYMENTS, DeploymentList, params=params)
+
 
 CREATE_TOKEN = Route("POST", "/v1/tokens", idempotent=False)
 LIST_TOKENS = Route("GET", "/v1/tokens")
@@ -551,14 +654,12 @@ class Tokens(Resource):
     """Service accounts' and node agents' tokens (admin). People do not need tokens: they log in."""
 
     @calls(CREATE_TOKEN)
-    async def create(self, request: TokenCreate | None = None, **fields: Any) -> TokenCreated:
+    async def create(self, request: TokenCreate | Mapping[str, Any] | None = None, **fields: Any) -> TokenCreated:
         """A token for a tenant (`tenant=`, `role=` viewer or member), an operator or admin (`role=`), or a node
         agent (`node=`); `expires_in="90d"`. Its `token` is shown this once. Not retried after a lost answer (the
         API takes no Idempotency-Key here: a second token would be made)."""
-        if request is None:
-            fields = {**fields, "expires_in": duration_text(fields.get("expires_in"))}
-            request = TokenCreate.model_validate(fields)
-        return await self._answer(CREATE_TOKEN, TokenCreated, json=wire(request))
+        json = body(TokenCreate, request, fields, durations=("expires_in",))
+        return await self._answer(CREATE_TOKEN, TokenCreated, json=json)
 
     @calls(LIST_TOKENS)
     async def list(self, *, all: bool = False) -> AsyncIterator[TokenView]:
@@ -593,8 +694,8 @@ class Audit(Resource):
     @calls(RUN_AUDIT)
     async def run(self, *, repair: bool = False) -> AuditView:
         """Run an audit now and wait for it (`repair`: also fix what is safe to fix)."""
-        body = wire(AuditRequest(repair=repair))
-        return await self._answer(RUN_AUDIT, AuditView, json=body, read_timeout=AUDIT_WAIT_SECONDS)
+        json = wire(AuditRequest(repair=repair))
+        return await self._answer(RUN_AUDIT, AuditView, json=json, read_timeout=AUDIT_WAIT_SECONDS)
 
     @calls(AUDIT_REQUESTS)
     async def requests(
@@ -619,12 +720,11 @@ class Root(Resource):
 
     @calls(EXPLAIN)
     async def explain(
-        self, request: AllocationCreate | None = None, *, detail: bool = False, **fields: Any
+        self, request: AllocationCreate | Mapping[str, Any] | None = None, *, detail: bool = False, **fields: Any
     ) -> PlacementResult:
         """Where a request would be placed now, or why not, level by level (the same body as a create)."""
-        body = allocation_body(request, fields)
         params = {"detail": "true" if detail else None}
-        return await self._answer(EXPLAIN, PlacementResult, json=wire(body), params=params)
+        return await self._answer(EXPLAIN, PlacementResult, json=allocation_body(request, fields), params=params)
 
     @calls(USAGE)
     async def usage(

@@ -1,7 +1,8 @@
 """`berth alloc create|list|get|cancel|retry|release|extend`: GPU allocations through the HTTP API.
 
-Each command is one API call; with `--wait`, `create` then polls the allocation until it is active or has ended,
-and `cancel` and `release` until it has ended, each for `--timeout` at most. Text output is for people (Rich
+Each command is one call of the Python client (`berth.Client`, through cli/client.py); with `--wait`, `create` then
+follows the allocation until it is active or has ended, and `cancel` and `release` until it has ended, each for
+`--timeout` at most, by long polls that answer when its state changes (`client.allocations.watch`). Text output is for people (Rich
 tables; `get` tells the allocation's story as attempts and a timeline of its events); `-o json` or `-o yaml` prints
 the API's answer unchanged, for scripts. Durations and times are read by cli/values.py before anything is sent.
 """
@@ -16,9 +17,10 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from berth import Client
 from cli import queue as queue_view
 from cli import values
-from cli.client import ApiOption, BerthClient, TenantOption, TokenOption, acting_tenant, api_client, segment
+from cli.client import ApiOption, TenantOption, TokenOption, acting_tenant, api_client
 from cli.output import Column, OutputFormat, OutputOption, console, fail, is_data, print_data, styled, table
 from config.context import discovered_context
 from config.settings import Settings
@@ -29,7 +31,8 @@ from contracts.placement import CapacityShape
 app = typer.Typer(help="Request, follow and give back GPU allocations.", no_args_is_help=True, add_completion=False)
 
 IdArgument = Annotated[str, typer.Argument(help="The allocation's id.", show_default=False)]
-POLL_SECONDS = 0.5
+# A final state is recorded a moment after the workflow reports it: the gap between the reads that wait for that.
+RECORDED_POLL_SECONDS = 0.2
 KEY_PREFIXES = ("ssh-", "ecdsa-", "sk-")
 STATE_STYLES = {
     "active": "green",
@@ -46,10 +49,6 @@ OUTCOME_STYLES = {"succeeded": "green", "failed": "red", "abandoned": "yellow", 
 
 def _styled(value: str, styles: dict[str, str], default: str = "yellow") -> Text:
     return Text(value, style=styles.get(value, default))
-
-
-def _path(allocation_id: str, action: str = "") -> str:
-    return f"/v1/allocations/{segment(allocation_id)}{action}"
 
 
 def _ssh_key(value: str) -> str:
@@ -256,34 +255,43 @@ def _show_accepted(data: dict[str, Any], output: OutputFormat, doing: str) -> No
 
 
 def _wait(
-    client: BerthClient, allocation_id: str, timeout: str, output: OutputFormat, *, active_will_do: bool = True
+    client: Client, allocation_id: str, timeout: str, output: OutputFormat, *, active_will_do: bool = True
 ) -> AllocationDetail:
-    """Poll until the allocation has ended (or, with `active_will_do`, is active), telling each new state as it
-    comes (text output); past `timeout` (as typed, already checked) one error line says where it stands. Waiting
+    """Follow the allocation until it has ended (or, with `active_will_do`, is active), telling each new state as
+    it comes (text output); past `timeout` (as typed, already checked) one error line says where it stands. Waiting
     for the end, a final state counts once recorded: the workflow's status says `released` a moment before its
     last step is written, and a script whose wait ended reads the allocation next."""
-    deadline = time.monotonic() + values.seconds(timeout, "--timeout")
-    seen: tuple[str, str | None] | None = None
-    while True:
-        data = client.call("GET", _path(allocation_id))
-        allocation = AllocationDetail.model_validate(data)
-        if not is_data(output) and (allocation.state, allocation.node) != seen:
-            seen = (allocation.state, allocation.node)
-            on = f" on {allocation.node}" if allocation.node else ""
-            console.print(styled("  {}{}", _styled(allocation.state, STATE_STYLES), on))
-        ended = allocation.state in FINAL_STATES and (active_will_do or not allocation.live)
-        if ended or (active_will_do and allocation.state == "active"):
-            if is_data(output):
-                print_data(data, output)
-            else:
-                _render_detail(allocation)
-            return allocation
+    seconds = values.seconds(timeout, "--timeout")
+    deadline = time.monotonic() + seconds
+    allocation: AllocationDetail | None = None
+    for allocation in client.allocations.watch(allocation_id, timeout=seconds):
+        _tell(allocation, output)
+        if active_will_do and allocation.state == "active":
+            break
+    assert allocation is not None  # the watch yields the allocation as it is first
+    while allocation.state in FINAL_STATES and allocation.live and not active_will_do:
         if time.monotonic() > deadline:
-            fail(
-                f"allocation {allocation_id} is still {allocation.state} after {timeout}; "
-                f"follow it with `berth alloc get {allocation_id}`"
-            )
-        time.sleep(POLL_SECONDS)
+            break
+        time.sleep(RECORDED_POLL_SECONDS)
+        allocation = client.allocations.get(allocation_id)
+    done = allocation.state in FINAL_STATES and (active_will_do or not allocation.live)
+    if not (done or (active_will_do and allocation.state == "active")):
+        fail(
+            f"allocation {allocation_id} is still {allocation.state} after {timeout}; "
+            f"follow it with `berth alloc get {allocation_id}`"
+        )
+    if is_data(output):
+        print_data(allocation.model_dump(mode="json"), output)
+    else:
+        _render_detail(allocation)
+    return allocation
+
+
+def _tell(allocation: AllocationDetail, output: OutputFormat) -> None:
+    """One line per state (and node) the allocation reaches while a person waits."""
+    if not is_data(output):
+        on = f" on {allocation.node}" if allocation.node else ""
+        console.print(styled("  {}{}", _styled(allocation.state, STATE_STYLES), on))
 
 
 # Commands ------------------------------------------------------------------------------------------------------
@@ -370,15 +378,15 @@ def create(
         "duration": lease,
         "ends_at": ends_at,
     }
-    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
     with api_client(api, token, tenant) as client:
-        data = client.call(
-            "POST", "/v1/allocations", json={k: v for k, v in body.items() if v is not None}, headers=headers
+        accepted = client.allocations.create(
+            {k: v for k, v in body.items() if v is not None}, idempotency_key=idempotency_key
         )
+        data = accepted.model_dump(mode="json")
         if not wait:
             _show_accepted(data, output, "Created")
             return
-        allocation_id = AllocationAccepted.model_validate(data).id
+        allocation_id = accepted.id
         if not is_data(output):
             console.print(styled("Allocation [bold]{}[/] created; waiting until it is active ...", allocation_id))
         allocation = _wait(client, allocation_id, timeout, output)
@@ -406,14 +414,14 @@ def list_(
     token: TokenOption = None,
 ) -> None:
     """List allocations, newest first, a page at a time (a tenant sees only its own)."""
-    params = {"state": state, "region": region, "node": node, "tenant": tenant, "limit": limit, "cursor": cursor}
+    query = {"state": state, "region": region, "node": node, "tenant": tenant, "limit": limit}
     with api_client(api, token, tenant) as client:
-        data = client.call("GET", "/v1/allocations", params=params)
-        rows = list(data["allocations"])
-        while every and data.get("next_cursor"):
-            data = client.call("GET", "/v1/allocations", params=params | {"cursor": data["next_cursor"]})
-            rows.extend(data["allocations"])
-        listed = {"allocations": rows, "next_cursor": data.get("next_cursor")}
+        page = client.allocations.page(**query, cursor=cursor)
+        rows = list(page.allocations)
+        while every and page.next_cursor:
+            page = client.allocations.page(**query, cursor=page.next_cursor)
+            rows.extend(page.allocations)
+        listed = AllocationList(allocations=rows, next_cursor=page.next_cursor).model_dump(mode="json")
         if is_data(output):
             print_data(listed, output)
             return
@@ -434,16 +442,15 @@ def get(
 ) -> None:
     """Show one allocation: where it is, its bundles, each attempt, and the timeline of its steps."""
     with api_client(api, token, tenant) as client:
-        data = client.call("GET", _path(allocation_id))
+        allocation = client.allocations.get(allocation_id)
         if is_data(output):
-            print_data(data, output)
+            print_data(allocation.model_dump(mode="json"), output)
         else:
-            _render_detail(AllocationDetail.model_validate(data))
+            _render_detail(allocation)
 
 
 def _end(
     allocation_id: str,
-    method: str,
     action: str,
     doing: str,
     wait: bool,
@@ -456,7 +463,8 @@ def _end(
     """Cancel or release; with `wait`, until the allocation has ended (exit 1 past `timeout`)."""
     values.seconds(timeout, "--timeout")
     with api_client(api, token, tenant) as client:
-        data = client.call(method, _path(allocation_id, action))
+        ending = client.allocations.release if action == "release" else client.allocations.cancel
+        data = ending(allocation_id).model_dump(mode="json")
         if not wait:
             _show_accepted(data, output, doing)
             return
@@ -479,7 +487,7 @@ def cancel(
     token: TokenOption = None,
 ) -> None:
     """Cancel an allocation being placed or active: everything it holds is undone and it ends cancelled."""
-    _end(allocation_id, "POST", "/cancel", "Cancelling", wait, timeout, output, api, token, tenant)
+    _end(allocation_id, "cancel", "Cancelling", wait, timeout, output, api, token, tenant)
 
 
 @app.command("retry")
@@ -495,7 +503,7 @@ def retry(
 ) -> None:
     """Being placed: give up the current node and go on with the next. Failed: place it again."""
     with api_client(api, token, tenant) as client:
-        data = client.call("POST", _path(allocation_id, "/retry"), json={"exclude_nodes": exclude or []})
+        data = client.allocations.retry(allocation_id, exclude_nodes=exclude or []).model_dump(mode="json")
         _show_accepted(data, output, "Retrying")
 
 
@@ -514,9 +522,9 @@ def extend(
     """Move an active allocation's end later; refused past its pool's maxLease."""
     if (by is None) == (until is None):
         fail("give exactly one of --by and --until")
-    body = {"by": values.duration(by, "--by")} if by is not None else {"until": values.rfc3339(until, "--until")}
+    by, until = values.duration(by, "--by"), values.rfc3339(until, "--until")
     with api_client(api, token, tenant) as client:
-        data = client.call("POST", _path(allocation_id, "/extend"), json=body)
+        data = client.allocations.extend(allocation_id, by=by, until=until).model_dump(mode="json")
     if is_data(output):
         print_data(data, output)
         return
@@ -534,4 +542,4 @@ def release(
     token: TokenOption = None,
 ) -> None:
     """Give back an active allocation: its VM is destroyed and its GPUs wiped and returned."""
-    _end(allocation_id, "DELETE", "", "Releasing", wait, timeout, output, api, token, tenant)
+    _end(allocation_id, "release", "Releasing", wait, timeout, output, api, token, tenant)

@@ -6,24 +6,24 @@ it: `BERTH_CONTEXT`, this directory and its parents, the user's config directory
 `berth up` needs no flags. From the context file the admin
 token is used unless `--tenant NAME` picks that tenant's token: then the command acts exactly as the tenant would.
 
-Whatever goes wrong (the API unreachable, a 4xx or 5xx in the API's error envelope, an answer that is not the
-API's) reaches the person as one line and a non-zero exit, through `api_client()`.
+The commands call the API through the Python client, `berth.Client` (berth/), as any script would: the same target,
+the same typed answers. Whatever goes wrong (the API unreachable, a 4xx or 5xx in the API's error envelope, an
+answer that is not the API's) reaches the person as one line and a non-zero exit, through `api_client()`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import TracebackType
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import quote
 
 import httpx
 import typer
 from pydantic import ValidationError
 
-from berth import target
-from berth.errors import BerthError
+from berth import Client, Retries, Timeouts, target
+from berth.errors import BerthError, Unreachable
 from berth.target import Target
 from cli.api_failure import ApiFailure
 from cli.credentials import as_api_failure
@@ -98,75 +98,34 @@ def segment(value: str) -> str:
     return quote(value, safe="")
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _failure(response: httpx.Response) -> ApiFailure:
-    """The API's error envelope as one line; anything else (a proxy's page, say) by its status alone."""
-    status = response.status_code
-    try:
-        error = response.json()["error"]
-        message, code = _one_line(str(error["message"])), str(error["code"])
-    except (ValueError, KeyError, TypeError):
-        return ApiFailure(f"the API answered HTTP {status} {response.reason_phrase}")
-    return ApiFailure(
-        f"{message} ({code}, HTTP {status})", message=message, code=code, status=status, details=error.get("details")
-    )
-
-
-class BerthClient:
-    """A bearer-token HTTP client for the API: each call returns the decoded JSON body or raises `ApiFailure`."""
-
-    def __init__(self, target: Target, timeout: float = TIMEOUT_SECONDS) -> None:
-        self.url = target.url
-        self._http = httpx.Client(
-            base_url=target.url, headers={"Authorization": f"Bearer {target.token}"}, timeout=timeout
-        )
-
-    def __enter__(self) -> BerthClient:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        self._http.close()
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        params: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> Any:
-        query = {key: value for key, value in (params or {}).items() if value is not None}
-        try:
-            response = self._http.request(method, path, json=json, params=query, headers=headers)
-        except httpx.TimeoutException as error:
-            raise ApiFailure(f"the Berth API at {self.url} did not answer in time ({type(error).__name__})") from error
-        except httpx.TransportError as error:
-            raise ApiFailure(f"cannot reach the Berth API at {self.url}: is `berth up` running? ({error})") from error
-        if response.is_error:
-            raise _failure(response)
-        try:
-            return response.json()
-        except ValueError as error:
-            raise ApiFailure(
-                f"the API at {self.url} answered {method} {path} with something other than JSON"
-            ) from error
+# A person at a terminal decides whether to try again: the CLI sends each request once and says what came back.
+ONCE = Retries(attempts=1)
 
 
 @contextmanager
-def api_client(api: str | None, token: str | None, tenant: str | None = None) -> Iterator[BerthClient]:
-    """A client for the command's duration; any failure inside becomes one line on stderr and exit code 1."""
+def api_client(api: str | None, token: str | None, tenant: str | None = None) -> Iterator[Client]:
+    """The Python client (`berth.Client`) for the command's duration, its target resolved from the flags; any
+    failure inside becomes one line on stderr and exit code 1."""
     try:
-        with BerthClient(resolve_target(api, token, tenant)) as client:
+        target = resolve_target(api, token, tenant)
+        with Client(target.url, target.token, retries=ONCE, timeouts=Timeouts(read=TIMEOUT_SECONDS)) as client:
             yield client
     except ApiFailure as error:
         if error.status is None:
             fail(str(error))
         fail(error.message, reason=error.code, status=error.status, details=error.details)
+    except Unreachable as error:
+        fail(_with_hint(error.message))
+    except BerthError as error:
+        fail(error.message, reason=error.code, status=error.status, details=error.details)
     except httpx.InvalidURL as error:
         fail(f"--api: {error}", reason="invalid_argument")
     except ValidationError as error:  # the answer parsed, but not into what this version of berth expects
         fail(f"the API answered in an unexpected shape (is it another version of Berth?): {error.errors()[0]['msg']}")
+
+
+def _with_hint(message: str) -> str:
+    """`cannot reach the Berth API at URL: WHY` -> `... at URL: is `berth up` running? (WHY)`: the usual cause
+    next to a person's terminal."""
+    head, _, why = message.partition(": ")
+    return f"{head}: is `berth up` running? ({why})" if why else message

@@ -23,7 +23,7 @@ import yaml
 
 from cli.output import OutputFormat, errors, fail, is_data, output_option, print_data, styled
 from contracts.fleet_plan import EnginePlacement, FleetPlan, Phase
-from fleet.byo import adopt_node_lists
+from fleet.byo import adopt_node_lists, capability_list
 from fleet.errors import FleetError
 from fleet.fleet import Fleet
 from fleet.gguf import GgufError, read_facts
@@ -108,12 +108,6 @@ def _plan_json(result: FleetPlan, manifests: list[dict[str, Any]], estimates: di
             for member, e in estimates.items()
         }
     return document
-
-
-def capability_list(text: str | None) -> list[str]:
-    """`--capabilities vllm,sglang` as a list; pools derived from a NodeList offer these (docs/seeds.md, "Node groups
-    from GPU Feature Discovery labels")."""
-    return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 
 def _observed(fleet: Fleet, name: str, gateway: str | None) -> Fleet:

@@ -1,64 +1,32 @@
-"""`berth tokens create --tenant T | --admin | --node N`, `revoke`, `rotate`: API tokens, straight in the database.
+"""`berth tokens create --tenant T | --admin | --node N`, `list`, `revoke`, `rotate`: API tokens, through the API
+(`/v1/tokens`, the admin role), so that every token made or revoked is in the request log under who did it.
 
 A node token is what a real node agent holds (in a file, `berth worker node --token-file`): it can report for its
 own node and, through the node gateway, do its own node's work, nothing else. A revoked token is refused everywhere
-within seconds; `rotate` replaces a node's token under a running agent, which rereads its file.
+within seconds; `rotate` replaces a node's token under a running agent, which rereads its file. The token is printed
+(or written) once; the API keeps only its SHA-256 digest.
 
-This is how an operator bootstraps access, so it cannot go through the API it grants access to: like
-`berth apply`, it uses the database named by BERTH_DATABASE_URL or `berth up`'s context. The token is printed
-once; only its SHA-256 digest is stored.
+The very first admin token, and node tokens for a control plane whose API is not up yet, come from `berth migrate
+--admin-token-to FILE` and `--node-tokens-to DIR` (cli/control_plane/migrate.py), which set up the database itself.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 import typer
 
+from berth import Client
 from cli import values
+from cli.client import ApiOption, TokenOption, api_client
 from cli.output import Column, OutputFormat, OutputOption, console, fail, is_data, print_data, table
-from config.context import NotConfigured, database_url, write_private
-from config.settings import Settings
-from store.db import AsyncSession, create_engine, session_factory
-from store.outage import UNREACHABLE_OR_REFUSED
-from store.tokens import Role, create_token, listed, revoke_tokens, verify
+from config.context import write_private
+from contracts.http import TokenCreated
 
-T = TypeVar("T")
-
-app = typer.Typer(
-    help="API bearer tokens (writes to the database directly).", no_args_is_help=True, add_completion=False
-)
-
-
-def _in_database(url: str, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
-    """Run `work` in one transaction on the database at `url` (each command is one short connection)."""
-
-    async def run() -> T:
-        engine = create_engine(url, pool_size=1)
-        try:
-            async with session_factory(engine).begin() as session:
-                return await work(session)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(run())
-
-
-def _create(
-    url: str, role: Role, tenant: str | None, label: str | None, node: str | None, expires_at: datetime | None = None
-) -> str:
-    return _in_database(
-        url, lambda session: create_token(session, role, tenant, label, node=node, expires_at=expires_at)
-    )
-
-
-def _revoke(url: str, node: str | None = None, token_id: int | None = None, keep: int | None = None) -> list[int]:
-    return _in_database(url, lambda session: revoke_tokens(session, node=node, token_id=token_id, keep=keep))
+app = typer.Typer(help="API bearer tokens (admin, through the API).", no_args_is_help=True, add_completion=False)
 
 
 @app.command("create")
@@ -100,6 +68,8 @@ def create(
         ),
     ] = False,
     output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Create a service account's token (a role, a tenant for viewer and member, an expiry) or a node agent's, and
     print it (the only time it is shown). People do not need tokens: they log in (`berth login`)."""
@@ -111,73 +81,50 @@ def create(
         fail(f"--role {role}: use viewer, member, operator or admin")
     if sum((role in ("operator", "admin"), tenant is not None, bool(nodes))) != 1:
         fail("give exactly one of --tenant NAME (viewer or member), --role operator|admin, or --node NAME")
-    expires_at = None
-    if expires_in is not None:
-        lifetime = values.seconds(expires_in, "--expires-in", days=True)
-        if lifetime <= 0:
-            fail(f"--expires-in {expires_in!r}: a token's lifetime is more than 0", reason="invalid_argument")
-        expires_at = datetime.now(UTC) + timedelta(seconds=lifetime)
+    if expires_in is not None and values.seconds(expires_in, "--expires-in", days=True) <= 0:
+        fail(f"--expires-in {expires_in!r}: a token's lifetime is more than 0", reason="invalid_argument")
     if to_dir is not None or (nodes and len(nodes) > 1):
         if not nodes or to_dir is None:
             fail("--to-dir writes node tokens: give --node NAME (one or more) with --to-dir DIR")
-        _write_node_tokens(nodes, to_dir, label, dir_per_node)
+        with api_client(api, token) as client:
+            _write_node_tokens(client, nodes, to_dir, label, dir_per_node)
         return
     if dir_per_node:
         fail("--dir-per-node goes with --to-dir DIR")
     node = nodes[0] if nodes else None
-    chosen: Role = "node" if node is not None else role or "member"  # type: ignore[assignment]
-    try:
-        token = _create(database_url(Settings()), chosen, tenant, label, node, expires_at)
-    except NotConfigured as error:
-        fail(str(error))
-    except ValueError as error:  # an unknown tenant or node
-        fail(str(error))
-    except UNREACHABLE_OR_REFUSED as error:
-        fail(f"cannot reach the database: {error}")
+    body = {"role": role, "tenant": tenant, "node": node, "label": label, "expires_in": expires_in}
+    with api_client(api, token) as client:
+        created = client.tokens.create({key: value for key, value in body.items() if value is not None})
     if is_data(output):
-        print_data(
-            {
-                "role": chosen,
-                "tenant": tenant,
-                "node": node,
-                "token": token,
-                "expires_at": expires_at.isoformat() if expires_at else None,
-            },
-            output,
-        )
+        print_data(created.model_dump(mode="json"), output)
         return
-    whose = f"node {node}" if node else f"a {chosen} of tenant {tenant}" if tenant else f"an {chosen}"
-    until = f", until {expires_at:%Y-%m-%d %H:%M} UTC" if expires_at else ""
-    console.print(f"Token for {whose}{until} (shown once; store it now):", highlight=False)
-    typer.echo(token)
+    console.print(
+        f"Token for {_whose(created)}{_until(created.expires_at)} (shown once; store it now):", highlight=False
+    )
+    typer.echo(created.token)
+
+
+def _whose(created: TokenCreated) -> str:
+    if created.node:
+        return f"node {created.node}"
+    return f"a {created.role} of tenant {created.tenant}" if created.tenant else f"an {created.role}"
+
+
+def _until(expires_at: datetime | None) -> str:
+    return f", until {expires_at:%Y-%m-%d %H:%M} UTC" if expires_at else ""
 
 
 @app.command("list")
 def list_tokens(
     all_: Annotated[bool, typer.Option("--all", help="Revoked and expired tokens too.")] = False,
     output: OutputOption = OutputFormat.TEXT,
+    api: ApiOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Every live token: its id, role, tenant or node, label, and when it was made, expires or was revoked. The
     plaintext is never shown again: only its digest is kept."""
-    try:
-        rows = _in_database(database_url(Settings()), lambda session: listed(session, include_ended=all_))
-    except NotConfigured as error:
-        fail(str(error))
-    except UNREACHABLE_OR_REFUSED as error:
-        fail(f"cannot reach the database: {error}")
-    found = [
-        {
-            "id": r.id,
-            "role": r.role,
-            "tenant": r.tenant,
-            "node": r.node,
-            "label": r.label,
-            "created_at": r.created_at.isoformat(),
-            "expires_at": r.expires_at.isoformat() if r.expires_at else None,
-            "revoked_at": r.revoked_at.isoformat() if r.revoked_at else None,
-        }
-        for r in rows
-    ]
+    with api_client(api, token) as client:
+        found = [view.model_dump(mode="json") for view in client.tokens.list(all=all_)]
     if is_data(output):
         print_data({"tokens": found}, output)
         return
@@ -189,9 +136,8 @@ def list_tokens(
     rows.print()
 
 
-def _write_node_tokens(nodes: list[str], directory: Path, label: str | None, per_node: bool = False) -> None:
-    """One token file per node agent, as a deployment hands them out (docker-compose.yml's berth-node-tokens)."""
-    url = database_url(Settings())
+def _write_node_tokens(client: Client, nodes: list[str], directory: Path, label: str | None, per_node: bool) -> None:
+    """One token file per node agent, as a deployment hands them out: a file that already holds a token is kept."""
     directory.mkdir(parents=True, exist_ok=True)
     for node in nodes:
         path = directory / node / "token" if per_node else directory / node
@@ -199,43 +145,38 @@ def _write_node_tokens(nodes: list[str], directory: Path, label: str | None, per
         if path.is_file() and path.read_text().strip():
             console.print(f"{path} already holds a token; kept", highlight=False)
             continue
-        try:
-            token = _create(url, "node", None, label, node)
-        except ValueError as error:
-            fail(str(error))
-        except UNREACHABLE_OR_REFUSED as error:
-            fail(f"cannot reach the database: {error}")
-        write_private(path, token + "\n")  # 0600 from its first byte, even over a leftover file
+        created = client.tokens.create({"node": node, **({"label": label} if label else {})})
+        _write_or_revoke(client, path, created, "no token was left live")
         console.print(f"node token for {node} written to {path}", highlight=False)
+
+
+def _write_or_revoke(client: Client, path: Path, created: TokenCreated, then: str) -> None:
+    """Write a new token to `path` (0600 from its first byte, even over a leftover file); if it cannot be written,
+    revoke it: never leave a live token that nobody holds."""
+    try:
+        write_private(path, created.token + "\n")
+    except OSError as error:
+        client.tokens.revoke(created.id)
+        fail(f"cannot write {path}: {error.strerror}; the new token was revoked, {then}")
 
 
 @app.command("revoke")
 def revoke(
     node: Annotated[str | None, typer.Option("--node", help="Revoke every live token of this node.")] = None,
     token_id: Annotated[int | None, typer.Option("--id", help="Revoke one token by its id.")] = None,
+    api: ApiOption = None,
+    token: TokenOption = None,
 ) -> None:
-    """Revoke tokens: every API process and node gateway refuses them within seconds (store/token_cache.py)."""
+    """Revoke tokens: every API process and node gateway refuses them within seconds."""
     if (node is None) == (token_id is None):
         fail("give --node NAME or --id ID")
-    try:
-        revoked = _revoke(database_url(Settings()), node, token_id)
-    except NotConfigured as error:
-        fail(str(error))
-    except UNREACHABLE_OR_REFUSED as error:
-        fail(f"cannot reach the database: {error}")
+    with api_client(api, token) as client:
+        revoked = (client.tokens.revoke_node(node) if node is not None else client.tokens.revoke(token_id)).revoked
     if not revoked:
-        fail(f"no live token {'of node ' + node if node else f'with id {token_id}'}")
+        fail(f"no live token of node {node}")
     console.print(
         f"revoked token(s) {', '.join(map(str, revoked))}; refused everywhere within seconds", highlight=False
     )
-
-
-async def _new_node_token(session: AsyncSession, node: str) -> tuple[str, int]:
-    """A new token of `node` (plaintext, id): the id is what a rotation keeps when it revokes the others."""
-    token = await create_token(session, "node", label="rotated", node=node)
-    found = await verify(session, token)
-    assert found is not None
-    return token, found.token_id
 
 
 @app.command("rotate")
@@ -250,6 +191,8 @@ def rotate(
         str,
         typer.Option("--grace", help="How long the old token keeps working while the agent rereads (10s; 0: none)."),
     ] = "10s",
+    api: ApiOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Replace a node's token without restarting its agent: write a new token over its file (the agent rereads it
     every 2 s), wait `--grace`, then revoke the node's older tokens."""
@@ -259,24 +202,10 @@ def rotate(
         fail(f"{path} is a directory: tokens written with `create --dir-per-node` are rotated with --dir-per-node")
     if not path.parent.is_dir():
         fail(f"{path.parent} does not exist: give the directory the agent's token file is in")
-    url = database_url(Settings())
-    try:
-        fresh, keep = _in_database(url, lambda session: _new_node_token(session, node))
-    except NotConfigured as error:
-        fail(str(error))
-    except ValueError as error:
-        fail(str(error))
-    except UNREACHABLE_OR_REFUSED as error:
-        fail(f"cannot reach the database: {error}")
-    try:
-        write_private(path, fresh + "\n")
-    except OSError as error:
-        _revoke(url, token_id=keep)  # never leave a live token that nobody holds
-        fail(f"cannot write {path}: {error.strerror}; the new token was revoked, the old one still works")
-    console.print(f"new token for {node} written to {path}; older ones revoked in {grace}", highlight=False)
-    time.sleep(pause)
-    try:
-        revoked = _revoke(url, node=node, keep=keep)
-    except UNREACHABLE_OR_REFUSED as error:
-        fail(f"cannot reach the database to revoke the older tokens ({error}): `berth tokens revoke --id ID` them")
+    with api_client(api, token) as client:
+        fresh = client.tokens.create({"node": node, "label": "rotated"})
+        _write_or_revoke(client, path, fresh, "the old one still works")
+        console.print(f"new token for {node} written to {path}; older ones revoked in {grace}", highlight=False)
+        time.sleep(pause)
+        revoked = client.tokens.revoke_node(node, keep=fresh.id).revoked
     console.print(f"revoked the older token(s) of {node}: {', '.join(map(str, revoked)) or 'none'}", highlight=False)

@@ -1,5 +1,6 @@
-"""`berth apply` as an operator runs it: bad files are refused with a message that locates the problem, and the
-database is left exactly as it was."""
+"""`berth apply` as an operator runs it, against a real API (`PUT /v1/fleet`) on a database that holds no fleet yet:
+bad files are refused with a message that locates the problem, and the database is left exactly as it was; a good
+one is in the API's request log under the admin who applied it."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import asyncio
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from cli.main import app
 from store.models import NodeRow, SlotRow, TenantRow
+from tests.api.served import Served
 
 runner = CliRunner()
 
@@ -130,19 +133,45 @@ async def _snapshot(sessions) -> tuple[int, int, int]:
         )
 
 
-def test_a_good_file_applies_and_reports_what_changed(tmp_path: Path, database_url: str) -> None:
-    env = {"BERTH_DATABASE_URL": database_url}
+def test_a_good_file_applies_and_reports_what_changed(tmp_path: Path, fleet_api: Served) -> None:
+    env = fleet_api.admin_env()
     first = runner.invoke(app, ["apply", "-f", str(_write(tmp_path, GOOD_CLUSTER))], env=env)
     assert first.exit_code == 0, first.output
     assert "created InferenceCluster/lab-1" in first.output
     assert "applied: 7 created, 0 unchanged" in first.output
     second = runner.invoke(app, ["apply", "-f", str(tmp_path / "fleet.yaml"), "-o", "json"], env=env)
     assert second.exit_code == 0
-    assert json.loads(second.output) == {"changes": [], "unchanged": 7, "tenant_tokens": {}, "deployments_told": 0}
+    answer = json.loads(second.output)
+    assert (answer["changes"], answer["unchanged"], answer["tenant_tokens"], answer["deployments_told"]) == (
+        [],
+        7,
+        {},
+        0,
+    )
+    # The API recorded both applies under the admin token that made them.
+    headers = {"Authorization": f"Bearer {fleet_api.admin_token}"}
+    log = httpx.get(f"{fleet_api.base_url}/v1/audit/requests", headers=headers).json()["requests"]
+    applies = [r for r in log if (r["method"], r["route"]) == ("PUT", "/v1/fleet")]
+    assert len(applies) == 2 and {r["actor"] for r in applies} == {applies[0]["actor"]}
+    assert applies[0]["actor"].startswith("token:") and applies[0]["status"] == 200
 
 
-def test_apply_gives_each_new_tenant_one_api_token(tmp_path: Path, database_url: str) -> None:
-    env = {"BERTH_DATABASE_URL": database_url}
+def test_dry_run_checks_with_the_api_and_writes_nothing(tmp_path: Path, fleet_api: Served) -> None:
+    env = fleet_api.admin_env()
+    checked = runner.invoke(
+        app, ["apply", "-f", str(_write(tmp_path, GOOD_CLUSTER)), "--dry-run", "-o", "json"], env=env
+    )
+    assert checked.exit_code == 0, checked.output
+    assert json.loads(checked.output) == {
+        "valid": True,
+        "counts": {"regions": 1, "tenants": 0, "classes": 1, "clusters": 1, "nodes": 1},
+    }
+    applied = runner.invoke(app, ["apply", "-f", str(tmp_path / "fleet.yaml")], env=env)
+    assert "applied: 7 created" in applied.output  # the dry run wrote nothing
+
+
+def test_apply_gives_each_new_tenant_one_api_token(tmp_path: Path, fleet_api: Served) -> None:
+    env = fleet_api.admin_env()
     with_tenant = (
         GOOD_CLUSTER + "---\napiVersion: berth.dev/v1alpha1\nkind: Tenant\nmetadata: {name: t1}\nspec: {gpuQuota: 4}\n"
     )
@@ -155,9 +184,9 @@ def test_apply_gives_each_new_tenant_one_api_token(tmp_path: Path, database_url:
 
 @pytest.mark.parametrize(("case", "breaks", "message"), BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
 async def test_bad_input_is_refused_with_its_location_and_writes_nothing(
-    case: str, breaks, message: str, tmp_path: Path, database_url: str, sessions
+    case: str, breaks, message: str, tmp_path: Path, fleet_api: Served, sessions
 ) -> None:
-    env = {"BERTH_DATABASE_URL": database_url}
+    env = fleet_api.admin_env()
     # The CLI runs its own event loop, so it runs beside the test's loop, as it would in a terminal.
     good = await asyncio.to_thread(runner.invoke, app, ["apply", "-f", str(_write(tmp_path, GOOD_CLUSTER))], env=env)
     assert good.exit_code == 0, good.output
@@ -178,9 +207,14 @@ async def test_bad_input_is_refused_with_its_location_and_writes_nothing(
     assert await _snapshot(sessions) == before
 
 
-def test_missing_database_configuration_is_one_clear_line(tmp_path: Path) -> None:
+def test_missing_api_configuration_is_one_clear_line(tmp_path: Path) -> None:
     result = runner.invoke(
-        app, ["apply", "-f", str(_write(tmp_path, GOOD_CLUSTER))], env={"BERTH_STATE_DIR": str(tmp_path / "none")}
+        app,
+        ["apply", "-f", str(_write(tmp_path, GOOD_CLUSTER))],
+        env={"BERTH_STATE_DIR": str(tmp_path / "none"), "BERTH_API_URL": None, "BERTH_TOKEN": None},
     )
     assert result.exit_code == 1
-    assert "no database configured: set BERTH_DATABASE_URL, or start the dev stack with `berth up`" in result.output
+    assert "no Berth API configured: pass --api, set BERTH_API_URL, or start the dev stack with `berth up`" in (
+        result.output
+    )
+    assert "Traceback" not in result.output

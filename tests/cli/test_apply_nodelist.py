@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from store.models import InferenceClassRow, PoolRow
+from tests.api.served import Served
 
 runner = CliRunner()
 
@@ -40,11 +41,11 @@ KUBECTL_OUTPUT = {
 }
 
 
-async def test_a_node_list_becomes_a_cluster_of_homogeneous_pools(tmp_path: Path, database_url: str, sessions) -> None:
+async def test_a_node_list_becomes_a_cluster_of_homogeneous_pools(tmp_path: Path, fleet_api: Served, sessions) -> None:
     nodes = tmp_path / "nodes.yaml"
     nodes.write_text(yaml.safe_dump(KUBECTL_OUTPUT))
     (tmp_path / "region.yaml").write_text(REGION)
-    env = {"BERTH_DATABASE_URL": database_url}
+    env = fleet_api.admin_env()
     args = ["apply", "-f", str(tmp_path / "region.yaml"), "-f", str(nodes)]
 
     refused = await asyncio.to_thread(runner.invoke, app, args, env=env)
