@@ -215,13 +215,11 @@ def list_(
 ) -> None:
     """Every deployment (of every namespace, unless -n names one) with its last recorded status."""
     with api_client(api, token) as client:
-        deployments = list(client.deployments.list(namespace=namespace or None))
+        page = client.deployments.page(namespace=namespace or None)  # the API's first page, as it always was
     if is_data(output):
-        print_data(
-            {"deployments": [d.model_dump(mode="json", by_alias=True) for d in deployments], "next_cursor": None},
-            output,
-        )
+        print_data(page.model_dump(mode="json", by_alias=True), output)
         return
+    deployments = page.deployments
     if not deployments:
         console.print("no deployments", style="dim")
         return
