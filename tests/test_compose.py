@@ -295,16 +295,40 @@ def test_every_agent_runs_a_host_of_its_fleet_file(services: list[Service]) -> N
         assert node in hosts, f"service {service.name!r} runs the agent of {node!r}, not a host of its fleet: {hosts}"
 
 
+def _first_fleets(service: Service) -> list[str]:
+    """The fleet files a `berth migrate --fleet FILE` service loads into a database that holds none (the API is
+    not up yet, and `berth apply` goes through it)."""
+    if service.argv[:2] != ["berth", "migrate"]:
+        return []
+    words = service.argv
+    return [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--fleet"] + [
+        word.split("=", 1)[1] for word in words if word.startswith("--fleet=")
+    ]
+
+
+def _started_before(services: list[Service], name: str) -> set[str]:
+    """Every service that `name` waits for to complete, directly or through others."""
+    named = by_name(services)
+    found: set[str] = set()
+    waiting = [name]
+    while waiting:
+        depends_on = named[waiting.pop()].spec.get("depends_on") or {}
+        for target, condition in depends_on.items() if isinstance(depends_on, dict) else ():
+            if (condition or {}).get("condition") == "service_completed_successfully" and target not in found:
+                found.add(target)
+                waiting.append(target)
+    return found
+
+
 def test_the_agents_match_the_applied_fleet(services: list[Service]) -> None:
     """Every host gets an agent, except those the fleet simulates as down (`simulation.agentDown`): a host without
     one costs each placement tried on it the agent's schedule-to-start timeout, and an agent for a host meant to be
     down would hide the fall-through to an alternate that the fleet is there to show."""
-    applied = [
-        service.host_path(path)
-        for service in services
-        if service.argv[:2] == ["berth", "apply"] and (path := option_value(service.argv, "-f", "--file"))
-    ]
-    assert applied and None not in applied, "no service runs `berth apply -f FLEET` on a fleet file of the image"
+    loaders = [service for service in services if _first_fleets(service)]
+    applied = [service.host_path(path) for service in loaders for path in _first_fleets(service)]
+    assert applied and None not in applied, "no service runs `berth migrate --fleet FLEET` on a fleet file of the image"
+    before_api = _started_before(services, "berth-api")
+    assert all(service.name in before_api for service in loaders), "the API starts before its first fleet is loaded"
     hosts = [host for pool in load_fleet([path for path in applied if path]).host_pools() for host in pool.nodes]
     agents = set(_agents(services))
     missing = sorted(host.name for host in hosts if not host.simulation.agent_down and host.name not in agents)
@@ -514,6 +538,20 @@ def _volumes(service: Service) -> dict[str, str]:
     return mounts
 
 
+def _node_tokens(service: Service) -> dict[str, str]:
+    """node -> the file `berth migrate --node-tokens-to DIR [--dir-per-node] --node N ...` writes its token to."""
+    words = service.argv
+    directory = option_value(words, "--node-tokens-to")
+    if directory is None:
+        return {}
+    nodes = [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--node"]
+    per_node = "--dir-per-node" in words
+    return {
+        node: str(PurePosixPath(directory) / node / "token" if per_node else PurePosixPath(directory) / node)
+        for node in nodes
+    }
+
+
 def test_each_agent_mounts_its_own_token_and_state_and_no_other_node_s(services: list[Service]) -> None:
     agents = _agents(services)
     owners: dict[str, str] = {}
@@ -524,8 +562,14 @@ def test_each_agent_mounts_its_own_token_and_state_and_no_other_node_s(services:
         token_file = PurePosixPath(agent.environment["BERTH_NODE_TOKEN_FILE"])
         holders = [v for v, target in _volumes(agent).items() if PurePosixPath(target) in token_file.parents]
         assert holders == [f"token-{node}"], f"the agent of {node} reads its token from {holders}"
-        writer = next(
-            s for s in services if _volumes(s).get(f"token-{node}") and s.argv[:3] == ["berth", "tokens", "create"]
-        )
-        written = PurePosixPath(_volumes(writer)[f"token-{node}"]) / "token"
-        assert written.parent.name == node and "--dir-per-node" in writer.argv, f"{writer.name} writes {written}"
+        writers = [
+            s
+            for s in services
+            if _volumes(s).get(f"token-{node}") and s.argv[:2] == ["berth", "migrate"] and node in _node_tokens(s)
+        ]
+        assert len(writers) == 1, f"token-{node} is written by {[s.name for s in writers]}, not by one service"
+        [writer] = writers
+        written = PurePosixPath(_node_tokens(writer)[node])
+        mounted = PurePosixPath(_volumes(writer)[f"token-{node}"])
+        assert written.parent == mounted and written.parent.name == node, f"{writer.name} writes {written}"
+        assert writer.name in _started_before(services, agent.name), f"the agent of {node} may start before its token"
