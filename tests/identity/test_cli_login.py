@@ -37,7 +37,7 @@ def api(
         tmp_path / "lab",
         oidc_issuer_url=oidc_provider.issuer,
         oidc_client_id=CLIENT_ID,
-        oidc_roles={"acme-ml": ["member:acme"]},
+        oidc_roles={"acme-ml": ["member:acme"], "platform": ["admin"]},
     ) as served:
         deadline = time.monotonic() + 10
         while httpx.get(f"{served.base_url}/healthz").json()["control_workers"] == 0:
@@ -63,11 +63,10 @@ def berth(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_login_whoami_act_and_logout(api: Served, oidc_provider: Provider, tmp_path: Path) -> None:
-    env = _env(tmp_path)
-    assert "no API token" in berth(env, "whoami", "--api", api.base_url).stderr  # nobody yet
-
-    oidc_provider.put_user("alice@example.com", email="alice@example.com", groups=["acme-ml"])
+def _log_in(env: dict[str, str], api: Served, provider: Provider, person: str, *groups: str) -> None:
+    """`berth login` as a person runs it: the authorize URL on stderr, the person consents in the browser, whose
+    redirect reaches the command's loopback listener."""
+    provider.put_user(person, email=person, groups=list(groups))
     login = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "login", "--api", api.base_url, "--no-browser"],
         env=env,
@@ -81,7 +80,7 @@ def test_login_whoami_act_and_logout(api: Served, oidc_provider: Provider, tmp_p
         assert line.startswith("Log in at: "), line
         authorize = line.removeprefix("Log in at: ").strip()
         assert "code_challenge_method=S256" in authorize and "redirect_uri=http%3A%2F%2F127.0.0.1%3A" in authorize
-        back = oidc_provider.consent(authorize, "alice@example.com")  # the person authorizes in the browser
+        back = provider.consent(authorize, person)  # the person authorizes in the browser
         assert httpx.get(back).text.startswith("Berth: you are logged in")  # the browser follows the redirect
         out, err = login.communicate(timeout=60)
     finally:
@@ -89,7 +88,14 @@ def test_login_whoami_act_and_logout(api: Served, oidc_provider: Provider, tmp_p
             login.kill()
             login.wait()
     assert login.returncode == 0, err
-    assert f"Logged in to {api.base_url} as alice@example.com" in out
+    assert f"Logged in to {api.base_url} as {person}" in out
+
+
+def test_login_whoami_act_and_logout(api: Served, oidc_provider: Provider, tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    assert "no API token" in berth(env, "whoami", "--api", api.base_url).stderr  # nobody yet
+
+    _log_in(env, api, oidc_provider, "alice@example.com", "acme-ml")
     kept = tmp_path / "config" / "berth" / "credentials.json"
     assert stat.S_IMODE(kept.stat().st_mode) == 0o600
     assert set(json.loads(kept.read_text())) == {api.base_url}
@@ -132,3 +138,31 @@ def stack_without_provider(database_url: str, temporal_env: WorkflowEnvironment,
         database_url, client.service_client.config.target_host, client.namespace, api_fleet(), tmp_path / "lab"
     ) as served:
         yield served
+
+
+def test_a_persons_fleet_apply_and_token_are_in_the_request_log_under_their_name(
+    api: Served, oidc_provider: Provider, tmp_path: Path
+) -> None:
+    """`berth apply` and `berth tokens` go through the API as whoever runs them: a platform admin who logged in is
+    the actor the request log names, as for anything else they change."""
+    env = _env(tmp_path)
+    _log_in(env, api, oidc_provider, "pat@example.com", "platform")
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        api_fleet()
+        + "---\napiVersion: berth.dev/v1alpha1\nkind: Tenant\nmetadata: {name: initech}\nspec: {gpuQuota: 2}\n"
+    )
+    applied = berth(env, "apply", "-f", str(fleet), "--api", api.base_url)
+    assert applied.returncode == 0, applied.stderr
+    assert "created Tenant/initech" in applied.stdout and "new API token for tenant initech" in applied.stdout
+    issued = berth(env, "tokens", "create", "--tenant", "initech", "--label", "ci", "--api", api.base_url)
+    assert issued.returncode == 0 and issued.stdout.startswith("Token for a member of tenant initech"), issued.stderr
+
+    headers = {"Authorization": f"Bearer {api.admin_token}"}
+    log = httpx.get(f"{api.base_url}/v1/audit/requests", params={"actor": "pat@example.com"}, headers=headers).json()[
+        "requests"
+    ]
+    assert [(r["method"], r["route"], r["status"]) for r in log] == [
+        ("POST", "/v1/tokens", 201),
+        ("PUT", "/v1/fleet", 200),
+    ]
