@@ -38,7 +38,7 @@ class TokenPlan:
 
     def problem(self) -> str | None:
         """Why a file of this plan could not be written, found before anything is migrated or made."""
-        if self.admin_to not in (None, "-") and Path(self.admin_to).is_dir():
+        if self.admin_to is not None and self.admin_to != "-" and Path(self.admin_to).is_dir():
             return f"--admin-token-to {self.admin_to} is a directory: give the file to write"
         for node in self.nodes:
             if (path := self.node_path(node)).is_dir():
@@ -79,10 +79,7 @@ def make_tokens(url: str, plan: TokenPlan, say: Callable[[str], None]) -> str | 
 
     Raises ValueError (`UnknownScope`) for a node the fleet does not have, OSError for a file that cannot be written,
     and the database's errors; tokens made before that stay made, and their files written."""
-    shown = None
-    if plan.admin_to == "-":
-        shown = asyncio.run(_issue(url, "admin", plan.label or ADMIN_LABEL, None, None))
-    elif plan.admin_to is not None:
+    if plan.admin_to is not None and plan.admin_to != "-":
         path = Path(plan.admin_to)
         if holds_token(path):
             say(f"{path} already holds a token; kept")
@@ -100,4 +97,6 @@ def make_tokens(url: str, plan: TokenPlan, say: Callable[[str], None]) -> str | 
             continue
         _written(url, "node", plan.label, node, path)
         say(f"node token for {node} written to {path}")
-    return shown
+    if plan.admin_to == "-":  # last: a step after it that failed would leave it made but never shown
+        return asyncio.run(_issue(url, "admin", plan.label or ADMIN_LABEL, None, None))
+    return None
