@@ -2,7 +2,7 @@
 models of contracts/http.py. See berth/README.md and docs/client.md."""
 
 from berth._http import Retries, Timeouts
-from berth.client import AsyncClient, Client, allocate
+from berth.client import AsyncClient, Client, allocate, auth_config
 from berth.errors import (
     BerthError,
     Conflict,
@@ -42,5 +42,6 @@ __all__ = [
     "Unavailable",
     "Unreachable",
     "allocate",
+    "auth_config",
     "resolve_target",
 ]

@@ -121,9 +121,10 @@ class Http:
     """The API at `url` with a bearer: `call` sends one request, retries what is safe to retry, and returns the
     answer or raises a `BerthError`."""
 
-    def __init__(self, url: str, token: str, transport: Transport, retries: Retries, timeouts: Timeouts) -> None:
+    def __init__(self, url: str, token: str | None, transport: Transport, retries: Retries, timeouts: Timeouts) -> None:
+        """`token` None: no bearer at all, for the routes that need none (`GET /v1/auth`, `/healthz`)."""
         self.url, self.transport, self.retries, self.timeouts = url.rstrip("/"), transport, retries, timeouts
-        self._headers = {"Authorization": f"Bearer {token}", "User-Agent": "berth-python"}
+        self._headers = {"User-Agent": "berth-python"} | ({"Authorization": f"Bearer {token}"} if token else {})
 
     async def call(
         self,

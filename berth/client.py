@@ -28,9 +28,9 @@ from berth.resources import (
     Root,
     Tokens,
 )
-from berth.target import resolve_target
+from berth.target import resolve_target, resolve_url
 from contracts.allocation import HOLDING_STATES
-from contracts.http import AllocationCreate
+from contracts.http import AllocationCreate, AuthConfig
 
 log = logging.getLogger("berth")
 DEFAULT_RETRIES, DEFAULT_TIMEOUTS = Retries(), Timeouts()
@@ -186,3 +186,14 @@ def allocate(
     resolved as `Client()` resolves it): active inside the block, given back after it, however it ends."""
     with Client(api, token, tenant=tenant) as client, client.allocate(request, timeout=timeout, **fields) as alloc:
         yield alloc
+
+
+def auth_config(api: str | None = None, *, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> AuthConfig:
+    """Where people log in to the API at `api` (else BERTH_API_URL or the context file's): `GET /v1/auth`, the one
+    call that needs no token, so it is what `berth login` asks first."""
+    url = resolve_url(api, environment=True)
+    root = synced(Root)(Root(Http(url, None, Blocking(httpx.Client()), DEFAULT_RETRIES, timeouts)))
+    try:
+        return root.auth_config()
+    finally:
+        drive(root._async._http.transport.close())

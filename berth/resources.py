@@ -59,6 +59,7 @@ from contracts.http import (
     UsageReport,
     WhoAmI,
 )
+from contracts.manifest import DEFAULT_NAMESPACE
 from contracts.placement import PlacementResult
 
 M = TypeVar("M", bound=BaseModel)
@@ -569,7 +570,7 @@ LIST_DEPLOYMENTS = Route("GET", "/v1/deployments")
 
 def _one_of(default: Route, namespaced: Route, name: str, namespace: str | None) -> tuple[Route, dict[str, str]]:
     """The default namespace's route when none is named, else the namespaced one."""
-    if namespace is None:
+    if namespace is None or namespace == DEFAULT_NAMESPACE:  # the default namespace's own routes, older than namespaces
         return default, {"name": name}
     return namespaced, {"namespace": namespace, "name": name}
 

@@ -38,6 +38,15 @@ def api_url(api: str | None, context: StackContext | None = None) -> str:
     return url
 
 
+def resolve_url(api: str | None = None, *, environment: bool = False) -> str:
+    """The API alone, for a call that needs no token: `api`, else BERTH_API_URL (`environment`), else the context
+    file's."""
+    if environment:
+        api = api or os.environ.get("BERTH_API_URL") or None
+    lookup = find_context(Settings()) if api is None else None
+    return api_url(api, lookup.context if lookup is not None else None)
+
+
 def resolve_target(
     api: str | None = None, token: str | None = None, tenant: str | None = None, *, environment: bool = False
 ) -> Target:

@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, urlencode, urlparse
 import httpx
 import typer
 
+import berth
 from cli.api_failure import ApiFailure
 from cli.client import ApiOption, api_client, api_url
 from cli.credentials import Credentials, client_auth, from_token_answer, id_token_claims, load_all, save
@@ -90,12 +91,14 @@ def login(
     tokens for this API; later commands send them and refresh them."""
     url = _api_url(api)
     try:
-        oidc = httpx.get(f"{url}/v1/auth", timeout=30.0).json().get("oidc")
-    except (httpx.HTTPError, ValueError, AttributeError) as error:
+        oidc = berth.auth_config(url, timeouts=berth.Timeouts(read=30.0)).oidc
+    except berth.BerthError as error:
         fail(f"cannot ask {url} how to log in: {error}")
-    if not oidc:
+    except httpx.InvalidURL as error:
+        fail(f"--api: {error}", reason="invalid_argument")
+    if oidc is None:
         fail(f"{url} has no OIDC login configured: use a token (`--token`, BERTH_TOKEN) from its operators")
-    issuer, client_id, scopes = oidc["issuer"], oidc["client_id"], oidc.get("scopes") or ["openid"]
+    issuer, client_id, scopes = oidc.issuer, oidc.client_id, oidc.scopes or ["openid"]
     try:
         discovery = httpx.get(issuer.rstrip("/") + "/.well-known/openid-configuration", timeout=30.0).json()
         authorize, token_endpoint = discovery["authorization_endpoint"], discovery["token_endpoint"]
