@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import FastAPI
 from temporalio.client import Client
 
+import console
 from api import errors
 from api.body_limit import BodyLimit, BodyLimits
 from api.metrics import Metrics, RequestCounter
@@ -130,6 +131,8 @@ def create_app(
         health,
     ):
         app.include_router(module.router)
+    app.state.settings = settings
+    console.install(app)
     _complete_openapi(app)
     tracing.configure("berth-api")
     tracing.instrument(app, on=traced)

@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     )
     temporal_address: str | None = Field(default=None, description="host:port of the Temporal frontend.")
     temporal_namespace: str = "default"
+    temporal_ui_url: str | None = Field(
+        default=None, description="The Temporal Web UI's address, for the console's links to a workflow's page."
+    )
     temporal_tls: bool = False
     temporal_tls_cert: Path | None = None
     temporal_tls_key: Path | None = None

@@ -468,6 +468,22 @@ class ApiRequestRow(Base):
     status: Mapped[int] = mapped_column(Integer, nullable=False)
 
 
+class ConsoleSessionRow(Base):
+    """A web console session (console/sessions.py), or a login on its way to becoming one (`pending`). The row is
+    found by the SHA-256 of the cookie's secret and holds the bearer sealed with a key only that secret gives: a
+    leaked table leaks no credential, as with `api_tokens`."""
+
+    __tablename__ = "console_sessions"
+    __table_args__ = (CheckConstraint("kind IN ('pending', 'session')", name="kind"),)
+
+    secret_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(8), nullable=False)
+    sealed: Mapped[str] = mapped_column(Text, nullable=False)
+    actor: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, index=True)
+
+
 class RateLimitBucketRow(Base):
     """A token bucket every API process takes from (api/rate_limit.py): `tokens` as of `at`."""
 

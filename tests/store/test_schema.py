@@ -61,7 +61,7 @@ async def test_migration_creates_every_table_from_empty(empty_database_url: str)
     finally:
         await engine.dispose()
     assert TABLES <= tables
-    assert version == "0024"
+    assert version == "0025"
 
 
 async def _fleet_with_allocation(
