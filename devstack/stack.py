@@ -134,6 +134,8 @@ class DevStack:
                 BERTH_TEMPORAL_ADDRESS=temporal.address,
                 BERTH_TEMPORAL_NAMESPACE=temporal.namespace,
                 BERTH_API_URL=api_url,
+                # The console's links to each allocation's workflow open this stack's own Temporal UI.
+                BERTH_TEMPORAL_UI_URL=temporal.ui_url,
                 BERTH_GATEWAY_LISTEN=gateway,
                 BERTH_GATEWAY_KEY_FILE=str(gateway_key(state)),
                 BERTH_NODE_GATEWAY=gateway,

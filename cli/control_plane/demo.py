@@ -10,6 +10,7 @@ import httpx
 import typer
 
 from cli.control_plane.demo_steps import Demo
+from cli.control_plane.up import console_url, sign_in_hint
 from cli.output import console, fail, styled
 from config.context import StackContext, read_context
 from config.settings import Settings
@@ -61,3 +62,7 @@ def demo(
     if not passed:
         fail(f"the demo did not go as narrated ({elapsed:.0f}s)")
     console.print(styled("[bold green]Every step behaved as narrated[/] ({:.0f}s).", elapsed))
+    if stack is None and context.api_url:
+        console.print(f"See it all in the console: {console_url(context.api_url)} ({sign_in_hint(settings)}).")
+    else:
+        console.print("See it all in the console: run `berth up`, then open the Console address it prints.")

@@ -21,6 +21,23 @@ from devstack.temporal import TemporalStartError
 from fleet.errors import FleetError
 
 
+def console_url(api_url: str) -> str:
+    """The web console, served by the API process under /console."""
+    return f"{api_url.rstrip('/')}/console/"
+
+
+def sign_in_hint(settings: Settings) -> str:
+    """How to sign in to the dev stack's console: the identity provider when one is configured, else a token this
+    stack made (the admin's below, kept in the context file that `berth context` names)."""
+    token = (
+        "paste the admin token (or a tenant's) at its login page: this stack's context file holds them "
+        "(`berth context` says where)"
+    )
+    if settings.oidc_issuer_url:
+        return f"with your identity provider ({settings.oidc_issuer_url}), or {token}"
+    return token
+
+
 def _show(context: StackContext, settings: Settings) -> None:
     table = Table.grid(padding=(0, 2))
     table.add_row("Temporal", context.temporal_address + f" (namespace {context.temporal_namespace})")
@@ -28,6 +45,8 @@ def _show(context: StackContext, settings: Settings) -> None:
     table.add_row("Database", context.database_url)
     if context.api_url:
         table.add_row("API", context.api_url)
+        table.add_row("Console", console_url(context.api_url))
+        table.add_row("  sign in", sign_in_hint(settings))
     if context.gateway_address:
         table.add_row("Node gateway", f"{context.gateway_address} (node agents reach Temporal only through it)")
     if context.admin_token:

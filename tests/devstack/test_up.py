@@ -77,6 +77,10 @@ async def test_berth_up_runs_the_stack_and_ctrl_c_stops_it(tmp_path: Path) -> No
         assert again.returncode == 0
         assert f"Berth is already running (pid {up.pid}); reusing it." in again.stdout
         assert context["temporal_address"] in again.stdout
+        # The console, served by the API, and how to sign in to it with the tokens this stack made.
+        assert f"{context['api_url']}/console/" in again.stdout and "context file" in again.stdout
+        with urllib.request.urlopen(f"{context['api_url']}/console/login", timeout=10) as response:
+            assert response.status == 200 and b"Sign in to Berth" in response.read()
     finally:
         up.send_signal(signal.SIGINT)
         output, _ = up.communicate(timeout=60)
