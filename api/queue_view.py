@@ -6,6 +6,7 @@
          its fair-sharing tournament where a cohort tree shares fairly)
       -> each entry's position, share (and decayed usage where a tree remembers usage), wait, and why it is not
          placed yet (what the last admission pass recorded)
+      -> what would let it through (api/queue_hints.py: leases' ends, borrowed GPUs, reservations' ends, nodes away)
 
 Positions count every tenant's requests of the region, whoever asks. A tenant token is shown its own requests only,
 and never another tenant's allocation id: a pass's reason may name the head it waits behind, and that id is
@@ -18,16 +19,20 @@ import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
+from api import queue_hints
 from api.errors import ApiError
 from api.request_checks import fleet_for, unknown_name
-from contracts.http import QueueItem, QueueList, QueuePlace, RegionQueue
+from contracts.http import QueueItem, QueueList, QueuePlace, RegionQueue, TenantStanding
 from contracts.placement import PlacementRequest
 from scheduler.admission.admit import Standing, ordered
 from scheduler.admission.shares import usage_by_product
 from scheduler.placement.pools import ProductFilter, ShapeFilter
+from scheduler.quota import accounts as quota
+from scheduler.quota import fair_sharing
+from scheduler.quota.usage_decay import half_lives
 from scheduler.snapshot import Snapshot
 from scheduler.views import PoolView
-from store import allocations, queue, usage
+from store import allocations, queue, reservations, usage
 from store.db import AsyncSession
 from store.inventory import InventoryCache
 from store.queue import QueueEntry
@@ -96,19 +101,25 @@ async def _snapshot(session: AsyncSession, inventory: InventoryCache | None) -> 
     return await usage.with_decayed_usage(session, snapshot, datetime.now(UTC), fold=False)
 
 
+def _holding(snapshot: Snapshot, holdings: list[tuple[str, str, int]]) -> Snapshot:
+    """The snapshot with each tenant's GPUs held now on its view (whether a request would borrow, and each share,
+    depend on them)."""
+    held: dict[str, int] = {}
+    for tenant, _, gpus in holdings:
+        held[tenant] = held.get(tenant, 0) + gpus
+    return snapshot.with_tenants(
+        dataclasses.replace(view, active_gpus=held.get(name, 0), in_flight_gpus=0)
+        for name, view in snapshot.tenants.items()
+    )
+
+
 def _in_order(
     entries: list[QueueEntry], snapshot: Snapshot, holdings: list[tuple[str, str, int]]
 ) -> dict[str, list[tuple[QueueEntry, Standing]]]:
     """region -> its entries in admission order, with their tenant's share and decayed usage. What each tenant
     holds goes on its view: whether a request would borrow, and each share, depend on it."""
     usage = usage_by_product(snapshot, holdings)
-    held: dict[str, int] = {}
-    for tenant, _, gpus in holdings:
-        held[tenant] = held.get(tenant, 0) + gpus
-    snapshot = snapshot.with_tenants(
-        dataclasses.replace(view, active_gpus=held.get(name, 0), in_flight_gpus=0)
-        for name, view in snapshot.tenants.items()
-    )
+    snapshot = _holding(snapshot, holdings)
     by_id = {entry.allocation_id: entry for entry in entries}
     regions: dict[str, list[QueueEntry]] = {}
     for entry in entries:
@@ -166,13 +177,18 @@ async def queues(
     shown_regions = {e.region for e in own} | ({e.region for e in entries} & visible_regions)
     if region is not None:
         shown_regions = {region}
-    in_order = _in_order(entries, snapshot, await queue.holdings(session))
+    holdings = await queue.holdings(session)
+    in_order = _in_order(entries, snapshot, holdings)
+    held_snapshot = _holding(snapshot, holdings)
     now = datetime.now(UTC)
     result: list[RegionQueue] = []
     for name in sorted(shown_regions):
         line = in_order.get(name, [])
         hidden = frozenset(e.allocation_id for e, _ in line if not caller.may_see(e.tenant))
         hidden |= await _others_victims(session, [e for e, _ in line], caller.visible)
+        shown = [e for e, _ in line if e.allocation_id not in hidden and e.node is None]
+        running, reserved = await reservations.window_facts(session, name) if shown else ([], [])
+        owners = await allocations.tenants_of(session, [h.allocation_id for h in running]) if running else {}
         items = [
             QueueItem(
                 **_place(entry, position, now, hidden),
@@ -183,6 +199,7 @@ async def queues(
                 shape=str(entry.request.get("shape") or "gpu_slice"),
                 share=round(standing.share, 6) if standing.share is not None else None,
                 decayed_gpu_hours=round(standing.usage / 3600, 6) if standing.usage is not None else None,
+                unblock=queue_hints.hints_for(entry, held_snapshot, running, reserved, owners, caller),
             )
             for position, (entry, standing) in enumerate(line, start=1)
             if entry.allocation_id not in hidden and (serving is None or _for_pool(serving, entry))
@@ -210,3 +227,29 @@ async def place_of(
     hidden = frozenset(e.allocation_id for e, _ in ranked if shown_to is not None and e.tenant != shown_to)
     hidden |= await _others_victims(session, [entry], shown_to)
     return QueuePlace(**_place(entry, position, datetime.now(UTC), hidden))
+
+
+async def standings(
+    session: AsyncSession, inventory: InventoryCache | None, tenants: frozenset[str] | None
+) -> list[TenantStanding]:
+    """Each tenant's standing in fair sharing now (`tenants`: those the caller may see; None: every one): its
+    weight, its share and its decayed usage, as the admission pass and `GET /v1/queues` compute them."""
+    snapshot = _holding(await _snapshot(session, inventory), await queue.holdings(session))
+    lives = half_lives(snapshot.tenants, snapshot.cohorts)
+    result = []
+    for name, view in sorted(snapshot.tenants.items()):
+        if tenants is not None and name not in tenants:
+            continue
+        shown = fair_sharing.tenant_share(quota.snapshot_tree(snapshot, view), view).shown
+        result.append(
+            TenantStanding(
+                tenant=name,
+                cohort=view.cohort,
+                weight=view.weight,
+                fair_sharing=fair_sharing.shares_fairly(view, snapshot.cohorts),
+                share=round(shown, 6) if shown is not None else None,
+                decayed_gpu_hours=round(view.decayed_usage / 3600, 6) if view.decayed_usage is not None else None,
+                usage_half_life_hours=round(lives[name] / 3600, 3) if name in lives else None,
+            )
+        )
+    return result

@@ -9,7 +9,6 @@ the flag, before anything is asked of the API.
 
 from __future__ import annotations
 
-import csv
 import sys
 from datetime import datetime
 from enum import StrEnum
@@ -22,9 +21,7 @@ from cli import values
 from cli.client import ApiOption, TenantOption, TokenOption, api_client
 from cli.output import Column, console, fail, is_data, output_option, print_data, styled, table
 from contracts.http import UsageReport
-from contracts.usage import BUCKETS, GROUPINGS, parse_grouping
-
-COLUMNS = ("gpu_hours", "allocations", "peak_gpus", "share_of_fleet", "reserved_gpu_hours", "node_hours")
+from contracts.usage import BUCKETS, GROUPINGS, csv_text, group_cells, parse_grouping, row_values
 
 
 class UsageFormat(StrEnum):
@@ -41,22 +38,6 @@ def instant(value: str | None, flag: str) -> datetime | None:
     return values.instant(value, flag) if value is not None else None
 
 
-def _group_cells(report: UsageReport) -> list[str]:
-    return [*report.by, *(("bucket",) if report.bucket else ())]
-
-
-def _row_values(report: UsageReport) -> list[dict[str, object]]:
-    rows = []
-    for row in report.rows:
-        shown = row.model_dump(by_alias=True)
-        values: dict[str, object] = {name: shown.get(name) for name in report.by}
-        if report.bucket:
-            values["bucket"] = row.bucket.isoformat() if row.bucket else None
-        values.update({column: shown[column] for column in COLUMNS})
-        rows.append(values)
-    return rows
-
-
 def render(report: UsageReport, to: Console = console) -> None:
     window = f"{report.start:%Y-%m-%d %H:%M}Z to {report.end:%Y-%m-%d %H:%M}Z"
     if not report.rows:
@@ -64,13 +45,13 @@ def render(report: UsageReport, to: Console = console) -> None:
         return
     numbers = ("GPU-hours", "allocations", "peak GPUs", "share of fleet", "reserved GPU-h", "node-hours")
     rows = table(
-        *_group_cells(report),
+        *group_cells(report),
         *(Column(name, number=True) for name in numbers),
         title=styled("[bold]usage[/] {} by {}", window, ", ".join(report.by)),
     )
-    for cells in _row_values(report):
+    for cells in row_values(report):
         rows.add_row(
-            *(str(cells[name]) if cells[name] is not None else "-" for name in _group_cells(report)),
+            *(str(cells[name]) if cells[name] is not None else "-" for name in group_cells(report)),
             f"{cells['gpu_hours']:,.2f}",
             str(cells["allocations"]),
             str(cells["peak_gpus"]),
@@ -86,9 +67,7 @@ def render(report: UsageReport, to: Console = console) -> None:
 
 
 def write_csv(report: UsageReport) -> None:
-    writer = csv.DictWriter(sys.stdout, fieldnames=[*_group_cells(report), *COLUMNS], lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(_row_values(report))
+    sys.stdout.write(csv_text(report))
 
 
 def usage(

@@ -728,6 +728,19 @@ class QueuePlace(BaseModel):
     status: str = Field(description="All of the above in one line, as `berth queue` shows it.")
 
 
+class QueueHint(BaseModel):
+    """What would let a waiting request through, as far as the API knows it now: one event, not a promise."""
+
+    kind: Literal["release", "reclaim", "reservation_end", "node_return", "quota", "nothing_known"] = Field(
+        description="`release`: an allocation on a node it could use ends its lease; `reclaim`: GPUs borrowed "
+        "beyond another tenant's quota there; `reservation_end`: a reservation's window there ends; `node_return`: "
+        "a node it could use is away (cordoned, draining, down, its agent silent); `quota`: one of its own "
+        "tenant's allocations ends and gives quota back; `nothing_known`: none of these."
+    )
+    text: str = Field(description="The event in one line, as the console shows it.")
+    at: datetime | None = Field(default=None, description="When it happens, where that is known (a lease's end).")
+
+
 class QueueItem(QueuePlace):
     """One request of `GET /v1/queues`."""
 
@@ -747,6 +760,11 @@ class QueueItem(QueuePlace):
         description="Where its tenant's cohort tree sets fairSharing.usageHalfLife: its tenant's GPU-hours decayed "
         "with that half-life (what it used lately; a half-life ago counts half), which ordered it among its tree's "
         "tenants (over the tenant's weight, lowest first). Null elsewhere.",
+    )
+    unblock: list[QueueHint] = Field(
+        default_factory=list,
+        description="What would let it through, soonest first, from what the API knows (leases' ends, borrowed "
+        "GPUs, reservations' ends, nodes away); empty while it is being placed.",
     )
 
 
@@ -785,6 +803,22 @@ class UsageGroup(BaseModel):
     model_config = {"populate_by_name": True}
 
 
+class TenantStanding(BaseModel):
+    """A tenant's standing in fair sharing now: what the admission pass orders its tree's requests by."""
+
+    tenant: str
+    cohort: str | None = Field(description="Its cohort; null: it shares with no one.")
+    weight: float = Field(description="Its fair-sharing weight (0: always last).")
+    fair_sharing: bool = Field(description="Whether its cohort tree orders its queue by fair sharing.")
+    share: float | None = Field(
+        description="Its fair-sharing share now (as `GET /v1/queues` gives it); null: weight 0 and borrowing."
+    )
+    decayed_gpu_hours: float | None = Field(
+        description="Its GPU-hours decayed with its tree's usageHalfLife (null where the tree sets none)."
+    )
+    usage_half_life_hours: float | None = Field(description="Its tree's usageHalfLife, in hours.")
+
+
 class UsageReport(BaseModel):
     start: datetime = Field(alias="from", serialization_alias="from")
     end: datetime = Field(alias="to", serialization_alias="to", description="At most now.")
@@ -796,6 +830,10 @@ class UsageReport(BaseModel):
         "counts whole hours there, and its peak is an upper bound."
     )
     rows: list[UsageGroup]
+    fair_shares: list[TenantStanding] = Field(
+        default_factory=list,
+        description="Each tenant's standing in fair sharing now (the tenants the report covers), whatever the window.",
+    )
 
     model_config = {"populate_by_name": True}
 
@@ -960,6 +998,10 @@ class ReservationView(BaseModel):
     allocation_id: str | None = Field(description="The allocation it became at its start.")
     reason: str | None
     workflow_id: str
+    pools: list[str] = Field(
+        default_factory=list,
+        description="`<cluster>/<pool>` of each pool its node is in now (given by the list; empty elsewhere).",
+    )
 
 
 class ReservationList(BaseModel):

@@ -43,7 +43,7 @@ App = Annotated[Services, Depends(services)]
 IdPath = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", description="The reservation's id.")]
 
 
-def _view(row: ReservationRow) -> ReservationView:
+def _view(row: ReservationRow, pools: list[str] | None = None) -> ReservationView:
     return ReservationView(
         id=row.id,
         tenant=row.tenant,
@@ -57,6 +57,7 @@ def _view(row: ReservationRow) -> ReservationView:
         allocation_id=row.allocation_id,
         reason=row.reason,
         workflow_id=workflow_id(row.id),
+        pools=pools or [],
     )
 
 
@@ -118,10 +119,15 @@ async def create_reservation(body: Annotated[ReservationCreate, Body()], caller:
 
 @router.get("", response_model=ReservationList, responses=error_responses(401))
 async def list_reservations(caller: Viewer, app: App) -> ReservationList:
-    """Reservations by start; a tenant token sees its own tenant's."""
+    """Reservations by start; a tenant token sees its own tenant's. Each with the pools its node is in."""
     async with app.sessions() as session:
         rows = await reservations.listed(session, caller.visible)
-    return ReservationList(reservations=[_view(row) for row in rows])
+        snapshot = (await app.inventory.inventory(session)).snapshot if rows else None
+    return ReservationList(
+        reservations=[
+            _view(row, [pool.key for pool in snapshot.pools_of(row.node_id)] if snapshot else None) for row in rows
+        ]
+    )
 
 
 @router.get("/{reservation_id}", response_model=ReservationView, responses=error_responses(401, 404, 422))

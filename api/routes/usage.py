@@ -2,7 +2,8 @@
 interval): GPU-hours exact to the second, allocations, peak concurrent GPUs and share of the fleet, grouped by
 tenant, product, region, pool, PriorityClass or shape, optionally per hour or day for a chart (sreport's shape).
 
-A tenant token reads its own usage only; an admin every tenant's (or one, with `tenant`).
+A tenant token reads its own usage only; an admin every tenant's (or one, with `tenant`). Beside the rows, each of
+those tenants' standing in fair sharing now (weight, share, decayed usage: what the admission pass orders by).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query
 
+from api import queue_view
 from api.auth import Viewer
 from api.errors import ApiError, error_responses
 from api.request_checks import fleet_for
@@ -95,7 +97,10 @@ async def usage_report(
             regions = sorted(fleet_for((await app.inventory.inventory(session)).snapshot, caller).regions)
         gpus = await usage.fleet_gpus(session, regions)
         rolled = await usage.rolled_until(session)
-    return usage_response(query, rows, gpus, rolled, min(end, now))
+        standing = await queue_view.standings(session, app.inventory, tenants)
+    report = usage_response(query, rows, gpus, rolled, min(end, now))
+    report.fair_shares = standing
+    return report
 
 
 def usage_response(

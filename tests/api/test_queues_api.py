@@ -380,3 +380,31 @@ async def test_a_tree_that_remembers_orders_by_decayed_usage_and_shows_it(
     own = (await _queues(http, who["globex"], region="lab"))["regions"][0]["entries"]
     assert [e["position"] for e in own] == [2, 3]  # read a moment later: what it used has decayed a little more
     assert [e["decayed_gpu_hours"] for e in own] == pytest.approx([used["globex"]] * 2, rel=1e-3)
+
+
+async def test_each_waiting_request_says_what_would_let_it_through(api: tuple[httpx.AsyncClient, Who]) -> None:
+    """From what the API knows: the leases ending on the nodes it could use (another tenant's named only as such),
+    for a quota refusal its own tenant's allocations' ends, and "nothing known" rather than a guess."""
+    http, who = api
+    lab = {e["allocation_id"]: e for e in (await _queues(http, who["admin"], region="lab"))["regions"][0]["entries"]}
+    assert lab["a-first"]["unblock"] == []  # being placed
+    assert [h["kind"] for h in lab["i-first"]["unblock"]] == ["nothing_known"]  # initech holds nothing that ends
+    for entry in lab.values():
+        for hint in entry["unblock"]:
+            assert hint["kind"] in {"release", "reclaim", "reservation_end", "node_return", "quota", "nothing_known"}
+            assert hint["text"]
+    globex = (await _queues(http, who["globex"], region="lab"))["regions"][0]["entries"]
+    texts = " ".join(h["text"] for e in globex for h in e["unblock"])
+    assert "acme" not in texts and "held-acme" not in texts
+
+
+async def test_usage_gives_each_tenants_standing_in_fair_sharing(api: tuple[httpx.AsyncClient, Who]) -> None:
+    http, who = api
+    admin = await http.get("/v1/usage", headers=who["admin"])
+    assert admin.status_code == 200, admin.text
+    standings = {s["tenant"]: s for s in admin.json()["fair_shares"]}
+    assert {"acme", "globex", "initech"} <= set(standings)
+    assert standings["globex"]["weight"] == 2 and standings["acme"]["cohort"] is None
+    assert standings["acme"]["share"] == 0.0 and standings["acme"]["decayed_gpu_hours"] is None
+    mine = await http.get("/v1/usage", headers=who["globex"])
+    assert [s["tenant"] for s in mine.json()["fair_shares"]] == ["globex"]
