@@ -473,13 +473,22 @@ REPORT = Route("POST", "/v1/nodes/{node}/report", idempotent=True)  # a report s
 
 
 class Nodes(Resource):
-    """GPU hosts, for operators (`/v1/nodes`)."""
+    """GPU hosts (`/v1/nodes`): operators act on them; a tenant reads those of the regions it may use."""
 
     @calls(LIST_NODES)
     async def list(
-        self, *, region: str | None = None, status: str | None = None, page_size: int | None = None
+        self,
+        *,
+        region: str | None = None,
+        status: str | None = None,
+        pool: str | None = None,
+        out_of_placement: bool | None = None,
+        page_size: int | None = None,
     ) -> AsyncIterator[NodeInfo]:
-        async for node in self._pages(LIST_NODES, "nodes", NodeInfo, {"region": region, "status": status}, page_size):
+        """Every node, of the region, status and pool (`cluster/pool`) when given; `out_of_placement`: only those
+        with a GPU that is not healthy or is quarantined."""
+        params = {"region": region, "status": status, "pool": pool, "out_of_placement": out_of_placement}
+        async for node in self._pages(LIST_NODES, "nodes", NodeInfo, params, page_size):
             yield node
 
     @calls(LIST_NODES)
@@ -488,11 +497,20 @@ class Nodes(Resource):
         *,
         region: str | None = None,
         status: str | None = None,
+        pool: str | None = None,
+        out_of_placement: bool | None = None,
         limit: int | None = None,
         cursor: str | None = None,
     ) -> NodeList:
         """One page, from `cursor` (a `next_cursor` an earlier page gave)."""
-        params = {"region": region, "status": status, "limit": limit, "cursor": cursor}
+        params = {
+            "region": region,
+            "status": status,
+            "pool": pool,
+            "out_of_placement": out_of_placement,
+            "limit": limit,
+            "cursor": cursor,
+        }
         return await self._answer(LIST_NODES, NodeList, params=params)
 
     @calls(GET_NODE)

@@ -36,7 +36,15 @@ from contracts.deployment import ClusterNote, ReplicaSummary
 from contracts.durations import DURATION_FORMS, DURATION_PATTERN, format_duration, typed_duration
 from contracts.fleet_apply import ApplyChange
 from contracts.manifest import Name
-from contracts.placement import Bundle, CapacityShape, PciAddress, PlacementRequest, PoolAt, PoolCapacity
+from contracts.placement import (
+    Bundle,
+    CapacityShape,
+    GpuState,
+    PciAddress,
+    PlacementRequest,
+    PoolAt,
+    PoolCapacity,
+)
 
 AllocationState = Literal[ALLOCATION_STATES]  # type: ignore[valid-type]
 AllocationId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
@@ -688,6 +696,28 @@ class NodeInfo(BaseModel):
     )
     unhealthy: list[UnhealthySlot] = Field(
         default_factory=list, description="Slots whose GPU is not healthy, until `berth nodes repair`."
+    )
+    slots: list[GpuSlot] = Field(
+        default_factory=list, description="Every GPU of the node with its state now, by slot index."
+    )
+    allocations: int = Field(default=0, description="How many allocations hold GPUs of the node now.")
+
+
+class GpuSlot(BaseModel):
+    """One GPU of a node and its state now, as `GET /v1/capacity` counts it per pool."""
+
+    index: int
+    gpu_pci: str
+    state: GpuState = Field(
+        description="The first that applies: failed, quarantined, degraded (or of unknown health), held (by an "
+        "allocation), leased (being placed), off (free, but its node takes no new work or its GPU did not validate), "
+        "reserved (promised to a reservation whose window is open), free."
+    )
+    in_use: bool = Field(description="An allocation holds it or is being placed on it.")
+    allocation: str | None = Field(
+        default=None,
+        description="The allocation holding it, for an operator and for that allocation's own tenant; null for "
+        "another tenant's (only `in_use`), as explain shows holders.",
     )
 
 

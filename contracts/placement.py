@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
@@ -174,6 +174,11 @@ class Bundle(BaseModel):
     private_ip: str | None
 
 
+# A GPU's state as people read the fleet (scheduler/placement/capacity.py `gpu_states`), the first that applies.
+GpuState = Literal["free", "held", "reserved", "leased", "quarantined", "failed", "degraded", "off"]
+GPU_STATES: tuple[GpuState, ...] = ("free", "held", "reserved", "leased", "quarantined", "failed", "degraded", "off")
+
+
 class PoolCapacity(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -194,6 +199,13 @@ class PoolCapacity(BaseModel):
     failed_gpus: int = 0  # slots whose GPU failed, until repaired
     slices: dict[int, int]  # GPUs per slice -> slice allocations of that size that would fit now
     baremetal_nodes: int  # whole hosts a bare-metal request could take now
+    states: dict[GpuState, int] = Field(
+        default_factory=dict,
+        description="Its GPUs by state, each counted once (the first that applies): failed, quarantined, degraded "
+        "(or of unknown health), held (by an allocation), leased (being placed), off (free, on a node that takes no "
+        "new work or a GPU that did not validate), reserved (free, promised to a reservation whose window is open), "
+        "free. They add up to `gpus`.",
+    )
 
 
 class BundlePlan(BaseModel):

@@ -7,7 +7,7 @@ of the fleet, plus one for the page's slots that need an operator.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -15,7 +15,7 @@ from sqlalchemy import Row, Select, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from store.db import among
-from store.models import ClaimRow, ClusterRow, NodeAgentRow, NodeRow, PoolRow, SlotRow
+from store.models import AllocationRow, ClaimRow, ClusterRow, NodeAgentRow, NodeRow, PoolRow, SlotRow
 
 # A node with its pool, its cluster's region, its agent (None: never reported), and its slots counted: all, available,
 # reserved, quarantined, validated (`valid` or `raw_only`) and compatible (`valid`); a count is None for no slots.
@@ -56,15 +56,29 @@ async def node_page(
     *,
     region: str | None = None,
     status: str | None = None,
+    pool: tuple[str, str] | None = None,
+    regions: frozenset[str] | None = None,
+    out_of_placement: bool = False,
     after: str | None = None,
     limit: int,
 ) -> Sequence[NodeSummary]:
-    """Up to `limit` node summaries by name, of the region and status when given, after the name `after` (a keyset
-    page). `status` is what the node is doing, as the API shows it: `READY` needs a live agent too, `NOT_READY` is
-    READY without one (never reported, or stopped); the others are the node's own status."""
+    """Up to `limit` node summaries by name, of the region, status and pool (cluster, name) when given, of `regions`
+    only when given (what a tenant may use), after the name `after` (a keyset page). `status` is what the node is
+    doing, as the API shows it: `READY` needs a live agent too, `NOT_READY` is READY without one (never reported, or
+    stopped); the others are the node's own status. `out_of_placement`: only nodes with a GPU that is not healthy
+    or is quarantined."""
     query = _nodes()
     if region is not None:
         query = query.where(ClusterRow.region == region)
+    if regions is not None:
+        query = query.where(among(ClusterRow.region, sorted(regions)))
+    if pool is not None:
+        query = query.where(PoolRow.cluster == pool[0], PoolRow.name == pool[1])
+    if out_of_placement:
+        away = select(SlotRow.id).where(
+            SlotRow.node_id == NodeRow.name, or_(SlotRow.health != "healthy", SlotRow.state == "quarantined")
+        )
+        query = query.where(away.exists())
     live = NodeAgentRow.state == "live"  # NULL for a node whose agent never reported
     if status == "READY":
         query = query.where(NodeRow.status == "READY", live)
@@ -192,3 +206,13 @@ async def set_status(session: AsyncSession, node: NodeRow, status: str) -> None:
     """Set a node's operator status (a node that `locked_node` returned); a fleet re-apply keeps it."""
     node.status = status
     await session.flush()
+
+
+async def allocation_tenants(session: AsyncSession, allocations: Collection[str]) -> dict[str, str]:
+    """The tenant of each of these allocations, by id."""
+    if not allocations:
+        return {}
+    rows = await session.execute(
+        select(AllocationRow.id, AllocationRow.tenant).where(among(AllocationRow.id, sorted(allocations)))
+    )
+    return {ident: tenant for ident, tenant in rows.all()}

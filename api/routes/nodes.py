@@ -1,5 +1,10 @@
-"""`/v1/nodes` (admin): the GPU hosts, their agents and slot validation, cordoning and draining; and the agents'
+"""`/v1/nodes`: the GPU hosts, their agents and slot validation, cordoning and draining (operators); and the agents'
 reports.
+
+Reading is a viewer's too: a tenant's token lists and reads the nodes of the regions it may use (the fleet explain
+and capacity show it, `api.request_checks.fleet_for`), each GPU with its state, and the allocation holding it only
+when it is that tenant's own (`api.routes.placement.holder_shown_to`): another tenant's work is only `in_use`. The
+agent's host details and the health signals are the operators'.
 
 A node's `status` says what it is doing (`contracts.http.NodeState`): READY takes new allocations; NOT_READY is READY
 in the fleet but has no live agent (it never reported, or stopped), so nothing lands there either; CORDONED takes
@@ -20,15 +25,18 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query, Response
 
 from api import cursor
-from api.auth import Operator, Reporter
+from api.auth import Operator, Reporter, Viewer
 from api.cursor import CursorParam
 from api.errors import ApiError, conflict, error_responses, not_found
+from api.request_checks import fleet_for
+from api.routes.placement import holder_shown_to, reserved_now
 from api.services import Services, services
 from contracts.allocation import DrainNotice
 from contracts.audit import FindingKind, Repair, RepairAction
 from contracts.http import (
     AgentState,
     DrainResult,
+    GpuSlot,
     NodeInfo,
     NodeList,
     NodeState,
@@ -43,18 +51,29 @@ from contracts.http import (
 from contracts.manifest import Name
 from contracts.vocabulary import NodeStatus
 from scheduler.host.report import NodeReport, ReportReply
+from scheduler.placement.capacity import gpu_states
+from scheduler.snapshot import Snapshot
 from store import audit as audit_records
 from store import claims
 from store import nodes as store
 from store.db import AsyncSession
 from store.models import NodeAgentRow, NodeRow, PoolRow
 from store.node_reports import ReportTooLarge, TopologyMismatch, UnstorableReport, record_report
+from store.tokens import Principal
 
 log = logging.getLogger("berth.api")
 
 router = APIRouter(prefix="/v1/nodes", tags=["admin"])
 App = Annotated[Services, Depends(services)]
 NodePath = Annotated[Name, Path(description="The node's name.")]
+PoolKey = Annotated[
+    str,
+    Query(
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=127,
+        description="Only the nodes of this pool, as `cluster/pool`.",
+    ),
+]
 
 
 def _agent(agent: NodeAgentRow | None) -> AgentState:
@@ -146,9 +165,51 @@ async def _unhealthy(session: AsyncSession, nodes: list[str] | None = None) -> d
     return result
 
 
-async def _one(session: AsyncSession, name: str) -> NodeInfo:
+async def _seen(app: Services, session: AsyncSession, caller: Principal) -> Snapshot:
+    """The fleet as the caller may see it now (claims, leases and health laid over it)."""
+    return fleet_for(await app.inventory.snapshot(session), caller)
+
+
+async def _with_gpus(
+    session: AsyncSession, caller: Principal, snapshot: Snapshot, infos: list[NodeInfo]
+) -> list[NodeInfo]:
+    """Each node with every GPU's state (`scheduler.placement.capacity.gpu_states`, as capacity counts them) and
+    the allocations holding them, named only to whom `holder_shown_to` allows; for a tenant, without the operators'
+    details (the agent's host, the health signals)."""
+    views = {info.name: snapshot.nodes[info.name] for info in infos if info.name in snapshot.nodes}
+    holders = {slot.holder for view in views.values() for slot in view.slots if slot.holder is not None}
+    tenants = {} if caller.sees_all else await store.allocation_tenants(session, holders)
+    reserved = await reserved_now(session)
+    shown = []
+    for info in infos:
+        view = views.get(info.name)
+        if view is None:  # a node added since the snapshot was taken: its next read has its GPUs
+            shown.append(info)
+            continue
+        slot_of = {slot.index: slot for slot in view.slots}
+        gpus = []
+        for index, state in gpu_states(view, reserved.get(info.name, 0)):
+            holder = slot_of[index].holder
+            gpus.append(
+                GpuSlot(
+                    index=index,
+                    gpu_pci=slot_of[index].gpu_pci,
+                    state=state,
+                    in_use=holder is not None,
+                    allocation=holder_shown_to(caller, holder, tenants.get(holder)) if holder else None,
+                )
+            )
+        update: dict[str, object] = {"slots": gpus, "allocations": len({s.holder for s in view.slots if s.holder})}
+        if not caller.sees_all:
+            update |= {"signals": [], "agent": AgentState(state=info.agent.state, seen_at=info.agent.seen_at)}
+        shown.append(info.model_copy(update=update))
+    return shown
+
+
+async def _one(app: Services, session: AsyncSession, caller: Principal, name: str) -> NodeInfo:
     row = await store.node_summary(session, name)
-    if row is None:
+    snapshot = await _seen(app, session, caller)
+    if row is None or (not caller.sees_all and row[2] not in snapshot.regions):
         raise not_found("node", name)
     invalid, quarantined = await _invalid_slots(session, [name]), await _quarantined(session, [name])
     unhealthy = await _unhealthy(session, [name])
@@ -160,51 +221,67 @@ async def _one(session: AsyncSession, name: str) -> NodeInfo:
         for slot in await store.node_slots(session, name)
         if slot.signals_at is not None
     ]
-    return info.model_copy(update={"signals": signals})
+    return (await _with_gpus(session, caller, snapshot, [info.model_copy(update={"signals": signals})]))[0]
 
 
 @router.get("", response_model=NodeList, responses=error_responses(401, 403, 422))
 async def list_nodes(
-    caller: Operator,
+    caller: Viewer,
     app: App,
     region: Name | None = None,
     status: NodeState | None = None,
+    pool: PoolKey | None = None,
+    out_of_placement: Annotated[
+        bool, Query(description="Only nodes with a GPU that is not healthy (failed, degraded, unknown) or quarantined.")
+    ] = False,
     limit: Annotated[int, Query(ge=1, le=1000, description="At most this many on the page.")] = 1000,
     cursor_: Annotated[CursorParam, Query(alias="cursor")] = None,
 ) -> NodeList:
-    """Every node with its pool, status, slot usage, agent liveness and the slots that do not validate, by name, a
-    page at a time (keyset on the name): follow `next_cursor` until it is null."""
+    """Every node with its pool, status, slot usage, each GPU's state, agent liveness and the slots that do not
+    validate, by name, a page at a time (keyset on the name): follow `next_cursor` until it is null. A tenant's
+    token sees the nodes of the regions it may use, and names only its own allocations."""
     after = cursor.decode(cursor_, "nodes", 1)[0] if cursor_ is not None else None
     async with app.sessions() as session:
+        snapshot = await _seen(app, session, caller)
         found = await store.node_page(
-            session, region=region, status=status.value if status is not None else None, after=after, limit=limit + 1
+            session,
+            region=region,
+            status=status.value if status is not None else None,
+            pool=tuple(pool.split("/", 1)) if pool is not None else None,  # type: ignore[arg-type]
+            regions=None if caller.sees_all else frozenset(snapshot.regions),
+            out_of_placement=out_of_placement,
+            after=after,
+            limit=limit + 1,
         )
         rows, more = found[:limit], len(found) > limit
         names = [row[0].name for row in rows]
         invalid, quarantined = await _invalid_slots(session, names), await _quarantined(session, names)
         unhealthy = await _unhealthy(session, names)
+        infos = [
+            _info(
+                *row,
+                invalid=invalid.get(row[0].name),
+                quarantined=quarantined.get(row[0].name),
+                unhealthy=unhealthy.get(row[0].name),
+            )
+            for row in rows
+        ]
         return NodeList(
-            nodes=[
-                _info(
-                    *row,
-                    invalid=invalid.get(row[0].name),
-                    quarantined=quarantined.get(row[0].name),
-                    unhealthy=unhealthy.get(row[0].name),
-                )
-                for row in rows
-            ],
+            nodes=await _with_gpus(session, caller, snapshot, infos),
             next_cursor=cursor.encode("nodes", names[-1]) if more else None,
         )
 
 
 @router.get("/{node}", response_model=NodeInfo, responses=error_responses(401, 403, 404, 422))
-async def get_node(node: NodePath, caller: Operator, app: App) -> NodeInfo:
-    """One node: its pool, status, agent liveness and every slot that does not validate, with the reason."""
+async def get_node(node: NodePath, caller: Viewer, app: App) -> NodeInfo:
+    """One node: its pool, status, each GPU's state, agent liveness, every slot that does not validate with the
+    reason, and (for operators) each slot's health signals. A tenant's token reads only a node of a region it may
+    use, and sees only its own allocations named."""
     async with app.sessions() as session:
-        return await _one(session, node)
+        return await _one(app, session, caller, node)
 
 
-async def _set_status(app: Services, name: str, wanted: NodeStatus) -> NodeInfo:
+async def _set_status(app: Services, caller: Principal, name: str, wanted: NodeStatus) -> NodeInfo:
     """Cordon (a draining node stays DRAINING: it already takes nothing new), drain or uncordon; a node the fleet
     file declares DOWN is the file's to change."""
     async with app.sessions.begin() as session:
@@ -218,19 +295,21 @@ async def _set_status(app: Services, name: str, wanted: NodeStatus) -> NodeInfo:
             )
         if not (wanted is NodeStatus.CORDONED and node.status == NodeStatus.DRAINING):
             await store.set_status(session, node, wanted.value)
-        return await _one(session, name)
+    # Read back once committed: the inventory cache must never take in a change that could still roll back.
+    async with app.sessions() as session:
+        return await _one(app, session, caller, name)
 
 
 @router.post("/{node}/cordon", response_model=NodeInfo, responses=error_responses(401, 403, 404, 409, 422))
 async def cordon(node: NodePath, caller: Operator, app: App) -> NodeInfo:
     """Stop placing new allocations on the node. Cordoning a cordoned node changes nothing."""
-    return await _set_status(app, node, NodeStatus.CORDONED)
+    return await _set_status(app, caller, node, NodeStatus.CORDONED)
 
 
 @router.post("/{node}/uncordon", response_model=NodeInfo, responses=error_responses(401, 403, 404, 409, 422))
 async def uncordon(node: NodePath, caller: Operator, app: App) -> NodeInfo:
     """Let the node take allocations again, cordoned or drained. Uncordoning a READY node changes nothing."""
-    info = await _set_status(app, node, NodeStatus.READY)
+    info = await _set_status(app, caller, node, NodeStatus.READY)
     app.admission_passes.ask(f"node {node} uncordoned")
     return info
 
@@ -240,7 +319,7 @@ async def drain(node: NodePath, caller: Operator, app: App) -> DrainResult:
     """Mark the node DRAINING (nothing new lands) and tell each allocation on it: its owner sees `drain_notice`
     with the reason and releases it when ready; nothing is torn down. Draining again tells nobody twice; uncordon
     ends the drain."""
-    info = await _set_status(app, node, NodeStatus.DRAINING)
+    info = await _set_status(app, caller, node, NodeStatus.DRAINING)
     told, not_told = await _tell_drain(app, DrainNotice(node=node))
     return DrainResult(node=info, told=told, not_told=not_told)
 

@@ -34,6 +34,7 @@ from scheduler.placement.bundles import held_slots
 from scheduler.placement.capacity import capacity
 from scheduler.snapshot import Snapshot
 from store import queue, reservations
+from store.db import AsyncSession
 from store.tokens import Principal
 
 router = APIRouter(prefix="/v1", tags=["placement"])
@@ -104,7 +105,7 @@ async def _with_preemption(
         return result
     shown = [
         PreemptionVictim(
-            allocation_id=v.allocation_id if caller.may_see(v.tenant) else None,
+            allocation_id=holder_shown_to(caller, v.allocation_id, v.tenant),
             node=v.node,
             gpus=v.gpus,
             priority=v.priority,
@@ -128,7 +129,24 @@ async def get_capacity(
     tenant sees only the pools of the regions it may use."""
     async with app.sessions() as session:
         snapshot = fleet_for(await app.inventory.snapshot(session), caller)
-    return CapacityReport(pools=capacity(snapshot, region=region, gpu_product=gpu_product))
+        reserved = await reserved_now(session)
+    return CapacityReport(pools=capacity(snapshot, region=region, gpu_product=gpu_product, reserved=reserved))
+
+
+async def reserved_now(session: AsyncSession) -> dict[str, int]:
+    """GPUs per node promised now to reservations whose window is open and whose allocation holds nothing yet."""
+    now = time.time()
+    reserved: dict[str, int] = {}
+    for hold in await reservations.holds(session):
+        if hold.window.start <= now < hold.window.end:
+            reserved[hold.node] = reserved.get(hold.node, 0) + hold.gpus
+    return reserved
+
+
+def holder_shown_to(viewer: Principal, allocation_id: str, tenant: str | None) -> str | None:
+    """The id of an allocation holding GPUs, as `viewer` may read it: an operator's or its own tenant's, else None
+    (another tenant's work is only "in use"). The rule explain's holders and preemption victims follow."""
+    return allocation_id if viewer.sees_all or (tenant is not None and viewer.may_see(tenant)) else None
 
 
 @router.get("/capacity/at", response_model=CapacityAt, responses=error_responses(401, 422))

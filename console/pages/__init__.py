@@ -2,7 +2,7 @@
 
 from fastapi.responses import RedirectResponse
 
-from console.pages import allocations, queues, reservations, usage  # noqa: F401
+from console.pages import allocations, fleet, health, nodes, queues, reservations, usage  # noqa: F401
 from console.web import router
 
 

@@ -8,14 +8,16 @@ independently per size.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
-from contracts.placement import CapacityShape, NumaPolicy, PoolCapacity, same_product
-from contracts.vocabulary import NodeStatus
+from contracts.placement import GPU_STATES, CapacityShape, GpuState, NumaPolicy, PoolCapacity, same_product
+from contracts.vocabulary import NodeStatus, SlotState
 from scheduler.compatibility import NodeProfile
+from scheduler.host.health import HealthState
 from scheduler.placement.node_filters import node_filters, verdict
 from scheduler.snapshot import NodeGroup, PoolClass, Snapshot
-from scheduler.views import PoolView
+from scheduler.views import NodeView, PoolView
 
 SLICE_SIZES: tuple[int, ...] = (1, 2, 4, 8)
 
@@ -71,13 +73,55 @@ class AllocationCount:
         return allocations_on(profile, self.shape, self.gpus, self.numa_policy)
 
 
+def gpu_states(node: NodeView, reserved: int = 0) -> list[tuple[int, GpuState]]:
+    """Each slot's state as a person reads the fleet, by slot index: one state per GPU, the first that applies of
+    failed, quarantined, degraded (or of unknown health), held (an active claim), leased (being placed), off (free,
+    but its node takes no new work: cordoned, draining, down or without a live agent; or its GPU did not validate),
+    reserved (free, but promised to a reservation whose window is open: `reserved` of them, lowest index first) and
+    free."""
+    takes_work = node.status is NodeStatus.READY and node.agent_live
+    states: list[tuple[int, GpuState]] = []
+    for slot in sorted(node.slots, key=lambda s: s.index):
+        state: GpuState
+        if slot.health is HealthState.FAILED:
+            state = "failed"
+        elif slot.state is SlotState.QUARANTINED:
+            state = "quarantined"
+        elif slot.health is not HealthState.HEALTHY:
+            state = "degraded"
+        elif slot.state is SlotState.CLAIMED:
+            state = "held"
+        elif slot.state is SlotState.LEASED:
+            state = "leased"
+        elif not takes_work or not slot.validation.counts_raw:
+            state = "off"
+        elif reserved > 0:
+            state, reserved = "reserved", reserved - 1
+        else:
+            state = "free"
+        states.append((slot.index, state))
+    return states
+
+
+def gpu_state_counts(snapshot: Snapshot, pool: PoolView, reserved: Mapping[str, int]) -> dict[GpuState, int]:
+    """The pool's GPUs counted by `gpu_states`: one pass over its slots (80,000 at 10,000 nodes of 8 take about
+    as long as one placement decision), no query."""
+    counted: Counter[GpuState] = Counter()
+    for name in pool.nodes:
+        counted.update(state for _, state in gpu_states(snapshot.nodes[name], reserved.get(name, 0)))
+    return {state: counted[state] for state in GPU_STATES}
+
+
 def capacity(
     snapshot: Snapshot,
     *,
     region: str | None = None,
     gpu_product: str | None = None,
     numa_policy: NumaPolicy = NumaPolicy.PREFERRED,
+    reserved: Mapping[str, int] | None = None,
 ) -> list[PoolCapacity]:
+    """Per pool, what it could take now; `reserved`: GPUs per node promised to reservations whose window is open
+    and not yet held by their allocation (each pool's `states` counts them as reserved)."""
     counts = {size: AllocationCount(CapacityShape.GPU_SLICE, size, numa_policy) for size in SLICE_SIZES}
     result: list[PoolCapacity] = []
     for pool in snapshot.pools:
@@ -113,6 +157,7 @@ def capacity(
                 failed_gpus=sum(group.profile.failed * len(group.nodes) for group in groups),
                 slices={size: counts[size].of_pool(snapshot, pool) for size in SLICE_SIZES},
                 baremetal_nodes=baremetal,
+                states=gpu_state_counts(snapshot, pool, reserved or {}),
             )
         )
     return result

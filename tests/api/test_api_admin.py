@@ -101,6 +101,17 @@ async def test_nodes_list_and_cordon(stack: Stack) -> None:
         "quarantined": [],
         "unhealthy": [],
         "signals": [],  # signals: `GET /v1/nodes/{node}`
+        "slots": [
+            {
+                "index": i,
+                "gpu_pci": f"0000:{0x10 + i:02x}:00.0",
+                "state": "held",
+                "in_use": True,
+                "allocation": allocation_id,
+            }
+            for i in range(2)
+        ],
+        "allocations": 1,
     }
     assert agent["state"] == "live" and agent["seen_at"] and agent["topology"]
 

@@ -23,7 +23,7 @@ async def test_requests_without_a_valid_token_are_401_in_the_envelope(stack: Sta
 @pytest.mark.parametrize(
     ("method", "path"),
     [
-        ("GET", "/v1/nodes"),
+        ("POST", "/v1/nodes/small/drain"),
         ("POST", "/v1/nodes/small/cordon"),
         ("POST", "/v1/nodes/small/uncordon"),
         ("PUT", "/v1/fleet"),
