@@ -6,7 +6,7 @@ in 53 degraded, one in 67 quarantined).
 
     timings = await build_big_fleet(sessions)         # {"apply": s, "live": s, "nodes": 10000, "gpus": 80000}
 
-About 10 s for apply and 1 s for the rest at 10,000 nodes on two cores (the test in test_fleet_pages.py prints it).
+About 40 s for the apply and 6 s for the rest at 10,000 nodes (the test in test_fleet_pages.py prints both).
 A browser test signs in with an admin token made by `store.tokens.create_token(session, "admin")` and opens
 `/console/fleet` (pools `c-<region>/p<n>`, regions `r1`, `r2`, ...).
 """
