@@ -12,14 +12,19 @@ colour alone. With BERTH_SCREENSHOTS=1 each page's picture is saved for docs/ope
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from urllib.parse import quote
+from datetime import UTC, datetime, timedelta
+from urllib.parse import quote, urlencode
 
 import pytest
 from playwright.async_api import Browser, BrowserContext, Page, expect
+from typer.testing import CliRunner
 
 import berth
+from cli.main import app as cli
 from tests.api.served import Served
 from tests.console.browsing import (
     TEMPORAL_UI,
@@ -256,3 +261,65 @@ async def test_the_navigation_and_an_action_are_reached_with_the_keyboard(
     assert "Yes, release it" in await tab_stops(page)
     assert await colourless(page) == []
     await context.close()
+
+
+# Each section's page, as the admin sees it: (path, what it must say once drawn, the picture's name).
+PAGES = [
+    ("/console/fleet", "slices", "fleet"),
+    ("/console/nodes/small", "Allocations on it", "node"),
+    ("/console/queues", "Queues", "queues"),
+    ("/console/usage", "Totals by tenant", "usage"),
+    ("/console/reservations", "Reservations", "reservations"),
+    ("/console/health", "Health", "health"),
+]
+
+
+async def test_each_section_shows_the_stack_with_words_not_colour_alone(
+    browser: Browser, live: Served, seeded: Seeded
+) -> None:
+    page = await sign_in_token(browser, live.base_url, live.admin_token, start="/console/fleet")
+    for path, says, picture in PAGES:
+        answer = await page.goto(path)
+        assert answer is not None and answer.status == 200, (path, answer and await answer.text())
+        await expect(page.locator("main")).to_contain_text(says)
+        await expect(page.locator("nav a[aria-current=page]")).to_have_count(0 if "/nodes/" in path else 1)
+        assert await colourless(page) == [], path
+        await screenshot(page, picture)
+    # The node where acme's allocation runs shows each GPU it holds, in words, linking to it.
+    await page.goto("/console/nodes/small")
+    held = page.locator(f"a.gpu[href='/console/allocations/{seeded.acme}']")
+    await expect(held.first).to_have_attribute("aria-label", re.compile(f"by allocation {seeded.acme}"))
+    assert await held.count() >= 2  # two GPUs, each a cell with its letter and its words (the table repeats them)
+    await expect(held.first).not_to_have_text("")
+
+
+async def test_the_usage_charts_totals_are_berth_usage_for_the_same_window(
+    browser: Browser, live: Served, seeded: Seeded
+) -> None:
+    end = datetime.now(UTC).replace(microsecond=0)  # past by the time either asks: both read the same hours
+    start = end - timedelta(hours=3)
+    since, until = (t.strftime("%Y-%m-%dT%H:%M:%SZ") for t in (start, end))
+    ran = CliRunner().invoke(
+        cli, ["usage", "--from", since, "--to", until, "--by", "tenant", "-o", "json"], env=live.admin_env()
+    )
+    assert ran.exit_code == 0, ran.output
+    expected = {row["tenant"]: row["gpu_hours"] for row in json.loads(ran.stdout)["rows"]}
+    assert expected.get("acme", 0) > 0, expected  # acme's allocations have run in this window
+
+    page = await sign_in_token(browser, live.base_url, live.admin_token, start="/console/usage")
+    await page.goto(f"/console/usage?{urlencode({'from': since, 'to': until, 'by': 'tenant', 'bucket': 'hour'})}")
+    await expect(page.get_by_role("img", name=re.compile("GPU-hours by tenant, per hour"))).to_be_visible()
+    await page.get_by_text("The chart's numbers").click()  # its numbers, as text, under the chart
+    chart = page.locator("figure.usage-chart + details table")
+    names = [n.strip() for n in await chart.locator("thead th").all_inner_texts()][1:]
+    rows = [
+        [float(v.replace(",", "")) for v in await row.locator("td").all_inner_texts()]
+        for row in await chart.locator("tbody tr").all()
+    ]
+    drawn = {name: sum(row[i] for row in rows) for i, name in enumerate(names)}
+    assert set(drawn) == set(expected), (drawn, expected)
+    for tenant, hours in expected.items():  # each bar's layer is shown to 2 decimals: at most half a cent off each
+        assert abs(drawn[tenant] - hours) <= 0.005 * len(rows) + 1e-9, (tenant, drawn, expected)
+    totals = page.locator("table[aria-labelledby=totals-h] td[data-gpu-hours]")
+    shown = [float(v or 0) for v in [await t.get_attribute("data-gpu-hours") for t in await totals.all()]]
+    assert sorted(shown) == sorted(expected.values())
