@@ -45,6 +45,7 @@ def test_berth_demo_walks_every_case_and_exits_0(tmp_path: Path) -> None:
     assert "usage " in output and "GPU-HOURS" in output and "namespace:default" in output  # replicas' node-hours
     assert "not as narrated" not in output
     assert "Every step behaved as narrated" in output
+    assert "See it all in the console: run `berth up`" in output  # its own stack is gone: where to look next
     leftovers = [
         p
         for p in psutil.process_iter(["pid", "cmdline"])
