@@ -206,6 +206,20 @@ async def record_request(session: AsyncSession, allocation_id: str, state: str, 
     return key
 
 
+async def was_requested(session: AsyncSession, allocation_id: str, step: str) -> bool:
+    """Whether someone asked for `step` (`cancel_requested`, ...) of this allocation and it was not taken back."""
+    found = await session.scalar(
+        select(AllocationEventRow.id)
+        .where(
+            AllocationEventRow.allocation_id == allocation_id,
+            AllocationEventRow.step == step,
+            AllocationEventRow.event_key.startswith(REQUEST_PREFIX),
+        )
+        .limit(1)
+    )
+    return found is not None
+
+
 async def retract_request(session: AsyncSession, allocation_id: str, key: str) -> None:
     """The request was refused (the workflow's validator said no): it did not happen, and the 4xx says why."""
     await session.execute(

@@ -288,7 +288,7 @@ async def cancel_allocation(allocation_id: IdPath, caller: Member, app: App) -> 
     async with app.sessions() as session:
         row = await allocation_view.visible_allocation(session, allocation_id, caller)
     require_act(caller, row.tenant)
-    if row.state in CANCEL_DONE:
+    if row.state in CANCEL_DONE or await _cancelling(app, row.id, row.state):
         return AllocationAccepted(id=row.id, state=row.state, workflow_id=row.workflow_id)
     if row.state not in (*PLACING_STATES, "queued", *HOLDING_STATES):
         raise conflict(
@@ -301,8 +301,8 @@ async def cancel_allocation(allocation_id: IdPath, caller: Member, app: App) -> 
     try:
         async with allocation_view.requested(app, row, "cancel_requested", caller):
             await app.control.cancel(allocation_id)
-    except (Refused, WorkflowGone):  # its workflow has ended: cancelled by an earlier request, or otherwise
-        return await _already(app, row, CANCEL_DONE)
+    except (Refused, WorkflowGone):  # cancelled by an earlier request (ended, or giving back), or otherwise
+        return await _already(app, row, CANCEL_DONE, cancelling=True)
     return AllocationAccepted(id=row.id, state=live.state if live else row.state, workflow_id=row.workflow_id)
 
 
@@ -393,15 +393,31 @@ RELEASE_DONE = ("releasing", "released")
 CANCEL_DONE = ("cancelled",)
 
 
-async def _already(app: Services, row: AllocationRow, done: tuple[str, ...]) -> AllocationAccepted:
-    """The answer to an action whose workflow had ended when asked: 202 when the row, read again, shows the action
-    done (an earlier request carried it out), else 409 naming the state it ended in."""
+async def _already(
+    app: Services, row: AllocationRow, done: tuple[str, ...], *, cancelling: bool = False
+) -> AllocationAccepted:
+    """The answer to an action whose workflow refused it or had ended when asked: 202 when the row, read again,
+    shows the action done (an earlier request carried it out) or, for a cancel, under way; else 409 naming the
+    state it is in."""
     async with app.sessions() as session:
         now = await store.load_allocation(session, row.id)
     state = now.state if now is not None else row.state
-    if state in done:
+    if cancelling and state not in done:  # the row trails the workflow by a step: ask the workflow where it is
+        live = await app.control.live_status(row.id)
+        state = live.state if live is not None and live.state in ("releasing", *done) else state
+    if state in done or (cancelling and await _cancelling(app, row.id, state)):
         return AllocationAccepted(id=row.id, state=state, workflow_id=row.workflow_id)
     raise conflict(f"allocation {row.id} is {state}; its workflow has ended")
+
+
+async def _cancelling(app: Services, allocation_id: str, state: str) -> bool:
+    """An earlier cancel is being carried out: the allocation gives back what it held (`releasing`) because someone
+    asked to cancel it. A cancel sent again then (a retry after a lost answer) is told it is under way, not
+    refused, as one sent after it ended `cancelled` is."""
+    if state != "releasing":
+        return False
+    async with app.sessions() as session:
+        return await trail.was_requested(session, allocation_id, "cancel_requested")
 
 
 @router.post(

@@ -169,3 +169,25 @@ async def test_temporal_unreachable_is_503_and_leaves_no_row(stack: Stack) -> No
         }
     async with stack.lab.sessions() as session:
         assert await session.scalar(select(func.count()).select_from(AllocationRow)) == 0
+
+
+async def test_a_cancel_sent_again_while_it_gives_back_is_told_it_is_under_way(stack: Stack) -> None:
+    """A cancel of an active allocation gives back what it holds (`releasing`) before it ends `cancelled`; the same
+    cancel sent again meanwhile (a retry after a lost answer) is a 202, not a refusal. The node's agent is stopped,
+    so the teardown waits for it and the allocation stays `releasing` while the second cancel is sent."""
+    allocation_id = await stack.create(2)
+    await stack.wait_for(allocation_id, "active")
+    await stack.lab.stop_agent("small")
+    first = await stack.http.post(f"/v1/allocations/{allocation_id}/cancel", headers=stack.acme)
+    assert first.status_code == 202, first.text
+    await stack.wait_for(allocation_id, "releasing")
+    again = await stack.http.post(f"/v1/allocations/{allocation_id}/cancel", headers=stack.acme)
+    assert (again.status_code, again.json()["state"]) == (202, "releasing"), again.text
+
+    other = await stack.create(4)  # on `big`; a release, not a cancel, is under way there
+    await stack.wait_for(other, "active")
+    await stack.lab.stop_agent("big")
+    assert (await stack.http.delete(f"/v1/allocations/{other}", headers=stack.acme)).status_code == 202
+    await stack.wait_for(other, "releasing")
+    refused = await stack.http.post(f"/v1/allocations/{other}/cancel", headers=stack.acme)
+    assert refused.status_code == 409 and "releasing" in refused.json()["error"]["message"], refused.text

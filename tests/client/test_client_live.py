@@ -91,7 +91,7 @@ def test_errors_carry_the_api_code_status_and_details(live: Live) -> None:
             acme.explain(gpus=1, region="atlantis")
         assert unknown.value.code == "unknown_region" and unknown.value.status == 422 and unknown.value.details
         with pytest.raises(berth.Forbidden) as refused:
-            next(iter(acme.nodes.list()))
+            acme.nodes.cordon("small")  # an operator's action
         assert refused.value.status == 403
     with berth.Client(live.url, "berth_not-a-token") as stranger, pytest.raises(berth.Unauthorized) as who:
         stranger.whoami()
