@@ -289,9 +289,12 @@ def test_nodes_list_cordon_and_uncordon(terminal: Terminal) -> None:
 
     missing = terminal.berth("nodes", "cordon", "nosuch")
     assert one_error_line(missing) == "error: node 'nosuch' does not exist (not_found, HTTP 404)"
-    as_tenant = terminal.berth("nodes", "list", "--token", terminal.served.tenant_tokens["acme"])
+    as_tenant = terminal.berth("nodes", "cordon", "big", "--token", terminal.served.tenant_tokens["acme"])
     line = one_error_line(as_tenant)
     assert line.startswith("error: this needs the operator role; token:") and line.endswith("(forbidden, HTTP 403)")
+    # A tenant reads the nodes of its regions, without their hosts' details.
+    seen = terminal.json("nodes", "list", "--token", terminal.served.tenant_tokens["acme"])["nodes"]
+    assert sorted(n["name"] for n in seen) == ["big", "slow", "small"]
 
 
 def test_node_tokens_written_for_agents_are_kept_on_a_rerun(terminal: Terminal, tmp_path: Path) -> None:
