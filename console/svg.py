@@ -62,7 +62,12 @@ def legend_swatch(prefix: str, index: int, size: int = 14) -> Markup:
 
 
 def _number(value: float) -> str:
-    return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+    """A figure with as many digits as its size needs: 1,250, 12.5, 0.0042 (a few GPU-minutes is not "0.0")."""
+    if value == 0:
+        return "0"
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:,.1f}" if value >= 1 else f"{value:.2g}"
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,7 @@ def stacked_bars(
     slot = plot_w / count
     bar = max(min(slot * 0.75, 60.0), 1.0)
     label_every = max(1, round(count / 12))
+    labelled_to = float("-inf")  # the right edge of the last bucket label drawn: labels never overlap
     for i, label in enumerate(buckets):
         x = left + slot * i + (slot - bar) / 2
         y = top + plot_h
@@ -125,10 +131,11 @@ def stacked_bars(
             parts.append(
                 f'<text x="{x + bar / 2:.1f}" y="{y - 3:.1f}" text-anchor="middle">{_number(totals[i])}</text>'
             )
-        if i % label_every == 0:
-            parts.append(
-                f'<text x="{x + bar / 2:.1f}" y="{top + plot_h + 16}" text-anchor="middle">{escape(label)}</text>'
-            )
+        half = 3.5 * len(label)  # about half the label's width at 12px: kept inside the chart at either end
+        middle = min(max(x + bar / 2, left + half), width - right - half)
+        if i % label_every == 0 and middle - half > labelled_to + 4:
+            labelled_to = middle + half
+            parts.append(f'<text x="{middle:.1f}" y="{top + plot_h + 16}" text-anchor="middle">{escape(label)}</text>')
     parts.append(f'<line x1="{left}" x2="{width - right}" y1="{top + plot_h}" y2="{top + plot_h}" stroke="#333"/>')
     parts.append("</svg>")
     return Markup("".join(parts))

@@ -194,11 +194,22 @@ class EmbeddedPostgres:
             "shared_buffers=128MB",
         ]
 
-    def clear_stale_pid_file(self) -> None:
+    def clear_stale_pid_file(self, grace: float = 10.0) -> None:
         """Remove a postmaster.pid whose server is gone: a postmaster killed with -9 leaves it, and a new server
-        refuses the data directory ("lock file postmaster.pid already exists") while it names a live process."""
-        if self._running_port() is None:
-            (self.data_dir / "postmaster.pid").unlink(missing_ok=True)
+        refuses the data directory ("lock file postmaster.pid already exists") while it names a live process.
+
+        Its children outlive it a moment: each made itself a session leader (PostgreSQL's InitPostmasterChild), so
+        no wait on the postmaster's session finds them, and each holds the server's shared memory until it notices
+        and exits. A new server refuses to start while any is attached ("pre-existing shared memory block is still
+        in use"), so wait, at most `grace` seconds, until the segment postmaster.pid names has no process left."""
+        if self._running_port() is not None:
+            return
+        pid_file = self.data_dir / "postmaster.pid"
+        segment = _shared_memory_id(pid_file)
+        deadline = time.monotonic() + grace
+        while segment is not None and _attached(segment) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pid_file.unlink(missing_ok=True)
 
     def running_pid(self) -> int | None:
         """The pid of a live server on this data directory (ours or not), from its postmaster.pid."""
@@ -269,3 +280,28 @@ class EmbeddedPostgres:
     def destroy(self) -> None:
         self.stop()
         shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def _shared_memory_id(pid_file: Path) -> int | None:
+    """The System V shared memory id a server's postmaster.pid names (its seventh line: key, then id)."""
+    try:
+        return int(pid_file.read_text().splitlines()[6].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _attached(segment: int) -> bool:
+    """Whether any process is still attached to shared memory segment `segment` (Linux's /proc/sysvipc/shm)."""
+    try:
+        lines = Path("/proc/sysvipc/shm").read_text().splitlines()
+    except OSError:
+        return False
+    header = lines[0].split() if lines else []
+    if "shmid" not in header or "nattch" not in header:
+        return False
+    id_at, count_at = header.index("shmid"), header.index("nattch")
+    for line in lines[1:]:
+        fields = line.split()
+        if len(fields) > max(id_at, count_at) and fields[id_at] == str(segment):
+            return int(fields[count_at]) > 0
+    return False

@@ -146,7 +146,7 @@ class OwnPostgres:
         `devstack.process.spawn`'s pre-exec hook."""
         server = EmbeddedPostgres(self.data_dir, port=self.server.port if self.server else 0, durable=False)
         user = await asyncio.to_thread(server.prepare)
-        server.clear_stale_pid_file()  # a postmaster killed with -9 leaves its pid file
+        await asyncio.to_thread(server.clear_stale_pid_file)  # a postmaster killed with -9 leaves its pid file
         server.port = server.port or free_port()
         self.server = server
         deadline = time.monotonic() + timeout
@@ -159,8 +159,8 @@ class OwnPostgres:
         await asyncio.to_thread(server.ensure_database)
 
     async def kill(self) -> None:
-        """SIGKILL the postmaster, then wait for its backends, which notice and exit by themselves (the postmaster
-        leads its own session)."""
+        """SIGKILL the postmaster; its children notice and exit by themselves (`start` waits for them to let go of
+        its shared memory: each leads a session of its own, so waiting on the postmaster's finds none of them)."""
         assert self.server is not None and self.server.process is not None
         pid = self.server.process.pid
         os.kill(pid, signal.SIGKILL)
