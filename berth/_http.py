@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import math
 import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
@@ -107,9 +108,11 @@ def retry_after(response: httpx.Response) -> float | None:
     if value is None:
         return None
     try:
-        return max(float(value), 0.0)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return max(seconds, 0.0) if math.isfinite(seconds) else None  # `nan` or `inf`: no usable delay
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

@@ -5,6 +5,7 @@ resolved as the CLI resolves it (berth/target.py), and `allocate`, a context man
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
@@ -107,7 +108,18 @@ class AsyncClient(Root):
     ) -> AsyncIterator[Allocation]:
         """Create an allocation, wait until it is active (at most `timeout` seconds) and give it back when the
         block ends, however it ends: released once active, cancelled before. Inside, `.address` is the VM's IP."""
-        accepted = await self.allocations.create(request, idempotency_key=idempotency_key, **fields)
+        key = idempotency_key or f"berth-py-{uuid.uuid4().hex}"
+        try:
+            accepted = await self.allocations.create(request, idempotency_key=key, **fields)
+        except BaseException as failure:
+            # An answer (or a body refused before sending) says nothing was made; no answer, or an interruption,
+            # does not.
+            answered = isinstance(failure, errors.BerthError) and (
+                failure.status is not None or isinstance(failure, errors.InvalidRequest)
+            )
+            if not answered or isinstance(failure, errors.OutcomeUnknown):  # it may have been carried out
+                await self._take_back(key, request, fields)
+            raise
         try:
             allocation = await self.allocations.wait(accepted.id, "active", timeout=timeout)
             yield allocation
@@ -118,6 +130,15 @@ class AsyncClient(Root):
                 log.warning("could not give back allocation %s: %s", accepted.id, failure)
             raise
         await self._give_back(accepted.id)
+
+    async def _take_back(self, key: str, request: AllocationCreate | None, fields: dict[str, Any]) -> None:
+        """After a create that did not answer: the same create again, with its key, names the allocation if it was
+        made (and makes it if not), which is then given back, so no allocation outlives the block that asked."""
+        try:
+            made = await self.allocations.create(request, idempotency_key=key, **fields)
+            await self._give_back(made.id)
+        except errors.BerthError as failure:
+            log.warning("an interrupted allocate() could not make sure nothing was left: %s", failure)
 
     async def _give_back(self, allocation_id: str) -> None:
         """Release it when it holds GPUs, else cancel it; one already ended needs nothing."""

@@ -202,6 +202,7 @@ class Resource:
     ) -> AsyncIterator[M]:
         """Every item of a keyset-paged list, a page (`limit`) at a time, following `next_cursor` to the end."""
         cursor: str | None = None
+        followed: set[str] = set()
         while True:
             response = await self._answer(route, params={**params, "limit": page_size, "cursor": cursor})
             page = response.json()
@@ -210,6 +211,11 @@ class Resource:
             cursor = page.get("next_cursor")
             if not cursor:
                 return
+            if cursor in followed:  # a cursor already followed would page forever
+                raise errors.BerthError(
+                    f"the API answered {route.path} with a page cursor it had already given", code="unexpected_answer"
+                )
+            followed.add(cursor)
 
     async def _long_poll(
         self,

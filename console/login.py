@@ -55,9 +55,11 @@ async def login_with_token(request: Request) -> Response:
         return page(request, None, "login.html", issuer=None, next="/console/", problem="refused: not this site's form")
     fields = {k: v[-1] for k, v in parse_qs((await request.body()).decode("utf-8", "replace")).items()}
     token, goal = fields.get("token", "").strip(), _next(fields.get("next"))
+    if not token or not token.isascii() or not token.isprintable():
+        return back(f"/console/login?{urlencode({'next': goal, 'problem': 'Paste a Berth token.'})}")
     api = client_for(request, token)
     try:
-        me = await api.whoami() if token else None
+        me = await api.whoami()
     except berth.BerthError:
         me = None
     finally:
@@ -83,7 +85,7 @@ async def login_with_provider(request: Request, next: str | None = None) -> Resp
         return back("/console/login?problem=The+identity+provider+does+not+answer%3B+try+again+later.")
     verifier, state, nonce = secrets.token_urlsafe(64), secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-    redirect_uri = str(request.url_for("console_callback"))
+    redirect_uri = str(request.url_for("console_callback").replace(scheme=sessions.public_scheme(request)))
     pending = sessions.Pending(
         state=state,
         verifier=verifier,
@@ -146,8 +148,11 @@ async def callback(request: Request, code: str | None = None, state: str | None 
     id_token = tokens.get("id_token")
     if not isinstance(id_token, str):
         return back("/console/login?problem=The+identity+provider+gave+no+ID+token%3A+log+in+again.")
-    claims = id_token_claims(id_token)
-    if claims.get("nonce") not in (None, pending.nonce):
+    try:
+        claims = id_token_claims(id_token)
+    except berth.BerthError:
+        return back("/console/login?problem=The+identity+provider+gave+an+unreadable+ID+token%3A+log+in+again.")
+    if claims.get("nonce") != pending.nonce:  # OpenID Connect: sent with the request, it must come back
         return back("/console/login?problem=That+ID+token+is+not+this+login%27s%3A+log+in+again.")
     held = sessions.Held(
         bearer=id_token,

@@ -6,7 +6,8 @@ The bearer is what the API takes: a person's OIDC ID token (refreshed with its r
 a Berth token pasted at the login page. The console sends it with every call it makes to the API, which decides
 what the person may see and do; the console holds no rule of its own.
 
-The cookie is HttpOnly, SameSite=Lax and, when the request came over TLS, Secure. Every action is a POST that
+The cookie is HttpOnly, SameSite=Lax and, when the browser came over TLS (itself, or through a proxy that says so in
+X-Forwarded-Proto), Secure. Every action is a POST that
 carries the session's CSRF token (an HMAC of the secret, so it needs no storage) and, when the browser says where
 it comes from, an Origin of this very site.
 """
@@ -27,6 +28,7 @@ from fastapi import Request, Response
 from pydantic import BaseModel
 
 from berth.credentials import client_auth, id_token_claims
+from berth.errors import BerthError
 from store import console_sessions
 
 COOKIE = "berth_console"
@@ -86,6 +88,14 @@ def new_secret() -> str:
     return secrets.token_urlsafe(32)
 
 
+def public_scheme(request: Request) -> str:
+    """The scheme the browser used: `https` behind a proxy that ended TLS and says so (X-Forwarded-Proto, as
+    Kubernetes ingresses do) though the request reached the API over plain HTTP. Believing the header can only make
+    the cookie Secure and the login's redirect https: nothing a forged one could turn against someone else."""
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return "https" if "https" in (request.url.scheme, forwarded) else request.url.scheme
+
+
 def set_cookie(request: Request, response: Response, name: str, secret: str, seconds: float) -> None:
     response.set_cookie(
         name,
@@ -94,7 +104,7 @@ def set_cookie(request: Request, response: Response, name: str, secret: str, sec
         path=PATH,
         httponly=True,
         samesite="lax",
-        secure=request.url.scheme == "https",
+        secure=public_scheme(request) == "https",
     )
 
 
@@ -105,7 +115,8 @@ def clear_cookie(response: Response, name: str) -> None:
 def same_origin(request: Request) -> bool:
     """A POST's Origin, when the browser sends one, is this site's: a page elsewhere cannot post to the console."""
     origin = request.headers.get("origin")
-    return origin is None or origin == f"{request.url.scheme}://{request.url.netloc}"
+    here = {f"{scheme}://{request.url.netloc}" for scheme in (request.url.scheme, public_scheme(request))}
+    return origin is None or origin in here
 
 
 async def open_session(request: Request, response: Response, held: Held, actor: str) -> None:
@@ -155,13 +166,17 @@ async def _refreshed(held: Held, client_secret: str | None) -> Held | None:
     except (httpx.HTTPError, ValueError):
         return None
     id_token = tokens.get("id_token")
-    if not isinstance(id_token, str):
+    try:
+        expires = float(id_token_claims(id_token).get("exp", time.time() + 300)) if isinstance(id_token, str) else None
+    except (BerthError, TypeError, ValueError):  # an unreadable token: the person signs in again
+        expires = None
+    if expires is None:
         return None
     return held.model_copy(
         update={
             "bearer": id_token,
             "refresh_token": tokens.get("refresh_token") or held.refresh_token,
-            "expires_at": float(id_token_claims(id_token).get("exp", time.time() + 300)),
+            "expires_at": expires,
         }
     )
 

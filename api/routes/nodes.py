@@ -201,8 +201,31 @@ async def _with_gpus(
             )
         update: dict[str, object] = {"slots": gpus, "allocations": len({s.holder for s in view.slots if s.holder})}
         if not caller.sees_all:
-            update |= {"signals": [], "agent": AgentState(state=info.agent.state, seen_at=info.agent.seen_at)}
+            update |= {
+                "signals": [],
+                "agent": AgentState(state=info.agent.state, seen_at=info.agent.seen_at),
+                "quarantined": await _quarantine_shown_to(session, caller, info.quarantined),
+            }
         shown.append(info.model_copy(update=update))
+    return shown
+
+
+async def _quarantine_shown_to(
+    session: AsyncSession, caller: Principal, quarantined: list[QuarantinedSlot]
+) -> list[QuarantinedSlot]:
+    """A quarantine's reason begins with the allocation whose failure left the slot unwiped (`<id>: <why>`, as the
+    claims write it and the reconciler reads it); that id is shown to whom `holder_shown_to` allows, else only
+    why."""
+    named = {slot.reason.split(": ", 1)[0] for slot in quarantined if slot.reason and ": " in slot.reason}
+    tenants = await store.allocation_tenants(session, named) if named else {}
+    shown = []
+    for slot in quarantined:
+        reason = slot.reason
+        if reason and ": " in reason:
+            allocation, why = reason.split(": ", 1)
+            if allocation in tenants and holder_shown_to(caller, allocation, tenants[allocation]) is None:
+                reason = why
+        shown.append(slot.model_copy(update={"reason": reason}))
     return shown
 
 

@@ -32,6 +32,10 @@ class BadInstant(ValueError):
     pass
 
 
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+
+
 def instant(value: str | None, name: str) -> datetime | None:
     """`2026-11-01T00:00:00Z`, `2026-11-01T00:00` (UTC) or a date `2026-11-01` (midnight UTC), as `berth usage`
     reads them; None for nothing."""
@@ -41,11 +45,15 @@ def instant(value: str | None, name: str) -> datetime | None:
     try:
         if len(text) == 10:
             day = date.fromisoformat(text)
-            return datetime(day.year, day.month, day.day, tzinfo=UTC)
-        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            at = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        else:
+            at = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise BadInstant(f"{name}: {text!r} is not a date (2026-11-01) or a time (2026-11-01T09:00Z)") from None
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    at = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    if not EARLIEST <= at <= LATEST:  # room for a window's width around it: no arithmetic on it can overflow
+        raise BadInstant(f"{name}: {text!r} is outside the years {EARLIEST.year} to {LATEST.year}")
+    return at
 
 
 def _step(bucket: str) -> timedelta:

@@ -146,3 +146,28 @@ async def test_nodes_show_quarantined_slots_with_their_reason(stack: Stack) -> N
         big = answer.json() if path.endswith("big") else next(n for n in answer.json()["nodes"] if n["name"] == "big")
         assert big["quarantined_slots"] == 1 and big["available_slots"] == 3
         assert big["quarantined"] == [{"index": 1, "reason": "wipe not confirmed: agent_unreachable"}]
+
+
+async def test_a_quarantine_names_its_allocation_only_to_whom_may_see_it(stack: Stack) -> None:
+    """A quarantine's reason begins with the allocation whose failure left the slot unwiped, as the claims write it;
+    another tenant reading the node sees why, never whose."""
+    theirs = await stack.create(1, who=stack.acme)
+    async with stack.lab.sessions.begin() as session:
+        await session.execute(
+            update(SlotRow)
+            .where(SlotRow.node_id == "big", SlotRow.slot_index == 1)
+            .values(state="quarantined", quarantine_reason=f"{theirs}: wipe not confirmed: agent_unreachable")
+        )
+    seen = {}
+    for who, headers in (("admin", stack.admin), ("acme", stack.acme), ("globex", stack.globex)):
+        for path in ("/v1/nodes", "/v1/nodes/big"):
+            answer = await stack.http.get(path, headers=headers)
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            big = body if path.endswith("big") else next(n for n in body["nodes"] if n["name"] == "big")
+            seen[who, path] = big["quarantined"]
+            if who == "globex":
+                assert theirs not in answer.text, answer.text
+    assert seen["admin", "/v1/nodes/big"] == [{"index": 1, "reason": f"{theirs}: wipe not confirmed: agent_unreachable"}]
+    assert seen["acme", "/v1/nodes/big"] == seen["admin", "/v1/nodes/big"]  # its own allocation
+    assert seen["globex", "/v1/nodes"] == [{"index": 1, "reason": "wipe not confirmed: agent_unreachable"}]

@@ -93,3 +93,33 @@ def test_an_unreachable_api_is_one_error(live: Live) -> None:
         with pytest.raises(berth.Unreachable) as unreachable:
             client.health()
     assert unreachable.value.status is None and unreachable.value.code == "unreachable"
+
+
+def test_an_allocate_whose_create_got_no_answer_leaves_nothing_behind(live: Live) -> None:
+    """The create reached the API but its answer never came (and the client does not retry): allocate() raises, and
+    the allocation the API made anyway is found again by its Idempotency-Key and given back, not left holding GPUs."""
+    faulty = Faulty(creates, lose=1)
+    with berth.Client(tenant="acme", transport=faulty, retries=berth.Retries(attempts=1)) as client:
+        with pytest.raises(berth.Unreachable):
+            with client.allocate(gpus=2, duration="1h"):
+                pytest.fail("the block must not run: no allocation was ever confirmed")
+        sent = [key for method, path, key, _ in faulty.seen if (method, path) == ("POST", "/v1/allocations")]
+        assert len(sent) == 2 and sent[0] == sent[1]  # the same create again, to learn its id
+        [made] = list(client.allocations.list())
+        assert client.allocations.wait(made.id, "cancelled", "released", timeout=60).state in ("cancelled", "released")
+
+
+def test_odd_answers_never_hang_the_client() -> None:
+    """A Retry-After that is no number of seconds (`nan`) is no delay to wait; a page cursor given twice is refused
+    instead of paging forever (an API answering in a loop, a proxy's bug)."""
+    assert berth._http.retry_after(httpx.Response(503, headers={"Retry-After": "nan"})) is None
+    assert berth._http.retry_after(httpx.Response(503, headers={"Retry-After": "inf"})) is None
+    assert berth._http.retry_after(httpx.Response(503, headers={"Retry-After": "2"})) == 2.0
+
+    def same_cursor(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"allocations": [], "next_cursor": "again"})
+
+    with berth.Client("http://berth.test", "t", transport=httpx.MockTransport(same_cursor)) as client:
+        with pytest.raises(berth.BerthError) as looped:
+            list(client.allocations.list())
+    assert looped.value.code == "unexpected_answer"
