@@ -168,6 +168,8 @@ async def test_a_quarantine_names_its_allocation_only_to_whom_may_see_it(stack: 
             seen[who, path] = big["quarantined"]
             if who == "globex":
                 assert theirs not in answer.text, answer.text
-    assert seen["admin", "/v1/nodes/big"] == [{"index": 1, "reason": f"{theirs}: wipe not confirmed: agent_unreachable"}]
+    assert seen["admin", "/v1/nodes/big"] == [
+        {"index": 1, "reason": f"{theirs}: wipe not confirmed: agent_unreachable"}
+    ]
     assert seen["acme", "/v1/nodes/big"] == seen["admin", "/v1/nodes/big"]  # its own allocation
     assert seen["globex", "/v1/nodes"] == [{"index": 1, "reason": "wipe not confirmed: agent_unreachable"}]
