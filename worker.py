@@ -113,6 +113,25 @@ def control_activities(
     ]
 
 
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """Temporal's sandbox, as the control worker runs every workflow in it.
+
+    Each run re-imports the `workflows` package's modules in a sandbox of its own, so that a workflow module's code
+    reaches the clock, randomness or the host only through `workflow.*`: `time.time()`, `datetime.now()`,
+    `random`, `uuid.uuid4()` or `open()` there fails the workflow task instead of making a history that replays
+    differently. Every other module a workflow uses is passed through (`workflow.unsafe.imports_passed_through()`
+    in each workflow module), so only the workflow modules are imported per run. OpenTelemetry's context goes in and
+    out of the sandbox with temporalio's tracing interceptor when tracing is on (config/tracing.py): it must be the
+    one module, not a sandboxed copy.
+
+    `with_passthrough_all_modules()` is not used: it passes the workflow modules through too, and since the worker
+    imports them (to register their classes) before any run, a run then executes the worker's own copy, whose
+    `time`, `datetime`, `random` and `uuid` are the real modules; only `open` and `input` would still be refused.
+    It saves the per-run import and loses the check (tests/workflows/test_sandbox.py; docs/benchmarks.md, "The
+    workflow sandbox")."""
+    return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules("opentelemetry"))
+
+
 def control_worker(
     client: Client,
     sessions: async_sessionmaker[AsyncSession],
@@ -124,11 +143,7 @@ def control_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        # OpenTelemetry's context goes in and out of the workflow sandbox with temporalio's tracing interceptor,
-        # when tracing is on (config/tracing.py): it must be the one module, not a sandboxed copy.
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("opentelemetry")
-        ),
+        workflow_runner=workflow_runner(),
         workflows=[
             AllocationWorkflow,
             SlotRecoveryWorkflow,
