@@ -124,7 +124,7 @@ class NodeAgent:
         with self.leases.locked():
             held = self.leases.get(request.allocation_id)
             if held is not None and held.live(now):
-                return PlanOutcome(node=self.node, bundles=held.devices, lease_expires_at=held.expires_at)
+                return self.planned(held)
             result = plan_bundles(
                 self.host_view(now),
                 PlanRequest(
@@ -150,7 +150,15 @@ class NodeAgent:
                 expires_at=now + timedelta(seconds=self.lease_seconds),
             )
             self.leases.write(lease)
-        return PlanOutcome(node=self.node, bundles=lease.devices, lease_expires_at=lease.expires_at)
+        return self.planned(lease)
+
+    def planned(self, lease: Lease) -> PlanOutcome:
+        return PlanOutcome(
+            node=self.node,
+            bundles=lease.devices,
+            lease_expires_at=lease.expires_at,
+            ready_when_created=self.vms.ready_when_created(),
+        )
 
     @activity.defn(name="release_lease")
     def release_lease(self, ref: LeaseRef) -> bool:
@@ -159,7 +167,9 @@ class NodeAgent:
     @activity.defn(name="create_vm")
     def create_vm(self, spec: VmSpec) -> VmInfo:
         """Create the VM from an accepted plan. The plan's lease must still be held: the executor never invents a
-        placement, and a lease that expired may already have been handed to someone else."""
+        placement, and a lease that expired may already have been handed to someone else. Where this host's VMs
+        can be ready the moment they exist, the create takes the first readiness look too (`VmSpec.first_look`):
+        one node step instead of two."""
         existing = self.vms.get(spec.allocation_id)
         if existing is None:
             lease = self.leases.get(spec.allocation_id)
@@ -188,8 +198,16 @@ class NodeAgent:
                 raise ApplicationError(str(exc), type=VM_CREATE_FAILED, non_retryable=True) from exc
         # The VM now holds the slots on this host; the lease has done its job.
         self.leases.release(spec.allocation_id)
+        look = spec.first_look
+        readiness = (
+            self.vms.readiness(spec.allocation_id, look.gpu_count) if look and self.vms.ready_when_created() else None
+        )
         return VmInfo(
-            allocation_id=spec.allocation_id, node=self.node, vm_id=existing.vm_id, private_ips=existing.private_ips
+            allocation_id=spec.allocation_id,
+            node=self.node,
+            vm_id=existing.vm_id,
+            private_ips=existing.private_ips,
+            readiness=readiness,
         )
 
     @activity.defn(name="wait_ready")

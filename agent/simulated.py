@@ -181,6 +181,9 @@ class SimulatedVmDriver:
     def runtime(self) -> str:
         return "simulated VMs (nothing boots)"
 
+    def ready_when_created(self) -> bool:
+        return self.simulation.boot_seconds == 0
+
     def create(self, spec: VmSpec) -> VmRecord:
         existing = self.get(spec.allocation_id)
         if existing is not None:

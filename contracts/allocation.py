@@ -252,6 +252,10 @@ class PlanOutcome(Model):
     lease_expires_at: datetime | None = None
     refusal_code: str | None = None
     refusal_message: str | None = None
+    # The host's VMs can pass their readiness gates the moment they exist (`VmDriver.ready_when_created`): the
+    # workflow then asks the create for the first readiness look (`VmSpec.first_look`). False from agents older than
+    # it, and wherever a guest boots.
+    ready_when_created: bool = False
 
     @property
     def slot_indexes(self) -> list[int]:
@@ -261,25 +265,6 @@ class PlanOutcome(Model):
 class LeaseRef(Model):
     allocation_id: str
     node: str
-
-
-class VmSpec(Model):
-    allocation_id: str
-    node: str
-    bundles: list[Bundle]
-    image: str | None = None
-    ssh_public_keys: list[str] = Field(default_factory=list)
-    # The tenant's `#cloud-config` document, as text, as the API accepted it: its first line `#cloud-config`, a YAML
-    # mapping setting none of USER_DATA_RESERVED_KEYS, at most USER_DATA_MAX_BYTES. The agent merges it into the
-    # seed's own user-data. None: the seed's document alone.
-    user_data: str | None = None
-
-
-class VmInfo(Model):
-    allocation_id: str
-    node: str
-    vm_id: str
-    private_ips: list[str] = Field(default_factory=list)
 
 
 class ReadinessInput(Model):
@@ -312,6 +297,30 @@ class Readiness(Model):
     def pending(self) -> list[str]:
         gates = {"ssh": self.ssh, "cloud_init": self.cloud_init, "gpus": self.nvidia_smi}
         return [name for name, passed in gates.items() if not passed]
+
+
+class VmSpec(Model):
+    allocation_id: str
+    node: str
+    bundles: list[Bundle]
+    image: str | None = None
+    ssh_public_keys: list[str] = Field(default_factory=list)
+    # The tenant's `#cloud-config` document, as text, as the API accepted it: its first line `#cloud-config`, a YAML
+    # mapping setting none of USER_DATA_RESERVED_KEYS, at most USER_DATA_MAX_BYTES. The agent merges it into the
+    # seed's own user-data. None: the seed's document alone.
+    user_data: str | None = None
+    # The readiness look the create takes once the VM exists, asked where the plan's answer said the host's VMs are
+    # ready the moment they exist (`PlanOutcome.ready_when_created`); its report comes back in `VmInfo.readiness`, and
+    # a VM ready then needs no `wait_ready` step. A host whose guests boot takes no look, as agents older than it.
+    first_look: ReadinessInput | None = None
+
+
+class VmInfo(Model):
+    allocation_id: str
+    node: str
+    vm_id: str
+    private_ips: list[str] = Field(default_factory=list)
+    readiness: Readiness | None = None  # the first look's report, where the create took one (`VmSpec.first_look`)
 
 
 class TeardownInput(Model):

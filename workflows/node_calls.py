@@ -39,8 +39,10 @@ async def on_node(
     retry_interval: timedelta = NODE_RETRY_INTERVAL,
     deadline: timedelta | None = None,
     cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+    summary: str | None = None,
 ) -> R:
-    """Run the node step (a declaration of contracts/steps.py) on `node`'s agent. `attempts` 0: no limit."""
+    """Run the node step (a declaration of contracts/steps.py) on `node`'s agent. `attempts` 0: no limit.
+    `summary`: the step's line in the Temporal UI's timeline, `<step> on <node>` unless given."""
     return await workflow.execute_activity(
         step,
         args=list(args),
@@ -51,5 +53,5 @@ async def on_node(
         heartbeat_timeout=heartbeat,
         retry_policy=RetryPolicy(maximum_attempts=attempts, maximum_interval=retry_interval),
         cancellation_type=cancellation_type,
-        summary=f"{step.__name__} on {node}",
+        summary=summary or f"{step.__name__} on {node}",
     )

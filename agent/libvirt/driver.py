@@ -214,6 +214,9 @@ class LibvirtVmDriver:
 
     # create ------------------------------------------------------------------------------------------------------
 
+    def ready_when_created(self) -> bool:
+        return False  # a guest boots (tens of seconds with KVM, minutes with TCG) before any gate can pass
+
     def create(self, spec: VmSpec) -> VmRecord:
         name = domain_name(spec.allocation_id)
         domain = self._lookup(name)

@@ -94,6 +94,29 @@ def test_create_is_idempotent_and_hands_the_slots_from_lease_to_vm(tmp_path: Pat
     assert env.run(agent.destroy_vm, TeardownInput(allocation_id="a", node="h1")).vm_destroyed is False
 
 
+@pytest.mark.parametrize(
+    ("simulation", "looked"),
+    [
+        (Simulation(), "ready"),  # VMs ready the moment they exist: the create's look spares a `wait_ready`
+        (Simulation.model_validate({"neverReady": True}), "not ready"),  # looked, and the wait goes on as ever
+        (Simulation.model_validate({"bootSeconds": 30}), None),  # a guest that boots: no look, `wait_ready` waits
+    ],
+)
+def test_the_create_takes_the_first_readiness_look_only_where_a_vm_can_be_ready_at_once(
+    tmp_path: Path, simulation: Simulation, looked: str | None
+) -> None:
+    agent, env = _agent(tmp_path, _host(simulation=simulation)), ActivityEnvironment()
+    plan = env.run(agent.plan, _plan("a"))
+    assert plan.ready_when_created is (looked is not None)  # what the workflow asks the create for follows it
+    look = ReadinessInput(allocation_id="a", node="h1", gpu_count=2)
+    created = env.run(agent.create_vm, VmSpec(allocation_id="a", node="h1", bundles=plan.bundles, first_look=look))
+    seen = None if created.readiness is None else ("ready" if created.readiness.ready else "not ready")
+    assert seen == looked
+    # Asked for no look (a workflow from before it), the create answers as it always did.
+    again = env.run(agent.create_vm, VmSpec(allocation_id="a", node="h1", bundles=plan.bundles))
+    assert again.readiness is None and again.vm_id == created.vm_id
+
+
 def test_expired_leases_stop_holding_slots_and_are_reaped(tmp_path: Path) -> None:
     agent, env = _agent(tmp_path, _host(gpus=2), lease_seconds=60), ActivityEnvironment()
     env.run(agent.plan, _plan("a"))

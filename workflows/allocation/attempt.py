@@ -1,4 +1,6 @@
-"""Step 3 on one candidate node: plan_bundles@node (a lease) -> record_claims* -> create_vm@node -> wait_ready@node.
+"""Step 3 on one candidate node: plan_bundles@node (a lease) -> record_claims* -> create_vm@node -> wait_ready@node
+(no `wait_ready` where the create's own first look found the VM ready: a host whose VMs are ready the moment they
+exist).
 
 The attempt races an operator's `retry`; whatever it leaves undone (the lease, the claims, a VM that may exist) is
 compensated newest first by its saga, shielded from cancellation. A failure on the node fails the attempt and the
@@ -146,6 +148,7 @@ class NodeAttempt:
             image=input.image,
             ssh_public_keys=input.ssh_public_keys,
             user_data=input.user_data,
+            first_look=self.readiness_probe(node) if plan.ready_when_created else None,
         )
         create = self.calls.on_node(
             node,
@@ -154,14 +157,22 @@ class NodeAttempt:
             start_to_close=CREATE_VM_TIMEOUT,
             attempts=CREATE_VM_ATTEMPTS,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            # The timeline's line says the create looks at readiness too, where it does.
+            summary=f"create_vm + wait_ready on {node}" if plan.ready_when_created else None,
         )
         try:
-            await self.clock.race(node, create, self.clock.longest_node_call(CREATE_VM_TIMEOUT, CREATE_VM_ATTEMPTS))
+            created = await self.clock.race(
+                node, create, self.clock.longest_node_call(CREATE_VM_TIMEOUT, CREATE_VM_ATTEMPTS)
+            )
         except ActivityError as error:
             raise node_failure(error, node) from error
 
         self.calls.set_state("waiting_ready", "wait_ready", node=node, attempt=attempt)
-        await self.wait_until_ready(node)
+        # A host whose VMs are ready the moment they exist (its plan's answer said so) took the first readiness look in
+        # the create: a VM ready then needs no `wait_ready` step. Both branches follow answers recorded in the history,
+        # so runs made before the look existed replay as they ran.
+        if created.readiness is None or not created.readiness.ready:
+            await self.wait_until_ready(node)
         attempt.outcome = "succeeded"
         self.begin_lease(attempt.pool)
         ends_at = self.state.status.ends_at
@@ -171,14 +182,8 @@ class NodeAttempt:
     async def wait_until_ready(self, node: str) -> None:
         """Probe the readiness gates a window at a time until every gate passes; a gate that failed for good, or no
         readiness within the node's timeout, fails the attempt; past the state's deadline, the allocation."""
-        input = self.state.input
-        timing = input.timing
-        probe = ReadinessInput(
-            allocation_id=input.allocation_id,
-            node=node,
-            gpu_count=input.request.gpu_count,
-            window_seconds=timing.readiness_window_seconds,
-        )
+        timing = self.state.input.timing
+        probe = self.readiness_probe(node)
         give_up = workflow.now() + timedelta(seconds=timing.readiness_timeout_seconds)
         while True:
             try:
@@ -213,6 +218,15 @@ class NodeAttempt:
             left = self.clock.time_left(node)  # past the state's deadline: the allocation fails
             pause = min(timing.readiness_poll_seconds, remaining)
             await workflow.sleep(pause if left is None else min(pause, left.total_seconds()))
+
+    def readiness_probe(self, node: str) -> ReadinessInput:
+        input = self.state.input
+        return ReadinessInput(
+            allocation_id=input.allocation_id,
+            node=node,
+            gpu_count=input.request.gpu_count,
+            window_seconds=input.timing.readiness_window_seconds,
+        )
 
     def begin_lease(self, pool: str) -> None:
         """Active now: the end it asked for (`duration_seconds` from now, or `ends_at`), else its pool's `maxLease`

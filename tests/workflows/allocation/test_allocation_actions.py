@@ -4,6 +4,7 @@ and the UI story and audit trail it keeps while it makes fewer of them."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from workflows.allocation.messages import AllocationStatus
 from workflows.search_attributes import NODE, REGION, STATE
 
 
-async def test_happy_path_reaches_active_in_at_most_9_actions(temporal_client, sessions, tmp_path: Path) -> None:
+async def test_happy_path_reaches_active_in_at_most_8_actions(temporal_client, sessions, tmp_path: Path) -> None:
     async with running_lab(
         temporal_client, temporal_client, sessions, tmp_path, lab_fleet({"one": {"gpus": 2}})
     ) as lab:
@@ -31,13 +32,14 @@ async def test_happy_path_reaches_active_in_at_most_9_actions(temporal_client, s
         steps = [(step, state) for step, state, _node, _reason in await lab.events("lean-1")]
 
     actions = count_actions([run])
-    # 9 to `active` (no patch marker, so no `TemporalChangeVersion`): the run that places the allocation holds it
-    # too, so no continue-as-new (a run start) is paid at `active`, and it starts in `placing`, so the decision
-    # needs no upsert of its own.
-    assert Actions.count(actions.to_active) <= 9, actions.to_active
-    # 15 through release: the row says `releasing` (one local activity) before the host's teardown,
+    # 8 to `active` (no patch marker, so no `TemporalChangeVersion`): the run that places the allocation holds it
+    # too, so no continue-as-new (a run start) is paid at `active`, it starts in `placing`, so the decision
+    # needs no upsert of its own, and the lab's hosts make VMs ready the moment they exist, so the create's own
+    # first look finds it ready and no `wait_ready` step runs.
+    assert Actions.count(actions.to_active) <= 8, actions.to_active
+    # 14 through release: the row says `releasing` (one local activity) before the host's teardown,
     # and the final state rides with the release of the claims instead of a write of its own.
-    assert Actions.count(actions.total) <= 15, actions.total
+    assert Actions.count(actions.total) <= 14, actions.total
     assert actions.total["patch_marker"] == 0
 
     # What the UI's filters saw, in order: `placing` from the start, then the region with `provisioning`.
@@ -59,14 +61,10 @@ async def test_happy_path_reaches_active_in_at_most_9_actions(temporal_client, s
     ]
 
     # Only the node's own steps cross a task queue; the control steps ran on the workflow's worker.
-    def scheduled(history: WorkflowHistory) -> list[str]:
-        return [
-            e.activity_task_scheduled_event_attributes.activity_type.name
-            for e in history.events
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        ]
-
-    assert scheduled(run) == ["plan_bundles", "create_vm", "wait_ready", "destroy_vm"]
+    assert _scheduled(run) == ["plan_bundles", "create_vm", "destroy_vm"]
+    # The readiness look is in the history all the same: the create's answer carries its report.
+    created = json.loads(_answer(run, "create_vm"))
+    assert created["readiness"]["ssh"] and created["readiness"]["cloud_init"] and created["readiness"]["nvidia_smi"]
     assert len(run.events) < 80, len(run.events)
     assert actions.total["timer"] == 0  # a provisioning deadline further away than the create can take: no timer
     # Region and candidates were one step, yet the audit trail tells both decisions.
@@ -81,6 +79,29 @@ async def test_happy_path_reaches_active_in_at_most_9_actions(temporal_client, s
         ("release", "releasing"),
         ("released", "released"),
     ]
+
+
+def _scheduled(history: WorkflowHistory) -> list[str]:
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+
+
+def _answer(history: WorkflowHistory, activity: str) -> bytes:
+    """The result of the named activity's completion in `history` (its first, as the payload's bytes)."""
+    names = {
+        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    }
+    return next(
+        e.activity_task_completed_event_attributes.result.payloads[0].data
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        and names[e.activity_task_completed_event_attributes.scheduled_event_id] == activity
+    )
 
 
 async def test_a_slow_boot_shows_waiting_ready_in_the_ui_and_the_audit_trail(
@@ -101,6 +122,10 @@ async def test_a_slow_boot_shows_waiting_ready_in_the_ui_and_the_audit_trail(
         assert row is not None and (row.state, row.node_id) == ("waiting_ready", "slow")
         status = await handle.query("status_query", result_type=AllocationStatus)
         assert [(a.node, a.outcome) for a in status.attempts] == [("slow", "running")]
+        history = await handle.fetch_history()
+        # A host whose guests boot takes no look in the create: the wait is the `wait_ready` step's, as ever.
+        assert json.loads(_answer(history, "create_vm"))["readiness"] is None
+        assert _scheduled(history)[-1] == "wait_ready"
         await handle.cancel()
         await asyncio.gather(handle.result(), return_exceptions=True)
         assert await lab.active_claims() == {}

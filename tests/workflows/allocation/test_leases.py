@@ -67,7 +67,7 @@ async def test_an_allocation_is_warned_then_expires_and_gives_everything_back(
     # Its end rides with `active` in one upsert: the same actions to active as an allocation without an end, but for
     # the timer that ends it.
     actions = count_actions(histories)
-    assert (Actions.count(actions.to_active), actions.to_active["upsert"], actions.to_active["timer"]) == (10, 2, 1)
+    assert (Actions.count(actions.to_active), actions.to_active["upsert"], actions.to_active["timer"]) == (9, 2, 1)
     for history in histories:  # and the hold's timers, warning and extension replay
         await Replayer(workflows=[AllocationWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
     if os.environ.get("BERTH_RECORD_HISTORIES"):

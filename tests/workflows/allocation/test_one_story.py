@@ -100,7 +100,7 @@ async def test_twenty_allocations_released_at_once_after_active_each_stay_one_ru
         kinds = [e.event_type for e in run.events]
         assert CONTINUED not in kinds
         assert kinds.count(UPDATE_ACCEPTED) == 1  # the release, taken by the run that placed it
-        assert node_steps(run) == ["plan_bundles on n", "create_vm on n", "wait_ready on n", "destroy_vm on n"]
+        assert node_steps(run) == ["plan_bundles on n", "create_vm + wait_ready on n", "destroy_vm on n"]
 
 
 async def test_a_hand_over_keeps_one_row_per_allocation_and_says_what_came_before(
@@ -168,7 +168,7 @@ async def test_a_hand_over_keeps_one_row_per_allocation_and_says_what_came_befor
             await allocation_client.release(temporal_client, name)
             assert (await handle.result()).state == "released"
         placed, held = await run_histories(temporal_client, current.id)
-    assert node_steps(placed) == [f"{step} on {status.node}" for step in ("plan_bundles", "create_vm", "wait_ready")]
+    assert node_steps(placed) == [f"{step} on {status.node}" for step in ("plan_bundles", "create_vm + wait_ready")]
     assert node_steps(held) == [f"destroy_vm on {status.node}"]
     await _record(placed, held)
 

@@ -8,7 +8,9 @@ a hold handed over to a fresh run, two runs `_1` and `_2`, by tests/workflows/al
 revision (unprefixed: one run from placement to release) and for the previous one (`allocation_revision6-*`, whose
 lease's undo was registered only after the node's plan answered): the two the code runs
 (workflows/allocation/revisions.py). When a revision retires, its files go with its branches (docs/design.md,
-"Upgrading the allocation workflow"). A change that would break running workflows fails here; it needs a new
+"Upgrading the allocation workflow"). `allocation_replay-happy-no-first-look` is a happy path of the current revision
+whose host took no readiness look in its create (an agent from before the look, as a booting host's): a
+`wait_ready` step follows the create. A change that would break running workflows fails here; it needs a new
 revision (or `workflow.patched(...)`). Re-record the current revision's files with BERTH_RECORD_HISTORIES=1.
 """
 
