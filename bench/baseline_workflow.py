@@ -17,10 +17,13 @@ from pydantic import BaseModel
 from temporalio import activity, workflow
 from temporalio.common import SearchAttributeKey
 
-# The happy path of one allocation to `active`, in order. R an activity (select_region, find_candidates,
-# plan_bundles, record_claims, create_vm, wait_ready); L a local activity (the audit trail written before the
-# readiness wait and before holding the active allocation); U a search-attribute upsert (placing, planning,
-# claiming, provisioning, waiting_ready, active); P the patch marker with its own upsert.
+# The happy path of one allocation to `active`, in order, as the design's flow first named its steps. R an activity
+# (select_region, find_candidates, plan_bundles, record_claims, create_vm, wait_ready); L a local activity (the
+# audit trail written before the readiness wait and before holding the active allocation); U a search-attribute
+# upsert (placing, planning, claiming, provisioning, waiting_ready, active); P the patch marker with its own upsert.
+# The shapes stay as they were defined, a fixed yardstick, while the allocation itself came to do less Temporal
+# work than they (control steps as local activities, the create taking the first readiness look): so its ratios
+# compare across changes (docs/benchmarks.md).
 SHAPES = {
     "strict": "RRRRRLRL",
     "visibility": "PURRURURURULRUL",
