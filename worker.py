@@ -14,7 +14,7 @@ from pathlib import Path
 
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.cluster.activities import ClusterActivities
@@ -138,12 +138,15 @@ def control_worker(
     task_queue: str = CONTROL_QUEUE,
     clusters: ClusterDriver | None = None,
     max_local_activities: int = 16,
+    runner: WorkflowRunner | None = None,
 ) -> Worker:
+    """The control worker. `runner`: how its workflows run, `workflow_runner()` unless given (`bench.allocation
+    --sandbox` measures the others)."""
     code_cache.install()  # the sandbox re-imports workflow modules per run: compile them once (workflows/code_cache.py)
     return Worker(
         client,
         task_queue=task_queue,
-        workflow_runner=workflow_runner(),
+        workflow_runner=runner or workflow_runner(),
         workflows=[
             AllocationWorkflow,
             SlotRecoveryWorkflow,

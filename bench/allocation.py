@@ -2,6 +2,7 @@
 
     python -m bench.allocation [--rounds 3] [--batch 150] [--contention 1000] [--snapshot-nodes 1000,10000]
                                [--latency 30] [--agents gateway|direct|both] [--profile]
+                               [--sandbox as-shipped|passthrough-all|none]
     python -m bench.allocation --rounds 0 --latency 0 --snapshot-nodes '' --contention 1000   # the burst alone
 
 1. Throughput: a batch of 1-GPU slice allocations driven to `active` (simulated hosts, zero boot delay), against
@@ -32,14 +33,16 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+import worker
 from activities.control.placement import LOCK_TIMES
 from bench.actions import Actions, count_actions, run_histories
 from bench.baseline_workflow import BaselineInput, BaselineWorkflow, noop
@@ -436,9 +439,21 @@ async def _print_scale_out(stack: Stack, args: argparse.Namespace) -> None:
             _print_contention(await contention(stack, args.contention, control_processes=n))
 
 
+# The control worker's workflow runner, by `--sandbox`: Berth's, and two it does not use, to measure what the
+# sandbox costs (docs/benchmarks.md, "The three levers, each measured alone").
+SANDBOXES: dict[str, Callable[[], WorkflowRunner]] = {
+    "as-shipped": worker.workflow_runner,
+    "passthrough-all": lambda: SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
+    ),
+    "none": UnsandboxedWorkflowRunner,
+}
+
+
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="berth-bench-") as home:
         stack = Stack(Path(home))
+        stack.workflow_runner = SANDBOXES[args.sandbox]()
         try:
             await stack.connect()
             modes = {"gateway": [True], "direct": [False], "both": [False, True]}[args.agents]
@@ -484,6 +499,14 @@ if __name__ == "__main__":
         default="",
         help="e.g. 1,3: run the throughput batches (--rounds x --batch) and the burst (--contention) with that many "
         "control worker processes each, in this run, instead of the in-process worker's burst",
+    )
+    parser.add_argument(
+        "--sandbox",
+        choices=tuple(SANDBOXES),
+        default="as-shipped",
+        help="how the in-process control worker runs workflows: as Berth does (worker.workflow_runner), with every "
+        "module passed through the sandbox, or with no sandbox; the other two are measurements only: they lose "
+        "the sandbox's determinism check (tests/workflows/test_sandbox.py)",
     )
     parser.add_argument(
         "--agents",

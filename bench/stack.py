@@ -25,7 +25,7 @@ import httpx
 import psutil
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkflowRunner
 
 import worker
 from api.app import create_app
@@ -64,6 +64,7 @@ class Stack:
         self.agent_hosts: list[subprocess.Popen[str]] = []
         self.gateways: list[subprocess.Popen[bytes]] = []
         self.control_hosts: list[tuple[subprocess.Popen[str], Path]] = []  # (process, its lock-times file)
+        self.workflow_runner: WorkflowRunner | None = None  # the in-process control worker's; None: Berth's own
 
     async def connect(self) -> None:
         self.client = await Client.connect(self.temporal.address, data_converter=pydantic_data_converter)
@@ -198,7 +199,7 @@ async def run_workers(
             assert control.stdout is not None
             await asyncio.to_thread(control.stdout.readline)  # "ready"
         return []
-    workers = [worker.control_worker(stack.client, stack.sessions, queues.control)]
+    workers = [worker.control_worker(stack.client, stack.sessions, queues.control, runner=stack.workflow_runner)]
     for w in workers:
         asyncio.create_task(w.run())
     stack.workers.extend(workers)
