@@ -127,8 +127,8 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     `with_passthrough_all_modules()` is not used: it passes the workflow modules through too, and since the worker
     imports them (to register their classes) before any run, a run then executes the worker's own copy, whose
     `time`, `datetime`, `random` and `uuid` are the real modules; only `open` and `input` would still be refused.
-    It saves the per-run import and loses the check (tests/workflows/test_sandbox.py; docs/benchmarks.md, "The
-    workflow sandbox")."""
+    It saves the per-run import and loses the check (tests/workflows/test_sandbox.py; docs/benchmarks.md, "The three
+    levers, each measured alone")."""
     return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules("opentelemetry"))
 
 
